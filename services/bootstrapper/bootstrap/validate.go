@@ -1,0 +1,196 @@
+package bootstrap
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/services/bootstrapper/pki"
+	"github.com/capn-dev/capn/services/bootstrapper/token"
+)
+
+var (
+	permissionsRe = regexp.MustCompile(`^0?[0-7]{3}$`)
+	ownerRe       = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*(:[A-Za-z0-9_][A-Za-z0-9_.-]*)?$`)
+	kubeletArgRe  = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
+)
+
+// reservedKubeletArgs are set by capn from other fields.
+var reservedKubeletArgs = map[string]string{
+	"node-labels": "set node labels with the pool's labels",
+}
+
+// Validate checks one BootstrapSpec as written at path (e.g.
+// "spec.bootstrap" or "spec.workerPools[0].bootstrap") and reports every
+// problem at once, each prefixed with its field path. It checks what does
+// not depend on inheritance; ValidateEffective adds the provider's own
+// rules on a merged spec. now is the time a user-supplied CA must be valid
+// at. A nil spec is valid.
+func (r *Registry) Validate(path string, spec *capnv1alpha1.BootstrapSpec, now time.Time) error {
+	if spec == nil {
+		return nil
+	}
+	var errs []error
+	add := func(field, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s.%s: %s", path, field, fmt.Sprintf(format, a...)))
+	}
+	if spec.Provider != "" {
+		if _, err := r.Lookup(spec.Provider); err != nil {
+			add("provider", "%v", err)
+		}
+	}
+	seen := map[string]int{}
+	for i, f := range spec.Files {
+		field := fmt.Sprintf("files[%d]", i)
+		if f == nil {
+			add(field, "null")
+			continue
+		}
+		p := f.GetPath()
+		switch {
+		case p == "":
+			add(field+".path", "empty")
+		case !strings.HasPrefix(p, "/") || strings.ContainsAny(p, "\x00\n\r") || pathClean(p) != p:
+			add(field+".path", "%q: want a clean absolute path", p)
+		case IsReservedPath(p):
+			add(field+".path", "%q is written by capn itself and cannot be replaced", p)
+		default:
+			if j, dup := seen[p]; dup {
+				add(field+".path", "%q already written by files[%d]", p, j)
+			}
+			seen[p] = i
+		}
+		if perm := f.GetPermissions(); perm != "" && !permissionsRe.MatchString(perm) {
+			add(field+".permissions", "%q: want three or four octal digits like 0644", perm)
+		}
+		if o := f.GetOwner(); o != "" && !ownerRe.MatchString(o) {
+			add(field+".owner", "%q: want user or user:group", o)
+		}
+	}
+	for _, list := range []struct {
+		field string
+		cmds  []string
+	}{{"preCommands", spec.PreCommands}, {"postCommands", spec.PostCommands}} {
+		for i, c := range list.cmds {
+			if strings.TrimSpace(c) == "" {
+				add(fmt.Sprintf("%s[%d]", list.field, i), "empty command")
+			} else if strings.ContainsRune(c, 0) {
+				add(fmt.Sprintf("%s[%d]", list.field, i), "contains a NUL byte")
+			}
+		}
+	}
+	for _, k := range sortedKeys(spec.KubeletExtraArgs) {
+		field := fmt.Sprintf("kubeletExtraArgs[%q]", k)
+		switch {
+		case strings.HasPrefix(k, "-"):
+			add(field, "write the flag name without leading dashes")
+		case !kubeletArgRe.MatchString(k):
+			add(field, "want a kubelet flag name (a-z, 0-9, '-')")
+		case reservedKubeletArgs[k] != "":
+			add(field, "set by capn; %s", reservedKubeletArgs[k])
+		}
+		if strings.ContainsAny(spec.KubeletExtraArgs[k], "\x00\n\r") {
+			add(field, "value contains a line break or NUL byte")
+		}
+	}
+	if spec.TokenTtl != nil {
+		if _, err := token.TTL(spec.TokenTtl); err != nil {
+			add("tokenTtl", "%v", err)
+		}
+	}
+	if spec.Ca != nil {
+		errs = append(errs, validateCA(path+".ca", spec.Ca, now)...)
+	}
+	return errors.Join(errs...)
+}
+
+func validateCA(path string, ca *capnv1alpha1.CertificateAuthority, now time.Time) []error {
+	var errs []error
+	if _, err := pki.ParseCertificate([]byte(ca.GetCertificatePem())); err != nil {
+		errs = append(errs, fmt.Errorf("%s.certificatePem: %w", path, err))
+	}
+	if _, err := pki.ParsePrivateKey([]byte(ca.GetPrivateKeyPem())); err != nil {
+		errs = append(errs, fmt.Errorf("%s.privateKeyPem: %w", path, err))
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	if _, err := pki.ParseCA(pki.KeyPair{CertPEM: []byte(ca.GetCertificatePem()), KeyPEM: []byte(ca.GetPrivateKeyPem())}, now); err != nil {
+		errs = append(errs, fmt.Errorf("%s: %w", path, err))
+	}
+	return errs
+}
+
+// ValidateEffective checks a merged spec (see Merge) at path: the common
+// rules of Validate, then the rules of the provider it selects.
+func (r *Registry) ValidateEffective(path string, spec *capnv1alpha1.BootstrapSpec) error {
+	// The CA was checked where it is written (spec.bootstrap.ca).
+	noCA := spec
+	if spec.GetCa() != nil {
+		noCA = Merge(spec, nil)
+		noCA.Ca = nil
+	}
+	if err := r.Validate(path, noCA, time.Time{}); err != nil {
+		return err
+	}
+	p, err := r.Lookup(spec.GetProvider())
+	if err != nil {
+		return fmt.Errorf("%s.provider: %w", path, err)
+	}
+	return p.ValidateSpec(path, spec)
+}
+
+// ValidateCluster checks every BootstrapSpec of a cluster spec as written
+// (spec.bootstrap, spec.controlPlane.bootstrap,
+// spec.workerPools[i].bootstrap), the effective spec of the control plane
+// and of each pool, and the pools' labels and taints. It reports every
+// problem at once; now is the time a user-supplied CA must be valid at.
+func (r *Registry) ValidateCluster(spec *capnv1alpha1.ClusterSpec, now time.Time) error {
+	var errs []error
+	base := spec.GetBootstrap()
+	baseErr := r.Validate("spec.bootstrap", base, now)
+	errs = append(errs, baseErr)
+	type level struct {
+		path string
+		spec *capnv1alpha1.BootstrapSpec
+	}
+	levels := []level{{"spec.controlPlane.bootstrap", spec.GetControlPlane().GetBootstrap()}}
+	for i, p := range spec.GetWorkerPools() {
+		levels = append(levels, level{fmt.Sprintf("spec.workerPools[%d].bootstrap", i), p.GetBootstrap()})
+		errs = append(errs, ValidateLabels(fmt.Sprintf("spec.workerPools[%d].labels", i), p.GetLabels())...)
+		errs = append(errs, ValidateTaints(fmt.Sprintf("spec.workerPools[%d].taints", i), p.GetTaints())...)
+	}
+	for _, l := range levels {
+		if l.spec.GetCa() != nil {
+			errs = append(errs, fmt.Errorf("%s.ca: the CA is cluster-wide; set it at spec.bootstrap.ca", l.path))
+		}
+		if err := r.Validate(l.path, l.spec, now); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if baseErr != nil {
+			continue // the merged spec would repeat spec.bootstrap's errors
+		}
+		// Reported at the pool's (or control plane's) path: that is where
+		// the effective spec is decided.
+		errs = append(errs, r.ValidateEffective(l.path, Merge(base, l.spec)))
+	}
+	return errors.Join(errs...)
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// pathClean is path.Clean: "/a/../b", "/a//b" and "/a/" are not clean.
+func pathClean(p string) string { return path.Clean(p) }

@@ -847,6 +847,52 @@ func (x *MachineUnhealthy) GetSince() *timestamppb.Timestamp {
 	return nil
 }
 
+// DeleteClusterSecrets asks the bootstrapper to remove a deleted cluster's
+// PKI, kubeconfig and bootstrap data (capn.cmd.bootstrap.cleanup).
+type DeleteClusterSecrets struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteClusterSecrets) Reset() {
+	*x = DeleteClusterSecrets{}
+	mi := &file_capn_v1alpha1_events_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteClusterSecrets) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteClusterSecrets) ProtoMessage() {}
+
+func (x *DeleteClusterSecrets) ProtoReflect() protoreflect.Message {
+	mi := &file_capn_v1alpha1_events_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteClusterSecrets.ProtoReflect.Descriptor instead.
+func (*DeleteClusterSecrets) Descriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_events_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *DeleteClusterSecrets) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
 var File_capn_v1alpha1_events_proto protoreflect.FileDescriptor
 
 const file_capn_v1alpha1_events_proto_rawDesc = "" +
@@ -923,7 +969,9 @@ const file_capn_v1alpha1_events_proto_rawDesc = "" +
 	"\amachine\x18\x02 \x01(\tR\amachine\x12\x12\n" +
 	"\x04pool\x18\x03 \x01(\tR\x04pool\x122\n" +
 	"\areasons\x18\x04 \x03(\v2\x18.capn.v1alpha1.ConditionR\areasons\x120\n" +
-	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05sinceB=Z;github.com/capn-dev/capn/schemas/capn/v1alpha1;capnv1alpha1b\x06proto3"
+	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"0\n" +
+	"\x14DeleteClusterSecrets\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\aclusterB=Z;github.com/capn-dev/capn/schemas/capn/v1alpha1;capnv1alpha1b\x06proto3"
 
 var (
 	file_capn_v1alpha1_events_proto_rawDescOnce sync.Once
@@ -937,7 +985,7 @@ func file_capn_v1alpha1_events_proto_rawDescGZIP() []byte {
 	return file_capn_v1alpha1_events_proto_rawDescData
 }
 
-var file_capn_v1alpha1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_capn_v1alpha1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_capn_v1alpha1_events_proto_goTypes = []any{
 	(*GenerateBootstrap)(nil),     // 0: capn.v1alpha1.GenerateBootstrap
 	(*BootstrapReady)(nil),        // 1: capn.v1alpha1.BootstrapReady
@@ -949,24 +997,25 @@ var file_capn_v1alpha1_events_proto_goTypes = []any{
 	(*NodeCondition)(nil),         // 7: capn.v1alpha1.NodeCondition
 	(*ProblemEvent)(nil),          // 8: capn.v1alpha1.ProblemEvent
 	(*MachineUnhealthy)(nil),      // 9: capn.v1alpha1.MachineUnhealthy
-	nil,                           // 10: capn.v1alpha1.GenerateBootstrap.LabelsEntry
-	(*BootstrapSpec)(nil),         // 11: capn.v1alpha1.BootstrapSpec
-	(*Taint)(nil),                 // 12: capn.v1alpha1.Taint
-	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
-	(*Condition)(nil),             // 14: capn.v1alpha1.Condition
+	(*DeleteClusterSecrets)(nil),  // 10: capn.v1alpha1.DeleteClusterSecrets
+	nil,                           // 11: capn.v1alpha1.GenerateBootstrap.LabelsEntry
+	(*BootstrapSpec)(nil),         // 12: capn.v1alpha1.BootstrapSpec
+	(*Taint)(nil),                 // 13: capn.v1alpha1.Taint
+	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(*Condition)(nil),             // 15: capn.v1alpha1.Condition
 }
 var file_capn_v1alpha1_events_proto_depIdxs = []int32{
-	11, // 0: capn.v1alpha1.GenerateBootstrap.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	10, // 1: capn.v1alpha1.GenerateBootstrap.labels:type_name -> capn.v1alpha1.GenerateBootstrap.LabelsEntry
-	12, // 2: capn.v1alpha1.GenerateBootstrap.taints:type_name -> capn.v1alpha1.Taint
-	13, // 3: capn.v1alpha1.NodeHeartbeat.time:type_name -> google.protobuf.Timestamp
+	12, // 0: capn.v1alpha1.GenerateBootstrap.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
+	11, // 1: capn.v1alpha1.GenerateBootstrap.labels:type_name -> capn.v1alpha1.GenerateBootstrap.LabelsEntry
+	13, // 2: capn.v1alpha1.GenerateBootstrap.taints:type_name -> capn.v1alpha1.Taint
+	14, // 3: capn.v1alpha1.NodeHeartbeat.time:type_name -> google.protobuf.Timestamp
 	7,  // 4: capn.v1alpha1.NodeConditions.conditions:type_name -> capn.v1alpha1.NodeCondition
-	13, // 5: capn.v1alpha1.NodeConditions.time:type_name -> google.protobuf.Timestamp
-	13, // 6: capn.v1alpha1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	13, // 7: capn.v1alpha1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	13, // 8: capn.v1alpha1.ProblemEvent.time:type_name -> google.protobuf.Timestamp
-	14, // 9: capn.v1alpha1.MachineUnhealthy.reasons:type_name -> capn.v1alpha1.Condition
-	13, // 10: capn.v1alpha1.MachineUnhealthy.since:type_name -> google.protobuf.Timestamp
+	14, // 5: capn.v1alpha1.NodeConditions.time:type_name -> google.protobuf.Timestamp
+	14, // 6: capn.v1alpha1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	14, // 7: capn.v1alpha1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	14, // 8: capn.v1alpha1.ProblemEvent.time:type_name -> google.protobuf.Timestamp
+	15, // 9: capn.v1alpha1.MachineUnhealthy.reasons:type_name -> capn.v1alpha1.Condition
+	14, // 10: capn.v1alpha1.MachineUnhealthy.since:type_name -> google.protobuf.Timestamp
 	11, // [11:11] is the sub-list for method output_type
 	11, // [11:11] is the sub-list for method input_type
 	11, // [11:11] is the sub-list for extension type_name
@@ -987,7 +1036,7 @@ func file_capn_v1alpha1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_capn_v1alpha1_events_proto_rawDesc), len(file_capn_v1alpha1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

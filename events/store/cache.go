@@ -1,0 +1,380 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
+)
+
+// Cache defaults; see [CacheOptions].
+const (
+	DefaultResyncEvery     = 5 * time.Minute
+	DefaultStallCheckEvery = 2 * time.Second
+	DefaultLoadTimeout     = time.Minute
+	DefaultSubscriberQueue = 1024
+
+	// NoResync, as CacheOptions.ResyncEvery, disables the periodic resync;
+	// as CacheOptions.StallCheckEvery, the stall check.
+	NoResync time.Duration = -1
+)
+
+// CacheOptions configures a [Cache]. The zero value gives the defaults.
+type CacheOptions struct {
+	// ResyncEvery is how often the cache re-lists the bucket, repairs any
+	// difference from what it holds and sends every subscriber a Resync
+	// marker. 0 means DefaultResyncEvery; a negative value (NoResync)
+	// disables it.
+	ResyncEvery time.Duration
+	// StallCheckEvery is how often an idle cache asks the server for the
+	// bucket's last revision, to find out whether its watcher stalled (for
+	// example after a server restart) and must be re-created. 0 means
+	// DefaultStallCheckEvery; negative disables the check (nats.go's own
+	// heartbeat check still recovers, after about 20s in our tests).
+	StallCheckEvery time.Duration
+	// Timeout bounds each request the cache makes (bucket status, creating
+	// a watcher). 0 means DefaultTimeout.
+	Timeout time.Duration
+	// LoadTimeout bounds the initial load in Start and each resync listing.
+	// 0 means DefaultLoadTimeout.
+	LoadTimeout time.Duration
+	// SubscriberQueue is how many changes may wait for a subscriber before
+	// its queue is compacted to the latest change per key. 0 means
+	// DefaultSubscriberQueue.
+	SubscriberQueue int
+}
+
+// Validate reports every invalid option at once.
+func (o CacheOptions) Validate() error {
+	var errs []error
+	if o.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("timeout %s is negative", o.Timeout))
+	}
+	if o.LoadTimeout < 0 {
+		errs = append(errs, fmt.Errorf("load timeout %s is negative", o.LoadTimeout))
+	}
+	if o.SubscriberQueue < 0 {
+		errs = append(errs, fmt.Errorf("subscriber queue %d is negative", o.SubscriberQueue))
+	}
+	return errors.Join(errs...)
+}
+
+func (o CacheOptions) withDefaults() CacheOptions {
+	if o.ResyncEvery == 0 {
+		o.ResyncEvery = DefaultResyncEvery
+	}
+	if o.StallCheckEvery == 0 {
+		o.StallCheckEvery = DefaultStallCheckEvery
+	}
+	if o.Timeout == 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.LoadTimeout == 0 {
+		o.LoadTimeout = DefaultLoadTimeout
+	}
+	if o.SubscriberQueue == 0 {
+		o.SubscriberQueue = DefaultSubscriberQueue
+	}
+	return o
+}
+
+// RawEntry is a cached value: the encoded bytes as stored in KV and the
+// revision of the write. Value is shared: do not modify it.
+type RawEntry struct {
+	Key      string
+	Value    []byte
+	Revision uint64
+}
+
+// Op is what happened to a key.
+type Op uint8
+
+// The operations a [Change] reports. A purge is reported as OpDelete.
+const (
+	OpPut Op = iota + 1
+	OpDelete
+)
+
+// String returns "put" or "delete".
+func (o Op) String() string {
+	switch o {
+	case OpPut:
+		return "put"
+	case OpDelete:
+		return "delete"
+	}
+	return fmt.Sprintf("Op(%d)", uint8(o))
+}
+
+// Change is one event delivered to a [Subscription].
+//
+// A change to a key has Key, Op, Revision and, for OpPut, Value (shared: do
+// not modify it). A resync marker has Resync true and nothing but Revision
+// (the cache's revision at that time): after it, re-examine everything.
+type Change struct {
+	Key      string
+	Value    []byte
+	Revision uint64
+	Op       Op
+	Resync   bool
+}
+
+// Cache keeps a whole KV bucket in memory, fed by ONE watcher, and fans its
+// changes out to subscribers. Make one Cache per bucket per process and
+// share it: a watcher is a server-side consumer, and a watcher per key or
+// per reconciler is what leaks under reconnect storms.
+//
+// Get, List, Revision, Subscribe and Unsubscribe are safe for concurrent use
+// and never do I/O. The cache is filled by [Cache.Start] and stops when the
+// ctx given to Start is cancelled.
+//
+// Recovery: the cache remembers the last revision it applied. If its
+// watcher's channel closes, or the watcher stalls (an idle cache polls the
+// bucket's last revision every StallCheckEvery and re-creates a watcher
+// that did not deliver a revision the server had one check earlier, as
+// happens after a server restart), it re-creates the watcher from the next
+// revision with the full history, so nothing is skipped, and drops any
+// revision it has already applied, so nothing is repeated.
+//
+// Resync: every ResyncEvery it lists the bucket through a second,
+// short-lived watcher, repairs any key where the listing disagrees with the
+// cache (delivering the repair as an ordinary change) and sends every
+// subscriber a Resync marker.
+type Cache struct {
+	kv   jetstream.KeyValue
+	opts CacheOptions
+
+	mu      sync.RWMutex
+	entries map[string]RawEntry
+	rev     uint64 // last applied revision
+	subs    map[*Subscription]struct{}
+	stopped bool
+
+	started   atomic.Bool
+	done      chan struct{}
+	resyncReq chan struct{}
+
+	// dropEntry, set by tests before Start, makes the watcher lose an entry
+	// (its revision counts as applied) to simulate a missed change.
+	dropEntry func(jetstream.KeyValueEntry) bool
+	// stopWatcher, set by tests before Start, stops the watcher's NATS
+	// subscription underneath the loop, as nats.go does when it gives up on
+	// an ordered consumer, so that its channel closes.
+	stopWatcher chan struct{}
+}
+
+// NewCache returns a cache over kv; call Start to fill and run it.
+func NewCache(kv jetstream.KeyValue, opts CacheOptions) *Cache {
+	return &Cache{
+		kv:        kv,
+		opts:      opts,
+		entries:   make(map[string]RawEntry),
+		subs:      make(map[*Subscription]struct{}),
+		done:      make(chan struct{}),
+		resyncReq: make(chan struct{}, 1),
+	}
+}
+
+// Start loads the bucket and returns once the cache holds every current
+// value (the watcher's end-of-initial-values marker), or LoadTimeout has
+// passed, or ctx is cancelled. It then keeps the cache up to date in the
+// background until ctx is cancelled; at that point every subscription's
+// channel is closed and [Cache.Done] closes. Start may be called once;
+// an error means the cache is stopped and holds nothing usable.
+//
+// The logger is zerolog.Ctx(ctx), enriched with the bucket name.
+func (c *Cache) Start(ctx context.Context) error {
+	if err := c.opts.Validate(); err != nil {
+		return fmt.Errorf("cache %s: %w", c.kv.Bucket(), err)
+	}
+	if !c.started.CompareAndSwap(false, true) {
+		return fmt.Errorf("cache %s: already started", c.kv.Bucket())
+	}
+	lg := zerolog.Ctx(ctx).With().Str("bucket", c.kv.Bucket()).Logger()
+	l := &watchLoop{c: c, opts: c.opts.withDefaults(), log: &lg, snapCh: make(chan snapshot, 1)}
+	if err := l.load(ctx); err != nil {
+		l.stopWatcher()
+		c.shutdown()
+		close(c.done)
+		return fmt.Errorf("cache %s: %w", c.kv.Bucket(), err)
+	}
+	go l.run(ctx)
+	return nil
+}
+
+// Done is closed once the cache has stopped: its watchers are stopped and
+// its goroutines and subscriptions are finished.
+func (c *Cache) Done() <-chan struct{} { return c.done }
+
+// Resync asks for a resync now (see [Cache]) and returns at once, without
+// waiting for it. Requests made while one is pending fold into it; one made
+// while a resync runs starts another after it. Safe for concurrent use; does nothing on a stopped cache.
+func (c *Cache) Resync() {
+	select {
+	case c.resyncReq <- struct{}{}:
+	default:
+	}
+}
+
+// Get returns the cached entry for key, if the key exists.
+func (c *Cache) Get(key string) (RawEntry, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	e, ok := c.entries[key]
+	return e, ok
+}
+
+// List returns the cached entries whose keys start with prefix, sorted by
+// key. It scans the whole cache.
+func (c *Cache) List(prefix string) []RawEntry {
+	c.mu.RLock()
+	out := c.list(prefix)
+	c.mu.RUnlock()
+	slices.SortFunc(out, func(a, b RawEntry) int { return strings.Compare(a.Key, b.Key) })
+	return out
+}
+
+// list collects the entries under prefix, unsorted. c.mu must be held.
+func (c *Cache) list(prefix string) []RawEntry {
+	var out []RawEntry
+	for k, e := range c.entries {
+		if strings.HasPrefix(k, prefix) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// Revision returns the last revision the cache applied: every write to the
+// bucket up to it is reflected in Get and List.
+func (c *Cache) Revision() uint64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.rev
+}
+
+// Subscribe returns a subscription to the changes of keys under prefix (""
+// for all). Its channel first replays every current entry under prefix as
+// an OpPut, in revision order, then delivers each later change in the order
+// the cache applied it, so revisions strictly increase. The exception is a
+// repair found by a resync (delivered just before the Resync marker): it
+// carries the revision of the state it restores, which may be older than
+// changes already delivered, or, for a key that vanished with no delete
+// marker left, the cache's revision. Replay and registration are atomic: no
+// change falls between them.
+//
+// Each subscription has its own queue, so a slow reader never blocks the
+// watcher or other subscribers and never loses a key's final state: while
+// more than SubscriberQueue changes wait, the queue is compacted to the
+// latest change per key (and one Resync marker), keeping revision order.
+// A reader that keeps up sees every revision.
+//
+// The channel is closed after Unsubscribe or when the cache stops; a
+// subscription made on a stopped cache is closed at once. Subscribing
+// before Start is allowed: the initial load then arrives as changes. Each
+// subscription runs one goroutine until it is closed.
+func (c *Cache) Subscribe(prefix string) *Subscription {
+	limit := c.opts.SubscriberQueue
+	if limit <= 0 {
+		limit = DefaultSubscriberQueue
+	}
+	s := newSubscription(c, prefix, limit)
+	c.mu.Lock()
+	if c.stopped {
+		c.mu.Unlock()
+		s.stop()
+		return s
+	}
+	replay := c.list(prefix)
+	slices.SortFunc(replay, func(a, b RawEntry) int { return cmp.Compare(a.Revision, b.Revision) })
+	for _, e := range replay {
+		s.push(Change{Key: e.Key, Value: e.Value, Revision: e.Revision, Op: OpPut})
+	}
+	c.subs[s] = struct{}{}
+	c.mu.Unlock()
+	return s
+}
+
+// emit queues ch for every subscriber whose prefix matches. c.mu must be
+// held (for writing), which orders emits with Subscribe's replay.
+func (c *Cache) emit(ch Change) {
+	for s := range c.subs {
+		if ch.Resync || strings.HasPrefix(ch.Key, s.prefix) {
+			s.push(ch)
+		}
+	}
+}
+
+func (c *Cache) unsubscribe(s *Subscription) {
+	c.mu.Lock()
+	delete(c.subs, s)
+	c.mu.Unlock()
+}
+
+// shutdown marks the cache stopped and closes every subscription.
+func (c *Cache) shutdown() {
+	c.mu.Lock()
+	c.stopped = true
+	subs := c.subs
+	c.subs = make(map[*Subscription]struct{})
+	c.mu.Unlock()
+	for s := range subs {
+		s.stop()
+	}
+}
+
+// TypedCache is a decoding view of a [Cache] whose values are T. It is safe
+// for concurrent use; every call decodes afresh, so callers own (and may
+// modify) what they get.
+type TypedCache[T proto.Message] struct {
+	c    *Cache
+	newT func() T
+}
+
+// NewTypedCache returns a view of c decoding values with newT (see
+// [NewBucket]).
+func NewTypedCache[T proto.Message](c *Cache, newT func() T) *TypedCache[T] {
+	return &TypedCache[T]{c: c, newT: newT}
+}
+
+// Cache returns the underlying cache (to Subscribe, for instance).
+func (t *TypedCache[T]) Cache() *Cache { return t.c }
+
+// Get returns the cached value of key and its revision, or an error
+// matching [ErrNotFound], or a decode error.
+func (t *TypedCache[T]) Get(key string) (T, uint64, error) {
+	var zero T
+	e, ok := t.c.Get(key)
+	if !ok {
+		return zero, 0, fmt.Errorf("cache get %s: %w", key, ErrNotFound)
+	}
+	v, err := Decode(e.Value, t.newT)
+	if err != nil {
+		return zero, 0, fmt.Errorf("cache get %s: %w", key, err)
+	}
+	return v, e.Revision, nil
+}
+
+// List returns the cached values under prefix, sorted by key. A value that
+// does not decode fails the call.
+func (t *TypedCache[T]) List(prefix string) ([]Entry[T], error) {
+	raw := t.c.List(prefix)
+	out := make([]Entry[T], 0, len(raw))
+	for _, e := range raw {
+		v, err := Decode(e.Value, t.newT)
+		if err != nil {
+			return nil, fmt.Errorf("cache list %q: key %s: %w", prefix, e.Key, err)
+		}
+		out = append(out, Entry[T]{Key: e.Key, Value: v, Revision: e.Revision})
+	}
+	return out, nil
+}

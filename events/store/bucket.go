@@ -28,6 +28,41 @@ type Bucket[T proto.Message] struct {
 	newT     func() T
 	timeout  time.Duration
 	attempts int
+	sealer   Sealer
+}
+
+// Sealer protects values at rest: Seal turns the encoded value stored under
+// key name into what KV holds, Open reverses it. Binding the result to the
+// key name (e.g. as AEAD additional data) stops a value from being copied
+// under another key. seal.Keyring is one.
+type Sealer interface {
+	Seal(name string, plaintext []byte) ([]byte, error)
+	Open(name string, sealed []byte) ([]byte, error)
+}
+
+// WithSealer seals every value the bucket writes and opens every value it
+// reads with s.
+func WithSealer(s Sealer) BucketOption {
+	return func(o *bucketOptions) { o.sealer = s }
+}
+
+func (b *Bucket[T]) encode(key string, v T) ([]byte, error) {
+	data, err := Encode(v)
+	if err != nil || b.sealer == nil {
+		return data, err
+	}
+	return b.sealer.Seal(key, data)
+}
+
+func (b *Bucket[T]) decode(key string, data []byte) (T, error) {
+	if b.sealer != nil {
+		var err error
+		if data, err = b.sealer.Open(key, data); err != nil {
+			var zero T
+			return zero, fmt.Errorf("open %s: %w", key, err)
+		}
+	}
+	return Decode(data, b.newT)
 }
 
 // BucketOption configures a [Bucket].
@@ -36,6 +71,7 @@ type BucketOption func(*bucketOptions)
 type bucketOptions struct {
 	timeout  time.Duration
 	attempts int
+	sealer   Sealer
 }
 
 // WithTimeout sets the timeout applied to calls whose ctx has no deadline
@@ -69,7 +105,7 @@ func NewBucket[T proto.Message](kv jetstream.KeyValue, newT func() T, opts ...Bu
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return &Bucket[T]{kv: kv, newT: newT, timeout: o.timeout, attempts: o.attempts}
+	return &Bucket[T]{kv: kv, newT: newT, timeout: o.timeout, attempts: o.attempts, sealer: o.sealer}
 }
 
 // KV returns the underlying KeyValue, for the rare caller that needs it
@@ -95,7 +131,7 @@ func (b *Bucket[T]) get(ctx context.Context, key string) (T, uint64, error) {
 	if err != nil {
 		return zero, 0, fmt.Errorf("get %s: %w", key, err)
 	}
-	v, err := Decode(e.Value(), b.newT)
+	v, err := b.decode(key, e.Value())
 	if err != nil {
 		return zero, 0, fmt.Errorf("get %s: %w", key, err)
 	}
@@ -113,7 +149,7 @@ func (b *Bucket[T]) Create(ctx context.Context, key string, v T) (uint64, error)
 }
 
 func (b *Bucket[T]) create(ctx context.Context, key string, v T) (uint64, error) {
-	data, err := Encode(v)
+	data, err := b.encode(key, v)
 	if err != nil {
 		return 0, fmt.Errorf("create %s: %w", key, err)
 	}
@@ -138,7 +174,7 @@ func (b *Bucket[T]) Update(ctx context.Context, key string, v T, rev uint64) (ui
 }
 
 func (b *Bucket[T]) update(ctx context.Context, key string, v T, rev uint64) (uint64, error) {
-	data, err := Encode(v)
+	data, err := b.encode(key, v)
 	if err != nil {
 		return 0, fmt.Errorf("update %s: %w", key, err)
 	}
@@ -315,7 +351,7 @@ func (b *Bucket[T]) List(ctx context.Context, prefix string) ([]Entry[T], error)
 	}
 	out := make([]Entry[T], 0, len(latest))
 	for k, e := range latest {
-		v, err := Decode(e.Value(), b.newT)
+		v, err := b.decode(e.Key(), e.Value())
 		if err != nil {
 			return nil, fmt.Errorf("list %q: key %s: %w", prefix, k, err)
 		}

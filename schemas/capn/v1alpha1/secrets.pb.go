@@ -9,6 +9,7 @@ package capnv1alpha1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -239,7 +240,8 @@ type BootstrapData struct {
 	Token        string                 `protobuf:"bytes,6,opt,name=token,proto3" json:"token,omitempty"`
 	TokenExpires *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=token_expires,json=tokenExpires,proto3" json:"token_expires,omitempty"`
 	// joined is set once the machine joined; its token is then deleted.
-	Joined        bool `protobuf:"varint,8,opt,name=joined,proto3" json:"joined,omitempty"`
+	Joined        bool                 `protobuf:"varint,8,opt,name=joined,proto3" json:"joined,omitempty"`
+	TokenTtl      *durationpb.Duration `protobuf:"bytes,9,opt,name=token_ttl,json=tokenTtl,proto3" json:"token_ttl,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -330,11 +332,114 @@ func (x *BootstrapData) GetJoined() bool {
 	return false
 }
 
+func (x *BootstrapData) GetTokenTtl() *durationpb.Duration {
+	if x != nil {
+		return x.TokenTtl
+	}
+	return nil
+}
+
+// ClusterSecretsStatus tells the other services, without any key material,
+// what the bootstrapper holds for a cluster (observed key secrets.<cluster>).
+type ClusterSecretsStatus struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Cluster         string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	PkiReady        bool                   `protobuf:"varint,2,opt,name=pki_ready,json=pkiReady,proto3" json:"pki_ready,omitempty"`
+	KubeconfigReady bool                   `protobuf:"varint,3,opt,name=kubeconfig_ready,json=kubeconfigReady,proto3" json:"kubeconfig_ready,omitempty"`
+	// ca_cert_hash is kubeadm's sha256:<hex> of the cluster CA's public key.
+	CaCertHash        string                 `protobuf:"bytes,4,opt,name=ca_cert_hash,json=caCertHash,proto3" json:"ca_cert_hash,omitempty"`
+	AdminCertNotAfter *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=admin_cert_not_after,json=adminCertNotAfter,proto3" json:"admin_cert_not_after,omitempty"`
+	UserSuppliedCa    bool                   `protobuf:"varint,6,opt,name=user_supplied_ca,json=userSuppliedCa,proto3" json:"user_supplied_ca,omitempty"`
+	// message explains why something is not ready (e.g. a CA conflict).
+	Message       string `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterSecretsStatus) Reset() {
+	*x = ClusterSecretsStatus{}
+	mi := &file_capn_v1alpha1_secrets_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterSecretsStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterSecretsStatus) ProtoMessage() {}
+
+func (x *ClusterSecretsStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_capn_v1alpha1_secrets_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterSecretsStatus.ProtoReflect.Descriptor instead.
+func (*ClusterSecretsStatus) Descriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_secrets_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ClusterSecretsStatus) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *ClusterSecretsStatus) GetPkiReady() bool {
+	if x != nil {
+		return x.PkiReady
+	}
+	return false
+}
+
+func (x *ClusterSecretsStatus) GetKubeconfigReady() bool {
+	if x != nil {
+		return x.KubeconfigReady
+	}
+	return false
+}
+
+func (x *ClusterSecretsStatus) GetCaCertHash() string {
+	if x != nil {
+		return x.CaCertHash
+	}
+	return ""
+}
+
+func (x *ClusterSecretsStatus) GetAdminCertNotAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AdminCertNotAfter
+	}
+	return nil
+}
+
+func (x *ClusterSecretsStatus) GetUserSuppliedCa() bool {
+	if x != nil {
+		return x.UserSuppliedCa
+	}
+	return false
+}
+
+func (x *ClusterSecretsStatus) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 var File_capn_v1alpha1_secrets_proto protoreflect.FileDescriptor
 
 const file_capn_v1alpha1_secrets_proto_rawDesc = "" +
 	"\n" +
-	"\x1bcapn/v1alpha1/secrets.proto\x12\rcapn.v1alpha1\x1a\x1fgoogle/protobuf/timestamp.proto\"@\n" +
+	"\x1bcapn/v1alpha1/secrets.proto\x12\rcapn.v1alpha1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"@\n" +
 	"\n" +
 	"KeyPairPEM\x12\x19\n" +
 	"\bcert_pem\x18\x01 \x01(\tR\acertPem\x12\x17\n" +
@@ -352,7 +457,7 @@ const file_capn_v1alpha1_secrets_proto_rawDesc = "" +
 	"kubeconfig\x18\x01 \x01(\fR\n" +
 	"kubeconfig\x12\x16\n" +
 	"\x06server\x18\x02 \x01(\tR\x06server\x12M\n" +
-	"\x15client_cert_not_after\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x12clientCertNotAfter\"\x81\x02\n" +
+	"\x15client_cert_not_after\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x12clientCertNotAfter\"\xb9\x02\n" +
 	"\rBootstrapData\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\tR\x06format\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x1a\n" +
@@ -362,7 +467,17 @@ const file_capn_v1alpha1_secrets_proto_rawDesc = "" +
 	"input_hash\x18\x05 \x01(\tR\tinputHash\x12\x14\n" +
 	"\x05token\x18\x06 \x01(\tR\x05token\x12?\n" +
 	"\rtoken_expires\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\ftokenExpires\x12\x16\n" +
-	"\x06joined\x18\b \x01(\bR\x06joinedB=Z;github.com/capn-dev/capn/schemas/capn/v1alpha1;capnv1alpha1b\x06proto3"
+	"\x06joined\x18\b \x01(\bR\x06joined\x126\n" +
+	"\ttoken_ttl\x18\t \x01(\v2\x19.google.protobuf.DurationR\btokenTtl\"\xab\x02\n" +
+	"\x14ClusterSecretsStatus\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1b\n" +
+	"\tpki_ready\x18\x02 \x01(\bR\bpkiReady\x12)\n" +
+	"\x10kubeconfig_ready\x18\x03 \x01(\bR\x0fkubeconfigReady\x12 \n" +
+	"\fca_cert_hash\x18\x04 \x01(\tR\n" +
+	"caCertHash\x12K\n" +
+	"\x14admin_cert_not_after\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x11adminCertNotAfter\x12(\n" +
+	"\x10user_supplied_ca\x18\x06 \x01(\bR\x0euserSuppliedCa\x12\x18\n" +
+	"\amessage\x18\a \x01(\tR\amessageB=Z;github.com/capn-dev/capn/schemas/capn/v1alpha1;capnv1alpha1b\x06proto3"
 
 var (
 	file_capn_v1alpha1_secrets_proto_rawDescOnce sync.Once
@@ -376,27 +491,31 @@ func file_capn_v1alpha1_secrets_proto_rawDescGZIP() []byte {
 	return file_capn_v1alpha1_secrets_proto_rawDescData
 }
 
-var file_capn_v1alpha1_secrets_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_capn_v1alpha1_secrets_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_capn_v1alpha1_secrets_proto_goTypes = []any{
 	(*KeyPairPEM)(nil),            // 0: capn.v1alpha1.KeyPairPEM
 	(*ClusterPKI)(nil),            // 1: capn.v1alpha1.ClusterPKI
 	(*AdminKubeconfig)(nil),       // 2: capn.v1alpha1.AdminKubeconfig
 	(*BootstrapData)(nil),         // 3: capn.v1alpha1.BootstrapData
-	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
+	(*ClusterSecretsStatus)(nil),  // 4: capn.v1alpha1.ClusterSecretsStatus
+	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 6: google.protobuf.Duration
 }
 var file_capn_v1alpha1_secrets_proto_depIdxs = []int32{
 	0, // 0: capn.v1alpha1.ClusterPKI.ca:type_name -> capn.v1alpha1.KeyPairPEM
 	0, // 1: capn.v1alpha1.ClusterPKI.etcd_ca:type_name -> capn.v1alpha1.KeyPairPEM
 	0, // 2: capn.v1alpha1.ClusterPKI.front_proxy_ca:type_name -> capn.v1alpha1.KeyPairPEM
 	0, // 3: capn.v1alpha1.ClusterPKI.service_account:type_name -> capn.v1alpha1.KeyPairPEM
-	4, // 4: capn.v1alpha1.ClusterPKI.created:type_name -> google.protobuf.Timestamp
-	4, // 5: capn.v1alpha1.AdminKubeconfig.client_cert_not_after:type_name -> google.protobuf.Timestamp
-	4, // 6: capn.v1alpha1.BootstrapData.token_expires:type_name -> google.protobuf.Timestamp
-	7, // [7:7] is the sub-list for method output_type
-	7, // [7:7] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	5, // 4: capn.v1alpha1.ClusterPKI.created:type_name -> google.protobuf.Timestamp
+	5, // 5: capn.v1alpha1.AdminKubeconfig.client_cert_not_after:type_name -> google.protobuf.Timestamp
+	5, // 6: capn.v1alpha1.BootstrapData.token_expires:type_name -> google.protobuf.Timestamp
+	6, // 7: capn.v1alpha1.BootstrapData.token_ttl:type_name -> google.protobuf.Duration
+	5, // 8: capn.v1alpha1.ClusterSecretsStatus.admin_cert_not_after:type_name -> google.protobuf.Timestamp
+	9, // [9:9] is the sub-list for method output_type
+	9, // [9:9] is the sub-list for method input_type
+	9, // [9:9] is the sub-list for extension type_name
+	9, // [9:9] is the sub-list for extension extendee
+	0, // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_capn_v1alpha1_secrets_proto_init() }
@@ -410,7 +529,7 @@ func file_capn_v1alpha1_secrets_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_capn_v1alpha1_secrets_proto_rawDesc), len(file_capn_v1alpha1_secrets_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,442 @@
+package manifest
+
+import (
+	"errors"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+)
+
+// Version skew the validator allows, after the Kubernetes skew policy: a
+// kubelet may be up to three minor versions older than the API server, never
+// newer.
+const MaxPoolMinorLag = 3
+
+// MaxControlPlaneReplicas is the largest control plane: etcd beyond seven
+// members only slows writes.
+const MaxControlPlaneReplicas = 7
+
+// Validator checks clusters. Its zero value uses KnownBootstrapProviders.
+type Validator struct {
+	// BootstrapProviders are the accepted bootstrap provider names; nil means
+	// KnownBootstrapProviders.
+	BootstrapProviders []string
+}
+
+// Validate checks c with the zero Validator.
+func Validate(c *capnv1alpha1.Cluster) error { return Validator{}.Validate(c) }
+
+// ValidateUpdate checks an update with the zero Validator.
+func ValidateUpdate(old, c *capnv1alpha1.Cluster) error {
+	return Validator{}.ValidateUpdate(old, c)
+}
+
+// Validate reports every bad field of c at once, as errors.Join of
+// *FieldError, each naming the path, the value, why it is refused and what is
+// allowed. It expects a defaulted cluster (see Default) but accepts optional
+// fields left empty as meaning their default. It returns nil when c is valid.
+func (v Validator) Validate(c *capnv1alpha1.Cluster) error {
+	if c == nil {
+		return &FieldError{Path: "(document)", Reason: "no cluster"}
+	}
+	var errs fieldErrors
+	v.validate(c, &errs)
+	return errors.Join(errs...)
+}
+
+func (v Validator) validate(c *capnv1alpha1.Cluster, errs *fieldErrors) {
+	if c.ApiVersion != APIVersion {
+		errs.add("apiVersion", c.ApiVersion, "must be %s", APIVersion)
+	}
+	if c.Kind != KindCluster {
+		errs.add("kind", c.Kind, "must be %s", KindCluster)
+	}
+	validateMeta(c.Metadata, "metadata", errs)
+	s := c.Spec
+	if s == nil {
+		errs.add("spec", nil, "required")
+		return
+	}
+	sp := path("spec")
+	cpVersion, cpVersionOK := Version{}, false
+	switch {
+	case s.KubernetesVersion == "":
+		errs.add(sp.child("kubernetesVersion"), nil, "required: the control plane's Kubernetes version, e.g. v1.34.2")
+	default:
+		var err error
+		cpVersion, err = ParseVersion(s.KubernetesVersion)
+		if err != nil {
+			errs.add(sp.child("kubernetesVersion"), s.KubernetesVersion, "must be vMAJOR.MINOR.PATCH, e.g. v1.34.2")
+		}
+		cpVersionOK = err == nil
+	}
+	v.validateControlPlane(s.ControlPlane, sp.child("controlPlane"), errs)
+	names := map[string]int{}
+	for i, p := range s.WorkerPools {
+		pp := sp.child("workerPools").index(i)
+		if p == nil {
+			errs.add(pp, nil, "must not be null")
+			continue
+		}
+		if j, dup := names[p.Name]; dup && p.Name != "" {
+			errs.add(pp.child("name"), p.Name, "duplicate: spec.workerPools[%d] has the same name; pool names are unique", j)
+		} else {
+			names[p.Name] = i
+		}
+		v.validatePool(p, pp, cpVersion, cpVersionOK, errs)
+	}
+	validateNetwork(s.Network, sp.child("network"), errs)
+	v.validateBootstrap(s.Bootstrap, sp.child("bootstrap"), errs)
+	validateHealth(s.Health, sp.child("health"), errs)
+}
+
+func validateMeta(m *capnv1alpha1.ObjectMeta, p path, errs *fieldErrors) {
+	if m == nil {
+		errs.add(p.child("name"), nil, "required")
+		return
+	}
+	switch {
+	case m.Name == "":
+		errs.add(p.child("name"), nil, "required")
+	case !IsDNSLabel(m.Name):
+		errs.add(p.child("name"), m.Name, dnsLabelRule)
+	}
+	validateLabels(m.Labels, p.child("labels"), errs)
+	for _, k := range sortedKeys(m.Annotations) {
+		if !IsQualifiedName(k) {
+			errs.add(p.child("annotations").key(k), nil, "key %s", qualifiedNameRule)
+		}
+	}
+}
+
+func (v Validator) validateControlPlane(cp *capnv1alpha1.ControlPlaneSpec, p path, errs *fieldErrors) {
+	if cp == nil {
+		errs.add(p, nil, "required: the control plane's provider and replicas")
+		return
+	}
+	validateProvider(cp.Provider, p.child("provider"), errs)
+	r := cp.Replicas
+	if r <= 0 || r%2 == 0 || r > MaxControlPlaneReplicas {
+		errs.add(p.child("replicas"), r, "must be odd and between 1 and %d (1, 3, 5 or 7): etcd needs an odd number of members for quorum", MaxControlPlaneReplicas)
+	}
+	if cp.MaxSurge != nil {
+		switch s := *cp.MaxSurge; {
+		case s != 0 && s != 1:
+			errs.add(p.child("maxSurge"), s, "must be 0 or 1: the control plane rolls one machine at a time")
+		case s == 0 && r < 3:
+			errs.add(p.child("maxSurge"), s, "0 needs 3 or more replicas (have %d): removing a machine before adding one would lose etcd quorum; use 1", r)
+		}
+	}
+	validateTemplate(cp.Template, p.child("template"), errs)
+	v.validateBootstrap(cp.Bootstrap, p.child("bootstrap"), errs)
+}
+
+func (v Validator) validatePool(pool *capnv1alpha1.WorkerPool, p path, cp Version, cpOK bool, errs *fieldErrors) {
+	switch {
+	case pool.Name == "":
+		errs.add(p.child("name"), nil, "required")
+	case pool.Name == ControlPlanePool:
+		errs.add(p.child("name"), pool.Name, "reserved for the control plane's machines; choose another pool name")
+	case !IsDNSLabel(pool.Name):
+		errs.add(p.child("name"), pool.Name, dnsLabelRule)
+	}
+	validateProvider(pool.Provider, p.child("provider"), errs)
+	if pool.Replicas < 0 {
+		errs.add(p.child("replicas"), pool.Replicas, "must be 0 or more")
+	}
+	if pool.Version != "" {
+		pv, err := ParseVersion(pool.Version)
+		switch {
+		case err != nil:
+			errs.add(p.child("version"), pool.Version, "must be vMAJOR.MINOR.PATCH, e.g. v1.34.2, or empty for the cluster's kubernetesVersion")
+		case !cpOK:
+		case pv.Major != cp.Major:
+			errs.add(p.child("version"), pool.Version, "must have the control plane's major version (%s)", cp)
+		case pv.Compare(cp) > 0:
+			errs.add(p.child("version"), pool.Version, "newer than the control plane (%s): a pool may lag the control plane but never lead it; upgrade spec.kubernetesVersion first", cp)
+		case cp.MinorsAfter(pv) > MaxPoolMinorLag:
+			errs.add(p.child("version"), pool.Version, "%d minor versions behind the control plane (%s): the Kubernetes skew policy allows at most %d", cp.MinorsAfter(pv), cp, MaxPoolMinorLag)
+		}
+	}
+	validateTemplate(pool.Template, p.child("template"), errs)
+	validateLabels(pool.Labels, p.child("labels"), errs)
+	validateTaints(pool.Taints, p.child("taints"), errs)
+	validateStrategy(pool.Strategy, p.child("strategy"), errs)
+	switch pool.DeletionOrder {
+	case "", DeletionOrderRandom, DeletionOrderNewest, DeletionOrderOldest:
+	default:
+		errs.add(p.child("deletionOrder"), pool.DeletionOrder, "must be %s, %s or %s", DeletionOrderRandom, DeletionOrderNewest, DeletionOrderOldest)
+	}
+	v.validateBootstrap(pool.Bootstrap, p.child("bootstrap"), errs)
+	validateHealth(pool.Health, p.child("health"), errs)
+}
+
+func validateProvider(name string, p path, errs *fieldErrors) {
+	switch {
+	case name == "":
+		errs.add(p, nil, "required: the infrastructure provider's name, e.g. sim")
+	case !IsDNSLabel(name):
+		errs.add(p, name, dnsLabelRule)
+	}
+}
+
+func validateTemplate(t *capnv1alpha1.MachineTemplate, p path, errs *fieldErrors) {
+	if t == nil {
+		return
+	}
+	if _, ok := t.Parameters[""]; ok {
+		errs.add(p.child("parameters").key(""), nil, "parameter names must not be empty")
+	}
+}
+
+func validateStrategy(s *capnv1alpha1.RolloutStrategy, p path, errs *fieldErrors) {
+	if s == nil {
+		return
+	}
+	switch s.Type {
+	case "", StrategyRollingUpdate:
+		surgeOK := validateIntOrPercent(s.MaxSurge, p.child("maxSurge"), errs)
+		unavOK := validateIntOrPercent(s.MaxUnavailable, p.child("maxUnavailable"), errs)
+		surge, unav := s.MaxSurge, s.MaxUnavailable
+		if surge == "" {
+			surge = DefaultMaxSurge
+		}
+		if unav == "" {
+			unav = DefaultMaxUnavailable
+		}
+		if surgeOK && unavOK && isZero(surge) && isZero(unav) {
+			errs.add(p, nil, "maxSurge and maxUnavailable are both 0, so a rollout could never start: allow a surge (maxSurge: 1) or an unavailable machine (maxUnavailable: 1)")
+		}
+	case StrategyOnDelete:
+		if s.MaxSurge != "" {
+			errs.add(p.child("maxSurge"), s.MaxSurge, "must be empty with type OnDelete: OnDelete only replaces the machines you delete")
+		}
+		if s.MaxUnavailable != "" {
+			errs.add(p.child("maxUnavailable"), s.MaxUnavailable, "must be empty with type OnDelete: OnDelete only replaces the machines you delete")
+		}
+	default:
+		errs.add(p.child("type"), s.Type, "must be %s or %s", StrategyRollingUpdate, StrategyOnDelete)
+	}
+}
+
+// validateIntOrPercent accepts "", a count or a percentage from 0% to 100%.
+func validateIntOrPercent(s string, p path, errs *fieldErrors) bool {
+	if s == "" {
+		return true
+	}
+	m := intOrPercentRE.FindStringSubmatch(s)
+	if m == nil {
+		errs.add(p, s, "must be a non-negative count (\"1\") or a percentage from 0%% to 100%% (\"25%%\")")
+		return false
+	}
+	if n, _ := strconv.Atoi(m[1]); m[2] == "%" && n > 100 {
+		errs.add(p, s, "a percentage must be from 0%% to 100%%")
+		return false
+	}
+	return true
+}
+
+func isZero(s string) bool { return s == "0" || s == "0%" }
+
+func validateLabels(labels map[string]string, p path, errs *fieldErrors) {
+	for _, k := range sortedKeys(labels) {
+		if !IsQualifiedName(k) {
+			errs.add(p.key(k), nil, "key %s", qualifiedNameRule)
+		}
+		if v := labels[k]; !IsLabelValue(v) {
+			errs.add(p.key(k), v, labelValueRule)
+		}
+	}
+}
+
+func validateTaints(taints []*capnv1alpha1.Taint, p path, errs *fieldErrors) {
+	seen := map[string]int{}
+	for i, t := range taints {
+		tp := p.index(i)
+		if t == nil {
+			errs.add(tp, nil, "must not be null")
+			continue
+		}
+		switch {
+		case t.Key == "":
+			errs.add(tp.child("key"), nil, "required")
+		case !IsQualifiedName(t.Key):
+			errs.add(tp.child("key"), t.Key, qualifiedNameRule)
+		}
+		if !IsLabelValue(t.Value) {
+			errs.add(tp.child("value"), t.Value, labelValueRule)
+		}
+		switch t.Effect {
+		case TaintNoSchedule, TaintPreferNoSchedule, TaintNoExecute:
+		case "":
+			errs.add(tp.child("effect"), nil, "required: %s, %s or %s", TaintNoSchedule, TaintPreferNoSchedule, TaintNoExecute)
+		default:
+			errs.add(tp.child("effect"), t.Effect, "must be %s, %s or %s", TaintNoSchedule, TaintPreferNoSchedule, TaintNoExecute)
+		}
+		k := t.Key + ":" + t.Effect
+		if j, dup := seen[k]; dup {
+			errs.add(tp, nil, "duplicate of %s: a key may appear once per effect", p.index(j))
+		}
+		seen[k] = i
+	}
+}
+
+func (v Validator) validateBootstrap(b *capnv1alpha1.BootstrapSpec, p path, errs *fieldErrors) {
+	if b == nil {
+		return
+	}
+	known := v.BootstrapProviders
+	if known == nil {
+		known = KnownBootstrapProviders
+	}
+	if b.Provider != "" && !slices.Contains(known, b.Provider) {
+		errs.add(p.child("provider"), b.Provider, "unknown bootstrap provider: available are %s", strings.Join(known, ", "))
+	}
+	paths := map[string]int{}
+	for i, f := range b.Files {
+		fp := p.child("files").index(i)
+		if f == nil {
+			errs.add(fp, nil, "must not be null")
+			continue
+		}
+		switch {
+		case f.Path == "":
+			errs.add(fp.child("path"), nil, "required")
+		case !strings.HasPrefix(f.Path, "/"):
+			errs.add(fp.child("path"), f.Path, "must be an absolute path")
+		}
+		if j, dup := paths[f.Path]; dup && f.Path != "" {
+			errs.add(fp.child("path"), f.Path, "duplicate of %s", p.child("files").index(j))
+		}
+		paths[f.Path] = i
+		if f.Permissions != "" && !fileModeRE.MatchString(f.Permissions) {
+			errs.add(fp.child("permissions"), f.Permissions, "must be an octal mode such as \"0644\"")
+		}
+	}
+	for _, k := range sortedKeys(b.KubeletExtraArgs) {
+		if k == "" || strings.HasPrefix(k, "-") {
+			errs.add(p.child("kubeletExtraArgs").key(k), nil, "must be a kubelet flag name without dashes, e.g. max-pods")
+		}
+	}
+	if d := b.TokenTtl; d != nil && d.AsDuration() <= 0 {
+		errs.add(p.child("tokenTtl"), d.AsDuration(), "must be positive, e.g. 15m")
+	}
+	if ca := b.Ca; ca != nil {
+		if (ca.CertificatePem == "") != (ca.PrivateKeyPem == "") {
+			errs.add(p.child("ca"), nil, "needs both certificatePem and privateKeyPem, or neither")
+		}
+		if ca.CertificatePem != "" && !strings.Contains(ca.CertificatePem, "-----BEGIN ") {
+			errs.add(p.child("ca").child("certificatePem"), nil, "must be PEM (-----BEGIN CERTIFICATE-----)")
+		}
+		if ca.PrivateKeyPem != "" && !strings.Contains(ca.PrivateKeyPem, "-----BEGIN ") {
+			errs.add(p.child("ca").child("privateKeyPem"), nil, "must be PEM (-----BEGIN ... PRIVATE KEY-----)")
+		}
+	}
+}
+
+func validateHealth(h *capnv1alpha1.HealthPolicy, p path, errs *fieldErrors) {
+	if h == nil {
+		return
+	}
+	for i, c := range h.UnhealthyConditions {
+		cp := p.child("unhealthyConditions").index(i)
+		if c == nil {
+			errs.add(cp, nil, "must not be null")
+			continue
+		}
+		if c.Type == "" {
+			errs.add(cp.child("type"), nil, "required: a node condition type, e.g. Ready or KernelDeadlock")
+		}
+		switch c.Status {
+		case "True", "False", "Unknown":
+		default:
+			errs.add(cp.child("status"), c.Status, "must be True, False or Unknown")
+		}
+		if c.Timeout != nil && c.Timeout.AsDuration() < 0 {
+			errs.add(cp.child("timeout"), c.Timeout.AsDuration(), "must not be negative")
+		}
+	}
+	if d := h.NodeStartupTimeout; d != nil {
+		if v := d.AsDuration(); v != 0 && v.Seconds() < 30 {
+			errs.add(p.child("nodeStartupTimeout"), v, "must be 0 (disabled) or at least 30s")
+		}
+	}
+	if s := h.MaxUnhealthy; s != "" {
+		if m := unhealthyRangeRE.FindStringSubmatch(s); m != nil {
+			lo, _ := strconv.Atoi(m[1])
+			hi, _ := strconv.Atoi(m[2])
+			if lo > hi {
+				errs.add(p.child("maxUnhealthy"), s, "a range [a-b] needs a <= b")
+			}
+		} else {
+			validateIntOrPercent(s, p.child("maxUnhealthy"), errs)
+		}
+	}
+	if h.MaxInFlight < 0 {
+		errs.add(p.child("maxInFlight"), h.MaxInFlight, "must be 0 (unlimited) or more")
+	}
+	if d := h.HeartbeatGrace; d != nil && d.AsDuration() < 0 {
+		errs.add(p.child("heartbeatGrace"), d.AsDuration(), "must not be negative")
+	}
+}
+
+func validateNetwork(n *capnv1alpha1.NetworkSpec, p path, errs *fieldErrors) {
+	if n == nil {
+		return
+	}
+	pods := parseCIDRs(n.PodCidrs, p.child("podCidrs"), errs)
+	svcs := parseCIDRs(n.ServiceCidrs, p.child("serviceCidrs"), errs)
+	for _, s := range svcs {
+		for _, pod := range pods {
+			if s.prefix.Overlaps(pod.prefix) {
+				errs.add(s.path, s.prefix.String(), "overlaps pod CIDR %s (%s): pod and service ranges must be disjoint", pod.prefix, pod.path)
+			}
+		}
+	}
+	if n.ServiceDomain != "" && !IsDNSSubdomain(n.ServiceDomain) {
+		errs.add(p.child("serviceDomain"), n.ServiceDomain, "must be a DNS subdomain such as cluster.local")
+	}
+}
+
+type cidr struct {
+	prefix netip.Prefix
+	path   path
+}
+
+// parseCIDRs parses a single-stack or dual-stack (one IPv4, one IPv6) list.
+func parseCIDRs(in []string, p path, errs *fieldErrors) []cidr {
+	var out []cidr
+	if len(in) > 2 {
+		errs.add(p, nil, "at most 2 CIDRs (one IPv4 and one IPv6 for dual-stack), have %d", len(in))
+	}
+	for i, s := range in {
+		pref, err := netip.ParsePrefix(s)
+		switch {
+		case err != nil:
+			errs.add(p.index(i), s, "must be a CIDR such as 10.96.0.0/12")
+			continue
+		case pref.Masked() != pref:
+			errs.add(p.index(i), s, "has host bits set: did you mean %s?", pref.Masked())
+			continue
+		}
+		for _, o := range out {
+			if o.prefix.Addr().Is4() == pref.Addr().Is4() {
+				errs.add(p.index(i), s, "same IP family as %s: dual-stack needs one IPv4 and one IPv6 CIDR", o.path)
+			}
+		}
+		out = append(out, cidr{prefix: pref, path: p.index(i)})
+	}
+	return out
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,228 @@
+package manifest
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+)
+
+// valid returns a defaulted, valid cluster for tests to break.
+func valid() *capnv1alpha1.Cluster {
+	c := &capnv1alpha1.Cluster{
+		ApiVersion: APIVersion,
+		Kind:       KindCluster,
+		Metadata:   &capnv1alpha1.ObjectMeta{Name: "demo"},
+		Spec: &capnv1alpha1.ClusterSpec{
+			KubernetesVersion: "v1.34.2",
+			ControlPlane:      &capnv1alpha1.ControlPlaneSpec{Provider: "sim", Replicas: 3},
+			WorkerPools: []*capnv1alpha1.WorkerPool{
+				{Name: "md-0", Provider: "sim", Replicas: 3, Labels: map[string]string{"tier": "web"}},
+				{Name: "gpu", Provider: "sim", Replicas: 0, Version: "v1.33.1"},
+			},
+		},
+	}
+	Default(c)
+	return c
+}
+
+func TestValidateValid(t *testing.T) {
+	if err := Validate(valid()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	i32 := func(v int32) *int32 { return &v }
+	tests := []struct {
+		name   string
+		modify func(c *capnv1alpha1.Cluster)
+		want   []string // each must be one of the reported errors' text (prefix match)
+	}{
+		{"apiVersion and kind", func(c *capnv1alpha1.Cluster) { c.ApiVersion, c.Kind = "v1", "" },
+			[]string{`apiVersion: "v1": must be capn.dev/v1alpha1`, `kind: "": must be Cluster`}},
+		{"name", func(c *capnv1alpha1.Cluster) { c.Metadata.Name = "Demo_1" },
+			[]string{`metadata.name: "Demo_1": must be a DNS-1123 label`}},
+		{"name too long", func(c *capnv1alpha1.Cluster) { c.Metadata.Name = strings.Repeat("a", 64) },
+			[]string{`metadata.name: "aaaa`}},
+		{"missing name", func(c *capnv1alpha1.Cluster) { c.Metadata = nil }, []string{"metadata.name: required"}},
+		{"missing spec", func(c *capnv1alpha1.Cluster) { c.Spec = nil }, []string{"spec: required"}},
+		{"version", func(c *capnv1alpha1.Cluster) { c.Spec.KubernetesVersion = "1.34" },
+			[]string{`spec.kubernetesVersion: "1.34": must be vMAJOR.MINOR.PATCH`}},
+		{"even control plane", func(c *capnv1alpha1.Cluster) { c.Spec.ControlPlane.Replicas = 2 },
+			[]string{"spec.controlPlane.replicas: 2: must be odd and between 1 and 7 (1, 3, 5 or 7)"}},
+		{"control plane too big", func(c *capnv1alpha1.Cluster) { c.Spec.ControlPlane.Replicas = 9 },
+			[]string{"spec.controlPlane.replicas: 9: must be odd"}},
+		{"control plane surge 2", func(c *capnv1alpha1.Cluster) { c.Spec.ControlPlane.MaxSurge = i32(2) },
+			[]string{"spec.controlPlane.maxSurge: 2: must be 0 or 1"}},
+		{"control plane surge 0 at 1", func(c *capnv1alpha1.Cluster) {
+			c.Spec.ControlPlane.Replicas, c.Spec.ControlPlane.MaxSurge = 1, i32(0)
+		}, []string{"spec.controlPlane.maxSurge: 0: 0 needs 3 or more replicas (have 1)"}},
+		{"missing control plane", func(c *capnv1alpha1.Cluster) { c.Spec.ControlPlane = nil },
+			[]string{"spec.controlPlane: required"}},
+		{"provider", func(c *capnv1alpha1.Cluster) { c.Spec.ControlPlane.Provider = "" },
+			[]string{"spec.controlPlane.provider: required"}},
+		{"pool names", func(c *capnv1alpha1.Cluster) {
+			c.Spec.WorkerPools[1].Name = "md-0"
+			c.Spec.WorkerPools = append(c.Spec.WorkerPools, &capnv1alpha1.WorkerPool{Name: "control-plane", Provider: "sim"})
+		}, []string{
+			`spec.workerPools[1].name: "md-0": duplicate: spec.workerPools[0] has the same name`,
+			`spec.workerPools[2].name: "control-plane": reserved`,
+		}},
+		{"pool replicas and provider", func(c *capnv1alpha1.Cluster) {
+			c.Spec.WorkerPools[0].Replicas, c.Spec.WorkerPools[0].Provider = -1, "Sim!"
+		}, []string{"spec.workerPools[0].replicas: -1: must be 0 or more", `spec.workerPools[0].provider: "Sim!": must be a DNS-1123 label`}},
+		{"pool newer than control plane", func(c *capnv1alpha1.Cluster) { c.Spec.WorkerPools[0].Version = "v1.34.3" },
+			[]string{`spec.workerPools[0].version: "v1.34.3": newer than the control plane (v1.34.2)`}},
+		{"pool too old", func(c *capnv1alpha1.Cluster) { c.Spec.WorkerPools[0].Version = "v1.30.9" },
+			[]string{`spec.workerPools[0].version: "v1.30.9": 4 minor versions behind the control plane (v1.34.2): the Kubernetes skew policy allows at most 3`}},
+		{"strategy", func(c *capnv1alpha1.Cluster) {
+			s := c.Spec.WorkerPools[0].Strategy
+			s.MaxSurge, s.MaxUnavailable = "101%", "-1"
+			c.Spec.WorkerPools[1].Strategy.Type = "Recreate"
+		}, []string{
+			`spec.workerPools[0].strategy.maxSurge: "101%": a percentage must be from 0% to 100%`,
+			`spec.workerPools[0].strategy.maxUnavailable: "-1": must be a non-negative count`,
+			`spec.workerPools[1].strategy.type: "Recreate": must be RollingUpdate or OnDelete`,
+		}},
+		{"both zero", func(c *capnv1alpha1.Cluster) { c.Spec.WorkerPools[0].Strategy.MaxSurge = "0%" },
+			[]string{"spec.workerPools[0].strategy: maxSurge and maxUnavailable are both 0"}},
+		{"on delete with surge", func(c *capnv1alpha1.Cluster) { c.Spec.WorkerPools[0].Strategy.Type = StrategyOnDelete },
+			[]string{
+				`spec.workerPools[0].strategy.maxSurge: "1": must be empty with type OnDelete`,
+				`spec.workerPools[0].strategy.maxUnavailable: "0": must be empty with type OnDelete`,
+			}},
+		{"deletion order", func(c *capnv1alpha1.Cluster) { c.Spec.WorkerPools[0].DeletionOrder = "Youngest" },
+			[]string{`spec.workerPools[0].deletionOrder: "Youngest": must be Random, Newest or Oldest`}},
+		{"labels and taints", func(c *capnv1alpha1.Cluster) {
+			p := c.Spec.WorkerPools[0]
+			p.Labels = map[string]string{"bad key!": "ok", "example.com/ok": strings.Repeat("v", 64)}
+			p.Taints = []*capnv1alpha1.Taint{{Key: "a", Effect: "NoSchedule"}, {Key: "a", Effect: "NoSchedule"}, {Key: "b", Effect: "Never"}}
+		}, []string{
+			"spec.workerPools[0].labels[bad key!]: key must be a qualified name",
+			`spec.workerPools[0].labels[example.com/ok]: "vvvv`,
+			"spec.workerPools[0].taints[1]: duplicate of spec.workerPools[0].taints[0]",
+			`spec.workerPools[0].taints[2].effect: "Never": must be NoSchedule, PreferNoSchedule or NoExecute`,
+		}},
+		{"network", func(c *capnv1alpha1.Cluster) {
+			c.Spec.Network.PodCidrs = []string{"10.0.0.0/8", "10.1.0.0/16"}
+			c.Spec.Network.ServiceCidrs = []string{"10.96.0.1/12"}
+		}, []string{
+			`spec.network.podCidrs[1]: "10.1.0.0/16": same IP family as spec.network.podCidrs[0]`,
+			`spec.network.serviceCidrs[0]: "10.96.0.1/12": has host bits set: did you mean 10.96.0.0/12?`,
+		}},
+		{"overlap", func(c *capnv1alpha1.Cluster) { c.Spec.Network.ServiceCidrs = []string{"192.168.128.0/20"} },
+			[]string{`spec.network.serviceCidrs[0]: "192.168.128.0/20": overlaps pod CIDR 192.168.0.0/16 (spec.network.podCidrs[0])`}},
+		{"bootstrap", func(c *capnv1alpha1.Cluster) {
+			c.Spec.Bootstrap.Provider = "ignition"
+			c.Spec.Bootstrap.Files = []*capnv1alpha1.File{{Path: "etc/x", Permissions: "rw"}}
+			c.Spec.Bootstrap.TokenTtl = durationpb.New(0)
+			c.Spec.WorkerPools[0].Bootstrap = &capnv1alpha1.BootstrapSpec{Ca: &capnv1alpha1.CertificateAuthority{CertificatePem: "-----BEGIN CERTIFICATE-----"}}
+		}, []string{
+			`spec.bootstrap.provider: "ignition": unknown bootstrap provider: available are kubeadm, script`,
+			`spec.bootstrap.files[0].path: "etc/x": must be an absolute path`,
+			`spec.bootstrap.files[0].permissions: "rw": must be an octal mode`,
+			`spec.bootstrap.tokenTtl: 0s: must be positive`,
+			`spec.workerPools[0].bootstrap.ca: needs both certificatePem and privateKeyPem`,
+		}},
+		{"health", func(c *capnv1alpha1.Cluster) {
+			c.Spec.Health = &capnv1alpha1.HealthPolicy{
+				UnhealthyConditions: []*capnv1alpha1.UnhealthyCondition{{Type: "Ready", Status: "false"}},
+				NodeStartupTimeout:  durationpb.New(10e9),
+				MaxUnhealthy:        "[5-2]",
+			}
+		}, []string{
+			`spec.health.unhealthyConditions[0].status: "false": must be True, False or Unknown`,
+			"spec.health.nodeStartupTimeout: 10s: must be 0 (disabled) or at least 30s",
+			`spec.health.maxUnhealthy: "[5-2]": a range [a-b] needs a <= b`,
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := valid()
+			tt.modify(c)
+			err := Validate(c)
+			if err == nil {
+				t.Fatal("valid, want errors")
+			}
+			got := flatten(err)
+			for _, w := range tt.want {
+				found := false
+				for _, e := range got {
+					var fe *FieldError
+					if !errors.As(e, &fe) {
+						t.Errorf("%v is not a *FieldError", e)
+					}
+					found = found || strings.HasPrefix(e.Error(), w)
+				}
+				if !found {
+					t.Errorf("no error starts with %q; got:\n%v", w, err)
+				}
+			}
+			if len(got) != len(tt.want) {
+				t.Errorf("got %d errors, want %d:\n%v", len(got), len(tt.want), err)
+			}
+		})
+	}
+}
+
+func TestValidatorBootstrapProviders(t *testing.T) {
+	c := valid()
+	c.Spec.Bootstrap.Provider = "talos"
+	if err := (Validator{BootstrapProviders: []string{"talos"}}).Validate(c); err != nil {
+		t.Errorf("custom list: %v", err)
+	}
+	err := (Validator{BootstrapProviders: []string{"kubeadm", "talos"}}).Validate(valid())
+	if err != nil {
+		t.Errorf("kubeadm in custom list: %v", err)
+	}
+}
+
+func TestFieldErrorText(t *testing.T) {
+	e := &FieldError{Path: "spec.controlPlane.replicas", Value: int32(2), Reason: "must be odd and > 0 (1, 3 or 5)"}
+	if got, want := e.Error(), "spec.controlPlane.replicas: 2: must be odd and > 0 (1, 3 or 5)"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	e = &FieldError{Path: "spec.workerPools[0].replica", Reason: "unknown field"}
+	if got, want := e.Error(), "spec.workerPools[0].replica: unknown field"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+func TestDefault(t *testing.T) {
+	c := &capnv1alpha1.Cluster{Spec: &capnv1alpha1.ClusterSpec{
+		KubernetesVersion: "v1.34.0",
+		ControlPlane:      &capnv1alpha1.ControlPlaneSpec{Provider: "sim", Bootstrap: &capnv1alpha1.BootstrapSpec{}},
+		WorkerPools: []*capnv1alpha1.WorkerPool{
+			{Name: "a"},
+			{Name: "b", Version: "v1.33.0", Strategy: &capnv1alpha1.RolloutStrategy{Type: StrategyOnDelete}},
+		},
+	}}
+	Default(c)
+	s := c.Spec
+	if s.ControlPlane.Replicas != 1 || s.ControlPlane.GetMaxSurge() != 1 || s.ControlPlane.Bootstrap.Provider != "kubeadm" {
+		t.Errorf("control plane: %v", s.ControlPlane)
+	}
+	a, b := s.WorkerPools[0], s.WorkerPools[1]
+	if a.Strategy.Type != StrategyRollingUpdate || a.Strategy.MaxSurge != "1" || a.Strategy.MaxUnavailable != "0" || a.DeletionOrder != "Random" || a.Version != "v1.34.0" {
+		t.Errorf("pool a: %v", a)
+	}
+	if b.Strategy.MaxSurge != "" || b.Version != "v1.33.0" {
+		t.Errorf("pool b: %v", b)
+	}
+	if n := s.Network; n.PodCidrs[0] != DefaultPodCIDR || n.ServiceCidrs[0] != DefaultServiceCIDR || n.ServiceDomain != "cluster.local" {
+		t.Errorf("network: %v", n)
+	}
+	if s.Bootstrap.Provider != "kubeadm" {
+		t.Errorf("bootstrap: %v", s.Bootstrap)
+	}
+	before := c.String()
+	Default(c)
+	if c.String() != before {
+		t.Error("Default is not idempotent")
+	}
+	Default(&capnv1alpha1.Cluster{}) // no spec: nothing to do, no panic
+}

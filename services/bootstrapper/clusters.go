@@ -1,0 +1,278 @@
+package bootstrapper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/capn-dev/capn/events/reconcile"
+	"github.com/capn-dev/capn/events/store"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
+	"github.com/capn-dev/capn/services/bootstrapper/kubeconfig"
+	"github.com/capn-dev/capn/services/bootstrapper/pki"
+	"github.com/capn-dev/capn/services/bootstrapper/token"
+	"github.com/rs/zerolog"
+)
+
+func splitKey(k string) []string { return strings.Split(k, ".") }
+
+// reconcileCluster makes one cluster's secrets current: the PKI exists, the
+// admin kubeconfig names the current endpoint with a fresh certificate,
+// join tokens of joining machines are renewed and those of joined machines
+// deleted, and observed secrets.<cluster> says so. A cluster being deleted
+// is left alone: its secrets go only on the cleanup command, the last step
+// of deletion.
+func (s *Service) reconcileCluster(ctx context.Context, name string) (reconcile.Result, error) {
+	cluster, ok, err := s.cluster(name)
+	if err != nil || !ok || cluster.GetMetadata().GetDeletionTimestamp() != nil {
+		return reconcile.Result{}, err
+	}
+	log := zerolog.Ctx(ctx).With().Str("cluster", name).Logger()
+	status := &capnv1.ClusterSecretsStatus{Cluster: name}
+	set, err := s.ensurePKI(ctx, cluster)
+	switch {
+	case errors.Is(err, pki.ErrCAConflict) || isUserCAError(err):
+		// Nothing a retry can fix: say why, and wait for the user.
+		status.Message = err.Error()
+		log.Warn().Err(err).Msg("cluster PKI refused")
+		return reconcile.Result{}, s.writeStatus(ctx, status)
+	case err != nil:
+		return reconcile.Result{}, err
+	}
+	status.PkiReady = true
+	status.UserSuppliedCa = set.user
+	status.CaCertHash, err = pki.CACertHash(set.set.CA.CertPEM)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	var requeue time.Duration
+	if ep, ok := s.endpoint(cluster); ok {
+		kc, err := s.ensureKubeconfig(ctx, name, ep, set.set)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		status.KubeconfigReady = true
+		status.AdminCertNotAfter = kc.GetClientCertNotAfter()
+		requeue = time.Hour // re-check the admin certificate's renewal
+	} else {
+		status.Message = "waiting for the infrastructure to report the control-plane endpoint"
+	}
+	next, err := s.tendTokens(ctx, name)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if next > 0 && (requeue == 0 || next < requeue) {
+		requeue = next
+	}
+	return reconcile.Result{RequeueAfter: requeue}, s.writeStatus(ctx, status)
+}
+
+func isUserCAError(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "user-supplied CA")
+}
+
+// clusterNow reads the cluster from KV rather than the cache: a command may
+// name a cluster the cache has not caught up with yet.
+func (s *Service) clusterNow(ctx context.Context, name string) (*capnv1.Cluster, bool, error) {
+	c, _, err := s.clusters.Get(ctx, clusterPrefix+name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, false, nil
+	}
+	return c, err == nil, err
+}
+
+func (s *Service) cluster(name string) (*capnv1.Cluster, bool, error) {
+	e, ok := s.desired.Get(clusterPrefix + name)
+	if !ok {
+		return nil, false, nil
+	}
+	c, err := store.Decode(e.Value, func() *capnv1.Cluster { return new(capnv1.Cluster) })
+	if err != nil {
+		return nil, false, fmt.Errorf("decode cluster %s: %w", name, err)
+	}
+	return c, true, nil
+}
+
+// endpoint is the control-plane endpoint reported by the control plane's
+// provider (observed infra.<provider>.<cluster>._).
+func (s *Service) endpoint(c *capnv1.Cluster) (bootstrap.Endpoint, bool) {
+	p := c.GetSpec().GetControlPlane().GetProvider()
+	e, ok := s.observed.Get(infraPrefix + p + "." + c.GetMetadata().GetName() + "._")
+	if !ok {
+		return bootstrap.Endpoint{}, false
+	}
+	ic, err := store.Decode(e.Value, func() *capnv1.InfraCluster { return new(capnv1.InfraCluster) })
+	if err != nil || ic.GetControlPlaneEndpoint().GetHost() == "" || ic.GetControlPlaneEndpoint().GetPort() == 0 {
+		return bootstrap.Endpoint{}, false
+	}
+	return bootstrap.Endpoint{Host: ic.GetControlPlaneEndpoint().GetHost(), Port: ic.GetControlPlaneEndpoint().GetPort()}, true
+}
+
+type clusterPKI struct {
+	set  pki.Set
+	user bool
+}
+
+// ensurePKI creates the cluster's PKI once (compare-and-set: two replicas
+// racing store one) and returns it. A user-supplied CA is used as is and
+// never overwritten.
+func (s *Service) ensurePKI(ctx context.Context, c *capnv1.Cluster) (clusterPKI, error) {
+	name := c.GetMetadata().GetName()
+	var userCA *pki.KeyPair
+	if ca := c.GetSpec().GetBootstrap().GetCa(); ca.GetCertificatePem() != "" || ca.GetPrivateKeyPem() != "" {
+		userCA = &pki.KeyPair{CertPEM: []byte(ca.GetCertificatePem()), KeyPEM: []byte(ca.GetPrivateKeyPem())}
+	}
+	var out clusterPKI
+	_, _, err := s.pkis.Mutate(ctx, pkiPrefix+name, func(cur *capnv1.ClusterPKI, exists bool) (*capnv1.ClusterPKI, error) {
+		set, added, err := pki.Ensure(fromProto(cur), pki.Options{Now: s.cfg.Now(), UserCA: userCA})
+		if err != nil {
+			return nil, err
+		}
+		out = clusterPKI{set: set, user: cur.GetUserSuppliedCa() || (userCA != nil && containsPart(added, pki.PartCA))}
+		if len(added) == 0 {
+			return nil, store.ErrNoChange
+		}
+		next := toProto(set)
+		next.UserSuppliedCa = out.user
+		next.Created = cur.GetCreated()
+		if next.Created == nil {
+			next.Created = timestamppb.New(s.cfg.Now())
+		}
+		return next, nil
+	})
+	return out, err
+}
+
+func containsPart(ps []pki.Part, p pki.Part) bool {
+	for _, x := range ps {
+		if x == p {
+			return true
+		}
+	}
+	return false
+}
+
+// ensureKubeconfig keeps kubeconfig.<cluster> naming the current endpoint
+// with an admin certificate that is not due for renewal.
+func (s *Service) ensureKubeconfig(ctx context.Context, name string, ep bootstrap.Endpoint, set pki.Set) (*capnv1.AdminKubeconfig, error) {
+	server, err := kubeconfig.Server(ep.Host, ep.Port)
+	if err != nil {
+		return nil, err
+	}
+	kc, _, err := s.kubeconfs.Mutate(ctx, kubeconfigPrefix+name, func(cur *capnv1.AdminKubeconfig, exists bool) (*capnv1.AdminKubeconfig, error) {
+		now := s.cfg.Now()
+		if exists && cur.GetServer() == server && now.Before(cur.GetClientCertNotAfter().AsTime().Add(-pki.ClientCertRenewBefore)) {
+			return nil, store.ErrNoChange
+		}
+		ca, err := pki.ParseCA(set.CA, now)
+		if err != nil {
+			return nil, err
+		}
+		admin, err := pki.IssueAdmin(ca, now)
+		if err != nil {
+			return nil, err
+		}
+		cert, err := pki.ParseCertificate(admin.CertPEM)
+		if err != nil {
+			return nil, err
+		}
+		data, err := kubeconfig.Render(kubeconfig.Input{ClusterName: name, Host: ep.Host, Port: ep.Port,
+			CACertPEM: set.CA.CertPEM, ClientCertPEM: admin.CertPEM, ClientKeyPEM: admin.KeyPEM})
+		if err != nil {
+			return nil, err
+		}
+		return &capnv1.AdminKubeconfig{Kubeconfig: data, Server: server, ClientCertNotAfter: timestamppb.New(cert.NotAfter)}, nil
+	})
+	return kc, err
+}
+
+// tendTokens renews the join tokens of machines still joining and deletes
+// those of machines that joined (observed phase Running). It returns when
+// to look again.
+func (s *Service) tendTokens(ctx context.Context, cluster string) (time.Duration, error) {
+	keys, err := s.boots.Keys(ctx, bootstrapPrefix+cluster+".")
+	if err != nil {
+		return 0, err
+	}
+	var next time.Duration
+	for _, key := range keys {
+		machine := strings.TrimPrefix(key, bootstrapPrefix+cluster+".")
+		joined := s.machineJoined(cluster, machine)
+		_, _, err := s.boots.Mutate(ctx, key, func(cur *capnv1.BootstrapData, exists bool) (*capnv1.BootstrapData, error) {
+			if !exists || cur.GetJoined() || cur.GetToken() == "" {
+				return nil, store.ErrNoChange
+			}
+			if joined {
+				cur.Joined, cur.Token, cur.TokenExpires = true, "", nil
+				return cur, nil
+			}
+			now := s.cfg.Now()
+			ttl := tokenTTL(cur)
+			exp := cur.GetTokenExpires().AsTime()
+			if !token.NeedsRenewal(exp, ttl, now) {
+				if d := token.RenewAfter(exp, ttl, now); next == 0 || d < next {
+					next = d
+				}
+				return nil, store.ErrNoChange
+			}
+			cur.TokenExpires = timestamppb.New(token.Expiry(now, ttl))
+			return cur, nil
+		})
+		if err != nil {
+			return 0, err
+		}
+	}
+	if next > 0 && next > s.cfg.TokenCheckEvery {
+		next = s.cfg.TokenCheckEvery
+	}
+	return next, nil
+}
+
+// tokenTTL is the TTL a record's token was issued with.
+func tokenTTL(b *capnv1.BootstrapData) time.Duration {
+	if b.GetTokenTtl() != nil {
+		return b.GetTokenTtl().AsDuration()
+	}
+	return token.DefaultTTL
+}
+
+func (s *Service) machineJoined(cluster, machine string) bool {
+	e, ok := s.observed.Get(machinePrefix + cluster + "." + machine)
+	if !ok {
+		return false
+	}
+	st, err := store.Decode(e.Value, func() *capnv1.MachineStatus { return new(capnv1.MachineStatus) })
+	return err == nil && st.GetPhase() == "Running"
+}
+
+func (s *Service) writeStatus(ctx context.Context, st *capnv1.ClusterSecretsStatus) error {
+	_, _, err := s.statuses.Mutate(ctx, statusPrefix+st.GetCluster(), func(*capnv1.ClusterSecretsStatus, bool) (*capnv1.ClusterSecretsStatus, error) {
+		return st, nil
+	})
+	return err
+}
+
+func fromProto(p *capnv1.ClusterPKI) pki.Set {
+	kp := func(k *capnv1.KeyPairPEM) pki.KeyPair {
+		return pki.KeyPair{CertPEM: []byte(k.GetCertPem()), KeyPEM: []byte(k.GetKeyPem())}
+	}
+	return pki.Set{
+		CA: kp(p.GetCa()), EtcdCA: kp(p.GetEtcdCa()), FrontProxyCA: kp(p.GetFrontProxyCa()),
+		ServiceAccount: pki.ServiceAccountKey{PublicPEM: []byte(p.GetServiceAccount().GetCertPem()), PrivatePEM: []byte(p.GetServiceAccount().GetKeyPem())},
+	}
+}
+
+func toProto(s pki.Set) *capnv1.ClusterPKI {
+	kp := func(k pki.KeyPair) *capnv1.KeyPairPEM {
+		return &capnv1.KeyPairPEM{CertPem: string(k.CertPEM), KeyPem: string(k.KeyPEM)}
+	}
+	return &capnv1.ClusterPKI{
+		Ca: kp(s.CA), EtcdCa: kp(s.EtcdCA), FrontProxyCa: kp(s.FrontProxyCA),
+		ServiceAccount: &capnv1.KeyPairPEM{CertPem: string(s.ServiceAccount.PublicPEM), KeyPem: string(s.ServiceAccount.PrivatePEM)},
+	}
+}

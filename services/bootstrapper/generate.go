@@ -1,0 +1,203 @@
+package bootstrapper
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/store"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
+	"github.com/capn-dev/capn/services/bootstrapper/pki"
+	"github.com/capn-dev/capn/services/bootstrapper/token"
+)
+
+// Reasons of BootstrapFailed.
+const (
+	ReasonInvalidCommand   = "InvalidCommand"
+	ReasonClusterNotFound  = "ClusterNotFound"
+	ReasonInvalidBootstrap = "InvalidBootstrapConfig"
+	ReasonPKIUnavailable   = "PKIUnavailable"
+)
+
+// errWaiting means a precondition is not met yet; the command is retried.
+var errWaiting = errors.New("waiting")
+
+func (s *Service) handleCommand(ctx context.Context, m *events.Message) error {
+	switch m.Event.Type() {
+	case events.TypeGenerateBootstrap:
+		return events.Typed(s.generate)(ctx, m)
+	case events.TypeDeleteClusterSecrets:
+		return events.Typed(s.cleanup)(ctx, m)
+	}
+	return events.Permanent(fmt.Errorf("unknown command type %q (want %s or %s)", m.Event.Type(), events.TypeGenerateBootstrap, events.TypeDeleteClusterSecrets))
+}
+
+// generate answers a GenerateBootstrap command with bootstrap.ready once the
+// machine's data is sealed in secrets, or bootstrap.failed with a reason.
+// A repeated command (same content) gets the same data and the same
+// bootstrap.ready event id, so JetStream drops the repeat.
+func (s *Service) generate(ctx context.Context, m *events.Message, cmd *capnv1.GenerateBootstrap) error {
+	log := zerolog.Ctx(ctx).With().Str("cluster", cmd.GetCluster()).Str("machine", cmd.GetMachine()).Logger()
+	if cmd.GetCluster() == "" || cmd.GetMachine() == "" {
+		return s.fail(ctx, cmd, ReasonInvalidCommand, "cluster and machine are required")
+	}
+	hash, err := inputHash(cmd)
+	if err != nil {
+		return events.Permanent(err)
+	}
+	key := bootstrapPrefix + cmd.GetCluster() + "." + cmd.GetMachine()
+	if cur, _, err := s.boots.Get(ctx, key); err == nil && cur.GetInputHash() == hash {
+		return s.ready(ctx, cmd, key, cur)
+	} else if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+
+	cluster, ok, err := s.clusterNow(ctx, cmd.GetCluster())
+	if err != nil {
+		return err
+	}
+	if !ok || cluster.GetMetadata().GetDeletionTimestamp() != nil {
+		return s.fail(ctx, cmd, ReasonClusterNotFound, fmt.Sprintf("cluster %q does not exist or is being deleted", cmd.GetCluster()))
+	}
+	spec := cmd.GetBootstrap()
+	if err := s.cfg.Registry.ValidateEffective("bootstrap", spec); err != nil {
+		return s.fail(ctx, cmd, ReasonInvalidBootstrap, err.Error())
+	}
+	set, err := s.ensurePKI(ctx, cluster)
+	if err != nil {
+		if isUserCAError(err) || errors.Is(err, pki.ErrCAConflict) {
+			return s.fail(ctx, cmd, ReasonPKIUnavailable, err.Error())
+		}
+		return err
+	}
+	ep, ok := s.endpoint(cluster)
+	if !ok {
+		log.Debug().Msg("control-plane endpoint not reported yet; retrying")
+		return fmt.Errorf("%w for the control-plane endpoint of %s", errWaiting, cmd.GetCluster())
+	}
+	tok, err := token.Generate()
+	if err != nil {
+		return err
+	}
+	in, err := bootstrap.NewInput(cmd, bootstrap.Cluster{Endpoint: ep, Network: cluster.GetSpec().GetNetwork(), PKI: set.set}, tok)
+	if err != nil {
+		return s.fail(ctx, cmd, ReasonInvalidBootstrap, err.Error())
+	}
+	out, err := s.cfg.Registry.Render(in)
+	if err != nil {
+		return s.fail(ctx, cmd, ReasonInvalidBootstrap, err.Error())
+	}
+	now := s.cfg.Now()
+	rec := &capnv1.BootstrapData{
+		Format: string(out.Format), Data: out.Data, Checksum: out.Checksum(), Provider: providerName(spec, s.cfg.Registry),
+		InputHash: hash, Token: tok.Value(), TokenExpires: timestamppb.New(token.Expiry(now, in.TokenTTL)),
+		TokenTtl: durationpb.New(in.TokenTTL),
+	}
+	// Compare-and-set: if another replica stored data for this command
+	// first, answer with theirs so every answer is the same.
+	stored, _, err := s.boots.Mutate(ctx, key, func(cur *capnv1.BootstrapData, exists bool) (*capnv1.BootstrapData, error) {
+		if exists && cur.GetInputHash() == hash {
+			return nil, store.ErrNoChange
+		}
+		return rec, nil
+	})
+	if err != nil {
+		return err
+	}
+	log.Info().Str("format", stored.GetFormat()).Str("checksum", stored.GetChecksum()).Msg("bootstrap data ready")
+	return s.ready(ctx, cmd, key, stored)
+}
+
+func providerName(spec *capnv1.BootstrapSpec, r *bootstrap.Registry) string {
+	if spec.GetProvider() != "" {
+		return spec.GetProvider()
+	}
+	return r.Default()
+}
+
+func (s *Service) ready(ctx context.Context, cmd *capnv1.GenerateBootstrap, key string, rec *capnv1.BootstrapData) error {
+	ev := &capnv1.BootstrapReady{Cluster: cmd.GetCluster(), Machine: cmd.GetMachine(), SecretKey: key,
+		Format: rec.GetFormat(), Checksum: rec.GetChecksum(), Provider: rec.GetProvider()}
+	id := "bootstrap-ready." + cmd.GetCluster() + "." + cmd.GetMachine() + "." + shortHash(rec.GetChecksum())
+	_, err := s.pub.Publish(ctx, events.EventSubject("bootstrap", "ready", cmd.GetCluster(), cmd.GetMachine()),
+		events.TypeBootstrapReady, id, ev, events.WithSubject(cmd.GetMachine()))
+	return err
+}
+
+// fail publishes bootstrap.failed and ends the command: retrying the same
+// command cannot succeed.
+func (s *Service) fail(ctx context.Context, cmd *capnv1.GenerateBootstrap, reason, msg string) error {
+	zerolog.Ctx(ctx).Warn().Str("reason", reason).Str("detail", msg).Msg("bootstrap failed")
+	ev := &capnv1.BootstrapFailed{Cluster: cmd.GetCluster(), Machine: cmd.GetMachine(), Reason: reason, Message: msg}
+	id := "bootstrap-failed." + cmd.GetCluster() + "." + cmd.GetMachine() + "." + shortHash(reason+msg)
+	if _, err := s.pub.Publish(ctx, events.EventSubject("bootstrap", "failed", orUnderscore(cmd.GetCluster()), orUnderscore(cmd.GetMachine())),
+		events.TypeBootstrapFailed, id, ev); err != nil {
+		return err // retry: the failure must be told
+	}
+	return events.Permanent(fmt.Errorf("%s: %s", reason, msg))
+}
+
+func orUnderscore(s string) string {
+	if s == "" {
+		return events.ClusterObject
+	}
+	return s
+}
+
+// cleanup removes a deleted cluster's PKI, kubeconfig, bootstrap data and
+// secrets status. It is the last step of a cluster's deletion and is
+// idempotent.
+func (s *Service) cleanup(ctx context.Context, m *events.Message, cmd *capnv1.DeleteClusterSecrets) error {
+	name := cmd.GetCluster()
+	if name == "" {
+		return events.Permanent(errors.New("cleanup: cluster is required"))
+	}
+	c, ok, err := s.clusterNow(ctx, name)
+	if err != nil {
+		return err
+	}
+	if ok && c.GetMetadata().GetDeletionTimestamp() == nil {
+		return events.Permanent(fmt.Errorf("cleanup: cluster %q exists and is not being deleted; refusing to delete its secrets", name))
+	}
+	keys, err := s.boots.Keys(ctx, bootstrapPrefix+name+".")
+	if err != nil {
+		return err
+	}
+	keys = append(keys, pkiPrefix+name, kubeconfigPrefix+name)
+	for _, k := range keys {
+		if err := s.secretsKV.Purge(ctx, k); err != nil {
+			return fmt.Errorf("purge %s: %w", k, err)
+		}
+	}
+	if err := s.statuses.KV().Purge(ctx, statusPrefix+name); err != nil {
+		return fmt.Errorf("purge %s: %w", statusPrefix+name, err)
+	}
+	zerolog.Ctx(ctx).Info().Str("cluster", name).Int("keys", len(keys)).Msg("cluster secrets deleted")
+	_, err = s.pub.Publish(ctx, events.EventSubject("bootstrap", "cleaned", name, events.ClusterObject), events.TypeClusterEvent+".secrets-deleted",
+		"secrets-deleted."+name+"."+shortHash(m.Event.ID()), &capnv1.ClusterEvent{Cluster: name, Reason: "SecretsDeleted", Message: "PKI, kubeconfig and bootstrap data deleted"})
+	return err
+}
+
+// inputHash identifies a command's content.
+func inputHash(m proto.Message) (string, error) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+func shortHash(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:6])
+}

@@ -1,0 +1,281 @@
+// Package bootstrapper is the bootstrapper service: it owns every cluster's
+// PKI and admin kubeconfig and answers GenerateBootstrap commands with
+// per-machine bootstrap data, all kept sealed in the `secrets` bucket.
+// See README.md for the flow and docs/bootstrap.md for the provider contract.
+package bootstrapper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/reconcile"
+	"github.com/capn-dev/capn/events/store"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
+	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/builtin"
+	"github.com/capn-dev/capn/services/bootstrapper/seal"
+	"github.com/capn-dev/capn/services/runtime"
+)
+
+// Name is the service's name: its NATS client name, durable and source.
+const Name = "bootstrapper"
+
+// Key prefixes in the secrets and observed buckets.
+const (
+	pkiPrefix        = "pki."
+	kubeconfigPrefix = "kubeconfig."
+	bootstrapPrefix  = "bootstrap."
+	statusPrefix     = "secrets." // in observed
+	clusterPrefix    = "cluster."
+	machinePrefix    = "machine."
+	infraPrefix      = "infra."
+)
+
+// Config configures the service.
+type Config struct {
+	// Keyring seals and opens every value in the secrets bucket. Its
+	// primary key seals; older keys only open, and values sealed with them
+	// are re-sealed at start (key rotation). When nil, it is loaded from
+	// KeyFile (or the CAPN_SECRETS_KEY variable) and OldKeyFiles.
+	Keyring *seal.Keyring
+	// KeyFile holds the primary key (32 bytes, hex or base64).
+	KeyFile string
+	// OldKeyFiles are comma-separated files of keys being rotated out.
+	OldKeyFiles string
+	// Registry of bootstrap providers (default: kubeadm and script).
+	Registry *bootstrap.Registry
+	// Workers reconciling clusters, and handlers of commands at once.
+	Workers int
+	// Now is the clock (tests set it).
+	Now func() time.Time
+	// TokenCheckEvery bounds how long a joining machine's token waits
+	// before its renewal is considered (default 1 minute).
+	TokenCheckEvery time.Duration
+	// Cache options for the watch caches (tests shorten resyncs).
+	Cache store.CacheOptions
+}
+
+// Service is the bootstrapper. Build it with New.
+type Service struct {
+	cfg Config
+
+	pub       *events.Publisher
+	desired   *store.Cache
+	observed  *store.Cache
+	clusters  *store.Bucket[*capnv1.Cluster] // authoritative reads for commands
+	pkis      *store.Bucket[*capnv1.ClusterPKI]
+	kubeconfs *store.Bucket[*capnv1.AdminKubeconfig]
+	boots     *store.Bucket[*capnv1.BootstrapData]
+	statuses  *store.Bucket[*capnv1.ClusterSecretsStatus]
+	secretsKV jetstream.KeyValue
+	queue     *reconcile.Queue
+}
+
+// New returns the service; its key is loaded by Run unless cfg.Keyring is set.
+func New(cfg Config) *Service {
+	if cfg.Registry == nil {
+		cfg.Registry = builtin.Registry()
+	}
+	if cfg.Workers < 1 {
+		cfg.Workers = 4
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.TokenCheckEvery == 0 {
+		cfg.TokenCheckEvery = time.Minute
+	}
+	return &Service{cfg: cfg}
+}
+
+// Flags implements runtime.FlagProvider.
+func (s *Service) Flags() []runtime.Flag {
+	return []runtime.Flag{
+		{Name: "secrets-key-file", Env: "CAPN_SECRETS_KEY_FILE", Usage: "file with the key that seals the secrets bucket (32 bytes, hex or base64); or set " + seal.KeyEnv + " to the key itself", Value: runtime.StringValue(&s.cfg.KeyFile)},
+		{Name: "secrets-old-key-files", Env: "CAPN_SECRETS_OLD_KEY_FILES", Usage: "comma-separated files of keys being rotated out: values sealed with them are re-sealed with the current key at start", Value: runtime.StringValue(&s.cfg.OldKeyFiles)},
+	}
+}
+
+// Validate implements runtime.Validator: the keys must load.
+func (s *Service) Validate() error {
+	if s.cfg.Keyring != nil {
+		return nil
+	}
+	_, err := s.loadKeyring()
+	return err
+}
+
+func (s *Service) loadKeyring() (*seal.Keyring, error) {
+	var primary seal.Key
+	var err error
+	switch {
+	case s.cfg.KeyFile != "":
+		if primary, err = seal.LoadKey(s.cfg.KeyFile); err != nil {
+			return nil, &runtime.FieldError{Flag: "secrets-key-file", Env: "CAPN_SECRETS_KEY_FILE", Value: s.cfg.KeyFile, Problem: err.Error()}
+		}
+	default:
+		if _, ok := os.LookupEnv(seal.KeyEnv); !ok {
+			return nil, &runtime.FieldError{Flag: "secrets-key-file", Env: "CAPN_SECRETS_KEY_FILE", Problem: "a key to seal the secrets bucket is required: give --secrets-key-file or set " + seal.KeyEnv}
+		}
+		if primary, err = seal.KeyFromEnv(seal.KeyEnv); err != nil {
+			return nil, &runtime.FieldError{Env: seal.KeyEnv, Value: "(hidden)", Problem: err.Error()}
+		}
+	}
+	var old []seal.Key
+	var errs []error
+	for _, f := range strings.Split(s.cfg.OldKeyFiles, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		k, err := seal.LoadKey(f)
+		if err != nil {
+			errs = append(errs, &runtime.FieldError{Flag: "secrets-old-key-files", Env: "CAPN_SECRETS_OLD_KEY_FILES", Value: f, Problem: err.Error()})
+			continue
+		}
+		old = append(old, k)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return seal.NewKeyring(primary, old...)
+}
+
+// Name implements runtime.Service.
+func (s *Service) Name() string { return Name }
+
+// Run implements runtime.Service: it re-seals values sealed with an old
+// key, then keeps every cluster's PKI, kubeconfig and join tokens current
+// and answers bootstrap commands until ctx is cancelled.
+func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
+	log := d.Log
+	if s.cfg.Keyring == nil {
+		ring, err := s.loadKeyring()
+		if err != nil {
+			return err
+		}
+		s.cfg.Keyring = ring
+	}
+	kv := func(name string) (jetstream.KeyValue, error) { return d.JS.KeyValue(ctx, name) }
+	desiredKV, err := kv(events.BucketDesired)
+	if err != nil {
+		return fmt.Errorf("bucket %s: %w", events.BucketDesired, err)
+	}
+	observedKV, err := kv(events.BucketObserved)
+	if err != nil {
+		return fmt.Errorf("bucket %s: %w", events.BucketObserved, err)
+	}
+	s.secretsKV, err = kv(events.BucketSecrets)
+	if err != nil {
+		return fmt.Errorf("bucket %s: %w", events.BucketSecrets, err)
+	}
+	s.clusters = store.NewBucket(desiredKV, func() *capnv1.Cluster { return new(capnv1.Cluster) })
+	sealer := store.WithSealer(s.cfg.Keyring)
+	s.pkis = store.NewBucket(s.secretsKV, func() *capnv1.ClusterPKI { return new(capnv1.ClusterPKI) }, sealer)
+	s.kubeconfs = store.NewBucket(s.secretsKV, func() *capnv1.AdminKubeconfig { return new(capnv1.AdminKubeconfig) }, sealer)
+	s.boots = store.NewBucket(s.secretsKV, func() *capnv1.BootstrapData { return new(capnv1.BootstrapData) }, sealer)
+	s.statuses = store.NewBucket(observedKV, func() *capnv1.ClusterSecretsStatus { return new(capnv1.ClusterSecretsStatus) })
+	s.pub = events.NewPublisher(d.JS, "capn/"+Name)
+
+	if n, err := s.resealAll(ctx); err != nil {
+		return fmt.Errorf("re-seal secrets with the current key: %w", err)
+	} else if n > 0 {
+		log.Info().Int("resealed", n).Str("key_id", s.cfg.Keyring.PrimaryID()).Msg("re-sealed secrets with the current key")
+	}
+
+	s.desired = store.NewCache(desiredKV, s.cfg.Cache)
+	s.observed = store.NewCache(observedKV, s.cfg.Cache)
+	for _, c := range []*store.Cache{s.desired, s.observed} {
+		if err := c.Start(ctx); err != nil {
+			return err
+		}
+	}
+	s.queue = reconcile.NewQueue()
+	var wg sync.WaitGroup
+	run := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
+
+	// Anything about a cluster — its spec, its infrastructure's endpoint, a
+	// machine joining — wakes that cluster's reconcile. A subscription first
+	// replays every current key, so each known cluster is looked at once at
+	// start.
+	for _, sub := range []*store.Subscription{
+		s.desired.Subscribe(clusterPrefix),
+		s.observed.Subscribe(infraPrefix),
+		s.observed.Subscribe(machinePrefix),
+	} {
+		run(func() { s.feed(ctx, sub) })
+	}
+	loop := &reconcile.Loop{Queue: s.queue, Reconciler: reconcile.Func(s.reconcileCluster), Workers: s.cfg.Workers,
+		OnError: func(key string, err error, n int) {
+			log.Warn().Err(err).Str("cluster", key).Int("failures", n).Msg("reconcile failed; will retry")
+		}}
+	run(func() { loop.Run(ctx) })
+
+	cons := events.NewConsumer(d.JS, CommandConsumer(), s.handleCommand,
+		events.WithLogger(log), events.WithMetrics(d.Events), events.WithConcurrency(s.cfg.Workers))
+	errc := make(chan error, 1)
+	run(func() { errc <- cons.Run(ctx) })
+	d.Ready.Set(true)
+	log.Info().Str("key_id", s.cfg.Keyring.PrimaryID()).Strs("bootstrap_providers", s.cfg.Registry.Names()).Msg("bootstrapper running")
+	wg.Wait()
+	return <-errc
+}
+
+// CommandConsumer is the bootstrapper's durable consumer of its commands.
+// Bootstrap waits for the control-plane endpoint, so it retries longer
+// than the default before giving up.
+func CommandConsumer() events.ConsumerSpec {
+	return events.ConsumerSpec{
+		Stream: events.StreamCommands, Durable: Name,
+		Filters:     []string{events.SubjectCommands + ".bootstrap.>"},
+		Description: "bootstrapper: generate bootstrap data, clean up a deleted cluster's secrets",
+		MaxDeliver:  60,
+		Backoff:     []time.Duration{250 * time.Millisecond, time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second},
+	}
+}
+
+// feed turns watch changes into cluster keys on the queue.
+func (s *Service) feed(ctx context.Context, sub *store.Subscription) {
+	defer sub.Unsubscribe()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ch, ok := <-sub.C():
+			if !ok {
+				return
+			}
+			if ch.Resync {
+				for _, e := range s.desired.List(clusterPrefix) {
+					s.queue.Add(e.Key[len(clusterPrefix):])
+				}
+				continue
+			}
+			if c := clusterOf(ch.Key); c != "" {
+				s.queue.Add(c)
+			}
+		}
+	}
+}
+
+// clusterOf extracts the cluster from cluster.<c>, machine.<c>.<m> and
+// infra.<p>.<c>.<m>.
+func clusterOf(key string) string {
+	toks := splitKey(key)
+	switch {
+	case len(toks) == 2 && toks[0] == "cluster":
+		return toks[1]
+	case len(toks) == 3 && toks[0] == "machine":
+		return toks[1]
+	case len(toks) == 4 && toks[0] == "infra":
+		return toks[2]
+	}
+	return ""
+}

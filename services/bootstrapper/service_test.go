@@ -1,0 +1,357 @@
+package bootstrapper_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/natstest"
+	"github.com/capn-dev/capn/events/store"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/services/bootstrapper"
+	"github.com/capn-dev/capn/services/bootstrapper/pki"
+	"github.com/capn-dev/capn/services/bootstrapper/seal"
+	"github.com/capn-dev/capn/services/runtime"
+)
+
+type env struct {
+	t   *testing.T
+	srv *natstest.Server
+	js  jetstream.JetStream
+	pub *events.Publisher
+}
+
+func newEnv(t *testing.T) *env {
+	srv := natstest.Start(t)
+	_, js := srv.Connect(t)
+	if err := events.Provision(context.Background(), js, events.DefaultTopology(1)); err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, srv: srv, js: js, pub: events.NewPublisher(js, "capn/test")}
+}
+
+// start runs a bootstrapper with ring until the returned stop is called,
+// through runtime.Run: the same path a deployment takes.
+func (e *env) start(ring *seal.Keyring) (stop func()) {
+	e.t.Helper()
+	svc := bootstrapper.New(bootstrapper.Config{Keyring: ring, Workers: 2})
+	ctx, cancel := context.WithCancel(context.Background())
+	cfg := runtime.Config{Name: bootstrapper.Name, NATS: runtime.NATSConfig{URL: e.srv.URL()}}
+	done := make(chan error, 1)
+	go func() { done <- runtime.Run(ctx, cfg, svc, runtime.WithoutHTTP()) }()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				e.t.Errorf("bootstrapper: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			e.t.Error("bootstrapper did not stop")
+		}
+	}
+	e.t.Cleanup(stop)
+	return stop
+}
+
+func (e *env) kv(name string) jetstream.KeyValue {
+	kv, err := e.js.KeyValue(context.Background(), name)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return kv
+}
+
+func (e *env) applyCluster(name string, ca *capnv1.CertificateAuthority) {
+	e.t.Helper()
+	c := &capnv1.Cluster{ApiVersion: "capn.dev/v1alpha1", Kind: "Cluster",
+		Metadata: &capnv1.ObjectMeta{Name: name, CreationTimestamp: timestamppb.Now()},
+		Spec: &capnv1.ClusterSpec{KubernetesVersion: "v1.34.2",
+			ControlPlane: &capnv1.ControlPlaneSpec{Provider: "sim", Replicas: 3},
+			Network:      &capnv1.NetworkSpec{PodCidrs: []string{"192.168.0.0/16"}, ServiceCidrs: []string{"10.96.0.0/12"}, ServiceDomain: "cluster.local"},
+			Bootstrap:    &capnv1.BootstrapSpec{Ca: ca}}}
+	b := store.NewBucket(e.kv(events.BucketDesired), func() *capnv1.Cluster { return new(capnv1.Cluster) })
+	if _, err := b.Create(context.Background(), "cluster."+name, c); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) reportEndpoint(cluster string) {
+	e.t.Helper()
+	b := store.NewBucket(e.kv(events.BucketObserved), func() *capnv1.InfraCluster { return new(capnv1.InfraCluster) })
+	ic := &capnv1.InfraCluster{Provider: "sim", Cluster: cluster, Ready: true, ControlPlaneEndpoint: &capnv1.Endpoint{Host: "127.0.0.1", Port: 6443}}
+	if _, err := b.Create(context.Background(), "infra.sim."+cluster+"._", ic); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) status(cluster string) *capnv1.ClusterSecretsStatus {
+	b := store.NewBucket(e.kv(events.BucketObserved), func() *capnv1.ClusterSecretsStatus { return new(capnv1.ClusterSecretsStatus) })
+	st, _, err := b.Get(context.Background(), "secrets."+cluster)
+	if err != nil {
+		return nil
+	}
+	return st
+}
+
+func (e *env) openPKI(ring *seal.Keyring, cluster string) *capnv1.ClusterPKI {
+	e.t.Helper()
+	b := store.NewBucket(e.kv(events.BucketSecrets), func() *capnv1.ClusterPKI { return new(capnv1.ClusterPKI) }, store.WithSealer(ring))
+	p, _, err := b.Get(context.Background(), "pki."+cluster)
+	if err != nil {
+		e.t.Fatalf("open pki.%s: %v", cluster, err)
+	}
+	return p
+}
+
+func keyring(t *testing.T, keys ...seal.Key) *seal.Keyring {
+	t.Helper()
+	r, err := seal.NewKeyring(keys[0], keys[1:]...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func newKey(t *testing.T) seal.Key {
+	k, err := seal.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func TestPKICreatedOnceAndReusedAcrossRestarts(t *testing.T) {
+	e := newEnv(t)
+	ring := keyring(t, newKey(t))
+	stop := e.start(ring)
+	e.applyCluster("c1", nil)
+	natstest.WaitFor(t, 10*time.Second, "PKI ready", func() bool { return e.status("c1").GetPkiReady() })
+	first := e.openPKI(ring, "c1")
+	stop()
+
+	e.start(ring)
+	e.reportEndpoint("c1") // wakes a reconcile of c1 in the new process
+	natstest.WaitFor(t, 10*time.Second, "kubeconfig ready", func() bool { return e.status("c1").GetKubeconfigReady() })
+	if second := e.openPKI(ring, "c1"); !proto.Equal(first, second) {
+		t.Fatal("the PKI changed across a restart")
+	}
+	if h, _ := pki.CACertHash([]byte(first.GetCa().GetCertPem())); e.status("c1").GetCaCertHash() != h {
+		t.Fatalf("status CA hash %q, want %q", e.status("c1").GetCaCertHash(), h)
+	}
+}
+
+func TestSuppliedCAIsUsedAsIs(t *testing.T) {
+	e := newEnv(t)
+	ring := keyring(t, newKey(t))
+	ca, err := pki.NewCA("my-company-ca", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.start(ring)
+	e.applyCluster("byo", &capnv1.CertificateAuthority{CertificatePem: string(ca.CertPEM), PrivateKeyPem: string(ca.KeyPEM)})
+	natstest.WaitFor(t, 10*time.Second, "PKI ready", func() bool { return e.status("byo").GetPkiReady() })
+	got := e.openPKI(ring, "byo")
+	if got.GetCa().GetCertPem() != string(ca.CertPEM) || got.GetCa().GetKeyPem() != string(ca.KeyPEM) || !got.GetUserSuppliedCa() {
+		t.Fatal("stored cluster CA is not the supplied one")
+	}
+	if !e.status("byo").GetUserSuppliedCa() {
+		t.Fatal("status does not say the CA is user-supplied")
+	}
+}
+
+func TestSecretsSealedAndRotation(t *testing.T) {
+	e := newEnv(t)
+	oldKey, newK := newKey(t), newKey(t)
+	stop := e.start(keyring(t, oldKey))
+	e.applyCluster("c1", nil)
+	e.reportEndpoint("c1")
+	natstest.WaitFor(t, 10*time.Second, "kubeconfig ready", func() bool { return e.status("c1").GetKubeconfigReady() })
+	stop()
+
+	secrets := e.kv(events.BucketSecrets)
+	for _, k := range []string{"pki.c1", "kubeconfig.c1"} {
+		v, err := secrets.Get(context.Background(), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(v.Value(), []byte("PRIVATE KEY")) || bytes.Contains(v.Value(), []byte("BEGIN")) {
+			t.Fatalf("%s is stored in the clear", k)
+		}
+	}
+	// Not readable with a key that did not seal it.
+	wrong := store.NewBucket(secrets, func() *capnv1.ClusterPKI { return new(capnv1.ClusterPKI) }, store.WithSealer(keyring(t, newK)))
+	if _, _, err := wrong.Get(context.Background(), "pki.c1"); err == nil {
+		t.Fatal("pki.c1 opened without its key")
+	}
+	// Nothing sensitive in observed.
+	obs := e.kv(events.BucketObserved)
+	st, _ := obs.Get(context.Background(), "secrets.c1")
+	if bytes.Contains(st.Value(), []byte("PRIVATE")) {
+		t.Fatal("observed status carries key material")
+	}
+
+	// Rotate: start with the new key primary and the old one to open.
+	before := e.openPKI(keyring(t, oldKey), "c1")
+	stop = e.start(keyring(t, newK, oldKey))
+	natstest.WaitFor(t, 10*time.Second, "values re-sealed", func() bool {
+		v, err := secrets.Get(context.Background(), "pki.c1")
+		if err != nil {
+			return false
+		}
+		id, _ := seal.KeyID(v.Value())
+		return id == newK.ID()
+	})
+	stop()
+	// The old key can go: everything opens with the new key alone.
+	if after := e.openPKI(keyring(t, newK), "c1"); !proto.Equal(before, after) {
+		t.Fatal("PKI changed by rotation")
+	}
+	kc := store.NewBucket(secrets, func() *capnv1.AdminKubeconfig { return new(capnv1.AdminKubeconfig) }, store.WithSealer(keyring(t, newK)))
+	if _, _, err := kc.Get(context.Background(), "kubeconfig.c1"); err != nil {
+		t.Fatalf("kubeconfig after rotation: %v", err)
+	}
+}
+
+// collect subscribes to bootstrap events of a cluster.
+func (e *env) collect(cluster string) <-chan *events.Message {
+	e.t.Helper()
+	out := make(chan *events.Message, 16)
+	ctx, cancel := context.WithCancel(context.Background())
+	e.t.Cleanup(cancel)
+	c := events.NewConsumer(e.js, events.ConsumerSpec{Stream: events.StreamEvents, Durable: "test-" + cluster,
+		Filters: []string{"capn.evt.bootstrap.*." + cluster + ".*"}}, func(ctx context.Context, m *events.Message) error {
+		out <- m
+		return nil
+	})
+	go func() { _ = c.Run(ctx) }()
+	return out
+}
+
+func next(t *testing.T, ch <-chan *events.Message) *events.Message {
+	t.Helper()
+	select {
+	case m := <-ch:
+		return m
+	case <-time.After(15 * time.Second):
+		t.Fatal("no bootstrap event within 15s")
+		return nil
+	}
+}
+
+func TestDuplicateCommandYieldsSameData(t *testing.T) {
+	e := newEnv(t)
+	ring := keyring(t, newKey(t))
+	e.start(ring)
+	e.applyCluster("c1", nil)
+	got := e.collect("c1")
+	cmd := &capnv1.GenerateBootstrap{Cluster: "c1", Machine: "c1-cp-0", Role: "control-plane", FirstControlPlane: true, Version: "v1.34.2",
+		Bootstrap: &capnv1.BootstrapSpec{PreCommands: []string{"echo hi"}}}
+	subj := events.CommandSubject("bootstrap", "generate", "c1", "c1-cp-0")
+	if _, err := e.pub.Publish(context.Background(), subj, events.TypeGenerateBootstrap, "gen-1", cmd); err != nil {
+		t.Fatal(err)
+	}
+	// The endpoint arrives after the command: the bootstrapper waits for it.
+	time.Sleep(300 * time.Millisecond)
+	e.reportEndpoint("c1")
+	first := next(t, got)
+	if first.Event.Type() != events.TypeBootstrapReady {
+		t.Fatalf("got %s: %s", first.Event.Type(), first.Event.Data())
+	}
+	var r1 capnv1.BootstrapReady
+	if err := events.DataAs(first.Event, &r1); err != nil {
+		t.Fatal(err)
+	}
+	// The same command again with a new id (a retry by the machine-manager).
+	if _, err := e.pub.Publish(context.Background(), subj, events.TypeGenerateBootstrap, "gen-2", cmd); err != nil {
+		t.Fatal(err)
+	}
+	boots := store.NewBucket(e.kv(events.BucketSecrets), func() *capnv1.BootstrapData { return new(capnv1.BootstrapData) }, store.WithSealer(ring))
+	data1, rev1, err := boots.Get(context.Background(), r1.GetSecretKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(data1.GetData()), "#cloud-config") || !strings.Contains(string(data1.GetData()), "kubeadm init") {
+		t.Fatalf("bootstrap data is not a kubeadm init cloud-config:\n%.300s", data1.GetData())
+	}
+	// The repeat is answered with the same event id: JetStream keeps one.
+	natstest.WaitFor(t, 10*time.Second, "repeat handled", func() bool {
+		info, err := e.js.Consumer(context.Background(), events.StreamCommands, bootstrapper.Name)
+		if err != nil {
+			return false
+		}
+		i, err := info.Info(context.Background())
+		return err == nil && i.NumPending == 0 && i.NumAckPending == 0
+	})
+	select {
+	case m := <-got:
+		t.Fatalf("a second bootstrap event %s was stored for a repeated command", m.Event.ID())
+	case <-time.After(300 * time.Millisecond):
+	}
+	data2, rev2, err := boots.Get(context.Background(), r1.GetSecretKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rev1 != rev2 || !bytes.Equal(data1.GetData(), data2.GetData()) {
+		t.Fatal("a repeated command changed the bootstrap data")
+	}
+}
+
+func TestBadCommandFailsWithReason(t *testing.T) {
+	e := newEnv(t)
+	e.start(keyring(t, newKey(t)))
+	e.applyCluster("c1", nil)
+	e.reportEndpoint("c1")
+	got := e.collect("c1")
+	cmd := &capnv1.GenerateBootstrap{Cluster: "c1", Machine: "w-0", Role: "worker", Version: "v1.34.2",
+		Bootstrap: &capnv1.BootstrapSpec{Provider: "ignition"}}
+	if _, err := e.pub.Publish(context.Background(), events.CommandSubject("bootstrap", "generate", "c1", "w-0"), events.TypeGenerateBootstrap, "bad-1", cmd); err != nil {
+		t.Fatal(err)
+	}
+	m := next(t, got)
+	var f capnv1.BootstrapFailed
+	if m.Event.Type() != events.TypeBootstrapFailed || events.DataAs(m.Event, &f) != nil {
+		t.Fatalf("got %s, want %s", m.Event.Type(), events.TypeBootstrapFailed)
+	}
+	if f.GetReason() != bootstrapper.ReasonInvalidBootstrap || !strings.Contains(f.GetMessage(), "kubeadm") {
+		t.Fatalf("failure %q %q: want the reason and the available providers", f.GetReason(), f.GetMessage())
+	}
+}
+
+func TestCleanupRemovesEverything(t *testing.T) {
+	e := newEnv(t)
+	ring := keyring(t, newKey(t))
+	e.start(ring)
+	e.applyCluster("gone", nil)
+	e.reportEndpoint("gone")
+	natstest.WaitFor(t, 10*time.Second, "kubeconfig ready", func() bool { return e.status("gone").GetKubeconfigReady() })
+	// Mark deleting, as the planner's delete flow does before cleanup.
+	desired := store.NewBucket(e.kv(events.BucketDesired), func() *capnv1.Cluster { return new(capnv1.Cluster) })
+	if _, _, err := desired.Mutate(context.Background(), "cluster.gone", func(c *capnv1.Cluster, _ bool) (*capnv1.Cluster, error) {
+		c.Metadata.DeletionTimestamp = timestamppb.Now()
+		return c, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pub.Publish(context.Background(), events.CommandSubject("bootstrap", "cleanup", "gone", "_"), events.TypeDeleteClusterSecrets, "cl-1", &capnv1.DeleteClusterSecrets{Cluster: "gone"}); err != nil {
+		t.Fatal(err)
+	}
+	secrets := e.kv(events.BucketSecrets)
+	natstest.WaitFor(t, 10*time.Second, "secrets deleted", func() bool {
+		_, err := secrets.Get(context.Background(), "pki.gone")
+		return errors.Is(err, jetstream.ErrKeyNotFound) && e.status("gone") == nil
+	})
+}

@@ -1,0 +1,108 @@
+package manifest
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+
+	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+)
+
+func (v Validator) validateBootstrap(b *capnv1alpha1.BootstrapSpec, p path, errs *fieldErrors) {
+	if b == nil {
+		return
+	}
+	known := v.BootstrapProviders
+	if known == nil {
+		known = KnownBootstrapProviders
+	}
+	if b.Provider != "" && !slices.Contains(known, b.Provider) {
+		errs.add(p.child("provider"), b.Provider, "unknown bootstrap provider: available are %s", strings.Join(known, ", "))
+	}
+	paths := map[string]int{}
+	for i, f := range b.Files {
+		fp := p.child("files").index(i)
+		if f == nil {
+			errs.add(fp, nil, "must not be null")
+			continue
+		}
+		switch {
+		case f.Path == "":
+			errs.add(fp.child("path"), nil, "required")
+		case !strings.HasPrefix(f.Path, "/"):
+			errs.add(fp.child("path"), f.Path, "must be an absolute path")
+		}
+		if j, dup := paths[f.Path]; dup && f.Path != "" {
+			errs.add(fp.child("path"), f.Path, "duplicate of %s", p.child("files").index(j))
+		}
+		paths[f.Path] = i
+		if f.Permissions != "" && !fileModeRE.MatchString(f.Permissions) {
+			errs.add(fp.child("permissions"), f.Permissions, "must be an octal mode such as \"0644\"")
+		}
+	}
+	for _, k := range sortedKeys(b.KubeletExtraArgs) {
+		if k == "" || strings.HasPrefix(k, "-") {
+			errs.add(p.child("kubeletExtraArgs").key(k), nil, "must be a kubelet flag name without dashes, e.g. max-pods")
+		}
+	}
+	if d := b.TokenTtl; d != nil && d.AsDuration() <= 0 {
+		errs.add(p.child("tokenTtl"), d.AsDuration(), "must be positive, e.g. 15m")
+	}
+	if ca := b.Ca; ca != nil {
+		if (ca.CertificatePem == "") != (ca.PrivateKeyPem == "") {
+			errs.add(p.child("ca"), nil, "needs both certificatePem and privateKeyPem, or neither")
+		}
+		if ca.CertificatePem != "" && !strings.Contains(ca.CertificatePem, "-----BEGIN ") {
+			errs.add(p.child("ca").child("certificatePem"), nil, "must be PEM (-----BEGIN CERTIFICATE-----)")
+		}
+		if ca.PrivateKeyPem != "" && !strings.Contains(ca.PrivateKeyPem, "-----BEGIN ") {
+			errs.add(p.child("ca").child("privateKeyPem"), nil, "must be PEM (-----BEGIN ... PRIVATE KEY-----)")
+		}
+	}
+}
+
+func validateHealth(h *capnv1alpha1.HealthPolicy, p path, errs *fieldErrors) {
+	if h == nil {
+		return
+	}
+	for i, c := range h.UnhealthyConditions {
+		cp := p.child("unhealthyConditions").index(i)
+		if c == nil {
+			errs.add(cp, nil, "must not be null")
+			continue
+		}
+		if c.Type == "" {
+			errs.add(cp.child("type"), nil, "required: a node condition type, e.g. Ready or KernelDeadlock")
+		}
+		switch c.Status {
+		case "True", "False", "Unknown":
+		default:
+			errs.add(cp.child("status"), c.Status, "must be True, False or Unknown")
+		}
+		if c.Timeout != nil && c.Timeout.AsDuration() < 0 {
+			errs.add(cp.child("timeout"), c.Timeout.AsDuration(), "must not be negative")
+		}
+	}
+	if d := h.NodeStartupTimeout; d != nil {
+		if v := d.AsDuration(); v != 0 && v.Seconds() < 30 {
+			errs.add(p.child("nodeStartupTimeout"), v, "must be 0 (disabled) or at least 30s")
+		}
+	}
+	if s := h.MaxUnhealthy; s != "" {
+		if m := unhealthyRangeRE.FindStringSubmatch(s); m != nil {
+			lo, _ := strconv.Atoi(m[1])
+			hi, _ := strconv.Atoi(m[2])
+			if lo > hi {
+				errs.add(p.child("maxUnhealthy"), s, "a range [a-b] needs a <= b")
+			}
+		} else {
+			validateIntOrPercent(s, p.child("maxUnhealthy"), errs)
+		}
+	}
+	if h.MaxInFlight < 0 {
+		errs.add(p.child("maxInFlight"), h.MaxInFlight, "must be 0 (unlimited) or more")
+	}
+	if d := h.HeartbeatGrace; d != nil && d.AsDuration() < 0 {
+		errs.add(p.child("heartbeatGrace"), d.AsDuration(), "must not be negative")
+	}
+}

@@ -1,0 +1,107 @@
+package plan_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/capn-dev/capn/services/cluster-planner/plan"
+	"github.com/capn-dev/capn/services/cluster-planner/plan/plantest"
+)
+
+func TestDeleteOrder(t *testing.T) {
+	h := started(t, cluster(3, 2, 2))
+	h.DeleteSteps = func(string) int { return 3 }
+	h.Delete()
+	var steps []string
+	converge(t, h, func(rec plantest.Record) error {
+		workers := 0
+		for pool, c := range rec.Before {
+			if pool != cpPool {
+				workers += c.Total
+			}
+		}
+		for _, a := range rec.Result.Actions {
+			step := fmt.Sprintf("%T", a)
+			if d, ok := a.(plan.DeleteMachine); ok {
+				step = "delete " + poolOf(h, d.Name)
+				if poolOf(h, d.Name) != cpPool {
+					step = "delete worker"
+				}
+				if poolOf(h, d.Name) == cpPool && workers > 0 {
+					return fmt.Errorf("control-plane machine %s deleted while %d workers exist", d.Name, workers)
+				}
+			}
+			if len(steps) == 0 || steps[len(steps)-1] != step {
+				steps = append(steps, step)
+			}
+		}
+		if rec.Result.Status.Phase != plan.ClusterDeleting {
+			return fmt.Errorf("phase %s while deleting", rec.Result.Status.Phase)
+		}
+		return nil
+	})
+	want := "[delete worker plan.RemoveMachine delete control-plane plan.RemoveMachine plan.DeleteClusterInfra plan.DeletePKI plan.DeleteCluster]"
+	if fmt.Sprint(steps) != want {
+		t.Errorf("steps %v\nwant  %s", steps, want)
+	}
+}
+
+func TestDeleteWaitsForEachStep(t *testing.T) {
+	h := started(t, cluster(1, 1))
+	h.Delete()
+	h.DeleteSteps = func(string) int { return 100 } // machines never finish deleting
+	for range 5 {
+		r, err := h.Step()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(of[plan.DeleteClusterInfra](r)) + len(of[plan.DeleteCluster](r)); n > 0 {
+			t.Fatalf("tore down the cluster while machines exist: %v", r.Actions)
+		}
+		c := condition(r.Status, plan.ConditionDeleting)
+		if c == nil || c.Reason != "DeletingWorkers" || c.Message != "deleting 1 worker machines" {
+			t.Errorf("Deleting condition %v", c)
+		}
+	}
+	if cp := h.Counts()[cpPool]; cp.Active != 1 {
+		t.Errorf("control plane touched while a worker is still deleting: %+v", cp)
+	}
+}
+
+func TestDeleteWithoutMachines(t *testing.T) {
+	h := plantest.New(cluster(1))
+	h.Infra.Exists = true
+	h.Delete()
+	r := h.Plan()
+	if len(r.Actions) != 1 || len(of[plan.DeleteClusterInfra](r)) != 1 {
+		t.Fatalf("actions %v", r.Actions)
+	}
+	h.Infra.Exists = false
+	if r := h.Plan(); len(of[plan.DeletePKI](r)) != 1 {
+		t.Fatalf("actions %v", r.Actions)
+	}
+	h.PKI = false
+	if r := h.Plan(); len(of[plan.DeleteCluster](r)) != 1 {
+		t.Fatalf("actions %v", r.Actions)
+	}
+}
+
+func TestPausedStopsEverything(t *testing.T) {
+	h := started(t, cluster(1, 2))
+	h.Cluster.Spec.Paused = true
+	h.Delete()
+	h.Cluster.Spec.WorkerPools[0].Replicas = 5
+	r := h.Plan()
+	if len(r.Actions) != 0 {
+		t.Fatalf("paused cluster planned %v", r.Actions)
+	}
+	if r.Status.Phase != plan.ClusterPaused {
+		t.Errorf("phase %s", r.Status.Phase)
+	}
+	if c := condition(r.Status, plan.ConditionPaused); c.Status != "True" || c.Reason != "Paused" {
+		t.Errorf("Paused condition %v", c)
+	}
+	if r.RequeueAfter != 0 {
+		t.Errorf("a paused cluster needs no requeue, got %v", r.RequeueAfter)
+	}
+}

@@ -1,0 +1,73 @@
+package plan
+
+import (
+	"maps"
+	"slices"
+
+	"google.golang.org/protobuf/proto"
+
+	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+)
+
+// propagate updates in place what never rolls a machine: a pool's labels and
+// taints, and spec.stopped from the cluster's hibernated flag. Machines being
+// deleted are left alone. Hibernation (spec.hibernated) stops every machine
+// and otherwise freezes the cluster: no machine is created or deleted until
+// it wakes.
+func (p *planner) propagate() {
+	stopped := p.c.GetSpec().GetHibernated()
+	for _, pl := range append([]*pool{p.cp}, p.pools...) {
+		for _, m := range pl.machines {
+			if m.deleting || p.justCreated(m) {
+				continue
+			}
+			s := m.m.GetSpec()
+			labelsDiffer := !pl.controlPlane && !maps.Equal(s.GetLabels(), pl.labels)
+			taintsDiffer := !pl.controlPlane && !taintsEqual(s.GetTaints(), pl.taints)
+			if !labelsDiffer && !taintsDiffer && s.GetStopped() == stopped {
+				continue
+			}
+			nm := proto.Clone(m.m).(*capnv1alpha1.Machine)
+			reason := "propagate labels and taints"
+			if !pl.controlPlane {
+				nm.Spec.Labels = cloneMap(pl.labels)
+				nm.Spec.Taints = cloneTaints(pl.taints)
+			}
+			if s.GetStopped() != stopped {
+				nm.Spec.Stopped = stopped
+				reason = "wake from hibernation"
+				if stopped {
+					reason = "hibernate"
+				}
+			}
+			if nm.Metadata == nil {
+				nm.Metadata = &capnv1alpha1.ObjectMeta{Name: m.name}
+			}
+			nm.Metadata.Generation++
+			p.actions = append(p.actions, UpdateMachine{Machine: nm, Reason: reason})
+		}
+	}
+}
+
+// justCreated: the machine was created by this plan (its record is not in
+// the input yet).
+func (p *planner) justCreated(m *machine) bool {
+	_, ok := p.in.Machines[m.name]
+	return !ok
+}
+
+func taintsEqual(a, b []*capnv1alpha1.Taint) bool {
+	return slices.EqualFunc(a, b, func(x, y *capnv1alpha1.Taint) bool {
+		return x.GetKey() == y.GetKey() && x.GetValue() == y.GetValue() && x.GetEffect() == y.GetEffect()
+	})
+}
+
+// allStopped: every machine not being deleted reports Stopped.
+func (p *planner) allStopped() bool {
+	for _, m := range p.list {
+		if !m.deleting && m.phase() != PhaseStopped {
+			return false
+		}
+	}
+	return true
+}

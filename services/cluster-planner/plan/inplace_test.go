@@ -1,0 +1,66 @@
+package plan_test
+
+import (
+	"testing"
+
+	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/manifest"
+	"github.com/capn-dev/capn/services/cluster-planner/plan"
+)
+
+func TestLabelsAndTaintsPropagateInPlace(t *testing.T) {
+	h := started(t, cluster(1, 3))
+	before := h.Names("md-0")
+	h.Update(func(s *capnv1alpha1.ClusterSpec) {
+		s.WorkerPools[0].Labels = map[string]string{"tier": "web"}
+		s.WorkerPools[0].Taints = []*capnv1alpha1.Taint{{Key: "dedicated", Value: "web", Effect: manifest.TaintNoSchedule}}
+	})
+	r, _ := h.Step()
+	ups := of[plan.UpdateMachine](r)
+	if len(ups) != 3 || len(r.Actions) != 3 {
+		t.Fatalf("actions %v, want 3 updates only", r.Actions)
+	}
+	for _, u := range ups {
+		if u.Machine.Spec.Labels["tier"] != "web" || len(u.Machine.Spec.Taints) != 1 || u.Machine.Metadata.Generation != 2 {
+			t.Errorf("update %v", u.Machine)
+		}
+	}
+	converge(t, h, nil)
+	if after := h.Names("md-0"); len(after) != 3 || after[0] != before[0] || after[2] != before[2] {
+		t.Errorf("machines replaced: %v → %v", before, after)
+	}
+}
+
+func TestHibernate(t *testing.T) {
+	h := started(t, cluster(1, 2))
+	h.Update(func(s *capnv1alpha1.ClusterSpec) {
+		s.Hibernated = true
+		s.WorkerPools[0].Replicas = 4 // frozen while hibernated
+	})
+	r, _ := h.Step()
+	if ups := of[plan.UpdateMachine](r); len(ups) != 3 || len(r.Actions) != 3 || !ups[0].Machine.Spec.Stopped {
+		t.Fatalf("actions %v, want 3 stop updates only", r.Actions)
+	}
+	if r.Status.Phase != plan.ClusterHibernated {
+		t.Errorf("phase %s", r.Status.Phase)
+	}
+	if c := condition(r.Status, plan.ConditionHibernated); c.Status != "False" || c.Message != "0 of 3 machines stopped" {
+		t.Errorf("Hibernated %v", c)
+	}
+	r, _ = h.Step()
+	if len(r.Actions) != 0 || r.RequeueAfter != 0 {
+		t.Errorf("hibernated: actions %v, requeue %v", r.Actions, r.RequeueAfter)
+	}
+	if c := condition(r.Status, plan.ConditionHibernated); c.Status != "True" {
+		t.Errorf("Hibernated %v", c)
+	}
+	h.Update(func(s *capnv1alpha1.ClusterSpec) { s.Hibernated = false })
+	r, _ = h.Step()
+	if ups := of[plan.UpdateMachine](r); len(ups) != 3 || ups[0].Machine.Spec.Stopped || ups[0].Reason != "wake from hibernation" {
+		t.Fatalf("wake: %v", r.Actions)
+	}
+	converge(t, h, nil)
+	if n := len(h.Names("md-0")); n != 4 {
+		t.Errorf("pool has %d machines after waking, want 4", n)
+	}
+}

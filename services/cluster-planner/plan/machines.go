@@ -1,0 +1,173 @@
+package plan
+
+import (
+	"slices"
+
+	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/manifest"
+)
+
+// machine is the planner's view of one desired machine and its status.
+type machine struct {
+	name   string
+	m      *capnv1alpha1.Machine
+	status *capnv1alpha1.MachineStatus // nil until the machine-manager wrote one
+	// deleting: deletion was requested (by this plan, an earlier one or a user).
+	deleting bool
+	// outdated: made from another template than its pool's current one.
+	outdated bool
+}
+
+func (m *machine) phase() string {
+	if m.status == nil {
+		return PhasePending
+	}
+	if m.status.Phase == "" {
+		return PhasePending
+	}
+	return m.status.Phase
+}
+
+// gone: deletion is complete; only the desired record is left to remove.
+func (m *machine) gone() bool { return m.deleting && m.phase() == PhaseDeleted }
+
+func (m *machine) running() bool { return m.phase() == PhaseRunning }
+
+func (m *machine) failed() bool { return m.phase() == PhaseFailed }
+
+// unhealthy: failed, its node reported NodeHealthy=False, or a health check
+// annotated it.
+func (m *machine) unhealthy() bool {
+	if m.failed() {
+		return true
+	}
+	if _, ok := m.m.GetMetadata().GetAnnotations()[AnnotationUnhealthy]; ok {
+		return true
+	}
+	return nodeHealthyFalse(m.status)
+}
+
+func nodeHealthyFalse(st *capnv1alpha1.MachineStatus) bool {
+	for _, c := range st.GetConditions() {
+		if c.GetType() == ConditionNodeHealthy && c.GetStatus() == "False" {
+			return true
+		}
+	}
+	return false
+}
+
+// available: Running, healthy and not on its way out.
+func (m *machine) available() bool { return !m.deleting && m.running() && !m.unhealthy() }
+
+// marked: a user asked for this machine to go first on scale-down.
+func (m *machine) marked() bool {
+	_, ok := m.m.GetMetadata().GetAnnotations()[AnnotationDeleteMachine]
+	return ok
+}
+
+// why says in a few words why a machine is not available, for messages.
+func (m *machine) why() string {
+	switch {
+	case m.deleting:
+		return "deleting"
+	case m.failed():
+		if r := m.status.GetFailureReason(); r != "" {
+			return "Failed: " + r
+		}
+		return "Failed"
+	case nodeHealthyFalse(m.status):
+		return "NodeHealthy=False"
+	case m.unhealthy():
+		return "marked unhealthy"
+	}
+	return m.phase()
+}
+
+// pool is the control plane or one worker pool with the machines it has.
+type pool struct {
+	name         string
+	controlPlane bool
+	replicas     int
+	version      string
+	provider     string
+	template     *capnv1alpha1.MachineTemplate
+	bootstrap    *capnv1alpha1.BootstrapSpec // effective: cluster's, then the pool's
+	labels       map[string]string
+	taints       []*capnv1alpha1.Taint
+	hash         string
+	strategy     string // RollingUpdate or OnDelete; the control plane has its own rules
+	maxSurge     int
+	maxUnav      int
+	order        string     // deletion order
+	machines     []*machine // not gone, sorted by name
+	// hold says why this pool may not create machines now ("" if it may).
+	hold string
+	// obs are the counts observed before this plan's actions, for status.
+	obs poolCounts
+}
+
+// active are the machines not being deleted.
+func (pl *pool) active() []*machine {
+	var out []*machine
+	for _, m := range pl.machines {
+		if !m.deleting {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func (pl *pool) anyDeleting() bool {
+	return slices.ContainsFunc(pl.machines, func(m *machine) bool { return m.deleting })
+}
+
+func (pl *pool) anyOutdated() bool {
+	return slices.ContainsFunc(pl.machines, func(m *machine) bool { return m.outdated })
+}
+
+// poolCounts are a pool's observed numbers.
+type poolCounts struct {
+	replicas, ready, updated, available, deleting, failed int
+	// outdated counts machines of an old template, deleting ones included.
+	outdated int
+	// notAvailable names up to a few machines that are not available, and why.
+	notAvailable []string
+	minVersion   string
+}
+
+func (pl *pool) count() poolCounts {
+	var c poolCounts
+	var minV *manifest.Version
+	for _, m := range pl.machines {
+		if m.outdated {
+			c.outdated++
+		}
+		if m.deleting {
+			c.deleting++
+			continue
+		}
+		c.replicas++
+		if m.running() {
+			c.ready++
+		}
+		if !m.outdated {
+			c.updated++
+		}
+		if m.failed() {
+			c.failed++
+		}
+		if m.available() {
+			c.available++
+		} else if len(c.notAvailable) < 3 {
+			c.notAvailable = append(c.notAvailable, m.name+" ("+m.why()+")")
+		}
+		if v, err := manifest.ParseVersion(m.m.GetSpec().GetVersion()); err == nil && (minV == nil || v.Compare(*minV) < 0) {
+			minV = &v
+		}
+	}
+	c.minVersion = pl.version
+	if minV != nil {
+		c.minVersion = minV.String()
+	}
+	return c
+}

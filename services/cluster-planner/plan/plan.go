@@ -1,0 +1,244 @@
+// Package plan is the cluster-planner's pure planning function: from a
+// cluster's desired spec, its desired machines and what is observed of them,
+// it computes the next idempotent step toward convergence — the machines to
+// create, delete or update, the teardown steps, and the cluster status to
+// write. It does no I/O and reads no clock: the caller passes Now and applies
+// the Result with CAS writes. See README.md for the rules.
+package plan
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/manifest"
+)
+
+// Annotations and labels the planner reads or writes on machines.
+const (
+	// AnnotationDeleteMachine marks a machine to be picked first when its pool
+	// scales down (Cluster API's delete-machine annotation). It does not by
+	// itself delete the machine.
+	AnnotationDeleteMachine = "capn.dev/delete-machine"
+	// AnnotationUnhealthy marks a machine unhealthy (set by health checks);
+	// an unhealthy machine is not available.
+	AnnotationUnhealthy = "capn.dev/unhealthy"
+	// LabelCluster and LabelPool are set on every machine the planner creates.
+	LabelCluster = "capn.dev/cluster"
+	LabelPool    = "capn.dev/pool"
+)
+
+// Machine roles.
+const (
+	RoleControlPlane = "control-plane"
+	RoleWorker       = "worker"
+)
+
+// Machine phases, as the machine-manager writes them.
+const (
+	PhasePending       = "Pending"
+	PhaseBootstrapping = "Bootstrapping"
+	PhaseProvisioning  = "Provisioning"
+	PhaseProvisioned   = "Provisioned"
+	PhaseRunning       = "Running"
+	PhaseStopped       = "Stopped"
+	PhaseDeleting      = "Deleting"
+	PhaseDeleted       = "Deleted"
+	PhaseFailed        = "Failed"
+)
+
+// Cluster phases the planner writes.
+const (
+	ClusterProvisioning = "Provisioning"
+	ClusterReady        = "Ready"
+	ClusterUpgrading    = "Upgrading"
+	ClusterScalingUp    = "ScalingUp"
+	ClusterScalingDown  = "ScalingDown"
+	ClusterDeleting     = "Deleting"
+	ClusterFailed       = "Failed"
+	ClusterPaused       = "Paused"
+	ClusterHibernated   = "Hibernated"
+)
+
+// Condition types: the ones the planner writes on the cluster, and
+// NodeHealthy, which it reads on machines.
+const (
+	ConditionControlPlaneInitialized = "ControlPlaneInitialized"
+	ConditionControlPlaneReady       = "ControlPlaneReady"
+	ConditionWorkersReady            = "WorkersReady"
+	ConditionReady                   = "Ready"
+	ConditionPaused                  = "Paused"
+	ConditionDeleting                = "Deleting"
+	ConditionHibernated              = "Hibernated"
+	ConditionNodeHealthy             = "NodeHealthy"
+)
+
+// ProgressResync is the RequeueAfter of a plan that is waiting on other
+// services (machines booting, infrastructure going away). Their events
+// should wake the planner first; this bounds the wait if one is lost.
+const ProgressResync = 30 * time.Second
+
+// Input is everything the planner knows about one cluster.
+type Input struct {
+	// Cluster is the desired cluster. Its metadata.deletion_timestamp is set
+	// when deletion was requested; metadata.generation becomes the status's
+	// observed_generation. It is not modified.
+	Cluster *capnv1alpha1.Cluster
+	// Machines are the cluster's desired machines by name, as the planner
+	// wrote them: spec, annotations, and a deletion_timestamp once the
+	// planner (or a user) asked for the machine to go. Not modified.
+	Machines map[string]*capnv1alpha1.Machine
+	// Observed are the machines' statuses by name (machine-manager's). A
+	// missing status is a machine nothing has happened to yet.
+	Observed map[string]*capnv1alpha1.MachineStatus
+	// Infra is what the control-plane provider has for the cluster.
+	Infra Infra
+	// PKIExists says whether the bootstrapper still holds the cluster's PKI.
+	PKIExists bool
+	// Status is the status last written (may be nil): it keeps conditions'
+	// transition times and control_plane_initialized across plans.
+	Status *capnv1alpha1.ClusterStatus
+	// Now stamps new machines' creation_timestamp and condition transitions.
+	Now time.Time
+}
+
+// Infra is the observed cluster infrastructure.
+type Infra struct {
+	Exists, Ready bool
+	// Endpoint is the control-plane endpoint, copied into the status.
+	Endpoint *capnv1alpha1.Endpoint
+}
+
+// Result is one plan: actions to apply in order, the status to write, and
+// when to plan again if nothing else wakes the planner.
+type Result struct {
+	Actions      []Action
+	Status       *capnv1alpha1.ClusterStatus
+	RequeueAfter time.Duration
+}
+
+// Fields counts the plan's actions for one log line (nomad's
+// ReconcileResults.Fields): zerolog's Fields accepts the map as it is.
+func (r Result) Fields() map[string]any {
+	f := map[string]any{
+		"create": 0, "delete": 0, "update": 0, "remove": 0,
+		"infra_ensure": 0, "infra_delete": 0, "pki_delete": 0, "cluster_delete": 0,
+	}
+	for _, a := range r.Actions {
+		f[a.kind()] = f[a.kind()].(int) + 1
+	}
+	if r.Status != nil {
+		f["phase"] = r.Status.Phase
+	}
+	if r.RequeueAfter > 0 {
+		f["requeue_after"] = r.RequeueAfter.String()
+	}
+	return f
+}
+
+// Action is one step for the planner's caller to apply. The concrete types
+// are CreateMachine, DeleteMachine, UpdateMachine, RemoveMachine,
+// EnsureClusterInfra, DeleteClusterInfra, DeletePKI and DeleteCluster.
+type Action interface {
+	kind() string
+}
+
+// CreateMachine writes a new desired machine with a CAS create: the name is
+// deterministic per slot, so a second planner racing for the same slot
+// fails the create instead of making a second machine.
+type CreateMachine struct {
+	Machine *capnv1alpha1.Machine
+	Reason  string
+}
+
+// DeleteMachine asks for a machine to go: the caller sets its
+// metadata.deletion_timestamp (the machine-manager then tears it down).
+type DeleteMachine struct {
+	Name   string
+	Reason string
+}
+
+// UpdateMachine rewrites a machine's in-place fields (labels, taints,
+// stopped) without replacing it. Machine is the whole new desired machine.
+type UpdateMachine struct {
+	Machine *capnv1alpha1.Machine
+	Reason  string
+}
+
+// RemoveMachine deletes the desired record of a machine whose deletion is
+// complete (observed phase Deleted); its name becomes free again.
+type RemoveMachine struct {
+	Name string
+}
+
+// EnsureClusterInfra asks the control plane's provider for the cluster's
+// network and endpoint (idempotent); it is planned while none is observed.
+type EnsureClusterInfra struct {
+	Provider string
+}
+
+// DeleteClusterInfra asks the control plane's provider to remove the
+// cluster's infrastructure; planned once every machine record is gone.
+type DeleteClusterInfra struct {
+	Provider string
+}
+
+// DeletePKI asks the bootstrapper to drop the cluster's PKI and
+// kubeconfig; planned once the infrastructure is gone.
+type DeletePKI struct{}
+
+// DeleteCluster removes the cluster's desired record, the last step of a
+// deletion.
+type DeleteCluster struct{}
+
+func (CreateMachine) kind() string      { return "create" }
+func (DeleteMachine) kind() string      { return "delete" }
+func (UpdateMachine) kind() string      { return "update" }
+func (RemoveMachine) kind() string      { return "remove" }
+func (EnsureClusterInfra) kind() string { return "infra_ensure" }
+func (DeleteClusterInfra) kind() string { return "infra_delete" }
+func (DeletePKI) kind() string          { return "pki_delete" }
+func (DeleteCluster) kind() string      { return "cluster_delete" }
+
+// Plan computes the next step for one cluster. It is a pure function of in.
+func Plan(in Input) Result {
+	c := proto.Clone(in.Cluster).(*capnv1alpha1.Cluster)
+	manifest.Default(c)
+	p := newPlanner(in, c)
+	switch {
+	case c.GetSpec().GetPaused():
+		// Nothing at all, not even a deletion's next step (as Cluster API).
+	case c.GetMetadata().GetDeletionTimestamp() != nil:
+		p.removeGone()
+		p.planDelete()
+	case p.invalid != nil:
+		// A spec that fails validation never got past the gateway; if one is
+		// here anyway, do nothing with it and say why in the status.
+	default:
+		p.removeGone()
+		p.ensureInfra()
+		p.deleteOrphans()
+		if !c.Spec.Hibernated {
+			p.planControlPlane()
+			for _, pl := range p.pools {
+				p.planPool(pl)
+			}
+		}
+		p.propagate()
+	}
+	st := p.status()
+	r := Result{Actions: p.actions, Status: st}
+	switch st.Phase {
+	case ClusterReady, ClusterPaused:
+	case ClusterHibernated:
+		if !p.allStopped() {
+			r.RequeueAfter = ProgressResync
+		}
+	default:
+		if p.invalid == nil {
+			r.RequeueAfter = ProgressResync
+		}
+	}
+	return r
+}

@@ -1,0 +1,260 @@
+package plan
+
+import (
+	"slices"
+	"sort"
+
+	"google.golang.org/protobuf/proto"
+
+	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/manifest"
+)
+
+// planner holds one plan's working state.
+type planner struct {
+	in      Input
+	c       *capnv1alpha1.Cluster // defaulted copy
+	name    string
+	cp      *pool
+	pools   []*pool             // worker pools, in spec order
+	orphans []*machine          // machines of pools no longer in the spec
+	gone    []*machine          // deletion complete, record to remove
+	taken   map[string]bool     // machine names in use, including this plan's creates
+	all     map[string]*machine // every machine by name
+	list    []*machine          // every machine of the input, by name
+	// initialized: the first control-plane machine has run (now or before).
+	initialized bool
+	invalid     error
+	actions     []Action
+}
+
+func newPlanner(in Input, c *capnv1alpha1.Cluster) *planner {
+	p := &planner{
+		in:    in,
+		c:     c,
+		name:  c.GetMetadata().GetName(),
+		taken: map[string]bool{},
+		all:   map[string]*machine{},
+	}
+	if c.GetMetadata().GetDeletionTimestamp() == nil && !c.GetSpec().GetPaused() {
+		p.invalid = manifest.Validate(c)
+	}
+	p.cp = p.controlPlanePool()
+	byName := map[string]*pool{manifest.ControlPlanePool: p.cp}
+	for _, wp := range c.GetSpec().GetWorkerPools() {
+		pl := p.workerPool(wp)
+		p.pools = append(p.pools, pl)
+		byName[pl.name] = pl
+	}
+	names := make([]string, 0, len(in.Machines))
+	for name := range in.Machines {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		dm := in.Machines[name]
+		if cl := dm.GetSpec().GetCluster(); cl != "" && cl != p.name {
+			continue // not this cluster's
+		}
+		p.taken[name] = true
+		m := &machine{name: name, m: dm, status: in.Observed[name], deleting: dm.GetMetadata().GetDeletionTimestamp() != nil}
+		p.all[name] = m
+		p.list = append(p.list, m)
+		if m.gone() {
+			p.gone = append(p.gone, m)
+			continue
+		}
+		pl := byName[dm.GetSpec().GetPool()]
+		if pl == nil {
+			p.orphans = append(p.orphans, m)
+			continue
+		}
+		m.outdated = dm.GetSpec().GetTemplateHash() != pl.hash
+		pl.machines = append(pl.machines, m)
+	}
+	p.initialized = in.Status.GetControlPlaneInitialized() || slices.ContainsFunc(p.cp.machines, (*machine).running)
+	for _, pl := range append([]*pool{p.cp}, p.pools...) {
+		pl.obs = pl.count()
+	}
+	p.setHolds()
+	return p
+}
+
+func (p *planner) controlPlanePool() *pool {
+	s := p.c.GetSpec()
+	cp := s.GetControlPlane()
+	pl := &pool{
+		name:         manifest.ControlPlanePool,
+		controlPlane: true,
+		replicas:     int(cp.GetReplicas()),
+		version:      s.GetKubernetesVersion(),
+		provider:     cp.GetProvider(),
+		template:     cp.GetTemplate(),
+		bootstrap:    effectiveBootstrap(s.GetBootstrap(), cp.GetBootstrap()),
+		maxSurge:     int(cp.GetMaxSurge()),
+		order:        manifest.DeletionOrderOldest,
+	}
+	if pl.maxSurge == 0 && pl.replicas < 3 {
+		pl.maxSurge = 1 // validation refuses this; never risk quorum anyway
+	}
+	pl.hash = TemplateHash(RoleControlPlane, pl.provider, pl.version, pl.template, pl.bootstrap)
+	return pl
+}
+
+func (p *planner) workerPool(wp *capnv1alpha1.WorkerPool) *pool {
+	s := p.c.GetSpec()
+	pl := &pool{
+		name:      wp.GetName(),
+		replicas:  max(0, int(wp.GetReplicas())),
+		version:   wp.GetVersion(),
+		provider:  wp.GetProvider(),
+		template:  wp.GetTemplate(),
+		bootstrap: effectiveBootstrap(s.GetBootstrap(), wp.GetBootstrap()),
+		labels:    wp.GetLabels(),
+		taints:    wp.GetTaints(),
+		strategy:  wp.GetStrategy().GetType(),
+		order:     wp.GetDeletionOrder(),
+	}
+	if pl.version == "" {
+		pl.version = s.GetKubernetesVersion()
+	}
+	if pl.strategy == manifest.StrategyRollingUpdate {
+		// Validation guarantees both parse; fall back to the defaults if not.
+		surge, err := manifest.ResolveIntOrPercent(wp.GetStrategy().GetMaxSurge(), pl.replicas, true)
+		if err != nil {
+			surge = 1
+		}
+		unav, err := manifest.ResolveIntOrPercent(wp.GetStrategy().GetMaxUnavailable(), pl.replicas, false)
+		if err != nil {
+			unav = 0
+		}
+		if surge == 0 && unav == 0 {
+			unav = 1 // as Cluster API: a rollout must be able to move
+		}
+		pl.maxSurge, pl.maxUnav = surge, unav
+	}
+	pl.hash = TemplateHash(RoleWorker, pl.provider, pl.version, pl.template, pl.bootstrap)
+	return pl
+}
+
+// effectiveBootstrap is the cluster's bootstrap with the override merged in:
+// scalars the override sets win, its lists are appended, its maps merged.
+func effectiveBootstrap(cluster, override *capnv1alpha1.BootstrapSpec) *capnv1alpha1.BootstrapSpec {
+	out := &capnv1alpha1.BootstrapSpec{}
+	if cluster != nil {
+		proto.Merge(out, cluster)
+	}
+	if override != nil {
+		proto.Merge(out, override)
+	}
+	return out
+}
+
+// setHolds decides which pools may create machines: none before the control
+// plane is initialized, none while it rolls (a new-version worker must not
+// join an old control plane).
+func (p *planner) setHolds() {
+	hold := ""
+	switch {
+	case !p.initialized:
+		hold = "waiting for the control plane to initialize"
+	case p.cp.anyOutdated():
+		hold = "waiting for the control plane to finish rolling out"
+	}
+	for _, pl := range p.pools {
+		pl.hold = hold
+	}
+}
+
+// create plans a new machine in pl at the lowest free ordinal.
+func (p *planner) create(pl *pool, first bool, reason string) {
+	name := p.freeName(pl)
+	p.taken[name] = true
+	role := RoleWorker
+	if pl.controlPlane {
+		role = RoleControlPlane
+	}
+	m := &capnv1alpha1.Machine{
+		Metadata: &capnv1alpha1.ObjectMeta{
+			Name:              name,
+			Labels:            map[string]string{LabelCluster: p.name, LabelPool: pl.name},
+			Generation:        1,
+			CreationTimestamp: timestamp(p.in.Now),
+		},
+		Spec: &capnv1alpha1.MachineSpec{
+			Cluster:           p.name,
+			Pool:              pl.name,
+			Role:              role,
+			Provider:          pl.provider,
+			Version:           pl.version,
+			Template:          cloneOrNil(pl.template),
+			Labels:            cloneMap(pl.labels),
+			Taints:            cloneTaints(pl.taints),
+			TemplateHash:      pl.hash,
+			Bootstrap:         proto.Clone(pl.bootstrap).(*capnv1alpha1.BootstrapSpec),
+			FirstControlPlane: first,
+			Stopped:           p.c.GetSpec().GetHibernated(),
+		},
+	}
+	p.actions = append(p.actions, CreateMachine{Machine: m, Reason: reason})
+	vm := &machine{name: name, m: m}
+	pl.machines = append(pl.machines, vm)
+	p.all[name] = vm
+}
+
+// delete plans a machine's deletion and counts it as deleting from now on.
+func (p *planner) delete(m *machine, reason string) {
+	if m.deleting {
+		return
+	}
+	m.deleting = true
+	p.actions = append(p.actions, DeleteMachine{Name: m.name, Reason: reason})
+}
+
+// removeGone plans the removal of records whose deletion is complete.
+func (p *planner) removeGone() {
+	for _, m := range p.gone {
+		p.actions = append(p.actions, RemoveMachine{Name: m.name})
+	}
+}
+
+// ensureInfra asks for the cluster's infrastructure while none is observed.
+// Machines do not wait for it here: the machine-manager and the provider do.
+func (p *planner) ensureInfra() {
+	if !p.in.Infra.Exists {
+		p.actions = append(p.actions, EnsureClusterInfra{Provider: p.cp.provider})
+	}
+}
+
+// deleteOrphans deletes the machines of pools removed from the spec.
+func (p *planner) deleteOrphans() {
+	for _, m := range p.orphans {
+		p.delete(m, "pool "+m.m.GetSpec().GetPool()+" was removed from the spec")
+	}
+}
+
+func cloneOrNil(t *capnv1alpha1.MachineTemplate) *capnv1alpha1.MachineTemplate {
+	if t == nil {
+		return nil
+	}
+	return proto.Clone(t).(*capnv1alpha1.MachineTemplate)
+}
+
+func cloneMap(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func cloneTaints(ts []*capnv1alpha1.Taint) []*capnv1alpha1.Taint {
+	var out []*capnv1alpha1.Taint
+	for _, t := range ts {
+		out = append(out, proto.Clone(t).(*capnv1alpha1.Taint))
+	}
+	return out
+}

@@ -1,0 +1,408 @@
+// Package plantest is an in-memory simulator for the cluster-planner's pure
+// Plan function (nomad's scheduler/tests Harness, for capn): it holds a
+// cluster's desired and observed state, applies a plan's actions as the
+// services would — CAS creates that refuse a taken name, deletions that take
+// a few steps, machines that boot in a few steps — and records what happened
+// so tests can assert bounds on every step.
+package plantest
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/manifest"
+	"github.com/capn-dev/capn/services/cluster-planner/plan"
+)
+
+// ErrConflict is a CAS failure: a create of a name that exists, or a change
+// of a machine that does not.
+var ErrConflict = errors.New("conflict")
+
+// Harness simulates one cluster. Fields may be changed between steps.
+type Harness struct {
+	Cluster  *capnv1alpha1.Cluster
+	Machines map[string]*capnv1alpha1.Machine
+	Observed map[string]*capnv1alpha1.MachineStatus
+	Infra    plan.Infra
+	PKI      bool
+	// Status is the last status the planner wrote.
+	Status *capnv1alpha1.ClusterStatus
+	// ClusterDeleted is set when a plan deleted the cluster record.
+	ClusterDeleted bool
+	Now            time.Time
+	// Tick is how far Now moves per step (default 10s).
+	Tick time.Duration
+
+	// BootSteps is how many steps a new machine takes to run (default 2);
+	// DeleteSteps how many a deletion takes (default 1).
+	BootSteps   func(name string) int
+	DeleteSteps func(name string) int
+	// FailBoot makes a booting machine go Failed instead of Running.
+	FailBoot func(name string) bool
+
+	// Steps counts steps taken; History records every one.
+	Steps   int
+	History []Record
+
+	timers map[string]int
+}
+
+// Record is one step: the state before the plan, and the plan.
+type Record struct {
+	Step   int
+	Before map[string]Counts // by pool, before the plan's actions
+	After  map[string]Counts // by pool, after the actions were applied
+	Result plan.Result
+}
+
+// Counts are a pool's machine numbers at one moment.
+type Counts struct {
+	// Total are the machine records, deleting ones included (not those whose
+	// deletion completed).
+	Total int
+	// Active are not being deleted; Available are Running and healthy.
+	Active, Available int
+	// Outdated are active machines not of the pool's current template.
+	Outdated int
+	// OutdatedAll includes machines being deleted.
+	OutdatedAll int
+}
+
+// New returns a harness for c (defaulted in place) at a fixed start time.
+func New(c *capnv1alpha1.Cluster) *Harness {
+	manifest.Default(c)
+	return &Harness{
+		Cluster:  c,
+		Machines: map[string]*capnv1alpha1.Machine{},
+		Observed: map[string]*capnv1alpha1.MachineStatus{},
+		PKI:      true,
+		Now:      time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC),
+		Tick:     10 * time.Second,
+		timers:   map[string]int{},
+	}
+}
+
+// Input is the planner's input for the current state.
+func (h *Harness) Input() plan.Input {
+	return plan.Input{
+		Cluster:   h.Cluster,
+		Machines:  h.Machines,
+		Observed:  h.Observed,
+		Infra:     h.Infra,
+		PKIExists: h.PKI,
+		Status:    h.Status,
+		Now:       h.Now,
+	}
+}
+
+// Plan computes a plan for the current state without applying it.
+func (h *Harness) Plan() plan.Result { return plan.Plan(h.Input()) }
+
+// Apply applies a plan's actions in order, as the planner's caller would with
+// CAS writes, and stores its status.
+func (h *Harness) Apply(r plan.Result) error {
+	for _, a := range r.Actions {
+		if err := h.apply(a); err != nil {
+			return err
+		}
+	}
+	h.Status = r.Status
+	return nil
+}
+
+func (h *Harness) apply(a plan.Action) error {
+	switch a := a.(type) {
+	case plan.CreateMachine:
+		name := a.Machine.GetMetadata().GetName()
+		if _, ok := h.Machines[name]; ok {
+			return fmt.Errorf("create %s: %w: name taken", name, ErrConflict)
+		}
+		h.Machines[name] = proto.Clone(a.Machine).(*capnv1alpha1.Machine)
+	case plan.DeleteMachine:
+		m, ok := h.Machines[a.Name]
+		if !ok {
+			return fmt.Errorf("delete %s: %w: no such machine", a.Name, ErrConflict)
+		}
+		if m.GetMetadata().GetDeletionTimestamp() != nil {
+			return fmt.Errorf("delete %s: already deleting", a.Name)
+		}
+		m.Metadata.DeletionTimestamp = timestamppb.New(h.Now)
+	case plan.UpdateMachine:
+		name := a.Machine.GetMetadata().GetName()
+		if _, ok := h.Machines[name]; !ok {
+			return fmt.Errorf("update %s: %w: no such machine", name, ErrConflict)
+		}
+		h.Machines[name] = proto.Clone(a.Machine).(*capnv1alpha1.Machine)
+	case plan.RemoveMachine:
+		if h.Observed[a.Name].GetPhase() != plan.PhaseDeleted {
+			return fmt.Errorf("remove %s: not deleted yet", a.Name)
+		}
+		delete(h.Machines, a.Name)
+		delete(h.Observed, a.Name)
+		delete(h.timers, a.Name)
+	case plan.EnsureClusterInfra:
+		h.Infra.Exists, h.Infra.Ready = true, true
+		h.Infra.Endpoint = &capnv1alpha1.Endpoint{Host: h.Cluster.GetMetadata().GetName() + ".sim", Port: 6443}
+	case plan.DeleteClusterInfra:
+		if len(h.Machines) > 0 {
+			return fmt.Errorf("delete cluster infrastructure with %d machines left", len(h.Machines))
+		}
+		h.Infra = plan.Infra{}
+	case plan.DeletePKI:
+		if h.Infra.Exists {
+			return errors.New("delete PKI before the infrastructure is gone")
+		}
+		h.PKI = false
+	case plan.DeleteCluster:
+		if h.Infra.Exists || h.PKI || len(h.Machines) > 0 {
+			return errors.New("delete cluster before everything it owns is gone")
+		}
+		h.ClusterDeleted = true
+	default:
+		return fmt.Errorf("unknown action %T", a)
+	}
+	return nil
+}
+
+// Advance moves the simulated world one step: machines boot, stop, start
+// and finish deleting; Now moves by Tick.
+func (h *Harness) Advance() {
+	h.Now = h.Now.Add(h.Tick)
+	for _, name := range slices.Sorted(maps.Keys(h.Machines)) {
+		m := h.Machines[name]
+		st := h.Observed[name]
+		if st == nil {
+			st = &capnv1alpha1.MachineStatus{Phase: plan.PhasePending}
+			h.Observed[name] = st
+			h.timers[name] = h.steps(h.BootSteps, name, 2)
+		}
+		switch {
+		case m.GetMetadata().GetDeletionTimestamp() != nil:
+			if st.Phase == plan.PhaseDeleted {
+				continue
+			}
+			if st.Phase != plan.PhaseDeleting {
+				st.Phase = plan.PhaseDeleting
+				h.timers[name] = h.steps(h.DeleteSteps, name, 1)
+			}
+			if h.timers[name]--; h.timers[name] <= 0 {
+				st.Phase = plan.PhaseDeleted
+			}
+		case st.Phase == plan.PhaseFailed:
+		case st.Phase == plan.PhaseRunning && m.GetSpec().GetStopped():
+			st.Phase = plan.PhaseStopped
+		case st.Phase == plan.PhaseStopped && !m.GetSpec().GetStopped():
+			st.Phase = plan.PhaseRunning
+		case st.Phase == plan.PhaseRunning || st.Phase == plan.PhaseStopped:
+		default: // booting
+			if h.timers[name]--; h.timers[name] > 0 {
+				st.Phase = plan.PhaseProvisioning
+				continue
+			}
+			if h.FailBoot != nil && h.FailBoot(name) {
+				st.Phase, st.FailureReason = plan.PhaseFailed, "BootFailed"
+				continue
+			}
+			st.Phase = plan.PhaseRunning
+			if m.GetSpec().GetStopped() {
+				st.Phase = plan.PhaseStopped
+			}
+			st.KubeletVersion = m.GetSpec().GetVersion()
+			st.NodeName = name
+			st.Conditions = []*capnv1alpha1.Condition{{Type: plan.ConditionNodeHealthy, Status: "True"}}
+		}
+	}
+}
+
+func (h *Harness) steps(f func(string) int, name string, def int) int {
+	if f == nil {
+		return def
+	}
+	return max(1, f(name))
+}
+
+// Step plans, applies and advances once, and records the step.
+func (h *Harness) Step() (plan.Result, error) {
+	r, err := h.PlanAndApply()
+	if err != nil {
+		return r, err
+	}
+	h.Advance()
+	return r, nil
+}
+
+// PlanAndApply plans and applies once and records the step, without
+// advancing the world.
+func (h *Harness) PlanAndApply() (plan.Result, error) {
+	before := h.Counts()
+	r := h.Plan()
+	if err := h.Apply(r); err != nil {
+		return r, fmt.Errorf("step %d: %w", h.Steps, err)
+	}
+	h.History = append(h.History, Record{Step: h.Steps, Before: before, After: h.Counts(), Result: r})
+	h.Steps++
+	return r, nil
+}
+
+// Converged: the last plan had no action and the cluster is Ready (or, when
+// deleting, its record was deleted).
+func (h *Harness) Converged(r plan.Result) bool {
+	if h.ClusterDeleted {
+		return true
+	}
+	return len(r.Actions) == 0 && r.Status.GetPhase() == plan.ClusterReady
+}
+
+// Run steps until Converged or maxSteps; it returns the steps taken. check,
+// if set, is called after every plan is applied and before the world
+// advances, with the step's record: the harness then still holds each
+// machine as the plan saw it (deleted ones now carry their deletion
+// timestamp). check may change the harness, as a user would.
+func (h *Harness) Run(maxSteps int, check func(Record) error) (int, error) {
+	for i := range maxSteps {
+		r, err := h.PlanAndApply()
+		if err != nil {
+			return i, err
+		}
+		if check != nil {
+			if err := check(h.History[len(h.History)-1]); err != nil {
+				return i, fmt.Errorf("step %d: %w", h.Steps-1, err)
+			}
+		}
+		h.Advance()
+		if h.Converged(r) {
+			return i + 1, nil
+		}
+	}
+	return maxSteps, fmt.Errorf("not converged after %d steps: phase %s", maxSteps, h.Status.GetPhase())
+}
+
+// DesiredHash is the template hash pool's machines should have.
+func (h *Harness) DesiredHash(pool string) string { return DesiredHash(h.Cluster, pool) }
+
+// DesiredHash is the template hash pool's machines should have in cluster c
+// ("" for an unknown pool); the planner computes the same.
+func DesiredHash(c *capnv1alpha1.Cluster, pool string) string {
+	c = proto.Clone(c).(*capnv1alpha1.Cluster)
+	manifest.Default(c)
+	s := c.GetSpec()
+	merge := func(o *capnv1alpha1.BootstrapSpec) *capnv1alpha1.BootstrapSpec {
+		b := proto.Clone(s.GetBootstrap()).(*capnv1alpha1.BootstrapSpec)
+		if b == nil {
+			b = &capnv1alpha1.BootstrapSpec{}
+		}
+		if o != nil {
+			proto.Merge(b, o)
+		}
+		return b
+	}
+	if pool == manifest.ControlPlanePool {
+		cp := s.GetControlPlane()
+		return plan.TemplateHash(plan.RoleControlPlane, cp.GetProvider(), s.GetKubernetesVersion(), cp.GetTemplate(), merge(cp.GetBootstrap()))
+	}
+	for _, p := range s.GetWorkerPools() {
+		if p.GetName() == pool {
+			return plan.TemplateHash(plan.RoleWorker, p.GetProvider(), p.GetVersion(), p.GetTemplate(), merge(p.GetBootstrap()))
+		}
+	}
+	return ""
+}
+
+// Counts returns every pool's numbers now (pools of the spec, plus any pool
+// machines still claim).
+func (h *Harness) Counts() map[string]Counts {
+	out := map[string]Counts{manifest.ControlPlanePool: {}}
+	for _, p := range h.Cluster.GetSpec().GetWorkerPools() {
+		out[p.GetName()] = Counts{}
+	}
+	hashes := map[string]string{}
+	for pool := range out {
+		hashes[pool] = h.DesiredHash(pool)
+	}
+	for name, m := range h.Machines {
+		st := h.Observed[name]
+		if st.GetPhase() == plan.PhaseDeleted {
+			continue
+		}
+		pool := m.GetSpec().GetPool()
+		c := out[pool]
+		c.Total++
+		outdated := m.GetSpec().GetTemplateHash() != hashes[pool]
+		if outdated {
+			c.OutdatedAll++
+		}
+		if m.GetMetadata().GetDeletionTimestamp() == nil {
+			c.Active++
+			if outdated {
+				c.Outdated++
+			}
+			if st.GetPhase() == plan.PhaseRunning && !unhealthy(m, st) {
+				c.Available++
+			}
+		}
+		out[pool] = c
+	}
+	return out
+}
+
+func unhealthy(m *capnv1alpha1.Machine, st *capnv1alpha1.MachineStatus) bool {
+	if _, ok := m.GetMetadata().GetAnnotations()[plan.AnnotationUnhealthy]; ok {
+		return true
+	}
+	for _, c := range st.GetConditions() {
+		if c.GetType() == plan.ConditionNodeHealthy && c.GetStatus() == "False" {
+			return true
+		}
+	}
+	return false
+}
+
+// Names returns the machine names of a pool, sorted.
+func (h *Harness) Names(pool string) []string {
+	var out []string
+	for name, m := range h.Machines {
+		if m.GetSpec().GetPool() == pool {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// SetPhase sets a machine's observed phase (e.g. Failed).
+func (h *Harness) SetPhase(name, phase string) {
+	if st := h.Observed[name]; st != nil {
+		st.Phase = phase
+	} else {
+		h.Observed[name] = &capnv1alpha1.MachineStatus{Phase: phase}
+	}
+}
+
+// Annotate sets an annotation on a desired machine.
+func (h *Harness) Annotate(name, key, value string) {
+	m := h.Machines[name]
+	if m.Metadata.Annotations == nil {
+		m.Metadata.Annotations = map[string]string{}
+	}
+	m.Metadata.Annotations[key] = value
+}
+
+// Update changes the cluster's spec in place and bumps its generation.
+func (h *Harness) Update(f func(s *capnv1alpha1.ClusterSpec)) {
+	f(h.Cluster.Spec)
+	manifest.Default(h.Cluster)
+	if h.Cluster.Metadata != nil {
+		h.Cluster.Metadata.Generation++
+	}
+}
+
+// Delete requests the cluster's deletion.
+func (h *Harness) Delete() { h.Cluster.Metadata.DeletionTimestamp = timestamppb.New(h.Now) }

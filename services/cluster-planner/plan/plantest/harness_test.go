@@ -1,0 +1,74 @@
+package plantest
+
+import (
+	"errors"
+	"testing"
+
+	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/manifest"
+	"github.com/capn-dev/capn/services/cluster-planner/plan"
+)
+
+func testCluster() *capnv1alpha1.Cluster {
+	return &capnv1alpha1.Cluster{
+		ApiVersion: manifest.APIVersion,
+		Kind:       manifest.KindCluster,
+		Metadata:   &capnv1alpha1.ObjectMeta{Name: "h"},
+		Spec: &capnv1alpha1.ClusterSpec{
+			KubernetesVersion: "v1.34.0",
+			ControlPlane:      &capnv1alpha1.ControlPlaneSpec{Provider: "sim", Replicas: 1},
+			WorkerPools:       []*capnv1alpha1.WorkerPool{{Name: "w", Provider: "sim", Replicas: 2}},
+		},
+	}
+}
+
+func TestHarnessConvergesAndRecords(t *testing.T) {
+	h := New(testCluster())
+	n, err := h.Run(50, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != len(h.History) || n != h.Steps {
+		t.Errorf("%d steps, %d records, Steps %d", n, len(h.History), h.Steps)
+	}
+	last := h.History[len(h.History)-1]
+	if c := last.After["w"]; c.Total != 2 || c.Available != 2 || c.Outdated != 0 {
+		t.Errorf("counts %+v", c)
+	}
+	if h.Status.GetPhase() != plan.ClusterReady || !h.Infra.Exists {
+		t.Errorf("phase %s, infra %v", h.Status.GetPhase(), h.Infra)
+	}
+}
+
+func TestHarnessCASCreate(t *testing.T) {
+	h := New(testCluster())
+	r := h.Plan()
+	if err := h.Apply(r); err != nil {
+		t.Fatal(err)
+	}
+	// A second planner that planned from the same state loses the race.
+	if err := h.Apply(r); !errors.Is(err, ErrConflict) {
+		t.Errorf("second create: %v, want ErrConflict", err)
+	}
+}
+
+func TestHarnessRefusesOutOfOrderTeardown(t *testing.T) {
+	h := New(testCluster())
+	if _, err := h.Run(50, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Apply(plan.Result{Actions: []plan.Action{plan.DeleteClusterInfra{}}}); err == nil {
+		t.Error("deleted infrastructure under machines")
+	}
+	if err := h.Apply(plan.Result{Actions: []plan.Action{plan.RemoveMachine{Name: h.Names("w")[0]}}}); err == nil {
+		t.Error("removed a running machine's record")
+	}
+}
+
+func TestHarnessReportsNoConvergence(t *testing.T) {
+	h := New(testCluster())
+	h.BootSteps = func(string) int { return 1000 }
+	if _, err := h.Run(5, nil); err == nil {
+		t.Error("Run converged with machines that never boot")
+	}
+}

@@ -1,0 +1,237 @@
+package plan
+
+import (
+	"fmt"
+	"strings"
+
+	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+)
+
+// status computes the cluster status from what was observed before this
+// plan's actions. The phase says what capn is doing; the conditions say
+// whether the cluster is healthy, each with a reason and a message with
+// numbers.
+func (p *planner) status() *capnv1alpha1.ClusterStatus {
+	st := &capnv1alpha1.ClusterStatus{
+		ObservedGeneration:      p.c.GetMetadata().GetGeneration(),
+		ControlPlaneInitialized: p.initialized,
+		ControlPlaneEndpoint:    p.in.Infra.Endpoint,
+		ControlPlane:            poolStatus(p.cp),
+		Updated:                 timestamp(p.in.Now),
+	}
+	if st.ControlPlaneEndpoint == nil {
+		st.ControlPlaneEndpoint = p.in.Status.GetControlPlaneEndpoint()
+	}
+	for _, pl := range p.pools {
+		st.WorkerPools = append(st.WorkerPools, poolStatus(pl))
+	}
+
+	var conds []*capnv1alpha1.Condition
+	add := func(typ string, ok bool, reason, msg string) {
+		conds = append(conds, p.condition(typ, ok, reason, msg))
+	}
+	if p.initialized {
+		add(ConditionControlPlaneInitialized, true, "Initialized", "the first control-plane machine has run")
+	} else {
+		add(ConditionControlPlaneInitialized, false, "WaitingForFirstMachine", p.firstMachineMessage())
+	}
+	cpOK, cpReason, cpMsg := p.poolReady(p.cp)
+	add(ConditionControlPlaneReady, cpOK, cpReason, cpMsg)
+	wOK, wReason, wMsg := p.workersReady()
+	add(ConditionWorkersReady, wOK, wReason, wMsg)
+
+	paused := p.c.GetSpec().GetPaused()
+	deleting := p.c.GetMetadata().GetDeletionTimestamp() != nil
+	hibernated := p.c.GetSpec().GetHibernated()
+	switch {
+	case p.invalid != nil:
+		add(ConditionReady, false, "InvalidSpec", "the spec does not validate: "+strings.ReplaceAll(p.invalid.Error(), "\n", "; "))
+	case deleting:
+		add(ConditionReady, false, "Deleting", "the cluster is being deleted")
+	case !cpOK:
+		add(ConditionReady, false, "ControlPlaneNotReady", cpMsg)
+	case !wOK:
+		add(ConditionReady, false, "WorkersNotReady", wMsg)
+	default:
+		add(ConditionReady, true, "Ready", "the control plane and every worker pool are ready")
+	}
+	if paused {
+		add(ConditionPaused, true, "Paused", "spec.paused is true: capn takes no action on this cluster until it is unpaused")
+	} else {
+		add(ConditionPaused, false, "NotPaused", "")
+	}
+	if deleting {
+		reason, msg := p.deletionStep()
+		add(ConditionDeleting, true, reason, msg)
+	}
+	if hibernated {
+		stopped, total := p.stoppedCount()
+		if stopped == total {
+			add(ConditionHibernated, true, "Hibernated", fmt.Sprintf("all %d machines stopped", total))
+		} else {
+			add(ConditionHibernated, false, "Hibernating", fmt.Sprintf("%d of %d machines stopped", stopped, total))
+		}
+	}
+	st.Conditions = conds
+	st.Phase = p.phase(cpOK && wOK, paused, deleting, hibernated)
+	return st
+}
+
+func (p *planner) phase(ready, paused, deleting, hibernated bool) string {
+	prev := p.in.Status.GetPhase()
+	neverReady := prev == "" || prev == "Pending" || prev == ClusterProvisioning
+	all := append([]*pool{p.cp}, p.pools...)
+	has := func(f func(pl *pool) bool) bool {
+		for _, pl := range all {
+			if f(pl) {
+				return true
+			}
+		}
+		return false
+	}
+	switch {
+	case paused:
+		return ClusterPaused
+	case deleting:
+		return ClusterDeleting
+	case p.invalid != nil:
+		return ClusterFailed
+	case p.initialized && p.cp.obs.available == 0 && p.cp.obs.failed > 0:
+		return ClusterFailed // the control plane is down and failing
+	case hibernated:
+		return ClusterHibernated
+	case ready:
+		return ClusterReady
+	case !p.initialized || neverReady:
+		return ClusterProvisioning
+	case has(func(pl *pool) bool { return pl.obs.outdated > 0 }):
+		return ClusterUpgrading
+	case has(func(pl *pool) bool { return pl.obs.replicas < pl.replicas || pl.obs.ready < pl.obs.replicas }):
+		return ClusterScalingUp
+	case has(func(pl *pool) bool { return pl.obs.replicas > pl.replicas || pl.obs.deleting > 0 }):
+		return ClusterScalingDown
+	}
+	// Every machine is there and up to date but some are unhealthy: nothing
+	// to do for the planner (remediation's job); the Ready condition says so.
+	return ClusterReady
+}
+
+func poolStatus(pl *pool) *capnv1alpha1.PoolStatus {
+	return &capnv1alpha1.PoolStatus{
+		Name:      pl.name,
+		Desired:   int32(pl.replicas),
+		Replicas:  int32(pl.obs.replicas),
+		Ready:     int32(pl.obs.ready),
+		Updated:   int32(pl.obs.updated),
+		Available: int32(pl.obs.available),
+		Version:   pl.obs.minVersion,
+	}
+}
+
+// poolReady: exactly replicas machines, all up to date and available, none
+// deleting.
+func (p *planner) poolReady(pl *pool) (bool, string, string) {
+	o := pl.obs
+	what := "machines"
+	if pl.controlPlane {
+		what = "control-plane machines"
+	}
+	counts := fmt.Sprintf("%d of %d %s available, %d up to date", o.available, pl.replicas, what, o.updated)
+	if o.deleting > 0 {
+		counts += fmt.Sprintf(", %d deleting", o.deleting)
+	}
+	if len(o.notAvailable) > 0 {
+		counts += "; not available: " + strings.Join(o.notAvailable, ", ")
+	}
+	switch {
+	case pl.controlPlane && !p.initialized:
+		return false, "NotInitialized", p.firstMachineMessage()
+	case pl.hold != "" && o.replicas < pl.replicas:
+		return false, "WaitingForControlPlane", counts + " (" + pl.hold + ")"
+	case o.updated < o.replicas:
+		return false, "RollingOut", counts
+	case o.replicas < pl.replicas:
+		return false, "ScalingUp", counts
+	case o.replicas > pl.replicas:
+		return false, "ScalingDown", counts
+	case o.available < pl.replicas:
+		return false, "MachinesNotAvailable", counts
+	case o.deleting > 0:
+		return false, "MachinesDeleting", counts
+	}
+	return true, "Ready", counts
+}
+
+func (p *planner) workersReady() (bool, string, string) {
+	if len(p.pools) == 0 {
+		return true, "NoWorkerPools", "the cluster has no worker pools"
+	}
+	reason := ""
+	var msgs []string
+	for _, pl := range p.pools {
+		ok, r, msg := p.poolReady(pl)
+		if ok {
+			continue
+		}
+		if reason == "" {
+			reason = r
+		}
+		msgs = append(msgs, "pool "+pl.name+": "+msg)
+	}
+	if reason == "" {
+		return true, "Ready", fmt.Sprintf("all %d worker pools ready", len(p.pools))
+	}
+	return false, reason, strings.Join(msgs, "; ")
+}
+
+func (p *planner) firstMachineMessage() string {
+	for _, m := range p.cp.machines {
+		if m.m.GetSpec().GetFirstControlPlane() && !m.deleting {
+			return fmt.Sprintf("waiting for the first control-plane machine %s (%s)", m.name, m.why())
+		}
+	}
+	if len(p.cp.machines) > 0 {
+		return fmt.Sprintf("waiting for %d control-plane machines to be deleted before creating the first one", len(p.cp.machines))
+	}
+	return "no control-plane machine yet"
+}
+
+func (p *planner) stoppedCount() (stopped, total int) {
+	for _, m := range p.list {
+		if m.deleting {
+			continue
+		}
+		total++
+		if m.phase() == PhaseStopped {
+			stopped++
+		}
+	}
+	return stopped, total
+}
+
+// condition builds a condition, keeping the previous transition time when
+// its status did not change.
+func (p *planner) condition(typ string, ok bool, reason, msg string) *capnv1alpha1.Condition {
+	c := &capnv1alpha1.Condition{Type: typ, Status: "True", Reason: reason, Message: msg}
+	if !ok {
+		c.Status = "False"
+		switch reason {
+		case "InvalidSpec":
+			c.Severity = "Error"
+		case "MachinesNotAvailable":
+			c.Severity = "Warning"
+		default:
+			c.Severity = "Info"
+		}
+	}
+	if typ == ConditionPaused && !ok {
+		c.Severity = "" // not being paused is not a problem
+	}
+	c.LastTransitionTime = timestamp(p.in.Now)
+	for _, prev := range p.in.Status.GetConditions() {
+		if prev.GetType() == typ && prev.GetStatus() == c.Status && prev.GetLastTransitionTime() != nil {
+			c.LastTransitionTime = prev.GetLastTransitionTime()
+		}
+	}
+	return c
+}

@@ -1,0 +1,131 @@
+package plan_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/services/cluster-planner/plan"
+	"github.com/capn-dev/capn/services/cluster-planner/plan/plantest"
+)
+
+func TestStatusWhileProvisioning(t *testing.T) {
+	h := plantest.New(cluster(3, 2))
+	h.Cluster.Metadata.Generation = 4
+	h.Infra = plan.Infra{Exists: true, Ready: true, Endpoint: &capnv1alpha1.Endpoint{Host: "10.0.0.1", Port: 6443}}
+	r, _ := h.Step()
+	st := r.Status
+	if st.Phase != plan.ClusterProvisioning || st.ObservedGeneration != 4 || st.ControlPlaneInitialized {
+		t.Fatalf("status %v", st)
+	}
+	if st.ControlPlaneEndpoint.GetHost() != "10.0.0.1" {
+		t.Errorf("endpoint %v", st.ControlPlaneEndpoint)
+	}
+	r, _ = h.Step()
+	c := condition(r.Status, plan.ConditionControlPlaneInitialized)
+	if c.Status != "False" || c.Reason != "WaitingForFirstMachine" || !strings.Contains(c.Message, "demo-control-plane-") || !strings.Contains(c.Message, "(Provisioning)") {
+		t.Errorf("ControlPlaneInitialized %v", c)
+	}
+	w := condition(r.Status, plan.ConditionWorkersReady)
+	if w.Status != "False" || w.Reason != "WaitingForControlPlane" || !strings.Contains(w.Message, "pool md-0: 0 of 2 machines available, 0 up to date (waiting for the control plane to initialize)") {
+		t.Errorf("WorkersReady %v", w)
+	}
+	if ready := condition(r.Status, plan.ConditionReady); ready.Status != "False" || ready.Reason != "ControlPlaneNotReady" {
+		t.Errorf("Ready %v", ready)
+	}
+	converge(t, h, nil)
+	st = h.Status
+	if st.Phase != plan.ClusterReady || !st.ControlPlaneInitialized {
+		t.Fatalf("status %v", st)
+	}
+	for _, typ := range []string{plan.ConditionControlPlaneInitialized, plan.ConditionControlPlaneReady, plan.ConditionWorkersReady, plan.ConditionReady} {
+		if c := condition(st, typ); c.Status != "True" || c.Severity != "" {
+			t.Errorf("%s: %v", typ, c)
+		}
+	}
+	if p := condition(st, plan.ConditionPaused); p.Status != "False" {
+		t.Errorf("Paused %v", p)
+	}
+	want := &capnv1alpha1.PoolStatus{Name: "md-0", Desired: 2, Replicas: 2, Ready: 2, Updated: 2, Available: 2, Version: "v1.33.4"}
+	if got := st.WorkerPools[0]; got.String() != want.String() {
+		t.Errorf("pool status %v, want %v", got, want)
+	}
+	if cp := st.ControlPlane; cp.Name != "control-plane" || cp.Available != 3 {
+		t.Errorf("control-plane status %v", cp)
+	}
+}
+
+func TestStatusUpgrading(t *testing.T) {
+	h := started(t, cluster(1, 3))
+	h.Update(func(s *capnv1alpha1.ClusterSpec) {
+		s.KubernetesVersion = "v1.34.1"
+		s.WorkerPools[0].Version = "v1.34.1"
+	})
+	r, _ := h.Step()
+	if r.Status.Phase != plan.ClusterUpgrading {
+		t.Errorf("phase %s", r.Status.Phase)
+	}
+	cp := condition(r.Status, plan.ConditionControlPlaneReady)
+	if cp.Reason != "RollingOut" || cp.Message != "1 of 1 control-plane machines available, 0 up to date" {
+		t.Errorf("ControlPlaneReady %v", cp)
+	}
+	if v := r.Status.WorkerPools[0].Version; v != "v1.33.4" {
+		t.Errorf("pool version %s: the status reports the oldest version running", v)
+	}
+	if r.RequeueAfter != plan.ProgressResync {
+		t.Errorf("RequeueAfter %v while upgrading", r.RequeueAfter)
+	}
+	converge(t, h, nil)
+	if v := h.Status.WorkerPools[0].Version; v != "v1.34.1" {
+		t.Errorf("pool version %s after the upgrade", v)
+	}
+}
+
+func TestConditionTransitionTimeKept(t *testing.T) {
+	h := started(t, cluster(1))
+	before := condition(h.Status, plan.ConditionReady).LastTransitionTime.AsTime()
+	h.Now = h.Now.Add(time.Hour)
+	r := h.Plan()
+	if got := condition(r.Status, plan.ConditionReady).LastTransitionTime.AsTime(); !got.Equal(before) {
+		t.Errorf("Ready's transition time moved from %v to %v without a change", before, got)
+	}
+	if got := r.Status.Updated.AsTime(); !got.Equal(h.Now) {
+		t.Errorf("updated %v, want now", got)
+	}
+	h.SetPhase(h.Names(cpPool)[0], plan.PhaseProvisioning)
+	r = h.Plan()
+	if got := condition(r.Status, plan.ConditionReady).LastTransitionTime.AsTime(); !got.Equal(h.Now) {
+		t.Errorf("Ready changed but its transition time is %v", got)
+	}
+}
+
+func TestStatusInvalidSpec(t *testing.T) {
+	c := cluster(1, 1)
+	c.Spec.ControlPlane.Replicas = 2
+	h := plantest.New(c)
+	r := h.Plan()
+	if len(r.Actions) != 0 || r.Status.Phase != plan.ClusterFailed {
+		t.Fatalf("invalid spec: phase %s, actions %v", r.Status.Phase, r.Actions)
+	}
+	ready := condition(r.Status, plan.ConditionReady)
+	if ready.Reason != "InvalidSpec" || ready.Severity != "Error" || !strings.Contains(ready.Message, "spec.controlPlane.replicas: 2: must be odd") {
+		t.Errorf("Ready %v", ready)
+	}
+}
+
+func TestStatusFailedControlPlane(t *testing.T) {
+	h := started(t, cluster(1))
+	h.SetPhase(h.Names(cpPool)[0], plan.PhaseFailed)
+	r := h.Plan()
+	if r.Status.Phase != plan.ClusterFailed {
+		t.Errorf("phase %s with the only control-plane machine failed", r.Status.Phase)
+	}
+	if len(of[plan.DeleteMachine](r)) != 1 {
+		t.Errorf("the failed machine is not replaced: %v", r.Actions)
+	}
+	c := condition(r.Status, plan.ConditionControlPlaneReady)
+	if c.Reason != "MachinesNotAvailable" || !strings.Contains(c.Message, "(Failed)") {
+		t.Errorf("ControlPlaneReady %v", c)
+	}
+}

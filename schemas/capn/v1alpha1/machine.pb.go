@@ -243,8 +243,11 @@ type MachineStatus struct {
 	NodeReadyTime           *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=node_ready_time,json=nodeReadyTime,proto3" json:"node_ready_time,omitempty"`
 	// bootstrap_data_checksum is the SHA-256 of the bootstrap data in use.
 	BootstrapDataChecksum string `protobuf:"bytes,13,opt,name=bootstrap_data_checksum,json=bootstrapDataChecksum,proto3" json:"bootstrap_data_checksum,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// provider that holds (or held) the machine's infrastructure, kept so a
+	// machine whose spec is gone can still be deleted.
+	Provider      string `protobuf:"bytes,14,opt,name=provider,proto3" json:"provider,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MachineStatus) Reset() {
@@ -368,6 +371,13 @@ func (x *MachineStatus) GetBootstrapDataChecksum() string {
 	return ""
 }
 
+func (x *MachineStatus) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
 var File_capn_v1alpha1_machine_proto protoreflect.FileDescriptor
 
 const file_capn_v1alpha1_machine_proto_rawDesc = "" +
@@ -393,7 +403,7 @@ const file_capn_v1alpha1_machine_proto_rawDesc = "" +
 	"\astopped\x18\f \x01(\bR\astopped\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8e\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xaa\x05\n" +
 	"\rMachineStatus\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x128\n" +
 	"\n" +
@@ -412,7 +422,8 @@ const file_capn_v1alpha1_machine_proto_rawDesc = "" +
 	"phaseSince\x12V\n" +
 	"\x19infrastructure_ready_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x17infrastructureReadyTime\x12B\n" +
 	"\x0fnode_ready_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\rnodeReadyTime\x126\n" +
-	"\x17bootstrap_data_checksum\x18\r \x01(\tR\x15bootstrapDataChecksumB=Z;github.com/capn-dev/capn/schemas/capn/v1alpha1;capnv1alpha1b\x06proto3"
+	"\x17bootstrap_data_checksum\x18\r \x01(\tR\x15bootstrapDataChecksum\x12\x1a\n" +
+	"\bprovider\x18\x0e \x01(\tR\bproviderB=Z;github.com/capn-dev/capn/schemas/capn/v1alpha1;capnv1alpha1b\x06proto3"
 
 var (
 	file_capn_v1alpha1_machine_proto_rawDescOnce sync.Once

@@ -1,0 +1,111 @@
+package machinemanager
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+)
+
+// Machine phases, as Cluster API's, with Bootstrapping made explicit.
+const (
+	PhasePending       = "Pending"
+	PhaseBootstrapping = "Bootstrapping"
+	PhaseProvisioning  = "Provisioning"
+	PhaseProvisioned   = "Provisioned"
+	PhaseRunning       = "Running"
+	PhaseDeleting      = "Deleting"
+	PhaseDeleted       = "Deleted"
+	PhaseFailed        = "Failed"
+)
+
+// Condition types of a machine.
+const (
+	CondBootstrapReady      = "BootstrapReady"
+	CondInfrastructureReady = "InfrastructureReady"
+	CondNodeReady           = "NodeReady"
+	CondReady               = "Ready"
+	CondDeleting            = "Deleting"
+)
+
+// Failure reasons a user reads in status.failureReason.
+const (
+	ReasonBootstrapFailed      = "BootstrapFailed"
+	ReasonBootstrapTimeout     = "BootstrapTimeout"
+	ReasonInfrastructureFailed = "InfrastructureFailed"
+	ReasonProvisioningTimeout  = "ProvisioningTimeout"
+	ReasonNodeStartupTimeout   = "NodeStartupTimeout"
+	ReasonInfrastructureGone   = "InfrastructureGone"
+)
+
+// Timeouts bounds how long a machine may stay in a phase before it is
+// Failed (and the planner replaces it). Zero fields take the defaults.
+type Timeouts struct {
+	Bootstrap    time.Duration // Bootstrapping: default 5m
+	Provisioning time.Duration // Provisioning: default 15m
+	NodeStartup  time.Duration // Provisioned → Running: default 20m
+}
+
+func (t Timeouts) withDefaults() Timeouts {
+	if t.Bootstrap == 0 {
+		t.Bootstrap = 5 * time.Minute
+	}
+	if t.Provisioning == 0 {
+		t.Provisioning = 15 * time.Minute
+	}
+	if t.NodeStartup == 0 {
+		t.NodeStartup = 20 * time.Minute
+	}
+	return t
+}
+
+func (t Timeouts) of(phase string) time.Duration {
+	switch phase {
+	case PhaseBootstrapping:
+		return t.Bootstrap
+	case PhaseProvisioning:
+		return t.Provisioning
+	case PhaseProvisioned:
+		return t.NodeStartup
+	}
+	return 0
+}
+
+// setCondition sets (or replaces) a condition, keeping its transition time
+// when the status does not change.
+func setCondition(st *capnv1.MachineStatus, typ, status, reason, msg string, now time.Time) {
+	for _, c := range st.Conditions {
+		if c.GetType() == typ {
+			if c.GetStatus() != status {
+				c.LastTransitionTime = timestamppb.New(now)
+			}
+			c.Status, c.Reason, c.Message = status, reason, msg
+			return
+		}
+	}
+	st.Conditions = append(st.Conditions, &capnv1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, LastTransitionTime: timestamppb.New(now)})
+}
+
+func conditionTrue(st *capnv1.MachineStatus, typ string) bool {
+	for _, c := range st.GetConditions() {
+		if c.GetType() == typ {
+			return c.GetStatus() == "True"
+		}
+	}
+	return false
+}
+
+// setPhase moves the machine to phase, stamping when.
+func setPhase(st *capnv1.MachineStatus, phase string, now time.Time) {
+	if st.Phase != phase {
+		st.Phase = phase
+		st.PhaseSince = timestamppb.New(now)
+	}
+}
+
+func fail(st *capnv1.MachineStatus, reason, msg string, now time.Time) {
+	setPhase(st, PhaseFailed, now)
+	st.FailureReason, st.FailureMessage = reason, msg
+	setCondition(st, CondReady, "False", reason, msg, now)
+}

@@ -1,0 +1,208 @@
+package machinemanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/reconcile"
+	"github.com/capn-dev/capn/events/store"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+)
+
+// reconcile runs one Step for machine key "<cluster>.<machine>": it sends
+// the step's commands (deterministic ids: a repeat is dropped by
+// JetStream), then compare-and-sets the status; a lost race is retried from
+// a fresh read by the loop.
+func (s *Service) reconcile(ctx context.Context, key string) (reconcile.Result, error) {
+	cluster, name, ok := strings.Cut(key, ".")
+	if !ok {
+		return reconcile.Result{}, nil
+	}
+	desired, _ := decode(s.desired, machinePrefix+key, func() *capnv1.Machine { return new(capnv1.Machine) })
+	status, rev, err := s.statuses.Get(ctx, machinePrefix+key)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return reconcile.Result{}, err
+	}
+	var infra *capnv1.InfraMachine
+	if p := provider(desired, status); p != "" {
+		infra, _ = decode(s.observed, infraPrefix+p+"."+key, func() *capnv1.InfraMachine { return new(capnv1.InfraMachine) })
+	}
+	out := Step(Input{Cluster: cluster, Name: name, Desired: desired, Status: status, Infra: infra, Now: s.cfg.Now()}, s.cfg.Timeouts)
+	log := zerolog.Ctx(ctx).With().Str("cluster", cluster).Str("machine", name).Logger()
+	for _, c := range out.Commands {
+		if err := s.send(ctx, c, cluster, name, desired); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	switch {
+	case out.Status == nil && status != nil:
+		if err := s.statuses.Delete(ctx, machinePrefix+key, rev); err != nil {
+			return reconcile.Result{}, err
+		}
+		log.Info().Msg("machine forgotten")
+	case out.Status != nil && (status == nil || !proto.Equal(out.Status, status)):
+		if status == nil {
+			_, err = s.statuses.Create(ctx, machinePrefix+key, out.Status)
+		} else {
+			_, err = s.statuses.Update(ctx, machinePrefix+key, out.Status, rev)
+		}
+		if err != nil {
+			return reconcile.Result{}, err // a conflict is retried from a fresh read
+		}
+		for _, phase := range out.Events {
+			log.Info().Str("phase", phase).Str("reason", out.Status.GetFailureReason()).Msg("machine phase")
+			s.publishPhase(ctx, cluster, name, desired, out.Status)
+		}
+	}
+	return reconcile.Result{RequeueAfter: out.RequeueAfter}, nil
+}
+
+// provider of a machine: from its spec, or from its status once the spec
+// is gone.
+func provider(m *capnv1.Machine, st *capnv1.MachineStatus) string {
+	if p := m.GetSpec().GetProvider(); p != "" {
+		return p
+	}
+	return st.GetProvider()
+}
+
+func (s *Service) send(ctx context.Context, c Command, cluster, name string, m *capnv1.Machine) error {
+	spec := m.GetSpec()
+	switch c.Kind {
+	case CmdBootstrap:
+		b := proto.Clone(spec.GetBootstrap()).(*capnv1.BootstrapSpec)
+		if b != nil {
+			b.Ca = nil // the bootstrapper holds the CA; no key travels in a command
+		}
+		cmd := &capnv1.GenerateBootstrap{Cluster: cluster, Machine: name, Role: spec.GetRole(), FirstControlPlane: spec.GetFirstControlPlane(),
+			Version: spec.GetVersion(), Bootstrap: b, Labels: spec.GetLabels(), Taints: spec.GetTaints()}
+		_, err := s.pub.Publish(ctx, events.CommandSubject("bootstrap", "generate", cluster, name), events.TypeGenerateBootstrap, c.ID, cmd)
+		return err
+	case CmdCreate:
+		cmd := &capnv1.CreateMachine{Cluster: cluster, Machine: name, Role: spec.GetRole(), Version: spec.GetVersion(), Template: spec.GetTemplate(),
+			BootstrapSecretKey: "bootstrap." + cluster + "." + name, Labels: spec.GetLabels()}
+		if st, _, err := s.statuses.Get(ctx, machinePrefix+cluster+"."+name); err == nil {
+			cmd.BootstrapChecksum = st.GetBootstrapDataChecksum()
+		}
+		_, err := s.pub.Publish(ctx, events.ProviderSubject(spec.GetProvider(), "machine", "create", cluster, name), events.TypeProviderCommand+".machine.create", c.ID, cmd)
+		return err
+	case CmdDelete:
+		p := spec.GetProvider()
+		if p == "" {
+			st, _, err := s.statuses.Get(ctx, machinePrefix+cluster+"."+name)
+			if err != nil {
+				return err
+			}
+			p = st.GetProvider()
+		}
+		if p == "" {
+			return fmt.Errorf("delete %s.%s: no provider known", cluster, name)
+		}
+		_, err := s.pub.Publish(ctx, events.ProviderSubject(p, "machine", "delete", cluster, name), events.TypeProviderCommand+".machine.delete", c.ID,
+			&capnv1.DeleteMachine{Cluster: cluster, Machine: name})
+		return err
+	}
+	return fmt.Errorf("unknown command kind %q", c.Kind)
+}
+
+// publishPhase records a phase change on the cluster's timeline. It is best
+// effort: the status is the truth, the event its history.
+func (s *Service) publishPhase(ctx context.Context, cluster, name string, m *capnv1.Machine, st *capnv1.MachineStatus) {
+	what := strings.ToLower(st.GetPhase())
+	ev := &capnv1.MachineEvent{Cluster: cluster, Machine: name, Phase: st.GetPhase(), Reason: st.GetFailureReason(), Message: st.GetFailureMessage()}
+	id := fmt.Sprintf("machine.%s.%s.%s.%s", what, cluster, name, m.GetMetadata().GetUid())
+	if _, err := s.pub.Publish(ctx, events.EventSubject("machine", what, cluster, name), events.TypeMachineEvent+"."+what, id, ev); err != nil {
+		zerolog.Ctx(ctx).Warn().Err(err).Msg("publish machine event")
+	}
+}
+
+// onBootstrap records the bootstrapper's answer in the machine's status.
+func (s *Service) onBootstrap(ctx context.Context, m *events.Message) error {
+	switch m.Event.Type() {
+	case events.TypeBootstrapReady:
+		return events.Typed(func(ctx context.Context, _ *events.Message, r *capnv1.BootstrapReady) error {
+			return s.mutateOrWait(ctx, r.GetCluster(), r.GetMachine(), func(st *capnv1.MachineStatus) {
+				if st.GetPhase() == PhaseBootstrapping || st.GetPhase() == PhasePending {
+					st.BootstrapDataChecksum = r.GetChecksum()
+				}
+			})
+		})(ctx, m)
+	case events.TypeBootstrapFailed:
+		return events.Typed(func(ctx context.Context, _ *events.Message, f *capnv1.BootstrapFailed) error {
+			return s.mutateOrWait(ctx, f.GetCluster(), f.GetMachine(), func(st *capnv1.MachineStatus) {
+				if st.GetPhase() == PhaseBootstrapping || st.GetPhase() == PhasePending {
+					fail(st, ReasonBootstrapFailed, f.GetReason()+": "+f.GetMessage(), s.cfg.Now())
+					setCondition(st, CondBootstrapReady, "False", f.GetReason(), f.GetMessage(), s.cfg.Now())
+				}
+			})
+		})(ctx, m)
+	}
+	return nil
+}
+
+// onHeartbeat records that a machine's node reported (ready, version). It
+// writes only on change, so steady heartbeats cost no KV write.
+func (s *Service) onHeartbeat(ctx context.Context, _ *events.Message, hb *capnv1.NodeHeartbeat) error {
+	err := s.mutate(ctx, hb.GetCluster(), hb.GetMachine(), func(st *capnv1.MachineStatus) {
+		switch st.GetPhase() {
+		case PhaseDeleting, PhaseDeleted, PhaseFailed:
+			return
+		}
+		if hb.GetNodeName() != "" {
+			st.NodeName = hb.GetNodeName()
+		}
+		if hb.GetKubeletVersion() != "" {
+			st.KubeletVersion = hb.GetKubeletVersion()
+		}
+		if hb.GetReady() && st.GetNodeReadyTime() == nil {
+			t := hb.GetTime()
+			if t == nil {
+				t = timestamppb.New(s.cfg.Now())
+			}
+			st.NodeReadyTime = t
+		}
+	})
+	if errors.Is(err, errNoStatus) {
+		return nil // not a machine we manage (or gone): the next heartbeat tells again
+	}
+	return err
+}
+
+// errNoStatus: the answer came before the status that asked for it was
+// written (commands go out first); the message is retried.
+var errNoStatus = errors.New("no machine status yet")
+
+// mutateOrWait is mutate for answers to our own commands: a missing status
+// is retried, unless the machine is no longer wanted.
+func (s *Service) mutateOrWait(ctx context.Context, cluster, machine string, fn func(*capnv1.MachineStatus)) error {
+	err := s.mutate(ctx, cluster, machine, fn)
+	if errors.Is(err, errNoStatus) {
+		if _, ok := s.desired.Get(machinePrefix + cluster + "." + machine); !ok {
+			return nil
+		}
+	}
+	return err
+}
+
+// mutate changes an existing machine status with compare-and-set; it
+// returns errNoStatus when there is none.
+func (s *Service) mutate(ctx context.Context, cluster, machine string, fn func(*capnv1.MachineStatus)) error {
+	if cluster == "" || machine == "" {
+		return events.Permanent(errors.New("cluster and machine are required"))
+	}
+	_, _, err := s.statuses.Mutate(ctx, machinePrefix+cluster+"."+machine, func(cur *capnv1.MachineStatus, exists bool) (*capnv1.MachineStatus, error) {
+		if !exists {
+			return nil, errNoStatus
+		}
+		fn(cur)
+		return cur, nil
+	})
+	return err
+}

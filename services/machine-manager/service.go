@@ -1,0 +1,180 @@
+// Package machinemanager is the machine-manager service: it owns each
+// machine's life — bootstrap data, the provider's create and delete, the
+// node's readiness — and writes the machine's observed status. The life
+// itself is the pure Step function; this file is its NATS wiring.
+package machinemanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/reconcile"
+	"github.com/capn-dev/capn/events/store"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/services/runtime"
+)
+
+// Name is the service's name.
+const Name = "machine-manager"
+
+// Config configures the machine-manager.
+type Config struct {
+	Timeouts Timeouts
+	Workers  int
+	Now      func() time.Time
+	Cache    store.CacheOptions
+}
+
+// Service is the machine-manager.
+type Service struct {
+	cfg      Config
+	pub      *events.Publisher
+	desired  *store.Cache
+	observed *store.Cache
+	statuses *store.Bucket[*capnv1.MachineStatus]
+	queue    *reconcile.Queue
+}
+
+// New returns the service.
+func New(cfg Config) *Service {
+	if cfg.Workers < 1 {
+		cfg.Workers = 8
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Service{cfg: cfg}
+}
+
+// Name implements runtime.Service.
+func (s *Service) Name() string { return Name }
+
+// Flags implements runtime.FlagProvider.
+func (s *Service) Flags() []runtime.Flag {
+	return []runtime.Flag{
+		{Name: "bootstrap-timeout", Env: "CAPN_BOOTSTRAP_TIMEOUT", Usage: "how long a machine may wait for bootstrap data before it fails", Value: runtime.DurationValue(&s.cfg.Timeouts.Bootstrap)},
+		{Name: "provisioning-timeout", Env: "CAPN_PROVISIONING_TIMEOUT", Usage: "how long a provider may take to create a machine before it fails", Value: runtime.DurationValue(&s.cfg.Timeouts.Provisioning)},
+		{Name: "node-startup-timeout", Env: "CAPN_NODE_STARTUP_TIMEOUT", Usage: "how long a provisioned machine may take to report a ready node before it fails", Value: runtime.DurationValue(&s.cfg.Timeouts.NodeStartup)},
+	}
+}
+
+// Consumers the machine-manager reads: bootstrap answers and node heartbeats.
+func bootstrapConsumer() events.ConsumerSpec {
+	return events.ConsumerSpec{Stream: events.StreamEvents, Durable: Name + "-bootstrap", DeliverNew: true,
+		Filters:     []string{events.SubjectEvents + ".bootstrap.ready.>", events.SubjectEvents + ".bootstrap.failed.>"},
+		Description: "machine-manager: bootstrap data ready or failed"}
+}
+
+func heartbeatConsumer() events.ConsumerSpec {
+	return events.ConsumerSpec{Stream: events.StreamHealth, Durable: Name + "-heartbeat", DeliverNew: true,
+		Filters:     []string{events.SubjectHealth + ".*.*.heartbeat"},
+		Description: "machine-manager: node heartbeats (ready, kubelet version)"}
+}
+
+// Run implements runtime.Service.
+func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
+	desiredKV, err := d.JS.KeyValue(ctx, events.BucketDesired)
+	if err != nil {
+		return fmt.Errorf("bucket %s: %w", events.BucketDesired, err)
+	}
+	observedKV, err := d.JS.KeyValue(ctx, events.BucketObserved)
+	if err != nil {
+		return fmt.Errorf("bucket %s: %w", events.BucketObserved, err)
+	}
+	s.pub = events.NewPublisher(d.JS, "capn/"+Name)
+	s.statuses = store.NewBucket(observedKV, func() *capnv1.MachineStatus { return new(capnv1.MachineStatus) })
+	s.desired = store.NewCache(desiredKV, s.cfg.Cache)
+	s.observed = store.NewCache(observedKV, s.cfg.Cache)
+	for _, c := range []*store.Cache{s.desired, s.observed} {
+		if err := c.Start(ctx); err != nil {
+			return err
+		}
+	}
+	s.queue = reconcile.NewQueue()
+	var wg sync.WaitGroup
+	run := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
+	for _, sub := range []*store.Subscription{
+		s.desired.Subscribe(machinePrefix), s.observed.Subscribe(machinePrefix), s.observed.Subscribe(infraPrefix),
+	} {
+		run(func() { s.feed(ctx, sub) })
+	}
+	loop := &reconcile.Loop{Queue: s.queue, Reconciler: reconcile.Func(s.reconcile), Workers: s.cfg.Workers,
+		OnError: func(key string, err error, n int) {
+			d.Log.Warn().Err(err).Str("machine", key).Int("failures", n).Msg("reconcile failed; will retry")
+		}}
+	run(func() { loop.Run(log(ctx, d.Log)) })
+	errc := make(chan error, 2)
+	for _, c := range []*events.Consumer{
+		events.NewConsumer(d.JS, bootstrapConsumer(), s.onBootstrap, events.WithLogger(d.Log), events.WithMetrics(d.Events), events.WithConcurrency(4)),
+		events.NewConsumer(d.JS, heartbeatConsumer(), events.Typed(s.onHeartbeat), events.WithLogger(d.Log), events.WithMetrics(d.Events), events.WithConcurrency(4)),
+	} {
+		run(func() { errc <- c.Run(ctx) })
+	}
+	d.Ready.Set(true)
+	wg.Wait()
+	close(errc)
+	var errs []error
+	for err := range errc {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func log(ctx context.Context, l zerolog.Logger) context.Context { return l.WithContext(ctx) }
+
+const (
+	machinePrefix = "machine."
+	infraPrefix   = "infra."
+)
+
+// feed maps watch changes to machine keys "<cluster>.<machine>".
+func (s *Service) feed(ctx context.Context, sub *store.Subscription) {
+	defer sub.Unsubscribe()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ch, ok := <-sub.C():
+			if !ok {
+				return
+			}
+			if ch.Resync {
+				for _, e := range s.desired.List(machinePrefix) {
+					s.queue.Add(strings.TrimPrefix(e.Key, machinePrefix))
+				}
+				for _, e := range s.observed.List(machinePrefix) {
+					s.queue.Add(strings.TrimPrefix(e.Key, machinePrefix))
+				}
+				continue
+			}
+			toks := strings.Split(ch.Key, ".")
+			switch {
+			case len(toks) == 3 && toks[0] == "machine":
+				s.queue.Add(toks[1] + "." + toks[2])
+			case len(toks) == 4 && toks[0] == "infra" && toks[3] != events.ClusterObject:
+				s.queue.Add(toks[2] + "." + toks[3])
+			}
+		}
+	}
+}
+
+func decode[T proto.Message](c *store.Cache, key string, newT func() T) (T, bool) {
+	var zero T
+	e, ok := c.Get(key)
+	if !ok {
+		return zero, false
+	}
+	v, err := store.Decode(e.Value, newT)
+	if err != nil {
+		return zero, false
+	}
+	return v, true
+}

@@ -1,0 +1,166 @@
+package machinemanager
+
+import (
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+)
+
+// Command kinds a step asks for.
+const (
+	CmdBootstrap = "bootstrap"
+	CmdCreate    = "create"
+	CmdDelete    = "delete"
+)
+
+// Command is one request a step wants sent. ID is deterministic per
+// machine incarnation, so sending it again is harmless.
+type Command struct {
+	Kind string
+	ID   string
+}
+
+// Input is everything one reconcile of one machine looks at.
+type Input struct {
+	Cluster, Name string
+	// Desired is the machine spec; nil when its key is gone.
+	Desired *capnv1.Machine
+	// Status is the observed status; nil when none was written yet.
+	Status *capnv1.MachineStatus
+	// Infra is what the provider reports; nil when its key is absent.
+	Infra *capnv1.InfraMachine
+	Now   time.Time
+}
+
+// Output is the next status (nil: delete the status key), the commands to
+// send before writing it, and when to look again if nothing changes.
+type Output struct {
+	Status       *capnv1.MachineStatus
+	Commands     []Command
+	RequeueAfter time.Duration
+	// Events are facts worth a timeline entry (phase changes).
+	Events []string
+}
+
+// Step makes one idempotent step of a machine's life. It is a pure function
+// of its input: the service reads state, calls Step, sends the commands and
+// compare-and-sets the status.
+//
+//	Pending → Bootstrapping → Provisioning → Provisioned → Running
+//	   any ──(deletion requested)──► Deleting ──(infrastructure gone)──► Deleted
+//	   any ──(failure or timeout)──► Failed (the planner replaces it)
+func Step(in Input, t Timeouts) Output {
+	t = t.withDefaults()
+	var st *capnv1.MachineStatus
+	if in.Status != nil {
+		st = proto.Clone(in.Status).(*capnv1.MachineStatus)
+	}
+	uid := in.Desired.GetMetadata().GetUid()
+	if st == nil {
+		if in.Desired == nil {
+			return Output{} // nothing wanted, nothing known
+		}
+		st = &capnv1.MachineStatus{}
+		setPhase(st, PhasePending, in.Now)
+	}
+	if uid == "" {
+		uid = "orphan"
+	}
+	id := func(kind string) string { return fmt.Sprintf("%s.%s.%s.%s", kind, in.Cluster, in.Name, uid) }
+	out := Output{Status: st}
+	before := st.GetPhase()
+	defer func() {
+		if out.Status != nil && out.Status.GetPhase() != before {
+			out.Events = append(out.Events, out.Status.GetPhase())
+		}
+	}()
+	if in.Desired != nil {
+		st.ObservedGeneration = in.Desired.GetMetadata().GetGeneration()
+		st.Provider = in.Desired.GetSpec().GetProvider()
+	}
+	infraUp := in.Infra != nil && in.Infra.GetState() == "Running"
+	infraGone := in.Infra == nil || in.Infra.GetState() == "Deleted"
+
+	// Deletion wins over everything.
+	if in.Desired == nil || in.Desired.GetMetadata().GetDeletionTimestamp() != nil {
+		if st.GetPhase() == PhaseDeleted {
+			if in.Desired == nil {
+				out.Status = nil // the planner let go of it: forget it
+			}
+			return out
+		}
+		// A create was sent once bootstrap data was ready; from then on the
+		// provider may hold infrastructure, so it is asked to delete it and
+		// the machine is Deleted only when its infra key is gone.
+		createSent := conditionTrue(st, CondBootstrapReady)
+		setPhase(st, PhaseDeleting, in.Now)
+		setCondition(st, CondDeleting, "True", "DeletionRequested", "", in.Now)
+		setCondition(st, CondReady, "False", "Deleting", "", in.Now)
+		if createSent {
+			out.Commands = append(out.Commands, Command{CmdDelete, id(CmdDelete)})
+		}
+		if createSent && !infraGone {
+			setCondition(st, CondInfrastructureReady, "False", "Deleting", "waiting for the provider to delete the infrastructure", in.Now)
+			out.RequeueAfter = 30 * time.Second
+			return out
+		}
+		setPhase(st, PhaseDeleted, in.Now)
+		setCondition(st, CondInfrastructureReady, "False", "Deleted", "no infrastructure left", in.Now)
+		return out
+	}
+
+	if in.Infra != nil {
+		st.ProviderId = in.Infra.GetProviderId()
+		st.Addresses = in.Infra.GetAddresses()
+	}
+	switch st.GetPhase() {
+	case PhasePending:
+		out.Commands = append(out.Commands, Command{CmdBootstrap, id(CmdBootstrap)})
+		setPhase(st, PhaseBootstrapping, in.Now)
+		setCondition(st, CondBootstrapReady, "False", "Generating", "waiting for the bootstrapper", in.Now)
+		setCondition(st, CondReady, "False", "Bootstrapping", "waiting for bootstrap data", in.Now)
+	case PhaseBootstrapping:
+		if st.GetBootstrapDataChecksum() != "" {
+			out.Commands = append(out.Commands, Command{CmdCreate, id(CmdCreate)})
+			setPhase(st, PhaseProvisioning, in.Now)
+			setCondition(st, CondBootstrapReady, "True", "Ready", "", in.Now)
+			setCondition(st, CondInfrastructureReady, "False", "Provisioning", "waiting for the provider", in.Now)
+			setCondition(st, CondReady, "False", "Provisioning", "waiting for the infrastructure", in.Now)
+		}
+	case PhaseProvisioning:
+		switch {
+		case in.Infra != nil && in.Infra.GetState() == "Failed":
+			fail(st, ReasonInfrastructureFailed, in.Infra.GetMessage(), in.Now)
+			setCondition(st, CondInfrastructureReady, "False", ReasonInfrastructureFailed, in.Infra.GetMessage(), in.Now)
+		case infraUp:
+			setPhase(st, PhaseProvisioned, in.Now)
+			st.InfrastructureReadyTime = timestamppb.New(in.Now)
+			setCondition(st, CondInfrastructureReady, "True", "Ready", "", in.Now)
+			setCondition(st, CondReady, "False", "WaitingForNode", "waiting for the node to report ready", in.Now)
+		}
+	case PhaseRunning:
+		if infraGone {
+			fail(st, ReasonInfrastructureGone, "the provider no longer has this machine's infrastructure", in.Now)
+			setCondition(st, CondInfrastructureReady, "False", ReasonInfrastructureGone, "", in.Now)
+		}
+	}
+	if st.GetPhase() == PhaseProvisioned && st.GetNodeReadyTime() != nil {
+		setPhase(st, PhaseRunning, in.Now)
+		setCondition(st, CondNodeReady, "True", "NodeReady", "", in.Now)
+		setCondition(st, CondReady, "True", "Running", "", in.Now)
+	}
+	if limit := t.of(st.GetPhase()); limit > 0 {
+		left := st.GetPhaseSince().AsTime().Add(limit).Sub(in.Now)
+		if left <= 0 {
+			reason := map[string]string{PhaseBootstrapping: ReasonBootstrapTimeout, PhaseProvisioning: ReasonProvisioningTimeout, PhaseProvisioned: ReasonNodeStartupTimeout}[st.GetPhase()]
+			fail(st, reason, fmt.Sprintf("still %s after %s", st.GetPhase(), limit), in.Now)
+		} else {
+			out.RequeueAfter = left
+		}
+	}
+	return out
+}

@@ -1,0 +1,95 @@
+package machinemanager
+
+import (
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+)
+
+var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+
+func machine(deleting bool) *capnv1.Machine {
+	m := &capnv1.Machine{Metadata: &capnv1.ObjectMeta{Name: "m1", Uid: "u1", Generation: 1},
+		Spec: &capnv1.MachineSpec{Cluster: "c1", Provider: "sim", Role: "worker", Version: "v1.34.2"}}
+	if deleting {
+		m.Metadata.DeletionTimestamp = timestamppb.New(t0)
+	}
+	return m
+}
+
+func status(phase string, mut ...func(*capnv1.MachineStatus)) *capnv1.MachineStatus {
+	st := &capnv1.MachineStatus{Phase: phase, PhaseSince: timestamppb.New(t0), Provider: "sim"}
+	for _, f := range mut {
+		f(st)
+	}
+	return st
+}
+
+func withBootstrap(st *capnv1.MachineStatus) {
+	st.BootstrapDataChecksum = "sha256:x"
+	setCondition(st, CondBootstrapReady, "True", "Ready", "", t0)
+}
+
+func infra(state string) *capnv1.InfraMachine {
+	return &capnv1.InfraMachine{Provider: "sim", Cluster: "c1", Machine: "m1", State: state, ProviderId: "sim://c1/m1"}
+}
+
+func TestStep(t *testing.T) {
+	tests := []struct {
+		name      string
+		in        Input
+		wantPhase string // "" means the status is forgotten
+		wantCmds  []string
+		wantFail  string
+	}{
+		{"new machine asks for bootstrap data", Input{Desired: machine(false)}, PhaseBootstrapping, []string{CmdBootstrap}, ""},
+		{"waits for bootstrap data", Input{Desired: machine(false), Status: status(PhaseBootstrapping)}, PhaseBootstrapping, nil, ""},
+		{"bootstrap ready: create", Input{Desired: machine(false), Status: status(PhaseBootstrapping, func(s *capnv1.MachineStatus) { s.BootstrapDataChecksum = "sha256:x" })}, PhaseProvisioning, []string{CmdCreate}, ""},
+		{"bootstrap timeout", Input{Desired: machine(false), Status: status(PhaseBootstrapping), Now: t0.Add(6 * time.Minute)}, PhaseFailed, nil, ReasonBootstrapTimeout},
+		{"infra running: provisioned", Input{Desired: machine(false), Status: status(PhaseProvisioning, withBootstrap), Infra: infra("Running")}, PhaseProvisioned, nil, ""},
+		{"infra failed", Input{Desired: machine(false), Status: status(PhaseProvisioning, withBootstrap), Infra: infra("Failed")}, PhaseFailed, nil, ReasonInfrastructureFailed},
+		{"node ready: running", Input{Desired: machine(false), Status: status(PhaseProvisioned, withBootstrap, func(s *capnv1.MachineStatus) { s.NodeReadyTime = timestamppb.New(t0) }), Infra: infra("Running")}, PhaseRunning, nil, ""},
+		{"infra vanished while running", Input{Desired: machine(false), Status: status(PhaseRunning, withBootstrap)}, PhaseFailed, nil, ReasonInfrastructureGone},
+		{"delete before create: done at once", Input{Desired: machine(true), Status: status(PhaseBootstrapping)}, PhaseDeleted, nil, ""},
+		{"delete with infra: ask provider, wait", Input{Desired: machine(true), Status: status(PhaseRunning, withBootstrap), Infra: infra("Running")}, PhaseDeleting, []string{CmdDelete}, ""},
+		{"infra gone: deleted", Input{Desired: machine(true), Status: status(PhaseDeleting, withBootstrap)}, PhaseDeleted, []string{CmdDelete}, ""},
+		{"spec removed after deleted: forget", Input{Status: status(PhaseDeleted, withBootstrap)}, "", nil, ""},
+		{"spec removed while running: delete infra", Input{Status: status(PhaseRunning, withBootstrap), Infra: infra("Running")}, PhaseDeleting, []string{CmdDelete}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.in.Cluster, tt.in.Name = "c1", "m1"
+			if tt.in.Now.IsZero() {
+				tt.in.Now = t0.Add(time.Second)
+			}
+			out := Step(tt.in, Timeouts{})
+			if got := out.Status.GetPhase(); got != tt.wantPhase {
+				t.Fatalf("phase %q, want %q", got, tt.wantPhase)
+			}
+			if tt.wantPhase == "" && out.Status != nil {
+				t.Fatal("status kept, want forgotten")
+			}
+			var kinds []string
+			for _, c := range out.Commands {
+				kinds = append(kinds, c.Kind)
+				if c.ID != c.Kind+".c1.m1.u1" && c.ID != c.Kind+".c1.m1.orphan" {
+					t.Errorf("command id %q is not deterministic per machine incarnation", c.ID)
+				}
+			}
+			if len(kinds) != len(tt.wantCmds) || (len(kinds) > 0 && kinds[0] != tt.wantCmds[0]) {
+				t.Fatalf("commands %v, want %v", kinds, tt.wantCmds)
+			}
+			if out.Status.GetFailureReason() != tt.wantFail {
+				t.Fatalf("failure reason %q, want %q", out.Status.GetFailureReason(), tt.wantFail)
+			}
+			// Idempotent: the same input gives the same output.
+			again := Step(tt.in, Timeouts{})
+			if len(again.Commands) != len(out.Commands) || again.Status.GetPhase() != out.Status.GetPhase() {
+				t.Fatal("Step is not deterministic")
+			}
+		})
+	}
+}

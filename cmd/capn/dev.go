@@ -1,0 +1,334 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/embedded"
+	"github.com/capn-dev/capn/services/runtime"
+)
+
+// devName is capn dev's own name in logs, /readyz and NATS.
+const devName = "capn-dev"
+
+// devConfig is capn dev's configuration.
+type devConfig struct {
+	// DataDir holds JetStream's files (DataDir/jetstream) and the lock
+	// file that keeps a second capn dev out.
+	DataDir string
+	// NATSListen is where NATS accepts TCP clients (the nats CLI, programs
+	// run apart): host:port (port 0 picks one), or "none".
+	NATSListen string
+	// HTTPAddr serves /healthz /readyz /metrics for every service.
+	HTTPAddr  string
+	LogLevel  string
+	LogFormat string
+	// ShutdownTimeout bounds each service's stop.
+	ShutdownTimeout time.Duration
+}
+
+// natsListenNone as NATSListen serves only in-process connections.
+const natsListenNone = "none"
+
+func defaultDevConfig() devConfig {
+	return devConfig{
+		DataDir:         ".capn",
+		NATSListen:      "127.0.0.1:4222",
+		HTTPAddr:        "127.0.0.1:8081",
+		LogLevel:        runtime.DefaultLogLevel,
+		LogFormat:       runtime.DefaultLogFormat,
+		ShutdownTimeout: runtime.DefaultShutdownTimeout,
+	}
+}
+
+func (c *devConfig) flags() []runtime.Flag {
+	return []runtime.Flag{
+		{Name: "data-dir", Env: "CAPN_DATA_DIR", Usage: "`directory` of JetStream's files; reused by the next start", Value: runtime.StringValue(&c.DataDir)},
+		{Name: "nats-listen", Env: "CAPN_NATS_LISTEN", Usage: "NATS client `address` for the nats CLI and other programs (host:port), or \"none\"", Value: runtime.StringValue(&c.NATSListen)},
+		{Name: "http-addr", Env: "CAPN_HTTP_ADDR", Usage: "`address` of /healthz /readyz /metrics for every service (host:port, or \"off\")", Value: runtime.StringValue(&c.HTTPAddr)},
+		{Name: "log-level", Env: "CAPN_LOG_LEVEL", Usage: "log `level`: trace|debug|info|warn|error", Value: runtime.StringValue(&c.LogLevel)},
+		{Name: "log-format", Env: "CAPN_LOG_FORMAT", Usage: "log `format`: json|console|auto (console on a terminal)", Value: runtime.StringValue(&c.LogFormat)},
+		{Name: "shutdown-timeout", Env: "CAPN_SHUTDOWN_TIMEOUT", Usage: "how long each service may take to `stop`", Value: runtime.DurationValue(&c.ShutdownTimeout)},
+	}
+}
+
+// validate reports every problem at once, in the runtime's words.
+func (c devConfig) validate() error {
+	errs := []error{runtime.Config{
+		Name: devName, HTTPAddr: c.HTTPAddr, LogLevel: c.LogLevel, LogFormat: c.LogFormat,
+		ShutdownTimeout: c.ShutdownTimeout,
+	}.Validate()}
+	if c.DataDir == "" {
+		errs = append(errs, &runtime.FieldError{Flag: "data-dir", Env: "CAPN_DATA_DIR", Problem: "must not be empty"})
+	}
+	if c.NATSListen != natsListenNone {
+		if _, _, err := splitListen(c.NATSListen); err != nil {
+			errs = append(errs, &runtime.FieldError{Flag: "nats-listen", Env: "CAPN_NATS_LISTEN", Value: c.NATSListen,
+				Problem: `must be host:port (port 0..65535) or "none": ` + err.Error(), Err: err})
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func splitListen(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("port %q is not 0..65535", p)
+	}
+	return host, port, nil
+}
+
+func cmdDev(ctx context.Context, e env, args []string) int {
+	cfg := defaultDevConfig()
+	fs := flag.NewFlagSet("capn dev", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	runtime.BindFlags(fs, cfg.flags()...)
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprint(w, "usage: capn dev [flags]\n\n")
+		fmt.Fprint(w, "Runs a NATS server with JetStream and every capn service in this process, each\n")
+		fmt.Fprint(w, "service with its own in-process connection. State persists in the data directory.\n")
+		fmt.Fprint(w, "Ctrl-C stops it. Each flag not given is read from the variable in brackets.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return exitFor(err)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(e.stderr, "capn dev: unexpected argument %q (see capn dev -h)\n", fs.Arg(0))
+		return runtime.ExitUsage
+	}
+	if err := errors.Join(runtime.ApplyFlagEnv(fs, e.lookup, cfg.flags()...), cfg.validate()); err != nil {
+		runtime.PrintProblems(e.stderr, "capn dev", err)
+		return runtime.ExitUsage
+	}
+	if err := runDev(ctx, cfg, e.stderr, devServices(cfg)); err != nil {
+		fmt.Fprintf(e.stderr, "capn dev: %v\n", err)
+		return runtime.ExitFailed
+	}
+	return runtime.ExitOK
+}
+
+// runDev runs capn dev until ctx is cancelled or a service fails; it logs
+// and prints its banner to out. It returns nil after a clean stop: every
+// service returned, every connection closed, NATS shut down and the data
+// directory unlocked.
+func runDev(ctx context.Context, cfg devConfig, out io.Writer, services []runtime.Service) error {
+	if err := dev(ctx, cfg, out, services); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "capn dev: stopped")
+	return nil
+}
+
+func dev(ctx context.Context, cfg devConfig, out io.Writer, services []runtime.Service) error {
+	names := make([]string, len(services))
+	for i, s := range services {
+		names[i] = s.Name()
+		if slices.Contains(names[:i], names[i]) || names[i] == devName {
+			return fmt.Errorf("two services are named %q", names[i])
+		}
+	}
+	dataDir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	if err := os.MkdirAll(dataDir, 0o750); err != nil {
+		return fmt.Errorf("create data dir (--data-dir): %w", err)
+	}
+	unlock, err := lockDataDir(dataDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+
+	base := runtime.NewLogger(runtime.Config{LogLevel: cfg.LogLevel, LogFormat: cfg.LogFormat}, out)
+	log := base.With().Str("service", devName).Logger()
+
+	srv, err := startNATS(cfg, dataDir, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		log.Info().Msg("stopping NATS")
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	}()
+
+	// capn dev's own connection provisions the topology once (the services
+	// skip it) and tells /readyz whether the server answers.
+	nc, err := runtime.Connect(ctx, runtime.NATSConfig{}, devName, log, nats.InProcessServer(srv))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	log.Info().Msg("provisioning JetStream streams and buckets")
+	if err := events.Provision(ctx, js, events.DefaultTopology(1)); err != nil {
+		return fmt.Errorf("provision JetStream: %w", err)
+	}
+
+	reg := runtime.NewRegistry()
+	ops := runtime.NewOpsHandler(reg, runtime.Check{Service: devName, Conn: nc})
+	for _, name := range names {
+		// Not ready until Run takes over the check with the service's own.
+		r := runtime.NewReadiness()
+		r.SetNotReady("not started")
+		ops.Set(runtime.Check{Service: name, Ready: r})
+	}
+	opsURL := "off (--http-addr off)"
+	if cfg.HTTPAddr != runtime.HTTPOff {
+		ln, err := runtime.ListenOps(cfg.HTTPAddr)
+		if err != nil {
+			return err
+		}
+		opsSrv := runtime.ServeOps(ln, ops, log)
+		opsURL = opsSrv.URL() + "   (/healthz /readyz /metrics)"
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = opsSrv.Shutdown(ctx) // best effort: the process is ending
+		}()
+	}
+
+	svcCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		name string
+		err  error
+	}
+	results := make(chan result, len(services))
+	for _, svc := range services {
+		scfg := runtime.Config{
+			Name: svc.Name(), HTTPAddr: runtime.HTTPOff, LogLevel: cfg.LogLevel, LogFormat: cfg.LogFormat,
+			SkipProvision: true, ShutdownTimeout: cfg.ShutdownTimeout,
+		}
+		go func() {
+			results <- result{svc.Name(), runtime.Run(svcCtx, scfg, svc,
+				runtime.WithInProcess(srv), runtime.WithOps(ops), runtime.WithRegistry(reg), runtime.WithLogger(base))}
+		}()
+	}
+	printBanner(out, srv, opsURL, dataDir, names)
+
+	running := slices.Clone(names)
+	var failed error
+	for failed == nil && ctx.Err() == nil && len(running) > 0 {
+		select {
+		case <-ctx.Done():
+		case r := <-results:
+			running = slices.DeleteFunc(running, func(n string) bool { return n == r.name })
+			if r.err != nil {
+				failed = r.err
+				log.Error().Err(r.err).Str("failed_service", r.name).Msg("a service failed, stopping capn dev")
+			} else {
+				log.Warn().Str("stopped_service", r.name).Msg("a service stopped on its own")
+			}
+		}
+	}
+	if failed == nil && len(running) == 0 {
+		<-ctx.Done()
+	}
+
+	fmt.Fprintln(out, "capn dev: stopping")
+	cancel()
+	// Run bounds each service's stop by ShutdownTimeout; a little more
+	// lets it drain and say so itself.
+	deadline := time.NewTimer(cfg.ShutdownTimeout + 2*time.Second)
+	defer deadline.Stop()
+	var stuck []string
+	for len(running) > 0 {
+		select {
+		case r := <-results:
+			running = slices.DeleteFunc(running, func(n string) bool { return n == r.name })
+			if errors.Is(r.err, runtime.ErrShutdownTimeout) {
+				stuck = append(stuck, r.name)
+			} else if r.err != nil {
+				log.Error().Err(r.err).Str("failed_service", r.name).Msg("service failed while stopping")
+			}
+		case <-deadline.C:
+			stuck = append(stuck, running...)
+			running = nil
+		}
+	}
+	if len(stuck) > 0 {
+		slices.Sort(stuck)
+		err := fmt.Errorf("services did not stop within %s: %s", cfg.ShutdownTimeout, strings.Join(stuck, ", "))
+		failed = errors.Join(failed, err)
+	}
+	return failed
+}
+
+// startNATS starts the embedded server with its store under dataDir,
+// listening as cfg says.
+func startNATS(cfg devConfig, dataDir string, log zerolog.Logger) (*server.Server, error) {
+	opts := embedded.Options{StoreDir: filepath.Join(dataDir, "jetstream"), ServerName: devName}
+	if cfg.NATSListen == natsListenNone {
+		opts.DontListen = true
+	} else {
+		host, port, err := splitListen(cfg.NATSListen)
+		if err != nil {
+			return nil, err
+		}
+		// nats-server fails to listen silently (it waits for readiness
+		// until a timeout), so try the address first for a clear error.
+		ln, err := net.Listen("tcp", cfg.NATSListen)
+		if err != nil {
+			return nil, fmt.Errorf("NATS cannot listen on %s (change it with --nats-listen or CAPN_NATS_LISTEN, or \"none\" for in-process only): %w", cfg.NATSListen, err)
+		}
+		ln.Close()
+		if port == 0 {
+			port = server.RANDOM_PORT // 0 means 4222 to nats-server
+		}
+		opts.Host, opts.Port = host, port
+	}
+	log.Info().Str("store_dir", opts.StoreDir).Msg("starting NATS with JetStream")
+	srv, err := embedded.Start(opts)
+	if err != nil {
+		return nil, err
+	}
+	return srv, nil
+}
+
+func printBanner(w io.Writer, srv *server.Server, opsURL, dataDir string, services []string) {
+	natsLine := "in-process only (--nats-listen none)"
+	if srv.Addr() != nil {
+		u := srv.ClientURL()
+		natsLine = fmt.Sprintf("%s   (try: nats -s %s stream ls)", u, u)
+	}
+	svc := strings.Join(services, ", ")
+	if svc == "" {
+		svc = "none yet"
+	}
+	fmt.Fprintf(w, `
+capn dev is running
+  NATS      %s
+  ops       %s
+  data dir  %s
+  services  %s
+Press Ctrl-C to stop.
+
+`, natsLine, opsURL, dataDir, svc)
+}

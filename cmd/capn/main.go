@@ -1,0 +1,120 @@
+// Command capn is capn's command-line tool. For now it has `capn dev`,
+// which runs an embedded NATS server and every capn service on one
+// machine; kubectl-like commands (apply, get, describe, ...) come later.
+//
+// Each command is one entry in commands(): a name, a one-line summary and
+// a function that parses its own flags with the standard flag package.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/capn-dev/capn/services/runtime"
+)
+
+// env is what a command runs with, so that tests can give their own.
+type env struct {
+	stdout, stderr io.Writer
+	lookup         func(string) (string, bool)
+}
+
+// command is one `capn <name>`. run gets the arguments after the name
+// and returns the exit code; it prints its own usage for -h.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, e env, args []string) int
+}
+
+// commands lists every command in the order help shows them. Add new
+// ones here.
+func commands() []command {
+	return []command{
+		{"dev", "run NATS with JetStream and every capn service on this machine", cmdDev},
+		{"version", "print capn's version", cmdVersion},
+		{"help", "show this help, or a command's (capn help <command>)", cmdHelp},
+	}
+}
+
+func main() {
+	runtime.PreciseTimestamps()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop() // the default action again: a second Ctrl-C kills at once
+	}()
+	code := run(ctx, env{stdout: os.Stdout, stderr: os.Stderr, lookup: os.LookupEnv}, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+// run dispatches args to a command and returns the exit code.
+func run(ctx context.Context, e env, args []string) int {
+	if len(args) == 0 {
+		usage(e.stderr)
+		return runtime.ExitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help":
+		usage(e.stdout)
+		return runtime.ExitOK
+	}
+	if c, ok := lookupCommand(args[0]); ok {
+		return c.run(ctx, e, args[1:])
+	}
+	fmt.Fprintf(e.stderr, "capn: unknown command %q\n\n", args[0])
+	usage(e.stderr)
+	return runtime.ExitUsage
+}
+
+func lookupCommand(name string) (command, bool) {
+	for _, c := range commands() {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, "capn manages Kubernetes clusters with small services talking over NATS JetStream.\n\n")
+	fmt.Fprint(w, "usage: capn <command> [flags]\n\ncommands:\n")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, "\nRun 'capn help <command>' or 'capn <command> -h' for a command's flags.\n")
+}
+
+func cmdHelp(ctx context.Context, e env, args []string) int {
+	switch len(args) {
+	case 0:
+		usage(e.stdout)
+		return runtime.ExitOK
+	case 1:
+		if args[0] == "help" {
+			usage(e.stdout)
+			return runtime.ExitOK
+		}
+		if c, ok := lookupCommand(args[0]); ok {
+			return c.run(ctx, env{stdout: e.stdout, stderr: e.stdout, lookup: e.lookup}, []string{"-h"})
+		}
+		fmt.Fprintf(e.stderr, "capn help: unknown command %q\n\n", args[0])
+	}
+	usage(e.stderr)
+	return runtime.ExitUsage
+}
+
+// exitFor is the exit code of a flag.FlagSet.Parse error: 0 for -h.
+func exitFor(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return runtime.ExitOK
+	}
+	return runtime.ExitUsage
+}

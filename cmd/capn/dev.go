@@ -122,7 +122,12 @@ func cmdDev(ctx context.Context, e env, args []string) int {
 		runtime.PrintProblems(e.stderr, "capn dev", err)
 		return runtime.ExitUsage
 	}
-	if err := runDev(ctx, cfg, e.stderr, devServices(cfg)); err != nil {
+	services, err := devServices(cfg)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "capn dev: %v\n", err)
+		return runtime.ExitFailed
+	}
+	if err := runDev(ctx, cfg, e.stderr, services); err != nil {
 		fmt.Fprintf(e.stderr, "capn dev: %v\n", err)
 		return runtime.ExitFailed
 	}

@@ -1,0 +1,15 @@
+// Command capn-provider-sim runs the simulated infrastructure provider
+// (providers/sim): machines are records in memory whose simulated nodes
+// publish heartbeats. Flags: the runtime's, --sim-* and --provider-* (see
+// -h); each also reads its CAPN_* environment variable.
+package main
+
+import (
+	"github.com/capn-dev/capn/providers/sdk"
+	"github.com/capn-dev/capn/providers/sim"
+	"github.com/capn-dev/capn/services/runtime"
+)
+
+func main() {
+	runtime.Main(sim.NewService(sim.DefaultOptions(), sdk.Options{}))
+}

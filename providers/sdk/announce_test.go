@@ -1,0 +1,61 @@
+package sdk_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/capn-dev/capn/events/natstest"
+	"github.com/capn-dev/capn/providers/sdk"
+	"github.com/capn-dev/capn/providers/sdk/sdktest"
+	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+)
+
+func TestAnnouncement(t *testing.T) {
+	env := sdktest.New(t)
+	opts := fastOptions()
+	opts.Version = "v0.1.0"
+	stop := env.Run(sdk.NewService(newFake(), opts))
+
+	var first *capnv1alpha1.ProviderAnnouncement
+	natstest.WaitFor(t, sdktest.Timeout, "announcement", func() bool {
+		var ok bool
+		first, ok = env.Announcement("fake")
+		return ok
+	})
+	if first.GetName() != "fake" || first.GetVersion() != "v0.1.0" || first.GetInstance() != "test" ||
+		!slices.Equal(first.GetCapabilities(), []string{sdk.CapabilityStopStart}) || !sdk.Alive(first, time.Now()) {
+		t.Errorf("announcement = %v", first)
+	}
+	natstest.WaitFor(t, sdktest.Timeout, "announcement refreshed", func() bool {
+		a, ok := env.Announcement("fake")
+		return ok && a.GetTime().AsTime().After(first.GetTime().AsTime())
+	})
+
+	stop()
+	if a, ok := env.Announcement("fake"); ok {
+		t.Errorf("announcement left after a clean shutdown: %v", a)
+	}
+}
+
+func TestAlive(t *testing.T) {
+	now := time.Now()
+	tests := []struct {
+		name string
+		a    *capnv1alpha1.ProviderAnnouncement
+		want bool
+	}{
+		{"none", nil, false},
+		{"no time", &capnv1alpha1.ProviderAnnouncement{Name: "x"}, false},
+		{"fresh", &capnv1alpha1.ProviderAnnouncement{Time: timestampOf(now.Add(-5 * time.Second))}, true},
+		{"at the limit", &capnv1alpha1.ProviderAnnouncement{Time: timestampOf(now.Add(-sdk.AnnouncementStale))}, true},
+		{"stale", &capnv1alpha1.ProviderAnnouncement{Time: timestampOf(now.Add(-sdk.AnnouncementStale - time.Second))}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := sdk.Alive(tt.a, now); got != tt.want {
+				t.Errorf("Alive = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

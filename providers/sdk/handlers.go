@@ -1,0 +1,253 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/store"
+	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+)
+
+// builtinHandlers maps the contract's command types to their handlers.
+func (s *server) builtinHandlers() map[string]events.Handler {
+	return map[string]events.Handler{
+		TypeEnsureCluster: events.Typed(s.ensureCluster),
+		TypeDeleteCluster: events.Typed(s.deleteCluster),
+		TypeCreateMachine: events.Typed(s.createMachine),
+		TypeDeleteMachine: events.Typed(s.deleteMachine),
+		TypeStopMachine:   events.Typed(s.power),
+		TypeStartMachine:  events.Typed(s.power),
+		TypeRebootMachine: events.Typed(s.power),
+	}
+}
+
+// handle checks a command's subject and type, enriches the logger, takes
+// the lock of the machine (or cluster) it is about and dispatches it by
+// event type. A malformed or unknown command is terminated.
+func (s *server) handle(ctx context.Context, m *events.Message) error {
+	subj, err := parseSubject(s.name, m.Subject)
+	if err != nil {
+		return events.Permanent(err)
+	}
+	typ := m.Event.Type()
+	if want := CommandType(subj.kind, subj.verb); typ != want {
+		return events.Permanent(fmt.Errorf("event type %q does not match subject %s (want %q)", typ, m.Subject, want))
+	}
+	h, ok := s.handlers[typ]
+	if !ok {
+		return events.Permanent(fmt.Errorf("provider %s does not handle %s: %w", s.name, typ, ErrUnsupported))
+	}
+	if err := ValidateName("cluster", subj.cluster); err != nil {
+		return events.Permanent(err)
+	}
+	if subj.object != events.ClusterObject {
+		if err := ValidateName("machine", subj.object); err != nil {
+			return events.Permanent(err)
+		}
+	}
+	log := zerolog.Ctx(ctx).With().Str("provider", s.name).Str("cluster", subj.cluster).Str("machine", subj.object).Logger()
+	ctx = log.WithContext(ctx)
+	unlock, err := s.locks.lock(ctx, InfraKey(s.name, subj.cluster, subj.object))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return h(ctx, m)
+}
+
+// target checks that a command's data names what its subject names.
+func (s *server) target(m *events.Message, cluster, object string) error {
+	want := events.Subject(cluster, object)
+	subj, err := parseSubject(s.name, m.Subject)
+	if err != nil {
+		return events.Permanent(err)
+	}
+	if got := events.Subject(subj.cluster, subj.object); got != want {
+		return events.Permanent(fmt.Errorf("subject %s names %s but the data names %s", m.Subject, got, want))
+	}
+	return nil
+}
+
+// lastTry reports whether m is on its last allowed delivery.
+func (s *server) lastTry(m *events.Message) bool {
+	return m.Delivery >= uint64(s.opts.MaxDeliver)
+}
+
+// giveUp reports whether a provider error is final: marked permanent, or
+// on the command's last delivery.
+func (s *server) giveUp(m *events.Message, err error) bool {
+	return IsPermanent(err) || s.lastTry(m)
+}
+
+// record normalises what the provider returned and writes it.
+func (s *server) record(ctx context.Context, im *capnv1alpha1.InfraMachine, cluster, machine string) error {
+	if im == nil {
+		return events.Permanent(fmt.Errorf("provider %s returned no machine for %s/%s", s.name, cluster, machine))
+	}
+	im = proto.Clone(im).(*capnv1alpha1.InfraMachine)
+	s.obs.normalise(im, cluster, machine)
+	if err := s.obs.writeMachine(ctx, im, false); err != nil {
+		return err
+	}
+	zerolog.Ctx(ctx).Debug().Str("state", im.GetState()).Str("provider_id", im.GetProviderId()).Msg("machine recorded")
+	return nil
+}
+
+func (s *server) createMachine(ctx context.Context, m *events.Message, req *capnv1alpha1.CreateMachine) error {
+	c, name := req.GetCluster(), req.GetMachine()
+	if err := s.target(m, c, name); err != nil {
+		return err
+	}
+	log := zerolog.Ctx(ctx)
+	cur, _, err := s.obs.machines.Get(ctx, InfraKey(s.name, c, name))
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	if err == nil && live(cur.GetState()) {
+		got, derr := s.p.Describe(ctx, c, name)
+		switch {
+		case derr == nil:
+			log.Debug().Str("state", got.GetState()).Msg("machine already exists; create is a no-op")
+			return s.record(ctx, got, c, name)
+		case !errors.Is(derr, ErrNotFound):
+			return fmt.Errorf("describe %s/%s: %w", c, name, derr)
+		}
+		log.Info().Msg("machine recorded as existing is gone; creating it again")
+	}
+	log.Info().Str("version", req.GetVersion()).Str("role", req.GetRole()).Msg("creating machine")
+	im, err := s.p.CreateMachine(ctx, req)
+	if err != nil {
+		if !s.giveUp(m, err) {
+			return fmt.Errorf("create %s/%s: %w", c, name, err)
+		}
+		log.Warn().Err(err).Msg("create failed for good; recording the machine as Failed")
+		return s.obs.failMachine(ctx, c, name, "create failed: "+err.Error())
+	}
+	return s.record(ctx, im, c, name)
+}
+
+func (s *server) deleteMachine(ctx context.Context, m *events.Message, req *capnv1alpha1.DeleteMachine) error {
+	c, name := req.GetCluster(), req.GetMachine()
+	if err := s.target(m, c, name); err != nil {
+		return err
+	}
+	log := zerolog.Ctx(ctx)
+	cur, _, err := s.obs.machines.Get(ctx, InfraKey(s.name, c, name))
+	switch {
+	case err == nil && live(cur.GetState()):
+		if err := s.obs.markMachine(ctx, c, name, StateDeleting, "deleting"); err != nil {
+			return err
+		}
+	case err != nil && !errors.Is(err, store.ErrNotFound):
+		return err
+	}
+	log.Info().Msg("deleting machine")
+	err = s.p.DeleteMachine(ctx, c, name)
+	if errors.Is(err, ErrNotFound) {
+		err = nil
+	}
+	if err != nil {
+		if !s.giveUp(m, err) {
+			return fmt.Errorf("delete %s/%s: %w", c, name, err)
+		}
+		log.Warn().Err(err).Msg("delete failed for good; recording the machine as Failed")
+		return s.obs.failMachine(ctx, c, name, "delete failed: "+err.Error())
+	}
+	return s.obs.deleteMachine(ctx, c, name)
+}
+
+func (s *server) power(ctx context.Context, m *events.Message, req *capnv1alpha1.MachinePower) error {
+	c, name := req.GetCluster(), req.GetMachine()
+	if err := s.target(m, c, name); err != nil {
+		return err
+	}
+	subj, _ := parseSubject(s.name, m.Subject)
+	action := req.GetAction()
+	if action == "" {
+		action = subj.verb
+	}
+	if action != subj.verb {
+		return events.Permanent(fmt.Errorf("action %q does not match subject verb %q", action, subj.verb))
+	}
+	pc, ok := s.p.(PowerController)
+	if !ok {
+		return events.Permanent(fmt.Errorf("%s %s/%s: %w", action, c, name, ErrUnsupported))
+	}
+	var do func(context.Context, string, string) error
+	switch action {
+	case ActionStop:
+		do = pc.Stop
+	case ActionStart:
+		do = pc.Start
+	case ActionReboot:
+		do = pc.Reboot
+	default:
+		return events.Permanent(fmt.Errorf("unknown power action %q", action))
+	}
+	log := zerolog.Ctx(ctx)
+	log.Info().Str("action", action).Msg("power action")
+	err := do(ctx, c, name)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return events.Permanent(fmt.Errorf("%s %s/%s: %w", action, c, name, err))
+	case err != nil && !s.giveUp(m, err):
+		return fmt.Errorf("%s %s/%s: %w", action, c, name, err)
+	case err != nil:
+		log.Warn().Err(err).Str("action", action).Msg("power action failed for good")
+		return s.obs.markMachine(ctx, c, name, "", action+" failed: "+err.Error())
+	}
+	got, err := s.p.Describe(ctx, c, name)
+	if err != nil {
+		return fmt.Errorf("describe %s/%s after %s: %w", c, name, action, err)
+	}
+	return s.record(ctx, got, c, name)
+}
+
+func (s *server) ensureCluster(ctx context.Context, m *events.Message, req *capnv1alpha1.EnsureClusterInfra) error {
+	c := req.GetCluster()
+	if err := s.target(m, c, events.ClusterObject); err != nil {
+		return err
+	}
+	log := zerolog.Ctx(ctx)
+	log.Info().Msg("ensuring cluster infrastructure")
+	ic, err := s.p.EnsureCluster(ctx, c, req.GetParameters())
+	if err != nil {
+		if !s.giveUp(m, err) {
+			return fmt.Errorf("ensure cluster %s: %w", c, err)
+		}
+		log.Warn().Err(err).Msg("ensure cluster failed for good")
+		return s.obs.clusterMessage(ctx, c, "ensure failed: "+err.Error())
+	}
+	if ic == nil {
+		return events.Permanent(fmt.Errorf("provider %s returned no cluster for %s", s.name, c))
+	}
+	ic = proto.Clone(ic).(*capnv1alpha1.InfraCluster)
+	ic.Provider, ic.Cluster = s.name, c
+	return s.obs.writeCluster(ctx, ic)
+}
+
+func (s *server) deleteCluster(ctx context.Context, m *events.Message, req *capnv1alpha1.DeleteClusterInfra) error {
+	c := req.GetCluster()
+	if err := s.target(m, c, events.ClusterObject); err != nil {
+		return err
+	}
+	log := zerolog.Ctx(ctx)
+	log.Info().Msg("deleting cluster infrastructure")
+	err := s.p.DeleteCluster(ctx, c)
+	if errors.Is(err, ErrNotFound) {
+		err = nil
+	}
+	if err != nil {
+		if !s.giveUp(m, err) {
+			return fmt.Errorf("delete cluster %s: %w", c, err)
+		}
+		log.Warn().Err(err).Msg("delete cluster failed for good")
+		return s.obs.clusterMessage(ctx, c, "delete failed: "+err.Error())
+	}
+	return s.obs.deleteCluster(ctx, c)
+}

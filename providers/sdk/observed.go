@@ -1,0 +1,266 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/store"
+	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+)
+
+// observed is a provider's view of its own keys in observed KV; it is the
+// only writer of infra.<name>.* and provider.<name>. Safe for concurrent use.
+type observed struct {
+	name          string
+	kv            jetstream.KeyValue
+	machines      *store.Bucket[*capnv1alpha1.InfraMachine]
+	clusters      *store.Bucket[*capnv1alpha1.InfraCluster]
+	announcements *store.Bucket[*capnv1alpha1.ProviderAnnouncement]
+	deleted       tombstones
+	now           func() time.Time
+}
+
+func newObserved(name string, kv jetstream.KeyValue) *observed {
+	return &observed{
+		name:          name,
+		kv:            kv,
+		machines:      store.NewBucket(kv, func() *capnv1alpha1.InfraMachine { return new(capnv1alpha1.InfraMachine) }),
+		clusters:      store.NewBucket(kv, func() *capnv1alpha1.InfraCluster { return new(capnv1alpha1.InfraCluster) }),
+		announcements: store.NewBucket(kv, func() *capnv1alpha1.ProviderAnnouncement { return new(capnv1alpha1.ProviderAnnouncement) }),
+		now:           time.Now,
+	}
+}
+
+// normalise fills the identity of m (provider, cluster, machine) and its
+// updated time if unset. m is modified in place.
+func (o *observed) normalise(m *capnv1alpha1.InfraMachine, cluster, machine string) {
+	m.Provider, m.Cluster, m.Machine = o.name, cluster, machine
+	if m.GetUpdated() == nil {
+		m.Updated = timestamppb.New(o.now())
+	}
+}
+
+// writeMachine stores m (already normalised) unless observed KV holds a
+// newer state (by updated). async reports are also dropped when they are
+// older than a delete this process made, so a late report never
+// resurrects a deleted machine.
+func (o *observed) writeMachine(ctx context.Context, m *capnv1alpha1.InfraMachine, async bool) error {
+	key := InfraKey(o.name, m.GetCluster(), m.GetMachine())
+	at := m.GetUpdated().AsTime()
+	_, _, err := o.machines.Mutate(ctx, key, func(cur *capnv1alpha1.InfraMachine, exists bool) (*capnv1alpha1.InfraMachine, error) {
+		if exists && cur.GetUpdated().AsTime().After(at) {
+			return nil, store.ErrNoChange
+		}
+		if !exists && async && o.deleted.after(key, at) {
+			return nil, store.ErrNoChange
+		}
+		return proto.Clone(m).(*capnv1alpha1.InfraMachine), nil
+	})
+	if err != nil {
+		return fmt.Errorf("write %s: %w", key, err)
+	}
+	return nil
+}
+
+// markMachine sets the state and message of an existing machine record (no
+// write if the key does not exist), stamped now.
+func (o *observed) markMachine(ctx context.Context, cluster, machine, state, message string) error {
+	key := InfraKey(o.name, cluster, machine)
+	now := timestamppb.New(o.now())
+	_, _, err := o.machines.Mutate(ctx, key, func(cur *capnv1alpha1.InfraMachine, exists bool) (*capnv1alpha1.InfraMachine, error) {
+		if !exists {
+			return nil, store.ErrNoChange
+		}
+		if state != "" {
+			cur.State = state
+		}
+		cur.Message, cur.Updated = message, now
+		return cur, nil
+	})
+	if err != nil {
+		return fmt.Errorf("mark %s %s: %w", key, state, err)
+	}
+	return nil
+}
+
+// failMachine records a machine as Failed with message, creating the
+// record if need be: the core surfaces it as a condition.
+func (o *observed) failMachine(ctx context.Context, cluster, machine, message string) error {
+	m := &capnv1alpha1.InfraMachine{State: StateFailed, Message: message}
+	o.normalise(m, cluster, machine)
+	key := InfraKey(o.name, cluster, machine)
+	_, _, err := o.machines.Mutate(ctx, key, func(cur *capnv1alpha1.InfraMachine, exists bool) (*capnv1alpha1.InfraMachine, error) {
+		if exists {
+			// Keep the identity the provider reported, if any.
+			m.ProviderId, m.Addresses, m.FailureDomain = cur.GetProviderId(), cur.GetAddresses(), cur.GetFailureDomain()
+		}
+		return proto.Clone(m).(*capnv1alpha1.InfraMachine), nil
+	})
+	if err != nil {
+		return fmt.Errorf("fail %s: %w", key, err)
+	}
+	return nil
+}
+
+// deleteMachine removes a machine's key (compare-and-set; nothing if it is
+// missing) and remembers the deletion so that late reports are dropped.
+func (o *observed) deleteMachine(ctx context.Context, cluster, machine string) error {
+	key := InfraKey(o.name, cluster, machine)
+	o.deleted.add(key, o.now())
+	_, _, err := o.machines.Mutate(ctx, key, func(*capnv1alpha1.InfraMachine, bool) (*capnv1alpha1.InfraMachine, error) {
+		return nil, store.ErrDelete
+	})
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", key, err)
+	}
+	return nil
+}
+
+// writeCluster stores c under infra.<name>.<cluster>._ (no write when equal).
+func (o *observed) writeCluster(ctx context.Context, c *capnv1alpha1.InfraCluster) error {
+	key := InfraClusterKey(o.name, c.GetCluster())
+	_, _, err := o.clusters.Mutate(ctx, key, func(*capnv1alpha1.InfraCluster, bool) (*capnv1alpha1.InfraCluster, error) {
+		return proto.Clone(c).(*capnv1alpha1.InfraCluster), nil
+	})
+	if err != nil {
+		return fmt.Errorf("write %s: %w", key, err)
+	}
+	return nil
+}
+
+// clusterMessage records a failure on a cluster's record, creating a
+// not-ready one if there is none.
+func (o *observed) clusterMessage(ctx context.Context, cluster, message string) error {
+	key := InfraClusterKey(o.name, cluster)
+	_, _, err := o.clusters.Mutate(ctx, key, func(cur *capnv1alpha1.InfraCluster, exists bool) (*capnv1alpha1.InfraCluster, error) {
+		if !exists {
+			cur = &capnv1alpha1.InfraCluster{Provider: o.name, Cluster: cluster}
+		}
+		cur.Message = message
+		return cur, nil
+	})
+	if err != nil {
+		return fmt.Errorf("write %s: %w", key, err)
+	}
+	return nil
+}
+
+func (o *observed) deleteCluster(ctx context.Context, cluster string) error {
+	key := InfraClusterKey(o.name, cluster)
+	_, _, err := o.clusters.Mutate(ctx, key, func(*capnv1alpha1.InfraCluster, bool) (*capnv1alpha1.InfraCluster, error) {
+		return nil, store.ErrDelete
+	})
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", key, err)
+	}
+	return nil
+}
+
+// infraRecords is every infra record of one provider at one moment.
+type infraRecords struct {
+	machines map[string]store.Entry[*capnv1alpha1.InfraMachine] // by key
+	clusters map[string]store.Entry[*capnv1alpha1.InfraCluster]
+	// bad are the records that did not decode, skipped.
+	bad []error
+}
+
+// list reads every infra.<name>.* record through one short-lived watcher.
+// (store.Bucket.List cannot be used: machine and cluster records share the
+// prefix but not the message type.) A record that does not decode is
+// skipped and its error kept in bad, so one corrupt record cannot stop
+// drift detection for all the others.
+func (o *observed) list(ctx context.Context) (infraRecords, error) {
+	ctx, cancel := context.WithTimeout(ctx, store.DefaultLoadTimeout)
+	defer cancel()
+	out := infraRecords{machines: map[string]store.Entry[*capnv1alpha1.InfraMachine]{}, clusters: map[string]store.Entry[*capnv1alpha1.InfraCluster]{}}
+	w, err := o.kv.WatchFiltered(ctx, []string{InfraPrefix(o.name) + ">"}, jetstream.IgnoreDeletes())
+	if err != nil {
+		return out, fmt.Errorf("list %s: %w", InfraPrefix(o.name), err)
+	}
+	defer func() {
+		_ = w.Stop()
+		go func() { // let nats.go's delivery goroutine finish
+			for range w.Updates() {
+			}
+		}()
+	}()
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return out, errors.New("list: watcher closed before the end of the initial values")
+			}
+			if e == nil {
+				return out, nil
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				delete(out.machines, e.Key())
+				delete(out.clusters, e.Key())
+				continue
+			}
+			if strings.HasSuffix(e.Key(), "."+events.ClusterObject) {
+				v, err := store.Decode(e.Value(), func() *capnv1alpha1.InfraCluster { return new(capnv1alpha1.InfraCluster) })
+				if err != nil {
+					out.bad = append(out.bad, fmt.Errorf("key %s: %w", e.Key(), err))
+					continue
+				}
+				out.clusters[e.Key()] = store.Entry[*capnv1alpha1.InfraCluster]{Key: e.Key(), Value: v, Revision: e.Revision()}
+				continue
+			}
+			v, err := store.Decode(e.Value(), func() *capnv1alpha1.InfraMachine { return new(capnv1alpha1.InfraMachine) })
+			if err != nil {
+				out.bad = append(out.bad, fmt.Errorf("key %s: %w", e.Key(), err))
+				continue
+			}
+			out.machines[e.Key()] = store.Entry[*capnv1alpha1.InfraMachine]{Key: e.Key(), Value: v, Revision: e.Revision()}
+		case <-ctx.Done():
+			return out, fmt.Errorf("list %s: %w", InfraPrefix(o.name), ctx.Err())
+		}
+	}
+}
+
+// tombstones remember when this process deleted a machine's key, for a
+// while, so that a report made before the delete cannot create it again.
+type tombstones struct {
+	mu     sync.Mutex
+	at     map[string]time.Time
+	pruned time.Time
+}
+
+// tombstoneTTL bounds how long a deletion is remembered: far longer than a
+// report can be in flight.
+const tombstoneTTL = 10 * time.Minute
+
+func (t *tombstones) add(key string, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.at == nil {
+		t.at = map[string]time.Time{}
+	}
+	if at.Sub(t.pruned) > tombstoneTTL/10 {
+		for k, v := range t.at {
+			if at.Sub(v) > tombstoneTTL {
+				delete(t.at, k)
+			}
+		}
+		t.pruned = at
+	}
+	t.at[key] = at
+}
+
+// after reports whether key was deleted at or after at.
+func (t *tombstones) after(key string, at time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	d, ok := t.at[key]
+	return ok && !d.Before(at)
+}

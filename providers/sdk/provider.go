@@ -1,0 +1,182 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/capn-dev/capn/events"
+	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+)
+
+// Provider is what a provider implements; the SDK does all of the NATS
+// work around it (see the package documentation).
+//
+// Methods are called concurrently from several goroutines, but never two
+// at once for the same (cluster, machine): the SDK serialises the commands
+// and drift checks of one machine. ctx carries the logger (zerolog.Ctx,
+// with provider, cluster and machine) and is cancelled when the service
+// stops or the command's delivery is abandoned; a method should then
+// return promptly with an error, and the command is redelivered.
+//
+// Errors: ErrNotFound where documented; an error marked with [Permanent]
+// can never succeed (the SDK records it, e.g. as state Failed, and does not
+// retry); any other error is transient and the command is retried with
+// backoff.
+type Provider interface {
+	// Name is the provider's name, one lower-case token (e.g. "sim"): its
+	// subjects are capn.provider.<name>.> and its keys infra.<name>.*.
+	Name() string
+	// Capabilities are announced to the core, e.g. CapabilityStopStart and
+	// CapabilityReboot (which need PowerController).
+	Capabilities() []string
+	// EnsureCluster creates or finds the cluster's infrastructure (network,
+	// control-plane endpoint). It is idempotent: a second call returns what
+	// the first made.
+	EnsureCluster(ctx context.Context, cluster string, params map[string]string) (*capnv1alpha1.InfraCluster, error)
+	// DeleteCluster removes the cluster's infrastructure; deleting what does
+	// not exist succeeds.
+	DeleteCluster(ctx context.Context, cluster string) error
+	// CreateMachine creates a machine, idempotently by (cluster, machine):
+	// if it exists it returns it as it is. Creation that takes time returns
+	// state Creating and reports the outcome later through the Reporter
+	// (see Runner); it must not block until the machine has booted.
+	CreateMachine(ctx context.Context, req *capnv1alpha1.CreateMachine) (*capnv1alpha1.InfraMachine, error)
+	// DeleteMachine removes a machine; deleting a missing machine succeeds.
+	// It returns nil only when the machine is gone (or certainly going):
+	// List must not return it afterwards.
+	DeleteMachine(ctx context.Context, cluster, machine string) error
+	// Describe returns what really exists for a machine, or an error
+	// matching ErrNotFound.
+	Describe(ctx context.Context, cluster, machine string) (*capnv1alpha1.InfraMachine, error)
+	// List returns every machine that really exists for this provider, in
+	// any state (Creating included): the truth drift detection and
+	// adoption compare against.
+	List(ctx context.Context) ([]*capnv1alpha1.InfraMachine, error)
+}
+
+// PowerController is implemented by a provider with CapabilityStopStart
+// and/or CapabilityReboot. Each call is idempotent (stopping a stopped
+// machine succeeds), keeps the machine's identity (provider id, addresses,
+// disk), and returns ErrNotFound for a machine that does not exist. The
+// SDK writes what Describe says afterwards.
+type PowerController interface {
+	Stop(ctx context.Context, cluster, machine string) error
+	Start(ctx context.Context, cluster, machine string) error
+	Reboot(ctx context.Context, cluster, machine string) error
+}
+
+// Reporter lets a provider report state changes that happen after a command
+// returned (a machine finished booting, stopped by itself, vanished). It is
+// safe for concurrent use.
+type Reporter interface {
+	// Report writes m as the machine's observed state (compare-and-set).
+	// m.Cluster and m.Machine name the machine; m.Provider is set by the
+	// SDK. m.Updated orders reports: a report older than what observed KV
+	// holds, or older than a delete of the machine this process handled, is
+	// dropped, so a late report never resurrects or rewinds a machine. An
+	// unset Updated means now. Report must not be called while the
+	// provider holds a lock that its own methods take.
+	Report(ctx context.Context, m *capnv1alpha1.InfraMachine) error
+	// Recheck asks for a drift check of one machine soon (asynchronously,
+	// coalesced): e.g. after it vanished, so that the DriftReport and the
+	// Deleted state do not wait for the next periodic reconcile.
+	Recheck(cluster, machine string)
+}
+
+// Env is what the SDK gives a provider's background work.
+type Env struct {
+	// Reporter reports asynchronous state changes.
+	Reporter Reporter
+	// JS is JetStream on the service's own connection.
+	JS jetstream.JetStream
+	// Publisher publishes events with source capn/provider-<name>.
+	Publisher *events.Publisher
+	// Log carries provider=<name>.
+	Log zerolog.Logger
+}
+
+// Runner is implemented by a provider with background work (boot timers,
+// simulated nodes, an event stream of its infrastructure). The SDK calls
+// Run once in a goroutine of its own, after Adopt and before the first
+// command; ctx is cancelled at shutdown and Run must then return promptly.
+// An error other than ctx's stops the service.
+type Runner interface {
+	Run(ctx context.Context, env Env) error
+}
+
+// Adopter is implemented by a provider whose reality cannot be listed
+// after a restart because it kept it only in memory and in its observed
+// records (the sim provider). The SDK calls Adopt once at start, before
+// Run and before any command, with every infra record of this provider in
+// observed KV, whatever its state; the provider takes back what it had.
+// An error stops the service.
+type Adopter interface {
+	Adopt(ctx context.Context, machines []*capnv1alpha1.InfraMachine, clusters []*capnv1alpha1.InfraCluster) error
+}
+
+// CommandHandler is implemented by a provider that accepts commands beyond
+// the contract, such as the sim provider's vanish test hook. Commands maps
+// a full event type (events.TypeProviderCommand + ".<kind>.<verb>") to its
+// handler; it is read once at start. The SDK serialises the handler with
+// the machine's other commands (by the subject's cluster and object) and
+// acks, retries or terminates by its result as for any events.Handler.
+type CommandHandler interface {
+	Commands() map[string]events.Handler
+}
+
+// Capabilities a provider may announce.
+const (
+	CapabilityStopStart      = "stop-start"
+	CapabilityReboot         = "reboot"
+	CapabilityRealKubernetes = "real-kubernetes"
+	CapabilityFailureDomains = "failure-domains"
+)
+
+// InfraMachine states.
+const (
+	StateCreating = "Creating"
+	StateRunning  = "Running"
+	StateStopped  = "Stopped"
+	StateDeleting = "Deleting"
+	StateDeleted  = "Deleted"
+	StateFailed   = "Failed"
+)
+
+// DriftReport kinds.
+const (
+	DriftGone    = "Gone"
+	DriftStopped = "Stopped"
+	DriftChanged = "Changed"
+	DriftOrphan  = "Orphan"
+)
+
+// Power actions of MachinePower.
+const (
+	ActionStop   = "stop"
+	ActionStart  = "start"
+	ActionReboot = "reboot"
+)
+
+var (
+	// ErrNotFound is returned by Describe (and power calls) for a machine
+	// that does not exist.
+	ErrNotFound = errors.New("sdk: machine not found")
+	// ErrUnsupported is a command the provider cannot do (e.g. stop
+	// without PowerController); it is permanent.
+	ErrUnsupported = errors.New("sdk: not supported by this provider")
+)
+
+// Permanent marks err as one that retrying cannot fix: the SDK records it
+// (InfraMachine state Failed for a create) and does not retry.
+func Permanent(err error) error { return events.Permanent(err) }
+
+// IsPermanent reports whether err was marked with Permanent.
+func IsPermanent(err error) bool { return events.IsPermanent(err) }
+
+// live reports whether a machine in state exists or is coming into being.
+func live(state string) bool {
+	return state == StateCreating || state == StateRunning || state == StateStopped
+}

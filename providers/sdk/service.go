@@ -1,0 +1,249 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/reconcile"
+	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/services/runtime"
+)
+
+// Service runs a Provider as a capn service (a runtime.Service named
+// provider-<name>). Build it with NewService; it holds no state between
+// runs, so each Run starts afresh, as a restarted process would.
+type Service struct {
+	p    Provider
+	opts Options
+}
+
+var _ runtime.Service = (*Service)(nil)
+
+// NewService wraps p. Options are validated by Validate (runtime.Main
+// calls it) and again by Run.
+func NewService(p Provider, opts Options) *Service {
+	return &Service{p: p, opts: opts}
+}
+
+// Name is provider-<provider name>.
+func (s *Service) Name() string { return ServiceName(s.p.Name()) }
+
+// Validate reports every problem of the provider's name and the options.
+func (s *Service) Validate() error {
+	var errs []error
+	if n := s.p.Name(); !providerName.MatchString(n) {
+		errs = append(errs, fmt.Errorf("provider name %q: want lower-case letters, digits and '-', starting with a letter", n))
+	}
+	errs = append(errs, s.opts.Validate())
+	return errors.Join(errs...)
+}
+
+// Run serves the provider until ctx is cancelled:
+//
+//  1. gives the provider its observed records (Adopter);
+//  2. announces it (provider.<name>) and keeps the announcement fresh;
+//  3. starts its background work (Runner), the drift reconcile and the
+//     consumer of capn.provider.<name>.>, then reports ready.
+//
+// On cancellation it stops consuming (commands in flight are handed back
+// to JetStream), waits for the rest, withdraws the announcement and
+// returns nil. It returns an error when it cannot start, or when the
+// provider's Runner fails.
+func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	srv, err := newServer(ctx, s.p, s.opts.withDefaults(), d)
+	if err != nil {
+		return err
+	}
+	return srv.run(ctx, d)
+}
+
+// server is one run of a Service.
+type server struct {
+	p      Provider
+	name   string
+	opts   Options
+	log    zerolog.Logger
+	js     jetstream.JetStream
+	obs    *observed
+	pub    *events.Publisher
+	locks  keyLocks
+	checks *reconcile.Queue
+	drift  *prometheus.CounterVec
+
+	handlers map[string]events.Handler
+
+	orphansMu sync.Mutex
+	orphans   map[string]string // key -> provider id already reported
+}
+
+func newServer(ctx context.Context, p Provider, opts Options, d *runtime.Deps) (*server, error) {
+	name := p.Name()
+	kv, err := d.JS.KeyValue(ctx, events.BucketObserved)
+	if err != nil {
+		return nil, fmt.Errorf("provider %s: bucket %s: %w", name, events.BucketObserved, err)
+	}
+	s := &server{
+		p:       p,
+		name:    name,
+		opts:    opts,
+		log:     d.Log.With().Str("provider", name).Logger(),
+		js:      d.JS,
+		obs:     newObserved(name, kv),
+		pub:     events.NewPublisher(d.JS, "capn/"+ServiceName(name)),
+		checks:  reconcile.NewQueue(),
+		orphans: map[string]string{},
+	}
+	s.drift = driftCounter(d.Metrics)
+	s.handlers = s.builtinHandlers()
+	if ch, ok := p.(CommandHandler); ok {
+		for typ, h := range ch.Commands() {
+			if _, dup := s.handlers[typ]; dup {
+				return nil, fmt.Errorf("provider %s: command %s is already handled by the SDK", name, typ)
+			}
+			s.handlers[typ] = h
+		}
+	}
+	return s, nil
+}
+
+func (s *server) env() Env {
+	return Env{Reporter: reporter{s}, JS: s.js, Publisher: s.pub, Log: s.log}
+}
+
+func (s *server) consumerSpec() events.ConsumerSpec {
+	return events.ConsumerSpec{
+		Stream:      events.StreamProviders,
+		Durable:     ServiceName(s.name),
+		Filters:     []string{events.Subject(events.SubjectProviders, s.name, ">")},
+		Description: "commands to provider " + s.name,
+		MaxDeliver:  s.opts.MaxDeliver,
+	}
+}
+
+func (s *server) run(ctx context.Context, d *runtime.Deps) error {
+	if err := s.adopt(ctx); err != nil {
+		return err
+	}
+	if err := s.announce(ctx); err != nil {
+		return fmt.Errorf("provider %s: announce: %w", s.name, err)
+	}
+	defer s.withdraw()
+
+	spec := s.consumerSpec()
+	if _, err := events.EnsureConsumer(ctx, s.js, spec); err != nil {
+		return fmt.Errorf("provider %s: %w", s.name, err)
+	}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 4)
+	goRun := func(what string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(runCtx); err != nil && runCtx.Err() == nil {
+				errc <- fmt.Errorf("provider %s: %s: %w", s.name, what, err)
+				cancel()
+			}
+		}()
+	}
+	if r, ok := s.p.(Runner); ok {
+		goRun("run", func(ctx context.Context) error { return r.Run(ctx, s.env()) })
+	}
+	goRun("announce", func(ctx context.Context) error { s.keepAnnouncing(ctx); return nil })
+	goRun("drift", func(ctx context.Context) error { s.runDrift(ctx); return nil })
+	consumer := events.NewConsumer(s.js, spec, s.handle,
+		events.WithConcurrency(s.opts.Concurrency), events.WithLogger(s.log), events.WithMetrics(d.Events))
+	goRun("consume", consumer.Run)
+
+	if d.Ready != nil {
+		d.Ready.Set(true)
+	}
+	s.log.Info().Int("concurrency", s.opts.Concurrency).Dur("reconcile_every", s.opts.ReconcileEvery).
+		Strs("capabilities", s.p.Capabilities()).Msg("provider serving")
+	<-runCtx.Done()
+	if d.Ready != nil {
+		d.Ready.SetNotReady("stopping")
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
+// adopt hands an Adopter its observed records.
+func (s *server) adopt(ctx context.Context) error {
+	a, ok := s.p.(Adopter)
+	if !ok {
+		return nil
+	}
+	rec, err := s.obs.list(ctx)
+	if err != nil {
+		return fmt.Errorf("provider %s: read observed records: %w", s.name, err)
+	}
+	s.logBad(rec)
+	machines := make([]*capnv1alpha1.InfraMachine, 0, len(rec.machines))
+	for _, e := range rec.machines {
+		machines = append(machines, e.Value)
+	}
+	clusters := make([]*capnv1alpha1.InfraCluster, 0, len(rec.clusters))
+	for _, e := range rec.clusters {
+		clusters = append(clusters, e.Value)
+	}
+	s.log.Info().Int("machines", len(machines)).Int("clusters", len(clusters)).Msg("adopting observed infrastructure")
+	if err := a.Adopt(ctx, machines, clusters); err != nil {
+		return fmt.Errorf("provider %s: adopt: %w", s.name, err)
+	}
+	return nil
+}
+
+// logBad logs the records that do not decode (they are skipped).
+func (s *server) logBad(rec infraRecords) {
+	if len(rec.bad) > 0 {
+		s.log.Error().Err(errors.Join(rec.bad...)).Int("records", len(rec.bad)).Msg("skipping observed records that do not decode")
+	}
+}
+
+// withdraw deletes the announcement at a clean shutdown, unless another
+// replica announced since.
+func (s *server) withdraw() {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := s.unannounce(ctx); err != nil {
+		s.log.Warn().Err(err).Msg("cannot withdraw the announcement; it goes stale")
+	}
+}
+
+func driftCounter(reg prometheus.Registerer) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "capn_provider_drift_reports_total",
+		Help: "Drift reports published, by provider and kind (Gone, Stopped, Changed, Orphan).",
+	}, []string{"provider", "kind"})
+	if reg == nil {
+		return c
+	}
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
+				return existing
+			}
+		}
+	}
+	return c
+}

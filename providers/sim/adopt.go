@@ -1,0 +1,52 @@
+package sim
+
+import (
+	"context"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/capn-dev/capn/providers/sdk"
+	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+)
+
+// Adopt takes back what a previous run of the provider recorded in
+// observed KV: the sim's machines exist only in memory, so its observed
+// records are their only persistence. Machines that were Creating boot
+// again (after the boot delay), Running ones resume heartbeats at a
+// per-machine phase within HeartbeatEvery (so that a large fleet does not
+// report all at once), Stopped ones stay stopped. Records in other states
+// (Deleting, Deleted, Failed) describe nothing that exists and are left to
+// the SDK and the core. Adopt is called once, before Run.
+func (p *Provider) Adopt(_ context.Context, machines []*capnv1alpha1.InfraMachine, clusters []*capnv1alpha1.InfraCluster) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now()
+	for _, c := range clusters {
+		p.clusters[c.GetCluster()] = proto.Clone(c).(*capnv1alpha1.InfraCluster)
+	}
+	for _, im := range machines {
+		c, name, state := im.GetCluster(), im.GetMachine(), im.GetState()
+		if state != sdk.StateCreating && state != sdk.StateRunning && state != sdk.StateStopped {
+			continue
+		}
+		m := &machine{im: clone(im), version: versionOf(im.GetMessage()), gen: 1}
+		m.im.Provider = Name
+		if u := im.GetUpdated().AsTime(); u.After(p.stamped) {
+			p.stamped = u
+		}
+		p.machines[key(c, name)] = m
+		for _, a := range im.GetAddresses() {
+			if a.GetType() == "InternalIP" {
+				p.lastIP[c] = max(p.lastIP[c], ipIndex(a.GetAddress()))
+			}
+		}
+		switch state {
+		case sdk.StateCreating:
+			p.push(entry{at: now.Add(p.bootDelay(c, name)), key: key(c, name), gen: m.gen, kind: evBoot})
+		case sdk.StateRunning:
+			p.push(entry{at: now.Add(spread(p.opts.HeartbeatEvery, p.opts.Seed, "phase", c, name)), key: key(c, name), gen: m.gen, kind: evBeat})
+			p.scheduleVanish(m, now)
+		}
+	}
+	return nil
+}

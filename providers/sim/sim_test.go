@@ -1,0 +1,318 @@
+package sim
+
+import (
+	"fmt"
+	goruntime "runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/natstest"
+	"github.com/capn-dev/capn/providers/sdk"
+	"github.com/capn-dev/capn/providers/sdk/sdktest"
+	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+)
+
+func TestCreateTwiceMakesOneMachine(t *testing.T) {
+	tests := []struct {
+		name string
+		ids  []string
+	}{
+		{"same event id", []string{"create-a", "create-a"}},
+		{"different event ids", []string{"create-a", "create-b"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := sdktest.New(t)
+			p, _ := start(t, env, Options{})
+			for _, id := range tt.ids {
+				env.Send(Name, sdk.KindMachine, "create", id, createReq("c1", "m1", "v1.33.1"))
+			}
+			m := env.WaitState(Name, "c1", "m1", sdk.StateRunning)
+			env.WaitDrained()
+
+			if list, _ := p.List(t.Context()); len(list) != 1 {
+				t.Errorf("the sim has %d machines, want 1", len(list))
+			}
+			if keys := env.Keys("infra.sim."); len(keys) != 1 {
+				t.Errorf("observed keys = %v", keys)
+			}
+			if m.GetProviderId() != "sim://c1/m1" || m.GetProvider() != Name {
+				t.Errorf("record = %v", m)
+			}
+			if !hasAddress(m, "InternalIP", "10.0.0.1") || !hasAddress(m, "Hostname", "m1") {
+				t.Errorf("addresses = %v", m.GetAddresses())
+			}
+			var hb *capnv1alpha1.NodeHeartbeat
+			var id string
+			natstest.WaitFor(t, sdktest.Timeout, "a heartbeat", func() bool {
+				var ok bool
+				hb, id, ok = env.LastHeartbeat("c1", "m1")
+				return ok
+			})
+			if !hb.GetReady() || hb.GetKubeletVersion() != "v1.33.1" || hb.GetNodeName() != "m1" ||
+				hb.GetCluster() != "c1" || hb.GetMachine() != "m1" || hb.GetTime() == nil {
+				t.Errorf("heartbeat = %v", hb)
+			}
+			if !strings.HasPrefix(id, "heartbeat.c1.m1.") {
+				t.Errorf("heartbeat id = %q", id)
+			}
+		})
+	}
+}
+
+func hasAddress(m *capnv1alpha1.InfraMachine, typ, addr string) bool {
+	for _, a := range m.GetAddresses() {
+		if a.GetType() == typ && a.GetAddress() == addr {
+			return true
+		}
+	}
+	return false
+}
+
+func TestBootLatencyAndHeartbeats(t *testing.T) {
+	env := sdktest.New(t)
+	start(t, env, Options{BootLatency: 300 * time.Millisecond, HeartbeatEvery: 50 * time.Millisecond})
+	create(env, "c1", "m1", "v1.34.0")
+	creating := env.WaitState(Name, "c1", "m1", sdk.StateCreating)
+	if !strings.Contains(creating.GetMessage(), "v1.34.0") {
+		t.Errorf("message = %q", creating.GetMessage())
+	}
+	if n := beats(env, "c1", "m1"); n != 0 {
+		t.Errorf("%d heartbeats before the machine booted", n)
+	}
+	running := env.WaitState(Name, "c1", "m1", sdk.StateRunning)
+	if !running.GetUpdated().AsTime().After(creating.GetUpdated().AsTime()) {
+		t.Error("updated did not move forward")
+	}
+	waitNewBeats(env, "c1", "m1", 3)
+}
+
+func TestDeleteMachine(t *testing.T) {
+	env := sdktest.New(t)
+	p, _ := start(t, env, Options{})
+	env.Send(Name, sdk.KindMachine, "delete", "delete-missing", &capnv1alpha1.DeleteMachine{Cluster: "c1", Machine: "nope"})
+	env.WaitDrained()
+	if keys := env.Keys("infra.sim."); len(keys) != 0 {
+		t.Fatalf("deleting a missing machine left %v", keys)
+	}
+
+	create(env, "c1", "m1", "v1.33.1")
+	env.WaitState(Name, "c1", "m1", sdk.StateRunning)
+	env.Send(Name, sdk.KindMachine, "delete", "delete-m1", &capnv1alpha1.DeleteMachine{Cluster: "c1", Machine: "m1"})
+	env.WaitNoMachine(Name, "c1", "m1")
+	if list, _ := p.List(t.Context()); len(list) != 0 {
+		t.Errorf("the sim still has %v", list)
+	}
+}
+
+func TestVanish(t *testing.T) {
+	tests := []struct {
+		name   string
+		opts   Options
+		vanish func(env *sdktest.Env)
+	}{
+		{"test hook", Options{}, func(env *sdktest.Env) {
+			env.Send(Name, sdk.KindMachine, VerbVanish, "vanish-m1", &capnv1alpha1.DeleteMachine{Cluster: "c1", Machine: "m1"})
+		}},
+		{"vanish rate", Options{VanishRate: 1, VanishAfter: 100 * time.Millisecond}, func(*sdktest.Env) {}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := sdktest.New(t)
+			p, _ := start(t, env, tt.opts)
+			create(env, "c1", "m1", "v1.33.1")
+			env.WaitState(Name, "c1", "m1", sdk.StateRunning)
+			tt.vanish(env)
+
+			d := env.WaitDrift("c1", "m1", sdk.DriftGone)
+			if d.GetProvider() != Name || !strings.Contains(d.GetMessage(), "sim://c1/m1") {
+				t.Errorf("drift = %v", d)
+			}
+			m := env.WaitState(Name, "c1", "m1", sdk.StateDeleted)
+			if m.GetMessage() != sdk.MessageGone || m.GetProviderId() != "sim://c1/m1" {
+				t.Errorf("record = %v", m)
+			}
+			if _, err := p.Describe(t.Context(), "c1", "m1"); err == nil {
+				t.Error("the machine still exists")
+			}
+			// The core then deletes it: the record goes.
+			env.Send(Name, sdk.KindMachine, "delete", "delete-m1", &capnv1alpha1.DeleteMachine{Cluster: "c1", Machine: "m1"})
+			env.WaitNoMachine(Name, "c1", "m1")
+		})
+	}
+}
+
+func TestRestartKeepsMachines(t *testing.T) {
+	env := sdktest.New(t)
+	opts := Options{HeartbeatEvery: 50 * time.Millisecond}
+	_, stop := start(t, env, opts)
+	env.Send(Name, sdk.KindCluster, "ensure", "ensure-c1", &capnv1alpha1.EnsureClusterInfra{Cluster: "c1"})
+	for _, m := range []string{"m1", "m2", "m3"} {
+		create(env, "c1", m, "v1.33.1")
+	}
+	before := map[string]*capnv1alpha1.InfraMachine{}
+	for _, m := range []string{"m1", "m2", "m3"} {
+		before[m] = env.WaitState(Name, "c1", m, sdk.StateRunning)
+	}
+	power(env, "c1", "m3", sdk.ActionStop)
+	before["m3"] = env.WaitState(Name, "c1", "m3", sdk.StateStopped)
+	env.WaitDrained()
+	stop()
+	if _, ok := env.Announcement(Name); ok {
+		t.Fatal("announcement left after a clean stop")
+	}
+
+	p, _ := start(t, env, opts)
+	list, _ := p.List(t.Context())
+	if len(list) != 3 {
+		t.Fatalf("after a restart the sim has %d machines, want 3", len(list))
+	}
+	for _, m := range list {
+		b := before[m.GetMachine()]
+		if m.GetProviderId() != b.GetProviderId() || m.GetState() != b.GetState() || !hasAddress(m, "InternalIP", b.GetAddresses()[0].GetAddress()) {
+			t.Errorf("adopted %v, had %v", m, b)
+		}
+	}
+	// A create redelivered after the restart does not duplicate; a new
+	// machine gets a new address.
+	env.Send(Name, sdk.KindMachine, "create", "create-again", createReq("c1", "m1", "v1.33.1"))
+	create(env, "c1", "m4", "v1.33.1")
+	m4 := env.WaitState(Name, "c1", "m4", sdk.StateRunning)
+	env.WaitDrained()
+	if list, _ := p.List(t.Context()); len(list) != 4 {
+		t.Errorf("%d machines, want 4", len(list))
+	}
+	if !hasAddress(m4, "InternalIP", "10.0.0.4") {
+		t.Errorf("new machine's addresses = %v", m4.GetAddresses())
+	}
+	// The running nodes report again, with their version; the stopped one stays stopped.
+	waitNewBeats(env, "c1", "m1", 2)
+	hb, _, _ := env.LastHeartbeat("c1", "m1")
+	if hb.GetKubeletVersion() != "v1.33.1" {
+		t.Errorf("heartbeat after restart = %v", hb)
+	}
+	if m3, _ := env.Machine(Name, "c1", "m3"); m3.GetState() != sdk.StateStopped {
+		t.Errorf("m3 = %v", m3)
+	}
+	if ic, ok := env.Cluster(Name, "c1"); !ok || !ic.GetReady() {
+		t.Errorf("cluster infra after restart = %v", ic)
+	}
+}
+
+func TestStopStartReboot(t *testing.T) {
+	env := sdktest.New(t)
+	start(t, env, Options{HeartbeatEvery: 50 * time.Millisecond})
+	create(env, "c1", "m1", "v1.33.1")
+	create(env, "c1", "clock", "v1.33.1") // its heartbeats show time passing
+	running := env.WaitState(Name, "c1", "m1", sdk.StateRunning)
+	waitNewBeats(env, "c1", "m1", 1)
+
+	power(env, "c1", "m1", sdk.ActionStop)
+	stopped := env.WaitState(Name, "c1", "m1", sdk.StateStopped)
+	sameIdentity(t, running, stopped)
+	silent := lastBeatID(env, "c1", "m1")
+	waitNewBeats(env, "c1", "clock", 3)
+	if id := lastBeatID(env, "c1", "m1"); id != silent {
+		t.Errorf("a stopped machine sent heartbeat %s", id)
+	}
+
+	power(env, "c1", "m1", sdk.ActionStart)
+	started := env.WaitState(Name, "c1", "m1", sdk.StateRunning)
+	sameIdentity(t, running, started)
+	waitNewBeats(env, "c1", "m1", 2)
+
+	power(env, "c1", "m1", sdk.ActionReboot)
+	env.WaitDrained()
+	waitNewBeats(env, "c1", "m1", 2)
+	if m, _ := env.Machine(Name, "c1", "m1"); m.GetState() != sdk.StateRunning {
+		t.Errorf("after reboot: %v", m)
+	}
+}
+
+func sameIdentity(t *testing.T, a, b *capnv1alpha1.InfraMachine) {
+	t.Helper()
+	if a.GetProviderId() != b.GetProviderId() || fmt.Sprint(a.GetAddresses()) != fmt.Sprint(b.GetAddresses()) {
+		t.Errorf("identity changed: %v %v -> %v %v", a.GetProviderId(), a.GetAddresses(), b.GetProviderId(), b.GetAddresses())
+	}
+}
+
+func TestCreateFailureInjection(t *testing.T) {
+	env := sdktest.New(t)
+	const seed, rate = 7, 0.5
+	start(t, env, Options{CreateFailureRate: rate, Seed: seed})
+	failed := 0
+	for i := range 10 {
+		m := fmt.Sprintf("m%d", i)
+		create(env, "c1", m, "v1.33.1")
+		want := sdk.StateRunning
+		if roll(seed, "create", "c1", m) < rate {
+			want, failed = sdk.StateFailed, failed+1
+		}
+		got := env.WaitMachine(Name, "c1", m, "a final state", func(m *capnv1alpha1.InfraMachine) bool {
+			return m.GetState() == sdk.StateRunning || m.GetState() == sdk.StateFailed
+		})
+		if got.GetState() != want {
+			t.Errorf("%s is %s, want %s", m, got.GetState(), want)
+		}
+		if want == sdk.StateFailed && !strings.Contains(got.GetMessage(), "injected create failure") {
+			t.Errorf("%s failed with %q", m, got.GetMessage())
+		}
+	}
+	if failed == 0 || failed == 10 {
+		t.Errorf("%d of 10 failed at rate %g: the test proves nothing", failed, rate)
+	}
+}
+
+func TestClusterInfra(t *testing.T) {
+	env := sdktest.New(t)
+	start(t, env, Options{})
+	for _, id := range []string{"ensure-1", "ensure-2"} {
+		env.Send(Name, sdk.KindCluster, "ensure", id, &capnv1alpha1.EnsureClusterInfra{Cluster: "c1"})
+	}
+	env.WaitDrained()
+	ic, ok := env.Cluster(Name, "c1")
+	if !ok || !ic.GetReady() || ic.GetControlPlaneEndpoint().GetHost() != "127.0.0.1" ||
+		ic.GetControlPlaneEndpoint().GetPort() != clusterPort("c1") {
+		t.Fatalf("cluster infra = %v", ic)
+	}
+	env.Send(Name, sdk.KindCluster, "delete", "delete-1", &capnv1alpha1.DeleteClusterInfra{Cluster: "c1"})
+	natstest.WaitFor(t, sdktest.Timeout, "cluster infra deleted", func() bool {
+		_, ok := env.Cluster(Name, "c1")
+		return !ok
+	})
+}
+
+func TestAnnouncement(t *testing.T) {
+	env := sdktest.New(t)
+	_, stop := start(t, env, Options{})
+	a, _ := env.Announcement(Name)
+	if a.GetName() != Name || strings.Join(a.GetCapabilities(), ",") != "stop-start,reboot" || !sdk.Alive(a, time.Now()) {
+		t.Errorf("announcement = %v", a)
+	}
+	stop()
+	if _, ok := env.Announcement(Name); ok {
+		t.Error("announcement left after a clean shutdown")
+	}
+}
+
+// TestManyMachinesOneGoroutine: the simulation does not grow goroutines
+// with machines, and every node reports.
+func TestManyMachinesOneGoroutine(t *testing.T) {
+	const n = 200
+	env := sdktest.New(t)
+	start(t, env, Options{BootJitter: 200 * time.Millisecond, HeartbeatEvery: time.Second})
+	create(env, "c1", "m0", "v1.33.1")
+	env.WaitState(Name, "c1", "m0", sdk.StateRunning)
+	base := goruntime.NumGoroutine()
+	for i := 1; i < n; i++ {
+		create(env, "c1", fmt.Sprintf("m%d", i), "v1.33.1")
+	}
+	natstest.WaitFor(t, 30*time.Second, "every node reports", func() bool {
+		return env.Count(events.StreamHealth, events.HealthSubject("c1", "*", HeartbeatKind)) >= n
+	})
+	if g := goruntime.NumGoroutine(); g > base+10 {
+		t.Errorf("goroutines grew from %d to %d with %d machines", base, g, n)
+	}
+}

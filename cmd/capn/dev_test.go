@@ -132,7 +132,7 @@ func TestDevEndToEnd(t *testing.T) {
 	alpha, beta := newDevProbe("alpha"), newDevProbe("beta")
 	withDevServices(t, alpha, beta)
 	first := startDev(t, dataDir)
-	for _, want := range []string{"capn dev is running", "data dir  " + dataDir, "services  cluster-planner, machine-manager, bootstrapper, alpha, beta"} {
+	for _, want := range []string{"capn dev is running", "data dir  " + dataDir, "services  cluster-planner, machine-manager, bootstrapper, provider-sim, alpha, beta"} {
 		if !strings.Contains(first.out.String(), want) {
 			t.Errorf("banner lacks %q:\n%s", want, first.out)
 		}

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/capn-dev/capn/providers/sdk"
+	"github.com/capn-dev/capn/providers/sim"
 	"github.com/capn-dev/capn/services/bootstrapper"
 	"github.com/capn-dev/capn/services/bootstrapper/seal"
 	clusterplanner "github.com/capn-dev/capn/services/cluster-planner"
@@ -25,6 +27,7 @@ func devServices(cfg devConfig) ([]runtime.Service, error) {
 		clusterplanner.New(clusterplanner.Config{}),
 		machinemanager.New(machinemanager.Config{}),
 		bootstrapper.New(bootstrapper.Config{Keyring: ring}),
+		sim.NewService(sim.DefaultOptions(), sdk.Options{}),
 	}
 	return append(services, extraDevServices...), nil
 }

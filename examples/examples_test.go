@@ -1,0 +1,36 @@
+// Package examples holds manifests that work with capn dev; this test keeps
+// them valid as the schema evolves.
+package examples
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/capn-dev/capn/schemas/manifest"
+)
+
+func TestExamplesAreValid(t *testing.T) {
+	files, _ := filepath.Glob("*.yaml")
+	if len(files) == 0 {
+		t.Fatal("no example manifests")
+	}
+	for _, f := range files {
+		t.Run(f, func(t *testing.T) {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cs, err := manifest.DecodeAll(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range cs {
+				manifest.Default(c)
+				if err := manifest.Validate(c); err != nil {
+					t.Fatalf("%s: %v", f, err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,137 @@
+// Package arch holds the project's import rules as a test, so a change
+// that breaks them fails `make test` (Cluster API keeps the same lines with
+// depguard): the schemas import nothing but protobuf, no core package
+// imports a provider, and a provider imports no service of the core.
+package arch
+
+import (
+	"encoding/json"
+	"io"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/capn-dev/capn"
+
+type pkg struct {
+	ImportPath string
+	Imports    []string
+	Standard   bool
+}
+
+func listPackages(t *testing.T) []pkg {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-json=ImportPath,Imports,Standard", module+"/...")
+	cmd.Dir = "../.."
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pkgs []pkg
+	dec := json.NewDecoder(out)
+	for {
+		var p pkg
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	if len(pkgs) < 10 {
+		t.Fatalf("go list found only %d packages", len(pkgs))
+	}
+	return pkgs
+}
+
+func isStd(path string) bool { return !strings.Contains(strings.Split(path, "/")[0], ".") }
+
+func TestImportRules(t *testing.T) {
+	rules := []struct {
+		name    string
+		applies func(p string) bool
+		allowed func(imp string) bool
+	}{
+		{
+			name:    "schemas import nothing but protobuf",
+			applies: func(p string) bool { return strings.HasPrefix(p, module+"/schemas/capn/") },
+			allowed: func(imp string) bool {
+				return isStd(imp) || strings.HasPrefix(imp, "google.golang.org/protobuf/") || strings.HasPrefix(imp, module+"/schemas/capn/")
+			},
+		},
+		{
+			name: "the core imports no provider",
+			applies: func(p string) bool {
+				return !strings.HasPrefix(p, module+"/providers/") && !strings.HasPrefix(p, module+"/cmd/") && !strings.HasPrefix(p, module+"/tests/")
+			},
+			allowed: func(imp string) bool { return !strings.HasPrefix(imp, module+"/providers/") },
+		},
+		{
+			name:    "providers import only schemas, the events plumbing, the runtime and the SDK",
+			applies: func(p string) bool { return strings.HasPrefix(p, module+"/providers/") },
+			allowed: func(imp string) bool {
+				if !strings.HasPrefix(imp, module+"/") {
+					return true
+				}
+				for _, ok := range []string{"/schemas/", "/events", "/services/runtime", "/providers/"} {
+					if strings.HasPrefix(imp, module+ok) {
+						return true
+					}
+				}
+				return false
+			},
+		},
+		{
+			name: "no service imports another service's internals",
+			applies: func(p string) bool {
+				return strings.HasPrefix(p, module+"/services/") && !strings.HasPrefix(p, module+"/services/runtime")
+			},
+			allowed: func(imp string) bool {
+				if !strings.HasPrefix(imp, module+"/services/") || strings.HasPrefix(imp, module+"/services/runtime") {
+					return true
+				}
+				return false // checked per service below
+			},
+		},
+	}
+	pkgs := listPackages(t)
+	for _, r := range rules {
+		t.Run(r.name, func(t *testing.T) {
+			checked := 0
+			for _, p := range pkgs {
+				if !r.applies(p.ImportPath) {
+					continue
+				}
+				checked++
+				for _, imp := range p.Imports {
+					if r.allowed(imp) || sameService(p.ImportPath, imp) {
+						continue
+					}
+					t.Errorf("%s imports %s", p.ImportPath, imp)
+				}
+			}
+			if checked == 0 {
+				t.Fatal("the rule matched no package")
+			}
+		})
+	}
+}
+
+// sameService: a service may import its own subpackages.
+func sameService(pkg, imp string) bool {
+	svc := func(p string) string {
+		rest, ok := strings.CutPrefix(p, module+"/services/")
+		if !ok {
+			return ""
+		}
+		return strings.Split(rest, "/")[0]
+	}
+	return svc(pkg) != "" && svc(pkg) == svc(imp)
+}

@@ -210,7 +210,9 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 		s.observed.Subscribe(infraPrefix),
 		s.observed.Subscribe(machinePrefix),
 	} {
-		run(func() { s.feed(ctx, sub) })
+		run(func() {
+			reconcile.Watch(ctx, s.queue, sub, clusterOf, func() []string { return s.desired.KeysUnder(clusterPrefix) })
+		})
 	}
 	loop := &reconcile.Loop{Queue: s.queue, Reconciler: reconcile.Func(s.reconcileCluster), Workers: s.cfg.Workers,
 		OnError: func(key string, err error, n int) {
@@ -238,30 +240,6 @@ func CommandConsumer() events.ConsumerSpec {
 		Description: "bootstrapper: generate bootstrap data, clean up a deleted cluster's secrets",
 		MaxDeliver:  60,
 		Backoff:     []time.Duration{250 * time.Millisecond, time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second},
-	}
-}
-
-// feed turns watch changes into cluster keys on the queue.
-func (s *Service) feed(ctx context.Context, sub *store.Subscription) {
-	defer sub.Unsubscribe()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ch, ok := <-sub.C():
-			if !ok {
-				return
-			}
-			if ch.Resync {
-				for _, e := range s.desired.List(clusterPrefix) {
-					s.queue.Add(e.Key[len(clusterPrefix):])
-				}
-				continue
-			}
-			if c := clusterOf(ch.Key); c != "" {
-				s.queue.Add(c)
-			}
-		}
 	}
 }
 

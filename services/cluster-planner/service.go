@@ -96,7 +96,10 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 		s.observed.Subscribe(machinePrefix), s.observed.Subscribe(infraPrefix), s.observed.Subscribe(secretsPrefix),
 	} {
 		wg.Add(1)
-		go func() { defer wg.Done(); s.feed(ctx, sub) }()
+		go func() {
+			defer wg.Done()
+			reconcile.Watch(ctx, s.queue, sub, clusterOf, func() []string { return s.desired.KeysUnder(clusterPrefix) })
+		}()
 	}
 	loop := &reconcile.Loop{Queue: s.queue, Reconciler: reconcile.Func(s.reconcile), Workers: s.cfg.Workers,
 		OnError: func(key string, err error, n int) {
@@ -112,46 +115,18 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	return nil
 }
 
-func (s *Service) feed(ctx context.Context, sub *store.Subscription) {
-	defer sub.Unsubscribe()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ch, ok := <-sub.C():
-			if !ok {
-				return
-			}
-			if ch.Resync {
-				for _, e := range s.desired.List(clusterPrefix) {
-					s.queue.Add(strings.TrimPrefix(e.Key, clusterPrefix))
-				}
-				continue
-			}
-			toks := strings.Split(ch.Key, ".")
-			switch {
-			case toks[0] == "cluster" && len(toks) == 2, toks[0] == "secrets" && len(toks) == 2:
-				s.queue.Add(toks[1])
-			case toks[0] == "machine" && len(toks) == 3:
-				s.queue.Add(toks[1])
-			case toks[0] == "infra" && len(toks) == 4:
-				s.queue.Add(toks[2])
-			}
-		}
+// clusterOf maps a watched key to the cluster it concerns.
+func clusterOf(key string) string {
+	toks := strings.Split(key, ".")
+	switch {
+	case toks[0] == "cluster" && len(toks) == 2, toks[0] == "secrets" && len(toks) == 2:
+		return toks[1]
+	case toks[0] == "machine" && len(toks) == 3:
+		return toks[1]
+	case toks[0] == "infra" && len(toks) == 4:
+		return toks[2]
 	}
-}
-
-func decode[T proto.Message](c *store.Cache, key string, newT func() T) (T, uint64, bool) {
-	var zero T
-	e, ok := c.Get(key)
-	if !ok {
-		return zero, 0, false
-	}
-	v, err := store.Decode(e.Value, newT)
-	if err != nil {
-		return zero, 0, false
-	}
-	return v, e.Revision, true
+	return ""
 }
 
 func newMachine() *capnv1.Machine             { return new(capnv1.Machine) }
@@ -160,7 +135,7 @@ func newClusterStatus() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus)
 
 // reconcile plans one cluster and applies the plan.
 func (s *Service) reconcile(ctx context.Context, name string) (reconcile.Result, error) {
-	cluster, _, ok := decode(s.desired, clusterPrefix+name, func() *capnv1.Cluster { return new(capnv1.Cluster) })
+	cluster, _, ok := store.Lookup(s.desired, clusterPrefix+name, func() *capnv1.Cluster { return new(capnv1.Cluster) })
 	if !ok {
 		return reconcile.Result{}, nil
 	}
@@ -182,13 +157,13 @@ func (s *Service) reconcile(ctx context.Context, name string) (reconcile.Result,
 		in.Observed[strings.TrimPrefix(e.Key, machinePrefix+name+".")] = st
 	}
 	cp := cluster.GetSpec().GetControlPlane().GetProvider()
-	if ic, _, ok := decode(s.observed, infraPrefix+cp+"."+name+"."+events.ClusterObject, func() *capnv1.InfraCluster { return new(capnv1.InfraCluster) }); ok {
+	if ic, _, ok := store.Lookup(s.observed, infraPrefix+cp+"."+name+"."+events.ClusterObject, func() *capnv1.InfraCluster { return new(capnv1.InfraCluster) }); ok {
 		in.Infra = plan.Infra{Exists: true, Ready: ic.GetReady(), Endpoint: ic.GetControlPlaneEndpoint()}
 	}
-	if sec, _, ok := decode(s.observed, secretsPrefix+name, func() *capnv1.ClusterSecretsStatus { return new(capnv1.ClusterSecretsStatus) }); ok {
+	if sec, _, ok := store.Lookup(s.observed, secretsPrefix+name, func() *capnv1.ClusterSecretsStatus { return new(capnv1.ClusterSecretsStatus) }); ok {
 		in.PKIExists = sec.GetPkiReady()
 	}
-	in.Status, _, _ = decode(s.observed, clusterPrefix+name, newClusterStatus)
+	in.Status, _, _ = store.Lookup(s.observed, clusterPrefix+name, newClusterStatus)
 
 	res := plan.Plan(in)
 	log := zerolog.Ctx(ctx).With().Str("cluster", name).Logger()

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/reconcile"
@@ -103,8 +102,9 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	run := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
 	for _, sub := range []*store.Subscription{
 		s.desired.Subscribe(machinePrefix), s.observed.Subscribe(machinePrefix), s.observed.Subscribe(infraPrefix),
+		s.observed.Subscribe(nodePrefix),
 	} {
-		run(func() { s.feed(ctx, sub) })
+		run(func() { reconcile.Watch(ctx, s.queue, sub, machineOf, s.allMachines) })
 	}
 	loop := &reconcile.Loop{Queue: s.queue, Reconciler: reconcile.Func(s.reconcile), Workers: s.cfg.Workers,
 		OnError: func(key string, err error, n int) {
@@ -133,48 +133,24 @@ func log(ctx context.Context, l zerolog.Logger) context.Context { return l.WithC
 const (
 	machinePrefix = "machine."
 	infraPrefix   = "infra."
+	// nodePrefix: the health-watcher's node.<cluster>.<machine>, shown as
+	// the NodeReady and NodeHealthy conditions.
+	nodePrefix = "node."
 )
 
-// feed maps watch changes to machine keys "<cluster>.<machine>".
-func (s *Service) feed(ctx context.Context, sub *store.Subscription) {
-	defer sub.Unsubscribe()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ch, ok := <-sub.C():
-			if !ok {
-				return
-			}
-			if ch.Resync {
-				for _, e := range s.desired.List(machinePrefix) {
-					s.queue.Add(strings.TrimPrefix(e.Key, machinePrefix))
-				}
-				for _, e := range s.observed.List(machinePrefix) {
-					s.queue.Add(strings.TrimPrefix(e.Key, machinePrefix))
-				}
-				continue
-			}
-			toks := strings.Split(ch.Key, ".")
-			switch {
-			case len(toks) == 3 && toks[0] == "machine":
-				s.queue.Add(toks[1] + "." + toks[2])
-			case len(toks) == 4 && toks[0] == "infra" && toks[3] != events.ClusterObject:
-				s.queue.Add(toks[2] + "." + toks[3])
-			}
-		}
+// machineOf maps a watched key to the machine it concerns, "<cluster>.<machine>".
+func machineOf(key string) string {
+	toks := strings.Split(key, ".")
+	switch {
+	case len(toks) == 3 && toks[0] == "machine":
+		return toks[1] + "." + toks[2]
+	case len(toks) == 4 && toks[0] == "infra" && toks[3] != events.ClusterObject:
+		return toks[2] + "." + toks[3]
 	}
+	return ""
 }
 
-func decode[T proto.Message](c *store.Cache, key string, newT func() T) (T, bool) {
-	var zero T
-	e, ok := c.Get(key)
-	if !ok {
-		return zero, false
-	}
-	v, err := store.Decode(e.Value, newT)
-	if err != nil {
-		return zero, false
-	}
-	return v, true
+// allMachines is every machine known desired or observed.
+func (s *Service) allMachines() []string {
+	return append(s.desired.KeysUnder(machinePrefix), s.observed.KeysUnder(machinePrefix)...)
 }

@@ -25,14 +25,14 @@ func (s *Service) reconcile(ctx context.Context, key string) (reconcile.Result, 
 	if !ok {
 		return reconcile.Result{}, nil
 	}
-	desired, _ := decode(s.desired, machinePrefix+key, func() *capnv1.Machine { return new(capnv1.Machine) })
+	desired, _, _ := store.Lookup(s.desired, machinePrefix+key, func() *capnv1.Machine { return new(capnv1.Machine) })
 	status, rev, err := s.statuses.Get(ctx, machinePrefix+key)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return reconcile.Result{}, err
 	}
 	var infra *capnv1.InfraMachine
 	if p := provider(desired, status); p != "" {
-		infra, _ = decode(s.observed, infraPrefix+p+"."+key, func() *capnv1.InfraMachine { return new(capnv1.InfraMachine) })
+		infra, _, _ = store.Lookup(s.observed, infraPrefix+p+"."+key, func() *capnv1.InfraMachine { return new(capnv1.InfraMachine) })
 	}
 	out := Step(Input{Cluster: cluster, Name: name, Desired: desired, Status: status, Infra: infra, Now: s.cfg.Now()}, s.cfg.Timeouts)
 	log := zerolog.Ctx(ctx).With().Str("cluster", cluster).Str("machine", name).Logger()

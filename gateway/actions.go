@@ -1,0 +1,144 @@
+package gateway
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/capn-dev/capn/gateway/api"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+)
+
+// The convenience endpoints change one thing of a stored cluster through the
+// same compare-and-set write as apply, and validate the result the same way
+// (ValidateUpdate), so they can never store what apply would refuse. Each
+// takes an optional resourceVersion in its body; each answers 200 with the
+// cluster.
+
+// scaleCluster is POST /v1/clusters/{name}/scale {pool, replicas}.
+func (s *server) scaleCluster(w http.ResponseWriter, r *http.Request) error {
+	name, err := pathName(r, "name")
+	if err != nil {
+		return err
+	}
+	var req api.ScaleRequest
+	if err := readJSON(r, &req, false); err != nil {
+		return err
+	}
+	switch {
+	case req.Pool == "":
+		return badRequest("pool is required").withField("pool", `required: a worker pool's name, or "control-plane"`, nil)
+	case req.Replicas == nil:
+		return badRequest("replicas is required").withField("replicas", "required", nil)
+	}
+	n := *req.Replicas
+	return s.change(w, r, name, req.ResourceVersion, false, func(cur, next *capnv1.Cluster) (*capnv1.Cluster, error) {
+		spec := ensure(&next.Spec)
+		if req.Pool == api.ControlPlanePool {
+			if spec.ControlPlane == nil {
+				return nil, unprocessable("cluster %s has no control plane to scale", name).withField("pool", "no control plane", req.Pool)
+			}
+			spec.ControlPlane.Replicas = n
+		} else {
+			pool := findPool(spec, req.Pool)
+			if pool == nil {
+				return nil, unprocessable("cluster %s has no worker pool %s", name, req.Pool).
+					withField("pool", "no such worker pool; the cluster has "+poolNames(spec), req.Pool)
+			}
+			pool.Replicas = n
+		}
+		return next, s.validate(cur, next, fmt.Sprintf("cannot scale %s of cluster %s to %d", req.Pool, name, n))
+	})
+}
+
+// upgradeCluster is POST /v1/clusters/{name}/upgrade {version}: the control
+// plane's version, and every worker pool's that ran the control plane's old
+// version (unless controlPlaneOnly). ValidateUpdate refuses a downgrade, a
+// major change and a skipped minor version.
+func (s *server) upgradeCluster(w http.ResponseWriter, r *http.Request) error {
+	name, err := pathName(r, "name")
+	if err != nil {
+		return err
+	}
+	var req api.UpgradeRequest
+	if err := readJSON(r, &req, false); err != nil {
+		return err
+	}
+	if req.Version == "" {
+		return badRequest("version is required").withField("version", "required: a Kubernetes version such as v1.35.0", nil)
+	}
+	return s.change(w, r, name, req.ResourceVersion, false, func(cur, next *capnv1.Cluster) (*capnv1.Cluster, error) {
+		spec := ensure(&next.Spec)
+		old := spec.KubernetesVersion
+		spec.KubernetesVersion = req.Version
+		if !req.ControlPlaneOnly {
+			for _, p := range spec.WorkerPools {
+				if p != nil && (p.Version == "" || p.Version == old) {
+					p.Version = req.Version
+				}
+			}
+		}
+		return next, s.validate(cur, next, fmt.Sprintf("cannot upgrade cluster %s from %s to %s", name, old, req.Version))
+	})
+}
+
+// pauseCluster is POST /v1/clusters/{name}/pause: spec.paused true. Allowed
+// while the cluster is being deleted (pause stops the teardown too).
+func (s *server) pauseCluster(w http.ResponseWriter, r *http.Request) error {
+	return s.setPaused(w, r, true)
+}
+
+// resumeCluster is POST /v1/clusters/{name}/resume: spec.paused false.
+func (s *server) resumeCluster(w http.ResponseWriter, r *http.Request) error {
+	return s.setPaused(w, r, false)
+}
+
+func (s *server) setPaused(w http.ResponseWriter, r *http.Request, paused bool) error {
+	name, err := pathName(r, "name")
+	if err != nil {
+		return err
+	}
+	var req api.PauseRequest
+	if err := readJSON(r, &req, true); err != nil {
+		return err
+	}
+	return s.change(w, r, name, req.ResourceVersion, true, func(_, next *capnv1.Cluster) (*capnv1.Cluster, error) {
+		ensure(&next.Spec).Paused = paused
+		return next, nil
+	})
+}
+
+// change applies mutate to an existing cluster and answers 200 with it.
+func (s *server) change(w http.ResponseWriter, r *http.Request, name, rv string, whileDeleting bool,
+	mutate func(cur, next *capnv1.Cluster) (*capnv1.Cluster, error)) error {
+	res, err := s.writeCluster(r.Context(), writeOp{
+		name: name, precondition: rv, preconditionPath: "resourceVersion",
+		whileDeleting: whileDeleting, mutate: mutate,
+	})
+	if err != nil {
+		return err
+	}
+	return s.respondCluster(r.Context(), w, http.StatusOK, res.cluster, res.rev)
+}
+
+func unprocessable(format string, args ...any) *problemError {
+	return problem(http.StatusUnprocessableEntity, api.ProblemInvalidSpec, "Invalid change", format, args...)
+}
+
+func findPool(spec *capnv1.ClusterSpec, name string) *capnv1.WorkerPool {
+	for _, p := range spec.GetWorkerPools() {
+		if p.GetName() == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// poolNames lists the pools a ScaleRequest may name.
+func poolNames(spec *capnv1.ClusterSpec) string {
+	names := []string{api.ControlPlanePool}
+	for _, p := range spec.GetWorkerPools() {
+		names = append(names, p.GetName())
+	}
+	return strings.Join(names, ", ")
+}

@@ -1,0 +1,357 @@
+// Package client is the Go client of capn's gateway API (docs/api.md), so
+// that the capn CLI and other tools stay thin: typed methods that return
+// capn.v1alpha1 objects, and errors that carry the gateway's problem
+// details (see Error).
+//
+// A Client is safe for concurrent use. Every method takes ctx first; calls
+// that are not streams get DefaultTimeout when ctx has no deadline.
+// Streams (Watch, FollowEvents) run until ctx ends or their callback
+// returns an error, reconnecting with Last-Event-ID when the connection
+// drops.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/capn-dev/capn/gateway/api"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+)
+
+// DefaultTimeout bounds a call (not a stream) whose ctx has no deadline.
+const DefaultTimeout = 30 * time.Second
+
+// Client talks to one gateway.
+type Client struct {
+	base  *url.URL
+	token string
+	hc    *http.Client
+	ua    string
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithToken sends token as the bearer token of every request.
+func WithToken(token string) Option { return func(c *Client) { c.token = token } }
+
+// WithHTTPClient uses hc (its Timeout must be 0 for streams to last).
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// WithUserAgent sets the User-Agent header.
+func WithUserAgent(ua string) Option { return func(c *Client) { c.ua = ua } }
+
+// New returns a client of the gateway at server, e.g.
+// "http://127.0.0.1:8080".
+func New(server string, opts ...Option) (*Client, error) {
+	u, err := url.Parse(strings.TrimSuffix(server, "/"))
+	if err != nil {
+		return nil, fmt.Errorf("gateway address %q: %w", server, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("gateway address %q: must be http(s)://host:port", server)
+	}
+	c := &Client{base: u, hc: http.DefaultClient, ua: "capn-client"}
+	for _, o := range opts {
+		o(c)
+	}
+	return c, nil
+}
+
+// Error is a problem the gateway answered with: the status code, the RFC
+// 9457 problem (with the bad fields' paths in Problem.Errors) and, for 429
+// and 503, how long to wait before retrying.
+type Error struct {
+	StatusCode int
+	Problem    api.Problem
+	RetryAfter time.Duration
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("%d %s", e.StatusCode, e.Problem.Error())
+}
+
+// StatusCode is the HTTP status of an *Error in err's chain, else 0.
+func StatusCode(err error) int {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.StatusCode
+	}
+	return 0
+}
+
+// IsNotFound reports a 404 (which includes a kubeconfig not yet made).
+func IsNotFound(err error) bool { return StatusCode(err) == http.StatusNotFound }
+
+// IsConflict reports a 409: a stale resourceVersion, or a cluster being
+// deleted.
+func IsConflict(err error) bool { return StatusCode(err) == http.StatusConflict }
+
+// IsInvalid reports a 400 or 422: the manifest or request was refused; the
+// problem's Errors say which fields.
+func IsInvalid(err error) bool {
+	c := StatusCode(err)
+	return c == http.StatusBadRequest || c == http.StatusUnprocessableEntity
+}
+
+var unmarshal = protojson.UnmarshalOptions{DiscardUnknown: true}
+
+// Apply creates or updates the cluster a manifest (YAML or JSON) declares.
+// It returns the stored cluster (with its resourceVersion) and whether it
+// was created.
+func (c *Client) Apply(ctx context.Context, manifest []byte) (*capnv1.Cluster, bool, error) {
+	ct := api.MediaYAML
+	if t := bytes.TrimSpace(manifest); len(t) > 0 && t[0] == '{' {
+		ct = api.MediaJSON
+	}
+	out := new(capnv1.Cluster)
+	status, err := c.call(ctx, http.MethodPost, "/v1/clusters", nil, bytes.NewReader(manifest), ct, out)
+	return out, status == http.StatusCreated, err
+}
+
+// ApplyCluster is Apply with a Cluster value.
+func (c *Client) ApplyCluster(ctx context.Context, cl *capnv1.Cluster) (*capnv1.Cluster, bool, error) {
+	b, err := protojson.Marshal(cl)
+	if err != nil {
+		return nil, false, err
+	}
+	return c.Apply(ctx, b)
+}
+
+// Get returns a cluster with its status.
+func (c *Client) Get(ctx context.Context, name string) (*capnv1.Cluster, error) {
+	out := new(capnv1.Cluster)
+	_, err := c.call(ctx, http.MethodGet, "/v1/clusters/"+url.PathEscape(name), nil, nil, "", out)
+	return out, err
+}
+
+// ListOptions filter List and Machines.
+type ListOptions struct {
+	// LabelSelector is Kubernetes' syntax: "a=b,c!=d,e".
+	LabelSelector string
+}
+
+// List returns the clusters (with their status) sorted by name.
+func (c *Client) List(ctx context.Context, opts ListOptions) ([]*capnv1.Cluster, error) {
+	return listOf(ctx, c, "/v1/clusters", opts, func() *capnv1.Cluster { return new(capnv1.Cluster) })
+}
+
+// Delete requests a cluster's deletion (202): it returns the cluster with
+// its deletion timestamp; the cluster is gone once Get says IsNotFound.
+func (c *Client) Delete(ctx context.Context, name string) (*capnv1.Cluster, error) {
+	out := new(capnv1.Cluster)
+	_, err := c.call(ctx, http.MethodDelete, "/v1/clusters/"+url.PathEscape(name), nil, nil, "", out)
+	return out, err
+}
+
+// Scale sets a worker pool's replicas, or the control plane's with pool
+// api.ControlPlanePool.
+func (c *Client) Scale(ctx context.Context, name, pool string, replicas int32) (*capnv1.Cluster, error) {
+	return c.action(ctx, name, "scale", api.ScaleRequest{Pool: pool, Replicas: &replicas})
+}
+
+// Upgrade sets the control plane's Kubernetes version (and the version of
+// the pools that followed it).
+func (c *Client) Upgrade(ctx context.Context, name, version string) (*capnv1.Cluster, error) {
+	return c.action(ctx, name, "upgrade", api.UpgradeRequest{Version: version})
+}
+
+// Pause stops capn from acting on a cluster.
+func (c *Client) Pause(ctx context.Context, name string) (*capnv1.Cluster, error) {
+	return c.action(ctx, name, "pause", api.PauseRequest{})
+}
+
+// Resume undoes Pause.
+func (c *Client) Resume(ctx context.Context, name string) (*capnv1.Cluster, error) {
+	return c.action(ctx, name, "resume", api.PauseRequest{})
+}
+
+func (c *Client) action(ctx context.Context, name, verb string, req any) (*capnv1.Cluster, error) {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	out := new(capnv1.Cluster)
+	_, err = c.call(ctx, http.MethodPost, "/v1/clusters/"+url.PathEscape(name)+"/"+verb, nil, bytes.NewReader(b), api.MediaJSON, out)
+	return out, err
+}
+
+// Machines returns a cluster's machines (desired spec and observed status)
+// sorted by name.
+func (c *Client) Machines(ctx context.Context, cluster string, opts ListOptions) ([]*capnv1.Machine, error) {
+	return listOf(ctx, c, "/v1/clusters/"+url.PathEscape(cluster)+"/machines", opts, func() *capnv1.Machine { return new(capnv1.Machine) })
+}
+
+// Machine returns one machine of a cluster.
+func (c *Client) Machine(ctx context.Context, cluster, name string) (*capnv1.Machine, error) {
+	out := new(capnv1.Machine)
+	_, err := c.call(ctx, http.MethodGet, "/v1/clusters/"+url.PathEscape(cluster)+"/machines/"+url.PathEscape(name), nil, nil, "", out)
+	return out, err
+}
+
+// Kubeconfig returns a cluster's admin kubeconfig (YAML). It needs a token
+// with the secrets scope; IsNotFound until the bootstrapper has made it.
+func (c *Client) Kubeconfig(ctx context.Context, cluster string) ([]byte, error) {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	resp, err := c.send(ctx, http.MethodGet, "/v1/clusters/"+url.PathEscape(cluster)+"/kubeconfig", nil, nil, "", api.MediaYAML, "")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return io.ReadAll(resp.Body)
+}
+
+// EventsOptions select a cluster's timeline events.
+type EventsOptions struct {
+	// Since starts after this stream sequence (0: from the start).
+	Since uint64
+	// Limit keeps the latest Limit events (0: the gateway's default, 1000).
+	Limit int
+}
+
+func (o EventsOptions) query() url.Values {
+	q := url.Values{}
+	if o.Since > 0 {
+		q.Set("since", strconv.FormatUint(o.Since, 10))
+	}
+	if o.Limit > 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	return q
+}
+
+// Events returns a cluster's timeline, oldest first.
+func (c *Client) Events(ctx context.Context, cluster string, opts EventsOptions) ([]api.TimelineEvent, error) {
+	var out api.TimelineList
+	_, err := c.call(ctx, http.MethodGet, "/v1/clusters/"+url.PathEscape(cluster)+"/events", opts.query(), nil, "", &out)
+	return out.Items, err
+}
+
+// Ingest sends CloudEvents to POST /v1/events in batch mode (all or
+// nothing) and returns where JetStream stored them. A 503 may be retried
+// as it is: the gateway de-duplicates by source and id.
+func (c *Client) Ingest(ctx context.Context, events ...event.Event) (*api.IngestResult, error) {
+	b, err := json.Marshal(events)
+	if err != nil {
+		return nil, err
+	}
+	var out api.IngestResult
+	_, err = c.call(ctx, http.MethodPost, "/v1/events", nil, bytes.NewReader(b), api.MediaCloudBatch, &out)
+	return &out, err
+}
+
+// listOf reads a Kubernetes-style list of T.
+func listOf[T proto.Message](ctx context.Context, c *Client, path string, opts ListOptions, newT func() T) ([]T, error) {
+	q := url.Values{}
+	if opts.LabelSelector != "" {
+		q.Set("labelSelector", opts.LabelSelector)
+	}
+	var l api.List
+	if _, err := c.call(ctx, http.MethodGet, path, q, nil, "", &l); err != nil {
+		return nil, err
+	}
+	out := make([]T, 0, len(l.Items))
+	for i, raw := range l.Items {
+		v := newT()
+		if err := unmarshal.Unmarshal(raw, v); err != nil {
+			return nil, fmt.Errorf("%s: item %d: %w", l.Kind, i, err)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// call sends a request and decodes a 2xx JSON answer into out (protojson
+// for a proto.Message). It returns the status code.
+func (c *Client) call(ctx context.Context, method, path string, q url.Values, body io.Reader, ct string, out any) (int, error) {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	resp, err := c.send(ctx, method, path, q, body, ct, api.MediaJSON, "")
+	if err != nil {
+		return StatusCode(err), err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, fmt.Errorf("%s %s: read answer: %w", method, path, err)
+	}
+	switch v := out.(type) {
+	case nil:
+	case proto.Message:
+		err = unmarshal.Unmarshal(b, v)
+	default:
+		err = json.Unmarshal(b, v)
+	}
+	if err != nil {
+		return resp.StatusCode, fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+	}
+	return resp.StatusCode, nil
+}
+
+// send does one request and returns a 2xx response (its body for the
+// caller to close), or an *Error built from the problem answered.
+func (c *Client) send(ctx context.Context, method, path string, q url.Values, body io.Reader, ct, accept, lastEventID string) (*http.Response, error) {
+	u := *c.base
+	u.Path = strings.TrimSuffix(u.Path, "/") + path
+	u.RawQuery = q.Encode()
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	if err != nil {
+		return nil, err
+	}
+	if ct != "" {
+		req.Header.Set("Content-Type", ct)
+	}
+	req.Header.Set("Accept", accept+", "+api.MediaProblem)
+	req.Header.Set("User-Agent", c.ua)
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if lastEventID != "" {
+		req.Header.Set("Last-Event-ID", lastEventID)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	return nil, errorFrom(resp)
+}
+
+// errorFrom reads a non-2xx answer into an *Error.
+func errorFrom(resp *http.Response) error {
+	e := &Error{StatusCode: resp.StatusCode}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if mt != api.MediaProblem || json.Unmarshal(b, &e.Problem) != nil {
+		e.Problem = api.Problem{Title: http.StatusText(resp.StatusCode), Status: resp.StatusCode, Detail: strings.TrimSpace(string(b))}
+	}
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil {
+		e.RetryAfter = time.Duration(s) * time.Second
+	}
+	return e
+}
+
+func withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, DefaultTimeout)
+}

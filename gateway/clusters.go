@@ -1,0 +1,167 @@
+package gateway
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/capn-dev/capn/events/store"
+	"github.com/capn-dev/capn/gateway/api"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/manifest"
+)
+
+// listClusters is GET /v1/clusters[?labelSelector=]: a ClusterList of every
+// desired cluster (a consistent read of the bucket, not a cache) with its
+// observed status, sorted by name.
+func (s *server) listClusters(w http.ResponseWriter, r *http.Request) error {
+	sel, err := selectorFrom(r)
+	if err != nil {
+		return err
+	}
+	ctx := r.Context()
+	desired, err := s.clusters.List(ctx, clusterPrefix)
+	if err != nil {
+		return err
+	}
+	observed, err := s.clusterStatuses.List(ctx, clusterPrefix)
+	if err != nil {
+		return err
+	}
+	statuses := make(map[string]*capnv1.ClusterStatus, len(observed))
+	for _, e := range observed {
+		statuses[e.Key] = e.Value
+	}
+	items := make([]*capnv1.Cluster, 0, len(desired))
+	for _, e := range desired {
+		if matches(sel, e.Value.GetMetadata()) {
+			items = append(items, clusterObject(e.Value, e.Revision, statuses[e.Key]))
+		}
+	}
+	list, err := listOf(api.KindClusterList, items)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, list)
+	return nil
+}
+
+// getCluster is GET /v1/clusters/{name}.
+func (s *server) getCluster(w http.ResponseWriter, r *http.Request) error {
+	name, err := pathName(r, "name")
+	if err != nil {
+		return err
+	}
+	c, rev, err := s.clusters.Get(r.Context(), clusterKey(name))
+	if errors.Is(err, store.ErrNotFound) {
+		return notFound("cluster %s not found", name)
+	}
+	if err != nil {
+		return err
+	}
+	return s.respondCluster(r.Context(), w, http.StatusOK, c, rev)
+}
+
+// applyCluster is POST /v1/clusters: create-or-update from a manifest.
+func (s *server) applyCluster(w http.ResponseWriter, r *http.Request) error {
+	return s.apply(w, r, "")
+}
+
+// putCluster is PUT /v1/clusters/{name}: apply to that name.
+func (s *server) putCluster(w http.ResponseWriter, r *http.Request) error {
+	name, err := pathName(r, "name")
+	if err != nil {
+		return err
+	}
+	return s.apply(w, r, name)
+}
+
+// apply creates or updates the cluster a manifest declares. The manifest is
+// decoded (400 with paths), defaulted and validated against the stored
+// cluster (422 with paths), then written with a compare-and-set: on the
+// manifest's metadata.resourceVersion when it has one (409 when stale),
+// else on the revision just read, retried after a lost race. A manifest's
+// status, generation and timestamps are ignored; a uid, when present, must
+// be the stored cluster's (409 otherwise: it was deleted and re-created).
+// 201 on create, 200 otherwise (also when nothing changed).
+func (s *server) apply(w http.ResponseWriter, r *http.Request, pathName string) error {
+	in, err := readManifest(r)
+	if err != nil {
+		return err
+	}
+	md := ensure(&in.Metadata)
+	switch {
+	case pathName != "" && md.Name == "":
+		md.Name = pathName
+	case pathName != "" && md.Name != pathName:
+		return badRequest("the manifest names another cluster than the path").
+			withField("metadata.name", "must be "+pathName+", the name in the path", md.Name)
+	}
+	if !manifest.IsDNSLabel(md.Name) {
+		// Without a usable name there is no key: report it with the rest.
+		probe := cloneCluster(in)
+		manifest.Default(probe)
+		if err := s.validate(nil, probe, ""); err != nil {
+			return err
+		}
+		return badRequest("the cluster has no valid name").withField("metadata.name", "required", md.Name)
+	}
+	name, uid := md.Name, md.Uid
+	res, err := s.writeCluster(r.Context(), writeOp{
+		name:         name,
+		precondition: md.ResourceVersion,
+		create:       true,
+		mutate: func(cur, _ *capnv1.Cluster) (*capnv1.Cluster, error) {
+			if cur != nil && uid != "" && uid != cur.GetMetadata().GetUid() {
+				return nil, conflict("metadata.uid %s is not the uid of cluster %s (%s): the cluster was deleted and created again since the manifest was read",
+					uid, name, cur.GetMetadata().GetUid())
+			}
+			next := cloneCluster(in)
+			manifest.Default(next)
+			if err := s.validate(cur, next, ""); err != nil {
+				return nil, err
+			}
+			return next, nil
+		},
+	})
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	if res.created {
+		status = http.StatusCreated
+		w.Header().Set("Location", "/v1/clusters/"+name)
+	}
+	return s.respondCluster(r.Context(), w, status, res.cluster, res.rev)
+}
+
+// deleteCluster is DELETE /v1/clusters/{name}[?resourceVersion=]: it sets
+// metadata.deletion_timestamp (once) and answers 202 with the cluster; the
+// cluster-planner tears the cluster down and removes it.
+func (s *server) deleteCluster(w http.ResponseWriter, r *http.Request) error {
+	name, err := pathName(r, "name")
+	if err != nil {
+		return err
+	}
+	now := timestamppb.New(s.now().UTC().Truncate(time.Second))
+	res, err := s.writeCluster(r.Context(), writeOp{
+		name:             name,
+		precondition:     r.URL.Query().Get("resourceVersion"),
+		preconditionPath: "resourceVersion",
+		whileDeleting:    true,
+		deleting:         true,
+		mutate: func(_, next *capnv1.Cluster) (*capnv1.Cluster, error) {
+			md := ensure(&next.Metadata)
+			if md.DeletionTimestamp == nil {
+				md.DeletionTimestamp = now
+			}
+			return next, nil
+		},
+	})
+	if err != nil {
+		return err
+	}
+	return s.respondCluster(r.Context(), w, http.StatusAccepted, res.cluster, res.rev)
+}

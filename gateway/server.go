@@ -1,0 +1,229 @@
+package gateway
+
+import (
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/capn-dev/capn/events/store"
+	"github.com/capn-dev/capn/gateway/api"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/manifest"
+)
+
+// server is the HTTP API. It holds no state of its own besides the watch
+// hub: every request reads or writes KV and JetStream. Safe for concurrent
+// use once built.
+type server struct {
+	log     zerolog.Logger
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	auth    *authenticator
+	limiter *rateLimiter
+	limits  Limits
+	now     func() time.Time
+	// heartbeat is the SSE keep-alive interval.
+	heartbeat time.Duration
+	validator manifest.Validator
+	metrics   *metrics
+
+	clusters        *store.Bucket[*capnv1.Cluster]
+	machines        *store.Bucket[*capnv1.Machine]
+	clusterStatuses *store.Bucket[*capnv1.ClusterStatus]
+	machineStatuses *store.Bucket[*capnv1.MachineStatus]
+	secretsStatuses *store.Bucket[*capnv1.ClusterSecretsStatus]
+	// kubeconfigs opens sealed kubeconfigs; nil without a secrets key.
+	kubeconfigs *store.Bucket[*capnv1.AdminKubeconfig]
+
+	hub *hub
+	// stopping is closed when the HTTP server shuts down, so that streams
+	// (SSE) end and let it finish.
+	stopping <-chan struct{}
+
+	mux *http.ServeMux
+}
+
+// apiHandler handles one route; a returned error becomes a problem response
+// unless the handler already wrote one.
+type apiHandler func(w http.ResponseWriter, r *http.Request) error
+
+// routes registers every endpoint with the scope it needs and the largest
+// body it accepts.
+func (s *server) routes() {
+	s.mux = http.NewServeMux()
+	s.mux.HandleFunc("GET /healthz", s.healthz)
+
+	s.handle("GET /v1/clusters", scopeRead, 0, s.listClusters)
+	s.handle("POST /v1/clusters", scopeWrite, s.limits.ManifestBytes, s.applyCluster)
+	s.handle("GET /v1/clusters/{name}", scopeRead, 0, s.getCluster)
+	s.handle("PUT /v1/clusters/{name}", scopeWrite, s.limits.ManifestBytes, s.putCluster)
+	s.handle("DELETE /v1/clusters/{name}", scopeWrite, s.limits.RequestBytes, s.deleteCluster)
+	s.handle("POST /v1/clusters/{name}/scale", scopeWrite, s.limits.RequestBytes, s.scaleCluster)
+	s.handle("POST /v1/clusters/{name}/upgrade", scopeWrite, s.limits.RequestBytes, s.upgradeCluster)
+	s.handle("POST /v1/clusters/{name}/pause", scopeWrite, s.limits.RequestBytes, s.pauseCluster)
+	s.handle("POST /v1/clusters/{name}/resume", scopeWrite, s.limits.RequestBytes, s.resumeCluster)
+	s.handle("GET /v1/clusters/{name}/machines", scopeRead, 0, s.listMachines)
+	s.handle("GET /v1/clusters/{name}/machines/{machine}", scopeRead, 0, s.getMachine)
+	s.handle("GET /v1/clusters/{name}/kubeconfig", scopeSecrets, 0, s.getKubeconfig)
+	s.handle("GET /v1/clusters/{name}/events", scopeRead, 0, s.timeline)
+	s.handle("GET /v1/watch", scopeRead, 0, s.watch)
+	s.handle("POST /v1/events", scopeIngest, s.limits.IngestRequestBytes, s.ingest)
+}
+
+// handle registers h on pattern behind the scope check and the body limit
+// (maxBody 0: the request must have no body to speak of, 4 KiB).
+func (s *server) handle(pattern string, need scopeSet, maxBody int64, h apiHandler) {
+	if maxBody <= 0 {
+		maxBody = 4 << 10
+	}
+	route := pattern
+	s.mux.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := principalFrom(r.Context())
+		if !p.scopes.has(need) {
+			writeProblem(w, r, forbidden(p, need))
+			return
+		}
+		if r.ContentLength > maxBody {
+			writeProblem(w, r, tooLarge(maxBody))
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+		if err := h(w, r); err != nil {
+			s.fail(w, r, route, err)
+		}
+	}))
+}
+
+// fail answers a handler's error, unless the response was already started
+// (a stream that broke), in which case it is only logged.
+func (s *server) fail(w http.ResponseWriter, r *http.Request, route string, err error) {
+	p, internal := asProblem(err)
+	log := zerolog.Ctx(r.Context())
+	if internal {
+		log.Error().Err(err).Str("route", route).Int("status", p.Status).Msg("request failed")
+	} else {
+		log.Debug().Err(err).Str("route", route).Int("status", p.Status).Msg("request refused")
+	}
+	if rw, ok := w.(*responseWriter); ok && rw.status != 0 {
+		return
+	}
+	writeProblem(w, r, p)
+}
+
+func tooLarge(limit int64) *problemError {
+	return problem(http.StatusRequestEntityTooLarge, api.ProblemTooLarge, "Request body too large",
+		"the body is larger than %d bytes", limit)
+}
+
+// ServeHTTP is the middleware chain: panic recovery, logging and metrics,
+// /healthz without authentication, authentication, the per-principal rate
+// limit, then the route (404 and 405 as problems too).
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := s.now()
+	rw := &responseWriter{ResponseWriter: w}
+	_, pattern := s.mux.Handler(r)
+	route := pattern
+	if route == "" {
+		route = "unmatched"
+	}
+	log := s.log.With().Str("method", r.Method).Str("path", r.URL.Path).Logger()
+	r = r.WithContext(log.WithContext(r.Context()))
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			log.Error().Interface("panic", v).Str("stack", string(debug.Stack())).Msg("handler panicked")
+			if rw.status == 0 {
+				writeProblem(rw, r, problem(http.StatusInternalServerError, api.ProblemInternal, "Internal error", "the gateway failed to handle the request; the error is logged"))
+			}
+		}
+		s.metrics.observe(route, rw.status, s.now().Sub(start))
+		ev := log.Debug()
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			ev = log.Info()
+		}
+		ev.Str("route", route).Int("status", rw.status).Dur("duration", s.now().Sub(start)).Msg("request")
+	}()
+
+	if r.URL.Path == "/healthz" {
+		s.mux.ServeHTTP(rw, r)
+		return
+	}
+	p, perr := s.auth.authenticate(r)
+	if perr != nil {
+		writeProblem(rw, r, perr)
+		return
+	}
+	log = log.With().Str("principal", p.name).Logger()
+	r = r.WithContext(withPrincipal(log.WithContext(r.Context()), p))
+	if perr := s.limiter.allow(p.rateKey(r)); perr != nil {
+		writeProblem(rw, r, perr)
+		return
+	}
+	if pattern == "" {
+		s.unmatched(rw, r)
+		return
+	}
+	s.mux.ServeHTTP(rw, r)
+}
+
+// unmatched answers a request no route takes: 405 with Allow when the path
+// exists for other methods, else 404.
+func (s *server) unmatched(w http.ResponseWriter, r *http.Request) {
+	var allowed []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, p := s.mux.Handler(probe); p != "" {
+			allowed = append(allowed, m)
+		}
+	}
+	if len(allowed) == 0 {
+		writeProblem(w, r, notFound("no endpoint %s; see docs/api.md", r.URL.Path))
+		return
+	}
+	p := problem(http.StatusMethodNotAllowed, api.ProblemMethodNotAllowed, "Method not allowed",
+		"%s does not take %s; it takes %s", r.URL.Path, r.Method, strings.Join(allowed, ", "))
+	p.header = http.Header{"Allow": {strings.Join(allowed, ", ")}}
+	writeProblem(w, r, p)
+}
+
+// healthz is 200 while the NATS connection is up, else 503. It needs no
+// token.
+func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
+	if s.nc != nil && !s.nc.IsConnected() {
+		writeProblem(w, r, unavailable("not connected to NATS (%s)", s.nc.Status()))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// responseWriter records the status for logs, metrics and for telling
+// whether a response was started. It passes Flush and the deadline setters
+// through (http.ResponseController uses Unwrap).
+type responseWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *responseWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *responseWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

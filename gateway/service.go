@@ -1,0 +1,371 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	stdlog "log"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/store"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/services/bootstrapper/seal"
+	"github.com/capn-dev/capn/services/runtime"
+)
+
+// Name is the service's name.
+const Name = "gateway"
+
+// Defaults of Options.
+const (
+	DefaultAddr      = "127.0.0.1:8080"
+	DefaultRateLimit = 50 // requests per second per principal
+	DefaultRateBurst = 100
+	DefaultHeartbeat = 15 * time.Second
+	// DefaultWatchRing is how many recent watch events are kept to resume
+	// streams from; DefaultWatchBuffer how many may wait for one stream.
+	DefaultWatchRing   = 4096
+	DefaultWatchBuffer = 256
+)
+
+// HTTP server timeouts. Streams (SSE) lift the read and write deadlines
+// and bound each write instead.
+const (
+	readHeaderTimeout = 10 * time.Second
+	readTimeout       = time.Minute
+	writeTimeout      = 2 * time.Minute
+	idleTimeout       = 2 * time.Minute
+	maxHeaderBytes    = 256 << 10
+)
+
+// Limits are the request size limits; a zero field takes its default.
+type Limits struct {
+	// ManifestBytes bounds an apply's manifest (default 1 MiB).
+	ManifestBytes int64
+	// RequestBytes bounds the JSON body of scale, upgrade, pause, resume and
+	// delete (default 64 KiB).
+	RequestBytes int64
+	// IngestRequestBytes bounds a POST /v1/events body (default 1 MiB) and
+	// IngestEventBytes each event in it (default 256 KiB).
+	IngestRequestBytes int64
+	IngestEventBytes   int64
+}
+
+func (l Limits) withDefaults() Limits {
+	def := func(p *int64, v int64) {
+		if *p <= 0 {
+			*p = v
+		}
+	}
+	def(&l.ManifestBytes, 1<<20)
+	def(&l.RequestBytes, 64<<10)
+	def(&l.IngestRequestBytes, 1<<20)
+	def(&l.IngestEventBytes, 256<<10)
+	return l
+}
+
+// Options configure the gateway. The zero value serves on DefaultAddr and
+// needs tokens (TokensFile or Tokens) or AllowAnonymous.
+type Options struct {
+	// Addr is the host:port the API listens on (default DefaultAddr).
+	Addr string
+	// Listener, when set, is served instead of listening on Addr (tests;
+	// systemd sockets). The service closes it.
+	Listener net.Listener
+	// TokensFile holds bearer tokens (see ParseTokens); Tokens are more,
+	// given in code (capn dev's admin token).
+	TokensFile string
+	Tokens     []Token
+	// AllowAnonymous serves requests without an Authorization header with
+	// scopes read, write and ingest, never secrets. For local use only.
+	AllowAnonymous bool
+	// Keyring opens the sealed kubeconfigs of the secrets bucket. When nil
+	// it is loaded from SecretsKeyFile, else from CAPN_SECRETS_KEY, with
+	// OldSecretsKeyFiles (comma-separated) for values sealed before a key
+	// rotation; with no key at all the kubeconfig endpoint answers 503.
+	Keyring            *seal.Keyring
+	SecretsKeyFile     string
+	OldSecretsKeyFiles string
+	// RateLimit is the sustained requests per second of one token (or one
+	// client address when anonymous), RateBurst the burst above it. 0
+	// means the default; a negative RateLimit disables rate limiting.
+	RateLimit float64
+	RateBurst int
+	Limits    Limits
+	// Heartbeat is the interval of SSE heartbeat comments and watch
+	// bookmarks (default 15s).
+	Heartbeat time.Duration
+	// WatchRing and WatchBuffer size the watch hub (see the defaults).
+	WatchRing, WatchBuffer int
+	// Cache configures the watch caches of the desired and observed
+	// buckets (tests shorten resyncs).
+	Cache store.CacheOptions
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Service is the gateway: runtime.Service, FlagProvider and Validator.
+// Build it with New.
+type Service struct {
+	opts Options
+
+	mu  sync.Mutex
+	url string
+}
+
+// New returns the gateway with opts' empty settings defaulted.
+func New(opts Options) *Service {
+	if opts.Addr == "" {
+		opts.Addr = DefaultAddr
+	}
+	if opts.RateLimit == 0 {
+		opts.RateLimit = DefaultRateLimit
+	}
+	if opts.RateBurst == 0 {
+		opts.RateBurst = DefaultRateBurst
+	}
+	if opts.Heartbeat <= 0 {
+		opts.Heartbeat = DefaultHeartbeat
+	}
+	if opts.WatchRing <= 0 {
+		opts.WatchRing = DefaultWatchRing
+	}
+	if opts.WatchBuffer <= 0 {
+		opts.WatchBuffer = DefaultWatchBuffer
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	opts.Limits = opts.Limits.withDefaults()
+	return &Service{opts: opts}
+}
+
+// Name implements runtime.Service.
+func (s *Service) Name() string { return Name }
+
+// URL is the API's base URL (http://host:port) once Run listens, else "".
+func (s *Service) URL() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.url
+}
+
+// Flags implements runtime.FlagProvider.
+func (s *Service) Flags() []runtime.Flag {
+	o := &s.opts
+	return []runtime.Flag{
+		{Name: "addr", Env: "CAPN_GATEWAY_ADDR", Usage: "`address` the API listens on (host:port)", Value: runtime.StringValue(&o.Addr)},
+		{Name: "tokens-file", Env: "CAPN_GATEWAY_TOKENS_FILE", Usage: "`file` of bearer tokens, one \"<token> <scope>[,<scope>] [<name>]\" a line (scopes: read, write, ingest, secrets, admin)", Value: runtime.StringValue(&o.TokensFile)},
+		{Name: "insecure-allow-anonymous", Env: "CAPN_GATEWAY_INSECURE_ALLOW_ANONYMOUS", Usage: "serve requests without a token with scopes read, write and ingest (never secrets): for local use only", Value: runtime.BoolValue(&o.AllowAnonymous)},
+		{Name: "secrets-key-file", Env: "CAPN_SECRETS_KEY_FILE", Usage: "`file` with the key that seals the secrets bucket, to serve kubeconfigs; or set " + seal.KeyEnv, Value: runtime.StringValue(&o.SecretsKeyFile)},
+		{Name: "secrets-old-key-files", Env: "CAPN_SECRETS_OLD_KEY_FILES", Usage: "comma-separated `files` of keys being rotated out", Value: runtime.StringValue(&o.OldSecretsKeyFiles)},
+		{Name: "rate-limit", Env: "CAPN_GATEWAY_RATE_LIMIT", Usage: "sustained `requests` per second per token (per address when anonymous); negative disables", Value: (*floatValue)(&o.RateLimit)},
+		{Name: "rate-burst", Env: "CAPN_GATEWAY_RATE_BURST", Usage: "`requests` a token may make at once above the rate", Value: runtime.IntValue(&o.RateBurst)},
+	}
+}
+
+// Validate implements runtime.Validator: every problem of the settings at
+// once.
+func (s *Service) Validate() error {
+	var errs []error
+	if s.opts.Listener == nil {
+		if _, port, err := net.SplitHostPort(s.opts.Addr); err != nil || port == "" {
+			errs = append(errs, &runtime.FieldError{Flag: "addr", Env: "CAPN_GATEWAY_ADDR", Value: s.opts.Addr, Problem: "must be host:port", Err: err})
+		}
+	}
+	if _, err := s.authenticator(); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := s.keyring(); err != nil {
+		errs = append(errs, err)
+	}
+	if s.opts.RateBurst < 0 {
+		errs = append(errs, &runtime.FieldError{Flag: "rate-burst", Env: "CAPN_GATEWAY_RATE_BURST", Value: strconv.Itoa(s.opts.RateBurst), Problem: "must not be negative"})
+	}
+	return errors.Join(errs...)
+}
+
+// authenticator loads the tokens file and checks every token.
+func (s *Service) authenticator() (*authenticator, error) {
+	toks := append([]Token(nil), s.opts.Tokens...)
+	if f := s.opts.TokensFile; f != "" {
+		more, err := LoadTokensFile(f)
+		if err != nil {
+			return nil, &runtime.FieldError{Flag: "tokens-file", Env: "CAPN_GATEWAY_TOKENS_FILE", Value: f, Problem: err.Error(), Err: err}
+		}
+		toks = append(toks, more...)
+	}
+	if len(toks) == 0 && !s.opts.AllowAnonymous {
+		return nil, &runtime.FieldError{Flag: "tokens-file", Env: "CAPN_GATEWAY_TOKENS_FILE", Value: s.opts.TokensFile,
+			Problem: "no way to authenticate: give a tokens file, or --insecure-allow-anonymous for local use"}
+	}
+	return newAuthenticator(toks, s.opts.AllowAnonymous)
+}
+
+// keyring loads the secrets key, if any; nil without one.
+func (s *Service) keyring() (*seal.Keyring, error) {
+	if s.opts.Keyring != nil {
+		return s.opts.Keyring, nil
+	}
+	var primary seal.Key
+	var err error
+	switch {
+	case s.opts.SecretsKeyFile != "":
+		if primary, err = seal.LoadKey(s.opts.SecretsKeyFile); err != nil {
+			return nil, &runtime.FieldError{Flag: "secrets-key-file", Env: "CAPN_SECRETS_KEY_FILE", Value: s.opts.SecretsKeyFile, Problem: err.Error()}
+		}
+	default:
+		if _, ok := os.LookupEnv(seal.KeyEnv); !ok {
+			return nil, nil
+		}
+		if primary, err = seal.KeyFromEnv(seal.KeyEnv); err != nil {
+			return nil, &runtime.FieldError{Env: seal.KeyEnv, Value: "(hidden)", Problem: err.Error()}
+		}
+	}
+	var old []seal.Key
+	var errs []error
+	for f := range strings.SplitSeq(s.opts.OldSecretsKeyFiles, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		k, err := seal.LoadKey(f)
+		if err != nil {
+			errs = append(errs, &runtime.FieldError{Flag: "secrets-old-key-files", Env: "CAPN_SECRETS_OLD_KEY_FILES", Value: f, Problem: err.Error()})
+			continue
+		}
+		old = append(old, k)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return seal.NewKeyring(primary, old...)
+}
+
+// Run implements runtime.Service: it provisions the ingest stream, starts
+// the watch caches and hub, and serves the API until ctx ends; then it
+// ends the streams, lets requests in flight finish (within the shutdown
+// timeout) and returns.
+func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
+	log := d.Log
+	auth, err := s.authenticator()
+	if err != nil {
+		return err
+	}
+	ring, err := s.keyring()
+	if err != nil {
+		return err
+	}
+	if !d.Config.SkipProvision {
+		if err := events.Provision(ctx, d.JS, Topology(d.Config.Replicas)); err != nil {
+			return fmt.Errorf("provision %s: %w", StreamIngest, err)
+		}
+	}
+	desiredKV, err := d.JS.KeyValue(ctx, events.BucketDesired)
+	if err != nil {
+		return fmt.Errorf("bucket %s: %w", events.BucketDesired, err)
+	}
+	observedKV, err := d.JS.KeyValue(ctx, events.BucketObserved)
+	if err != nil {
+		return fmt.Errorf("bucket %s: %w", events.BucketObserved, err)
+	}
+	m, err := newMetrics(d.Metrics)
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	stopping := make(chan struct{})
+	srv := &server{
+		log: log, nc: d.NC, js: d.JS, auth: auth,
+		limiter: newRateLimiter(s.opts.RateLimit, s.opts.RateBurst, s.opts.Now),
+		limits:  s.opts.Limits, now: s.opts.Now, heartbeat: s.opts.Heartbeat, metrics: m,
+		clusters:        store.NewBucket(desiredKV, newCluster),
+		machines:        store.NewBucket(desiredKV, newMachine),
+		clusterStatuses: store.NewBucket(observedKV, newClusterStatus),
+		machineStatuses: store.NewBucket(observedKV, newMachineStatus),
+		secretsStatuses: store.NewBucket(observedKV, newSecretsStatus),
+		stopping:        stopping,
+	}
+	if ring != nil {
+		secretsKV, err := d.JS.KeyValue(ctx, events.BucketSecrets)
+		if err != nil {
+			return fmt.Errorf("bucket %s: %w", events.BucketSecrets, err)
+		}
+		srv.kubeconfigs = store.NewBucket[*capnv1.AdminKubeconfig](secretsKV, newAdminKubeconfig, store.WithSealer(ring))
+	} else {
+		log.Warn().Msg("no secrets key (--secrets-key-file or " + seal.KeyEnv + "): kubeconfigs cannot be served")
+	}
+
+	// One cache per bucket feeds the watch hub.
+	desired, observed := store.NewCache(desiredKV, s.opts.Cache), store.NewCache(observedKV, s.opts.Cache)
+	for _, c := range []*store.Cache{desired, observed} {
+		if err := c.Start(log.WithContext(ctx)); err != nil {
+			return err
+		}
+	}
+	srv.hub = newHub(desired, observed, log, s.opts.WatchRing, s.opts.WatchBuffer, s.opts.Heartbeat)
+	hubDone := make(chan struct{})
+	go func() { defer close(hubDone); srv.hub.run(ctx) }()
+	srv.routes()
+
+	ln := s.opts.Listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", s.opts.Addr); err != nil {
+			return fmt.Errorf("listen: %w", err)
+		}
+	}
+	hs := &http.Server{
+		Handler:           srv,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          stdlog.New(log.With().Str("component", "http").Logger(), "", 0),
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	s.mu.Lock()
+	s.url = "http://" + ln.Addr().String()
+	s.mu.Unlock()
+	log.Info().Str("url", s.URL()).Bool("anonymous", s.opts.AllowAnonymous).Bool("kubeconfigs", ring != nil).Msg("gateway listening")
+	d.Ready.Set(true)
+
+	select {
+	case <-ctx.Done():
+	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	}
+	close(stopping)
+	grace := d.Config.ShutdownTimeout * 2 / 3
+	if grace <= 0 {
+		grace = 5 * time.Second
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		log.Warn().Err(err).Msg("requests still running at shutdown; closing them")
+		_ = hs.Close()
+	}
+	<-hubDone
+	return nil
+}
+
+// floatValue binds a float64 setting to a flag.
+type floatValue float64
+
+func (v *floatValue) Set(s string) error {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return errors.New("not a number")
+	}
+	*v = floatValue(f)
+	return nil
+}
+
+func (v *floatValue) String() string { return strconv.FormatFloat(float64(*v), 'g', -1, 64) }

@@ -1,0 +1,213 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/capn-dev/capn/events/store"
+	"github.com/capn-dev/capn/gateway/api"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/manifest"
+)
+
+// writeOp is one change of a desired cluster, applied by writeCluster.
+type writeOp struct {
+	name string
+	// precondition is the resourceVersion the client read; "" for none
+	// (then the write is still a compare-and-set, retried on a lost race:
+	// last writer wins). preconditionPath names where it came from, for
+	// the problem if it does not parse.
+	precondition     string
+	preconditionPath string
+	// create allows creating a cluster that does not exist (apply); else a
+	// missing cluster is 404.
+	create bool
+	// whileDeleting allows the change on a cluster whose deletion was
+	// requested (delete, pause, resume); else it is 409.
+	whileDeleting bool
+	// deleting keeps the deletion_timestamp mutate sets.
+	deleting bool
+	// mutate returns the cluster to store. cur is the stored cluster
+	// (read-only; nil when there is none) and next a copy of it to change
+	// and return (nil when there is none). It may be called again after a
+	// lost race, so it must depend only on its input. An error stops the
+	// write and is returned as it is.
+	mutate func(cur, next *capnv1.Cluster) (*capnv1.Cluster, error)
+}
+
+// writeResult is what writeCluster stored.
+type writeResult struct {
+	cluster *capnv1.Cluster
+	rev     uint64
+	created bool
+	// changed is false when the mutation left the cluster as it was and
+	// nothing was written.
+	changed bool
+}
+
+// writeCluster is the read-modify-write of one desired cluster: read it with
+// its revision, check the precondition, mutate, set the server-owned
+// fields, and write with a compare-and-set (Create, or Update on the
+// revision read). A lost race is retried from a fresh read (bounded), unless
+// the client gave a resourceVersion: then it is a 409, as is any stale
+// resourceVersion. Nothing is written when mutate fails or changes nothing.
+func (s *server) writeCluster(ctx context.Context, op writeOp) (writeResult, error) {
+	path := op.preconditionPath
+	if path == "" {
+		path = "metadata.resourceVersion"
+	}
+	want, err := parseResourceVersion(op.precondition, path)
+	if err != nil {
+		return writeResult{}, err
+	}
+	key := clusterKey(op.name)
+	var res writeResult
+	err = store.RetryOnConflict(ctx, store.DefaultAttempts, func(ctx context.Context) error {
+		cur, rev, err := s.clusters.Get(ctx, key)
+		exists := err == nil
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		switch {
+		case want != 0 && !exists:
+			return conflict("resourceVersion %d is stale: cluster %s does not exist (any more)", want, op.name)
+		case want != 0 && rev != want:
+			return stale(op.name, want)
+		case !exists && !op.create:
+			return notFound("cluster %s not found", op.name)
+		case exists && cur.GetMetadata().GetDeletionTimestamp() != nil && !op.whileDeleting:
+			return conflict("cluster %s is being deleted (requested at %s); wait until it is gone before creating or changing it",
+				op.name, cur.GetMetadata().GetDeletionTimestamp().AsTime().Format(time.RFC3339))
+		}
+		var next *capnv1.Cluster
+		if exists {
+			next = cloneCluster(cur)
+		} else {
+			cur = nil
+		}
+		next, err = op.mutate(cur, next)
+		if err != nil {
+			return err
+		}
+		s.setServerOwned(next, cur, op)
+		if exists && proto.Equal(next, cur) {
+			res = writeResult{cluster: cur, rev: rev}
+			return nil
+		}
+		var newRev uint64
+		if exists {
+			newRev, err = s.clusters.Update(ctx, key, next, rev)
+		} else {
+			newRev, err = s.clusters.Create(ctx, key, next)
+		}
+		if err != nil {
+			if want != 0 && errors.Is(err, store.ErrConflict) {
+				return stale(op.name, want) // a conditional write is never retried
+			}
+			return err
+		}
+		res = writeResult{cluster: next, rev: newRev, created: !exists, changed: true}
+		return nil
+	})
+	if errors.Is(err, store.ErrConflict) {
+		return res, conflict("cluster %s kept changing while it was written; retry", op.name)
+	}
+	return res, err
+}
+
+func stale(name string, rev uint64) *problemError {
+	return conflict("resourceVersion %d is stale: cluster %s has changed since it was read; get it again and reapply your change", rev, name)
+}
+
+// parseResourceVersion reads a resourceVersion precondition ("" is none).
+func parseResourceVersion(s, path string) (uint64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	rev, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || rev == 0 {
+		return 0, badRequest("resourceVersion is not valid").
+			withField(path, "must be a resourceVersion as returned by the API (a positive integer)", s)
+	}
+	return rev, nil
+}
+
+// setServerOwned sets what only the gateway decides, whatever the client
+// sent: apiVersion and kind; metadata.name (the key's); uid and
+// creation_timestamp (new on create, kept after); deletion_timestamp (kept,
+// or set by a delete); generation (1 on create, +1 whenever the spec
+// changes); no resourceVersion (it is the KV revision, set on read) and no
+// status (the cluster-planner's, in the observed bucket).
+func (s *server) setServerOwned(next, cur *capnv1.Cluster, op writeOp) {
+	next.ApiVersion = manifest.APIVersion
+	next.Kind = manifest.KindCluster
+	next.Status = nil
+	md := ensure(&next.Metadata)
+	md.Name = op.name
+	md.ResourceVersion = ""
+	if cur == nil {
+		md.Uid = uuid.NewString()
+		md.CreationTimestamp = timestamppb.New(s.now().UTC().Truncate(time.Second))
+		md.Generation = 1
+		md.DeletionTimestamp = nil
+		return
+	}
+	cm := cur.GetMetadata()
+	md.Uid = cm.GetUid()
+	if md.Uid == "" {
+		md.Uid = uuid.NewString()
+	}
+	md.CreationTimestamp = cm.GetCreationTimestamp()
+	if !op.deleting || cm.GetDeletionTimestamp() != nil {
+		md.DeletionTimestamp = cm.GetDeletionTimestamp()
+	}
+	md.Generation = max(cm.GetGeneration(), 1)
+	if !proto.Equal(cur.GetSpec(), next.GetSpec()) {
+		md.Generation++
+	}
+}
+
+// validate checks a change of old (nil: a create) into next with the
+// manifest rules, as a 422 listing every bad field.
+func (s *server) validate(old, next *capnv1.Cluster, detail string) error {
+	err := s.validator.ValidateUpdate(old, next)
+	if err == nil {
+		return nil
+	}
+	p := fieldProblem(http.StatusUnprocessableEntity, api.ProblemInvalidSpec, "Invalid cluster", err)
+	if detail != "" {
+		p.Detail = detail + ": " + p.Detail
+	}
+	return p
+}
+
+// respondCluster answers with the cluster as stored (at rev) and its
+// observed status.
+func (s *server) respondCluster(ctx context.Context, w http.ResponseWriter, status int, c *capnv1.Cluster, rev uint64) error {
+	st, err := s.clusterStatus(ctx, c.GetMetadata().GetName())
+	if err != nil {
+		return err
+	}
+	b, err := marshalObject(clusterObject(c, rev, st))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, status, b)
+	return nil
+}
+
+// clusterStatus reads a cluster's observed status; nil when there is none.
+func (s *server) clusterStatus(ctx context.Context, name string) (*capnv1.ClusterStatus, error) {
+	st, _, err := s.clusterStatuses.Get(ctx, clusterKey(name))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	return st, err
+}

@@ -43,5 +43,10 @@ lint: vet ## gofmt, go vet, staticcheck and the import rules
 fmt:
 	gofmt -w $$(git ls-files '*.go' | grep -v '\.pb\.go$$')
 
+BENCH_CLUSTERS ?= 100,300,1000
+BENCH_RUNS ?= 3
+bench: ## fleet-scale benchmarks against the same-run NATS baseline → docs/benchmarks.md
+	$(GO) run ./cmd/capn-bench --clusters $(BENCH_CLUSTERS) --runs $(BENCH_RUNS) --out docs/benchmarks.md
+
 clean:
 	rm -rf $(BIN)

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/store"
+	"github.com/capn-dev/capn/providers/sdk"
+	"github.com/capn-dev/capn/providers/sim"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/manifest"
+	"github.com/capn-dev/capn/services/bootstrapper"
+	"github.com/capn-dev/capn/services/bootstrapper/seal"
+	clusterplanner "github.com/capn-dev/capn/services/cluster-planner"
+	machinemanager "github.com/capn-dev/capn/services/machine-manager"
+	"github.com/capn-dev/capn/services/runtime"
+)
+
+// fleetRun is one fleet create.
+type fleetRun struct {
+	Machines int
+	Elapsed  time.Duration
+	KVWrites uint64 // messages added to the KV streams
+	Messages uint64 // messages added to capn's streams
+}
+
+func (r fleetRun) MachinesPerSec() float64     { return float64(r.Machines) / r.Elapsed.Seconds() }
+func (r fleetRun) KVWritesPerMachine() float64 { return float64(r.KVWrites) / float64(r.Machines) }
+func (r fleetRun) MsgsPerMachine() float64     { return float64(r.Messages) / float64(r.Machines) }
+func (r fleetRun) KVWriteRate() float64        { return float64(r.KVWrites) / r.Elapsed.Seconds() }
+
+// fleetCluster is the benchmark's cluster: 1 control-plane + 9 workers.
+func fleetCluster(i int) *capnv1.Cluster {
+	c, err := manifest.Decode([]byte(fmt.Sprintf(`apiVersion: capn.dev/v1alpha1
+kind: Cluster
+metadata:
+  name: fleet-%04d
+spec:
+  kubernetesVersion: v1.34.2
+  controlPlane: {provider: sim, replicas: 1}
+  workerPools:
+  - {name: md-0, provider: sim, replicas: 9}
+`, i)))
+	if err != nil {
+		panic(err)
+	}
+	manifest.Default(c)
+	c.Metadata.Uid = fmt.Sprintf("uid-%04d", i)
+	c.Metadata.Generation = 1
+	c.Metadata.CreationTimestamp = timestamppb.Now()
+	return c
+}
+
+// services are the programs of `capn dev`, each on its own in-process
+// connection through runtime.Run, as capn dev runs them.
+func services(ring *seal.Keyring) []runtime.Service {
+	return []runtime.Service{
+		clusterplanner.New(clusterplanner.Config{}),
+		machinemanager.New(machinemanager.Config{}),
+		bootstrapper.New(bootstrapper.Config{Keyring: ring}),
+		sim.NewService(sim.Options{}, sdk.Options{}), // zero boot latency
+	}
+}
+
+// measureFleet creates n clusters on a fresh server with every service
+// running and times it until all n*10 machines are Running.
+func measureFleet(ctx context.Context, n int, timeout time.Duration) (fleetRun, error) {
+	srv, stop, err := startServer()
+	if err != nil {
+		return fleetRun{}, err
+	}
+	defer stop()
+	nc, js, err := connect(srv, "bench")
+	if err != nil {
+		return fleetRun{}, err
+	}
+	defer nc.Close()
+	if err := events.Provision(ctx, js, events.DefaultTopology(1)); err != nil {
+		return fleetRun{}, err
+	}
+	key, _ := seal.GenerateKey()
+	ring, _ := seal.NewKeyring(key)
+	sctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	quiet := zerolog.New(io.Discard)
+	for _, svc := range services(ring) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cfg := runtime.Config{Name: svc.Name(), LogLevel: "error", SkipProvision: true}
+			if err := runtime.Run(sctx, cfg, svc, runtime.WithInProcess(srv), runtime.WithoutHTTP(), runtime.WithLogger(quiet)); err != nil {
+				fmt.Printf("%s: %v\n", svc.Name(), err)
+			}
+		}()
+	}
+	defer func() { cancel(); wg.Wait() }()
+
+	observed, err := js.KeyValue(ctx, events.BucketObserved)
+	if err != nil {
+		return fleetRun{}, err
+	}
+	desired, err := js.KeyValue(ctx, events.BucketDesired)
+	if err != nil {
+		return fleetRun{}, err
+	}
+	running := countRunning(sctx, observed)
+	time.Sleep(500 * time.Millisecond) // let every service finish starting
+	before, err := streamMessages(ctx, js)
+	if err != nil {
+		return fleetRun{}, err
+	}
+	clusters := store.NewBucket(desired, func() *capnv1.Cluster { return new(capnv1.Cluster) })
+	want := n * 10
+	start := time.Now()
+	for i := range n {
+		if _, err := clusters.Create(ctx, "cluster."+fleetCluster(i).GetMetadata().GetName(), fleetCluster(i)); err != nil {
+			return fleetRun{}, err
+		}
+	}
+	deadline := time.After(timeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for running.Load() < int64(want) {
+		select {
+		case <-deadline:
+			return fleetRun{}, fmt.Errorf("%d clusters: only %d of %d machines Running after %s", n, running.Load(), want, timeout)
+		case <-tick.C:
+		}
+	}
+	elapsed := time.Since(start)
+	after, err := streamMessages(ctx, js)
+	if err != nil {
+		return fleetRun{}, err
+	}
+	r := fleetRun{Machines: want, Elapsed: elapsed}
+	for name, v := range after {
+		d := v - before[name]
+		if strings.HasPrefix(name, "KV_") {
+			r.KVWrites += d
+		} else {
+			r.Messages += d
+		}
+	}
+	return r, nil
+}
+
+// countRunning counts machines whose observed phase is Running, from one
+// watcher on observed.
+func countRunning(ctx context.Context, kv jetstream.KeyValue) *atomic.Int64 {
+	var n atomic.Int64
+	running := map[string]bool{}
+	w, err := kv.Watch(ctx, "machine.>", jetstream.UpdatesOnly())
+	if err != nil {
+		panic(err)
+	}
+	go func() {
+		for e := range w.Updates() {
+			if e == nil {
+				continue
+			}
+			st, err := store.Decode(e.Value(), func() *capnv1.MachineStatus { return new(capnv1.MachineStatus) })
+			is := err == nil && e.Operation() == jetstream.KeyValuePut && st.GetPhase() == "Running"
+			if is != running[e.Key()] {
+				running[e.Key()] = is
+				if is {
+					n.Add(1)
+				} else {
+					n.Add(-1)
+				}
+			}
+		}
+	}()
+	return &n
+}
+
+// streamMessages is the last sequence of every stream: messages ever added.
+func streamMessages(ctx context.Context, js jetstream.JetStream) (map[string]uint64, error) {
+	out := map[string]uint64{}
+	names := js.StreamNames(ctx)
+	for name := range names.Name() {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out[name] = info.State.LastSeq
+	}
+	return out, names.Err()
+}
+
+var _ = server.Options{}

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -201,5 +200,3 @@ func streamMessages(ctx context.Context, js jetstream.JetStream) (map[string]uin
 	}
 	return out, names.Err()
 }
-
-var _ = server.Options{}

@@ -155,7 +155,11 @@ type Cache struct {
 
 	mu      sync.RWMutex
 	entries map[string]RawEntry
-	rev     uint64 // last applied revision
+	// groups indexes keys by their first two tokens ("machine.c1."), the
+	// prefix reconcilers list by, so List of such a prefix costs the size
+	// of the group, not of the bucket.
+	groups map[string]map[string]struct{}
+	rev    uint64 // last applied revision
 	subs    map[*Subscription]struct{}
 	stopped bool
 
@@ -178,6 +182,7 @@ func NewCache(kv jetstream.KeyValue, opts CacheOptions) *Cache {
 		kv:        kv,
 		opts:      opts,
 		entries:   make(map[string]RawEntry),
+		groups:    make(map[string]map[string]struct{}),
 		subs:      make(map[*Subscription]struct{}),
 		done:      make(chan struct{}),
 		resyncReq: make(chan struct{}, 1),
@@ -234,7 +239,8 @@ func (c *Cache) Get(key string) (RawEntry, bool) {
 }
 
 // List returns the cached entries whose keys start with prefix, sorted by
-// key. It scans the whole cache.
+// key. A prefix of exactly two tokens and a dot ("machine.c1.") is served
+// from an index; any other scans the whole cache.
 func (c *Cache) List(prefix string) []RawEntry {
 	c.mu.RLock()
 	out := c.list(prefix)
@@ -243,9 +249,52 @@ func (c *Cache) List(prefix string) []RawEntry {
 	return out
 }
 
+// groupOf is the key's first two tokens with their dots ("machine.c1."),
+// or "" for a key of fewer than three tokens.
+func groupOf(key string) string {
+	i := strings.IndexByte(key, '.')
+	if i < 0 {
+		return ""
+	}
+	j := strings.IndexByte(key[i+1:], '.')
+	if j < 0 {
+		return ""
+	}
+	return key[:i+1+j+1]
+}
+
+// set and unset change an entry and its group index. c.mu must be held.
+func (c *Cache) set(e RawEntry) {
+	c.entries[e.Key] = e
+	if g := groupOf(e.Key); g != "" {
+		m := c.groups[g]
+		if m == nil {
+			m = map[string]struct{}{}
+			c.groups[g] = m
+		}
+		m[e.Key] = struct{}{}
+	}
+}
+
+func (c *Cache) unset(key string) {
+	delete(c.entries, key)
+	if g := groupOf(key); g != "" {
+		delete(c.groups[g], key)
+		if len(c.groups[g]) == 0 {
+			delete(c.groups, g)
+		}
+	}
+}
+
 // list collects the entries under prefix, unsorted. c.mu must be held.
 func (c *Cache) list(prefix string) []RawEntry {
 	var out []RawEntry
+	if prefix != "" && groupOf(prefix) == prefix {
+		for k := range c.groups[prefix] {
+			out = append(out, c.entries[k])
+		}
+		return out
+	}
 	for k, e := range c.entries {
 		if strings.HasPrefix(k, prefix) {
 			out = append(out, e)

@@ -283,11 +283,11 @@ func (l *watchLoop) apply(e jetstream.KeyValueEntry) {
 	key := e.Key()
 	switch e.Operation() {
 	case jetstream.KeyValuePut:
-		c.entries[key] = RawEntry{Key: key, Value: e.Value(), Revision: rev}
+		c.set(RawEntry{Key: key, Value: e.Value(), Revision: rev})
 		c.emit(Change{Key: key, Value: e.Value(), Revision: rev, Op: OpPut})
 	case jetstream.KeyValueDelete, jetstream.KeyValuePurge:
 		if _, ok := c.entries[key]; ok {
-			delete(c.entries, key)
+			c.unset(key)
 			c.emit(Change{Key: key, Revision: rev, Op: OpDelete})
 		}
 	}
@@ -390,9 +390,9 @@ func (l *watchLoop) repair(s snapshot) {
 	slices.SortFunc(repairs, func(a, b Change) int { return cmp.Compare(a.Revision, b.Revision) })
 	for _, ch := range repairs {
 		if ch.Op == OpPut {
-			c.entries[ch.Key] = RawEntry{Key: ch.Key, Value: ch.Value, Revision: ch.Revision}
+			c.set(RawEntry{Key: ch.Key, Value: ch.Value, Revision: ch.Revision})
 		} else {
-			delete(c.entries, ch.Key)
+			c.unset(ch.Key)
 		}
 		c.emit(ch)
 	}

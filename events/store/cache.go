@@ -158,8 +158,8 @@ type Cache struct {
 	// groups indexes keys by their first two tokens ("machine.c1."), the
 	// prefix reconcilers list by, so List of such a prefix costs the size
 	// of the group, not of the bucket.
-	groups map[string]map[string]struct{}
-	rev    uint64 // last applied revision
+	groups  map[string]map[string]struct{}
+	rev     uint64 // last applied revision
 	subs    map[*Subscription]struct{}
 	stopped bool
 

@@ -26,6 +26,10 @@ import (
 	"github.com/capn-dev/capn/services/runtime"
 )
 
+// benchWorkers, when set, overrides the services' worker counts (to find
+// good defaults); 0 keeps each service's default.
+var benchWorkers = 0
+
 // fleetRun is one fleet create.
 type fleetRun struct {
 	Machines int
@@ -65,10 +69,10 @@ spec:
 // connection through runtime.Run, as capn dev runs them.
 func services(ring *seal.Keyring) []runtime.Service {
 	return []runtime.Service{
-		clusterplanner.New(clusterplanner.Config{}),
-		machinemanager.New(machinemanager.Config{}),
-		bootstrapper.New(bootstrapper.Config{Keyring: ring}),
-		sim.NewService(sim.Options{}, sdk.Options{}), // zero boot latency
+		clusterplanner.New(clusterplanner.Config{Workers: benchWorkers}),
+		machinemanager.New(machinemanager.Config{Workers: benchWorkers * 2}),
+		bootstrapper.New(bootstrapper.Config{Keyring: ring, Workers: benchWorkers}),
+		sim.NewService(sim.Options{}, sdk.Options{Concurrency: benchWorkers * 2}), // zero boot latency
 	}
 }
 

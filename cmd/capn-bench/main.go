@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -24,9 +25,22 @@ func main() {
 		runs    = flag.Int("runs", 3, "runs per figure; the report gives medians")
 		out     = flag.String("out", "", "write the markdown report here (default: stdout only)")
 		timeout = flag.Duration("timeout", 10*time.Minute, "give up on one fleet create after this long")
+		workers = flag.Int("workers", 0, "override the services' worker counts (0: their defaults)")
+		cpuProf = flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
 	)
 	flag.Parse()
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
+		if err != nil {
+			fail(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fail(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	zerolog.SetGlobalLevel(zerolog.WarnLevel)
+	benchWorkers = *workers
 	var ns []int
 	for _, s := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))

@@ -34,7 +34,8 @@ func (s *Service) reconcile(ctx context.Context, key string) (reconcile.Result, 
 	if p := provider(desired, status); p != "" {
 		infra, _, _ = store.Lookup(s.observed, infraPrefix+p+"."+key, func() *capnv1.InfraMachine { return new(capnv1.InfraMachine) })
 	}
-	out := Step(Input{Cluster: cluster, Name: name, Desired: desired, Status: status, Infra: infra, Now: s.cfg.Now()}, s.cfg.Timeouts)
+	node, _, _ := store.Lookup(s.observed, nodePrefix+key, func() *capnv1.NodeHealth { return new(capnv1.NodeHealth) })
+	out := Step(Input{Cluster: cluster, Name: name, Desired: desired, Status: status, Infra: infra, Node: node, Now: s.cfg.Now()}, s.cfg.Timeouts)
 	log := zerolog.Ctx(ctx).With().Str("cluster", cluster).Str("machine", name).Logger()
 	for _, c := range out.Commands {
 		if err := s.send(ctx, c, cluster, name, desired); err != nil {

@@ -142,7 +142,7 @@ const (
 func machineOf(key string) string {
 	toks := strings.Split(key, ".")
 	switch {
-	case len(toks) == 3 && toks[0] == "machine":
+	case len(toks) == 3 && (toks[0] == "machine" || toks[0] == "node"):
 		return toks[1] + "." + toks[2]
 	case len(toks) == 4 && toks[0] == "infra" && toks[3] != events.ClusterObject:
 		return toks[2] + "." + toks[3]

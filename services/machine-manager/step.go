@@ -33,7 +33,10 @@ type Input struct {
 	Status *capnv1.MachineStatus
 	// Infra is what the provider reports; nil when its key is absent.
 	Infra *capnv1.InfraMachine
-	Now   time.Time
+	// Node is the health-watcher's record of the machine's node; nil when
+	// there is none.
+	Node *capnv1.NodeHealth
+	Now  time.Time
 }
 
 // Output is the next status (nil: delete the status key), the commands to
@@ -152,6 +155,9 @@ func Step(in Input, t Timeouts) Output {
 		setPhase(st, PhaseRunning, in.Now)
 		setCondition(st, CondNodeReady, "True", "NodeReady", "", in.Now)
 		setCondition(st, CondReady, "True", "Running", "", in.Now)
+	}
+	if st.GetPhase() == PhaseRunning {
+		reflectNode(st, in.Node, in.Desired.GetMetadata().GetCreationTimestamp().AsTime(), in.Now)
 	}
 	if limit := t.of(st.GetPhase()); limit > 0 {
 		left := st.GetPhaseSince().AsTime().Add(limit).Sub(in.Now)

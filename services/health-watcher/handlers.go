@@ -1,0 +1,215 @@
+package healthwatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/store"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+)
+
+// Key prefixes the health-watcher reads and writes.
+const (
+	clusterPrefix = "cluster."
+	machinePrefix = "machine."
+	nodePrefix    = "node."
+	infraPrefix   = "infra."
+)
+
+// NodeKey is the observed key of a machine's node health: node.<cluster>.<machine>.
+func NodeKey(cluster, machine string) string { return nodePrefix + cluster + "." + machine }
+
+// onHealth dispatches a report from capn.health.<cluster>.<machine>.<kind>
+// by its event type. Every handler follows one contract: the report must
+// match its subject (a reporter may speak only for the machine its subject
+// names — NATS permissions scope subjects), it is ignored (acked) when the
+// machine is unknown, being deleted, or younger than the report (a late
+// report of an earlier machine of the same name), and a material change is
+// written with compare-and-set before the message is acked.
+func (s *Service) onHealth(ctx context.Context, m *events.Message) error {
+	switch m.Event.Type() {
+	case events.TypeNodeHeartbeat:
+		return events.Typed(s.onHeartbeat)(ctx, m)
+	case events.TypeNodeConditions:
+		return events.Typed(s.onConditions)(ctx, m)
+	case events.TypeProblemEvent:
+		return events.Typed(s.onProblem)(ctx, m)
+	}
+	s.metrics.report("unknown", outcomeIgnored)
+	return events.Permanent(fmt.Errorf("unexpected event type %q on %s", m.Event.Type(), m.Subject))
+}
+
+// report is one report's identity after the checks every handler makes.
+type report struct {
+	cluster, machine, key string
+	at                    time.Time // when the stream stored it
+	created               time.Time // the machine incarnation's creation
+}
+
+// errIgnore means the report is about nothing the watcher keeps.
+var errIgnore = errors.New("ignored")
+
+// accept checks a report of kind from cluster/machine (as its data says)
+// against its subject and the desired machine.
+func (s *Service) accept(ctx context.Context, m *events.Message, kind, cluster, machine string) (report, error) {
+	var subjCluster, subjMachine string
+	toks := strings.Split(m.Subject, ".")
+	switch {
+	case len(toks) == 5 && toks[0]+"."+toks[1] == events.SubjectHealth:
+		subjCluster, subjMachine = toks[2], toks[3]
+	case len(toks) == 6 && toks[2] == "infra" && toks[3] == "drift":
+		subjCluster, subjMachine = toks[4], toks[5]
+	default:
+		return report{}, events.Permanent(fmt.Errorf("%s report on unexpected subject %s", kind, m.Subject))
+	}
+	if cluster == "" {
+		cluster = subjCluster
+	}
+	if machine == "" {
+		machine = subjMachine
+	}
+	if cluster != subjCluster || machine != subjMachine {
+		return report{}, events.Permanent(fmt.Errorf("%s report for %s/%s on the subject of %s/%s", kind, cluster, machine, subjCluster, subjMachine))
+	}
+	r := report{cluster: cluster, machine: machine, key: cluster + "." + machine, at: s.cfg.Now()}
+	if m.Metadata != nil && !m.Metadata.Timestamp.IsZero() {
+		r.at = m.Metadata.Timestamp
+	}
+	dm, ok := decodeCached(s.desired, machinePrefix+r.key, newMachine)
+	log := zerolog.Ctx(ctx)
+	switch {
+	case !ok:
+		log.Debug().Str("cluster", cluster).Str("machine", machine).Msg("report for an unknown machine ignored")
+		return r, errIgnore
+	case dm.GetMetadata().GetDeletionTimestamp() != nil:
+		return r, errIgnore
+	}
+	r.created = dm.GetMetadata().GetCreationTimestamp().AsTime()
+	if r.at.Before(r.created) {
+		log.Debug().Str("cluster", cluster).Str("machine", machine).Msg("report older than the machine ignored")
+		return r, errIgnore
+	}
+	return r, nil
+}
+
+// apply writes a material change: merge is called on a fresh copy of the
+// record (the incarnation's, or a new one) inside a compare-and-set loop
+// and reports whether it changed anything.
+func (s *Service) apply(ctx context.Context, r report, merge func(*capnv1.NodeHealth) bool) error {
+	_, _, err := s.nodes.Mutate(ctx, NodeKey(r.cluster, r.machine), func(cur *capnv1.NodeHealth, exists bool) (*capnv1.NodeHealth, error) {
+		if !exists {
+			cur = nil
+		}
+		h := forIncarnation(cur, r.cluster, r.machine, r.created)
+		if !merge(h) {
+			return nil, store.ErrNoChange
+		}
+		h.Updated = tsNow(s.cfg.Now())
+		return h, nil
+	})
+	if err != nil {
+		return fmt.Errorf("record report of %s: %w", r.key, err)
+	}
+	s.metrics.write(causeReport)
+	s.beats.report(r.key, r.at)
+	s.queue.Add(r.cluster)
+	return nil
+}
+
+// cached returns the record of r's machine as the cache holds it, for the
+// incarnation (a new empty record if there is none).
+func (s *Service) cached(r report) *capnv1.NodeHealth {
+	h, _ := decodeCached(s.observed, NodeKey(r.cluster, r.machine), newNodeHealth)
+	return forIncarnation(h, r.cluster, r.machine, r.created)
+}
+
+// handle runs the common path of a report: accept, then a dry run of merge
+// on the cached record, then the write if the dry run changed something.
+func (s *Service) handle(ctx context.Context, m *events.Message, kind, cluster, machine string, merge func(*capnv1.NodeHealth) bool) error {
+	r, err := s.accept(ctx, m, kind, cluster, machine)
+	if errors.Is(err, errIgnore) {
+		s.metrics.report(kind, outcomeIgnored)
+		return nil
+	}
+	if err != nil {
+		s.metrics.report(kind, outcomeIgnored)
+		return err
+	}
+	if !merge(proto.Clone(s.cached(r)).(*capnv1.NodeHealth)) {
+		s.metrics.report(kind, outcomeUnchanged)
+		return nil
+	}
+	s.metrics.report(kind, outcomeApplied)
+	return s.apply(ctx, r, merge)
+}
+
+func (s *Service) onHeartbeat(ctx context.Context, m *events.Message, hb *capnv1.NodeHeartbeat) error {
+	r, err := s.accept(ctx, m, "heartbeat", hb.GetCluster(), hb.GetMachine())
+	if errors.Is(err, errIgnore) {
+		s.metrics.report("heartbeat", outcomeIgnored)
+		return nil
+	}
+	if err != nil {
+		s.metrics.report("heartbeat", outcomeIgnored)
+		return err
+	}
+	if !s.beats.beat(r.key, beat{at: r.at, ready: hb.GetReady(), kubeletVersion: hb.GetKubeletVersion(), nodeName: hb.GetNodeName()}) {
+		s.metrics.report("heartbeat", outcomeUnchanged) // late or repeated: a newer one was seen
+		return nil
+	}
+	cur := s.cached(r)
+	merge := func(h *capnv1.NodeHealth) bool { return mergeHeartbeat(h, hb, r.at, s.cfg.PersistEvery) }
+	if merge(proto.Clone(cur).(*capnv1.NodeHealth)) {
+		s.metrics.report("heartbeat", outcomeApplied)
+		return s.apply(ctx, r, merge)
+	}
+	s.metrics.report("heartbeat", outcomeUnchanged)
+	// A node that was silent is back: its Ready condition must turn True
+	// again now, not at the next resync.
+	if st := readyStatus(cur); st == StatusUnknown || (st == StatusFalse && hb.GetReady()) {
+		s.queue.Add(r.cluster)
+	}
+	return nil
+}
+
+func (s *Service) onConditions(ctx context.Context, m *events.Message, nc *capnv1.NodeConditions) error {
+	return s.handle(ctx, m, "conditions", nc.GetCluster(), nc.GetMachine(), func(h *capnv1.NodeHealth) bool {
+		return mergeConditions(h, nc, streamTime(m, s.cfg.Now()))
+	})
+}
+
+func (s *Service) onProblem(ctx context.Context, m *events.Message, p *capnv1.ProblemEvent) error {
+	return s.handle(ctx, m, "problem", p.GetCluster(), p.GetMachine(), func(h *capnv1.NodeHealth) bool {
+		return mergeProblem(h, p, streamTime(m, s.cfg.Now()), s.cfg.KeepProblems)
+	})
+}
+
+func (s *Service) onDrift(ctx context.Context, m *events.Message, d *capnv1.DriftReport) error {
+	return s.handle(ctx, m, "drift", d.GetCluster(), d.GetMachine(), func(h *capnv1.NodeHealth) bool {
+		return mergeDrift(h, d, streamTime(m, s.cfg.Now()))
+	})
+}
+
+// readyStatus is the status of the recorded Ready condition ("" if none).
+func readyStatus(h *capnv1.NodeHealth) string {
+	for _, c := range h.GetConditions() {
+		if c.GetType() == ConditionReady {
+			return c.GetStatus()
+		}
+	}
+	return ""
+}
+
+func streamTime(m *events.Message, now time.Time) time.Time {
+	if m.Metadata != nil && !m.Metadata.Timestamp.IsZero() {
+		return m.Metadata.Timestamp
+	}
+	return now
+}

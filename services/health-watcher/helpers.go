@@ -1,0 +1,75 @@
+package healthwatcher
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/capn-dev/capn/events/store"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+)
+
+// feed maps watch changes to the cluster they concern.
+func (s *Service) feed(ctx context.Context, sub *store.Subscription) {
+	defer sub.Unsubscribe()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ch, ok := <-sub.C():
+			if !ok {
+				return
+			}
+			if ch.Resync {
+				for _, e := range s.desired.List(clusterPrefix) {
+					s.queue.Add(strings.TrimPrefix(e.Key, clusterPrefix))
+				}
+				continue
+			}
+			if c := clusterOf(ch.Key); c != "" {
+				s.queue.Add(c)
+			}
+		}
+	}
+}
+
+// clusterOf returns the cluster a key belongs to: cluster.<c>,
+// machine.<c>.<m>, node.<c>.<m>, infra.<p>.<c>.<m> ("" for others).
+func clusterOf(key string) string {
+	toks := strings.Split(key, ".")
+	switch {
+	case toks[0] == "cluster" && len(toks) == 2:
+		return toks[1]
+	case (toks[0] == "machine" || toks[0] == "node") && len(toks) == 3:
+		return toks[1]
+	case toks[0] == "infra" && len(toks) == 4 && toks[3] != "_":
+		return toks[2]
+	}
+	return ""
+}
+
+// decodeCached decodes the cached value of key (a fresh copy: the caller
+// may modify it).
+func decodeCached[T proto.Message](c *store.Cache, key string, newT func() T) (T, bool) {
+	var zero T
+	e, ok := c.Get(key)
+	if !ok {
+		return zero, false
+	}
+	v, err := store.Decode(e.Value, newT)
+	if err != nil {
+		return zero, false
+	}
+	return v, true
+}
+
+func newCluster() *capnv1.Cluster                { return new(capnv1.Cluster) }
+func newClusterStatus() *capnv1.ClusterStatus    { return new(capnv1.ClusterStatus) }
+func newMachine() *capnv1.Machine                { return new(capnv1.Machine) }
+func newMachineStatus() *capnv1.MachineStatus    { return new(capnv1.MachineStatus) }
+func newNodeHealth() *capnv1.NodeHealth          { return new(capnv1.NodeHealth) }
+func newInfraMachine() *capnv1.InfraMachine      { return new(capnv1.InfraMachine) }
+func tsNow(now time.Time) *timestamppb.Timestamp { return timestamppb.New(now) }

@@ -1,0 +1,212 @@
+package healthwatcher
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+)
+
+// The merges below fold one report into a machine's NodeHealth. They are
+// pure and idempotent: a duplicate changes nothing, and a report older than
+// what the record already holds (late, redelivered or out of order) never
+// moves it backwards. Each reports whether the record changed in a way
+// worth a KV write; a change that is not (a repeated condition with only a
+// newer heartbeat) is left out so that steady reports cost no write.
+
+// Heartbeat drift kinds and condition statuses.
+const (
+	DriftGone    = "Gone"
+	DriftStopped = "Stopped"
+	DriftChanged = "Changed"
+	DriftOrphan  = "Orphan"
+
+	StatusTrue    = "True"
+	StatusFalse   = "False"
+	StatusUnknown = "Unknown"
+)
+
+// forIncarnation returns h if it describes the machine incarnation created
+// at created, or a new empty record if h is missing or older: machine names
+// are reused when a slot is refilled, and the new machine must not inherit
+// the old one's conditions. h is older when it was last written before the
+// machine was created (the watcher stops writing a machine's record once
+// its deletion is requested).
+func forIncarnation(h *capnv1.NodeHealth, cluster, machine string, created time.Time) *capnv1.NodeHealth {
+	if h == nil || h.GetUpdated() == nil || h.GetUpdated().AsTime().Before(created) {
+		return &capnv1.NodeHealth{Cluster: cluster, Machine: machine}
+	}
+	return h
+}
+
+// mergeHeartbeat records a heartbeat stored at at (the stream's time, so a
+// node's clock does not matter). A heartbeat not newer than the recorded one
+// is ignored. It is material — and the record changes — when it is the
+// first, when it changes what the node says (ready, kubelet version, node
+// name), or when the recorded heartbeat is persistEvery old; otherwise the
+// caller only remembers it in memory.
+func mergeHeartbeat(h *capnv1.NodeHealth, hb *capnv1.NodeHeartbeat, at time.Time, persistEvery time.Duration) bool {
+	last := h.GetLastHeartbeat()
+	if last != nil && !at.After(last.AsTime()) {
+		return false
+	}
+	material := last == nil || hb.GetReady() != h.GetReady() ||
+		(hb.GetKubeletVersion() != "" && hb.GetKubeletVersion() != h.GetKubeletVersion()) ||
+		(hb.GetNodeName() != "" && hb.GetNodeName() != h.GetNodeName()) ||
+		at.Sub(last.AsTime()) >= persistEvery
+	if !material {
+		return false
+	}
+	h.Ready = hb.GetReady()
+	if v := hb.GetKubeletVersion(); v != "" {
+		h.KubeletVersion = v
+	}
+	if n := hb.GetNodeName(); n != "" {
+		h.NodeName = n
+	}
+	h.LastHeartbeat = timestamppb.New(at)
+	return true
+}
+
+// mergeConditions folds a NodeConditions report into h, condition by
+// condition (the latest per type wins):
+//
+//   - a condition's heartbeat is its last_heartbeat_time (missing: the
+//     report's time, then at); its transition is its last_transition_time
+//     (missing: its heartbeat);
+//   - one whose transition or heartbeat is older than the recorded one's
+//     is stale and ignored: in a source's history a status change always
+//     carries a transition later than every earlier report, so the latest
+//     state wins whatever order reports arrive in;
+//   - the same status as recorded keeps the recorded transition time (a
+//     restarted reporter that re-sends a condition does not restart its
+//     timeout); a changed reason or message, or such a re-send, is
+//     written; a mere newer heartbeat is not;
+//   - another status replaces the recorded condition.
+//
+// Conditions with an empty type or a status other than True, False or
+// Unknown are ignored. Ready is left to heartbeats when the node sends
+// them. The list is kept sorted by type.
+func mergeConditions(h *capnv1.NodeHealth, r *capnv1.NodeConditions, at time.Time) bool {
+	changed := false
+	reportTime := at
+	if t := r.GetTime(); t != nil {
+		reportTime = t.AsTime()
+	}
+	for _, c := range r.GetConditions() {
+		if c.GetType() == "" || !validStatus(c.GetStatus()) {
+			continue
+		}
+		if c.GetType() == ConditionReady && h.GetLastHeartbeat() != nil {
+			continue
+		}
+		in := &capnv1.NodeCondition{Type: c.GetType(), Status: c.GetStatus(), Reason: c.GetReason(), Message: c.GetMessage(),
+			LastTransitionTime: c.GetLastTransitionTime(), LastHeartbeatTime: c.GetLastHeartbeatTime()}
+		if in.LastHeartbeatTime == nil {
+			in.LastHeartbeatTime = timestamppb.New(reportTime)
+		}
+		i := slices.IndexFunc(h.Conditions, func(x *capnv1.NodeCondition) bool { return x.GetType() == in.GetType() })
+		if i < 0 {
+			if in.LastTransitionTime == nil {
+				in.LastTransitionTime = in.LastHeartbeatTime
+			}
+			h.Conditions = append(h.Conditions, in)
+			changed = true
+			continue
+		}
+		if mergeCondition(h.Conditions[i], in) {
+			changed = true
+		}
+	}
+	if changed {
+		slices.SortFunc(h.Conditions, func(a, b *capnv1.NodeCondition) int { return strings.Compare(a.GetType(), b.GetType()) })
+	}
+	return changed
+}
+
+// mergeCondition applies in to cur (same type) by the rules of
+// mergeConditions and reports a material change.
+func mergeCondition(cur, in *capnv1.NodeCondition) bool {
+	curT, curHB := cur.GetLastTransitionTime().AsTime(), cur.GetLastHeartbeatTime().AsTime()
+	inHB := in.GetLastHeartbeatTime().AsTime()
+	inT := inHB
+	if in.LastTransitionTime != nil {
+		inT = in.GetLastTransitionTime().AsTime()
+	}
+	if inT.Before(curT) || inHB.Before(curHB) {
+		return false // stale: the record already holds a later state
+	}
+	if in.GetStatus() == cur.GetStatus() {
+		switch {
+		case in.GetReason() != cur.GetReason() || in.GetMessage() != cur.GetMessage():
+			cur.Reason, cur.Message = in.GetReason(), in.GetMessage()
+		case inT.After(curT) && inHB.After(curHB):
+			// A reporter that restarted re-sends the status with a later
+			// transition: keep the first one (the timeout runs on), but
+			// record the heartbeat so that an older report of another
+			// status, delivered late, cannot win over it.
+		default:
+			return false
+		}
+		cur.LastHeartbeatTime = in.GetLastHeartbeatTime()
+		return true
+	}
+	cur.Status, cur.Reason, cur.Message = in.GetStatus(), in.GetReason(), in.GetMessage()
+	cur.LastTransitionTime, cur.LastHeartbeatTime = timestamppb.New(inT), in.GetLastHeartbeatTime()
+	return true
+}
+
+// mergeProblem adds a problem event to the keep most recent ones, oldest
+// first. A problem already held (same time, source, reason and message) or
+// older than every one held when the list is full is ignored. A problem
+// without a time gets at.
+func mergeProblem(h *capnv1.NodeHealth, p *capnv1.ProblemEvent, at time.Time, keep int) bool {
+	in := &capnv1.ProblemEvent{Source: p.GetSource(), Severity: p.GetSeverity(), Reason: p.GetReason(), Message: p.GetMessage(), Time: p.GetTime()}
+	if in.Time == nil {
+		in.Time = timestamppb.New(at)
+	}
+	t := in.GetTime().AsTime()
+	for _, x := range h.Problems {
+		if x.GetTime().AsTime().Equal(t) && x.GetSource() == in.GetSource() && x.GetReason() == in.GetReason() && x.GetMessage() == in.GetMessage() {
+			return false
+		}
+	}
+	i, _ := slices.BinarySearchFunc(h.Problems, t, func(x *capnv1.ProblemEvent, t time.Time) int {
+		if x.GetTime().AsTime().After(t) {
+			return 1
+		}
+		return -1
+	})
+	if keep > 0 && len(h.Problems) >= keep && i == 0 {
+		return false
+	}
+	h.Problems = slices.Insert(h.Problems, i, in)
+	if keep > 0 && len(h.Problems) > keep {
+		h.Problems = slices.Delete(h.Problems, 0, len(h.Problems)-keep)
+	}
+	return true
+}
+
+// mergeDrift records the provider's latest drift report of the machine.
+// An orphan is not about a machine capn has, and a report not newer than
+// the recorded one is ignored. A report without a time gets at.
+func mergeDrift(h *capnv1.NodeHealth, d *capnv1.DriftReport, at time.Time) bool {
+	if d.GetKind() == DriftOrphan || d.GetKind() == "" {
+		return false
+	}
+	t := at
+	if d.GetTime() != nil {
+		t = d.GetTime().AsTime()
+	}
+	if cur := h.GetDrift(); cur != nil && !t.After(cur.GetTime().AsTime()) {
+		return false
+	}
+	h.Drift = &capnv1.DriftReport{Provider: d.GetProvider(), Cluster: d.GetCluster(), Machine: d.GetMachine(),
+		Kind: d.GetKind(), Message: d.GetMessage(), Time: timestamppb.New(t)}
+	return true
+}
+
+func validStatus(s string) bool { return s == StatusTrue || s == StatusFalse || s == StatusUnknown }

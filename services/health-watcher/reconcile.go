@@ -1,0 +1,309 @@
+package healthwatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/reconcile"
+	"github.com/capn-dev/capn/events/store"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/services/health-watcher/policy"
+)
+
+// conditionControlPlaneInitialized is the cluster-planner's condition on
+// the observed cluster status.
+const conditionControlPlaneInitialized = "ControlPlaneInitialized"
+
+// reconcile evaluates one cluster: it reads the cluster, its machines and
+// their node health from the watch caches, calls Evaluate, writes each
+// record whose derived Ready condition or verdict changed (compare-and-set
+// on a fresh read), publishes MachineUnhealthy for each new verdict before
+// writing it, and removes records of machines that are gone.
+func (s *Service) reconcile(ctx context.Context, cluster string) (reconcile.Result, error) {
+	start := time.Now()
+	defer func() { s.metrics.evaluated(time.Since(start)) }()
+	now := s.cfg.Now()
+	log := zerolog.Ctx(ctx).With().Str("cluster", cluster).Logger()
+	ctx = log.WithContext(ctx)
+	cl, ok := decodeCached(s.desired, clusterPrefix+cluster, newCluster)
+	if !ok {
+		return reconcile.Result{}, s.forgetGone(ctx, cluster, nil)
+	}
+	pols := s.policies(cl, &log)
+	in := s.snapshot(cl, cluster, now)
+	unhealthy, recheck := Evaluate(in.state, pols, now)
+	verdicts := make(map[string]*Unhealthy, len(unhealthy))
+	for i := range unhealthy {
+		verdicts[unhealthy[i].Machine] = &unhealthy[i]
+	}
+	var errs []error
+	for _, t := range in.state.Targets {
+		if t.Skip {
+			continue
+		}
+		if err := s.record(ctx, cluster, t, in.nodes[t.Machine], in.beats[t.Machine], verdicts[t.Machine], pols.For(t.Pool), now); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, s.forgetGone(ctx, cluster, in.names))
+	if err := errors.Join(errs...); err != nil {
+		return reconcile.Result{}, err
+	}
+	if recheck <= 0 || recheck > s.cfg.ResyncEvery {
+		recheck = s.cfg.ResyncEvery
+	}
+	return reconcile.Result{RequeueAfter: recheck}, nil
+}
+
+// input is one cluster's evaluation input and the records it was built from.
+type input struct {
+	state State
+	nodes map[string]*capnv1.NodeHealth // by machine: the incarnation's record, nil if none
+	beats map[string]beat               // by machine: its latest heartbeat
+	names map[string]bool               // machines in desired
+}
+
+// snapshot builds Evaluate's input from the caches.
+func (s *Service) snapshot(cl *capnv1.Cluster, cluster string, now time.Time) input {
+	in := input{nodes: map[string]*capnv1.NodeHealth{}, beats: map[string]beat{}, names: map[string]bool{}}
+	if st, ok := decodeCached(s.observed, clusterPrefix+cluster, newClusterStatus); ok {
+		in.state.ControlPlaneInitialized = st.GetControlPlaneInitialized()
+		for _, c := range st.GetConditions() {
+			if c.GetType() == conditionControlPlaneInitialized && c.GetStatus() == StatusTrue {
+				in.state.ControlPlaneInitializedAt = c.GetLastTransitionTime().AsTime()
+			}
+		}
+	}
+	hibernated := cl.GetSpec().GetHibernated()
+	prefix := machinePrefix + cluster + "."
+	for _, e := range s.desired.List(prefix) {
+		m, err := store.Decode(e.Value, newMachine)
+		if err != nil {
+			continue
+		}
+		name := strings.TrimPrefix(e.Key, prefix)
+		in.names[name] = true
+		key := cluster + "." + name
+		created := m.GetMetadata().GetCreationTimestamp().AsTime()
+		st, _ := decodeCached(s.observed, machinePrefix+key, newMachineStatus)
+		var node *capnv1.NodeHealth
+		if h, ok := decodeCached(s.observed, NodeKey(cluster, name), newNodeHealth); ok && h.GetUpdated() != nil && !h.GetUpdated().AsTime().Before(created) {
+			node = h
+		}
+		in.nodes[name] = node
+		t := Target{
+			Machine: name, Pool: m.GetSpec().GetPool(), ControlPlane: m.GetSpec().GetRole() == "control-plane" || m.GetSpec().GetPool() == policy.ControlPlanePool,
+			Created: created, Phase: st.GetPhase(), PhaseSince: st.GetPhaseSince().AsTime(), FailureReason: st.GetFailureReason(),
+			Conditions: node.GetConditions(),
+			Reported:   st.GetNodeReadyTime() != nil || len(node.GetConditions()) > 0,
+		}
+		switch t.Phase {
+		case phaseDeleting, phaseDeleted, phaseStopped:
+			t.Skip = true
+		}
+		if m.GetMetadata().GetDeletionTimestamp() != nil || m.GetSpec().GetStopped() || hibernated {
+			t.Skip = true
+		}
+		if st.GetInfrastructureReadyTime() != nil {
+			t.InfraReady = st.GetInfrastructureReadyTime().AsTime()
+		}
+		t.InfraGone = s.infraGone(m, node, created)
+		b := s.lastHeartbeat(key, node, created)
+		t.LastHeartbeat, t.Ready = b.at, b.ready
+		in.beats[name] = b
+		in.state.Targets = append(in.state.Targets, t)
+	}
+	return in
+}
+
+// infraGone is when the machine's infrastructure was reported gone: a Gone
+// drift report of this incarnation, or the provider's record marked
+// Deleted while the machine was not being deleted. Zero if neither.
+func (s *Service) infraGone(m *capnv1.Machine, node *capnv1.NodeHealth, created time.Time) time.Time {
+	if d := node.GetDrift(); d.GetKind() == DriftGone && !d.GetTime().AsTime().Before(created) {
+		return d.GetTime().AsTime()
+	}
+	p := m.GetSpec().GetProvider()
+	if p == "" {
+		return time.Time{}
+	}
+	im, ok := decodeCached(s.observed, infraPrefix+p+"."+m.GetSpec().GetCluster()+"."+m.GetMetadata().GetName(), newInfraMachine)
+	if ok && im.GetState() == "Deleted" && im.GetUpdated() != nil && !im.GetUpdated().AsTime().Before(created) {
+		return im.GetUpdated().AsTime()
+	}
+	return time.Time{}
+}
+
+// lastHeartbeat is the latest heartbeat of a machine's node: the one seen
+// since the watcher started, or the one recorded. A node that was fresh
+// when its record was last written counts as heard from when the watcher
+// started, so that a restart of the watcher never declares a fleet silent
+// at once (kube-controller-manager's node lifecycle controller does the
+// same); one recorded as silent stays silent.
+func (s *Service) lastHeartbeat(key string, node *capnv1.NodeHealth, created time.Time) beat {
+	b := s.beats.lastBeat(key)
+	if b.at.Before(created) {
+		b = beat{} // an earlier machine of the same name
+	}
+	if rec := node.GetLastHeartbeat(); rec != nil && !b.at.After(rec.AsTime()) {
+		b = beat{at: rec.AsTime(), ready: node.GetReady(), kubeletVersion: node.GetKubeletVersion(), nodeName: node.GetNodeName()}
+	}
+	if !b.at.IsZero() && b.at.Before(s.started) && readyStatus(node) != StatusUnknown {
+		b.at = s.started
+	}
+	return b
+}
+
+// record brings the machine's record in line with the evaluation: the
+// derived Ready condition and the verdict. A new unhealthy episode is
+// published first, so that a failed write is retried with the same event id.
+func (s *Service) record(ctx context.Context, cluster string, t Target, cur *capnv1.NodeHealth, b beat, v *Unhealthy, p policy.Policy, now time.Time) error {
+	_, changed := view(cur, cluster, t, b, v, p, s.cfg.PersistEvery, now)
+	if !changed {
+		return nil
+	}
+	if v != nil && (cur.GetHealthy() || cur.GetUnhealthySince() == nil || !cur.GetUnhealthySince().AsTime().Equal(v.Since)) {
+		if err := s.publish(ctx, cluster, t, v, now); err != nil {
+			return err
+		}
+	}
+	_, _, err := s.nodes.Mutate(ctx, NodeKey(cluster, t.Machine), func(fresh *capnv1.NodeHealth, exists bool) (*capnv1.NodeHealth, error) {
+		if !exists || fresh.GetUpdated() == nil || fresh.GetUpdated().AsTime().Before(t.Created) {
+			fresh = nil
+		}
+		n, changed := view(fresh, cluster, t, b, v, p, s.cfg.PersistEvery, now)
+		if !changed {
+			return nil, store.ErrNoChange
+		}
+		n.Updated = timestamppb.New(now)
+		return n, nil
+	})
+	if err != nil {
+		return fmt.Errorf("record health of %s.%s: %w", cluster, t.Machine, err)
+	}
+	s.metrics.write(causeVerdict)
+	if v == nil && cur.GetUnhealthySince() != nil {
+		zerolog.Ctx(ctx).Info().Str("machine", t.Machine).Msg("machine healthy again")
+	}
+	return nil
+}
+
+// view is the record the evaluation calls for, from cur (nil: none) and
+// the node's latest heartbeat b. It reports whether it differs from cur.
+// The heartbeat is written (time and what it said, together) when the
+// record changes anyway or the recorded one is persistEvery old. No record
+// is made for a healthy machine that has none: the first heartbeat or
+// report makes it.
+func view(cur *capnv1.NodeHealth, cluster string, t Target, b beat, v *Unhealthy, p policy.Policy, persistEvery time.Duration, now time.Time) (*capnv1.NodeHealth, bool) {
+	if cur == nil && v == nil {
+		return nil, false
+	}
+	next := &capnv1.NodeHealth{Cluster: cluster, Machine: t.Machine}
+	if cur != nil {
+		next = proto.Clone(cur).(*capnv1.NodeHealth)
+	}
+	var prev *capnv1.NodeCondition
+	i := slices.IndexFunc(next.Conditions, func(c *capnv1.NodeCondition) bool { return c.GetType() == ConditionReady })
+	if i >= 0 {
+		prev = next.Conditions[i]
+	}
+	if ready := ReadyCondition(prev, t.LastHeartbeat, t.Ready, p.HeartbeatGrace, now); ready != nil {
+		if i >= 0 {
+			next.Conditions[i] = ready
+		} else {
+			next.Conditions = append(next.Conditions, ready)
+			slices.SortFunc(next.Conditions, func(a, b *capnv1.NodeCondition) int { return strings.Compare(a.GetType(), b.GetType()) })
+		}
+	}
+	next.Healthy, next.UnhealthyReasons, next.UnhealthySince = true, nil, nil
+	if v != nil {
+		next.Healthy, next.UnhealthyReasons, next.UnhealthySince = false, v.Reasons, timestamppb.New(v.Since)
+	}
+	changed := cur == nil || !proto.Equal(next, cur)
+	rec := next.GetLastHeartbeat()
+	if !b.at.IsZero() && (rec == nil || b.at.After(rec.AsTime())) && (changed || b.at.Sub(rec.AsTime()) >= persistEvery) {
+		next.LastHeartbeat, next.Ready = timestamppb.New(b.at), b.ready
+		if b.kubeletVersion != "" {
+			next.KubeletVersion = b.kubeletVersion
+		}
+		if b.nodeName != "" {
+			next.NodeName = b.nodeName
+		}
+		changed = true
+	}
+	return next, changed
+}
+
+// publish sends MachineUnhealthy for a new unhealthy episode, with an id
+// per (machine, unhealthy since): re-evaluations of one episode are
+// dropped by JetStream as duplicates.
+func (s *Service) publish(ctx context.Context, cluster string, t Target, v *Unhealthy, now time.Time) error {
+	key := cluster + "." + t.Machine
+	healthAt := v.Since
+	if r := s.beats.lastReport(key); r.After(healthAt) {
+		healthAt = r
+	}
+	if healthAt.After(now) {
+		healthAt = now
+	}
+	id := fmt.Sprintf("unhealthy.%s.%s.%d", cluster, t.Machine, v.Since.UnixMilli())
+	ev := &capnv1.MachineUnhealthy{Cluster: cluster, Machine: t.Machine, Pool: t.Pool, Reasons: v.Reasons, Since: timestamppb.New(v.Since)}
+	types := make([]string, 0, len(v.Reasons))
+	for _, r := range v.Reasons {
+		types = append(types, r.GetType())
+		s.metrics.unhealthy(r.GetType())
+	}
+	zerolog.Ctx(ctx).Info().Str("machine", t.Machine).Str("pool", t.Pool).Strs("reasons", types).Time("since", v.Since).Msg("machine unhealthy")
+	_, err := s.pub.Publish(ctx, events.EventSubject("machine", "unhealthy", cluster, t.Machine), events.TypeMachineUnhealthy, id, ev,
+		events.WithSubject(t.Machine), events.WithExtension(policy.ExtensionHealthTime, healthAt.UTC().Format(time.RFC3339Nano)))
+	return err
+}
+
+// forgetGone deletes the records (and the memory) of machines of cluster
+// that are no longer desired; keep nil means the whole cluster is gone.
+func (s *Service) forgetGone(ctx context.Context, cluster string, keep map[string]bool) error {
+	prefix := NodeKey(cluster, "")
+	var errs []error
+	for _, e := range s.observed.List(prefix) {
+		name := strings.TrimPrefix(e.Key, prefix)
+		if keep[name] {
+			continue
+		}
+		if err := s.nodes.Delete(ctx, e.Key, e.Revision); err != nil && !errors.Is(err, store.ErrConflict) {
+			errs = append(errs, err)
+		}
+		s.beats.forget(cluster + "." + name)
+	}
+	for _, k := range s.beats.keys(cluster + ".") {
+		if !keep[strings.TrimPrefix(k, cluster+".")] {
+			s.beats.forget(k)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// policies resolves the effective policy of every pool of cl.
+func (s *Service) policies(cl *capnv1.Cluster, log *zerolog.Logger) Policies {
+	def, err := policy.Resolve(cl, "", s.cfg.Policy)
+	if err != nil {
+		log.Warn().Err(err).Msg("health policy partly invalid; defaults used for the bad fields")
+	}
+	out := Policies{Default: def, ByPool: map[string]policy.Policy{}}
+	for _, pool := range policy.Pools(cl) {
+		p, err := policy.Resolve(cl, pool, s.cfg.Policy)
+		if err != nil {
+			log.Warn().Err(err).Str("pool", pool).Msg("health policy partly invalid; defaults used for the bad fields")
+		}
+		out.ByPool[pool] = p
+	}
+	return out
+}

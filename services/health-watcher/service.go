@@ -1,0 +1,180 @@
+// Package healthwatcher is the health-watcher service: it normalises every
+// health input of a machine's node — heartbeats, node conditions in
+// node-problem-detector's shape, problem events and provider drift reports —
+// into one NodeHealth record per machine (observed node.<cluster>.<machine>),
+// judges it against the cluster's health policy with the pure Evaluate, and
+// publishes a MachineUnhealthy event for each machine that needs repair.
+// See README.md.
+package healthwatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/reconcile"
+	"github.com/capn-dev/capn/events/store"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/services/health-watcher/policy"
+	"github.com/capn-dev/capn/services/runtime"
+)
+
+// Name is the service's name.
+const Name = "health-watcher"
+
+// Config configures the health-watcher. Zero fields take the defaults.
+type Config struct {
+	// Policy is what an unset field of a cluster's health policy becomes;
+	// its zero fields take policy.Default()'s.
+	Policy policy.Defaults
+	// PersistEvery bounds how stale the last_heartbeat recorded in KV may
+	// be (default 5m). Between writes, heartbeats are tracked in memory, so
+	// a steady node costs one KV write per PersistEvery, not one per beat.
+	PersistEvery time.Duration
+	// ResyncEvery re-evaluates every cluster at least this often (default
+	// 1m), as a safety net for a lost wake-up.
+	ResyncEvery time.Duration
+	// KeepProblems is how many recent problem events a record keeps
+	// (default 10).
+	KeepProblems int
+	// Workers evaluate clusters in parallel (default 4); Concurrency
+	// handles reports in parallel (default 8).
+	Workers, Concurrency int
+	Now                  func() time.Time
+	Cache                store.CacheOptions
+}
+
+func (c Config) withDefaults() Config {
+	c.Policy = c.Policy.Fill()
+	if c.PersistEvery <= 0 {
+		c.PersistEvery = 5 * time.Minute
+	}
+	if c.ResyncEvery <= 0 {
+		c.ResyncEvery = time.Minute
+	}
+	if c.KeepProblems <= 0 {
+		c.KeepProblems = 10
+	}
+	if c.Workers < 1 {
+		c.Workers = 4
+	}
+	if c.Concurrency < 1 {
+		c.Concurrency = 8
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Service is the health-watcher.
+type Service struct {
+	cfg      Config
+	pub      *events.Publisher
+	desired  *store.Cache
+	observed *store.Cache
+	nodes    *store.Bucket[*capnv1.NodeHealth]
+	queue    *reconcile.Queue
+	beats    *tracker
+	metrics  *metrics
+	started  time.Time
+}
+
+var (
+	_ runtime.Service      = (*Service)(nil)
+	_ runtime.FlagProvider = (*Service)(nil)
+)
+
+// New returns the service, as cmd/health-watcher and capn dev run it.
+func New(cfg Config) *Service { return &Service{cfg: cfg.withDefaults()} }
+
+// Name implements runtime.Service.
+func (s *Service) Name() string { return Name }
+
+// Flags implements runtime.FlagProvider: the defaults of the health policy
+// and the heartbeat persistence interval.
+func (s *Service) Flags() []runtime.Flag {
+	return []runtime.Flag{
+		{Name: "health-node-startup-timeout", Env: "CAPN_HEALTH_NODE_STARTUP_TIMEOUT", Usage: "default node startup timeout of a health policy (0 disables)", Value: runtime.DurationValue(&s.cfg.Policy.NodeStartupTimeout)},
+		{Name: "health-heartbeat-grace", Env: "CAPN_HEALTH_HEARTBEAT_GRACE", Usage: "default time a node may stay silent before its Ready condition is Unknown", Value: runtime.DurationValue(&s.cfg.Policy.HeartbeatGrace)},
+		{Name: "health-persist-every", Env: "CAPN_HEALTH_PERSIST_EVERY", Usage: "how stale the heartbeat time recorded in KV may get", Value: runtime.DurationValue(&s.cfg.PersistEvery)},
+	}
+}
+
+// Consumers of the health-watcher: every health report, and drift reports.
+func healthConsumer() events.ConsumerSpec {
+	return events.ConsumerSpec{Stream: events.StreamHealth, Durable: Name + "-health",
+		Filters:       []string{events.SubjectHealth + ".>"},
+		MaxAckPending: 4096,
+		Description:   "health-watcher: heartbeats, node conditions and problem events"}
+}
+
+func driftConsumer() events.ConsumerSpec {
+	return events.ConsumerSpec{Stream: events.StreamEvents, Durable: Name + "-drift", DeliverNew: true,
+		Filters:     []string{events.EventSubject("infra", "drift", "*", "*")},
+		Description: "health-watcher: providers' drift reports"}
+}
+
+// Run implements runtime.Service.
+func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
+	desiredKV, err := d.JS.KeyValue(ctx, events.BucketDesired)
+	if err != nil {
+		return fmt.Errorf("bucket %s: %w", events.BucketDesired, err)
+	}
+	observedKV, err := d.JS.KeyValue(ctx, events.BucketObserved)
+	if err != nil {
+		return fmt.Errorf("bucket %s: %w", events.BucketObserved, err)
+	}
+	s.cfg = s.cfg.withDefaults() // flags may have zeroed a field
+	s.started = s.cfg.Now()
+	s.pub = events.NewPublisher(d.JS, "capn/"+Name)
+	s.nodes = store.NewBucket(observedKV, func() *capnv1.NodeHealth { return new(capnv1.NodeHealth) })
+	s.desired = store.NewCache(desiredKV, s.cfg.Cache)
+	s.observed = store.NewCache(observedKV, s.cfg.Cache)
+	s.beats = newTracker()
+	s.metrics = newMetrics(d.Metrics)
+	s.queue = reconcile.NewQueue()
+	ctx = d.Log.WithContext(ctx)
+	for _, c := range []*store.Cache{s.desired, s.observed} {
+		if err := c.Start(ctx); err != nil {
+			return err
+		}
+	}
+	var wg sync.WaitGroup
+	run := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
+	for _, sub := range []*store.Subscription{
+		s.desired.Subscribe(clusterPrefix), s.desired.Subscribe(machinePrefix),
+		s.observed.Subscribe(clusterPrefix), s.observed.Subscribe(machinePrefix),
+		s.observed.Subscribe(nodePrefix), s.observed.Subscribe(infraPrefix),
+	} {
+		run(func() { s.feed(ctx, sub) })
+	}
+	loop := &reconcile.Loop{Queue: s.queue, Reconciler: reconcile.Func(s.reconcile), Workers: s.cfg.Workers,
+		OnError: func(key string, err error, n int) {
+			lvl := d.Log.Warn()
+			if errors.Is(err, store.ErrConflict) {
+				lvl = d.Log.Debug()
+			}
+			lvl.Err(err).Str("cluster", key).Int("failures", n).Msg("health evaluation not applied; will retry")
+		}}
+	run(func() { loop.Run(ctx) })
+	opts := []events.ConsumeOption{events.WithLogger(d.Log), events.WithMetrics(d.Events), events.WithConcurrency(s.cfg.Concurrency)}
+	errc := make(chan error, 2)
+	for _, c := range []*events.Consumer{
+		events.NewConsumer(d.JS, healthConsumer(), s.onHealth, opts...),
+		events.NewConsumer(d.JS, driftConsumer(), events.Typed(s.onDrift), opts...),
+	} {
+		run(func() { errc <- c.Run(ctx) })
+	}
+	d.Ready.Set(true)
+	wg.Wait()
+	close(errc)
+	var errs []error
+	for err := range errc {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

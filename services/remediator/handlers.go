@@ -1,0 +1,87 @@
+package remediator
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/store"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/services/health-watcher/policy"
+)
+
+// onUnhealthy wakes the cluster of a machine the health-watcher judged
+// unhealthy. The event is a wake-up, not the truth: the reconcile reads the
+// machine's current health. It remembers when the health input arrived, to
+// measure the latency of the repair.
+func (s *Service) onUnhealthy(_ context.Context, m *events.Message, u *capnv1.MachineUnhealthy) error {
+	if u.GetCluster() == "" || u.GetMachine() == "" {
+		return events.Permanent(errMissingNames)
+	}
+	at := m.Event.Time()
+	if v, ok := m.Event.Extensions()[policy.ExtensionHealthTime].(string); ok {
+		if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+			at = t
+		}
+	}
+	s.seen.put(u.GetCluster()+"."+u.GetMachine(), at)
+	s.queue.Add(u.GetCluster())
+	return nil
+}
+
+// feed maps watch changes to the cluster they concern.
+func (s *Service) feed(ctx context.Context, sub *store.Subscription) {
+	defer sub.Unsubscribe()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ch, ok := <-sub.C():
+			if !ok {
+				return
+			}
+			if ch.Resync {
+				for _, e := range s.desired.List(clusterPrefix) {
+					s.queue.Add(strings.TrimPrefix(e.Key, clusterPrefix))
+				}
+				continue
+			}
+			toks := strings.Split(ch.Key, ".")
+			switch {
+			case toks[0] == "cluster" && len(toks) == 2:
+				s.queue.Add(toks[1])
+			case (toks[0] == "machine" || toks[0] == "node") && len(toks) == 3:
+				s.queue.Add(toks[1])
+			}
+		}
+	}
+}
+
+// healthTimes remembers when the health input behind each unhealthy event
+// arrived, by "<cluster>.<machine>", until a repair takes it.
+type healthTimes struct {
+	mu sync.Mutex
+	m  map[string]time.Time
+}
+
+func newHealthTimes() *healthTimes { return &healthTimes{m: map[string]time.Time{}} }
+
+// put keeps the earliest time of an episode.
+func (h *healthTimes) put(key string, at time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if cur, ok := h.m[key]; !ok || at.Before(cur) {
+		h.m[key] = at
+	}
+}
+
+// take returns and forgets the time of key (zero: none).
+func (h *healthTimes) take(key string) time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	at := h.m[key]
+	delete(h.m, key)
+	return at
+}

@@ -1,0 +1,141 @@
+// Package remediator is the remediator service: it repairs machines the
+// health-watcher judged unhealthy — a reboot where the provider can, a
+// replacement otherwise or when the reboot did not help — guarded by a
+// max-unhealthy circuit breaker per pool, a bound on repairs in flight, a
+// minimum healthy period per slot and etcd quorum protection for the
+// control plane. The decision is the pure Decide; this package's service
+// reads state from the watch caches, writes the pool's RemediationStatus
+// (observed remediation.<cluster>.<pool>) and then acts. See README.md.
+package remediator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/reconcile"
+	"github.com/capn-dev/capn/events/store"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/services/health-watcher/policy"
+	"github.com/capn-dev/capn/services/runtime"
+)
+
+// Name is the service's name.
+const Name = "remediator"
+
+// Config configures the remediator. Zero fields take the defaults.
+type Config struct {
+	Timing Timing
+	// Policy is what an unset field of a cluster's health policy becomes
+	// (its zero fields: policy.Default()'s) — the health-watcher's must be
+	// the same.
+	Policy  policy.Defaults
+	Workers int
+	Now     func() time.Time
+	Cache   store.CacheOptions
+}
+
+// Service is the remediator.
+type Service struct {
+	cfg      Config
+	pub      *events.Publisher
+	desired  *store.Cache
+	observed *store.Cache
+	machines *store.Bucket[*capnv1.Machine]
+	statuses *store.Bucket[*capnv1.RemediationStatus]
+	queue    *reconcile.Queue
+	metrics  *metrics
+	seen     *healthTimes
+}
+
+var (
+	_ runtime.Service      = (*Service)(nil)
+	_ runtime.FlagProvider = (*Service)(nil)
+)
+
+// New returns the service, as cmd/remediator and capn dev run it.
+func New(cfg Config) *Service {
+	if cfg.Workers < 1 {
+		cfg.Workers = 4
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	cfg.Timing = cfg.Timing.withDefaults()
+	cfg.Policy = cfg.Policy.Fill()
+	return &Service{cfg: cfg}
+}
+
+// Name implements runtime.Service.
+func (s *Service) Name() string { return Name }
+
+// Flags implements runtime.FlagProvider.
+func (s *Service) Flags() []runtime.Flag {
+	return []runtime.Flag{
+		{Name: "remediation-reboot-timeout", Env: "CAPN_REMEDIATION_REBOOT_TIMEOUT", Usage: "how long a rebooted machine may stay unhealthy before it is replaced", Value: runtime.DurationValue(&s.cfg.Timing.RebootTimeout)},
+		{Name: "remediation-min-healthy-period", Env: "CAPN_REMEDIATION_MIN_HEALTHY_PERIOD", Usage: "how long a repaired slot must stay healthy before it is repaired again", Value: runtime.DurationValue(&s.cfg.Timing.MinHealthyPeriod)},
+		{Name: "remediation-replace-timeout", Env: "CAPN_REMEDIATION_REPLACE_TIMEOUT", Usage: "how long a replacement may take before it stops counting in flight", Value: runtime.DurationValue(&s.cfg.Timing.ReplaceTimeout)},
+	}
+}
+
+func unhealthyConsumer() events.ConsumerSpec {
+	return events.ConsumerSpec{Stream: events.StreamEvents, Durable: Name + "-unhealthy", DeliverNew: true,
+		Filters:     []string{events.EventSubject("machine", "unhealthy", "*", "*")},
+		Description: "remediator: machines the health-watcher judged unhealthy"}
+}
+
+// Run implements runtime.Service.
+func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
+	desiredKV, err := d.JS.KeyValue(ctx, events.BucketDesired)
+	if err != nil {
+		return fmt.Errorf("bucket %s: %w", events.BucketDesired, err)
+	}
+	observedKV, err := d.JS.KeyValue(ctx, events.BucketObserved)
+	if err != nil {
+		return fmt.Errorf("bucket %s: %w", events.BucketObserved, err)
+	}
+	s.cfg.Timing = s.cfg.Timing.withDefaults() // flags may have zeroed a field
+	s.cfg.Policy = s.cfg.Policy.Fill()
+	s.pub = events.NewPublisher(d.JS, "capn/"+Name)
+	s.machines = store.NewBucket(desiredKV, func() *capnv1.Machine { return new(capnv1.Machine) })
+	s.statuses = store.NewBucket(observedKV, func() *capnv1.RemediationStatus { return new(capnv1.RemediationStatus) })
+	s.desired = store.NewCache(desiredKV, s.cfg.Cache)
+	s.observed = store.NewCache(observedKV, s.cfg.Cache)
+	s.queue = reconcile.NewQueue()
+	s.metrics = newMetrics(d.Metrics)
+	s.seen = newHealthTimes()
+	ctx = d.Log.WithContext(ctx)
+	for _, c := range []*store.Cache{s.desired, s.observed} {
+		if err := c.Start(ctx); err != nil {
+			return err
+		}
+	}
+	var wg sync.WaitGroup
+	run := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
+	for _, sub := range []*store.Subscription{
+		s.desired.Subscribe(clusterPrefix), s.desired.Subscribe(machinePrefix),
+		s.observed.Subscribe(clusterPrefix), s.observed.Subscribe(machinePrefix), s.observed.Subscribe(nodePrefix),
+	} {
+		run(func() { s.feed(ctx, sub) })
+	}
+	loop := &reconcile.Loop{Queue: s.queue, Reconciler: reconcile.Func(s.reconcile), Workers: s.cfg.Workers,
+		OnError: func(key string, err error, n int) {
+			lvl := d.Log.Warn()
+			if errors.Is(err, store.ErrConflict) {
+				lvl = d.Log.Debug()
+			}
+			lvl.Err(err).Str("cluster", key).Int("failures", n).Msg("remediation not applied; will retry")
+		}}
+	run(func() { loop.Run(ctx) })
+	errc := make(chan error, 1)
+	c := events.NewConsumer(d.JS, unhealthyConsumer(), events.Typed(s.onUnhealthy),
+		events.WithLogger(d.Log), events.WithMetrics(d.Events), events.WithConcurrency(4))
+	run(func() { errc <- c.Run(ctx) })
+	d.Ready.Set(true)
+	wg.Wait()
+	close(errc)
+	return <-errc
+}

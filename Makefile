@@ -9,7 +9,7 @@ DATA_DIR ?= .capn
 PROGRAMS := $(notdir $(wildcard cmd/*))
 export CGO_ENABLED ?= 0
 
-.PHONY: all build run test test-short proto proto-check lint vet fmt clean bench
+.PHONY: all build run test test-short proto proto-check lint vet fmt clean bench npd
 
 all: build
 
@@ -42,6 +42,10 @@ lint: vet ## gofmt, go vet, staticcheck and the import rules
 
 fmt:
 	gofmt -w $$(git ls-files '*.go' | grep -v '\.pb\.go$$')
+
+NPD_VERSION ?= v1.36.0
+npd: ## build node-problem-detector for tests/health (cached outside the repo by version)
+	NPD_VERSION=$(NPD_VERSION) GO=$(GO) hack/npd.sh
 
 BENCH_CLUSTERS ?= 100,300,1000
 BENCH_RUNS ?= 3

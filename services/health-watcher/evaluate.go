@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
-	"github.com/capn-dev/capn/services/health-watcher/policy"
+	"github.com/capn-dev/capn/schemas/health/policy"
 )
 
 // Reasons of an unhealthy verdict (the Type of each reason condition); a

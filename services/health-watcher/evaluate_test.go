@@ -8,7 +8,7 @@ import (
 	"pgregory.net/rapid"
 
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
-	"github.com/capn-dev/capn/services/health-watcher/policy"
+	"github.com/capn-dev/capn/schemas/health/policy"
 )
 
 func testPolicy() policy.Policy {

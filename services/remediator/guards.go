@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/capn-dev/capn/services/health-watcher/policy"
+	"github.com/capn-dev/capn/schemas/health/policy"
 )
 
 // The guards are pure functions of a pool's state. Each answers whether an

@@ -9,7 +9,7 @@ import (
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
-	"github.com/capn-dev/capn/services/health-watcher/policy"
+	"github.com/capn-dev/capn/schemas/health/policy"
 )
 
 // onUnhealthy wakes the cluster of a machine the health-watcher judged

@@ -15,7 +15,7 @@ import (
 	"github.com/capn-dev/capn/events/reconcile"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
-	"github.com/capn-dev/capn/services/health-watcher/policy"
+	"github.com/capn-dev/capn/schemas/health/policy"
 )
 
 // Key prefixes the remediator reads and writes.

@@ -4,7 +4,7 @@ import (
 	"time"
 
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
-	"github.com/capn-dev/capn/services/health-watcher/policy"
+	"github.com/capn-dev/capn/schemas/health/policy"
 )
 
 // Remediation actions (RemediationRecord.action) and outcomes.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -192,45 +193,121 @@ func (s *Service) ensureKubeconfig(ctx context.Context, name string, ep bootstra
 }
 
 // tendTokens renews the join tokens of machines still joining and deletes
-// those of machines that joined (observed phase Running). It returns when
-// to look again.
+// those of machines that joined (observed phase Running). It walks the
+// cluster's machines from the cache (no listing of the secrets bucket) and
+// remembers, in memory, which records are done and when the others are due,
+// so a busy cluster costs a KV read only when a token needs attention. It
+// returns when to look again.
 func (s *Service) tendTokens(ctx context.Context, cluster string) (time.Duration, error) {
-	keys, err := s.boots.Keys(ctx, bootstrapPrefix+cluster+".")
-	if err != nil {
-		return 0, err
-	}
+	now := s.cfg.Now()
 	var next time.Duration
-	for _, key := range keys {
-		machine := strings.TrimPrefix(key, bootstrapPrefix+cluster+".")
+	soonest := func(d time.Duration) {
+		if d > 0 && (next == 0 || d < next) {
+			next = d
+		}
+	}
+	for _, e := range s.observed.List(machinePrefix + cluster + ".") {
+		machine := strings.TrimPrefix(e.Key, machinePrefix+cluster+".")
+		key := bootstrapPrefix + cluster + "." + machine
 		joined := s.machineJoined(cluster, machine)
-		_, _, err := s.boots.Mutate(ctx, key, func(cur *capnv1.BootstrapData, exists bool) (*capnv1.BootstrapData, error) {
-			if !exists || cur.GetJoined() || cur.GetToken() == "" {
-				return nil, store.ErrNoChange
+		if done, due := s.tokens.state(key); done || (!joined && now.Before(due)) {
+			if !done {
+				soonest(due.Sub(now))
 			}
-			if joined {
+			continue
+		}
+		_, _, err := s.boots.Mutate(ctx, key, func(cur *capnv1.BootstrapData, exists bool) (*capnv1.BootstrapData, error) {
+			switch {
+			case !exists:
+				s.tokens.wait(key, now.Add(s.cfg.TokenCheckEvery))
+				return nil, store.ErrNoChange
+			case cur.GetJoined() || cur.GetToken() == "":
+				s.tokens.done(key)
+				return nil, store.ErrNoChange
+			case joined:
+				s.tokens.done(key)
 				cur.Joined, cur.Token, cur.TokenExpires = true, "", nil
 				return cur, nil
 			}
-			now := s.cfg.Now()
 			ttl := tokenTTL(cur)
 			exp := cur.GetTokenExpires().AsTime()
-			if !token.NeedsRenewal(exp, ttl, now) {
-				if d := token.RenewAfter(exp, ttl, now); next == 0 || d < next {
-					next = d
-				}
+			renew := token.NeedsRenewal(exp, ttl, now)
+			if renew {
+				exp = token.Expiry(now, ttl)
+			}
+			due := min(token.RenewAfter(exp, ttl, now), s.cfg.TokenCheckEvery)
+			s.tokens.wait(key, now.Add(due))
+			soonest(due)
+			if !renew {
 				return nil, store.ErrNoChange
 			}
-			cur.TokenExpires = timestamppb.New(token.Expiry(now, ttl))
+			cur.TokenExpires = timestamppb.New(exp)
 			return cur, nil
 		})
 		if err != nil {
+			s.tokens.forget(key)
 			return 0, err
 		}
 	}
-	if next > 0 && next > s.cfg.TokenCheckEvery {
-		next = s.cfg.TokenCheckEvery
-	}
 	return next, nil
+}
+
+// tokenMemo remembers, per bootstrap record, that its token is done with
+// (the machine joined) or when it is next due. It only saves KV reads: a
+// restart starts empty and looks at every record once.
+type tokenMemo struct {
+	mu      sync.Mutex
+	joined  map[string]bool
+	dueTime map[string]time.Time
+}
+
+func (m *tokenMemo) state(key string) (done bool, due time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.joined[key], m.dueTime[key]
+}
+
+func (m *tokenMemo) done(key string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.joined == nil {
+		m.joined = map[string]bool{}
+	}
+	m.joined[key] = true
+	delete(m.dueTime, key)
+}
+
+func (m *tokenMemo) wait(key string, due time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.dueTime == nil {
+		m.dueTime = map[string]time.Time{}
+	}
+	m.dueTime[key] = due
+}
+
+func (m *tokenMemo) forget(key string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.joined, key)
+	delete(m.dueTime, key)
+}
+
+// forgetCluster drops a deleted cluster's records.
+func (m *tokenMemo) forgetCluster(cluster string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	prefix := bootstrapPrefix + cluster + "."
+	for k := range m.joined {
+		if strings.HasPrefix(k, prefix) {
+			delete(m.joined, k)
+		}
+	}
+	for k := range m.dueTime {
+		if strings.HasPrefix(k, prefix) {
+			delete(m.dueTime, k)
+		}
+	}
 }
 
 // tokenTTL is the TTL a record's token was issued with.
@@ -239,6 +316,16 @@ func tokenTTL(b *capnv1.BootstrapData) time.Duration {
 		return b.GetTokenTtl().AsDuration()
 	}
 	return token.DefaultTTL
+}
+
+// clusterOfJoined maps an observed machine key to its cluster when that
+// machine is Running, "" otherwise.
+func (s *Service) clusterOfJoined(key string) string {
+	toks := splitKey(key)
+	if len(toks) != 3 || !s.machineJoined(toks[1], toks[2]) {
+		return ""
+	}
+	return toks[1]
 }
 
 func (s *Service) machineJoined(cluster, machine string) bool {

@@ -181,6 +181,7 @@ func (s *Service) cleanup(ctx context.Context, m *events.Message, cmd *capnv1.De
 	if err := s.statuses.KV().Purge(ctx, statusPrefix+name); err != nil {
 		return fmt.Errorf("purge %s: %w", statusPrefix+name, err)
 	}
+	s.tokens.forgetCluster(name)
 	zerolog.Ctx(ctx).Info().Str("cluster", name).Int("keys", len(keys)).Msg("cluster secrets deleted")
 	_, err = s.pub.Publish(ctx, events.EventSubject("bootstrap", "cleaned", name, events.ClusterObject), events.TypeClusterEvent+".secrets-deleted",
 		"secrets-deleted."+name+"."+shortHash(m.Event.ID()), &capnv1.ClusterEvent{Cluster: name, Reason: "SecretsDeleted", Message: "PKI, kubeconfig and bootstrap data deleted"})

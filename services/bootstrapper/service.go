@@ -77,6 +77,7 @@ type Service struct {
 	statuses  *store.Bucket[*capnv1.ClusterSecretsStatus]
 	secretsKV jetstream.KeyValue
 	queue     *reconcile.Queue
+	tokens    tokenMemo
 }
 
 // New returns the service; its key is loaded by Run unless cfg.Keyring is set.
@@ -205,15 +206,14 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	// machine joining — wakes that cluster's reconcile. A subscription first
 	// replays every current key, so each known cluster is looked at once at
 	// start.
-	for _, sub := range []*store.Subscription{
-		s.desired.Subscribe(clusterPrefix),
-		s.observed.Subscribe(infraPrefix),
-		s.observed.Subscribe(machinePrefix),
-	} {
-		run(func() {
-			reconcile.Watch(ctx, s.queue, sub, clusterOf, func() []string { return s.desired.KeysUnder(clusterPrefix) })
-		})
+	all := func() []string { return s.desired.KeysUnder(clusterPrefix) }
+	for _, sub := range []*store.Subscription{s.desired.Subscribe(clusterPrefix), s.observed.Subscribe(infraPrefix)} {
+		run(func() { reconcile.Watch(ctx, s.queue, sub, clusterOf, all) })
 	}
+	// Of machine statuses only a machine that joined matters here (its
+	// token goes); every other change would cost a reconcile for nothing.
+	machines := s.observed.Subscribe(machinePrefix)
+	run(func() { reconcile.Watch(ctx, s.queue, machines, s.clusterOfJoined, all) })
 	loop := &reconcile.Loop{Queue: s.queue, Reconciler: reconcile.Func(s.reconcileCluster), Workers: s.cfg.Workers,
 		OnError: func(key string, err error, n int) {
 			log.Warn().Err(err).Str("cluster", key).Int("failures", n).Msg("reconcile failed; will retry")

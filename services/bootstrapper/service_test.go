@@ -355,3 +355,30 @@ func TestCleanupRemovesEverything(t *testing.T) {
 		return errors.Is(err, jetstream.ErrKeyNotFound) && e.status("gone") == nil
 	})
 }
+
+func TestTokenDeletedOnceMachineJoined(t *testing.T) {
+	e := newEnv(t)
+	ring := keyring(t, newKey(t))
+	e.start(ring)
+	e.applyCluster("c1", nil)
+	e.reportEndpoint("c1")
+	got := e.collect("c1")
+	cmd := &capnv1.GenerateBootstrap{Cluster: "c1", Machine: "w-0", Role: "worker", Version: "v1.34.2"}
+	if _, err := e.pub.Publish(context.Background(), events.CommandSubject("bootstrap", "generate", "c1", "w-0"), events.TypeGenerateBootstrap, "g-w0", cmd); err != nil {
+		t.Fatal(err)
+	}
+	next(t, got)
+	boots := store.NewBucket(e.kv(events.BucketSecrets), func() *capnv1.BootstrapData { return new(capnv1.BootstrapData) }, store.WithSealer(ring))
+	rec, _, err := boots.Get(context.Background(), "bootstrap.c1.w-0")
+	if err != nil || rec.GetToken() == "" || rec.GetTokenExpires() == nil {
+		t.Fatalf("record %v, %v: want a token with an expiry while joining", rec.GetTokenExpires(), err)
+	}
+	statuses := store.NewBucket(e.kv(events.BucketObserved), func() *capnv1.MachineStatus { return new(capnv1.MachineStatus) })
+	if _, err := statuses.Create(context.Background(), "machine.c1.w-0", &capnv1.MachineStatus{Phase: "Running"}); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 10*time.Second, "token deleted after the machine joined", func() bool {
+		rec, _, err := boots.Get(context.Background(), "bootstrap.c1.w-0")
+		return err == nil && rec.GetJoined() && rec.GetToken() == "" && len(rec.GetData()) > 0
+	})
+}

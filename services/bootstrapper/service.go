@@ -198,6 +198,9 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 			return err
 		}
 	}
+	if err := s.serveFetch(ctx, d.NC, log); err != nil { // fetch.go: node agents fetch their own data
+		return err
+	}
 	s.queue = reconcile.NewQueue()
 	var wg sync.WaitGroup
 	run := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }

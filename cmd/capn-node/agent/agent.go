@@ -1,0 +1,237 @@
+// Package agent is capn-node, the node agent of a process or docker
+// machine. It does NOT run a kubelet, kubeadm or any Kubernetes component:
+// it is the part of a node that capn talks to, until a later issue runs
+// real Kubernetes on these machines.
+//
+//	start ─► claim the data dir (identity, boot count)
+//	      ─► connect to NATS as capn-node.<cluster>.<machine>
+//	      ─► bootstrap (once per checksum): request capn.bootstrap.fetch.<c>.<m>
+//	         with the machine's checksum ─► check the checksum ─► parse the
+//	         cloud-config or script ─► verify the join material's CA (and the
+//	         pin) ─► write the files under <data-dir>/rootfs (commands are
+//	         listed, not run) ─► record the checksum as applied
+//	      ─► heartbeat now and every interval on capn.health.<c>.<m>.heartbeat
+//	         (ready, kubelet version = the machine's version), id
+//	         heartbeat.<c>.<m>.<unix ms>
+//	SIGTERM ─► stop heartbeats, flush, close: exit 0.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/providers/sdk"
+	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/services/runtime"
+)
+
+// HeartbeatKind is the last token of the heartbeat subject.
+const HeartbeatKind = "heartbeat"
+
+// HeartbeatID is a heartbeat's event id: heartbeat.<cluster>.<machine>.<unix
+// ms of the beat>, the scheme of the sim provider's nodes, so a repeated
+// publish of one beat is stored once.
+func HeartbeatID(cluster, machine string, at time.Time) string {
+	return events.Subject("heartbeat", cluster, machine, strconv.FormatInt(at.UnixMilli(), 10))
+}
+
+// Agent is one machine's node agent. Build it with New; Run it once.
+type Agent struct {
+	cfg          Config
+	log          zerolog.Logger
+	bootstrapped atomic.Bool
+}
+
+// New checks cfg and returns its agent.
+func New(cfg Config, log zerolog.Logger) (*Agent, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	return &Agent{cfg: cfg, log: log.With().Str("cluster", cfg.Cluster).Str("machine", cfg.Machine).Logger()}, nil
+}
+
+// Bootstrapped reports whether the machine's bootstrap data is applied.
+func (a *Agent) Bootstrapped() bool { return a.bootstrapped.Load() }
+
+// Run runs the agent until ctx ends, then returns nil. It returns an error
+// only when it cannot start (a data dir of another machine, refused NATS
+// credentials).
+func (a *Agent) Run(ctx context.Context) error {
+	boots, err := claim(a.cfg.DataDir, a.cfg.String())
+	if err != nil {
+		return err
+	}
+	a.log.Info().Int("boot", boots).Str("data_dir", a.cfg.DataDir).Str("version", a.cfg.Version).
+		Msg("node agent starting (no kubelet runs: heartbeats only)")
+	if a.cfg.HealthAddr != "" {
+		stop := a.serveHealth()
+		defer stop()
+	}
+	nc, err := a.connect(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	defer func() {
+		_ = nc.FlushTimeout(2 * time.Second)
+		nc.Close()
+	}()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	if err := a.bootstrap(ctx, nc); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	a.heartbeats(ctx, events.NewPublisher(js, "capn/node/"+a.cfg.Cluster+"/"+a.cfg.Machine))
+	a.log.Info().Msg("node agent stopped")
+	return nil
+}
+
+// connect dials NATS (through the relay socket when set), retrying until
+// ctx ends.
+func (a *Agent) connect(ctx context.Context) (*nats.Conn, error) {
+	var extra []nats.Option
+	if a.cfg.NATSSocket != "" {
+		extra = append(extra, nats.SetCustomDialer(socketDialer{path: a.cfg.NATSSocket}))
+	}
+	return runtime.Connect(ctx, a.cfg.NATS, "capn-node."+a.cfg.Cluster+"."+a.cfg.Machine, a.log, extra...)
+}
+
+// socketDialer dials a unix socket whatever address NATS asks for.
+type socketDialer struct{ path string }
+
+func (d socketDialer) Dial(_, _ string) (net.Conn, error) {
+	return net.DialTimeout("unix", d.path, 5*time.Second)
+}
+
+// bootstrap fetches, checks and applies the machine's bootstrap data,
+// unless data with this checksum was applied before (a reboot). Failures
+// are retried with backoff until ctx ends: a machine that cannot bootstrap
+// never reports, and capn's node startup timeout replaces it.
+func (a *Agent) bootstrap(ctx context.Context, nc *nats.Conn) error {
+	if Applied(a.cfg.DataDir) == a.cfg.BootstrapChecksum {
+		a.log.Info().Str("checksum", a.cfg.BootstrapChecksum).Msg("bootstrap data already applied")
+		a.bootstrapped.Store(true)
+		return nil
+	}
+	wait := 250 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := a.bootstrapOnce(ctx, nc)
+		if err == nil {
+			a.bootstrapped.Store(true)
+			return nil
+		}
+		var fe *sdk.FetchError
+		final := errors.Is(err, ErrJoinMaterial) || (errors.As(err, &fe) && !fe.Retryable())
+		if final {
+			wait = a.cfg.FetchRetryMax
+		}
+		ev := a.log.Warn()
+		if final {
+			ev = a.log.Error()
+		}
+		ev.Err(err).Int("attempt", attempt).Dur("retry_in", wait).Msg("bootstrap failed")
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, a.cfg.FetchRetryMax)
+	}
+}
+
+func (a *Agent) bootstrapOnce(ctx context.Context, nc *nats.Conn) error {
+	data, err := sdk.FetchBootstrap(ctx, nc, a.cfg.Cluster, a.cfg.Machine, a.cfg.BootstrapChecksum)
+	if err != nil {
+		return err
+	}
+	plan, err := Parse(data.GetFormat(), data.GetData())
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrJoinMaterial, err)
+	}
+	ca, err := VerifyJoin(plan, a.cfg.CACertHash)
+	if err != nil {
+		return err
+	}
+	if err := Apply(a.cfg.DataDir, plan, a.cfg.BootstrapChecksum); err != nil {
+		return fmt.Errorf("apply bootstrap data: %w", err)
+	}
+	a.log.Info().Str("format", plan.Format).Int("files", len(plan.Files)).Int("commands_not_run", len(plan.Commands)).
+		Str("ca_cert_hash", ca).Bool("ca_pinned", a.cfg.CACertHash != "").Msg("bootstrap data applied")
+	return nil
+}
+
+// heartbeats reports the node now and every HeartbeatEvery until ctx ends.
+func (a *Agent) heartbeats(ctx context.Context, pub *events.Publisher) {
+	t := time.NewTicker(a.cfg.HeartbeatEvery)
+	defer t.Stop()
+	at := time.Now()
+	for {
+		if err := a.beat(ctx, pub, at); err != nil && ctx.Err() == nil {
+			a.log.Warn().Err(err).Msg("heartbeat not published")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case at = <-t.C:
+		}
+	}
+}
+
+func (a *Agent) beat(ctx context.Context, pub *events.Publisher, at time.Time) error {
+	c, m := a.cfg.Cluster, a.cfg.Machine
+	hb := &capnv1alpha1.NodeHeartbeat{
+		Cluster: c, Machine: m, NodeName: a.cfg.NodeName,
+		Ready: true, KubeletVersion: a.cfg.Version, Time: timestamppb.New(at),
+	}
+	_, err := pub.Publish(ctx, events.HealthSubject(c, m, HeartbeatKind), events.TypeNodeHeartbeat,
+		HeartbeatID(c, m, at), hb, events.WithSubject(m))
+	return err
+}
+
+// serveHealth serves GET /healthz on HealthAddr; a failure to listen is
+// logged, not fatal (the address is a convenience). It returns a stop.
+func (a *Agent) serveHealth() func() {
+	ln, err := net.Listen("tcp", a.cfg.HealthAddr)
+	if err != nil {
+		a.log.Warn().Err(err).Str("health_addr", a.cfg.HealthAddr).Msg("cannot serve /healthz; going on without it")
+		return func() {}
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if !a.bootstrapped.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "capn-node %s: waiting for bootstrap data\n", a.cfg)
+			return
+		}
+		fmt.Fprintf(w, "capn-node %s: bootstrapped; no kubelet runs\n", a.cfg)
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	a.log.Info().Str("health_addr", ln.Addr().String()).Msg("serving /healthz")
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}
+}

@@ -1,0 +1,130 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/capn-dev/capn/providers/sdk"
+	"github.com/capn-dev/capn/services/runtime"
+)
+
+// Defaults of Config.
+const (
+	DefaultHeartbeatEvery = 10 * time.Second
+	// DefaultFetchRetryMax bounds the wait between two bootstrap fetches.
+	DefaultFetchRetryMax = 15 * time.Second
+)
+
+// Config is one machine's node agent. A provider starts capn-node with it
+// as flags (--name=value) or CAPN_NODE_* variables.
+type Config struct {
+	// Cluster and Machine are the machine's identity: they name its
+	// bootstrap fetch subject and its heartbeat subject.
+	Cluster, Machine string
+	// NodeName is the node name heartbeats carry (default Machine).
+	NodeName string
+	// Version is the kubelet version heartbeats report: the machine's
+	// Kubernetes version (CreateMachine.version). No kubelet runs.
+	Version string
+	// DataDir is the machine's own directory: bootstrap files go under
+	// <DataDir>/rootfs, never to the real /.
+	DataDir string
+	// NATS is how the agent reaches capn (URL and credentials).
+	NATS runtime.NATSConfig
+	// NATSSocket, when set, is a unix socket every NATS connection is
+	// dialled through instead of the URL's host (the docker provider's
+	// relay); the URL still names the server for TLS and logs.
+	NATSSocket string
+	// BootstrapChecksum is CreateMachine.bootstrap_checksum: the data the
+	// agent fetches must have it.
+	BootstrapChecksum string
+	// CACertHash, when set, pins the cluster CA (sha256:<hex> of its
+	// public key, as kubeadm): the bootstrap data's join material must
+	// name exactly this CA.
+	CACertHash string
+	// HeartbeatEvery is the heartbeat interval (default 10s).
+	HeartbeatEvery time.Duration
+	// HealthAddr, when set, serves GET /healthz on host:port (the
+	// machine's own address): 200 once bootstrapped, 503 before.
+	HealthAddr string
+	// FetchRetryMax bounds the backoff between bootstrap fetches.
+	FetchRetryMax time.Duration
+}
+
+// Flags binds the config to --flags and CAPN_NODE_* (CAPN_NATS_* for NATS)
+// variables.
+func (c *Config) Flags() []runtime.Flag {
+	f := func(name, env, usage string, p *string) runtime.Flag {
+		return runtime.Flag{Name: name, Env: env, Usage: usage, Value: runtime.StringValue(p)}
+	}
+	return []runtime.Flag{
+		f("cluster", "CAPN_NODE_CLUSTER", "`cluster` of this machine (required)", &c.Cluster),
+		f("machine", "CAPN_NODE_MACHINE", "`machine` name (required)", &c.Machine),
+		f("node-name", "CAPN_NODE_NAME", "`name` heartbeats report (default: the machine)", &c.NodeName),
+		f("version", "CAPN_NODE_VERSION", "kubelet `version` heartbeats report (required); no kubelet runs", &c.Version),
+		f("data-dir", "CAPN_NODE_DATA_DIR", "this machine's `dir`: bootstrap files go under <dir>/rootfs (required)", &c.DataDir),
+		f("bootstrap-checksum", "CAPN_NODE_BOOTSTRAP_CHECKSUM", "sha256:<hex> `checksum` of the bootstrap data to fetch (required)", &c.BootstrapChecksum),
+		f("ca-cert-hash", "CAPN_NODE_CA_CERT_HASH", "sha256:<hex> `pin` of the cluster CA the join material must name (optional)", &c.CACertHash),
+		f("nats-url", "CAPN_NATS_URL", "NATS `url` of capn", &c.NATS.URL),
+		f("nats-creds", "CAPN_NATS_CREDS", "NATS credentials `file` of this machine (optional)", &c.NATS.CredsFile),
+		f("nats-socket", "CAPN_NODE_NATS_SOCKET", "unix `socket` to dial NATS through (the docker provider's relay)", &c.NATSSocket),
+		f("health-addr", "CAPN_NODE_HEALTH_ADDR", "`host:port` of GET /healthz (optional)", &c.HealthAddr),
+		{Name: "heartbeat-every", Env: "CAPN_NODE_HEARTBEAT_EVERY", Usage: "heartbeat `interval`", Value: runtime.DurationValue(&c.HeartbeatEvery)},
+	}
+}
+
+func (c Config) withDefaults() Config {
+	if c.NodeName == "" {
+		c.NodeName = c.Machine
+	}
+	if c.HeartbeatEvery == 0 {
+		c.HeartbeatEvery = DefaultHeartbeatEvery
+	}
+	if c.FetchRetryMax == 0 {
+		c.FetchRetryMax = DefaultFetchRetryMax
+	}
+	if c.NATS.URL == "" {
+		c.NATS.URL = runtime.DefaultNATSURL
+	}
+	return c
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	bad := func(flag, env, value, problem string) {
+		errs = append(errs, &runtime.FieldError{Flag: flag, Env: env, Value: value, Problem: problem})
+	}
+	if err := sdk.ValidateName("cluster", c.Cluster); err != nil {
+		bad("cluster", "CAPN_NODE_CLUSTER", c.Cluster, err.Error())
+	}
+	if err := sdk.ValidateName("machine", c.Machine); err != nil {
+		bad("machine", "CAPN_NODE_MACHINE", c.Machine, err.Error())
+	}
+	if c.Version == "" {
+		bad("version", "CAPN_NODE_VERSION", "", "required: the kubelet version heartbeats report")
+	}
+	if c.DataDir == "" || !filepath.IsAbs(c.DataDir) {
+		bad("data-dir", "CAPN_NODE_DATA_DIR", c.DataDir, "required: an absolute path")
+	}
+	if !strings.HasPrefix(c.BootstrapChecksum, "sha256:") {
+		bad("bootstrap-checksum", "CAPN_NODE_BOOTSTRAP_CHECKSUM", c.BootstrapChecksum, "required: sha256:<hex>")
+	}
+	if c.CACertHash != "" && !strings.HasPrefix(c.CACertHash, "sha256:") {
+		bad("ca-cert-hash", "CAPN_NODE_CA_CERT_HASH", c.CACertHash, "must be sha256:<hex>")
+	}
+	if c.HeartbeatEvery < 10*time.Millisecond {
+		bad("heartbeat-every", "CAPN_NODE_HEARTBEAT_EVERY", c.HeartbeatEvery.String(), "must be at least 10ms")
+	}
+	if c.NATSSocket != "" && !filepath.IsAbs(c.NATSSocket) {
+		bad("nats-socket", "CAPN_NODE_NATS_SOCKET", c.NATSSocket, "must be an absolute path")
+	}
+	return errors.Join(errs...)
+}
+
+// String is the identity, for logs.
+func (c Config) String() string { return fmt.Sprintf("%s/%s", c.Cluster, c.Machine) }

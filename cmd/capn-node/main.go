@@ -1,0 +1,146 @@
+// Command capn-node is the node agent of machines of the process and docker
+// providers. It does NOT run a kubelet, kubeadm or any Kubernetes
+// component: it fetches and checks the machine's bootstrap data, writes its
+// files under the machine's own data dir (<data-dir>/rootfs, never the
+// real /; the commands are listed, not run), and reports node heartbeats
+// to capn. Real Kubernetes on these machines comes in a later issue.
+//
+//	capn-node agent    --cluster=c --machine=m --version=v1.33.4 --data-dir=/abs/dir \
+//	                   --bootstrap-checksum=sha256:... [--ca-cert-hash=sha256:...] \
+//	                   [--nats-url=nats://127.0.0.1:4222 | --nats-socket=/run/capn-relay/nats.sock] \
+//	                   [--heartbeat-every=10s] [--health-addr=127.0.0.5:10248]
+//	capn-node endpoint --cluster=c [--listen=:6443]
+//	capn-node version
+//
+// Every agent flag also reads its CAPN_NODE_* (or CAPN_NATS_*) variable.
+// SIGINT or SIGTERM stops it cleanly (exit 0); bad flags exit 2.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+
+	"github.com/capn-dev/capn/cmd/capn-node/agent"
+	"github.com/capn-dev/capn/cmd/capn-node/endpoint"
+	"github.com/capn-dev/capn/services/runtime"
+)
+
+const usage = `usage: capn-node <command> [flags]
+
+capn-node is the node agent of process and docker machines. It does NOT run a
+kubelet or any Kubernetes component: it fetches and checks the machine's
+bootstrap data, writes its files under <data-dir>/rootfs (commands are listed,
+not run) and reports node heartbeats to capn.
+
+commands:
+  agent     run the node agent of one machine (see capn-node agent -h)
+  endpoint  serve a cluster's placeholder control-plane endpoint (HTTP:
+            /healthz 200, anything else 503: no Kubernetes API server yet)
+  version   print the version
+`
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.LookupEnv, os.Stderr))
+}
+
+func run(ctx context.Context, args []string, lookup func(string) (string, bool), stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return runtime.ExitUsage
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	switch args[0] {
+	case "agent":
+		return runAgent(ctx, args[1:], lookup, stderr)
+	case "endpoint":
+		return runEndpoint(ctx, args[1:], stderr)
+	case "version":
+		fmt.Fprintln(stderr, version())
+		return runtime.ExitOK
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stderr, usage)
+		return runtime.ExitOK
+	}
+	fmt.Fprintf(stderr, "capn-node: unknown command %q\n\n%s", args[0], usage)
+	return runtime.ExitUsage
+}
+
+func runAgent(ctx context.Context, args []string, lookup func(string) (string, bool), stderr io.Writer) int {
+	var cfg agent.Config
+	logCfg := runtime.Config{LogLevel: runtime.DefaultLogLevel, LogFormat: runtime.LogFormatJSON}
+	fs := flag.NewFlagSet("capn-node agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	flags := append(cfg.Flags(),
+		runtime.Flag{Name: "log-level", Env: "CAPN_LOG_LEVEL", Usage: "`level`: trace, debug, info, warn, error", Value: runtime.StringValue(&logCfg.LogLevel)})
+	runtime.BindFlags(fs, flags...)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: capn-node agent [flags]\n\nThe node agent of one machine. No kubelet runs: it bootstraps the machine's\nfiles under <data-dir>/rootfs and sends heartbeats.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return runtime.ExitOK
+		}
+		return runtime.ExitUsage
+	}
+	if err := errors.Join(runtime.ApplyFlagEnv(fs, lookup, flags...), cfg.Validate()); err != nil {
+		runtime.PrintProblems(stderr, "capn-node agent", err)
+		return runtime.ExitUsage
+	}
+	runtime.PreciseTimestamps()
+	log := runtime.NewLogger(logCfg, stderr).With().Str("service", "capn-node").Logger()
+	a, err := agent.New(cfg, log)
+	if err != nil {
+		runtime.PrintProblems(stderr, "capn-node agent", err)
+		return runtime.ExitUsage
+	}
+	if err := a.Run(ctx); err != nil {
+		log.Error().Err(err).Msg("exiting")
+		return runtime.ExitFailed
+	}
+	return runtime.ExitOK
+}
+
+func runEndpoint(ctx context.Context, args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("capn-node endpoint", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", ":6443", "`host:port` to listen on")
+	cluster := fs.String("cluster", "", "`cluster` whose endpoint this is (required)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return runtime.ExitOK
+		}
+		return runtime.ExitUsage
+	}
+	if *cluster == "" {
+		fmt.Fprintln(stderr, "capn-node endpoint: --cluster is required")
+		return runtime.ExitUsage
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "capn-node endpoint: %v\n", err)
+		return runtime.ExitFailed
+	}
+	fmt.Fprintf(stderr, "capn-node endpoint: placeholder control-plane endpoint of cluster %s on %s (no Kubernetes API server)\n", *cluster, ln.Addr())
+	if err := endpoint.Serve(ctx, ln, *cluster); err != nil {
+		fmt.Fprintf(stderr, "capn-node endpoint: %v\n", err)
+		return runtime.ExitFailed
+	}
+	return runtime.ExitOK
+}
+
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return "capn-node " + bi.Main.Version
+	}
+	return "capn-node dev"
+}

@@ -1,0 +1,151 @@
+// Package conformance is the test suite every capn infrastructure provider
+// passes: one exported Run, told through Features what the provider
+// supports (as watermill's pubsub tests are). It drives the provider only
+// through NATS — commands on capn.provider.<name>.>, its records in
+// observed KV, drift reports, heartbeats — against a real embedded
+// nats-server (providers/sdk/sdktest), so it checks the contract a
+// provider written in any language must keep:
+//
+//   - it announces itself and the capabilities it claims;
+//   - create is idempotent (one machine, whatever the repeats);
+//   - delete of a missing machine succeeds, delete leaves nothing behind;
+//   - a machine removed behind capn's back is reported (DriftReport Gone)
+//     and recorded Deleted;
+//   - stop/start and reboot keep the machine's identity (provider id,
+//     addresses) and disk;
+//   - the provider survives its own restart without losing or duplicating
+//     machines, and notices what changed while it was down;
+//   - its cluster infrastructure (endpoint) is idempotent and deletes
+//     cleanly;
+//   - a whole cluster on the provider goes Ready and deletes cleanly
+//     through capn's core services (a capn release: CorePrograms).
+package conformance
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"testing"
+	"time"
+
+	"github.com/capn-dev/capn/providers/sdk"
+	"github.com/capn-dev/capn/services/runtime"
+)
+
+// Provider is the provider under test.
+type Provider struct {
+	// Name is the provider's name: its subjects and keys.
+	Name string
+	// New builds the provider's service for one test over env's state
+	// (env.Dir, env.NATSURL, env.Deployment) with env.SDK as its SDK
+	// options. Every call within a test is a restart: a new instance over
+	// the same state.
+	New func(t *testing.T, env *Env) runtime.Service
+}
+
+// Features tell the suite what the provider supports and how to act on
+// its infrastructure behind capn's back.
+type Features struct {
+	// StopStart and Reboot: the provider announces these capabilities and
+	// implements them (sdk.PowerController).
+	StopStart, Reboot bool
+	// RestartSafe: machines outlive a restart of the provider's service.
+	RestartSafe bool
+	// NodeAgent: machines run capn-node, which fetches its bootstrap data
+	// over capn.bootstrap.fetch (the suite answers with a fixture and
+	// publishes the cluster CA pin) and then heartbeats.
+	NodeAgent bool
+	// Heartbeats: a running machine's node publishes NodeHeartbeat with
+	// the machine's version.
+	Heartbeats bool
+	// EndpointListens: the cluster's control-plane endpoint accepts TCP
+	// connections.
+	EndpointListens bool
+	// OutOfBandDelete removes a running machine behind capn's back (kill
+	// -9 of its process, docker rm -f of its container, the sim's vanish
+	// hook). nil skips the drift checks.
+	OutOfBandDelete func(t *testing.T, env *Env, cluster, machine string)
+	// Disk reads and writes files on a machine's disk; nil skips the disk
+	// checks of stop/start and reboot.
+	Disk *Disk
+	// Leftovers lists what the provider still holds on the host for a
+	// cluster (processes, containers, networks, directories); after a
+	// delete it must be empty. nil skips those checks.
+	Leftovers func(t *testing.T, env *Env, cluster string) []string
+	// Capn runs capn's core services against the NATS server at natsURL
+	// until the test ends (CorePrograms builds and runs the programs of
+	// this module). nil skips the whole-cluster test.
+	Capn func(t *testing.T, natsURL string)
+	// Timeout bounds each wait for the provider (default 30s).
+	Timeout time.Duration
+}
+
+// Disk is file access to a machine's disk (its data dir, its container's
+// filesystem).
+type Disk struct {
+	Write func(t *testing.T, env *Env, cluster, machine, path string, data []byte)
+	// Read returns ok false when the file does not exist.
+	Read func(t *testing.T, env *Env, cluster, machine, path string) (data []byte, ok bool)
+}
+
+// SDKOptions are the SDK options the suite runs a provider with: a drift
+// reconcile every 300ms and an announcement every 200ms, so that the
+// suite's waits stay short.
+func SDKOptions() sdk.Options {
+	return sdk.Options{ReconcileEvery: 300 * time.Millisecond, AnnounceEvery: 200 * time.Millisecond, Instance: "conformance"}
+}
+
+// Run runs the suite against p. Each check is a subtest with a fresh
+// server, state dir and cluster name.
+func Run(t *testing.T, p Provider, f Features) {
+	if p.Name == "" || p.New == nil {
+		t.Fatal("conformance: Provider needs Name and New")
+	}
+	if f.Timeout == 0 {
+		f.Timeout = 30 * time.Second
+	}
+	s := &suite{p: p, f: f}
+	checks := []struct {
+		name string
+		run  func(*testing.T, *Env)
+		skip string
+	}{
+		{"Announces", s.announces, ""},
+		{"CreateIsIdempotent", s.createIsIdempotent, ""},
+		{"DeleteOfAMissingMachineSucceeds", s.deleteMissing, ""},
+		{"DeleteLeavesNothing", s.deleteLeavesNothing, ""},
+		{"OutOfBandDeleteIsDrift", s.outOfBandDelete, when(f.OutOfBandDelete == nil, "no OutOfBandDelete")},
+		{"StopStartKeepsIdentityAndDisk", s.stopStart, when(!f.StopStart, "no StopStart")},
+		{"RebootKeepsIdentityAndDisk", s.reboot, when(!f.Reboot, "no Reboot")},
+		{"SurvivesItsRestart", s.restart, when(!f.RestartSafe, "not RestartSafe")},
+		{"ClusterInfrastructure", s.clusterInfra, ""},
+		{"ClusterThroughCapn", s.throughCapn, when(f.Capn == nil, "no Capn: give Features.Capn (e.g. CorePrograms(t))")},
+	}
+	for _, c := range checks {
+		t.Run(c.name, func(t *testing.T) {
+			if c.skip != "" {
+				t.Skip(c.skip)
+			}
+			c.run(t, s.newEnv(t))
+		})
+	}
+}
+
+func when(cond bool, reason string) string {
+	if cond {
+		return reason
+	}
+	return ""
+}
+
+type suite struct {
+	p Provider
+	f Features
+}
+
+// uniqueName is a name unique to this test run: docker objects and host
+// processes outlive a test's temporary directories.
+func uniqueName(prefix string) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}

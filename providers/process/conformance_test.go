@@ -1,0 +1,129 @@
+package process_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/capn-dev/capn/providers/conformance"
+	"github.com/capn-dev/capn/providers/process"
+	"github.com/capn-dev/capn/services/runtime"
+)
+
+// nodeBinary is capn-node, built once for the package.
+var nodeBinary string
+
+func TestMain(m *testing.M) {
+	dir, err := conformance.BuildTemp(process.NodeBinaryName)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	nodeBinary = filepath.Join(dir, process.NodeBinaryName)
+	conformance.Main(m)
+}
+
+// options are quick ones over dir. Every test purges the processes of
+// its state dir when it ends, whatever happened.
+func options(t *testing.T, dir string) process.Options {
+	opts := process.Options{
+		NodeBinary: nodeBinary, StateDir: dir,
+		HeartbeatEvery: 100 * time.Millisecond, WatchEvery: 100 * time.Millisecond, StopTimeout: 5 * time.Second,
+		HealthPort: -1,
+	}
+	t.Cleanup(func() {
+		if err := process.Purge(opts); err != nil {
+			t.Errorf("purge %s: %v", dir, err)
+		}
+	})
+	return opts
+}
+
+func machineDir(stateDir, cluster, machine string) string {
+	return filepath.Join(stateDir, "clusters", cluster, "machines", machine)
+}
+
+// killNode kill -9s a machine's capn-node.
+func killNode(t *testing.T, stateDir, cluster, machine string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(machineDir(stateDir, cluster, machine), "pid"))
+	if err != nil {
+		t.Fatalf("pid file: %v", err)
+	}
+	pid, _ := strconv.Atoi(strings.Fields(string(b))[0])
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill -9 %d: %v", pid, err)
+	}
+}
+
+// nodeProcesses lists the live capn-node processes (agents and
+// endpoints) of a cluster, from /proc.
+func nodeProcesses(cluster string) []string {
+	ents, _ := os.ReadDir("/proc")
+	var out []string
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || len(b) == 0 {
+			continue // gone, or a zombie
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if filepath.Base(args[0]) != process.NodeBinaryName {
+			continue
+		}
+		for _, a := range args {
+			if a == "--cluster="+cluster {
+				out = append(out, fmt.Sprintf("process %d: %s", pid, strings.Join(args[1:], " ")))
+			}
+		}
+	}
+	return out
+}
+
+// leftovers are the cluster's directory and processes.
+func leftovers(stateDir, cluster string) []string {
+	out := nodeProcesses(cluster)
+	if _, err := os.Stat(filepath.Join(stateDir, "clusters", cluster)); err == nil {
+		out = append(out, "directory "+filepath.Join(stateDir, "clusters", cluster))
+	}
+	return out
+}
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, conformance.Provider{
+		Name: process.Name,
+		New: func(t *testing.T, env *conformance.Env) runtime.Service {
+			return process.NewService(options(t, env.Dir), env.SDK)
+		},
+	}, conformance.Features{
+		StopStart: true, Reboot: true, RestartSafe: true, NodeAgent: true, Heartbeats: true, EndpointListens: true,
+		OutOfBandDelete: func(t *testing.T, env *conformance.Env, cluster, machine string) {
+			killNode(t, env.Dir, cluster, machine)
+		},
+		Disk: &conformance.Disk{
+			Write: func(t *testing.T, env *conformance.Env, cluster, machine, path string, data []byte) {
+				p := filepath.Join(machineDir(env.Dir, cluster, machine), "node", "rootfs", path)
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(p, data, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			},
+			Read: func(_ *testing.T, env *conformance.Env, cluster, machine, path string) ([]byte, bool) {
+				b, err := os.ReadFile(filepath.Join(machineDir(env.Dir, cluster, machine), "node", "rootfs", path))
+				return b, err == nil
+			},
+		},
+		Leftovers: func(_ *testing.T, env *conformance.Env, cluster string) []string { return leftovers(env.Dir, cluster) },
+		Capn:      conformance.CorePrograms(),
+	})
+}

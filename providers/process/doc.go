@@ -1,0 +1,12 @@
+// Package process is the process infrastructure provider: a machine is a
+// real OS process of the node agent capn-node (cmd/capn-node) on this
+// host, with its own data directory and its own 127.0.0.x address. No
+// kubelet runs: capn-node fetches and checks the machine's bootstrap data,
+// writes its files under the machine's data dir and heartbeats.
+//
+// The state directory is the provider's whole memory (see README.md):
+// Describe and List read it and /proc each time, so machines outlive the
+// provider and a restarted one has them back at once. A machine's process
+// that exits without a stop (a crash, kill -9) is drift: the SDK reports
+// it Gone and capn replaces the machine.
+package process

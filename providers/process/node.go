@@ -1,0 +1,163 @@
+package process
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// identity is the head of a machine's capn-node argv, which the provider
+// checks in /proc/<pid>/cmdline before it takes a pid for the machine's.
+func (p *Provider) identity(rec *machineRecord) []string {
+	return []string{p.opts.NodeBinary, "agent", "--cluster=" + rec.Cluster, "--machine=" + rec.Machine,
+		"--data-dir=" + p.dirs.nodeDir(rec.Cluster, rec.Machine)}
+}
+
+// nodeArgs is the machine's whole capn-node command line.
+func (p *Provider) nodeArgs(rec *machineRecord) []string {
+	args := append(p.identity(rec),
+		"--version="+rec.Version,
+		"--bootstrap-checksum="+rec.Checksum,
+		"--nats-url="+p.opts.NodeNATSURL,
+		"--heartbeat-every="+p.opts.HeartbeatEvery.String(),
+	)
+	if rec.CACertHash != "" {
+		args = append(args, "--ca-cert-hash="+rec.CACertHash)
+	}
+	if p.opts.HealthPort > 0 {
+		args = append(args, "--health-addr="+net.JoinHostPort(rec.Address, strconv.Itoa(p.opts.HealthPort)))
+	}
+	return args
+}
+
+// running returns the machine's node process if it runs as this machine's.
+func (p *Provider) running(rec *machineRecord) (procRef, bool) {
+	ref, ok := readRef(p.pidPath(rec.Cluster, rec.Machine))
+	if !ok || !alive(ref, p.identity(rec)) {
+		return procRef{}, false
+	}
+	return ref, true
+}
+
+// startNode starts the machine's capn-node in a session of its own (so it
+// outlives this provider and its terminal) with an empty environment (so
+// it inherits none of the provider's credentials), output appended to
+// node.log, and records its pid.
+func (p *Provider) startNode(rec *machineRecord) error {
+	dir := p.dirs.machine(rec.Cluster, rec.Machine)
+	args := p.nodeArgs(rec)
+	ref, exited, err := p.spawn(dir, filepath.Join(dir, nodeLogFile), args)
+	if err != nil {
+		return fmt.Errorf("start capn-node of %s/%s: %w", rec.Cluster, rec.Machine, err)
+	}
+	pidPath := p.pidPath(rec.Cluster, rec.Machine)
+	if err := writeAtomic(pidPath, []byte(ref.String()+"\n")); err != nil {
+		_ = terminate(ref, p.identity(rec), 0, exited)
+		return err
+	}
+	p.watchChild(pidPath, ref, exited, rec.Cluster, rec.Machine)
+	p.log.Info().Str("cluster", rec.Cluster).Str("machine", rec.Machine).Int("pid", ref.PID).Str("address", rec.Address).Msg("capn-node started")
+	return nil
+}
+
+// spawn starts args in dir with output to logPath; exited is closed once
+// the process is reaped.
+func (p *Provider) spawn(dir, logPath string, args []string) (procRef, chan struct{}, error) {
+	if err := os.MkdirAll(dir, stateDirMode); err != nil {
+		return procRef{}, nil, err
+	}
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return procRef{}, nil, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Dir = dir
+	cmd.Env = []string{}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return procRef{}, nil, err
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	// The start time is read from /proc; a process that died at once has
+	// none, and is reported as not running.
+	ref, err := refOf(cmd.Process.Pid)
+	if err != nil {
+		<-exited
+		return procRef{}, nil, fmt.Errorf("%s exited at once; see %s", filepath.Base(args[0]), logPath)
+	}
+	return ref, exited, nil
+}
+
+// watchChild remembers a started process and, when it exits, asks the SDK
+// to check its machine (a crash or kill -9 is drift).
+func (p *Provider) watchChild(pidPath string, ref procRef, exited chan struct{}, cluster, machine string) {
+	p.childMu.Lock()
+	p.children[pidPath] = &child{ref: ref, exited: exited}
+	p.childMu.Unlock()
+	go func() {
+		<-exited
+		p.childMu.Lock()
+		if c := p.children[pidPath]; c != nil && c.ref == ref {
+			delete(p.children, pidPath)
+		}
+		p.childMu.Unlock()
+		p.recheck(cluster, machine)
+	}()
+}
+
+// exitedChan is the reaper channel of a process this provider started.
+func (p *Provider) exitedChan(pidPath string, ref procRef) <-chan struct{} {
+	p.childMu.Lock()
+	defer p.childMu.Unlock()
+	if c := p.children[pidPath]; c != nil && c.ref == ref {
+		return c.exited
+	}
+	return nil
+}
+
+// stopNode ends the machine's node process, if any, and removes its pid
+// file.
+func (p *Provider) stopNode(rec *machineRecord) error {
+	pidPath := p.pidPath(rec.Cluster, rec.Machine)
+	if ref, ok := readRef(pidPath); ok {
+		p.log.Info().Str("cluster", rec.Cluster).Str("machine", rec.Machine).Int("pid", ref.PID).Msg("stopping capn-node")
+		if err := terminate(ref, p.identity(rec), p.opts.StopTimeout, p.exitedChan(pidPath, ref)); err != nil {
+			return err
+		}
+	}
+	if err := os.Remove(pidPath); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return nil
+}
+
+// recheck asks the SDK for a drift check of one machine, while Run runs.
+func (p *Provider) recheck(cluster, machine string) {
+	p.envMu.Lock()
+	r := p.reporter
+	p.envMu.Unlock()
+	if r != nil {
+		r.Recheck(cluster, machine)
+	}
+}
+
+// touch records a start or stop as the machine's updated time.
+func (p *Provider) touch(rec *machineRecord) error {
+	t := p.now().UTC()
+	if !t.After(rec.Changed) {
+		t = rec.Changed.Add(time.Microsecond)
+	}
+	rec.Changed = t
+	return writeJSON(p.machineJSON(rec.Cluster, rec.Machine), rec)
+}

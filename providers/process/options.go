@@ -1,0 +1,155 @@
+package process
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"time"
+
+	"github.com/capn-dev/capn/services/runtime"
+)
+
+// Defaults of Options.
+const (
+	DefaultHeartbeatEvery = 10 * time.Second
+	DefaultWatchEvery     = time.Second
+	DefaultStopTimeout    = 10 * time.Second
+	// DefaultHealthPort is where each machine's capn-node serves /healthz
+	// on the machine's own address (the kubelet's healthz port).
+	DefaultHealthPort = 10248
+	// NodeBinaryName is the node agent's executable name.
+	NodeBinaryName = "capn-node"
+)
+
+// Options configure the process provider.
+type Options struct {
+	// NodeBinary is the capn-node executable every machine runs (default:
+	// capn-node next to this program, else on PATH).
+	NodeBinary string
+	// StateDir holds the clusters, machines and their data dirs (required).
+	// Machines outlive the provider: a restarted provider reads them back
+	// from here.
+	StateDir string
+	// NodeNATSURL is the NATS URL machines connect to (default: the URL of
+	// the provider's own connection).
+	NodeNATSURL string
+	// HeartbeatEvery is the machines' heartbeat interval (default 10s).
+	HeartbeatEvery time.Duration
+	// WatchEvery is how often machine processes are checked for an exit
+	// this provider did not see (default 1s); a machine's exit is drift.
+	WatchEvery time.Duration
+	// StopTimeout is how long a machine gets to exit after SIGTERM before
+	// SIGKILL (default 10s).
+	StopTimeout time.Duration
+	// HealthPort is the port of each machine's /healthz on its own address
+	// (default 10248; -1: none).
+	HealthPort int
+}
+
+func (o Options) withDefaults() Options {
+	if o.NodeBinary == "" {
+		o.NodeBinary = defaultNodeBinary()
+	}
+	if o.HeartbeatEvery == 0 {
+		o.HeartbeatEvery = DefaultHeartbeatEvery
+	}
+	if o.WatchEvery == 0 {
+		o.WatchEvery = DefaultWatchEvery
+	}
+	if o.StopTimeout == 0 {
+		o.StopTimeout = DefaultStopTimeout
+	}
+	if o.HealthPort == 0 {
+		o.HealthPort = DefaultHealthPort
+	}
+	return o
+}
+
+// defaultNodeBinary is capn-node beside this executable, else on PATH.
+func defaultNodeBinary() string {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), NodeBinaryName)
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+			return p
+		}
+	}
+	if p, err := exec.LookPath(NodeBinaryName); err == nil {
+		return p
+	}
+	return ""
+}
+
+// Validate reports every problem at once.
+func (o Options) Validate() error {
+	o = o.withDefaults()
+	var errs []error
+	bad := func(flag, value, problem string) {
+		errs = append(errs, &runtime.FieldError{Flag: flag, Env: envOf(flag), Value: value, Problem: problem})
+	}
+	if goruntime.GOOS != "linux" {
+		bad("", goruntime.GOOS, "the process provider needs Linux (/proc)")
+	}
+	switch fi, err := os.Stat(o.NodeBinary); {
+	case o.NodeBinary == "":
+		bad("process-node-binary", "", "capn-node was not found beside this program nor on PATH: build it (make build) and give its path")
+	case err != nil:
+		bad("process-node-binary", o.NodeBinary, err.Error())
+	case fi.IsDir() || fi.Mode().Perm()&0o111 == 0:
+		bad("process-node-binary", o.NodeBinary, "not an executable file")
+	}
+	if o.StateDir == "" || !filepath.IsAbs(o.StateDir) {
+		bad("process-state-dir", o.StateDir, "required: an absolute path")
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+		min  time.Duration
+	}{{"process-heartbeat-every", o.HeartbeatEvery, 10 * time.Millisecond}, {"process-watch-every", o.WatchEvery, 10 * time.Millisecond}, {"process-stop-timeout", o.StopTimeout, 0}} {
+		if d.v < d.min || d.v < 0 {
+			bad(d.flag, d.v.String(), fmt.Sprintf("must be at least %s", d.min))
+		}
+	}
+	if o.HealthPort < -1 || o.HealthPort > 65535 {
+		bad("process-health-port", fmt.Sprint(o.HealthPort), "must be a port, or -1 for none")
+	}
+	return errors.Join(errs...)
+}
+
+// Flags binds the options to --process-* flags and CAPN_PROCESS_* variables.
+func (o *Options) Flags() []runtime.Flag {
+	f := func(name, usage string, v interface {
+		Set(string) error
+		String() string
+	}) runtime.Flag {
+		return runtime.Flag{Name: name, Env: envOf(name), Usage: usage, Value: v}
+	}
+	return []runtime.Flag{
+		f("process-node-binary", "capn-node `path` machines run (default: beside this program, else PATH)", runtime.StringValue(&o.NodeBinary)),
+		f("process-state-dir", "`dir` of clusters, machines and their data (required)", runtime.StringValue(&o.StateDir)),
+		f("process-node-nats-url", "NATS `url` machines connect to (default: this provider's)", runtime.StringValue(&o.NodeNATSURL)),
+		f("process-heartbeat-every", "machines' heartbeat `interval` (0: 10s)", runtime.DurationValue(&o.HeartbeatEvery)),
+		f("process-watch-every", "`interval` of the check for machine processes that exited (0: 1s)", runtime.DurationValue(&o.WatchEvery)),
+		f("process-stop-timeout", "`time` a machine gets after SIGTERM before SIGKILL (0: 10s)", runtime.DurationValue(&o.StopTimeout)),
+		f("process-health-port", "`port` of each machine's /healthz on its own address (0: 10248, -1: none)", runtime.IntValue(&o.HealthPort)),
+	}
+}
+
+// envOf is CAPN_ and the flag name in upper snake case.
+func envOf(flag string) string {
+	if flag == "" {
+		return ""
+	}
+	b := []byte("CAPN_" + flag)
+	for i, c := range b {
+		switch {
+		case c == '-':
+			b[i] = '_'
+		case c >= 'a' && c <= 'z':
+			b[i] = c - 'a' + 'A'
+		}
+	}
+	return string(b)
+}

@@ -1,0 +1,292 @@
+package process
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/capn-dev/capn/events/store"
+	"github.com/capn-dev/capn/providers/sdk"
+	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+)
+
+// Name is the provider's name: it consumes capn.provider.process.> and
+// owns infra.process.* in observed KV.
+const Name = "process"
+
+// Provider runs machines as capn-node processes on this host. Its state
+// directory is its only memory: Describe and List read it and /proc every
+// time, so a restarted provider has its machines back at once. Methods
+// are safe for concurrent use; the SDK serialises those of one machine.
+type Provider struct {
+	opts Options
+	dirs layout
+	now  func() time.Time
+
+	// mu guards allocation (addresses, ports) and directory scans against
+	// concurrent creates.
+	mu sync.Mutex
+
+	childMu  sync.Mutex
+	children map[string]*child // by pid file: processes this provider started and reaps
+
+	envMu    sync.Mutex
+	reporter sdk.Reporter // set while Run runs
+	log      zerolog.Logger
+	secrets  *store.Bucket[*capnv1alpha1.ClusterSecretsStatus] // optional: the CA pin
+}
+
+// child is a process this provider started: it reaps it, and knows at once
+// when it exits.
+type child struct {
+	ref    procRef
+	exited chan struct{}
+}
+
+var (
+	_ sdk.Provider        = (*Provider)(nil)
+	_ sdk.PowerController = (*Provider)(nil)
+	_ sdk.Runner          = (*Provider)(nil)
+	_ sdk.Adopter         = (*Provider)(nil)
+)
+
+// New returns a process provider with opts.
+func New(opts Options) (*Provider, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("process: %w", err)
+	}
+	opts = opts.withDefaults()
+	if err := os.MkdirAll(opts.StateDir, stateDirMode); err != nil {
+		return nil, fmt.Errorf("process: state dir: %w", err)
+	}
+	return &Provider{opts: opts, dirs: layout{opts.StateDir}, now: time.Now, children: map[string]*child{}, log: zerolog.Nop()}, nil
+}
+
+// Name is "process".
+func (p *Provider) Name() string { return Name }
+
+// Capabilities: stop-start and reboot.
+func (p *Provider) Capabilities() []string {
+	return []string{sdk.CapabilityStopStart, sdk.CapabilityReboot}
+}
+
+// ProviderID is the provider id of a process machine: process://<cluster>/<machine>.
+func ProviderID(cluster, machine string) string { return "process://" + cluster + "/" + machine }
+
+// CreateMachine makes the machine's directory and identity (provider id,
+// a 127.0.0.x address of its own) and starts its capn-node; an existing
+// machine is returned as it is (its node restarted if it is neither
+// running nor stopped). The request must carry the bootstrap checksum: the
+// node fetches its own data with it.
+func (p *Provider) CreateMachine(ctx context.Context, req *capnv1alpha1.CreateMachine) (*capnv1alpha1.InfraMachine, error) {
+	c, m := req.GetCluster(), req.GetMachine()
+	rec, err := p.record(c, m)
+	switch {
+	case errors.Is(err, sdk.ErrNotFound):
+		if req.GetBootstrapChecksum() == "" {
+			return nil, sdk.Permanent(errors.New("process: the create carries no bootstrap checksum; the machine could not fetch its bootstrap data"))
+		}
+		if rec, err = p.newRecord(ctx, req); err != nil {
+			return nil, err
+		}
+	case err != nil:
+		return nil, err
+	}
+	if exists(p.stoppedPath(c, m)) {
+		return p.Describe(ctx, c, m)
+	}
+	if _, ok := p.running(rec); !ok {
+		if err := p.startNode(rec); err != nil {
+			return nil, err
+		}
+	}
+	return p.Describe(ctx, c, m)
+}
+
+// newRecord allocates the machine's identity and writes machine.json.
+func (p *Provider) newRecord(ctx context.Context, req *capnv1alpha1.CreateMachine) (*machineRecord, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	addr, err := p.allocateAddress()
+	if err != nil {
+		return nil, err
+	}
+	now := p.now().UTC()
+	rec := &machineRecord{
+		Cluster: req.GetCluster(), Machine: req.GetMachine(), ProviderID: ProviderID(req.GetCluster(), req.GetMachine()),
+		Address: addr, Version: req.GetVersion(), Checksum: req.GetBootstrapChecksum(),
+		CACertHash: p.caPin(ctx, req.GetCluster()), Failure: req.GetTemplate().GetFailureDomain(),
+		Created: now, Changed: now,
+	}
+	if err := os.MkdirAll(p.dirs.nodeDir(rec.Cluster, rec.Machine), stateDirMode); err != nil {
+		return nil, err
+	}
+	if err := writeJSON(p.machineJSON(rec.Cluster, rec.Machine), rec); err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// DeleteMachine stops the machine's node (SIGTERM, then SIGKILL after
+// StopTimeout) and removes its directory, and the cluster's directory once
+// nothing of the cluster is left. A missing machine is fine.
+func (p *Provider) DeleteMachine(_ context.Context, cluster, machine string) error {
+	rec, err := p.record(cluster, machine)
+	if errors.Is(err, sdk.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := p.stopNode(rec); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(p.dirs.machine(cluster, machine)); err != nil {
+		return fmt.Errorf("remove machine dir: %w", err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.tidyCluster(cluster)
+	return nil
+}
+
+// Describe reads the machine back: Running while its capn-node runs,
+// Stopped while stopped by capn, and sdk.ErrNotFound when it has no
+// directory or its process is gone without a stop (drift: Gone).
+func (p *Provider) Describe(_ context.Context, cluster, machine string) (*capnv1alpha1.InfraMachine, error) {
+	rec, err := p.record(cluster, machine)
+	if err != nil {
+		return nil, err
+	}
+	return p.describe(rec)
+}
+
+func (p *Provider) describe(rec *machineRecord) (*capnv1alpha1.InfraMachine, error) {
+	im := &capnv1alpha1.InfraMachine{
+		Provider: Name, Cluster: rec.Cluster, Machine: rec.Machine, ProviderId: rec.ProviderID,
+		Addresses: []*capnv1alpha1.Address{
+			{Type: "InternalIP", Address: rec.Address},
+			{Type: "Hostname", Address: rec.Machine},
+		},
+		FailureDomain: rec.Failure,
+		Updated:       timestamppb.New(rec.Changed),
+	}
+	if exists(p.stoppedPath(rec.Cluster, rec.Machine)) {
+		im.State, im.Message = sdk.StateStopped, "capn-node stopped; its data dir is kept"
+		return im, nil
+	}
+	ref, ok := p.running(rec)
+	if !ok {
+		return nil, sdk.ErrNotFound
+	}
+	im.State = sdk.StateRunning
+	im.Message = fmt.Sprintf("capn-node pid %d on %s (no kubelet runs)", ref.PID, rec.Address)
+	return im, nil
+}
+
+// List returns every machine whose node runs or that capn stopped.
+func (p *Provider) List(context.Context) ([]*capnv1alpha1.InfraMachine, error) {
+	recs, err := p.records()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*capnv1alpha1.InfraMachine, 0, len(recs))
+	for _, rec := range recs {
+		im, err := p.describe(rec)
+		if errors.Is(err, sdk.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, im)
+	}
+	return out, nil
+}
+
+// Adopt logs what a restarted provider finds: its machines are on disk,
+// so there is nothing to take back; a live record whose machine is gone
+// is reported Gone by the SDK's drift check.
+func (p *Provider) Adopt(_ context.Context, machines []*capnv1alpha1.InfraMachine, _ []*capnv1alpha1.InfraCluster) error {
+	recs, err := p.records()
+	if err != nil {
+		return err
+	}
+	running := 0
+	for _, rec := range recs {
+		if _, ok := p.running(rec); ok {
+			running++
+		}
+	}
+	p.log.Info().Int("observed", len(machines)).Int("on_disk", len(recs)).Int("running", running).Msg("machines read back from the state dir")
+	return nil
+}
+
+// record reads machine.json, or sdk.ErrNotFound.
+func (p *Provider) record(cluster, machine string) (*machineRecord, error) {
+	rec := new(machineRecord)
+	err := readJSON(p.machineJSON(cluster, machine), rec)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, sdk.ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// records reads every machine.json.
+func (p *Provider) records() ([]*machineRecord, error) {
+	clusters, err := p.dirs.clusterNames()
+	if err != nil {
+		return nil, err
+	}
+	var out []*machineRecord
+	for _, c := range clusters {
+		names, err := p.dirs.machineNames(c)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range names {
+			rec, err := p.record(c, m)
+			if errors.Is(err, sdk.ErrNotFound) {
+				continue // being created or deleted
+			}
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, rec)
+		}
+	}
+	return out, nil
+}
+
+func (p *Provider) machineJSON(c, m string) string { return p.dirs.machine(c, m) + "/" + machineFile }
+func (p *Provider) stoppedPath(c, m string) string { return p.dirs.machine(c, m) + "/" + stoppedFile }
+func (p *Provider) pidPath(c, m string) string     { return p.dirs.machine(c, m) + "/" + pidFile }
+
+// caPin is the cluster CA hash the bootstrapper publishes in observed
+// secrets.<cluster> (no key material), or "" when unknown: the node then
+// checks its join material for consistency only.
+func (p *Provider) caPin(ctx context.Context, cluster string) string {
+	p.envMu.Lock()
+	b := p.secrets
+	p.envMu.Unlock()
+	if b == nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	st, _, err := b.Get(ctx, "secrets."+cluster)
+	if err != nil {
+		return ""
+	}
+	return st.GetCaCertHash()
+}

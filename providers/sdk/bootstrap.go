@@ -1,0 +1,108 @@
+package sdk
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/capn-dev/capn/events"
+	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+)
+
+// The bootstrap fetch. A provider never reads the secrets bucket: it hands
+// its machine the identity (cluster, machine) and the bootstrap checksum of
+// the CreateMachine command, and the machine's node agent asks the
+// bootstrapper for its own data with a NATS request:
+//
+//	request  capn.bootstrap.fetch.<cluster>.<machine>
+//	         header Capn-Bootstrap-Checksum: <CreateMachine.bootstrap_checksum>
+//	         empty body
+//	reply    BootstrapData{format, data, checksum} (protobuf), or an empty
+//	         body with Nats-Service-Error-Code (400 malformed, 404 no such
+//	         machine or data, 409 not the current checksum, 500 retry) and
+//	         Nats-Service-Error (the reason).
+//
+// The bootstrapper answers only for a machine that is wanted (desired, not
+// being deleted) and only with the data whose checksum the request names.
+// Trust model: in a dev deployment anyone on the NATS account may ask; a
+// deployment scopes each machine's NATS user to its own subject.
+const (
+	BootstrapFetchRoot      = "capn.bootstrap.fetch"
+	HeaderBootstrapChecksum = "Capn-Bootstrap-Checksum"
+	HeaderServiceError      = "Nats-Service-Error"
+	HeaderServiceErrorCode  = "Nats-Service-Error-Code"
+)
+
+// DefaultFetchTimeout bounds one fetch when ctx has no deadline.
+const DefaultFetchTimeout = 5 * time.Second
+
+// BootstrapFetchSubject is capn.bootstrap.fetch.<cluster>.<machine>.
+func BootstrapFetchSubject(cluster, machine string) string {
+	return events.Subject(BootstrapFetchRoot, cluster, machine)
+}
+
+// FetchError is a refusal by the bootstrapper.
+type FetchError struct {
+	Code    int
+	Message string
+}
+
+func (e *FetchError) Error() string {
+	return fmt.Sprintf("bootstrap fetch refused (%d): %s", e.Code, e.Message)
+}
+
+// Retryable reports whether asking again later may succeed: the data may
+// not be readable yet (500), or not written yet (404 while the machine is
+// being created). 400 and 409 never change for the same request.
+func (e *FetchError) Retryable() bool { return e.Code == 404 || e.Code >= 500 }
+
+// ErrBadBootstrapData is returned when the data fetched does not match
+// the checksum asked for.
+var ErrBadBootstrapData = errors.New("bootstrap data does not match its checksum")
+
+// FetchBootstrap asks the bootstrapper for a machine's bootstrap data with
+// checksum (sha256:<hex>) and checks that the data fetched has that
+// checksum. A refusal is a *FetchError; no answer within ctx's deadline
+// (DefaultFetchTimeout when it has none) is nats.ErrTimeout or
+// nats.ErrNoResponders.
+func FetchBootstrap(ctx context.Context, nc *nats.Conn, cluster, machine, checksum string) (*capnv1alpha1.BootstrapData, error) {
+	if checksum == "" {
+		return nil, errors.New("bootstrap fetch: a checksum is required")
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultFetchTimeout)
+		defer cancel()
+	}
+	req := nats.NewMsg(BootstrapFetchSubject(cluster, machine))
+	req.Header.Set(HeaderBootstrapChecksum, checksum)
+	reply, err := nc.RequestMsgWithContext(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap fetch %s/%s: %w", cluster, machine, err)
+	}
+	if code := reply.Header.Get(HeaderServiceErrorCode); code != "" {
+		n, _ := strconv.Atoi(code)
+		return nil, &FetchError{Code: n, Message: reply.Header.Get(HeaderServiceError)}
+	}
+	data := new(capnv1alpha1.BootstrapData)
+	if err := proto.Unmarshal(reply.Data, data); err != nil {
+		return nil, fmt.Errorf("bootstrap fetch %s/%s: decode reply: %w", cluster, machine, err)
+	}
+	if got := Checksum(data.GetData()); got != checksum || data.GetChecksum() != checksum {
+		return nil, fmt.Errorf("bootstrap fetch %s/%s: %w (asked %s, data has %s)", cluster, machine, ErrBadBootstrapData, checksum, got)
+	}
+	return data, nil
+}
+
+// Checksum is sha256:<hex> of bootstrap data, as the bootstrapper computes it.
+func Checksum(data []byte) string {
+	sum := sha256.Sum256(data)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}

@@ -1,0 +1,119 @@
+package bootstrapper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/capn-dev/capn/events/store"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+)
+
+// The bootstrap fetch: a machine's node agent asks for its own bootstrap
+// data with a NATS request, so that no infrastructure provider ever reads
+// the secrets bucket. The same protocol is written down for agents in
+// providers/sdk (sdk.FetchBootstrap) and docs/providers.md.
+const (
+	// FetchSubjectRoot starts the request subject
+	// capn.bootstrap.fetch.<cluster>.<machine>. No stream captures it: it
+	// is plain request/reply, answered by one bootstrapper of the queue
+	// group FetchQueue.
+	FetchSubjectRoot = "capn.bootstrap.fetch"
+	FetchQueue       = Name
+	// HeaderChecksum carries the checksum the machine was created with
+	// (CreateMachine.bootstrap_checksum). Required.
+	HeaderChecksum = "Capn-Bootstrap-Checksum"
+	// HeaderError and HeaderErrorCode carry a refusal (empty body), as the
+	// NATS micro services convention does: 400 malformed, 404 no such
+	// machine or data, 409 the checksum is not the current one, 500 the
+	// data cannot be read now (retry).
+	HeaderError     = "Nats-Service-Error"
+	HeaderErrorCode = "Nats-Service-Error-Code"
+)
+
+// fetchTimeout bounds the KV read behind one answer.
+const fetchTimeout = 5 * time.Second
+
+// serveFetch answers bootstrap fetches until ctx ends. It returns once
+// subscribed; the subscription is drained with the connection.
+func (s *Service) serveFetch(ctx context.Context, nc *nats.Conn, log zerolog.Logger) error {
+	sub, err := nc.QueueSubscribe(FetchSubjectRoot+".*.*", FetchQueue, func(m *nats.Msg) {
+		s.answerFetch(ctx, m, log)
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe %s: %w", FetchSubjectRoot, err)
+	}
+	go func() {
+		<-ctx.Done()
+		_ = sub.Unsubscribe()
+	}()
+	return nil
+}
+
+// answerFetch replies with the machine's sealed bootstrap data, opened,
+// as BootstrapData{format, data, checksum} — only when the machine is
+// wanted (desired, not being deleted) and the checksum asked for is the
+// one stored. Everything else is refused with a code.
+func (s *Service) answerFetch(ctx context.Context, m *nats.Msg, log zerolog.Logger) {
+	data, code, err := s.fetch(ctx, m.Subject, m.Header.Get(HeaderChecksum))
+	reply := nats.NewMsg(m.Reply)
+	if err != nil {
+		log.Info().Err(err).Int("code", code).Str("subject", m.Subject).Msg("bootstrap fetch refused")
+		reply.Header.Set(HeaderError, err.Error())
+		reply.Header.Set(HeaderErrorCode, strconv.Itoa(code))
+	} else {
+		reply.Data = data
+		log.Debug().Str("subject", m.Subject).Msg("bootstrap data fetched")
+	}
+	if m.Reply == "" {
+		return
+	}
+	if err := m.RespondMsg(reply); err != nil {
+		log.Warn().Err(err).Str("subject", m.Subject).Msg("cannot answer a bootstrap fetch")
+	}
+}
+
+// fetch returns the reply body, or a refusal code and reason.
+func (s *Service) fetch(ctx context.Context, subject, checksum string) ([]byte, int, error) {
+	toks := strings.Split(subject, ".")
+	if len(toks) != 5 || strings.Join(toks[:3], ".") != FetchSubjectRoot {
+		return nil, 400, fmt.Errorf("subject %q is not %s.<cluster>.<machine>", subject, FetchSubjectRoot)
+	}
+	cluster, machine := toks[3], toks[4]
+	if checksum == "" {
+		return nil, 400, fmt.Errorf("header %s is required", HeaderChecksum)
+	}
+	e, ok := s.desired.Get(machinePrefix + cluster + "." + machine)
+	if !ok {
+		return nil, 404, fmt.Errorf("machine %s/%s is not wanted", cluster, machine)
+	}
+	want, err := store.Decode(e.Value, func() *capnv1.Machine { return new(capnv1.Machine) })
+	if err != nil || want.GetMetadata().GetDeletionTimestamp() != nil {
+		return nil, 404, fmt.Errorf("machine %s/%s is being deleted", cluster, machine)
+	}
+	ctx, cancel := context.WithTimeout(ctx, fetchTimeout)
+	defer cancel()
+	rec, _, err := s.boots.Get(ctx, bootstrapPrefix+cluster+"."+machine)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, 404, fmt.Errorf("no bootstrap data for %s/%s", cluster, machine)
+	case err != nil:
+		return nil, 500, fmt.Errorf("read bootstrap data: %w", err)
+	case rec.GetChecksum() != checksum:
+		return nil, 409, fmt.Errorf("checksum %s is not the current bootstrap data of %s/%s", checksum, cluster, machine)
+	}
+	out, err := proto.MarshalOptions{Deterministic: true}.Marshal(&capnv1.BootstrapData{
+		Format: rec.GetFormat(), Data: rec.GetData(), Checksum: rec.GetChecksum(),
+	})
+	if err != nil {
+		return nil, 500, err
+	}
+	return out, 0, nil
+}

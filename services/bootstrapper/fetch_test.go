@@ -1,0 +1,114 @@
+package bootstrapper_test
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/natstest"
+	"github.com/capn-dev/capn/events/store"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/services/bootstrapper"
+)
+
+func TestFetchAnswersOnlyTheCurrentDataOfAWantedMachine(t *testing.T) {
+	e := newEnv(t)
+	ring := keyring(t, newKey(t))
+	e.start(ring)
+	e.applyCluster("c1", nil)
+	e.reportEndpoint("c1")
+	machines := store.NewBucket(e.kv(events.BucketDesired), func() *capnv1.Machine { return new(capnv1.Machine) })
+	for _, m := range []string{"w-0", "w-1"} {
+		if _, err := machines.Create(context.Background(), "machine.c1."+m, &capnv1.Machine{Metadata: &capnv1.ObjectMeta{Name: m}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := e.collect("c1")
+	for _, m := range []string{"w-0", "w-1"} {
+		cmd := &capnv1.GenerateBootstrap{Cluster: "c1", Machine: m, Role: "worker", Version: "v1.34.2"}
+		if _, err := e.pub.Publish(context.Background(), events.CommandSubject("bootstrap", "generate", "c1", m), events.TypeGenerateBootstrap, "gen-"+m, cmd); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ready := map[string]*capnv1.BootstrapReady{}
+	for range 2 {
+		var r capnv1.BootstrapReady
+		if err := events.DataAs(next(t, got).Event, &r); err != nil {
+			t.Fatal(err)
+		}
+		ready[r.GetMachine()] = &r
+	}
+	// w-1 is then being deleted.
+	if _, _, err := machines.Mutate(context.Background(), "machine.c1.w-1", func(m *capnv1.Machine, _ bool) (*capnv1.Machine, error) {
+		m.Metadata.DeletionTimestamp = timestamppb.Now()
+		return m, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	nc, _ := e.srv.Connect(t)
+	request := func(subject, checksum string) *nats.Msg {
+		t.Helper()
+		m := nats.NewMsg(subject)
+		if checksum != "" {
+			m.Header.Set(bootstrapper.HeaderChecksum, checksum)
+		}
+		reply, err := nc.RequestMsg(m, 5*time.Second)
+		if err != nil {
+			t.Fatalf("request %s: %v", subject, err)
+		}
+		return reply
+	}
+	subject := func(m string) string { return bootstrapper.FetchSubjectRoot + ".c1." + m }
+
+	reply := request(subject("w-0"), ready["w-0"].GetChecksum())
+	var data capnv1.BootstrapData
+	if code := reply.Header.Get(bootstrapper.HeaderErrorCode); code != "" {
+		t.Fatalf("fetch refused: %s %s", code, reply.Header.Get(bootstrapper.HeaderError))
+	}
+	if err := proto.Unmarshal(reply.Data, &data); err != nil {
+		t.Fatal(err)
+	}
+	if data.GetChecksum() != ready["w-0"].GetChecksum() || data.GetFormat() != "cloud-config" || !bytes.Contains(data.GetData(), []byte("kubeadm join")) {
+		t.Fatalf("fetched %s %s:\n%.200s", data.GetFormat(), data.GetChecksum(), data.GetData())
+	}
+	if data.GetToken() != "" || data.GetInputHash() != "" {
+		t.Errorf("the reply carries more than format, data and checksum: %v", data.GetToken() != "")
+	}
+
+	// The bootstrapper's cache sees the deletion soon after it is written.
+	natstest.WaitFor(t, 5*time.Second, "w-1's deletion seen", func() bool {
+		return request(subject("w-1"), ready["w-1"].GetChecksum()).Header.Get(bootstrapper.HeaderErrorCode) == "404"
+	})
+
+	tests := []struct {
+		name, subject, checksum, code string
+	}{
+		{"no checksum", subject("w-0"), "", "400"},
+		{"stale checksum", subject("w-0"), "sha256:00", "409"},
+		{"another machine's checksum", subject("w-0"), ready["w-1"].GetChecksum(), "409"},
+		{"machine being deleted", subject("w-1"), ready["w-1"].GetChecksum(), "404"},
+		{"unknown machine", subject("w-9"), "sha256:00", "404"},
+		{"malformed subject", bootstrapper.FetchSubjectRoot + ".c1", "sha256:00", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.code == "" {
+				// Not matched by the subscription: nobody answers.
+				if _, err := nc.Request(tt.subject, nil, 300*time.Millisecond); err == nil {
+					t.Fatal("a malformed subject was answered")
+				}
+				return
+			}
+			reply := request(tt.subject, tt.checksum)
+			if got := reply.Header.Get(bootstrapper.HeaderErrorCode); got != tt.code || len(reply.Data) != 0 {
+				t.Fatalf("code %q (%s), %d bytes; want %s and no data", got, reply.Header.Get(bootstrapper.HeaderError), len(reply.Data), tt.code)
+			}
+		})
+	}
+}

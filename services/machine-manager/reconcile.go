@@ -65,6 +65,8 @@ func (s *Service) reconcile(ctx context.Context, key string) (reconcile.Result, 
 	return reconcile.Result{RequeueAfter: out.RequeueAfter}, nil
 }
 
+func newStatus() *capnv1.MachineStatus { return new(capnv1.MachineStatus) }
+
 // provider of a machine: from its spec, or from its status once the spec
 // is gone.
 func provider(m *capnv1.Machine, st *capnv1.MachineStatus) string {
@@ -151,6 +153,13 @@ func (s *Service) onBootstrap(ctx context.Context, m *events.Message) error {
 // onHeartbeat records that a machine's node reported (ready, version). It
 // writes only on change, so steady heartbeats cost no KV write.
 func (s *Service) onHeartbeat(ctx context.Context, _ *events.Message, hb *capnv1.NodeHeartbeat) error {
+	// The steady state — a known node saying again what it said — is read
+	// from the cache and costs no KV request at all.
+	cached, _, ok := store.Lookup(s.observed, machinePrefix+hb.GetCluster()+"."+hb.GetMachine(), newStatus)
+	if ok && cached.GetNodeReadyTime() != nil && (hb.GetNodeName() == "" || hb.GetNodeName() == cached.GetNodeName()) &&
+		(hb.GetKubeletVersion() == "" || hb.GetKubeletVersion() == cached.GetKubeletVersion()) {
+		return nil
+	}
 	err := s.mutate(ctx, hb.GetCluster(), hb.GetMachine(), func(st *capnv1.MachineStatus) {
 		switch st.GetPhase() {
 		case PhaseDeleting, PhaseDeleted, PhaseFailed:

@@ -197,7 +197,9 @@ func TestMachinesOutliveTheProviderProgram(t *testing.T) {
 	}
 	env := sdktest.New(t)
 	state := t.TempDir()
-	t.Cleanup(func() { _ = process.Purge(process.Options{NodeBinary: filepath.Join(dir, "capn-node"), StateDir: state}) })
+	t.Cleanup(func() {
+		_ = process.Purge(process.Options{NodeBinary: filepath.Join(dir, "capn-node"), StateDir: state})
+	})
 	start := func() *exec.Cmd {
 		cmd := exec.Command(filepath.Join(dir, "capn-provider-process"), "--nats-url="+env.Server.URL(), "--http-addr=off",
 			"--process-state-dir="+state, "--process-watch-every=100ms", "--provider-reconcile-every=300ms", "--provider-announce-every=200ms")

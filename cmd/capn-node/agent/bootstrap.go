@@ -226,7 +226,7 @@ func parseScript(data []byte) (*Plan, error) {
 	return p, nil
 }
 
-// unquote undoes shell single quoting ('a'\''b').
+// unquote undoes shell single quoting ('a'\”b').
 func unquote(s string) (string, error) {
 	if len(s) < 2 || s[0] != '\'' || s[len(s)-1] != '\'' {
 		return "", fmt.Errorf("%q is not single-quoted", s)

@@ -335,7 +335,7 @@ func TestCacheResyncRepairs(t *testing.T) {
 				t.Fatal(err)
 			}
 			last := st.(*jetstream.KeyValueBucketStatus).StreamInfo().State.LastSeq
-			natstest.WaitFor(t, 5*time.Second, "cache applied every write", func() bool { return c.Revision() >= last })
+			natstest.WaitFor(t, 20*time.Second, "cache applied every write", func() bool { return c.Revision() >= last })
 			if got := cacheContent(t, c); maps.Equal(got, tt.want) {
 				t.Fatalf("cache already holds %v before the resync: the drop did not happen", got)
 			}

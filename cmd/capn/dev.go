@@ -41,6 +41,12 @@ type devConfig struct {
 	LogFormat string
 	// ShutdownTimeout bounds each service's stop.
 	ShutdownTimeout time.Duration
+	// GatewayAddr is where the gateway's API listens (host:port; port 0
+	// picks one).
+	GatewayAddr string
+	// WriteClientConfig writes the user's default client config too (the
+	// one in the data directory is always written).
+	WriteClientConfig bool
 }
 
 // natsListenNone as NATSListen serves only in-process connections.
@@ -48,12 +54,14 @@ const natsListenNone = "none"
 
 func defaultDevConfig() devConfig {
 	return devConfig{
-		DataDir:         ".capn",
-		NATSListen:      "127.0.0.1:4222",
-		HTTPAddr:        "127.0.0.1:8081",
-		LogLevel:        runtime.DefaultLogLevel,
-		LogFormat:       runtime.DefaultLogFormat,
-		ShutdownTimeout: runtime.DefaultShutdownTimeout,
+		DataDir:           ".capn",
+		NATSListen:        "127.0.0.1:4222",
+		HTTPAddr:          "127.0.0.1:8081",
+		LogLevel:          runtime.DefaultLogLevel,
+		LogFormat:         runtime.DefaultLogFormat,
+		ShutdownTimeout:   runtime.DefaultShutdownTimeout,
+		GatewayAddr:       "127.0.0.1:8080",
+		WriteClientConfig: true,
 	}
 }
 
@@ -65,6 +73,8 @@ func (c *devConfig) flags() []runtime.Flag {
 		{Name: "log-level", Env: "CAPN_LOG_LEVEL", Usage: "log `level`: trace|debug|info|warn|error", Value: runtime.StringValue(&c.LogLevel)},
 		{Name: "log-format", Env: "CAPN_LOG_FORMAT", Usage: "log `format`: json|console|auto (console on a terminal)", Value: runtime.StringValue(&c.LogFormat)},
 		{Name: "shutdown-timeout", Env: "CAPN_SHUTDOWN_TIMEOUT", Usage: "how long each service may take to `stop`", Value: runtime.DurationValue(&c.ShutdownTimeout)},
+		{Name: "gateway-addr", Env: "CAPN_GATEWAY_ADDR", Usage: "`address` of the gateway's HTTP API (host:port)", Value: runtime.StringValue(&c.GatewayAddr)},
+		{Name: "write-client-config", Env: "CAPN_WRITE_CLIENT_CONFIG", Usage: "also write the user's default client config (${XDG_CONFIG_HOME:-~/.config}/capn/config.yaml) unless it points at another gateway", Value: runtime.BoolValue(&c.WriteClientConfig)},
 	}
 }
 
@@ -82,6 +92,10 @@ func (c devConfig) validate() error {
 			errs = append(errs, &runtime.FieldError{Flag: "nats-listen", Env: "CAPN_NATS_LISTEN", Value: c.NATSListen,
 				Problem: `must be host:port (port 0..65535) or "none": ` + err.Error(), Err: err})
 		}
+	}
+	if _, _, err := splitListen(c.GatewayAddr); err != nil {
+		errs = append(errs, &runtime.FieldError{Flag: "gateway-addr", Env: "CAPN_GATEWAY_ADDR", Value: c.GatewayAddr,
+			Problem: "must be host:port (port 0..65535): " + err.Error(), Err: err})
 	}
 	return errors.Join(errs...)
 }
@@ -107,7 +121,10 @@ func cmdDev(ctx context.Context, e env, args []string) int {
 		w := fs.Output()
 		fmt.Fprint(w, "usage: capn dev [flags]\n\n")
 		fmt.Fprint(w, "Runs a NATS server with JetStream and every capn service in this process, each\n")
-		fmt.Fprint(w, "service with its own in-process connection. State persists in the data directory.\n")
+		fmt.Fprint(w, "service with its own in-process connection, and the gateway's API with an admin\n")
+		fmt.Fprint(w, "token (kept in <data-dir>/admin.token). It writes a client config for the capn CLI\n")
+		fmt.Fprint(w, "to <data-dir>/client.yaml and, unless it points at another gateway, to\n")
+		fmt.Fprint(w, "${XDG_CONFIG_HOME:-~/.config}/capn/config.yaml. State persists in the data directory.\n")
 		fmt.Fprint(w, "Ctrl-C stops it. Each flag not given is read from the variable in brackets.\n\n")
 		fs.PrintDefaults()
 	}
@@ -122,12 +139,7 @@ func cmdDev(ctx context.Context, e env, args []string) int {
 		runtime.PrintProblems(e.stderr, "capn dev", err)
 		return runtime.ExitUsage
 	}
-	services, err := devServices(cfg)
-	if err != nil {
-		fmt.Fprintf(e.stderr, "capn dev: %v\n", err)
-		return runtime.ExitFailed
-	}
-	if err := runDev(ctx, cfg, e.stderr, services); err != nil {
+	if err := runDev(ctx, cfg, e.stderr, e.lookup); err != nil {
 		fmt.Fprintf(e.stderr, "capn dev: %v\n", err)
 		return runtime.ExitFailed
 	}
@@ -135,25 +147,19 @@ func cmdDev(ctx context.Context, e env, args []string) int {
 }
 
 // runDev runs capn dev until ctx is cancelled or a service fails; it logs
-// and prints its banner to out. It returns nil after a clean stop: every
+// and prints its banner to out. lookup reads the environment (for the
+// user's default client config). It returns nil after a clean stop: every
 // service returned, every connection closed, NATS shut down and the data
 // directory unlocked.
-func runDev(ctx context.Context, cfg devConfig, out io.Writer, services []runtime.Service) error {
-	if err := dev(ctx, cfg, out, services); err != nil {
+func runDev(ctx context.Context, cfg devConfig, out io.Writer, lookup func(string) (string, bool)) error {
+	if err := dev(ctx, cfg, out, lookup); err != nil {
 		return err
 	}
 	fmt.Fprintln(out, "capn dev: stopped")
 	return nil
 }
 
-func dev(ctx context.Context, cfg devConfig, out io.Writer, services []runtime.Service) error {
-	names := make([]string, len(services))
-	for i, s := range services {
-		names[i] = s.Name()
-		if slices.Contains(names[:i], names[i]) || names[i] == devName {
-			return fmt.Errorf("two services are named %q", names[i])
-		}
-	}
+func dev(ctx context.Context, cfg devConfig, out io.Writer, lookup func(string) (string, bool)) error {
 	dataDir, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
 		return fmt.Errorf("data dir: %w", err)
@@ -192,8 +198,31 @@ func dev(ctx context.Context, cfg devConfig, out io.Writer, services []runtime.S
 		return fmt.Errorf("jetstream: %w", err)
 	}
 	log.Info().Msg("provisioning JetStream streams and buckets")
-	if err := events.Provision(ctx, js, events.DefaultTopology(1)); err != nil {
+	if err := events.Provision(ctx, js, devTopology()); err != nil {
 		return fmt.Errorf("provision JetStream: %w", err)
+	}
+
+	gw, err := openDevGateway(cfg, dataDir)
+	if err != nil {
+		return err
+	}
+	services, err := devServices(cfg, gw)
+	if err != nil {
+		gw.ln.Close()
+		return err
+	}
+	names := make([]string, len(services))
+	for i, s := range services {
+		names[i] = s.Name()
+		if slices.Contains(names[:i], names[i]) || names[i] == devName {
+			gw.ln.Close()
+			return fmt.Errorf("two services are named %q", names[i])
+		}
+	}
+	clientNotes, err := writeClientConfigs(cfg, dataDir, gw.URL(), gw.token, lookup)
+	if err != nil {
+		gw.ln.Close()
+		return err
 	}
 
 	reg := runtime.NewRegistry()
@@ -236,7 +265,7 @@ func dev(ctx context.Context, cfg devConfig, out io.Writer, services []runtime.S
 				runtime.WithInProcess(srv), runtime.WithOps(ops), runtime.WithRegistry(reg), runtime.WithLogger(base))}
 		}()
 	}
-	printBanner(out, srv, opsURL, dataDir, names)
+	printBanner(out, banner{srv: srv, opsURL: opsURL, dataDir: dataDir, services: names, gateway: gw, clientNotes: clientNotes})
 
 	running := slices.Clone(names)
 	var failed error
@@ -317,23 +346,37 @@ func startNATS(cfg devConfig, dataDir string, log zerolog.Logger) (*server.Serve
 	return srv, nil
 }
 
-func printBanner(w io.Writer, srv *server.Server, opsURL, dataDir string, services []string) {
+// banner is what capn dev tells its user once everything started.
+type banner struct {
+	srv         *server.Server
+	opsURL      string
+	dataDir     string
+	services    []string
+	gateway     devGateway
+	clientNotes []string
+}
+
+func printBanner(w io.Writer, b banner) {
 	natsLine := "in-process only (--nats-listen none)"
-	if srv.Addr() != nil {
-		u := srv.ClientURL()
+	if b.srv.Addr() != nil {
+		u := b.srv.ClientURL()
 		natsLine = fmt.Sprintf("%s   (try: nats -s %s stream ls)", u, u)
 	}
-	svc := strings.Join(services, ", ")
+	svc := strings.Join(b.services, ", ")
 	if svc == "" {
 		svc = "none yet"
 	}
+	client := strings.Join(b.clientNotes, "\n            ")
 	fmt.Fprintf(w, `
 capn dev is running
+  gateway   %s   (try: capn apply -f examples/demo-cluster.yaml --wait)
+  token     %s   (admin; kept in %s)
+  client    %s
   NATS      %s
   ops       %s
   data dir  %s
   services  %s
 Press Ctrl-C to stop.
 
-`, natsLine, opsURL, dataDir, svc)
+`, b.gateway.URL(), b.gateway.token, filepath.Join(b.dataDir, adminTokenFile), client, natsLine, b.opsURL, b.dataDir, svc)
 }

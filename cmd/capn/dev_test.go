@@ -67,21 +67,34 @@ type devRun struct {
 	out     *syncBuffer
 	natsURL string
 	opsURL  string
+	// gatewayURL and token are the gateway's and its admin token.
+	gatewayURL, token string
 }
 
 var (
 	bannerNATS = regexp.MustCompile(`\n  NATS      (nats://\S+)`)
 	bannerOps  = regexp.MustCompile(`\n  ops       (http://\S+)`)
+	// The gateway's URL and admin token.
+	bannerGateway = regexp.MustCompile(`\n  gateway   (http://\S+)`)
+	bannerToken   = regexp.MustCompile(`\n  token     ([0-9a-f]{64})`)
 )
 
 // startDev runs capn dev on free ports with dataDir and waits for its
 // banner.
 func startDev(t *testing.T, dataDir string, extra ...string) *devRun {
 	t.Helper()
+	return startDevWith(t, dataDir, nil, extra...)
+}
+
+// startDevWith is startDev with environment variables (XDG_CONFIG_HOME,
+// HOME: never the real ones).
+func startDevWith(t *testing.T, dataDir string, vars map[string]string, extra ...string) *devRun {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	e, _, stderr := testEnv(nil)
+	e, _, stderr := testEnv(vars)
 	r := &devRun{cancel: cancel, done: make(chan int, 1), out: stderr}
-	args := append([]string{"dev", "--data-dir", dataDir, "--nats-listen", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json"}, extra...)
+	args := append([]string{"dev", "--data-dir", dataDir, "--nats-listen", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+		"--gateway-addr", "127.0.0.1:0", "--log-format", "json"}, extra...)
 	go func() { r.done <- run(ctx, e, args) }()
 	t.Cleanup(func() {
 		cancel()
@@ -98,6 +111,8 @@ func startDev(t *testing.T, dataDir string, extra ...string) *devRun {
 	})
 	r.natsURL = bannerNATS.FindStringSubmatch(r.out.String())[1]
 	r.opsURL = bannerOps.FindStringSubmatch(r.out.String())[1]
+	r.gatewayURL = bannerGateway.FindStringSubmatch(r.out.String())[1]
+	r.token = bannerToken.FindStringSubmatch(r.out.String())[1]
 	return r
 }
 
@@ -132,7 +147,7 @@ func TestDevEndToEnd(t *testing.T) {
 	alpha, beta := newDevProbe("alpha"), newDevProbe("beta")
 	withDevServices(t, alpha, beta)
 	first := startDev(t, dataDir)
-	for _, want := range []string{"capn dev is running", "data dir  " + dataDir, "services  cluster-planner, machine-manager, bootstrapper, provider-sim, alpha, beta"} {
+	for _, want := range []string{"capn dev is running", "data dir  " + dataDir, "services  cluster-planner, machine-manager, bootstrapper, provider-sim, gateway, alpha, beta"} {
 		if !strings.Contains(first.out.String(), want) {
 			t.Errorf("banner lacks %q:\n%s", want, first.out)
 		}
@@ -241,7 +256,7 @@ func TestDevPortsInUse(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e, _, stderr := testEnv(nil)
-			code := run(context.Background(), e, append([]string{"dev", "--data-dir", t.TempDir()}, tt.args...))
+			code := run(context.Background(), e, append([]string{"dev", "--data-dir", t.TempDir(), "--gateway-addr", "127.0.0.1:0"}, tt.args...))
 			if code != 1 || !strings.Contains(stderr.String(), tt.want) {
 				t.Errorf("exit %d, stderr:\n%s\nwant 1 and %q", code, stderr, tt.want)
 			}
@@ -271,7 +286,7 @@ func TestDevServiceTrouble(t *testing.T) {
 			done := make(chan int, 1)
 			go func() {
 				done <- run(ctx, e, []string{"dev", "--data-dir", t.TempDir(), "--nats-listen", "none",
-					"--http-addr", "127.0.0.1:0", "--shutdown-timeout", "200ms"})
+					"--http-addr", "127.0.0.1:0", "--gateway-addr", "127.0.0.1:0", "--shutdown-timeout", "200ms"})
 			}()
 			<-tt.service.deps
 			if tt.cancel {

@@ -2,9 +2,13 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 
+	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/gateway"
+	"github.com/capn-dev/capn/gateway/api"
 	"github.com/capn-dev/capn/providers/sdk"
 	"github.com/capn-dev/capn/providers/sim"
 	"github.com/capn-dev/capn/services/bootstrapper"
@@ -14,11 +18,22 @@ import (
 	"github.com/capn-dev/capn/services/runtime"
 )
 
+// devGateway is what capn dev opens for its gateway before the services
+// start: the listener (so the banner can print the real address and a busy
+// port is a clear error) and the admin token.
+type devGateway struct {
+	ln    net.Listener
+	token string
+}
+
+// URL is the gateway's base URL.
+func (g devGateway) URL() string { return "http://" + g.ln.Addr().String() }
+
 // devServices lists every service capn dev runs, configured from cfg.
 // Each issue that adds a service registers it here. capn dev gives each
 // its own in-process NATS connection, its logs and metrics labelled
 // service=<name>, and its place in /readyz.
-func devServices(cfg devConfig) ([]runtime.Service, error) {
+func devServices(cfg devConfig, gw devGateway) ([]runtime.Service, error) {
 	ring, err := devKeyring(cfg.DataDir)
 	if err != nil {
 		return nil, err
@@ -28,8 +43,22 @@ func devServices(cfg devConfig) ([]runtime.Service, error) {
 		machinemanager.New(machinemanager.Config{}),
 		bootstrapper.New(bootstrapper.Config{Keyring: ring}),
 		sim.NewService(sim.DefaultOptions(), sdk.Options{}),
+		gateway.New(gateway.Options{
+			Listener: gw.ln,
+			Keyring:  ring, // the bootstrapper's: the gateway opens the kubeconfigs it seals
+			Tokens:   []gateway.Token{{Name: "admin", Secret: gw.token, Scopes: []api.Scope{api.ScopeAdmin}}},
+		}),
 	}
 	return append(services, extraDevServices...), nil
+}
+
+// devTopology is what capn dev provisions once for every service (they
+// skip provisioning): capn's streams and buckets and the gateway's ingest
+// stream.
+func devTopology() events.Topology {
+	t := events.DefaultTopology(1)
+	t.Streams = append(t.Streams, gateway.Topology(1).Streams...)
+	return t
 }
 
 // devKeyring loads the key that seals the secrets bucket from

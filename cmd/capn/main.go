@@ -1,6 +1,8 @@
-// Command capn is capn's command-line tool. For now it has `capn dev`,
-// which runs an embedded NATS server and every capn service on one
-// machine; kubectl-like commands (apply, get, describe, ...) come later.
+// Command capn is capn's command-line tool: kubectl-shaped commands
+// (apply, get, describe, scale, upgrade, delete, ...) that talk to the
+// gateway's API through gateway/client, `capn import` for Cluster API
+// manifests, and `capn dev`, which runs an embedded NATS server, every capn
+// service and the gateway on one machine. docs/cli.md is the reference.
 //
 // Each command is one entry in commands(): a name, a one-line summary and
 // a function that parses its own flags with the standard flag package.
@@ -21,6 +23,7 @@ import (
 
 // env is what a command runs with, so that tests can give their own.
 type env struct {
+	stdin          io.Reader
 	stdout, stderr io.Writer
 	lookup         func(string) (string, bool)
 }
@@ -37,6 +40,17 @@ type command struct {
 // ones here.
 func commands() []command {
 	return []command{
+		{"apply", "create or update clusters from a manifest (-f FILE, --wait)", cmdApply},
+		{"get", "list clusters or machines (-o wide|yaml|json, -w, -l)", cmdGet},
+		{"describe", "show a cluster as a tree of control plane, pools and machines", cmdDescribe},
+		{"scale", "set the replicas of a worker pool or the control plane", cmdScale},
+		{"upgrade", "set a cluster's Kubernetes version (--wait)", cmdUpgrade},
+		{"delete", "delete a cluster (--wait)", cmdDelete},
+		{"pause", "stop capn from acting on a cluster", cmdPause},
+		{"resume", "let capn act on a paused cluster again", cmdResume},
+		{"kubeconfig", "print a cluster's admin kubeconfig", cmdKubeconfig},
+		{"events", "print a cluster's timeline (--follow)", cmdEvents},
+		{"import", "convert Cluster API manifests to a capn Cluster", cmdImport},
 		{"dev", "run NATS with JetStream and every capn service on this machine", cmdDev},
 		{"version", "print capn's version", cmdVersion},
 		{"help", "show this help, or a command's (capn help <command>)", cmdHelp},
@@ -50,7 +64,7 @@ func main() {
 		<-ctx.Done()
 		stop() // the default action again: a second Ctrl-C kills at once
 	}()
-	code := run(ctx, env{stdout: os.Stdout, stderr: os.Stderr, lookup: os.LookupEnv}, os.Args[1:])
+	code := run(ctx, env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, lookup: os.LookupEnv}, os.Args[1:])
 	stop()
 	os.Exit(code)
 }
@@ -87,9 +101,11 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, "capn manages Kubernetes clusters with small services talking over NATS JetStream.\n\n")
 	fmt.Fprint(w, "usage: capn <command> [flags]\n\ncommands:\n")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
 	}
 	fmt.Fprint(w, "\nRun 'capn help <command>' or 'capn <command> -h' for a command's flags.\n")
+	fmt.Fprintf(w, "Commands that talk to the gateway take --server and --token, else %s and %s,\n", envServer, envToken)
+	fmt.Fprintf(w, "else the file %s names, else the client config capn dev writes (docs/cli.md).\n", envConfig)
 }
 
 func cmdHelp(ctx context.Context, e env, args []string) int {
@@ -103,7 +119,7 @@ func cmdHelp(ctx context.Context, e env, args []string) int {
 			return runtime.ExitOK
 		}
 		if c, ok := lookupCommand(args[0]); ok {
-			return c.run(ctx, env{stdout: e.stdout, stderr: e.stdout, lookup: e.lookup}, []string{"-h"})
+			return c.run(ctx, env{stdin: e.stdin, stdout: e.stdout, stderr: e.stdout, lookup: e.lookup}, []string{"-h"})
 		}
 		fmt.Fprintf(e.stderr, "capn help: unknown command %q\n\n", args[0])
 	}

@@ -40,8 +40,8 @@ func TestRunDispatches(t *testing.T) {
 		wantStderr string
 	}{
 		{name: "no command", wantCode: 2, wantStderr: "usage: capn <command>"},
-		{name: "help", args: []string{"help"}, wantCode: 0, wantStdout: "  dev       run NATS with JetStream"},
-		{name: "--help", args: []string{"--help"}, wantCode: 0, wantStdout: "  version   print capn's version"},
+		{name: "help", args: []string{"help"}, wantCode: 0, wantStdout: "  dev         run NATS with JetStream"},
+		{name: "--help", args: []string{"--help"}, wantCode: 0, wantStdout: "  version     print capn's version"},
 		{name: "help of a command", args: []string{"help", "dev"}, wantCode: 0, wantStdout: "usage: capn dev [flags]"},
 		{name: "help of an unknown command", args: []string{"help", "nope"}, wantCode: 2, wantStderr: `capn help: unknown command "nope"`},
 		{name: "unknown command", args: []string{"nope"}, wantCode: 2, wantStderr: `capn: unknown command "nope"`},

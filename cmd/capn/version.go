@@ -49,3 +49,15 @@ func versionString() string {
 	}
 	return fmt.Sprintf("capn %s (commit %s%s) %s %s/%s", v, commit, dirty, goruntime.Version(), goruntime.GOOS, goruntime.GOARCH)
 }
+
+// versionShort is the version alone, for the User-Agent: "v0.1.0" or
+// "devel".
+func versionShort() string {
+	if version != "" {
+		return version
+	}
+	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" && info.Main.Version != "(devel)" {
+		return info.Main.Version
+	}
+	return "devel"
+}

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/capn-dev/capn/schemas/manifest"
+)
+
+func TestImportCommand(t *testing.T) {
+	const testdata = "../../schemas/capi/testdata/"
+	v1beta1, err := os.ReadFile(testdata + "docker-v1beta1.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name       string
+		args       []string
+		stdin      string
+		wantCode   int
+		wantStdout string
+		wantStderr []string
+	}{
+		{name: "a CAPD quick-start", args: []string{"import", "-f", testdata + "docker-v1beta1.yaml"},
+			wantStdout: "kind: Cluster\nmetadata:\n  name: capi-quickstart\n",
+			wantStderr: []string{"capn import: 14 Cluster API settings not mapped:\n",
+				"  KubeadmControlPlane/capi-quickstart-control-plane: spec.kubeadmConfigSpec.users: capn's bootstrap creates no users",
+				"  ClusterResourceSet/calico: not imported: capn does not apply add-ons"}},
+		{name: "from standard input, quietly", args: []string{"import", "-f", "-", "--quiet"}, stdin: string(v1beta1),
+			wantStdout: "  name: capi-quickstart\n"},
+		{name: "another provider for every machine", args: []string{"import", "-f", testdata + "docker-v1beta2.yaml", "--provider", "sim"},
+			wantStdout: "    provider: sim\n", wantStderr: []string{"provider docker (from the kind) replaced by sim (--provider)"}},
+		{name: "an infrastructure without a provider", args: []string{"import", "-f", testdata + "aws-v1beta1.yaml"}, wantCode: 1,
+			wantStderr: []string{"capn import: " + testdata + "aws-v1beta1.yaml: no capn provider for this infrastructure: AWSMachineTemplate (AWSMachineTemplate/prod-eu-control-plane, referenced by KubeadmControlPlane/prod-eu-control-plane): capn knows Docker* (docker) and InMemory*/Dev* in-memory (sim) kinds; pass --provider NAME\n"}},
+		{name: "a result that does not validate", wantCode: 1, args: []string{"import", "-f", "-"},
+			stdin:      strings.Replace(string(v1beta1), "  replicas: 3\n  version: v1.33.4", "  replicas: 2\n  version: v1.33.4", 1),
+			wantStdout: "    replicas: 2\n",
+			wantStderr: []string{"capn import: the cluster made from - is not valid (1 problem): fix the manifest before applying it\n  spec.controlPlane.replicas: 2: must be odd"}},
+		{name: "a bad provider name", args: []string{"import", "-f", "x", "--provider", "No"}, wantCode: 2, wantStderr: []string{`capn import: --provider "No": not a provider name: it must be a DNS-1123 label, e.g. sim (see capn import -h)`}},
+		{name: "no -f", args: []string{"import"}, wantCode: 2, wantStderr: []string{"capn import: -f is required"}},
+		{name: "no such file", args: []string{"import", "-f", "nope.yaml"}, wantCode: 1, wantStderr: []string{"capn import: open nope.yaml: no such file or directory"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, stdout, stderr := testEnv(nil)
+			e.stdin = strings.NewReader(tt.stdin)
+			code := run(context.Background(), e, tt.args)
+			if code != tt.wantCode || !strings.Contains(stdout.String(), tt.wantStdout) {
+				t.Errorf("exit %d (want %d), stdout:\n%s\nwant it to contain %q; stderr:\n%s", code, tt.wantCode, stdout, tt.wantStdout, stderr)
+			}
+			for _, want := range tt.wantStderr {
+				if !strings.Contains(stderr.String(), want) {
+					t.Errorf("stderr lacks %q:\n%s", want, stderr)
+				}
+			}
+			if tt.wantCode == 0 || tt.wantStdout != "" {
+				if _, err := manifest.Decode([]byte(stdout.String())); err != nil {
+					t.Errorf("the printed manifest does not decode: %v", err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/capn-dev/capn/gateway/api"
+	"github.com/capn-dev/capn/gateway/client"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+)
+
+// testWaiter is a waiter fed by hand, on a clock that moves 5s per read.
+func testWaiter(goal waitGoal, gen int64) (*waiter, *syncBuffer) {
+	out := &syncBuffer{}
+	now := fixedNow
+	w := &waiter{cluster: "demo", goal: goal, gen: gen, timeout: time.Minute, out: out,
+		now: func() time.Time { now = now.Add(5 * time.Second); return now }, machines: map[string]*capnv1.Machine{}}
+	w.start = fixedNow
+	return w, out
+}
+
+func TestWaitProgressAndTimeout(t *testing.T) {
+	c, ms := fixture(fixedNow)
+	w, out := testWaiter(untilReady, 2)
+	for _, ev := range []client.WatchEvent{
+		{Type: api.WatchAdded, Cluster: c},
+		{Type: api.WatchAdded, Machine: ms[0]},
+		{Type: api.WatchAdded, Machine: ms[4]},
+		{Type: api.WatchSynced},
+		{Type: api.WatchModified, Cluster: c}, // nothing new: no line
+	} {
+		if err := w.handle(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := "[5s] demo: Upgrading, 5/6 machines ready: 2 of 3 control-plane machines available, 2 up to date; not available: demo-control-plane-b2-1 (Provisioning) [failed: demo-md-0-a1-1: BootstrapFailed: cloud-init exited with 1]\n"
+	if out.String() != want {
+		t.Errorf("progress:\n%s\nwant:\n%s", out, want)
+	}
+	err := w.timedOut()
+	wantErr := `timed out after 1m0s waiting for cluster demo to be ready
+  state:    Upgrading, 5/6 machines ready
+  blocking: Ready=False ControlPlaneNotReady: 2 of 3 control-plane machines available, 2 up to date; not available: demo-control-plane-b2-1 (Provisioning)
+  failed:   demo-md-0-a1-1: BootstrapFailed: cloud-init exited with 1`
+	if err.Error() != wantErr {
+		t.Errorf("timeout error:\n%s\nwant:\n%s", err, wantErr)
+	}
+
+	// The cluster becomes ready: done.
+	ready := proto.Clone(c).(*capnv1.Cluster)
+	ready.Status.Conditions = []*capnv1.Condition{{Type: "Ready", Status: "True", Reason: "Ready"}}
+	if err := w.handle(client.WatchEvent{Type: api.WatchModified, Cluster: ready}); err != errWaitDone {
+		t.Errorf("a ready cluster: %v, want errWaitDone", err)
+	}
+}
+
+func TestWaitChecks(t *testing.T) {
+	c, _ := fixture(fixedNow)
+	with := func(f func(c *capnv1.Cluster)) *capnv1.Cluster {
+		c := proto.Clone(c).(*capnv1.Cluster)
+		f(c)
+		return c
+	}
+	readyOld := with(func(c *capnv1.Cluster) {
+		c.Status.ObservedGeneration = 1
+		c.Status.Conditions = []*capnv1.Condition{{Type: "Ready", Status: "True"}}
+	})
+	tests := []struct {
+		name     string
+		goal     waitGoal
+		events   []client.WatchEvent
+		wantDone bool
+		wantErr  string
+		wantLine string
+	}{
+		{name: "ready, but of the generation before", events: []client.WatchEvent{{Type: api.WatchAdded, Cluster: readyOld}, {Type: api.WatchSynced}},
+			wantLine: "waiting for capn to act on generation 2"},
+		{name: "an invalid spec fails at once", events: []client.WatchEvent{{Type: api.WatchAdded, Cluster: with(func(c *capnv1.Cluster) {
+			c.Status.Conditions = []*capnv1.Condition{{Type: "Ready", Status: "False", Reason: "InvalidSpec", Message: "the spec does not validate: x"}}
+		})}, {Type: api.WatchSynced}}, wantErr: "cluster demo will not become ready: the spec does not validate: x"},
+		{name: "no such cluster", events: []client.WatchEvent{{Type: api.WatchSynced}}, wantErr: "cluster demo does not exist"},
+		{name: "deleted while waiting", events: []client.WatchEvent{{Type: api.WatchAdded, Cluster: c}, {Type: api.WatchSynced}, {Type: api.WatchDeleted, Cluster: c}},
+			wantErr: "cluster demo was deleted while waiting for it to be ready"},
+		{name: "being deleted", events: []client.WatchEvent{{Type: api.WatchAdded, Cluster: with(func(c *capnv1.Cluster) { c.Metadata.DeletionTimestamp = timestamppb.New(fixedNow) })}, {Type: api.WatchSynced}},
+			wantErr: "cluster demo is being deleted: it will not become ready"},
+		{name: "gone: already", goal: untilGone, events: []client.WatchEvent{{Type: api.WatchSynced}}, wantDone: true},
+		{name: "gone: when deleted", goal: untilGone, events: []client.WatchEvent{
+			{Type: api.WatchAdded, Cluster: with(func(c *capnv1.Cluster) {
+				c.Metadata.DeletionTimestamp = timestamppb.New(fixedNow)
+				c.Status.Phase = "Deleting"
+				c.Status.Conditions = []*capnv1.Condition{{Type: "Deleting", Status: "True", Message: "deleting 2 worker machines"}}
+			})},
+			{Type: api.WatchAdded, Machine: &capnv1.Machine{Metadata: &capnv1.ObjectMeta{Name: "m"}}},
+			{Type: api.WatchSynced},
+			{Type: api.WatchDeleted, Cluster: c},
+		}, wantDone: true, wantLine: "[5s] demo: Deleting, 1 machine left: deleting 2 worker machines\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w, out := testWaiter(tt.goal, 2)
+			var err error
+			for _, ev := range tt.events {
+				if err = w.handle(ev); err != nil {
+					break
+				}
+			}
+			switch {
+			case tt.wantDone && err != errWaitDone:
+				t.Errorf("got %v, want done", err)
+			case tt.wantErr != "" && (err == nil || err.Error() != tt.wantErr):
+				t.Errorf("got %v, want %q", err, tt.wantErr)
+			case !tt.wantDone && tt.wantErr == "" && err != nil:
+				t.Errorf("got %v, want to go on waiting", err)
+			}
+			if !strings.Contains(out.String(), tt.wantLine) {
+				t.Errorf("progress %q lacks %q", out, tt.wantLine)
+			}
+		})
+	}
+}

@@ -1,0 +1,135 @@
+package capi
+
+import (
+	"encoding/base64"
+	"maps"
+
+	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+)
+
+// kubeadmSpec maps a KubeadmConfigSpec (a KubeadmControlPlane's
+// spec.kubeadmConfigSpec, a KubeadmConfigTemplate's spec.template.spec) to
+// capn's kubeadm bootstrap settings. It returns the nodeRegistration taints
+// for the caller to map or report. nil when nothing maps.
+func (c *converter) kubeadmSpec(o *object, n node, controlPlane bool) (*capnv1alpha1.BootstrapSpec, []node) {
+	b := &capnv1alpha1.BootstrapSpec{}
+	for _, f := range n.field("files").items() {
+		if file := c.file(o, f); file != nil {
+			b.Files = append(b.Files, file)
+		}
+	}
+	b.PreCommands, _ = n.field("preKubeadmCommands").strings()
+	b.PostCommands, _ = n.field("postKubeadmCommands").strings()
+	if f := n.field("format"); f.exists() {
+		if s, _ := f.v.(string); s == "cloud-config" {
+			f.use()
+		}
+	}
+
+	join := n.get("joinConfiguration.nodeRegistration")
+	b.KubeletExtraArgs = extraArgs(join.field("kubeletExtraArgs"))
+	taints := join.field("taints").items()
+	if controlPlane {
+		// The first control-plane machine runs kubeadm init, the others join:
+		// capn has one set of kubelet arguments for both.
+		init := n.get("initConfiguration.nodeRegistration")
+		ia := init.field("kubeletExtraArgs")
+		switch initArgs := extraArgsPeek(ia); {
+		case len(b.KubeletExtraArgs) == 0 && len(initArgs) > 0:
+			b.KubeletExtraArgs = extraArgs(ia)
+		case maps.Equal(initArgs, b.KubeletExtraArgs):
+			if ia.exists() {
+				ia.use()
+			}
+		default:
+			c.note(o, ia, "capn gives every control-plane machine the joinConfiguration's kubelet arguments; these differ")
+		}
+		taints = append(taints, init.field("taints").items()...)
+	}
+	if len(b.Files)+len(b.PreCommands)+len(b.PostCommands)+len(b.KubeletExtraArgs) == 0 {
+		return nil, taints
+	}
+	return b, taints
+}
+
+// file maps one entry of files, or reports it and returns nil.
+func (c *converter) file(o *object, f node) *capnv1alpha1.File {
+	if from := f.field("contentFrom"); from.exists() {
+		c.note(o, f, "the content comes from a Secret, which capn cannot read: inline it with content")
+		return nil
+	}
+	if a, _ := f.field("append").v.(bool); a {
+		c.note(o, f, "capn writes whole files; it cannot append")
+		return nil
+	}
+	out := &capnv1alpha1.File{}
+	out.Path, _ = f.field("path").str()
+	out.Content, _ = f.field("content").str()
+	out.Owner, _ = f.field("owner").str()
+	out.Permissions, _ = f.field("permissions").str()
+	f.field("append").use()
+	switch enc, _ := f.field("encoding").v.(string); enc {
+	case "", "plain", "text/plain":
+		f.field("encoding").use()
+	case "base64", "b64", "application/base64":
+		raw, err := base64.StdEncoding.DecodeString(out.Content)
+		if err != nil {
+			c.note(o, f, "encoding base64 but the content does not decode: "+err.Error())
+			return nil
+		}
+		out.Content = string(raw)
+		f.field("encoding").use()
+	default:
+		c.note(o, f, "capn writes plain or base64 content; encoding "+enc+" is not supported")
+		return nil
+	}
+	return out
+}
+
+// extraArgs reads kubelet arguments: a mapping (v1beta1) or a list of
+// {name, value} (v1beta2); consumed.
+func extraArgs(n node) map[string]string {
+	if _, ok := n.v.([]any); !ok {
+		return n.stringMap()
+	}
+	var out map[string]string
+	for _, it := range n.items() {
+		name, ok := it.field("name").str()
+		if !ok {
+			continue
+		}
+		val, _ := it.field("value").str()
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[name] = val
+	}
+	return out
+}
+
+// extraArgsPeek reads kubelet arguments without consuming them.
+func extraArgsPeek(n node) map[string]string {
+	peek := &object{used: map[string]bool{}}
+	n.o = peek
+	return extraArgs(n)
+}
+
+// taintsOf maps nodeRegistration taints; a taint without key or with an
+// unknown effect is reported.
+func (c *converter) taintsOf(o *object, nodes []node) []*capnv1alpha1.Taint {
+	var out []*capnv1alpha1.Taint
+	for _, t := range nodes {
+		key, _ := t.field("key").v.(string)
+		effect, _ := t.field("effect").v.(string)
+		if key == "" || effect == "" {
+			c.note(o, t, "a taint needs a key and an effect")
+			continue
+		}
+		out = append(out, &capnv1alpha1.Taint{Key: key, Effect: effect})
+		t.field("key").use()
+		t.field("effect").use()
+		out[len(out)-1].Value, _ = t.field("value").str()
+		t.field("timeAdded").use()
+	}
+	return out
+}

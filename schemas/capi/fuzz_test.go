@@ -1,0 +1,48 @@
+package capi
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/capn-dev/capn/schemas/manifest"
+)
+
+// FuzzImport: Import never panics, and whatever cluster it makes encodes
+// to a manifest that decodes back to the same cluster. The seeds are the
+// testdata manifests and the corpus under testdata/fuzz/FuzzImport.
+func FuzzImport(f *testing.F) {
+	files, _ := filepath.Glob("testdata/*.yaml")
+	for _, file := range files {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b, "")
+		f.Add(b, "sim")
+	}
+	f.Fuzz(func(t *testing.T, data []byte, provider string) {
+		res, err := Import(data, Options{Provider: provider})
+		if err != nil {
+			return
+		}
+		y, err := manifest.Encode(res.Cluster)
+		if err != nil {
+			t.Fatalf("Encode: %v", err)
+		}
+		back, err := manifest.Decode(y)
+		if err != nil {
+			t.Fatalf("the imported manifest does not decode: %v\n%s", err, y)
+		}
+		if !proto.Equal(back, res.Cluster) {
+			t.Fatalf("the imported manifest does not round-trip:\n%s", y)
+		}
+		for _, n := range res.Notes {
+			if n.Object == "" || n.Reason == "" {
+				t.Fatalf("a note without object or reason: %+v", n)
+			}
+		}
+	})
+}

@@ -1,0 +1,124 @@
+package capi
+
+import (
+	"fmt"
+	"strconv"
+
+	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+)
+
+// Providers capn knows for Cluster API infrastructure kinds. Dev* kinds
+// (CAPD's newer ones) say which backend in spec.backend (clusters) or
+// spec.template.spec.backend (machine templates).
+var kindProviders = map[string]string{
+	"DockerCluster":             "docker",
+	"DockerClusterTemplate":     "docker",
+	"DockerMachineTemplate":     "docker",
+	"DockerMachinePoolTemplate": "docker",
+	"InMemoryCluster":           "sim",
+	"InMemoryClusterTemplate":   "sim",
+	"InMemoryMachineTemplate":   "sim",
+}
+
+// backendProviders maps a Dev* object's backend to a provider.
+var backendProviders = map[string]string{"docker": "docker", "inMemory": "sim"}
+
+// providerOfKind is the capn provider of an infrastructure kind, or "".
+// backendPath is where a Dev* object keeps its backend.
+func providerOfKind(kind string, o *object, backendPath string) string {
+	if p, ok := kindProviders[kind]; ok {
+		return p
+	}
+	if (kind == "DevCluster" || kind == "DevMachineTemplate") && o != nil {
+		for _, e := range o.at().get(backendPath).entries(false) {
+			if p, ok := backendProviders[e.key]; ok {
+				return p
+			}
+		}
+	}
+	return ""
+}
+
+// template is a machine template's provider and capn template.
+type template struct {
+	provider string
+	template *capnv1alpha1.MachineTemplate
+}
+
+// machineTemplate resolves an infrastructureRef to its provider and
+// parameters: the template's spec.template.spec flattened to dotted keys
+// (lists and mappings under them as JSON), passed to the provider as they
+// are. The sim provider takes no parameters, so a template bound for sim
+// maps none (they are reported instead).
+func (c *converter) machineTemplate(owner *object, ref node) (template, error) {
+	if !ref.exists() {
+		if c.opts.Provider != "" {
+			return template{provider: c.opts.Provider}, nil
+		}
+		return template{}, fmt.Errorf("%w: %s has no infrastructureRef: pass --provider NAME", ErrNeedProvider, owner.ref())
+	}
+	kind, name, tmpl := c.resolve(ref)
+	known := providerOfKind(kind, tmpl, "spec.template.spec.backend")
+	if known == "" && tmpl == nil {
+		known = c.infraProvider // the template is missing: go by the cluster's infrastructure
+	}
+	provider := known
+	switch {
+	case c.opts.Provider != "" && known != "" && known != c.opts.Provider:
+		provider = c.opts.Provider
+		c.notes = append(c.notes, Note{Object: owner.ref(), Path: ref.path, Value: strconv.Quote(kind + "/" + name),
+			Reason: fmt.Sprintf("provider %s (from the kind) replaced by %s (--provider)", known, c.opts.Provider)})
+	case c.opts.Provider != "":
+		provider = c.opts.Provider
+	case provider == "":
+		return template{}, fmt.Errorf("%w: %s (%s, referenced by %s): capn knows Docker* (docker) and InMemory*/Dev* in-memory (sim) kinds; pass --provider NAME",
+			ErrNeedProvider, kind, kind+"/"+name, owner.ref())
+	}
+	out := template{provider: provider}
+	if tmpl == nil {
+		c.notes = append(c.notes, Note{Object: owner.ref(), Path: ref.path, Value: strconv.Quote(kind + "/" + name),
+			Reason: "not in the input: the machines get no provider parameters"})
+		return out, nil
+	}
+	spec := tmpl.at().get("spec.template.spec")
+	if b := spec.field("backend"); b.exists() { // Dev*: the backend's settings
+		for _, e := range b.entries(false) {
+			if _, ok := backendProviders[e.key]; ok {
+				spec = e.val
+				break
+			}
+		}
+	}
+	if provider == "sim" {
+		if !spec.empty() && !tmpl.used[spec.path] {
+			c.note(tmpl, spec, "the sim provider takes no parameters (its boot time is a setting of the provider, e.g. capn dev's)")
+		}
+		return out, nil
+	}
+	params := map[string]string{}
+	flatten(spec, "", params)
+	if len(params) > 0 {
+		out.template = &capnv1alpha1.MachineTemplate{Parameters: params}
+	}
+	return out, nil
+}
+
+// flatten writes n's leaves into params under dotted keys; lists are kept
+// whole, as JSON.
+func flatten(n node, prefix string, params map[string]string) {
+	for _, e := range n.entries(false) {
+		key := e.key
+		if prefix != "" {
+			key = prefix + "." + e.key
+		}
+		if sub := e.val.entries(false); len(sub) > 0 {
+			flatten(e.val, key, params)
+			continue
+		}
+		if e.val.empty() {
+			continue
+		}
+		params[key] = scalarJSON(e.val.v)
+		e.val.use()
+	}
+}

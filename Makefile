@@ -9,7 +9,7 @@ DATA_DIR ?= .capn
 PROGRAMS := $(notdir $(wildcard cmd/*))
 export CGO_ENABLED ?= 0
 
-.PHONY: all build run test test-short proto proto-check lint vet fmt clean bench npd
+.PHONY: all build run test test-short proto proto-check lint vet fmt clean bench npd fuzz
 
 all: build
 
@@ -30,8 +30,8 @@ proto: ## regenerate Go from schemas/ with the pinned buf and protoc-gen-go
 	cd schemas && $(TOOL) buf lint && $(TOOL) buf generate
 
 proto-check: proto ## fail if generated code is not what the schemas give
-	@git diff --exit-code --stat -- schemas || { echo "make proto changed generated code: commit the result"; exit 1; }
-	@test -z "$$(git status --porcelain --untracked-files=all -- schemas)" || { git status --short -- schemas; echo "make proto left untracked files"; exit 1; }
+	@git diff --exit-code --stat -- schemas/capn || { echo "make proto changed generated code: commit the result"; exit 1; }
+	@test -z "$$(git status --porcelain --untracked-files=all -- schemas/capn)" || { git status --short -- schemas/capn; echo "make proto left untracked files"; exit 1; }
 
 vet:
 	$(GO) vet ./...
@@ -42,6 +42,12 @@ lint: vet ## gofmt, go vet, staticcheck and the import rules
 
 fmt:
 	gofmt -w $$(git ls-files '*.go' | grep -v '\.pb\.go$$')
+
+FUZZTIME ?= 15s
+fuzz: ## run every fuzz test for FUZZTIME (CI: a short run; the corpora live in testdata/fuzz)
+	$(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME) ./gateway
+	$(GO) test -run '^$$' -fuzz '^FuzzIngest$$' -fuzztime $(FUZZTIME) ./gateway
+	$(GO) test -run '^$$' -fuzz '^FuzzImport$$' -fuzztime $(FUZZTIME) ./schemas/capi
 
 NPD_VERSION ?= v1.36.0
 npd: ## build node-problem-detector for tests/health (cached outside the repo by version)

@@ -147,7 +147,7 @@ func TestDevEndToEnd(t *testing.T) {
 	alpha, beta := newDevProbe("alpha"), newDevProbe("beta")
 	withDevServices(t, alpha, beta)
 	first := startDev(t, dataDir)
-	for _, want := range []string{"capn dev is running", "data dir  " + dataDir, "services  cluster-planner, machine-manager, bootstrapper, provider-sim, gateway, alpha, beta"} {
+	for _, want := range []string{"capn dev is running", "data dir  " + dataDir, "services  cluster-planner, machine-manager, bootstrapper, health-watcher, remediator, provider-sim, gateway, alpha, beta"} {
 		if !strings.Contains(first.out.String(), want) {
 			t.Errorf("banner lacks %q:\n%s", want, first.out)
 		}

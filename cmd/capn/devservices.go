@@ -14,7 +14,9 @@ import (
 	"github.com/capn-dev/capn/services/bootstrapper"
 	"github.com/capn-dev/capn/services/bootstrapper/seal"
 	clusterplanner "github.com/capn-dev/capn/services/cluster-planner"
+	healthwatcher "github.com/capn-dev/capn/services/health-watcher"
 	machinemanager "github.com/capn-dev/capn/services/machine-manager"
+	"github.com/capn-dev/capn/services/remediator"
 	"github.com/capn-dev/capn/services/runtime"
 )
 
@@ -42,6 +44,8 @@ func devServices(cfg devConfig, gw devGateway) ([]runtime.Service, error) {
 		clusterplanner.New(clusterplanner.Config{}),
 		machinemanager.New(machinemanager.Config{}),
 		bootstrapper.New(bootstrapper.Config{Keyring: ring}),
+		healthwatcher.New(healthwatcher.Config{}),
+		remediator.New(remediator.Config{}),
 		sim.NewService(sim.DefaultOptions(), sdk.Options{}),
 		gateway.New(gateway.Options{
 			Listener: gw.ln,

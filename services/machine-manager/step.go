@@ -56,7 +56,7 @@ type Output struct {
 //	Pending → Bootstrapping → Provisioning → Provisioned → Running
 //	   any ──(deletion requested)──► Deleting ──(infrastructure gone)──► Deleted
 //	   any ──(failure or timeout)──► Failed (the planner replaces it)
-func Step(in Input, t Timeouts) Output {
+func Step(in Input, t Timeouts) (out Output) {
 	t = t.withDefaults()
 	var st *capnv1.MachineStatus
 	if in.Status != nil {
@@ -74,7 +74,7 @@ func Step(in Input, t Timeouts) Output {
 		uid = "orphan"
 	}
 	id := func(kind string) string { return fmt.Sprintf("%s.%s.%s.%s", kind, in.Cluster, in.Name, uid) }
-	out := Output{Status: st}
+	out = Output{Status: st}
 	before := st.GetPhase()
 	defer func() {
 		if out.Status != nil && out.Status.GetPhase() != before {

@@ -85,6 +85,10 @@ func TestStep(t *testing.T) {
 			if out.Status.GetFailureReason() != tt.wantFail {
 				t.Fatalf("failure reason %q, want %q", out.Status.GetFailureReason(), tt.wantFail)
 			}
+			// A phase change is a timeline event.
+			if changed := tt.in.Status.GetPhase() != out.Status.GetPhase() && out.Status != nil; changed != (len(out.Events) == 1) {
+				t.Fatalf("phase %q → %q but events %v", tt.in.Status.GetPhase(), out.Status.GetPhase(), out.Events)
+			}
 			// Idempotent: the same input gives the same output.
 			again := Step(tt.in, Timeouts{})
 			if len(again.Commands) != len(out.Commands) || again.Status.GetPhase() != out.Status.GetPhase() {

@@ -25,6 +25,7 @@ func main() {
 		runs    = flag.Int("runs", 3, "runs per figure; the report gives medians")
 		out     = flag.String("out", "", "write the markdown report here (default: stdout only)")
 		timeout = flag.Duration("timeout", 10*time.Minute, "give up on one fleet create after this long")
+		repairN = flag.Int("repair-machines", 20, "machines repaired one after another in the repair-latency benchmark (0 skips it)")
 		workers = flag.Int("workers", 0, "override the services' worker counts (0: their defaults)")
 		cpuProf = flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
 	)
@@ -71,6 +72,24 @@ func main() {
 				c.Machines, c.Elapsed.Round(time.Millisecond), c.MachinesPerSec(), c.KVWritesPerMachine(), c.MsgsPerMachine(), c.KVWriteRate())
 		}
 		rep.Fleet = append(rep.Fleet, fr)
+	}
+	if *repairN > 0 {
+		for r := 1; r <= *runs; r++ {
+			fmt.Fprintf(os.Stderr, "repair latency, run %d/%d (remediator hold 1ms)…\n", r, *runs)
+			res, err := measureRepair(ctx, *repairN, time.Millisecond)
+			if err != nil {
+				fail(err)
+			}
+			fmt.Fprintf(os.Stderr, "  p50 %s p99 %s over %d machines\n", res.pct(0.5), res.pct(0.99), len(res.Samples))
+			rep.Repair = append(rep.Repair, res)
+		}
+		fmt.Fprintf(os.Stderr, "repair latency with the default 3s hold…\n")
+		res, err := measureRepair(ctx, 5, 0)
+		if err != nil {
+			fail(err)
+		}
+		fmt.Fprintf(os.Stderr, "  p50 %s p99 %s over %d machines\n", res.pct(0.5), res.pct(0.99), len(res.Samples))
+		rep.RepairDefault = res
 	}
 	md := rep.Markdown()
 	fmt.Print(md)

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/store"
+	"github.com/capn-dev/capn/providers/sdk"
+	"github.com/capn-dev/capn/providers/sim"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/manifest"
+	"github.com/capn-dev/capn/services/bootstrapper"
+	"github.com/capn-dev/capn/services/bootstrapper/seal"
+	clusterplanner "github.com/capn-dev/capn/services/cluster-planner"
+	healthwatcher "github.com/capn-dev/capn/services/health-watcher"
+	machinemanager "github.com/capn-dev/capn/services/machine-manager"
+	"github.com/capn-dev/capn/services/remediator"
+	"github.com/capn-dev/capn/services/runtime"
+)
+
+// repairResult is the latency from a health event (a node condition
+// published on the health subject) to the repair command (the provider's
+// reboot) for each sampled machine.
+type repairResult struct {
+	Settle  time.Duration
+	Samples []time.Duration
+}
+
+func (r repairResult) pct(p float64) time.Duration {
+	if len(r.Samples) == 0 {
+		return 0
+	}
+	s := slices.Clone(r.Samples)
+	slices.Sort(s)
+	i := int(p * float64(len(s)-1))
+	return s[i]
+}
+
+// measureRepair runs every service (health-watcher and remediator
+// included) on a fresh server, brings up one cluster of `machines` workers
+// whose policy calls KernelDeadlock=True unhealthy at once, then marks the
+// workers unhealthy one after another and times each health event to the
+// reboot command the remediator sends. settle is the remediator's
+// deliberate hold before it acts (its default is 3s, so failures arriving
+// together meet the circuit breaker together).
+func measureRepair(ctx context.Context, machines int, settle time.Duration) (repairResult, error) {
+	srv, stop, err := startServer()
+	if err != nil {
+		return repairResult{}, err
+	}
+	defer stop()
+	nc, js, err := connect(srv, "bench-repair")
+	if err != nil {
+		return repairResult{}, err
+	}
+	defer nc.Close()
+	if err := events.Provision(ctx, js, events.DefaultTopology(1)); err != nil {
+		return repairResult{}, err
+	}
+	key, _ := seal.GenerateKey()
+	ring, _ := seal.NewKeyring(key)
+	svcs := []runtime.Service{
+		clusterplanner.New(clusterplanner.Config{}),
+		machinemanager.New(machinemanager.Config{}),
+		bootstrapper.New(bootstrapper.Config{Keyring: ring}),
+		healthwatcher.New(healthwatcher.Config{}),
+		remediator.New(remediator.Config{Timing: remediator.Timing{Settle: settle}}),
+		sim.NewService(sim.Options{}, sdk.Options{}),
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	quiet := zerolog.New(io.Discard)
+	for _, svc := range svcs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = runtime.Run(sctx, runtime.Config{Name: svc.Name(), SkipProvision: true}, svc, runtime.WithInProcess(srv), runtime.WithoutHTTP(), runtime.WithLogger(quiet))
+		}()
+	}
+	defer func() { cancel(); wg.Wait() }()
+
+	c, err := manifest.Decode([]byte(fmt.Sprintf(`apiVersion: capn.dev/v1alpha1
+kind: Cluster
+metadata: {name: repair}
+spec:
+  kubernetesVersion: v1.34.2
+  controlPlane: {provider: sim, replicas: 1}
+  workerPools:
+  - name: md-0
+    provider: sim
+    replicas: %d
+    health:
+      maxUnhealthy: "100%%"
+      maxInFlight: %d
+      unhealthyConditions:
+      - {type: KernelDeadlock, status: "True", timeout: 0s}
+`, machines, machines)))
+	if err != nil {
+		return repairResult{}, err
+	}
+	manifest.Default(c)
+	c.Metadata.Uid, c.Metadata.Generation, c.Metadata.CreationTimestamp = "uid-repair", 1, timestamppb.Now()
+	desired, _ := js.KeyValue(ctx, events.BucketDesired)
+	observed, _ := js.KeyValue(ctx, events.BucketObserved)
+	if _, err := store.NewBucket(desired, func() *capnv1.Cluster { return new(capnv1.Cluster) }).Create(ctx, "cluster.repair", c); err != nil {
+		return repairResult{}, err
+	}
+	statuses := store.NewBucket(observed, func() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) })
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		st, _, err := statuses.Get(ctx, "cluster.repair")
+		if err == nil && st.GetPhase() == "Ready" {
+			break
+		}
+		if time.Now().After(deadline) {
+			return repairResult{}, fmt.Errorf("repair cluster not Ready within 2 minutes (phase %q)", st.GetPhase())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	workers, err := store.NewBucket(desired, func() *capnv1.Machine { return new(capnv1.Machine) }).List(ctx, "machine.repair.")
+	if err != nil {
+		return repairResult{}, err
+	}
+	// A core subscription sees each reboot command as it is published to
+	// the provider's work-queue stream.
+	reboots := make(chan string, machines)
+	sub, err := nc.Subscribe(events.ProviderSubject("sim", "machine", "reboot", "repair", "*"), func(m *nats.Msg) {
+		reboots <- m.Subject[strings.LastIndex(m.Subject, ".")+1:]
+	})
+	if err != nil {
+		return repairResult{}, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	pub := events.NewPublisher(js, "bench/npd")
+	res := repairResult{Settle: settle}
+	for _, w := range workers {
+		if w.Value.GetSpec().GetRole() != "worker" {
+			continue
+		}
+		name := w.Value.GetMetadata().GetName()
+		now := time.Now()
+		nc := &capnv1.NodeConditions{Cluster: "repair", Machine: name, Source: "bench", Time: timestamppb.New(now),
+			Conditions: []*capnv1.NodeCondition{{Type: "KernelDeadlock", Status: "True", Reason: "DockerHung", LastTransitionTime: timestamppb.New(now), LastHeartbeatTime: timestamppb.New(now)}}}
+		if _, err := pub.Publish(ctx, events.HealthSubject("repair", name, "conditions"), events.TypeNodeConditions, "bench-"+name, nc); err != nil {
+			return res, err
+		}
+	wait:
+		for {
+			select {
+			case got := <-reboots:
+				if got != name {
+					continue // a repeat for a machine sampled before (the remediator re-drives its commands)
+				}
+				res.Samples = append(res.Samples, time.Since(now))
+				break wait
+			case <-time.After(30*time.Second + settle):
+				return res, fmt.Errorf("no reboot of %s within %s of its health event", name, 30*time.Second+settle)
+			}
+		}
+	}
+	return res, nil
+}

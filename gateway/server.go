@@ -12,6 +12,7 @@ import (
 
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/gateway/api"
+	"github.com/capn-dev/capn/gateway/ui"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/manifest"
 )
@@ -48,6 +49,12 @@ type server struct {
 	mux *http.ServeMux
 }
 
+// The dashboard's routes, served without authentication.
+const (
+	uiIndexRoute = "GET /{$}"
+	uiFilesRoute = "GET " + ui.Prefix
+)
+
 // apiHandler handles one route; a returned error becomes a problem response
 // unless the handler already wrote one.
 type apiHandler func(w http.ResponseWriter, r *http.Request) error
@@ -57,6 +64,11 @@ type apiHandler func(w http.ResponseWriter, r *http.Request) error
 func (s *server) routes() {
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("GET /healthz", s.healthz)
+	// The dashboard's static files: no token (they hold none); the page
+	// asks for one and sends it on its API calls.
+	dash := ui.Handler()
+	s.mux.Handle(uiIndexRoute, dash)
+	s.mux.Handle(uiFilesRoute, dash)
 
 	s.handle("GET /v1/clusters", scopeRead, 0, s.listClusters)
 	s.handle("POST /v1/clusters", scopeWrite, s.limits.ManifestBytes, s.applyCluster)
@@ -121,7 +133,8 @@ func tooLarge(limit int64) *problemError {
 }
 
 // ServeHTTP is the middleware chain: panic recovery, logging and metrics,
-// /healthz without authentication, authentication, the per-principal rate
+// /healthz and the dashboard's static files without authentication,
+// authentication, the per-principal rate
 // limit, then the route (404 and 405 as problems too).
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := s.now()
@@ -151,7 +164,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ev.Str("route", route).Int("status", rw.status).Dur("duration", s.now().Sub(start)).Msg("request")
 	}()
 
-	if r.URL.Path == "/healthz" {
+	if r.URL.Path == "/healthz" || pattern == uiIndexRoute || pattern == uiFilesRoute {
 		s.mux.ServeHTTP(rw, r)
 		return
 	}

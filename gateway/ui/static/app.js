@@ -1,0 +1,471 @@
+// capn dashboard: plain JavaScript, no framework. State comes from the
+// gateway's watch stream (/v1/watch) and, for the selected cluster, its
+// event timeline (/v1/clusters/{name}/events?follow=true). Streams are read
+// with fetch() and a ReadableStream parser because EventSource cannot send
+// the Authorization header.
+"use strict";
+
+const TOKEN_KEY = "capn.token";
+const MAX_EVENTS = 50;
+
+const state = {
+  clusters: new Map(), // name -> Cluster
+  machines: new Map(), // name -> Machine
+  machineCluster: new Map(), // name -> cluster name (kept when a spec goes away)
+  selected: null,
+  events: [], // newest first
+  synced: false,
+};
+
+const $ = (sel) => document.querySelector(sel);
+
+function token() { return localStorage.getItem(TOKEN_KEY) || ""; }
+
+function setConn(s, text) {
+  const el = $("#conn");
+  el.dataset.state = s;
+  el.textContent = text;
+}
+
+class AuthError extends Error {}
+
+// sse reads one Server-Sent Events response, calling onEvent({event, data,
+// id}) for each event; it returns when the stream ends. lastId is sent as
+// Last-Event-ID; onId is told each new id (to resume after a drop).
+async function sse(url, { signal, lastId, onEvent, onId, onOpen }) {
+  const headers = { Accept: "text/event-stream", Authorization: "Bearer " + token() };
+  if (lastId) headers["Last-Event-ID"] = lastId;
+  const res = await fetch(url, { headers, signal, cache: "no-store" });
+  if (res.status === 401 || res.status === 403) throw new AuthError(await problemText(res));
+  if (!res.ok) throw new Error(await problemText(res));
+  if (onOpen) onOpen();
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = "";
+  let ev = { event: "", data: [], id: null };
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buf += value;
+    let nl;
+    while ((nl = buf.indexOf("\n")) >= 0) {
+      let line = buf.slice(0, nl);
+      buf = buf.slice(nl + 1);
+      if (line.endsWith("\r")) line = line.slice(0, -1);
+      if (line === "") {
+        if (ev.id !== null && onId) onId(ev.id);
+        if (ev.data.length) onEvent({ event: ev.event || "message", data: ev.data.join("\n"), id: ev.id });
+        ev = { event: "", data: [], id: null };
+        continue;
+      }
+      if (line.startsWith(":")) continue; // heartbeat comment
+      const colon = line.indexOf(":");
+      const field = colon < 0 ? line : line.slice(0, colon);
+      let val = colon < 0 ? "" : line.slice(colon + 1);
+      if (val.startsWith(" ")) val = val.slice(1);
+      if (field === "event") ev.event = val;
+      else if (field === "data") ev.data.push(val);
+      else if (field === "id") ev.id = val;
+    }
+  }
+}
+
+async function problemText(res) {
+  try {
+    const p = await res.json();
+    return `${res.status} ${p.title || ""}${p.detail ? ": " + p.detail : ""}`;
+  } catch (_) {
+    return `${res.status} ${res.statusText}`;
+  }
+}
+
+const sleep = (ms, signal) => new Promise((resolve) => {
+  const t = setTimeout(resolve, ms);
+  if (signal) signal.addEventListener("abort", () => { clearTimeout(t); resolve(); }, { once: true });
+});
+
+// ---- watch ----
+
+let watchAbort = null;
+
+function startWatch() {
+  if (watchAbort) watchAbort.abort();
+  if (!token()) {
+    setConn("token", "token needed");
+    $("#token").focus();
+    return;
+  }
+  const ctl = new AbortController();
+  watchAbort = ctl;
+  watchLoop(ctl.signal);
+}
+
+async function watchLoop(signal) {
+  let lastId = null;
+  let backoff = 500;
+  setConn("connecting", "connecting…");
+  while (!signal.aborted) {
+    try {
+      await sse("/v1/watch", {
+        signal, lastId,
+        onOpen: () => { backoff = 500; if (!state.synced) setConn("connecting", "syncing…"); },
+        onId: (id) => { lastId = id; },
+        onEvent: onWatchEvent,
+      });
+      if (signal.aborted) return;
+      setConn("reconnecting", "reconnecting…");
+    } catch (err) {
+      if (signal.aborted) return;
+      if (err instanceof AuthError) {
+        setConn("token", "token rejected: " + err.message);
+        return;
+      }
+      setConn("reconnecting", "reconnecting… (" + err.message + ")");
+    }
+    state.synced = false;
+    await sleep(backoff, signal);
+    backoff = Math.min(backoff * 2, 10000);
+  }
+}
+
+function onWatchEvent(e) {
+  let msg;
+  try { msg = JSON.parse(e.data); } catch (_) { return; }
+  switch (e.event) {
+    case "RESET":
+      state.clusters.clear();
+      state.machines.clear();
+      state.synced = false;
+      break;
+    case "SYNCED":
+      state.synced = true;
+      setConn("live", "live");
+      break;
+    case "ADDED":
+    case "MODIFIED":
+    case "DELETED":
+      applyChange(e.event, msg);
+      break;
+    default: // BOOKMARK: only the id moves on
+      return;
+  }
+  scheduleRender();
+}
+
+function applyChange(type, msg) {
+  const obj = msg.object || {};
+  const name = obj.metadata && obj.metadata.name;
+  if (!name) return;
+  if (msg.kind === "Cluster") {
+    if (type === "DELETED") state.clusters.delete(name);
+    else state.clusters.set(name, obj);
+  } else if (msg.kind === "Machine") {
+    if (obj.spec && obj.spec.cluster) state.machineCluster.set(name, obj.spec.cluster);
+    if (type === "DELETED") {
+      state.machines.delete(name);
+      state.machineCluster.delete(name);
+    } else {
+      state.machines.set(name, obj);
+    }
+  }
+}
+
+// ---- events of the selected cluster ----
+
+let eventsAbort = null;
+
+function followEvents(cluster) {
+  if (eventsAbort) eventsAbort.abort();
+  state.events = [];
+  renderEvents();
+  if (!cluster || !token()) return;
+  const ctl = new AbortController();
+  eventsAbort = ctl;
+  eventsLoop(cluster, ctl.signal);
+}
+
+async function eventsLoop(cluster, signal) {
+  let lastId = null;
+  let backoff = 500;
+  const url = `/v1/clusters/${encodeURIComponent(cluster)}/events?follow=true&limit=${MAX_EVENTS}`;
+  while (!signal.aborted) {
+    $("#events-state").textContent = "(connecting…)";
+    try {
+      await sse(url, {
+        signal, lastId,
+        onOpen: () => { backoff = 500; },
+        onId: (id) => { lastId = id; },
+        onEvent: (e) => {
+          if (e.event === "SYNCED") { $("#events-state").textContent = "(live)"; return; }
+          if (e.event !== "TIMELINE") return;
+          let ev;
+          try { ev = JSON.parse(e.data); } catch (_) { return; }
+          if (state.events.some((x) => x.sequence === ev.sequence)) return;
+          state.events.unshift(ev);
+          state.events.sort((a, b) => b.sequence - a.sequence);
+          if (state.events.length > MAX_EVENTS) state.events.length = MAX_EVENTS;
+          scheduleRender();
+        },
+      });
+    } catch (err) {
+      if (signal.aborted) return;
+      $("#events-state").textContent = "(" + err.message + ")";
+      if (err instanceof AuthError) return;
+    }
+    if (signal.aborted) return;
+    await sleep(backoff, signal);
+    backoff = Math.min(backoff * 2, 10000);
+  }
+}
+
+// ---- rendering ----
+
+let renderPending = false;
+function scheduleRender() {
+  if (renderPending) return;
+  renderPending = true;
+  setTimeout(() => { renderPending = false; render(); }, 50);
+}
+
+function el(tag, attrs, ...children) {
+  const n = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") n.className = v;
+    else if (k.startsWith("data-")) n.setAttribute(k, v);
+    else if (k.startsWith("on")) n.addEventListener(k.slice(2), v);
+    else n.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    n.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return n;
+}
+
+function phaseClass(phase) {
+  switch (phase) {
+    case "Ready": case "Running": return "ok";
+    case "Failed": case "Error": return "bad";
+    case "Deleting": case "Deleted": case "Degraded": case "Unhealthy": return "warn";
+    default: return "";
+  }
+}
+
+function badge(phase) {
+  return el("span", { class: "badge " + phaseClass(phase), "data-phase": phase || "Unknown" }, phase || "Unknown");
+}
+
+function age(ts) {
+  if (!ts) return "";
+  const s = Math.max(0, Math.floor((Date.now() - Date.parse(ts)) / 1000));
+  if (s < 60) return s + "s";
+  if (s < 3600) return Math.floor(s / 60) + "m";
+  if (s < 86400) return Math.floor(s / 3600) + "h";
+  return Math.floor(s / 86400) + "d";
+}
+
+const n = (v) => Number(v || 0);
+
+function workers(c) {
+  const st = (c.status && c.status.workerPools) || [];
+  const ready = st.reduce((a, p) => a + n(p.ready), 0);
+  const desired = ((c.spec && c.spec.workerPools) || []).reduce((a, p) => a + n(p.replicas), 0);
+  return `${ready} / ${desired}`;
+}
+
+function render() {
+  renderFleet();
+  renderDetail();
+}
+
+function renderFleet() {
+  const body = $("#fleet tbody");
+  const names = [...state.clusters.keys()].sort();
+  $("#fleet-empty").hidden = names.length > 0 || !state.synced;
+  body.replaceChildren(...names.map((name) => {
+    const c = state.clusters.get(name);
+    const st = c.status || {};
+    const cp = st.controlPlane || {};
+    const desiredCP = n((c.spec && c.spec.controlPlane && c.spec.controlPlane.replicas) || cp.desired);
+    const deleting = c.metadata && c.metadata.deletionTimestamp;
+    const phase = st.phase || (deleting ? "Deleting" : "Pending");
+    return el("tr", { "data-cluster": name, "data-phase": phase, "aria-selected": String(name === state.selected) },
+      el("td", {}, el("button", { class: "linkish", type: "button", "aria-label": "show cluster " + name, onclick: () => select(name) }, name)),
+      el("td", {}, badge(phase)),
+      el("td", {}, (c.spec && c.spec.kubernetesVersion) || ""),
+      el("td", {}, `${n(cp.ready)} / ${desiredCP}`),
+      el("td", {}, workers(c)),
+      el("td", { title: (c.metadata && c.metadata.creationTimestamp) || "" }, age(c.metadata && c.metadata.creationTimestamp)));
+  }));
+}
+
+// Conditions that are good when False.
+const NEGATIVE = new Set(["Paused", "Deleting", "Stalled", "Degraded", "Unhealthy"]);
+
+function condClass(c) {
+  const s = String(c.status || "Unknown");
+  if (s !== "True" && s !== "False") return "unknown";
+  return (s === "True") !== NEGATIVE.has(c.type) ? "true" : "false";
+}
+
+function conditions(list) {
+  if (!list || !list.length) return null;
+  return el("div", { class: "conds" }, list.map((c) => el("span", {
+    class: "cond " + condClass(c),
+    title: [c.reason, c.message].filter(Boolean).join(": "),
+  }, `${c.type}=${c.status}${c.reason ? " (" + c.reason + ")" : ""}`)));
+}
+
+// whyNotReady is a machine's failure, or its first condition that is not
+// True.
+function whyNotReady(st) {
+  if (!st) return "no status yet";
+  if (st.failureReason || st.failureMessage) return [st.failureReason, st.failureMessage].filter(Boolean).join(": ");
+  if (st.phase === "Running") return null;
+  const c = (st.conditions || []).find((x) => condClass(x) !== "true");
+  if (c) return [c.type, c.reason, c.message].filter(Boolean).join(": ");
+  return null;
+}
+
+function machineNode(m) {
+  const st = m.status || {};
+  const spec = m.spec || {};
+  const why = whyNotReady(m.status);
+  return el("li", { class: "node", "data-kind": "machine", "data-name": m.metadata.name, "data-phase": st.phase || "Pending" },
+    el("div", { class: "node-head" },
+      el("span", { class: "kind" }, "machine"),
+      el("span", { class: "name mono" }, m.metadata.name),
+      badge(st.phase || "Pending"),
+      el("span", {}, st.kubeletVersion || spec.version || ""),
+      st.nodeName && st.nodeName !== m.metadata.name ? el("span", { class: "sub" }, "node " + st.nodeName) : null),
+    conditions(st.conditions),
+    why ? el("div", { class: "why" }, "Not ready: " + why) : null);
+}
+
+function poolNode(kind, name, version, ps, ms) {
+  return el("li", { class: "node", "data-kind": kind, "data-name": name },
+    el("div", { class: "node-head" },
+      el("span", { class: "kind" }, kind === "control-plane" ? "control plane" : "pool"),
+      el("span", { class: "name" }, name),
+      el("span", {}, version || ""),
+      el("span", { class: "sub" }, `ready ${n(ps.ready)} / ${n(ps.desired)}, updated ${n(ps.updated)}, available ${n(ps.available)}`)),
+    ms.length ? el("ul", {}, ms.map(machineNode)) : el("ul", {}, el("li", { class: "node sub" }, "no machines")));
+}
+
+function clusterMachines(name) {
+  return [...state.machines.values()]
+    .filter((m) => ((m.spec && m.spec.cluster) || state.machineCluster.get(m.metadata.name)) === name)
+    .sort((a, b) => a.metadata.name.localeCompare(b.metadata.name));
+}
+
+function renderDetail() {
+  const detail = $("#detail");
+  const c = state.selected && state.clusters.get(state.selected);
+  if (!c) {
+    detail.hidden = true;
+    return;
+  }
+  detail.hidden = false;
+  const st = c.status || {};
+  const spec = c.spec || {};
+  const ms = clusterMachines(c.metadata.name);
+  const byPool = (p) => ms.filter((m) => (m.spec && m.spec.pool) === p);
+  const cpStatus = st.controlPlane || {};
+  const cpDesired = { ...cpStatus, desired: (spec.controlPlane && spec.controlPlane.replicas) || cpStatus.desired };
+  const poolStatus = new Map(((st.workerPools) || []).map((p) => [p.name, p]));
+  const pools = (spec.workerPools || []).map((p) => ({ name: p.name, version: p.version, st: { ...(poolStatus.get(p.name) || {}), desired: p.replicas } }));
+  const known = new Set(["control-plane", ...pools.map((p) => p.name)]);
+  const orphans = ms.filter((m) => !known.has(m.spec && m.spec.pool));
+
+  $("#tree-h").textContent = "Cluster " + c.metadata.name;
+  const endpoint = st.controlPlaneEndpoint ? `${st.controlPlaneEndpoint.host}:${st.controlPlaneEndpoint.port}` : "";
+  $("#tree").replaceChildren(el("ul", { class: "tree" },
+    el("li", { class: "node", "data-kind": "cluster", "data-name": c.metadata.name, "data-phase": st.phase || "Pending" },
+      el("div", { class: "node-head" },
+        el("span", { class: "kind" }, "cluster"),
+        el("span", { class: "name" }, c.metadata.name),
+        badge(st.phase || "Pending"),
+        el("span", {}, spec.kubernetesVersion || ""),
+        endpoint ? el("span", { class: "sub" }, "endpoint " + endpoint) : null,
+        spec.paused ? el("span", { class: "badge warn" }, "paused") : null,
+        el("span", { class: "sub" }, `generation ${c.metadata.generation || "?"}, observed ${st.observedGeneration || "–"}`)),
+      conditions(st.conditions),
+      el("ul", {},
+        poolNode("control-plane", "control-plane", cpStatus.version || spec.kubernetesVersion, cpDesired, byPool("control-plane")),
+        pools.map((p) => poolNode("pool", p.name, p.version, p.st, byPool(p.name))),
+        orphans.length ? el("li", { class: "node", "data-kind": "pool" },
+          el("div", { class: "node-head" }, el("span", { class: "kind" }, "other machines")),
+          el("ul", {}, orphans.map(machineNode))) : null))));
+
+  const rows = [{ ...cpDesired, name: "control-plane" }, ...pools.map((p) => ({ ...p.st, name: p.name }))];
+  $("#rollout").replaceChildren(...rows.map((p) => {
+    const desired = n(p.desired), updated = Math.min(n(p.updated), desired || n(p.updated));
+    const label = `${p.name}: ${updated} of ${desired} updated`;
+    return el("div", { class: "rollout-row", "data-pool": p.name },
+      el("span", { class: "name" }, p.name),
+      el("progress", { max: String(desired || 1), value: String(desired ? updated : 0), "aria-label": label, title: label }),
+      el("span", { class: "mono" }, `${updated} / ${desired}`));
+  }));
+  renderEvents();
+}
+
+function renderEvents() {
+  const list = $("#events");
+  if (!state.events.length) {
+    list.replaceChildren(el("li", { class: "sub" }, "no events yet"));
+    return;
+  }
+  list.replaceChildren(...state.events.map((e) => {
+    const t = e.time ? new Date(e.time) : null;
+    return el("li", { "data-seq": String(e.sequence) },
+      t ? el("time", { datetime: e.time, title: e.time }, t.toLocaleTimeString()) : null,
+      el("strong", {}, `${e.entity || ""} ${e.what || e.type || ""}`.trim()),
+      " ",
+      e.object && e.object !== "_" ? el("span", { class: "mono" }, e.object) : null,
+      " ",
+      e.phase ? badge(e.phase) : null,
+      e.message || e.reason ? el("span", { class: "msg" }, e.message || e.reason) : null);
+  }));
+}
+
+function select(name) {
+  if (state.selected === name) return;
+  state.selected = name;
+  history.replaceState(null, "", name ? "#cluster=" + encodeURIComponent(name) : "#");
+  followEvents(name);
+  render();
+}
+
+// ---- start ----
+
+function init() {
+  const m = /^#cluster=(.+)$/.exec(location.hash);
+  if (m) state.selected = decodeURIComponent(m[1]);
+  $("#token-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const v = $("#token").value.trim();
+    if (!v) return;
+    localStorage.setItem(TOKEN_KEY, v);
+    $("#token").value = "";
+    $("#token").placeholder = "token saved";
+    state.clusters.clear();
+    state.machines.clear();
+    state.synced = false;
+    startWatch();
+    followEvents(state.selected);
+  });
+  $("#token-forget").addEventListener("click", () => {
+    localStorage.removeItem(TOKEN_KEY);
+    if (watchAbort) watchAbort.abort();
+    if (eventsAbort) eventsAbort.abort();
+    $("#token").placeholder = "paste the token capn dev printed";
+    setConn("token", "token needed");
+  });
+  if (token()) $("#token").placeholder = "token saved";
+  setInterval(renderFleet, 10000); // ages
+  render();
+  startWatch();
+  if (state.selected) followEvents(state.selected);
+}
+
+init();

@@ -1,0 +1,284 @@
+// Package dashboard tests the gateway's dashboard in a real browser: capn's
+// services on one embedded nats-server, the gateway in front, and Debian's
+// headless Chromium driven by chromedp.
+package dashboard
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	cdpruntime "github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+
+	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/natstest"
+	"github.com/capn-dev/capn/gateway"
+	"github.com/capn-dev/capn/gateway/api"
+	"github.com/capn-dev/capn/gateway/client"
+	"github.com/capn-dev/capn/providers/sdk"
+	"github.com/capn-dev/capn/providers/sim"
+	"github.com/capn-dev/capn/services/bootstrapper"
+	"github.com/capn-dev/capn/services/bootstrapper/seal"
+	clusterplanner "github.com/capn-dev/capn/services/cluster-planner"
+	machinemanager "github.com/capn-dev/capn/services/machine-manager"
+	"github.com/capn-dev/capn/services/runtime"
+)
+
+// chromium finds the browser; without one the test skips, unless CI=true.
+func chromium(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("CAPN_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	msg := "no chromium on PATH (apt-get install -y chromium, or set CAPN_CHROMIUM)"
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// startCapn runs the services and the gateway, each as its own runtime.Run
+// on one embedded nats-server, and returns the gateway's URL.
+func startCapn(t *testing.T, token string) string {
+	t.Helper()
+	srv := natstest.Start(t)
+	_, js := srv.Connect(t)
+	if err := events.Provision(context.Background(), js, events.DefaultTopology(1)); err != nil {
+		t.Fatal(err)
+	}
+	key, err := seal.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring, err := seal.NewKeyring(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := gateway.New(gateway.Options{
+		Listener: ln,
+		Keyring:  ring,
+		Tokens:   []gateway.Token{{Name: "admin", Secret: token, Scopes: []api.Scope{api.ScopeAdmin}}},
+	})
+	services := []runtime.Service{
+		clusterplanner.New(clusterplanner.Config{}),
+		machinemanager.New(machinemanager.Config{}),
+		bootstrapper.New(bootstrapper.Config{Keyring: ring}),
+		sim.NewService(sim.Options{BootLatency: 30 * time.Millisecond, BootJitter: 30 * time.Millisecond, HeartbeatEvery: 2 * time.Second, Seed: 1},
+			sdk.Options{ReconcileEvery: 2 * time.Second}),
+		gw,
+	}
+	for _, svc := range services {
+		ctx, cancel := context.WithCancel(context.Background())
+		cfg := runtime.Config{Name: svc.Name(), NATS: runtime.NATSConfig{URL: srv.URL()}, LogLevel: "warn"}
+		done := make(chan error, 1)
+		go func() { done <- runtime.Run(ctx, cfg, svc, runtime.WithoutHTTP()) }()
+		t.Cleanup(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("%s: %v", svc.Name(), err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Errorf("%s did not stop within 20s", svc.Name())
+			}
+		})
+	}
+	natstest.WaitFor(t, 15*time.Second, "gateway listening", func() bool {
+		if gw.URL() == "" {
+			return false
+		}
+		res, err := http.Get(gw.URL() + "/healthz")
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK
+	})
+	return gw.URL()
+}
+
+func TestDashboardShowsClusterReady(t *testing.T) {
+	if testing.Short() {
+		t.Skip("browser test: skipped with -short")
+	}
+	browser := chromium(t)
+	token, err := gateway.GenerateToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := startCapn(t, token)
+
+	// The static files need no token; the API still does.
+	for path, want := range map[string]int{"/": 200, "/ui/app.js": 200, "/v1/clusters": 401} {
+		res, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != want {
+			t.Fatalf("GET %s without a token: %d, want %d", path, res.StatusCode, want)
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+
+		chromedp.ExecPath(browser),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("headless", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.WindowSize(1400, 1100),
+	)
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	defer acancel()
+	bctx, bcancel := chromedp.NewContext(actx)
+	defer bcancel()
+	// Uncaught exceptions in the page fail the test.
+	var mu sync.Mutex
+	var pageErrs []string
+	if err := chromedp.Listen(bctx, func(ev any) {
+		if ex, ok := ev.(*cdpruntime.EventExceptionThrown); ok {
+			mu.Lock()
+			pageErrs = append(pageErrs, exceptionText(ex.ExceptionDetails))
+			mu.Unlock()
+		}
+	}); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+
+	// Open the page and give it the token as a user would.
+	if err := chromedp.Do(bctx,
+		chromedp.Navigate(base+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`#token`)),
+		chromedp.SendKeys(chromedp.CSS(`#token`), token),
+		chromedp.Click(chromedp.CSS(`#token-save`)),
+		chromedp.WaitVisible(chromedp.CSS(`#conn[data-state="live"]`)),
+	); err != nil {
+		t.Fatalf("open the dashboard: %v", err)
+	}
+
+	manifest, err := os.ReadFile(filepath.Join("..", "..", "examples", "demo-cluster.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(base, client.WithToken(token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.Apply(ctx, manifest); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+
+	// The fleet row appears and, live from the watch stream, reaches Ready.
+	start := time.Now()
+	if err := chromedp.Do(bctx,
+		chromedp.WaitVisible(chromedp.CSS(`#fleet tr[data-cluster="demo"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#fleet tr[data-cluster="demo"][data-phase="Ready"]`)),
+	); err != nil {
+		t.Fatalf("wait for demo Ready on the page: %v", err)
+	}
+	t.Logf("page showed demo Ready %s after the apply", time.Since(start).Round(time.Millisecond))
+
+	// Select it: the tree shows the control plane, both pools and all 8
+	// machines Running; the rollout is complete; the timeline has events.
+	if err := chromedp.Do(bctx,
+		chromedp.Click(chromedp.CSS(`#fleet tr[data-cluster="demo"] button`)),
+		chromedp.WaitVisible(chromedp.CSS(`#tree [data-kind="cluster"][data-phase="Ready"]`)),
+		chromedp.Poll[chromedp.Void](`document.querySelectorAll('#tree [data-kind="machine"][data-phase="Running"]').length >= 8`, chromedp.WithPollingTimeout(15*time.Second)),
+		chromedp.Poll[chromedp.Void](`document.querySelectorAll('#events li[data-seq]').length > 0`, chromedp.WithPollingTimeout(15*time.Second)),
+	); err != nil {
+		t.Fatalf("cluster detail: %v", err)
+	}
+	count := func(sel string) int {
+		t.Helper()
+		n, err := chromedp.Run(bctx, chromedp.Evaluate[int](fmt.Sprintf("document.querySelectorAll(%q).length", sel)))
+		if err != nil {
+			t.Fatalf("count %s: %v", sel, err)
+		}
+		return n
+	}
+	text := func(sel string) string {
+		t.Helper()
+		// Evaluated, not chromedp.Text: the page re-renders on every watch
+		// event, so a node found earlier may be gone.
+		s, err := chromedp.Run(bctx, chromedp.Evaluate[string](fmt.Sprintf("(document.querySelector(%q) || {}).innerText || ''", sel)))
+		if err != nil {
+			t.Fatalf("text of %s: %v", sel, err)
+		}
+		return s
+	}
+	machines := count(`#tree [data-kind="machine"]`)
+	running := count(`#tree [data-kind="machine"][data-phase="Running"]`)
+	pools := count(`#tree [data-kind="pool"], #tree [data-kind="control-plane"]`)
+	if machines != 8 || running != 8 || pools != 3 {
+		t.Errorf("tree: %d machines (%d Running), %d pools; want 8, 8, 3", machines, running, pools)
+	}
+	if n := count(`#events li[data-seq]`); n == 0 || n > 50 {
+		t.Errorf("timeline shows %d events, want 1..50", n)
+	}
+	if cp := text(`#rollout [data-pool="control-plane"]`); !strings.Contains(cp, "3 / 3") {
+		t.Errorf("control plane rollout %q, want 3 / 3", cp)
+	}
+	fleetText := text(`#fleet tr[data-cluster="demo"]`)
+	for _, want := range []string{"v1.33.4", "3 / 3", "5 / 5"} {
+		if !strings.Contains(fleetText, want) {
+			t.Errorf("fleet row %q lacks %q", fleetText, want)
+		}
+	}
+
+	shot, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	dir := os.Getenv("CAPN_SCREENSHOT_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "dashboard.png")
+	if err := os.WriteFile(path, shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", path)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(pageErrs) > 0 {
+		t.Errorf("uncaught exceptions in the page: %s", strings.Join(pageErrs, "; "))
+	}
+}
+
+// exceptionText describes an uncaught exception of the page.
+func exceptionText(d *cdpruntime.ExceptionDetails) string {
+	if d == nil {
+		return "exception"
+	}
+	s := d.Text
+	if d.Exception != nil && d.Exception.Description != "" {
+		s += " " + d.Exception.Description
+	}
+	return s
+}

@@ -249,6 +249,20 @@ func TestDashboardShowsClusterReady(t *testing.T) {
 		}
 	}
 
+	// A change shows up live: scale md-1 from 2 to 3.
+	if _, err := c.Scale(ctx, "demo", "md-1", 3); err != nil {
+		t.Fatalf("scale: %v", err)
+	}
+	if err := chromedp.Do(bctx,
+		chromedp.Poll[chromedp.Void](`(document.querySelector('#fleet tr[data-cluster="demo"]') || {}).innerText.includes('6 / 6')`, chromedp.WithPollingTimeout(20*time.Second)),
+		chromedp.Poll[chromedp.Void](`document.querySelectorAll('#tree [data-kind="machine"][data-phase="Running"]').length === 9`, chromedp.WithPollingTimeout(20*time.Second)),
+	); err != nil {
+		t.Fatalf("scale md-1 to 3 on the page: %v (fleet row %q, rollout %q)", err, text(`#fleet tr[data-cluster="demo"]`), text(`#rollout [data-pool="md-1"]`))
+	}
+	if r := text(`#rollout [data-pool="md-1"]`); !strings.Contains(r, "3 / 3") {
+		t.Errorf("md-1 rollout %q after the scale, want 3 / 3", r)
+	}
+
 	shot, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)

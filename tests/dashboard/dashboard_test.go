@@ -52,9 +52,42 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
-// startCapn runs the services and the gateway, each as its own runtime.Run
-// on one embedded nats-server, and returns the gateway's URL.
-func startCapn(t *testing.T, token string) string {
+// capn is a running deployment: the services and the gateway, each as its
+// own runtime.Run on one embedded nats-server.
+type capn struct {
+	t     *testing.T
+	nats  string
+	ring  *seal.Keyring
+	token string
+	addr  string // the gateway's host:port, kept across restarts
+	stop  func() // stops the gateway
+}
+
+// run runs svc until the returned stop (idempotent) or the test's end.
+func (c *capn) run(svc runtime.Service) func() {
+	ctx, cancel := context.WithCancel(context.Background())
+	cfg := runtime.Config{Name: svc.Name(), NATS: runtime.NATSConfig{URL: c.nats}, LogLevel: "warn"}
+	done := make(chan error, 1)
+	go func() { done <- runtime.Run(ctx, cfg, svc, runtime.WithoutHTTP()) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					c.t.Errorf("%s: %v", svc.Name(), err)
+				}
+			case <-time.After(20 * time.Second):
+				c.t.Errorf("%s did not stop within 20s", svc.Name())
+			}
+		})
+	}
+	c.t.Cleanup(stop)
+	return stop
+}
+
+func startCapn(t *testing.T, token string) *capn {
 	t.Helper()
 	srv := natstest.Start(t)
 	_, js := srv.Connect(t)
@@ -69,53 +102,46 @@ func startCapn(t *testing.T, token string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw := gateway.New(gateway.Options{
-		Listener: ln,
-		Keyring:  ring,
-		Tokens:   []gateway.Token{{Name: "admin", Secret: token, Scopes: []api.Scope{api.ScopeAdmin}}},
-	})
-	services := []runtime.Service{
+	c := &capn{t: t, nats: srv.URL(), ring: ring, token: token, addr: "127.0.0.1:0"}
+	for _, svc := range []runtime.Service{
 		clusterplanner.New(clusterplanner.Config{}),
 		machinemanager.New(machinemanager.Config{}),
 		bootstrapper.New(bootstrapper.Config{Keyring: ring}),
 		sim.NewService(sim.Options{BootLatency: 30 * time.Millisecond, BootJitter: 30 * time.Millisecond, HeartbeatEvery: 2 * time.Second, Seed: 1},
 			sdk.Options{ReconcileEvery: 2 * time.Second}),
-		gw,
+	} {
+		c.run(svc)
 	}
-	for _, svc := range services {
-		ctx, cancel := context.WithCancel(context.Background())
-		cfg := runtime.Config{Name: svc.Name(), NATS: runtime.NATSConfig{URL: srv.URL()}, LogLevel: "warn"}
-		done := make(chan error, 1)
-		go func() { done <- runtime.Run(ctx, cfg, svc, runtime.WithoutHTTP()) }()
-		t.Cleanup(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("%s: %v", svc.Name(), err)
-				}
-			case <-time.After(20 * time.Second):
-				t.Errorf("%s did not stop within 20s", svc.Name())
-			}
-		})
+	c.startGateway()
+	return c
+}
+
+// startGateway runs the gateway on c.addr (a free port the first time, the
+// same one after) and waits until it answers.
+func (c *capn) startGateway() {
+	c.t.Helper()
+	ln, err := net.Listen("tcp", c.addr)
+	if err != nil {
+		c.t.Fatal(err)
 	}
-	natstest.WaitFor(t, 15*time.Second, "gateway listening", func() bool {
-		if gw.URL() == "" {
-			return false
-		}
-		res, err := http.Get(gw.URL() + "/healthz")
+	c.addr = ln.Addr().String()
+	gw := gateway.New(gateway.Options{
+		Listener: ln,
+		Keyring:  c.ring,
+		Tokens:   []gateway.Token{{Name: "admin", Secret: c.token, Scopes: []api.Scope{api.ScopeAdmin}}},
+	})
+	c.stop = c.run(gw)
+	natstest.WaitFor(c.t, 15*time.Second, "gateway listening", func() bool {
+		res, err := http.Get(c.url() + "/healthz")
 		if err != nil {
 			return false
 		}
 		res.Body.Close()
 		return res.StatusCode == http.StatusOK
 	})
-	return gw.URL()
 }
+
+func (c *capn) url() string { return "http://" + c.addr }
 
 func TestDashboardShowsClusterReady(t *testing.T) {
 	if testing.Short() {
@@ -126,7 +152,8 @@ func TestDashboardShowsClusterReady(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := startCapn(t, token)
+	world := startCapn(t, token)
+	base := world.url()
 
 	// The static files need no token; the API still does.
 	for path, want := range map[string]int{"/": 200, "/ui/app.js": 200, "/v1/clusters": 401} {
@@ -261,6 +288,28 @@ func TestDashboardShowsClusterReady(t *testing.T) {
 	}
 	if r := text(`#rollout [data-pool="md-1"]`); !strings.Contains(r, "3 / 3") {
 		t.Errorf("md-1 rollout %q after the scale, want 3 / 3", r)
+	}
+
+	// The gateway restarts: the page shows it reconnecting, then resumes
+	// (the new gateway cannot resume the old ids, so it RESETs) and keeps
+	// following changes: scale md-1 back to 2.
+	world.stop()
+	if err := chromedp.Do(bctx, chromedp.WaitVisible(chromedp.CSS(`#conn[data-state="reconnecting"]`))); err != nil {
+		t.Fatalf("page did not notice the gateway stop: %v", err)
+	}
+	world.startGateway()
+	if err := chromedp.Do(bctx, chromedp.WaitVisible(chromedp.CSS(`#conn[data-state="live"]`))); err != nil {
+		t.Fatalf("page did not reconnect: %v", err)
+	}
+	if _, err := c.Scale(ctx, "demo", "md-1", 2); err != nil {
+		t.Fatalf("scale: %v", err)
+	}
+	if err := chromedp.Do(bctx,
+		chromedp.Poll[chromedp.Void](`(document.querySelector('#fleet tr[data-cluster="demo"]') || {}).innerText.includes('5 / 5')`, chromedp.WithPollingTimeout(20*time.Second)),
+		chromedp.Poll[chromedp.Void](`document.querySelectorAll('#tree [data-kind="machine"]').length === 8`, chromedp.WithPollingTimeout(20*time.Second)),
+		chromedp.WaitVisible(chromedp.CSS(`#fleet tr[data-cluster="demo"][data-phase="Ready"]`)),
+	); err != nil {
+		t.Fatalf("scale md-1 to 2 after the reconnect: %v (fleet row %q)", err, text(`#fleet tr[data-cluster="demo"]`))
 	}
 
 	shot, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))

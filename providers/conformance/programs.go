@@ -70,12 +70,18 @@ func BuildTemp(programs ...string) (string, error) {
 // removes the programs BuildTemp and CorePrograms built.
 func Main(m *testing.M) {
 	code := m.Run()
+	CleanupBuilds()
+	os.Exit(code)
+}
+
+// CleanupBuilds removes what BuildTemp built (Main calls it).
+func CleanupBuilds() {
 	tempMu.Lock()
+	defer tempMu.Unlock()
 	for _, d := range tempDirs {
 		_ = os.RemoveAll(d)
 	}
-	tempMu.Unlock()
-	os.Exit(code)
+	tempDirs = nil
 }
 
 // CorePrograms returns a Features.Capn that runs capn's core programs

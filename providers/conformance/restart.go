@@ -60,6 +60,9 @@ func (s *suite) restart(t *testing.T, e *Env) {
 		t.Errorf("records after the restart: %v", keys)
 	}
 	for _, m := range names {
+		if m == "m2" && s.f.OutOfBandDelete != nil {
+			continue // gone: its address may be given out again
+		}
 		for _, a := range before[m].GetAddresses() {
 			for _, b := range m4.GetAddresses() {
 				if a.GetType() == "InternalIP" && b.GetType() == "InternalIP" && a.GetAddress() == b.GetAddress() {

@@ -77,6 +77,10 @@ type Features struct {
 	Capn func(t *testing.T, natsURL string)
 	// Timeout bounds each wait for the provider (default 30s).
 	Timeout time.Duration
+	// Parallel runs the checks in parallel (t.Parallel): for a provider
+	// whose checks mostly wait on its infrastructure (docker). Each check
+	// has its own server, state dir and names either way.
+	Parallel bool
 }
 
 // Disk is file access to a machine's disk (its data dir, its container's
@@ -124,6 +128,9 @@ func Run(t *testing.T, p Provider, f Features) {
 		t.Run(c.name, func(t *testing.T) {
 			if c.skip != "" {
 				t.Skip(c.skip)
+			}
+			if f.Parallel {
+				t.Parallel()
 			}
 			c.run(t, s.newEnv(t))
 		})

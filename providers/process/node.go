@@ -29,6 +29,12 @@ func (p *Provider) nodeArgs(rec *machineRecord) []string {
 	if rec.CACertHash != "" {
 		args = append(args, "--ca-cert-hash="+rec.CACertHash)
 	}
+	if p.opts.NodeNATSCreds != "" {
+		args = append(args, "--nats-creds="+p.opts.NodeNATSCreds)
+	}
+	if p.opts.NodeNATSNKey != "" {
+		args = append(args, "--nats-nkey="+p.opts.NodeNATSNKey)
+	}
 	if p.opts.HealthPort > 0 {
 		args = append(args, "--health-addr="+net.JoinHostPort(rec.Address, strconv.Itoa(p.opts.HealthPort)))
 	}

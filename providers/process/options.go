@@ -36,6 +36,10 @@ type Options struct {
 	// NodeNATSURL is the NATS URL machines connect to (default: the URL of
 	// the provider's own connection).
 	NodeNATSURL string
+	// NodeNATSCreds and NodeNATSNKey name a credentials file or an nkey
+	// seed file the machines authenticate to NATS with (optional; files
+	// on this host that capn-node may read).
+	NodeNATSCreds, NodeNATSNKey string
 	// HeartbeatEvery is the machines' heartbeat interval (default 10s).
 	HeartbeatEvery time.Duration
 	// WatchEvery is how often machine processes are checked for an exit
@@ -130,6 +134,8 @@ func (o *Options) Flags() []runtime.Flag {
 		f("process-node-binary", "capn-node `path` machines run (default: beside this program, else PATH)", runtime.StringValue(&o.NodeBinary)),
 		f("process-state-dir", "`dir` of clusters, machines and their data (required)", runtime.StringValue(&o.StateDir)),
 		f("process-node-nats-url", "NATS `url` machines connect to (default: this provider's)", runtime.StringValue(&o.NodeNATSURL)),
+		f("process-node-nats-creds", "NATS credentials `file` machines authenticate with (optional)", runtime.StringValue(&o.NodeNATSCreds)),
+		f("process-node-nats-nkey", "NATS nkey seed `file` machines authenticate with (optional)", runtime.StringValue(&o.NodeNATSNKey)),
 		f("process-heartbeat-every", "machines' heartbeat `interval` (0: 10s)", runtime.DurationValue(&o.HeartbeatEvery)),
 		f("process-watch-every", "`interval` of the check for machine processes that exited (0: 1s)", runtime.DurationValue(&o.WatchEvery)),
 		f("process-stop-timeout", "`time` a machine gets after SIGTERM before SIGKILL (0: 10s)", runtime.DurationValue(&o.StopTimeout)),

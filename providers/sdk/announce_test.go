@@ -59,3 +59,23 @@ func TestAlive(t *testing.T) {
 		})
 	}
 }
+
+// A stop that lands while a refresh is in flight must not let the
+// refresh resurrect the announcement after the withdrawal.
+func TestNoAnnouncementLeftWhenStoppedDuringARefresh(t *testing.T) {
+	env := sdktest.New(t)
+	opts := fastOptions()
+	opts.AnnounceEvery = time.Millisecond
+	for i := range 30 {
+		stop := env.Run(sdk.NewService(newFake(), opts))
+		natstest.WaitFor(t, sdktest.Timeout, "announcement", func() bool {
+			_, ok := env.Announcement("fake")
+			return ok
+		})
+		time.Sleep(time.Duration(i%7) * time.Millisecond)
+		stop()
+		if a, ok := env.Announcement("fake"); ok {
+			t.Fatalf("run %d: announcement left after a clean shutdown: %v", i, a)
+		}
+	}
+}

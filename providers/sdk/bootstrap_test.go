@@ -82,7 +82,11 @@ func TestFetchBootstrap(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.machine+"/"+tt.checksum, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			timeout := 5 * time.Second
+			if tt.machine == "silent" {
+				timeout = 300 * time.Millisecond
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
 			d, err := sdk.FetchBootstrap(ctx, nc, "c1", tt.machine, tt.checksum)
 			if !tt.check(d, err) {

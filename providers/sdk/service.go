@@ -135,7 +135,10 @@ func (s *server) run(ctx context.Context, d *runtime.Deps) error {
 	if err := s.adopt(ctx); err != nil {
 		return err
 	}
-	if err := s.announce(ctx); err != nil {
+	// The first announcement is a create: if a stop cut its wait for the
+	// ack short, it could still land after withdraw looked and found
+	// nothing. So it is not cut short (the bucket's timeout bounds it).
+	if err := s.announce(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("provider %s: announce: %w", s.name, err)
 	}
 	defer s.withdraw()

@@ -226,7 +226,7 @@ func parseScript(data []byte) (*Plan, error) {
 	return p, nil
 }
 
-// unquote undoes shell single quoting ('a'\”b').
+// unquote undoes shell single quoting; a quote inside is written as quote, backslash, quote, quote.
 func unquote(s string) (string, error) {
 	if len(s) < 2 || s[0] != '\'' || s[len(s)-1] != '\'' {
 		return "", fmt.Errorf("%q is not single-quoted", s)

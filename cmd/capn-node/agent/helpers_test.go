@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/capn-dev/capn/cmd/capn-node/agent"
 )
 
@@ -37,3 +39,5 @@ func selfSignedCA(t *testing.T) ([]byte, string) {
 	}
 	return p, h
 }
+
+func nopLog() zerolog.Logger { return zerolog.Nop() }

@@ -229,6 +229,9 @@ func TestMachinesOutliveTheProviderProgram(t *testing.T) {
 		b, _ := os.ReadFile(filepath.Join(machineDir(state, "c1", m), "pid"))
 		pids[m] = string(b)
 	}
+	// Kill only once both creates are acked: a command in flight at the
+	// kill would wait out the consumer's 30s AckWait before redelivery.
+	env.WaitDrained()
 	if err := provider.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/capn-dev/capn/deploy/natsconfig"
+	"github.com/capn-dev/capn/gateway"
+	"github.com/capn-dev/capn/services/bootstrapper/seal"
+	"github.com/capn-dev/capn/services/runtime"
+)
+
+func TestRender(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "deploy")
+	var out, errb bytes.Buffer
+	args := []string{"render", "--out", dir, "--provider", "sim:heartbeats", "--provider", "process:secrets-status"}
+	if code := run(context.Background(), args, &out, &errb); code != runtime.ExitOK {
+		t.Fatalf("render: exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "created gateway-admin.token") || !strings.Contains(out.String(), "created users/provider-process/nats.nk") {
+		t.Errorf("render said:\n%s", out.String())
+	}
+	l := natsconfig.Layout{Dir: dir}
+	if _, err := os.Stat(l.UserDir("provider-docker")); err == nil {
+		t.Error("--provider replaced the default providers, yet provider-docker was rendered")
+	}
+	k1, err := seal.LoadKey(l.UserFile(natsconfig.Bootstrapper, SecretsKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k2, err := seal.LoadKey(l.UserFile(natsconfig.Gateway, SecretsKeyFile))
+	if err != nil || k1.ID() != k2.ID() {
+		t.Errorf("the gateway's secrets key (%v) is not the bootstrapper's", err)
+	}
+	toks, err := gateway.LoadTokensFile(l.UserFile(natsconfig.Gateway, TokensFile))
+	if err != nil || len(toks) != 1 {
+		t.Fatalf("tokens file: %v (%d tokens)", err, len(toks))
+	}
+	token, err := os.ReadFile(filepath.Join(dir, AdminTokenFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if toks[0].Secret != gateway.HashToken(strings.TrimSpace(string(token))) || strings.Contains(toks[0].Secret, strings.TrimSpace(string(token))) {
+		t.Errorf("the tokens file holds %q, not the admin token's hash", toks[0].Secret)
+	}
+	env, err := os.ReadFile(filepath.Join(dir, ComposeEnvFile))
+	if err != nil || !strings.Contains(string(env), "CAPN_DEPLOY_DIR="+dir+"\n") {
+		t.Errorf("compose.env (%v):\n%s", err, env)
+	}
+
+	out.Reset()
+	if code := run(context.Background(), args, &out, &errb); code != runtime.ExitOK {
+		t.Fatalf("second render: exit %d: %s", code, errb.String())
+	}
+	if strings.Contains(out.String(), "created") {
+		t.Errorf("a second render created files:\n%s", out.String())
+	}
+}
+
+func TestUsage(t *testing.T) {
+	var out, errb bytes.Buffer
+	for _, c := range []struct {
+		args []string
+		code int
+	}{
+		{nil, runtime.ExitUsage},
+		{[]string{"frobnicate"}, runtime.ExitUsage},
+		{[]string{"render", "--provider", "sim:wings"}, runtime.ExitUsage},
+		{[]string{"render", "extra"}, runtime.ExitUsage},
+		{[]string{"help"}, runtime.ExitOK},
+	} {
+		if code := run(context.Background(), c.args, &out, &errb); code != c.code {
+			t.Errorf("%v: exit %d, want %d (%s)", c.args, code, c.code, errb.String())
+		}
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"users"}, &out, &errb); code != runtime.ExitOK {
+		t.Fatal(errb.String())
+	}
+	for _, want := range []string{"provider-sim — infrastructure provider sim (inbox _INBOX_provider-sim)", "  pub   $KV.observed.infra.sim.>", "  sub   _INBOX_gateway.>"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("users lacks %q", want)
+		}
+	}
+}

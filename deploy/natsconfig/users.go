@@ -1,0 +1,338 @@
+package natsconfig
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/capn-dev/capn/events"
+)
+
+// Component (user) names. Each core component's user has the name of the
+// runtime service it runs as; a provider's is provider-<name>.
+const (
+	ClusterPlanner = "cluster-planner"
+	MachineManager = "machine-manager"
+	Bootstrapper   = "bootstrapper"
+	HealthWatcher  = "health-watcher"
+	Remediator     = "remediator"
+	Gateway        = "gateway"
+	// Init provisions streams and buckets, and may do nothing else.
+	Init = "capn-init"
+	// NodeAgent is the user every node agent (capn-node, capn-npd-bridge)
+	// shares: heartbeats, node conditions and the bootstrap fetch.
+	NodeAgent = "node"
+)
+
+// Subjects and names that capn's services use and events does not export.
+// They mirror the services' own definitions; tests/cluster runs every
+// service under the rendered permissions and checks that every durable
+// consumer on the server is one declared here.
+const (
+	// SubjectIngest is the gateway's ingest stream's subjects (gateway.SubjectIngest).
+	SubjectIngest = "capn.ingest"
+	// SubjectBootstrapFetch is the root of the bootstrap fetch requests
+	// (bootstrapper.FetchSubjectRoot): capn.bootstrap.fetch.<cluster>.<machine>.
+	SubjectBootstrapFetch = "capn.bootstrap.fetch"
+)
+
+// ProviderUser is the user, runtime service and durable consumer name of
+// provider p (sdk.ServiceName).
+func ProviderUser(p string) string { return "provider-" + p }
+
+// InboxPrefix is the reply-subject prefix user's connections must use
+// (nats.CustomInboxPrefix; CAPN_NATS_INBOX_PREFIX): _INBOX_<user>.
+func InboxPrefix(user string) string { return "_INBOX_" + user }
+
+// Durable is a durable consumer a component creates and consumes.
+type Durable struct {
+	Stream, Name string
+	// Filters are the consumer's filter subjects.
+	Filters []string
+}
+
+// Durables are every durable consumer of d, each with the user that owns it.
+func (d Deployment) Durables() map[string][]Durable {
+	ev := func(s ...string) string { return events.Subject(append([]string{events.SubjectEvents}, s...)...) }
+	out := map[string][]Durable{
+		Bootstrapper: {{Stream: events.StreamCommands, Name: Bootstrapper, Filters: []string{events.SubjectCommands + ".bootstrap.>"}}},
+		MachineManager: {
+			{Stream: events.StreamEvents, Name: MachineManager + "-bootstrap", Filters: []string{ev("bootstrap", "ready", ">"), ev("bootstrap", "failed", ">")}},
+			{Stream: events.StreamHealth, Name: MachineManager + "-heartbeat", Filters: []string{events.SubjectHealth + ".*.*.heartbeat"}},
+		},
+		HealthWatcher: {
+			{Stream: events.StreamHealth, Name: HealthWatcher + "-health", Filters: []string{events.SubjectHealth + ".>"}},
+			{Stream: events.StreamEvents, Name: HealthWatcher + "-drift", Filters: []string{ev("infra", "drift", "*", "*")}},
+		},
+		Remediator: {{Stream: events.StreamEvents, Name: Remediator + "-unhealthy", Filters: []string{ev("machine", "unhealthy", "*", "*")}}},
+	}
+	for _, p := range d.Providers {
+		u := ProviderUser(p.Name)
+		out[u] = []Durable{{Stream: events.StreamProviders, Name: u, Filters: []string{events.Subject(events.SubjectProviders, p.Name, ">")}}}
+	}
+	return out
+}
+
+// Permissions are one user's NATS authorization. An empty allow list
+// allows nothing (the renderer writes it as an explicit deny of ">").
+type Permissions struct {
+	PublishAllow, PublishDeny, SubscribeAllow []string
+	// Responses allows publishing one reply to each request received
+	// (allow_responses), for a user that answers requests.
+	Responses bool
+}
+
+// User is one NATS user of the deployment.
+type User struct {
+	// Name is the component (and runtime service) name.
+	Name string
+	// Role says in one line what the user is for.
+	Role string
+	// Inbox is the inbox prefix its connections must use.
+	Inbox string
+	Perms Permissions
+}
+
+// Users are every NATS user of d, in a fixed order: the core components,
+// the gateway, the providers (in d's order), node agents and the init job.
+func (d Deployment) Users() []User {
+	durables := d.Durables()
+	var users []User
+	add := func(name, role string, f func(g *grants)) {
+		g := &grants{}
+		for _, c := range durables[name] {
+			g.consume(c)
+		}
+		f(g)
+		users = append(users, User{Name: name, Role: role, Inbox: InboxPrefix(name), Perms: g.permissions(InboxPrefix(name))})
+	}
+	ev := func(s ...string) string { return events.Subject(append([]string{events.SubjectEvents}, s...)...) }
+	des, obs, sec := events.BucketDesired, events.BucketObserved, events.BucketSecrets
+
+	add(ClusterPlanner, "plans machines and rolls clusters out", func(g *grants) {
+		g.read(des, ">")
+		g.read(obs, ">")
+		g.write(des, "cluster.>") // removes a deleted cluster's key
+		g.write(des, "machine.>")
+		g.write(obs, "cluster.>")
+		g.publish(ev("cluster", ">"), events.Subject(events.SubjectProviders, "*", "cluster", ">"),
+			events.Subject(events.SubjectCommands, "bootstrap", "cleanup", ">"))
+	})
+	add(MachineManager, "drives each machine's life: bootstrap, provider create and delete", func(g *grants) {
+		g.read(des, ">")
+		g.read(obs, ">")
+		g.write(obs, "machine.>")
+		g.publish(ev("machine", ">"), events.Subject(events.SubjectCommands, "bootstrap", "generate", ">"),
+			events.Subject(events.SubjectProviders, "*", "machine", "create", ">"),
+			events.Subject(events.SubjectProviders, "*", "machine", "delete", ">"))
+		// Facts that belong to the health-watcher and the remediator.
+		g.deny(ev("machine", "unhealthy", ">"), ev("machine", "remediation", ">"))
+	})
+	add(Bootstrapper, "owns PKI, kubeconfigs and bootstrap data (the secrets bucket)", func(g *grants) {
+		g.read(des, ">")
+		g.read(obs, ">")
+		g.write(sec, ">")
+		g.write(obs, "secrets.>")
+		g.publish(ev("bootstrap", ">"))
+		g.serve(events.Subject(SubjectBootstrapFetch, "*", "*"))
+	})
+	add(HealthWatcher, "judges node health from heartbeats, conditions and drift", func(g *grants) {
+		g.read(des, ">")
+		g.read(obs, ">")
+		g.write(obs, "node.>")
+		g.publish(ev("machine", "unhealthy", ">"))
+	})
+	add(Remediator, "repairs or replaces unhealthy machines", func(g *grants) {
+		g.read(des, ">")
+		g.read(obs, ">")
+		g.write(des, "machine.>") // a machine's deletion timestamp
+		g.write(obs, "remediation.>")
+		g.publish(ev("machine", "remediation", ">"), events.Subject(events.SubjectProviders, "*", "machine", "reboot", ">"))
+	})
+	add(Gateway, "the HTTP API: writes desired clusters, serves state, timelines, kubeconfigs, ingest", func(g *grants) {
+		g.read(des, ">")
+		g.read(obs, ">")
+		g.read(sec, "kubeconfig.>") // sealed; the gateway holds the key to serve them
+		g.write(des, "cluster.>")
+		g.publish(SubjectIngest+".>", events.SubjectHealth+".>")
+		g.ordered(events.StreamEvents, ev("*", "*", "*", "*"), durablesOn(durables, events.StreamEvents))
+	})
+	for _, p := range d.Providers {
+		add(ProviderUser(p.Name), "infrastructure provider "+p.Name, func(g *grants) {
+			g.write(obs, events.Subject("infra", p.Name, ">"))
+			g.write(obs, events.Subject("provider", p.Name))
+			for _, k := range p.ObservedReads {
+				g.read(obs, k)
+			}
+			g.publish(ev("infra", "drift", ">"))
+			if p.Heartbeats {
+				g.publish(events.Subject(events.SubjectHealth, "*", "*", "heartbeat"))
+			}
+		})
+	}
+	if d.NodeAgents {
+		add(NodeAgent, "node agents: heartbeats, node conditions, their own bootstrap data", func(g *grants) {
+			g.publish(events.SubjectHealth+".*.*.*", events.Subject(SubjectBootstrapFetch, "*", "*"))
+		})
+	}
+	add(Init, "provisions streams and buckets; reads no data", func(g *grants) {
+		g.publish("$JS.API.INFO", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST",
+			"$JS.API.STREAM.INFO.*", "$JS.API.STREAM.CREATE.*", "$JS.API.STREAM.UPDATE.*")
+	})
+	return users
+}
+
+// User returns the user called name.
+func (d Deployment) User(name string) (User, error) {
+	for _, u := range d.Users() {
+		if u.Name == name {
+			return u, nil
+		}
+	}
+	return User{}, fmt.Errorf("natsconfig: no user %q in the deployment", name)
+}
+
+func durablesOn(all map[string][]Durable, stream string) []Durable {
+	var out []Durable
+	for _, ds := range all {
+		for _, c := range ds {
+			if c.Stream == stream {
+				out = append(out, c)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Durable) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// grants collects one user's subjects.
+type grants struct {
+	pub, denied, sub []string
+	responses        bool
+}
+
+const jsAPI = "$JS.API"
+
+func api(tokens ...string) string { return events.Subject(append([]string{jsAPI}, tokens...)...) }
+
+func kvStream(bucket string) string { return "KV_" + bucket }
+
+// kvSubject is $KV.<bucket>.<keys>; keys is a key or a NATS pattern of keys.
+func kvSubject(bucket, keys string) string { return events.Subject("$KV", bucket, keys) }
+
+func (g *grants) publish(subjects ...string) { g.pub = append(g.pub, subjects...) }
+func (g *grants) deny(subjects ...string)    { g.denied = append(g.denied, subjects...) }
+
+// read lets the user bind bucket, get keys and watch them: direct gets
+// name the key in the subject, and a watcher's ordered consumer names its
+// filter, so both are scoped to keys. Stopping a watcher deletes its
+// consumer (nats.go waits for the answer), which cannot be scoped: the
+// consumer's name is random.
+func (g *grants) read(bucket, keys string) {
+	s := kvStream(bucket)
+	g.pub = append(g.pub,
+		api("STREAM", "INFO", s),
+		api("DIRECT", "GET", s, kvSubject(bucket, keys)),
+		api("CONSUMER", "CREATE", s, "*", kvSubject(bucket, keys)),
+		api("CONSUMER", "DELETE", s, "*"),
+		events.Subject("$JS", "FC", s, ">"),
+	)
+	if keys == ">" {
+		// A watch of several filters names none in its subject.
+		g.pub = append(g.pub, api("CONSUMER", "CREATE", s, "*"))
+	}
+}
+
+// write lets the user read keys and put, update and delete them.
+func (g *grants) write(bucket, keys string) {
+	g.read(bucket, keys)
+	g.pub = append(g.pub, kvSubject(bucket, keys))
+}
+
+// consume lets the user create (or update) and consume durable c, and
+// nothing else on its stream. A single filter is part of the create
+// subject, so the durable cannot be re-pointed at other subjects.
+func (g *grants) consume(c Durable) {
+	create := api("CONSUMER", "CREATE", c.Stream, c.Name)
+	if len(c.Filters) == 1 {
+		create = events.Subject(create, c.Filters[0])
+	}
+	g.pub = append(g.pub, create,
+		api("CONSUMER", "INFO", c.Stream, c.Name),
+		api("CONSUMER", "MSG", "NEXT", c.Stream, c.Name),
+		events.Subject("$JS", "ACK", c.Stream, c.Name, ">"),
+	)
+}
+
+// serve lets the user answer requests on subject (one reply each).
+func (g *grants) serve(subject string) {
+	g.sub = append(g.sub, subject)
+	g.responses = true
+}
+
+// ordered lets the user read stream through ordered consumers (random
+// names) of filter, and denies every durable of the stream: creating,
+// pulling from or deleting them would steal or break another's work.
+func (g *grants) ordered(stream, filter string, durables []Durable) {
+	g.pub = append(g.pub,
+		api("CONSUMER", "CREATE", stream, "*", filter),
+		api("CONSUMER", "INFO", stream, "*"),
+		api("CONSUMER", "MSG", "NEXT", stream, "*"),
+		api("CONSUMER", "DELETE", stream, "*"),
+	)
+	for _, c := range durables {
+		g.denied = append(g.denied,
+			api("CONSUMER", "CREATE", stream, c.Name),
+			api("CONSUMER", "CREATE", stream, c.Name, ">"),
+			api("CONSUMER", "INFO", stream, c.Name),
+			api("CONSUMER", "MSG", "NEXT", stream, c.Name),
+			api("CONSUMER", "DELETE", stream, c.Name),
+		)
+	}
+}
+
+func (g *grants) permissions(inbox string) Permissions {
+	return Permissions{
+		PublishAllow:   minimal(g.pub),
+		PublishDeny:    minimal(g.denied),
+		SubscribeAllow: minimal(append([]string{inbox + ".>"}, g.sub...)),
+		Responses:      g.responses,
+	}
+}
+
+// minimal sorts subjects and drops those another one covers.
+func minimal(subjects []string) []string {
+	var out []string
+	for i, s := range subjects {
+		covered := false
+		for j, o := range subjects {
+			if i != j && covers(o, s) && (!covers(s, o) || j < i) {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			out = append(out, s)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// covers tells whether every subject that pattern q matches, pattern p
+// matches too ('*' one token, '>' one or more at the end).
+func covers(p, q string) bool {
+	pt, qt := strings.Split(p, "."), strings.Split(q, ".")
+	for i, t := range pt {
+		if t == ">" {
+			return len(qt) > i
+		}
+		if i >= len(qt) || qt[i] == ">" {
+			return false
+		}
+		if t != "*" && t != qt[i] {
+			return false
+		}
+	}
+	return len(pt) == len(qt)
+}

@@ -1,0 +1,529 @@
+// Package perms checks the NATS permissions capn-nats-config renders
+// against a real nats-server started from the rendered configuration: each
+// component's user can do its job, through the same code its service runs
+// (store buckets and caches, events publishers and consumers), and every
+// attempt outside it is refused by the server. A denied publish returns no
+// error in NATS (a request just times out), so a refusal is asserted on the
+// server's verdict: the "Permissions Violation" it sends the client, which
+// names the subject.
+package perms
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/capn-dev/capn/deploy/natsconfig"
+	"github.com/capn-dev/capn/deploy/natsconfig/natsconfigtest"
+	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/store"
+	"github.com/capn-dev/capn/gateway"
+	"github.com/capn-dev/capn/services/bootstrapper"
+)
+
+// deniedWithin bounds the wait for a refusal: the server answers a denied
+// publish or subscription with its verdict at once.
+const deniedWithin = 3 * time.Second
+
+// refusedTimeout bounds a request expected to be refused: it gets no
+// answer, only the server's verdict.
+const refusedTimeout = 500 * time.Millisecond
+
+// world is one server running the rendered compose deployment (one node,
+// R1: permissions do not depend on the cluster) with capn's topology.
+type world struct {
+	t *testing.T
+	c *natsconfigtest.Cluster
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	d := natsconfig.Compose()
+	d.Servers, d.Replicas = d.Servers[:1], 1
+	c := natsconfigtest.Start(t, d)
+	c.Provision() // as the init user: that is its job
+	return &world{t: t, c: c}
+}
+
+// actor is one connection as one user.
+type actor struct {
+	t    *testing.T
+	user string
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	v    *natsconfigtest.Violations
+}
+
+func (w *world) as(t *testing.T, user string) *actor {
+	t.Helper()
+	nc, js, v := w.c.Connect(user, 0)
+	return &actor{t: t, user: user, nc: nc, js: js, v: v}
+}
+
+// clean fails the test if the server refused the actor anything.
+func (a *actor) clean() {
+	a.t.Helper()
+	if err := a.nc.Flush(); err != nil {
+		a.t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if v := a.v.All(); len(v) > 0 {
+		a.t.Errorf("%s was denied while doing its job: %s", a.user, strings.Join(v, "; "))
+	}
+}
+
+// refused asserts that the server refused subject to the actor, after op
+// (which must fail, or not answer, itself).
+func (a *actor) refused(subject string, op func() error) {
+	a.t.Helper()
+	if err := op(); err == nil {
+		a.t.Errorf("%s: the operation on %s succeeded", a.user, subject)
+	}
+	if !a.v.Wait(subject, deniedWithin) {
+		a.t.Errorf("%s: no permissions violation for %q from the server; it reported %v", a.user, subject, a.v.All())
+	}
+}
+
+// refusedPublish asserts the server refuses a publish to subject: a
+// plain publish, which returns no error whatever the verdict.
+func (a *actor) refusedPublish(subject string) {
+	a.t.Helper()
+	if err := a.nc.Publish(subject, []byte("{}")); err != nil {
+		a.t.Fatal(err)
+	}
+	if !a.v.Wait(subject, deniedWithin) {
+		a.t.Errorf("%s: no permissions violation for %q from the server; it reported %v", a.user, subject, a.v.All())
+	}
+}
+
+// refusedSubscribe asserts the server refuses a subscription to subject.
+func (a *actor) refusedSubscribe(subject string) {
+	a.t.Helper()
+	a.refused(subject, func() error {
+		sub, err := a.nc.SubscribeSync(subject)
+		if err != nil {
+			return err
+		}
+		defer sub.Unsubscribe()
+		if err := a.nc.Flush(); err != nil {
+			return err
+		}
+		if !a.v.Wait(subject, deniedWithin) {
+			return nil
+		}
+		return errors.New("refused")
+	})
+}
+
+// kvGet is a direct get of key in bucket, the request a KV read makes.
+func (a *actor) kvGet(bucket, key string) func() error {
+	return func() error {
+		m, err := a.nc.Request(fmt.Sprintf("$JS.API.DIRECT.GET.KV_%s.$KV.%s.%s", bucket, bucket, key), nil, refusedTimeout)
+		if err != nil {
+			return err
+		}
+		if m.Header.Get("Status") != "" {
+			return fmt.Errorf("status %s", m.Header.Get("Status"))
+		}
+		return nil
+	}
+}
+
+func (a *actor) bucket(bucket string) jetstream.KeyValue {
+	a.t.Helper()
+	kv, err := a.js.KeyValue(context.Background(), bucket)
+	if err != nil {
+		a.t.Fatalf("%s: bucket %s: %v", a.user, bucket, err)
+	}
+	return kv
+}
+
+// cache starts a watch cache over bucket, as every service does.
+func (a *actor) cache(bucket string) {
+	a.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	a.t.Cleanup(cancel)
+	c := store.NewCache(a.bucket(bucket), store.CacheOptions{})
+	if err := c.Start(ctx); err != nil {
+		a.t.Fatalf("%s: watch %s: %v", a.user, bucket, err)
+	}
+}
+
+// put writes key with compare-and-set through store.Bucket (create, then
+// update on the revision read).
+func (a *actor) put(bucket, key string) {
+	a.t.Helper()
+	b := store.NewBucket(a.bucket(bucket), func() *emptypb.Empty { return new(emptypb.Empty) })
+	if _, _, err := b.Mutate(context.Background(), key, func(*emptypb.Empty, bool) (*emptypb.Empty, error) {
+		return &emptypb.Empty{}, nil
+	}); err != nil {
+		a.t.Errorf("%s: write %s %s: %v", a.user, bucket, key, err)
+	}
+}
+
+func (a *actor) get(bucket, key string) {
+	a.t.Helper()
+	if _, err := a.bucket(bucket).Get(context.Background(), key); err != nil {
+		a.t.Errorf("%s: read %s %s: %v", a.user, bucket, key, err)
+	}
+}
+
+// publish stores a CloudEvent on subject through events.Publisher.
+func (a *actor) publish(subject string) {
+	a.t.Helper()
+	p := events.NewPublisher(a.js, "capn/perms-test")
+	if _, err := p.Publish(context.Background(), subject, "dev.capn.test", subject+"."+a.user, &emptypb.Empty{}); err != nil {
+		a.t.Errorf("%s: publish %s: %v", a.user, subject, err)
+	}
+}
+
+// consume creates the durable d as its service does and takes one message.
+func (a *actor) consume(d natsconfig.Durable) *events.Message {
+	a.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got := make(chan *events.Message, 1)
+	spec := events.ConsumerSpec{Stream: d.Stream, Durable: d.Name, Filters: d.Filters}
+	go func() {
+		_ = events.Consume(ctx, a.js, spec, func(_ context.Context, m *events.Message) error {
+			select {
+			case got <- m:
+			default:
+			}
+			cancel()
+			return nil
+		})
+	}()
+	select {
+	case m := <-got:
+		return m
+	case <-ctx.Done():
+		a.t.Errorf("%s: no message through durable %s within 10s (violations: %v)", a.user, d.Name, a.v.All())
+		return nil
+	}
+}
+
+func durable(d natsconfig.Deployment, user, name string) natsconfig.Durable {
+	for _, c := range d.Durables()[user] {
+		if c.Name == name {
+			return c
+		}
+	}
+	panic("no durable " + name + " of " + user)
+}
+
+// TestEachUserDoesItsJob runs each component's NATS work as its user: no
+// refusal anywhere.
+func TestEachUserDoesItsJob(t *testing.T) {
+	w := newWorld(t)
+	d := w.c.D
+
+	gw := w.as(t, natsconfig.Gateway)
+	gw.cache(events.BucketDesired)
+	gw.cache(events.BucketObserved)
+	gw.put(events.BucketDesired, "cluster.demo")
+	gw.publish(gateway.SubjectIngest + ".dev.capn.test")
+	gw.publish(events.HealthSubject("demo", "m1", "conditions"))
+
+	cp := w.as(t, natsconfig.ClusterPlanner)
+	cp.cache(events.BucketDesired)
+	cp.cache(events.BucketObserved)
+	cp.put(events.BucketDesired, "machine.demo.m1")
+	cp.put(events.BucketObserved, "cluster.demo")
+	cp.put(events.BucketDesired, "cluster.demo") // its delete of a deleted cluster's key
+	cp.publish(events.EventSubject("cluster", "ready", "demo", "_"))
+	cp.publish(events.ProviderSubject("sim", "cluster", "ensure", "demo", "_"))
+	cp.publish(events.CommandSubject("bootstrap", "cleanup", "demo", "_"))
+
+	mm := w.as(t, natsconfig.MachineManager)
+	mm.cache(events.BucketDesired)
+	mm.cache(events.BucketObserved)
+	mm.put(events.BucketObserved, "machine.demo.m1")
+	mm.publish(events.CommandSubject("bootstrap", "generate", "demo", "m1"))
+	mm.publish(events.ProviderSubject("sim", "machine", "create", "demo", "m1"))
+	mm.publish(events.ProviderSubject("docker", "machine", "create", "demo", "m2"))
+	mm.publish(events.ProviderSubject("sim", "machine", "delete", "demo", "m1"))
+	mm.publish(events.EventSubject("machine", "running", "demo", "m1"))
+
+	bs := w.as(t, natsconfig.Bootstrapper)
+	bs.cache(events.BucketDesired)
+	bs.cache(events.BucketObserved)
+	bs.cache(events.BucketSecrets)
+	for _, k := range []string{"pki.demo", "kubeconfig.demo", "bootstrap.demo.m1"} {
+		bs.put(events.BucketSecrets, k)
+	}
+	bs.put(events.BucketObserved, "secrets.demo")
+	if m := bs.consume(durable(d, natsconfig.Bootstrapper, natsconfig.Bootstrapper)); m != nil && !strings.HasPrefix(m.Subject, "capn.cmd.bootstrap.") {
+		t.Errorf("bootstrapper got %s", m.Subject)
+	}
+	bs.publish(events.EventSubject("bootstrap", "ready", "demo", "m1"))
+	// The bootstrap fetch: the bootstrapper answers, a node agent asks.
+	sub, err := bs.nc.QueueSubscribe(bootstrapper.FetchSubjectRoot+".*.*", bootstrapper.FetchQueue, func(m *nats.Msg) {
+		_ = m.Respond([]byte("data"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := bs.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	node := w.as(t, natsconfig.NodeAgent)
+	if m, err := node.nc.Request(events.Subject(bootstrapper.FetchSubjectRoot, "demo", "m1"), nil, 5*time.Second); err != nil || string(m.Data) != "data" {
+		t.Errorf("node agent: bootstrap fetch: %v", err)
+	}
+	node.publish(events.HealthSubject("demo", "m1", "heartbeat"))
+	node.publish(events.HealthSubject("demo", "m1", "conditions"))
+
+	sim := w.as(t, natsconfig.ProviderUser("sim"))
+	if m := sim.consume(durable(d, natsconfig.ProviderUser("sim"), natsconfig.ProviderUser("sim"))); m != nil && !strings.HasPrefix(m.Subject, "capn.provider.sim.") {
+		t.Errorf("provider-sim got %s", m.Subject)
+	}
+	sim.put(events.BucketObserved, "infra.sim.demo.m1")
+	sim.put(events.BucketObserved, "infra.sim.demo._")
+	sim.put(events.BucketObserved, "provider.sim")
+	w2, err := sim.bucket(events.BucketObserved).WatchFiltered(context.Background(), []string{"infra.sim.>"})
+	if err != nil {
+		t.Errorf("provider-sim: watch its infra: %v", err)
+	} else {
+		if e := <-w2.Updates(); e == nil || !strings.HasPrefix(e.Key(), "infra.sim.") {
+			t.Errorf("provider-sim: watch its infra: got %v", e)
+		}
+		if err := w2.Stop(); err != nil {
+			t.Errorf("provider-sim: stop watcher: %v", err)
+		}
+	}
+	sim.publish(events.EventSubject("infra", "drift", "demo", "m1"))
+	sim.publish(events.HealthSubject("demo", "m1", "heartbeat"))
+
+	dk := w.as(t, natsconfig.ProviderUser("docker"))
+	if m := dk.consume(durable(d, natsconfig.ProviderUser("docker"), natsconfig.ProviderUser("docker"))); m != nil && !strings.HasPrefix(m.Subject, "capn.provider.docker.") {
+		t.Errorf("provider-docker got %s", m.Subject)
+	}
+	dk.get(events.BucketObserved, "secrets.demo") // the CA pin
+	dk.put(events.BucketObserved, "infra.docker.demo.m2")
+
+	hw := w.as(t, natsconfig.HealthWatcher)
+	hw.cache(events.BucketDesired)
+	hw.cache(events.BucketObserved)
+	hw.put(events.BucketObserved, "node.demo.m1")
+	hw.consume(durable(d, natsconfig.HealthWatcher, natsconfig.HealthWatcher+"-health"))
+	hw.consume(durable(d, natsconfig.HealthWatcher, natsconfig.HealthWatcher+"-drift"))
+	hw.publish(events.EventSubject("machine", "unhealthy", "demo", "m1"))
+
+	mm.consume(durable(d, natsconfig.MachineManager, natsconfig.MachineManager+"-bootstrap"))
+	mm.consume(durable(d, natsconfig.MachineManager, natsconfig.MachineManager+"-heartbeat"))
+
+	rm := w.as(t, natsconfig.Remediator)
+	rm.cache(events.BucketDesired)
+	rm.cache(events.BucketObserved)
+	rm.consume(durable(d, natsconfig.Remediator, natsconfig.Remediator+"-unhealthy"))
+	rm.put(events.BucketDesired, "machine.demo.m1")
+	rm.put(events.BucketObserved, "remediation.demo.md-0")
+	rm.publish(events.EventSubject("machine", "remediation", "demo", "m1"))
+	rm.publish(events.ProviderSubject("sim", "machine", "reboot", "demo", "m1"))
+
+	// The gateway: a kubeconfig (sealed in secrets) and a timeline through
+	// an ordered consumer of CAPN_EVENTS.
+	gw.get(events.BucketSecrets, "kubeconfig.demo")
+	cons, err := gw.js.OrderedConsumer(context.Background(), events.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.EventSubject("*", "*", "demo", "*")}, InactiveThreshold: time.Minute})
+	if err != nil {
+		t.Errorf("gateway: timeline consumer: %v", err)
+	} else if m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second)); err != nil {
+		t.Errorf("gateway: timeline: %v", err)
+	} else if !strings.HasPrefix(m.Subject(), "capn.evt.") {
+		t.Errorf("gateway: timeline got %s", m.Subject())
+	}
+
+	for _, a := range []*actor{gw, cp, mm, bs, node, sim, dk, hw, rm} {
+		a.clean()
+	}
+	for _, v := range w.c.ServerViolations() {
+		t.Errorf("server logged: %s", v)
+	}
+}
+
+// TestOutsideTheJobIsRefused tries, as each user, what it must not do.
+func TestOutsideTheJobIsRefused(t *testing.T) {
+	w := newWorld(t)
+	// Something to steal: a sim and a docker command, secrets.
+	mm := w.as(t, natsconfig.MachineManager)
+	mm.publish(events.ProviderSubject("sim", "machine", "create", "demo", "m1"))
+	mm.publish(events.ProviderSubject("docker", "machine", "create", "demo", "m2"))
+	bs := w.as(t, natsconfig.Bootstrapper)
+	bs.put(events.BucketSecrets, "pki.demo")
+	bs.put(events.BucketSecrets, "bootstrap.demo.m1")
+	// The durables exist, as in a running deployment.
+	for user, ds := range w.c.D.Durables() {
+		a := w.as(t, user)
+		for _, c := range ds {
+			if _, err := events.EnsureConsumer(context.Background(), a.js, events.ConsumerSpec{Stream: c.Stream, Durable: c.Name, Filters: c.Filters}); err != nil {
+				t.Fatalf("%s: create %s: %v", user, c.Name, err)
+			}
+		}
+	}
+
+	t.Run("provider reads no secrets", func(t *testing.T) {
+		t.Parallel()
+		sim := w.as(t, natsconfig.ProviderUser("sim"))
+		sim.refused("$JS.API.STREAM.INFO.KV_secrets", func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), refusedTimeout)
+			defer cancel()
+			_, err := sim.js.KeyValue(ctx, events.BucketSecrets)
+			return err
+		})
+		sim.refused("$JS.API.DIRECT.GET.KV_secrets.$KV.secrets.pki.demo", sim.kvGet(events.BucketSecrets, "pki.demo"))
+		sim.refused("$JS.API.DIRECT.GET.KV_secrets.$KV.secrets.bootstrap.demo.m1", sim.kvGet(events.BucketSecrets, "bootstrap.demo.m1"))
+		sim.refusedPublish("$JS.API.CONSUMER.CREATE.KV_secrets.x.$KV.secrets.>")
+		sim.refusedPublish("$JS.API.STREAM.MSG.GET.KV_secrets")
+		sim.refusedSubscribe("$KV.secrets.>")
+	})
+	t.Run("provider consumes only its own commands", func(t *testing.T) {
+		t.Parallel()
+		sim := w.as(t, natsconfig.ProviderUser("sim"))
+		// Another provider's durable: neither bind, pull nor re-create it.
+		sim.refusedPublish("$JS.API.CONSUMER.MSG.NEXT.CAPN_PROVIDERS.provider-docker")
+		sim.refusedPublish("$JS.API.CONSUMER.CREATE.CAPN_PROVIDERS.provider-docker.capn.provider.docker.>")
+		sim.refused("$JS.API.CONSUMER.CREATE.CAPN_PROVIDERS.provider-sim.capn.provider.docker.>", func() error {
+			// Its own durable re-pointed at docker's commands.
+			ctx, cancel := context.WithTimeout(context.Background(), refusedTimeout)
+			defer cancel()
+			_, err := sim.js.CreateOrUpdateConsumer(ctx, events.StreamProviders,
+				jetstream.ConsumerConfig{Durable: "provider-sim", FilterSubject: "capn.provider.docker.>", AckPolicy: jetstream.AckExplicitPolicy})
+			return err
+		})
+		sim.refusedPublish("$JS.API.CONSUMER.CREATE.CAPN_PROVIDERS.sneaky.capn.provider.>")
+		sim.refusedPublish("$JS.API.CONSUMER.CREATE.CAPN_PROVIDERS.provider-sim")
+		sim.refusedPublish("$JS.API.CONSUMER.DURABLE.CREATE.CAPN_PROVIDERS.provider-docker")
+		sim.refusedSubscribe("capn.provider.docker.>")
+		sim.refusedSubscribe("capn.>")
+		sim.refusedPublish("$JS.ACK.CAPN_PROVIDERS.provider-docker.1.1.1.1.0")
+		// Nor send commands, to anyone.
+		sim.refusedPublish("capn.provider.docker.machine.create.demo.m3")
+		sim.refusedPublish("capn.provider.sim.machine.create.demo.m3")
+	})
+	t.Run("provider writes only its own keys", func(t *testing.T) {
+		t.Parallel()
+		sim := w.as(t, natsconfig.ProviderUser("sim"))
+		sim.refusedPublish("$KV.observed.infra.docker.demo.m2")
+		sim.refusedPublish("$KV.observed.provider.docker")
+		sim.refusedPublish("$KV.observed.machine.demo.m1")
+		sim.refusedPublish("$KV.observed.node.demo.m1")
+		sim.refusedPublish("$KV.desired.cluster.demo")
+		sim.refused("$JS.API.DIRECT.GET.KV_observed.$KV.observed.machine.demo.m1", sim.kvGet(events.BucketObserved, "machine.demo.m1"))
+		sim.refused("$JS.API.DIRECT.GET.KV_observed.$KV.observed.infra.docker.demo.m2", sim.kvGet(events.BucketObserved, "infra.docker.demo.m2"))
+		sim.refusedPublish("$JS.API.CONSUMER.CREATE.KV_observed.x.$KV.observed.>")
+		sim.refusedPublish("$JS.API.STREAM.INFO.KV_desired")
+	})
+	t.Run("no one reads another's replies", func(t *testing.T) {
+		t.Parallel()
+		sim := w.as(t, natsconfig.ProviderUser("sim"))
+		sim.refusedSubscribe("_INBOX.>")
+		sim.refusedSubscribe("_INBOX_bootstrapper.>")
+		sim.refusedSubscribe(">")
+		node := w.as(t, natsconfig.NodeAgent)
+		node.refusedSubscribe("_INBOX_gateway.>")
+		node.refusedSubscribe(bootstrapper.FetchSubjectRoot + ".>") // answering fetches is the bootstrapper's
+	})
+	t.Run("gateway consumes no provider commands and steals no durable", func(t *testing.T) {
+		t.Parallel()
+		gw := w.as(t, natsconfig.Gateway)
+		gw.refusedPublish("$JS.API.CONSUMER.MSG.NEXT.CAPN_PROVIDERS.provider-sim")
+		gw.refusedPublish("$JS.API.CONSUMER.CREATE.CAPN_PROVIDERS.provider-sim.capn.provider.sim.>")
+		gw.refused("$JS.API.CONSUMER.CREATE.CAPN_PROVIDERS.*.capn.provider.sim.>", func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), refusedTimeout)
+			defer cancel()
+			_, err := gw.js.OrderedConsumer(ctx, events.StreamProviders, jetstream.OrderedConsumerConfig{
+				FilterSubjects: []string{"capn.provider.sim.>"}, MaxResetAttempts: 1})
+			return err
+		})
+		gw.refusedSubscribe("capn.provider.>")
+		// Its timelines read CAPN_EVENTS through ordered consumers only: the
+		// durables of the services are out of reach.
+		for _, name := range []string{"machine-manager-bootstrap", "remediator-unhealthy", "health-watcher-drift"} {
+			gw.refusedPublish("$JS.API.CONSUMER.MSG.NEXT.CAPN_EVENTS." + name)
+			gw.refusedPublish("$JS.API.CONSUMER.DELETE.CAPN_EVENTS." + name)
+			gw.refusedPublish("$JS.API.CONSUMER.CREATE.CAPN_EVENTS." + name)
+		}
+		gw.refusedPublish("$JS.API.CONSUMER.CREATE.CAPN_EVENTS.machine-manager-bootstrap.capn.evt.bootstrap.ready.>")
+	})
+	t.Run("only the bootstrapper and the gateway touch secrets", func(t *testing.T) {
+		t.Parallel()
+		gw := w.as(t, natsconfig.Gateway)
+		gw.refused("$JS.API.DIRECT.GET.KV_secrets.$KV.secrets.pki.demo", gw.kvGet(events.BucketSecrets, "pki.demo"))
+		gw.refused("$JS.API.DIRECT.GET.KV_secrets.$KV.secrets.bootstrap.demo.m1", gw.kvGet(events.BucketSecrets, "bootstrap.demo.m1"))
+		gw.refusedPublish("$KV.secrets.kubeconfig.demo")
+		for _, user := range []string{natsconfig.ClusterPlanner, natsconfig.MachineManager, natsconfig.HealthWatcher,
+			natsconfig.Remediator, natsconfig.NodeAgent, natsconfig.Init, natsconfig.ProviderUser("docker")} {
+			a := w.as(t, user)
+			a.refused("$JS.API.DIRECT.GET.KV_secrets.$KV.secrets.pki.demo", a.kvGet(events.BucketSecrets, "pki.demo"))
+			a.refusedPublish("$KV.secrets.pki.demo")
+		}
+	})
+	t.Run("each writes only its own key space", func(t *testing.T) {
+		t.Parallel()
+		for user, subjects := range map[string][]string{
+			natsconfig.Gateway:        {"$KV.desired.machine.demo.m1", "$KV.observed.cluster.demo", "capn.evt.cluster.ready.demo._", "capn.cmd.bootstrap.generate.demo.m1"},
+			natsconfig.ClusterPlanner: {"$KV.observed.machine.demo.m1", "capn.provider.sim.machine.create.demo.m1", "capn.cmd.bootstrap.generate.demo.m1"},
+			natsconfig.MachineManager: {"$KV.desired.machine.demo.m1", "$KV.observed.cluster.demo", "capn.evt.machine.unhealthy.demo.m1", "capn.provider.sim.cluster.delete.demo._", "capn.provider.sim.machine.reboot.demo.m1"},
+			natsconfig.HealthWatcher:  {"$KV.observed.machine.demo.m1", "$KV.desired.machine.demo.m1", "capn.provider.sim.machine.reboot.demo.m1"},
+			natsconfig.Remediator:     {"$KV.observed.machine.demo.m1", "$KV.desired.cluster.demo", "capn.evt.machine.unhealthy.demo.m1", "capn.provider.sim.machine.delete.demo.m1"},
+			natsconfig.Bootstrapper:   {"$KV.desired.cluster.demo", "$KV.observed.machine.demo.m1", "capn.provider.sim.machine.create.demo.m1"},
+			natsconfig.NodeAgent:      {"$KV.observed.node.demo.m1", "capn.evt.machine.running.demo.m1", "capn.provider.sim.machine.create.demo.m1"},
+			natsconfig.Init:           {"$KV.desired.cluster.demo", "capn.evt.cluster.ready.demo._", "$JS.API.CONSUMER.CREATE.CAPN_PROVIDERS.provider-sim.capn.provider.sim.>", "$JS.API.STREAM.DELETE.CAPN_EVENTS", "$JS.API.STREAM.PURGE.KV_desired"},
+		} {
+			a := w.as(t, user)
+			for _, s := range subjects {
+				a.refusedPublish(s)
+			}
+		}
+	})
+	t.Run("no one but the init job manages streams", func(t *testing.T) {
+		t.Parallel()
+		for _, user := range []string{natsconfig.Gateway, natsconfig.Bootstrapper, natsconfig.ProviderUser("sim")} {
+			a := w.as(t, user)
+			a.refused("$JS.API.STREAM.CREATE.CAPN_EVIL", func() error {
+				ctx, cancel := context.WithTimeout(context.Background(), refusedTimeout)
+				defer cancel()
+				_, err := a.js.CreateStream(ctx, jetstream.StreamConfig{Name: "CAPN_EVIL", Subjects: []string{"evil.>"}})
+				return err
+			})
+			a.refusedPublish("$JS.API.STREAM.DELETE.KV_secrets")
+			a.refusedPublish("$JS.API.STREAM.UPDATE.CAPN_EVENTS")
+		}
+	})
+}
+
+// TestPermissionsAreMinimal keeps the lists readable: no user has a
+// subject another of its subjects already covers, and every user may
+// subscribe to its own inbox and nothing of another's.
+func TestPermissionsAreMinimal(t *testing.T) {
+	for _, u := range natsconfig.Compose().Users() {
+		for _, list := range [][]string{u.Perms.PublishAllow, u.Perms.PublishDeny, u.Perms.SubscribeAllow} {
+			if !slices.IsSorted(list) {
+				t.Errorf("%s: list not sorted: %v", u.Name, list)
+			}
+		}
+		if !slices.Contains(u.Perms.SubscribeAllow, u.Inbox+".>") {
+			t.Errorf("%s cannot subscribe to its inbox %s", u.Name, u.Inbox)
+		}
+		for _, s := range u.Perms.SubscribeAllow {
+			if strings.HasPrefix(s, "_INBOX") && s != u.Inbox+".>" {
+				t.Errorf("%s may subscribe to %s", u.Name, s)
+			}
+		}
+		if slices.Contains(u.Perms.PublishAllow, ">") || slices.Contains(u.Perms.SubscribeAllow, ">") {
+			t.Errorf("%s may use every subject", u.Name)
+		}
+	}
+}

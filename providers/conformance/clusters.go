@@ -23,6 +23,7 @@ type Clusters struct {
 	clusters *store.Bucket[*capnv1alpha1.Cluster]
 	status   *store.Bucket[*capnv1alpha1.ClusterStatus]
 	machines *store.Bucket[*capnv1alpha1.MachineStatus]
+	wanted   *store.Bucket[*capnv1alpha1.Machine]
 	desired  jetstream.KeyValue
 	observed jetstream.KeyValue
 	secrets  jetstream.KeyValue
@@ -42,6 +43,7 @@ func NewClusters(t testing.TB, js jetstream.JetStream) *Clusters {
 	c.clusters = store.NewBucket(c.desired, func() *capnv1alpha1.Cluster { return new(capnv1alpha1.Cluster) })
 	c.status = store.NewBucket(c.observed, func() *capnv1alpha1.ClusterStatus { return new(capnv1alpha1.ClusterStatus) })
 	c.machines = store.NewBucket(c.observed, func() *capnv1alpha1.MachineStatus { return new(capnv1alpha1.MachineStatus) })
+	c.wanted = store.NewBucket(c.desired, func() *capnv1alpha1.Machine { return new(capnv1alpha1.Machine) })
 	return c
 }
 
@@ -97,6 +99,22 @@ func (c *Clusters) Machines(name string) map[string]*capnv1alpha1.MachineStatus 
 	out := make(map[string]*capnv1alpha1.MachineStatus, len(list))
 	for _, e := range list {
 		out[e.Key[len("machine."+name+"."):]] = e.Value
+	}
+	return out
+}
+
+// UIDs are the uids of the cluster's desired machines, by name: a
+// replacement may reuse a name (the planner fills the lowest free slot),
+// never a uid.
+func (c *Clusters) UIDs(name string) map[string]string {
+	c.t.Helper()
+	list, err := c.wanted.List(context.Background(), "machine."+name+".")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	out := make(map[string]string, len(list))
+	for _, e := range list {
+		out[e.Key[len("machine."+name+"."):]] = e.Value.GetMetadata().GetUid()
 	}
 	return out
 }

@@ -62,8 +62,9 @@ func killNode(t *testing.T, stateDir, cluster, machine string) {
 }
 
 // nodeProcesses lists the live capn-node processes (agents and
-// endpoints) of a cluster, from /proc.
-func nodeProcesses(cluster string) []string {
+// endpoints) of a cluster run from stateDir (each runs in its own
+// directory there), from /proc: not another test's, nor a container's.
+func nodeProcesses(stateDir, cluster string) []string {
 	ents, _ := os.ReadDir("/proc")
 	var out []string
 	for _, e := range ents {
@@ -71,18 +72,17 @@ func nodeProcesses(cluster string) []string {
 		if err != nil {
 			continue
 		}
+		cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
+		if err != nil || !strings.HasPrefix(cwd+"/", filepath.Join(stateDir, "clusters", cluster)+"/") {
+			continue
+		}
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		if err != nil || len(b) == 0 {
 			continue // gone, or a zombie
 		}
 		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if filepath.Base(args[0]) != process.NodeBinaryName {
-			continue
-		}
-		for _, a := range args {
-			if a == "--cluster="+cluster {
-				out = append(out, fmt.Sprintf("process %d: %s", pid, strings.Join(args[1:], " ")))
-			}
+		if filepath.Base(args[0]) == process.NodeBinaryName {
+			out = append(out, fmt.Sprintf("process %d: %s", pid, strings.Join(args[1:], " ")))
 		}
 	}
 	return out
@@ -90,7 +90,7 @@ func nodeProcesses(cluster string) []string {
 
 // leftovers are the cluster's directory and processes.
 func leftovers(stateDir, cluster string) []string {
-	out := nodeProcesses(cluster)
+	out := nodeProcesses(stateDir, cluster)
 	if _, err := os.Stat(filepath.Join(stateDir, "clusters", cluster)); err == nil {
 		out = append(out, "directory "+filepath.Join(stateDir, "clusters", cluster))
 	}

@@ -96,11 +96,17 @@ func (p *Provider) spawn(dir, logPath string, args []string) (procRef, chan stru
 		close(exited)
 	}()
 	// The start time is read from /proc; a process that died at once has
-	// none, and is reported as not running.
+	// none, and is reported as not running. Start returns while the
+	// kernel may still be setting up the new program, whose argv then
+	// reads empty: wait until it shows, so the identity check holds.
 	ref, err := refOf(cmd.Process.Pid)
+	if err == nil {
+		err = waitExecuted(ref, exited)
+	}
 	if err != nil {
+		_ = cmd.Process.Kill()
 		<-exited
-		return procRef{}, nil, fmt.Errorf("%s exited at once; see %s", filepath.Base(args[0]), logPath)
+		return procRef{}, nil, fmt.Errorf("%s did not start (%v); see %s", filepath.Base(args[0]), err, logPath)
 	}
 	return ref, exited, nil
 }

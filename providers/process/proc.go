@@ -128,3 +128,23 @@ func waitGone(r procRef, want []string, d time.Duration, exited <-chan struct{})
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// waitExecuted waits (up to 5s) until r's argv is visible in /proc, i.e.
+// its exec finished.
+func waitExecuted(r procRef, exited <-chan struct{}) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if args, err := cmdline(r.PID); err == nil && len(args) > 0 && args[0] != "" {
+			return nil
+		}
+		select {
+		case <-exited:
+			return errors.New("it exited at once")
+		default:
+		}
+		if time.Now().After(deadline) {
+			return errors.New("its command line did not show in /proc within 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -43,6 +43,11 @@ func create(t *testing.T, p *process.Provider, cluster, machine string) *capnv1a
 		Cluster: cluster, Machine: machine, Role: "worker", Version: "v1.33.4", BootstrapChecksum: "sha256:00",
 	})
 	if err != nil {
+		logs, _ := filepath.Glob(filepath.Join(p.StateDir(), "clusters", cluster, "machines", machine, "node.log"))
+		for _, l := range logs {
+			b, _ := os.ReadFile(l)
+			t.Logf("%s:\n%s", l, b)
+		}
 		t.Fatal(err)
 	}
 	return m
@@ -171,13 +176,18 @@ func TestPurgeStopsEverything(t *testing.T) {
 	if _, err := p.EnsureCluster(context.Background(), "c1", nil); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(nodeProcesses("c1")); n != 2 {
+	if n := len(nodeProcesses(opts.StateDir, "c1")); n != 2 {
 		t.Fatalf("%d processes, want the machine and the endpoint", n)
+	}
+	// A pid file lost in a crash: Purge still finds the process, by its
+	// working directory in the state dir.
+	if err := os.Remove(filepath.Join(machineDir(opts.StateDir, "c1", "m1"), "pid")); err != nil {
+		t.Fatal(err)
 	}
 	if err := process.Purge(opts); err != nil {
 		t.Fatal(err)
 	}
-	natstest.WaitFor(t, 5*time.Second, "no process left", func() bool { return len(nodeProcesses("c1")) == 0 })
+	natstest.WaitFor(t, 5*time.Second, "no process left", func() bool { return len(nodeProcesses(opts.StateDir, "c1")) == 0 })
 	if _, err := os.Stat(opts.StateDir); !os.IsNotExist(err) {
 		t.Errorf("state dir left: %v", err)
 	}
@@ -250,7 +260,7 @@ func TestMachinesOutliveTheProviderProgram(t *testing.T) {
 	killNode(t, state, "c1", "m2")
 	env.WaitDrift("c1", "m2", sdk.DriftGone)
 	env.WaitState(process.Name, "c1", "m2", sdk.StateDeleted)
-	if n := len(nodeProcesses("c1")); n != 1 {
+	if n := len(nodeProcesses(state, "c1")); n != 1 {
 		t.Errorf("%d node processes, want m1's", n)
 	}
 }

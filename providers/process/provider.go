@@ -290,3 +290,6 @@ func (p *Provider) caPin(ctx context.Context, cluster string) string {
 	}
 	return st.GetCaCertHash()
 }
+
+// StateDir is the directory the provider keeps its clusters and machines in.
+func (p *Provider) StateDir() string { return p.opts.StateDir }

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 )
 
 // Purge stops every machine and endpoint process recorded in the state
@@ -30,6 +33,35 @@ func Purge(opts Options) error {
 			errs = append(errs, terminate(ref, p.endpointArgs(rec), opts.StopTimeout, nil))
 		}
 	}
+	// Anything else that runs in the state dir (a pid file lost in a
+	// crash): capn-node processes whose working directory is in it.
+	for _, pid := range strays(opts.StateDir) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
 	errs = append(errs, os.RemoveAll(opts.StateDir))
 	return errors.Join(errs...)
+}
+
+// strays are the capn-node processes of this pid namespace whose working
+// directory is under dir (every machine and endpoint runs in its own).
+func strays(dir string) []int {
+	self, _ := os.Readlink("/proc/self/ns/pid")
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		base := filepath.Join("/proc", e.Name())
+		ns, _ := os.Readlink(filepath.Join(base, "ns", "pid"))
+		cwd, err := os.Readlink(filepath.Join(base, "cwd"))
+		if err != nil || ns != self || !strings.HasPrefix(cwd+"/", filepath.Clean(dir)+"/") {
+			continue
+		}
+		if args, err := cmdline(pid); err == nil && filepath.Base(args[0]) == NodeBinaryName {
+			out = append(out, pid)
+		}
+	}
+	return out
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -96,14 +97,15 @@ func TestOneClusterAcrossProviders(t *testing.T) {
 	start := time.Now()
 	w.clusters.Apply(fmt.Sprintf(manifest, w.cluster))
 	w.clusters.WaitReady(w.cluster, 2*time.Minute)
-	before := w.waitPools(nil, time.Minute)
+	before, uids := w.waitPools(nil, time.Minute)
 	t.Logf("Ready in %s: %v", time.Since(start).Round(time.Millisecond), before)
 	if ic, ok := env.Cluster(docker.Name, w.cluster); !ok || ic.GetControlPlaneEndpoint().GetHost() != "127.0.0.1" {
 		t.Errorf("control-plane endpoint: %v", ic)
 	}
 
 	// docker rm -f of the control plane's container and kill -9 of a
-	// process machine: both are replaced.
+	// process machine: both are replaced (by new incarnations; the
+	// planner may reuse a name).
 	cp := before[docker.Name][0]
 	victim := before[process.Name][0]
 	start = time.Now()
@@ -111,7 +113,7 @@ func TestOneClusterAcrossProviders(t *testing.T) {
 		t.Fatalf("docker rm -f: %v", err)
 	}
 	w.kill9(procOpts.StateDir, victim)
-	after := w.waitPools([]string{cp, victim}, 2*time.Minute)
+	after, _ := w.waitPools([]string{uids[cp], uids[victim]}, 2*time.Minute)
 	w.clusters.WaitReady(w.cluster, time.Minute)
 	t.Logf("docker rm -f %s and kill -9 %s replaced in %s: %v", cp, victim, time.Since(start).Round(time.Millisecond), after)
 	for _, d := range []struct{ machine, kind string }{{cp, sdk.DriftGone}, {victim, sdk.DriftGone}} {
@@ -130,19 +132,19 @@ func TestOneClusterAcrossProviders(t *testing.T) {
 }
 
 // waitPools waits until each provider runs its wanted number of machines
-// of the cluster, none of them named in gone, and returns their names.
-func (w *world) waitPools(gone []string, timeout time.Duration) map[string][]string {
+// of the cluster, none of them an incarnation (uid) in gone, and returns
+// their names and the uids of all machines.
+func (w *world) waitPools(gone []string, timeout time.Duration) (map[string][]string, map[string]string) {
 	w.t.Helper()
 	var got map[string][]string
+	var uids map[string]string
 	deadline := time.Now().Add(timeout)
 	for {
-		got = map[string][]string{}
+		got, uids = map[string][]string{}, w.clusters.UIDs(w.cluster)
 		ok := true
 		for name, st := range w.clusters.Machines(w.cluster) {
-			for _, g := range gone {
-				if name == g {
-					ok = false
-				}
+			if slices.Contains(gone, uids[name]) || uids[name] == "" {
+				ok = false
 			}
 			if st.GetPhase() != "Running" {
 				ok = false
@@ -155,10 +157,10 @@ func (w *world) waitPools(gone []string, timeout time.Duration) map[string][]str
 			sort.Strings(got[p])
 		}
 		if ok {
-			return got
+			return got, uids
 		}
 		if time.Now().After(deadline) {
-			w.t.Fatalf("after %s: running machines %v, want %v without %v", timeout, got, pools, gone)
+			w.t.Fatalf("after %s: running machines %v, want %v, none of the incarnations %v", timeout, got, pools, gone)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -212,27 +214,26 @@ func (w *world) leftovers(processState string) []string {
 	if _, err := os.Stat(filepath.Join(processState, "clusters", w.cluster)); err == nil {
 		out = append(out, "process data directory of "+w.cluster)
 	}
-	out = append(out, nodeProcesses(w.cluster)...)
+	out = append(out, nodeProcesses(processState, w.cluster)...)
 	return out
 }
 
-// nodeProcesses lists live capn-node processes of cluster (from /proc).
-func nodeProcesses(cluster string) []string {
+// nodeProcesses lists live capn-node processes of cluster run from the
+// process provider's state dir (each runs in its own directory there).
+func nodeProcesses(stateDir, cluster string) []string {
 	ents, _ := os.ReadDir("/proc")
 	var out []string
 	for _, e := range ents {
+		cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
+		if err != nil || !strings.HasPrefix(cwd+"/", filepath.Join(stateDir, "clusters", cluster)+"/") {
+			continue
+		}
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		if err != nil || len(b) == 0 {
 			continue
 		}
-		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if filepath.Base(args[0]) != "capn-node" {
-			continue
-		}
-		for _, a := range args {
-			if a == "--cluster="+cluster {
-				out = append(out, "process "+e.Name())
-			}
+		if args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00"); filepath.Base(args[0]) == "capn-node" {
+			out = append(out, "process "+e.Name()+": "+strings.Join(args[1:], " "))
 		}
 	}
 	return out

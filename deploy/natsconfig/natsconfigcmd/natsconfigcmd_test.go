@@ -1,4 +1,4 @@
-package main
+package natsconfigcmd
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ func TestRender(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "deploy")
 	var out, errb bytes.Buffer
 	args := []string{"render", "--out", dir, "--provider", "sim:heartbeats", "--provider", "process:secrets-status"}
-	if code := run(context.Background(), args, &out, &errb); code != runtime.ExitOK {
+	if code := Run(context.Background(), args, &out, &errb); code != runtime.ExitOK {
 		t.Fatalf("render: exit %d: %s", code, errb.String())
 	}
 	if !strings.Contains(out.String(), "created gateway-admin.token") || !strings.Contains(out.String(), "created users/provider-process/nats.nk") {
@@ -53,7 +53,7 @@ func TestRender(t *testing.T) {
 	}
 
 	out.Reset()
-	if code := run(context.Background(), args, &out, &errb); code != runtime.ExitOK {
+	if code := Run(context.Background(), args, &out, &errb); code != runtime.ExitOK {
 		t.Fatalf("second render: exit %d: %s", code, errb.String())
 	}
 	if strings.Contains(out.String(), "created") {
@@ -73,12 +73,12 @@ func TestUsage(t *testing.T) {
 		{[]string{"render", "extra"}, runtime.ExitUsage},
 		{[]string{"help"}, runtime.ExitOK},
 	} {
-		if code := run(context.Background(), c.args, &out, &errb); code != c.code {
+		if code := Run(context.Background(), c.args, &out, &errb); code != c.code {
 			t.Errorf("%v: exit %d, want %d (%s)", c.args, code, c.code, errb.String())
 		}
 	}
 	out.Reset()
-	if code := run(context.Background(), []string{"users"}, &out, &errb); code != runtime.ExitOK {
+	if code := Run(context.Background(), []string{"users"}, &out, &errb); code != runtime.ExitOK {
 		t.Fatal(errb.String())
 	}
 	for _, want := range []string{"provider-sim — infrastructure provider sim (inbox _INBOX_provider-sim)", "  pub   $KV.observed.infra.sim.>", "  sub   _INBOX_gateway.>"} {

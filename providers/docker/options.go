@@ -40,6 +40,11 @@ type Options struct {
 	// StateDir holds the NATS relay socket that machines reach capn
 	// through (required unless ContainerNATSURL is set).
 	StateDir string
+	// NodeNATSURL is capn's NATS URL as this provider's host reaches it:
+	// what the relay forwards to and what machines are told (default: the
+	// URL of the provider's own connection; capn dev, whose services
+	// connect in process, sets its listen address).
+	NodeNATSURL string
 	// ContainerNATSURL, when set, is the NATS URL machines connect to over
 	// their cluster network, with no relay: a deployment whose NATS is
 	// reachable from containers.
@@ -132,6 +137,7 @@ func (o *Options) Flags() []runtime.Flag {
 		f("docker-image", "machines' `image`, built locally by '"+ImageTarget+"' (default "+DefaultImage+")", runtime.StringValue(&o.Image)),
 		f("docker-deployment", "`name` scoping this deployment's containers and networks (default "+DefaultDeployment+")", runtime.StringValue(&o.Deployment)),
 		f("docker-state-dir", "`dir` of the NATS relay socket machines reach capn through", runtime.StringValue(&o.StateDir)),
+		f("docker-node-nats-url", "NATS `url` the relay forwards to (default: this provider's)", runtime.StringValue(&o.NodeNATSURL)),
 		f("docker-container-nats-url", "NATS `url` containers connect to directly (no relay)", runtime.StringValue(&o.ContainerNATSURL)),
 		f("docker-node-nats-creds", "NATS credentials `file` (on the daemon's host) mounted into machines (optional)", runtime.StringValue(&o.NodeNATSCreds)),
 		f("docker-node-nats-nkey", "NATS nkey seed `file` (on the daemon's host) mounted into machines (optional)", runtime.StringValue(&o.NodeNATSNKey)),

@@ -48,13 +48,17 @@ func (s *Service) Validate() error {
 }
 
 // Run checks the daemon and the image (Preflight), then runs a new docker
-// provider through the SDK until ctx ends. The relay forwards to the NATS
-// URL this service connected to.
+// provider through the SDK until ctx ends. The relay forwards to
+// Options.NodeNATSURL, by default the URL this service connected to.
 func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	if err := Preflight(ctx, s.Docker); err != nil {
 		return err
 	}
-	p, err := New(s.Docker, d.Config.NATS.URL)
+	natsURL := s.Docker.NodeNATSURL
+	if natsURL == "" {
+		natsURL = d.Config.NATS.URL
+	}
+	p, err := New(s.Docker, natsURL)
 	if err != nil {
 		return err
 	}

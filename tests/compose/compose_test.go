@@ -1,0 +1,481 @@
+// Package compose tests docker-compose.yaml: a static check that it runs
+// every component as its own rendered user (no Docker needed), and the
+// end-to-end test that builds the images, brings the whole deployment up
+// (3 NATS nodes, two replicas of each core service), applies a cluster
+// through the gateway, stops one NATS node and one replica of each service
+// in the middle of a rollout, and still reaches Ready with no duplicate
+// machine. The end-to-end test needs Docker and docker-compose; without
+// them it is skipped with a message, unless CAPN_REQUIRE_DOCKER=1.
+package compose
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/capn-dev/capn/deploy/natsconfig"
+	"github.com/capn-dev/capn/gateway/client"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+)
+
+// root is the repository.
+var root = func() string {
+	d, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		panic(err)
+	}
+	return d
+}()
+
+// composeFile is docker-compose.yaml as data.
+type composeFile struct {
+	Version  string                    `json:"version"`
+	Services map[string]composeService `json:"services"`
+	Volumes  map[string]any            `json:"volumes"`
+}
+
+type composeService struct {
+	Image       string            `json:"image"`
+	Command     []string          `json:"command"`
+	User        string            `json:"user"`
+	Scale       int               `json:"scale"`
+	EnvFile     string            `json:"env_file"`
+	Environment map[string]string `json:"environment"`
+	Volumes     []string          `json:"volumes"`
+	Ports       []string          `json:"ports"`
+	ReadOnly    bool              `json:"read_only"`
+	DependsOn   any               `json:"depends_on"`
+}
+
+func loadCompose(t *testing.T) composeFile {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "docker-compose.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f composeFile
+	if err := yaml.Unmarshal(b, &f); err != nil {
+		t.Fatalf("docker-compose.yaml: %v", err)
+	}
+	return f
+}
+
+const deployDir = "${CAPN_DEPLOY_DIR:-./deploy/local}"
+
+// serviceOf is the compose service of a user: the same name.
+func serviceOf(user string) string { return user }
+
+// TestComposeMatchesTheRender checks docker-compose.yaml against the
+// deployment capn-nats-config renders: every user but the node agents'
+// runs as a service that mounts its own directory only and reads its own
+// env file; each node mounts its own directory; core services run two
+// replicas; the gateway publishes on 127.0.0.1 only; images are local.
+func TestComposeMatchesTheRender(t *testing.T) {
+	f := loadCompose(t)
+	if f.Version != "2.4" {
+		t.Errorf("version %q: want 2.4 (docker-compose v1)", f.Version)
+	}
+	d := natsconfig.Compose()
+	for _, u := range d.Users() {
+		if u.Name == natsconfig.NodeAgent {
+			continue // node agents run in the docker provider's machines
+		}
+		name := serviceOf(u.Name)
+		s, ok := f.Services[name]
+		if !ok {
+			t.Errorf("user %s has no service %s", u.Name, name)
+			continue
+		}
+		want := deployDir + "/users/" + u.Name + ":/etc/capn:ro"
+		if !slices.Contains(s.Volumes, want) {
+			t.Errorf("service %s does not mount %s: %v", name, want, s.Volumes)
+		}
+		for _, v := range s.Volumes {
+			if strings.Contains(v, "/users/") && v != want {
+				t.Errorf("service %s mounts another user's directory: %s", name, v)
+			}
+		}
+		if s.EnvFile != deployDir+"/users/"+u.Name+"/env" {
+			t.Errorf("service %s reads env file %q, not its user's", name, s.EnvFile)
+		}
+		if !strings.HasPrefix(s.Image, "capn-") {
+			t.Errorf("service %s: image %q is not a local capn image", name, s.Image)
+		}
+	}
+	for _, name := range []string{natsconfig.ClusterPlanner, natsconfig.MachineManager, natsconfig.Bootstrapper, natsconfig.HealthWatcher, natsconfig.Remediator} {
+		if f.Services[name].Scale != 2 {
+			t.Errorf("service %s runs %d replicas, want 2", name, f.Services[name].Scale)
+		}
+	}
+	for _, s := range d.Servers {
+		svc, ok := f.Services[s.Name]
+		if !ok {
+			t.Errorf("node %s has no service", s.Name)
+			continue
+		}
+		if want := deployDir + "/nats/" + s.Name + ":" + s.ConfigDir + ":ro"; !slices.Contains(svc.Volumes, want) {
+			t.Errorf("node %s does not mount %s: %v", s.Name, want, svc.Volumes)
+		}
+		if want := s.Name + ":" + s.StoreDir; !slices.Contains(svc.Volumes, want) {
+			t.Errorf("node %s does not keep JetStream in volume %s", s.Name, want)
+		}
+	}
+	for name, s := range f.Services {
+		for _, p := range s.Ports {
+			if !strings.HasPrefix(p, "127.0.0.1:") {
+				t.Errorf("service %s publishes %s beyond 127.0.0.1", name, p)
+			}
+		}
+		if !s.ReadOnly {
+			t.Errorf("service %s has a writable root file system", name)
+		}
+	}
+	if ports := f.Services[natsconfig.Gateway].Ports; len(ports) != 1 || !strings.HasSuffix(ports[0], ":8080") {
+		t.Errorf("gateway ports %v: want 127.0.0.1:<port>:8080", ports)
+	}
+}
+
+// e2e is one compose project under test.
+type e2e struct {
+	t       *testing.T
+	project string
+	env     string // the --env-file
+	dir     string // the render
+	port    int
+}
+
+func (e *e2e) compose(ctx context.Context, args ...string) (string, error) {
+	args = append([]string{"-p", e.project, "--env-file", e.env, "-f", filepath.Join(root, "docker-compose.yaml")}, args...)
+	cmd := exec.CommandContext(ctx, "docker-compose", args...)
+	cmd.Dir = root
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+func (e *e2e) must(ctx context.Context, args ...string) string {
+	e.t.Helper()
+	out, err := e.compose(ctx, args...)
+	if err != nil {
+		e.t.Fatalf("docker-compose %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// container is the name docker-compose v1 gives replica n of service.
+func (e *e2e) container(service string, n int) string {
+	return fmt.Sprintf("%s_%s_%d", e.project, service, n)
+}
+
+func requireDocker(t *testing.T) {
+	t.Helper()
+	why := ""
+	if _, err := exec.LookPath("docker-compose"); err != nil {
+		why = "docker-compose is not installed"
+	} else if err := exec.Command("docker", "info").Run(); err != nil {
+		why = "the Docker daemon is not reachable (docker info: " + err.Error() + ")"
+	}
+	if why == "" {
+		return
+	}
+	if os.Getenv("CAPN_REQUIRE_DOCKER") == "1" {
+		t.Fatalf("CAPN_REQUIRE_DOCKER=1 but %s", why)
+	}
+	t.Skipf("docker-compose end-to-end test skipped: %s (set CAPN_REQUIRE_DOCKER=1 to fail instead)", why)
+}
+
+const manifest = `apiVersion: capn.dev/v1alpha1
+kind: Cluster
+metadata:
+  name: e2e
+spec:
+  kubernetesVersion: v1.33.4
+  controlPlane:
+    provider: sim
+    replicas: 3
+  workerPools:
+  - name: md-0
+    provider: sim
+    replicas: 3
+    strategy: {type: RollingUpdate, maxSurge: "1", maxUnavailable: "0"}
+`
+
+const newVersion = "v1.34.2"
+
+// TestComposeSurvivesNodeAndReplicaLoss is the end-to-end test of
+// docker-compose.yaml. It runs with CAPN_E2E_COMPOSE=1 (make e2e-compose
+// sets it), so that `go test ./...` does not build images and start a
+// deployment on every run.
+func TestComposeSurvivesNodeAndReplicaLoss(t *testing.T) {
+	if os.Getenv("CAPN_E2E_COMPOSE") != "1" {
+		t.Skip("docker-compose end-to-end test: run it with make e2e-compose (CAPN_E2E_COMPOSE=1)")
+	}
+	requireDocker(t)
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+
+	// Images: built (or found up to date) by the make target's script.
+	tag := os.Getenv("CAPN_IMAGE_TAG")
+	if tag == "" {
+		tag = "latest"
+	}
+	if os.Getenv("CAPN_E2E_SKIP_BUILD") != "1" {
+		cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "images.sh"))
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CAPN_IMAGE_TAG="+tag)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("hack/images.sh: %v\n%s", err, out)
+		}
+		t.Logf("images built or up to date in %s", time.Since(start).Round(time.Second))
+	}
+
+	// A render of its own, a project of its own, a free port.
+	dir := t.TempDir()
+	e := &e2e{t: t, project: fmt.Sprintf("capne2e%d", os.Getpid()), dir: filepath.Join(dir, "deploy"), env: filepath.Join(dir, "compose.env")}
+	render := exec.CommandContext(ctx, "go", "run", "./cmd/capn-nats-config", "render", "--out", e.dir)
+	render.Dir = root
+	if out, err := render.CombinedOutput(); err != nil {
+		t.Fatalf("render: %v\n%s", err, out)
+	}
+	e.port = freePort(t)
+	env := fmt.Sprintf("CAPN_DEPLOY_DIR=%s\nCAPN_IMAGE_TAG=%s\nCAPN_GATEWAY_PORT=%d\nCAPN_DOCKER_STATE_DIR=%s\nCAPN_DOCKER_DEPLOYMENT=%s\n",
+		e.dir, tag, e.port, filepath.Join(dir, "docker-state"), e.project)
+	if err := os.WriteFile(e.env, []byte(env), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := e.compose(context.Background(), "logs", "--no-color", "--tail", "40")
+			t.Logf("docker-compose logs (last 40 lines of each):\n%s", out)
+		}
+		out, err := e.compose(context.Background(), "down", "-v", "--remove-orphans", "--timeout", "5")
+		if err != nil {
+			t.Errorf("docker-compose down -v: %v\n%s", err, out)
+		}
+	})
+
+	step := time.Now()
+	e.must(ctx, "up", "-d")
+	t.Logf("docker-compose up -d (3 NATS nodes, init job, 2 replicas of 5 services, gateway, 2 providers) in %s", time.Since(step).Round(time.Second))
+
+	token, err := os.ReadFile(filepath.Join(e.dir, "gateway-admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.New(fmt.Sprintf("http://127.0.0.1:%d", e.port), client.WithToken(strings.TrimSpace(string(token))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	step = time.Now()
+	e.retry(ctx, 2*time.Minute, "apply through the gateway", func() error {
+		_, _, err := cl.Apply(ctx, []byte(manifest))
+		if err != nil && time.Since(step) > 20*time.Second {
+			e.checkInboxes(ctx)
+		}
+		return err
+	})
+	rec := e.waitReady(ctx, cl, "", 3*time.Minute, nil)
+	t.Logf("create: 6 machines Ready in %s", time.Since(step).Round(time.Second))
+
+	step = time.Now()
+	if _, err := cl.Upgrade(ctx, "e2e", newVersion); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		ms, err := cl.Machines(ctx, "e2e", client.ListOptions{})
+		if err == nil && slices.ContainsFunc(ms, func(m *capnv1.Machine) bool { return m.GetSpec().GetVersion() == newVersion }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the upgrade did not start within 2m")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stopped := []string{e.container("nats-1", 1)}
+	for _, s := range []string{"cluster-planner", "machine-manager", "bootstrapper", "health-watcher", "remediator"} {
+		stopped = append(stopped, e.container(s, 1))
+	}
+	out, err := exec.CommandContext(ctx, "docker", append([]string{"stop", "--time", "2"}, stopped...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("docker stop: %v\n%s", err, out)
+	}
+	t.Logf("stopped %s mid-rollout, %s after the upgrade began", strings.Join(stopped, ", "), time.Since(step).Round(time.Millisecond))
+
+	rec = e.waitReady(ctx, cl, newVersion, 5*time.Minute, rec)
+	t.Logf("upgrade with a NATS node and a replica of each service lost: Ready in %s", time.Since(step).Round(time.Second))
+	e.checkMachines(ctx, cl, rec)
+	e.checkNoViolations(ctx)
+	t.Logf("total %s", time.Since(start).Round(time.Second))
+}
+
+func (e *e2e) retry(ctx context.Context, timeout time.Duration, what string, f func() error) {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			e.t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// seen records, from the gateway's listings, every machine and the most
+// each pool had at once.
+type seen struct {
+	names    map[string]bool
+	maxTotal map[string]int
+}
+
+// waitReady polls the cluster until it is Ready for its generation (on
+// version when not empty), recording the machines it lists meanwhile.
+func (e *e2e) waitReady(ctx context.Context, cl *client.Client, version string, timeout time.Duration, rec *seen) *seen {
+	e.t.Helper()
+	if rec == nil {
+		rec = &seen{names: map[string]bool{}, maxTotal: map[string]int{}}
+	}
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		if ms, err := cl.Machines(ctx, "e2e", client.ListOptions{}); err == nil {
+			count := map[string]int{}
+			for _, m := range ms {
+				rec.names[m.GetMetadata().GetName()] = true
+				if m.GetSpec() != nil { // not a status left while its infrastructure goes
+					count[m.GetSpec().GetPool()]++
+				}
+			}
+			for p, n := range count {
+				rec.maxTotal[p] = max(rec.maxTotal[p], n)
+			}
+		}
+		c, err := cl.Get(ctx, "e2e")
+		if err == nil {
+			st := c.GetStatus()
+			last = st.GetPhase()
+			if st.GetPhase() == "Ready" && st.GetObservedGeneration() == c.GetMetadata().GetGeneration() &&
+				(version == "" || c.GetSpec().GetKubernetesVersion() == version) {
+				return rec
+			}
+		} else {
+			last = err.Error()
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if ms, err := cl.Machines(ctx, "e2e", client.ListOptions{}); err == nil {
+		for _, m := range ms {
+			e.t.Logf("machine %s: %s %s %s", m.GetMetadata().GetName(), m.GetSpec().GetVersion(), m.GetStatus().GetPhase(), m.GetStatus().GetFailureMessage())
+		}
+	}
+	e.t.Fatalf("cluster e2e not Ready within %s (last: %s)", timeout, last)
+	return nil
+}
+
+// checkMachines: per pool exactly its replicas, on the new version,
+// Running, each with its own infrastructure (provider id); no pool above
+// replicas + maxSurge in any listing.
+func (e *e2e) checkMachines(ctx context.Context, cl *client.Client, rec *seen) {
+	e.t.Helper()
+	ms, err := cl.Machines(ctx, "e2e", client.ListOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	pools := map[string]int{}
+	names, ids := map[string]bool{}, map[string]string{}
+	for _, m := range ms {
+		n := m.GetMetadata().GetName()
+		if names[n] {
+			e.t.Errorf("machine %s listed twice", n)
+		}
+		names[n] = true
+		pools[m.GetSpec().GetPool()]++
+		if v := m.GetSpec().GetVersion(); v != newVersion {
+			e.t.Errorf("machine %s on %s after the upgrade", n, v)
+		}
+		if p := m.GetStatus().GetPhase(); p != "Running" {
+			e.t.Errorf("machine %s is %s", n, p)
+		}
+		id := m.GetStatus().GetProviderId()
+		if id == "" {
+			e.t.Errorf("machine %s has no provider id", n)
+		} else if other, dup := ids[id]; dup {
+			e.t.Errorf("machines %s and %s share infrastructure %s", other, n, id)
+		}
+		ids[id] = n
+	}
+	want := map[string]int{"control-plane": 3, "md-0": 3}
+	for p, n := range want {
+		if pools[p] != n {
+			e.t.Errorf("pool %s has %d machines, want %d", p, pools[p], n)
+		}
+		if rec.maxTotal[p] > n+1 {
+			e.t.Errorf("pool %s listed %d machines at once, more than replicas %d + maxSurge 1", p, rec.maxTotal[p], n)
+		}
+	}
+	e.t.Logf("end state: %d machines, %d distinct provider ids; %d machine names over the test; at most %v per pool at once",
+		len(names), len(ids), len(rec.names), rec.maxTotal)
+}
+
+// checkInboxes fails at once, with the reason, when the services are
+// denied their replies: a runtime without CAPN_NATS_INBOX_PREFIX support
+// subscribes to _INBOX.>, which no user may.
+func (e *e2e) checkInboxes(ctx context.Context) {
+	e.t.Helper()
+	out, _ := e.compose(ctx, "logs", "--no-color", "--tail", "20")
+	if strings.Contains(out, `Subscription to \"_INBOX.`) || strings.Contains(out, `Subscription to "_INBOX.`) {
+		e.t.Fatalf("the services are denied _INBOX.>: their runtime does not apply CAPN_NATS_INBOX_PREFIX (the rendered users may subscribe to _INBOX_<user>.> only)")
+	}
+}
+
+// checkNoViolations fails on any permission violation a service logged
+// (the runtime logs each with reason permission_violation).
+func (e *e2e) checkNoViolations(ctx context.Context) {
+	e.t.Helper()
+	out, err := e.compose(ctx, "logs", "--no-color")
+	if err != nil {
+		e.t.Fatalf("docker-compose logs: %v", err)
+	}
+	n := 0
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "permission_violation") || strings.Contains(line, "Permissions Violation") {
+			n++
+			if n <= 10 {
+				e.t.Errorf("denied: %s", line)
+			}
+		}
+	}
+	if n > 0 {
+		e.t.Errorf("%d permission violations in the logs (a runtime without --nats-inbox-prefix is denied its _INBOX replies)", n)
+	}
+}
+
+// freePort is a free 127.0.0.1 port below the ephemeral range.
+func freePort(t *testing.T) int {
+	t.Helper()
+	for p := 21000 + os.Getpid()%5000; p < 32000; p++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err == nil {
+			ln.Close()
+			return p
+		}
+	}
+	t.Fatal("no free port")
+	return 0
+}

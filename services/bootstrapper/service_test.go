@@ -382,3 +382,32 @@ func TestTokenDeletedOnceMachineJoined(t *testing.T) {
 		return err == nil && rec.GetJoined() && rec.GetToken() == "" && len(rec.GetData()) > 0
 	})
 }
+
+// A machine re-created under the same name (a new uid) must get its own
+// bootstrap data and its own bootstrap.ready, not its predecessor's — whose
+// event id JetStream would drop as a duplicate.
+func TestNewIncarnationGetsNewData(t *testing.T) {
+	e := newEnv(t)
+	ring := keyring(t, newKey(t))
+	e.start(ring)
+	e.applyCluster("c1", nil)
+	e.reportEndpoint("c1")
+	got := e.collect("c1")
+	subj := events.CommandSubject("bootstrap", "generate", "c1", "w-0")
+	var ready []capnv1.BootstrapReady
+	for i, uid := range []string{"uid-1", "uid-2"} {
+		cmd := &capnv1.GenerateBootstrap{Cluster: "c1", Machine: "w-0", MachineUid: uid, Role: "worker", Version: "v1.34.2"}
+		if _, err := e.pub.Publish(context.Background(), subj, events.TypeGenerateBootstrap, "gen."+uid, cmd); err != nil {
+			t.Fatal(err)
+		}
+		m := next(t, got)
+		var r capnv1.BootstrapReady
+		if m.Event.Type() != events.TypeBootstrapReady || events.DataAs(m.Event, &r) != nil {
+			t.Fatalf("incarnation %d: got %s", i+1, m.Event.Type())
+		}
+		ready = append(ready, r)
+	}
+	if ready[0].GetChecksum() == ready[1].GetChecksum() {
+		t.Fatal("the second incarnation got its predecessor's bootstrap data")
+	}
+}

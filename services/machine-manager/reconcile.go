@@ -84,7 +84,7 @@ func (s *Service) send(ctx context.Context, c Command, cluster, name string, m *
 		if b != nil {
 			b.Ca = nil // the bootstrapper holds the CA; no key travels in a command
 		}
-		cmd := &capnv1.GenerateBootstrap{Cluster: cluster, Machine: name, Role: spec.GetRole(), FirstControlPlane: spec.GetFirstControlPlane(),
+		cmd := &capnv1.GenerateBootstrap{Cluster: cluster, Machine: name, MachineUid: m.GetMetadata().GetUid(), Role: spec.GetRole(), FirstControlPlane: spec.GetFirstControlPlane(),
 			Version: spec.GetVersion(), Bootstrap: b, Labels: spec.GetLabels(), Taints: spec.GetTaints()}
 		_, err := s.pub.Publish(ctx, events.CommandSubject("bootstrap", "generate", cluster, name), events.TypeGenerateBootstrap, c.ID, cmd)
 		return err

@@ -34,8 +34,12 @@ type GenerateBootstrap struct {
 	Bootstrap         *BootstrapSpec         `protobuf:"bytes,6,opt,name=bootstrap,proto3" json:"bootstrap,omitempty"`
 	Labels            map[string]string      `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	Taints            []*Taint               `protobuf:"bytes,8,rep,name=taints,proto3" json:"taints,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// machine_uid names the machine's incarnation: a machine re-created under
+	// the same name gets new bootstrap data (and a new join token), never the
+	// answer kept for its predecessor.
+	MachineUid    string `protobuf:"bytes,9,opt,name=machine_uid,json=machineUid,proto3" json:"machine_uid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GenerateBootstrap) Reset() {
@@ -122,6 +126,13 @@ func (x *GenerateBootstrap) GetTaints() []*Taint {
 		return x.Taints
 	}
 	return nil
+}
+
+func (x *GenerateBootstrap) GetMachineUid() string {
+	if x != nil {
+		return x.MachineUid
+	}
+	return ""
 }
 
 // BootstrapReady says a machine's bootstrap data is stored (sealed) in the
@@ -897,7 +908,7 @@ var File_capn_v1alpha1_events_proto protoreflect.FileDescriptor
 
 const file_capn_v1alpha1_events_proto_rawDesc = "" +
 	"\n" +
-	"\x1acapn/v1alpha1/events.proto\x12\rcapn.v1alpha1\x1a\x1bcapn/v1alpha1/cluster.proto\x1a\x18capn/v1alpha1/meta.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x90\x03\n" +
+	"\x1acapn/v1alpha1/events.proto\x12\rcapn.v1alpha1\x1a\x1bcapn/v1alpha1/cluster.proto\x1a\x18capn/v1alpha1/meta.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb1\x03\n" +
 	"\x11GenerateBootstrap\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x18\n" +
 	"\amachine\x18\x02 \x01(\tR\amachine\x12\x12\n" +
@@ -906,7 +917,9 @@ const file_capn_v1alpha1_events_proto_rawDesc = "" +
 	"\aversion\x18\x05 \x01(\tR\aversion\x12:\n" +
 	"\tbootstrap\x18\x06 \x01(\v2\x1c.capn.v1alpha1.BootstrapSpecR\tbootstrap\x12D\n" +
 	"\x06labels\x18\a \x03(\v2,.capn.v1alpha1.GenerateBootstrap.LabelsEntryR\x06labels\x12,\n" +
-	"\x06taints\x18\b \x03(\v2\x14.capn.v1alpha1.TaintR\x06taints\x1a9\n" +
+	"\x06taints\x18\b \x03(\v2\x14.capn.v1alpha1.TaintR\x06taints\x12\x1f\n" +
+	"\vmachine_uid\x18\t \x01(\tR\n" +
+	"machineUid\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb3\x01\n" +

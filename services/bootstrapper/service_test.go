@@ -394,15 +394,15 @@ func TestNewIncarnationGetsNewData(t *testing.T) {
 	e.reportEndpoint("c1")
 	got := e.collect("c1")
 	subj := events.CommandSubject("bootstrap", "generate", "c1", "w-0")
-	var ready []capnv1.BootstrapReady
+	var ready []*capnv1.BootstrapReady
 	for i, uid := range []string{"uid-1", "uid-2"} {
 		cmd := &capnv1.GenerateBootstrap{Cluster: "c1", Machine: "w-0", MachineUid: uid, Role: "worker", Version: "v1.34.2"}
 		if _, err := e.pub.Publish(context.Background(), subj, events.TypeGenerateBootstrap, "gen."+uid, cmd); err != nil {
 			t.Fatal(err)
 		}
 		m := next(t, got)
-		var r capnv1.BootstrapReady
-		if m.Event.Type() != events.TypeBootstrapReady || events.DataAs(m.Event, &r) != nil {
+		r := new(capnv1.BootstrapReady)
+		if m.Event.Type() != events.TypeBootstrapReady || events.DataAs(m.Event, r) != nil {
 			t.Fatalf("incarnation %d: got %s", i+1, m.Event.Type())
 		}
 		ready = append(ready, r)

@@ -192,7 +192,9 @@ func (w *waiter) check() (bool, error) {
 		if w.seen {
 			return false, waitFailed{fmt.Sprintf("cluster %s was deleted while waiting for it to be ready", w.cluster)}
 		}
-		return false, waitFailed{fmt.Sprintf("cluster %s does not exist", w.cluster)}
+		// Not in the gateway's view yet: the write this wait follows may
+		// reach its watch cache a moment after the watch syncs.
+		return false, nil
 	}
 	if w.c.GetMetadata().GetDeletionTimestamp() != nil {
 		return false, waitFailed{fmt.Sprintf("cluster %s is being deleted: it will not become ready", w.cluster)}

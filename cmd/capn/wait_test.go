@@ -82,7 +82,9 @@ func TestWaitChecks(t *testing.T) {
 		{name: "an invalid spec fails at once", events: []client.WatchEvent{{Type: api.WatchAdded, Cluster: with(func(c *capnv1.Cluster) {
 			c.Status.Conditions = []*capnv1.Condition{{Type: "Ready", Status: "False", Reason: "InvalidSpec", Message: "the spec does not validate: x"}}
 		})}, {Type: api.WatchSynced}}, wantErr: "cluster demo will not become ready: the spec does not validate: x"},
-		{name: "no such cluster", events: []client.WatchEvent{{Type: api.WatchSynced}}, wantErr: "cluster demo does not exist"},
+		// The apply this wait follows may reach the gateway's watch after it
+		// synced: keep waiting (the timeout says what blocks).
+		{name: "not in the gateway's view yet", events: []client.WatchEvent{{Type: api.WatchSynced}}},
 		{name: "deleted while waiting", events: []client.WatchEvent{{Type: api.WatchAdded, Cluster: c}, {Type: api.WatchSynced}, {Type: api.WatchDeleted, Cluster: c}},
 			wantErr: "cluster demo was deleted while waiting for it to be ready"},
 		{name: "being deleted", events: []client.WatchEvent{{Type: api.WatchAdded, Cluster: with(func(c *capnv1.Cluster) { c.Metadata.DeletionTimestamp = timestamppb.New(fixedNow) })}, {Type: api.WatchSynced}},

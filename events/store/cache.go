@@ -142,8 +142,14 @@ type Change struct {
 // bucket's last revision every StallCheckEvery and re-creates a watcher
 // that did not deliver a revision the server had one check earlier, as
 // happens after a server restart), it re-creates the watcher from the next
-// revision with the full history, so nothing is skipped, and drops any
-// revision it has already applied, so nothing is repeated.
+// revision with the full history, so nothing the server still holds is
+// skipped, and drops any revision it has already applied, so nothing is
+// repeated. A revision the bucket no longer holds (superseded beyond its
+// History) cannot be replayed: across such a gap a subscriber sees each
+// key's latest value, not every step — enough for level-driven
+// reconcilers. nats.go's ordered consumer also resets itself this way
+// under bursts of writes, which is why capn's reconcilers never depend on
+// seeing intermediate revisions.
 //
 // Resync: every ResyncEvery it lists the bucket through a second,
 // short-lived watcher, repairs any key where the listing disagrees with the

@@ -69,7 +69,10 @@ func createKV(t testing.TB, js jetstream.JetStream) jetstream.KeyValue {
 	name := fmt.Sprintf("%s_%d", notBucketChar.ReplaceAllString(t.Name(), "_"), bucketSeq.Add(1))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name, History: 10})
+	// History 64 (the most) holds every revision the tests write per key,
+	// so "every update in order" is checkable across a watcher reset, which
+	// nats.go's ordered consumer does by itself under bursts of writes.
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name, History: 64})
 	if err != nil {
 		t.Fatalf("create bucket %s: %v", name, err)
 	}

@@ -8,11 +8,15 @@
 //	capn-node agent    --cluster=c --machine=m --version=v1.33.4 --data-dir=/abs/dir \
 //	                   --bootstrap-checksum=sha256:... [--ca-cert-hash=sha256:...] \
 //	                   [--nats-url=nats://127.0.0.1:4222 | --nats-socket=/run/capn-relay/nats.sock] \
+//	                   [--nats-creds=f | --nats-nkey=f] [--nats-tls-ca=f --nats-tls-cert=f --nats-tls-key=f] \
+//	                   [--nats-inbox-prefix=_INBOX_node] \
 //	                   [--heartbeat-every=10s] [--health-addr=127.0.0.5:10248]
 //	capn-node endpoint --cluster=c [--listen=:6443]
 //	capn-node version
 //
-// Every agent flag also reads its CAPN_NODE_* (or CAPN_NATS_*) variable.
+// Every agent flag also reads its CAPN_NODE_* (or CAPN_NATS_*) variable; the
+// NATS flags are the services' (services/runtime), so the rendered env file
+// of a deployment's node user configures it.
 // SIGINT or SIGTERM stops it cleanly (exit 0); bad flags exit 2.
 package main
 

@@ -19,6 +19,10 @@ func TestUsageAndBadFlags(t *testing.T) {
 		{[]string{"reboot"}, 2, `unknown command "reboot"`},
 		{[]string{"agent", "-h"}, 0, "No kubelet runs"},
 		{[]string{"agent", "--cluster=c1"}, 2, "--machine (CAPN_NODE_MACHINE)"},
+		{[]string{"agent", "--cluster=c1", "--machine=m1", "--version=v1.33.4", "--data-dir=/d", "--bootstrap-checksum=sha256:00",
+			"--nats-inbox-prefix=_INBOX_node.>"}, 2, `--nats-inbox-prefix (CAPN_NATS_INBOX_PREFIX) "_INBOX_node.>": must not contain a wildcard`},
+		{[]string{"agent", "--cluster=c1", "--machine=m1", "--version=v1.33.4", "--data-dir=/d", "--bootstrap-checksum=sha256:00",
+			"--nats-tls-ca=/nonexistent/ca.pem"}, 2, `--nats-tls-ca (CAPN_NATS_TLS_CA) "/nonexistent/ca.pem": must be a readable file`},
 		{[]string{"endpoint"}, 2, "--cluster is required"},
 		{[]string{"version"}, 0, "capn-node"},
 	}

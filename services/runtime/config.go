@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // Defaults of the runtime's settings.
@@ -94,6 +95,11 @@ type NATSConfig struct {
 	// ReconnectWait is the longest wait between connection attempts; the
 	// wait doubles from 100ms up to it, with jitter.
 	ReconnectWait time.Duration
+	// InboxPrefix, when set, replaces _INBOX as the prefix of the
+	// connection's reply subjects (nats.CustomInboxPrefix): a user allowed
+	// to subscribe to _INBOX_<user>.> only must use _INBOX_<user>. Empty
+	// is NATS's default, _INBOX.
+	InboxPrefix string
 }
 
 // WithDefaults returns c with every empty setting set to its default.
@@ -131,6 +137,7 @@ func (c *Config) flags() []Flag {
 		{"nats-tls-ca", "CAPN_NATS_TLS_CA", "CA `file` that verifies the NATS server", StringValue(&n.TLSCA)},
 		{"nats-connect-timeout", "CAPN_NATS_CONNECT_TIMEOUT", "`timeout` of one NATS dial and handshake", DurationValue(&n.ConnectTimeout)},
 		{"nats-reconnect-wait", "CAPN_NATS_RECONNECT_WAIT", "longest `wait` between NATS connection attempts", DurationValue(&n.ReconnectWait)},
+		{"nats-inbox-prefix", "CAPN_NATS_INBOX_PREFIX", "`prefix` of reply subjects instead of _INBOX (a deployment's users: _INBOX_<user>)", StringValue(&n.InboxPrefix)},
 		{"http-addr", "CAPN_HTTP_ADDR", "`address` of /healthz /readyz /metrics (host:port, or \"off\")", StringValue(&c.HTTPAddr)},
 		{"log-level", "CAPN_LOG_LEVEL", "log `level`: " + strings.Join(logLevels, "|"), StringValue(&c.LogLevel)},
 		{"log-format", "CAPN_LOG_FORMAT", "log `format`: json|console|auto (console on a terminal)", StringValue(&c.LogFormat)},
@@ -172,7 +179,7 @@ func same(v flag.Value, p any) bool {
 // a flag for each of them on fs: --nats-url, --nats-user,
 // --nats-password, --nats-token, --nats-creds, --nats-nkey,
 // --nats-tls-cert, --nats-tls-key, --nats-tls-ca, --nats-connect-timeout,
-// --nats-reconnect-wait, --http-addr, --log-level, --log-format,
+// --nats-reconnect-wait, --nats-inbox-prefix, --http-addr, --log-level, --log-format,
 // --stream-replicas, --skip-provision, --shutdown-timeout. Each one's
 // environment variable is CAPN_ and its name in upper snake case.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
@@ -295,6 +302,45 @@ func (c *Config) validateNATS(bad func(p any, value, problem string, err error))
 	if n.ReconnectWait < 0 {
 		bad(&n.ReconnectWait, n.ReconnectWait.String(), "must be positive", nil)
 	}
+	if n.InboxPrefix != "" {
+		if err := CheckInboxPrefix(n.InboxPrefix); err != nil {
+			bad(&n.InboxPrefix, n.InboxPrefix, err.Error(), nil)
+		}
+	}
+}
+
+// Validate reports every problem of n at once, as Config.Validate does:
+// each a *FieldError naming the runtime's --nats-* flag and CAPN_NATS_*
+// variable. A program that binds the same names to its own NATSConfig
+// (capn-node) checks it with this.
+func (n NATSConfig) Validate() error {
+	c := Config{NATS: n}.WithDefaults()
+	var errs []error
+	c.validateNATS(func(p any, value, problem string, err error) {
+		name, env := c.flagFor(p)
+		errs = append(errs, &FieldError{Flag: name, Env: env, Value: value, Problem: problem, Err: err})
+	})
+	return errors.Join(errs...)
+}
+
+// CheckInboxPrefix says what is wrong with p as a NATS inbox prefix (the
+// subject replies come back on is <p>.<random>): it must be a subject of
+// non-empty dot-separated tokens, with no wildcard (* or >) and no
+// whitespace. nil means it is good.
+func CheckInboxPrefix(p string) error {
+	switch {
+	case p == "":
+		return errors.New("must not be empty")
+	case strings.ContainsAny(p, "*>"):
+		return errors.New("must not contain a wildcard (* or >): it is the start of reply subjects, e.g. _INBOX_<user>")
+	case strings.IndexFunc(p, unicode.IsSpace) >= 0:
+		return errors.New("must not contain whitespace")
+	case strings.HasPrefix(p, "."), strings.HasSuffix(p, "."):
+		return errors.New("must not start or end with a dot: NATS appends .<id> itself")
+	case strings.Contains(p, ".."):
+		return errors.New("must not contain an empty token (..)")
+	}
+	return nil
 }
 
 func checkNATSURL(s string) error {

@@ -126,6 +126,9 @@ func (cfg NATSConfig) options(name string, log zerolog.Logger) []nats.Option {
 	if cfg.TLSCA != "" {
 		opts = append(opts, nats.RootCAs(cfg.TLSCA))
 	}
+	if cfg.InboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(cfg.InboxPrefix))
+	}
 	return opts
 }
 

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"flag"
 	"strings"
 	"testing"
 	"time"
@@ -181,5 +182,75 @@ func TestBackoff(t *testing.T) {
 				t.Errorf("backoff(%d) = %s, want %s..%s", tt.attempt, d, tt.min, tt.max)
 			}
 		}
+	}
+}
+
+// A user allowed replies on _INBOX_svc.> only gets them when its connection
+// uses --nats-inbox-prefix _INBOX_svc, set from CAPN_NATS_INBOX_PREFIX; with
+// NATS's default _INBOX it is denied and its request has no answer.
+func TestConnectUsesTheInboxPrefix(t *testing.T) {
+	s := startServer(t, server.Options{Users: []*server.User{
+		{Username: "svc", Password: "pw", Permissions: &server.Permissions{
+			Publish:   &server.SubjectPermission{Allow: []string{"echo"}},
+			Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX_svc.>"}},
+		}},
+		{Username: "echo", Password: "pw"},
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	log, _ := testLogger(t)
+	echo, err := Connect(ctx, NATSConfig{URL: s.ClientURL(), User: "echo", Password: "pw"}, "echo", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer echo.Close()
+	if _, err := echo.Subscribe("echo", func(m *nats.Msg) { _ = m.Respond(m.Data) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := echo.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	fs := flag.NewFlagSet("svc", flag.ContinueOnError)
+	cfg := Config{Name: "svc"}
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse([]string{"--nats-url", s.ClientURL(), "--nats-user", "svc", "--nats-password", "pw"}); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"CAPN_NATS_INBOX_PREFIX": "_INBOX_svc"}
+	if err := cfg.ApplyEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.NATS.InboxPrefix != "_INBOX_svc" {
+		t.Fatalf("InboxPrefix = %q, want _INBOX_svc from CAPN_NATS_INBOX_PREFIX", cfg.NATS.InboxPrefix)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := Connect(ctx, cfg.NATS, "svc", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if inbox := nc.NewInbox(); !strings.HasPrefix(inbox, "_INBOX_svc.") {
+		t.Errorf("NewInbox() = %q, want _INBOX_svc.<id>", inbox)
+	}
+	m, err := nc.Request("echo", []byte("hi"), 2*time.Second)
+	if err != nil {
+		t.Fatalf("request with the inbox prefix: %v", err)
+	}
+	if string(m.Data) != "hi" {
+		t.Errorf("reply %q, want hi", m.Data)
+	}
+
+	def := cfg.NATS
+	def.InboxPrefix = ""
+	plain, err := Connect(ctx, def, "svc-default-inbox", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if _, err := plain.Request("echo", []byte("hi"), 500*time.Millisecond); err == nil {
+		t.Error("a request with the default _INBOX prefix was answered: the server should deny its reply subscription")
 	}
 }

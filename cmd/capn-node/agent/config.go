@@ -55,7 +55,10 @@ type Config struct {
 }
 
 // Flags binds the config to --flags and CAPN_NODE_* (CAPN_NATS_* for NATS)
-// variables.
+// variables. The NATS flags are the runtime's names (--nats-url,
+// --nats-creds, --nats-nkey, --nats-tls-cert, --nats-tls-key,
+// --nats-tls-ca, --nats-inbox-prefix), so a deployment's rendered env
+// file of the node user configures capn-node as it does a service.
 func (c *Config) Flags() []runtime.Flag {
 	f := func(name, env, usage string, p *string) runtime.Flag {
 		return runtime.Flag{Name: name, Env: env, Usage: usage, Value: runtime.StringValue(p)}
@@ -71,6 +74,10 @@ func (c *Config) Flags() []runtime.Flag {
 		f("nats-url", "CAPN_NATS_URL", "NATS `url` of capn", &c.NATS.URL),
 		f("nats-creds", "CAPN_NATS_CREDS", "NATS credentials `file` (JWT and seed) of this machine (optional)", &c.NATS.CredsFile),
 		f("nats-nkey", "CAPN_NATS_NKEY", "NATS nkey seed `file` of this machine (optional)", &c.NATS.NKeySeedFile),
+		f("nats-tls-cert", "CAPN_NATS_TLS_CERT", "client certificate `file` for TLS to NATS (with --nats-tls-key; optional)", &c.NATS.TLSCert),
+		f("nats-tls-key", "CAPN_NATS_TLS_KEY", "client key `file` for TLS to NATS (optional)", &c.NATS.TLSKey),
+		f("nats-tls-ca", "CAPN_NATS_TLS_CA", "CA `file` that verifies the NATS server (optional)", &c.NATS.TLSCA),
+		f("nats-inbox-prefix", "CAPN_NATS_INBOX_PREFIX", "`prefix` of reply subjects instead of _INBOX (a deployment's node user: _INBOX_node)", &c.NATS.InboxPrefix),
 		f("nats-socket", "CAPN_NODE_NATS_SOCKET", "unix `socket` to dial NATS through (the docker provider's relay)", &c.NATSSocket),
 		f("health-addr", "CAPN_NODE_HEALTH_ADDR", "`host:port` of GET /healthz (optional)", &c.HealthAddr),
 		{Name: "heartbeat-every", Env: "CAPN_NODE_HEARTBEAT_EVERY", Usage: "heartbeat `interval`", Value: runtime.DurationValue(&c.HeartbeatEvery)},
@@ -123,6 +130,11 @@ func (c Config) Validate() error {
 	}
 	if c.NATSSocket != "" && !filepath.IsAbs(c.NATSSocket) {
 		bad("nats-socket", "CAPN_NODE_NATS_SOCKET", c.NATSSocket, "must be an absolute path")
+	}
+	// URL, credentials, TLS files and inbox prefix: the runtime's checks,
+	// under the same flag names.
+	if err := c.NATS.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -32,7 +32,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/capn-dev/capn/deploy/natsconfig"
@@ -268,15 +267,9 @@ func provision(ctx context.Context, args []string, stderr io.Writer) error {
 	var cfg runtime.Config
 	cfg.Name = natsconfig.Init
 	cfg.RegisterFlags(fs)
-	var inbox string
 	timeout := 5 * time.Minute
 	own := []runtime.Flag{
 		{Name: "timeout", Env: "CAPN_PROVISION_TIMEOUT", Usage: "how long to wait for the cluster before failing", Value: runtime.DurationValue(&timeout)},
-	}
-	if fs.Lookup("nats-inbox-prefix") == nil {
-		// The runtime does not set the inbox prefix (yet): do it here.
-		own = append(own, runtime.Flag{Name: "nats-inbox-prefix", Env: "CAPN_NATS_INBOX_PREFIX",
-			Usage: "`prefix` of reply subjects (the user's _INBOX_<user>)", Value: runtime.StringValue(&inbox)})
 	}
 	runtime.BindFlags(fs, own...)
 	if err := parse(fs, args); err != nil {
@@ -292,11 +285,7 @@ func provision(ctx context.Context, args []string, stderr io.Writer) error {
 	log := runtime.NewLogger(cfg, stderr).With().Str("service", cfg.Name).Logger()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var extra []nats.Option
-	if inbox != "" {
-		extra = append(extra, nats.CustomInboxPrefix(inbox))
-	}
-	nc, err := runtime.Connect(ctx, cfg.NATS, cfg.Name, log, extra...)
+	nc, err := runtime.Connect(ctx, cfg.NATS, cfg.Name, log)
 	if err != nil {
 		return err
 	}

@@ -188,13 +188,15 @@ func (c *Cluster) URLs(first int) string {
 	return strings.Join(out, ",")
 }
 
-// NATSConfig is the runtime configuration of user, preferring node first.
+// NATSConfig is the runtime configuration of user, preferring node first:
+// what its rendered env file sets (nkey, TLS files, inbox prefix).
 func (c *Cluster) NATSConfig(user string, first int) runtime.NATSConfig {
 	l := c.Rendered.Layout
 	n := runtime.NATSConfig{
 		URL:           c.URLs(first),
 		NKeySeedFile:  l.UserFile(user, natsconfig.UserSeedFile),
 		ReconnectWait: 500 * time.Millisecond,
+		InboxPrefix:   natsconfig.InboxPrefix(user),
 	}
 	if c.D.TLS {
 		n.TLSCert = l.UserFile(user, natsconfig.UserCertFile)
@@ -205,11 +207,10 @@ func (c *Cluster) NATSConfig(user string, first int) runtime.NATSConfig {
 }
 
 // Options are the nats.go options a client of user needs beyond
-// runtime.Connect's: the user's inbox prefix, node first first, and a
-// handler that records permission violations in v.
+// runtime.Connect's: node first first, and a handler that records
+// permission violations in v.
 func (c *Cluster) Options(user string, v *Violations) []nats.Option {
 	return []nats.Option{
-		nats.CustomInboxPrefix(natsconfig.InboxPrefix(user)),
 		nats.DontRandomize(),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { v.add(err) }),
 	}

@@ -25,16 +25,29 @@ func (s *Service) reconcile(ctx context.Context, key string) (reconcile.Result, 
 	if !ok {
 		return reconcile.Result{}, nil
 	}
-	desired, _, _ := store.Lookup(s.desired, machinePrefix+key, func() *capnv1.Machine { return new(capnv1.Machine) })
+	// A missing desired machine deletes the machine (or forgets its
+	// status): confirmed from the bucket, never taken from the cache alone.
+	desired, _, _, err := store.LookupConfirmed(ctx, s.desiredView, s.machines, machinePrefix+key)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
 	status, rev, err := s.statuses.Get(ctx, machinePrefix+key)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return reconcile.Result{}, err
 	}
 	var infra *capnv1.InfraMachine
 	if p := provider(desired, status); p != "" {
-		infra, _, _ = store.Lookup(s.observed, infraPrefix+p+"."+key, func() *capnv1.InfraMachine { return new(capnv1.InfraMachine) })
+		infraKey := infraPrefix + p + "." + key
+		infra, _, _ = store.Lookup(s.observedView, infraKey, newInfra)
+		if infra == nil && restsOnInfraAbsence(desired, status) {
+			// Running → InfrastructureGone, Deleting → Deleted: only on
+			// the bucket's word.
+			if infra, _, _, err = store.LookupConfirmed(ctx, s.observedView, s.infras, infraKey); err != nil {
+				return reconcile.Result{}, err
+			}
+		}
 	}
-	node, _, _ := store.Lookup(s.observed, nodePrefix+key, func() *capnv1.NodeHealth { return new(capnv1.NodeHealth) })
+	node, _, _ := store.Lookup(s.observedView, nodePrefix+key, func() *capnv1.NodeHealth { return new(capnv1.NodeHealth) })
 	out := Step(Input{Cluster: cluster, Name: name, Desired: desired, Status: status, Infra: infra, Node: node, Now: s.cfg.Now()}, s.cfg.Timeouts)
 	log := zerolog.Ctx(ctx).With().Str("cluster", cluster).Str("machine", name).Logger()
 	for _, c := range out.Commands {
@@ -66,6 +79,17 @@ func (s *Service) reconcile(ctx context.Context, key string) (reconcile.Result, 
 }
 
 func newStatus() *capnv1.MachineStatus { return new(capnv1.MachineStatus) }
+func newMachine() *capnv1.Machine      { return new(capnv1.Machine) }
+func newInfra() *capnv1.InfraMachine   { return new(capnv1.InfraMachine) }
+
+// restsOnInfraAbsence tells whether Step decides something because a
+// machine's infrastructure key is absent: a Running machine fails as
+// InfrastructureGone, a deleting one becomes Deleted. Elsewhere an absent
+// key only means "not yet" and costs no read.
+func restsOnInfraAbsence(desired *capnv1.Machine, st *capnv1.MachineStatus) bool {
+	return st.GetPhase() == PhaseRunning || st.GetPhase() == PhaseDeleting ||
+		desired == nil || desired.GetMetadata().GetDeletionTimestamp() != nil
+}
 
 // provider of a machine: from its spec, or from its status once the spec
 // is gone.
@@ -155,7 +179,7 @@ func (s *Service) onBootstrap(ctx context.Context, m *events.Message) error {
 func (s *Service) onHeartbeat(ctx context.Context, _ *events.Message, hb *capnv1.NodeHeartbeat) error {
 	// The steady state — a known node saying again what it said — is read
 	// from the cache and costs no KV request at all.
-	cached, _, ok := store.Lookup(s.observed, machinePrefix+hb.GetCluster()+"."+hb.GetMachine(), newStatus)
+	cached, _, ok := store.Lookup(s.observedView, machinePrefix+hb.GetCluster()+"."+hb.GetMachine(), newStatus)
 	if ok && cached.GetNodeReadyTime() != nil && (hb.GetNodeName() == "" || hb.GetNodeName() == cached.GetNodeName()) &&
 		(hb.GetKubeletVersion() == "" || hb.GetKubeletVersion() == cached.GetKubeletVersion()) {
 		return nil
@@ -194,7 +218,12 @@ var errNoStatus = errors.New("no machine status yet")
 func (s *Service) mutateOrWait(ctx context.Context, cluster, machine string, fn func(*capnv1.MachineStatus)) error {
 	err := s.mutate(ctx, cluster, machine, fn)
 	if errors.Is(err, errNoStatus) {
-		if _, ok := s.desired.Get(machinePrefix + cluster + "." + machine); !ok {
+		// Dropping the answer rests on the machine's absence: confirmed.
+		_, _, wanted, cerr := store.LookupConfirmed(ctx, s.desiredView, s.machines, machinePrefix+cluster+"."+machine)
+		if cerr != nil {
+			return cerr
+		}
+		if !wanted {
 			return nil
 		}
 	}

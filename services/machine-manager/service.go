@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/capn-dev/capn/events"
@@ -39,7 +40,16 @@ type Service struct {
 	desired  *store.Cache
 	observed *store.Cache
 	statuses *store.Bucket[*capnv1.MachineStatus]
-	queue    *reconcile.Queue
+	// machines and infras read desired machine.* and observed infra.*
+	// directly, to confirm an absence the caches report before acting on
+	// it (store.LookupConfirmed): with two replicas a cache may not yet
+	// hold what the other replica's provider or planner wrote.
+	machines *store.Bucket[*capnv1.Machine]
+	infras   *store.Bucket[*capnv1.InfraMachine]
+	// desiredView and observedView are what reconcile reads the caches
+	// through (the caches themselves; a test's may miss keys).
+	desiredView, observedView store.Getter
+	queue                     *reconcile.Queue
 }
 
 // New returns the service.
@@ -88,14 +98,8 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	if err != nil {
 		return fmt.Errorf("bucket %s: %w", events.BucketObserved, err)
 	}
-	s.pub = events.NewPublisher(d.JS, "capn/"+Name)
-	s.statuses = store.NewBucket(observedKV, func() *capnv1.MachineStatus { return new(capnv1.MachineStatus) })
-	s.desired = store.NewCache(desiredKV, s.cfg.Cache)
-	s.observed = store.NewCache(observedKV, s.cfg.Cache)
-	for _, c := range []*store.Cache{s.desired, s.observed} {
-		if err := c.Start(ctx); err != nil {
-			return err
-		}
+	if err := s.start(ctx, d.JS, desiredKV, observedKV); err != nil {
+		return err
 	}
 	s.queue = reconcile.NewQueue()
 	var wg sync.WaitGroup
@@ -126,6 +130,28 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// start sets the service's state up on the buckets and fills its caches.
+func (s *Service) start(ctx context.Context, js jetstream.JetStream, desiredKV, observedKV jetstream.KeyValue) error {
+	s.pub = events.NewPublisher(js, "capn/"+Name)
+	s.statuses = store.NewBucket(observedKV, newStatus)
+	s.machines = store.NewBucket(desiredKV, newMachine)
+	s.infras = store.NewBucket(observedKV, newInfra)
+	s.desired = store.NewCache(desiredKV, s.cfg.Cache)
+	s.observed = store.NewCache(observedKV, s.cfg.Cache)
+	if s.desiredView == nil {
+		s.desiredView = s.desired
+	}
+	if s.observedView == nil {
+		s.observedView = s.observed
+	}
+	for _, c := range []*store.Cache{s.desired, s.observed} {
+		if err := c.Start(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func log(ctx context.Context, l zerolog.Logger) context.Context { return l.WithContext(ctx) }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -172,10 +173,23 @@ type Consumer struct {
 }
 
 type consumeOptions struct {
-	concurrency     int
-	log             zerolog.Logger
-	metrics         *Metrics
-	inProgressEvery time.Duration
+	concurrency          int
+	log                  zerolog.Logger
+	metrics              *Metrics
+	inProgressEvery      time.Duration
+	retryFirst, retryMax time.Duration
+}
+
+// Waits between attempts to set a consumer up (Consumer.Run).
+const (
+	DefaultSetupRetryFirst = 250 * time.Millisecond
+	DefaultSetupRetryMax   = 10 * time.Second
+)
+
+// WithSetupRetry sets the first and the longest wait between attempts to
+// set the consumer up (default 250ms doubling up to 10s).
+func WithSetupRetry(first, longest time.Duration) ConsumeOption {
+	return func(o *consumeOptions) { o.retryFirst, o.retryMax = first, longest }
 }
 
 // ConsumeOption configures a Consumer.
@@ -199,13 +213,17 @@ func WithInProgressEvery(d time.Duration) ConsumeOption {
 // NewConsumer prepares a consumer; Run starts it.
 func NewConsumer(js jetstream.JetStream, spec ConsumerSpec, h Handler, opts ...ConsumeOption) *Consumer {
 	spec = spec.withDefaults()
-	o := consumeOptions{concurrency: 1, log: zerolog.Nop()}
+	o := consumeOptions{concurrency: 1, log: zerolog.Nop(), retryFirst: DefaultSetupRetryFirst, retryMax: DefaultSetupRetryMax}
 	for _, f := range opts {
 		f(&o)
 	}
 	if o.concurrency < 1 {
 		o.concurrency = 1
 	}
+	if o.retryFirst <= 0 {
+		o.retryFirst = DefaultSetupRetryFirst
+	}
+	o.retryMax = max(o.retryMax, o.retryFirst)
 	if o.inProgressEvery == 0 {
 		o.inProgressEvery = spec.AckWait / 3
 	}
@@ -223,19 +241,78 @@ func (c *Consumer) Stats() Stats {
 
 // Run ensures the durable consumer exists and handles messages until ctx is
 // cancelled; then it stops fetching, waits for running handlers and returns
-// nil. It returns an error only if the consumer cannot be set up.
+// nil.
+//
+// Setting the consumer up is retried until it works or ctx ends, waiting
+// 250ms doubling up to 10s (WithSetupRetry) with a warning per attempt:
+// the stream may not be provisioned yet (another job provisions it), or
+// the cluster may be electing leaders after losing a node. When the
+// message stream ends while ctx is live (the consumer was deleted, or its
+// leader lost), the consumer is set up again the same way. Run returns an
+// error only when the NATS connection is closed for good.
 func (c *Consumer) Run(ctx context.Context) error {
-	cons, err := EnsureConsumer(ctx, c.js, c.spec)
-	if err != nil {
-		return err
+	for {
+		cons, err := c.setup(ctx)
+		if err != nil || cons == nil {
+			return err
+		}
+		c.consume(ctx, cons)
+		if ctx.Err() != nil {
+			return nil
+		}
+		c.opts.log.Warn().Msg("consumer's message stream ended; setting it up again")
 	}
+}
+
+// setup ensures the consumer, retrying with capped exponential backoff; it
+// returns nil, nil when ctx ends first.
+func (c *Consumer) setup(ctx context.Context) (jetstream.Consumer, error) {
+	wait := c.opts.retryFirst
+	for attempt := 1; ; attempt++ {
+		cons, err := EnsureConsumer(ctx, c.js, c.spec)
+		if err == nil {
+			if attempt > 1 {
+				c.opts.log.Info().Int("attempts", attempt).Msg("consumer set up")
+			}
+			return cons, nil
+		}
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		if errors.Is(err, nats.ErrConnectionClosed) {
+			return nil, err
+		}
+		c.opts.log.Warn().Err(err).Str("stream", c.spec.Stream).Int("attempt", attempt).Dur("retry_in", wait).
+			Msg("cannot set the consumer up; retrying")
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, c.opts.retryMax)
+	}
+}
+
+// consume handles cons's messages until ctx ends or its message stream
+// does, and waits for running handlers.
+func (c *Consumer) consume(ctx context.Context, cons jetstream.Consumer) {
 	it, err := cons.Messages(jetstream.PullMaxMessages(2 * c.opts.concurrency))
 	if err != nil {
-		return fmt.Errorf("consume %s: %w", c.spec.Durable, err)
+		c.opts.log.Warn().Err(err).Msg("cannot pull messages")
+		select {
+		case <-ctx.Done():
+		case <-time.After(c.opts.retryFirst):
+		}
+		return
 	}
+	stopped := make(chan struct{})
+	defer close(stopped)
 	go func() {
-		<-ctx.Done()
-		it.Stop()
+		select {
+		case <-ctx.Done():
+			it.Stop()
+		case <-stopped:
+		}
 	}()
 	var wg sync.WaitGroup
 	for range c.opts.concurrency {
@@ -256,7 +333,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
-	return nil
+	it.Stop()
 }
 
 // Consume is NewConsumer(...).Run(ctx).

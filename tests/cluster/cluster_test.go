@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"errors"
-	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -58,20 +57,13 @@ var pools = map[string]struct{ replicas, surge int }{
 func TestClusterSurvivesNodeLoss(t *testing.T) { survivesNodeLoss(t, 1) }
 
 // TestTwoReplicasSurviveNodeLoss is the same with two replicas of each core
-// service sharing their durable consumers. It runs with
-// CAPN_TEST_TWO_REPLICAS=1: with two replicas, the machine-manager acts on
-// a lagging watch cache (a replica whose cache has not seen a machine's
-// infrastructure fails the machine another replica just made Running, as
-// InfrastructureGone), and a machine re-created under the same name then
-// waits for a bootstrap.ready that JetStream drops as a duplicate of its
-// predecessor's; about one run in two does not converge in time. It is the
-// test of their fix.
-func TestTwoReplicasSurviveNodeLoss(t *testing.T) {
-	if os.Getenv("CAPN_TEST_TWO_REPLICAS") != "1" {
-		t.Skip("two replicas of each core service: set CAPN_TEST_TWO_REPLICAS=1 (known to fail until the machine-manager stops acting on a stale cache)")
-	}
-	survivesNodeLoss(t, 2)
-}
+// service sharing their durable consumers: each replica's watch caches lag
+// the other's writes, so it is the test that a service confirms an absence
+// in KV before acting on it (a machine-manager whose cache has not seen a
+// machine's infrastructure must not fail it as InfrastructureGone), and
+// that a machine re-created under the same name gets its own bootstrap
+// answer (not one JetStream drops as a duplicate of its predecessor's).
+func TestTwoReplicasSurviveNodeLoss(t *testing.T) { survivesNodeLoss(t, 2) }
 
 func survivesNodeLoss(t *testing.T, replicas int) {
 	start := time.Now()

@@ -1,8 +1,10 @@
 // Command capn is capn's command-line tool: kubectl-shaped commands
 // (apply, get, describe, scale, upgrade, delete, ...) that talk to the
 // gateway's API through gateway/client, `capn import` for Cluster API
-// manifests, and `capn dev`, which runs an embedded NATS server, every capn
-// service and the gateway on one machine. docs/cli.md is the reference.
+// manifests, `capn dev`, which runs an embedded NATS server, every capn
+// service and the gateway on one machine, and `capn nats-config`, which
+// renders the NATS side of a deployment on a JetStream cluster
+// (docker-compose.yaml). docs/cli.md is the reference.
 //
 // Each command is one entry in commands(): a name, a one-line summary and
 // a function that parses its own flags with the standard flag package.
@@ -52,6 +54,7 @@ func commands() []command {
 		{"events", "print a cluster's timeline (--follow)", cmdEvents},
 		{"import", "convert Cluster API manifests to a capn Cluster", cmdImport},
 		{"dev", "run NATS with JetStream and every capn service on this machine", cmdDev},
+		{"nats-config", "render a 3-node JetStream deployment's NATS config, users and certificates (render|provision|users)", cmdNATSConfig},
 		{"version", "print capn's version", cmdVersion},
 		{"help", "show this help, or a command's (capn help <command>)", cmdHelp},
 	}

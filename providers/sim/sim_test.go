@@ -1,11 +1,14 @@
 package sim
 
 import (
+	"context"
 	"fmt"
 	goruntime "runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/natstest"
@@ -297,22 +300,106 @@ func TestAnnouncement(t *testing.T) {
 	}
 }
 
-// TestManyMachinesOneGoroutine: the simulation does not grow goroutines
-// with machines, and every node reports.
+// TestManyMachinesOneGoroutine: a machine costs one entry in the
+// scheduler's heap, not a goroutine or a timer. On a fake clock, n
+// machines are n entries through boot and heartbeats, each wake-up
+// handles every machine due in it, and each node beats once per
+// HeartbeatEvery; creating them and running the scheduler's steps starts
+// no goroutine. Through NATS, every node reports.
 func TestManyMachinesOneGoroutine(t *testing.T) {
 	const n = 200
+	opts := Options{BootLatency: time.Second, BootJitter: 200 * time.Millisecond, HeartbeatEvery: time.Second}
+	p, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_000_000, 0)
+	p.now = func() time.Time { return now }
+	before := simGoroutines()
+	for i := range n {
+		if _, err := p.CreateMachine(context.Background(), createReq("c1", fmt.Sprintf("m%d", i), "v1.33.1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(p.sched) != n {
+		t.Fatalf("%d machines are %d scheduler entries, want one each", n, len(p.sched))
+	}
+	// Every boot is due once BootLatency+BootJitter passed: one wake-up
+	// boots them all, and each node's first heartbeat goes with its boot.
+	now = now.Add(opts.BootLatency + opts.BootJitter)
+	w, next := p.due(now)
+	if got := machinesOf(w); len(w.reports) != n || got != n {
+		t.Fatalf("the boot wake-up reported %d machines and beat %d distinct nodes, want %d of each", len(w.reports), got, n)
+	}
+	if len(p.sched) != n || !next.After(now.Add(Resolution)) {
+		t.Fatalf("after the boots: %d entries, next at %s (now %s), want %d entries, none due", len(p.sched), next, now, n)
+	}
+	// Then every HeartbeatEvery, every node beats once, and only once.
+	for round := range 3 {
+		now = now.Add(opts.HeartbeatEvery)
+		w, _ := p.due(now)
+		if len(w.reports) != 0 || len(w.beats) != n || machinesOf(w) != n || len(p.sched) != n {
+			t.Fatalf("heartbeat round %d: %d reports, %d beats of %d nodes, %d entries; want 0, %d, %d, %d",
+				round, len(w.reports), len(w.beats), machinesOf(w), len(p.sched), n, n, n)
+		}
+	}
+	if after := simGoroutines(); after != before {
+		t.Errorf("the simulation's code started goroutines: %d before the machines, %d after", before, after)
+	}
+
+	// Through NATS: every node reports (the health stream has a subject
+	// for each machine's heartbeats).
 	env := sdktest.New(t)
-	start(t, env, Options{BootJitter: 200 * time.Millisecond, HeartbeatEvery: time.Second})
-	create(env, "c1", "m0", "v1.33.1")
-	env.WaitState(Name, "c1", "m0", sdk.StateRunning)
-	base := goruntime.NumGoroutine()
-	for i := 1; i < n; i++ {
-		create(env, "c1", fmt.Sprintf("m%d", i), "v1.33.1")
+	start(t, env, Options{BootJitter: 200 * time.Millisecond, HeartbeatEvery: 10 * time.Second})
+	for i := range n {
+		create(env, "c2", fmt.Sprintf("m%d", i), "v1.33.1")
 	}
-	natstest.WaitFor(t, 30*time.Second, "every node reports", func() bool {
-		return env.Count(events.StreamHealth, events.HealthSubject("c1", "*", HeartbeatKind)) >= n
+	natstest.WaitFor(t, 2*time.Minute, "every node reports", func() bool {
+		return subjects(t, env, events.StreamHealth, events.HealthSubject("c2", "*", HeartbeatKind)) == n
 	})
-	if g := goruntime.NumGoroutine(); g > base+10 {
-		t.Errorf("goroutines grew from %d to %d with %d machines", base, g, n)
+}
+
+// subjects is the number of distinct subjects matching filter in stream.
+func subjects(t *testing.T, env *sdktest.Env, stream, filter string) int {
+	t.Helper()
+	s, err := env.JS.Stream(context.Background(), stream)
+	if err != nil {
+		t.Fatal(err)
 	}
+	info, err := s.Info(context.Background(), jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(info.State.Subjects)
+}
+
+// machinesOf is the number of distinct machines w beats for.
+func machinesOf(w work) int {
+	seen := map[string]bool{}
+	for _, b := range w.beats {
+		seen[b.cluster+"/"+b.machine] = true
+	}
+	return len(seen)
+}
+
+// simGoroutines counts the goroutines this package's code started (the
+// scheduler itself is started by the SDK; its report workers end with
+// each wake-up).
+func simGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := goruntime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "\ncreated by github.com/capn-dev/capn/providers/sim.") {
+			count++
+		}
+	}
+	return count
 }

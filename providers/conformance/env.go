@@ -45,6 +45,7 @@ func (s *suite) newEnv(t *testing.T) *Env {
 		Deployment: uniqueName("cf"), Cluster: uniqueName("c"), SDK: SDKOptions(), t: t, s: s,
 	}
 	e.NATSURL = e.Server.URL()
+	e.WaitTimeout = s.f.Timeout // sdktest's waits (drained, drift) as long as the suite's
 	return e
 }
 

@@ -216,15 +216,18 @@ func TestReportOrdersByUpdated(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	report(sdk.StateRunning, t0.Add(2*time.Millisecond))
-	report(sdk.StateCreating, t0.Add(time.Millisecond)) // late: dropped
+	// Reports stamped in the past, so that the one made just before the
+	// delete below is newer than both, however fast the delete is.
+	report(sdk.StateRunning, t0.Add(-time.Millisecond))
+	report(sdk.StateCreating, t0.Add(-2*time.Millisecond)) // late: dropped
 	if m, _ := env.Machine("fake", "c1", "m1"); m.GetState() != sdk.StateRunning || m.GetProvider() != "fake" {
 		t.Fatalf("after a late report: %v", m)
 	}
 
+	beforeDelete := time.Now()
 	env.Send("fake", sdk.KindMachine, "delete", "delete-1", &capnv1alpha1.DeleteMachine{Cluster: "c1", Machine: "m1"})
 	env.WaitNoMachine("fake", "c1", "m1")
-	report(sdk.StateRunning, t0.Add(3*time.Millisecond)) // made before the delete: dropped
+	report(sdk.StateRunning, beforeDelete) // newer than the record, made before the delete: dropped
 	if m, ok := env.Machine("fake", "c1", "m1"); ok {
 		t.Fatalf("a report older than the delete resurrected the machine: %v", m)
 	}

@@ -34,6 +34,10 @@ type Env struct {
 	JS     jetstream.JetStream
 	// Pub publishes commands with source capn/test.
 	Pub *events.Publisher
+	// WaitTimeout is how long the Wait helpers poll (0: Timeout). A
+	// provider whose infrastructure is slow to answer on a loaded machine
+	// (a container's start) sets more.
+	WaitTimeout time.Duration
 
 	machines      *store.Bucket[*capnv1alpha1.InfraMachine]
 	clusters      *store.Bucket[*capnv1alpha1.InfraCluster]
@@ -176,7 +180,7 @@ func (e *Env) Keys(prefix string) []string {
 func (e *Env) WaitMachine(provider, cluster, machine string, what string, cond func(*capnv1alpha1.InfraMachine) bool) *capnv1alpha1.InfraMachine {
 	e.T.Helper()
 	var got *capnv1alpha1.InfraMachine
-	natstest.WaitFor(e.T, Timeout, fmt.Sprintf("%s/%s %s", cluster, machine, what), func() bool {
+	natstest.WaitFor(e.T, e.waitTimeout(), fmt.Sprintf("%s/%s %s", cluster, machine, what), func() bool {
 		m, ok := e.Machine(provider, cluster, machine)
 		if ok && cond(m) {
 			got = m
@@ -198,17 +202,24 @@ func (e *Env) WaitState(provider, cluster, machine, state string) *capnv1alpha1.
 // WaitNoMachine waits until the machine's record is gone.
 func (e *Env) WaitNoMachine(provider, cluster, machine string) {
 	e.T.Helper()
-	natstest.WaitFor(e.T, Timeout, fmt.Sprintf("%s/%s record deleted", cluster, machine), func() bool {
+	natstest.WaitFor(e.T, e.waitTimeout(), fmt.Sprintf("%s/%s record deleted", cluster, machine), func() bool {
 		_, ok := e.Machine(provider, cluster, machine)
 		return !ok
 	})
+}
+
+func (e *Env) waitTimeout() time.Duration {
+	if e.WaitTimeout > 0 {
+		return e.WaitTimeout
+	}
+	return Timeout
 }
 
 // WaitDrained waits until every command in the providers work queue was
 // acked or terminated.
 func (e *Env) WaitDrained() {
 	e.T.Helper()
-	natstest.WaitFor(e.T, Timeout, "provider commands handled", func() bool {
+	natstest.WaitFor(e.T, e.waitTimeout(), "provider commands handled", func() bool {
 		return e.Pending(events.StreamProviders) == 0
 	})
 }
@@ -282,7 +293,7 @@ func (e *Env) LastDrift(cluster, machine string) (*capnv1alpha1.DriftReport, boo
 func (e *Env) WaitDrift(cluster, machine, kind string) *capnv1alpha1.DriftReport {
 	e.T.Helper()
 	var got *capnv1alpha1.DriftReport
-	natstest.WaitFor(e.T, Timeout, fmt.Sprintf("drift %s of %s/%s", kind, cluster, machine), func() bool {
+	natstest.WaitFor(e.T, e.waitTimeout(), fmt.Sprintf("drift %s of %s/%s", kind, cluster, machine), func() bool {
 		d, ok := e.LastDrift(cluster, machine)
 		if ok && d.GetKind() == kind {
 			got = d

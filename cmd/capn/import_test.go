@@ -25,7 +25,7 @@ func TestImportCommand(t *testing.T) {
 	}{
 		{name: "a CAPD quick-start", args: []string{"import", "-f", testdata + "docker-v1beta1.yaml"},
 			wantStdout: "kind: Cluster\nmetadata:\n  name: capi-quickstart\n",
-			wantStderr: []string{"capn import: 14 Cluster API settings not mapped:\n",
+			wantStderr: []string{"capn import: 16 Cluster API settings not mapped:\n",
 				"  KubeadmControlPlane/capi-quickstart-control-plane: spec.kubeadmConfigSpec.users: capn's bootstrap creates no users",
 				"  ClusterResourceSet/calico: not imported: capn does not apply add-ons"}},
 		{name: "from standard input, quietly", args: []string{"import", "-f", "-", "--quiet"}, stdin: string(v1beta1),
@@ -59,6 +59,48 @@ func TestImportCommand(t *testing.T) {
 				if _, err := manifest.Decode([]byte(stdout.String())); err != nil {
 					t.Errorf("the printed manifest does not decode: %v", err)
 				}
+			}
+		})
+	}
+}
+
+// TestImportTargetsEachProvider: --provider sends every machine to any of
+// capn's providers, with a manifest that validates; the CAPD machine
+// settings none of them reads are listed as not mapped, not passed on.
+func TestImportTargetsEachProvider(t *testing.T) {
+	const file = "../../schemas/capi/testdata/docker-v1beta2.yaml"
+	for _, provider := range []string{"sim", "process", "docker"} {
+		t.Run(provider, func(t *testing.T) {
+			e, stdout, stderr := testEnv(nil)
+			if code := run(context.Background(), e, []string{"import", "-f", file, "--provider", provider}); code != 0 {
+				t.Fatalf("exit %d:\n%s", code, stderr)
+			}
+			c, err := manifest.Decode([]byte(stdout.String()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			manifest.Default(c)
+			if err := manifest.Validate(c); err != nil {
+				t.Errorf("the imported cluster does not validate: %v", err)
+			}
+			got := []string{c.GetSpec().GetControlPlane().GetProvider()}
+			for _, p := range c.GetSpec().GetWorkerPools() {
+				got = append(got, p.GetProvider())
+				if len(p.GetTemplate().GetParameters()) > 0 {
+					t.Errorf("pool %s has parameters %v that the %s provider does not read", p.GetName(), p.GetTemplate().GetParameters(), provider)
+				}
+			}
+			if len(c.GetSpec().GetControlPlane().GetTemplate().GetParameters()) > 0 {
+				t.Errorf("the control plane has parameters %v that the %s provider does not read", c.GetSpec().GetControlPlane().GetTemplate().GetParameters(), provider)
+			}
+			for _, p := range got {
+				if p != provider {
+					t.Errorf("providers %v, want every one %s", got, provider)
+					break
+				}
+			}
+			if want := "DockerMachineTemplate/edge-worker: spec.template.spec: "; !strings.Contains(stderr.String(), want) || !strings.Contains(stderr.String(), "takes no parameters") {
+				t.Errorf("stderr does not list the template's settings as not mapped:\n%s", stderr)
 			}
 		})
 	}

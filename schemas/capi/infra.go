@@ -20,6 +20,15 @@ var kindProviders = map[string]string{
 	"InMemoryMachineTemplate":   "sim",
 }
 
+// noParameters are the providers capn ships, none of which reads machine
+// template parameters: what a template sets for them is reported as not
+// mapped, with why, rather than passed on to be ignored.
+var noParameters = map[string]string{
+	"sim":     "the sim provider takes no parameters (its boot time is a setting of the provider, e.g. capn dev's)",
+	"process": "the process provider takes no parameters (every machine is a capn-node process on the provider's host)",
+	"docker":  "capn's docker provider takes no parameters (every machine runs its capn-node image, --docker-image; CAPD's node images and mounts do not apply)",
+}
+
 // backendProviders maps a Dev* object's backend to a provider.
 var backendProviders = map[string]string{"docker": "docker", "inMemory": "sim"}
 
@@ -48,8 +57,8 @@ type template struct {
 // machineTemplate resolves an infrastructureRef to its provider and
 // parameters: the template's spec.template.spec flattened to dotted keys
 // (lists and mappings under them as JSON), passed to the provider as they
-// are. The sim provider takes no parameters, so a template bound for sim
-// maps none (they are reported instead).
+// are. capn's own providers (sim, process, docker) take no parameters, so a
+// template bound for one of them maps none (they are reported instead).
 func (c *converter) machineTemplate(owner *object, ref node) (template, error) {
 	if !ref.exists() {
 		if c.opts.Provider != "" {
@@ -89,9 +98,9 @@ func (c *converter) machineTemplate(owner *object, ref node) (template, error) {
 			}
 		}
 	}
-	if provider == "sim" {
+	if why, ok := noParameters[provider]; ok {
 		if !spec.empty() && !tmpl.used[spec.path] {
-			c.note(tmpl, spec, "the sim provider takes no parameters (its boot time is a setting of the provider, e.g. capn dev's)")
+			c.note(tmpl, spec, why)
 		}
 		return out, nil
 	}

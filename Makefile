@@ -9,13 +9,16 @@ DATA_DIR ?= .capn
 PROGRAMS := $(notdir $(wildcard cmd/*))
 export CGO_ENABLED ?= 0
 
-.PHONY: all build run test test-short proto proto-check lint vet fmt clean bench npd fuzz
+.PHONY: all build run test test-short proto proto-check lint vet fmt clean bench npd fuzz images
 
 all: build
 
 build: ## build every program into bin/
 	@mkdir -p $(BIN)
 	$(GO) build -trimpath -o $(BIN)/ ./cmd/...
+
+images: ## build capn's images locally FROM scratch (hack/images.sh): capn-node:latest, the docker provider's machines, and what docker-compose.yaml runs; `make images IMAGES=capn-node` builds only those
+	GO=$(GO) hack/images.sh $(IMAGES)
 
 run: build ## run capn dev: embedded JetStream and every service on 127.0.0.1
 	$(BIN)/capn dev --data-dir $(DATA_DIR)

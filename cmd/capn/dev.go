@@ -47,6 +47,15 @@ type devConfig struct {
 	// WriteClientConfig writes the user's default client config too (the
 	// one in the data directory is always written).
 	WriteClientConfig bool
+	// Providers are the infrastructure providers to run, comma-separated
+	// (of sim, process, docker). sim always runs; process and docker run
+	// when they can, and capn dev says why when they cannot.
+	Providers string
+	// ProcessNodeBinary is the capn-node the process provider's machines
+	// run ("": beside this program, else on PATH).
+	ProcessNodeBinary string
+	// DockerImage is the docker provider's machine image ("": capn-node:latest).
+	DockerImage string
 }
 
 // natsListenNone as NATSListen serves only in-process connections.
@@ -62,6 +71,7 @@ func defaultDevConfig() devConfig {
 		ShutdownTimeout:   runtime.DefaultShutdownTimeout,
 		GatewayAddr:       "127.0.0.1:8080",
 		WriteClientConfig: true,
+		Providers:         strings.Join(devProviderNames, ","),
 	}
 }
 
@@ -75,6 +85,9 @@ func (c *devConfig) flags() []runtime.Flag {
 		{Name: "shutdown-timeout", Env: "CAPN_SHUTDOWN_TIMEOUT", Usage: "how long each service may take to `stop`", Value: runtime.DurationValue(&c.ShutdownTimeout)},
 		{Name: "gateway-addr", Env: "CAPN_GATEWAY_ADDR", Usage: "`address` of the gateway's HTTP API (host:port)", Value: runtime.StringValue(&c.GatewayAddr)},
 		{Name: "write-client-config", Env: "CAPN_WRITE_CLIENT_CONFIG", Usage: "also write the user's default client config (${XDG_CONFIG_HOME:-~/.config}/capn/config.yaml) unless it points at another gateway", Value: runtime.BoolValue(&c.WriteClientConfig)},
+		{Name: "providers", Env: "CAPN_PROVIDERS", Usage: "infrastructure `providers` to run, comma-separated: sim always runs; process and docker run when they can (capn dev says why not)", Value: runtime.StringValue(&c.Providers)},
+		{Name: "process-node-binary", Env: "CAPN_PROCESS_NODE_BINARY", Usage: "capn-node `path` the process provider's machines run (default: beside this program, else on PATH)", Value: runtime.StringValue(&c.ProcessNodeBinary)},
+		{Name: "docker-image", Env: "CAPN_DOCKER_IMAGE", Usage: "the docker provider's machine `image`, built locally by 'make images' (default capn-node:latest)", Value: runtime.StringValue(&c.DockerImage)},
 	}
 }
 
@@ -96,6 +109,18 @@ func (c devConfig) validate() error {
 	if _, _, err := splitListen(c.GatewayAddr); err != nil {
 		errs = append(errs, &runtime.FieldError{Flag: "gateway-addr", Env: "CAPN_GATEWAY_ADDR", Value: c.GatewayAddr,
 			Problem: "must be host:port (port 0..65535): " + err.Error(), Err: err})
+	}
+	seen := map[string]bool{}
+	for _, p := range c.providerList() {
+		switch {
+		case !slices.Contains(devProviderNames, p):
+			errs = append(errs, &runtime.FieldError{Flag: "providers", Env: "CAPN_PROVIDERS", Value: c.Providers,
+				Problem: fmt.Sprintf("unknown provider %q: want some of %s", p, strings.Join(devProviderNames, ", "))})
+		case seen[p]:
+			errs = append(errs, &runtime.FieldError{Flag: "providers", Env: "CAPN_PROVIDERS", Value: c.Providers,
+				Problem: fmt.Sprintf("provider %q is named twice", p)})
+		}
+		seen[p] = true
 	}
 	return errors.Join(errs...)
 }
@@ -202,11 +227,25 @@ func dev(ctx context.Context, cfg devConfig, out io.Writer, lookup func(string) 
 		return fmt.Errorf("provision JetStream: %w", err)
 	}
 
+	natsURL := "" // in process only: nothing outside this process reaches NATS
+	if srv.Addr() != nil {
+		natsURL = srv.ClientURL()
+	}
+	provs := devProviders(ctx, cfg, dataDir, natsURL)
+	var provSvcs []runtime.Service
+	for _, p := range provs {
+		if p.svc != nil {
+			provSvcs = append(provSvcs, p.svc)
+		} else {
+			log.Warn().Str("provider", p.name).Msgf("the %s provider is not running: %s", p.name, p.why)
+		}
+	}
+
 	gw, err := openDevGateway(cfg, dataDir)
 	if err != nil {
 		return err
 	}
-	services, err := devServices(cfg, gw)
+	services, err := devServices(cfg, gw, provSvcs)
 	if err != nil {
 		gw.ln.Close()
 		return err
@@ -265,7 +304,7 @@ func dev(ctx context.Context, cfg devConfig, out io.Writer, lookup func(string) 
 				runtime.WithInProcess(srv), runtime.WithOps(ops), runtime.WithRegistry(reg), runtime.WithLogger(base))}
 		}()
 	}
-	printBanner(out, banner{srv: srv, opsURL: opsURL, dataDir: dataDir, services: names, gateway: gw, clientNotes: clientNotes})
+	printBanner(out, banner{srv: srv, opsURL: opsURL, dataDir: dataDir, services: names, providers: provs, gateway: gw, clientNotes: clientNotes})
 
 	running := slices.Clone(names)
 	var failed error
@@ -352,6 +391,7 @@ type banner struct {
 	opsURL      string
 	dataDir     string
 	services    []string
+	providers   []devProvider
 	gateway     devGateway
 	clientNotes []string
 }
@@ -376,7 +416,8 @@ capn dev is running
   ops       %s
   data dir  %s
   services  %s
+  providers %s
 Press Ctrl-C to stop.
 
-`, b.gateway.URL(), b.gateway.token, filepath.Join(b.dataDir, adminTokenFile), client, natsLine, b.opsURL, b.dataDir, svc)
+`, b.gateway.URL(), b.gateway.token, filepath.Join(b.dataDir, adminTokenFile), client, natsLine, b.opsURL, b.dataDir, svc, providersLine(b.providers))
 }

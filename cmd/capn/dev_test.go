@@ -8,7 +8,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -79,8 +82,8 @@ var (
 	bannerToken   = regexp.MustCompile(`\n  token     ([0-9a-f]{64})`)
 )
 
-// startDev runs capn dev on free ports with dataDir and waits for its
-// banner.
+// startDev runs capn dev on free ports with dataDir and only the sim
+// provider (extra may name others) and waits for its banner.
 func startDev(t *testing.T, dataDir string, extra ...string) *devRun {
 	t.Helper()
 	return startDevWith(t, dataDir, nil, extra...)
@@ -94,7 +97,7 @@ func startDevWith(t *testing.T, dataDir string, vars map[string]string, extra ..
 	e, _, stderr := testEnv(vars)
 	r := &devRun{cancel: cancel, done: make(chan int, 1), out: stderr}
 	args := append([]string{"dev", "--data-dir", dataDir, "--nats-listen", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-		"--gateway-addr", "127.0.0.1:0", "--log-format", "json"}, extra...)
+		"--gateway-addr", "127.0.0.1:0", "--log-format", "json", "--providers", "sim"}, extra...)
 	go func() { r.done <- run(ctx, e, args) }()
 	t.Cleanup(func() {
 		cancel()
@@ -142,12 +145,27 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// buildNode builds capn-node into a temporary directory and returns its path.
+func buildNode(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "capn-node")
+	if out, err := exec.Command("go", "build", "-o", bin, "../capn-node").CombinedOutput(); err != nil {
+		t.Fatalf("go build capn-node: %v\n%s", err, out)
+	}
+	return bin
+}
+
 func TestDevEndToEnd(t *testing.T) {
 	dataDir := t.TempDir()
 	alpha, beta := newDevProbe("alpha"), newDevProbe("beta")
 	withDevServices(t, alpha, beta)
-	first := startDev(t, dataDir)
-	for _, want := range []string{"capn dev is running", "data dir  " + dataDir, "services  cluster-planner, machine-manager, bootstrapper, health-watcher, remediator, provider-sim, gateway, alpha, beta"} {
+	// Every provider: sim and process run; docker, whose image does not
+	// exist (or whose daemon does not answer), does not, and says why.
+	noImage := "capn-node:absent-" + strconv.Itoa(os.Getpid())
+	first := startDev(t, dataDir, "--providers", "sim,process,docker", "--process-node-binary", buildNode(t), "--docker-image", noImage)
+	for _, want := range []string{"capn dev is running", "data dir  " + dataDir,
+		"services  cluster-planner, machine-manager, bootstrapper, health-watcher, remediator, provider-sim, provider-process, gateway, alpha, beta",
+		"\n  providers sim, process\n            docker not running: "} {
 		if !strings.Contains(first.out.String(), want) {
 			t.Errorf("banner lacks %q:\n%s", want, first.out)
 		}
@@ -196,6 +214,24 @@ func TestDevEndToEnd(t *testing.T) {
 	}
 	if _, err := da.JS.Stream(ctx, "E2E"); err != nil {
 		t.Errorf("a service does not see the stream over its in-process connection: %v", err)
+	}
+	// The providers that run announce themselves; docker's absence is
+	// logged with its reason.
+	observed, err := js.KeyValue(ctx, events.BucketObserved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"sim", "process"} {
+		natstest.WaitFor(t, 10*time.Second, p+" provider's announcement", func() bool {
+			_, err := observed.Get(ctx, "provider."+p)
+			return err == nil
+		})
+	}
+	if !strings.Contains(first.out.String(), `"provider":"docker"`) || !strings.Contains(first.out.String(), "the docker provider is not running: ") {
+		t.Errorf("no log line says why docker does not run:\n%s", first.out)
+	}
+	if fi, err := os.Stat(filepath.Join(dataDir, "process")); err != nil || !fi.IsDir() {
+		t.Errorf("the process provider's state dir is not under the data dir: %v", err)
 	}
 	nc.Close()
 
@@ -261,6 +297,41 @@ func TestDevPortsInUse(t *testing.T) {
 				t.Errorf("exit %d, stderr:\n%s\nwant 1 and %q", code, stderr, tt.want)
 			}
 		})
+	}
+}
+
+// TestDevProvidersNeedTCP: with NATS in process only, the process and
+// docker providers, whose machines connect over TCP, do not run, and the
+// banner and the log say why.
+func TestDevProvidersNeedTCP(t *testing.T) {
+	probe := newDevProbe("probe")
+	withDevServices(t, probe)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e, _, stderr := testEnv(nil)
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, e, []string{"dev", "--data-dir", t.TempDir(), "--nats-listen", "none", "--http-addr", "off",
+			"--gateway-addr", "127.0.0.1:0", "--log-format", "json", "--providers", "sim,process,docker"})
+	}()
+	<-probe.deps
+	natstest.WaitFor(t, 20*time.Second, "the banner", func() bool { return strings.Contains(stderr.String(), "Press Ctrl-C to stop.") })
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d:\n%s", code, stderr)
+	}
+	out := stderr.String()
+	for _, want := range []string{
+		"services  cluster-planner, machine-manager, bootstrapper, health-watcher, remediator, provider-sim, gateway, probe\n",
+		"\n  providers sim\n" +
+			"            process not running: its node agents (capn-node processes) connect over TCP and NATS is in-process only (--nats-listen none)\n" +
+			"            docker not running: its machines reach NATS through a relay to a TCP listener and NATS is in-process only (--nats-listen none)\n",
+		`"message":"the process provider is not running: its node agents`,
+		`"message":"the docker provider is not running: its machines reach NATS`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
 	}
 }
 

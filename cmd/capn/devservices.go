@@ -9,8 +9,6 @@ import (
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/gateway"
 	"github.com/capn-dev/capn/gateway/api"
-	"github.com/capn-dev/capn/providers/sdk"
-	"github.com/capn-dev/capn/providers/sim"
 	"github.com/capn-dev/capn/services/bootstrapper"
 	"github.com/capn-dev/capn/services/bootstrapper/seal"
 	clusterplanner "github.com/capn-dev/capn/services/cluster-planner"
@@ -31,11 +29,12 @@ type devGateway struct {
 // URL is the gateway's base URL.
 func (g devGateway) URL() string { return "http://" + g.ln.Addr().String() }
 
-// devServices lists every service capn dev runs, configured from cfg.
+// devServices lists every service capn dev runs, configured from cfg, with
+// the providers that can run (devProviders) after the core services.
 // Each issue that adds a service registers it here. capn dev gives each
 // its own in-process NATS connection, its logs and metrics labelled
 // service=<name>, and its place in /readyz.
-func devServices(cfg devConfig, gw devGateway) ([]runtime.Service, error) {
+func devServices(cfg devConfig, gw devGateway, providers []runtime.Service) ([]runtime.Service, error) {
 	ring, err := devKeyring(cfg.DataDir)
 	if err != nil {
 		return nil, err
@@ -46,13 +45,15 @@ func devServices(cfg devConfig, gw devGateway) ([]runtime.Service, error) {
 		bootstrapper.New(bootstrapper.Config{Keyring: ring}),
 		healthwatcher.New(healthwatcher.Config{}),
 		remediator.New(remediator.Config{}),
-		sim.NewService(sim.DefaultOptions(), sdk.Options{}),
+	}
+	services = append(services, providers...)
+	services = append(services,
 		gateway.New(gateway.Options{
 			Listener: gw.ln,
 			Keyring:  ring, // the bootstrapper's: the gateway opens the kubeconfigs it seals
 			Tokens:   []gateway.Token{{Name: "admin", Secret: gw.token, Scopes: []api.Scope{api.ScopeAdmin}}},
 		}),
-	}
+	)
 	return append(services, extraDevServices...), nil
 }
 

@@ -52,6 +52,10 @@ func TestRunDispatches(t *testing.T) {
 			wantStderr: "capn dev: invalid configuration:\n" +
 				`  - --log-level (CAPN_LOG_LEVEL) "loud": must be one of trace|debug|info|warn|error` + "\n" +
 				`  - --nats-listen (CAPN_NATS_LISTEN) "4222": must be host:port (port 0..65535) or "none"`},
+		{name: "dev with unknown or repeated providers", args: []string{"dev", "--providers", "sim,aws,sim"}, wantCode: 2,
+			wantStderr: "capn dev: invalid configuration:\n" +
+				`  - --providers (CAPN_PROVIDERS) "sim,aws,sim": unknown provider "aws": want some of sim, process, docker` + "\n" +
+				`  - --providers (CAPN_PROVIDERS) "sim,aws,sim": provider "sim" is named twice`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -536,7 +536,8 @@ func (x *InfraCluster) GetMessage() string {
 }
 
 // DriftReport says a machine's infrastructure changed out of band
-// (capn.evt.provider.<p>.drift): gone, stopped or changed, or an orphan.
+// (capn.evt.infra.drift.<cluster>.<machine>, type dev.capn.provider.drift):
+// gone, stopped or changed, or an orphan.
 type DriftReport struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Provider string                 `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`

@@ -9,7 +9,7 @@ DATA_DIR ?= .capn
 PROGRAMS := $(notdir $(wildcard cmd/*))
 export CGO_ENABLED ?= 0
 
-.PHONY: all build run test test-short proto proto-check lint vet fmt clean bench npd fuzz images
+.PHONY: all build run test test-short proto proto-check lint vet fmt clean bench npd fuzz images chaos
 
 all: build
 
@@ -60,6 +60,9 @@ BENCH_CLUSTERS ?= 100,300,1000
 BENCH_RUNS ?= 3
 bench: ## fleet-scale benchmarks against the same-run NATS baseline → docs/benchmarks.md
 	$(GO) run ./cmd/capn-bench --clusters $(BENCH_CLUSTERS) --runs $(BENCH_RUNS) --out docs/benchmarks.md
+
+chaos: ## chaos tests at fleet scale: 1,000 sim machines, services killed, messages duplicated and replayed, a whole-system restart (the short version runs in make test)
+	CAPN_CHAOS=full $(GO) test -count=1 -timeout 30m -v -run '^TestChaos$$' ./tests/chaos
 
 clean:
 	rm -rf $(BIN)

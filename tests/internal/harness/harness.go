@@ -1,0 +1,491 @@
+// Package harness runs a capn deployment inside a test: one real embedded
+// nats-server (natstest: 127.0.0.1, file store in a temp dir) and capn's
+// services, each as its own runtime.Run on its own NATS connection, talking
+// only through NATS as separate programs would. A test can stop a service
+// cleanly (Stop), kill it without any cleanup (Kill: its connection is
+// closed abruptly, nothing is drained, nacked or flushed — what kill -9
+// leaves behind), and stop and start the whole system from its data
+// directory (KillAll, RestartServer, StartAll).
+//
+// Packages under providers/ must not import it (tests/arch).
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/natstest"
+	"github.com/capn-dev/capn/events/store"
+	"github.com/capn-dev/capn/providers/sdk"
+	"github.com/capn-dev/capn/providers/sim"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/manifest"
+	"github.com/capn-dev/capn/services/bootstrapper"
+	"github.com/capn-dev/capn/services/bootstrapper/seal"
+	clusterplanner "github.com/capn-dev/capn/services/cluster-planner"
+	healthwatcher "github.com/capn-dev/capn/services/health-watcher"
+	machinemanager "github.com/capn-dev/capn/services/machine-manager"
+	"github.com/capn-dev/capn/services/remediator"
+	"github.com/capn-dev/capn/services/runtime"
+)
+
+// Sim is the sim provider's service name.
+var Sim = sdk.ServiceName(sim.Name)
+
+// Core are the services of a deployment without the health loop.
+var Core = []string{clusterplanner.Name, machinemanager.Name, bootstrapper.Name, Sim}
+
+// All are every service of a deployment but the gateway.
+var All = append(append([]string(nil), Core...), healthwatcher.Name, remediator.Name)
+
+// Options shape a System. The zero value runs every service with the
+// tests' fast sim (30ms boot + up to 30ms jitter, a heartbeat every 2s).
+type Options struct {
+	// Sim and Provider configure the sim provider (nil Sim: the tests' fast
+	// sim; zero Provider: a 2s drift reconcile).
+	Sim      *sim.Options
+	Provider sdk.Options
+	// WrapSim, if set, wraps every new sim provider (e.g. to count its
+	// calls); embed the *sim.Provider to keep its optional interfaces.
+	WrapSim func(*sim.Provider) sdk.Provider
+	// Cache is every service's watch-cache configuration.
+	Cache store.CacheOptions
+	// Services adds or replaces services by name: each call makes a fresh
+	// instance, as a restarted process would be.
+	Services map[string]func(*System) runtime.Service
+}
+
+// System is one capn deployment on one embedded server.
+type System struct {
+	T    testing.TB
+	Srv  *natstest.Server
+	NC   *nats.Conn
+	JS   jetstream.JetStream
+	Ring *seal.Keyring
+	opts Options
+
+	Desired, Observed jetstream.KeyValue
+	Clusters          *store.Bucket[*capnv1.Cluster]
+	Machines          *store.Bucket[*capnv1.Machine]
+	MachineStatuses   *store.Bucket[*capnv1.MachineStatus]
+	ClusterStatuses   *store.Bucket[*capnv1.ClusterStatus]
+	Infra             *store.Bucket[*capnv1.InfraMachine]
+
+	mu        sync.Mutex
+	instances map[string]*instance
+	ended     atomic.Bool
+}
+
+// instance is one running service.
+type instance struct {
+	name   string
+	nc     *nats.Conn
+	cancel context.CancelFunc
+	done   chan error
+	out    *logWriter
+}
+
+// New starts an embedded server, provisions the topology and returns a
+// System with no service running. Every service still running at the
+// test's end is stopped.
+func New(t testing.TB, o Options) *System {
+	t.Helper()
+	srv := natstest.Start(t)
+	nc, js := srv.Connect(t)
+	ctx := context.Background()
+	if err := events.Provision(ctx, js, events.DefaultTopology(1)); err != nil {
+		t.Fatal(err)
+	}
+	key, err := seal.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring, err := seal.NewKeyring(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &System{T: t, Srv: srv, NC: nc, JS: js, Ring: ring, opts: o, instances: map[string]*instance{}}
+	if s.Desired, err = js.KeyValue(ctx, events.BucketDesired); err != nil {
+		t.Fatal(err)
+	}
+	if s.Observed, err = js.KeyValue(ctx, events.BucketObserved); err != nil {
+		t.Fatal(err)
+	}
+	s.Clusters = store.NewBucket(s.Desired, func() *capnv1.Cluster { return new(capnv1.Cluster) })
+	s.Machines = store.NewBucket(s.Desired, func() *capnv1.Machine { return new(capnv1.Machine) })
+	s.MachineStatuses = store.NewBucket(s.Observed, func() *capnv1.MachineStatus { return new(capnv1.MachineStatus) })
+	s.ClusterStatuses = store.NewBucket(s.Observed, func() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) })
+	s.Infra = store.NewBucket(s.Observed, func() *capnv1.InfraMachine { return new(capnv1.InfraMachine) })
+	// Registered after natstest's cleanups, so it runs before them: the
+	// services stop while the server is still up.
+	t.Cleanup(func() {
+		s.StopAll()
+		s.ended.Store(true)
+	})
+	return s
+}
+
+// TestSim are the tests' fast sim options.
+func TestSim() sim.Options {
+	return sim.Options{BootLatency: 30 * time.Millisecond, BootJitter: 30 * time.Millisecond, HeartbeatEvery: 2 * time.Second, Seed: 1}
+}
+
+// NewService makes a fresh instance of the named service.
+func (s *System) NewService(name string) runtime.Service {
+	if f := s.opts.Services[name]; f != nil {
+		return f(s)
+	}
+	c := s.opts.Cache
+	switch name {
+	case clusterplanner.Name:
+		return clusterplanner.New(clusterplanner.Config{Cache: c})
+	case machinemanager.Name:
+		return machinemanager.New(machinemanager.Config{Cache: c})
+	case bootstrapper.Name:
+		return bootstrapper.New(bootstrapper.Config{Keyring: s.Ring, Cache: c})
+	case healthwatcher.Name:
+		return healthwatcher.New(healthwatcher.Config{Cache: c})
+	case remediator.Name:
+		return remediator.New(remediator.Config{Cache: c})
+	case Sim:
+		so := TestSim()
+		if s.opts.Sim != nil {
+			so = *s.opts.Sim
+		}
+		po := s.opts.Provider
+		if po.ReconcileEvery == 0 {
+			po.ReconcileEvery = 2 * time.Second
+		}
+		return &simService{sim: so, provider: po, wrap: s.opts.WrapSim}
+	}
+	s.T.Fatalf("harness: unknown service %s", name)
+	return nil
+}
+
+// simService runs a new sim provider per Run, optionally wrapped.
+type simService struct {
+	sim      sim.Options
+	provider sdk.Options
+	wrap     func(*sim.Provider) sdk.Provider
+}
+
+func (s *simService) Name() string { return Sim }
+
+func (s *simService) Run(ctx context.Context, d *runtime.Deps) error {
+	p, err := sim.New(s.sim)
+	if err != nil {
+		return err
+	}
+	var sp sdk.Provider = p
+	if s.wrap != nil {
+		sp = s.wrap(p)
+	}
+	return sdk.NewService(sp, s.provider).Run(ctx, d)
+}
+
+// logLevel of the services' logs in the test's output (CAPN_TEST_LOG_LEVEL,
+// default error).
+var logLevel = func() zerolog.Level {
+	if l, err := zerolog.ParseLevel(os.Getenv("CAPN_TEST_LOG_LEVEL")); err == nil && l != zerolog.NoLevel {
+		return l
+	}
+	return zerolog.ErrorLevel
+}()
+
+// logWriter writes a service's log lines to the test's log until the
+// service is killed or the test ends: a killed service's last gasps (errors
+// on its closed connection) are not news.
+type logWriter struct {
+	s    *System
+	mute atomic.Bool
+}
+
+func (w *logWriter) Write(p []byte) (int, error) {
+	if w.mute.Load() || w.s.ended.Load() {
+		return len(p), nil
+	}
+	w.s.T.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// Start runs the named service on a connection of its own until Stop, Kill
+// or the test's end. Starting a running service is a test bug.
+func (s *System) Start(name string) {
+	s.T.Helper()
+	s.mu.Lock()
+	_, running := s.instances[name]
+	s.mu.Unlock()
+	if running {
+		s.T.Fatalf("harness: %s is already running", name)
+	}
+	out := &logWriter{s: s}
+	var w io.Writer = out
+	log := zerolog.New(w).Level(logLevel).With().Timestamp().Logger()
+	ctx, cancel := context.WithCancel(context.Background())
+	cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
+	nc, err := runtime.Connect(cctx, runtime.NATSConfig{URL: s.Srv.URL(), ReconnectWait: 100 * time.Millisecond}, name, log)
+	ccancel()
+	if err != nil {
+		cancel()
+		s.T.Fatalf("harness: connect %s: %v", name, err)
+	}
+	in := &instance{name: name, nc: nc, cancel: cancel, done: make(chan error, 1), out: out}
+	cfg := runtime.Config{Name: name, SkipProvision: true, ShutdownTimeout: 15 * time.Second}
+	svc := s.NewService(name)
+	go func() {
+		in.done <- runtime.Run(ctx, cfg, svc, runtime.WithConn(nc), runtime.WithoutHTTP(), runtime.WithLogger(log))
+	}()
+	s.mu.Lock()
+	s.instances[name] = in
+	s.mu.Unlock()
+}
+
+// StartAll starts every named service (default All) that is not running.
+func (s *System) StartAll(names ...string) {
+	s.T.Helper()
+	if len(names) == 0 {
+		names = All
+	}
+	for _, n := range names {
+		if !s.Running(n) {
+			s.Start(n)
+		}
+	}
+}
+
+// Running reports whether the named service runs.
+func (s *System) Running(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.instances[name] != nil
+}
+
+// RunningServices are the names of the running services, sorted.
+func (s *System) RunningServices() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.instances))
+	for n := range s.instances {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (s *System) take(name string) *instance {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	in := s.instances[name]
+	delete(s.instances, name)
+	return in
+}
+
+// Stop stops the named service cleanly (its context cancelled, its work
+// finished or nacked) and waits for it; the test fails if it reports an
+// error or does not stop within 30s.
+func (s *System) Stop(name string) {
+	s.T.Helper()
+	in := s.take(name)
+	if in == nil {
+		return
+	}
+	in.cancel()
+	select {
+	case err := <-in.done:
+		if err != nil {
+			s.T.Errorf("harness: %s: %v", name, err)
+		}
+	case <-time.After(30 * time.Second):
+		s.T.Errorf("harness: %s did not stop within 30s", name)
+	}
+	in.nc.Close()
+}
+
+// StopAll stops every running service cleanly, in parallel.
+func (s *System) StopAll() {
+	var wg sync.WaitGroup
+	for _, n := range s.RunningServices() {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.Stop(n) }()
+	}
+	wg.Wait()
+}
+
+// Kill stops the named service without any cleanup, as kill -9 would: its
+// NATS connection is closed first and at once (no drain: buffered
+// publishes are lost, messages it was handling are neither acked nor
+// nacked and come back only after their AckWait, KV writes in flight fail),
+// then its goroutines are told to end. Whatever the dying service still
+// tries cannot reach NATS. Kill waits (30s at most) for runtime.Run to
+// return so that the next instance does not overlap with it in the test's
+// process, and ignores its error.
+func (s *System) Kill(name string) {
+	s.T.Helper()
+	in := s.take(name)
+	if in == nil {
+		return
+	}
+	in.out.mute.Store(true)
+	in.nc.Close()
+	in.cancel()
+	select {
+	case <-in.done:
+	case <-time.After(30 * time.Second):
+		s.T.Errorf("harness: killed %s did not return within 30s", name)
+	}
+}
+
+// KillAll kills every running service.
+func (s *System) KillAll() {
+	var wg sync.WaitGroup
+	for _, n := range s.RunningServices() {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.Kill(n) }()
+	}
+	wg.Wait()
+}
+
+// RestartServer stops the embedded server and starts a new one on the same
+// store directory and port, as a crashed or upgraded server comes back. The
+// System's own connection reconnects; the caller restarts the services.
+func (s *System) RestartServer() {
+	s.T.Helper()
+	s.Srv.Restart()
+	deadline := time.Now().Add(30 * time.Second)
+	for !s.NC.IsConnected() {
+		if time.Now().After(deadline) {
+			s.T.Fatal("harness: the test connection did not reconnect within 30s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Apply writes a cluster manifest as the gateway does: decoded, defaulted,
+// validated, with a uid at create and generation bumped on change.
+func (s *System) Apply(yaml string) *capnv1.Cluster {
+	s.T.Helper()
+	c, err := manifest.Decode([]byte(yaml))
+	if err != nil {
+		s.T.Fatal(err)
+	}
+	manifest.Default(c)
+	if err := manifest.Validate(c); err != nil {
+		s.T.Fatal(err)
+	}
+	key := "cluster." + c.GetMetadata().GetName()
+	out, _, err := s.Clusters.Mutate(context.Background(), key, func(cur *capnv1.Cluster, exists bool) (*capnv1.Cluster, error) {
+		if exists {
+			if err := manifest.ValidateUpdate(cur, c); err != nil {
+				return nil, err
+			}
+			cur.Spec = c.Spec
+			cur.Metadata.Generation++
+			return cur, nil
+		}
+		c.Metadata.Uid = "uid-" + c.GetMetadata().GetName()
+		c.Metadata.Generation = 1
+		c.Metadata.CreationTimestamp = timestamppb.Now()
+		return c, nil
+	})
+	if err != nil {
+		s.T.Fatal(err)
+	}
+	return out
+}
+
+// MutateCluster changes a cluster's desired record and bumps its generation.
+func (s *System) MutateCluster(name string, fn func(*capnv1.Cluster)) {
+	s.T.Helper()
+	if _, _, err := s.Clusters.Mutate(context.Background(), "cluster."+name, func(cur *capnv1.Cluster, _ bool) (*capnv1.Cluster, error) {
+		fn(cur)
+		cur.Metadata.Generation++
+		return cur, nil
+	}); err != nil {
+		s.T.Fatal(err)
+	}
+}
+
+// ClusterStatus is a cluster's observed status, or nil.
+func (s *System) ClusterStatus(name string) *capnv1.ClusterStatus {
+	st, _, err := s.ClusterStatuses.Get(context.Background(), "cluster."+name)
+	if err != nil {
+		return nil
+	}
+	return st
+}
+
+// IsReady reports whether a cluster's status is Ready for its current
+// generation.
+func (s *System) IsReady(name string) bool {
+	c, _, err := s.Clusters.Get(context.Background(), "cluster."+name)
+	st := s.ClusterStatus(name)
+	return err == nil && st.GetPhase() == "Ready" && st.GetObservedGeneration() == c.GetMetadata().GetGeneration()
+}
+
+// WaitReady waits until the cluster is Ready for its current generation.
+func (s *System) WaitReady(name string, timeout time.Duration) {
+	s.T.Helper()
+	natstest.WaitFor(s.T, timeout, name+" Ready", func() bool { return s.IsReady(name) })
+}
+
+// Keys lists a bucket's keys under prefix, sorted.
+func Keys(t testing.TB, kv jetstream.KeyValue, prefix string) []string {
+	t.Helper()
+	lister, err := kv.ListKeys(context.Background())
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for k := range lister.Keys() {
+		if strings.HasPrefix(k, prefix) {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Entries reads every key under prefix of bucket b (but those for which
+// skip, if set, is true), decoded, by key.
+func Entries[T proto.Message](t testing.TB, kv jetstream.KeyValue, b *store.Bucket[T], prefix string, skip func(key string) bool) map[string]T {
+	t.Helper()
+	out := map[string]T{}
+	for _, k := range Keys(t, kv, prefix) {
+		if skip != nil && skip(k) {
+			continue
+		}
+		v, _, err := b.Get(context.Background(), k)
+		if errors.Is(err, store.ErrNotFound) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			t.Fatalf("harness: read %s: %v", k, err)
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// String describes the system for a failure message.
+func (s *System) String() string {
+	return fmt.Sprintf("capn on %s, running %v", s.Srv.URL(), s.RunningServices())
+}

@@ -3,14 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/capn-dev/capn/events"
@@ -67,57 +64,28 @@ spec:
 
 // services are the programs of `capn dev`, each on its own in-process
 // connection through runtime.Run, as capn dev runs them.
-func services(ring *seal.Keyring) []runtime.Service {
+func services(ring *seal.Keyring, so sim.Options) []runtime.Service {
 	return []runtime.Service{
 		clusterplanner.New(clusterplanner.Config{Workers: benchWorkers}),
 		machinemanager.New(machinemanager.Config{Workers: benchWorkers * 2}),
 		bootstrapper.New(bootstrapper.Config{Keyring: ring, Workers: benchWorkers}),
-		sim.NewService(sim.Options{}, sdk.Options{Concurrency: benchWorkers * 2}), // zero boot latency
+		sim.NewService(so, sdk.Options{Concurrency: benchWorkers * 2}),
 	}
 }
 
 // measureFleet creates n clusters on a fresh server with every service
 // running and times it until all n*10 machines are Running.
 func measureFleet(ctx context.Context, n int, timeout time.Duration) (fleetRun, error) {
-	srv, stop, err := startServer()
-	if err != nil {
-		return fleetRun{}, err
-	}
-	defer stop()
-	nc, js, err := connect(srv, "bench")
-	if err != nil {
-		return fleetRun{}, err
-	}
-	defer nc.Close()
-	if err := events.Provision(ctx, js, events.DefaultTopology(1)); err != nil {
-		return fleetRun{}, err
-	}
 	key, _ := seal.GenerateKey()
 	ring, _ := seal.NewKeyring(key)
-	sctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	quiet := zerolog.New(io.Discard)
-	for _, svc := range services(ring) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cfg := runtime.Config{Name: svc.Name(), LogLevel: "error", SkipProvision: true}
-			if err := runtime.Run(sctx, cfg, svc, runtime.WithInProcess(srv), runtime.WithoutHTTP(), runtime.WithLogger(quiet)); err != nil {
-				fmt.Printf("%s: %v\n", svc.Name(), err)
-			}
-		}()
-	}
-	defer func() { cancel(); wg.Wait() }()
-
-	observed, err := js.KeyValue(ctx, events.BucketObserved)
+	e, err := startEnv(ctx, events.DefaultTopology(1), services(ring, sim.Options{})...)
 	if err != nil {
 		return fleetRun{}, err
 	}
-	desired, err := js.KeyValue(ctx, events.BucketDesired)
-	if err != nil {
-		return fleetRun{}, err
-	}
-	running := countRunning(sctx, observed)
+	defer e.Close()
+	js := e.js
+	observed, desired := e.kv(ctx, events.BucketObserved), e.kv(ctx, events.BucketDesired)
+	running := countRunning(ctx, observed)
 	time.Sleep(500 * time.Millisecond) // let every service finish starting
 	before, err := streamMessages(ctx, js)
 	if err != nil {

@@ -3,14 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/capn-dev/capn/events"
@@ -25,7 +23,6 @@ import (
 	healthwatcher "github.com/capn-dev/capn/services/health-watcher"
 	machinemanager "github.com/capn-dev/capn/services/machine-manager"
 	"github.com/capn-dev/capn/services/remediator"
-	"github.com/capn-dev/capn/services/runtime"
 )
 
 // repairResult is the latency from a health event (a node condition
@@ -34,6 +31,10 @@ import (
 type repairResult struct {
 	Settle  time.Duration
 	Samples []time.Duration
+	// Fleet is the number of clusters created in the background while
+	// sampling (0: idle); During is how many samples were taken while that
+	// create was still in progress.
+	Fleet, During int
 }
 
 func (r repairResult) pct(p float64) time.Duration {
@@ -53,41 +54,25 @@ func (r repairResult) pct(p float64) time.Duration {
 // reboot command the remediator sends. settle is the remediator's
 // deliberate hold before it acts (its default is 3s, so failures arriving
 // together meet the circuit breaker together).
-func measureRepair(ctx context.Context, machines int, settle time.Duration) (repairResult, error) {
-	srv, stop, err := startServer()
-	if err != nil {
-		return repairResult{}, err
-	}
-	defer stop()
-	nc, js, err := connect(srv, "bench-repair")
-	if err != nil {
-		return repairResult{}, err
-	}
-	defer nc.Close()
-	if err := events.Provision(ctx, js, events.DefaultTopology(1)); err != nil {
-		return repairResult{}, err
-	}
+//
+// With fleet > 0, a fleet create of that many clusters starts once the
+// repair cluster is Ready, and the samples are spread over it.
+func measureRepair(ctx context.Context, machines int, settle time.Duration, fleet int) (repairResult, error) {
 	key, _ := seal.GenerateKey()
 	ring, _ := seal.NewKeyring(key)
-	svcs := []runtime.Service{
+	e, err := startEnv(ctx, events.DefaultTopology(1),
 		clusterplanner.New(clusterplanner.Config{}),
 		machinemanager.New(machinemanager.Config{}),
 		bootstrapper.New(bootstrapper.Config{Keyring: ring}),
 		healthwatcher.New(healthwatcher.Config{}),
 		remediator.New(remediator.Config{Timing: remediator.Timing{Settle: settle}}),
 		sim.NewService(sim.Options{}, sdk.Options{}),
+	)
+	if err != nil {
+		return repairResult{}, err
 	}
-	sctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	quiet := zerolog.New(io.Discard)
-	for _, svc := range svcs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_ = runtime.Run(sctx, runtime.Config{Name: svc.Name(), SkipProvision: true}, svc, runtime.WithInProcess(srv), runtime.WithoutHTTP(), runtime.WithLogger(quiet))
-		}()
-	}
-	defer func() { cancel(); wg.Wait() }()
+	defer e.Close()
+	nc, js := e.nc, e.js
 
 	c, err := manifest.Decode([]byte(fmt.Sprintf(`apiVersion: capn.dev/v1alpha1
 kind: Cluster
@@ -142,8 +127,26 @@ spec:
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	pub := events.NewPublisher(js, "bench/npd")
-	res := repairResult{Settle: settle}
+	res := repairResult{Settle: settle, Fleet: fleet}
+	var running *atomic.Int64
+	if fleet > 0 {
+		running = countRunning(ctx, observed)
+		clusters := store.NewBucket(desired, func() *capnv1.Cluster { return new(capnv1.Cluster) })
+		go func() {
+			for i := range fleet {
+				c := fleetCluster(i)
+				if _, err := clusters.Create(ctx, "cluster."+c.GetMetadata().GetName(), c); err != nil {
+					return // the benchmark is over
+				}
+			}
+		}()
+		time.Sleep(time.Second) // into the create
+	}
+	inProgress := func() bool { return running != nil && running.Load() < int64(fleet*10) }
 	for _, w := range workers {
+		if fleet > 0 {
+			time.Sleep(250 * time.Millisecond) // spread the samples over the create
+		}
 		if w.Value.GetSpec().GetRole() != "worker" {
 			continue
 		}
@@ -162,6 +165,9 @@ spec:
 					continue // a repeat for a machine sampled before (the remediator re-drives its commands)
 				}
 				res.Samples = append(res.Samples, time.Since(now))
+				if inProgress() {
+					res.During++
+				}
 				break wait
 			case <-time.After(30*time.Second + settle):
 				return res, fmt.Errorf("no reboot of %s within %s of its health event", name, 30*time.Second+settle)

@@ -64,5 +64,17 @@ bench: ## fleet-scale benchmarks against the same-run NATS baseline → docs/ben
 chaos: ## chaos tests at fleet scale: 1,000 sim machines, services killed, messages duplicated and replayed, a whole-system restart (the short version runs in make test)
 	CAPN_CHAOS=full $(GO) test -count=1 -timeout 30m -v -run '^TestChaos$$' ./tests/chaos
 
+# Running on a 3-node JetStream cluster with docker-compose (README.md):
+# make images nats-config; docker-compose --env-file deploy/local/compose.env up -d
+.PHONY: nats-config certs e2e-compose
+DEPLOY_DIR ?= deploy/local
+nats-config: ## render the NATS nodes' config, one nkey user per component, TLS certificates, env files, secrets key and admin token into DEPLOY_DIR
+	$(GO) run ./cmd/capn-nats-config render --out $(DEPLOY_DIR)
+
+certs: nats-config ## local TLS certificates (CAs, nodes, routes, users) in DEPLOY_DIR: made by the render, which keeps existing ones
+
+e2e-compose: ## docker-compose end to end: build images, bring it up, lose a NATS node and a replica of each service mid-rollout (needs Docker)
+	CAPN_E2E_COMPOSE=1 CAPN_REQUIRE_DOCKER=1 $(GO) test -count=1 -timeout 30m -run TestCompose -v ./tests/compose
+
 clean:
 	rm -rf $(BIN)

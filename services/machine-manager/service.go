@@ -115,6 +115,25 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 			d.Log.Warn().Err(err).Str("machine", key).Int("failures", n).Msg("reconcile failed; will retry")
 		}}
 	run(func() { loop.Run(log(ctx, d.Log)) })
+	// Orphaned infrastructure (orphans.go), in a queue of its own.
+	orphans := reconcile.NewQueue()
+	infraSub := s.observed.Subscribe(infraPrefix)
+	run(func() {
+		reconcile.Watch(ctx, orphans, infraSub, infraKeyOf, func() []string {
+			var keys []string
+			for _, k := range s.observed.KeysUnder(infraPrefix) {
+				if k := infraKeyOf(infraPrefix + k); k != "" {
+					keys = append(keys, k)
+				}
+			}
+			return keys
+		})
+	})
+	collector := &reconcile.Loop{Queue: orphans, Reconciler: reconcile.Func(s.collectOrphan), Workers: 2,
+		OnError: func(key string, err error, n int) {
+			d.Log.Warn().Err(err).Str("infra", key).Int("failures", n).Msg("orphan check failed; will retry")
+		}}
+	run(func() { collector.Run(log(ctx, d.Log)) })
 	errc := make(chan error, 2)
 	for _, c := range []*events.Consumer{
 		events.NewConsumer(d.JS, bootstrapConsumer(), s.onBootstrap, events.WithLogger(d.Log), events.WithMetrics(d.Events), events.WithConcurrency(4)),

@@ -39,7 +39,8 @@ type monitor struct {
 	desiredLive map[string]bool            // c/m → desired record present
 	infraLive   map[string]bool            // c/m → infra key present
 	infraBorn   map[string]int             // c/m → times its infra key appeared
-	bornOrphan  []string                   // infra appeared while no desired record existed
+	staleBorn   map[string]int             // c/m → times its infra appeared while no desired record existed
+	stale       []string                   // those appearances
 	regressions []string
 	transitions int
 	running     int
@@ -52,7 +53,7 @@ type monitor struct {
 func newMonitor(t *testing.T, sys *harness.System) *monitor {
 	m := &monitor{t: t, sys: sys,
 		phase: map[string]string{}, uids: map[string]map[string]bool{}, desiredLive: map[string]bool{},
-		infraLive: map[string]bool{}, infraBorn: map[string]int{}, revs: map[string]uint64{}}
+		infraLive: map[string]bool{}, infraBorn: map[string]int{}, staleBorn: map[string]int{}, revs: map[string]uint64{}}
 	m.start()
 	t.Cleanup(m.stop)
 	return m
@@ -200,9 +201,15 @@ func (m *monitor) see(bucket, watcher string, e jetstream.KeyValueEntry) {
 			live = im.GetState() != "Deleted"
 		}
 		if live && !m.infraLive[k] {
-			m.infraBorn[k]++
-			if !m.desiredLive[k] {
-				m.bornOrphan = append(m.bornOrphan, fmt.Sprintf("%s (revision %d)", k, e.Revision()))
+			if m.desiredLive[k] {
+				m.infraBorn[k]++
+			} else {
+				// A create handled after its machine's delete (a stale,
+				// replayed or redelivered command): not a second machine,
+				// but infrastructure that the machine-manager's orphan
+				// collector must delete (the final check finds any left).
+				m.staleBorn[k]++
+				m.stale = append(m.stale, fmt.Sprintf("%s (revision %d)", k, e.Revision()))
 			}
 		}
 		m.infraLive[k] = live
@@ -219,14 +226,14 @@ func (m *monitor) runningCount() int {
 // snapshot of what the monitor found.
 type monitorFigures struct {
 	transitions, machineNames, uids, infraBirths int
-	regressions, doubleInfra, bornOrphan         []string
+	regressions, doubleInfra, stale              []string
 }
 
 func (m *monitor) figures() monitorFigures {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	f := monitorFigures{transitions: m.transitions, machineNames: len(m.uids),
-		regressions: append([]string(nil), m.regressions...), bornOrphan: append([]string(nil), m.bornOrphan...)}
+		regressions: append([]string(nil), m.regressions...), stale: append([]string(nil), m.stale...)}
 	for k, set := range m.uids {
 		f.uids += len(set)
 		if n := m.infraBorn[k]; n > len(set) {
@@ -242,11 +249,12 @@ func (m *monitor) figures() monitorFigures {
 	return f
 }
 
-// uidsOf is how many uids a machine name had.
-func (m *monitor) uidsOf(k string) int {
+// uidsOf is how many uids a machine name had, and how many times its
+// infrastructure was created by a stale create after its delete.
+func (m *monitor) uidsOf(k string) (uids, stale int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.uids[k])
+	return len(m.uids[k]), m.staleBorn[k]
 }
 
 // waitQuiet waits until the work queues are empty and every consumer has

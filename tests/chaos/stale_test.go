@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,14 +14,11 @@ import (
 // again after the machine was replaced (deleted, its infrastructure gone,
 // its records removed) — what a create redelivered after its AckWait, or
 // delayed past the delete, does. The provider SDK re-reads only its own
-// infrastructure record, finds none and creates the machine again; nothing
-// deletes that infrastructure afterwards.
+// infrastructure record, finds none and creates the machine again; the
+// machine-manager's orphan collector must delete that infrastructure.
 func TestStaleCreateAfterDelete(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos test: skipped with -short")
-	}
-	if os.Getenv("CAPN_CHAOS_KNOWN_BUGS") == "" {
-		t.Skip("known bug (issue 9 report): a provider create command handled after its machine's delete creates infrastructure that no service deletes; CAPN_CHAOS_KNOWN_BUGS=1 runs it")
 	}
 	sys := harness.New(t, harness.Options{})
 	px := startProxy(t, sys, 1, 0) // record only

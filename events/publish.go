@@ -44,6 +44,44 @@ func (p *Publisher) Publish(ctx context.Context, subject, typ, id string, msg pr
 	return p.PublishEvent(ctx, subject, &e)
 }
 
+// PublishAsync sends msg like Publish but does not wait for JetStream's
+// acknowledgement: done, if not nil, gets the outcome (nil once stored, or
+// the error) from another goroutine. It is for best-effort events off a
+// handler's critical path, such as timelines: events published on one
+// connection keep their order either way.
+func (p *Publisher) PublishAsync(subject, typ, id string, msg proto.Message, done func(error)) {
+	if done == nil {
+		done = func(error) {}
+	}
+	e, err := New(p.source, typ, id, msg)
+	if err != nil {
+		done(err)
+		return
+	}
+	m, err := ToMsg(subject, &e)
+	if err != nil {
+		done(err)
+		return
+	}
+	f, err := p.js.PublishMsgAsync(m, jetstream.WithMsgID(id))
+	if err != nil {
+		done(fmt.Errorf("publish %s to %s: %w", id, subject, err))
+		return
+	}
+	go func() {
+		t := time.NewTimer(p.timeout)
+		defer t.Stop()
+		select {
+		case <-f.Ok():
+			done(nil)
+		case err := <-f.Err():
+			done(fmt.Errorf("publish %s to %s: %w", id, subject, err))
+		case <-t.C:
+			done(fmt.Errorf("publish %s to %s: no acknowledgement within %s", id, subject, p.timeout))
+		}
+	}()
+}
+
 // PublishEvent sends an already built event (e.g. one received at the
 // gateway) in binary mode.
 func (p *Publisher) PublishEvent(ctx context.Context, subject string, e *event.Event) (*jetstream.PubAck, error) {

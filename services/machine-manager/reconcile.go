@@ -51,7 +51,7 @@ func (s *Service) reconcile(ctx context.Context, key string) (reconcile.Result, 
 	out := Step(Input{Cluster: cluster, Name: name, Desired: desired, Status: status, Infra: infra, Node: node, Now: s.cfg.Now()}, s.cfg.Timeouts)
 	log := zerolog.Ctx(ctx).With().Str("cluster", cluster).Str("machine", name).Logger()
 	for _, c := range out.Commands {
-		if err := s.send(ctx, c, cluster, name, desired); err != nil {
+		if err := s.send(ctx, c, cluster, name, desired, status); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
@@ -100,7 +100,10 @@ func provider(m *capnv1.Machine, st *capnv1.MachineStatus) string {
 	return st.GetProvider()
 }
 
-func (s *Service) send(ctx context.Context, c Command, cluster, name string, m *capnv1.Machine) error {
+// send publishes one of Step's commands; st is the status Step read (fresh
+// from the bucket), the source of the bootstrap data's checksum and of the
+// provider once the spec is gone.
+func (s *Service) send(ctx context.Context, c Command, cluster, name string, m *capnv1.Machine, st *capnv1.MachineStatus) error {
 	spec := m.GetSpec()
 	switch c.Kind {
 	case CmdBootstrap:
@@ -115,18 +118,12 @@ func (s *Service) send(ctx context.Context, c Command, cluster, name string, m *
 	case CmdCreate:
 		cmd := &capnv1.CreateMachine{Cluster: cluster, Machine: name, Role: spec.GetRole(), Version: spec.GetVersion(), Template: spec.GetTemplate(),
 			BootstrapSecretKey: "bootstrap." + cluster + "." + name, Labels: spec.GetLabels()}
-		if st, _, err := s.statuses.Get(ctx, machinePrefix+cluster+"."+name); err == nil {
-			cmd.BootstrapChecksum = st.GetBootstrapDataChecksum()
-		}
+		cmd.BootstrapChecksum = st.GetBootstrapDataChecksum()
 		_, err := s.pub.Publish(ctx, events.ProviderSubject(spec.GetProvider(), "machine", "create", cluster, name), events.TypeProviderCommand+".machine.create", c.ID, cmd)
 		return err
 	case CmdDelete:
 		p := spec.GetProvider()
 		if p == "" {
-			st, _, err := s.statuses.Get(ctx, machinePrefix+cluster+"."+name)
-			if err != nil {
-				return err
-			}
 			p = st.GetProvider()
 		}
 		if p == "" {
@@ -140,14 +137,19 @@ func (s *Service) send(ctx context.Context, c Command, cluster, name string, m *
 }
 
 // publishPhase records a phase change on the cluster's timeline. It is best
-// effort: the status is the truth, the event its history.
+// effort — the status is the truth, the event its history — so it does not
+// wait for JetStream's acknowledgement (a round trip per phase off every
+// machine's critical path); a failure is logged.
 func (s *Service) publishPhase(ctx context.Context, cluster, name string, m *capnv1.Machine, st *capnv1.MachineStatus) {
 	what := strings.ToLower(st.GetPhase())
 	ev := &capnv1.MachineEvent{Cluster: cluster, Machine: name, Phase: st.GetPhase(), Reason: st.GetFailureReason(), Message: st.GetFailureMessage()}
 	id := fmt.Sprintf("machine.%s.%s.%s.%s", what, cluster, name, m.GetMetadata().GetUid())
-	if _, err := s.pub.Publish(ctx, events.EventSubject("machine", what, cluster, name), events.TypeMachineEvent+"."+what, id, ev); err != nil {
-		zerolog.Ctx(ctx).Warn().Err(err).Msg("publish machine event")
-	}
+	log := zerolog.Ctx(ctx)
+	s.pub.PublishAsync(events.EventSubject("machine", what, cluster, name), events.TypeMachineEvent+"."+what, id, ev, func(err error) {
+		if err != nil {
+			log.Warn().Err(err).Msg("publish machine event")
+		}
+	})
 }
 
 // onBootstrap records the bootstrapper's answer in the machine's status.

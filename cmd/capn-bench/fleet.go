@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -33,6 +36,10 @@ type fleetRun struct {
 	Elapsed  time.Duration
 	KVWrites uint64 // messages added to the KV streams
 	Messages uint64 // messages added to capn's streams
+	// ByKind counts what was published during the run by kind: a KV
+	// bucket and the key's first token ("observed machine"), or a stream
+	// subject's first three tokens.
+	ByKind map[string]int
 }
 
 func (r fleetRun) MachinesPerSec() float64     { return float64(r.Machines) / r.Elapsed.Seconds() }
@@ -87,6 +94,8 @@ func measureFleet(ctx context.Context, n int, timeout time.Duration) (fleetRun, 
 	observed, desired := e.kv(ctx, events.BucketObserved), e.kv(ctx, events.BucketDesired)
 	running := countRunning(ctx, observed)
 	time.Sleep(500 * time.Millisecond) // let every service finish starting
+	writes := countWrites(e.nc)
+	defer writes.stop()
 	before, err := streamMessages(ctx, js)
 	if err != nil {
 		return fleetRun{}, err
@@ -114,7 +123,7 @@ func measureFleet(ctx context.Context, n int, timeout time.Duration) (fleetRun, 
 	if err != nil {
 		return fleetRun{}, err
 	}
-	r := fleetRun{Machines: want, Elapsed: elapsed}
+	r := fleetRun{Machines: want, Elapsed: elapsed, ByKind: writes.snapshot()}
 	for name, v := range after {
 		d := v - before[name]
 		if strings.HasPrefix(name, "KV_") {
@@ -171,4 +180,44 @@ func streamMessages(ctx context.Context, js jetstream.JetStream) (map[string]uin
 		out[name] = info.State.LastSeq
 	}
 	return out, names.Err()
+}
+
+// writeCounter counts, from a core subscription on every subject, what the
+// services publish, by kind.
+type writeCounter struct {
+	mu   sync.Mutex
+	by   map[string]int
+	subs []*nats.Subscription
+}
+
+func countWrites(nc *nats.Conn) *writeCounter {
+	w := &writeCounter{by: map[string]int{}}
+	for _, subj := range []string{"$KV.>", "capn.>"} {
+		sub, err := nc.Subscribe(subj, func(m *nats.Msg) {
+			toks := strings.SplitN(m.Subject, ".", 5)
+			kind := strings.Join(toks[:min(3, len(toks))], ".")
+			if toks[0] == "$KV" && len(toks) > 2 {
+				kind = "KV " + toks[1] + " " + toks[2]
+			}
+			w.mu.Lock()
+			w.by[kind]++
+			w.mu.Unlock()
+		})
+		if err == nil {
+			w.subs = append(w.subs, sub)
+		}
+	}
+	return w
+}
+
+func (w *writeCounter) snapshot() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return maps.Clone(w.by)
+}
+
+func (w *writeCounter) stop() {
+	for _, s := range w.subs {
+		_ = s.Unsubscribe()
+	}
 }

@@ -174,6 +174,29 @@ func (r report) idleMarkdown(b *strings.Builder) {
 	fmt.Fprintf(b, "\nMedians of %d runs per size.\n", len(r.Idle)/len(sizes))
 }
 
+// byKindMarkdown lists what one fleet create published per machine, by
+// kind, from its largest run.
+func byKindMarkdown(b *strings.Builder, f fleetResult) {
+	run := f.Runs[len(f.Runs)-1]
+	type kv struct {
+		k string
+		n int
+	}
+	var rows []kv
+	for k, n := range run.ByKind {
+		rows = append(rows, kv{k, n})
+	}
+	slices.SortFunc(rows, func(a, b kv) int { return b.n - a.n })
+	fmt.Fprintf(b, "\nWhat the services published per machine in the %d-cluster create (a core subscription on `$KV.>` and\n", f.Clusters)
+	fmt.Fprintf(b, "`capn.>`; KV writes by bucket and the key's first token, messages by their subject's first three tokens):\n\n")
+	fmt.Fprintf(b, "| kind | per machine |\n| --- | --- |\n")
+	for _, r := range rows {
+		if per := float64(r.n) / float64(run.Machines); per >= 0.05 {
+			fmt.Fprintf(b, "| %s | %.2f |\n", r.k, per)
+		}
+	}
+}
+
 func (r report) fleetMarkdown(b *strings.Builder) {
 	fmt.Fprintf(b, "## Fleet create\n\n")
 	fmt.Fprintf(b, "N clusters of 1 control-plane + 9 worker machines on the sim provider with zero boot latency; the\n")
@@ -205,6 +228,9 @@ func (r report) fleetMarkdown(b *strings.Builder) {
 		fmt.Fprintf(b, "%d clusters: %s; ", f.Clusters, strings.Join(ts, ", "))
 	}
 	fmt.Fprintf(b, "\n")
+	if last := r.Fleet[len(r.Fleet)-1]; len(last.Runs) > 0 && last.Runs[0].ByKind != nil {
+		byKindMarkdown(b, last)
+	}
 }
 
 func (r report) upgradeMarkdown(b *strings.Builder) {

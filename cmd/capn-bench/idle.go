@@ -38,7 +38,7 @@ var idlePrograms = []idleProgram{
 	{Name: "health-watcher", Core: true},
 	{Name: "remediator", Core: true},
 	{Name: "gateway", Core: true, Args: []string{"--addr", "127.0.0.1:0"}},
-	{Name: "capn-provider-sim", Args: []string{"--sim-boot-latency", "0", "--sim-boot-jitter", "0"}},
+	{Name: "capn-provider-sim", Args: []string{"--sim-boot-latency", "0", "--sim-boot-jitter", "0"}}, // + --sim-heartbeat-every
 }
 
 // idleSample is one program's cost while nothing changes.
@@ -50,9 +50,10 @@ type idleSample struct {
 }
 
 type idleRun struct {
-	Clusters int
-	Window   time.Duration
-	Programs []idleSample
+	Clusters  int
+	Heartbeat time.Duration // every simulated node's heartbeat interval
+	Window    time.Duration
+	Programs  []idleSample
 }
 
 func (r idleRun) sum(core bool, f func(idleSample) float64) float64 {
@@ -84,7 +85,7 @@ func buildPrograms(ctx context.Context, dir string) error {
 // server on loopback, creates n clusters, waits until every machine is
 // Running and every cluster Ready, lets the fleet settle, then reads each
 // process's CPU time over window and its resident set at the end.
-func measureIdle(ctx context.Context, binDir string, n int, settle, window, timeout time.Duration) (idleRun, error) {
+func measureIdle(ctx context.Context, binDir string, n int, heartbeat, settle, window, timeout time.Duration) (idleRun, error) {
 	dir, err := os.MkdirTemp("", "capn-bench-idle-")
 	if err != nil {
 		return idleRun{}, err
@@ -130,6 +131,8 @@ func measureIdle(ctx context.Context, binDir string, n int, settle, window, time
 		switch p.Name {
 		case "bootstrapper":
 			args = append(args, "--secrets-key-file", keyFile)
+		case "capn-provider-sim":
+			args = append(args, "--sim-heartbeat-every", heartbeat.String())
 		case "gateway":
 			args = append(args, "--secrets-key-file", keyFile, "--tokens-file", tokens)
 		}
@@ -190,7 +193,7 @@ func measureIdle(ctx context.Context, binDir string, n int, settle, window, time
 	t0 := time.Now()
 	time.Sleep(window)
 	el := time.Since(t0).Seconds()
-	r := idleRun{Clusters: n, Window: window}
+	r := idleRun{Clusters: n, Heartbeat: heartbeat, Window: window}
 	for i, p := range procs {
 		after, err := cpuSeconds(p.Process.Pid)
 		if err != nil {

@@ -33,6 +33,7 @@ func main() {
 		idleN       = flag.String("idle-clusters", "100,1000", "comma-separated fleet sizes of the idle-cost benchmark")
 		upPool      = flag.Int("upgrade-pool", 500, "machines in the pool of the rolling-upgrade benchmark")
 		upBoot      = flag.Duration("upgrade-boot", 5*time.Second, "the sim provider's boot latency in the rolling-upgrade benchmark")
+		idleBeat    = flag.Duration("idle-heartbeat", 30*time.Second, "heartbeat interval of each simulated node in the idle benchmark (the sim provider's default)")
 		idleWin     = flag.Duration("idle-window", 30*time.Second, "how long the idle benchmark reads each program's CPU time")
 	)
 	flag.Parse()
@@ -153,7 +154,7 @@ func main() {
 		for _, n := range idleNs {
 			for r := 1; r <= *runs; r++ {
 				fmt.Fprintf(os.Stderr, "idle cost, %d clusters, run %d/%d…\n", n, r, *runs)
-				res, err := measureIdle(ctx, bin, n, 10*time.Second, *idleWin, *timeout)
+				res, err := measureIdle(ctx, bin, n, *idleBeat, 10*time.Second, *idleWin, *timeout)
 				if err != nil {
 					fail(err)
 				}

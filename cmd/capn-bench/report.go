@@ -131,7 +131,9 @@ func (r report) idleMarkdown(b *strings.Builder) {
 	fmt.Fprintf(b, "loopback. N clusters of 10 machines are created on the sim provider; once every machine is Running\n")
 	fmt.Fprintf(b, "and every cluster Ready, and 10 s more, each process's CPU time (user + system, /proc/<pid>/stat) is\n")
 	fmt.Fprintf(b, "read over a window of %s and its resident set (VmRSS) at the end. The sim provider is listed apart:\n", r.Idle[0].Window)
-	fmt.Fprintf(b, "it also plays every node, publishing a heartbeat per machine every 30 s, which a real provider does not.\n\n")
+	fmt.Fprintf(b, "it also plays every node, publishing a heartbeat per machine every %s, which a real provider does not.\n", r.Idle[0].Heartbeat)
+	fmt.Fprintf(b, "Those heartbeats (machines / %s a second) are most of the idle work: the health-watcher and the\n", r.Idle[0].Heartbeat)
+	fmt.Fprintf(b, "machine-manager each consume every one; `--idle-heartbeat` changes the interval.\n\n")
 	var sizes []int
 	for _, x := range r.Idle {
 		if !slices.Contains(sizes, x.Clusters) {

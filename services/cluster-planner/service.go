@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -33,7 +34,14 @@ const (
 	machinePrefix = "machine."
 	infraPrefix   = "infra."
 	secretsPrefix = "secrets."
+	// providerPrefix: observed provider.<name>, a provider's announcement.
+	providerPrefix = "provider."
 )
+
+// providerRecheckEvery is how often the planner looks for announcements
+// that went stale without a change (a provider that crashed): their
+// clusters are planned again then.
+const providerRecheckEvery = time.Second
 
 // Config configures the planner.
 type Config struct {
@@ -51,7 +59,9 @@ type Service struct {
 	clusters *store.Bucket[*capnv1.Cluster]
 	machines *store.Bucket[*capnv1.Machine]
 	statuses *store.Bucket[*capnv1.ClusterStatus]
-	queue    *reconcile.Queue
+	// announcements are the providers' (observed provider.<name>).
+	announcements *store.Bucket[*capnv1.ProviderAnnouncement]
+	queue         *reconcile.Queue
 }
 
 // New returns the service.
@@ -82,6 +92,7 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	s.clusters = store.NewBucket(desiredKV, func() *capnv1.Cluster { return new(capnv1.Cluster) })
 	s.machines = store.NewBucket(desiredKV, func() *capnv1.Machine { return new(capnv1.Machine) })
 	s.statuses = store.NewBucket(observedKV, func() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) })
+	s.announcements = store.NewBucket(observedKV, newAnnouncement)
 	s.desired = store.NewCache(desiredKV, s.cfg.Cache)
 	s.observed = store.NewCache(observedKV, s.cfg.Cache)
 	for _, c := range []*store.Cache{s.desired, s.observed} {
@@ -101,6 +112,12 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 			reconcile.Watch(ctx, s.queue, sub, clusterOf, func() []string { return s.desired.KeysUnder(clusterPrefix) })
 		}()
 	}
+	providers := s.observed.Subscribe(providerPrefix)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.watchProviders(ctx, providers)
+	}()
 	loop := &reconcile.Loop{Queue: s.queue, Reconciler: reconcile.Func(s.reconcile), Workers: s.cfg.Workers,
 		OnError: func(key string, err error, n int) {
 			lvl := d.Log.Warn()
@@ -132,6 +149,43 @@ func clusterOf(key string) string {
 func newMachine() *capnv1.Machine             { return new(capnv1.Machine) }
 func newStatus() *capnv1.MachineStatus        { return new(capnv1.MachineStatus) }
 func newClusterStatus() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) }
+func newAnnouncement() *capnv1.ProviderAnnouncement {
+	return new(capnv1.ProviderAnnouncement)
+}
+
+// clusterProviders are the providers a cluster's control plane and worker
+// pools name.
+func clusterProviders(c *capnv1.Cluster) []string {
+	var ps []string
+	add := func(p string) {
+		if p != "" && !slices.Contains(ps, p) {
+			ps = append(ps, p)
+		}
+	}
+	add(c.GetSpec().GetControlPlane().GetProvider())
+	for _, wp := range c.GetSpec().GetWorkerPools() {
+		add(wp.GetProvider())
+	}
+	return ps
+}
+
+// readProviders reads the announcements of the providers cluster names. An
+// absence is confirmed from the bucket (a replica's cache may lag another's
+// write); a failed read is an error: the plan waits rather than refusing
+// the cluster on a guess.
+func (s *Service) readProviders(ctx context.Context, cluster *capnv1.Cluster) (map[string]*capnv1.ProviderAnnouncement, error) {
+	out := map[string]*capnv1.ProviderAnnouncement{}
+	for _, p := range clusterProviders(cluster) {
+		a, _, ok, err := store.LookupConfirmed(ctx, s.observed, s.announcements, providerPrefix+p)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out[p] = a
+		}
+	}
+	return out, nil
+}
 
 // reconcile plans one cluster and applies the plan.
 func (s *Service) reconcile(ctx context.Context, name string) (reconcile.Result, error) {
@@ -164,6 +218,11 @@ func (s *Service) reconcile(ctx context.Context, name string) (reconcile.Result,
 		in.PKIExists = sec.GetPkiReady()
 	}
 	in.Status, _, _ = store.Lookup(s.observed, clusterPrefix+name, newClusterStatus)
+	providers, err := s.readProviders(ctx, cluster)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	in.Providers = providers
 
 	res := plan.Plan(in)
 	log := zerolog.Ctx(ctx).With().Str("cluster", name).Logger()
@@ -286,5 +345,76 @@ func (s *Service) event(ctx context.Context, cluster, what string, ev *capnv1.Cl
 	id := "cluster." + what + "." + cluster + "." + discriminator + "." + s.cfg.Now().UTC().Format(time.RFC3339)
 	if _, err := s.pub.Publish(ctx, events.EventSubject("cluster", what, cluster, events.ClusterObject), events.TypeClusterEvent+"."+what, id, ev); err != nil {
 		zerolog.Ctx(ctx).Warn().Err(err).Msg("publish cluster event")
+	}
+}
+
+// providerState is what the planner last made of one provider's
+// announcement: whether it runs, and what it can do.
+type providerState struct {
+	alive bool
+	caps  string
+	at    time.Time // the announcement's time
+}
+
+// watchProviders plans again the clusters that name a provider whenever
+// what its announcement says changes: it appears, is withdrawn, changes its
+// capabilities, or goes stale without a write (a provider that crashed; found
+// by a recheck every providerRecheckEvery). A refresh that changes nothing
+// but the time wakes no cluster.
+func (s *Service) watchProviders(ctx context.Context, sub *store.Subscription) {
+	defer sub.Unsubscribe()
+	known := map[string]providerState{}
+	wake := func(provider string, st providerState, present bool) {
+		old, had := known[provider]
+		if present {
+			known[provider] = st
+		} else {
+			delete(known, provider)
+		}
+		if had == present && old.alive == st.alive && old.caps == st.caps {
+			return
+		}
+		for _, e := range s.desired.List(clusterPrefix) {
+			c, err := store.Decode(e.Value, func() *capnv1.Cluster { return new(capnv1.Cluster) })
+			if err == nil && slices.Contains(clusterProviders(c), provider) {
+				s.queue.Add(strings.TrimPrefix(e.Key, clusterPrefix))
+			}
+		}
+	}
+	tick := time.NewTicker(providerRecheckEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ch, ok := <-sub.C():
+			if !ok {
+				return
+			}
+			if ch.Resync {
+				continue
+			}
+			provider := strings.TrimPrefix(ch.Key, providerPrefix)
+			if ch.Op == store.OpDelete {
+				wake(provider, providerState{}, false)
+				continue
+			}
+			a, err := store.Decode(ch.Value, newAnnouncement)
+			if err != nil {
+				wake(provider, providerState{}, false)
+				continue
+			}
+			caps := slices.Clone(a.GetCapabilities())
+			slices.Sort(caps)
+			wake(provider, providerState{alive: plan.ProviderAlive(a, s.cfg.Now()), caps: strings.Join(caps, ","), at: a.GetTime().AsTime()}, true)
+		case <-tick.C:
+			now := s.cfg.Now()
+			for p, st := range known {
+				if st.alive && !plan.ProviderAlive(&capnv1.ProviderAnnouncement{Time: timestamppb.New(st.at)}, now) {
+					st.alive = false
+					wake(p, st, true)
+				}
+			}
+		}
 	}
 }

@@ -17,6 +17,9 @@ import "fmt"
 //   - a failed machine is deleted (one deletion at a time) and replaced.
 func (p *planner) planControlPlane() {
 	cp := p.cp
+	if cp.blocked != "" {
+		return // its provider does not run: change nothing
+	}
 	active := cp.active()
 	if !cp.anyDeleting() {
 		for _, m := range active {

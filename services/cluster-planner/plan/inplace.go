@@ -13,10 +13,11 @@ import (
 // taints, and spec.stopped from the cluster's hibernated flag. Machines being
 // deleted are left alone. Hibernation (spec.hibernated) stops every machine
 // and otherwise freezes the cluster: no machine is created or deleted until
-// it wakes.
+// it wakes. Machines of a pool whose provider cannot stop are not marked
+// stopped (the ProvidersReady condition says so).
 func (p *planner) propagate() {
-	stopped := p.c.GetSpec().GetHibernated()
 	for _, pl := range append([]*pool{p.cp}, p.pools...) {
+		stopped := p.c.GetSpec().GetHibernated() && !pl.cannotStop
 		for _, m := range pl.machines {
 			if m.deleting || p.justCreated(m) {
 				continue
@@ -62,11 +63,19 @@ func taintsEqual(a, b []*capnv1alpha1.Taint) bool {
 	})
 }
 
-// allStopped: every machine not being deleted reports Stopped.
+// allStopped: every machine not being deleted that can stop reports
+// Stopped.
 func (p *planner) allStopped() bool {
-	for _, m := range p.list {
-		if !m.deleting && m.phase() != PhaseStopped {
-			return false
+	stopped, total := p.stoppedCount()
+	return stopped == total
+}
+
+// canStop: the machine's pool may be stopped (its provider is not known to
+// lack stop-start).
+func (p *planner) canStop(m *machine) bool {
+	for _, pl := range append([]*pool{p.cp}, p.pools...) {
+		if pl.name == m.m.GetSpec().GetPool() {
+			return !pl.cannotStop
 		}
 	}
 	return true

@@ -102,6 +102,12 @@ type pool struct {
 	machines     []*machine // not gone, sorted by name
 	// hold says why this pool may not create machines now ("" if it may).
 	hold string
+	// blocked is the reason (ReasonProviderNotRunning) this pool may not
+	// change at all now, and blockedMsg says it in words; "" if it may.
+	blocked, blockedMsg string
+	// cannotStop: the cluster hibernates but the pool's provider does not
+	// announce stop-start, so its machines are not marked stopped.
+	cannotStop bool
 	// obs are the counts observed before this plan's actions, for status.
 	obs poolCounts
 }

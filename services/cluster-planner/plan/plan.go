@@ -50,6 +50,9 @@ const (
 
 // Cluster phases the planner writes.
 const (
+	// ClusterPending: nothing was made yet and nothing can be (a provider
+	// the cluster names is not running or lacks a capability it needs).
+	ClusterPending      = "Pending"
 	ClusterProvisioning = "Provisioning"
 	ClusterReady        = "Ready"
 	ClusterUpgrading    = "Upgrading"
@@ -71,6 +74,7 @@ const (
 	ConditionPaused                  = "Paused"
 	ConditionDeleting                = "Deleting"
 	ConditionHibernated              = "Hibernated"
+	ConditionProvidersReady          = "ProvidersReady"
 	ConditionNodeHealthy             = "NodeHealthy"
 )
 
@@ -96,6 +100,15 @@ type Input struct {
 	Infra Infra
 	// PKIExists says whether the bootstrapper still holds the cluster's PKI.
 	PKIExists bool
+	// Providers are the announcements (observed provider.<name>) of the
+	// providers the cluster names, by name; a provider without one is
+	// absent. A pool whose provider is not running (no announcement, or one
+	// older than ProviderStale at Now) creates and deletes nothing, and a
+	// cluster nothing was made for yet is not started at all (phase
+	// Pending); the ProvidersReady condition says why. nil: providers are
+	// not checked and no ProvidersReady condition is written (tests of the
+	// other rules); the service always passes a map.
+	Providers map[string]*capnv1alpha1.ProviderAnnouncement
 	// Status is the status last written (may be nil): it keeps conditions'
 	// transition times and control_plane_initialized across plans.
 	Status *capnv1alpha1.ClusterStatus
@@ -215,14 +228,22 @@ func Plan(in Input) Result {
 	case p.invalid != nil:
 		// A spec that fails validation never got past the gateway; if one is
 		// here anyway, do nothing with it and say why in the status.
+	case p.refused:
+		// A provider the cluster names cannot serve it and nothing was made
+		// yet: make nothing (the status says why). The provider's
+		// announcement wakes the planner.
 	default:
 		p.removeGone()
-		p.ensureInfra()
+		if p.cp.blocked == "" {
+			p.ensureInfra()
+		}
 		p.deleteOrphans()
 		if !c.Spec.Hibernated {
 			p.planControlPlane()
 			for _, pl := range p.pools {
-				p.planPool(pl)
+				if pl.blocked == "" {
+					p.planPool(pl)
+				}
 			}
 		}
 		p.propagate()

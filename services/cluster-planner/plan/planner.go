@@ -26,6 +26,13 @@ type planner struct {
 	initialized bool
 	invalid     error
 	actions     []Action
+	// usedProviders are the pools (by name) each checked provider serves.
+	usedProviders map[string][]string
+	// providerProblems: providers that cannot serve the pools naming them.
+	providerProblems []*providerProblem
+	// refused: nothing was made for the cluster yet and a provider it
+	// names cannot serve it, so nothing is made.
+	refused bool
 }
 
 func newPlanner(in Input, c *capnv1alpha1.Cluster) *planner {
@@ -35,6 +42,8 @@ func newPlanner(in Input, c *capnv1alpha1.Cluster) *planner {
 		name:  c.GetMetadata().GetName(),
 		taken: map[string]bool{},
 		all:   map[string]*machine{},
+
+		usedProviders: map[string][]string{},
 	}
 	if c.GetMetadata().GetDeletionTimestamp() == nil && !c.GetSpec().GetPaused() {
 		p.invalid = manifest.Validate(c)
@@ -77,6 +86,7 @@ func newPlanner(in Input, c *capnv1alpha1.Cluster) *planner {
 		pl.obs = pl.count()
 	}
 	p.setHolds()
+	p.checkProviders()
 	return p
 }
 

@@ -43,17 +43,23 @@ func (p *planner) status() *capnv1alpha1.ClusterStatus {
 	paused := p.c.GetSpec().GetPaused()
 	deleting := p.c.GetMetadata().GetDeletionTimestamp() != nil
 	hibernated := p.c.GetSpec().GetHibernated()
+	provOK, provReason, provMsg := p.providersCondition()
 	switch {
 	case p.invalid != nil:
 		add(ConditionReady, false, "InvalidSpec", "the spec does not validate: "+strings.ReplaceAll(p.invalid.Error(), "\n", "; "))
 	case deleting:
 		add(ConditionReady, false, "Deleting", "the cluster is being deleted")
+	case p.refused && !paused:
+		add(ConditionReady, false, provReason, provMsg)
 	case !cpOK:
 		add(ConditionReady, false, "ControlPlaneNotReady", cpMsg)
 	case !wOK:
 		add(ConditionReady, false, "WorkersNotReady", wMsg)
 	default:
 		add(ConditionReady, true, "Ready", "the control plane and every worker pool are ready")
+	}
+	if p.in.Providers != nil {
+		add(ConditionProvidersReady, provOK, provReason, provMsg)
 	}
 	if paused {
 		add(ConditionPaused, true, "Paused", "spec.paused is true: capn takes no action on this cluster until it is unpaused")
@@ -66,9 +72,19 @@ func (p *planner) status() *capnv1alpha1.ClusterStatus {
 	}
 	if hibernated {
 		stopped, total := p.stoppedCount()
-		if stopped == total {
+		var cannot []string
+		for _, pl := range append([]*pool{p.cp}, p.pools...) {
+			if pl.cannotStop {
+				cannot = append(cannot, pl.name)
+			}
+		}
+		switch {
+		case len(cannot) > 0:
+			add(ConditionHibernated, false, ReasonProviderLacksCapability, fmt.Sprintf("%d of %d machines that can stop are stopped; the machines of %s keep running: their provider cannot stop (see ProvidersReady)",
+				stopped, total, strings.Join(cannot, ", ")))
+		case stopped == total:
 			add(ConditionHibernated, true, "Hibernated", fmt.Sprintf("all %d machines stopped", total))
-		} else {
+		default:
 			add(ConditionHibernated, false, "Hibernating", fmt.Sprintf("%d of %d machines stopped", stopped, total))
 		}
 	}
@@ -96,6 +112,8 @@ func (p *planner) phase(ready, paused, deleting, hibernated bool) string {
 		return ClusterDeleting
 	case p.invalid != nil:
 		return ClusterFailed
+	case p.refused:
+		return ClusterPending
 	case p.initialized && p.cp.obs.available == 0 && p.cp.obs.failed > 0:
 		return ClusterFailed // the control plane is down and failing
 	case hibernated:
@@ -128,9 +146,9 @@ func poolStatus(pl *pool) *capnv1alpha1.PoolStatus {
 	}
 }
 
-// poolReady: exactly replicas machines, all up to date and available, none
-// deleting.
-func (p *planner) poolReady(pl *pool) (bool, string, string) {
+// poolReadiness: exactly replicas machines, all up to date and available,
+// none deleting.
+func (p *planner) poolReadiness(pl *pool) (bool, string, string) {
 	o := pl.obs
 	what := "machines"
 	if pl.controlPlane {
@@ -160,6 +178,16 @@ func (p *planner) poolReady(pl *pool) (bool, string, string) {
 		return false, "MachinesDeleting", counts
 	}
 	return true, "Ready", counts
+}
+
+// poolReady is poolReadiness, except that a pool that is not ready while
+// its provider does not run says so: nothing will move until it does.
+func (p *planner) poolReady(pl *pool) (bool, string, string) {
+	ok, reason, msg := p.poolReadiness(pl)
+	if !ok && pl.blocked != "" {
+		return false, pl.blocked, msg + " (" + pl.blockedMsg + ")"
+	}
+	return ok, reason, msg
 }
 
 func (p *planner) workersReady() (bool, string, string) {
@@ -196,9 +224,11 @@ func (p *planner) firstMachineMessage() string {
 	return "no control-plane machine yet"
 }
 
+// stoppedCount counts the machines hibernation stops (not deleting, in a
+// pool whose provider can stop) and those of them that are stopped.
 func (p *planner) stoppedCount() (stopped, total int) {
 	for _, m := range p.list {
-		if m.deleting {
+		if m.deleting || !p.canStop(m) {
 			continue
 		}
 		total++
@@ -216,9 +246,9 @@ func (p *planner) condition(typ string, ok bool, reason, msg string) *capnv1alph
 	if !ok {
 		c.Status = "False"
 		switch reason {
-		case "InvalidSpec":
+		case "InvalidSpec", ReasonProviderLacksCapability:
 			c.Severity = "Error"
-		case "MachinesNotAvailable":
+		case "MachinesNotAvailable", ReasonProviderNotRunning:
 			c.Severity = "Warning"
 		default:
 			c.Severity = "Info"

@@ -33,6 +33,10 @@ type Harness struct {
 	Observed map[string]*capnv1alpha1.MachineStatus
 	Infra    plan.Infra
 	PKI      bool
+	// Providers are the running providers and the capabilities they
+	// announce: each is announced at Now on every plan. nil: providers are
+	// not checked (plan.Input.Providers nil).
+	Providers map[string][]string
 	// Status is the last status the planner wrote.
 	Status *capnv1alpha1.ClusterStatus
 	// ClusterDeleted is set when a plan deleted the cluster record.
@@ -92,7 +96,7 @@ func New(c *capnv1alpha1.Cluster) *Harness {
 
 // Input is the planner's input for the current state.
 func (h *Harness) Input() plan.Input {
-	return plan.Input{
+	in := plan.Input{
 		Cluster:   h.Cluster,
 		Machines:  h.Machines,
 		Observed:  h.Observed,
@@ -101,6 +105,13 @@ func (h *Harness) Input() plan.Input {
 		Status:    h.Status,
 		Now:       h.Now,
 	}
+	if h.Providers != nil {
+		in.Providers = map[string]*capnv1alpha1.ProviderAnnouncement{}
+		for name, caps := range h.Providers {
+			in.Providers[name] = &capnv1alpha1.ProviderAnnouncement{Name: name, Capabilities: caps, Time: timestamppb.New(h.Now), Instance: "plantest"}
+		}
+	}
+	return in
 }
 
 // Plan computes a plan for the current state without applying it.

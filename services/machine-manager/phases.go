@@ -15,9 +15,12 @@ const (
 	PhaseProvisioning  = "Provisioning"
 	PhaseProvisioned   = "Provisioned"
 	PhaseRunning       = "Running"
-	PhaseDeleting      = "Deleting"
-	PhaseDeleted       = "Deleted"
-	PhaseFailed        = "Failed"
+	// PhaseStopped: hibernated (spec.stopped) and the provider reports the
+	// machine stopped; it keeps its identity and disk.
+	PhaseStopped  = "Stopped"
+	PhaseDeleting = "Deleting"
+	PhaseDeleted  = "Deleted"
+	PhaseFailed   = "Failed"
 )
 
 // Condition types of a machine.

@@ -15,6 +15,11 @@ const (
 	CmdBootstrap = "bootstrap"
 	CmdCreate    = "create"
 	CmdDelete    = "delete"
+	// CmdStop and CmdStart power a machine off and on for hibernation
+	// (the provider's stop-start capability); their ids carry the spec's
+	// generation, since each hibernate or wake is a new request.
+	CmdStop  = "stop"
+	CmdStart = "start"
 )
 
 // Command is one request a step wants sent. ID is deterministic per
@@ -54,6 +59,7 @@ type Output struct {
 // compare-and-sets the status.
 //
 //	Pending → Bootstrapping → Provisioning → Provisioned → Running
+//	Running ──(spec.stopped; infrastructure Stopped)──► Stopped ──(not stopped; infrastructure Running)──► Running
 //	   any ──(deletion requested)──► Deleting ──(infrastructure gone)──► Deleted
 //	   any ──(failure or timeout)──► Failed (the planner replaces it)
 func Step(in Input, t Timeouts) (out Output) {
@@ -74,6 +80,9 @@ func Step(in Input, t Timeouts) (out Output) {
 		uid = "orphan"
 	}
 	id := func(kind string) string { return fmt.Sprintf("%s.%s.%s.%s", kind, in.Cluster, in.Name, uid) }
+	powerID := func(kind string) string {
+		return fmt.Sprintf("%s.%d", id(kind), in.Desired.GetMetadata().GetGeneration())
+	}
 	out = Output{Status: st}
 	before := st.GetPhase()
 	defer func() {
@@ -145,11 +154,13 @@ func Step(in Input, t Timeouts) (out Output) {
 			setCondition(st, CondInfrastructureReady, "True", "Ready", "", in.Now)
 			setCondition(st, CondReady, "False", "WaitingForNode", "waiting for the node to report ready", in.Now)
 		}
-	case PhaseRunning:
+	case PhaseRunning, PhaseStopped:
 		if infraGone {
 			fail(st, ReasonInfrastructureGone, "the provider no longer has this machine's infrastructure", in.Now)
 			setCondition(st, CondInfrastructureReady, "False", ReasonInfrastructureGone, "", in.Now)
+			break
 		}
+		power(&out, st, in, powerID)
 	}
 	if st.GetPhase() == PhaseProvisioned && st.GetNodeReadyTime() != nil {
 		setPhase(st, PhaseRunning, in.Now)
@@ -170,3 +181,37 @@ func Step(in Input, t Timeouts) (out Output) {
 	}
 	return out
 }
+
+// power hibernates and wakes a Running or Stopped machine: it asks the
+// provider to stop or start it until the infrastructure reports the state
+// the spec wants, then sets the phase. The ask is repeated (a new id once
+// JetStream's duplicate window has passed) while the infrastructure
+// disagrees, so a lost command or a machine started out of band is
+// corrected.
+func power(out *Output, st *capnv1.MachineStatus, in Input, id func(string) string) {
+	want := in.Desired.GetSpec().GetStopped()
+	state := in.Infra.GetState()
+	switch {
+	case want && state == "Stopped":
+		if st.GetPhase() != PhaseStopped {
+			setPhase(st, PhaseStopped, in.Now)
+		}
+		setCondition(st, CondReady, "False", "Stopped", "hibernated: the machine is stopped and keeps its disk", in.Now)
+		setCondition(st, CondNodeReady, "False", "Stopped", "the machine is stopped", in.Now)
+	case want:
+		out.Commands = append(out.Commands, Command{CmdStop, id(CmdStop)})
+		setCondition(st, CondReady, "False", "Stopping", "asked the provider to stop the machine", in.Now)
+		out.RequeueAfter = powerRetry
+	case state == "Stopped":
+		out.Commands = append(out.Commands, Command{CmdStart, id(CmdStart)})
+		setCondition(st, CondReady, "False", "Starting", "asked the provider to start the machine", in.Now)
+		out.RequeueAfter = powerRetry
+	case st.GetPhase() == PhaseStopped && state == "Running":
+		setPhase(st, PhaseRunning, in.Now)
+		setCondition(st, CondReady, "True", "Running", "", in.Now)
+	}
+}
+
+// powerRetry is when a stop or start not yet seen in the infrastructure is
+// looked at again.
+const powerRetry = 30 * time.Second

@@ -1,6 +1,7 @@
 package machinemanager
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -17,6 +18,15 @@ func machine(deleting bool) *capnv1.Machine {
 	if deleting {
 		m.Metadata.DeletionTimestamp = timestamppb.New(t0)
 	}
+	return m
+}
+
+// stopped is a machine whose spec asks for it stopped (hibernation) or not,
+// at generation 2: the planner's in-place update bumped it.
+func stopped(stop bool) *capnv1.Machine {
+	m := machine(false)
+	m.Spec.Stopped = stop
+	m.Metadata.Generation = 2
 	return m
 }
 
@@ -58,6 +68,14 @@ func TestStep(t *testing.T) {
 		{"infra gone: deleted", Input{Desired: machine(true), Status: status(PhaseDeleting, withBootstrap)}, PhaseDeleted, []string{CmdDelete}, ""},
 		{"spec removed after deleted: forget", Input{Status: status(PhaseDeleted, withBootstrap)}, "", nil, ""},
 		{"spec removed while running: delete infra", Input{Status: status(PhaseRunning, withBootstrap), Infra: infra("Running")}, PhaseDeleting, []string{CmdDelete}, ""},
+		{"hibernate: ask the provider to stop", Input{Desired: stopped(true), Status: status(PhaseRunning, withBootstrap), Infra: infra("Running")}, PhaseRunning, []string{CmdStop}, ""},
+		{"hibernated: infra stopped", Input{Desired: stopped(true), Status: status(PhaseRunning, withBootstrap), Infra: infra("Stopped")}, PhaseStopped, nil, ""},
+		{"stays stopped", Input{Desired: stopped(true), Status: status(PhaseStopped, withBootstrap), Infra: infra("Stopped")}, PhaseStopped, nil, ""},
+		{"started out of band while hibernated: stop again", Input{Desired: stopped(true), Status: status(PhaseStopped, withBootstrap), Infra: infra("Running")}, PhaseStopped, []string{CmdStop}, ""},
+		{"wake: ask the provider to start", Input{Desired: stopped(false), Status: status(PhaseStopped, withBootstrap), Infra: infra("Stopped")}, PhaseStopped, []string{CmdStart}, ""},
+		{"woken: infra running", Input{Desired: stopped(false), Status: status(PhaseStopped, withBootstrap), Infra: infra("Running")}, PhaseRunning, nil, ""},
+		{"stopped machine vanished", Input{Desired: stopped(true), Status: status(PhaseStopped, withBootstrap)}, PhaseFailed, nil, ReasonInfrastructureGone},
+		{"stopped out of band while running: start", Input{Desired: machine(false), Status: status(PhaseRunning, withBootstrap), Infra: infra("Stopped")}, PhaseRunning, []string{CmdStart}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -75,7 +93,11 @@ func TestStep(t *testing.T) {
 			var kinds []string
 			for _, c := range out.Commands {
 				kinds = append(kinds, c.Kind)
-				if c.ID != c.Kind+".c1.m1.u1" && c.ID != c.Kind+".c1.m1.orphan" {
+				want := c.Kind + ".c1.m1.u1"
+				if c.Kind == CmdStop || c.Kind == CmdStart {
+					want += fmt.Sprintf(".%d", tt.in.Desired.GetMetadata().GetGeneration()) // each hibernate or wake is a new request
+				}
+				if c.ID != want && c.ID != c.Kind+".c1.m1.orphan" {
 					t.Errorf("command id %q is not deterministic per machine incarnation", c.ID)
 				}
 			}

@@ -209,9 +209,16 @@ func TestReportOrdersByUpdated(t *testing.T) {
 	senv := <-f.env
 	ctx := context.Background()
 	t0 := time.Now()
+	// The machine exists, as a provider reporting it would have it: the
+	// drift reconcile (every 200ms here) agrees with the reports instead
+	// of finding the record's machine gone and marking it Deleted.
+	const pid = "fake://c1/m1"
+	f.outOfBand(func(ms map[string]*capnv1alpha1.InfraMachine) {
+		ms["c1/m1"] = &capnv1alpha1.InfraMachine{Cluster: "c1", Machine: "m1", State: sdk.StateRunning, ProviderId: pid, Updated: timestampOf(t0.Add(-time.Hour))}
+	})
 	report := func(state string, at time.Time) {
 		t.Helper()
-		m := &capnv1alpha1.InfraMachine{Cluster: "c1", Machine: "m1", State: state, Updated: timestampOf(at)}
+		m := &capnv1alpha1.InfraMachine{Cluster: "c1", Machine: "m1", State: state, ProviderId: pid, Updated: timestampOf(at)}
 		if err := senv.Reporter.Report(ctx, m); err != nil {
 			t.Fatal(err)
 		}

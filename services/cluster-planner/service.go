@@ -62,6 +62,9 @@ type Service struct {
 	// announcements are the providers' (observed provider.<name>).
 	announcements *store.Bucket[*capnv1.ProviderAnnouncement]
 	queue         *reconcile.Queue
+	// observedRev is the last revision the observed cache applied
+	// (s.observed.Revision; a test's may lag).
+	observedRev func() uint64
 }
 
 // New returns the service.
@@ -95,6 +98,9 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	s.announcements = store.NewBucket(observedKV, newAnnouncement)
 	s.desired = store.NewCache(desiredKV, s.cfg.Cache)
 	s.observed = store.NewCache(observedKV, s.cfg.Cache)
+	if s.observedRev == nil {
+		s.observedRev = s.observed.Revision
+	}
 	for _, c := range []*store.Cache{s.desired, s.observed} {
 		if err := c.Start(ctx); err != nil {
 			return err
@@ -230,7 +236,9 @@ func (s *Service) reconcile(ctx context.Context, name string) (reconcile.Result,
 		log.Info().Fields(res.Fields()).Msg("plan")
 	}
 	// Status first: it says what the plan is about to do.
-	if err := s.writeStatus(ctx, name, in.Status, res.Status); err != nil {
+	if err := s.writeStatus(ctx, name, in.Status, res.Status); errors.Is(err, errCacheBehind) {
+		return reconcile.Result{RequeueAfter: cacheBehindWait}, nil // plan again once the cache caught up
+	} else if err != nil {
 		return reconcile.Result{}, err
 	}
 	for _, a := range res.Actions {
@@ -317,18 +325,37 @@ func (s *Service) apply(ctx context.Context, c *capnv1.Cluster, a plan.Action, r
 	return fmt.Errorf("unknown plan action %T", a)
 }
 
+// errCacheBehind: the cluster's status was last written from a newer view
+// of the observed bucket than this replica's cache holds.
+var errCacheBehind = errors.New("observed cache behind the cluster status")
+
+// cacheBehindWait is how soon a plan held back by errCacheBehind is tried
+// again: the cache is normally milliseconds behind.
+const cacheBehindWait = 20 * time.Millisecond
+
 // writeStatus compare-and-sets the cluster's observed status when it
-// changed, and records phase changes on the cluster's timeline.
+// changed, and records phase changes on the cluster's timeline. With two
+// planner replicas, it writes only from a cache that has seen the status's
+// last write (errCacheBehind otherwise), so the status never goes back.
 func (s *Service) writeStatus(ctx context.Context, name string, old, st *capnv1.ClusterStatus) error {
 	if st == nil || proto.Equal(old, st) {
 		return nil
 	}
-	_, _, err := s.statuses.Mutate(ctx, clusterPrefix+name, func(cur *capnv1.ClusterStatus, exists bool) (*capnv1.ClusterStatus, error) {
-		if exists && proto.Equal(cur, st) {
-			return nil, store.ErrNoChange
-		}
-		return st, nil
-	})
+	cur, rev, err := s.statuses.Get(ctx, clusterPrefix+name)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		_, err = s.statuses.Create(ctx, clusterPrefix+name, st)
+	case err != nil:
+	case rev > s.observedRev():
+		// Another replica wrote the status from a view this replica's
+		// cache has not reached: writing now would move the status
+		// backwards (a machine's phase, a pool's counts).
+		return errCacheBehind
+	case proto.Equal(cur, st):
+		return nil
+	default:
+		_, err = s.statuses.Update(ctx, clusterPrefix+name, st, rev)
+	}
 	if err == nil && old.GetPhase() != st.GetPhase() {
 		msg := ""
 		for _, c := range st.GetConditions() {

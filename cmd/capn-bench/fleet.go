@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +30,9 @@ import (
 // benchWorkers, when set, overrides the services' worker counts (to find
 // good defaults); 0 keeps each service's default.
 var benchWorkers = 0
+
+// benchTrace prints a fleet create's progress every second (--trace).
+var benchTrace = false
 
 // fleetRun is one fleet create.
 type fleetRun struct {
@@ -109,6 +113,7 @@ func measureFleet(ctx context.Context, n int, timeout time.Duration) (fleetRun, 
 		}
 	}
 	deadline := time.After(timeout)
+	lastTrace := start
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for running.Load() < int64(want) {
@@ -116,6 +121,10 @@ func measureFleet(ctx context.Context, n int, timeout time.Duration) (fleetRun, 
 		case <-deadline:
 			return fleetRun{}, fmt.Errorf("%d clusters: only %d of %d machines Running after %s", n, running.Load(), want, timeout)
 		case <-tick.C:
+			if benchTrace && time.Since(lastTrace) >= time.Second {
+				lastTrace = time.Now()
+				fmt.Fprintf(os.Stderr, "  %5.1fs: %d of %d machines Running\n", time.Since(start).Seconds(), running.Load(), want)
+			}
 		}
 	}
 	elapsed := time.Since(start)

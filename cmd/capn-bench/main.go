@@ -27,6 +27,7 @@ func main() {
 		timeout     = flag.Duration("timeout", 10*time.Minute, "give up on one fleet create after this long")
 		repairN     = flag.Int("repair-machines", 20, "machines repaired one after another in the repair-latency benchmark (0 skips it)")
 		workers     = flag.Int("workers", 0, "override the services' worker counts (0: their defaults)")
+		trace       = flag.Bool("trace", false, "print each fleet create's progress every second")
 		cpuProf     = flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
 		repairFleet = flag.Int("repair-fleet", 300, "clusters created in the background of the busy repair-latency runs (0 skips them)")
 		only        = flag.String("bench", "fleet,repair,idle,upgrade,ingest", "comma-separated benchmarks to run: fleet, repair, idle, upgrade, ingest")
@@ -49,6 +50,7 @@ func main() {
 	}
 	zerolog.SetGlobalLevel(zerolog.WarnLevel)
 	benchWorkers = *workers
+	benchTrace = *trace
 	ns, err := sizesFlag("--clusters", *sizes)
 	if err != nil {
 		usage(err)

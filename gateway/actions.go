@@ -108,6 +108,33 @@ func (s *server) setPaused(w http.ResponseWriter, r *http.Request, paused bool) 
 	})
 }
 
+// hibernateCluster is POST /v1/clusters/{name}/hibernate: spec.hibernated
+// true. capn stops every machine whose provider can stop (same machines,
+// same disks) and creates or deletes none until the cluster wakes.
+func (s *server) hibernateCluster(w http.ResponseWriter, r *http.Request) error {
+	return s.setHibernated(w, r, true)
+}
+
+// wakeCluster is POST /v1/clusters/{name}/wake: spec.hibernated false.
+func (s *server) wakeCluster(w http.ResponseWriter, r *http.Request) error {
+	return s.setHibernated(w, r, false)
+}
+
+func (s *server) setHibernated(w http.ResponseWriter, r *http.Request, hibernated bool) error {
+	name, err := pathName(r, "name")
+	if err != nil {
+		return err
+	}
+	var req api.PauseRequest
+	if err := readJSON(r, &req, true); err != nil {
+		return err
+	}
+	return s.change(w, r, name, req.ResourceVersion, false, func(_, next *capnv1.Cluster) (*capnv1.Cluster, error) {
+		ensure(&next.Spec).Hibernated = hibernated
+		return next, nil
+	})
+}
+
 // change applies mutate to an existing cluster and answers 200 with it.
 func (s *server) change(w http.ResponseWriter, r *http.Request, name, rv string, whileDeleting bool,
 	mutate func(cur, next *capnv1.Cluster) (*capnv1.Cluster, error)) error {

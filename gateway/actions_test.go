@@ -91,6 +91,18 @@ func TestActions(t *testing.T) {
 				}
 			}},
 		{name: "resume with an unknown field", path: "demo/resume", body: `{"now":true}`, status: 400, paths: []string{"now"}},
+		{name: "hibernate", path: "demo/hibernate", status: 200,
+			check: func(t *testing.T, c *capnv1.Cluster) {
+				if !c.GetSpec().GetHibernated() {
+					t.Error("not hibernated")
+				}
+			}},
+		{name: "wake", path: "demo/wake", body: `{}`, status: 200,
+			check: func(t *testing.T, c *capnv1.Cluster) {
+				if c.GetSpec().GetHibernated() {
+					t.Error("still hibernated")
+				}
+			}},
 		{name: "GET on an action", path: "demo/pause?x", status: 405},
 	}
 	for _, tt := range tests {

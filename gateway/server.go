@@ -79,6 +79,8 @@ func (s *server) routes() {
 	s.handle("POST /v1/clusters/{name}/upgrade", scopeWrite, s.limits.RequestBytes, s.upgradeCluster)
 	s.handle("POST /v1/clusters/{name}/pause", scopeWrite, s.limits.RequestBytes, s.pauseCluster)
 	s.handle("POST /v1/clusters/{name}/resume", scopeWrite, s.limits.RequestBytes, s.resumeCluster)
+	s.handle("POST /v1/clusters/{name}/hibernate", scopeWrite, s.limits.RequestBytes, s.hibernateCluster)
+	s.handle("POST /v1/clusters/{name}/wake", scopeWrite, s.limits.RequestBytes, s.wakeCluster)
 	s.handle("GET /v1/clusters/{name}/machines", scopeRead, 0, s.listMachines)
 	s.handle("GET /v1/clusters/{name}/machines/{machine}", scopeRead, 0, s.getMachine)
 	s.handle("GET /v1/clusters/{name}/kubeconfig", scopeSecrets, 0, s.getKubeconfig)

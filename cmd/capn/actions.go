@@ -180,6 +180,69 @@ func pauseResume(ctx context.Context, e env, args []string, pause bool) int {
 	return runtime.ExitOK
 }
 
+const hibernateHelp = `
+Hibernate stops every machine of the cluster whose provider can stop
+(stop-start): the same machines keep their identity and disks, and capn
+creates or deletes none until the cluster wakes. Wake starts them again.
+A pool whose provider cannot stop keeps running (capn describe says so).
+
+With --wait, hibernate waits until every machine that can stop is
+stopped; wake waits until the cluster is ready again.
+
+Examples:
+  capn hibernate demo --wait
+  capn wake demo --wait
+`
+
+func cmdHibernate(ctx context.Context, e env, args []string) int {
+	return hibernateWake(ctx, e, args, true)
+}
+
+func cmdWake(ctx context.Context, e env, args []string) int {
+	return hibernateWake(ctx, e, args, false)
+}
+
+func hibernateWake(ctx context.Context, e env, args []string, hibernate bool) int {
+	verb, done, goal, until := "wake", "waking", untilReady, "the cluster is ready again"
+	if hibernate {
+		verb, done, goal, until = "hibernate", "hibernating", untilHibernated, "every machine that can stop is stopped"
+	}
+	name := "capn " + verb
+	fs := newFlags(e, name+" NAME [--wait]", hibernateHelp)
+	var a apiFlags
+	a.bind(fs)
+	var wf waitFlags
+	wf.bind(fs, until)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return exitFor(err)
+	}
+	if err := wantArgs(pos, "the cluster's NAME"); err != nil {
+		return reportError(e.stderr, name, nil, err)
+	}
+	s, err := a.connect(e, name)
+	if err != nil {
+		return reportError(e.stderr, name, nil, err)
+	}
+	var c *capnv1.Cluster
+	if hibernate {
+		c, err = s.c.Hibernate(ctx, pos[0])
+	} else {
+		c, err = s.c.Wake(ctx, pos[0])
+	}
+	if err != nil {
+		return s.fail(err)
+	}
+	fmt.Fprintf(e.stdout, "cluster/%s %s\n", pos[0], done)
+	if !wf.wait {
+		return runtime.ExitOK
+	}
+	if err := s.waitFor(ctx, pos[0], goal, c.GetMetadata().GetGeneration(), wf.timeout); err != nil {
+		return s.fail(err)
+	}
+	return runtime.ExitOK
+}
+
 const deleteHelp = `
 Deletes a cluster: capn removes the workers, then the control plane, the
 infrastructure and the cluster's secrets, then the cluster. Without --wait

@@ -158,6 +158,18 @@ func TestCLIEndToEnd(t *testing.T) {
 		t.Error("spec.paused is not set after capn pause")
 	}
 	expect(capn("resume", "demo"), 0, []string{"cluster/demo resumed\n"}, nil, "resume")
+	expect(capn("hibernate", "demo", "--wait"), 0, []string{"cluster/demo hibernating\n"}, []string{"cluster/demo is hibernated after "}, "hibernate --wait")
+	for _, m := range getList("machines", "--cluster", "demo").Items {
+		if m.Status.Phase != "Stopped" {
+			t.Errorf("after capn hibernate --wait, machine %s is %s, want Stopped", m.Metadata.Name, m.Status.Phase)
+		}
+	}
+	expect(capn("wake", "demo", "--wait"), 0, []string{"cluster/demo waking\n"}, []string{"cluster/demo is ready after "}, "wake --wait")
+	for _, m := range getList("machines", "--cluster", "demo").Items {
+		if m.Status.Phase != "Running" {
+			t.Errorf("after capn wake --wait, machine %s is %s, want Running", m.Metadata.Name, m.Status.Phase)
+		}
+	}
 
 	// A wait that runs out of time says what blocks.
 	slow := filepath.Join(t.TempDir(), "slow.yaml")

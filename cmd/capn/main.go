@@ -50,6 +50,8 @@ func commands() []command {
 		{"delete", "delete a cluster (--wait)", cmdDelete},
 		{"pause", "stop capn from acting on a cluster", cmdPause},
 		{"resume", "let capn act on a paused cluster again", cmdResume},
+		{"hibernate", "stop a cluster's machines, keeping them", cmdHibernate},
+		{"wake", "start a hibernated cluster's machines again", cmdWake},
 		{"kubeconfig", "print a cluster's admin kubeconfig", cmdKubeconfig},
 		{"events", "print a cluster's timeline (--follow)", cmdEvents},
 		{"import", "convert Cluster API manifests to a capn Cluster", cmdImport},

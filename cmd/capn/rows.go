@@ -17,6 +17,7 @@ const (
 	condControlPlaneReady = "ControlPlaneReady"
 	condWorkersReady      = "WorkersReady"
 	condDeleting          = "Deleting"
+	condHibernated        = "Hibernated"
 
 	phasePending  = "Pending"
 	phaseReady    = "Ready"

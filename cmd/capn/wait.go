@@ -27,6 +27,9 @@ const (
 	untilReady waitGoal = iota
 	// untilGone: the cluster no longer exists.
 	untilGone
+	// untilHibernated: the status has seen the generation applied and its
+	// Hibernated condition is True.
+	untilHibernated
 )
 
 // Progress refresh: in place every second on a terminal; otherwise a line
@@ -129,6 +132,8 @@ func (w *waiter) run(ctx context.Context) error {
 	case errors.Is(err, errWaitDone):
 		if w.goal == untilGone {
 			fmt.Fprintf(w.out, "cluster/%s is gone after %s\n", w.cluster, elapsed)
+		} else if w.goal == untilHibernated {
+			fmt.Fprintf(w.out, "cluster/%s is hibernated after %s: %s\n", w.cluster, elapsed, condition(w.c.GetStatus().GetConditions(), condHibernated).GetMessage())
 		} else {
 			_, cpD, _, wD := machineCounts(w.c)
 			fmt.Fprintf(w.out, "cluster/%s is ready after %s: %d machines\n", w.cluster, elapsed, cpD+wD)
@@ -207,6 +212,9 @@ func (w *waiter) check() (bool, error) {
 	if rc.GetReason() == "InvalidSpec" {
 		return false, waitFailed{fmt.Sprintf("cluster %s will not become ready: %s", w.cluster, rc.GetMessage())}
 	}
+	if w.goal == untilHibernated {
+		return condition(st.GetConditions(), condHibernated).GetStatus() == "True", nil
+	}
 	return rc.GetStatus() == "True", nil
 }
 
@@ -235,9 +243,11 @@ func (w *waiter) state() (summary, step string) {
 	}
 	cpR, cpD, wR, wD := machineCounts(w.c)
 	summary = fmt.Sprintf("%s, %d/%d machines ready", phase, cpR+wR, cpD+wD)
-	switch rc := condition(st.GetConditions(), condReady); {
+	switch rc, hc := condition(st.GetConditions(), condReady), condition(st.GetConditions(), condHibernated); {
 	case st.GetObservedGeneration() < w.gen:
 		step = fmt.Sprintf("waiting for capn to act on generation %d", w.gen)
+	case w.goal == untilHibernated && hc != nil:
+		step = hc.GetMessage()
 	case rc != nil:
 		step = rc.GetMessage()
 	}

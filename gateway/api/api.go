@@ -157,8 +157,8 @@ type UpgradeRequest struct {
 	ResourceVersion  string `json:"resourceVersion,omitempty"`
 }
 
-// PauseRequest is the optional body of POST /v1/clusters/{name}/pause and
-// /resume.
+// PauseRequest is the optional body of POST /v1/clusters/{name}/pause,
+// /resume, /hibernate and /wake.
 type PauseRequest struct {
 	ResourceVersion string `json:"resourceVersion,omitempty"`
 }

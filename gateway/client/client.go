@@ -180,6 +180,17 @@ func (c *Client) Resume(ctx context.Context, name string) (*capnv1.Cluster, erro
 	return c.action(ctx, name, "resume", api.PauseRequest{})
 }
 
+// Hibernate stops a cluster's machines (same machines, same disks) until
+// Wake.
+func (c *Client) Hibernate(ctx context.Context, name string) (*capnv1.Cluster, error) {
+	return c.action(ctx, name, "hibernate", api.PauseRequest{})
+}
+
+// Wake starts a hibernated cluster's machines again.
+func (c *Client) Wake(ctx context.Context, name string) (*capnv1.Cluster, error) {
+	return c.action(ctx, name, "wake", api.PauseRequest{})
+}
+
 func (c *Client) action(ctx context.Context, name, verb string, req any) (*capnv1.Cluster, error) {
 	b, err := json.Marshal(req)
 	if err != nil {

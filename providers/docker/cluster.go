@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/capn-dev/capn/providers/docker/engine"
@@ -18,15 +19,16 @@ const EndpointMessage = "placeholder endpoint container (capn-node endpoint) pub
 
 // EnsureCluster makes the cluster's network and its endpoint container —
 // capn-node endpoint on :6443, published on 127.0.0.1:<a host port chosen
-// once, kept in its label> — and keeps it running. It is idempotent.
-// params are ignored.
+// once, kept in its label> — keeps it running, and returns once it
+// serves: through the published port on the daemon's host, through the
+// cluster network from a provider in a container (self.go). It is
+// idempotent. params are ignored.
 func (p *Provider) EnsureCluster(ctx context.Context, cluster string, _ map[string]string) (*capnv1alpha1.InfraCluster, error) {
-	port, err := p.ensureEndpoint(ctx, cluster)
+	port, probe, err := p.ensureEndpoint(ctx, cluster)
 	if err != nil {
 		return nil, err
 	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	if err := waitServing(ctx, addr, 10*time.Second); err != nil {
+	if err := waitServing(ctx, probe, 10*time.Second); err != nil {
 		return nil, fmt.Errorf("endpoint of %s: %w", cluster, err)
 	}
 	return &capnv1alpha1.InfraCluster{
@@ -35,7 +37,9 @@ func (p *Provider) EnsureCluster(ctx context.Context, cluster string, _ map[stri
 	}, nil
 }
 
-func (p *Provider) ensureEndpoint(ctx context.Context, cluster string) (int, error) {
+// ensureEndpoint makes or starts the endpoint container and returns its
+// published port and the address this provider checks it at.
+func (p *Provider) ensureEndpoint(ctx context.Context, cluster string) (port int, probe string, err error) {
 	unlock := p.lockCluster(cluster)
 	defer unlock()
 	name := p.names.endpoint(cluster)
@@ -43,29 +47,53 @@ func (p *Provider) ensureEndpoint(ctx context.Context, cluster string) (int, err
 	if errors.Is(err, engine.ErrNotFound) {
 		var n *clusterNetwork
 		if n, err = p.ensureNetwork(ctx, cluster); err != nil {
-			return 0, err
+			return 0, "", err
 		}
 		if err = p.createEndpoint(ctx, cluster, n); err != nil {
-			return 0, err
+			return 0, "", err
 		}
 		ctr, err = p.api.ContainerInspect(ctx, name)
 	}
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	if !p.names.ours(ctr.Config.Labels, cluster, "", RoleEndpoint) {
-		return 0, fmt.Errorf("docker: container %s exists but is not this deployment's endpoint of %s", name, cluster)
+		return 0, "", fmt.Errorf("docker: container %s exists but is not this deployment's endpoint of %s", name, cluster)
 	}
-	port, err := strconv.Atoi(ctr.Config.Labels[LabelEndpointPort])
+	port, err = strconv.Atoi(ctr.Config.Labels[LabelEndpointPort])
 	if err != nil {
-		return 0, fmt.Errorf("docker: endpoint %s has no port label: %w", name, err)
+		return 0, "", fmt.Errorf("docker: endpoint %s has no port label: %w", name, err)
 	}
 	if !ctr.State.Running {
 		if err := p.api.ContainerStart(ctx, ctr.ID); err != nil {
-			return 0, fmt.Errorf("start %s: %w", name, err)
+			if ctr.State.StartedAt.IsZero() && strings.Contains(err.Error(), "already allocated") {
+				// The port was free where this provider chose it (its own
+				// network namespace, in a container) but not on the host:
+				// the endpoint never served, so the next try makes it again
+				// with another port.
+				p.log.Warn().Str("cluster", cluster).Int("port", port).Msg("the endpoint's port is taken on the host: choosing another")
+				if rerr := p.api.ContainerRemove(ctx, ctr.ID, true); rerr != nil && !errors.Is(rerr, engine.ErrNotFound) {
+					return 0, "", errors.Join(err, rerr)
+				}
+			}
+			return 0, "", fmt.Errorf("start %s: %w", name, err)
 		}
 	}
-	return port, nil
+	self, err := p.self(ctx)
+	if err != nil {
+		return 0, "", err
+	}
+	if self == "" {
+		return port, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
+	}
+	if err := p.joinNetwork(ctx, self, cluster); err != nil {
+		return 0, "", err
+	}
+	addr := ctr.Config.Labels[LabelAddress]
+	if addr == "" {
+		return 0, "", fmt.Errorf("docker: endpoint %s has no address label", name)
+	}
+	return port, net.JoinHostPort(addr, strings.TrimSuffix(EndpointPort, "/tcp")), nil
 }
 
 func (p *Provider) createEndpoint(ctx context.Context, cluster string, n *clusterNetwork) error {

@@ -32,10 +32,13 @@ const (
 	NodeDataDir = "/var/lib/capn-node"
 	// RelayMount is where the NATS relay's directory is mounted.
 	RelayMount = "/run/capn-relay"
-	// CredsMount and NKeyMount are where the machines' NATS credentials
-	// are mounted, read-only.
-	CredsMount = "/run/capn/nats.creds"
-	NKeyMount  = "/run/capn/nats.nk"
+	// CredsMount, NKeyMount and the TLS paths are where the machines'
+	// NATS files are copied (before a machine's first start).
+	CredsMount   = "/run/capn/nats.creds"
+	NKeyMount    = "/run/capn/nats.nk"
+	TLSCAMount   = "/run/capn/nats-ca.pem"
+	TLSCertMount = "/run/capn/nats.pem"
+	TLSKeyMount  = "/run/capn/nats-key.pem"
 	// RelaySocket is the relay's socket file name.
 	RelaySocket = "nats.sock"
 	// EndpointPort is the endpoint container's port, published on

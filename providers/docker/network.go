@@ -85,7 +85,8 @@ func (p *Provider) findNetwork(ctx context.Context, cluster string) (*clusterNet
 }
 
 // allocateAddress returns the lowest host address of the network that no
-// container of the cluster holds (.1 is the gateway). The cluster's lock
+// container of the cluster holds (.1 is the gateway; the last, .254, is
+// kept for a provider in a container: self.go). The cluster's lock
 // must be held.
 func (p *Provider) allocateAddress(ctx context.Context, cluster string, n *clusterNetwork) (string, error) {
 	list, err := p.api.ContainerList(ctx, p.names.labels(cluster, "", ""))
@@ -98,8 +99,8 @@ func (p *Provider) allocateAddress(ctx context.Context, cluster string, n *clust
 	}
 	a := n.subnet.Addr().Next().Next() // .2
 	for ; n.subnet.Contains(a); a = a.Next() {
-		if !a.Next().IsValid() || !n.subnet.Contains(a.Next()) {
-			break // the broadcast address
+		if !a.Next().IsValid() || !n.subnet.Contains(a.Next()) || a == selfAddress(n.subnet) {
+			break // the broadcast address, or the provider's own (self.go)
 		}
 		if !used[a.String()] {
 			return a.String(), nil
@@ -109,7 +110,8 @@ func (p *Provider) allocateAddress(ctx context.Context, cluster string, n *clust
 }
 
 // tidyNetwork removes the cluster's network once no container of the
-// cluster is left. The cluster's lock must be held.
+// cluster is left (this provider's own container leaves it first). The
+// cluster's lock must be held.
 func (p *Provider) tidyNetwork(ctx context.Context, cluster string) error {
 	left, err := p.api.ContainerList(ctx, p.names.labels(cluster, "", ""))
 	if err != nil || len(left) > 0 {
@@ -117,6 +119,9 @@ func (p *Provider) tidyNetwork(ctx context.Context, cluster string) error {
 	}
 	n, err := p.findNetwork(ctx, cluster)
 	if err != nil || n == nil {
+		return err
+	}
+	if err := p.leaveNetwork(ctx, cluster); err != nil {
 		return err
 	}
 	p.log.Info().Str("cluster", cluster).Msg("removing the cluster network")

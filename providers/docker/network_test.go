@@ -47,3 +47,27 @@ func TestNamesAndLabels(t *testing.T) {
 		t.Error("an empty role became a label filter")
 	}
 }
+
+func TestSelfAddressIsTheLastHostAddress(t *testing.T) {
+	for sub, want := range map[string]string{"10.217.3.0/24": "10.217.3.254", "10.0.0.0/16": "10.0.255.254", "192.168.4.128/25": "192.168.4.254"} {
+		if got := selfAddress(netip.MustParsePrefix(sub)); got.String() != want {
+			t.Errorf("selfAddress(%s) = %s, want %s", sub, got, want)
+		}
+	}
+}
+
+func TestSelfCandidatesFromMountsAndCgroups(t *testing.T) {
+	id := "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	line := "612 590 8:1 /var/lib/docker/containers/" + id + "/resolv.conf /etc/resolv.conf rw,relatime - ext4 /dev/sda1 rw"
+	if m := containerIDInPath.FindStringSubmatch(line); m == nil || m[1] != id {
+		t.Errorf("mountinfo: %v", m)
+	}
+	for _, l := range []string{"12:pids:/docker/" + id, "0::/system.slice/docker-" + id + ".scope"} {
+		if m := containerIDInCgroup.FindStringSubmatch(l); m == nil || m[1] != id {
+			t.Errorf("cgroup %q: %v", l, m)
+		}
+	}
+	if containerIDInCgroup.MatchString("0::/") || shortContainerID.MatchString("vm") {
+		t.Error("a host matched")
+	}
+}

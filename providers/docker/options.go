@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/capn-dev/capn/services/runtime"
@@ -50,9 +51,29 @@ type Options struct {
 	// reachable from containers.
 	ContainerNATSURL string
 	// NodeNATSCreds and NodeNATSNKey name a credentials file or an nkey
-	// seed file, on the daemon's host, that is bind-mounted read-only into
-	// every machine for capn-node to authenticate to NATS with (optional).
+	// seed file that capn-node authenticates to NATS with (optional).
+	// Like the TLS files below, it is a file this provider reads (in its
+	// container, under docker-compose) and copies into every machine's
+	// container before its first start (under /run/capn, 0600): no path
+	// on the daemon's host is involved.
 	NodeNATSCreds, NodeNATSNKey string
+	// NodeNATSTLSCA, NodeNATSTLSCert and NodeNATSTLSKey are the CA that
+	// verifies the NATS servers and the client certificate and key that a
+	// NATS with verified client certificates requires (optional; cert and
+	// key together), copied into machines as the credentials are.
+	NodeNATSTLSCA, NodeNATSTLSCert, NodeNATSTLSKey string
+	// NodeNATSInboxPrefix is capn-node's --nats-inbox-prefix: the reply
+	// subjects its NATS user may subscribe to (_INBOX_node for the node
+	// user of deploy/natsconfig; empty: NATS's _INBOX).
+	NodeNATSInboxPrefix string
+	// SelfContainer is the container this provider runs in, if any, on
+	// the daemon it drives (name or id). Such a provider cannot reach an
+	// endpoint published on the host's 127.0.0.1, so it joins each
+	// cluster's network and checks the endpoint container there (and
+	// leaves the network before removing it). Empty: detected (the
+	// container whose id /proc/self names, or whose id the hostname is);
+	// "none": the provider runs on the daemon's host.
+	SelfContainer string
 	// SubnetPool is where cluster networks get their /24 (default
 	// 10.217.0.0/16, one /24 per cluster).
 	SubnetPool string
@@ -105,10 +126,22 @@ func (o Options) Validate() error {
 	if o.ContainerNATSURL == "" && (o.StateDir == "" || !filepath.IsAbs(o.StateDir)) {
 		bad("docker-state-dir", o.StateDir, "required (an absolute path for the NATS relay socket) unless --docker-container-nats-url is set")
 	}
-	for _, c := range []struct{ flag, v string }{{"docker-node-nats-creds", o.NodeNATSCreds}, {"docker-node-nats-nkey", o.NodeNATSNKey}} {
+	for _, c := range []struct{ flag, v string }{
+		{"docker-node-nats-creds", o.NodeNATSCreds}, {"docker-node-nats-nkey", o.NodeNATSNKey},
+		{"docker-node-nats-tls-ca", o.NodeNATSTLSCA}, {"docker-node-nats-tls-cert", o.NodeNATSTLSCert}, {"docker-node-nats-tls-key", o.NodeNATSTLSKey},
+	} {
 		if c.v != "" && !filepath.IsAbs(c.v) {
-			bad(c.flag, c.v, "must be an absolute path on the daemon's host")
+			bad(c.flag, c.v, "must be an absolute path (a file this provider reads and copies into machines)")
 		}
+	}
+	if o.NodeNATSCreds != "" && o.NodeNATSNKey != "" {
+		bad("docker-node-nats-nkey", o.NodeNATSNKey, "set --docker-node-nats-creds or --docker-node-nats-nkey, not both")
+	}
+	if (o.NodeNATSTLSCert == "") != (o.NodeNATSTLSKey == "") {
+		bad("docker-node-nats-tls-key", o.NodeNATSTLSKey, "--docker-node-nats-tls-cert and --docker-node-nats-tls-key go together")
+	}
+	if strings.ContainsAny(o.NodeNATSInboxPrefix, " \t.*>") {
+		bad("docker-node-nats-inbox-prefix", o.NodeNATSInboxPrefix, "want one subject token, e.g. _INBOX_node")
 	}
 	if p, err := netip.ParsePrefix(o.SubnetPool); err != nil || !p.Addr().Is4() || p.Bits() > 24 {
 		bad("docker-subnet-pool", o.SubnetPool, "want an IPv4 prefix of /24 or wider, e.g. 10.217.0.0/16")
@@ -139,8 +172,13 @@ func (o *Options) Flags() []runtime.Flag {
 		f("docker-state-dir", "`dir` of the NATS relay socket machines reach capn through", runtime.StringValue(&o.StateDir)),
 		f("docker-node-nats-url", "NATS `url` the relay forwards to (default: this provider's)", runtime.StringValue(&o.NodeNATSURL)),
 		f("docker-container-nats-url", "NATS `url` containers connect to directly (no relay)", runtime.StringValue(&o.ContainerNATSURL)),
-		f("docker-node-nats-creds", "NATS credentials `file` (on the daemon's host) mounted into machines (optional)", runtime.StringValue(&o.NodeNATSCreds)),
-		f("docker-node-nats-nkey", "NATS nkey seed `file` (on the daemon's host) mounted into machines (optional)", runtime.StringValue(&o.NodeNATSNKey)),
+		f("docker-node-nats-creds", "NATS credentials `file` copied into machines for capn-node (optional)", runtime.StringValue(&o.NodeNATSCreds)),
+		f("docker-node-nats-nkey", "NATS nkey seed `file` copied into machines for capn-node (optional)", runtime.StringValue(&o.NodeNATSNKey)),
+		f("docker-node-nats-tls-ca", "CA `file` verifying the NATS servers, copied into machines (optional)", runtime.StringValue(&o.NodeNATSTLSCA)),
+		f("docker-node-nats-tls-cert", "NATS client certificate `file` copied into machines (optional, with the key)", runtime.StringValue(&o.NodeNATSTLSCert)),
+		f("docker-node-nats-tls-key", "NATS client key `file` copied into machines (optional, with the certificate)", runtime.StringValue(&o.NodeNATSTLSKey)),
+		f("docker-node-nats-inbox-prefix", "capn-node's reply subject `prefix` (the node user's, e.g. _INBOX_node; default _INBOX)", runtime.StringValue(&o.NodeNATSInboxPrefix)),
+		f("docker-self-container", "`container` this provider runs in (default: detected; 'none': on the daemon's host)", runtime.StringValue(&o.SelfContainer)),
 		f("docker-subnet-pool", "IPv4 `prefix` cluster networks get a /24 of (default "+DefaultSubnetPool+")", runtime.StringValue(&o.SubnetPool)),
 		f("docker-heartbeat-every", "machines' heartbeat `interval` (0: 10s)", runtime.DurationValue(&o.HeartbeatEvery)),
 		f("docker-stop-timeout", "`time` a machine gets after SIGTERM (0: 10s)", runtime.DurationValue(&o.StopTimeout)),

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -37,6 +38,12 @@ type Provider struct {
 	natsURL string
 
 	clusterLocks sync.Map // cluster -> *sync.Mutex
+
+	// selfID is the container this provider runs in ("" on the daemon's
+	// host), once selfKnown (see self).
+	selfMu    sync.Mutex
+	selfID    string
+	selfKnown bool
 
 	envMu    sync.Mutex
 	reporter sdk.Reporter
@@ -108,10 +115,58 @@ func (p *Provider) CreateMachine(ctx context.Context, req *capnv1alpha1.CreateMa
 	case !p.names.ours(ctr.Config.Labels, c, m, RoleMachine):
 		return nil, sdk.Permanent(fmt.Errorf("docker: container %s exists but is not this deployment's machine %s/%s", name, c, m))
 	}
+	if ctr == nil || ctr.State.Status == "created" {
+		// Never started (just made, or made by a provider that stopped
+		// before it started it): its NATS files go in first.
+		if err := p.copyNodeFiles(ctx, name); err != nil {
+			return nil, err
+		}
+	}
 	if err := p.api.ContainerStart(ctx, name); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	return p.Describe(ctx, c, m)
+}
+
+// nodeFile is a file capn-node needs to reach NATS: a local file of this
+// provider, copied into the machine's container at path.
+type nodeFile struct {
+	flag, src, path string
+	mode            os.FileMode
+}
+
+// nodeFiles are the NATS files configured for machines.
+func (p *Provider) nodeFiles() []nodeFile {
+	var out []nodeFile
+	for _, f := range []nodeFile{
+		{"nats-creds", p.opts.NodeNATSCreds, CredsMount, 0o600},
+		{"nats-nkey", p.opts.NodeNATSNKey, NKeyMount, 0o600},
+		{"nats-tls-ca", p.opts.NodeNATSTLSCA, TLSCAMount, 0o644},
+		{"nats-tls-cert", p.opts.NodeNATSTLSCert, TLSCertMount, 0o644},
+		{"nats-tls-key", p.opts.NodeNATSTLSKey, TLSKeyMount, 0o600},
+	} {
+		if f.src != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// copyNodeFiles copies the machines' NATS files into a container that has
+// not started. They are read from this provider's own file system (under
+// docker-compose, its container's mounts), so no path on the daemon's
+// host matters; a file that cannot be read fails the create for good.
+func (p *Provider) copyNodeFiles(ctx context.Context, container string) error {
+	for _, f := range p.nodeFiles() {
+		b, err := os.ReadFile(f.src)
+		if err != nil {
+			return sdk.Permanent(fmt.Errorf("docker: --docker-%s: %w", "node-"+f.flag, err))
+		}
+		if err := p.api.WriteFile(ctx, container, f.path, b, f.mode); err != nil {
+			return fmt.Errorf("docker: copy %s into %s: %w", f.src, container, err)
+		}
+	}
+	return nil
 }
 
 func (p *Provider) createContainer(ctx context.Context, req *capnv1alpha1.CreateMachine) error {
@@ -145,13 +200,11 @@ func (p *Provider) createContainer(ctx context.Context, req *capnv1alpha1.Create
 		cmd = append(cmd, "--nats-socket="+RelayMount+"/"+RelaySocket)
 		binds = append(binds, p.relayDir()+":"+RelayMount+":ro")
 	}
-	if p.opts.NodeNATSCreds != "" {
-		cmd = append(cmd, "--nats-creds="+CredsMount)
-		binds = append(binds, p.opts.NodeNATSCreds+":"+CredsMount+":ro")
+	for _, f := range p.nodeFiles() {
+		cmd = append(cmd, "--"+f.flag+"="+f.path)
 	}
-	if p.opts.NodeNATSNKey != "" {
-		cmd = append(cmd, "--nats-nkey="+NKeyMount)
-		binds = append(binds, p.opts.NodeNATSNKey+":"+NKeyMount+":ro")
+	if p.opts.NodeNATSInboxPrefix != "" {
+		cmd = append(cmd, "--nats-inbox-prefix="+p.opts.NodeNATSInboxPrefix)
 	}
 	if pin := p.caPin(ctx, c); pin != "" {
 		cmd = append(cmd, "--ca-cert-hash="+pin)

@@ -35,6 +35,14 @@ func (p *Provider) nodeArgs(rec *machineRecord) []string {
 	if p.opts.NodeNATSNKey != "" {
 		args = append(args, "--nats-nkey="+p.opts.NodeNATSNKey)
 	}
+	for _, f := range []struct{ flag, v string }{
+		{"nats-tls-ca", p.opts.NodeNATSTLSCA}, {"nats-tls-cert", p.opts.NodeNATSTLSCert},
+		{"nats-tls-key", p.opts.NodeNATSTLSKey}, {"nats-inbox-prefix", p.opts.NodeNATSInboxPrefix},
+	} {
+		if f.v != "" {
+			args = append(args, "--"+f.flag+"="+f.v)
+		}
+	}
 	if p.opts.HealthPort > 0 {
 		args = append(args, "--health-addr="+net.JoinHostPort(rec.Address, strconv.Itoa(p.opts.HealthPort)))
 	}

@@ -40,6 +40,13 @@ type Options struct {
 	// seed file the machines authenticate to NATS with (optional; files
 	// on this host that capn-node may read).
 	NodeNATSCreds, NodeNATSNKey string
+	// NodeNATSTLSCA, NodeNATSTLSCert and NodeNATSTLSKey are the CA that
+	// verifies the NATS servers and the client certificate and key the
+	// machines present (optional; files on this host).
+	NodeNATSTLSCA, NodeNATSTLSCert, NodeNATSTLSKey string
+	// NodeNATSInboxPrefix is capn-node's --nats-inbox-prefix (the node
+	// user's _INBOX_node in a rendered deployment; empty: _INBOX).
+	NodeNATSInboxPrefix string
 	// HeartbeatEvery is the machines' heartbeat interval (default 10s).
 	HeartbeatEvery time.Duration
 	// WatchEvery is how often machine processes are checked for an exit
@@ -116,6 +123,9 @@ func (o Options) Validate() error {
 			bad(d.flag, d.v.String(), fmt.Sprintf("must be at least %s", d.min))
 		}
 	}
+	if (o.NodeNATSTLSCert == "") != (o.NodeNATSTLSKey == "") {
+		bad("process-node-nats-tls-key", o.NodeNATSTLSKey, "--process-node-nats-tls-cert and --process-node-nats-tls-key go together")
+	}
 	if o.HealthPort < -1 || o.HealthPort > 65535 {
 		bad("process-health-port", fmt.Sprint(o.HealthPort), "must be a port, or -1 for none")
 	}
@@ -136,6 +146,10 @@ func (o *Options) Flags() []runtime.Flag {
 		f("process-node-nats-url", "NATS `url` machines connect to (default: this provider's)", runtime.StringValue(&o.NodeNATSURL)),
 		f("process-node-nats-creds", "NATS credentials `file` machines authenticate with (optional)", runtime.StringValue(&o.NodeNATSCreds)),
 		f("process-node-nats-nkey", "NATS nkey seed `file` machines authenticate with (optional)", runtime.StringValue(&o.NodeNATSNKey)),
+		f("process-node-nats-tls-ca", "CA `file` machines verify the NATS servers with (optional)", runtime.StringValue(&o.NodeNATSTLSCA)),
+		f("process-node-nats-tls-cert", "NATS client certificate `file` of machines (optional, with the key)", runtime.StringValue(&o.NodeNATSTLSCert)),
+		f("process-node-nats-tls-key", "NATS client key `file` of machines (optional, with the certificate)", runtime.StringValue(&o.NodeNATSTLSKey)),
+		f("process-node-nats-inbox-prefix", "machines' reply subject `prefix` (the node user's, e.g. _INBOX_node; default _INBOX)", runtime.StringValue(&o.NodeNATSInboxPrefix)),
 		f("process-heartbeat-every", "machines' heartbeat `interval` (0: 10s)", runtime.DurationValue(&o.HeartbeatEvery)),
 		f("process-watch-every", "`interval` of the check for machine processes that exited (0: 1s)", runtime.DurationValue(&o.WatchEvery)),
 		f("process-stop-timeout", "`time` a machine gets after SIGTERM before SIGKILL (0: 10s)", runtime.DurationValue(&o.StopTimeout)),

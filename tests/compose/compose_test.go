@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -73,6 +74,14 @@ func loadCompose(t *testing.T) composeFile {
 
 const deployDir = "${CAPN_DEPLOY_DIR:-./deploy/local}"
 
+// The docker provider's service mounts the node user's directory too, at
+// nodeUserDir: its machines' NATS files come from there.
+var (
+	dockerProvider = natsconfig.ProviderUser("docker")
+	nodeUserDir    = "/etc/capn-node"
+	nodeUserMount  = deployDir + "/users/" + natsconfig.NodeAgent + ":" + nodeUserDir + ":ro"
+)
+
 // serviceOf is the compose service of a user: the same name.
 func serviceOf(user string) string { return user }
 
@@ -102,7 +111,7 @@ func TestComposeMatchesTheRender(t *testing.T) {
 			t.Errorf("service %s does not mount %s: %v", name, want, s.Volumes)
 		}
 		for _, v := range s.Volumes {
-			if strings.Contains(v, "/users/") && v != want {
+			if strings.Contains(v, "/users/") && v != want && (name != dockerProvider || v != nodeUserMount) {
 				t.Errorf("service %s mounts another user's directory: %s", name, v)
 			}
 		}
@@ -139,6 +148,23 @@ func TestComposeMatchesTheRender(t *testing.T) {
 		}
 		if !s.ReadOnly {
 			t.Errorf("service %s has a writable root file system", name)
+		}
+	}
+	// The docker provider hands its machines the node user's seed, TLS
+	// files and inbox prefix, as the render names them.
+	dp := f.Services[dockerProvider]
+	if !slices.Contains(dp.Volumes, nodeUserMount) {
+		t.Errorf("service %s does not mount the node user's directory %s: %v", dockerProvider, nodeUserMount, dp.Volumes)
+	}
+	for k, v := range map[string]string{
+		"CAPN_DOCKER_NODE_NATS_NKEY":         nodeUserDir + "/" + natsconfig.UserSeedFile,
+		"CAPN_DOCKER_NODE_NATS_TLS_CA":       nodeUserDir + "/" + natsconfig.UserCAFile,
+		"CAPN_DOCKER_NODE_NATS_TLS_CERT":     nodeUserDir + "/" + natsconfig.UserCertFile,
+		"CAPN_DOCKER_NODE_NATS_TLS_KEY":      nodeUserDir + "/" + natsconfig.UserKeyFile,
+		"CAPN_DOCKER_NODE_NATS_INBOX_PREFIX": natsconfig.InboxPrefix(natsconfig.NodeAgent),
+	} {
+		if got := dp.Environment[k]; got != v {
+			t.Errorf("service %s: %s=%q, want %q", dockerProvider, k, got, v)
 		}
 	}
 	if ports := f.Services[natsconfig.Gateway].Ports; len(ports) != 1 || !strings.HasSuffix(ports[0], ":8080") {
@@ -257,6 +283,20 @@ func TestComposeSurvivesNodeAndReplicaLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		// After compose down (cleanups run last first): whatever the docker
+		// provider left of a failed run, by its deployment label.
+		for _, what := range [][]string{{"ps", "-aq"}, {"network", "ls", "-q"}} {
+			out, _ := exec.Command("docker", append(what, "--filter", "label=capn.dev/deployment="+e.project)...).Output()
+			if ids := strings.Fields(string(out)); len(ids) > 0 {
+				rm := []string{"rm", "-f"}
+				if what[0] == "network" {
+					rm = []string{"network", "rm"}
+				}
+				_ = exec.Command("docker", append(rm, ids...)...).Run()
+			}
+		}
+	})
+	t.Cleanup(func() {
 		if t.Failed() {
 			out, _ := e.compose(context.Background(), "logs", "--no-color", "--tail", "40")
 			t.Logf("docker-compose logs (last 40 lines of each):\n%s", out)
@@ -318,8 +358,145 @@ func TestComposeSurvivesNodeAndReplicaLoss(t *testing.T) {
 	rec = e.waitReady(ctx, cl, newVersion, 5*time.Minute, rec)
 	t.Logf("upgrade with a NATS node and a replica of each service lost: Ready in %s", time.Since(step).Round(time.Second))
 	e.checkMachines(ctx, cl, rec)
+
+	step = time.Now()
+	e.dockerCluster(ctx, cl)
+	t.Logf("docker provider: %s (1 control plane, 1 worker: capn-node containers on the node user, TLS) Ready, deleted, nothing left, in %s",
+		dockerCluster, time.Since(step).Round(time.Second))
 	e.checkNoViolations(ctx)
 	t.Logf("total %s", time.Since(start).Round(time.Second))
+}
+
+// dockerCluster is the second cluster: on the docker provider, which
+// runs in its container.
+const dockerCluster = "e2e-docker"
+
+const dockerManifest = `apiVersion: capn.dev/v1alpha1
+kind: Cluster
+metadata:
+  name: ` + dockerCluster + `
+spec:
+  kubernetesVersion: v1.33.4
+  controlPlane:
+    provider: docker
+    replicas: 1
+  workerPools:
+  - name: md-0
+    provider: docker
+    replicas: 1
+`
+
+// dockerCluster applies a cluster on the docker provider and waits until
+// it is Ready: the provider checked its endpoint container from its own
+// container, and both machines' capn-node connected through the relay to
+// the TLS cluster as the node user (they fetch their bootstrap data and
+// heartbeat; nothing else makes a machine Running). Its endpoint answers
+// on 127.0.0.1 of the host. Then it deletes the cluster and waits until
+// no container or network of it is left on the daemon.
+func (e *e2e) dockerCluster(ctx context.Context, cl *client.Client) {
+	t := e.t
+	t.Helper()
+	e.retry(ctx, time.Minute, "apply "+dockerCluster, func() error {
+		_, _, err := cl.Apply(ctx, []byte(dockerManifest))
+		return err
+	})
+	ok := false
+	defer func() {
+		if !ok {
+			e.logDockerMachines(ctx)
+		}
+	}()
+	e.waitClusterReady(ctx, cl, dockerCluster, "", 4*time.Minute, nil)
+	ms, err := cl.Machines(ctx, dockerCluster, client.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) != 2 {
+		t.Errorf("%s has %d machines, want 2", dockerCluster, len(ms))
+	}
+	for _, m := range ms {
+		if p, id := m.GetStatus().GetPhase(), m.GetStatus().GetProviderId(); p != "Running" || !strings.HasPrefix(id, "docker://") {
+			t.Errorf("machine %s: %s, provider id %q; want Running on a docker:// container", m.GetMetadata().GetName(), p, id)
+		}
+	}
+	c, err := cl.Get(ctx, dockerCluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := c.GetStatus().GetControlPlaneEndpoint()
+	if ep.GetHost() != "127.0.0.1" || ep.GetPort() == 0 {
+		t.Fatalf("%s endpoint %v: want 127.0.0.1:<port>", dockerCluster, ep)
+	}
+	hc := &http.Client{Timeout: 5 * time.Second}
+	if resp, err := hc.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", ep.GetPort())); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("the endpoint on 127.0.0.1:%d of the host: %v %v", ep.GetPort(), err, resp)
+	} else {
+		resp.Body.Close()
+	}
+	for _, id := range e.dockerObjects(ctx, "ps", "-aq", "--filter", "label=capn.dev/role=machine") {
+		logs, _ := exec.CommandContext(ctx, "docker", "logs", id).CombinedOutput()
+		if strings.Contains(string(logs), "permission_violation") || strings.Contains(string(logs), "Permissions Violation") {
+			t.Errorf("machine container %s was denied:\n%s", id, logs)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+
+	step := time.Now()
+	if _, err := cl.Delete(ctx, dockerCluster); err != nil {
+		t.Fatal(err)
+	}
+	e.retry(ctx, 3*time.Minute, "delete "+dockerCluster, func() error {
+		_, err := cl.Get(ctx, dockerCluster)
+		if client.IsNotFound(err) {
+			return nil
+		}
+		if err == nil {
+			return fmt.Errorf("still there")
+		}
+		return err
+	})
+	t.Logf("%s deleted in %s", dockerCluster, time.Since(step).Round(time.Second))
+	// The cluster record goes last, after the provider answered the infra
+	// delete: nothing may be left by now.
+	var left []string
+	for _, what := range [][]string{{"ps", "-a", "--format", "container {{.Names}} ({{.Status}})"}, {"network", "ls", "--format", "network {{.Name}}"}} {
+		left = append(left, e.dockerObjects(ctx, what...)...)
+	}
+	if len(left) > 0 {
+		t.Errorf("deleting %s left behind: %v", dockerCluster, left)
+		return
+	}
+	ok = true
+}
+
+// dockerObjects runs docker <args> filtered to the docker cluster's
+// objects (the provider's labels) and returns its output lines.
+func (e *e2e) dockerObjects(ctx context.Context, args ...string) []string {
+	e.t.Helper()
+	args = append(args, "--filter", "label=capn.dev/deployment="+e.project, "--filter", "label=capn.dev/cluster="+dockerCluster)
+	out, err := exec.CommandContext(ctx, "docker", args...).Output()
+	if err != nil {
+		e.t.Fatalf("docker %s: %v", strings.Join(args, " "), err)
+	}
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if l != "" {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+// logDockerMachines logs the docker provider's and its containers' logs.
+func (e *e2e) logDockerMachines(ctx context.Context) {
+	out, _ := e.compose(context.Background(), "logs", "--no-color", "--tail", "60", dockerProvider)
+	e.t.Logf("provider-docker logs:\n%s", out)
+	for _, id := range e.dockerObjects(ctx, "ps", "-a", "--format", "{{.Names}}") {
+		logs, _ := exec.Command("docker", "logs", "--tail", "30", id).CombinedOutput()
+		e.t.Logf("container %s:\n%s", id, logs)
+	}
 }
 
 func (e *e2e) retry(ctx context.Context, timeout time.Duration, what string, f func() error) {
@@ -348,13 +525,19 @@ type seen struct {
 // version when not empty), recording the machines it lists meanwhile.
 func (e *e2e) waitReady(ctx context.Context, cl *client.Client, version string, timeout time.Duration, rec *seen) *seen {
 	e.t.Helper()
+	return e.waitClusterReady(ctx, cl, "e2e", version, timeout, rec)
+}
+
+// waitClusterReady is waitReady for the cluster called name.
+func (e *e2e) waitClusterReady(ctx context.Context, cl *client.Client, name, version string, timeout time.Duration, rec *seen) *seen {
+	e.t.Helper()
 	if rec == nil {
 		rec = &seen{names: map[string]bool{}, maxTotal: map[string]int{}}
 	}
 	deadline := time.Now().Add(timeout)
 	last := ""
 	for time.Now().Before(deadline) {
-		if ms, err := cl.Machines(ctx, "e2e", client.ListOptions{}); err == nil {
+		if ms, err := cl.Machines(ctx, name, client.ListOptions{}); err == nil {
 			count := map[string]int{}
 			for _, m := range ms {
 				rec.names[m.GetMetadata().GetName()] = true
@@ -366,7 +549,7 @@ func (e *e2e) waitReady(ctx context.Context, cl *client.Client, version string, 
 				rec.maxTotal[p] = max(rec.maxTotal[p], n)
 			}
 		}
-		c, err := cl.Get(ctx, "e2e")
+		c, err := cl.Get(ctx, name)
 		if err == nil {
 			st := c.GetStatus()
 			last = st.GetPhase()
@@ -379,12 +562,12 @@ func (e *e2e) waitReady(ctx context.Context, cl *client.Client, version string, 
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	if ms, err := cl.Machines(ctx, "e2e", client.ListOptions{}); err == nil {
+	if ms, err := cl.Machines(ctx, name, client.ListOptions{}); err == nil {
 		for _, m := range ms {
 			e.t.Logf("machine %s: %s %s %s", m.GetMetadata().GetName(), m.GetSpec().GetVersion(), m.GetStatus().GetPhase(), m.GetStatus().GetFailureMessage())
 		}
 	}
-	e.t.Fatalf("cluster e2e not Ready within %s (last: %s)", timeout, last)
+	e.t.Fatalf("cluster %s not Ready within %s (last: %s)", name, timeout, last)
 	return nil
 }
 

@@ -74,10 +74,14 @@ type Container struct {
 		FinishedAt time.Time `json:"FinishedAt"`
 	} `json:"State"`
 	Config struct {
-		Labels map[string]string `json:"Labels"`
-		Cmd    []string          `json:"Cmd"`
-		Image  string            `json:"Image"`
+		Hostname string            `json:"Hostname"`
+		Labels   map[string]string `json:"Labels"`
+		Cmd      []string          `json:"Cmd"`
+		Image    string            `json:"Image"`
 	} `json:"Config"`
+	HostConfig struct {
+		Binds []string `json:"Binds"`
+	} `json:"HostConfig"`
 	NetworkSettings struct {
 		Ports    map[string][]PortBinding     `json:"Ports"`
 		Networks map[string]*EndpointSettings `json:"Networks"`

@@ -52,3 +52,19 @@ func (c *Client) NetworkList(ctx context.Context, labels map[string]string) ([]N
 	err := c.do(ctx, http.MethodGet, "/networks", labelFilters(labels, nil), nil, &out)
 	return out, err
 }
+
+// NetworkConnect attaches a container to a network, at a static address
+// when ipv4 is not empty.
+func (c *Client) NetworkConnect(ctx context.Context, network, container, ipv4 string) error {
+	in := map[string]any{"Container": container}
+	if ipv4 != "" {
+		in["EndpointConfig"] = EndpointSettings{IPAMConfig: &EndpointIPAM{IPv4Address: ipv4}}
+	}
+	return c.do(ctx, http.MethodPost, "/networks/"+url.PathEscape(network)+"/connect", nil, in, nil)
+}
+
+// NetworkDisconnect detaches a container from a network; force detaches
+// one that is not running too.
+func (c *Client) NetworkDisconnect(ctx context.Context, network, container string, force bool) error {
+	return c.do(ctx, http.MethodPost, "/networks/"+url.PathEscape(network)+"/disconnect", nil, map[string]any{"Container": container, "Force": force}, nil)
+}

@@ -85,42 +85,29 @@ func (s *server) upgradeCluster(w http.ResponseWriter, r *http.Request) error {
 // pauseCluster is POST /v1/clusters/{name}/pause: spec.paused true. Allowed
 // while the cluster is being deleted (pause stops the teardown too).
 func (s *server) pauseCluster(w http.ResponseWriter, r *http.Request) error {
-	return s.setPaused(w, r, true)
+	return s.setFlag(w, r, true, func(sp *capnv1.ClusterSpec) { sp.Paused = true })
 }
 
 // resumeCluster is POST /v1/clusters/{name}/resume: spec.paused false.
 func (s *server) resumeCluster(w http.ResponseWriter, r *http.Request) error {
-	return s.setPaused(w, r, false)
-}
-
-func (s *server) setPaused(w http.ResponseWriter, r *http.Request, paused bool) error {
-	name, err := pathName(r, "name")
-	if err != nil {
-		return err
-	}
-	var req api.PauseRequest
-	if err := readJSON(r, &req, true); err != nil {
-		return err
-	}
-	return s.change(w, r, name, req.ResourceVersion, true, func(_, next *capnv1.Cluster) (*capnv1.Cluster, error) {
-		ensure(&next.Spec).Paused = paused
-		return next, nil
-	})
+	return s.setFlag(w, r, true, func(sp *capnv1.ClusterSpec) { sp.Paused = false })
 }
 
 // hibernateCluster is POST /v1/clusters/{name}/hibernate: spec.hibernated
 // true. capn stops every machine whose provider can stop (same machines,
 // same disks) and creates or deletes none until the cluster wakes.
 func (s *server) hibernateCluster(w http.ResponseWriter, r *http.Request) error {
-	return s.setHibernated(w, r, true)
+	return s.setFlag(w, r, false, func(sp *capnv1.ClusterSpec) { sp.Hibernated = true })
 }
 
 // wakeCluster is POST /v1/clusters/{name}/wake: spec.hibernated false.
 func (s *server) wakeCluster(w http.ResponseWriter, r *http.Request) error {
-	return s.setHibernated(w, r, false)
+	return s.setFlag(w, r, false, func(sp *capnv1.ClusterSpec) { sp.Hibernated = false })
 }
 
-func (s *server) setHibernated(w http.ResponseWriter, r *http.Request, hibernated bool) error {
+// setFlag is the pause, resume, hibernate and wake actions: an optional
+// body with a resourceVersion precondition, and set on the spec.
+func (s *server) setFlag(w http.ResponseWriter, r *http.Request, whileDeleting bool, set func(*capnv1.ClusterSpec)) error {
 	name, err := pathName(r, "name")
 	if err != nil {
 		return err
@@ -129,8 +116,8 @@ func (s *server) setHibernated(w http.ResponseWriter, r *http.Request, hibernate
 	if err := readJSON(r, &req, true); err != nil {
 		return err
 	}
-	return s.change(w, r, name, req.ResourceVersion, false, func(_, next *capnv1.Cluster) (*capnv1.Cluster, error) {
-		ensure(&next.Spec).Hibernated = hibernated
+	return s.change(w, r, name, req.ResourceVersion, whileDeleting, func(_, next *capnv1.Cluster) (*capnv1.Cluster, error) {
+		set(ensure(&next.Spec))
 		return next, nil
 	})
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/capn-dev/capn/events"
@@ -53,24 +54,25 @@ func (r fleetRun) KVWriteRate() float64        { return float64(r.KVWrites) / r.
 
 // fleetCluster is the benchmark's cluster: 1 control-plane + 9 workers.
 func fleetCluster(i int) *capnv1.Cluster {
-	c, err := manifest.Decode([]byte(fmt.Sprintf(`apiVersion: capn.dev/v1alpha1
-kind: Cluster
-metadata:
-  name: fleet-%04d
-spec:
-  kubernetesVersion: v1.34.2
-  controlPlane: {provider: sim, replicas: 1}
-  workerPools:
-  - {name: md-0, provider: sim, replicas: 9}
-`, i)))
+	c, err := benchCluster(fmt.Sprintf("fleet-%04d", i), "  - {name: md-0, provider: sim, replicas: 9}\n")
 	if err != nil {
 		panic(err)
 	}
-	manifest.Default(c)
-	c.Metadata.Uid = fmt.Sprintf("uid-%04d", i)
-	c.Metadata.Generation = 1
-	c.Metadata.CreationTimestamp = timestamppb.Now()
 	return c
+}
+
+// benchCluster is a cluster on sim with one control-plane machine and the
+// worker pools of poolsYAML (list items under spec.workerPools), decoded
+// and defaulted as the gateway does, with a uid and generation 1.
+func benchCluster(name, poolsYAML string) (*capnv1.Cluster, error) {
+	c, err := manifest.Decode([]byte("apiVersion: capn.dev/v1alpha1\nkind: Cluster\nmetadata: {name: " + name + "}\n" +
+		"spec:\n  kubernetesVersion: v1.34.2\n  controlPlane: {provider: sim, replicas: 1}\n  workerPools:\n" + poolsYAML))
+	if err != nil {
+		return nil, err
+	}
+	manifest.Default(c)
+	c.Metadata.Uid, c.Metadata.Generation, c.Metadata.CreationTimestamp = "uid-"+name, 1, timestamppb.Now()
+	return c, nil
 }
 
 // services are the programs of `capn dev`, each on its own in-process
@@ -147,9 +149,18 @@ func measureFleet(ctx context.Context, n int, timeout time.Duration) (fleetRun, 
 // countRunning counts machines whose observed phase is Running, from one
 // watcher on observed.
 func countRunning(ctx context.Context, kv jetstream.KeyValue) *atomic.Int64 {
+	return countPhase(ctx, kv, "machine.>", func() *capnv1.MachineStatus { return new(capnv1.MachineStatus) }, "Running")
+}
+
+// countPhase counts the keys matching pattern whose value's phase is
+// phase, from one watcher, as they change.
+func countPhase[T interface {
+	proto.Message
+	GetPhase() string
+}](ctx context.Context, kv jetstream.KeyValue, pattern string, newT func() T, phase string) *atomic.Int64 {
 	var n atomic.Int64
-	running := map[string]bool{}
-	w, err := kv.Watch(ctx, "machine.>", jetstream.UpdatesOnly())
+	in := map[string]bool{}
+	w, err := kv.Watch(ctx, pattern, jetstream.UpdatesOnly())
 	if err != nil {
 		panic(err)
 	}
@@ -158,10 +169,10 @@ func countRunning(ctx context.Context, kv jetstream.KeyValue) *atomic.Int64 {
 			if e == nil {
 				continue
 			}
-			st, err := store.Decode(e.Value(), func() *capnv1.MachineStatus { return new(capnv1.MachineStatus) })
-			is := err == nil && e.Operation() == jetstream.KeyValuePut && st.GetPhase() == "Running"
-			if is != running[e.Key()] {
-				running[e.Key()] = is
+			v, err := store.Decode(e.Value(), newT)
+			is := err == nil && e.Operation() == jetstream.KeyValuePut && v.GetPhase() == phase
+			if is != in[e.Key()] {
+				in[e.Key()] = is
 				if is {
 					n.Add(1)
 				} else {

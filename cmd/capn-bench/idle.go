@@ -210,30 +210,7 @@ func measureIdle(ctx context.Context, binDir string, n int, heartbeat, settle, w
 
 // countReadyClusters counts clusters whose observed phase is Ready.
 func countReadyClusters(ctx context.Context, kv jetstream.KeyValue) *atomic.Int64 {
-	var n atomic.Int64
-	ready := map[string]bool{}
-	w, err := kv.Watch(ctx, "cluster.*", jetstream.UpdatesOnly())
-	if err != nil {
-		panic(err)
-	}
-	go func() {
-		for e := range w.Updates() {
-			if e == nil {
-				continue
-			}
-			st, err := store.Decode(e.Value(), func() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) })
-			is := err == nil && e.Operation() == jetstream.KeyValuePut && st.GetPhase() == "Ready"
-			if is != ready[e.Key()] {
-				ready[e.Key()] = is
-				if is {
-					n.Add(1)
-				} else {
-					n.Add(-1)
-				}
-			}
-		}
-	}()
-	return &n
+	return countPhase(ctx, kv, "cluster.*", func() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) }, "Ready")
 }
 
 // cpuSeconds is the user+system CPU time of a process so far.

@@ -16,7 +16,6 @@ import (
 	"github.com/capn-dev/capn/providers/sdk"
 	"github.com/capn-dev/capn/providers/sim"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
-	"github.com/capn-dev/capn/schemas/manifest"
 	"github.com/capn-dev/capn/services/bootstrapper"
 	"github.com/capn-dev/capn/services/bootstrapper/seal"
 	clusterplanner "github.com/capn-dev/capn/services/cluster-planner"
@@ -74,14 +73,7 @@ func measureRepair(ctx context.Context, machines int, settle time.Duration, flee
 	defer e.Close()
 	nc, js := e.nc, e.js
 
-	c, err := manifest.Decode([]byte(fmt.Sprintf(`apiVersion: capn.dev/v1alpha1
-kind: Cluster
-metadata: {name: repair}
-spec:
-  kubernetesVersion: v1.34.2
-  controlPlane: {provider: sim, replicas: 1}
-  workerPools:
-  - name: md-0
+	c, err := benchCluster("repair", fmt.Sprintf(`  - name: md-0
     provider: sim
     replicas: %d
     health:
@@ -89,12 +81,10 @@ spec:
       maxInFlight: %d
       unhealthyConditions:
       - {type: KernelDeadlock, status: "True", timeout: 0s}
-`, machines, machines)))
+`, machines, machines))
 	if err != nil {
 		return repairResult{}, err
 	}
-	manifest.Default(c)
-	c.Metadata.Uid, c.Metadata.Generation, c.Metadata.CreationTimestamp = "uid-repair", 1, timestamppb.Now()
 	desired, _ := js.KeyValue(ctx, events.BucketDesired)
 	observed, _ := js.KeyValue(ctx, events.BucketObserved)
 	if _, err := store.NewBucket(desired, func() *capnv1.Cluster { return new(capnv1.Cluster) }).Create(ctx, "cluster.repair", c); err != nil {

@@ -5,13 +5,10 @@ import (
 	"fmt"
 	"time"
 
-	"google.golang.org/protobuf/types/known/timestamppb"
-
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/providers/sim"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
-	"github.com/capn-dev/capn/schemas/manifest"
 	"github.com/capn-dev/capn/services/bootstrapper/seal"
 )
 
@@ -44,23 +41,14 @@ func measureUpgrade(ctx context.Context, pool int, boot, timeout time.Duration) 
 		return upgradeRun{}, err
 	}
 	defer e.Close()
-	c, err := manifest.Decode([]byte(fmt.Sprintf(`apiVersion: capn.dev/v1alpha1
-kind: Cluster
-metadata: {name: upgrade}
-spec:
-  kubernetesVersion: v1.34.2
-  controlPlane: {provider: sim, replicas: 1}
-  workerPools:
-  - name: md-0
+	c, err := benchCluster("upgrade", fmt.Sprintf(`  - name: md-0
     provider: sim
     replicas: %d
     strategy: {type: RollingUpdate, maxSurge: "10%%", maxUnavailable: "0"}
-`, pool)))
+`, pool))
 	if err != nil {
 		return upgradeRun{}, err
 	}
-	manifest.Default(c)
-	c.Metadata.Uid, c.Metadata.Generation, c.Metadata.CreationTimestamp = "uid-upgrade", 1, timestamppb.Now()
 	clusters := store.NewBucket(e.kv(ctx, events.BucketDesired), func() *capnv1.Cluster { return new(capnv1.Cluster) })
 	statuses := store.NewBucket(e.kv(ctx, events.BucketObserved), func() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) })
 	if _, err := clusters.Create(ctx, "cluster.upgrade", c); err != nil {

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/capn-dev/capn/gateway/api"
+	"github.com/capn-dev/capn/gateway/client"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/runtime"
 )
@@ -142,42 +143,12 @@ included) until it is resumed; its machines keep running. Resume undoes
 it.
 `
 
-func cmdPause(ctx context.Context, e env, args []string) int { return pauseResume(ctx, e, args, true) }
-
-func cmdResume(ctx context.Context, e env, args []string) int {
-	return pauseResume(ctx, e, args, false)
+func cmdPause(ctx context.Context, e env, args []string) int {
+	return flagAction(ctx, e, args, "pause", "paused", pauseHelp, (*client.Client).Pause, nil)
 }
 
-func pauseResume(ctx context.Context, e env, args []string, pause bool) int {
-	verb, done := "resume", "resumed"
-	if pause {
-		verb, done = "pause", "paused"
-	}
-	name := "capn " + verb
-	fs := newFlags(e, name+" NAME", pauseHelp)
-	var a apiFlags
-	a.bind(fs)
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return exitFor(err)
-	}
-	if err := wantArgs(pos, "the cluster's NAME"); err != nil {
-		return reportError(e.stderr, name, nil, err)
-	}
-	s, err := a.connect(e, name)
-	if err != nil {
-		return reportError(e.stderr, name, nil, err)
-	}
-	if pause {
-		_, err = s.c.Pause(ctx, pos[0])
-	} else {
-		_, err = s.c.Resume(ctx, pos[0])
-	}
-	if err != nil {
-		return s.fail(err)
-	}
-	fmt.Fprintf(e.stdout, "cluster/%s %s\n", pos[0], done)
-	return runtime.ExitOK
+func cmdResume(ctx context.Context, e env, args []string) int {
+	return flagAction(ctx, e, args, "resume", "resumed", pauseHelp, (*client.Client).Resume, nil)
 }
 
 const hibernateHelp = `
@@ -195,24 +166,37 @@ Examples:
 `
 
 func cmdHibernate(ctx context.Context, e env, args []string) int {
-	return hibernateWake(ctx, e, args, true)
+	return flagAction(ctx, e, args, "hibernate", "hibernating", hibernateHelp, (*client.Client).Hibernate,
+		&waitGoalOf{untilHibernated, "every machine that can stop is stopped"})
 }
 
 func cmdWake(ctx context.Context, e env, args []string) int {
-	return hibernateWake(ctx, e, args, false)
+	return flagAction(ctx, e, args, "wake", "waking", hibernateHelp, (*client.Client).Wake,
+		&waitGoalOf{untilReady, "the cluster is ready again"})
 }
 
-func hibernateWake(ctx context.Context, e env, args []string, hibernate bool) int {
-	verb, done, goal, until := "wake", "waking", untilReady, "the cluster is ready again"
-	if hibernate {
-		verb, done, goal, until = "hibernate", "hibernating", untilHibernated, "every machine that can stop is stopped"
-	}
+// waitGoalOf is what an action's --wait waits for.
+type waitGoalOf struct {
+	goal  waitGoal
+	until string // for --wait's help
+}
+
+// flagAction runs an action that sets one spec flag (pause, resume,
+// hibernate, wake): capn VERB NAME, and --wait when wait is not nil.
+func flagAction(ctx context.Context, e env, args []string, verb, done, help string,
+	call func(*client.Client, context.Context, string) (*capnv1.Cluster, error), wait *waitGoalOf) int {
 	name := "capn " + verb
-	fs := newFlags(e, name+" NAME [--wait]", hibernateHelp)
+	usage := name + " NAME"
+	if wait != nil {
+		usage += " [--wait]"
+	}
+	fs := newFlags(e, usage, help)
 	var a apiFlags
 	a.bind(fs)
 	var wf waitFlags
-	wf.bind(fs, until)
+	if wait != nil {
+		wf.bind(fs, wait.until)
+	}
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return exitFor(err)
@@ -224,20 +208,15 @@ func hibernateWake(ctx context.Context, e env, args []string, hibernate bool) in
 	if err != nil {
 		return reportError(e.stderr, name, nil, err)
 	}
-	var c *capnv1.Cluster
-	if hibernate {
-		c, err = s.c.Hibernate(ctx, pos[0])
-	} else {
-		c, err = s.c.Wake(ctx, pos[0])
-	}
+	c, err := call(s.c, ctx, pos[0])
 	if err != nil {
 		return s.fail(err)
 	}
 	fmt.Fprintf(e.stdout, "cluster/%s %s\n", pos[0], done)
-	if !wf.wait {
+	if wait == nil || !wf.wait {
 		return runtime.ExitOK
 	}
-	if err := s.waitFor(ctx, pos[0], goal, c.GetMetadata().GetGeneration(), wf.timeout); err != nil {
+	if err := s.waitFor(ctx, pos[0], wait.goal, c.GetMetadata().GetGeneration(), wf.timeout); err != nil {
 		return s.fail(err)
 	}
 	return runtime.ExitOK

@@ -56,7 +56,7 @@ func (s *Service) generate(ctx context.Context, m *events.Message, cmd *capnv1.G
 	}
 	key := bootstrapPrefix + cmd.GetCluster() + "." + cmd.GetMachine()
 	if cur, _, err := s.boots.Get(ctx, key); err == nil && cur.GetInputHash() == hash {
-		return s.ready(ctx, cmd, key, cur)
+		return s.ready(ctx, m, cmd, key, cur)
 	} else if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
@@ -114,7 +114,7 @@ func (s *Service) generate(ctx context.Context, m *events.Message, cmd *capnv1.G
 		return err
 	}
 	log.Info().Str("format", stored.GetFormat()).Str("checksum", stored.GetChecksum()).Msg("bootstrap data ready")
-	return s.ready(ctx, cmd, key, stored)
+	return s.ready(ctx, m, cmd, key, stored)
 }
 
 func providerName(spec *capnv1.BootstrapSpec, r *bootstrap.Registry) string {
@@ -124,10 +124,14 @@ func providerName(spec *capnv1.BootstrapSpec, r *bootstrap.Registry) string {
 	return r.Default()
 }
 
-func (s *Service) ready(ctx context.Context, cmd *capnv1.GenerateBootstrap, key string, rec *capnv1.BootstrapData) error {
+// ready answers a generate command. The answer's id is deterministic per
+// data and per request: a redelivered command gets an answer JetStream
+// de-duplicates, while a machine-manager asking again (a new command id,
+// because it never got the first answer) gets a new one.
+func (s *Service) ready(ctx context.Context, m *events.Message, cmd *capnv1.GenerateBootstrap, key string, rec *capnv1.BootstrapData) error {
 	ev := &capnv1.BootstrapReady{Cluster: cmd.GetCluster(), Machine: cmd.GetMachine(), SecretKey: key,
 		Format: rec.GetFormat(), Checksum: rec.GetChecksum(), Provider: rec.GetProvider()}
-	id := "bootstrap-ready." + cmd.GetCluster() + "." + cmd.GetMachine() + "." + shortHash(rec.GetChecksum())
+	id := "bootstrap-ready." + cmd.GetCluster() + "." + cmd.GetMachine() + "." + shortHash(rec.GetChecksum()+"\n"+m.Event.ID())
 	_, err := s.pub.Publish(ctx, events.EventSubject("bootstrap", "ready", cmd.GetCluster(), cmd.GetMachine()),
 		events.TypeBootstrapReady, id, ev, events.WithSubject(cmd.GetMachine()))
 	return err

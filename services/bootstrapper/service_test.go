@@ -275,7 +275,10 @@ func TestDuplicateCommandYieldsSameData(t *testing.T) {
 	if err := events.DataAs(first.Event, &r1); err != nil {
 		t.Fatal(err)
 	}
-	// The same command again with a new id (a retry by the machine-manager).
+	// The same command again with a new id: the machine-manager asking
+	// again because it never got the first answer. It gets an answer of its
+	// own (a new event id, so JetStream stores it) with the same data: no
+	// new generation, the same secret revision.
 	if _, err := e.pub.Publish(context.Background(), subj, events.TypeGenerateBootstrap, "gen-2", cmd); err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +290,21 @@ func TestDuplicateCommandYieldsSameData(t *testing.T) {
 	if !strings.HasPrefix(string(data1.GetData()), "#cloud-config") || !strings.Contains(string(data1.GetData()), "kubeadm init") {
 		t.Fatalf("bootstrap data is not a kubeadm init cloud-config:\n%.300s", data1.GetData())
 	}
-	// The repeat is answered with the same event id: JetStream keeps one.
+	second := next(t, got)
+	var r2 capnv1.BootstrapReady
+	if err := events.DataAs(second.Event, &r2); err != nil {
+		t.Fatal(err)
+	}
+	if second.Event.ID() == first.Event.ID() || r2.GetChecksum() != r1.GetChecksum() || r2.GetSecretKey() != r1.GetSecretKey() {
+		t.Fatalf("the answer to a new request: id %s (first %s), checksum %s (first %s): want a new id and the same data",
+			second.Event.ID(), first.Event.ID(), r2.GetChecksum(), r1.GetChecksum())
+	}
+	// The first command published again with its id (a machine-manager
+	// that crashed between sending and recording): JetStream keeps one, so
+	// nothing more is answered and the data stays as it was.
+	if _, err := e.pub.Publish(context.Background(), subj, events.TypeGenerateBootstrap, "gen-1", cmd); err != nil {
+		t.Fatal(err)
+	}
 	natstest.WaitFor(t, 10*time.Second, "repeat handled", func() bool {
 		info, err := e.js.Consumer(context.Background(), events.StreamCommands, bootstrapper.Name)
 		if err != nil {
@@ -298,7 +315,7 @@ func TestDuplicateCommandYieldsSameData(t *testing.T) {
 	})
 	select {
 	case m := <-got:
-		t.Fatalf("a second bootstrap event %s was stored for a repeated command", m.Event.ID())
+		t.Fatalf("a third bootstrap event %s was stored for a repeated command", m.Event.ID())
 	case <-time.After(300 * time.Millisecond):
 	}
 	data2, rev2, err := boots.Get(context.Background(), r1.GetSecretKey())

@@ -136,6 +136,17 @@ func Step(in Input, t Timeouts) (out Output) {
 		setCondition(st, CondBootstrapReady, "False", "Generating", "waiting for the bootstrapper", in.Now)
 		setCondition(st, CondReady, "False", "Bootstrapping", "waiting for bootstrap data", in.Now)
 	case PhaseBootstrapping:
+		if waited := in.Now.Sub(st.GetPhaseSince().AsTime()); st.GetBootstrapDataChecksum() == "" && waited < t.Bootstrap {
+			// Ask again every bootstrapReask while no answer came: an
+			// answer the consumer gave up on (its deliveries exhausted
+			// while NATS lost a node) would otherwise leave the machine
+			// waiting for its timeout. Each ask has its own id, so the
+			// bootstrapper answers it anew (with the same data).
+			if n := int(waited / bootstrapReask); n > 0 {
+				out.Commands = append(out.Commands, Command{CmdBootstrap, fmt.Sprintf("%s.ask%d", id(CmdBootstrap), n)})
+			}
+			out.RequeueAfter = bootstrapReask - waited%bootstrapReask
+		}
 		if st.GetBootstrapDataChecksum() != "" {
 			out.Commands = append(out.Commands, Command{CmdCreate, id(CmdCreate)})
 			setPhase(st, PhaseProvisioning, in.Now)
@@ -175,7 +186,7 @@ func Step(in Input, t Timeouts) (out Output) {
 		if left <= 0 {
 			reason := map[string]string{PhaseBootstrapping: ReasonBootstrapTimeout, PhaseProvisioning: ReasonProvisioningTimeout, PhaseProvisioned: ReasonNodeStartupTimeout}[st.GetPhase()]
 			fail(st, reason, fmt.Sprintf("still %s after %s", st.GetPhase(), limit), in.Now)
-		} else {
+		} else if out.RequeueAfter == 0 || left < out.RequeueAfter {
 			out.RequeueAfter = left
 		}
 	}
@@ -211,6 +222,10 @@ func power(out *Output, st *capnv1.MachineStatus, in Input, id func(string) stri
 		setCondition(st, CondReady, "True", "Running", "", in.Now)
 	}
 }
+
+// bootstrapReask is how long a machine waits for its bootstrap answer
+// before asking again.
+const bootstrapReask = 30 * time.Second
 
 // powerRetry is when a stop or start not yet seen in the infrastructure is
 // looked at again.

@@ -57,6 +57,7 @@ func TestStep(t *testing.T) {
 	}{
 		{"new machine asks for bootstrap data", Input{Desired: machine(false)}, PhaseBootstrapping, []string{CmdBootstrap}, ""},
 		{"waits for bootstrap data", Input{Desired: machine(false), Status: status(PhaseBootstrapping)}, PhaseBootstrapping, nil, ""},
+		{"no answer for a while: asks again", Input{Desired: machine(false), Status: status(PhaseBootstrapping), Now: t0.Add(65 * time.Second)}, PhaseBootstrapping, []string{CmdBootstrap}, ""},
 		{"bootstrap ready: create", Input{Desired: machine(false), Status: status(PhaseBootstrapping, func(s *capnv1.MachineStatus) { s.BootstrapDataChecksum = "sha256:x" })}, PhaseProvisioning, []string{CmdCreate}, ""},
 		{"bootstrap timeout", Input{Desired: machine(false), Status: status(PhaseBootstrapping), Now: t0.Add(6 * time.Minute)}, PhaseFailed, nil, ReasonBootstrapTimeout},
 		{"infra running: provisioned", Input{Desired: machine(false), Status: status(PhaseProvisioning, withBootstrap), Infra: infra("Running")}, PhaseProvisioned, nil, ""},
@@ -94,8 +95,11 @@ func TestStep(t *testing.T) {
 			for _, c := range out.Commands {
 				kinds = append(kinds, c.Kind)
 				want := c.Kind + ".c1.m1.u1"
-				if c.Kind == CmdStop || c.Kind == CmdStart {
+				switch {
+				case c.Kind == CmdStop || c.Kind == CmdStart:
 					want += fmt.Sprintf(".%d", tt.in.Desired.GetMetadata().GetGeneration()) // each hibernate or wake is a new request
+				case c.Kind == CmdBootstrap && tt.in.Status != nil:
+					want += ".ask2" // asked again, 65s after the first ask: the second re-ask
 				}
 				if c.ID != want && c.ID != c.Kind+".c1.m1.orphan" {
 					t.Errorf("command id %q is not deterministic per machine incarnation", c.ID)

@@ -39,7 +39,7 @@ type monitor struct {
 	desiredLive map[string]bool            // c/m → desired record present
 	infraLive   map[string]bool            // c/m → infra key present
 	infraBorn   map[string]int             // c/m → times its infra key appeared
-	staleBorn   map[string]int             // c/m → times its infra appeared while no desired record existed
+	staleBorn   map[string]int             // c/m → times its infra appeared while its desired record was gone or being deleted
 	stale       []string                   // those appearances
 	regressions []string
 	transitions int
@@ -154,6 +154,9 @@ func (m *monitor) see(bucket, watcher string, e jetstream.KeyValueEntry) {
 			m.t.Errorf("monitor: desired %s: %v", e.Key(), err)
 			return
 		}
+		// A machine being deleted is not wanted any more: a create handled
+		// now is a stale one, like one handled after the record is gone.
+		m.desiredLive[k] = mach.GetMetadata().GetDeletionTimestamp() == nil
 		if m.uids[k] == nil {
 			m.uids[k] = map[string]bool{}
 		}

@@ -18,27 +18,8 @@ import (
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/gateway/client"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/tests/internal/harness"
 )
-
-const manifest = `apiVersion: capn.dev/v1alpha1
-kind: Cluster
-metadata:
-  name: demo
-spec:
-  kubernetesVersion: v1.33.4
-  controlPlane:
-    provider: sim
-    replicas: 3
-  workerPools:
-  - name: md-0
-    provider: sim
-    replicas: 3
-    strategy: {type: RollingUpdate, maxSurge: "1", maxUnavailable: "0"}
-  - name: md-1
-    provider: sim
-    replicas: 3
-    strategy: {type: RollingUpdate, maxSurge: "2", maxUnavailable: "1"}
-`
 
 const newVersion = "v1.34.2"
 
@@ -74,7 +55,7 @@ func survivesNodeLoss(t *testing.T, replicas int) {
 	rec := d.record(t)
 
 	step := time.Now()
-	if _, _, err := cl.Apply(ctx, []byte(manifest)); err != nil {
+	if _, _, err := cl.Apply(ctx, []byte(harness.Demo)); err != nil {
 		t.Fatal(err)
 	}
 	d.waitReady("demo", "", 90*time.Second)

@@ -6,7 +6,6 @@ package dashboard
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,18 +18,10 @@ import (
 	cdpruntime "github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
-	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/gateway"
-	"github.com/capn-dev/capn/gateway/api"
 	"github.com/capn-dev/capn/gateway/client"
-	"github.com/capn-dev/capn/providers/sdk"
-	"github.com/capn-dev/capn/providers/sim"
-	"github.com/capn-dev/capn/services/bootstrapper"
-	"github.com/capn-dev/capn/services/bootstrapper/seal"
-	clusterplanner "github.com/capn-dev/capn/services/cluster-planner"
-	machinemanager "github.com/capn-dev/capn/services/machine-manager"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/tests/internal/harness"
 )
 
 // chromium finds the browser; without one the test skips, unless CI=true.
@@ -52,86 +43,24 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
-// capn is a running deployment: the services and the gateway, each as its
-// own runtime.Run on one embedded nats-server.
-type capn struct {
-	t     *testing.T
-	nats  string
-	ring  *seal.Keyring
-	token string
-	addr  string // the gateway's host:port, kept across restarts
-	stop  func() // stops the gateway
-}
-
-// run runs svc until the returned stop (idempotent) or the test's end.
-func (c *capn) run(svc runtime.Service) func() {
-	ctx, cancel := context.WithCancel(context.Background())
-	cfg := runtime.Config{Name: svc.Name(), NATS: runtime.NATSConfig{URL: c.nats}, LogLevel: "warn"}
-	done := make(chan error, 1)
-	go func() { done <- runtime.Run(ctx, cfg, svc, runtime.WithoutHTTP()) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					c.t.Errorf("%s: %v", svc.Name(), err)
-				}
-			case <-time.After(20 * time.Second):
-				c.t.Errorf("%s did not stop within 20s", svc.Name())
-			}
-		})
-	}
-	c.t.Cleanup(stop)
-	return stop
-}
+// capn is a running deployment (tests/internal/harness): the core services
+// and the gateway, each as its own runtime.Run on one embedded nats-server.
+type capn struct{ *harness.System }
 
 func startCapn(t *testing.T, token string) *capn {
 	t.Helper()
-	srv := natstest.Start(t)
-	_, js := srv.Connect(t)
-	if err := events.Provision(context.Background(), js, events.DefaultTopology(1)); err != nil {
-		t.Fatal(err)
-	}
-	key, err := seal.GenerateKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ring, err := seal.NewKeyring(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &capn{t: t, nats: srv.URL(), ring: ring, token: token, addr: "127.0.0.1:0"}
-	for _, svc := range []runtime.Service{
-		clusterplanner.New(clusterplanner.Config{}),
-		machinemanager.New(machinemanager.Config{}),
-		bootstrapper.New(bootstrapper.Config{Keyring: ring}),
-		sim.NewService(sim.Options{BootLatency: 30 * time.Millisecond, BootJitter: 30 * time.Millisecond, HeartbeatEvery: 2 * time.Second, Seed: 1},
-			sdk.Options{ReconcileEvery: 2 * time.Second}),
-	} {
-		c.run(svc)
-	}
+	c := &capn{harness.New(t, harness.Options{Token: token})}
+	c.StartAll(harness.Core...)
 	c.startGateway()
 	return c
 }
 
-// startGateway runs the gateway on c.addr (a free port the first time, the
-// same one after) and waits until it answers.
+// startGateway runs the gateway (on a free port the first time, the same
+// one after) and waits until it answers.
 func (c *capn) startGateway() {
-	c.t.Helper()
-	ln, err := net.Listen("tcp", c.addr)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	c.addr = ln.Addr().String()
-	gw := gateway.New(gateway.Options{
-		Listener: ln,
-		Keyring:  c.ring,
-		Tokens:   []gateway.Token{{Name: "admin", Secret: c.token, Scopes: []api.Scope{api.ScopeAdmin}}},
-	})
-	c.stop = c.run(gw)
-	natstest.WaitFor(c.t, 15*time.Second, "gateway listening", func() bool {
+	c.T.Helper()
+	c.Start(harness.Gateway)
+	natstest.WaitFor(c.T, 15*time.Second, "gateway listening", func() bool {
 		res, err := http.Get(c.url() + "/healthz")
 		if err != nil {
 			return false
@@ -141,7 +70,9 @@ func (c *capn) startGateway() {
 	})
 }
 
-func (c *capn) url() string { return "http://" + c.addr }
+func (c *capn) stopGateway() { c.Stop(harness.Gateway) }
+
+func (c *capn) url() string { return c.GatewayURL() }
 
 func TestDashboardShowsClusterReady(t *testing.T) {
 	if testing.Short() {
@@ -293,7 +224,7 @@ func TestDashboardShowsClusterReady(t *testing.T) {
 	// The gateway restarts: the page shows it reconnecting, then resumes
 	// (the new gateway cannot resume the old ids, so it RESETs) and keeps
 	// following changes: scale md-1 back to 2.
-	world.stop()
+	world.stopGateway()
 	if err := chromedp.Do(bctx, chromedp.WaitVisible(chromedp.CSS(`#conn[data-state="reconnecting"]`))); err != nil {
 		t.Fatalf("page did not notice the gateway stop: %v", err)
 	}

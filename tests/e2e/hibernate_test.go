@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/capn-dev/capn/events/natstest"
-	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/tests/internal/harness"
 )
 
 // TestHibernateAndWake hibernates a Ready cluster: every machine is stopped
@@ -18,17 +18,16 @@ import (
 func TestHibernateAndWake(t *testing.T) {
 	w := newWorld(t)
 	w.startAll()
-	w.apply(demo)
-	w.waitReady("demo", 60*time.Second)
+	w.Apply(harness.Demo)
+	w.WaitReady("demo", 60*time.Second)
 	ctx := context.Background()
-	infras := store.NewBucket(w.observed, func() *capnv1.InfraMachine { return new(capnv1.InfraMachine) })
 	ids := func() map[string]string {
 		out := map[string]string{}
-		for _, k := range keys(t, w.observed, "infra.sim.demo.") {
+		for _, k := range harness.Keys(t, w.Observed, "infra.sim.demo.") {
 			if strings.HasSuffix(k, "._") {
 				continue // the cluster's own infrastructure
 			}
-			m, _, err := infras.Get(ctx, k)
+			m, _, err := w.Infra.Get(ctx, k)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -42,9 +41,9 @@ func TestHibernateAndWake(t *testing.T) {
 	}
 
 	start := time.Now()
-	w.mutateCluster("demo", func(c *capnv1.Cluster) { c.Spec.Hibernated = true })
+	w.MutateCluster("demo", func(c *capnv1.Cluster) { c.Spec.Hibernated = true })
 	natstest.WaitFor(t, 60*time.Second, "demo Hibernated (condition True)", func() bool {
-		st := w.status("demo")
+		st := w.ClusterStatus("demo")
 		for _, c := range st.GetConditions() {
 			if c.GetType() == "Hibernated" {
 				return st.GetPhase() == "Hibernated" && c.GetStatus() == "True"
@@ -58,8 +57,7 @@ func TestHibernateAndWake(t *testing.T) {
 			t.Errorf("%s is %q after hibernating, want %q Stopped (same machine)", k, v, stateless(want))
 		}
 	}
-	statuses := store.NewBucket(w.observed, func() *capnv1.MachineStatus { return new(capnv1.MachineStatus) })
-	sts, err := statuses.List(ctx, "machine.demo.")
+	sts, err := w.MachineStatuses.List(ctx, "machine.demo.")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,8 +68,8 @@ func TestHibernateAndWake(t *testing.T) {
 	}
 
 	start = time.Now()
-	w.mutateCluster("demo", func(c *capnv1.Cluster) { c.Spec.Hibernated = false })
-	w.waitReady("demo", 60*time.Second)
+	w.MutateCluster("demo", func(c *capnv1.Cluster) { c.Spec.Hibernated = false })
+	w.WaitReady("demo", 60*time.Second)
 	t.Logf("wake: Ready again in %s", time.Since(start).Round(time.Millisecond))
 	after := ids()
 	if len(after) != len(before) {

@@ -8,27 +8,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/tests/internal/harness"
 )
-
-const demo = `apiVersion: capn.dev/v1alpha1
-kind: Cluster
-metadata:
-  name: demo
-spec:
-  kubernetesVersion: v1.33.4
-  controlPlane:
-    provider: sim
-    replicas: 3
-  workerPools:
-  - name: md-0
-    provider: sim
-    replicas: 3
-    strategy: {type: RollingUpdate, maxSurge: "1", maxUnavailable: "0"}
-  - name: md-1
-    provider: sim
-    replicas: 3
-    strategy: {type: RollingUpdate, maxSurge: "2", maxUnavailable: "1"}
-`
 
 const (
 	oldVersion = "v1.33.4"
@@ -52,35 +33,29 @@ func upgrade(c *capnv1.Cluster) {
 	}
 }
 
-func (w *world) startAll() {
-	for _, s := range allServices {
-		w.start(s)
-	}
-}
-
 func TestClusterLifecycle(t *testing.T) {
 	w := newWorld(t)
 	w.startAll()
 	rec := w.record("demo")
 
 	start := time.Now()
-	w.apply(demo)
-	w.waitReady("demo", 60*time.Second)
+	w.Apply(harness.Demo)
+	w.WaitReady("demo", 60*time.Second)
 	t.Logf("create: 9 machines Ready in %s", time.Since(start).Round(time.Millisecond))
 	w.expectPools(rec, map[string]int{"control-plane": 3, "md-0": 3, "md-1": 3})
 
 	for _, n := range []int32{5, 1} {
 		start = time.Now()
-		w.mutateCluster("demo", setReplicas("md-0", n))
-		w.waitReady("demo", 60*time.Second)
+		w.MutateCluster("demo", setReplicas("md-0", n))
+		w.WaitReady("demo", 60*time.Second)
 		t.Logf("scale md-0 to %d in %s", n, time.Since(start).Round(time.Millisecond))
 		w.expectPools(rec, map[string]int{"control-plane": 3, "md-0": int(n), "md-1": 3})
 	}
 
 	mark := rec.mark()
 	start = time.Now()
-	w.mutateCluster("demo", upgrade)
-	w.waitReady("demo", 120*time.Second)
+	w.MutateCluster("demo", upgrade)
+	w.WaitReady("demo", 120*time.Second)
 	t.Logf("upgrade %s → %s in %s", oldVersion, newVersion, time.Since(start).Round(time.Millisecond))
 	w.expectPools(rec, map[string]int{"control-plane": 3, "md-0": 1, "md-1": 3})
 	snaps := rec.since(mark)
@@ -99,7 +74,7 @@ func TestClusterLifecycle(t *testing.T) {
 	}
 
 	start = time.Now()
-	w.mutateCluster("demo", func(c *capnv1.Cluster) { c.Metadata.DeletionTimestamp = timestamppb.Now() })
+	w.MutateCluster("demo", func(c *capnv1.Cluster) { c.Metadata.DeletionTimestamp = timestamppb.Now() })
 	w.waitGone("demo", 60*time.Second)
 	t.Logf("delete in %s", time.Since(start).Round(time.Millisecond))
 }
@@ -178,7 +153,7 @@ func (w *world) expectPools(rec *recorder, want map[string]int) {
 	for _, n := range want {
 		total += n
 	}
-	if got := len(keys(w.t, w.observed, "infra.sim.demo.")); got != total+1 {
+	if got := len(harness.Keys(w.t, w.Observed, "infra.sim.demo.")); got != total+1 {
 		w.t.Fatalf("%d sim infrastructure records, want %d machines + the cluster's", got, total+1)
 	}
 }
@@ -187,20 +162,20 @@ func (w *world) expectPools(rec *recorder, want map[string]int) {
 // machine, no infrastructure record, no secrets.
 func (w *world) waitGone(name string, timeout time.Duration) {
 	w.t.Helper()
-	secrets, err := w.js.KeyValue(context.Background(), "secrets")
+	secrets, err := w.JS.KeyValue(context.Background(), "secrets")
 	if err != nil {
 		w.t.Fatal(err)
 	}
 	left := func() []string {
 		var out []string
 		for _, p := range []string{"cluster." + name, "machine." + name + "."} {
-			out = append(out, keys(w.t, w.desired, p)...)
-			out = append(out, keys(w.t, w.observed, p)...)
+			out = append(out, harness.Keys(w.t, w.Desired, p)...)
+			out = append(out, harness.Keys(w.t, w.Observed, p)...)
 		}
-		out = append(out, keys(w.t, w.observed, "infra.sim."+name+".")...)
-		out = append(out, keys(w.t, w.observed, "secrets."+name)...)
+		out = append(out, harness.Keys(w.t, w.Observed, "infra.sim."+name+".")...)
+		out = append(out, harness.Keys(w.t, w.Observed, "secrets."+name)...)
 		for _, p := range []string{"pki." + name, "kubeconfig." + name, "bootstrap." + name + "."} {
-			out = append(out, keys(w.t, secrets, p)...)
+			out = append(out, harness.Keys(w.t, secrets, p)...)
 		}
 		return out
 	}

@@ -16,6 +16,7 @@ import (
 	clusterplanner "github.com/capn-dev/capn/services/cluster-planner"
 	"github.com/capn-dev/capn/services/cluster-planner/plan"
 	machinemanager "github.com/capn-dev/capn/services/machine-manager"
+	"github.com/capn-dev/capn/tests/internal/harness"
 )
 
 const small = `apiVersion: capn.dev/v1alpha1
@@ -48,7 +49,7 @@ func (w *world) waitCondition(name, typ, status, reason string, timeout time.Dur
 	w.t.Helper()
 	var got *capnv1.Condition
 	natstest.WaitFor(w.t, timeout, name+" "+typ+"="+status+" "+reason, func() bool {
-		for _, c := range w.status(name).GetConditions() {
+		for _, c := range w.ClusterStatus(name).GetConditions() {
 			if c.GetType() == typ && c.GetStatus() == status && c.GetReason() == reason {
 				got = c
 				return true
@@ -62,7 +63,7 @@ func (w *world) waitCondition(name, typ, status, reason string, timeout time.Dur
 // announce writes provider.<name> as a provider would, with compare-and-set.
 func (w *world) announce(name string, at time.Time, caps ...string) {
 	w.t.Helper()
-	b := store.NewBucket(w.observed, func() *capnv1.ProviderAnnouncement { return new(capnv1.ProviderAnnouncement) })
+	b := store.NewBucket(w.Observed, func() *capnv1.ProviderAnnouncement { return new(capnv1.ProviderAnnouncement) })
 	a := &capnv1.ProviderAnnouncement{Name: name, Version: "test", Capabilities: caps, Time: timestamppb.New(at), Instance: "e2e"}
 	if _, _, err := b.Mutate(context.Background(), sdk.AnnouncementKey(name), func(*capnv1.ProviderAnnouncement, bool) (*capnv1.ProviderAnnouncement, error) {
 		return a, nil
@@ -77,27 +78,27 @@ func (w *world) announce(name string, at time.Time, caps ...string) {
 func TestClusterWaitsForItsProvider(t *testing.T) {
 	w := newWorld(t)
 	for _, s := range []string{clusterplanner.Name, machinemanager.Name, bootstrapper.Name} {
-		w.start(s)
+		w.Start(s)
 	}
-	w.apply(smallCluster("early", "sim", false))
+	w.Apply(smallCluster("early", "sim", false))
 	c := w.waitCondition("early", plan.ConditionProvidersReady, "False", plan.ReasonProviderNotRunning, 20*time.Second)
 	if !strings.Contains(c.GetMessage(), "provider sim (pools control-plane, md-0) is not running") ||
 		!strings.Contains(c.GetMessage(), "start the sim provider service") {
 		t.Errorf("message %q", c.GetMessage())
 	}
-	if p := w.status("early").GetPhase(); p != plan.ClusterPending {
+	if p := w.ClusterStatus("early").GetPhase(); p != plan.ClusterPending {
 		t.Errorf("phase %s, want Pending", p)
 	}
 	// The planner has planned (the status is written before any action of
 	// the same plan) and re-plans on every machine change: give a wrong
 	// create time to land, then check there is none.
 	time.Sleep(500 * time.Millisecond)
-	if ks := keys(t, w.desired, "machine.early."); len(ks) != 0 {
+	if ks := harness.Keys(t, w.Desired, "machine.early."); len(ks) != 0 {
 		t.Fatalf("machines created for a cluster whose provider does not run: %v", ks)
 	}
 
-	w.start("provider-sim")
-	w.waitReady("early", 60*time.Second)
+	w.Start("provider-sim")
+	w.WaitReady("early", 60*time.Second)
 	c = w.waitCondition("early", plan.ConditionProvidersReady, "True", plan.ReasonProvidersRunning, 5*time.Second)
 	if !strings.Contains(c.GetMessage(), "sim (control-plane, md-0)") {
 		t.Errorf("message %q", c.GetMessage())
@@ -105,13 +106,13 @@ func TestClusterWaitsForItsProvider(t *testing.T) {
 
 	// A provider that stops cleanly withdraws its announcement: the Ready
 	// cluster says so and keeps its machines.
-	before := keys(t, w.desired, "machine.early.")
-	w.stop("provider-sim")
+	before := harness.Keys(t, w.Desired, "machine.early.")
+	w.Stop("provider-sim")
 	w.waitCondition("early", plan.ConditionProvidersReady, "False", plan.ReasonProviderNotRunning, 20*time.Second)
-	if p := w.status("early").GetPhase(); p != plan.ClusterReady {
+	if p := w.ClusterStatus("early").GetPhase(); p != plan.ClusterReady {
 		t.Errorf("phase %s after the provider stopped, want Ready (its machines still run)", p)
 	}
-	if after := keys(t, w.desired, "machine.early."); strings.Join(after, ",") != strings.Join(before, ",") {
+	if after := harness.Keys(t, w.Desired, "machine.early."); strings.Join(after, ",") != strings.Join(before, ",") {
 		t.Errorf("machines %v, want %v kept", after, before)
 	}
 }
@@ -122,16 +123,16 @@ func TestClusterWaitsForItsProvider(t *testing.T) {
 func TestPlannerReadsAnnouncements(t *testing.T) {
 	w := newWorld(t)
 	for _, s := range []string{clusterplanner.Name, machinemanager.Name, bootstrapper.Name, "provider-sim"} {
-		w.start(s)
+		w.Start(s)
 	}
 	// "crashed" last announced a minute ago.
 	w.announce("crashed", time.Now().Add(-time.Minute), sdk.CapabilityStopStart)
-	w.apply(smallCluster("stale", "crashed", false))
+	w.Apply(smallCluster("stale", "crashed", false))
 	c := w.waitCondition("stale", plan.ConditionProvidersReady, "False", plan.ReasonProviderNotRunning, 20*time.Second)
 	if !strings.Contains(c.GetMessage(), "provider crashed (pool control-plane)") || !strings.Contains(c.GetMessage(), "is more than 30s old") {
 		t.Errorf("message %q", c.GetMessage())
 	}
-	if ks := keys(t, w.desired, "machine.stale."); len(ks) != 0 {
+	if ks := harness.Keys(t, w.Desired, "machine.stale."); len(ks) != 0 {
 		t.Fatalf("machines %v", ks)
 	}
 	// It comes back, about to go stale again: the refresh wakes the
@@ -139,24 +140,24 @@ func TestPlannerReadsAnnouncements(t *testing.T) {
 	// announcement goes stale with no write, and the planner notices.
 	w.announce("crashed", time.Now().Add(-plan.ProviderStale+2*time.Second), sdk.CapabilityStopStart)
 	natstest.WaitFor(t, 10*time.Second, "a control-plane machine for stale", func() bool {
-		return len(keys(t, w.desired, "machine.stale.")) == 1
+		return len(harness.Keys(t, w.Desired, "machine.stale.")) == 1
 	})
 	w.waitCondition("stale", plan.ConditionProvidersReady, "False", plan.ReasonProviderNotRunning, 10*time.Second)
-	if ks := keys(t, w.desired, "machine.stale."); len(ks) != 1 {
+	if ks := harness.Keys(t, w.Desired, "machine.stale."); len(ks) != 1 {
 		t.Errorf("machines %v, want the first control-plane machine kept and nothing more", ks)
 	}
-	if p := w.status("stale").GetPhase(); p != plan.ClusterProvisioning {
+	if p := w.ClusterStatus("stale").GetPhase(); p != plan.ClusterProvisioning {
 		t.Errorf("phase %s, want Provisioning (not Failed, not Pending: a machine exists)", p)
 	}
 
 	// "bare" runs but cannot stop: a hibernated cluster on it is refused.
 	w.announce("bare", time.Now().Add(time.Hour), sdk.CapabilityReboot) // far ahead: stays fresh for the test
-	w.apply(smallCluster("sleepy", "bare", true))
+	w.Apply(smallCluster("sleepy", "bare", true))
 	c = w.waitCondition("sleepy", plan.ConditionProvidersReady, "False", plan.ReasonProviderLacksCapability, 20*time.Second)
 	if !strings.Contains(c.GetMessage(), "provider bare (pool control-plane) does not announce stop-start") {
 		t.Errorf("message %q", c.GetMessage())
 	}
-	if p := w.status("sleepy").GetPhase(); p != plan.ClusterPending {
+	if p := w.ClusterStatus("sleepy").GetPhase(); p != plan.ClusterPending {
 		t.Errorf("phase %s, want Pending", p)
 	}
 	// It gains the capability (a new version): the cluster is planned again.

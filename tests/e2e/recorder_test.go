@@ -42,7 +42,7 @@ func (w *world) record(cluster string) *recorder {
 	for _, kv := range []struct {
 		c       *store.Cache
 		desired bool
-	}{{store.NewCache(w.desired, store.CacheOptions{}), true}, {store.NewCache(w.observed, store.CacheOptions{}), false}} {
+	}{{store.NewCache(w.Desired, store.CacheOptions{}), true}, {store.NewCache(w.Observed, store.CacheOptions{}), false}} {
 		if err := kv.c.Start(ctx); err != nil {
 			w.t.Fatal(err)
 		}

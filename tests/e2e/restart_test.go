@@ -7,6 +7,7 @@ import (
 
 	clusterplanner "github.com/capn-dev/capn/services/cluster-planner"
 	machinemanager "github.com/capn-dev/capn/services/machine-manager"
+	"github.com/capn-dev/capn/tests/internal/harness"
 )
 
 // TestRestartMidRollout kills the planner and the machine-manager in the
@@ -16,10 +17,10 @@ func TestRestartMidRollout(t *testing.T) {
 	w := newWorld(t)
 	w.startAll()
 	rec := w.record("demo")
-	w.apply(demo)
-	w.waitReady("demo", 60*time.Second)
+	w.Apply(harness.Demo)
+	w.WaitReady("demo", 60*time.Second)
 
-	w.mutateCluster("demo", upgrade)
+	w.MutateCluster("demo", upgrade)
 	// Wait until the rollout is under way: some machine on the new version.
 	deadline := time.Now().Add(30 * time.Second)
 	for !w.anyOnVersion(rec, newVersion) {
@@ -28,14 +29,14 @@ func TestRestartMidRollout(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	w.stop(clusterplanner.Name)
-	w.stop(machinemanager.Name)
+	w.Stop(clusterplanner.Name)
+	w.Stop(machinemanager.Name)
 	t.Log("stopped the planner and the machine-manager mid-rollout")
 	time.Sleep(200 * time.Millisecond) // the providers and bootstrapper go on meanwhile
-	w.start(clusterplanner.Name)
-	w.start(machinemanager.Name)
+	w.Start(clusterplanner.Name)
+	w.Start(machinemanager.Name)
 
-	w.waitReady("demo", 120*time.Second)
+	w.WaitReady("demo", 120*time.Second)
 	w.expectPools(rec, map[string]int{"control-plane": 3, "md-0": 3, "md-1": 3})
 	seen := map[string]bool{}
 	for _, names := range rec.names() {
@@ -49,7 +50,7 @@ func TestRestartMidRollout(t *testing.T) {
 			}
 		}
 	}
-	infra := keys(t, w.observed, "infra.sim.demo.")
+	infra := harness.Keys(t, w.Observed, "infra.sim.demo.")
 	for _, k := range infra {
 		if m := strings.TrimPrefix(k, "infra.sim.demo."); m != "_" && !seen[m] {
 			t.Errorf("infrastructure %s has no machine", k)

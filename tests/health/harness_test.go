@@ -18,20 +18,14 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/capn-dev/capn/events"
-	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/events/store"
-	"github.com/capn-dev/capn/providers/sdk"
 	"github.com/capn-dev/capn/providers/sim"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/health/policy"
-	"github.com/capn-dev/capn/schemas/manifest"
-	"github.com/capn-dev/capn/services/bootstrapper"
-	"github.com/capn-dev/capn/services/bootstrapper/seal"
-	clusterplanner "github.com/capn-dev/capn/services/cluster-planner"
 	healthwatcher "github.com/capn-dev/capn/services/health-watcher"
-	machinemanager "github.com/capn-dev/capn/services/machine-manager"
 	"github.com/capn-dev/capn/services/remediator"
 	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/tests/internal/harness"
 )
 
 // Test timing: fast heartbeats and short waits, so that each scenario
@@ -42,21 +36,16 @@ const (
 	startupTimeout = 3 * time.Second
 )
 
-// world is one capn deployment on one embedded server.
+// world is one capn deployment on one embedded server
+// (tests/internal/harness) with the health loop's test timing.
 type world struct {
-	t        *testing.T
-	srv      *natstest.Server
-	js       jetstream.JetStream
-	ring     *seal.Keyring
-	mu       sync.Mutex
-	stops    map[string]func()
-	silent   map[string]bool // cluster.machine whose heartbeats the sim drops
-	clusters *store.Bucket[*capnv1.Cluster]
-	machines *store.Bucket[*capnv1.Machine]
-	statuses *store.Bucket[*capnv1.MachineStatus]
-	nodes    *store.Bucket[*capnv1.NodeHealth]
-	rems     *store.Bucket[*capnv1.RemediationStatus]
-	pub      *events.Publisher
+	*harness.System
+	t      *testing.T
+	mu     sync.Mutex
+	silent map[string]bool // cluster.machine whose heartbeats the sim drops
+	nodes  *store.Bucket[*capnv1.NodeHealth]
+	rems   *store.Bucket[*capnv1.RemediationStatus]
+	pub    *events.Publisher
 }
 
 func newWorld(t *testing.T) *world {
@@ -64,93 +53,31 @@ func newWorld(t *testing.T) *world {
 	if testing.Short() {
 		t.Skip("end-to-end test: skipped with -short")
 	}
-	srv := natstest.Start(t)
-	_, js := srv.Connect(t)
-	ctx := context.Background()
-	if err := events.Provision(ctx, js, events.DefaultTopology(1)); err != nil {
-		t.Fatal(err)
-	}
-	key, err := seal.GenerateKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ring, _ := seal.NewKeyring(key)
-	w := &world{t: t, srv: srv, js: js, ring: ring, stops: map[string]func(){}, silent: map[string]bool{}}
-	desired, _ := js.KeyValue(ctx, events.BucketDesired)
-	observed, _ := js.KeyValue(ctx, events.BucketObserved)
-	w.clusters = store.NewBucket(desired, func() *capnv1.Cluster { return new(capnv1.Cluster) })
-	w.machines = store.NewBucket(desired, func() *capnv1.Machine { return new(capnv1.Machine) })
-	w.statuses = store.NewBucket(observed, func() *capnv1.MachineStatus { return new(capnv1.MachineStatus) })
-	w.nodes = store.NewBucket(observed, func() *capnv1.NodeHealth { return new(capnv1.NodeHealth) })
-	w.rems = store.NewBucket(observed, func() *capnv1.RemediationStatus { return new(capnv1.RemediationStatus) })
-	w.pub = events.NewPublisher(js, "capn/tests/health")
-	return w
-}
-
-func (w *world) newService(name string) runtime.Service {
-	switch name {
-	case clusterplanner.Name:
-		return clusterplanner.New(clusterplanner.Config{})
-	case machinemanager.Name:
-		return machinemanager.New(machinemanager.Config{})
-	case bootstrapper.Name:
-		return bootstrapper.New(bootstrapper.Config{Keyring: w.ring})
-	case "provider-sim":
-		return &quietSim{Service: sim.NewService(sim.Options{BootLatency: 30 * time.Millisecond, BootJitter: 30 * time.Millisecond, HeartbeatEvery: heartbeatEvery, Seed: 1},
-			sdk.Options{ReconcileEvery: 2 * time.Second}), silent: w.isSilent}
-	case healthwatcher.Name:
+	w := &world{t: t, silent: map[string]bool{}}
+	so := harness.TestSim()
+	so.HeartbeatEvery = heartbeatEvery
+	w.System = harness.New(t, harness.Options{Sim: &so, Services: map[string]func(*harness.Factory) runtime.Service{
+		harness.Sim: func(f *harness.Factory) runtime.Service {
+			return &quietSim{Service: f.Builtin(harness.Sim), silent: w.isSilent}
+		},
 		// The gateway and the planner refuse a node startup timeout under
 		// 30s in a spec; the watcher's own default (a deployment setting)
 		// is what a cluster without one gets, and it may be shorter.
-		return healthwatcher.New(healthwatcher.Config{Policy: policy.Defaults{NodeStartupTimeout: startupTimeout, MinNodeStartupTimeout: time.Second}})
-	case remediator.Name:
-		return remediator.New(remediator.Config{Timing: remediator.Timing{RebootTimeout: rebootTimeout}})
-	}
-	w.t.Fatalf("unknown service %s", name)
-	return nil
+		healthwatcher.Name: func(*harness.Factory) runtime.Service {
+			return healthwatcher.New(healthwatcher.Config{Policy: policy.Defaults{NodeStartupTimeout: startupTimeout, MinNodeStartupTimeout: time.Second}})
+		},
+		remediator.Name: func(*harness.Factory) runtime.Service {
+			return remediator.New(remediator.Config{Timing: remediator.Timing{RebootTimeout: rebootTimeout}})
+		},
+	}})
+	w.nodes = store.NewBucket(w.Observed, func() *capnv1.NodeHealth { return new(capnv1.NodeHealth) })
+	w.rems = store.NewBucket(w.Observed, func() *capnv1.RemediationStatus { return new(capnv1.RemediationStatus) })
+	w.pub = events.NewPublisher(w.JS, "capn/tests/health")
+	return w
 }
 
-var allServices = []string{clusterplanner.Name, machinemanager.Name, bootstrapper.Name, "provider-sim", healthwatcher.Name, remediator.Name}
-
-func (w *world) startAll() {
-	for _, s := range allServices {
-		w.start(s, w.newService(s))
-	}
-}
-
-// start runs a service until stop(name) or the test's end.
-func (w *world) start(name string, svc runtime.Service) {
-	w.t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	cfg := runtime.Config{Name: name, NATS: runtime.NATSConfig{URL: w.srv.URL()}, LogLevel: "warn"}
-	done := make(chan error, 1)
-	go func() { done <- runtime.Run(ctx, cfg, svc, runtime.WithoutHTTP()) }()
-	stop := func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				w.t.Errorf("%s: %v", name, err)
-			}
-		case <-time.After(20 * time.Second):
-			w.t.Errorf("%s did not stop within 20s", name)
-		}
-	}
-	w.mu.Lock()
-	w.stops[name] = stop
-	w.mu.Unlock()
-	w.t.Cleanup(func() { w.stop(name) })
-}
-
-func (w *world) stop(name string) {
-	w.mu.Lock()
-	stop := w.stops[name]
-	delete(w.stops, name)
-	w.mu.Unlock()
-	if stop != nil {
-		stop()
-	}
-}
+// startAll starts every service but the gateway.
+func (w *world) startAll() { w.StartAll() }
 
 // silence makes the sim drop the heartbeats of a machine (true) or send
 // them again (false): a node that never reports, or stops reporting.
@@ -166,54 +93,23 @@ func (w *world) isSilent(cluster, machine string) bool {
 	return w.silent[cluster+"."+machine]
 }
 
-// apply writes a cluster as the gateway does: decoded, defaulted,
-// validated, with a uid and generation 1.
+// apply writes a cluster as the gateway does and returns its name.
 func (w *world) apply(yaml string) string {
 	w.t.Helper()
-	c, err := manifest.Decode([]byte(yaml))
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	manifest.Default(c)
-	if err := manifest.Validate(c); err != nil {
-		w.t.Fatal(err)
-	}
-	name := c.GetMetadata().GetName()
-	c.Metadata.Uid, c.Metadata.Generation, c.Metadata.CreationTimestamp = "uid-"+name, 1, timestamppb.Now()
-	if _, err := w.clusters.Create(context.Background(), "cluster."+name, c); err != nil {
-		w.t.Fatal(err)
-	}
-	return name
+	return w.Apply(yaml).GetMetadata().GetName()
 }
 
-func (w *world) mutateCluster(name string, fn func(*capnv1.Cluster)) {
-	w.t.Helper()
-	if _, _, err := w.clusters.Mutate(context.Background(), "cluster."+name, func(cur *capnv1.Cluster, _ bool) (*capnv1.Cluster, error) {
-		fn(cur)
-		cur.Metadata.Generation++
-		return cur, nil
-	}); err != nil {
-		w.t.Fatal(err)
-	}
-}
-
-// waitReady waits until the cluster's status is Ready for its generation.
+// waitReady waits until the cluster's status is Ready for its generation,
+// and shows where it stopped if it does not get there.
 func (w *world) waitReady(name string, timeout time.Duration) {
 	w.t.Helper()
-	observed, _ := w.js.KeyValue(context.Background(), events.BucketObserved)
-	sts := store.NewBucket(observed, func() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) })
 	defer w.dumpOnFailure(name)
 	defer func() {
 		if w.t.Failed() {
-			st, _, _ := sts.Get(context.Background(), "cluster."+name)
-			w.t.Logf("cluster status: %v", st)
+			w.t.Logf("cluster status: %v", w.ClusterStatus(name))
 		}
 	}()
-	natstest.WaitFor(w.t, timeout, name+" Ready", func() bool {
-		c, _, err := w.clusters.Get(context.Background(), "cluster."+name)
-		st, _, err2 := sts.Get(context.Background(), "cluster."+name)
-		return err == nil && err2 == nil && st.GetPhase() == "Ready" && st.GetObservedGeneration() == c.GetMetadata().GetGeneration()
-	})
+	w.WaitReady(name, timeout)
 }
 
 // machine is a desired machine with its observed status.
@@ -239,7 +135,7 @@ func (m machine) condition(typ string) string {
 // pool lists the machines of a pool of cluster, by name.
 func (w *world) pool(cluster, pool string) []machine {
 	w.t.Helper()
-	es, err := w.machines.List(context.Background(), "machine."+cluster+".")
+	es, err := w.Machines.List(context.Background(), "machine."+cluster+".")
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -248,7 +144,7 @@ func (w *world) pool(cluster, pool string) []machine {
 		if e.Value.GetSpec().GetPool() != pool {
 			continue
 		}
-		st, _, _ := w.statuses.Get(context.Background(), e.Key)
+		st, _, _ := w.MachineStatuses.Get(context.Background(), e.Key)
 		out = append(out, machine{name: strings.TrimPrefix(e.Key, "machine."+cluster+"."), spec: e.Value, status: st})
 	}
 	return out
@@ -302,7 +198,7 @@ func (w *world) conditions(cluster, machine, typ, status, reason string, transit
 // that never reports, or stops reporting, while its infrastructure runs.
 // (The sim has no such option of its own yet.)
 type quietSim struct {
-	*sim.Service
+	runtime.Service
 	silent func(cluster, machine string) bool
 }
 
@@ -343,9 +239,9 @@ func (w *world) dumpOnFailure(cluster string) {
 		return
 	}
 	ctx := context.Background()
-	es, _ := w.machines.List(ctx, "machine."+cluster+".")
+	es, _ := w.Machines.List(ctx, "machine."+cluster+".")
 	for _, e := range es {
-		st, _, _ := w.statuses.Get(ctx, e.Key)
+		st, _, _ := w.MachineStatuses.Get(ctx, e.Key)
 		h, _, _ := w.nodes.Get(ctx, "node."+strings.TrimPrefix(e.Key, "machine."))
 		w.t.Logf("%s uid=%s deleting=%v phase=%s conditions=%v\n  node: healthy=%v reasons=%v last_heartbeat=%v drift=%v",
 			e.Key, e.Value.GetMetadata().GetUid(), e.Value.GetMetadata().GetDeletionTimestamp() != nil, st.GetPhase(), st.GetConditions(),
@@ -364,8 +260,6 @@ func (w *world) dumpOnFailure(cluster string) {
 func (w *world) observe(cluster string, check func(map[string]machine)) (stop func()) {
 	w.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	desired, _ := w.js.KeyValue(ctx, events.BucketDesired)
-	observed, _ := w.js.KeyValue(ctx, events.BucketObserved)
 	specs := map[string]*capnv1.Machine{}
 	sts := map[string]*capnv1.MachineStatus{}
 	var mu sync.Mutex
@@ -402,7 +296,7 @@ func (w *world) observe(cluster string, check func(map[string]machine)) (stop fu
 			}
 		}()
 	}
-	watch(desired, func(name string, e jetstream.KeyValueEntry) {
+	watch(w.Desired, func(name string, e jetstream.KeyValueEntry) {
 		if e.Operation() != jetstream.KeyValuePut {
 			delete(specs, name)
 			return
@@ -412,7 +306,7 @@ func (w *world) observe(cluster string, check func(map[string]machine)) (stop fu
 			specs[name] = m
 		}
 	})
-	watch(observed, func(name string, e jetstream.KeyValueEntry) {
+	watch(w.Observed, func(name string, e jetstream.KeyValueEntry) {
 		if e.Operation() != jetstream.KeyValuePut {
 			delete(sts, name)
 			return

@@ -97,7 +97,7 @@ func TestSilentNodeReplacedAfterStartupTimeout(t *testing.T) {
 	first := w.pool(name, "md-0")[0].name
 	next := first[:strings.LastIndex(first, "-")] + "-2"
 	w.silence(name, next, true)
-	w.mutateCluster(name, func(c *capnv1.Cluster) { c.Spec.WorkerPools[0].Replicas = 3 })
+	w.MutateCluster(name, func(c *capnv1.Cluster) { c.Spec.WorkerPools[0].Replicas = 3 })
 
 	var silent machine
 	natstest.WaitFor(t, 30*time.Second, next+" infrastructure ready", func() bool {
@@ -159,7 +159,7 @@ func newFakeNPD(t *testing.T) *fakeNPD {
 // outliving the reboot — a replacement.
 func deadlockScenario(t *testing.T, w *world, name string, victim machine, url string, trigger func()) {
 	t.Helper()
-	w.start(bridge.Name, bridge.NewService(bridge.Config{URL: url, Cluster: name, Machine: victim.name, Interval: 200 * time.Millisecond}))
+	w.StartService(bridge.Name, bridge.NewService(bridge.Config{URL: url, Cluster: name, Machine: victim.name, Interval: 200 * time.Millisecond}))
 	start := time.Now()
 	trigger()
 	natstest.WaitFor(t, 30*time.Second, victim.name+" rebooted", func() bool {
@@ -181,7 +181,7 @@ func deadlockScenario(t *testing.T, w *world, name string, victim machine, url s
 			slices.ContainsFunc(recs, func(r string) bool { return strings.HasPrefix(r, remediator.ActionReplace) })
 	})
 	replacedAt := time.Since(start)
-	w.stop(bridge.Name) // the node is gone; so is its bridge
+	w.Stop(bridge.Name) // the node is gone; so is its bridge
 	if replacedAt-rebooted < rebootTimeout-time.Second {
 		t.Fatalf("replaced %s after the reboot, before the reboot timeout %s", replacedAt-rebooted, rebootTimeout)
 	}

@@ -5,7 +5,12 @@
 // cleanly (Stop), kill it without any cleanup (Kill: its connection is
 // closed abruptly, nothing is drained, nacked or flushed — what kill -9
 // leaves behind), and stop and start the whole system from its data
-// directory (KillAll, RestartServer, StartAll).
+// directory (KillAll, RestartServer, StartAll). The gateway runs when a test
+// starts it (Start(Gateway), GatewayURL, Client).
+//
+// Tests that run the services on servers of their own (tests/cluster's
+// 3-node cluster) share the pieces: Factory makes the services, StartProc
+// runs one on its own connection.
 //
 // Packages under providers/ must not import it (tests/arch).
 package harness
@@ -14,7 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
+	"net"
 	"os"
 	"sort"
 	"strings"
@@ -32,6 +37,9 @@ import (
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/events/store"
+	"github.com/capn-dev/capn/gateway"
+	"github.com/capn-dev/capn/gateway/api"
+	"github.com/capn-dev/capn/gateway/client"
 	"github.com/capn-dev/capn/providers/sdk"
 	"github.com/capn-dev/capn/providers/sim"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
@@ -54,6 +62,32 @@ var Core = []string{clusterplanner.Name, machinemanager.Name, bootstrapper.Name,
 // All are every service of a deployment but the gateway.
 var All = append(append([]string(nil), Core...), healthwatcher.Name, remediator.Name)
 
+// Gateway is the gateway's service name.
+const Gateway = gateway.Name
+
+// Demo is the tests' demo cluster on the sim provider: v1.33.4, 3
+// control-plane machines, pools md-0 (3, maxSurge 1, maxUnavailable 0) and
+// md-1 (3, maxSurge 2, maxUnavailable 1).
+const Demo = `apiVersion: capn.dev/v1alpha1
+kind: Cluster
+metadata:
+  name: demo
+spec:
+  kubernetesVersion: v1.33.4
+  controlPlane:
+    provider: sim
+    replicas: 3
+  workerPools:
+  - name: md-0
+    provider: sim
+    replicas: 3
+    strategy: {type: RollingUpdate, maxSurge: "1", maxUnavailable: "0"}
+  - name: md-1
+    provider: sim
+    replicas: 3
+    strategy: {type: RollingUpdate, maxSurge: "2", maxUnavailable: "1"}
+`
+
 // Options shape a System. The zero value runs every service with the
 // tests' fast sim (30ms boot + up to 30ms jitter, a heartbeat every 2s).
 type Options struct {
@@ -66,19 +100,20 @@ type Options struct {
 	WrapSim func(*sim.Provider) sdk.Provider
 	// Cache is every service's watch-cache configuration.
 	Cache store.CacheOptions
+	// Token is the gateway's admin token (default: a new one).
+	Token string
 	// Services adds or replaces services by name: each call makes a fresh
-	// instance, as a restarted process would be.
-	Services map[string]func(*System) runtime.Service
+	// instance, as a restarted process would be (Factory.Builtin is the
+	// service it replaces, to wrap).
+	Services map[string]func(*Factory) runtime.Service
 }
 
 // System is one capn deployment on one embedded server.
 type System struct {
-	T    testing.TB
-	Srv  *natstest.Server
-	NC   *nats.Conn
-	JS   jetstream.JetStream
-	Ring *seal.Keyring
-	opts Options
+	*Factory
+	Srv *natstest.Server
+	NC  *nats.Conn
+	JS  jetstream.JetStream
 
 	Desired, Observed jetstream.KeyValue
 	Clusters          *store.Bucket[*capnv1.Cluster]
@@ -88,17 +123,7 @@ type System struct {
 	Infra             *store.Bucket[*capnv1.InfraMachine]
 
 	mu        sync.Mutex
-	instances map[string]*instance
-	ended     atomic.Bool
-}
-
-// instance is one running service.
-type instance struct {
-	name   string
-	nc     *nats.Conn
-	cancel context.CancelFunc
-	done   chan error
-	out    *logWriter
+	instances map[string]*Proc
 }
 
 // New starts an embedded server, provisions the topology and returns a
@@ -112,15 +137,8 @@ func New(t testing.TB, o Options) *System {
 	if err := events.Provision(ctx, js, events.DefaultTopology(1)); err != nil {
 		t.Fatal(err)
 	}
-	key, err := seal.GenerateKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ring, err := seal.NewKeyring(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &System{T: t, Srv: srv, NC: nc, JS: js, Ring: ring, opts: o, instances: map[string]*instance{}}
+	s := &System{Factory: NewFactory(t, o), Srv: srv, NC: nc, JS: js, instances: map[string]*Proc{}}
+	var err error
 	if s.Desired, err = js.KeyValue(ctx, events.BucketDesired); err != nil {
 		t.Fatal(err)
 	}
@@ -134,10 +152,7 @@ func New(t testing.TB, o Options) *System {
 	s.Infra = store.NewBucket(s.Observed, func() *capnv1.InfraMachine { return new(capnv1.InfraMachine) })
 	// Registered after natstest's cleanups, so it runs before them: the
 	// services stop while the server is still up.
-	t.Cleanup(func() {
-		s.StopAll()
-		s.ended.Store(true)
-	})
+	t.Cleanup(s.StopAll)
 	return s
 }
 
@@ -146,36 +161,115 @@ func TestSim() sim.Options {
 	return sim.Options{BootLatency: 30 * time.Millisecond, BootJitter: 30 * time.Millisecond, HeartbeatEvery: 2 * time.Second, Seed: 1}
 }
 
-// NewService makes a fresh instance of the named service.
-func (s *System) NewService(name string) runtime.Service {
-	if f := s.opts.Services[name]; f != nil {
-		return f(s)
+// Factory makes fresh instances of capn's services by name, as a restarted
+// process would be, with one keyring and one gateway admin token.
+type Factory struct {
+	T     testing.TB
+	Ring  *seal.Keyring
+	Token string
+	opts  Options
+
+	mu   sync.Mutex
+	addr string           // the gateway's host:port, kept across its restarts
+	gw   *gateway.Service // the last gateway made
+}
+
+// NewFactory makes a Factory with a new keyring.
+func NewFactory(t testing.TB, o Options) *Factory {
+	t.Helper()
+	var ring *seal.Keyring
+	key, err := seal.GenerateKey()
+	if err == nil {
+		ring, err = seal.NewKeyring(key)
 	}
-	c := s.opts.Cache
+	token := o.Token
+	if err == nil && token == "" {
+		token, err = gateway.GenerateToken()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Factory{T: t, Ring: ring, Token: token, opts: o, addr: "127.0.0.1:0"}
+}
+
+// NewService makes a fresh instance of the named service: Options.Services'
+// if it names one, else the built-in.
+func (f *Factory) NewService(name string) runtime.Service {
+	if mk := f.opts.Services[name]; mk != nil {
+		return mk(f)
+	}
+	return f.Builtin(name)
+}
+
+// Builtin makes a fresh instance of one of capn's services (All, and
+// Gateway: it listens on a free port of 127.0.0.1 the first time, the same
+// port after, and accepts Token as admin).
+func (f *Factory) Builtin(name string) runtime.Service {
+	c := f.opts.Cache
 	switch name {
 	case clusterplanner.Name:
 		return clusterplanner.New(clusterplanner.Config{Cache: c})
 	case machinemanager.Name:
 		return machinemanager.New(machinemanager.Config{Cache: c})
 	case bootstrapper.Name:
-		return bootstrapper.New(bootstrapper.Config{Keyring: s.Ring, Cache: c})
+		return bootstrapper.New(bootstrapper.Config{Keyring: f.Ring, Cache: c})
 	case healthwatcher.Name:
 		return healthwatcher.New(healthwatcher.Config{Cache: c})
 	case remediator.Name:
 		return remediator.New(remediator.Config{Cache: c})
 	case Sim:
 		so := TestSim()
-		if s.opts.Sim != nil {
-			so = *s.opts.Sim
+		if f.opts.Sim != nil {
+			so = *f.opts.Sim
 		}
-		po := s.opts.Provider
+		po := f.opts.Provider
 		if po.ReconcileEvery == 0 {
 			po.ReconcileEvery = 2 * time.Second
 		}
-		return &simService{sim: so, provider: po, wrap: s.opts.WrapSim}
+		return &simService{sim: so, provider: po, wrap: f.opts.WrapSim}
+	case Gateway:
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		ln, err := net.Listen("tcp", f.addr)
+		if err != nil {
+			f.T.Fatal(err)
+		}
+		f.addr = ln.Addr().String()
+		f.gw = gateway.New(gateway.Options{Listener: ln, Keyring: f.Ring, Cache: c,
+			Tokens: []gateway.Token{{Name: "test", Secret: f.Token, Scopes: []api.Scope{api.ScopeAdmin}}}})
+		return f.gw
 	}
-	s.T.Fatalf("harness: unknown service %s", name)
+	f.T.Fatalf("harness: unknown service %s", name)
 	return nil
+}
+
+// GatewayURL is the URL of the last gateway made once it listens (30s at
+// most); a restarted gateway keeps it.
+func (f *Factory) GatewayURL() string {
+	f.T.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		f.mu.Lock()
+		gw := f.gw
+		f.mu.Unlock()
+		if gw != nil && gw.URL() != "" {
+			return gw.URL()
+		}
+		if time.Now().After(deadline) {
+			f.T.Fatal("harness: the gateway did not listen within 30s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Client is the gateway's Go client with the admin token.
+func (f *Factory) Client() *client.Client {
+	f.T.Helper()
+	c, err := client.New(f.GatewayURL(), client.WithToken(f.Token))
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	return c
 }
 
 // simService runs a new sim provider per Run, optionally wrapped.
@@ -209,50 +303,114 @@ var logLevel = func() zerolog.Level {
 }()
 
 // logWriter writes a service's log lines to the test's log until the
-// service is killed or the test ends: a killed service's last gasps (errors
-// on its closed connection) are not news.
+// service is stopped or killed: a killed service's last gasps (errors on
+// its closed connection) are not news, and the test may have ended.
 type logWriter struct {
-	s    *System
+	t    testing.TB
 	mute atomic.Bool
 }
 
 func (w *logWriter) Write(p []byte) (int, error) {
-	if w.mute.Load() || w.s.ended.Load() {
+	if w.mute.Load() {
 		return len(p), nil
 	}
-	w.s.T.Log(strings.TrimRight(string(p), "\n"))
+	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// Proc is one running service: its own runtime.Run on a NATS connection of
+// its own.
+type Proc struct {
+	ID     string
+	NC     *nats.Conn
+	t      testing.TB
+	cancel context.CancelFunc
+	done   chan error
+	out    *logWriter
+}
+
+// StartProc connects to NATS with conn and opts as cfg.Name and runs svc
+// on that connection with cfg (SkipProvision set: the topology is there;
+// ShutdownTimeout 15s unless set) until Stop or Kill. Its log lines go to
+// the test's log at CAPN_TEST_LOG_LEVEL (default error), tagged with id.
+func StartProc(t testing.TB, id string, conn runtime.NATSConfig, cfg runtime.Config, svc runtime.Service, opts ...nats.Option) *Proc {
+	t.Helper()
+	out := &logWriter{t: t}
+	log := zerolog.New(out).Level(logLevel).With().Timestamp().Str("replica", id).Logger()
+	ctx, cancel := context.WithCancel(context.Background())
+	cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
+	nc, err := runtime.Connect(cctx, conn, cfg.Name, log, opts...)
+	ccancel()
+	if err != nil {
+		cancel()
+		t.Fatalf("harness: connect %s: %v", id, err)
+	}
+	cfg.SkipProvision = true
+	if cfg.ShutdownTimeout == 0 {
+		cfg.ShutdownTimeout = 15 * time.Second
+	}
+	p := &Proc{ID: id, NC: nc, t: t, cancel: cancel, done: make(chan error, 1), out: out}
+	go func() {
+		p.done <- runtime.Run(ctx, cfg, svc, runtime.WithConn(nc), runtime.WithoutHTTP(), runtime.WithLogger(log))
+	}()
+	return p
+}
+
+// Stop stops the service cleanly (its context cancelled, its work finished
+// or nacked) and waits for it; the test fails if it reports an error or
+// does not stop within 30s.
+func (p *Proc) Stop() {
+	p.t.Helper()
+	p.cancel()
+	select {
+	case err := <-p.done:
+		if err != nil {
+			p.t.Errorf("harness: %s: %v", p.ID, err)
+		}
+	case <-time.After(30 * time.Second):
+		p.t.Errorf("harness: %s did not stop within 30s", p.ID)
+	}
+	p.out.mute.Store(true)
+	p.NC.Close()
+}
+
+// Kill stops the service without any cleanup, as kill -9 would: its NATS
+// connection is closed first and at once (no drain: buffered publishes are
+// lost, messages it was handling are neither acked nor nacked and come back
+// only after their AckWait, KV writes in flight fail), then its goroutines
+// are told to end. Whatever the dying service still tries cannot reach
+// NATS. Kill waits (30s at most) for runtime.Run to return so that the next
+// instance does not overlap with it in the test's process, and ignores its
+// error.
+func (p *Proc) Kill() {
+	p.t.Helper()
+	p.out.mute.Store(true)
+	p.NC.Close()
+	p.cancel()
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		p.t.Errorf("harness: killed %s did not return within 30s", p.ID)
+	}
 }
 
 // Start runs the named service on a connection of its own until Stop, Kill
 // or the test's end. Starting a running service is a test bug.
 func (s *System) Start(name string) {
 	s.T.Helper()
-	s.mu.Lock()
-	_, running := s.instances[name]
-	s.mu.Unlock()
-	if running {
+	s.StartService(name, s.NewService(name))
+}
+
+// StartService runs svc, one of a kind made by the test (e.g. a bridge
+// configured for one machine), as Start runs the named service.
+func (s *System) StartService(name string, svc runtime.Service) {
+	s.T.Helper()
+	if s.Running(name) {
 		s.T.Fatalf("harness: %s is already running", name)
 	}
-	out := &logWriter{s: s}
-	var w io.Writer = out
-	log := zerolog.New(w).Level(logLevel).With().Timestamp().Logger()
-	ctx, cancel := context.WithCancel(context.Background())
-	cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
-	nc, err := runtime.Connect(cctx, runtime.NATSConfig{URL: s.Srv.URL(), ReconnectWait: 100 * time.Millisecond}, name, log)
-	ccancel()
-	if err != nil {
-		cancel()
-		s.T.Fatalf("harness: connect %s: %v", name, err)
-	}
-	in := &instance{name: name, nc: nc, cancel: cancel, done: make(chan error, 1), out: out}
-	cfg := runtime.Config{Name: name, SkipProvision: true, ShutdownTimeout: 15 * time.Second}
-	svc := s.NewService(name)
-	go func() {
-		in.done <- runtime.Run(ctx, cfg, svc, runtime.WithConn(nc), runtime.WithoutHTTP(), runtime.WithLogger(log))
-	}()
+	p := StartProc(s.T, name, runtime.NATSConfig{URL: s.Srv.URL(), ReconnectWait: 100 * time.Millisecond}, runtime.Config{Name: name}, svc)
 	s.mu.Lock()
-	s.instances[name] = in
+	s.instances[name] = p
 	s.mu.Unlock()
 }
 
@@ -288,7 +446,7 @@ func (s *System) RunningServices() []string {
 	return out
 }
 
-func (s *System) take(name string) *instance {
+func (s *System) take(name string) *Proc {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	in := s.instances[name]
@@ -296,25 +454,12 @@ func (s *System) take(name string) *instance {
 	return in
 }
 
-// Stop stops the named service cleanly (its context cancelled, its work
-// finished or nacked) and waits for it; the test fails if it reports an
-// error or does not stop within 30s.
+// Stop stops the named service cleanly (Proc.Stop), if it runs.
 func (s *System) Stop(name string) {
 	s.T.Helper()
-	in := s.take(name)
-	if in == nil {
-		return
+	if p := s.take(name); p != nil {
+		p.Stop()
 	}
-	in.cancel()
-	select {
-	case err := <-in.done:
-		if err != nil {
-			s.T.Errorf("harness: %s: %v", name, err)
-		}
-	case <-time.After(30 * time.Second):
-		s.T.Errorf("harness: %s did not stop within 30s", name)
-	}
-	in.nc.Close()
 }
 
 // StopAll stops every running service cleanly, in parallel.
@@ -327,27 +472,12 @@ func (s *System) StopAll() {
 	wg.Wait()
 }
 
-// Kill stops the named service without any cleanup, as kill -9 would: its
-// NATS connection is closed first and at once (no drain: buffered
-// publishes are lost, messages it was handling are neither acked nor
-// nacked and come back only after their AckWait, KV writes in flight fail),
-// then its goroutines are told to end. Whatever the dying service still
-// tries cannot reach NATS. Kill waits (30s at most) for runtime.Run to
-// return so that the next instance does not overlap with it in the test's
-// process, and ignores its error.
+// Kill stops the named service without any cleanup (Proc.Kill), if it
+// runs.
 func (s *System) Kill(name string) {
 	s.T.Helper()
-	in := s.take(name)
-	if in == nil {
-		return
-	}
-	in.out.mute.Store(true)
-	in.nc.Close()
-	in.cancel()
-	select {
-	case <-in.done:
-	case <-time.After(30 * time.Second):
-		s.T.Errorf("harness: killed %s did not return within 30s", name)
+	if p := s.take(name); p != nil {
+		p.Kill()
 	}
 }
 

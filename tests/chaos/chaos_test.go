@@ -187,7 +187,7 @@ func TestChaos(t *testing.T) {
 	t.Logf("upgrade %s → %s: all %d clusters Ready after %s (%d kills)", fromVersion, toVersion, sz.clusters, since(upgradeAt), k.total-killsBefore)
 	px.stop()
 	t.Logf("proxy: %s", px)
-	waitQuiet(t, sys, sz.converge)
+	waitSettled(t, sys, sz.converge)
 	check(t, sys, mon, cr, sz, toVersion)
 
 	// 4. Replay: every provider machine command recorded so far — the
@@ -199,7 +199,7 @@ func TestChaos(t *testing.T) {
 	replayAt := time.Now()
 	cmds := px.replayCommands(func(string, string, string) bool { return true })
 	evs := replayEvents(t, sys, 1, evLast)
-	waitQuiet(t, sys, sz.converge)
+	waitSettled(t, sys, sz.converge)
 	waitAllReady(t, sys, sz.clusters, sz.converge)
 	t.Logf("replay: %d provider commands and %d events (stream 1..%d) published again and handled in %s", cmds, evs, evLast, since(replayAt))
 

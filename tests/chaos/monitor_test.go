@@ -282,6 +282,42 @@ func waitQuiet(t *testing.T, sys *harness.System, timeout time.Duration) {
 	}
 }
 
+// waitSettled is waitQuiet, then until no machine infrastructure is left
+// without its machine, then waitQuiet again: the orphan collector deletes
+// what a stale create made from a watch, after the consumers went quiet,
+// so its work is invisible to waitQuiet alone. The checks that follow are
+// strict; this only gives the collector its time, and logs how long it took.
+func waitSettled(t *testing.T, sys *harness.System, timeout time.Duration) {
+	t.Helper()
+	waitQuiet(t, sys, timeout)
+	start := time.Now()
+	deadline := start.Add(timeout)
+	for {
+		orphans := 0
+		for _, k := range harness.Keys(t, sys.Observed, "infra.sim.") {
+			c, m, _ := strings.Cut(strings.TrimPrefix(k, "infra.sim."), ".")
+			if m == "_" {
+				continue
+			}
+			if _, _, err := sys.Machines.Get(context.Background(), "machine."+c+"."+m); errors.Is(err, store.ErrNotFound) {
+				orphans++
+			}
+		}
+		if orphans == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Logf("%d infrastructure records still without a machine after %s: the check below names them", orphans, timeout)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if d := time.Since(start); d > 150*time.Millisecond {
+		t.Logf("orphaned infrastructure collected %s after the consumers went quiet", d.Round(time.Millisecond))
+	}
+	waitQuiet(t, sys, timeout)
+}
+
 func busyConsumers(js jetstream.JetStream) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -280,9 +280,37 @@ func (r *recorder) anyOn(version string) bool {
 // and none without one; no pool ever above replicas+maxSurge.
 func (d *deployment) checkMachines(t *testing.T, ctx context.Context, rec *recorder) {
 	t.Helper()
-	ms, err := d.client().Machines(ctx, "demo", client.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
+	// The gateway answers from its watch caches, which may still be catching
+	// up after the node's loss (a watcher on a stream whose leader was the
+	// lost node is re-created by its stall check): the cluster's status can
+	// be Ready before the gateway's view of every machine is. Give the view
+	// up to 30s to agree with itself; the checks below are then strict.
+	var ms []*capnv1.Machine
+	converged := func() bool {
+		var err error
+		if ms, err = d.client().Machines(ctx, "demo", client.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, m := range ms {
+			if m.GetSpec().GetVersion() != newVersion || m.GetStatus().GetPhase() != "Running" {
+				return false
+			}
+			n++
+		}
+		total := 0
+		for _, want := range pools {
+			total += want.replicas
+		}
+		return n == total
+	}
+	viewDeadline := time.Now().Add(30 * time.Second)
+	viewStart := time.Now()
+	for !converged() && time.Now().Before(viewDeadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if d := time.Since(viewStart); d > 200*time.Millisecond {
+		t.Logf("the gateway's view of the machines agreed with the status %s after it was Ready", d.Round(time.Millisecond))
 	}
 	byPool := map[string][]string{}
 	names := map[string]bool{}

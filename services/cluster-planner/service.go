@@ -65,6 +65,12 @@ type Service struct {
 	// observedRev is the last revision the observed cache applied
 	// (s.observed.Revision; a test's may lag).
 	observedRev func() uint64
+	// written is, per cluster, the desired revision of this replica's last
+	// machine create or update. A plan waits until the desired cache has
+	// applied it — read-your-writes, as Kubernetes controllers'
+	// expectations do: a plan from a cache that misses a machine this
+	// replica just created would create another one in the next free slot.
+	written sync.Map // cluster name → uint64
 }
 
 // New returns the service.
@@ -195,6 +201,9 @@ func (s *Service) readProviders(ctx context.Context, cluster *capnv1.Cluster) (m
 
 // reconcile plans one cluster and applies the plan.
 func (s *Service) reconcile(ctx context.Context, name string) (reconcile.Result, error) {
+	if w, ok := s.written.Load(name); ok && s.desired.Revision() < w.(uint64) {
+		return reconcile.Result{RequeueAfter: cacheBehindWait}, nil // plan once the cache has our last write
+	}
 	cluster, _, ok := store.Lookup(s.desired, clusterPrefix+name, func() *capnv1.Cluster { return new(capnv1.Cluster) })
 	if !ok {
 		return reconcile.Result{}, nil
@@ -267,10 +276,11 @@ func (s *Service) apply(ctx context.Context, c *capnv1.Cluster, a plan.Action, r
 		if m.Metadata.Generation == 0 {
 			m.Metadata.Generation = 1
 		}
-		_, err := s.machines.Create(ctx, machinePrefix+name+"."+m.GetMetadata().GetName(), m)
+		rev, err := s.machines.Create(ctx, machinePrefix+name+"."+m.GetMetadata().GetName(), m)
 		if errors.Is(err, store.ErrConflict) {
 			return nil // another planner created this slot's machine: the same name, by design
 		}
+		s.wrote(name, rev)
 		return err
 	case plan.DeleteMachine:
 		_, _, err := s.machines.Mutate(ctx, machinePrefix+name+"."+a.Name, func(m *capnv1.Machine, exists bool) (*capnv1.Machine, error) {
@@ -282,7 +292,7 @@ func (s *Service) apply(ctx context.Context, c *capnv1.Cluster, a plan.Action, r
 		})
 		return err
 	case plan.UpdateMachine:
-		_, _, err := s.machines.Mutate(ctx, machinePrefix+name+"."+a.Machine.GetMetadata().GetName(), func(m *capnv1.Machine, exists bool) (*capnv1.Machine, error) {
+		_, rev, err := s.machines.Mutate(ctx, machinePrefix+name+"."+a.Machine.GetMetadata().GetName(), func(m *capnv1.Machine, exists bool) (*capnv1.Machine, error) {
 			if !exists {
 				return nil, store.ErrNoChange
 			}
@@ -292,6 +302,7 @@ func (s *Service) apply(ctx context.Context, c *capnv1.Cluster, a plan.Action, r
 			m.Metadata.Generation++
 			return m, nil
 		})
+		s.wrote(name, rev)
 		return err
 	case plan.RemoveMachine:
 		return s.machines.Delete(ctx, machinePrefix+name+"."+a.Name, revs[a.Name])
@@ -323,6 +334,13 @@ func (s *Service) apply(ctx context.Context, c *capnv1.Cluster, a plan.Action, r
 		return err
 	}
 	return fmt.Errorf("unknown plan action %T", a)
+}
+
+// wrote records a machine write of this replica (rev 0: none happened).
+func (s *Service) wrote(cluster string, rev uint64) {
+	if rev > 0 {
+		s.written.Store(cluster, rev)
+	}
 }
 
 // errCacheBehind: the cluster's status was last written from a newer view

@@ -55,14 +55,24 @@ func (b *Bucket[T]) encode(key string, v T) ([]byte, error) {
 }
 
 func (b *Bucket[T]) decode(key string, data []byte) (T, error) {
-	if b.sealer != nil {
-		var err error
-		if data, err = b.sealer.Open(key, data); err != nil {
-			var zero T
-			return zero, fmt.Errorf("open %s: %w", key, err)
-		}
+	data, err := b.open(key, data)
+	if err != nil {
+		var zero T
+		return zero, err
 	}
 	return Decode(data, b.newT)
+}
+
+// open unseals a stored value (as is without a sealer).
+func (b *Bucket[T]) open(key string, data []byte) ([]byte, error) {
+	if b.sealer == nil {
+		return data, nil
+	}
+	data, err := b.sealer.Open(key, data)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", key, err)
+	}
+	return data, nil
 }
 
 // BucketOption configures a [Bucket].

@@ -53,11 +53,9 @@ func LookupConfirmed[T proto.Message](ctx context.Context, c Getter, b *Bucket[T
 	if err != nil {
 		return zero, 0, false, fmt.Errorf("confirm %s: %w", key, err)
 	}
-	data := e.Value()
-	if b.sealer != nil {
-		if data, err = b.sealer.Open(key, data); err != nil {
-			return zero, 0, false, fmt.Errorf("confirm %s: open: %w", key, err)
-		}
+	data, err := b.open(key, e.Value())
+	if err != nil {
+		return zero, 0, false, fmt.Errorf("confirm: %w", err)
 	}
 	v, err := Decode(data, b.newT)
 	if err != nil {

@@ -206,6 +206,7 @@ func (s *Service) reconcile(ctx context.Context, name string) (reconcile.Result,
 	}
 	cluster, _, ok := store.Lookup(s.desired, clusterPrefix+name, func() *capnv1.Cluster { return new(capnv1.Cluster) })
 	if !ok {
+		s.written.Delete(name) // the cluster is gone: nothing more to wait for
 		return reconcile.Result{}, nil
 	}
 	in := plan.Input{Cluster: cluster, Machines: map[string]*capnv1.Machine{}, Observed: map[string]*capnv1.MachineStatus{}, Now: s.cfg.Now()}

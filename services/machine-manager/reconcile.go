@@ -122,10 +122,7 @@ func (s *Service) send(ctx context.Context, c Command, cluster, name string, m *
 		_, err := s.pub.Publish(ctx, events.ProviderSubject(spec.GetProvider(), "machine", "create", cluster, name), events.TypeProviderCommand+".machine.create", c.ID, cmd)
 		return err
 	case CmdDelete:
-		p := spec.GetProvider()
-		if p == "" {
-			p = st.GetProvider()
-		}
+		p := provider(m, st)
 		if p == "" {
 			return fmt.Errorf("delete %s.%s: no provider known", cluster, name)
 		}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -267,30 +266,17 @@ func (c *Consumer) Run(ctx context.Context) error {
 // setup ensures the consumer, retrying with capped exponential backoff; it
 // returns nil, nil when ctx ends first.
 func (c *Consumer) setup(ctx context.Context) (jetstream.Consumer, error) {
-	wait := c.opts.retryFirst
-	for attempt := 1; ; attempt++ {
-		cons, err := EnsureConsumer(ctx, c.js, c.spec)
-		if err == nil {
-			if attempt > 1 {
-				c.opts.log.Info().Int("attempts", attempt).Msg("consumer set up")
-			}
-			return cons, nil
-		}
-		if ctx.Err() != nil {
-			return nil, nil
-		}
-		if errors.Is(err, nats.ErrConnectionClosed) {
-			return nil, err
-		}
-		c.opts.log.Warn().Err(err).Str("stream", c.spec.Stream).Int("attempt", attempt).Dur("retry_in", wait).
-			Msg("cannot set the consumer up; retrying")
-		select {
-		case <-ctx.Done():
-			return nil, nil
-		case <-time.After(wait):
-		}
-		wait = min(wait*2, c.opts.retryMax)
+	var cons jetstream.Consumer
+	log := c.opts.log.With().Str("stream", c.spec.Stream).Logger()
+	err := Retry(ctx, log, "set the consumer up", c.opts.retryFirst, c.opts.retryMax, func(ctx context.Context) error {
+		var err error
+		cons, err = EnsureConsumer(ctx, c.js, c.spec)
+		return err
+	})
+	if ctx.Err() != nil {
+		return nil, nil
 	}
+	return cons, err
 }
 
 // consume handles cons's messages until ctx ends or its message stream

@@ -84,8 +84,8 @@ func TestRunWaitsForTheStream(t *testing.T) {
 			t.Errorf("attempt %d: retry_in %vms, want %s", i+1, rec["retry_in"], want)
 		}
 	}
-	if got := logs.lines("consumer set up"); len(got) != 1 {
-		t.Errorf("%d 'consumer set up' lines, want 1", len(got))
+	if got := logs.lines("set the consumer up: done"); len(got) != 1 {
+		t.Errorf("%d 'set the consumer up: done' lines, want 1", len(got))
 	}
 }
 

@@ -14,6 +14,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/capn-dev/capn/events"
 )
 
 // Cache defaults; see [CacheOptions].
@@ -212,7 +214,18 @@ func (c *Cache) Start(ctx context.Context) error {
 	}
 	lg := zerolog.Ctx(ctx).With().Str("bucket", c.kv.Bucket()).Logger()
 	l := &watchLoop{c: c, opts: c.opts.withDefaults(), log: &lg, snapCh: make(chan snapshot, 1)}
-	if err := l.load(ctx); err != nil {
+	// The first load is retried while JetStream cannot answer (a new
+	// cluster may still be electing the bucket's leader); only the end of
+	// ctx or a closed connection stops it.
+	err := events.Retry(ctx, lg, "load the cache", events.DefaultSetupRetryFirst, events.DefaultSetupRetryMax,
+		func(ctx context.Context) error {
+			err := l.load(ctx)
+			if err != nil {
+				l.stopWatcher()
+			}
+			return err
+		})
+	if err != nil {
 		l.stopWatcher()
 		c.shutdown()
 		close(c.done)

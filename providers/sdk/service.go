@@ -133,15 +133,25 @@ func (s *server) consumerSpec() events.ConsumerSpec {
 
 func (s *server) run(ctx context.Context, d *runtime.Deps) error {
 	if err := s.adopt(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	// The first announcement is a create: if a stop cut its wait for the
 	// ack short, it could still land after withdraw looked and found
 	// nothing. So it is not cut short (the bucket's timeout bounds it).
-	if err := s.announce(context.WithoutCancel(ctx)); err != nil {
+	// Like the adopt read, it is retried while JetStream cannot answer (a
+	// new cluster may still be electing the bucket's leader).
+	defer s.withdraw()
+	err := events.Retry(ctx, s.log, "announce the provider", events.DefaultSetupRetryFirst, events.DefaultSetupRetryMax,
+		func(ctx context.Context) error { return s.announce(context.WithoutCancel(ctx)) })
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("provider %s: announce: %w", s.name, err)
 	}
-	defer s.withdraw()
 
 	spec := s.consumerSpec()
 	if _, err := events.EnsureConsumer(ctx, s.js, spec); err != nil {
@@ -195,7 +205,9 @@ func (s *server) adopt(ctx context.Context) error {
 	if !ok {
 		return nil
 	}
-	rec, err := s.obs.list(ctx)
+	var rec infraRecords
+	err := events.Retry(ctx, s.log, "read the observed records to adopt", events.DefaultSetupRetryFirst, events.DefaultSetupRetryMax,
+		func(ctx context.Context) (err error) { rec, err = s.obs.list(ctx); return err })
 	if err != nil {
 		return fmt.Errorf("provider %s: read observed records: %w", s.name, err)
 	}

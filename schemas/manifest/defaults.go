@@ -34,7 +34,7 @@ const (
 // KnownBootstrapProviders are the bootstrap providers Validate accepts unless
 // a Validator is given its own list. A deployment with more providers may
 // append to it at start-up, before any validation runs.
-var KnownBootstrapProviders = []string{"kubeadm", "script"}
+var KnownBootstrapProviders = []string{"kube-local", "kubeadm", "script"}
 
 // Default fills what a manifest may leave out, in place; it is idempotent.
 // Missing required parts (metadata, spec, spec.controlPlane) are left missing

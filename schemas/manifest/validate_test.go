@@ -122,7 +122,7 @@ func TestValidate(t *testing.T) {
 			c.Spec.Bootstrap.TokenTtl = durationpb.New(0)
 			c.Spec.WorkerPools[0].Bootstrap = &capnv1alpha1.BootstrapSpec{Ca: &capnv1alpha1.CertificateAuthority{CertificatePem: "-----BEGIN CERTIFICATE-----"}}
 		}, []string{
-			`spec.bootstrap.provider: "ignition": unknown bootstrap provider: available are kubeadm, script`,
+			`spec.bootstrap.provider: "ignition": unknown bootstrap provider: available are kube-local, kubeadm, script`,
 			`spec.bootstrap.files[0].path: "etc/x": must be an absolute path`,
 			`spec.bootstrap.files[0].permissions: "rw": must be an octal mode`,
 			`spec.bootstrap.tokenTtl: 0s: must be positive`,

@@ -594,7 +594,8 @@ func (x *NetworkSpec) GetServiceDomain() string {
 // default). Set cluster-wide, and overridden per pool or control plane.
 type BootstrapSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// provider is the bootstrap provider's name: kubeadm (default) or script.
+	// provider is the bootstrap provider's name: kubeadm (default), script or
+	// kube-local.
 	Provider         string            `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
 	Files            []*File           `protobuf:"bytes,2,rep,name=files,proto3" json:"files,omitempty"`
 	PreCommands      []string          `protobuf:"bytes,3,rep,name=pre_commands,json=preCommands,proto3" json:"pre_commands,omitempty"`

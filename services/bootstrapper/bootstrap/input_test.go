@@ -85,7 +85,7 @@ func TestRegistryRender(t *testing.T) {
 		t.Fatalf("checksum %q", out.Checksum())
 	}
 	in.Spec = &capnv1alpha1.BootstrapSpec{Provider: "foo"}
-	if _, err := builtin.Registry().Render(in); err == nil || !strings.Contains(err.Error(), `bootstrap.provider: unknown bootstrap provider "foo" (available: kubeadm, script)`) {
+	if _, err := builtin.Registry().Render(in); err == nil || !strings.Contains(err.Error(), `bootstrap.provider: unknown bootstrap provider "foo" (available: kube-local, kubeadm, script)`) {
 		t.Fatalf("unknown provider: %v", err)
 	}
 	in.Spec = &capnv1alpha1.BootstrapSpec{Provider: "script"}

@@ -2,7 +2,8 @@
 // given (Input), what it returns (Output), the Registry that picks one by
 // name, and the validation of BootstrapSpec with field paths.
 //
-// Providers live in subpackages (kubeadm, script); builtin registers them.
+// Providers live in subpackages (kubeadm, script, kubelocal); builtin
+// registers them.
 // A third-party provider implements Provider, passes the conformance suite
 // in bootstraptest, and is added to the registry the service is built with.
 // See docs/bootstrap.md.

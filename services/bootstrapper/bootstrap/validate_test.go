@@ -22,7 +22,7 @@ func TestLookup(t *testing.T) {
 		}
 	}
 	_, err := builtin.Lookup("foo")
-	if !errors.Is(err, bootstrap.ErrUnknownProvider) || err.Error() != `unknown bootstrap provider "foo" (available: kubeadm, script)` {
+	if !errors.Is(err, bootstrap.ErrUnknownProvider) || err.Error() != `unknown bootstrap provider "foo" (available: kube-local, kubeadm, script)` {
 		t.Fatalf("Lookup(foo) error = %v", err)
 	}
 }
@@ -49,7 +49,7 @@ func TestValidate(t *testing.T) {
 		{"full", bootstraptest.FullSpec("kubeadm"), nil},
 		{"user CA", &capnv1alpha1.BootstrapSpec{Ca: &capnv1alpha1.CertificateAuthority{CertificatePem: string(set.CA.CertPEM), PrivateKeyPem: string(set.CA.KeyPEM)}}, nil},
 		{"unknown provider", &capnv1alpha1.BootstrapSpec{Provider: "foo"},
-			[]string{`spec.bootstrap.provider: unknown bootstrap provider "foo" (available: kubeadm, script)`}},
+			[]string{`spec.bootstrap.provider: unknown bootstrap provider "foo" (available: kube-local, kubeadm, script)`}},
 		{"files", &capnv1alpha1.BootstrapSpec{Files: []*capnv1alpha1.File{
 			{Path: ""}, {Path: "etc/x"}, {Path: "/a/../b"}, {Path: "/etc/kubernetes/pki/ca.key"}, {Path: "/run/capn/x"},
 			{Path: "/etc/x", Permissions: "rw-r--r--", Owner: "root root"}, {Path: "/etc/x"}, nil,

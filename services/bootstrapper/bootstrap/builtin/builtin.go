@@ -1,10 +1,11 @@
 // Package builtin is the registry of the bootstrap providers shipped with
-// capn: kubeadm (the default) and script.
+// capn: kubeadm (the default), script and kube-local.
 package builtin
 
 import (
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubeadm"
+	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/script"
 )
 
@@ -12,7 +13,7 @@ import (
 const Default = kubeadm.Name
 
 var registry = func() *bootstrap.Registry {
-	r, err := bootstrap.NewRegistry(Default, kubeadm.New(), script.New())
+	r, err := bootstrap.NewRegistry(Default, kubeadm.New(), script.New(), kubelocal.New())
 	if err != nil {
 		panic(err) // the built-in names are constants
 	}

@@ -121,7 +121,7 @@ func (p *Provider) newRecord(ctx context.Context, req *capnv1alpha1.CreateMachin
 	now := p.now().UTC()
 	rec := &machineRecord{
 		Cluster: req.GetCluster(), Machine: req.GetMachine(), ProviderID: ProviderID(req.GetCluster(), req.GetMachine()),
-		Address: addr, Version: req.GetVersion(), Checksum: req.GetBootstrapChecksum(),
+		Role: req.GetRole(), Address: addr, Version: req.GetVersion(), Checksum: req.GetBootstrapChecksum(),
 		CACertHash: p.caPin(ctx, req.GetCluster()), Failure: req.GetTemplate().GetFailureDomain(),
 		Created: now, Changed: now,
 	}

@@ -16,8 +16,8 @@ import (
 // reads it back (there is nothing else to adopt):
 //
 //	<state>/clusters/<c>/cluster.json            the cluster's infrastructure (EnsureCluster)
-//	<state>/clusters/<c>/endpoint.pid, .log      its placeholder endpoint process
-//	<state>/clusters/<c>/machines/<m>/machine.json   identity: provider id, address, version, checksum
+//	<state>/clusters/<c>/endpoint.pid, .log      its endpoint process (load balancer)
+//	<state>/clusters/<c>/machines/<m>/machine.json   identity: provider id, role, address, version, checksum
 //	<state>/clusters/<c>/machines/<m>/pid        "<pid> <start time>" of its capn-node
 //	<state>/clusters/<c>/machines/<m>/stopped    present while stopped by capn
 //	<state>/clusters/<c>/machines/<m>/node/      capn-node's --data-dir (the machine's disk)
@@ -39,9 +39,13 @@ const (
 // machineRecord is machine.json: what makes the machine itself, kept
 // across stop, start, reboot and provider restarts.
 type machineRecord struct {
-	Cluster    string    `json:"cluster"`
-	Machine    string    `json:"machine"`
-	ProviderID string    `json:"provider_id"`
+	Cluster    string `json:"cluster"`
+	Machine    string `json:"machine"`
+	ProviderID string `json:"provider_id"`
+	// Role is CreateMachine.role (control-plane or worker): the cluster
+	// endpoint's backends are its control-plane machines. Records written
+	// before roles were kept have none, and are no backend.
+	Role       string    `json:"role,omitempty"`
 	Address    string    `json:"address"`
 	Version    string    `json:"version"`
 	Checksum   string    `json:"bootstrap_checksum"`
@@ -154,4 +158,40 @@ func removeIfEmpty(dir, stop string) {
 		}
 		dir = filepath.Dir(dir)
 	}
+}
+
+const (
+	// RoleControlPlane is CreateMachine.role of a control-plane machine.
+	RoleControlPlane = "control-plane"
+	// DefaultAPIServerPort is where a control-plane machine's
+	// kube-apiserver listens on the machine's own address: the port of
+	// the cluster endpoint's backends.
+	DefaultAPIServerPort = 6443
+)
+
+// ControlPlaneAddresses are the addresses of cluster's control-plane
+// machines recorded in the process provider's state dir, sorted by machine
+// name: the backends of the cluster's endpoint (capn-node endpoint
+// --process-state-dir), whatever their state — the endpoint's health
+// checks tell which answer. A cluster without machines has none.
+func ControlPlaneAddresses(stateDir, cluster string) ([]string, error) {
+	dirs := layout{stateDir}
+	names, err := dirs.machineNames(cluster)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, m := range names {
+		rec := new(machineRecord)
+		switch err := readJSON(filepath.Join(dirs.machine(cluster, m), machineFile), rec); {
+		case errors.Is(err, fs.ErrNotExist):
+			continue // being created or deleted
+		case err != nil:
+			return nil, err
+		}
+		if rec.Role == RoleControlPlane && rec.Address != "" {
+			out = append(out, rec.Address)
+		}
+	}
+	return out, nil
 }

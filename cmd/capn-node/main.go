@@ -11,7 +11,8 @@
 //	                   [--nats-creds=f | --nats-nkey=f] [--nats-tls-ca=f --nats-tls-cert=f --nats-tls-key=f] \
 //	                   [--nats-inbox-prefix=_INBOX_node] \
 //	                   [--heartbeat-every=10s] [--health-addr=127.0.0.5:10248]
-//	capn-node endpoint --cluster=c [--listen=:6443]
+//	capn-node endpoint --cluster=c [--listen=:6443] [--process-state-dir=/abs/dir] [--backend-port=6443] \
+//	                   [--check-every=1s] [--log-level=info]
 //	capn-node version
 //
 // Every agent flag also reads its CAPN_NODE_* (or CAPN_NATS_*) variable; the
@@ -29,11 +30,15 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/capn-dev/capn/cmd/capn-node/agent"
 	"github.com/capn-dev/capn/cmd/capn-node/endpoint"
+	"github.com/capn-dev/capn/providers/process"
 	"github.com/capn-dev/capn/services/runtime"
 )
 
@@ -46,8 +51,9 @@ not run) and reports node heartbeats to capn.
 
 commands:
   agent     run the node agent of one machine (see capn-node agent -h)
-  endpoint  serve a cluster's placeholder control-plane endpoint (HTTP:
-            /healthz 200, anything else 503: no Kubernetes API server yet)
+  endpoint  serve a cluster's control-plane endpoint: a TCP load balancer to
+            its control-plane machines' API servers, and while none is up a
+            placeholder (HTTP: /healthz 200, anything else 503)
   version   print the version
 `
 
@@ -119,24 +125,65 @@ func runEndpoint(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", ":6443", "`host:port` to listen on")
 	cluster := fs.String("cluster", "", "`cluster` whose endpoint this is (required)")
+	stateDir := fs.String("process-state-dir", "", "the process provider's state `dir`: the backends are the cluster's control-plane machines recorded there (default: none, placeholder only)")
+	backendPort := fs.Int("backend-port", process.DefaultAPIServerPort, "`port` of the backends' API servers on the machines' addresses")
+	checkEvery := fs.Duration("check-every", endpoint.DefaultCheckEvery, "`interval` of the backends' refresh and TCP health checks")
+	logLevel := fs.String("log-level", runtime.DefaultLogLevel, "`level`: trace, debug, info, warn, error")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: capn-node endpoint [flags]\n\nA cluster's control-plane endpoint: a TCP load balancer to the healthy backends\n(TLS passes through), and a placeholder (HTTP /healthz 200, anything else 503)\nwhile none is up.\n\n")
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return runtime.ExitOK
 		}
 		return runtime.ExitUsage
 	}
+	var problems []string
 	if *cluster == "" {
-		fmt.Fprintln(stderr, "capn-node endpoint: --cluster is required")
+		problems = append(problems, "--cluster is required")
+	}
+	if *stateDir != "" && !filepath.IsAbs(*stateDir) {
+		problems = append(problems, fmt.Sprintf("--process-state-dir %q: must be an absolute path", *stateDir))
+	}
+	if *backendPort < 1 || *backendPort > 65535 {
+		problems = append(problems, fmt.Sprintf("--backend-port %d: must be a port (1-65535)", *backendPort))
+	}
+	if *checkEvery < 10*time.Millisecond {
+		problems = append(problems, fmt.Sprintf("--check-every %s: must be at least 10ms", *checkEvery))
+	}
+	if len(problems) > 0 {
+		for _, p := range problems {
+			fmt.Fprintln(stderr, "capn-node endpoint: "+p)
+		}
 		return runtime.ExitUsage
+	}
+	runtime.PreciseTimestamps()
+	log := runtime.NewLogger(runtime.Config{LogLevel: *logLevel, LogFormat: runtime.LogFormatJSON}, stderr).With().
+		Str("service", "capn-node-endpoint").Str("cluster", *cluster).Logger()
+	cfg := endpoint.Config{Cluster: *cluster, CheckEvery: *checkEvery, Log: log}
+	if *stateDir != "" {
+		port := strconv.Itoa(*backendPort)
+		cfg.Backends = func() ([]string, error) {
+			addrs, err := process.ControlPlaneAddresses(*stateDir, *cluster)
+			for i, a := range addrs {
+				addrs[i] = net.JoinHostPort(a, port)
+			}
+			return addrs, err
+		}
 	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "capn-node endpoint: %v\n", err)
 		return runtime.ExitFailed
 	}
-	fmt.Fprintf(stderr, "capn-node endpoint: placeholder control-plane endpoint of cluster %s on %s (no Kubernetes API server)\n", *cluster, ln.Addr())
-	if err := endpoint.Serve(ctx, ln, *cluster); err != nil {
-		fmt.Fprintf(stderr, "capn-node endpoint: %v\n", err)
+	backends := "none: placeholder only"
+	if cfg.Backends != nil {
+		backends = "the control-plane machines in " + *stateDir + " on port " + strconv.Itoa(*backendPort)
+	}
+	log.Info().Str("listen", ln.Addr().String()).Str("backends", backends).Msg("control-plane endpoint: load balancer, placeholder while no backend is up")
+	if err := endpoint.Serve(ctx, ln, cfg); err != nil {
+		log.Error().Err(err).Msg("exiting")
 		return runtime.ExitFailed
 	}
 	return runtime.ExitOK

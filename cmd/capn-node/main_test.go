@@ -24,6 +24,9 @@ func TestUsageAndBadFlags(t *testing.T) {
 		{[]string{"agent", "--cluster=c1", "--machine=m1", "--version=v1.33.4", "--data-dir=/d", "--bootstrap-checksum=sha256:00",
 			"--nats-tls-ca=/nonexistent/ca.pem"}, 2, `--nats-tls-ca (CAPN_NATS_TLS_CA) "/nonexistent/ca.pem": must be a readable file`},
 		{[]string{"endpoint"}, 2, "--cluster is required"},
+		{[]string{"endpoint", "--cluster=c1", "--process-state-dir=rel", "--backend-port=0"}, 2,
+			"--process-state-dir \"rel\": must be an absolute path\ncapn-node endpoint: --backend-port 0: must be a port"},
+		{[]string{"endpoint", "-h"}, 0, "TCP load balancer"},
 		{[]string{"version"}, 0, "capn-node"},
 	}
 	for _, tt := range tests {

@@ -1,0 +1,107 @@
+package kube_test
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/capn-dev/capn/cmd/capn-node/agent"
+	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
+	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/bootstraptest"
+	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
+	"github.com/capn-dev/capn/services/bootstrapper/pki"
+)
+
+// machine is what a test renders: the real kube-local renderer's output
+// for one machine, applied by the agent's own Parse and Apply into a data
+// dir, and the node config read back from it.
+type machine struct {
+	Name    string
+	Role    bootstrap.Role
+	First   bool
+	Version string
+	Host    string
+	Port    int
+	Labels  map[string]string
+	Taints  []*capnv1alpha1.Taint
+	Network *capnv1alpha1.NetworkSpec
+}
+
+func (m machine) render(t testing.TB, set pki.Set) (*kubelocal.NodeConfig, string) {
+	t.Helper()
+	if m.Name == "" {
+		m.Name = "kl-cp-0"
+	}
+	if m.Role == "" {
+		m.Role, m.First = bootstrap.RoleControlPlane, true
+	}
+	if m.Version == "" {
+		m.Version = "v1.37.2"
+	}
+	if m.Host == "" {
+		m.Host = "127.0.0.1"
+	}
+	if m.Port == 0 {
+		m.Port = 6443
+	}
+	in, err := bootstrap.NewInput(&capnv1alpha1.GenerateBootstrap{
+		Cluster: "kl", Machine: m.Name, Role: string(m.Role), FirstControlPlane: m.First, Version: m.Version,
+		Bootstrap: &capnv1alpha1.BootstrapSpec{Provider: kubelocal.Name},
+		Labels:    m.Labels, Taints: m.Taints,
+	}, bootstrap.Cluster{
+		Endpoint: bootstrap.Endpoint{Host: m.Host, Port: int32(m.Port)},
+		Network:  m.Network,
+		PKI:      set,
+	}, bootstraptest.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := kubelocal.New().Render(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := agent.Parse(string(out.Format), out.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := agent.VerifyJoin(plan, in.CACertHash); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := agent.Apply(dir, plan, out.Checksum()); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, agent.RootFS, kubelocal.ConfigPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := kubelocal.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, dir
+}
+
+// freePorts returns n distinct ports free on 127.0.0.1 right now.
+func freePorts(t testing.TB, n int) []int {
+	t.Helper()
+	var ports []int
+	var lns []net.Listener
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		_, p, _ := net.SplitHostPort(ln.Addr().String())
+		port, _ := strconv.Atoi(p)
+		ports = append(ports, port)
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return ports
+}

@@ -1,0 +1,233 @@
+package kube
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
+	"github.com/capn-dev/capn/services/bootstrapper/token"
+)
+
+// Names kubeadm gives the objects of its bootstrap-token phase
+// (cmd/kubeadm/app/constants, phases/bootstraptoken).
+const (
+	NodeBootstrapTokenAuthGroup = token.NodeGroup
+	NodesGroup                  = "system:nodes"
+
+	KubeletBootstrapBinding       = "kubeadm:kubelet-bootstrap"
+	NodeBootstrapperClusterRole   = "system:node-bootstrapper"
+	GetNodesRole                  = "kubeadm:get-nodes"
+	AutoApproveBootstrapBinding   = "kubeadm:node-autoapprove-bootstrap"
+	NodeClientCSRClusterRole      = "system:certificates.k8s.io:certificatesigningrequests:nodeclient"
+	AutoApproveRotationBinding    = "kubeadm:node-autoapprove-certificate-rotation"
+	SelfNodeClientCSRClusterRole  = "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient"
+	APIServerKubeletClientBinding = "kubeadm:apiserver-kubelet-client"
+	KubeletAPIAdminClusterRole    = "system:kubelet-api-admin"
+	ClusterInfoRole               = "kubeadm:bootstrap-signer-clusterinfo"
+	ClusterInfoConfigMap          = "cluster-info"
+)
+
+// Node labels and annotations the node side sets.
+const (
+	ControlPlaneRoleLabel = "node-role.kubernetes.io/control-plane"
+	// ExcludeFromLBLabel is what kubeadm's mark-control-plane phase adds.
+	ExcludeFromLBLabel = "node.kubernetes.io/exclude-from-external-load-balancers"
+	// KwokAnnotation=KwokAnnotationValue marks a Node kwok manages.
+	KwokAnnotation      = "kwok.x-k8s.io/node"
+	KwokAnnotationValue = "fake"
+)
+
+const (
+	rbacPath = "/apis/rbac.authorization.k8s.io/v1"
+	rbacAPI  = "rbac.authorization.k8s.io/v1"
+)
+
+func meta(name string, labels map[string]string) map[string]any {
+	m := map[string]any{"name": name}
+	if len(labels) > 0 {
+		m["labels"] = labels
+	}
+	return m
+}
+
+func clusterRoleBinding(name, role string, subjects ...map[string]any) Object {
+	return Object{Collection: rbacPath + "/clusterrolebindings", Name: name, Body: map[string]any{
+		"apiVersion": rbacAPI, "kind": "ClusterRoleBinding", "metadata": meta(name, nil),
+		"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+		"subjects": subjects,
+	}}
+}
+
+func group(name string) map[string]any {
+	return map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": name}
+}
+
+func user(name string) map[string]any {
+	return map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": name}
+}
+
+// JoinRBAC is what kubeadm's bootstrap-token phase applies so that nodes
+// can join with a bootstrap token: bootstrap tokens may post CSRs and get
+// nodes, their node-client CSRs are auto-approved, nodes' own renewals
+// too, and the API server's kubelet client may use the kubelet API; plus
+// the cluster-info ConfigMap's RBAC (anonymous may read it in kube-public).
+func JoinRBAC() []Object {
+	return []Object{
+		clusterRoleBinding(KubeletBootstrapBinding, NodeBootstrapperClusterRole, group(NodeBootstrapTokenAuthGroup)),
+		{Collection: rbacPath + "/clusterroles", Name: GetNodesRole, Body: map[string]any{
+			"apiVersion": rbacAPI, "kind": "ClusterRole", "metadata": meta(GetNodesRole, nil),
+			"rules": []any{map[string]any{"verbs": []string{"get"}, "apiGroups": []string{""}, "resources": []string{"nodes"}}},
+		}},
+		clusterRoleBinding(GetNodesRole, GetNodesRole, group(NodeBootstrapTokenAuthGroup)),
+		clusterRoleBinding(AutoApproveBootstrapBinding, NodeClientCSRClusterRole, group(NodeBootstrapTokenAuthGroup)),
+		clusterRoleBinding(AutoApproveRotationBinding, SelfNodeClientCSRClusterRole, group(NodesGroup)),
+		clusterRoleBinding(APIServerKubeletClientBinding, KubeletAPIAdminClusterRole, user("kube-apiserver-kubelet-client")),
+		{Collection: rbacPath + "/namespaces/kube-public/roles", Name: ClusterInfoRole, Body: map[string]any{
+			"apiVersion": rbacAPI, "kind": "Role", "metadata": map[string]any{"name": ClusterInfoRole, "namespace": "kube-public"},
+			"rules": []any{map[string]any{"verbs": []string{"get"}, "apiGroups": []string{""}, "resources": []string{"configmaps"}, "resourceNames": []string{ClusterInfoConfigMap}}},
+		}},
+		{Collection: rbacPath + "/namespaces/kube-public/rolebindings", Name: ClusterInfoRole, Body: map[string]any{
+			"apiVersion": rbacAPI, "kind": "RoleBinding", "metadata": map[string]any{"name": ClusterInfoRole, "namespace": "kube-public"},
+			"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ClusterInfoRole},
+			"subjects": []any{user("system:anonymous")},
+		}},
+	}
+}
+
+// ClusterInfo is kube-public/cluster-info: a kubeconfig with the cluster's
+// endpoint and CA and no user, which joining nodes read anonymously and
+// verify with the bootstrap token's JWS signature (added by the
+// controller-manager's bootstrapsigner).
+func ClusterInfo(endpoint string, caPEM []byte) (Object, error) {
+	var kc Kubeconfig
+	kc.APIVersion, kc.Kind = "v1", "Config"
+	kc.Clusters = []namedCluster{{Name: ""}}
+	kc.Clusters[0].Cluster.Server = endpoint
+	kc.Clusters[0].Cluster.CertificateAuthorityData = caPEM
+	data, err := yaml.Marshal(kc)
+	if err != nil {
+		return Object{}, err
+	}
+	return Object{Collection: "/api/v1/namespaces/kube-public/configmaps", Name: ClusterInfoConfigMap, Body: map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": ClusterInfoConfigMap, "namespace": "kube-public"},
+		"data":     map[string]string{"kubeconfig": string(data)},
+	}}, nil
+}
+
+// TokenSecret is kube-system/bootstrap-token-<id>, valid until now+ttl,
+// as `kubeadm token create` writes it.
+func TokenSecret(t token.Token, ttl time.Duration, now time.Time, cluster string) Object {
+	return Object{Collection: "/api/v1/namespaces/" + token.SecretNamespace + "/secrets", Name: token.SecretName(t), Body: map[string]any{
+		"apiVersion": "v1", "kind": "Secret", "type": token.SecretType,
+		"metadata":   map[string]any{"name": token.SecretName(t), "namespace": token.SecretNamespace},
+		"stringData": token.SecretData(t, now.Add(ttl), "capn kube-local: join token of cluster "+cluster),
+	}}
+}
+
+// NodeSpec is what the node side registers about its machine.
+type NodeSpec struct {
+	Name       string
+	ProviderID string
+	Address    string
+	Version    string
+	Labels     map[string]string
+	Taints     []kubelocal.Taint
+}
+
+// NodeFor is the Node of this machine from its config.
+func NodeFor(cfg *kubelocal.NodeConfig, address, providerID string) NodeSpec {
+	labels := map[string]string{
+		"kubernetes.io/hostname":  cfg.NodeName,
+		"kubernetes.io/os":        "linux",
+		"kubernetes.io/arch":      runtime.GOARCH,
+		"beta.kubernetes.io/os":   "linux",
+		"beta.kubernetes.io/arch": runtime.GOARCH,
+	}
+	for k, v := range cfg.Labels {
+		labels[k] = v
+	}
+	if cfg.IsControlPlane() {
+		labels[ControlPlaneRoleLabel] = ""
+		labels[ExcludeFromLBLabel] = ""
+	}
+	return NodeSpec{Name: cfg.NodeName, ProviderID: providerID, Address: address, Version: cfg.KubernetesVersion, Labels: labels, Taints: cfg.Taints}
+}
+
+// Object is the Node as first created, status included.
+func (n NodeSpec) Object() Object {
+	spec := map[string]any{"taints": n.taints(nil)}
+	if n.ProviderID != "" {
+		spec["providerID"] = n.ProviderID
+	}
+	return Object{Collection: "/api/v1/nodes", Name: n.Name, Body: map[string]any{
+		"apiVersion": "v1", "kind": "Node",
+		"metadata": map[string]any{"name": n.Name, "labels": n.Labels, "annotations": n.annotations()},
+		"spec":     spec,
+		"status":   n.Status()["status"],
+	}}
+}
+
+func (n NodeSpec) annotations() map[string]string {
+	return map[string]string{KwokAnnotation: KwokAnnotationValue, "node.alpha.kubernetes.io/ttl": "0"}
+}
+
+// Patch is the merge patch that brings an existing Node to n: labels and
+// annotations added or updated, providerID set (it may only go from empty
+// to a value), taints replaced by n's plus those the node controllers
+// manage (node.kubernetes.io/..., kept as they are).
+func (n NodeSpec) Patch(existingTaints []kubelocal.Taint) map[string]any {
+	spec := map[string]any{"taints": n.taints(existingTaints)}
+	if n.ProviderID != "" {
+		spec["providerID"] = n.ProviderID
+	}
+	return map[string]any{
+		"metadata": map[string]any{"labels": n.Labels, "annotations": n.annotations()},
+		"spec":     spec,
+	}
+}
+
+func (n NodeSpec) taints(existing []kubelocal.Taint) []map[string]string {
+	out := []map[string]string{}
+	add := func(t kubelocal.Taint) {
+		m := map[string]string{"key": t.Key, "effect": t.Effect}
+		if t.Value != "" {
+			m["value"] = t.Value
+		}
+		out = append(out, m)
+	}
+	for _, t := range n.Taints {
+		add(t)
+	}
+	for _, t := range existing {
+		own := slices.ContainsFunc(n.Taints, func(o kubelocal.Taint) bool { return o.Key == t.Key && o.Effect == t.Effect })
+		if !own && strings.HasPrefix(t.Key, "node.kubernetes.io/") {
+			add(t)
+		}
+	}
+	return out
+}
+
+// Status is the merge patch of the Node's status subresource: the
+// version a kubelet would report and the machine's addresses (kwok keeps
+// what is there and fills conditions, capacity and the rest).
+func (n NodeSpec) Status() map[string]any {
+	return map[string]any{"status": map[string]any{
+		"nodeInfo": map[string]any{
+			"kubeletVersion":  n.Version,
+			"operatingSystem": "linux",
+			"architecture":    runtime.GOARCH,
+		},
+		"addresses": []map[string]string{
+			{"type": "InternalIP", "address": n.Address},
+			{"type": "Hostname", "address": n.Name},
+		},
+	}}
+}
+
+func (n NodeSpec) String() string { return fmt.Sprintf("Node %s", n.Name) }

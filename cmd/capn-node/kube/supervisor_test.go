@@ -1,0 +1,261 @@
+package kube_test
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/capn-dev/capn/cmd/capn-node/kube"
+)
+
+// proc is one process of /proc.
+type proc struct {
+	PID, PPID, PGID int
+	State           string
+	Cmdline         string
+	Exe             string
+}
+
+// processes lists the live (not zombie) processes.
+func processes(t testing.TB) []proc {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []proc
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		s := string(stat)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 3 || f[0] == "Z" || f[0] == "X" {
+			continue
+		}
+		p := proc{PID: pid, State: f[0]}
+		p.PPID, _ = strconv.Atoi(f[1])
+		p.PGID, _ = strconv.Atoi(f[2])
+		cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		p.Cmdline = strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " "))
+		p.Exe, _ = os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
+		out = append(out, p)
+	}
+	return out
+}
+
+func alive(t testing.TB, pid int) bool {
+	for _, p := range processes(t) {
+		if p.PID == pid {
+			return true
+		}
+	}
+	return false
+}
+
+func requireLinux(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc and relies on Pdeathsig: Linux only")
+	}
+}
+
+func newSupervisor(t *testing.T) *kube.Supervisor {
+	s := &kube.Supervisor{LogDir: t.TempDir(), Log: zerolog.Nop(), BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, StopGrace: 2 * time.Second}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func status(s *kube.Supervisor, name string) kube.Status {
+	for _, st := range s.Status() {
+		if st.Name == name {
+			return st
+		}
+	}
+	return kube.Status{}
+}
+
+var startLine = regexp.MustCompile(`(?m)^=== capn-node: start #(\d+) of \S+ at (\S+):`)
+
+func TestSupervisorRestartsWithCappedBackoff(t *testing.T) {
+	s := newSupervisor(t)
+	if err := s.Start(kube.Process{Name: "flaky", Path: "/bin/sh", Args: []string{"-c", "echo run; exit 3"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "9 starts", func() bool { return status(s, "flaky").Starts >= 9 })
+	s.Stop()
+	if st := status(s, "flaky"); st.PID != 0 || st.Starts < 9 {
+		t.Errorf("status %+v", st)
+	}
+	log, err := os.ReadFile(s.LogPath("flaky"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The last run may have been stopped before it printed.
+	if strings.Count(string(log), "\nrun\n") < 8 || strings.Count(string(log), "=== capn-node: flaky exited with status 3\n") < 8 {
+		t.Errorf("log:\n%s", log)
+	}
+	var starts []time.Time
+	for _, m := range startLine.FindAllStringSubmatch(string(log), -1) {
+		at, err := time.Parse(time.RFC3339Nano, m[2])
+		if err != nil {
+			t.Fatal(err)
+		}
+		starts = append(starts, at)
+	}
+	// Uncapped, the 8th wait would be 10ms·2^7 = 1.28s; capped it is 50ms
+	// plus the time a shell takes to start and exit.
+	for i := 6; i < len(starts); i++ {
+		if gap := starts[i].Sub(starts[i-1]); gap > 900*time.Millisecond {
+			t.Errorf("gap before start #%d is %s: backoff not capped at 50ms", i+1, gap)
+		}
+	}
+}
+
+func TestSupervisorStopsTheWholeGroup(t *testing.T) {
+	requireLinux(t)
+	s := newSupervisor(t)
+	s.StopGrace = 300 * time.Millisecond
+	// A child that ignores SIGTERM and has a child of its own (which
+	// inherits the ignored SIGTERM).
+	if err := s.Start(kube.Process{Name: "stubborn", Path: "/bin/sh", Args: []string{"-c", `trap "" TERM; sleep 1000 & wait`}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(kube.Process{Name: "polite", Path: "/bin/sleep", Args: []string{"1000"}}); err != nil {
+		t.Fatal(err)
+	}
+	var leader, grandchild int
+	waitFor(t, 10*time.Second, "the stubborn child's sleep", func() bool {
+		leader = status(s, "stubborn").PID
+		for _, p := range processes(t) {
+			if leader != 0 && p.PGID == leader && p.PID != leader && strings.HasPrefix(p.Cmdline, "sleep") {
+				grandchild = p.PID
+				return true
+			}
+		}
+		return false
+	})
+	polite := status(s, "polite").PID
+	if polite == 0 || !alive(t, polite) {
+		t.Fatal("polite child not running")
+	}
+	began := time.Now()
+	s.Stop()
+	took := time.Since(began)
+	for _, pid := range []int{leader, grandchild, polite} {
+		if alive(t, pid) {
+			t.Errorf("pid %d still running after Stop", pid)
+		}
+	}
+	if took < 300*time.Millisecond || took > 5*time.Second {
+		t.Errorf("Stop took %s, want the 300ms grace then SIGKILL", took)
+	}
+	if st := status(s, "polite"); st.LastExit != "killed by terminated" {
+		t.Errorf("polite: %+v", st)
+	}
+	if st := status(s, "stubborn"); st.LastExit != "killed by killed" {
+		t.Errorf("stubborn: %+v", st)
+	}
+	if err := s.Start(kube.Process{Name: "late", Path: "/bin/true"}); !errors.Is(err, kube.ErrStopped) {
+		t.Errorf("Start after Stop: %v", err)
+	}
+}
+
+func TestSupervisorMissingBinary(t *testing.T) {
+	s := newSupervisor(t)
+	if err := s.Start(kube.Process{Name: "ghost", Path: "/nonexistent/ghost"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(kube.Process{Name: "ghost", Path: "/bin/true"}); err == nil {
+		t.Error("a second child of the same name was accepted")
+	}
+	waitFor(t, 10*time.Second, "3 attempts", func() bool { return status(s, "ghost").Starts >= 3 })
+	if st := status(s, "ghost"); !strings.Contains(st.LastExit, "no such file or directory") {
+		t.Errorf("status %+v", st)
+	}
+	s.Stop()
+}
+
+// TestSupervisorHelper is not a test: TestSupervisorChildrenDieWithTheAgent
+// runs the test binary in this mode as a stand-in agent.
+func TestSupervisorHelper(t *testing.T) {
+	dir := os.Getenv("CAPN_KUBE_SUPERVISOR_HELPER")
+	if dir == "" {
+		return
+	}
+	s := &kube.Supervisor{LogDir: dir, Log: zerolog.Nop()}
+	if err := s.Start(kube.Process{Name: "sleeper", Path: "/bin/sleep", Args: []string{"1000"}}); err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	for status(s, "sleeper").PID == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	fmt.Println("pid", status(s, "sleeper").PID)
+	select {}
+}
+
+func TestSupervisorChildrenDieWithTheAgent(t *testing.T) {
+	requireLinux(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSupervisorHelper$", "-test.timeout=60s")
+	cmd.Env = append(os.Environ(), "CAPN_KUBE_SUPERVISOR_HELPER="+t.TempDir())
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("helper: %v", err)
+	}
+	var child int
+	if _, err := fmt.Sscanf(line, "pid %d", &child); err != nil {
+		t.Fatalf("helper said %q", line)
+	}
+	if !alive(t, child) {
+		t.Fatal("the helper's child is not running")
+	}
+	// Should the kernel not do it, the test still leaves nothing behind.
+	t.Cleanup(func() { _ = syscall.Kill(child, syscall.SIGKILL) })
+	// kill -9: no cleanup runs in the agent; the kernel must do it.
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	waitFor(t, 5*time.Second, fmt.Sprintf("pid %d to die with its agent", child), func() bool { return !alive(t, child) })
+}

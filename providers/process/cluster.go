@@ -16,12 +16,13 @@ import (
 
 // EndpointMessage says what listens on a process cluster's control-plane
 // endpoint.
-const EndpointMessage = "placeholder endpoint (capn-node endpoint): HTTP /healthz answers, nothing else; no Kubernetes API server runs"
+const EndpointMessage = "load balancer (capn-node endpoint) to the control-plane machines' API servers on :6443; placeholder answers while none is up"
 
 // EnsureCluster gives the cluster a directory and a control-plane endpoint
 // on 127.0.0.1:<port> (the port chosen once and kept), and keeps its
-// placeholder endpoint process running there. It is idempotent. params are
-// ignored.
+// endpoint process running there: a TCP load balancer to the cluster's
+// control-plane machines' API servers (<address>:6443), which answers as a
+// placeholder while none is up. It is idempotent. params are ignored.
 func (p *Provider) EnsureCluster(ctx context.Context, cluster string, _ map[string]string) (*capnv1alpha1.InfraCluster, error) {
 	p.mu.Lock()
 	rec, err := p.ensureClusterRecord(cluster)
@@ -61,21 +62,37 @@ func (p *Provider) ensureClusterRecord(cluster string) (*clusterRecord, error) {
 	return rec, writeJSON(path, rec)
 }
 
-// endpointArgs is the endpoint process's command line (checked in /proc).
+// endpointArgs is the head of the endpoint process's command line, which
+// says that a pid is this cluster's endpoint (checked in /proc).
 func (p *Provider) endpointArgs(rec *clusterRecord) []string {
 	return []string{p.opts.NodeBinary, "endpoint", "--cluster=" + rec.Cluster,
 		"--listen=" + net.JoinHostPort("127.0.0.1", strconv.Itoa(rec.Port))}
 }
 
-// ensureEndpoint starts the cluster's endpoint process unless it runs.
-// p.mu must be held, so that two callers never start two.
+// endpointCommand is the endpoint process's whole command line: its
+// backends are the cluster's control-plane machines in the state dir.
+func (p *Provider) endpointCommand(rec *clusterRecord) []string {
+	return append(p.endpointArgs(rec), "--process-state-dir="+p.opts.StateDir,
+		"--backend-port="+strconv.Itoa(p.opts.apiServerPort))
+}
+
+// ensureEndpoint starts the cluster's endpoint process unless it runs; one
+// that runs with another command line (started by an older provider as a
+// placeholder only, or with other options) is replaced. p.mu must be
+// held, so that two callers never start two.
 func (p *Provider) ensureEndpoint(rec *clusterRecord) error {
 	dir := p.dirs.cluster(rec.Cluster)
 	pidPath := filepath.Join(dir, endpointPID)
 	if ref, ok := readRef(pidPath); ok && alive(ref, p.endpointArgs(rec)) {
-		return nil
+		if alive(ref, p.endpointCommand(rec)) {
+			return nil
+		}
+		p.log.Info().Str("cluster", rec.Cluster).Int("pid", ref.PID).Msg("replacing the cluster endpoint started with another command line")
+		if err := terminate(ref, p.endpointArgs(rec), p.opts.StopTimeout, p.exitedChan(pidPath, ref)); err != nil {
+			return fmt.Errorf("stop the old endpoint of %s: %w", rec.Cluster, err)
+		}
 	}
-	ref, exited, err := p.spawn(dir, filepath.Join(dir, endpointLog), p.endpointArgs(rec))
+	ref, exited, err := p.spawn(dir, filepath.Join(dir, endpointLog), p.endpointCommand(rec))
 	if err != nil {
 		return fmt.Errorf("start the endpoint of %s: %w", rec.Cluster, err)
 	}

@@ -58,6 +58,10 @@ type Options struct {
 	// HealthPort is the port of each machine's /healthz on its own address
 	// (default 10248; -1: none).
 	HealthPort int
+
+	// apiServerPort is the port of the endpoint's backends (default
+	// DefaultAPIServerPort); tests change it.
+	apiServerPort int
 }
 
 func (o Options) withDefaults() Options {
@@ -75,6 +79,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.HealthPort == 0 {
 		o.HealthPort = DefaultHealthPort
+	}
+	if o.apiServerPort == 0 {
+		o.apiServerPort = DefaultAPIServerPort
 	}
 	return o
 }

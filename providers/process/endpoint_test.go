@@ -1,0 +1,155 @@
+package process_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/capn-dev/capn/events/natstest"
+	"github.com/capn-dev/capn/providers/process"
+	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+)
+
+func createRole(t *testing.T, p *process.Provider, cluster, machine, role string) *capnv1alpha1.InfraMachine {
+	t.Helper()
+	m, err := p.CreateMachine(context.Background(), &capnv1alpha1.CreateMachine{
+		Cluster: cluster, Machine: machine, Role: role, Version: "v1.33.4", BootstrapChecksum: "sha256:00",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// fakeAPIServer serves HTTPS on addr (a machine's address and the test's
+// API server port), answering "<name> <path>". Its certificate is
+// httptest's, valid for 127.0.0.1: what the client dials is the endpoint,
+// and TLS passes through it to here.
+func fakeAPIServer(t *testing.T, addr, name string) *httptest.Server {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("the fake API server cannot listen on %s: %v", addr, err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s %s", name, r.URL.Path)
+	}))
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// over GETs url with a new connection each time; "" and the error when
+// none answers as HTTPS or HTTP.
+func over(client *http.Client, url string) (int, string, error) {
+	resp, err := client.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+func TestEndpointBalancesToTheControlPlanesAPIServer(t *testing.T) {
+	port := freeTestPort(t)
+	p, opts := newProvider(t, func(o *process.Options) { process.SetAPIServerPort(o, port) })
+	ctx := context.Background()
+	cp := createRole(t, p, "c1", "cp1", process.RoleControlPlane)
+	w := createRole(t, p, "c1", "w1", "worker")
+	ic, err := p.EnsureCluster(ctx, "c1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ic.GetMessage() != process.EndpointMessage || !strings.Contains(ic.GetMessage(), "load balancer") {
+		t.Errorf("InfraCluster message %q", ic.GetMessage())
+	}
+	ep := net.JoinHostPort(ic.GetControlPlaneEndpoint().GetHost(), strconv.Itoa(int(ic.GetControlPlaneEndpoint().GetPort())))
+	plain := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
+	placeholder := func() bool {
+		code, body, err := over(plain, "http://"+ep+"/version")
+		if err != nil || code != http.StatusServiceUnavailable || !strings.Contains(body, "no Kubernetes API server runs here yet") {
+			return false
+		}
+		code, body, err = over(plain, "http://"+ep+"/healthz")
+		return err == nil && code == http.StatusOK && strings.Contains(body, "placeholder control-plane endpoint of cluster c1")
+	}
+	if !placeholder() {
+		t.Fatal("the endpoint of a cluster whose control plane runs no API server does not answer as the placeholder")
+	}
+
+	// A worker's API server is no backend; the control plane's is.
+	fakeAPIServer(t, net.JoinHostPort(internalIP(w), strconv.Itoa(port)), "worker")
+	apiserver := fakeAPIServer(t, net.JoinHostPort(internalIP(cp), strconv.Itoa(port)), "cp1")
+	tlsClient := apiserver.Client()
+	tlsClient.Transport.(*http.Transport).DisableKeepAlives = true
+	tlsClient.Timeout = 5 * time.Second
+	natstest.WaitFor(t, 10*time.Second, "the endpoint to reach cp1's API server", func() bool {
+		_, body, err := over(tlsClient, "https://"+ep+"/version")
+		return err == nil && body == "cp1 /version"
+	})
+	for i := range 5 {
+		if code, body, err := over(tlsClient, "https://"+ep+"/api/v1/nodes"); err != nil || code != http.StatusOK || body != "cp1 /api/v1/nodes" {
+			t.Errorf("request %d through the endpoint: %d %q %v", i, code, body, err)
+		}
+	}
+	log, _ := os.ReadFile(filepath.Join(opts.StateDir, "clusters", "c1", "endpoint.log"))
+	if !strings.Contains(string(log), "backend up") || !strings.Contains(string(log), internalIP(cp)) {
+		t.Errorf("the endpoint did not log cp1's API server up:\n%s", log)
+	}
+
+	// The API server goes: the placeholder answers again.
+	apiserver.Close()
+	natstest.WaitFor(t, 10*time.Second, "the placeholder to answer again", placeholder)
+}
+
+// An endpoint started with another command line (an older provider's
+// placeholder-only endpoint, or other options) is replaced by EnsureCluster.
+func TestEndpointWithAnotherCommandLineIsReplaced(t *testing.T) {
+	p, opts := newProvider(t, nil)
+	ctx := context.Background()
+	if _, err := p.EnsureCluster(ctx, "c1", nil); err != nil {
+		t.Fatal(err)
+	}
+	pidPath := filepath.Join(opts.StateDir, "clusters", "c1", "endpoint.pid")
+	before, _ := os.ReadFile(pidPath)
+	port := freeTestPort(t)
+	opts2 := opts
+	process.SetAPIServerPort(&opts2, port)
+	p2, err := process.New(opts2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p2.EnsureCluster(ctx, "c1", nil); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := os.ReadFile(pidPath)
+	if string(after) == string(before) {
+		t.Fatalf("the endpoint was kept: pid %s", after)
+	}
+	procs := nodeProcesses(opts.StateDir, "c1")
+	if len(procs) != 1 || !strings.Contains(procs[0], "--backend-port="+strconv.Itoa(port)) {
+		t.Errorf("endpoint processes: %v, want one with --backend-port=%d", procs, port)
+	}
+}
+
+func freeTestPort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}

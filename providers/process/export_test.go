@@ -1,0 +1,6 @@
+package process
+
+// SetAPIServerPort sets the port of the cluster endpoints' backends (the
+// machines' API servers), so that a test's fake API server need not take
+// 6443.
+func SetAPIServerPort(o *Options, port int) { o.apiServerPort = port }

@@ -1,7 +1,9 @@
 // Package agent is capn-node, the node agent of a process or docker
-// machine. It does NOT run a kubelet, kubeadm or any Kubernetes component:
-// it is the part of a node that capn talks to, until a later issue runs
-// real Kubernetes on these machines.
+// machine. It runs no kubelet or kubeadm: it is the part of a node that
+// capn talks to. Given --kube-bin and bootstrap data of the kube-local
+// provider, it also runs the machine's part of a real control plane (etcd,
+// kube-apiserver, kube-controller-manager, kube-scheduler, and kwok in
+// place of the kubelet: package kube).
 //
 //	start ─► claim the data dir (identity, boot count)
 //	      ─► connect to NATS as capn-node.<cluster>.<machine>
@@ -10,10 +12,15 @@
 //	         cloud-config or script ─► verify the join material's CA (and the
 //	         pin) ─► write the files under <data-dir>/rootfs (commands are
 //	         listed, not run) ─► record the checksum as applied
+//	      ─► with --kube-bin and /etc/capn/kube-local.json in the data: run
+//	         the control plane (package kube); a worker or a second control
+//	         plane is refused ("... is not built yet")
 //	      ─► heartbeat now and every interval on capn.health.<c>.<m>.heartbeat
-//	         (ready, kubelet version = the machine's version), id
-//	         heartbeat.<c>.<m>.<unix ms>
-//	SIGTERM ─► stop heartbeats, flush, close: exit 0.
+//	         (ready: bootstrapped, or with a control plane, its API server
+//	         answers /readyz; kubelet version = the machine's version), id
+//	         heartbeat.<c>.<m>.<unix ms>; the control plane's state as node
+//	         condition KubeControlPlane on capn.health.<c>.<m>.conditions
+//	SIGTERM ─► stop heartbeats and the control plane, flush, close: exit 0.
 package agent
 
 import (
@@ -31,9 +38,11 @@ import (
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/capn-dev/capn/cmd/capn-node/kube"
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/providers/sdk"
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
 	"github.com/capn-dev/capn/services/runtime"
 )
 
@@ -52,6 +61,14 @@ type Agent struct {
 	cfg          Config
 	log          zerolog.Logger
 	bootstrapped atomic.Bool
+	// kube is set when the machine runs a control plane (kube-local data
+	// and --kube-bin).
+	kube atomic.Pointer[kubeState]
+	// newKube builds the control-plane runtime (tests replace it).
+	newKube func(*kubelocal.NodeConfig, kube.Options) (KubeRuntime, error)
+	// lastCond is the KubeControlPlane condition published last
+	// (heartbeat goroutine only).
+	lastCond kube.Condition
 }
 
 // New checks cfg and returns its agent.
@@ -60,7 +77,10 @@ func New(cfg Config, log zerolog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return &Agent{cfg: cfg, log: log.With().Str("cluster", cfg.Cluster).Str("machine", cfg.Machine).Logger()}, nil
+	return &Agent{
+		cfg: cfg, log: log.With().Str("cluster", cfg.Cluster).Str("machine", cfg.Machine).Logger(),
+		newKube: func(c *kubelocal.NodeConfig, o kube.Options) (KubeRuntime, error) { return kube.New(c, o) },
+	}, nil
 }
 
 // Bootstrapped reports whether the machine's bootstrap data is applied.
@@ -101,9 +121,20 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	kubeDone := a.startKube(ctx)
 	a.heartbeats(ctx, events.NewPublisher(js, "capn/node/"+a.cfg.Cluster+"/"+a.cfg.Machine))
+	<-kubeDone // every child stopped before the agent says it stopped
 	a.log.Info().Msg("node agent stopped")
 	return nil
+}
+
+// Ready is what heartbeats report: with a control plane, whether its API
+// server answers /readyz; otherwise whether the bootstrap data is applied.
+func (a *Agent) Ready() bool {
+	if ks := a.kube.Load(); ks != nil {
+		return ks.ready()
+	}
+	return a.bootstrapped.Load()
 }
 
 // connect dials NATS (through the relay socket when set), retrying until
@@ -201,11 +232,35 @@ func (a *Agent) beat(ctx context.Context, pub *events.Publisher, at time.Time) e
 	c, m := a.cfg.Cluster, a.cfg.Machine
 	hb := &capnv1alpha1.NodeHeartbeat{
 		Cluster: c, Machine: m, NodeName: a.cfg.NodeName,
-		Ready: true, KubeletVersion: a.cfg.Version, Time: timestamppb.New(at),
+		Ready: a.Ready(), KubeletVersion: a.cfg.Version, Time: timestamppb.New(at),
 	}
 	_, err := pub.Publish(ctx, events.HealthSubject(c, m, HeartbeatKind), events.TypeNodeHeartbeat,
 		HeartbeatID(c, m, at), hb, events.WithSubject(m))
+	if ks := a.kube.Load(); ks != nil {
+		err = errors.Join(err, a.publishCondition(ctx, pub, ks.condition(), at))
+	}
 	return err
+}
+
+// publishCondition sends the control plane's state as node condition
+// KubeControlPlane when it changed since the last one sent.
+func (a *Agent) publishCondition(ctx context.Context, pub *events.Publisher, cond kube.Condition, at time.Time) error {
+	if cond == a.lastCond {
+		return nil
+	}
+	c, m := a.cfg.Cluster, a.cfg.Machine
+	nc := &capnv1alpha1.NodeConditions{Cluster: c, Machine: m, Source: "capn-node", Time: timestamppb.New(at),
+		Conditions: []*capnv1alpha1.NodeCondition{{
+			Type: ConditionKubeControlPlane, Status: cond.Status, Reason: cond.Reason, Message: cond.Message,
+			LastTransitionTime: timestamppb.New(at),
+		}}}
+	id := events.Subject("conditions", c, m, strconv.FormatInt(at.UnixMilli(), 10))
+	if _, err := pub.Publish(ctx, events.HealthSubject(c, m, ConditionsKind), events.TypeNodeConditions, id, nc, events.WithSubject(m)); err != nil {
+		return err
+	}
+	a.log.Info().Str("status", cond.Status).Str("reason", cond.Reason).Str("message", cond.Message).Msg("control-plane condition sent")
+	a.lastCond = cond
+	return nil
 }
 
 // serveHealth serves GET /healthz on HealthAddr; a failure to listen is
@@ -222,6 +277,14 @@ func (a *Agent) serveHealth() func() {
 		if !a.bootstrapped.Load() {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintf(w, "capn-node %s: waiting for bootstrap data\n", a.cfg)
+			return
+		}
+		if ks := a.kube.Load(); ks != nil {
+			c := ks.condition()
+			if !ks.ready() {
+				w.WriteHeader(http.StatusServiceUnavailable)
+			}
+			fmt.Fprintf(w, "capn-node %s: control plane %s (%s): %s\n", a.cfg, c.Status, c.Reason, c.Message)
 			return
 		}
 		fmt.Fprintf(w, "capn-node %s: bootstrapped; no kubelet runs\n", a.cfg)

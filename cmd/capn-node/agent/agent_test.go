@@ -23,6 +23,7 @@ import (
 	"github.com/capn-dev/capn/providers/sdk"
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/bootstrapper"
+	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/bootstraptest"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubeadm"
 	"github.com/capn-dev/capn/services/runtime"
@@ -56,12 +57,17 @@ type world struct {
 // newWorld is a server with capn's streams and a bootstrapper stand-in
 // answering c1/w-0's fetches with real kubeadm worker data.
 func newWorld(t *testing.T) *world {
+	return newWorldFor(t, kubeadm.New(), bootstraptest.JoinWorker, nil)
+}
+
+// newWorldFor answers with the data p renders for machine m.
+func newWorldFor(t *testing.T, p bootstrap.Provider, m bootstraptest.Machine, spec *capnv1alpha1.BootstrapSpec) *world {
 	srv := natstest.Start(t)
 	nc, js := srv.Connect(t)
 	if err := events.Provision(context.Background(), js, events.DefaultTopology(1)); err != nil {
 		t.Fatal(err)
 	}
-	in, out := render(t, kubeadm.New(), bootstraptest.JoinWorker, nil)
+	in, out := render(t, p, m, spec)
 	w := &world{t: t, srv: srv, js: js, pin: in.CACertHash,
 		data: &capnv1alpha1.BootstrapData{Format: string(out.Format), Data: out.Data, Checksum: sdk.Checksum(out.Data)}}
 	sub, err := nc.Subscribe(sdk.BootstrapFetchSubject("c1", "w-0"), func(m *nats.Msg) {

@@ -11,6 +11,7 @@ import (
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/bootstraptest"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubeadm"
+	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/script"
 )
 
@@ -41,6 +42,8 @@ func TestParseAndVerifyTheShippedProviders(t *testing.T) {
 		{"kubeadm worker join", kubeadm.New(), bootstraptest.FullSpec("kubeadm"), bootstraptest.JoinWorker, []string{agent.KubeadmJoinConfig, "/opt/tricky.yaml"}, "kubeadm join"},
 		{"script wrapper", script.New(), &capnv1alpha1.BootstrapSpec{Provider: "script", UserData: userScript}, bootstraptest.JoinWorker, []string{agent.JoinEnv, "/run/capn/ca.crt", "/run/capn/user-data"}, "exec '/run/capn/user-data'"},
 		{"script cloud-config", script.New(), &capnv1alpha1.BootstrapSpec{Provider: "script", UserData: userCloud}, bootstraptest.JoinControl, []string{agent.JoinEnv, "/run/capn/ca.crt", "/etc/kubernetes/pki/ca.key"}, "echo hi"},
+		{"kube-local init", kubelocal.New(), &capnv1alpha1.BootstrapSpec{Provider: "kube-local"}, bootstraptest.Init, []string{agent.KubeLocalConfig, "/etc/kubernetes/pki/ca.key", "/etc/kubernetes/pki/sa.key"}, ""},
+		{"kube-local worker", kubelocal.New(), &capnv1alpha1.BootstrapSpec{Provider: "kube-local"}, bootstraptest.JoinWorker, []string{agent.KubeLocalConfig, "/etc/kubernetes/pki/ca.crt"}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -111,6 +114,12 @@ func TestVerifyJoinRefusesInconsistentMaterial(t *testing.T) {
 		{"join config without hashes", func(p *agent.Plan) {
 			p.Files = []agent.File{{Path: agent.KubeadmJoinConfig, Content: []byte("kind: JoinConfiguration\n")}}
 		}, "no discovery.bootstrapToken.caCertHashes"},
+		{"kube-local config naming another CA", func(p *agent.Plan) {
+			p.Files = append(p.Files, agent.File{Path: agent.KubeLocalConfig, Content: []byte(`{"caCertHash": "sha256:` + strings.Repeat("1", 64) + `"}`)})
+		}, "2 different CAs"},
+		{"kube-local config without a hash", func(p *agent.Plan) {
+			p.Files = append(p.Files, agent.File{Path: agent.KubeLocalConfig, Content: []byte(`{}`)})
+		}, "kube-local.json: no caCertHash"},
 		{"CA file that is not a certificate", func(p *agent.Plan) {
 			p.Files = append(p.Files, agent.File{Path: "/run/capn/ca.crt", Content: []byte("junk")})
 		}, "not a PEM certificate"},

@@ -3,10 +3,12 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/capn-dev/capn/cmd/capn-node/kube"
 	"github.com/capn-dev/capn/providers/sdk"
 	"github.com/capn-dev/capn/services/runtime"
 )
@@ -16,6 +18,8 @@ const (
 	DefaultHeartbeatEvery = 10 * time.Second
 	// DefaultFetchRetryMax bounds the wait between two bootstrap fetches.
 	DefaultFetchRetryMax = 15 * time.Second
+	// DefaultAddress is the machine's address when none is given.
+	DefaultAddress = "127.0.0.1"
 )
 
 // Config is one machine's node agent. A provider starts capn-node with it
@@ -52,6 +56,21 @@ type Config struct {
 	HealthAddr string
 	// FetchRetryMax bounds the backoff between bootstrap fetches.
 	FetchRetryMax time.Duration
+	// KubeBin, when set, is a directory with etcd, kube-apiserver,
+	// kube-controller-manager, kube-scheduler and kwok: bootstrap data of
+	// the kube-local provider then runs the machine's part of the cluster
+	// (package kube). Empty means no real Kubernetes here.
+	KubeBin string
+	// Address is the machine's own IP address (default 127.0.0.1): the
+	// control plane binds to it.
+	Address string
+	// ProviderID, when set, is the Node's spec.providerID, as the
+	// infrastructure reports it.
+	ProviderID string
+	// KubePorts overrides the control plane's ports:
+	// name=port,... with names etcd-client, etcd-peer, apiserver,
+	// controller-manager, scheduler (kubeadm's defaults otherwise).
+	KubePorts string
 }
 
 // Flags binds the config to --flags and CAPN_NODE_* (CAPN_NATS_* for NATS)
@@ -80,6 +99,10 @@ func (c *Config) Flags() []runtime.Flag {
 		f("nats-inbox-prefix", "CAPN_NATS_INBOX_PREFIX", "`prefix` of reply subjects instead of _INBOX (a deployment's node user: _INBOX_node)", &c.NATS.InboxPrefix),
 		f("nats-socket", "CAPN_NODE_NATS_SOCKET", "unix `socket` to dial NATS through (the docker provider's relay)", &c.NATSSocket),
 		f("health-addr", "CAPN_NODE_HEALTH_ADDR", "`host:port` of GET /healthz (optional)", &c.HealthAddr),
+		f("kube-bin", "CAPN_KUBE_BIN", "`dir` of the Kubernetes binaries (make kube): kube-local bootstrap data then runs a real control plane (optional)", &c.KubeBin),
+		f("address", "CAPN_NODE_ADDRESS", "this machine's own IP `address`, which its control plane binds to (default 127.0.0.1)", &c.Address),
+		f("provider-id", "CAPN_NODE_PROVIDER_ID", "`id` the infrastructure gives this machine: the Node's spec.providerID (optional)", &c.ProviderID),
+		f("kube-ports", "CAPN_NODE_KUBE_PORTS", "control-plane `ports` as name=port,... (etcd-client, etcd-peer, apiserver, controller-manager, scheduler; default kubeadm's)", &c.KubePorts),
 		{Name: "heartbeat-every", Env: "CAPN_NODE_HEARTBEAT_EVERY", Usage: "heartbeat `interval`", Value: runtime.DurationValue(&c.HeartbeatEvery)},
 	}
 }
@@ -96,6 +119,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.NATS.URL == "" {
 		c.NATS.URL = runtime.DefaultNATSURL
+	}
+	if c.Address == "" {
+		c.Address = DefaultAddress
 	}
 	return c
 }
@@ -130,6 +156,15 @@ func (c Config) Validate() error {
 	}
 	if c.NATSSocket != "" && !filepath.IsAbs(c.NATSSocket) {
 		bad("nats-socket", "CAPN_NODE_NATS_SOCKET", c.NATSSocket, "must be an absolute path")
+	}
+	if c.KubeBin != "" && !filepath.IsAbs(c.KubeBin) {
+		bad("kube-bin", "CAPN_KUBE_BIN", c.KubeBin, "must be an absolute path")
+	}
+	if a, err := netip.ParseAddr(c.Address); err != nil || a.Zone() != "" {
+		bad("address", "CAPN_NODE_ADDRESS", c.Address, "must be an IP address")
+	}
+	if _, err := kube.ParsePorts(c.KubePorts); err != nil {
+		bad("kube-ports", "CAPN_NODE_KUBE_PORTS", c.KubePorts, err.Error())
 	}
 	// URL, credentials, TLS files and inbox prefix: the runtime's checks,
 	// under the same flag names.

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -14,6 +15,8 @@ import (
 	"strings"
 
 	yaml "go.yaml.in/yaml/v2"
+
+	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
 )
 
 // Where the shipped bootstrap providers put the join material.
@@ -24,6 +27,8 @@ const (
 	KubeadmInitConfig = "/run/kubeadm/kubeadm.yaml"
 	// JoinEnv holds CAPN_CA_CERT_HASH (script provider).
 	JoinEnv = "/run/capn/join.env"
+	// KubeLocalConfig holds caCertHash (kube-local provider).
+	KubeLocalConfig = kubelocal.ConfigPath
 )
 
 // CAFiles are the cluster CA certificates bootstrap data may carry:
@@ -37,7 +42,8 @@ var ErrJoinMaterial = errors.New("join material check failed")
 // VerifyJoin checks the join material of a plan, as kubeadm's discovery
 // would before trusting an API server: every CA the plan names — the
 // caCertHashes of a kubeadm JoinConfiguration, CAPN_CA_CERT_HASH of
-// join.env, and the public key hash of every CA certificate it writes —
+// join.env, caCertHash of kube-local.json, and the public key hash of every
+// CA certificate it writes —
 // must be one and the same CA, and that CA must be pin when pin is set.
 // It returns that CA's hash (sha256:<hex> of its public key).
 func VerifyJoin(p *Plan, pin string) (string, error) {
@@ -62,6 +68,19 @@ func VerifyJoin(p *Plan, pin string) (string, error) {
 			add(h, JoinEnv)
 		} else {
 			errs = append(errs, fmt.Errorf("%s: no CAPN_CA_CERT_HASH", JoinEnv))
+		}
+	}
+	if f, ok := p.File(KubeLocalConfig); ok {
+		var kl struct {
+			CACertHash string `json:"caCertHash"`
+		}
+		switch err := json.Unmarshal(f.Content, &kl); {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w", KubeLocalConfig, err))
+		case kl.CACertHash == "":
+			errs = append(errs, fmt.Errorf("%s: no caCertHash", KubeLocalConfig))
+		default:
+			add(kl.CACertHash, KubeLocalConfig)
 		}
 	}
 	for _, at := range CAFiles {

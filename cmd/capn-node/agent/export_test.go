@@ -1,0 +1,11 @@
+package agent
+
+import (
+	"github.com/capn-dev/capn/cmd/capn-node/kube"
+	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
+)
+
+// SetNewKube replaces how a builds its control-plane runtime.
+func SetNewKube(a *Agent, f func(*kubelocal.NodeConfig, kube.Options) (KubeRuntime, error)) {
+	a.newKube = f
+}

@@ -1,0 +1,120 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/capn-dev/capn/cmd/capn-node/kube"
+	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
+)
+
+// The node condition the agent reports about its control plane.
+const (
+	ConditionKubeControlPlane = "KubeControlPlane"
+	// ConditionsKind is the last token of the conditions subject.
+	ConditionsKind = "conditions"
+)
+
+// KubeRuntime is what the agent needs of a control-plane runtime
+// (kube.Runtime).
+type KubeRuntime interface {
+	Run(ctx context.Context) error
+	Ready() bool
+	Condition() (kube.Condition, int)
+}
+
+// kubeState is the machine's control plane as the agent sees it: the
+// runtime, or why there is none.
+type kubeState struct {
+	rt   KubeRuntime
+	mu   sync.Mutex
+	fail *kube.Condition
+}
+
+func (k *kubeState) failed(reason string, err error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.fail = &kube.Condition{Status: "False", Reason: reason, Message: err.Error()}
+}
+
+func (k *kubeState) ready() bool {
+	k.mu.Lock()
+	failed := k.fail != nil
+	k.mu.Unlock()
+	return !failed && k.rt != nil && k.rt.Ready()
+}
+
+func (k *kubeState) condition() kube.Condition {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.fail != nil {
+		return *k.fail
+	}
+	c, _ := k.rt.Condition()
+	return c
+}
+
+// startKube runs the control plane when the applied data is kube-local's
+// and the agent has --kube-bin. The channel is closed once every child is
+// stopped (at once when nothing runs).
+func (a *Agent) startKube(ctx context.Context) <-chan struct{} {
+	done := make(chan struct{})
+	path := filepath.Join(a.cfg.DataDir, RootFS, kubelocal.ConfigPath)
+	raw, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		close(done)
+		return done
+	}
+	if a.cfg.KubeBin == "" {
+		a.log.Warn().Str("config", kubelocal.ConfigPath).
+			Msg("the bootstrap data is the kube-local provider's, but this agent has no --kube-bin: no Kubernetes runs here (heartbeats say ready once bootstrapped)")
+		close(done)
+		return done
+	}
+	ks := &kubeState{}
+	fail := func(reason string, err error) <-chan struct{} {
+		a.log.Error().Err(err).Str("reason", reason).Msg("the control plane does not run")
+		ks.failed(reason, err)
+		a.kube.Store(ks)
+		close(done)
+		return done
+	}
+	if err != nil {
+		return fail("InvalidConfig", err)
+	}
+	cfg, err := kubelocal.Parse(raw)
+	if err != nil {
+		return fail("InvalidConfig", err)
+	}
+	ports, err := kube.ParsePorts(a.cfg.KubePorts)
+	if err != nil {
+		return fail("InvalidConfig", err)
+	}
+	rt, err := a.newKube(cfg, kube.Options{
+		BinDir: a.cfg.KubeBin, DataDir: a.cfg.DataDir, Address: a.cfg.Address, ProviderID: a.cfg.ProviderID,
+		Ports: ports, Log: a.log.With().Str("component", "kube").Logger(),
+	})
+	if err != nil {
+		reason := "Failed"
+		if errors.Is(err, kube.ErrNotBuilt) {
+			reason = "NotBuilt"
+		}
+		return fail(reason, err)
+	}
+	ks.rt = rt
+	a.kube.Store(ks)
+	a.log.Info().Str("kube_bin", a.cfg.KubeBin).Str("address", a.cfg.Address).Str("node", cfg.NodeName).
+		Str("version", cfg.KubernetesVersion).Msg("running the control plane (kube-local)")
+	go func() {
+		defer close(done)
+		if err := rt.Run(ctx); err != nil {
+			a.log.Error().Err(err).Msg("the control plane stopped")
+			ks.failed("Failed", err)
+		}
+	}()
+	return done
+}

@@ -1,0 +1,203 @@
+package agent_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/capn-dev/capn/cmd/capn-node/agent"
+	"github.com/capn-dev/capn/cmd/capn-node/kube"
+	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/natstest"
+	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/bootstraptest"
+	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
+)
+
+// fakeRuntime stands in for kube.Runtime: its readiness is the test's.
+type fakeRuntime struct {
+	ready   atomic.Bool
+	ran     atomic.Bool
+	stopped atomic.Bool
+}
+
+func (f *fakeRuntime) Run(ctx context.Context) error {
+	f.ran.Store(true)
+	<-ctx.Done()
+	time.Sleep(50 * time.Millisecond) // stopping children takes a while
+	f.stopped.Store(true)
+	return nil
+}
+
+func (f *fakeRuntime) Ready() bool { return f.ready.Load() }
+
+func (f *fakeRuntime) Condition() (kube.Condition, int) {
+	if f.ready.Load() {
+		return kube.Condition{Status: "True", Reason: "APIServerReady", Message: "ready"}, 2
+	}
+	return kube.Condition{Status: "Unknown", Reason: "Starting", Message: "starting"}, 1
+}
+
+var kubeLocalSpec = &capnv1alpha1.BootstrapSpec{Provider: "kube-local"}
+
+// run starts a, built by the test, until the returned stop.
+func (w *world) run(a *agent.Agent) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				w.t.Errorf("agent: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			w.t.Error("the agent did not stop within 5s")
+		}
+	}
+	w.t.Cleanup(stop)
+	return stop
+}
+
+func (w *world) lastCondition() *capnv1alpha1.NodeConditions {
+	s, err := w.js.Stream(context.Background(), events.StreamHealth)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	raw, err := s.GetLastMsgForSubject(context.Background(), events.HealthSubject("c1", "w-0", agent.ConditionsKind))
+	if err != nil {
+		return nil
+	}
+	e, err := events.FromMsg(raw.Header, raw.Data)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	nc := new(capnv1alpha1.NodeConditions)
+	if err := events.DataAs(e, nc); err != nil {
+		w.t.Fatal(err)
+	}
+	return nc
+}
+
+func (w *world) waitCondition(status, reason string) *capnv1alpha1.NodeCondition {
+	w.t.Helper()
+	var c *capnv1alpha1.NodeCondition
+	natstest.WaitFor(w.t, 5*time.Second, "condition "+status+"/"+reason, func() bool {
+		nc := w.lastCondition()
+		if nc == nil || len(nc.GetConditions()) != 1 {
+			return false
+		}
+		c = nc.GetConditions()[0]
+		return c.GetType() == agent.ConditionKubeControlPlane && c.GetStatus() == status && c.GetReason() == reason
+	})
+	return c
+}
+
+func (w *world) waitReady(want bool) {
+	w.t.Helper()
+	id := ""
+	natstest.WaitFor(w.t, 5*time.Second, "a heartbeat with the wanted ready", func() bool {
+		id = w.waitBeatAfter(id)
+		hb, _ := w.lastBeat()
+		return hb.GetReady() == want
+	})
+}
+
+func TestAgentRunsTheKubeLocalControlPlane(t *testing.T) {
+	w := newWorldFor(t, kubelocal.New(), bootstraptest.Init, kubeLocalSpec)
+	cfg := w.config(t.TempDir())
+	cfg.KubeBin, cfg.Address, cfg.ProviderID, cfg.KubePorts = "/opt/kube/bin", "127.0.0.9", "process://c1/w-0", "apiserver=7443"
+	a, err := agent.New(cfg, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := &fakeRuntime{}
+	var got kube.Options
+	var gotCfg *kubelocal.NodeConfig
+	agent.SetNewKube(a, func(c *kubelocal.NodeConfig, o kube.Options) (agent.KubeRuntime, error) {
+		got, gotCfg = o, c
+		return fake, nil
+	})
+	stop := w.run(a)
+
+	// Bootstrapped, but the API server does not answer yet: not ready.
+	w.waitReady(false)
+	if !a.Bootstrapped() || !fake.ran.Load() {
+		t.Fatalf("bootstrapped %v, runtime ran %v", a.Bootstrapped(), fake.ran.Load())
+	}
+	if code := healthz(cfg.HealthAddr); code != http.StatusServiceUnavailable {
+		t.Errorf("/healthz = %d while the control plane starts, want 503", code)
+	}
+	w.waitCondition("Unknown", "Starting")
+	if got.BinDir != "/opt/kube/bin" || got.Address != "127.0.0.9" || got.ProviderID != "process://c1/w-0" ||
+		got.Ports.APIServer != 7443 || got.Ports.EtcdClient != 2379 || got.DataDir != cfg.DataDir {
+		t.Errorf("runtime options %+v", got)
+	}
+	if gotCfg.NodeName != "prod-1-cp-abcde" || !gotCfg.FirstControlPlane {
+		t.Errorf("node config %+v", gotCfg)
+	}
+
+	fake.ready.Store(true)
+	w.waitReady(true)
+	w.waitCondition("True", "APIServerReady")
+	if code := healthz(cfg.HealthAddr); code != http.StatusOK {
+		t.Errorf("/healthz = %d with the API server ready", code)
+	}
+	fake.ready.Store(false)
+	w.waitReady(false)
+
+	stop()
+	if !fake.stopped.Load() {
+		t.Error("the agent returned before its control plane stopped")
+	}
+}
+
+func TestAgentReportsWhatIsNotBuilt(t *testing.T) {
+	w := newWorldFor(t, kubelocal.New(), bootstraptest.JoinWorker, kubeLocalSpec)
+	cfg := w.config(t.TempDir())
+	cfg.KubeBin = t.TempDir()
+	_, stop := w.start(cfg)
+	w.waitReady(false)
+	c := w.waitCondition("False", "NotBuilt")
+	if c.GetMessage() != "kube-local: worker join via CSR is not built yet" {
+		t.Errorf("condition message %q", c.GetMessage())
+	}
+	if code := healthz(cfg.HealthAddr); code != http.StatusServiceUnavailable {
+		t.Errorf("/healthz = %d, want 503", code)
+	}
+	stop()
+}
+
+func TestAgentWithoutKubeBinOnlyBootstraps(t *testing.T) {
+	w := newWorldFor(t, kubelocal.New(), bootstraptest.Init, kubeLocalSpec)
+	cfg := w.config(t.TempDir())
+	_, stop := w.start(cfg)
+	w.waitReady(true)
+	if nc := w.lastCondition(); nc != nil {
+		t.Errorf("a condition was sent without a control plane: %v", nc)
+	}
+	stop()
+}
+
+func TestConfigKubeFlags(t *testing.T) {
+	w := newWorld(t)
+	cfg := w.config(t.TempDir())
+	cfg.KubeBin, cfg.Address, cfg.KubePorts = "bin", "localhost", "apiserver=70000"
+	_, err := agent.New(cfg, zerolog.Nop())
+	for _, want := range []string{"--kube-bin", "--address", "--kube-ports", "apiserver=70000: want a port 1-65535"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v, want it to name %s", err, want)
+		}
+	}
+}

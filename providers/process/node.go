@@ -46,6 +46,11 @@ func (p *Provider) nodeArgs(rec *machineRecord) []string {
 	if p.opts.HealthPort > 0 {
 		args = append(args, "--health-addr="+net.JoinHostPort(rec.Address, strconv.Itoa(p.opts.HealthPort)))
 	}
+	// What the node needs to run Kubernetes: the binaries, the address its
+	// components bind, and the provider id its Node carries.
+	if p.opts.KubeBin != "" {
+		args = append(args, "--kube-bin="+p.opts.KubeBin, "--address="+rec.Address, "--provider-id="+rec.ProviderID)
+	}
 	return args
 }
 

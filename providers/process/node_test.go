@@ -1,8 +1,14 @@
 package process
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/capn-dev/capn/providers/sdk"
+	"github.com/capn-dev/capn/services/runtime"
 )
 
 // A rendered deployment's node user needs its TLS files and inbox prefix
@@ -26,5 +32,84 @@ func TestNodeArgsCarryTheNodeUsersNATSSettings(t *testing.T) {
 		if a == "--nats-inbox-prefix=" || a == "--nats-tls-ca=" {
 			t.Errorf("an empty setting became a flag: %v", a)
 		}
+	}
+}
+
+// With --kube-bin the node gets what it needs to run Kubernetes: the
+// binaries, its address and its provider id; without, nothing of it.
+func TestNodeArgsCarryKubeBinAddressAndProviderID(t *testing.T) {
+	rec := &machineRecord{Cluster: "c1", Machine: "m1", ProviderID: "process://c1/m1", Address: "127.0.0.7", Version: "v1.33.4", Checksum: "sha256:00"}
+	p := &Provider{opts: Options{NodeBinary: "/bin/capn-node", KubeBin: "/opt/kube/bin"}}
+	args := p.nodeArgs(rec)
+	for _, want := range []string{"--kube-bin=/opt/kube/bin", "--address=127.0.0.7", "--provider-id=process://c1/m1"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("capn-node args lack %s: %v", want, args)
+		}
+	}
+	if !slices.Equal(args[:len(p.identity(rec))], p.identity(rec)) {
+		t.Errorf("the identity head changed: %v", args)
+	}
+	p.opts.KubeBin = ""
+	for _, a := range p.nodeArgs(rec) {
+		if strings.HasPrefix(a, "--kube-bin") || strings.HasPrefix(a, "--address") || strings.HasPrefix(a, "--provider-id") {
+			t.Errorf("without --kube-bin the node got %s", a)
+		}
+	}
+}
+
+// real-kubernetes is announced only while --kube-bin holds an executable
+// kube-apiserver.
+func TestRealKubernetesCapabilityFollowsKubeBin(t *testing.T) {
+	dir := t.TempDir()
+	p := &Provider{opts: Options{KubeBin: dir}}
+	has := func() bool { return slices.Contains(p.Capabilities(), sdk.CapabilityRealKubernetes) }
+	if has() {
+		t.Error("announced with an empty --kube-bin dir")
+	}
+	apiserver := filepath.Join(dir, "kube-apiserver")
+	if err := os.WriteFile(apiserver, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if has() {
+		t.Error("announced with a kube-apiserver that is not executable")
+	}
+	if err := os.Chmod(apiserver, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if !has() {
+		t.Errorf("not announced with %s: %v", apiserver, p.Capabilities())
+	}
+	p.opts.KubeBin = ""
+	if has() {
+		t.Error("announced without --kube-bin")
+	}
+	if !slices.Contains(p.Capabilities(), sdk.CapabilityStopStart) || !slices.Contains(p.Capabilities(), sdk.CapabilityReboot) {
+		t.Errorf("capabilities %v lack stop-start or reboot", p.Capabilities())
+	}
+}
+
+func TestKubeBinOption(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ dir, want string }{
+		{"/nonexistent/kube", "--kube-bin (CAPN_KUBE_BIN) \"/nonexistent/kube\""},
+		{file, "not a directory"},
+	} {
+		err := Options{StateDir: t.TempDir(), KubeBin: tt.dir}.Validate()
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("--kube-bin %s: %v, want %q", tt.dir, err, tt.want)
+		}
+	}
+	// A relative dir is made absolute: machines run in directories of their own.
+	wd, _ := os.Getwd()
+	if got := (Options{KubeBin: "bin"}).withDefaults().KubeBin; got != filepath.Join(wd, "bin") {
+		t.Errorf("relative --kube-bin became %q", got)
+	}
+	if i := slices.IndexFunc((&Options{}).Flags(), func(f runtime.Flag) bool { return f.Name == "kube-bin" }); i < 0 {
+		t.Error("no --kube-bin flag")
+	} else if env := (&Options{}).Flags()[i].Env; env != "CAPN_KUBE_BIN" {
+		t.Errorf("--kube-bin reads %s, want CAPN_KUBE_BIN", env)
 	}
 }

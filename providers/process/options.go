@@ -58,6 +58,13 @@ type Options struct {
 	// HealthPort is the port of each machine's /healthz on its own address
 	// (default 10248; -1: none).
 	HealthPort int
+	// KubeBin is the directory of the Kubernetes binaries (etcd,
+	// kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
+	// kwok; `make kube` builds them) that machines run when their
+	// bootstrap data asks for real Kubernetes. It goes to each machine's
+	// capn-node as --kube-bin with the machine's --address and
+	// --provider-id. Empty: no Kubernetes runs on these machines.
+	KubeBin string
 
 	// apiServerPort is the port of the endpoint's backends (default
 	// DefaultAPIServerPort); tests change it.
@@ -82,6 +89,13 @@ func (o Options) withDefaults() Options {
 	}
 	if o.apiServerPort == 0 {
 		o.apiServerPort = DefaultAPIServerPort
+	}
+	// Machines run in directories of their own: a relative path would
+	// name another directory there.
+	if o.KubeBin != "" && !filepath.IsAbs(o.KubeBin) {
+		if abs, err := filepath.Abs(o.KubeBin); err == nil {
+			o.KubeBin = abs
+		}
 	}
 	return o
 }
@@ -136,6 +150,13 @@ func (o Options) Validate() error {
 	if o.HealthPort < -1 || o.HealthPort > 65535 {
 		bad("process-health-port", fmt.Sprint(o.HealthPort), "must be a port, or -1 for none")
 	}
+	if o.KubeBin != "" {
+		if fi, err := os.Stat(o.KubeBin); err != nil {
+			bad("kube-bin", o.KubeBin, err.Error())
+		} else if !fi.IsDir() {
+			bad("kube-bin", o.KubeBin, "not a directory: give the directory of the Kubernetes binaries (hack/kube.sh --print-path)")
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -161,6 +182,7 @@ func (o *Options) Flags() []runtime.Flag {
 		f("process-watch-every", "`interval` of the check for machine processes that exited (0: 1s)", runtime.DurationValue(&o.WatchEvery)),
 		f("process-stop-timeout", "`time` a machine gets after SIGTERM before SIGKILL (0: 10s)", runtime.DurationValue(&o.StopTimeout)),
 		f("process-health-port", "`port` of each machine's /healthz on its own address (0: 10248, -1: none)", runtime.IntValue(&o.HealthPort)),
+		f("kube-bin", "`dir` of the Kubernetes binaries machines run when their bootstrap data asks (make kube; empty: no Kubernetes)", runtime.StringValue(&o.KubeBin)),
 	}
 }
 

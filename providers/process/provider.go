@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -72,9 +75,25 @@ func New(opts Options) (*Provider, error) {
 // Name is "process".
 func (p *Provider) Name() string { return Name }
 
-// Capabilities: stop-start and reboot.
+// Capabilities: stop-start and reboot, and real-kubernetes while KubeBin
+// holds a kube-apiserver (read at every announcement, so binaries built
+// after the start count).
 func (p *Provider) Capabilities() []string {
-	return []string{sdk.CapabilityStopStart, sdk.CapabilityReboot}
+	caps := []string{sdk.CapabilityStopStart, sdk.CapabilityReboot}
+	if p.runsKubernetes() {
+		caps = append(caps, sdk.CapabilityRealKubernetes)
+	}
+	return caps
+}
+
+// runsKubernetes reports whether KubeBin holds an executable
+// kube-apiserver.
+func (p *Provider) runsKubernetes() bool {
+	if p.opts.KubeBin == "" {
+		return false
+	}
+	fi, err := os.Stat(filepath.Join(p.opts.KubeBin, "kube-apiserver"))
+	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
 }
 
 // ProviderID is the provider id of a process machine: process://<cluster>/<machine>.
@@ -188,6 +207,9 @@ func (p *Provider) describe(rec *machineRecord) (*capnv1alpha1.InfraMachine, err
 	}
 	im.State = sdk.StateRunning
 	im.Message = fmt.Sprintf("capn-node pid %d on %s (no kubelet runs)", ref.PID, rec.Address)
+	if args, err := cmdline(ref.PID); err == nil && slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--kube-bin=") }) {
+		im.Message = fmt.Sprintf("capn-node pid %d on %s (with --kube-bin: runs the Kubernetes its bootstrap data asks for)", ref.PID, rec.Address)
+	}
 	return im, nil
 }
 

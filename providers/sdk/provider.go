@@ -129,8 +129,13 @@ type CommandHandler interface {
 
 // Capabilities a provider may announce.
 const (
-	CapabilityStopStart      = "stop-start"
-	CapabilityReboot         = "reboot"
+	CapabilityStopStart = "stop-start"
+	CapabilityReboot    = "reboot"
+	// CapabilityRealKubernetes: the provider's machines can run real
+	// Kubernetes components (an API server behind the cluster's endpoint,
+	// Nodes registered), not only capn's node agent. Tests that need a
+	// real API server run only against providers that announce it; the
+	// process provider does while its --kube-bin holds a kube-apiserver.
 	CapabilityRealKubernetes = "real-kubernetes"
 	CapabilityFailureDomains = "failure-domains"
 )

@@ -56,6 +56,10 @@ type devConfig struct {
 	ProcessNodeBinary string
 	// DockerImage is the docker provider's machine image ("": capn-node:latest).
 	DockerImage string
+	// KubeBin is the directory of the Kubernetes binaries the process
+	// provider's machines run when their bootstrap data asks (make kube;
+	// "": no Kubernetes runs on them).
+	KubeBin string
 }
 
 // natsListenNone as NATSListen serves only in-process connections.
@@ -88,6 +92,7 @@ func (c *devConfig) flags() []runtime.Flag {
 		{Name: "providers", Env: "CAPN_PROVIDERS", Usage: "infrastructure `providers` to run, comma-separated: sim always runs; process and docker run when they can (capn dev says why not)", Value: runtime.StringValue(&c.Providers)},
 		{Name: "process-node-binary", Env: "CAPN_PROCESS_NODE_BINARY", Usage: "capn-node `path` the process provider's machines run (default: beside this program, else on PATH)", Value: runtime.StringValue(&c.ProcessNodeBinary)},
 		{Name: "docker-image", Env: "CAPN_DOCKER_IMAGE", Usage: "the docker provider's machine `image`, built locally by 'make images' (default capn-node:latest)", Value: runtime.StringValue(&c.DockerImage)},
+		{Name: "kube-bin", Env: "CAPN_KUBE_BIN", Usage: "`dir` of the Kubernetes binaries the process provider's machines run when their bootstrap data asks ('make kube'; default: none, no Kubernetes)", Value: runtime.StringValue(&c.KubeBin)},
 	}
 }
 
@@ -109,6 +114,12 @@ func (c devConfig) validate() error {
 	if _, _, err := splitListen(c.GatewayAddr); err != nil {
 		errs = append(errs, &runtime.FieldError{Flag: "gateway-addr", Env: "CAPN_GATEWAY_ADDR", Value: c.GatewayAddr,
 			Problem: "must be host:port (port 0..65535): " + err.Error(), Err: err})
+	}
+	if c.KubeBin != "" {
+		if fi, err := os.Stat(c.KubeBin); err != nil || !fi.IsDir() {
+			errs = append(errs, &runtime.FieldError{Flag: "kube-bin", Env: "CAPN_KUBE_BIN", Value: c.KubeBin,
+				Problem: "must be the directory of the Kubernetes binaries ('make kube'; hack/kube.sh --print-path prints it)"})
+		}
 	}
 	seen := map[string]bool{}
 	for _, p := range c.providerList() {

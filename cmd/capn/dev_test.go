@@ -22,6 +22,7 @@ import (
 
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/natstest"
+	"github.com/capn-dev/capn/providers/process"
 	"github.com/capn-dev/capn/services/runtime"
 )
 
@@ -372,5 +373,25 @@ func TestDevServiceTrouble(t *testing.T) {
 				t.Fatalf("capn dev did not end:\n%s", stderr)
 			}
 		})
+	}
+}
+
+// --kube-bin reaches the process provider, which hands it to its machines.
+func TestDevPassesKubeBinToTheProcessProvider(t *testing.T) {
+	exe, err := os.Executable() // stands in for capn-node: only checked to be executable
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeBin := t.TempDir()
+	for _, tt := range []struct{ kubeBin, want string }{{kubeBin, kubeBin}, {"", ""}} {
+		cfg := defaultDevConfig()
+		cfg.Providers, cfg.ProcessNodeBinary, cfg.KubeBin = "process", exe, tt.kubeBin
+		provs := devProviders(context.Background(), cfg, t.TempDir(), "nats://127.0.0.1:4222")
+		if len(provs) != 1 || provs[0].svc == nil {
+			t.Fatalf("providers %+v: want process running", provs)
+		}
+		if got := provs[0].svc.(*process.Service).Process.KubeBin; got != tt.want {
+			t.Errorf("--kube-bin %q: the process provider got %q", tt.kubeBin, got)
+		}
 	}
 }

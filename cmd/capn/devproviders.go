@@ -50,6 +50,7 @@ func devProviders(ctx context.Context, cfg devConfig, dataDir, natsURL string) [
 				NodeBinary:  cfg.ProcessNodeBinary,
 				StateDir:    filepath.Join(dataDir, "process"),
 				NodeNATSURL: natsURL,
+				KubeBin:     cfg.KubeBin,
 			}, sdk.Options{})
 			switch err := svc.Validate(); {
 			case natsURL == "":

@@ -56,6 +56,9 @@ func TestRunDispatches(t *testing.T) {
 			wantStderr: "capn dev: invalid configuration:\n" +
 				`  - --providers (CAPN_PROVIDERS) "sim,aws,sim": unknown provider "aws": want some of sim, process, docker` + "\n" +
 				`  - --providers (CAPN_PROVIDERS) "sim,aws,sim": provider "sim" is named twice`},
+		{name: "dev with a kube-bin that is no directory", args: []string{"dev", "--kube-bin", "/nonexistent/kube/bin"}, wantCode: 2,
+			wantStderr: "capn dev: invalid configuration:\n" +
+				`  - --kube-bin (CAPN_KUBE_BIN) "/nonexistent/kube/bin": must be the directory of the Kubernetes binaries`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -2,7 +2,11 @@
 // real OS process of the node agent capn-node (cmd/capn-node) on this
 // host, with its own data directory and its own 127.0.0.x address. No
 // kubelet runs: capn-node fetches and checks the machine's bootstrap data,
-// writes its files under the machine's data dir and heartbeats.
+// writes its files under the machine's data dir and heartbeats; given
+// Options.KubeBin, it runs the Kubernetes components its bootstrap data
+// asks for. A cluster's control-plane endpoint is a capn-node endpoint
+// process: a TCP load balancer to the control-plane machines' API servers,
+// answering as a placeholder while none is up.
 //
 // The state directory is the provider's whole memory (see README.md):
 // Describe and List read it and /proc each time, so machines outlive the

@@ -153,3 +153,36 @@ func freeTestPort(t *testing.T) int {
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
 }
+
+// A machine of a provider with --kube-bin runs: its capn-node takes
+// --kube-bin, --address and --provider-id, and the record says so.
+func TestMachineWithKubeBinRuns(t *testing.T) {
+	kubeBin := t.TempDir()
+	p, opts := newProvider(t, func(o *process.Options) { o.KubeBin = kubeBin })
+	m := createRole(t, p, "c1", "cp1", process.RoleControlPlane)
+	// Past its flags' checks (a node that refuses them exits 2 at once).
+	nodeLog := filepath.Join(machineDir(opts.StateDir, "c1", "cp1"), "node.log")
+	natstest.WaitFor(t, 10*time.Second, "capn-node to start", func() bool {
+		b, _ := os.ReadFile(nodeLog)
+		return strings.Contains(string(b), "node agent starting") || strings.Contains(string(b), "usage:") ||
+			strings.Contains(string(b), "flag provided but not defined")
+	})
+	got, err := p.Describe(context.Background(), "c1", "cp1")
+	if err != nil {
+		log, _ := os.ReadFile(nodeLog)
+		t.Fatalf("Describe: %v; node.log:\n%s", err, log)
+	}
+	if !strings.Contains(got.GetMessage(), "with --kube-bin") {
+		t.Errorf("message %q", got.GetMessage())
+	}
+	procs := nodeProcesses(opts.StateDir, "c1")
+	want := []string{"--kube-bin=" + kubeBin, "--address=" + internalIP(m), "--provider-id=" + m.GetProviderId()}
+	if len(procs) != 1 {
+		t.Fatalf("processes %v, want the machine's", procs)
+	}
+	for _, w := range want {
+		if !strings.Contains(procs[0], w) {
+			t.Errorf("capn-node runs without %s: %s", w, procs[0])
+		}
+	}
+}

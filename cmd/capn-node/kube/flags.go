@@ -148,8 +148,9 @@ func Commands(cfg *kubelocal.NodeConfig, o Options, l Layout) (Plan, error) {
 	kwok := Process{Name: "kwok", Path: bin("kwok"), Env: env, Args: []string{
 		"--kubeconfig=" + l.AdminKubeconfig(),
 		"--config=" + l.KwokConfig(),
-		"--manage-all-nodes=false",
-		"--manage-nodes-with-annotation-selector=" + KwokAnnotation + "=" + KwokAnnotationValue,
+		// Only this machine's Node: when the machine is gone, nothing
+		// renews its Lease and the Node goes NotReady, as with a kubelet.
+		"--manage-single-node=" + cfg.NodeName,
 		"--node-ip=" + addr.String(),
 		"--node-lease-duration-seconds=40",
 	}}

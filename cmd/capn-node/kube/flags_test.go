@@ -84,8 +84,7 @@ func TestCommands(t *testing.T) {
 		},
 		"kube-scheduler": {"bind-address": "127.0.0.5", "secure-port": "11259", "kubeconfig": l.KubeconfigPath("scheduler"), "leader-elect": "true"},
 		"kwok": {
-			"kubeconfig": l.AdminKubeconfig(), "config": l.KwokConfig(), "manage-all-nodes": "false",
-			"manage-nodes-with-annotation-selector": "kwok.x-k8s.io/node=fake", "node-ip": "127.0.0.5",
+			"kubeconfig": l.AdminKubeconfig(), "config": l.KwokConfig(), "manage-single-node": "kl-cp-0", "node-ip": "127.0.0.5",
 		},
 	}
 	all := append(plan.ControlPlane(), plan.Kwok)

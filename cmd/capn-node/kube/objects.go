@@ -37,7 +37,8 @@ const (
 	ControlPlaneRoleLabel = "node-role.kubernetes.io/control-plane"
 	// ExcludeFromLBLabel is what kubeadm's mark-control-plane phase adds.
 	ExcludeFromLBLabel = "node.kubernetes.io/exclude-from-external-load-balancers"
-	// KwokAnnotation=KwokAnnotationValue marks a Node kwok manages.
+	// KwokAnnotation=KwokAnnotationValue marks a Node run by kwok (each
+	// machine's kwok manages its own Node only: --manage-single-node).
 	KwokAnnotation      = "kwok.x-k8s.io/node"
 	KwokAnnotationValue = "fake"
 )

@@ -1,0 +1,361 @@
+package kube_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/capn-dev/capn/cmd/capn-node/kube"
+	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
+	"github.com/capn-dev/capn/services/bootstrapper/pki"
+)
+
+// kubeBin is $CAPN_KUBE_BIN with every binary the test runs, or the test
+// is skipped — failed under CAPN_REQUIRE_KUBE=1 (CI builds them).
+func kubeBin(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("CAPN_KUBE_BIN")
+	why := ""
+	if dir == "" {
+		why = "CAPN_KUBE_BIN is not set"
+	} else {
+		for _, b := range append(slices.Clone(kube.Binaries), "kubectl") {
+			if fi, err := os.Stat(filepath.Join(dir, b)); err != nil || fi.Mode()&0o111 == 0 {
+				why = fmt.Sprintf("CAPN_KUBE_BIN=%s has no %s", dir, b)
+				break
+			}
+		}
+	}
+	if why == "" {
+		return dir
+	}
+	if os.Getenv("CAPN_REQUIRE_KUBE") == "1" {
+		t.Fatalf("%s, and CAPN_REQUIRE_KUBE=1: build them with make kube", why)
+	}
+	t.Skipf("%s: build the binaries with make kube and set CAPN_KUBE_BIN=$(hack/kube.sh --print-path)", why)
+	return ""
+}
+
+type kubectl struct {
+	t          *testing.T
+	bin, admin string
+	// home keeps kubectl's cache out of the real $HOME.
+	home string
+}
+
+func (k kubectl) run(stdin string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(k.bin, "kubectl"), append([]string{"--kubeconfig=" + k.admin}, args...)...)
+	cmd.Env = append(os.Environ(), "HOME="+k.home, "KUBECONFIG=")
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if err != nil {
+		return out.String(), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, errb.String())
+	}
+	return out.String(), nil
+}
+
+func (k kubectl) json(out any, args ...string) {
+	k.t.Helper()
+	s, err := k.run("", append(args, "-o", "json")...)
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(s), out); err != nil {
+		k.t.Fatalf("%v: %s", err, s)
+	}
+}
+
+func within(t *testing.T, timeout time.Duration, what string, ok func() (bool, string)) time.Duration {
+	t.Helper()
+	began := time.Now()
+	last := ""
+	for {
+		done, state := ok()
+		if done {
+			return time.Since(began)
+		}
+		last = state
+		if time.Since(began) > timeout {
+			t.Fatalf("%s: not within %s (last: %s)", what, timeout, last)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+type nodeList struct {
+	Items []struct {
+		Metadata struct {
+			Name   string            `json:"name"`
+			Labels map[string]string `json:"labels"`
+		} `json:"metadata"`
+		Spec struct {
+			ProviderID string            `json:"providerID"`
+			PodCIDR    string            `json:"podCIDR"`
+			Taints     []kubelocal.Taint `json:"taints"`
+		} `json:"spec"`
+		Status struct {
+			Conditions []struct{ Type, Status string } `json:"conditions"`
+			NodeInfo   struct {
+				KubeletVersion string `json:"kubeletVersion"`
+			} `json:"nodeInfo"`
+			Addresses []struct{ Type, Address string } `json:"addresses"`
+		} `json:"status"`
+	} `json:"items"`
+}
+
+func rss(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+			return n
+		}
+	}
+	return 0
+}
+
+// TestControlPlane runs the node side of one kube-local control-plane
+// machine on 127.0.0.1 from a rendered plan with a real PKI, and checks it
+// with kubectl: the version, the Node Ready by kwok with its labels, a
+// Deployment's 3 pods Running, the join material; then a restart of the
+// agent side over the same data dir, and that nothing is left running.
+func TestControlPlane(t *testing.T) {
+	requireLinux(t)
+	bin := kubeBin(t)
+	version, err := kube.BinaryVersion(t.Context(), filepath.Join(bin, "kube-apiserver"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, _, err := pki.Ensure(pki.Set{}, pki.Options{Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := freePorts(t, 5)
+	p := kube.Ports{EtcdClient: ports[0], EtcdPeer: ports[1], APIServer: ports[2], ControllerManager: ports[3], Scheduler: ports[4]}
+	cfg, dir := machine{
+		Name: "kl-cp-0", Version: version, Host: "127.0.0.1", Port: p.APIServer,
+		Labels:  map[string]string{"tier": "control", "node.kubernetes.io/pool": "cp"},
+		Network: &capnv1alpha1.NetworkSpec{PodCidrs: []string{"10.244.0.0/16"}, ServiceCidrs: []string{"10.96.0.0/12"}, ServiceDomain: "cluster.local"},
+	}.render(t, set)
+	t.Logf("data dir %s, ports %s, Kubernetes %s", dir, p, version)
+
+	start := func() (*kube.Runtime, func()) {
+		rt, err := kube.New(cfg, kube.Options{
+			BinDir: bin, DataDir: dir, Address: "127.0.0.1", ProviderID: "process://kl/kl-cp-0", Ports: p,
+			Log: zerolog.New(zerolog.NewTestWriter(t)).With().Timestamp().Logger(),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- rt.Run(ctx) }()
+		stopped := false
+		stop := func() {
+			if stopped {
+				return
+			}
+			stopped = true
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			case <-time.After(60 * time.Second):
+				t.Error("Run did not return within 60s of its context ending")
+			}
+		}
+		t.Cleanup(func() {
+			stop()
+			if t.Failed() {
+				for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"} {
+					b, _ := os.ReadFile(rt.Supervisor().LogPath(name))
+					if len(b) > 6000 {
+						b = b[len(b)-6000:]
+					}
+					t.Logf("--- tail of %s.log ---\n%s", name, b)
+				}
+			}
+		})
+		return rt, stop
+	}
+
+	rt, stop := start()
+	k := kubectl{t: t, bin: bin, admin: rt.Layout().AdminKubeconfig(), home: t.TempDir()}
+
+	apiReady := within(t, 4*time.Minute, "kube-apiserver /readyz", func() (bool, string) {
+		c, _ := rt.Condition()
+		return rt.Ready(), c.Reason + ": " + c.Message
+	})
+	t.Logf("kube-apiserver ready %s after start", apiReady.Round(time.Millisecond))
+
+	var v struct {
+		ServerVersion struct{ GitVersion string } `json:"serverVersion"`
+	}
+	k.json(&v, "version")
+	if v.ServerVersion.GitVersion != cfg.KubernetesVersion {
+		t.Errorf("server version %s, declared %s", v.ServerVersion.GitVersion, cfg.KubernetesVersion)
+	}
+
+	var nodes nodeList
+	nodeReady := within(t, 3*time.Minute, "Node kl-cp-0 Ready", func() (bool, string) {
+		s, err := k.run("", "get", "nodes", "-o", "json")
+		if err != nil {
+			return false, err.Error()
+		}
+		nodes = nodeList{}
+		if err := json.Unmarshal([]byte(s), &nodes); err != nil || len(nodes.Items) != 1 {
+			return false, fmt.Sprintf("%d nodes %v", len(nodes.Items), err)
+		}
+		for _, c := range nodes.Items[0].Status.Conditions {
+			if c.Type == "Ready" {
+				return c.Status == "True", "Ready=" + c.Status
+			}
+		}
+		return false, "no Ready condition"
+	})
+	t.Logf("Node Ready %s after start", (apiReady + nodeReady).Round(time.Millisecond))
+	n := nodes.Items[0]
+	if n.Metadata.Name != "kl-cp-0" || n.Spec.ProviderID != "process://kl/kl-cp-0" || n.Status.NodeInfo.KubeletVersion != version {
+		t.Errorf("node %s providerID %s kubeletVersion %s", n.Metadata.Name, n.Spec.ProviderID, n.Status.NodeInfo.KubeletVersion)
+	}
+	for key, want := range map[string]string{"node-role.kubernetes.io/control-plane": "", "tier": "control", "node.kubernetes.io/pool": "cp", "kubernetes.io/hostname": "kl-cp-0"} {
+		if got, ok := n.Metadata.Labels[key]; !ok || got != want {
+			t.Errorf("label %s = %q (%v), want %q", key, got, ok, want)
+		}
+	}
+	if !slices.Contains(n.Spec.Taints, kubelocal.Taint{Key: "node-role.kubernetes.io/control-plane", Effect: "NoSchedule"}) {
+		t.Errorf("taints %+v", n.Spec.Taints)
+	}
+	if !slices.Contains(n.Status.Addresses, struct{ Type, Address string }{"InternalIP", "127.0.0.1"}) {
+		t.Errorf("addresses %+v", n.Status.Addresses)
+	}
+
+	// kwok runs pods: a Deployment of 3 that tolerates the control-plane taint.
+	const deploy = `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: default}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      tolerations: [{key: node-role.kubernetes.io/control-plane, operator: Exists, effect: NoSchedule}]
+      containers: [{name: web, image: registry.k8s.io/pause:3.10}]
+`
+	if _, err := k.run(deploy, "apply", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	podsRunning := within(t, 3*time.Minute, "3 pods Running", func() (bool, string) {
+		s, err := k.run("", "get", "pods", "-l", "app=web", "-o", "jsonpath={range .items[*]}{.status.phase}/{.spec.nodeName}/{.status.podIP} {end}")
+		if err != nil {
+			return false, err.Error()
+		}
+		running := 0
+		for _, f := range strings.Fields(s) {
+			if strings.HasPrefix(f, "Running/kl-cp-0/10.244.") {
+				running++
+			}
+		}
+		return running == 3, s
+	})
+	t.Logf("3 pods Running %s after the Deployment was applied", podsRunning.Round(time.Millisecond))
+
+	// The join material, as kubeadm's bootstrap-token phase leaves it.
+	var sec struct {
+		Type string            `json:"type"`
+		Data map[string]string `json:"data"`
+	}
+	k.json(&sec, "get", "secret", "-n", "kube-system", "bootstrap-token-abcdef")
+	if sec.Type != "bootstrap.kubernetes.io/token" || sec.Data["auth-extra-groups"] == "" || sec.Data["expiration"] == "" {
+		t.Errorf("token secret %+v", sec)
+	}
+	for _, crb := range []string{"kubeadm:kubelet-bootstrap", "kubeadm:node-autoapprove-bootstrap", "kubeadm:node-autoapprove-certificate-rotation", "kubeadm:get-nodes", "kubeadm:apiserver-kubelet-client"} {
+		if _, err := k.run("", "get", "clusterrolebinding", crb); err != nil {
+			t.Error(err)
+		}
+	}
+	// The bootstrap token really authenticates, in the join group.
+	tokenConf := filepath.Join(t.TempDir(), "token.conf")
+	if err := os.WriteFile(tokenConf, fmt.Appendf(nil, "apiVersion: v1\nkind: Config\nclusters: [{name: kl, cluster: {server: 'https://127.0.0.1:%d', certificate-authority: '%s'}}]\nusers: [{name: joiner, user: {token: '%s'}}]\ncontexts: [{name: j, context: {cluster: kl, user: joiner}}]\ncurrent-context: j\n",
+		p.APIServer, filepath.Join(rt.Layout().PKIDir(), "ca.crt"), cfg.BootstrapToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	joiner := kubectl{t: t, bin: bin, admin: tokenConf, home: k.home}
+	if out, err := joiner.run("", "auth", "whoami", "-o", "jsonpath={.status.userInfo.groups}"); err != nil || !strings.Contains(out, "system:bootstrappers:kubeadm:default-node-token") {
+		t.Errorf("whoami with the bootstrap token: %q %v", out, err)
+	}
+	// ...and may post CSRs and get nodes, as kubeadm's RBAC allows, but not list secrets.
+	for args, want := range map[string]string{"create certificatesigningrequests": "yes", "get nodes": "yes", "list secrets": "no"} {
+		out, _ := joiner.run("", append([]string{"auth", "can-i"}, strings.Fields(args)...)...)
+		if strings.TrimSpace(out) != want {
+			t.Errorf("bootstrap token can-i %s: %q, want %s", args, out, want)
+		}
+	}
+	// The controller-manager's bootstrapsigner signs cluster-info with the
+	// token, as joining nodes expect.
+	within(t, time.Minute, "cluster-info signed with the bootstrap token", func() (bool, string) {
+		out, err := k.run("", "get", "configmap", "-n", "kube-public", "cluster-info", "-o", "jsonpath={.data}")
+		return err == nil && strings.Contains(out, "jws-kubeconfig-abcdef"), out
+	})
+
+	total := 0
+	for _, st := range rt.Supervisor().Status() {
+		kb := rss(st.PID)
+		total += kb
+		t.Logf("%-24s pid %-7d starts %d RSS %6.1f MiB", st.Name, st.PID, st.Starts, float64(kb)/1024)
+		if st.Starts != 1 {
+			t.Errorf("%s started %d times: %s", st.Name, st.Starts, st.LastExit)
+		}
+	}
+	t.Logf("control plane + kwok RSS %.1f MiB", float64(total)/1024)
+
+	// The agent restarts over the same data dir: certificates kept, etcd's
+	// data still there, the Node still registered.
+	stop()
+	restarted := time.Now()
+	rt, stop = start()
+	within(t, 4*time.Minute, "kube-apiserver /readyz after a restart", func() (bool, string) { return rt.Ready(), "" })
+	within(t, 2*time.Minute, "registered after a restart", func() (bool, string) {
+		_, ok := rt.Milestones()["kwok-started"]
+		return ok, ""
+	})
+	t.Logf("restart: ready and registered %s after start", time.Since(restarted).Round(time.Millisecond))
+	within(t, 2*time.Minute, "the Deployment still available", func() (bool, string) {
+		s, err := k.run("", "get", "deploy", "web", "-o", "jsonpath={.status.availableReplicas}")
+		return err == nil && s == "3", s
+	})
+	stop()
+
+	// Nothing of the control plane is left running.
+	var left []string
+	for _, pr := range processes(t) {
+		if strings.HasPrefix(pr.Exe, bin+"/") || strings.Contains(pr.Cmdline, dir) {
+			left = append(left, fmt.Sprintf("%d %s", pr.PID, pr.Cmdline))
+		}
+	}
+	if len(left) > 0 {
+		t.Errorf("processes left after stop:\n%s", strings.Join(left, "\n"))
+	}
+}

@@ -53,6 +53,19 @@ type CacheOptions struct {
 	// its queue is compacted to the latest change per key. 0 means
 	// DefaultSubscriberQueue.
 	SubscriberQueue int
+	// Prefixes, when not empty, are the only keys the cache holds: changes
+	// to other keys still advance its revision but are not kept, which
+	// saves a service the memory of records it never reads. List and
+	// Subscribe of "" mean every key the cache holds; Get, List, KeysUnder
+	// and Subscribe of any other key or prefix no entry covers panic: it is
+	// a programming error that would otherwise read as "absent".
+	Prefixes []string
+}
+
+// Keep returns o keeping only the keys under prefixes (CacheOptions.Prefixes).
+func Keep(o CacheOptions, prefixes ...string) CacheOptions {
+	o.Prefixes = prefixes
+	return o
 }
 
 // Validate reports every invalid option at once.
@@ -66,6 +79,11 @@ func (o CacheOptions) Validate() error {
 	}
 	if o.SubscriberQueue < 0 {
 		errs = append(errs, fmt.Errorf("subscriber queue %d is negative", o.SubscriberQueue))
+	}
+	for i, p := range o.Prefixes {
+		if p == "" {
+			errs = append(errs, fmt.Errorf("prefixes[%d] is empty; leave Prefixes empty to keep every key", i))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -249,8 +267,36 @@ func (c *Cache) Resync() {
 	}
 }
 
+// keeps reports whether the cache holds key (CacheOptions.Prefixes).
+func (c *Cache) keeps(key string) bool {
+	if len(c.opts.Prefixes) == 0 {
+		return true
+	}
+	for _, p := range c.opts.Prefixes {
+		if strings.HasPrefix(key, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// mustCover panics unless every key under prefix is kept ("": every key
+// the cache holds).
+func (c *Cache) mustCover(prefix string) {
+	if len(c.opts.Prefixes) == 0 || prefix == "" {
+		return
+	}
+	for _, p := range c.opts.Prefixes {
+		if strings.HasPrefix(prefix, p) {
+			return
+		}
+	}
+	panic(fmt.Sprintf("cache %s: %q is outside the prefixes it keeps %q", c.kv.Bucket(), prefix, c.opts.Prefixes))
+}
+
 // Get returns the cached entry for key, if the key exists.
 func (c *Cache) Get(key string) (RawEntry, bool) {
+	c.mustCover(key)
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	e, ok := c.entries[key]
@@ -261,6 +307,7 @@ func (c *Cache) Get(key string) (RawEntry, bool) {
 // key. A prefix of exactly two tokens and a dot ("machine.c1.") is served
 // from an index; any other scans the whole cache.
 func (c *Cache) List(prefix string) []RawEntry {
+	c.mustCover(prefix)
 	c.mu.RLock()
 	out := c.list(prefix)
 	c.mu.RUnlock()
@@ -351,6 +398,7 @@ func (c *Cache) Revision() uint64 {
 // before Start is allowed: the initial load then arrives as changes. Each
 // subscription runs one goroutine until it is closed.
 func (c *Cache) Subscribe(prefix string) *Subscription {
+	c.mustCover(prefix)
 	limit := c.opts.SubscriberQueue
 	if limit <= 0 {
 		limit = DefaultSubscriberQueue

@@ -475,13 +475,13 @@ func TestSubscribeReplaysCurrentState(t *testing.T) {
 }
 
 func TestCacheOptionsValidate(t *testing.T) {
-	err := CacheOptions{Timeout: -1, LoadTimeout: -1, SubscriberQueue: -1}.Validate()
+	err := CacheOptions{Timeout: -1, LoadTimeout: -1, SubscriberQueue: -1, Prefixes: []string{"a.", ""}}.Validate()
 	if err == nil {
 		t.Fatal("no error")
 	}
 	// errors.Join reports every problem.
-	if n := len(err.(interface{ Unwrap() []error }).Unwrap()); n != 3 {
-		t.Errorf("%d errors, want 3: %v", n, err)
+	if n := len(err.(interface{ Unwrap() []error }).Unwrap()); n != 4 {
+		t.Errorf("%d errors, want 4: %v", n, err)
 	}
 	if err := NewCache(newKV(t), CacheOptions{Timeout: -1}).Start(context.Background()); err == nil {
 		t.Error("start with invalid options: no error")
@@ -586,5 +586,70 @@ func TestCacheStartCancelled(t *testing.T) {
 	}
 	if _, ok := <-c.Subscribe("").C(); ok {
 		t.Error("subscription on a failed cache delivered a change")
+	}
+}
+
+// TestCachePrefixes checks that a cache keeps only the keys under its
+// prefixes, through the load, the watch and a resync, while its revision
+// still counts every write; and that reading outside them panics.
+func TestCachePrefixes(t *testing.T) {
+	ctx := testCtx(t)
+	kv := newKV(t)
+	put(t, kv, "machine.c1.a", 1)
+	put(t, kv, "node.c1.a", 1)
+	c := NewCache(kv, CacheOptions{Prefixes: []string{"machine.", "cluster."}, ResyncEvery: 20 * time.Millisecond})
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sub := c.Subscribe("machine.")
+	defer sub.Unsubscribe()
+	put(t, kv, "node.c1.b", 1)
+	last := put(t, kv, "machine.c1.b", 2)
+	natstest.WaitFor(t, 10*time.Second, "the watched write", func() bool { return c.Revision() >= last })
+	put(t, kv, "infra.p.c1.a", 1)
+	last = put(t, kv, "cluster.c1", 1)
+	natstest.WaitFor(t, 10*time.Second, "the last write", func() bool { return c.Revision() >= last })
+
+	c.mu.RLock()
+	var keys []string
+	for k := range c.entries {
+		keys = append(keys, k)
+	}
+	c.mu.RUnlock()
+	slices.Sort(keys)
+	if want := []string{"cluster.c1", "machine.c1.a", "machine.c1.b"}; !slices.Equal(keys, want) {
+		t.Errorf("cache holds %q, want %q", keys, want)
+	}
+	// A resync (every 20ms) must not bring the other keys in.
+	time.Sleep(100 * time.Millisecond)
+	c.mu.RLock()
+	n := len(c.entries)
+	c.mu.RUnlock()
+	if n != 3 {
+		t.Errorf("after resyncs the cache holds %d keys, want 3", n)
+	}
+	for _, f := range []struct {
+		name string
+		call func()
+	}{
+		{"Get", func() { c.Get("node.c1.a") }},
+		{"List", func() { c.List("node.") }},
+		{"KeysUnder", func() { c.KeysUnder("infra.") }},
+		{"Subscribe", func() { c.Subscribe("node.") }},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s outside the prefixes did not panic", f.name)
+				}
+			}()
+			f.call()
+		}()
+	}
+	if _, ok := c.Get("machine.c1.a"); !ok {
+		t.Error("Get of a kept key: not found")
+	}
+	if n := len(c.List("")); n != 3 {
+		t.Errorf(`List("") = %d entries, want the 3 kept`, n)
 	}
 }

@@ -281,6 +281,9 @@ func (l *watchLoop) apply(e jetstream.KeyValueEntry) {
 		return
 	}
 	key := e.Key()
+	if !c.keeps(key) {
+		return
+	}
 	switch e.Operation() {
 	case jetstream.KeyValuePut:
 		c.set(RawEntry{Key: key, Value: e.Value(), Revision: rev})
@@ -363,6 +366,9 @@ func (l *watchLoop) repair(s snapshot) {
 	last := c.rev
 	var repairs []Change
 	for key, se := range s.entries {
+		if !c.keeps(key) {
+			continue
+		}
 		rev := se.Revision()
 		ce, cached := c.entries[key]
 		if rev > last || (cached && ce.Revision > s.horizon) {

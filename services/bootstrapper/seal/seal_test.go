@@ -33,7 +33,9 @@ func TestSealOpenRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(pt) > 0 && bytes.Contains(s, pt) {
+		// A plaintext this short can occur in random ciphertext by chance
+		// (one byte: about one run in seven), so only a longer one is looked for.
+		if len(pt) >= 8 && bytes.Contains(s, pt) {
 			t.Fatal("sealed value contains the plaintext")
 		}
 		got, err := r.Open("pki.c1.ca", s)

@@ -13,8 +13,8 @@
 //	         pin) ─► write the files under <data-dir>/rootfs (commands are
 //	         listed, not run) ─► record the checksum as applied
 //	      ─► with --kube-bin and /etc/capn/kube-local.json in the data: run
-//	         the control plane (package kube); a worker or a second control
-//	         plane is refused ("... is not built yet")
+//	         the control plane, or join as a worker (package kube); a
+//	         second control plane is refused ("... is not built yet")
 //	      ─► heartbeat now and every interval on capn.health.<c>.<m>.heartbeat
 //	         (ready: bootstrapped, or with a control plane, its API server
 //	         answers /readyz; kubelet version = the machine's version), id

@@ -21,6 +21,8 @@ import (
 type Client struct {
 	Server string
 	HTTP   *http.Client
+	// Token, when set, is sent as a bearer token (a bootstrap token).
+	Token string
 }
 
 // NewClient trusts caPEM for server and authenticates with the client
@@ -41,6 +43,17 @@ func NewClient(kc *Kubeconfig) (*Client, error) {
 		IdleConnTimeout:     30 * time.Second,
 	}
 	return &Client{Server: strings.TrimSuffix(kc.Server(), "/"), HTTP: &http.Client{Transport: tr, Timeout: 15 * time.Second}}, nil
+}
+
+// NewTokenClient trusts caPEM for server and authenticates with a bearer
+// token: how a joining node asks for its certificate.
+func NewTokenClient(server string, caPEM []byte, token string) (*Client, error) {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, errors.New("no CA certificate")
+	}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, IdleConnTimeout: 30 * time.Second}
+	return &Client{Server: strings.TrimSuffix(server, "/"), HTTP: &http.Client{Transport: tr, Timeout: 15 * time.Second}, Token: token}, nil
 }
 
 // Close drops idle connections.
@@ -88,6 +101,9 @@ func (c *Client) Do(ctx context.Context, method, path, contentType string, body,
 		return err
 	}
 	req.Header.Set("Accept", "application/json")
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
 	if rd != nil {
 		req.Header.Set("Content-Type", contentType)
 	}
@@ -130,6 +146,9 @@ func (c *Client) Ready(ctx context.Context) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Server+"/readyz", nil)
 	if err != nil {
 		return err
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {

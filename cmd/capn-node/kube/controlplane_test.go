@@ -18,8 +18,10 @@ import (
 
 	"github.com/capn-dev/capn/cmd/capn-node/kube"
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
 	"github.com/capn-dev/capn/services/bootstrapper/pki"
+	"github.com/capn-dev/capn/services/bootstrapper/token"
 )
 
 // kubeBin is $CAPN_KUBE_BIN with every binary the test runs, or the test
@@ -119,6 +121,18 @@ type nodeList struct {
 	} `json:"items"`
 }
 
+// nodeReady reads the Node's Ready condition.
+func nodeReady(k kubectl, name string) (bool, string) {
+	s, err := k.run("", "get", "node", name, "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}")
+	if err != nil {
+		return false, err.Error()
+	}
+	if s == "" {
+		return false, "no Ready condition"
+	}
+	return s == "True", "Ready=" + s
+}
+
 func rss(pid int) int {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -136,8 +150,11 @@ func rss(pid int) int {
 // TestControlPlane runs the node side of one kube-local control-plane
 // machine on 127.0.0.1 from a rendered plan with a real PKI, and checks it
 // with kubectl: the version, the Node Ready by kwok with its labels, a
-// Deployment's 3 pods Running, the join material; then a restart of the
-// agent side over the same data dir, and that nothing is left running.
+// Deployment's 3 pods Running, the join material; then a worker (on
+// 127.0.0.2) joins through a CSR and runs pods, keeps its certificate over
+// a restart, and its Node goes NotReady once it is stopped; then a restart
+// of the control plane over the same data dir, and that nothing is left
+// running.
 func TestControlPlane(t *testing.T) {
 	requireLinux(t)
 	bin := kubeBin(t)
@@ -158,10 +175,10 @@ func TestControlPlane(t *testing.T) {
 	}.render(t, set)
 	t.Logf("data dir %s, ports %s, Kubernetes %s", dir, p, version)
 
-	start := func() (*kube.Runtime, func()) {
+	startMachine := func(cfg *kubelocal.NodeConfig, dir, address string) (*kube.Runtime, func()) {
 		rt, err := kube.New(cfg, kube.Options{
-			BinDir: bin, DataDir: dir, Address: "127.0.0.1", ProviderID: "process://kl/kl-cp-0", Ports: p,
-			Log: zerolog.New(zerolog.NewTestWriter(t)).With().Timestamp().Logger(),
+			BinDir: bin, DataDir: dir, Address: address, ProviderID: "process://kl/" + cfg.NodeName, Ports: p,
+			Log: zerolog.New(zerolog.NewTestWriter(t)).With().Str("machine", cfg.NodeName).Timestamp().Logger(),
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -188,17 +205,18 @@ func TestControlPlane(t *testing.T) {
 		t.Cleanup(func() {
 			stop()
 			if t.Failed() {
-				for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"} {
-					b, _ := os.ReadFile(rt.Supervisor().LogPath(name))
+				for _, st := range rt.Supervisor().Status() {
+					b, _ := os.ReadFile(rt.Supervisor().LogPath(st.Name))
 					if len(b) > 6000 {
 						b = b[len(b)-6000:]
 					}
-					t.Logf("--- tail of %s.log ---\n%s", name, b)
+					t.Logf("--- tail of %s's %s.log ---\n%s", cfg.NodeName, st.Name, b)
 				}
 			}
 		})
 		return rt, stop
 	}
+	start := func() (*kube.Runtime, func()) { return startMachine(cfg, dir, "127.0.0.1") }
 
 	rt, stop := start()
 	k := kubectl{t: t, bin: bin, admin: rt.Layout().AdminKubeconfig(), home: t.TempDir()}
@@ -217,24 +235,13 @@ func TestControlPlane(t *testing.T) {
 		t.Errorf("server version %s, declared %s", v.ServerVersion.GitVersion, cfg.KubernetesVersion)
 	}
 
+	cpReady := within(t, 3*time.Minute, "Node kl-cp-0 Ready", func() (bool, string) { return nodeReady(k, "kl-cp-0") })
+	t.Logf("Node Ready %s after start", (apiReady + cpReady).Round(time.Millisecond))
 	var nodes nodeList
-	nodeReady := within(t, 3*time.Minute, "Node kl-cp-0 Ready", func() (bool, string) {
-		s, err := k.run("", "get", "nodes", "-o", "json")
-		if err != nil {
-			return false, err.Error()
-		}
-		nodes = nodeList{}
-		if err := json.Unmarshal([]byte(s), &nodes); err != nil || len(nodes.Items) != 1 {
-			return false, fmt.Sprintf("%d nodes %v", len(nodes.Items), err)
-		}
-		for _, c := range nodes.Items[0].Status.Conditions {
-			if c.Type == "Ready" {
-				return c.Status == "True", "Ready=" + c.Status
-			}
-		}
-		return false, "no Ready condition"
-	})
-	t.Logf("Node Ready %s after start", (apiReady + nodeReady).Round(time.Millisecond))
+	k.json(&nodes, "get", "nodes")
+	if len(nodes.Items) != 1 {
+		t.Fatalf("%d nodes, want the control plane's", len(nodes.Items))
+	}
 	n := nodes.Items[0]
 	if n.Metadata.Name != "kl-cp-0" || n.Spec.ProviderID != "process://kl/kl-cp-0" || n.Status.NodeInfo.KubeletVersion != version {
 		t.Errorf("node %s providerID %s kubeletVersion %s", n.Metadata.Name, n.Spec.ProviderID, n.Status.NodeInfo.KubeletVersion)
@@ -320,6 +327,103 @@ spec:
 		return err == nil && strings.Contains(out, "jws-kubeconfig-abcdef"), out
 	})
 
+	// A worker joins as a kubelet's TLS bootstrap does. Its token is its
+	// own, registered in the cluster as the bootstrapper would.
+	wtok := token.Token{ID: "wrkr01", Secret: "0123456789wrkr01"}
+	wcfg, wdir := machine{
+		Name: "kl-md-0", Role: bootstrap.RoleWorker, Version: version, Host: "127.0.0.1", Port: p.APIServer, Token: wtok,
+		Labels: map[string]string{"node.kubernetes.io/pool": "md-0"},
+	}.render(t, set)
+	secret, _ := json.Marshal(map[string]any{
+		"apiVersion": "v1", "kind": "Secret", "type": token.SecretType,
+		"metadata":   map[string]any{"name": token.SecretName(wtok), "namespace": token.SecretNamespace},
+		"stringData": token.SecretData(wtok, time.Now().Add(15*time.Minute), "worker join"),
+	})
+	if _, err := k.run(string(secret), "apply", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	wrt, wstop := startMachine(wcfg, wdir, "127.0.0.2")
+	workerReady := within(t, 3*time.Minute, "Node kl-md-0 Ready", func() (bool, string) { return nodeReady(k, "kl-md-0") })
+	t.Logf("worker: Node Ready %s after start (client certificate after %s)", workerReady.Round(time.Millisecond), wrt.Milestones()["credentials"].Round(time.Millisecond))
+	wkc, err := kube.ReadKubeconfig(wrt.Layout().KubeconfigPath("kubelet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wcert, _ := pki.ParseCertificate(wkc.Client().CertPEM)
+	if wcert.Subject.CommonName != "system:node:kl-md-0" || wcert.CheckSignatureFrom(mustCA(t, set.CA).Cert) != nil {
+		t.Errorf("worker certificate %s, signed by the cluster CA: %v", wcert.Subject, wcert.CheckSignatureFrom(mustCA(t, set.CA).Cert))
+	}
+	csrs := func() []string {
+		s, err := k.run("", "get", "csr", "-o", "jsonpath={range .items[*]}{.spec.username}/{.status.conditions[0].type}/{.status.certificate} {end}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, f := range strings.Fields(s) {
+			if strings.HasPrefix(f, "system:bootstrap:wrkr01/") || strings.HasPrefix(f, "system:node:kl-md-0/") {
+				out = append(out, f)
+			}
+		}
+		return out
+	}
+	if got := csrs(); len(got) != 1 || !strings.HasPrefix(got[0], "system:bootstrap:wrkr01/Approved/LS0t") {
+		t.Errorf("CSRs of the worker %v, want one from its bootstrap token, approved and issued", got)
+	}
+	var wn nodeList
+	k.json(&wn, "get", "nodes", "--field-selector=metadata.name=kl-md-0")
+	if len(wn.Items) != 1 || wn.Items[0].Spec.ProviderID != "process://kl/kl-md-0" || wn.Items[0].Status.NodeInfo.KubeletVersion != version ||
+		wn.Items[0].Metadata.Labels["node.kubernetes.io/pool"] != "md-0" || wn.Items[0].Metadata.Labels["node-role.kubernetes.io/control-plane"] != "" {
+		t.Errorf("worker node %+v", wn.Items)
+	} else if _, cp := wn.Items[0].Metadata.Labels["node-role.kubernetes.io/control-plane"]; cp || !slices.Contains(wn.Items[0].Status.Addresses, struct{ Type, Address string }{"InternalIP", "127.0.0.2"}) {
+		t.Errorf("worker node labels %v addresses %v", wn.Items[0].Metadata.Labels, wn.Items[0].Status.Addresses)
+	}
+	// Pods for the worker run there, by the worker's kwok with the node's
+	// own credentials.
+	const md = `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: md, namespace: default}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: md}}
+  template:
+    metadata: {labels: {app: md}}
+    spec:
+      nodeSelector: {node.kubernetes.io/pool: md-0}
+      containers: [{name: md, image: registry.k8s.io/pause:3.10}]
+`
+	if _, err := k.run(md, "apply", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 2*time.Minute, "2 pods Running on the worker", func() (bool, string) {
+		s, err := k.run("", "get", "pods", "-l", "app=md", "-o", "jsonpath={range .items[*]}{.status.phase}/{.spec.nodeName} {end}")
+		return err == nil && strings.Count(s, "Running/kl-md-0") == 2, s
+	})
+	// The node's own credentials are enough for kwok: nothing forbidden.
+	if b, _ := os.ReadFile(wrt.Supervisor().LogPath("kwok")); bytes.Contains(b, []byte("forbidden")) {
+		t.Errorf("the worker's kwok was refused something:\n%s", b)
+	}
+	// A restarted worker keeps its certificate: no second CSR.
+	wstop()
+	wrt, wstop = startMachine(wcfg, wdir, "127.0.0.2")
+	within(t, 2*time.Minute, "the worker registered again", func() (bool, string) {
+		_, ok := wrt.Milestones()["kwok-started"]
+		return ok, ""
+	})
+	if got := csrs(); len(got) != 1 {
+		t.Errorf("CSRs after a restart %v, want still one", got)
+	}
+	// A stopped worker's Node goes NotReady: nothing renews its Lease.
+	wstop()
+	if testing.Short() {
+		t.Log("-short: not waiting for the stopped worker's Node to go NotReady")
+	} else {
+		gone := within(t, 3*time.Minute, "the stopped worker's Node NotReady", func() (bool, string) {
+			ready, state := nodeReady(k, "kl-md-0")
+			return !ready && state != "no Ready condition", state
+		})
+		t.Logf("worker stopped: Node NotReady %s later", gone.Round(time.Second))
+	}
+
 	total := 0
 	for _, st := range rt.Supervisor().Status() {
 		kb := rss(st.PID)
@@ -348,10 +452,10 @@ spec:
 	})
 	stop()
 
-	// Nothing of the control plane is left running.
+	// Nothing of either machine is left running.
 	var left []string
 	for _, pr := range processes(t) {
-		if strings.HasPrefix(pr.Exe, bin+"/") || strings.Contains(pr.Cmdline, dir) {
+		if strings.HasPrefix(pr.Exe, bin+"/") || strings.Contains(pr.Cmdline, dir) || strings.Contains(pr.Cmdline, wdir) {
 			left = append(left, fmt.Sprintf("%d %s", pr.PID, pr.Cmdline))
 		}
 	}

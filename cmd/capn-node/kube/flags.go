@@ -49,7 +49,7 @@ func Commands(cfg *kubelocal.NodeConfig, o Options, l Layout) (Plan, error) {
 	}
 	pkiFile := func(name string) string { return filepath.Join(l.PKIDir(), filepath.FromSlash(name)) }
 	bin := func(name string) string { return filepath.Join(o.BinDir, name) }
-	env := []string{"HOME=" + filepath.Join(o.DataDir, "home"), "PATH=/usr/local/bin:/usr/bin:/bin"}
+	env := childEnv(o)
 	p := o.Ports
 	etcdClient := url("https", addr, p.EtcdClient)
 	etcdPeer := url("https", addr, p.EtcdPeer)
@@ -145,16 +145,28 @@ func Commands(cfg *kubelocal.NodeConfig, o Options, l Layout) (Plan, error) {
 		"--authorization-kubeconfig=" + schedConf,
 	}}
 
-	kwok := Process{Name: "kwok", Path: bin("kwok"), Env: env, Args: []string{
-		"--kubeconfig=" + l.AdminKubeconfig(),
+	kwok := KwokProcess(cfg, o, l, l.AdminKubeconfig())
+	return Plan{Etcd: etcd, APIServer: api, ControllerManager: kcm, Scheduler: sched, Kwok: kwok}, nil
+}
+
+// KwokProcess is kwok standing in for this machine's kubelet, as the
+// user of kubeconfig: the local admin on a control-plane machine, the
+// node's own credentials (system:node:<name>) on a worker.
+func KwokProcess(cfg *kubelocal.NodeConfig, o Options, l Layout, kubeconfig string) Process {
+	return Process{Name: "kwok", Path: filepath.Join(o.BinDir, "kwok"), Env: childEnv(o), Args: []string{
+		"--kubeconfig=" + kubeconfig,
 		"--config=" + l.KwokConfig(),
 		// Only this machine's Node: when the machine is gone, nothing
 		// renews its Lease and the Node goes NotReady, as with a kubelet.
 		"--manage-single-node=" + cfg.NodeName,
-		"--node-ip=" + addr.String(),
+		"--node-ip=" + o.Address,
 		"--node-lease-duration-seconds=40",
 	}}
-	return Plan{Etcd: etcd, APIServer: api, ControllerManager: kcm, Scheduler: sched, Kwok: kwok}, nil
+}
+
+// childEnv is a child's whole environment.
+func childEnv(o Options) []string {
+	return []string{"HOME=" + filepath.Join(o.DataDir, "home"), "PATH=/usr/local/bin:/usr/bin:/bin"}
 }
 
 // nodeCIDRMask is the per-node pod CIDR size when the controller-manager's

@@ -13,6 +13,7 @@ import (
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/bootstraptest"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
 	"github.com/capn-dev/capn/services/bootstrapper/pki"
+	"github.com/capn-dev/capn/services/bootstrapper/token"
 )
 
 // machine is what a test renders: the real kube-local renderer's output
@@ -28,6 +29,8 @@ type machine struct {
 	Labels  map[string]string
 	Taints  []*capnv1alpha1.Taint
 	Network *capnv1alpha1.NetworkSpec
+	// Token defaults to bootstraptest.Token.
+	Token token.Token
 }
 
 func (m machine) render(t testing.TB, set pki.Set) (*kubelocal.NodeConfig, string) {
@@ -47,6 +50,9 @@ func (m machine) render(t testing.TB, set pki.Set) (*kubelocal.NodeConfig, strin
 	if m.Port == 0 {
 		m.Port = 6443
 	}
+	if m.Token.IsZero() {
+		m.Token = bootstraptest.Token
+	}
 	in, err := bootstrap.NewInput(&capnv1alpha1.GenerateBootstrap{
 		Cluster: "kl", Machine: m.Name, Role: string(m.Role), FirstControlPlane: m.First, Version: m.Version,
 		Bootstrap: &capnv1alpha1.BootstrapSpec{Provider: kubelocal.Name},
@@ -55,7 +61,7 @@ func (m machine) render(t testing.TB, set pki.Set) (*kubelocal.NodeConfig, strin
 		Endpoint: bootstrap.Endpoint{Host: m.Host, Port: int32(m.Port)},
 		Network:  m.Network,
 		PKI:      set,
-	}, bootstraptest.Token)
+	}, m.Token)
 	if err != nil {
 		t.Fatal(err)
 	}

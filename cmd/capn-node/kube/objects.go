@@ -30,6 +30,11 @@ const (
 	KubeletAPIAdminClusterRole    = "system:kubelet-api-admin"
 	ClusterInfoRole               = "kubeadm:bootstrap-signer-clusterinfo"
 	ClusterInfoConfigMap          = "cluster-info"
+	// KwokNodeRole is capn's addition: what kwok, standing in for a
+	// worker's kubelet with the node's own credentials, reads beyond what
+	// the Node authorizer allows a node (it lists nodes once at start and
+	// keeps the node leases in an informer).
+	KwokNodeRole = "capn:kube-local:kwok-node"
 )
 
 // Node labels and annotations the node side sets.
@@ -76,7 +81,8 @@ func user(name string) map[string]any {
 // can join with a bootstrap token: bootstrap tokens may post CSRs and get
 // nodes, their node-client CSRs are auto-approved, nodes' own renewals
 // too, and the API server's kubelet client may use the kubelet API; plus
-// the cluster-info ConfigMap's RBAC (anonymous may read it in kube-public).
+// the cluster-info ConfigMap's RBAC (anonymous may read it in kube-public);
+// and capn's KwokNodeRole for the nodes' kwok.
 func JoinRBAC() []Object {
 	return []Object{
 		clusterRoleBinding(KubeletBootstrapBinding, NodeBootstrapperClusterRole, group(NodeBootstrapTokenAuthGroup)),
@@ -88,6 +94,14 @@ func JoinRBAC() []Object {
 		clusterRoleBinding(AutoApproveBootstrapBinding, NodeClientCSRClusterRole, group(NodeBootstrapTokenAuthGroup)),
 		clusterRoleBinding(AutoApproveRotationBinding, SelfNodeClientCSRClusterRole, group(NodesGroup)),
 		clusterRoleBinding(APIServerKubeletClientBinding, KubeletAPIAdminClusterRole, user("kube-apiserver-kubelet-client")),
+		{Collection: rbacPath + "/clusterroles", Name: KwokNodeRole, Body: map[string]any{
+			"apiVersion": rbacAPI, "kind": "ClusterRole", "metadata": meta(KwokNodeRole, nil),
+			"rules": []any{
+				map[string]any{"verbs": []string{"get", "list", "watch"}, "apiGroups": []string{""}, "resources": []string{"nodes"}},
+				map[string]any{"verbs": []string{"list", "watch"}, "apiGroups": []string{"coordination.k8s.io"}, "resources": []string{"leases"}},
+			},
+		}},
+		clusterRoleBinding(KwokNodeRole, KwokNodeRole, group(NodesGroup)),
 		{Collection: rbacPath + "/namespaces/kube-public/roles", Name: ClusterInfoRole, Body: map[string]any{
 			"apiVersion": rbacAPI, "kind": "Role", "metadata": map[string]any{"name": ClusterInfoRole, "namespace": "kube-public"},
 			"rules": []any{map[string]any{"verbs": []string{"get"}, "apiGroups": []string{""}, "resources": []string{"configmaps"}, "resourceNames": []string{ClusterInfoConfigMap}}},
@@ -139,6 +153,10 @@ type NodeSpec struct {
 	Version    string
 	Labels     map[string]string
 	Taints     []kubelocal.Taint
+	// TaintsOnCreate leaves taints out of updates: a node registering
+	// itself may set taints when it creates its Node but never change
+	// them (NodeRestriction), as a kubelet's --register-with-taints.
+	TaintsOnCreate bool
 }
 
 // NodeFor is the Node of this machine from its config.
@@ -157,7 +175,8 @@ func NodeFor(cfg *kubelocal.NodeConfig, address, providerID string) NodeSpec {
 		labels[ControlPlaneRoleLabel] = ""
 		labels[ExcludeFromLBLabel] = ""
 	}
-	return NodeSpec{Name: cfg.NodeName, ProviderID: providerID, Address: address, Version: cfg.KubernetesVersion, Labels: labels, Taints: cfg.Taints}
+	return NodeSpec{Name: cfg.NodeName, ProviderID: providerID, Address: address, Version: cfg.KubernetesVersion, Labels: labels, Taints: cfg.Taints,
+		TaintsOnCreate: !cfg.IsControlPlane()}
 }
 
 // Object is the Node as first created, status included.
@@ -183,7 +202,10 @@ func (n NodeSpec) annotations() map[string]string {
 // to a value), taints replaced by n's plus those the node controllers
 // manage (node.kubernetes.io/..., kept as they are).
 func (n NodeSpec) Patch(existingTaints []kubelocal.Taint) map[string]any {
-	spec := map[string]any{"taints": n.taints(existingTaints)}
+	spec := map[string]any{}
+	if !n.TaintsOnCreate {
+		spec["taints"] = n.taints(existingTaints)
+	}
 	if n.ProviderID != "" {
 		spec["providerID"] = n.ProviderID
 	}

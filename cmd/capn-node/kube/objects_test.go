@@ -45,6 +45,8 @@ func TestJoinRBACIsKubeadms(t *testing.T) {
 		"kubeadm:node-autoapprove-bootstrap":            {"system:certificates.k8s.io:certificatesigningrequests:nodeclient", "Group", "system:bootstrappers:kubeadm:default-node-token"},
 		"kubeadm:node-autoapprove-certificate-rotation": {"system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", "Group", "system:nodes"},
 		"kubeadm:apiserver-kubelet-client":              {"system:kubelet-api-admin", "User", "kube-apiserver-kubelet-client"},
+		// capn\'s: kwok reads nodes and leases with the node\'s credentials.
+		"capn:kube-local:kwok-node": {"capn:kube-local:kwok-node", "Group", "system:nodes"},
 	}
 	got := map[string]binding{}
 	kinds := map[string]int{}
@@ -70,7 +72,7 @@ func TestJoinRBACIsKubeadms(t *testing.T) {
 	if !maps.Equal(got, want) {
 		t.Errorf("cluster role bindings\n%v\nwant\n%v", got, want)
 	}
-	if !maps.Equal(kinds, map[string]int{"ClusterRoleBinding": 5, "ClusterRole": 1, "Role": 1, "RoleBinding": 1}) {
+	if !maps.Equal(kinds, map[string]int{"ClusterRoleBinding": 6, "ClusterRole": 2, "Role": 1, "RoleBinding": 1}) {
 		t.Errorf("kinds %v", kinds)
 	}
 }
@@ -135,13 +137,18 @@ func TestNodeFor(t *testing.T) {
 		t.Errorf("status %v", status)
 	}
 
-	// A worker has no role label; no providerID means none set.
-	w := kube.NodeFor(&kubelocal.NodeConfig{NodeName: "w", Role: "worker", KubernetesVersion: "v1.37.2"}, "127.0.0.8", "")
+	// A worker has no role label; no providerID means none set; it sets
+	// its taints when it creates its Node, never after (NodeRestriction).
+	w := kube.NodeFor(&kubelocal.NodeConfig{NodeName: "w", Role: "worker", KubernetesVersion: "v1.37.2", Taints: []kubelocal.Taint{{Key: "a", Effect: "NoSchedule"}}}, "127.0.0.8", "")
 	if _, ok := w.Labels["node-role.kubernetes.io/control-plane"]; ok {
 		t.Error("worker labelled control-plane")
 	}
-	if _, ok := roundTrip(t, w.Object())["spec"].(map[string]any)["providerID"]; ok {
-		t.Error("empty providerID written")
+	ws := roundTrip(t, w.Object())["spec"].(map[string]any)
+	if _, ok := ws["providerID"]; ok || fmt.Sprint(ws["taints"]) != "[map[effect:NoSchedule key:a]]" {
+		t.Errorf("worker spec %v", ws)
+	}
+	if spec := w.Patch(nil)["spec"].(map[string]any); len(spec) != 0 {
+		t.Errorf("worker update patches spec %v", spec)
 	}
 
 	// An update keeps the node controllers' taints and drops stale own ones.

@@ -16,7 +16,9 @@
 //     registers the machine's Node;
 //  5. runs kwok in place of a kubelet for that Node (Ready, lease, pods).
 //
-// Other control-plane machines and workers are refused with ErrNotBuilt.
+// A worker joins as a kubelet's TLS bootstrap does (bootstrap token, CSR,
+// client certificate), registers its Node and runs kwok for it. Other
+// control-plane machines are refused with ErrControlPlaneJoin.
 // It talks to the API server with net/http and encoding/json (no
 // client-go).
 package kube

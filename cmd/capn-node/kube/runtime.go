@@ -31,11 +31,9 @@ type notBuilt string
 func (e notBuilt) Error() string        { return string(e) }
 func (e notBuilt) Is(target error) bool { return target == ErrNotBuilt }
 
-// The machine kinds not built yet, with the messages the agent reports.
-var (
-	ErrControlPlaneJoin error = notBuilt("kube-local: joining a control plane (etcd member add) is not built yet")
-	ErrWorkerJoin       error = notBuilt("kube-local: worker join via CSR is not built yet")
-)
+// ErrControlPlaneJoin is a control-plane machine other than the first:
+// joining etcd and the control plane is not built yet.
+var ErrControlPlaneJoin error = notBuilt("kube-local: joining a control plane (etcd member add) is not built yet")
 
 // Binaries the control plane needs in the bin dir.
 var Binaries = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
@@ -68,8 +66,9 @@ type Runtime struct {
 }
 
 // New checks that this machine is one the node side can run and returns
-// its runtime. A worker or a control plane that would join another one
-// gets an error wrapping ErrNotBuilt.
+// its runtime: the first control-plane machine or a worker. A control
+// plane that would join another one gets ErrControlPlaneJoin (it wraps
+// ErrNotBuilt).
 func New(cfg *kubelocal.NodeConfig, o Options) (*Runtime, error) {
 	if o.Ports == (Ports{}) {
 		o.Ports = DefaultPorts
@@ -80,10 +79,7 @@ func New(cfg *kubelocal.NodeConfig, o Options) (*Runtime, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	switch {
-	case !cfg.IsControlPlane():
-		return nil, ErrWorkerJoin
-	case !cfg.FirstControlPlane:
+	if cfg.IsControlPlane() && !cfg.FirstControlPlane {
 		return nil, ErrControlPlaneJoin
 	}
 	r := &Runtime{
@@ -144,19 +140,27 @@ func (r *Runtime) setCondition(c Condition) {
 	}
 }
 
-// Run starts the control plane and keeps it running until ctx ends; then
-// it stops every child and returns nil. It returns an error when the
-// control plane cannot start at all (binaries missing or of another
-// version, a broken CA); the children are stopped then too.
+// Run runs the machine's part of the cluster until ctx ends; then it
+// stops every child and returns nil. It returns an error when it cannot
+// start at all (binaries missing or of another version, a broken CA); the
+// children are stopped then too.
 func (r *Runtime) Run(ctx context.Context) (err error) {
 	r.started = time.Now()
-	log := r.opts.Log
 	defer func() {
 		if err != nil {
 			r.ready.Store(false)
 			r.setCondition(Condition{Status: "False", Reason: "Failed", Message: err.Error()})
 		}
 	}()
+	if !r.cfg.IsControlPlane() {
+		return r.runWorker(ctx)
+	}
+	return r.runControlPlane(ctx)
+}
+
+// runControlPlane runs the first control-plane machine.
+func (r *Runtime) runControlPlane(ctx context.Context) error {
+	log := r.opts.Log
 	if err := CheckBinaries(ctx, r.opts.BinDir, r.cfg.KubernetesVersion); err != nil {
 		return err
 	}
@@ -373,14 +377,8 @@ var versionRe = regexp.MustCompile(`Kubernetes (v[0-9]+\.[0-9]+\.[0-9]+\S*)`)
 // Kubernetes ones are version want: a machine that says v1.33.2 must not
 // run v1.37.2.
 func CheckBinaries(ctx context.Context, dir, want string) error {
-	var missing []string
-	for _, b := range Binaries {
-		if fi, err := os.Stat(filepath.Join(dir, b)); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
-			missing = append(missing, b)
-		}
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("kube-local: kube-bin %s has no %s (build them with make kube)", dir, strings.Join(missing, ", "))
+	if err := checkPresent(dir, Binaries); err != nil {
+		return err
 	}
 	for _, b := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 		got, err := BinaryVersion(ctx, filepath.Join(dir, b))
@@ -390,6 +388,20 @@ func CheckBinaries(ctx context.Context, dir, want string) error {
 		if got != want {
 			return fmt.Errorf("kube-local: %s is Kubernetes %s, but the machine's kubernetesVersion is %s", filepath.Join(dir, b), got, want)
 		}
+	}
+	return nil
+}
+
+// checkPresent is nil when every binary of names is an executable in dir.
+func checkPresent(dir string, names []string) error {
+	var missing []string
+	for _, b := range names {
+		if fi, err := os.Stat(filepath.Join(dir, b)); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			missing = append(missing, b)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("kube-local: kube-bin %s has no %s (build them with make kube)", dir, strings.Join(missing, ", "))
 	}
 	return nil
 }

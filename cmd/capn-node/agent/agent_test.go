@@ -62,12 +62,17 @@ func newWorld(t *testing.T) *world {
 
 // newWorldFor answers with the data p renders for machine m.
 func newWorldFor(t *testing.T, p bootstrap.Provider, m bootstraptest.Machine, spec *capnv1alpha1.BootstrapSpec) *world {
+	in, out := render(t, p, m, spec)
+	return newWorldWith(t, in, out)
+}
+
+// newWorldWith answers with out, rendered from in.
+func newWorldWith(t *testing.T, in bootstrap.Input, out bootstrap.Output) *world {
 	srv := natstest.Start(t)
 	nc, js := srv.Connect(t)
 	if err := events.Provision(context.Background(), js, events.DefaultTopology(1)); err != nil {
 		t.Fatal(err)
 	}
-	in, out := render(t, p, m, spec)
 	w := &world{t: t, srv: srv, js: js, pin: in.CACertHash,
 		data: &capnv1alpha1.BootstrapData{Format: string(out.Format), Data: out.Data, Checksum: sdk.Checksum(out.Data)}}
 	sub, err := nc.Subscribe(sdk.BootstrapFetchSubject("c1", "w-0"), func(m *nats.Msg) {

@@ -3,6 +3,8 @@ package agent_test
 import (
 	"context"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -62,8 +64,9 @@ func (w *world) run(a *agent.Agent) (stop func()) {
 			if err != nil {
 				w.t.Errorf("agent: %v", err)
 			}
-		case <-time.After(5 * time.Second):
-			w.t.Error("the agent did not stop within 5s")
+		case <-time.After(60 * time.Second):
+			// Children get SIGTERM, then SIGKILL after 10s each.
+			w.t.Error("the agent did not stop within 60s")
 		}
 	}
 	w.t.Cleanup(stop)
@@ -200,4 +203,76 @@ func TestConfigKubeFlags(t *testing.T) {
 			t.Errorf("error %v, want it to name %s", err, want)
 		}
 	}
+}
+
+// TestAgentWithRealBinaries runs the agent as the process provider starts
+// it — --kube-bin, --address, --provider-id — on kube-local data for the
+// first control plane: its heartbeats turn ready once the real API server
+// answers, and nothing is left running once it stops. It needs the
+// binaries of make kube in $CAPN_KUBE_BIN (skipped without, failed under
+// CAPN_REQUIRE_KUBE=1); cmd/capn-node/kube's TestControlPlane checks the
+// cluster itself.
+func TestAgentWithRealBinaries(t *testing.T) {
+	bin := os.Getenv("CAPN_KUBE_BIN")
+	if _, err := os.Stat(filepath.Join(bin, "kube-apiserver")); bin == "" || err != nil {
+		if os.Getenv("CAPN_REQUIRE_KUBE") == "1" {
+			t.Fatalf("CAPN_KUBE_BIN=%q has no kube-apiserver, and CAPN_REQUIRE_KUBE=1: build them with make kube", bin)
+		}
+		t.Skipf("CAPN_KUBE_BIN=%q has no kube-apiserver: build the binaries with make kube", bin)
+	}
+	version, err := kube.BinaryVersion(t.Context(), filepath.Join(bin, "kube-apiserver"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := bootstraptest.NewInput(t, bootstraptest.Init, kubeLocalSpec, nil, nil)
+	in.KubernetesVersion = version
+	out, err := kubelocal.New().Render(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newWorldWith(t, in, out)
+	cfg := w.config(t.TempDir())
+	cfg.Version = version
+	cfg.KubeBin, cfg.Address, cfg.ProviderID = bin, "127.0.0.1", "process://c1/w-0"
+	var ports []string
+	for _, name := range []string{"etcd-client", "etcd-peer", "apiserver", "controller-manager", "scheduler"} {
+		_, port, _ := strings.Cut(freeAddr(t), ":")
+		ports = append(ports, name+"="+port)
+	}
+	cfg.KubePorts = strings.Join(ports, ",")
+	a, err := agent.New(cfg, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	stop := w.run(a)
+	natstest.WaitFor(t, 3*time.Minute, "a ready heartbeat", func() bool {
+		hb, _ := w.lastBeat()
+		return hb.GetReady()
+	})
+	t.Logf("heartbeat ready %s after the agent started", time.Since(began).Round(time.Millisecond))
+	w.waitCondition("True", "APIServerReady")
+	began = time.Now()
+	stop()
+	t.Logf("the agent and its control plane stopped in %s", time.Since(began).Round(time.Millisecond))
+	for _, p := range procs(t) {
+		if strings.HasPrefix(p, bin+"/") {
+			t.Errorf("left running after the agent stopped: %s", p)
+		}
+	}
+}
+
+// procs lists the executables of the running processes.
+func procs(t *testing.T) []string {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Skip("no /proc")
+	}
+	var out []string
+	for _, e := range entries {
+		if exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe")); err == nil {
+			out = append(out, exe)
+		}
+	}
+	return out
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/capn-dev/capn/services/bootstrapper"
 	"github.com/capn-dev/capn/services/bootstrapper/seal"
 	clusterplanner "github.com/capn-dev/capn/services/cluster-planner"
+	healthwatcher "github.com/capn-dev/capn/services/health-watcher"
 	machinemanager "github.com/capn-dev/capn/services/machine-manager"
 	"github.com/capn-dev/capn/services/runtime"
 )
@@ -82,6 +83,7 @@ func services(ring *seal.Keyring, so sim.Options) []runtime.Service {
 		clusterplanner.New(clusterplanner.Config{Workers: benchWorkers}),
 		machinemanager.New(machinemanager.Config{Workers: benchWorkers * 2}),
 		bootstrapper.New(bootstrapper.Config{Keyring: ring, Workers: benchWorkers}),
+		healthwatcher.New(healthwatcher.Config{}),
 		sim.NewService(so, sdk.Options{Concurrency: benchWorkers * 2}),
 	}
 }

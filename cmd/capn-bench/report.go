@@ -132,8 +132,8 @@ func (r report) idleMarkdown(b *strings.Builder) {
 	fmt.Fprintf(b, "and every cluster Ready, and 10 s more, each process's CPU time (user + system, /proc/<pid>/stat) is\n")
 	fmt.Fprintf(b, "read over a window of %s and its resident set (VmRSS) at the end. The sim provider is listed apart:\n", r.Idle[0].Window)
 	fmt.Fprintf(b, "it also plays every node, publishing a heartbeat per machine every %s, which a real provider does not.\n", r.Idle[0].Heartbeat)
-	fmt.Fprintf(b, "Those heartbeats (machines / %s a second) are most of the idle work: the health-watcher and the\n", r.Idle[0].Heartbeat)
-	fmt.Fprintf(b, "machine-manager each consume every one; `--idle-heartbeat` changes the interval.\n\n")
+	fmt.Fprintf(b, "Those heartbeats (machines / %s a second) are most of the idle work: the health-watcher consumes\n", r.Idle[0].Heartbeat)
+	fmt.Fprintf(b, "every one (the machine-manager follows its node records); `--idle-heartbeat` changes the interval.\n\n")
 	var sizes []int
 	for _, x := range r.Idle {
 		if !slices.Contains(sizes, x.Clusters) {

@@ -58,7 +58,6 @@ func (d Deployment) Durables() map[string][]Durable {
 		Bootstrapper: {{Stream: events.StreamCommands, Name: Bootstrapper, Filters: []string{events.SubjectCommands + ".bootstrap.>"}}},
 		MachineManager: {
 			{Stream: events.StreamEvents, Name: MachineManager + "-bootstrap", Filters: []string{ev("bootstrap", "ready", ">"), ev("bootstrap", "failed", ">")}},
-			{Stream: events.StreamHealth, Name: MachineManager + "-heartbeat", Filters: []string{events.SubjectHealth + ".*.*.heartbeat"}},
 		},
 		HealthWatcher: {
 			{Stream: events.StreamHealth, Name: HealthWatcher + "-health", Filters: []string{events.SubjectHealth + ".>"}},

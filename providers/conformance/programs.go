@@ -19,8 +19,9 @@ import (
 // Build works inside capn and in a provider's own module that requires it.
 const Module = "github.com/capn-dev/capn"
 
-// CoreProgramNames are capn's core services a provider is tested against.
-var CoreProgramNames = []string{"cluster-planner", "machine-manager", "bootstrapper"}
+// CoreProgramNames are capn's core services a provider is tested against (the
+// health-watcher turns node heartbeats into the records that make a machine Running).
+var CoreProgramNames = []string{"cluster-planner", "machine-manager", "bootstrapper", "health-watcher"}
 
 // BinDirEnv names a directory of prebuilt programs (a capn release) that
 // CorePrograms and Build use instead of building.

@@ -36,3 +36,26 @@ func reflectNode(st *capnv1.MachineStatus, node *capnv1.NodeHealth, created, now
 	}
 	setCondition(st, CondNodeHealthy, "False", reasons[0].GetType(), strings.Join(msgs, "; "), now)
 }
+
+// takeNode copies what the node reported — its name, kubelet version and
+// the first time it was ready — from the health-watcher's record of this
+// incarnation (one updated before the machine was created is a previous
+// machine's of the same name, and is ignored). The health-watcher is the
+// one reader of node reports; the machine-manager follows its record.
+func takeNode(st *capnv1.MachineStatus, node *capnv1.NodeHealth, created time.Time) {
+	if node == nil || node.GetUpdated() == nil || node.GetUpdated().AsTime().Before(created) {
+		return
+	}
+	if n := node.GetNodeName(); n != "" {
+		st.NodeName = n
+	}
+	if v := node.GetKubeletVersion(); v != "" {
+		st.KubeletVersion = v
+	}
+	if node.GetReady() && st.GetNodeReadyTime() == nil {
+		st.NodeReadyTime = node.GetLastHeartbeat()
+		if st.NodeReadyTime == nil {
+			st.NodeReadyTime = node.GetUpdated()
+		}
+	}
+}

@@ -49,3 +49,52 @@ func TestStepReflectsNodeHealth(t *testing.T) {
 		})
 	}
 }
+
+// A provisioned machine runs once the health-watcher's record of its node
+// says ready; the name, version and first ready time come from that record,
+// and a record of an earlier machine of the same name moves nothing.
+func TestStepTakesNodeReadyFromTheRecord(t *testing.T) {
+	created := machine(false)
+	created.Metadata.CreationTimestamp = timestamppb.New(t0)
+	beat := timestamppb.New(t0.Add(30 * time.Second))
+	tests := []struct {
+		name      string
+		phase     string
+		node      *capnv1.NodeHealth
+		wantPhase string
+		wantReady *timestamppb.Timestamp
+	}{
+		{"no record: waits", PhaseProvisioned, nil, PhaseProvisioned, nil},
+		{"not ready: waits", PhaseProvisioned, &capnv1.NodeHealth{Updated: beat, LastHeartbeat: beat, NodeName: "n1"}, PhaseProvisioned, nil},
+		{"ready: runs", PhaseProvisioned, &capnv1.NodeHealth{Updated: beat, LastHeartbeat: beat, Ready: true, NodeName: "n1", KubeletVersion: "v1.37.2"}, PhaseRunning, beat},
+		{"ready before the infrastructure: remembered", PhaseProvisioning, &capnv1.NodeHealth{Updated: beat, LastHeartbeat: beat, Ready: true}, PhaseProvisioning, beat},
+		{"an earlier machine's record: waits", PhaseProvisioned,
+			&capnv1.NodeHealth{Updated: timestamppb.New(t0.Add(-time.Minute)), LastHeartbeat: timestamppb.New(t0.Add(-time.Minute)), Ready: true, NodeName: "old"}, PhaseProvisioned, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			infraState := "Running"
+			if tt.phase == PhaseProvisioning {
+				infraState = "Provisioning"
+			}
+			out := Step(Input{Cluster: "c1", Name: "m1", Desired: created, Status: status(tt.phase, withBootstrap), Infra: infra(infraState),
+				Node: tt.node, Now: t0.Add(time.Minute)}, Timeouts{})
+			st := out.Status
+			if st.GetPhase() != tt.wantPhase {
+				t.Errorf("phase %s, want %s", st.GetPhase(), tt.wantPhase)
+			}
+			if !st.GetNodeReadyTime().AsTime().Equal(tt.wantReady.AsTime()) || (st.GetNodeReadyTime() == nil) != (tt.wantReady == nil) {
+				t.Errorf("nodeReadyTime %v, want %v", st.GetNodeReadyTime(), tt.wantReady)
+			}
+			if tt.wantReady != nil && tt.node.GetNodeName() != st.GetNodeName() {
+				t.Errorf("nodeName %q, want %q", st.GetNodeName(), tt.node.GetNodeName())
+			}
+			if tt.node.GetKubeletVersion() != "" && st.GetKubeletVersion() != tt.node.GetKubeletVersion() {
+				t.Errorf("kubeletVersion %q, want %q", st.GetKubeletVersion(), tt.node.GetKubeletVersion())
+			}
+			if tt.name == "an earlier machine's record: waits" && st.GetNodeName() == "old" {
+				t.Error("took the node name of an earlier machine's record")
+			}
+		})
+	}
+}

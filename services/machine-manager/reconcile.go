@@ -8,7 +8,6 @@ import (
 
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/reconcile"
@@ -175,41 +174,6 @@ func (s *Service) onBootstrap(ctx context.Context, m *events.Message) error {
 		})(ctx, m)
 	}
 	return nil
-}
-
-// onHeartbeat records that a machine's node reported (ready, version). It
-// writes only on change, so steady heartbeats cost no KV write.
-func (s *Service) onHeartbeat(ctx context.Context, _ *events.Message, hb *capnv1.NodeHeartbeat) error {
-	// The steady state — a known node saying again what it said — is read
-	// from the cache and costs no KV request at all.
-	cached, _, ok := store.Lookup(s.observedView, machinePrefix+hb.GetCluster()+"."+hb.GetMachine(), newStatus)
-	if ok && cached.GetNodeReadyTime() != nil && (hb.GetNodeName() == "" || hb.GetNodeName() == cached.GetNodeName()) &&
-		(hb.GetKubeletVersion() == "" || hb.GetKubeletVersion() == cached.GetKubeletVersion()) {
-		return nil
-	}
-	err := s.mutate(ctx, hb.GetCluster(), hb.GetMachine(), func(st *capnv1.MachineStatus) {
-		switch st.GetPhase() {
-		case PhaseDeleting, PhaseDeleted, PhaseFailed:
-			return
-		}
-		if hb.GetNodeName() != "" {
-			st.NodeName = hb.GetNodeName()
-		}
-		if hb.GetKubeletVersion() != "" {
-			st.KubeletVersion = hb.GetKubeletVersion()
-		}
-		if hb.GetReady() && st.GetNodeReadyTime() == nil {
-			t := hb.GetTime()
-			if t == nil {
-				t = timestamppb.New(s.cfg.Now())
-			}
-			st.NodeReadyTime = t
-		}
-	})
-	if errors.Is(err, errNoStatus) {
-		return nil // not a machine we manage (or gone): the next heartbeat tells again
-	}
-	return err
 }
 
 // errNoStatus: the answer came before the status that asked for it was

@@ -75,17 +75,12 @@ func (s *Service) Flags() []runtime.Flag {
 	}
 }
 
-// Consumers the machine-manager reads: bootstrap answers and node heartbeats.
+// The consumer the machine-manager reads: bootstrap answers. Node reports
+// reach it through the health-watcher's node records (node.<cluster>.<machine>).
 func bootstrapConsumer() events.ConsumerSpec {
 	return events.ConsumerSpec{Stream: events.StreamEvents, Durable: Name + "-bootstrap", DeliverNew: true,
 		Filters:     []string{events.SubjectEvents + ".bootstrap.ready.>", events.SubjectEvents + ".bootstrap.failed.>"},
 		Description: "machine-manager: bootstrap data ready or failed"}
-}
-
-func heartbeatConsumer() events.ConsumerSpec {
-	return events.ConsumerSpec{Stream: events.StreamHealth, Durable: Name + "-heartbeat", DeliverNew: true,
-		Filters:     []string{events.SubjectHealth + ".*.*.heartbeat"},
-		Description: "machine-manager: node heartbeats (ready, kubelet version)"}
 }
 
 // Run implements runtime.Service.
@@ -137,7 +132,6 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	errc := make(chan error, 2)
 	for _, c := range []*events.Consumer{
 		events.NewConsumer(d.JS, bootstrapConsumer(), s.onBootstrap, events.WithLogger(d.Log), events.WithMetrics(d.Events), events.WithConcurrency(4)),
-		events.NewConsumer(d.JS, heartbeatConsumer(), events.Typed(s.onHeartbeat), events.WithLogger(d.Log), events.WithMetrics(d.Events), events.WithConcurrency(4)),
 	} {
 		run(func() { errc <- c.Run(ctx) })
 	}

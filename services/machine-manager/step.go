@@ -129,6 +129,9 @@ func Step(in Input, t Timeouts) (out Output) {
 		st.ProviderId = in.Infra.GetProviderId()
 		st.Addresses = in.Infra.GetAddresses()
 	}
+	if st.GetPhase() != PhaseFailed {
+		takeNode(st, in.Node, in.Desired.GetMetadata().GetCreationTimestamp().AsTime())
+	}
 	switch st.GetPhase() {
 	case PhasePending:
 		out.Commands = append(out.Commands, Command{CmdBootstrap, id(CmdBootstrap)})

@@ -15,6 +15,7 @@ import (
 	"github.com/capn-dev/capn/services/bootstrapper"
 	clusterplanner "github.com/capn-dev/capn/services/cluster-planner"
 	"github.com/capn-dev/capn/services/cluster-planner/plan"
+	healthwatcher "github.com/capn-dev/capn/services/health-watcher"
 	machinemanager "github.com/capn-dev/capn/services/machine-manager"
 	"github.com/capn-dev/capn/tests/internal/harness"
 )
@@ -77,7 +78,7 @@ func (w *world) announce(name string, at time.Time, caps ...string) {
 // provider lets it go Ready by itself.
 func TestClusterWaitsForItsProvider(t *testing.T) {
 	w := newWorld(t)
-	for _, s := range []string{clusterplanner.Name, machinemanager.Name, bootstrapper.Name} {
+	for _, s := range []string{clusterplanner.Name, machinemanager.Name, bootstrapper.Name, healthwatcher.Name} {
 		w.Start(s)
 	}
 	w.Apply(smallCluster("early", "sim", false))
@@ -122,7 +123,7 @@ func TestClusterWaitsForItsProvider(t *testing.T) {
 // provider without stop-start refuses a hibernated cluster.
 func TestPlannerReadsAnnouncements(t *testing.T) {
 	w := newWorld(t)
-	for _, s := range []string{clusterplanner.Name, machinemanager.Name, bootstrapper.Name, "provider-sim"} {
+	for _, s := range []string{clusterplanner.Name, machinemanager.Name, bootstrapper.Name, healthwatcher.Name, "provider-sim"} {
 		w.Start(s)
 	}
 	// "crashed" last announced a minute ago.

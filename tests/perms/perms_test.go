@@ -321,7 +321,6 @@ func TestEachUserDoesItsJob(t *testing.T) {
 	hw.publish(events.EventSubject("machine", "unhealthy", "demo", "m1"))
 
 	mm.consume(durable(d, natsconfig.MachineManager, natsconfig.MachineManager+"-bootstrap"))
-	mm.consume(durable(d, natsconfig.MachineManager, natsconfig.MachineManager+"-heartbeat"))
 
 	rm := w.as(t, natsconfig.Remediator)
 	rm.cache(events.BucketDesired)

@@ -56,11 +56,13 @@ import (
 // Sim is the sim provider's service name.
 var Sim = sdk.ServiceName(sim.Name)
 
-// Core are the services of a deployment without the health loop.
-var Core = []string{clusterplanner.Name, machinemanager.Name, bootstrapper.Name, Sim}
+// Core are the services a machine needs to reach Running: the health-watcher
+// is among them because the machine-manager takes node readiness from its
+// node records. Only repair (the remediator) is left out.
+var Core = []string{clusterplanner.Name, machinemanager.Name, bootstrapper.Name, healthwatcher.Name, Sim}
 
 // All are every service of a deployment but the gateway.
-var All = append(append([]string(nil), Core...), healthwatcher.Name, remediator.Name)
+var All = append(append([]string(nil), Core...), remediator.Name)
 
 // Gateway is the gateway's service name.
 const Gateway = gateway.Name

@@ -9,7 +9,7 @@ DATA_DIR ?= .capn
 PROGRAMS := $(notdir $(wildcard cmd/*))
 export CGO_ENABLED ?= 0
 
-.PHONY: all build run test test-short proto proto-check lint vet fmt clean bench npd fuzz images chaos
+.PHONY: all build run test test-short proto proto-check lint vet fmt clean bench npd kube fuzz images chaos
 
 all: build
 
@@ -55,6 +55,22 @@ fuzz: ## run every fuzz test for FUZZTIME (CI: a short run; the corpora live in 
 NPD_VERSION ?= v1.36.0
 npd: ## build node-problem-detector for tests/health (cached outside the repo by version)
 	NPD_VERSION=$(NPD_VERSION) GO=$(GO) hack/npd.sh
+
+# The Kubernetes binaries workload clusters run, and tests/kube's smoke test
+# of them: etcd, etcdctl, kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubectl, and kwok for fake nodes.
+KUBE_VERSION ?= v1.37.2
+ETCD_VERSION ?= v3.7.0
+KWOK_VERSION ?= v0.8.0
+KUBE_ENV := KUBE_VERSION=$(KUBE_VERSION) ETCD_VERSION=$(ETCD_VERSION) KWOK_VERSION=$(KWOK_VERSION)
+# Where they are (or will be): `make test` hands it to tests/kube, which skips
+# without the binaries (fails under CAPN_REQUIRE_KUBE=1). --print-path builds nothing.
+ifndef CAPN_KUBE_BIN
+CAPN_KUBE_BIN := $(shell $(KUBE_ENV) hack/kube.sh --print-path)
+endif
+export CAPN_KUBE_BIN
+kube: ## build the Kubernetes binaries for tests/kube (cached outside the repo by version; ~20 min cold on 2 cores)
+	$(KUBE_ENV) GO=$(GO) hack/kube.sh
 
 BENCH_CLUSTERS ?= 100,300,1000
 BENCH_RUNS ?= 3

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -349,31 +348,5 @@ func TestRegisterNode(t *testing.T) {
 	n.ProviderID = "process://kl/other"
 	if err := kube.RegisterNode(ctx, c, n); err == nil || !strings.Contains(err.Error(), "has providerID process://kl/kl-cp-0, this machine is process://kl/other") {
 		t.Errorf("providerID clash: %v", err)
-	}
-}
-
-func TestReadyReportsFailingChecks(t *testing.T) {
-	var ready atomic.Bool
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/readyz" {
-			w.WriteHeader(404)
-			return
-		}
-		if !ready.Load() {
-			w.WriteHeader(500)
-			io.WriteString(w, "[+]ping ok\n[-]etcd failed: reason withheld\n[-]poststarthook/rbac/bootstrap-roles failed: reason withheld\nreadyz check failed\n")
-			return
-		}
-		io.WriteString(w, "ok")
-	}))
-	defer srv.Close()
-	c := &kube.Client{Server: srv.URL, HTTP: srv.Client()}
-	err := c.Ready(t.Context())
-	if err == nil || err.Error() != "/readyz: 500 failing: etcd, poststarthook/rbac/bootstrap-roles" {
-		t.Errorf("not ready: %v", err)
-	}
-	ready.Store(true)
-	if err := c.Ready(t.Context()); err != nil {
-		t.Errorf("ready: %v", err)
 	}
 }

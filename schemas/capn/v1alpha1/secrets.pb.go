@@ -240,8 +240,13 @@ type BootstrapData struct {
 	Token        string                 `protobuf:"bytes,6,opt,name=token,proto3" json:"token,omitempty"`
 	TokenExpires *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=token_expires,json=tokenExpires,proto3" json:"token_expires,omitempty"`
 	// joined is set once the machine joined; its token is then deleted.
-	Joined        bool                 `protobuf:"varint,8,opt,name=joined,proto3" json:"joined,omitempty"`
-	TokenTtl      *durationpb.Duration `protobuf:"bytes,9,opt,name=token_ttl,json=tokenTtl,proto3" json:"token_ttl,omitempty"`
+	Joined   bool                 `protobuf:"varint,8,opt,name=joined,proto3" json:"joined,omitempty"`
+	TokenTtl *durationpb.Duration `protobuf:"bytes,9,opt,name=token_ttl,json=tokenTtl,proto3" json:"token_ttl,omitempty"`
+	// token_secret names the bootstrap-token Secret (kube-system) the
+	// bootstrapper registered for this token in the workload cluster. It is
+	// set before the Secret is created and cleared once it is deleted (the
+	// machine joined or is gone), so a set value means the Secret may exist.
+	TokenSecret   string `protobuf:"bytes,10,opt,name=token_secret,json=tokenSecret,proto3" json:"token_secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -339,6 +344,13 @@ func (x *BootstrapData) GetTokenTtl() *durationpb.Duration {
 	return nil
 }
 
+func (x *BootstrapData) GetTokenSecret() string {
+	if x != nil {
+		return x.TokenSecret
+	}
+	return ""
+}
+
 // ClusterSecretsStatus tells the other services, without any key material,
 // what the bootstrapper holds for a cluster (observed key secrets.<cluster>).
 type ClusterSecretsStatus struct {
@@ -351,7 +363,11 @@ type ClusterSecretsStatus struct {
 	AdminCertNotAfter *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=admin_cert_not_after,json=adminCertNotAfter,proto3" json:"admin_cert_not_after,omitempty"`
 	UserSuppliedCa    bool                   `protobuf:"varint,6,opt,name=user_supplied_ca,json=userSuppliedCa,proto3" json:"user_supplied_ca,omitempty"`
 	// message explains why something is not ready (e.g. a CA conflict).
-	Message       string `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
+	Message string `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
+	// conditions: JoinTokensRegistered says whether the join tokens of the
+	// machines still joining are registered in the workload cluster (only
+	// for bootstrap providers whose nodes join with a bootstrap token).
+	Conditions    []*Condition `protobuf:"bytes,8,rep,name=conditions,proto3" json:"conditions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -435,11 +451,18 @@ func (x *ClusterSecretsStatus) GetMessage() string {
 	return ""
 }
 
+func (x *ClusterSecretsStatus) GetConditions() []*Condition {
+	if x != nil {
+		return x.Conditions
+	}
+	return nil
+}
+
 var File_capn_v1alpha1_secrets_proto protoreflect.FileDescriptor
 
 const file_capn_v1alpha1_secrets_proto_rawDesc = "" +
 	"\n" +
-	"\x1bcapn/v1alpha1/secrets.proto\x12\rcapn.v1alpha1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"@\n" +
+	"\x1bcapn/v1alpha1/secrets.proto\x12\rcapn.v1alpha1\x1a\x18capn/v1alpha1/meta.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"@\n" +
 	"\n" +
 	"KeyPairPEM\x12\x19\n" +
 	"\bcert_pem\x18\x01 \x01(\tR\acertPem\x12\x17\n" +
@@ -457,7 +480,7 @@ const file_capn_v1alpha1_secrets_proto_rawDesc = "" +
 	"kubeconfig\x18\x01 \x01(\fR\n" +
 	"kubeconfig\x12\x16\n" +
 	"\x06server\x18\x02 \x01(\tR\x06server\x12M\n" +
-	"\x15client_cert_not_after\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x12clientCertNotAfter\"\xb9\x02\n" +
+	"\x15client_cert_not_after\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x12clientCertNotAfter\"\xdc\x02\n" +
 	"\rBootstrapData\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\tR\x06format\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x1a\n" +
@@ -468,7 +491,9 @@ const file_capn_v1alpha1_secrets_proto_rawDesc = "" +
 	"\x05token\x18\x06 \x01(\tR\x05token\x12?\n" +
 	"\rtoken_expires\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\ftokenExpires\x12\x16\n" +
 	"\x06joined\x18\b \x01(\bR\x06joined\x126\n" +
-	"\ttoken_ttl\x18\t \x01(\v2\x19.google.protobuf.DurationR\btokenTtl\"\xab\x02\n" +
+	"\ttoken_ttl\x18\t \x01(\v2\x19.google.protobuf.DurationR\btokenTtl\x12!\n" +
+	"\ftoken_secret\x18\n" +
+	" \x01(\tR\vtokenSecret\"\xe5\x02\n" +
 	"\x14ClusterSecretsStatus\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1b\n" +
 	"\tpki_ready\x18\x02 \x01(\bR\bpkiReady\x12)\n" +
@@ -477,7 +502,10 @@ const file_capn_v1alpha1_secrets_proto_rawDesc = "" +
 	"caCertHash\x12K\n" +
 	"\x14admin_cert_not_after\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x11adminCertNotAfter\x12(\n" +
 	"\x10user_supplied_ca\x18\x06 \x01(\bR\x0euserSuppliedCa\x12\x18\n" +
-	"\amessage\x18\a \x01(\tR\amessageB=Z;github.com/capn-dev/capn/schemas/capn/v1alpha1;capnv1alpha1b\x06proto3"
+	"\amessage\x18\a \x01(\tR\amessage\x128\n" +
+	"\n" +
+	"conditions\x18\b \x03(\v2\x18.capn.v1alpha1.ConditionR\n" +
+	"conditionsB=Z;github.com/capn-dev/capn/schemas/capn/v1alpha1;capnv1alpha1b\x06proto3"
 
 var (
 	file_capn_v1alpha1_secrets_proto_rawDescOnce sync.Once
@@ -500,22 +528,24 @@ var file_capn_v1alpha1_secrets_proto_goTypes = []any{
 	(*ClusterSecretsStatus)(nil),  // 4: capn.v1alpha1.ClusterSecretsStatus
 	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
 	(*durationpb.Duration)(nil),   // 6: google.protobuf.Duration
+	(*Condition)(nil),             // 7: capn.v1alpha1.Condition
 }
 var file_capn_v1alpha1_secrets_proto_depIdxs = []int32{
-	0, // 0: capn.v1alpha1.ClusterPKI.ca:type_name -> capn.v1alpha1.KeyPairPEM
-	0, // 1: capn.v1alpha1.ClusterPKI.etcd_ca:type_name -> capn.v1alpha1.KeyPairPEM
-	0, // 2: capn.v1alpha1.ClusterPKI.front_proxy_ca:type_name -> capn.v1alpha1.KeyPairPEM
-	0, // 3: capn.v1alpha1.ClusterPKI.service_account:type_name -> capn.v1alpha1.KeyPairPEM
-	5, // 4: capn.v1alpha1.ClusterPKI.created:type_name -> google.protobuf.Timestamp
-	5, // 5: capn.v1alpha1.AdminKubeconfig.client_cert_not_after:type_name -> google.protobuf.Timestamp
-	5, // 6: capn.v1alpha1.BootstrapData.token_expires:type_name -> google.protobuf.Timestamp
-	6, // 7: capn.v1alpha1.BootstrapData.token_ttl:type_name -> google.protobuf.Duration
-	5, // 8: capn.v1alpha1.ClusterSecretsStatus.admin_cert_not_after:type_name -> google.protobuf.Timestamp
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	0,  // 0: capn.v1alpha1.ClusterPKI.ca:type_name -> capn.v1alpha1.KeyPairPEM
+	0,  // 1: capn.v1alpha1.ClusterPKI.etcd_ca:type_name -> capn.v1alpha1.KeyPairPEM
+	0,  // 2: capn.v1alpha1.ClusterPKI.front_proxy_ca:type_name -> capn.v1alpha1.KeyPairPEM
+	0,  // 3: capn.v1alpha1.ClusterPKI.service_account:type_name -> capn.v1alpha1.KeyPairPEM
+	5,  // 4: capn.v1alpha1.ClusterPKI.created:type_name -> google.protobuf.Timestamp
+	5,  // 5: capn.v1alpha1.AdminKubeconfig.client_cert_not_after:type_name -> google.protobuf.Timestamp
+	5,  // 6: capn.v1alpha1.BootstrapData.token_expires:type_name -> google.protobuf.Timestamp
+	6,  // 7: capn.v1alpha1.BootstrapData.token_ttl:type_name -> google.protobuf.Duration
+	5,  // 8: capn.v1alpha1.ClusterSecretsStatus.admin_cert_not_after:type_name -> google.protobuf.Timestamp
+	7,  // 9: capn.v1alpha1.ClusterSecretsStatus.conditions:type_name -> capn.v1alpha1.Condition
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_capn_v1alpha1_secrets_proto_init() }
@@ -523,6 +553,7 @@ func file_capn_v1alpha1_secrets_proto_init() {
 	if File_capn_v1alpha1_secrets_proto != nil {
 		return
 	}
+	file_capn_v1alpha1_meta_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -133,3 +133,63 @@ type kcontext struct {
 	Cluster string `json:"cluster"`
 	User    string `json:"user"`
 }
+
+// Parsed is what a kubeconfig written by Render holds: where the API
+// server is, the CA that signs its serving certificate, and the admin's
+// client certificate and key.
+type Parsed struct {
+	Server        string
+	CACertPEM     []byte
+	ClientCertPEM []byte
+	ClientKeyPEM  []byte
+}
+
+// Parse reads a kubeconfig written by Render: its current context's
+// cluster and user, each with embedded data. Errors never quote the key.
+func Parse(data []byte) (Parsed, error) {
+	var cfg config
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		return Parsed{}, fmt.Errorf("parse kubeconfig: %w", err)
+	}
+	var ctx *kcontext
+	for i := range cfg.Contexts {
+		if cfg.Contexts[i].Name == cfg.CurrentContext {
+			ctx = &cfg.Contexts[i].Context
+		}
+	}
+	if ctx == nil {
+		return Parsed{}, fmt.Errorf("parse kubeconfig: current context %q is not among its contexts", cfg.CurrentContext)
+	}
+	var out Parsed
+	var errs []error
+	found := false
+	for _, c := range cfg.Clusters {
+		if c.Name == ctx.Cluster {
+			out.Server, out.CACertPEM, found = c.Cluster.Server, c.Cluster.CertificateAuthorityData, true
+		}
+	}
+	if !found {
+		errs = append(errs, fmt.Errorf("cluster %q: not in the kubeconfig", ctx.Cluster))
+	}
+	found = false
+	for _, u := range cfg.Users {
+		if u.Name == ctx.User {
+			out.ClientCertPEM, out.ClientKeyPEM, found = u.User.ClientCertificateData, u.User.ClientKeyData, true
+		}
+	}
+	if !found {
+		errs = append(errs, fmt.Errorf("user %q: not in the kubeconfig", ctx.User))
+	}
+	for _, f := range []struct {
+		name string
+		v    []byte
+	}{{"server", []byte(out.Server)}, {"CA certificate", out.CACertPEM}, {"client certificate", out.ClientCertPEM}, {"client key", out.ClientKeyPEM}} {
+		if found && len(f.v) == 0 {
+			errs = append(errs, fmt.Errorf("%s: empty", f.name))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Parsed{}, fmt.Errorf("parse kubeconfig: %w", err)
+	}
+	return out, nil
+}

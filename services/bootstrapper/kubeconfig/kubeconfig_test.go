@@ -107,3 +107,39 @@ func TestRenderErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestParseReadsWhatRenderWrites(t *testing.T) {
+	in := testInput(t, "fd00::10", 6443)
+	data, err := Render(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Server != "https://[fd00::10]:6443" || !bytes.Equal(got.CACertPEM, in.CACertPEM) ||
+		!bytes.Equal(got.ClientCertPEM, in.ClientCertPEM) || !bytes.Equal(got.ClientKeyPEM, in.ClientKeyPEM) {
+		t.Fatalf("Parse(Render(in)) = server %q and PEMs that differ from the input", got.Server)
+	}
+
+	for _, tt := range []struct{ name, from, to, want string }{
+		{"unknown context", "current-context: prod-1-admin@prod-1", "current-context: other", `current context "other" is not among its contexts`},
+		{"no user", "- name: prod-1-admin\n  user:", "- name: someone-else\n  user:", `user "prod-1-admin": not in the kubeconfig`},
+		{"no key", "client-key-data: ", "client-key-dat: ", "client key: empty"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			bad := strings.Replace(string(data), tt.from, tt.to, 1)
+			if bad == string(data) {
+				t.Fatalf("%q is not in the kubeconfig", tt.from)
+			}
+			_, err := Parse([]byte(bad))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Parse error = %v, want %q", err, tt.want)
+			}
+			if strings.Contains(err.Error(), "PRIVATE KEY") {
+				t.Fatal("the error quotes the key")
+			}
+		})
+	}
+}

@@ -53,7 +53,7 @@ func (s *Service) reconcileCluster(ctx context.Context, name string) (reconcile.
 	}
 	var requeue time.Duration
 	if ep, ok := s.endpoint(cluster); ok {
-		kc, err := s.ensureKubeconfig(ctx, name, ep, set.set)
+		kc, err := s.ensureKubeconfig(ctx, name, ep, set.set) // kicks the join-token pass when it writes
 		if err != nil {
 			return reconcile.Result{}, err
 		}
@@ -165,6 +165,7 @@ func (s *Service) ensureKubeconfig(ctx context.Context, name string, ep bootstra
 	if err != nil {
 		return nil, err
 	}
+	wrote := false
 	kc, _, err := s.kubeconfs.Mutate(ctx, kubeconfigPrefix+name, func(cur *capnv1.AdminKubeconfig, exists bool) (*capnv1.AdminKubeconfig, error) {
 		now := s.cfg.Now()
 		if exists && cur.GetServer() == server && now.Before(cur.GetClientCertNotAfter().AsTime().Add(-pki.ClientCertRenewBefore)) {
@@ -187,8 +188,12 @@ func (s *Service) ensureKubeconfig(ctx context.Context, name string, ep bootstra
 		if err != nil {
 			return nil, err
 		}
+		wrote = true
 		return &capnv1.AdminKubeconfig{Kubeconfig: data, Server: server, ClientCertNotAfter: timestamppb.New(cert.NotAfter)}, nil
 	})
+	if err == nil && wrote {
+		s.kickJoins(name)
+	}
 	return kc, err
 }
 
@@ -201,6 +206,14 @@ func (s *Service) ensureKubeconfig(ctx context.Context, name string, ep bootstra
 func (s *Service) tendTokens(ctx context.Context, cluster string) (time.Duration, error) {
 	now := s.cfg.Now()
 	var next time.Duration
+	// A token renewed or done with changes what the workload cluster must
+	// hold: the join-token pass follows.
+	wrote := false
+	defer func() {
+		if wrote {
+			s.kickJoins(cluster)
+		}
+	}()
 	soonest := func(d time.Duration) {
 		if d > 0 && (next == 0 || d < next) {
 			next = d
@@ -227,6 +240,7 @@ func (s *Service) tendTokens(ctx context.Context, cluster string) (time.Duration
 			case joined:
 				s.tokens.done(key)
 				cur.Joined, cur.Token, cur.TokenExpires = true, "", nil
+				wrote = true
 				return cur, nil
 			}
 			ttl := tokenTTL(cur)
@@ -242,6 +256,7 @@ func (s *Service) tendTokens(ctx context.Context, cluster string) (time.Duration
 				return nil, store.ErrNoChange
 			}
 			cur.TokenExpires = timestamppb.New(exp)
+			wrote = true
 			return cur, nil
 		})
 		if err != nil {
@@ -337,10 +352,19 @@ func (s *Service) machineJoined(cluster, machine string) bool {
 	return err == nil && st.GetPhase() == "Running"
 }
 
+// writeStatus writes the cluster's secrets status, keeping the conditions
+// other passes own (JoinTokensRegistered). The one that creates the status
+// kicks the join-token pass, which writes its condition only into an
+// existing status.
 func (s *Service) writeStatus(ctx context.Context, st *capnv1.ClusterSecretsStatus) error {
-	_, _, err := s.statuses.Mutate(ctx, statusPrefix+st.GetCluster(), func(*capnv1.ClusterSecretsStatus, bool) (*capnv1.ClusterSecretsStatus, error) {
+	created := false
+	_, _, err := s.statuses.Mutate(ctx, statusPrefix+st.GetCluster(), func(cur *capnv1.ClusterSecretsStatus, exists bool) (*capnv1.ClusterSecretsStatus, error) {
+		st.Conditions, created = cur.GetConditions(), !exists
 		return st, nil
 	})
+	if err == nil && created {
+		s.kickJoins(st.GetCluster())
+	}
 	return err
 }
 

@@ -113,6 +113,9 @@ func (s *Service) generate(ctx context.Context, m *events.Message, cmd *capnv1.G
 	if err != nil {
 		return err
 	}
+	// A new token: the join-token pass registers it in the workload cluster.
+	s.joinMemo.unsettle(key)
+	s.kickJoins(cmd.GetCluster())
 	log.Info().Str("format", stored.GetFormat()).Str("checksum", stored.GetChecksum()).Msg("bootstrap data ready")
 	return s.ready(ctx, m, cmd, key, stored)
 }
@@ -186,6 +189,7 @@ func (s *Service) cleanup(ctx context.Context, m *events.Message, cmd *capnv1.De
 		return fmt.Errorf("purge %s: %w", statusPrefix+name, err)
 	}
 	s.tokens.forgetCluster(name)
+	s.joinMemo.forgetCluster(name)
 	zerolog.Ctx(ctx).Info().Str("cluster", name).Int("keys", len(keys)).Msg("cluster secrets deleted")
 	_, err = s.pub.Publish(ctx, events.EventSubject("bootstrap", "cleaned", name, events.ClusterObject), events.TypeClusterEvent+".secrets-deleted",
 		"secrets-deleted."+name+"."+shortHash(m.Event.ID()), &capnv1.ClusterEvent{Cluster: name, Reason: "SecretsDeleted", Message: "PKI, kubeconfig and bootstrap data deleted"})

@@ -61,6 +61,15 @@ type Config struct {
 	TokenCheckEvery time.Duration
 	// Cache options for the watch caches (tests shorten resyncs).
 	Cache store.CacheOptions
+	// JoinTokenBackoff spaces the attempts to register join tokens in a
+	// workload cluster whose API server does not answer (default 2s,
+	// doubled per failure up to 2m). A change the pass works from (a new
+	// bootstrap record, a token renewed or done with, a new kubeconfig)
+	// ends the wait.
+	JoinTokenBackoff reconcile.Backoff
+	// KubeAPITimeout bounds one request to a workload API server
+	// (default 10s).
+	KubeAPITimeout time.Duration
 }
 
 // Service is the bootstrapper. Build it with New.
@@ -78,6 +87,8 @@ type Service struct {
 	secretsKV jetstream.KeyValue
 	queue     *reconcile.Queue
 	tokens    tokenMemo
+	joins     *reconcile.Queue // jointokens.go: tokens in the workload clusters
+	joinMemo  joinMemo
 }
 
 // New returns the service; its key is loaded by Run unless cfg.Keyring is set.
@@ -93,6 +104,15 @@ func New(cfg Config) *Service {
 	}
 	if cfg.TokenCheckEvery == 0 {
 		cfg.TokenCheckEvery = time.Minute
+	}
+	if cfg.JoinTokenBackoff.Base <= 0 {
+		cfg.JoinTokenBackoff = DefaultJoinTokenBackoff
+	}
+	if cfg.JoinTokenBackoff.Max < cfg.JoinTokenBackoff.Base {
+		cfg.JoinTokenBackoff.Max = cfg.JoinTokenBackoff.Base
+	}
+	if cfg.KubeAPITimeout <= 0 {
+		cfg.KubeAPITimeout = DefaultKubeAPITimeout
 	}
 	return &Service{cfg: cfg}
 }
@@ -202,6 +222,7 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 		return err
 	}
 	s.queue = reconcile.NewQueue()
+	s.joins = reconcile.NewQueue()
 	var wg sync.WaitGroup
 	run := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
 
@@ -222,6 +243,22 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 			log.Warn().Err(err).Str("cluster", key).Int("failures", n).Msg("reconcile failed; will retry")
 		}}
 	run(func() { loop.Run(ctx) })
+	// Join tokens in the workload clusters: a loop of its own, so a
+	// workload API server that does not answer holds up nothing above.
+	// Its passes are kicked by the cluster reconcile, generate and tendTokens
+	// when what they work from changes (ending a backoff), and woken by the
+	// cluster's desired machines (one wanted or being deleted; the
+	// subscription's replay looks at each cluster once at start).
+	joinLoop := &reconcile.Loop{Queue: s.joins, Reconciler: reconcile.Func(s.reconcileJoinTokens), Workers: s.cfg.Workers,
+		OnError: func(key string, err error, n int) {
+			log.Warn().Err(err).Str("cluster", key).Int("failures", n).Msg("join-token reconcile failed; will retry")
+		}}
+	run(func() { joinLoop.Run(ctx) })
+	wanted := s.desired.Subscribe(machinePrefix)
+	run(func() { reconcile.Watch(ctx, s.joins, wanted, clusterOf, all) })
+	for _, c := range all() {
+		s.joins.Add(c)
+	}
 
 	cons := events.NewConsumer(d.JS, CommandConsumer(), s.handleCommand,
 		events.WithLogger(log), events.WithMetrics(d.Events), events.WithConcurrency(s.cfg.Workers))

@@ -42,11 +42,17 @@ func newEnv(t *testing.T) *env {
 // through runtime.Run: the same path a deployment takes.
 func (e *env) start(ring *seal.Keyring) (stop func()) {
 	e.t.Helper()
-	svc := bootstrapper.New(bootstrapper.Config{Keyring: ring, Workers: 2})
+	return e.startWith(bootstrapper.Config{Keyring: ring, Workers: 2})
+}
+
+// startWith is start with a whole Config.
+func (e *env) startWith(cfg bootstrapper.Config) (stop func()) {
+	e.t.Helper()
+	svc := bootstrapper.New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
-	cfg := runtime.Config{Name: bootstrapper.Name, NATS: runtime.NATSConfig{URL: e.srv.URL()}}
+	rcfg := runtime.Config{Name: bootstrapper.Name, NATS: runtime.NATSConfig{URL: e.srv.URL()}}
 	done := make(chan error, 1)
-	go func() { done <- runtime.Run(ctx, cfg, svc, runtime.WithoutHTTP()) }()
+	go func() { done <- runtime.Run(ctx, rcfg, svc, runtime.WithoutHTTP()) }()
 	stopped := false
 	stop = func() {
 		if stopped {

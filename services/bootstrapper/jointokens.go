@@ -1,0 +1,663 @@
+package bootstrapper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/capn-dev/capn/events/reconcile"
+	"github.com/capn-dev/capn/events/store"
+	"github.com/capn-dev/capn/kubeapi"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubeadm"
+	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
+	"github.com/capn-dev/capn/services/bootstrapper/kubeconfig"
+	"github.com/capn-dev/capn/services/bootstrapper/token"
+)
+
+// Join tokens in the workload cluster. A machine joins with the bootstrap
+// token of its bootstrap data, which the workload cluster's API server
+// accepts only while the Secret kube-system/bootstrap-token-<id> exists.
+// The first control plane registers its own; for every other machine the
+// bootstrapper does it, as Cluster API's kubeadm bootstrap provider does:
+// with the admin kubeconfig it issues, it creates the Secret while the
+// machine has not joined (its expiration following the token's renewals)
+// and deletes it once the machine joined or is gone.
+//
+// It is a reconcile of its own (queue s.joins), apart from the one that
+// keeps the PKI and kubeconfig: a workload API server that does not answer
+// — a placeholder endpoint (sim, or process and docker machines without
+// Kubernetes), or a first control plane not up yet — costs one failed
+// request per attempt, with backoff, and never holds up anything else.
+
+// ConditionJoinTokensRegistered is the condition of ClusterSecretsStatus
+// that says whether the join tokens of the machines still joining are
+// registered in the workload cluster. It is set only for clusters whose
+// bootstrap providers join nodes with a bootstrap token (kubeadm,
+// kube-local).
+const ConditionJoinTokensRegistered = "JoinTokensRegistered"
+
+// Reasons of ConditionJoinTokensRegistered.
+const (
+	// ReasonRegistered (True): every joining machine's token Secret is in
+	// the workload cluster.
+	ReasonRegistered = "Registered"
+	// ReasonNoMachineJoining (True): no machine is joining with a token,
+	// and no Secret of the bootstrapper is left in the workload cluster.
+	ReasonNoMachineJoining = "NoMachineJoining"
+	// ReasonWaitingForKubeconfig (Unknown): the control-plane endpoint, and
+	// so the admin kubeconfig, is not known yet.
+	ReasonWaitingForKubeconfig = "WaitingForKubeconfig"
+	// ReasonAPIServerUnreachable (False): the endpoint does not answer as a
+	// Kubernetes API server — no connection, not TLS of the cluster CA, or a
+	// 5xx/429 answer (a placeholder endpoint answers 503). Retried with
+	// backoff.
+	ReasonAPIServerUnreachable = "APIServerUnreachable"
+	// ReasonRegistrationFailed (False): the API server answered and refused
+	// (e.g. 403). Retried with backoff.
+	ReasonRegistrationFailed = "RegistrationFailed"
+)
+
+// JoinTokenManagedBy is the value of the app.kubernetes.io/managed-by
+// label on every token Secret the bootstrapper creates; it lists them by it
+// to delete those no machine needs any more.
+const (
+	managedByLabel     = "app.kubernetes.io/managed-by"
+	JoinTokenManagedBy = "capn-bootstrapper"
+	// Annotations say whose token a Secret holds.
+	annotationCluster = "capn.dev/cluster"
+	annotationMachine = "capn.dev/machine"
+)
+
+// Defaults of Config.
+var (
+	DefaultJoinTokenBackoff = reconcile.Backoff{Base: 2 * time.Second, Max: 2 * time.Minute}
+	DefaultKubeAPITimeout   = 10 * time.Second
+)
+
+// tokenJoins says whether nodes of a bootstrap provider join with a
+// bootstrap token that must be registered in the cluster.
+func tokenJoins(provider string) bool {
+	return provider == kubeadm.Name || provider == kubelocal.Name
+}
+
+// clusterJoinsWithTokens is true when the control plane or a pool uses a
+// bootstrap provider whose nodes join with a token (the effective spec's
+// provider, as bootstrap.Merge picks it).
+func (s *Service) clusterJoinsWithTokens(c *capnv1.Cluster) bool {
+	base := c.GetSpec().GetBootstrap().GetProvider()
+	effective := func(o *capnv1.BootstrapSpec) string {
+		switch {
+		case o.GetProvider() != "":
+			return o.GetProvider()
+		case base != "":
+			return base
+		}
+		return s.cfg.Registry.Default()
+	}
+	if tokenJoins(effective(c.GetSpec().GetControlPlane().GetBootstrap())) {
+		return true
+	}
+	for _, p := range c.GetSpec().GetWorkerPools() {
+		if tokenJoins(effective(p.GetBootstrap())) {
+			return true
+		}
+	}
+	return false
+}
+
+// kickJoins asks for a join-token pass over cluster now, even while it
+// waits out a backoff: something it works from changed (a new record, a
+// renewed or joined token, a new kubeconfig).
+func (s *Service) kickJoins(cluster string) {
+	if s.joins == nil {
+		return
+	}
+	s.joinMemo.kick(cluster)
+	s.joins.Add(cluster)
+}
+
+// joinItem is one machine's token as the pass sees it.
+type joinItem struct {
+	key, machine string
+	tok          token.Token
+	expires      time.Time
+	secret       string // token_secret recorded
+}
+
+// reconcileJoinTokens makes the workload cluster hold exactly the token
+// Secrets of the machines still joining: it creates or updates theirs and
+// deletes the bootstrapper's others. It writes ConditionJoinTokensRegistered.
+func (s *Service) reconcileJoinTokens(ctx context.Context, name string) (reconcile.Result, error) {
+	cluster, ok, err := s.cluster(name)
+	if err != nil || !ok || cluster.GetMetadata().GetDeletionTimestamp() != nil {
+		return reconcile.Result{}, err
+	}
+	if !s.clusterJoinsWithTokens(cluster) {
+		// script: nodes join by their own means; nothing to register, and
+		// no condition.
+		return reconcile.Result{}, s.setJoinCondition(ctx, name, nil)
+	}
+	now := s.cfg.Now()
+	if wait := s.joinMemo.waiting(name, time.Now()); wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
+	wanted, stale, err := s.joinPlan(ctx, name, now)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if len(wanted) == 0 && len(stale) == 0 {
+		// Nothing to create and nothing known to delete: the API server is
+		// not asked at all (a placeholder endpoint costs nothing).
+		s.joinMemo.succeeded(name)
+		return reconcile.Result{}, s.setJoinCondition(ctx, name, &capnv1.Condition{Type: ConditionJoinTokensRegistered, Status: "True",
+			Reason: ReasonNoMachineJoining, Message: "no machine is joining with a bootstrap token"})
+	}
+	kc, _, err := s.kubeconfs.Get(ctx, kubeconfigPrefix+name)
+	if errors.Is(err, store.ErrNotFound) {
+		// ensureKubeconfig kicks this pass once it writes one.
+		return reconcile.Result{}, s.setJoinCondition(ctx, name, &capnv1.Condition{Type: ConditionJoinTokensRegistered, Status: "Unknown",
+			Reason: ReasonWaitingForKubeconfig, Message: "waiting for the control-plane endpoint and the admin kubeconfig"})
+	} else if err != nil {
+		return reconcile.Result{}, err
+	}
+	admin, err := kubeconfig.Parse(kc.GetKubeconfig())
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("admin kubeconfig of %s: %w", name, err)
+	}
+	client, err := kubeapi.NewClient(admin.Server, admin.CACertPEM, admin.ClientCertPEM, admin.ClientKeyPEM)
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("admin kubeconfig of %s: %w", name, err)
+	}
+	client.HTTP.Timeout = s.cfg.KubeAPITimeout
+	defer client.Close()
+
+	registered, err := s.syncJoinSecrets(ctx, client, name, wanted, stale)
+	if err != nil {
+		if ctx.Err() != nil {
+			return reconcile.Result{}, ctx.Err()
+		}
+		if errors.Is(err, errStore) {
+			return reconcile.Result{}, err
+		}
+		return s.joinFailed(ctx, name, admin.Server, err)
+	}
+	if s.joinMemo.succeeded(name) {
+		zerolog.Ctx(ctx).Info().Str("cluster", name).Str("server", admin.Server).Msg("workload API server answers; join tokens registered")
+	}
+	cond := &capnv1.Condition{Type: ConditionJoinTokensRegistered, Status: "True", Reason: ReasonNoMachineJoining,
+		Message: "no machine is joining with a bootstrap token"}
+	if n := len(registered); n > 0 {
+		cond.Reason, cond.Message = ReasonRegistered, fmt.Sprintf("token Secrets of %d joining machine(s) registered: %s", n, machineList(registered))
+	}
+	var res reconcile.Result
+	if len(wanted) > 0 {
+		// While machines join, look again now and then: one deleted before
+		// it joined leaves a Secret to delete (renewals and joins kick a
+		// pass themselves).
+		res.RequeueAfter = s.cfg.TokenCheckEvery
+	}
+	return res, s.setJoinCondition(ctx, name, cond)
+}
+
+// errStore marks a KV failure inside a sync: the reconcile loop retries it,
+// it says nothing about the workload API server.
+var errStore = errors.New("secrets bucket")
+
+// joinFailed records a failed attempt: the condition says why, and the
+// pass comes back after the cluster's backoff.
+func (s *Service) joinFailed(ctx context.Context, name, server string, err error) (reconcile.Result, error) {
+	reason := ReasonAPIServerUnreachable
+	var se *kubeapi.StatusError
+	if errors.As(err, &se) && se.Code/100 != 5 && se.Code != http.StatusTooManyRequests {
+		reason = ReasonRegistrationFailed
+	}
+	delay, first := s.joinMemo.failed(name, s.cfg.JoinTokenBackoff, time.Now())
+	// An API server that does not answer is normal before the first
+	// control plane is up, and for good behind a placeholder endpoint: the
+	// condition says so, the log only at debug level. One that answers and
+	// refuses is a problem.
+	log := zerolog.Ctx(ctx).Debug()
+	if first && reason == ReasonRegistrationFailed {
+		log = zerolog.Ctx(ctx).Warn()
+	}
+	log.Err(err).Str("cluster", name).Str("reason", reason).Dur("retry_in", delay).Msg("cannot register join tokens in the workload cluster")
+	cond := &capnv1.Condition{Type: ConditionJoinTokensRegistered, Status: "False", Reason: reason,
+		Message: fmt.Sprintf("workload API server %s: %v", server, err), Severity: "Info"}
+	if reason == ReasonRegistrationFailed {
+		cond.Severity = "Warning"
+	}
+	return reconcile.Result{RequeueAfter: delay}, s.setJoinCondition(ctx, name, cond)
+}
+
+func machineList(items []joinItem) string {
+	names := make([]string, 0, len(items))
+	for _, it := range items {
+		names = append(names, it.machine)
+	}
+	slices.Sort(names)
+	if len(names) > 5 {
+		return strings.Join(names[:5], ", ") + fmt.Sprintf(" and %d more", len(names)-5)
+	}
+	return strings.Join(names, ", ")
+}
+
+// joinPlan reads the bootstrap records of the cluster's machines that are
+// not settled: wanted are the tokens of machines still joining (their
+// Secret must exist), stale the recorded Secrets no machine needs any more
+// (joined, being deleted, or gone). A record settles once its token is done
+// with and no Secret is recorded: it is not read again until generate
+// writes a new one.
+func (s *Service) joinPlan(ctx context.Context, cluster string, now time.Time) (wanted, stale []joinItem, err error) {
+	machines := map[string]*capnv1.Machine{}
+	prefix := machinePrefix + cluster + "."
+	for _, e := range s.desired.List(prefix) {
+		m, err := store.Decode(e.Value, func() *capnv1.Machine { return new(capnv1.Machine) })
+		if err != nil {
+			return nil, nil, fmt.Errorf("decode %s: %w", e.Key, err)
+		}
+		machines[strings.TrimPrefix(e.Key, prefix)] = m
+	}
+	// Records with a Secret recorded whose machine is no longer desired
+	// (this process saw them): their Secret goes too.
+	for _, m := range s.joinMemo.registered(cluster) {
+		if _, ok := machines[m]; !ok {
+			machines[m] = nil
+		}
+	}
+	for _, machine := range slices.Sorted(maps.Keys(machines)) {
+		key := bootstrapPrefix + cluster + "." + machine
+		if s.joinMemo.settled(key) {
+			continue
+		}
+		rec, _, err := s.boots.Get(ctx, key)
+		if errors.Is(err, store.ErrNotFound) {
+			s.joinMemo.unregistered(cluster, machine)
+			continue
+		} else if err != nil {
+			return nil, nil, err
+		}
+		want := machines[machine] != nil && machines[machine].GetMetadata().GetDeletionTimestamp() == nil &&
+			tokenJoins(rec.GetProvider()) && rec.GetToken() != "" && !rec.GetJoined() && !s.machineJoined(cluster, machine) &&
+			rec.GetTokenExpires().AsTime().After(now) // an expired token is no use: tokencleaner would delete it
+		it := joinItem{key: key, machine: machine, secret: rec.GetTokenSecret()}
+		switch {
+		case want:
+			if it.tok, err = token.Parse(rec.GetToken()); err != nil {
+				return nil, nil, fmt.Errorf("%s: %w", key, err)
+			}
+			it.expires = rec.GetTokenExpires().AsTime()
+			wanted = append(wanted, it)
+		case rec.GetTokenSecret() != "":
+			stale = append(stale, it)
+		case rec.GetJoined() || rec.GetToken() == "" || !tokenJoins(rec.GetProvider()):
+			s.joinMemo.settle(key)
+		}
+		if rec.GetTokenSecret() != "" {
+			s.joinMemo.registeredAt(cluster, machine)
+		} else {
+			s.joinMemo.unregistered(cluster, machine)
+		}
+	}
+	return wanted, stale, nil
+}
+
+// secretObject is the token Secret of it, as `kubeadm token create` writes
+// it, labelled as the bootstrapper's.
+func secretObject(cluster string, it joinItem) kubeapi.Object {
+	name := token.SecretName(it.tok)
+	return kubeapi.Object{Collection: secretsPath, Name: name, Body: map[string]any{
+		"apiVersion": "v1", "kind": "Secret", "type": token.SecretType,
+		"metadata": map[string]any{
+			"name": name, "namespace": token.SecretNamespace,
+			"labels":      map[string]string{managedByLabel: JoinTokenManagedBy},
+			"annotations": map[string]string{annotationCluster: cluster, annotationMachine: it.machine},
+		},
+		"stringData": token.SecretData(it.tok, it.expires, fmt.Sprintf("capn: join token of machine %s of cluster %s", it.machine, cluster)),
+	}}
+}
+
+var secretsPath = "/api/v1/namespaces/" + token.SecretNamespace + "/secrets"
+
+// syncJoinSecrets lists the bootstrapper's Secrets in the workload
+// cluster, creates or updates the wanted ones and deletes the rest. Each
+// wanted Secret is recorded in its bootstrap record before it is created,
+// and a recorded one is forgotten only after it is deleted, so a Secret
+// the bootstrapper made is never lost track of. It returns the wanted
+// items whose Secrets are in place.
+func (s *Service) syncJoinSecrets(ctx context.Context, c *kubeapi.Client, cluster string, wanted, stale []joinItem) ([]joinItem, error) {
+	var list struct {
+		Items []struct {
+			Metadata struct {
+				Name        string            `json:"name"`
+				Annotations map[string]string `json:"annotations"`
+			} `json:"metadata"`
+			Type string            `json:"type"`
+			Data map[string][]byte `json:"data"`
+		} `json:"items"`
+	}
+	if err := c.Get(ctx, secretsPath+"?labelSelector="+url.QueryEscape(managedByLabel+"="+JoinTokenManagedBy), &list); err != nil {
+		return nil, err
+	}
+	present := map[string]map[string]string{}
+	owner := map[string]string{}
+	for _, it := range list.Items {
+		owner[it.Metadata.Name] = it.Metadata.Annotations[annotationMachine]
+		data := map[string]string{}
+		for k, v := range it.Data {
+			data[k] = string(v)
+		}
+		if it.Type != token.SecretType {
+			data = nil // replaced by Apply
+		}
+		present[it.Metadata.Name] = data
+	}
+	keep := map[string]bool{}
+	var registered []joinItem
+	for _, it := range wanted {
+		o := secretObject(cluster, it)
+		keep[o.Name] = true
+		current, err := s.recordTokenSecret(ctx, it, o.Name)
+		if err != nil {
+			return nil, err
+		}
+		if !current {
+			continue // generate wrote the record anew: a pass of its own follows
+		}
+		registered = append(registered, it)
+		if cur, ok := present[o.Name]; ok && maps.Equal(cur, o.Body["stringData"].(map[string]string)) {
+			continue
+		}
+		if err := c.Apply(ctx, o); err != nil {
+			return nil, err
+		}
+		zerolog.Ctx(ctx).Info().Str("cluster", cluster).Str("machine", it.machine).Str("secret", o.Name).
+			Time("expires", it.expires).Msg("join token registered in the workload cluster")
+	}
+	for _, it := range stale {
+		if !keep[it.secret] {
+			if err := s.deleteJoinSecret(ctx, c, cluster, it.machine, it.secret); err != nil {
+				return nil, err
+			}
+			delete(present, it.secret)
+		}
+		if err := s.forgetTokenSecret(ctx, it); err != nil {
+			return nil, err
+		}
+	}
+	for name := range present {
+		if !keep[name] {
+			// The bootstrapper's, and no machine wants it: a machine gone
+			// before this process saw its record, or an earlier incarnation.
+			if err := s.deleteJoinSecret(ctx, c, cluster, owner[name], name); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return registered, nil
+}
+
+func (s *Service) deleteJoinSecret(ctx context.Context, c *kubeapi.Client, cluster, machine, name string) error {
+	gone, err := c.Delete(ctx, secretsPath+"/"+name)
+	if err != nil {
+		return err
+	}
+	if gone {
+		zerolog.Ctx(ctx).Info().Str("cluster", cluster).Str("machine", machine).Str("secret", name).Msg("join token deleted from the workload cluster")
+	}
+	return nil
+}
+
+// recordTokenSecret notes in it's bootstrap record, before the Secret is
+// created, that it may exist. current is false when the record no longer
+// holds that token (generate wrote a new incarnation's, or it joined): the
+// Secret is then not created.
+func (s *Service) recordTokenSecret(ctx context.Context, it joinItem, secret string) (current bool, err error) {
+	_, _, err = s.boots.Mutate(ctx, it.key, func(cur *capnv1.BootstrapData, exists bool) (*capnv1.BootstrapData, error) {
+		current = exists && cur.GetToken() == it.tok.Value() && !cur.GetJoined()
+		if !current || cur.GetTokenSecret() == secret {
+			return nil, store.ErrNoChange
+		}
+		cur.TokenSecret = secret
+		return cur, nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("%w: %s: %w", errStore, it.key, err)
+	}
+	if current {
+		s.joinMemo.registeredAt(clusterOfRecord(it.key), it.machine)
+	}
+	return current, nil
+}
+
+// forgetTokenSecret clears the record's token_secret once its Secret is
+// deleted (only if it still names that Secret).
+func (s *Service) forgetTokenSecret(ctx context.Context, it joinItem) error {
+	_, _, err := s.boots.Mutate(ctx, it.key, func(cur *capnv1.BootstrapData, exists bool) (*capnv1.BootstrapData, error) {
+		if !exists || cur.GetTokenSecret() != it.secret {
+			return nil, store.ErrNoChange
+		}
+		cur.TokenSecret = ""
+		return cur, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", errStore, it.key, err)
+	}
+	s.joinMemo.unregistered(clusterOfRecord(it.key), it.machine)
+	return nil
+}
+
+func clusterOfRecord(key string) string {
+	toks := splitKey(key)
+	if len(toks) < 3 {
+		return ""
+	}
+	return toks[1]
+}
+
+// setJoinCondition sets (nil: removes) ConditionJoinTokensRegistered in
+// observed secrets.<cluster>, keeping its transition time while its status
+// holds. An unchanged condition is not written, nor a missing status.
+func (s *Service) setJoinCondition(ctx context.Context, cluster string, c *capnv1.Condition) error {
+	if s.joinMemo.sameCondition(cluster, c) {
+		return nil // written already: not even read again
+	}
+	written := false
+	_, _, err := s.statuses.Mutate(ctx, statusPrefix+cluster, func(cur *capnv1.ClusterSecretsStatus, exists bool) (*capnv1.ClusterSecretsStatus, error) {
+		written = false
+		if !exists {
+			// The cluster's reconcile makes the status (and kicks a pass
+			// when it does); never bring back one a cleanup purged.
+			return nil, store.ErrNoChange
+		}
+		written = true
+		i := slices.IndexFunc(cur.GetConditions(), func(x *capnv1.Condition) bool { return x.GetType() == ConditionJoinTokensRegistered })
+		switch {
+		case c == nil && i < 0:
+			return nil, store.ErrNoChange
+		case c == nil:
+			cur.Conditions = slices.Delete(cur.Conditions, i, i+1)
+			return cur, nil
+		}
+		c.LastTransitionTime = timestamppb.New(s.cfg.Now())
+		if i < 0 {
+			cur.Conditions = append(cur.Conditions, c)
+			return cur, nil
+		}
+		old := cur.Conditions[i]
+		if old.GetStatus() == c.GetStatus() {
+			c.LastTransitionTime = old.GetLastTransitionTime()
+		}
+		cur.Conditions[i] = c
+		return cur, nil
+	})
+	if err == nil && written {
+		s.joinMemo.wroteCondition(cluster, c)
+	}
+	return err
+}
+
+// joinMemo is the join-token pass's memory. Per cluster: its backoff
+// after failed attempts, and which machines have a Secret recorded. Per
+// bootstrap record: settled (nothing left to do until generate writes it
+// anew). It only saves work: a restart starts empty and reads every
+// record once.
+type joinMemo struct {
+	mu       sync.Mutex
+	clusters map[string]*joinClusterState
+	done     map[string]bool
+}
+
+type joinClusterState struct {
+	failures   int
+	retryAt    time.Time
+	kicked     bool
+	registered map[string]bool // machines with token_secret set
+	// cond is the condition last written (nil: removed); condKnown says
+	// there is one.
+	cond      *capnv1.Condition
+	condKnown bool
+}
+
+func (m *joinMemo) state(cluster string) *joinClusterState {
+	if m.clusters == nil {
+		m.clusters = map[string]*joinClusterState{}
+	}
+	st := m.clusters[cluster]
+	if st == nil {
+		st = &joinClusterState{registered: map[string]bool{}}
+		m.clusters[cluster] = st
+	}
+	return st
+}
+
+// sameCondition is true when c (nil: no condition) is what was last
+// written, but for its transition time.
+func (m *joinMemo) sameCondition(cluster string, c *capnv1.Condition) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := m.state(cluster)
+	if !st.condKnown || (st.cond == nil) != (c == nil) {
+		return false
+	}
+	return c == nil || (st.cond.GetStatus() == c.GetStatus() && st.cond.GetReason() == c.GetReason() &&
+		st.cond.GetMessage() == c.GetMessage() && st.cond.GetSeverity() == c.GetSeverity())
+}
+
+func (m *joinMemo) wroteCondition(cluster string, c *capnv1.Condition) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := m.state(cluster)
+	st.cond, st.condKnown = c, true
+}
+
+func (m *joinMemo) kick(cluster string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.state(cluster).kicked = true
+}
+
+// waiting is how long the cluster's backoff still runs; a kick ends it.
+func (m *joinMemo) waiting(cluster string, now time.Time) time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := m.state(cluster)
+	if st.kicked {
+		st.kicked = false
+		return 0
+	}
+	if st.failures == 0 || !now.Before(st.retryAt) {
+		return 0
+	}
+	return st.retryAt.Sub(now)
+}
+
+// failed counts a failed attempt and returns the delay before the next
+// (base, doubled per failure up to max), and whether it is the first
+// failure since the last success.
+func (m *joinMemo) failed(cluster string, b reconcile.Backoff, now time.Time) (time.Duration, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := m.state(cluster)
+	st.failures++
+	d := b.Base
+	for i := 1; i < st.failures && d < b.Max; i++ {
+		d *= 2
+	}
+	d = min(d, b.Max)
+	st.retryAt = now.Add(d)
+	return d, st.failures == 1
+}
+
+// succeeded ends the backoff; it returns whether there was one.
+func (m *joinMemo) succeeded(cluster string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := m.state(cluster)
+	was := st.failures > 0
+	st.failures, st.retryAt = 0, time.Time{}
+	return was
+}
+
+func (m *joinMemo) registeredAt(cluster, machine string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.state(cluster).registered[machine] = true
+}
+
+func (m *joinMemo) unregistered(cluster, machine string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.state(cluster).registered, machine)
+}
+
+func (m *joinMemo) registered(cluster string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Collect(maps.Keys(m.state(cluster).registered))
+}
+
+func (m *joinMemo) settled(key string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.done[key]
+}
+
+func (m *joinMemo) settle(key string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.done == nil {
+		m.done = map[string]bool{}
+	}
+	m.done[key] = true
+}
+
+// unsettle: generate wrote the record anew.
+func (m *joinMemo) unsettle(key string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.done, key)
+}
+
+// forgetCluster drops a deleted cluster.
+func (m *joinMemo) forgetCluster(cluster string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.clusters, cluster)
+	prefix := bootstrapPrefix + cluster + "."
+	for k := range m.done {
+		if strings.HasPrefix(k, prefix) {
+			delete(m.done, k)
+		}
+	}
+}

@@ -348,6 +348,13 @@ func (h *hub) bookmark() {
 	h.emit(watchEvent{typ: api.WatchBookmark, at: h.cur, data: []byte(`{"type":"BOOKMARK"}`)})
 }
 
+// desiredRevision is the last desired revision the hub applied.
+func (h *hub) desiredRevision() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.cur.d
+}
+
 func (h *hub) isReady() bool {
 	select {
 	case <-h.ready:

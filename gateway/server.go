@@ -42,6 +42,8 @@ type server struct {
 	kubeconfigs *store.Bucket[*capnv1.AdminKubeconfig]
 
 	hub *hub
+	// desiredKV is read for its last revision when a watch opens.
+	desiredKV jetstream.KeyValue
 	// stopping is closed when the HTTP server shuts down, so that streams
 	// (SSE) end and let it finish.
 	stopping <-chan struct{}

@@ -290,6 +290,7 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 		machineStatuses: store.NewBucket(observedKV, newMachineStatus),
 		secretsStatuses: store.NewBucket(observedKV, newSecretsStatus),
 		stopping:        stopping,
+		desiredKV:       desiredKV,
 	}
 	if ring != nil {
 		secretsKV, err := d.JS.KeyValue(ctx, events.BucketSecrets)

@@ -1,8 +1,11 @@
 package gateway
 
 import (
+	"context"
 	"net/http"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/capn-dev/capn/gateway/api"
 )
@@ -45,6 +48,7 @@ func (s *server) watch(w http.ResponseWriter, r *http.Request) error {
 	case <-ctx.Done():
 		return nil
 	}
+	s.awaitDesired(ctx, t.C)
 	initial, reset, at, sub := s.hub.subscribe(r.Header.Get("Last-Event-ID"), f)
 	defer s.hub.unsubscribe(sub)
 	defer s.metrics.stream("watch")()
@@ -85,6 +89,35 @@ func (s *server) watch(w http.ResponseWriter, r *http.Request) error {
 			return nil
 		case <-s.stopping:
 			return nil
+		}
+	}
+}
+
+// awaitDesired waits, until timeout fires, for the hub to have applied
+// every desired write made before the watch opened, so that a client
+// that applies and then watches sees its object among the initial ADDED
+// events (as a Kubernetes watch from a consistent list does). If the
+// revision cannot be read, or the wait runs out, the stream starts from
+// what the hub has: a later write still arrives as its own event.
+func (s *server) awaitDesired(ctx context.Context, timeout <-chan time.Time) {
+	st, err := s.desiredKV.Status(ctx)
+	if err != nil {
+		return
+	}
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok {
+		return
+	}
+	last := bs.StreamInfo().State.LastSeq
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for s.hub.desiredRevision() < last {
+		select {
+		case <-tick.C:
+		case <-timeout:
+			return
+		case <-ctx.Done():
+			return
 		}
 	}
 }

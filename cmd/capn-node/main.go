@@ -1,9 +1,11 @@
 // Command capn-node is the node agent of machines of the process and docker
-// providers. It does NOT run a kubelet, kubeadm or any Kubernetes
-// component: it fetches and checks the machine's bootstrap data, writes its
-// files under the machine's own data dir (<data-dir>/rootfs, never the
-// real /; the commands are listed, not run), and reports node heartbeats
-// to capn. Real Kubernetes on these machines comes in a later issue.
+// providers. It does NOT run a kubelet or kubeadm: it fetches and checks
+// the machine's bootstrap data, writes its files under the machine's own
+// data dir (<data-dir>/rootfs, never the real /; the commands are listed,
+// not run), and reports node heartbeats to capn. Given --kube-bin and
+// kube-local bootstrap data it also runs the machine's real Kubernetes
+// part (a control plane, or a worker's join), with kwok in place of the
+// kubelet (package agent, package kube).
 //
 //	capn-node agent    --cluster=c --machine=m --version=v1.33.4 --data-dir=/abs/dir \
 //	                   --bootstrap-checksum=sha256:... [--ca-cert-hash=sha256:...] \
@@ -45,9 +47,12 @@ import (
 const usage = `usage: capn-node <command> [flags]
 
 capn-node is the node agent of process and docker machines. It does NOT run a
-kubelet or any Kubernetes component: it fetches and checks the machine's
-bootstrap data, writes its files under <data-dir>/rootfs (commands are listed,
-not run) and reports node heartbeats to capn.
+kubelet: it fetches and checks the machine's bootstrap data, writes its files
+under <data-dir>/rootfs (commands are listed, not run) and reports node
+heartbeats to capn. With --kube-bin and kube-local bootstrap data it also runs
+the machine's real Kubernetes part (etcd, kube-apiserver, controller-manager,
+scheduler on a control plane; a join via CSR on a worker), kwok standing in
+for the kubelet.
 
 commands:
   agent     run the node agent of one machine (see capn-node agent -h)
@@ -93,7 +98,7 @@ func runAgent(ctx context.Context, args []string, lookup func(string) (string, b
 		runtime.Flag{Name: "log-level", Env: "CAPN_LOG_LEVEL", Usage: "`level`: trace, debug, info, warn, error", Value: runtime.StringValue(&logCfg.LogLevel)})
 	runtime.BindFlags(fs, flags...)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: capn-node agent [flags]\n\nThe node agent of one machine. No kubelet runs: it bootstraps the machine's\nfiles under <data-dir>/rootfs and sends heartbeats.\n\n")
+		fmt.Fprintf(stderr, "usage: capn-node agent [flags]\n\nThe node agent of one machine. No kubelet runs: it bootstraps the machine's\nfiles under <data-dir>/rootfs and sends heartbeats; with --kube-bin and\nkube-local bootstrap data it runs the machine's Kubernetes part (kwok stands\nin for the kubelet).\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

@@ -95,7 +95,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	a.log.Info().Int("boot", boots).Str("data_dir", a.cfg.DataDir).Str("version", a.cfg.Version).
-		Msg("node agent starting (no kubelet runs: heartbeats only)")
+		Bool("kube", a.cfg.KubeBin != "").Msg("node agent starting (no kubelet runs)")
 	if a.cfg.HealthAddr != "" {
 		stop := a.serveHealth()
 		defer stop()

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
 )
 
@@ -194,23 +195,11 @@ func (r *Runtime) runControlPlane(ctx context.Context) error {
 			return err
 		}
 	}
-	kc, err := ReadKubeconfig(r.layout.AdminKubeconfig())
+	client, stop, err := r.connect(ctx, r.layout.AdminKubeconfig())
 	if err != nil {
 		return err
 	}
-	client, err := NewClient(kc)
-	if err != nil {
-		return err
-	}
-	defer client.Close()
-
-	probeDone := make(chan struct{})
-	go func() {
-		defer close(probeDone)
-		r.probe(ctx, client)
-	}()
-	defer func() { <-probeDone }()
-
+	defer stop()
 	if !r.waitReady(ctx) {
 		return nil
 	}
@@ -271,26 +260,30 @@ func (r *Runtime) waitReady(ctx context.Context) bool {
 	return true
 }
 
+// connect opens a client with the kubeconfig at path and probes the API
+// server in the background (the heartbeat's ready flag, see probe) until
+// ctx ends; stop waits for the probe and closes the client.
+func (r *Runtime) connect(ctx context.Context, path string) (c *Client, stop func(), err error) {
+	kc, err := ReadKubeconfig(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if c, err = NewClient(kc); err != nil {
+		return nil, nil, err
+	}
+	probeDone := make(chan struct{})
+	go func() {
+		defer close(probeDone)
+		r.probe(ctx, c)
+	}()
+	return c, func() { <-probeDone; c.Close() }, nil
+}
+
 // retry runs f until it succeeds (true) or ctx ends (false), with capped
 // backoff, logging each failure.
 func (r *Runtime) retry(ctx context.Context, what string, f func() error) bool {
-	wait := 500 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		err := f()
-		if err == nil {
-			return true
-		}
-		if ctx.Err() != nil {
-			return false
-		}
-		r.opts.Log.Warn().Err(err).Int("attempt", attempt).Dur("retry_in", wait).Msg("cannot " + what)
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(wait):
-		}
-		wait = min(wait*2, 15*time.Second)
-	}
+	return events.Retry(ctx, r.opts.Log, what, 500*time.Millisecond, 15*time.Second,
+		func(context.Context) error { return f() }) == nil
 }
 
 // tokenMarker records that the token Secret was created once, so a

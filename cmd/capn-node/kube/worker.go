@@ -66,21 +66,11 @@ func (r *Runtime) runWorker(ctx context.Context) error {
 		return nil
 	}
 	log.Info().Dur("after", r.mark("credentials")).Str("user", NodeUser(r.cfg.NodeName)).Msg("node client certificate ready")
-	kc, err := ReadKubeconfig(r.layout.KubeconfigPath("kubelet"))
+	client, stop, err := r.connect(ctx, r.layout.KubeconfigPath("kubelet"))
 	if err != nil {
 		return err
 	}
-	client, err := NewClient(kc)
-	if err != nil {
-		return err
-	}
-	defer client.Close()
-	probeDone := make(chan struct{})
-	go func() {
-		defer close(probeDone)
-		r.probe(ctx, client)
-	}()
-	defer func() { <-probeDone }()
+	defer stop()
 	if !r.waitReady(ctx) {
 		return nil
 	}

@@ -160,6 +160,16 @@ func (s *Service) onHeartbeat(ctx context.Context, m *events.Message, hb *capnv1
 		s.metrics.report("heartbeat", outcomeIgnored)
 		return err
 	}
+	if n, ok := s.work.identity(r.key); ok {
+		// The machine's Node was read: its name and kubelet version win
+		// over what the node agent says (no flip-flop between the two).
+		if n.name != "" {
+			hb.NodeName = n.name
+		}
+		if n.version != "" {
+			hb.KubeletVersion = n.version
+		}
+	}
 	if !s.beats.beat(r.key, beat{at: r.at, ready: hb.GetReady(), kubeletVersion: hb.GetKubeletVersion(), nodeName: hb.GetNodeName()}) {
 		s.metrics.report("heartbeat", outcomeUnchanged) // late or repeated: a newer one was seen
 		return nil

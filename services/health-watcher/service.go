@@ -19,6 +19,7 @@ import (
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/health/policy"
+	"github.com/capn-dev/capn/services/bootstrapper/seal"
 	"github.com/capn-dev/capn/services/runtime"
 )
 
@@ -45,6 +46,21 @@ type Config struct {
 	Workers, Concurrency int
 	Now                  func() time.Time
 	Cache                store.CacheOptions
+
+	// Reading the Nodes of workload clusters (workload.go). Keyring opens
+	// the admin kubeconfigs the bootstrapper seals; without it (nor
+	// SecretsKeyFile nor CAPN_SECRETS_KEY) no Node is read.
+	Keyring            *seal.Keyring
+	SecretsKeyFile     string
+	OldSecretsKeyFiles string
+	// NodePollEvery is how often a polled cluster's Nodes are read (default
+	// 10s); NodeBackoffMax caps the backoff while its API server does not
+	// answer (default 2m; it starts at NodePollEvery).
+	NodePollEvery, NodeBackoffMax time.Duration
+	// NodeDeleteGrace: no Node younger than this is deleted (default 30s).
+	NodeDeleteGrace time.Duration
+	// KubeAPITimeout bounds one request to a workload API server (default 10s).
+	KubeAPITimeout time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -67,6 +83,18 @@ func (c Config) withDefaults() Config {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.NodePollEvery <= 0 {
+		c.NodePollEvery = DefaultNodePollEvery
+	}
+	if c.NodeBackoffMax < c.NodePollEvery {
+		c.NodeBackoffMax = max(DefaultNodeBackoffMax, c.NodePollEvery)
+	}
+	if c.NodeDeleteGrace <= 0 {
+		c.NodeDeleteGrace = DefaultNodeDeleteGrace
+	}
+	if c.KubeAPITimeout <= 0 {
+		c.KubeAPITimeout = DefaultKubeAPITimeout
+	}
 	return c
 }
 
@@ -81,11 +109,13 @@ type Service struct {
 	beats    *tracker
 	metrics  *metrics
 	started  time.Time
+	work     *workload // nil without a secrets key
 }
 
 var (
 	_ runtime.Service      = (*Service)(nil)
 	_ runtime.FlagProvider = (*Service)(nil)
+	_ runtime.Validator    = (*Service)(nil)
 )
 
 // New returns the service, as cmd/health-watcher and capn dev run it.
@@ -94,13 +124,18 @@ func New(cfg Config) *Service { return &Service{cfg: cfg.withDefaults()} }
 // Name implements runtime.Service.
 func (s *Service) Name() string { return Name }
 
-// Flags implements runtime.FlagProvider: the defaults of the health policy
-// and the heartbeat persistence interval.
+// Flags implements runtime.FlagProvider: the defaults of the health policy,
+// the heartbeat persistence interval, and the secrets key and poll interval
+// of the workload clusters' Node reads.
 func (s *Service) Flags() []runtime.Flag {
 	return []runtime.Flag{
 		{Name: "health-node-startup-timeout", Env: "CAPN_HEALTH_NODE_STARTUP_TIMEOUT", Usage: "default node startup timeout of a health policy (0 disables)", Value: runtime.DurationValue(&s.cfg.Policy.NodeStartupTimeout)},
 		{Name: "health-heartbeat-grace", Env: "CAPN_HEALTH_HEARTBEAT_GRACE", Usage: "default time a node may stay silent before its Ready condition is Unknown", Value: runtime.DurationValue(&s.cfg.Policy.HeartbeatGrace)},
 		{Name: "health-persist-every", Env: "CAPN_HEALTH_PERSIST_EVERY", Usage: "how stale the heartbeat time recorded in KV may get", Value: runtime.DurationValue(&s.cfg.PersistEvery)},
+		{Name: "secrets-key-file", Env: "CAPN_SECRETS_KEY_FILE", Usage: "`file` with the key that seals the secrets bucket, to open the admin kubeconfigs and read the Nodes of real-kubernetes clusters; or set " + seal.KeyEnv, Value: runtime.StringValue(&s.cfg.SecretsKeyFile)},
+		{Name: "secrets-old-key-files", Env: "CAPN_SECRETS_OLD_KEY_FILES", Usage: "comma-separated `files` of keys being rotated out", Value: runtime.StringValue(&s.cfg.OldSecretsKeyFiles)},
+		{Name: "health-node-poll-every", Env: "CAPN_HEALTH_NODE_POLL_EVERY", Usage: "how often the Nodes of a real-kubernetes cluster are read from its API server", Value: runtime.DurationValue(&s.cfg.NodePollEvery)},
+		{Name: "health-node-delete-grace", Env: "CAPN_HEALTH_NODE_DELETE_GRACE", Usage: "age under which a Node whose machine is gone or being deleted is not deleted", Value: runtime.DurationValue(&s.cfg.NodeDeleteGrace)},
 	}
 }
 
@@ -130,10 +165,23 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	}
 	s.cfg = s.cfg.withDefaults() // flags may have zeroed a field
 	s.started = s.cfg.Now()
+	ring, err := s.keyring()
+	if err != nil {
+		return err
+	}
+	if ring != nil {
+		secretsKV, err := d.JS.KeyValue(ctx, events.BucketSecrets)
+		if err != nil {
+			return fmt.Errorf("bucket %s: %w", events.BucketSecrets, err)
+		}
+		s.work = newWorkload(store.NewBucket(secretsKV, func() *capnv1.AdminKubeconfig { return new(capnv1.AdminKubeconfig) }, store.WithSealer(ring)))
+	} else {
+		d.Log.Warn().Msg("no secrets key (--secrets-key-file or " + seal.KeyEnv + "): the Nodes of real-kubernetes clusters are not read")
+	}
 	s.pub = events.NewPublisher(d.JS, "capn/"+Name)
 	s.nodes = store.NewBucket(observedKV, func() *capnv1.NodeHealth { return new(capnv1.NodeHealth) })
 	s.desired = store.NewCache(desiredKV, s.cfg.Cache)
-	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, clusterPrefix, machinePrefix, nodePrefix, infraPrefix))
+	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, clusterPrefix, machinePrefix, nodePrefix, infraPrefix, providerPrefix))
 	s.beats = newTracker()
 	s.metrics = newMetrics(d.Metrics)
 	s.queue = reconcile.NewQueue()
@@ -161,6 +209,19 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 			lvl.Err(err).Str("cluster", key).Int("failures", n).Msg("health evaluation not applied; will retry")
 		}}
 	run(func() { loop.Run(ctx) })
+	if s.work != nil {
+		for _, sub := range []*store.Subscription{
+			s.desired.Subscribe(clusterPrefix), s.desired.Subscribe(machinePrefix),
+			s.observed.Subscribe(machinePrefix), s.observed.Subscribe(providerPrefix),
+		} {
+			run(func() { s.watchWorkload(ctx, sub) })
+		}
+		kube := &reconcile.Loop{Queue: s.work.queue, Reconciler: reconcile.Func(s.reconcileWorkload), Workers: s.cfg.Workers,
+			OnError: func(key string, err error, n int) {
+				d.Log.Warn().Err(err).Str("cluster", key).Int("failures", n).Msg("workload Node read not applied; will retry")
+			}}
+		run(func() { kube.Run(ctx) })
+	}
 	opts := []events.ConsumeOption{events.WithLogger(d.Log), events.WithMetrics(d.Events), events.WithConcurrency(s.cfg.Concurrency)}
 	errc := make(chan error, 2)
 	for _, c := range []*events.Consumer{

@@ -1,0 +1,143 @@
+package healthwatcher
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+)
+
+// The pure half of reading a workload cluster's Nodes (workload.go is the
+// other): which Node is which machine's, what a Node adds to the machine's
+// record, and which Nodes to delete.
+
+// SourceKubernetes is the source of the conditions read from a workload
+// cluster's Node objects (NodeConditions.source), as opposed to reports
+// on capn.health.> (node-problem-detector's bridge, capn-node).
+const SourceKubernetes = "kubernetes"
+
+// WorkloadNode is a Node of a workload cluster as the health-watcher reads
+// it from GET /api/v1/nodes.
+type WorkloadNode struct {
+	Name, UID, ProviderID string
+	// KubeletVersion is status.nodeInfo.kubeletVersion.
+	KubeletVersion string
+	// Created is metadata.creationTimestamp (the API server's clock).
+	Created time.Time
+	// Conditions are status.conditions: the kubelet's (Ready,
+	// MemoryPressure, ...) and those others write there, such as
+	// node-problem-detector's Kubernetes exporter (KernelDeadlock, ...).
+	Conditions []*capnv1.NodeCondition
+}
+
+// WorkloadMachine is one machine of the cluster, for matching Nodes.
+type WorkloadMachine struct {
+	Name string
+	// ProviderID is the machine's observed status provider_id ("" until
+	// its infrastructure reported one).
+	ProviderID string
+	// Deleting: its deletion was requested, or it is Deleting or Deleted.
+	Deleting bool
+}
+
+// NodeDeletion is a Node to delete from the workload cluster, and why.
+type NodeDeletion struct {
+	Node WorkloadNode
+	// Machine is the Deleting machine whose Node it is; "" when no machine
+	// of the cluster has its providerID any more.
+	Machine string
+}
+
+// NodePlan is what one read of a workload cluster's Nodes calls for.
+type NodePlan struct {
+	// Match is each live machine's Node, by machine name.
+	Match map[string]WorkloadNode
+	// Delete are the Nodes of machines that are being deleted or gone.
+	Delete []NodeDeletion
+}
+
+// PlanNodes matches Nodes to machines by spec.providerID == the machine's
+// provider_id (Cluster API's nodeRef rule) and picks the Nodes to delete:
+//
+//   - a Node without a providerID is not capn's to judge: left alone;
+//   - a Node whose machine is Deleting (or Deleted, or its deletion
+//     requested) is deleted — deleting a control-plane machine's Node is
+//     what takes its etcd member out (the control-plane agents remove the
+//     member of a name without a control-plane Node);
+//   - a Node whose providerID has the scheme of one of the cluster's
+//     providers (schemes: "process" for process://...) but is no machine's
+//     is deleted, unless live holds its providerID (an infrastructure
+//     record of a machine not in the caches yet);
+//   - no Node younger than grace is deleted (by its creationTimestamp): a
+//     Node that registers before its machine's record lands, or before
+//     this replica's caches show it, is never taken for an orphan.
+//
+// Two Nodes claiming one machine: the older is its Node; neither is
+// deleted. The result is sorted (deletions by Node name).
+func PlanNodes(nodes []WorkloadNode, machines []WorkloadMachine, live map[string]bool, schemes []string, grace time.Duration, now time.Time) NodePlan {
+	byID := make(map[string]WorkloadMachine, len(machines))
+	for _, m := range machines {
+		if m.ProviderID != "" {
+			byID[m.ProviderID] = m
+		}
+	}
+	plan := NodePlan{Match: map[string]WorkloadNode{}}
+	for _, n := range nodes {
+		if n.ProviderID == "" {
+			continue
+		}
+		old := n.Created.IsZero() || !now.Before(n.Created.Add(grace))
+		m, ok := byID[n.ProviderID]
+		switch {
+		case ok && m.Deleting:
+			if old {
+				plan.Delete = append(plan.Delete, NodeDeletion{Node: n, Machine: m.Name})
+			}
+		case ok:
+			if cur, dup := plan.Match[m.Name]; !dup || n.Created.Before(cur.Created) {
+				plan.Match[m.Name] = n
+			}
+		case old && !live[n.ProviderID] && slices.Contains(schemes, scheme(n.ProviderID)):
+			plan.Delete = append(plan.Delete, NodeDeletion{Node: n})
+		}
+	}
+	slices.SortFunc(plan.Delete, func(a, b NodeDeletion) int { return strings.Compare(a.Node.Name, b.Node.Name) })
+	return plan
+}
+
+// scheme is the part of a providerID before "://" ("" if none).
+func scheme(providerID string) string {
+	s, _, ok := strings.Cut(providerID, "://")
+	if !ok {
+		return ""
+	}
+	return s
+}
+
+// mergeNode folds what the machine's Node says into its record: node_name
+// (the machine's nodeRef), kubelet_version, and the Node's conditions as
+// the node conditions the health policy judges, merged by mergeConditions'
+// rules — the latest per type wins, a repeated status keeps its transition,
+// a mere newer heartbeat is no change, and Ready is left to capn-node's
+// heartbeats when the node sends them. at is when the Nodes were read. It
+// reports whether the record changed (a KV write is due).
+func mergeNode(h *capnv1.NodeHealth, n WorkloadNode, at time.Time) bool {
+	changed := false
+	if n.Name != "" && h.GetNodeName() != n.Name {
+		h.NodeName, changed = n.Name, true
+	}
+	if n.KubeletVersion != "" && h.GetKubeletVersion() != n.KubeletVersion {
+		h.KubeletVersion, changed = n.KubeletVersion, true
+	}
+	if len(n.Conditions) > 0 {
+		r := &capnv1.NodeConditions{Cluster: h.GetCluster(), Machine: h.GetMachine(), Source: SourceKubernetes,
+			Conditions: n.Conditions, Time: timestamppb.New(at)}
+		if mergeConditions(h, r, at) {
+			changed = true
+		}
+	}
+	return changed
+}

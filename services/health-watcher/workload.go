@@ -1,0 +1,584 @@
+package healthwatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/capn-dev/capn/events/reconcile"
+	"github.com/capn-dev/capn/events/store"
+	"github.com/capn-dev/capn/kubeapi"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/services/bootstrapper/kubeconfig"
+	"github.com/capn-dev/capn/services/bootstrapper/seal"
+	"github.com/capn-dev/capn/services/runtime"
+)
+
+// Nodes of workload clusters. For a cluster whose control plane's provider
+// announces capability real-kubernetes (a real API server behind the
+// cluster's endpoint), the health-watcher reads the cluster's Nodes with
+// the admin kubeconfig the bootstrapper seals in the secrets bucket, every
+// Config.NodePollEvery: each machine's Node (matched by providerID) gives
+// its record the node name, kubelet version and the Node's conditions, and
+// the Node of a machine being deleted or gone is deleted. It is a
+// reconcile loop of its own (queue per cluster, requeued after the poll
+// interval or the backoff), apart from the evaluation: an API server that
+// does not answer costs one failed request per attempt and holds up
+// nothing else. Clusters on other providers (sim, ...) are never polled.
+
+// Defaults of the workload Node reads.
+const (
+	DefaultNodePollEvery   = 10 * time.Second
+	DefaultNodeBackoffMax  = 2 * time.Minute
+	DefaultNodeDeleteGrace = 30 * time.Second
+	DefaultKubeAPITimeout  = 10 * time.Second
+	// capabilityRealKubernetes is the provider SDK's
+	// sdk.CapabilityRealKubernetes (not imported: services do not depend
+	// on the provider SDK).
+	capabilityRealKubernetes = "real-kubernetes"
+	providerPrefix           = "provider."
+	kubeconfigPrefix         = "kubeconfig."
+	nodesPath                = "/api/v1/nodes"
+)
+
+// States of a workload API server, as logged on each change.
+const (
+	apiAnswering   = "answering"
+	apiUnreachable = "unreachable" // no connection, TLS, timeout, 5xx or 429
+	apiRefused     = "refused"     // answered and refused (401, 403, ...)
+	apiNoKey       = "kubeconfig"  // the sealed kubeconfig does not open
+)
+
+// keyring loads the secrets key the way the gateway does: the file, else
+// CAPN_SECRETS_KEY, else none (nil, nil).
+func (s *Service) keyring() (*seal.Keyring, error) {
+	if s.cfg.Keyring != nil {
+		return s.cfg.Keyring, nil
+	}
+	var primary seal.Key
+	var err error
+	switch {
+	case s.cfg.SecretsKeyFile != "":
+		if primary, err = seal.LoadKey(s.cfg.SecretsKeyFile); err != nil {
+			return nil, &runtime.FieldError{Flag: "secrets-key-file", Env: "CAPN_SECRETS_KEY_FILE", Value: s.cfg.SecretsKeyFile, Problem: err.Error()}
+		}
+	default:
+		if _, ok := os.LookupEnv(seal.KeyEnv); !ok {
+			return nil, nil
+		}
+		if primary, err = seal.KeyFromEnv(seal.KeyEnv); err != nil {
+			return nil, &runtime.FieldError{Env: seal.KeyEnv, Value: "(hidden)", Problem: err.Error()}
+		}
+	}
+	var old []seal.Key
+	var errs []error
+	for f := range strings.SplitSeq(s.cfg.OldSecretsKeyFiles, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		k, err := seal.LoadKey(f)
+		if err != nil {
+			errs = append(errs, &runtime.FieldError{Flag: "secrets-old-key-files", Env: "CAPN_SECRETS_OLD_KEY_FILES", Value: f, Problem: err.Error()})
+			continue
+		}
+		old = append(old, k)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return seal.NewKeyring(primary, old...)
+}
+
+// Validate implements runtime.Validator: a secrets key given must load.
+func (s *Service) Validate() error {
+	_, err := s.keyring()
+	return err
+}
+
+// workload is the Node reads' state.
+type workload struct {
+	kubeconfigs *store.Bucket[*capnv1.AdminKubeconfig]
+	queue       *reconcile.Queue
+
+	mu       sync.Mutex
+	clusters map[string]*workloadCluster
+	// nodes: what each machine's Node says ("<cluster>.<machine>"), so that
+	// a heartbeat's node name and version never undo the Node's.
+	nodes map[string]nodeIdentity
+	// real: providers announcing real-kubernetes.
+	real map[string]bool
+}
+
+type nodeIdentity struct{ name, version string }
+
+// workloadCluster is one polled cluster: its API client (per kubeconfig
+// revision), its backoff and the state last logged.
+type workloadCluster struct {
+	rev      uint64
+	client   *kubeapi.Client
+	server   string
+	failures int
+	retryAt  time.Time
+	kicked   bool
+	state    string
+}
+
+func newWorkload(kc *store.Bucket[*capnv1.AdminKubeconfig]) *workload {
+	return &workload{kubeconfigs: kc, queue: reconcile.NewQueue(), clusters: map[string]*workloadCluster{},
+		nodes: map[string]nodeIdentity{}, real: map[string]bool{}}
+}
+
+// kick asks for a read of cluster now, ending a backoff: a machine
+// changed (one being deleted must lose its Node within a poll).
+func (w *workload) kick(cluster string) {
+	w.mu.Lock()
+	if st := w.clusters[cluster]; st != nil {
+		st.kicked = true
+	}
+	w.mu.Unlock()
+	w.queue.Add(cluster)
+}
+
+// identity is what the machine's Node said, if it was read.
+func (w *workload) identity(key string) (nodeIdentity, bool) {
+	if w == nil {
+		return nodeIdentity{}, false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n, ok := w.nodes[key]
+	return n, ok
+}
+
+// forget drops a cluster that is no longer polled.
+func (w *workload) forget(cluster string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if st := w.clusters[cluster]; st != nil && st.client != nil {
+		st.client.Close()
+	}
+	delete(w.clusters, cluster)
+	for k := range w.nodes {
+		if strings.HasPrefix(k, cluster+".") {
+			delete(w.nodes, k)
+		}
+	}
+}
+
+// polled says whether the cluster's API server is read: its control
+// plane's provider announces real-kubernetes.
+func (s *Service) polled(cl *capnv1.Cluster) bool {
+	if cl.GetMetadata().GetDeletionTimestamp() != nil || cl.GetSpec().GetHibernated() {
+		return false
+	}
+	p := cl.GetSpec().GetControlPlane().GetProvider()
+	if p == "" {
+		return false
+	}
+	a, ok := decodeCached(s.observed, providerPrefix+p, newAnnouncement)
+	return ok && slices.Contains(a.GetCapabilities(), capabilityRealKubernetes)
+}
+
+// watchWorkload wakes the Node reads: a cluster whose spec or machines
+// changed is read now (only if it is polled: sim clusters cost a map
+// lookup), and every cluster when a provider starts or stops announcing
+// real-kubernetes (announcements are rewritten every few seconds; only a
+// change of that capability counts).
+func (s *Service) watchWorkload(ctx context.Context, sub *store.Subscription) {
+	defer sub.Unsubscribe()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ch, ok := <-sub.C():
+			if !ok {
+				return
+			}
+			if ch.Resync {
+				s.kickAll()
+				continue
+			}
+			if p, ok := strings.CutPrefix(ch.Key, providerPrefix); ok {
+				real := false
+				if ch.Op == store.OpPut {
+					if a, err := store.Decode(ch.Value, newAnnouncement); err == nil {
+						real = slices.Contains(a.GetCapabilities(), capabilityRealKubernetes)
+					}
+				}
+				s.work.mu.Lock()
+				changed := s.work.real[p] != real
+				s.work.real[p] = real
+				s.work.mu.Unlock()
+				if changed {
+					s.kickAll()
+				}
+				continue
+			}
+			c := clusterOf(ch.Key)
+			if c == "" {
+				continue
+			}
+			s.work.mu.Lock()
+			_, known := s.work.clusters[c]
+			s.work.mu.Unlock()
+			if known || strings.HasPrefix(ch.Key, clusterPrefix) {
+				s.work.kick(c)
+			}
+		}
+	}
+}
+
+func (s *Service) kickAll() {
+	for _, e := range s.desired.List(clusterPrefix) {
+		s.work.kick(strings.TrimPrefix(e.Key, clusterPrefix))
+	}
+}
+
+// reconcileWorkload reads one cluster's Nodes: it matches them to the
+// machines, merges each machine's Node into its record (compare-and-set,
+// only on change), deletes the Nodes of machines being deleted or gone,
+// and comes back after NodePollEvery — or after the backoff while the API
+// server does not answer.
+func (s *Service) reconcileWorkload(ctx context.Context, cluster string) (reconcile.Result, error) {
+	log := zerolog.Ctx(ctx).With().Str("cluster", cluster).Logger()
+	cl, ok := decodeCached(s.desired, clusterPrefix+cluster, newCluster)
+	if !ok || !s.polled(cl) {
+		s.work.forget(cluster)
+		return reconcile.Result{}, nil
+	}
+	st := s.work.state(cluster)
+	if wait := s.work.waiting(st, time.Now()); wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
+	client, err := s.workloadClient(ctx, cluster, st)
+	if errors.Is(err, store.ErrNotFound) {
+		// The bootstrapper writes it once the endpoint is known.
+		return reconcile.Result{RequeueAfter: s.cfg.NodePollEvery}, nil
+	} else if err != nil {
+		if ctx.Err() != nil {
+			return reconcile.Result{}, ctx.Err()
+		}
+		return s.workloadFailed(&log, st, apiNoKey, err), nil
+	}
+	now := s.cfg.Now()
+	nodes, err := listNodes(ctx, client)
+	if err != nil {
+		if ctx.Err() != nil {
+			return reconcile.Result{}, ctx.Err()
+		}
+		return s.workloadFailed(&log, st, apiState(err), err), nil
+	}
+	machines, live, schemes := s.workloadMachines(cluster, cl)
+	plan := PlanNodes(nodes, machines, live, schemes, s.cfg.NodeDeleteGrace, now)
+	for _, d := range plan.Delete {
+		if err := deleteNode(ctx, client, d.Node); err != nil {
+			if ctx.Err() != nil {
+				return reconcile.Result{}, ctx.Err()
+			}
+			return s.workloadFailed(&log, st, apiState(err), err), nil
+		}
+		ev := log.Info().Str("node", d.Node.Name).Str("provider_id", d.Node.ProviderID)
+		if d.Machine != "" {
+			ev.Str("machine", d.Machine).Msg("deleted the Node of a machine being deleted from the workload cluster")
+		} else {
+			ev.Msg("deleted a Node whose machine is gone from the workload cluster")
+		}
+	}
+	if s.work.answered(st) {
+		log.Info().Str("server", st.server).Int("nodes", len(nodes)).Msg("workload API server answers; reading its Nodes")
+	}
+	var errs []error
+	wrote := false
+	seen := map[string]bool{}
+	for machine, n := range plan.Match {
+		key := cluster + "." + machine
+		seen[key] = true
+		s.work.mu.Lock()
+		s.work.nodes[key] = nodeIdentity{name: n.Name, version: n.KubeletVersion}
+		s.work.mu.Unlock()
+		w, err := s.mergeWorkloadNode(ctx, cluster, machine, n, now)
+		wrote = wrote || w
+		errs = append(errs, err)
+	}
+	s.work.mu.Lock()
+	for k := range s.work.nodes {
+		if strings.HasPrefix(k, cluster+".") && !seen[k] {
+			delete(s.work.nodes, k)
+		}
+	}
+	s.work.mu.Unlock()
+	if wrote {
+		s.queue.Add(cluster)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{RequeueAfter: s.cfg.NodePollEvery}, nil
+}
+
+// workloadMachines lists the cluster's machines with their provider ids,
+// the provider ids of infrastructure records (live: a Node with one is
+// never taken for an orphan) and the schemes of the cluster's providers.
+func (s *Service) workloadMachines(cluster string, cl *capnv1.Cluster) ([]WorkloadMachine, map[string]bool, []string) {
+	var machines []WorkloadMachine
+	live := map[string]bool{}
+	schemes := []string{}
+	addScheme := func(p string) {
+		if p != "" && !slices.Contains(schemes, p) {
+			schemes = append(schemes, p)
+		}
+	}
+	addScheme(cl.GetSpec().GetControlPlane().GetProvider())
+	for _, p := range cl.GetSpec().GetWorkerPools() {
+		addScheme(p.GetProvider())
+	}
+	prefix := machinePrefix + cluster + "."
+	for _, e := range s.desired.List(prefix) {
+		m, err := store.Decode(e.Value, newMachine)
+		if err != nil {
+			continue
+		}
+		name := strings.TrimPrefix(e.Key, prefix)
+		st, _ := decodeCached(s.observed, e.Key, newMachineStatus)
+		addScheme(m.GetSpec().GetProvider())
+		wm := WorkloadMachine{Name: name, ProviderID: st.GetProviderId(),
+			Deleting: m.GetMetadata().GetDeletionTimestamp() != nil || st.GetPhase() == phaseDeleting || st.GetPhase() == phaseDeleted}
+		if p := m.GetSpec().GetProvider(); p != "" && !wm.Deleting {
+			// The provider's record may name the machine's providerID before
+			// its status does: such a Node is never taken for an orphan.
+			if im, ok := decodeCached(s.observed, infraPrefix+p+"."+cluster+"."+name, newInfraMachine); ok && im.GetProviderId() != "" {
+				live[im.GetProviderId()] = true
+			}
+		}
+		machines = append(machines, wm)
+	}
+	// A machine still in the observed bucket but gone from desired (the
+	// planner removes Deleted machines) is being deleted.
+	for _, e := range s.observed.List(prefix) {
+		name := strings.TrimPrefix(e.Key, prefix)
+		if _, ok := s.desired.Get(e.Key); ok {
+			continue
+		}
+		if st, err := store.Decode(e.Value, newMachineStatus); err == nil && st.GetProviderId() != "" {
+			machines = append(machines, WorkloadMachine{Name: name, ProviderID: st.GetProviderId(), Deleting: true})
+		}
+	}
+	return machines, live, schemes
+}
+
+// mergeWorkloadNode writes what the machine's Node says into its record,
+// if that changes it (dry run on the cached record first, then
+// compare-and-set on a fresh read). A machine being deleted is left alone,
+// as reports about it are.
+func (s *Service) mergeWorkloadNode(ctx context.Context, cluster, machine string, n WorkloadNode, at time.Time) (bool, error) {
+	dm, ok := decodeCached(s.desired, machinePrefix+cluster+"."+machine, newMachine)
+	if !ok || dm.GetMetadata().GetDeletionTimestamp() != nil {
+		return false, nil
+	}
+	created := dm.GetMetadata().GetCreationTimestamp().AsTime()
+	cur, _ := decodeCached(s.observed, NodeKey(cluster, machine), newNodeHealth)
+	if !mergeNode(proto.Clone(forIncarnation(cur, cluster, machine, created)).(*capnv1.NodeHealth), n, at) {
+		s.metrics.report(SourceKubernetes, outcomeUnchanged)
+		return false, nil
+	}
+	_, _, err := s.nodes.Mutate(ctx, NodeKey(cluster, machine), func(cur *capnv1.NodeHealth, exists bool) (*capnv1.NodeHealth, error) {
+		if !exists {
+			cur = nil
+		}
+		h := forIncarnation(cur, cluster, machine, created)
+		if !mergeNode(h, n, at) {
+			return nil, store.ErrNoChange
+		}
+		h.Updated = timestamppb.New(s.cfg.Now())
+		return h, nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("record the Node of %s.%s: %w", cluster, machine, err)
+	}
+	s.metrics.report(SourceKubernetes, outcomeApplied)
+	s.metrics.write(causeReport)
+	s.beats.report(cluster+"."+machine, at)
+	return true, nil
+}
+
+// workloadClient is the cluster's API client, made anew when the sealed
+// kubeconfig's revision changes.
+func (s *Service) workloadClient(ctx context.Context, cluster string, st *workloadCluster) (*kubeapi.Client, error) {
+	kc, rev, err := s.work.kubeconfigs.Get(ctx, kubeconfigPrefix+cluster)
+	if err != nil {
+		return nil, err
+	}
+	s.work.mu.Lock()
+	defer s.work.mu.Unlock()
+	if st.client != nil && st.rev == rev {
+		return st.client, nil
+	}
+	admin, err := kubeconfig.Parse(kc.GetKubeconfig())
+	if err != nil {
+		return nil, fmt.Errorf("admin kubeconfig of %s: %w", cluster, err)
+	}
+	c, err := kubeapi.NewClient(admin.Server, admin.CACertPEM, admin.ClientCertPEM, admin.ClientKeyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("admin kubeconfig of %s: %w", cluster, err)
+	}
+	c.HTTP.Timeout = s.cfg.KubeAPITimeout
+	if st.client != nil {
+		st.client.Close()
+	}
+	st.client, st.rev, st.server = c, rev, admin.Server
+	return c, nil
+}
+
+// workloadFailed backs the cluster off and logs a change of state only:
+// an API server that does not answer is normal before the first control
+// plane is up and behind a placeholder endpoint (Info, once); one that
+// refuses, or a kubeconfig that does not open, is a problem (Warn, once).
+func (s *Service) workloadFailed(log *zerolog.Logger, st *workloadCluster, state string, err error) reconcile.Result {
+	delay, changed := s.work.failed(st, state, reconcile.Backoff{Base: s.cfg.NodePollEvery, Max: s.cfg.NodeBackoffMax}, time.Now())
+	if changed {
+		ev := log.Info()
+		if state != apiUnreachable {
+			ev = log.Warn()
+		}
+		ev.Err(err).Str("server", st.server).Str("state", state).Dur("retry_in", delay).
+			Msg("cannot read the workload cluster's Nodes; retrying with backoff (logged again when this changes)")
+	}
+	return reconcile.Result{RequeueAfter: delay}
+}
+
+// apiState classifies a failed request.
+func apiState(err error) string {
+	var se *kubeapi.StatusError
+	if errors.As(err, &se) && se.Code/100 != 5 && se.Code != http.StatusTooManyRequests {
+		return apiRefused
+	}
+	return apiUnreachable
+}
+
+func (w *workload) state(cluster string) *workloadCluster {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st := w.clusters[cluster]
+	if st == nil {
+		st = &workloadCluster{}
+		w.clusters[cluster] = st
+	}
+	return st
+}
+
+// waiting is how long the cluster's backoff still runs; a kick ends it.
+func (w *workload) waiting(st *workloadCluster, now time.Time) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if st.kicked {
+		st.kicked = false
+		return 0
+	}
+	if st.failures == 0 || !now.Before(st.retryAt) {
+		return 0
+	}
+	return st.retryAt.Sub(now)
+}
+
+// failed counts a failure and returns the delay before the next attempt
+// (base doubled per failure, capped) and whether the state changed.
+func (w *workload) failed(st *workloadCluster, state string, b reconcile.Backoff, now time.Time) (time.Duration, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st.failures++
+	d := b.Base
+	for i := 1; i < st.failures && d < b.Max; i++ {
+		d *= 2
+	}
+	d = min(d, b.Max)
+	st.retryAt = now.Add(d)
+	changed := st.state != state
+	st.state = state
+	return d, changed
+}
+
+// answered ends the backoff; it reports whether the state changed.
+func (w *workload) answered(st *workloadCluster) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st.failures, st.retryAt = 0, time.Time{}
+	changed := st.state != apiAnswering
+	st.state = apiAnswering
+	return changed
+}
+
+// listNodes reads every Node of the workload cluster.
+func listNodes(ctx context.Context, c *kubeapi.Client) ([]WorkloadNode, error) {
+	var list struct {
+		Items []struct {
+			Metadata struct {
+				Name              string    `json:"name"`
+				UID               string    `json:"uid"`
+				CreationTimestamp time.Time `json:"creationTimestamp"`
+			} `json:"metadata"`
+			Spec struct {
+				ProviderID string `json:"providerID"`
+			} `json:"spec"`
+			Status struct {
+				NodeInfo struct {
+					KubeletVersion string `json:"kubeletVersion"`
+				} `json:"nodeInfo"`
+				Conditions []struct {
+					Type               string    `json:"type"`
+					Status             string    `json:"status"`
+					Reason             string    `json:"reason"`
+					Message            string    `json:"message"`
+					LastHeartbeatTime  time.Time `json:"lastHeartbeatTime"`
+					LastTransitionTime time.Time `json:"lastTransitionTime"`
+				} `json:"conditions"`
+			} `json:"status"`
+		} `json:"items"`
+	}
+	if err := c.Get(ctx, nodesPath, &list); err != nil {
+		return nil, err
+	}
+	out := make([]WorkloadNode, 0, len(list.Items))
+	for _, it := range list.Items {
+		n := WorkloadNode{Name: it.Metadata.Name, UID: it.Metadata.UID, ProviderID: it.Spec.ProviderID,
+			KubeletVersion: it.Status.NodeInfo.KubeletVersion, Created: it.Metadata.CreationTimestamp}
+		for _, c := range it.Status.Conditions {
+			nc := &capnv1.NodeCondition{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message}
+			if !c.LastHeartbeatTime.IsZero() {
+				nc.LastHeartbeatTime = timestamppb.New(c.LastHeartbeatTime)
+			}
+			if !c.LastTransitionTime.IsZero() {
+				nc.LastTransitionTime = timestamppb.New(c.LastTransitionTime)
+			}
+			n.Conditions = append(n.Conditions, nc)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// deleteNode deletes n — only the Node that was read (a precondition on its
+// uid: a Node of that name registered since is not touched). Gone already
+// (404) or replaced (409) is done.
+func deleteNode(ctx context.Context, c *kubeapi.Client, n WorkloadNode) error {
+	body := map[string]any{"apiVersion": "v1", "kind": "DeleteOptions"}
+	if n.UID != "" {
+		body["preconditions"] = map[string]any{"uid": n.UID}
+	}
+	err := c.Do(ctx, http.MethodDelete, nodesPath+"/"+n.Name, "application/json", body, nil)
+	if err == nil || kubeapi.IsStatus(err, http.StatusNotFound) || kubeapi.IsStatus(err, http.StatusConflict) {
+		return nil
+	}
+	return fmt.Errorf("delete Node %s: %w", n.Name, err)
+}
+
+func newAnnouncement() *capnv1.ProviderAnnouncement { return new(capnv1.ProviderAnnouncement) }

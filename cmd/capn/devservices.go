@@ -43,7 +43,7 @@ func devServices(cfg devConfig, gw devGateway, providers []runtime.Service) ([]r
 		clusterplanner.New(clusterplanner.Config{}),
 		machinemanager.New(machinemanager.Config{}),
 		bootstrapper.New(bootstrapper.Config{Keyring: ring}),
-		healthwatcher.New(healthwatcher.Config{}),
+		healthwatcher.New(healthwatcher.Config{Keyring: ring}), // opens kubeconfigs to read real-kubernetes clusters' Nodes
 		remediator.New(remediator.Config{}),
 	}
 	services = append(services, providers...)

@@ -37,7 +37,8 @@
 //	bootstrapper     reads desired, observed, secrets; writes secrets (all of it) and
 //	                 observed secrets.>; consumes capn.cmd.bootstrap.>; answers
 //	                 capn.bootstrap.fetch.*.* (queue group, replies to requesters)
-//	health-watcher   reads desired, observed; writes observed node.>; consumes health and drift
+//	health-watcher   reads desired, observed and only kubeconfig.> of secrets; writes observed
+//	                 node.>; consumes health and drift
 //	remediator       reads desired, observed; writes desired machine.>, observed remediation.>;
 //	                 sends machine.remediation events and provider reboots
 //	gateway          reads desired, observed and only kubeconfig.> of secrets; writes desired

@@ -135,9 +135,10 @@ func (d Deployment) Users() []User {
 		g.publish(ev("bootstrap", ">"))
 		g.serve(events.Subject(SubjectBootstrapFetch, "*", "*"))
 	})
-	add(HealthWatcher, "judges node health from heartbeats, conditions and drift", func(g *grants) {
+	add(HealthWatcher, "judges node health from heartbeats, conditions, drift and workload clusters' Nodes", func(g *grants) {
 		g.read(des, ">")
 		g.read(obs, ">")
+		g.read(sec, "kubeconfig.>") // sealed; it holds the key to read real-kubernetes clusters' Nodes
 		g.write(obs, "node.>")
 		g.publish(ev("machine", "unhealthy", ">"))
 	})

@@ -106,7 +106,7 @@ func CorePrograms() func(t *testing.T, natsURL string) {
 		_, _ = rand.Read(key)
 		for _, name := range CoreProgramNames {
 			env := []string{"CAPN_LOG_LEVEL=info", "CAPN_LOG_FORMAT=json"}
-			if name == "bootstrapper" {
+			if name == "bootstrapper" || name == "health-watcher" { // the health-watcher opens kubeconfigs to read Nodes
 				env = append(env, "CAPN_SECRETS_KEY="+hex.EncodeToString(key))
 			}
 			StartProgram(t, filepath.Join(dir, name), env, "--nats-url="+natsURL, "--http-addr=off")

@@ -315,6 +315,7 @@ func TestEachUserDoesItsJob(t *testing.T) {
 	hw := w.as(t, natsconfig.HealthWatcher)
 	hw.cache(events.BucketDesired)
 	hw.cache(events.BucketObserved)
+	hw.get(events.BucketSecrets, "kubeconfig.demo") // to read real-kubernetes clusters' Nodes
 	hw.put(events.BucketObserved, "node.demo.m1")
 	hw.consume(durable(d, natsconfig.HealthWatcher, natsconfig.HealthWatcher+"-health"))
 	hw.consume(durable(d, natsconfig.HealthWatcher, natsconfig.HealthWatcher+"-drift"))
@@ -456,13 +457,15 @@ func TestOutsideTheJobIsRefused(t *testing.T) {
 		}
 		gw.refusedPublish("$JS.API.CONSUMER.CREATE.CAPN_EVENTS.machine-manager-bootstrap.capn.evt.bootstrap.ready.>")
 	})
-	t.Run("only the bootstrapper and the gateway touch secrets", func(t *testing.T) {
+	t.Run("only the bootstrapper writes secrets; the gateway and the health-watcher read kubeconfigs only", func(t *testing.T) {
 		t.Parallel()
-		gw := w.as(t, natsconfig.Gateway)
-		gw.refused("$JS.API.DIRECT.GET.KV_secrets.$KV.secrets.pki.demo", gw.kvGet(events.BucketSecrets, "pki.demo"))
-		gw.refused("$JS.API.DIRECT.GET.KV_secrets.$KV.secrets.bootstrap.demo.m1", gw.kvGet(events.BucketSecrets, "bootstrap.demo.m1"))
-		gw.refusedPublish("$KV.secrets.kubeconfig.demo")
-		for _, user := range []string{natsconfig.ClusterPlanner, natsconfig.MachineManager, natsconfig.HealthWatcher,
+		for _, user := range []string{natsconfig.Gateway, natsconfig.HealthWatcher} {
+			a := w.as(t, user)
+			a.refused("$JS.API.DIRECT.GET.KV_secrets.$KV.secrets.pki.demo", a.kvGet(events.BucketSecrets, "pki.demo"))
+			a.refused("$JS.API.DIRECT.GET.KV_secrets.$KV.secrets.bootstrap.demo.m1", a.kvGet(events.BucketSecrets, "bootstrap.demo.m1"))
+			a.refusedPublish("$KV.secrets.kubeconfig.demo")
+		}
+		for _, user := range []string{natsconfig.ClusterPlanner, natsconfig.MachineManager,
 			natsconfig.Remediator, natsconfig.NodeAgent, natsconfig.Init, natsconfig.ProviderUser("docker")} {
 			a := w.as(t, user)
 			a.refused("$JS.API.DIRECT.GET.KV_secrets.$KV.secrets.pki.demo", a.kvGet(events.BucketSecrets, "pki.demo"))

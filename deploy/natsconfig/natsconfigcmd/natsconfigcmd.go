@@ -42,8 +42,8 @@ import (
 
 // Files render writes beyond natsconfig's.
 const (
-	// SecretsKeyFile (in the bootstrapper's and the gateway's user
-	// directories) seals the secrets bucket.
+	// SecretsKeyFile (in the bootstrapper's, the gateway's and the
+	// health-watcher's user directories) seals the secrets bucket.
 	SecretsKeyFile = "secrets.key"
 	// TokensFile (in the gateway's user directory) holds the hash of the
 	// admin token; AdminTokenFile (at the top) the token itself.
@@ -191,8 +191,9 @@ func render(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// renderSecrets makes the secrets key (shared by the bootstrapper and the
-// gateway) and the gateway's admin token, unless they exist.
+// renderSecrets makes the secrets key (shared by the bootstrapper, the
+// gateway and the health-watcher) and the gateway's admin token, unless
+// they exist.
 func renderSecrets(l natsconfig.Layout) ([]string, error) {
 	var created []string
 	bkey := l.UserFile(natsconfig.Bootstrapper, SecretsKeyFile)
@@ -205,8 +206,10 @@ func renderSecrets(l natsconfig.Layout) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFile(l.UserFile(natsconfig.Gateway, SecretsKeyFile), key, 0o600); err != nil {
-		return nil, err
+	for _, user := range []string{natsconfig.Gateway, natsconfig.HealthWatcher} {
+		if err := writeFile(l.UserFile(user, SecretsKeyFile), key, 0o600); err != nil {
+			return nil, err
+		}
 	}
 	tokenPath := filepath.Join(l.Dir, AdminTokenFile)
 	token, err := os.ReadFile(tokenPath)

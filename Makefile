@@ -53,8 +53,14 @@ fuzz: ## run every fuzz test for FUZZTIME (CI: a short run; the corpora live in 
 	$(GO) test -run '^$$' -fuzz '^FuzzImport$$' -fuzztime $(FUZZTIME) ./schemas/capi
 
 NPD_VERSION ?= v1.36.0
-npd: ## build node-problem-detector for tests/health (cached outside the repo by version)
+npd: ## build node-problem-detector for tests/health and tests/kube (cached outside the repo by version)
 	NPD_VERSION=$(NPD_VERSION) GO=$(GO) hack/npd.sh
+# Where it is (or will be): `make test` hands it to tests/health and tests/kube,
+# which skip without it (fail under CI=true). --print-path builds nothing.
+ifndef CAPN_NPD_BIN
+CAPN_NPD_BIN := $(shell NPD_VERSION=$(NPD_VERSION) hack/npd.sh --print-path)
+endif
+export CAPN_NPD_BIN
 
 # The Kubernetes binaries workload clusters run, and tests/kube's smoke test
 # of them: etcd, etcdctl, kube-apiserver, kube-controller-manager,

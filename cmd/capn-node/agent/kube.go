@@ -99,11 +99,7 @@ func (a *Agent) startKube(ctx context.Context) <-chan struct{} {
 		Ports: ports, Log: a.log.With().Str("component", "kube").Logger(),
 	})
 	if err != nil {
-		reason := "Failed"
-		if errors.Is(err, kube.ErrNotBuilt) {
-			reason = "NotBuilt"
-		}
-		return fail(reason, err)
+		return fail("Failed", err)
 	}
 	ks.rt = rt
 	a.kube.Store(ks)

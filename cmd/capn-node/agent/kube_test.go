@@ -166,22 +166,6 @@ func TestAgentRunsTheKubeLocalControlPlane(t *testing.T) {
 	}
 }
 
-func TestAgentReportsWhatIsNotBuilt(t *testing.T) {
-	w := newWorldFor(t, kubelocal.New(), bootstraptest.JoinControl, kubeLocalSpec)
-	cfg := w.config(t.TempDir())
-	cfg.KubeBin = t.TempDir()
-	_, stop := w.start(cfg)
-	w.waitReady(false)
-	c := w.waitCondition("False", "NotBuilt")
-	if c.GetMessage() != "kube-local: joining a control plane (etcd member add) is not built yet" {
-		t.Errorf("condition message %q", c.GetMessage())
-	}
-	if code := healthz(cfg.HealthAddr); code != http.StatusServiceUnavailable {
-		t.Errorf("/healthz = %d, want 503", code)
-	}
-	stop()
-}
-
 func TestAgentWithoutKubeBinOnlyBootstraps(t *testing.T) {
 	w := newWorldFor(t, kubelocal.New(), bootstraptest.Init, kubeLocalSpec)
 	cfg := w.config(t.TempDir())

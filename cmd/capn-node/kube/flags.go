@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
 )
@@ -31,6 +32,23 @@ func (p Plan) ControlPlane() []Process {
 	return []Process{p.Etcd, p.APIServer, p.ControllerManager, p.Scheduler}
 }
 
+// joining is etcd's process to join an existing cluster: the given
+// --initial-cluster, and state existing.
+func (p Process) joining(initialCluster string) Process {
+	args := make([]string, 0, len(p.Args))
+	for _, a := range p.Args {
+		switch {
+		case strings.HasPrefix(a, "--initial-cluster="):
+			a = "--initial-cluster=" + initialCluster
+		case strings.HasPrefix(a, "--initial-cluster-state="):
+			a = "--initial-cluster-state=existing"
+		}
+		args = append(args, a)
+	}
+	p.Args = args
+	return p
+}
+
 // url is scheme://host:port.
 func url(scheme string, host netip.Addr, port int) string {
 	return scheme + "://" + net.JoinHostPort(host.String(), strconv.Itoa(port))
@@ -40,7 +58,7 @@ func url(scheme string, host netip.Addr, port int) string {
 // cmd/kubeadm/app/phases/controlplane/manifests.go and etcd/local.go),
 // with every listener bound to the machine's address instead of 0.0.0.0 or
 // 127.0.0.1 — machines of one host share the loopback network, each on its
-// own 127.0.0.x — and the API server's endpoint reconciler off (the
+// own 127.a.b.x — and the API server's endpoint reconciler off (the
 // `kubernetes` Service would otherwise point at a loopback address).
 func Commands(cfg *kubelocal.NodeConfig, o Options, l Layout) (Plan, error) {
 	addr, err := netip.ParseAddr(o.Address)

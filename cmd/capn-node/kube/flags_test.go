@@ -1,7 +1,6 @@
 package kube_test
 
 import (
-	"errors"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -161,18 +160,17 @@ func TestKwokStages(t *testing.T) {
 	}
 }
 
-func TestNewRefusesWhatIsNotBuilt(t *testing.T) {
+func TestNewChecksOptions(t *testing.T) {
 	set := bootstraptest.PKI(t)
 	o := func(dir string) kube.Options {
 		return kube.Options{BinDir: "/opt/kube/bin", DataDir: dir, Address: "127.0.0.1", Log: zerolog.Nop()}
 	}
 	cfg, dir := machine{Name: "kl-cp-1", Role: bootstrap.RoleControlPlane, First: false}.render(t, set)
-	_, err := kube.New(cfg, o(dir))
-	if !errors.Is(err, kube.ErrNotBuilt) || err.Error() != "kube-local: joining a control plane (etcd member add) is not built yet" {
-		t.Errorf("control-plane join: %v", err)
+	if _, err := kube.New(cfg, o(dir)); err != nil {
+		t.Errorf("control plane joining: %v", err)
 	}
 	cfg, dir = machine{Name: "kl-md-0", Role: bootstrap.RoleWorker}.render(t, set)
-	if _, err = kube.New(cfg, o(dir)); err != nil {
+	if _, err := kube.New(cfg, o(dir)); err != nil {
 		t.Errorf("worker: %v", err)
 	}
 	cfg, dir = machine{}.render(t, set)
@@ -181,7 +179,7 @@ func TestNewRefusesWhatIsNotBuilt(t *testing.T) {
 	}
 	bad := o(dir)
 	bad.Address, bad.BinDir = "localhost", "bin"
-	_, err = kube.New(cfg, bad)
+	_, err := kube.New(cfg, bad)
 	for _, want := range []string{`address "localhost": want the machine's IP address`, `kube-bin "bin": want an absolute directory`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("bad options: %v, want %q", err, want)

@@ -157,6 +157,9 @@ type NodeSpec struct {
 	// itself may set taints when it creates its Node but never change
 	// them (NodeRestriction), as a kubelet's --register-with-taints.
 	TaintsOnCreate bool
+	// Annotations are added to the Node's own (a control plane's etcd
+	// client URLs).
+	Annotations map[string]string
 }
 
 // NodeFor is the Node of this machine from its config.
@@ -194,7 +197,11 @@ func (n NodeSpec) Object() Object {
 }
 
 func (n NodeSpec) annotations() map[string]string {
-	return map[string]string{KwokAnnotation: KwokAnnotationValue, "node.alpha.kubernetes.io/ttl": "0"}
+	a := map[string]string{KwokAnnotation: KwokAnnotationValue, "node.alpha.kubernetes.io/ttl": "0"}
+	for k, v := range n.Annotations {
+		a[k] = v
+	}
+	return a
 }
 
 // Patch is the merge patch that brings an existing Node to n: labels and

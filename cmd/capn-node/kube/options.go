@@ -16,9 +16,12 @@
 //     registers the machine's Node;
 //  5. runs kwok in place of a kubelet for that Node (Ready, lease, pods).
 //
-// A worker joins as a kubelet's TLS bootstrap does (bootstrap token, CSR,
-// client certificate), registers its Node and runs kwok for it. Other
-// control-plane machines are refused with ErrControlPlaneJoin.
+// Another control-plane machine joins: it registers its Node through the
+// endpoint, adds itself to etcd as a learner, is promoted, and runs the
+// rest as the first does (etcd.go; runtime.go's joinEtcd). Every control
+// plane removes the etcd members of control-plane machines whose Node is
+// gone. A worker joins as a kubelet's TLS bootstrap does (bootstrap token,
+// CSR, client certificate), registers its Node and runs kwok for it.
 // It talks to the API server with net/http and encoding/json (no
 // client-go).
 package kube

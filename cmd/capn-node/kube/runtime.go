@@ -3,19 +3,20 @@ package kube
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/kubeapi"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
 )
 
@@ -23,18 +24,6 @@ import (
 //
 //go:embed kwok-stages.yaml
 var KwokStages []byte
-
-// ErrNotBuilt marks a machine kind the node side cannot run yet.
-var ErrNotBuilt = errors.New("not built yet")
-
-type notBuilt string
-
-func (e notBuilt) Error() string        { return string(e) }
-func (e notBuilt) Is(target error) bool { return target == ErrNotBuilt }
-
-// ErrControlPlaneJoin is a control-plane machine other than the first:
-// joining etcd and the control plane is not built yet.
-var ErrControlPlaneJoin error = notBuilt("kube-local: joining a control plane (etcd member add) is not built yet")
 
 // Binaries the control plane needs in the bin dir.
 var Binaries = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
@@ -66,10 +55,9 @@ type Runtime struct {
 	started   time.Time
 }
 
-// New checks that this machine is one the node side can run and returns
-// its runtime: the first control-plane machine or a worker. A control
-// plane that would join another one gets ErrControlPlaneJoin (it wraps
-// ErrNotBuilt).
+// New checks the config and the options and returns the machine's
+// runtime: a control-plane machine (the first, or one joining) or a
+// worker.
 func New(cfg *kubelocal.NodeConfig, o Options) (*Runtime, error) {
 	if o.Ports == (Ports{}) {
 		o.Ports = DefaultPorts
@@ -79,9 +67,6 @@ func New(cfg *kubelocal.NodeConfig, o Options) (*Runtime, error) {
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
-	}
-	if cfg.IsControlPlane() && !cfg.FirstControlPlane {
-		return nil, ErrControlPlaneJoin
 	}
 	r := &Runtime{
 		cfg: cfg, opts: o, layout: Layout{RootFS: filepath.Join(o.DataDir, "rootfs")},
@@ -159,7 +144,11 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 	return r.runControlPlane(ctx)
 }
 
-// runControlPlane runs the first control-plane machine.
+// runControlPlane runs a control-plane machine. The first starts a new
+// etcd cluster and registers the join material; another joins the
+// cluster's etcd as a learner (see joinEtcd), waits until it is promoted,
+// and only then starts its API server. Every one keeps the etcd
+// membership in line with the control-plane Nodes (sweepMembers).
 func (r *Runtime) runControlPlane(ctx context.Context) error {
 	log := r.opts.Log
 	if err := CheckBinaries(ctx, r.opts.BinDir, r.cfg.KubernetesVersion); err != nil {
@@ -190,7 +179,36 @@ func (r *Runtime) runControlPlane(ctx context.Context) error {
 	}
 	defer r.sup.Stop()
 	defer r.ready.Store(false)
-	for _, p := range plan.ControlPlane() {
+	localEtcd := url("https", addr, r.opts.Ports.EtcdClient)
+	etcdURLs := []string{localEtcd}
+	if !r.cfg.FirstControlPlane {
+		r.setCondition(Condition{Status: "Unknown", Reason: "JoiningEtcd", Message: "kube-local: joining the cluster's etcd through " + r.cfg.Endpoint.String()})
+		var j etcdJoin
+		if !r.retry(ctx, "join the cluster's etcd", func() (err error) { j, err = r.joinEtcd(ctx); return err }) {
+			return nil
+		}
+		if j.InitialCluster != "" {
+			plan.Etcd = plan.Etcd.joining(j.InitialCluster)
+		}
+		etcdURLs = append(j.Peers, localEtcd)
+		log.Info().Dur("after", r.mark("etcd-member-added")).Str("initial_cluster", j.InitialCluster).Strs("peers", j.Peers).Msg("etcd member added (learner)")
+	}
+	etcd, err := NewEtcdFromPKI(r.layout, etcdURLs)
+	if err != nil {
+		return err
+	}
+	defer etcd.Close()
+	if err := r.sup.Start(plan.Etcd); err != nil {
+		return err
+	}
+	if !r.cfg.FirstControlPlane {
+		peer := url("https", addr, r.opts.Ports.EtcdPeer)
+		if !r.retry(ctx, "promote this etcd learner to a voting member", func() error { return promote(ctx, etcd, peer) }) {
+			return nil
+		}
+		log.Info().Dur("after", r.mark("etcd-member-promoted")).Msg("etcd member promoted to voting member")
+	}
+	for _, p := range []Process{plan.APIServer, plan.ControllerManager, plan.Scheduler} {
 		if err := r.sup.Start(p); err != nil {
 			return err
 		}
@@ -204,16 +222,208 @@ func (r *Runtime) runControlPlane(ctx context.Context) error {
 		return nil
 	}
 	log.Info().Dur("after", r.mark("apiserver-ready")).Str("server", local).Msg("kube-apiserver ready")
-	if !r.retry(ctx, "register the join material and the Node", func() error { return r.register(ctx, client) }) {
+	register := func() error { return RegisterNode(ctx, client, r.node()) }
+	if r.cfg.FirstControlPlane {
+		register = func() error { return r.register(ctx, client) }
+	}
+	if !r.retry(ctx, "register the Node", register) {
 		return nil
 	}
-	log.Info().Dur("after", r.mark("registered")).Str("node", r.cfg.NodeName).Msg("join material and Node registered")
+	log.Info().Dur("after", r.mark("registered")).Str("node", r.cfg.NodeName).Msg("Node registered")
 	if err := r.sup.Start(plan.Kwok); err != nil {
 		return err
 	}
 	log.Info().Dur("after", r.mark("kwok-started")).Msg("kwok started in place of the kubelet")
-	<-ctx.Done()
+	r.sweepMembers(ctx, client, etcd)
 	return nil
+}
+
+// node is this machine's Node; a control plane's carries its etcd client
+// URL, for machines joining later.
+func (r *Runtime) node() NodeSpec {
+	n := NodeFor(r.cfg, r.opts.Address, r.opts.ProviderID)
+	if r.cfg.IsControlPlane() {
+		n.Annotations = map[string]string{EtcdClientURLsAnnotation: url("https", netip.MustParseAddr(r.opts.Address), r.opts.Ports.EtcdClient)}
+	}
+	return n
+}
+
+// etcdJoin is what joinEtcd found: the --initial-cluster to start with
+// (empty when the data dir already holds a member) and the client URLs of
+// the other members.
+type etcdJoin struct {
+	InitialCluster string
+	Peers          []string
+}
+
+// joinEtcd makes this machine a member of the cluster's etcd, through the
+// control-plane endpoint with the admin credentials it issued itself:
+//
+//  1. it registers its Node first (with its etcd client URL), so that no
+//     other control plane takes the member it is about to add for the
+//     member of a machine that is gone (see sweepMembers);
+//  2. it finds the members' client URLs on the other control-plane Nodes;
+//  3. with its data dir already holding a member, it is done (a restart);
+//     a member with its peer URL that never started is its own earlier
+//     attempt and is kept; one that ran is a machine of the past at this
+//     address and is removed; otherwise it adds itself as a learner.
+func (r *Runtime) joinEtcd(ctx context.Context) (etcdJoin, error) {
+	kc, err := ReadKubeconfig(r.layout.AdminKubeconfig())
+	if err != nil {
+		return etcdJoin{}, err
+	}
+	pair := kc.Client()
+	viaEndpoint, err := kubeapi.NewClient("https://"+r.cfg.Endpoint.String(), kc.CA(), pair.CertPEM, pair.KeyPEM)
+	if err != nil {
+		return etcdJoin{}, err
+	}
+	defer viaEndpoint.Close()
+	if err := RegisterNode(ctx, viaEndpoint, r.node()); err != nil {
+		return etcdJoin{}, fmt.Errorf("register the Node before joining etcd: %w", err)
+	}
+	nodes, err := controlPlaneNodes(ctx, viaEndpoint)
+	if err != nil {
+		return etcdJoin{}, err
+	}
+	var peers []string
+	for _, n := range nodes {
+		if u := n.Metadata.Annotations[EtcdClientURLsAnnotation]; u != "" && n.Metadata.Name != r.cfg.NodeName {
+			peers = append(peers, strings.Split(u, ",")...)
+		}
+	}
+	if len(peers) == 0 {
+		return etcdJoin{}, fmt.Errorf("no other control-plane Node carries %s yet", EtcdClientURLsAnnotation)
+	}
+	j := etcdJoin{Peers: peers}
+	if hasEtcdData(r.layout.EtcdDataDir()) {
+		return j, nil
+	}
+	etcd, err := NewEtcdFromPKI(r.layout, peers)
+	if err != nil {
+		return etcdJoin{}, err
+	}
+	defer etcd.Close()
+	members, err := etcd.Members(ctx)
+	if err != nil {
+		return etcdJoin{}, err
+	}
+	peer := url("https", netip.MustParseAddr(r.opts.Address), r.opts.Ports.EtcdPeer)
+	if m, ok := ByPeerURL(members, peer); ok {
+		if !m.Started() {
+			j.InitialCluster = InitialCluster(members, m.ID, r.cfg.NodeName)
+			return j, nil
+		}
+		r.opts.Log.Warn().Str("member", m.ID.String()).Str("name", m.Name).Str("peer_url", peer).
+			Msg("an etcd member that ran before has this machine's peer URL and this machine has no etcd data: removing it to join anew")
+		if err := etcd.Remove(ctx, m.ID); err != nil {
+			return etcdJoin{}, fmt.Errorf("remove the earlier member %s (%s) at %s: %w", m.ID, m.Name, peer, err)
+		}
+	}
+	m, members, err := etcd.AddLearner(ctx, peer)
+	if err != nil {
+		return etcdJoin{}, fmt.Errorf("add this machine (%s) as an etcd learner: %w", peer, err)
+	}
+	j.InitialCluster = InitialCluster(members, m.ID, r.cfg.NodeName)
+	return j, nil
+}
+
+// hasEtcdData is true when etcd's data dir holds a member (it then
+// ignores --initial-cluster).
+func hasEtcdData(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, "member", "snap", "db"))
+	return err == nil
+}
+
+// promote makes the member with peerURL a voting member; done when it is
+// one already.
+func promote(ctx context.Context, etcd *Etcd, peerURL string) error {
+	members, err := etcd.Members(ctx)
+	if err != nil {
+		return err
+	}
+	m, ok := ByPeerURL(members, peerURL)
+	switch {
+	case !ok:
+		return fmt.Errorf("no etcd member has peer URL %s (removed?)", peerURL)
+	case !m.IsLearner:
+		return nil
+	}
+	return etcd.Promote(ctx, m.ID)
+}
+
+// listedNode is the part of a listed Node the runtime reads.
+type listedNode struct {
+	Metadata struct {
+		Name        string            `json:"name"`
+		Annotations map[string]string `json:"annotations"`
+	} `json:"metadata"`
+}
+
+// controlPlaneNodes lists the Nodes with the control-plane role label.
+func controlPlaneNodes(ctx context.Context, c *Client) ([]listedNode, error) {
+	var l struct {
+		Items []listedNode `json:"items"`
+	}
+	if err := c.Get(ctx, "/api/v1/nodes?labelSelector="+ControlPlaneRoleLabel, &l); err != nil {
+		return nil, fmt.Errorf("list the control-plane Nodes: %w", err)
+	}
+	return l.Items, nil
+}
+
+// SweepEvery is how often a control plane compares the etcd members with
+// the control-plane Nodes.
+var SweepEvery = 5 * time.Second
+
+// sweepMembers removes, until ctx ends, the etcd members of control-plane
+// machines that are gone: a started member, not this one, whose name is no
+// control-plane Node's, seen so on two checks in a row. The health-watcher
+// deletes the Node of a machine capn deletes, so this is how a removed
+// control-plane machine leaves the etcd membership (Cluster API's control
+// plane removes the member itself). A check is skipped while this
+// machine's own Node is not in the list (an answer that cannot be
+// trusted). Every control plane sweeps; removing a member twice is no
+// error.
+func (r *Runtime) sweepMembers(ctx context.Context, c *Client, etcd *Etcd) {
+	misses := map[EtcdID]int{}
+	t := time.NewTicker(SweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		nodes, err := controlPlaneNodes(ctx, c)
+		if err != nil {
+			continue
+		}
+		var names []string
+		for _, n := range nodes {
+			names = append(names, n.Metadata.Name)
+		}
+		if !slices.Contains(names, r.cfg.NodeName) {
+			continue
+		}
+		members, err := etcd.Members(ctx)
+		if err != nil {
+			continue
+		}
+		stale := map[EtcdID]int{}
+		for _, m := range Stale(members, r.cfg.NodeName, names) {
+			stale[m.ID] = misses[m.ID] + 1
+			if stale[m.ID] < 2 {
+				continue
+			}
+			if err := etcd.Remove(ctx, m.ID); err != nil {
+				r.opts.Log.Warn().Err(err).Str("member", m.ID.String()).Str("name", m.Name).Msg("cannot remove the etcd member of a control-plane machine that is gone")
+				continue
+			}
+			r.opts.Log.Info().Str("member", m.ID.String()).Str("name", m.Name).Int("members", len(members)-1).
+				Msg("removed the etcd member of a control-plane machine that is gone (its Node was deleted)")
+			delete(stale, m.ID)
+		}
+		misses = stale
+	}
 }
 
 // probe asks /readyz every ReadyEvery and keeps Ready and the condition
@@ -329,7 +539,7 @@ func (r *Runtime) register(ctx context.Context, c *Client) error {
 			return err
 		}
 	}
-	return RegisterNode(ctx, c, NodeFor(r.cfg, r.opts.Address, r.opts.ProviderID))
+	return RegisterNode(ctx, c, r.node())
 }
 
 // RegisterNode creates the Node, or brings an existing one to n (merge

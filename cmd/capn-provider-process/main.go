@@ -1,6 +1,6 @@
 // Command capn-provider-process runs the process infrastructure provider
 // (providers/process): each machine is a capn-node process on this host
-// with its own data directory and 127.0.0.x address. capn-node runs no
+// with its own data directory and 127.a.b.x address. capn-node runs no
 // kubelet: it fetches and checks its bootstrap data and heartbeats.
 // Machines outlive this program: a restart reads them back from
 // --process-state-dir. Flags: the runtime's, --process-* and --provider-*

@@ -1,6 +1,6 @@
 // Package process is the process infrastructure provider: a machine is a
 // real OS process of the node agent capn-node (cmd/capn-node) on this
-// host, with its own data directory and its own 127.0.0.x address. No
+// host, with its own data directory and its own 127.a.b.x address. No
 // kubelet runs: capn-node fetches and checks the machine's bootstrap data,
 // writes its files under the machine's data dir and heartbeats; given
 // Options.KubeBin, it runs the Kubernetes components its bootstrap data

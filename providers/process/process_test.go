@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,20 +64,41 @@ func internalIP(m *capnv1alpha1.InfraMachine) string {
 }
 
 func TestAddressesAreOwnAndReused(t *testing.T) {
-	p, _ := newProvider(t, nil)
+	p, opts := newProvider(t, nil)
 	ctx := context.Background()
+	network := process.MachineNetwork(opts.StateDir)
+	addr := func(x byte) string {
+		b := network.Addr().As4()
+		b[3] = x
+		return netip.AddrFrom4(b).String()
+	}
+	if network.Bits() != 24 || network.Addr().As4()[1] == 0 {
+		t.Fatalf("machine network %s: want a /24 of 127.0.0.0/8 outside 127.0.x.x", network)
+	}
+	if other := process.MachineNetwork(t.TempDir()); other == network {
+		t.Errorf("two state dirs share the machine network %s", network)
+	}
 	a, b := create(t, p, "c1", "a"), create(t, p, "c2", "b")
-	if internalIP(a) != "127.0.0.2" || internalIP(b) != "127.0.0.3" || a.GetState() != sdk.StateRunning {
-		t.Fatalf("a %v, b %v", a, b)
+	if internalIP(a) != addr(2) || internalIP(b) != addr(3) || a.GetState() != sdk.StateRunning {
+		t.Fatalf("a %v, b %v, want %s and %s", a, b, addr(2), addr(3))
 	}
 	if err := p.DeleteMachine(ctx, "c1", "a"); err != nil {
 		t.Fatal(err)
 	}
-	if c := create(t, p, "c2", "c"); internalIP(c) != "127.0.0.2" {
-		t.Errorf("c got %s, want the freed 127.0.0.2", internalIP(c))
+	if c := create(t, p, "c2", "c"); internalIP(c) != addr(2) {
+		t.Errorf("c got %s, want the freed %s", internalIP(c), addr(2))
 	}
-	if again := create(t, p, "c2", "b"); internalIP(again) != "127.0.0.3" {
+	if again := create(t, p, "c2", "b"); internalIP(again) != addr(3) {
 		t.Errorf("a repeated create moved b to %s", internalIP(again))
+	}
+	// An address another program listens on is skipped.
+	ln, err := net.Listen("tcp", addr(4)+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if d := create(t, p, "c2", "d"); internalIP(d) != addr(5) {
+		t.Errorf("d got %s, want %s (%s has a listener)", internalIP(d), addr(5), addr(4))
 	}
 }
 

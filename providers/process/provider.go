@@ -100,7 +100,7 @@ func (p *Provider) runsKubernetes() bool {
 func ProviderID(cluster, machine string) string { return "process://" + cluster + "/" + machine }
 
 // CreateMachine makes the machine's directory and identity (provider id,
-// a 127.0.0.x address of its own) and starts its capn-node; an existing
+// a 127.a.b.x address of its own) and starts its capn-node; an existing
 // machine is returned as it is (its node restarted if it is neither
 // running nor stopped). The request must carry the bootstrap checksum: the
 // node fetches its own data with it.

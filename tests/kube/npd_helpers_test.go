@@ -1,0 +1,190 @@
+package kube_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/capn-dev/capn/providers/conformance"
+	"github.com/capn-dev/capn/providers/process"
+)
+
+// NPDVersion is the node-problem-detector release hack/npd.sh builds
+// (NPD_VERSION in the Makefile, which exports CAPN_NPD_BIN).
+const NPDVersion = "v1.36.0"
+
+// npdBinary finds the NPD binary hack/npd.sh builds: $CAPN_NPD_BIN, or
+// ${CAPN_NPD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/capn/npd}/<version>/node-problem-detector
+// (as tests/health does). Without it the test is skipped — except in CI
+// (CI=true), where it fails: CI builds it first (make npd).
+func npdBinary(t *testing.T) string {
+	t.Helper()
+	path := os.Getenv("CAPN_NPD_BIN")
+	if path == "" {
+		cache := os.Getenv("CAPN_NPD_CACHE")
+		if cache == "" {
+			base := os.Getenv("XDG_CACHE_HOME")
+			if base == "" {
+				home, _ := os.UserHomeDir()
+				base = filepath.Join(home, ".cache")
+			}
+			cache = filepath.Join(base, "capn", "npd")
+		}
+		path = filepath.Join(cache, NPDVersion, "node-problem-detector")
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode()&0o111 == 0 {
+		msg := fmt.Sprintf("node-problem-detector %s not found at %s: build it with `make npd` (hack/npd.sh)", NPDVersion, path)
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return path
+}
+
+// kernelMonitor is NPD's upstream config/kernel-monitor-filelog.json with
+// logPath pointing at the test's log file (tests/health's).
+const kernelMonitor = `{
+  "plugin": "filelog",
+  "pluginConfig": {"timestamp": "^.{15}", "message": "kernel: \\[.*\\] (.*)", "timestampFormat": "Jan _2 15:04:05"},
+  "logPath": %q,
+  "lookback": "5m",
+  "bufferSize": 10,
+  "source": "kernel-monitor",
+  "conditions": [{"type": "KernelDeadlock", "reason": "KernelHasNoDeadlock", "message": "kernel has no deadlock"}],
+  "rules": [
+    {"type": "temporary", "reason": "OOMKilling", "pattern": "Killed process \\d+ (.+) total-vm:\\d+kB, anon-rss:\\d+kB, file-rss:\\d+kB.*"},
+    {"type": "temporary", "reason": "TaskHung", "pattern": "task \\S+:\\w+ blocked for more than \\w+ seconds\\."},
+    {"type": "permanent", "condition": "KernelDeadlock", "reason": "DockerHung", "pattern": "task docker:\\w+ blocked for more than \\w+ seconds\\."}
+  ]
+}`
+
+// npd is one node-problem-detector process with its Kubernetes exporter on.
+type npd struct {
+	cmd     *exec.Cmd
+	logPath string // the kernel log it watches
+	out     *os.File
+	done    chan struct{}
+	once    sync.Once
+}
+
+// startNPD runs NPD for Node node of the cluster kubeconfig (whose server
+// is server) reaches: its kernel monitor on a fresh plain log file, its
+// Kubernetes exporter writing conditions to the Node, its other servers
+// (Prometheus, health) off. It is stopped when the test ends at the latest.
+func startNPD(t *testing.T, bin, dir, server, kubeconfig, node string) *npd {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	n := &npd{logPath: filepath.Join(dir, "kern.log"), done: make(chan struct{})}
+	if err := os.WriteFile(n.logPath, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(dir, "kernel-monitor.json")
+	if err := os.WriteFile(config, fmt.Appendf(nil, kernelMonitor, n.logPath), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := os.Create(filepath.Join(dir, "npd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.out = out
+	n.cmd = exec.Command(bin,
+		"--enable-k8s-exporter=true",
+		"--apiserver-override="+server+"?inClusterConfig=false&auth="+kubeconfig,
+		"--hostname-override="+node,
+		"--config.system-log-monitor="+config,
+		"--prometheus-address=127.0.0.1", "--prometheus-port=0",
+		"--address=127.0.0.1", "--port=0",
+	)
+	n.cmd.Stdout, n.cmd.Stderr = out, out
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := n.cmd.Start(); err != nil {
+		t.Fatalf("start node-problem-detector: %v", err)
+	}
+	go func() { _ = n.cmd.Wait(); close(n.done) }()
+	t.Cleanup(func() {
+		n.stop()
+		if t.Failed() {
+			b, _ := os.ReadFile(out.Name())
+			t.Logf("node-problem-detector (%s) output:\n%s", node, tailLines(string(b), 40))
+		}
+	})
+	return n
+}
+
+// stop ends NPD (SIGTERM, then SIGKILL after 10s).
+func (n *npd) stop() {
+	n.once.Do(func() {
+		_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGTERM)
+		select {
+		case <-n.done:
+		case <-time.After(10 * time.Second):
+			_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
+			<-n.done
+		}
+		_ = n.out.Close()
+	})
+}
+
+// kernelLine appends a kernel log line for host, as syslog writes it.
+func (n *npd) kernelLine(t *testing.T, host, msg string) {
+	t.Helper()
+	line := fmt.Sprintf("%s %s kernel: [12345.678901] %s\n", time.Now().Format("Jan _2 15:04:05"), host, msg)
+	f, err := os.OpenFile(n.logPath, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	if _, err := f.WriteString(line); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func tailLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// startProcessProvider runs the process provider with --kube-bin as the
+// capn-provider-process program on natsURL (its machines' capn-node built
+// beside it), and the remediator, until the test ends, and purges the
+// provider's state afterwards. It returns the provider's state directory.
+func startProcessProvider(t *testing.T, kubeBin, natsURL string) string {
+	t.Helper()
+	progs, err := conformance.BuildTemp("capn-provider-process", "capn-node", "remediator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(t.TempDir(), "process")
+	t.Cleanup(func() {
+		if err := process.Purge(process.Options{StateDir: state}); err != nil {
+			t.Errorf("purge the process provider's state: %v", err)
+		}
+		_ = os.RemoveAll(progs)
+	})
+	conformance.StartProgram(t, filepath.Join(progs, "capn-provider-process"), []string{"CAPN_LOG_LEVEL=info", "CAPN_LOG_FORMAT=json"},
+		"--nats-url="+natsURL, "--http-addr=off",
+		"--kube-bin="+kubeBin,
+		"--process-state-dir="+state,
+		"--process-node-binary="+filepath.Join(progs, "capn-node"),
+		"--process-heartbeat-every=1s",
+		"--process-watch-every=250ms",
+		"--process-stop-timeout=20s",
+		"--process-health-port=-1",
+		"--provider-reconcile-every=1s",
+		"--provider-announce-every=1s",
+	)
+	// The remediator is no core program of the conformance deployment:
+	// the repair this test is about needs it.
+	conformance.StartProgram(t, filepath.Join(progs, "remediator"), []string{"CAPN_LOG_LEVEL=info", "CAPN_LOG_FORMAT=json"},
+		"--nats-url="+natsURL, "--http-addr=off")
+	return state
+}

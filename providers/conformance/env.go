@@ -32,6 +32,10 @@ type Env struct {
 	Cluster string
 	// SDK are the SDK options New should run the provider with.
 	SDK sdk.Options
+	// KubeBin, set by the Kubernetes check, is the directory of Kubernetes
+	// binaries New must run the provider's machines with (the process
+	// provider's --kube-bin).
+	KubeBin string
 
 	t       *testing.T
 	s       *suite

@@ -18,7 +18,13 @@
 //   - its cluster infrastructure (endpoint) is idempotent and deletes
 //     cleanly;
 //   - a whole cluster on the provider goes Ready and deletes cleanly
-//     through capn's core services (a capn release: CorePrograms).
+//     through capn's core services (a capn release: CorePrograms);
+//   - for a provider that runs real Kubernetes (Features.Kubernetes): the
+//     seed's conformance check — a kube-local cluster of 3 control planes
+//     and 2 workers applied with the capn CLI, kubectl with the kubeconfig
+//     capn hands out (5 Nodes Ready, a Deployment Running), the control
+//     plane scaled 3 → 5 → 3 with etcd following, a worker killed and
+//     replaced, and a delete that leaves nothing (kubernetes.go).
 package conformance
 
 import (
@@ -75,6 +81,10 @@ type Features struct {
 	// until the test ends (CorePrograms builds and runs the programs of
 	// this module). nil skips the whole-cluster test.
 	Capn func(t *testing.T, natsURL string)
+	// Kubernetes runs the Kubernetes conformance check (a provider that
+	// announces real-kubernetes when New is given Env.KubeBin). nil skips
+	// it. It needs OutOfBandDelete, Leftovers and Disk.
+	Kubernetes *Kubernetes
 	// Timeout bounds each wait for the provider (default 30s).
 	Timeout time.Duration
 	// Parallel runs the checks in parallel (t.Parallel): for a provider
@@ -123,6 +133,7 @@ func Run(t *testing.T, p Provider, f Features) {
 		{"SurvivesItsRestart", s.restart, when(!f.RestartSafe, "not RestartSafe")},
 		{"ClusterInfrastructure", s.clusterInfra, ""},
 		{"ClusterThroughCapn", s.throughCapn, when(f.Capn == nil, "no Capn: give Features.Capn (e.g. CorePrograms(t))")},
+		{"Kubernetes", s.kubernetes, when(f.Kubernetes == nil, "no Kubernetes: for a provider whose machines run real Kubernetes (real-kubernetes)")},
 	}
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) {

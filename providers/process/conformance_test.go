@@ -61,9 +61,11 @@ func killNode(t *testing.T, stateDir, cluster, machine string) {
 	}
 }
 
-// nodeProcesses lists the live capn-node processes (agents and
-// endpoints) of a cluster run from stateDir (each runs in its own
-// directory there), from /proc: not another test's, nor a container's.
+// nodeProcesses lists the live processes of a cluster run from stateDir:
+// each machine's capn-node (agents and the endpoint) runs in its own
+// directory there, and the Kubernetes components a machine runs (with
+// --kube-bin) inherit it. Read from /proc: not another test's, nor a
+// container's.
 func nodeProcesses(stateDir, cluster string) []string {
 	ents, _ := os.ReadDir("/proc")
 	var out []string
@@ -81,9 +83,7 @@ func nodeProcesses(stateDir, cluster string) []string {
 			continue // gone, or a zombie
 		}
 		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if filepath.Base(args[0]) == process.NodeBinaryName {
-			out = append(out, fmt.Sprintf("process %d: %s", pid, strings.Join(args[1:], " ")))
-		}
+		out = append(out, fmt.Sprintf("process %d %s: %s", pid, filepath.Base(args[0]), strings.Join(args[1:], " ")))
 	}
 	return out
 }
@@ -101,7 +101,9 @@ func TestConformance(t *testing.T) {
 	conformance.Run(t, conformance.Provider{
 		Name: process.Name,
 		New: func(t *testing.T, env *conformance.Env) runtime.Service {
-			return process.NewService(options(t, env.Dir), env.SDK)
+			opts := options(t, env.Dir)
+			opts.KubeBin = env.KubeBin
+			return process.NewService(opts, env.SDK)
 		},
 	}, conformance.Features{
 		StopStart: true, Reboot: true, RestartSafe: true, NodeAgent: true, Heartbeats: true, EndpointListens: true,
@@ -123,7 +125,8 @@ func TestConformance(t *testing.T) {
 				return b, err == nil
 			},
 		},
-		Leftovers: func(_ *testing.T, env *conformance.Env, cluster string) []string { return leftovers(env.Dir, cluster) },
-		Capn:      conformance.CorePrograms(),
+		Leftovers:  func(_ *testing.T, env *conformance.Env, cluster string) []string { return leftovers(env.Dir, cluster) },
+		Capn:       conformance.CorePrograms(),
+		Kubernetes: &conformance.Kubernetes{},
 	})
 }

@@ -71,8 +71,12 @@ type Target struct {
 	Reported bool
 	// Conditions are the node's recorded conditions from every source. A
 	// recorded Ready condition is replaced by the one derived from the
-	// heartbeats (see EffectiveConditions).
+	// heartbeats (see EffectiveConditions) — except the Node's Ready (source
+	// kubernetes), which is judged beside it.
 	Conditions []*capnv1.NodeCondition
+	// NodeName is the node's name (the record's node_name): the reasons of
+	// conditions read from the Node name it.
+	NodeName string
 }
 
 // Unhealthy is one machine that needs remediation.
@@ -115,7 +119,11 @@ func (p Policies) For(pool string) policy.Policy {
 //     latest of creation, infrastructure ready and (for workers) control
 //     plane initialised — if the timeout is not 0;
 //  5. a node condition matching an unhealthy condition (type and status) for
-//     at least its timeout makes it unhealthy.
+//     at least its timeout makes it unhealthy. Ready is judged twice for a
+//     machine whose Node the health-watcher reads: as derived from
+//     capn-node's heartbeats, and as the Node says (Cluster API's
+//     MachineHealthCheck judges the latter) — each with the policy's
+//     timeouts for Ready.
 func Evaluate(s State, p Policies, now time.Time) ([]Unhealthy, time.Duration) {
 	var out []Unhealthy
 	next := time.Time{}
@@ -194,6 +202,9 @@ func judge(t Target, s State, p policy.Policy, now time.Time) ([]*capnv1.Conditi
 				continue
 			}
 			msg := fmt.Sprintf("node condition %s=%s for at least %s", c.GetType(), c.GetStatus(), uc.Timeout)
+			if fromNode(c) {
+				msg = fmt.Sprintf("Node %s %s=%s for at least %s, read from the workload cluster", orDefault(t.NodeName, t.Machine), c.GetType(), c.GetStatus(), uc.Timeout)
+			}
 			if c.GetReason() != "" || c.GetMessage() != "" {
 				msg += fmt.Sprintf(" (%s: %s)", c.GetReason(), c.GetMessage())
 			}
@@ -239,7 +250,8 @@ func ReadyCondition(prev *capnv1.NodeCondition, lastHeartbeat time.Time, ready b
 
 // EffectiveConditions are the recorded conditions with Ready derived from
 // the heartbeats (ReadyCondition, with the recorded Ready as prev) when the
-// node sends them. The input is not modified.
+// node sends them. The Node's Ready (source kubernetes) is kept as it is,
+// beside the derived one. The input is not modified.
 func EffectiveConditions(recorded []*capnv1.NodeCondition, lastHeartbeat time.Time, ready bool, grace time.Duration, now time.Time) []*capnv1.NodeCondition {
 	if lastHeartbeat.IsZero() {
 		return recorded
@@ -247,7 +259,7 @@ func EffectiveConditions(recorded []*capnv1.NodeCondition, lastHeartbeat time.Ti
 	out := make([]*capnv1.NodeCondition, 0, len(recorded)+1)
 	var prev *capnv1.NodeCondition
 	for _, c := range recorded {
-		if c.GetType() == ConditionReady {
+		if heartbeatReady(c) {
 			prev = c
 			continue
 		}

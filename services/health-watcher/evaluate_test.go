@@ -140,7 +140,9 @@ func genState(t *rapid.T, p policy.Policy) (State, time.Time) {
 			c := cond(rapid.SampledFrom([]string{"KernelDeadlock", "Ready", "DiskPressure"}).Draw(t, "type"),
 				rapid.SampledFrom([]string{"True", "False", "Unknown"}).Draw(t, "status"), "R", 0, 0)
 			c.LastTransitionTime = tsNow(sec("transition"))
-			if c.GetType() == ConditionReady && !tg.LastHeartbeat.IsZero() {
+			if c.GetType() == ConditionReady && rapid.Bool().Draw(t, "nodeReady") {
+				c.Source = SourceKubernetes // the Node's Ready: judged as recorded
+			} else if c.GetType() == ConditionReady && !tg.LastHeartbeat.IsZero() {
 				// The Ready recorded for a node that beats is the one derived
 				// from its heartbeats when the record was last written.
 				c = ReadyCondition(nil, tg.LastHeartbeat, tg.Ready, p.HeartbeatGrace, tg.LastHeartbeat)

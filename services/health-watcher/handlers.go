@@ -207,10 +207,11 @@ func (s *Service) onDrift(ctx context.Context, m *events.Message, d *capnv1.Drif
 	})
 }
 
-// readyStatus is the status of the recorded Ready condition ("" if none).
+// readyStatus is the status of the recorded Ready condition the heartbeats
+// decide ("" if none).
 func readyStatus(h *capnv1.NodeHealth) string {
 	for _, c := range h.GetConditions() {
-		if c.GetType() == ConditionReady {
+		if heartbeatReady(c) {
 			return c.GetStatus()
 		}
 	}

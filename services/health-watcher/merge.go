@@ -88,8 +88,18 @@ func mergeHeartbeat(h *capnv1.NodeHealth, hb *capnv1.NodeHeartbeat, at time.Time
 //   - another status replaces the recorded condition.
 //
 // Conditions with an empty type or a status other than True, False or
-// Unknown are ignored. Ready is left to heartbeats when the node sends
-// them. The list is kept sorted by type.
+// Unknown are ignored. Each recorded condition keeps the source of the
+// report that set it (NodeCondition.source).
+//
+// Ready is special. The Node's Ready (a report of source kubernetes: the
+// workload cluster's Node, read by the health-watcher) is kept in a slot of
+// its own beside the Ready derived from capn-node's heartbeats, and both
+// are judged: the kubelet can hang while capn-node heartbeats, and the API
+// server can be unreachable while the machine is dead. A Ready from any
+// other source is left to heartbeats when the node sends them. A Node's
+// Ready merged into a record without heartbeats drops a Ready without a
+// source: a record written before conditions had one kept the Node's Ready
+// there. The list is kept sorted by type, then source.
 func mergeConditions(h *capnv1.NodeHealth, r *capnv1.NodeConditions, at time.Time) bool {
 	changed := false
 	reportTime := at
@@ -100,15 +110,22 @@ func mergeConditions(h *capnv1.NodeHealth, r *capnv1.NodeConditions, at time.Tim
 		if c.GetType() == "" || !validStatus(c.GetStatus()) {
 			continue
 		}
-		if c.GetType() == ConditionReady && h.GetLastHeartbeat() != nil {
+		in := &capnv1.NodeCondition{Type: c.GetType(), Status: c.GetStatus(), Reason: c.GetReason(), Message: c.GetMessage(),
+			LastTransitionTime: c.GetLastTransitionTime(), LastHeartbeatTime: c.GetLastHeartbeatTime(), Source: r.GetSource()}
+		if c.GetType() == ConditionReady && !fromNode(in) && h.GetLastHeartbeat() != nil {
 			continue
 		}
-		in := &capnv1.NodeCondition{Type: c.GetType(), Status: c.GetStatus(), Reason: c.GetReason(), Message: c.GetMessage(),
-			LastTransitionTime: c.GetLastTransitionTime(), LastHeartbeatTime: c.GetLastHeartbeatTime()}
+		if c.GetType() == ConditionReady && fromNode(in) && h.GetLastHeartbeat() == nil {
+			n := len(h.Conditions)
+			h.Conditions = slices.DeleteFunc(h.Conditions, func(x *capnv1.NodeCondition) bool {
+				return x.GetType() == ConditionReady && x.GetSource() == ""
+			})
+			changed = changed || len(h.Conditions) != n
+		}
 		if in.LastHeartbeatTime == nil {
 			in.LastHeartbeatTime = timestamppb.New(reportTime)
 		}
-		i := slices.IndexFunc(h.Conditions, func(x *capnv1.NodeCondition) bool { return x.GetType() == in.GetType() })
+		i := slices.IndexFunc(h.Conditions, func(x *capnv1.NodeCondition) bool { return sameSlot(x, in) })
 		if i < 0 {
 			if in.LastTransitionTime == nil {
 				in.LastTransitionTime = in.LastHeartbeatTime
@@ -122,9 +139,33 @@ func mergeConditions(h *capnv1.NodeHealth, r *capnv1.NodeConditions, at time.Tim
 		}
 	}
 	if changed {
-		slices.SortFunc(h.Conditions, func(a, b *capnv1.NodeCondition) int { return strings.Compare(a.GetType(), b.GetType()) })
+		slices.SortFunc(h.Conditions, compareConditions)
 	}
 	return changed
+}
+
+// fromNode: the condition was read from the machine's Node in the workload
+// cluster.
+func fromNode(c *capnv1.NodeCondition) bool { return c.GetSource() == SourceKubernetes }
+
+// heartbeatReady: c is the Ready condition heartbeats decide (every Ready
+// but the Node's).
+func heartbeatReady(c *capnv1.NodeCondition) bool {
+	return c.GetType() == ConditionReady && !fromNode(c)
+}
+
+// sameSlot: a and b are the same condition of a record — the same type,
+// and for Ready both or neither the Node's.
+func sameSlot(a, b *capnv1.NodeCondition) bool {
+	return a.GetType() == b.GetType() && (a.GetType() != ConditionReady || fromNode(a) == fromNode(b))
+}
+
+// compareConditions orders a record's conditions: by type, then source.
+func compareConditions(a, b *capnv1.NodeCondition) int {
+	if c := strings.Compare(a.GetType(), b.GetType()); c != 0 {
+		return c
+	}
+	return strings.Compare(a.GetSource(), b.GetSource())
 }
 
 // mergeCondition applies in to cur (same type) by the rules of
@@ -142,7 +183,7 @@ func mergeCondition(cur, in *capnv1.NodeCondition) bool {
 	if in.GetStatus() == cur.GetStatus() {
 		switch {
 		case in.GetReason() != cur.GetReason() || in.GetMessage() != cur.GetMessage():
-			cur.Reason, cur.Message = in.GetReason(), in.GetMessage()
+			cur.Reason, cur.Message, cur.Source = in.GetReason(), in.GetMessage(), in.GetSource()
 		case inT.After(curT) && inHB.After(curHB):
 			// A reporter that restarted re-sends the status with a later
 			// transition: keep the first one (the timeout runs on), but
@@ -154,7 +195,7 @@ func mergeCondition(cur, in *capnv1.NodeCondition) bool {
 		cur.LastHeartbeatTime = in.GetLastHeartbeatTime()
 		return true
 	}
-	cur.Status, cur.Reason, cur.Message = in.GetStatus(), in.GetReason(), in.GetMessage()
+	cur.Status, cur.Reason, cur.Message, cur.Source = in.GetStatus(), in.GetReason(), in.GetMessage(), in.GetSource()
 	cur.LastTransitionTime, cur.LastHeartbeatTime = timestamppb.New(inT), in.GetLastHeartbeatTime()
 	return true
 }

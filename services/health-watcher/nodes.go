@@ -120,10 +120,11 @@ func scheme(providerID string) string {
 // mergeNode folds what the machine's Node says into its record: node_name
 // (the machine's nodeRef), kubelet_version, and the Node's conditions as
 // the node conditions the health policy judges, merged by mergeConditions'
-// rules — the latest per type wins, a repeated status keeps its transition,
-// a mere newer heartbeat is no change, and Ready is left to capn-node's
-// heartbeats when the node sends them. at is when the Nodes were read. It
-// reports whether the record changed (a KV write is due).
+// rules, with source kubernetes — the latest per type wins, a repeated
+// status keeps its transition, a mere newer heartbeat is no change, and the
+// Node's Ready is kept beside the one capn-node's heartbeats decide (both
+// are judged). at is when the Nodes were read. It reports whether the
+// record changed (a KV write is due).
 func mergeNode(h *capnv1.NodeHealth, n WorkloadNode, at time.Time) bool {
 	changed := false
 	if n.Name != "" && h.GetNodeName() != n.Name {

@@ -103,8 +103,8 @@ func (s *Service) snapshot(cl *capnv1.Cluster, cluster string, now time.Time) in
 		t := Target{
 			Machine: name, Pool: m.GetSpec().GetPool(), ControlPlane: m.GetSpec().GetRole() == "control-plane" || m.GetSpec().GetPool() == policy.ControlPlanePool,
 			Created: created, Phase: st.GetPhase(), PhaseSince: st.GetPhaseSince().AsTime(), FailureReason: st.GetFailureReason(),
-			Conditions: node.GetConditions(),
-			Reported:   st.GetNodeReadyTime() != nil || len(node.GetConditions()) > 0,
+			Conditions: node.GetConditions(), NodeName: node.GetNodeName(),
+			Reported: st.GetNodeReadyTime() != nil || len(node.GetConditions()) > 0,
 		}
 		switch t.Phase {
 		case phaseDeleting, phaseDeleted, phaseStopped:
@@ -212,7 +212,7 @@ func view(cur *capnv1.NodeHealth, cluster string, t Target, b beat, v *Unhealthy
 		next = proto.Clone(cur).(*capnv1.NodeHealth)
 	}
 	var prev *capnv1.NodeCondition
-	i := slices.IndexFunc(next.Conditions, func(c *capnv1.NodeCondition) bool { return c.GetType() == ConditionReady })
+	i := slices.IndexFunc(next.Conditions, heartbeatReady)
 	if i >= 0 {
 		prev = next.Conditions[i]
 	}
@@ -221,7 +221,7 @@ func view(cur *capnv1.NodeHealth, cluster string, t Target, b beat, v *Unhealthy
 			next.Conditions[i] = ready
 		} else {
 			next.Conditions = append(next.Conditions, ready)
-			slices.SortFunc(next.Conditions, func(a, b *capnv1.NodeCondition) int { return strings.Compare(a.GetType(), b.GetType()) })
+			slices.SortFunc(next.Conditions, compareConditions)
 		}
 	}
 	next.Healthy, next.UnhealthyReasons, next.UnhealthySince = true, nil, nil

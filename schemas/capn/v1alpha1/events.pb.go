@@ -611,8 +611,16 @@ type NodeCondition struct {
 	Message            string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
 	LastTransitionTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=last_transition_time,json=lastTransitionTime,proto3" json:"last_transition_time,omitempty"`
 	LastHeartbeatTime  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=last_heartbeat_time,json=lastHeartbeatTime,proto3" json:"last_heartbeat_time,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// source is, in a NodeHealth record, who reported the condition: the
+	// report's NodeConditions.source, "kubernetes" for a condition read from
+	// the machine's Node in the workload cluster, empty for the Ready the
+	// health-watcher derives from heartbeats (and in records written before
+	// the field). A record holds one condition per type, except Ready: the
+	// Node's Ready (source "kubernetes") is kept beside the heartbeats' one,
+	// and both are judged. Reports leave it empty (their source says it).
+	Source        string `protobuf:"bytes,7,opt,name=source,proto3" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeCondition) Reset() {
@@ -685,6 +693,13 @@ func (x *NodeCondition) GetLastHeartbeatTime() *timestamppb.Timestamp {
 		return x.LastHeartbeatTime
 	}
 	return nil
+}
+
+func (x *NodeCondition) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
 }
 
 // ProblemEvent is a node problem seen once (node-problem-detector's events).
@@ -961,14 +976,15 @@ const file_capn_v1alpha1_events_proto_rawDesc = "" +
 	"\n" +
 	"conditions\x18\x04 \x03(\v2\x1c.capn.v1alpha1.NodeConditionR\n" +
 	"conditions\x12.\n" +
-	"\x04time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\x87\x02\n" +
+	"\x04time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\x9f\x02\n" +
 	"\rNodeCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12L\n" +
 	"\x14last_transition_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x12lastTransitionTime\x12J\n" +
-	"\x13last_heartbeat_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x11lastHeartbeatTime\"\xd8\x01\n" +
+	"\x13last_heartbeat_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x11lastHeartbeatTime\x12\x16\n" +
+	"\x06source\x18\a \x01(\tR\x06source\"\xd8\x01\n" +
 	"\fProblemEvent\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x18\n" +
 	"\amachine\x18\x02 \x01(\tR\amachine\x12\x16\n" +

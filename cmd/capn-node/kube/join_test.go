@@ -18,6 +18,7 @@ import (
 	"github.com/capn-dev/capn/cmd/capn-node/kube"
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
+	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
 	"github.com/capn-dev/capn/services/bootstrapper/pki"
 )
 
@@ -154,9 +155,19 @@ func TestControlPlaneJoins(t *testing.T) {
 		rt            *kube.Runtime
 		stop          func()
 	}
+	type rendered struct {
+		cfg *kubelocal.NodeConfig
+		dir string
+	}
+	machines := map[string]rendered{}
 	start := func(name, address string, first bool) running {
-		cfg, dir := machine{Name: name, Role: bootstrap.RoleControlPlane, First: first, Version: version,
-			Host: "127.0.0.1", Port: p.APIServer, Network: network}.render(t, set)
+		m, ok := machines[name]
+		if !ok { // a restart keeps the machine's config and data dir
+			m.cfg, m.dir = machine{Name: name, Role: bootstrap.RoleControlPlane, First: first, Version: version,
+				Host: "127.0.0.1", Port: p.APIServer, Network: network}.render(t, set)
+			machines[name] = m
+		}
+		cfg, dir := m.cfg, m.dir
 		rt, err := kube.New(cfg, kube.Options{
 			BinDir: bin, DataDir: dir, Address: address, ProviderID: "process://kl/" + name, Ports: p,
 			Log: zerolog.New(zerolog.NewTestWriter(t)).With().Str("machine", name).Timestamp().Logger(),
@@ -254,5 +265,26 @@ func TestControlPlaneJoins(t *testing.T) {
 	cp3 := start("kl-cp-3", "127.0.0.4", false)
 	within(t, 4*time.Minute, "Node kl-cp-3 Ready", func() (bool, string) { return nodeReady(k, "kl-cp-3") })
 	wantMembers("kl-cp-3 a voting member", "kl-cp-0,kl-cp-1,kl-cp-3")
-	_ = cp3
+
+	// Hibernation: every control plane stops, then all start again on
+	// their data (etcd needs two of three back before any API server
+	// serves, so none may wait for the endpoint first).
+	cp0.stop()
+	cps[1].stop()
+	cp3.stop()
+	began = time.Now()
+	cp0 = start("kl-cp-0", "127.0.0.1", true)
+	cp1 := start("kl-cp-1", "127.0.0.3", false)
+	cp3 = start("kl-cp-3", "127.0.0.4", false)
+	for _, cp := range []running{cp0, cp1, cp3} {
+		within(t, 4*time.Minute, "Node "+cp.name+" Ready after the restart", func() (bool, string) {
+			c, _ := cp.rt.Condition()
+			if !cp.rt.Ready() {
+				return false, c.Reason + ": " + c.Message
+			}
+			return nodeReady(k, cp.name)
+		})
+	}
+	wantMembers("the same three members after the restart", "kl-cp-0,kl-cp-1,kl-cp-3")
+	t.Logf("all three control planes stopped and started again: every API server ready and Node Ready %s after the start", time.Since(began).Round(time.Millisecond))
 }

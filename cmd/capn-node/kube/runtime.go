@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -181,15 +182,18 @@ func (r *Runtime) runControlPlane(ctx context.Context) error {
 	defer r.ready.Store(false)
 	localEtcd := url("https", addr, r.opts.Ports.EtcdClient)
 	etcdURLs := []string{localEtcd}
-	if !r.cfg.FirstControlPlane {
+	// With a member in its data dir (a restart, a wake from hibernation)
+	// etcd starts on its data at once: asking through the endpoint first
+	// would wait for an API server that cannot serve until enough members
+	// are back.
+	restart := hasEtcdData(r.layout.EtcdDataDir())
+	if !r.cfg.FirstControlPlane && !restart {
 		r.setCondition(Condition{Status: "Unknown", Reason: "JoiningEtcd", Message: "kube-local: joining the cluster's etcd through " + r.cfg.Endpoint.String()})
 		var j etcdJoin
 		if !r.retry(ctx, "join the cluster's etcd", func() (err error) { j, err = r.joinEtcd(ctx); return err }) {
 			return nil
 		}
-		if j.InitialCluster != "" {
-			plan.Etcd = plan.Etcd.joining(j.InitialCluster)
-		}
+		plan.Etcd = plan.Etcd.joining(j.InitialCluster)
 		etcdURLs = append(j.Peers, localEtcd)
 		log.Info().Dur("after", r.mark("etcd-member-added")).Str("initial_cluster", j.InitialCluster).Strs("peers", j.Peers).Msg("etcd member added (learner)")
 	}
@@ -203,10 +207,10 @@ func (r *Runtime) runControlPlane(ctx context.Context) error {
 	}
 	if !r.cfg.FirstControlPlane {
 		peer := url("https", addr, r.opts.Ports.EtcdPeer)
-		if !r.retry(ctx, "promote this etcd learner to a voting member", func() error { return promote(ctx, etcd, peer) }) {
+		if !r.retry(ctx, "promote this etcd learner to a voting member", func() error { return r.promote(ctx, etcd, peer, restart) }) {
 			return nil
 		}
-		log.Info().Dur("after", r.mark("etcd-member-promoted")).Msg("etcd member promoted to voting member")
+		log.Info().Dur("after", r.mark("etcd-member-promoted")).Msg("etcd member is a voting member")
 	}
 	for _, p := range []Process{plan.APIServer, plan.ControllerManager, plan.Scheduler} {
 		if err := r.sup.Start(p); err != nil {
@@ -249,8 +253,7 @@ func (r *Runtime) node() NodeSpec {
 }
 
 // etcdJoin is what joinEtcd found: the --initial-cluster to start with
-// (empty when the data dir already holds a member) and the client URLs of
-// the other members.
+// and the client URLs of the other members.
 type etcdJoin struct {
 	InitialCluster string
 	Peers          []string
@@ -263,17 +266,11 @@ type etcdJoin struct {
 //     other control plane takes the member it is about to add for the
 //     member of a machine that is gone (see sweepMembers);
 //  2. it finds the members' client URLs on the other control-plane Nodes;
-//  3. with its data dir already holding a member, it is done (a restart);
-//     a member with its peer URL that never started is its own earlier
+//  3. a member with its peer URL that never started is its own earlier
 //     attempt and is kept; one that ran is a machine of the past at this
 //     address and is removed; otherwise it adds itself as a learner.
 func (r *Runtime) joinEtcd(ctx context.Context) (etcdJoin, error) {
-	kc, err := ReadKubeconfig(r.layout.AdminKubeconfig())
-	if err != nil {
-		return etcdJoin{}, err
-	}
-	pair := kc.Client()
-	viaEndpoint, err := kubeapi.NewClient("https://"+r.cfg.Endpoint.String(), kc.CA(), pair.CertPEM, pair.KeyPEM)
+	viaEndpoint, err := r.endpointClient()
 	if err != nil {
 		return etcdJoin{}, err
 	}
@@ -281,23 +278,11 @@ func (r *Runtime) joinEtcd(ctx context.Context) (etcdJoin, error) {
 	if err := RegisterNode(ctx, viaEndpoint, r.node()); err != nil {
 		return etcdJoin{}, fmt.Errorf("register the Node before joining etcd: %w", err)
 	}
-	nodes, err := controlPlaneNodes(ctx, viaEndpoint)
+	peers, err := r.peerEtcdURLs(ctx, viaEndpoint)
 	if err != nil {
 		return etcdJoin{}, err
 	}
-	var peers []string
-	for _, n := range nodes {
-		if u := n.Metadata.Annotations[EtcdClientURLsAnnotation]; u != "" && n.Metadata.Name != r.cfg.NodeName {
-			peers = append(peers, strings.Split(u, ",")...)
-		}
-	}
-	if len(peers) == 0 {
-		return etcdJoin{}, fmt.Errorf("no other control-plane Node carries %s yet", EtcdClientURLsAnnotation)
-	}
 	j := etcdJoin{Peers: peers}
-	if hasEtcdData(r.layout.EtcdDataDir()) {
-		return j, nil
-	}
 	etcd, err := NewEtcdFromPKI(r.layout, peers)
 	if err != nil {
 		return etcdJoin{}, err
@@ -327,6 +312,37 @@ func (r *Runtime) joinEtcd(ctx context.Context) (etcdJoin, error) {
 	return j, nil
 }
 
+// endpointClient talks to the control-plane endpoint with the admin
+// certificate this machine issued itself (its admin kubeconfig points at
+// its own API server, which is not up while it joins).
+func (r *Runtime) endpointClient() (*Client, error) {
+	kc, err := ReadKubeconfig(r.layout.AdminKubeconfig())
+	if err != nil {
+		return nil, err
+	}
+	pair := kc.Client()
+	return kubeapi.NewClient("https://"+r.cfg.Endpoint.String(), kc.CA(), pair.CertPEM, pair.KeyPEM)
+}
+
+// peerEtcdURLs are the etcd client URLs the other control-plane Nodes
+// carry.
+func (r *Runtime) peerEtcdURLs(ctx context.Context, c *Client) ([]string, error) {
+	nodes, err := controlPlaneNodes(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	var peers []string
+	for _, n := range nodes {
+		if u := n.Metadata.Annotations[EtcdClientURLsAnnotation]; u != "" && n.Metadata.Name != r.cfg.NodeName {
+			peers = append(peers, strings.Split(u, ",")...)
+		}
+	}
+	if len(peers) == 0 {
+		return nil, fmt.Errorf("no other control-plane Node carries %s yet", EtcdClientURLsAnnotation)
+	}
+	return peers, nil
+}
+
 // hasEtcdData is true when etcd's data dir holds a member (it then
 // ignores --initial-cluster).
 func hasEtcdData(dir string) bool {
@@ -335,7 +351,32 @@ func hasEtcdData(dir string) bool {
 }
 
 // promote makes the member with peerURL a voting member; done when it is
-// one already.
+// one already. After a restart etcd is asked through this machine's own
+// member first; a member restarted before it was promoted is a learner,
+// which serves no linearizable read, so then the others are asked, found
+// through the endpoint.
+func (r *Runtime) promote(ctx context.Context, etcd *Etcd, peerURL string, restart bool) error {
+	err := promote(ctx, etcd, peerURL)
+	if err == nil || !restart {
+		return err
+	}
+	c, cerr := r.endpointClient()
+	if cerr != nil {
+		return errors.Join(err, cerr)
+	}
+	defer c.Close()
+	peers, perr := r.peerEtcdURLs(ctx, c)
+	if perr != nil {
+		return errors.Join(err, perr)
+	}
+	others, oerr := NewEtcdFromPKI(r.layout, peers)
+	if oerr != nil {
+		return errors.Join(err, oerr)
+	}
+	defer others.Close()
+	return promote(ctx, others, peerURL)
+}
+
 func promote(ctx context.Context, etcd *Etcd, peerURL string) error {
 	members, err := etcd.Members(ctx)
 	if err != nil {

@@ -134,7 +134,7 @@ func mergeConditions(h *capnv1.NodeHealth, r *capnv1.NodeConditions, at time.Tim
 			changed = true
 			continue
 		}
-		if mergeCondition(h.Conditions[i], in) {
+		if mergeCondition(h.Conditions[i], in, fromNode(in), at) {
 			changed = true
 		}
 	}
@@ -170,15 +170,29 @@ func compareConditions(a, b *capnv1.NodeCondition) int {
 
 // mergeCondition applies in to cur (same type) by the rules of
 // mergeConditions and reports a material change.
-func mergeCondition(cur, in *capnv1.NodeCondition) bool {
+//
+// A condition read from a Node (node) is the Node's current state, read at
+// at, not one report in a source's history: only an older heartbeat makes
+// it stale (a read that a later one overtook), and a changed status whose
+// transition is not later than the recorded one's gets the later of its
+// heartbeat and at instead. Several writers share a Node's conditions and
+// not all keep the transition right: the controller-manager sets
+// Ready=Unknown with a new transition, and kwok, restarted, sets
+// Ready=True again with the transition it had before — which the history
+// rule would take for a late report and ignore, leaving the record
+// Unknown for good.
+func mergeCondition(cur, in *capnv1.NodeCondition, node bool, at time.Time) bool {
 	curT, curHB := cur.GetLastTransitionTime().AsTime(), cur.GetLastHeartbeatTime().AsTime()
 	inHB := in.GetLastHeartbeatTime().AsTime()
 	inT := inHB
 	if in.LastTransitionTime != nil {
 		inT = in.GetLastTransitionTime().AsTime()
 	}
-	if inT.Before(curT) || inHB.Before(curHB) {
+	if inHB.Before(curHB) || (!node && inT.Before(curT)) {
 		return false // stale: the record already holds a later state
+	}
+	if node && in.GetStatus() != cur.GetStatus() && !inT.After(curT) {
+		inT = latest(inHB, at, curT)
 	}
 	if in.GetStatus() == cur.GetStatus() {
 		switch {

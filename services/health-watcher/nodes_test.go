@@ -268,3 +268,40 @@ func TestNodeReadyReplacesSourcelessReadyOfOldRecords(t *testing.T) {
 		t.Errorf("conditions %v; want the heartbeats' Ready and the Node's", h.GetConditions())
 	}
 }
+
+// kwok, restarted after the controller-manager marked its Node
+// Ready=Unknown, sets Ready=True again with the transition time it had
+// before the Unknown. A Node read is its current state: the record turns
+// True (transition: the read), and a read overtaken by a later one (an
+// older heartbeat) still changes nothing.
+func TestNodeReadyBackWithAnEarlierTransition(t *testing.T) {
+	t0 := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	ready := func(status, reason string, hb, tr time.Time) WorkloadNode {
+		return WorkloadNode{Name: "w-0", Conditions: []*capnv1.NodeCondition{{Type: "Ready", Status: status, Reason: reason,
+			LastHeartbeatTime: timestamppb.New(hb), LastTransitionTime: timestamppb.New(tr)}}}
+	}
+	h := &capnv1.NodeHealth{Cluster: "c", Machine: "w-0", LastHeartbeat: timestamppb.New(t0), Ready: true}
+	mergeNode(h, ready("True", "KubeletReady", t0, t0), t0)
+	t1 := t0.Add(50 * time.Second)
+	if !mergeNode(h, ready("Unknown", "NodeStatusUnknown", t0, t1), t1) {
+		t.Fatal("Unknown: no change")
+	}
+	t2 := t1.Add(2 * time.Minute)
+	if !mergeNode(h, ready("True", "KubeletReady", t2, t0), t2.Add(time.Second)) {
+		t.Fatalf("kwok's Ready=True with its old transition ignored: %v", h.GetConditions())
+	}
+	c := h.GetConditions()[0]
+	if c.GetStatus() != "True" || !c.GetLastTransitionTime().AsTime().Equal(t2.Add(time.Second)) {
+		t.Errorf("Ready %s since %s; want True since the read %s", c.GetStatus(), c.GetLastTransitionTime().AsTime(), t2.Add(time.Second))
+	}
+	if mergeNode(h, ready("Unknown", "NodeStatusUnknown", t0, t1), t2.Add(2*time.Second)) {
+		t.Errorf("an overtaken read (older heartbeat) changed the record: %v", h.GetConditions())
+	}
+	p := policy.Default().Fill()
+	s := State{ControlPlaneInitialized: true, Targets: []Target{{Machine: "w-0", Pool: "md-0", Created: t0.Add(-time.Hour), Phase: phaseRunning,
+		LastHeartbeat: t2.Add(time.Hour), Ready: true, Reported: true, Conditions: h.GetConditions(), NodeName: "w-0"}}}
+	pol := policy.Policy{UnhealthyConditions: p.UnhealthyConditions, HeartbeatGrace: p.HeartbeatGrace}
+	if out, _ := Evaluate(s, Policies{Default: pol}, t2.Add(time.Hour)); len(out) != 0 {
+		t.Errorf("Node Ready again: %+v", out)
+	}
+}

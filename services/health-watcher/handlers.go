@@ -175,7 +175,14 @@ func (s *Service) onHeartbeat(ctx context.Context, m *events.Message, hb *capnv1
 		return nil
 	}
 	cur := s.cached(r)
-	merge := func(h *capnv1.NodeHealth) bool { return mergeHeartbeat(h, hb, r.at, s.cfg.PersistEvery) }
+	persist := s.cfg.PersistEvery
+	if st, ok := decodeCached(s.observed, machinePrefix+r.key, newMachineStatus); ok && st.GetPhase() == phaseStopped {
+		// Waking from hibernation: the machine-manager makes the machine
+		// Running on a ready heartbeat from after its start, so each one
+		// is written until then (a stopped machine sends none).
+		persist = 0
+	}
+	merge := func(h *capnv1.NodeHealth) bool { return mergeHeartbeat(h, hb, r.at, persist) }
 	if merge(proto.Clone(cur).(*capnv1.NodeHealth)) {
 		s.metrics.report("heartbeat", outcomeApplied)
 		return s.apply(ctx, r, merge)

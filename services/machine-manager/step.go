@@ -221,9 +221,27 @@ func power(out *Output, st *capnv1.MachineStatus, in Input, id func(string) stri
 		setCondition(st, CondReady, "False", "Starting", "asked the provider to start the machine", in.Now)
 		out.RequeueAfter = powerRetry
 	case st.GetPhase() == PhaseStopped && state == "Running":
+		// Woken: Running once the node reports ready again. What it said
+		// before the hibernation says nothing about now, so only a ready
+		// heartbeat from the start on counts (the provider stamps the
+		// infrastructure's Updated when it starts the machine); a control
+		// plane is not serving the moment its process is back.
+		if !nodeReadySince(in.Node, in.Infra.GetUpdated().AsTime()) {
+			setCondition(st, CondReady, "False", "WaitingForNode", "started: waiting for the node to report ready", in.Now)
+			setCondition(st, CondNodeReady, "False", "WaitingForNode", "started: no ready heartbeat since the start yet", in.Now)
+			return
+		}
 		setPhase(st, PhaseRunning, in.Now)
 		setCondition(st, CondReady, "True", "Running", "", in.Now)
+		setCondition(st, CondNodeReady, "True", "Ready", "", in.Now)
 	}
+}
+
+// nodeReadySince is true when the node's last heartbeat, at since or
+// later, said ready.
+func nodeReadySince(n *capnv1.NodeHealth, since time.Time) bool {
+	hb := n.GetLastHeartbeat()
+	return n.GetReady() && hb != nil && !hb.AsTime().Before(since)
 }
 
 // bootstrapReask is how long a machine waits for its bootstrap answer

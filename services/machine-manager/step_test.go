@@ -47,6 +47,19 @@ func infra(state string) *capnv1.InfraMachine {
 	return &capnv1.InfraMachine{Provider: "sim", Cluster: "c1", Machine: "m1", State: state, ProviderId: "sim://c1/m1"}
 }
 
+// started is a Running infra record the provider stamped at (it started
+// the machine then).
+func started(at time.Time) *capnv1.InfraMachine {
+	im := infra("Running")
+	im.Updated = timestamppb.New(at)
+	return im
+}
+
+// nodeAt is a node record whose last heartbeat, at, said ready or not.
+func nodeAt(ready bool, at time.Time) *capnv1.NodeHealth {
+	return &capnv1.NodeHealth{Cluster: "c1", Machine: "m1", Ready: ready, LastHeartbeat: timestamppb.New(at), Updated: timestamppb.New(at)}
+}
+
 func TestStep(t *testing.T) {
 	tests := []struct {
 		name      string
@@ -74,7 +87,10 @@ func TestStep(t *testing.T) {
 		{"stays stopped", Input{Desired: stopped(true), Status: status(PhaseStopped, withBootstrap), Infra: infra("Stopped")}, PhaseStopped, nil, ""},
 		{"started out of band while hibernated: stop again", Input{Desired: stopped(true), Status: status(PhaseStopped, withBootstrap), Infra: infra("Running")}, PhaseStopped, []string{CmdStop}, ""},
 		{"wake: ask the provider to start", Input{Desired: stopped(false), Status: status(PhaseStopped, withBootstrap), Infra: infra("Stopped")}, PhaseStopped, []string{CmdStart}, ""},
-		{"woken: infra running", Input{Desired: stopped(false), Status: status(PhaseStopped, withBootstrap), Infra: infra("Running")}, PhaseRunning, nil, ""},
+		{"woken: infra running, the node ready since the start", Input{Desired: stopped(false), Status: status(PhaseStopped, withBootstrap), Infra: started(t0.Add(time.Minute)), Node: nodeAt(true, t0.Add(time.Minute+time.Second))}, PhaseRunning, nil, ""},
+		{"woken: infra running, the node's last ready heartbeat from before the hibernation", Input{Desired: stopped(false), Status: status(PhaseStopped, withBootstrap), Infra: started(t0.Add(time.Minute)), Node: nodeAt(true, t0)}, PhaseStopped, nil, ""},
+		{"woken: infra running, the node not ready yet", Input{Desired: stopped(false), Status: status(PhaseStopped, withBootstrap), Infra: started(t0.Add(time.Minute)), Node: nodeAt(false, t0.Add(2*time.Minute))}, PhaseStopped, nil, ""},
+		{"woken: infra running, no node record", Input{Desired: stopped(false), Status: status(PhaseStopped, withBootstrap), Infra: started(t0.Add(time.Minute))}, PhaseStopped, nil, ""},
 		{"stopped machine vanished", Input{Desired: stopped(true), Status: status(PhaseStopped, withBootstrap)}, PhaseFailed, nil, ReasonInfrastructureGone},
 		{"stopped out of band while running: start", Input{Desired: machine(false), Status: status(PhaseRunning, withBootstrap), Infra: infra("Stopped")}, PhaseRunning, []string{CmdStart}, ""},
 	}

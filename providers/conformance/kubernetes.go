@@ -30,6 +30,12 @@ type Kubernetes struct {
 	// $CAPN_KUBE_BIN. Without them the check is skipped — or fails when
 	// CAPN_REQUIRE_KUBE=1 (CI).
 	Bin string
+	// StopKubelet freezes the kubelet of a machine of cluster (for
+	// kube-local: its kwok) while the machine and its capn-node go on, so
+	// that its Node goes NotReady, and undoes that when the test ends if
+	// no repair did. Optional: nil skips the step "a worker whose kubelet
+	// stops (its Node NotReady) is repaired" with a log line.
+	StopKubelet func(t *testing.T, env *Env, cluster, machine string)
 }
 
 // KubeBinaries are what the check needs in Kubernetes.Bin: what a
@@ -81,7 +87,10 @@ func KubeVersion(t testing.TB, bin string) string {
 }
 
 // kubeManifest is the check's cluster: kube-local on the provider, 3
-// control-plane machines and a pool of 2 workers.
+// control-plane machines and a pool of 2 workers. The workers' health
+// policy is short for the kubelet step: a Node Ready=Unknown for 30s (the
+// controller-manager's verdict on a silent kubelet) is unhealthy, and one
+// of the two may be repaired (the default 40% of 2 rounds down to 0).
 const kubeManifest = `apiVersion: capn.dev/v1alpha1
 kind: Cluster
 metadata:
@@ -97,6 +106,11 @@ spec:
   - name: workers
     provider: %s
     replicas: 2
+    health:
+      unhealthyConditions:
+      - {type: Ready, status: Unknown, timeout: 30s}
+      - {type: Ready, status: "False", timeout: 5m}
+      maxUnhealthy: "1"
 `
 
 // kubeDeployment is three pods; kwok runs them (no image is pulled) on
@@ -157,8 +171,11 @@ type KubeMachine struct {
 // 5 Nodes Ready at the declared version with their machines' providerIDs
 // and runs a Deployment of 3 pods; `capn scale` takes the control plane
 // 3 → 5 → 3 and etcd's voting members follow, every endpoint healthy
-// (etcdctl); a worker deleted behind capn's back (OutOfBandDelete: kill -9
-// of its process) goes away, capn replaces it and deletes its Node;
+// (etcdctl); a worker whose kubelet stops (Kubernetes.StopKubelet; its
+// Node NotReady) is repaired by the remediator — rebooted or replaced —
+// and the cluster is Ready again; a worker deleted behind capn's back
+// (OutOfBandDelete: kill -9 of its process) goes away, capn replaces it
+// and deletes its Node;
 // `capn delete` leaves nothing behind (Leftovers) and nothing in KV.
 func (s *suite) kubernetes(t *testing.T, e *Env) {
 	if s.f.OutOfBandDelete == nil || s.f.Leftovers == nil || s.f.Disk == nil {
@@ -240,6 +257,9 @@ func (s *suite) kubernetes(t *testing.T, e *Env) {
 		t.Logf("control plane scaled to %d in %.1fs (capn Running and Ready %.1fs): etcd has the %d voting members %v, every endpoint healthy; kubectl lists %d Nodes Ready and no other",
 			n, time.Since(s0).Seconds(), capnDone.Seconds(), len(members), members, len(machines))
 	}
+
+	// --- a worker whose kubelet stops: capn repairs it -----------------------
+	machines = s.kubeletStops(t, e, k, machines)
 
 	// --- a worker deleted behind capn's back: capn replaces it ---------------
 	var victim string

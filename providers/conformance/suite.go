@@ -23,8 +23,11 @@
 //     seed's conformance check — a kube-local cluster of 3 control planes
 //     and 2 workers applied with the capn CLI, kubectl with the kubeconfig
 //     capn hands out (5 Nodes Ready, a Deployment Running), the control
-//     plane scaled 3 → 5 → 3 with etcd following, a worker killed and
-//     replaced, and a delete that leaves nothing (kubernetes.go).
+//     plane scaled 3 → 5 → 3 with etcd following, a worker whose kubelet
+//     stops (Kubernetes.StopKubelet, optional; its Node NotReady) repaired
+//     by the remediator — rebooted or replaced — with the cluster Ready
+//     again (kubernetes_kubelet.go), a worker killed and replaced, and a
+//     delete that leaves nothing (kubernetes.go).
 package conformance
 
 import (

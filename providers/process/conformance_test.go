@@ -88,6 +88,43 @@ func nodeProcesses(stateDir, cluster string) []string {
 	return out
 }
 
+// stopKubelet SIGSTOPs a machine's kwok — its kubelet in a kube-local
+// cluster, a child of its capn-node running in the machine's directory —
+// so that its Node goes NotReady while capn-node heartbeats on; SIGCONT
+// when the test ends, unless a reboot or replacement killed it.
+func stopKubelet(t *testing.T, stateDir, cluster, machine string) {
+	t.Helper()
+	dir := machineDir(stateDir, cluster, machine) + "/"
+	isKwok := func(pid int) bool {
+		cwd, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "cwd"))
+		if err != nil || !strings.HasPrefix(cwd+"/", dir) {
+			return false
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+		return err == nil && filepath.Base(strings.SplitN(string(b), "\x00", 2)[0]) == "kwok"
+	}
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil && isKwok(pid) {
+			pids = append(pids, pid)
+		}
+	}
+	if len(pids) != 1 {
+		t.Fatalf("want one kwok process of %s under %s, found %v:\n%s", machine, dir, pids, strings.Join(nodeProcesses(stateDir, cluster), "\n"))
+	}
+	pid := pids[0]
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("kill -STOP %d: %v", pid, err)
+	}
+	t.Logf("kwok of %s (pid %d) stopped with SIGSTOP", machine, pid)
+	t.Cleanup(func() {
+		if isKwok(pid) {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	})
+}
+
 // leftovers are the cluster's directory and processes.
 func leftovers(stateDir, cluster string) []string {
 	out := nodeProcesses(stateDir, cluster)
@@ -125,8 +162,12 @@ func TestConformance(t *testing.T) {
 				return b, err == nil
 			},
 		},
-		Leftovers:  func(_ *testing.T, env *conformance.Env, cluster string) []string { return leftovers(env.Dir, cluster) },
-		Capn:       conformance.CorePrograms(),
-		Kubernetes: &conformance.Kubernetes{},
+		Leftovers: func(_ *testing.T, env *conformance.Env, cluster string) []string { return leftovers(env.Dir, cluster) },
+		Capn:      conformance.CorePrograms(),
+		Kubernetes: &conformance.Kubernetes{
+			StopKubelet: func(t *testing.T, env *conformance.Env, cluster, machine string) {
+				stopKubelet(t, env.Dir, cluster, machine)
+			},
+		},
 	})
 }

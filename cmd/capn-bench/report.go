@@ -202,8 +202,8 @@ func byKindMarkdown(b *strings.Builder, f fleetResult) {
 func (r report) fleetMarkdown(b *strings.Builder) {
 	fmt.Fprintf(b, "## Fleet create\n\n")
 	fmt.Fprintf(b, "N clusters of 1 control-plane + 9 worker machines on the sim provider with zero boot latency; the\n")
-	fmt.Fprintf(b, "cluster-planner, machine-manager, bootstrapper and sim provider run as in `capn dev` (one process, each\n")
-	fmt.Fprintf(b, "with its own NATS connection). Time is from the first cluster written to `desired` until every\n")
+	fmt.Fprintf(b, "cluster-planner, machine-manager, bootstrapper, health-watcher and sim provider run as in `capn dev` (one\n")
+	fmt.Fprintf(b, "process, each with its own NATS connection). Time is from the first cluster written to `desired` until every\n")
 	fmt.Fprintf(b, "machine's observed phase is Running. KV writes and messages are what JetStream stored during the run.\n\n")
 	fmt.Fprintf(b, "| clusters | machines | time | machines/s | KV writes / machine | messages / machine | capn KV writes/s | NATS KV puts/s (1 client / 4 clients) | ratio to 4 clients | NATS JS async pub/s |\n")
 	fmt.Fprintf(b, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")

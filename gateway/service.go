@@ -7,9 +7,7 @@ import (
 	stdlog "log"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -214,38 +212,7 @@ func (s *Service) keyring() (*seal.Keyring, error) {
 	if s.opts.Keyring != nil {
 		return s.opts.Keyring, nil
 	}
-	var primary seal.Key
-	var err error
-	switch {
-	case s.opts.SecretsKeyFile != "":
-		if primary, err = seal.LoadKey(s.opts.SecretsKeyFile); err != nil {
-			return nil, &runtime.FieldError{Flag: "secrets-key-file", Env: "CAPN_SECRETS_KEY_FILE", Value: s.opts.SecretsKeyFile, Problem: err.Error()}
-		}
-	default:
-		if _, ok := os.LookupEnv(seal.KeyEnv); !ok {
-			return nil, nil
-		}
-		if primary, err = seal.KeyFromEnv(seal.KeyEnv); err != nil {
-			return nil, &runtime.FieldError{Env: seal.KeyEnv, Value: "(hidden)", Problem: err.Error()}
-		}
-	}
-	var old []seal.Key
-	var errs []error
-	for f := range strings.SplitSeq(s.opts.OldSecretsKeyFiles, ",") {
-		if f = strings.TrimSpace(f); f == "" {
-			continue
-		}
-		k, err := seal.LoadKey(f)
-		if err != nil {
-			errs = append(errs, &runtime.FieldError{Flag: "secrets-old-key-files", Env: "CAPN_SECRETS_OLD_KEY_FILES", Value: f, Problem: err.Error()})
-			continue
-		}
-		old = append(old, k)
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return seal.NewKeyring(primary, old...)
+	return seal.LoadKeyring(s.opts.SecretsKeyFile, s.opts.OldSecretsKeyFiles)
 }
 
 // Run implements runtime.Service: it provisions the ingest stream, starts

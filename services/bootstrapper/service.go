@@ -6,10 +6,7 @@ package bootstrapper
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -135,38 +132,11 @@ func (s *Service) Validate() error {
 }
 
 func (s *Service) loadKeyring() (*seal.Keyring, error) {
-	var primary seal.Key
-	var err error
-	switch {
-	case s.cfg.KeyFile != "":
-		if primary, err = seal.LoadKey(s.cfg.KeyFile); err != nil {
-			return nil, &runtime.FieldError{Flag: "secrets-key-file", Env: "CAPN_SECRETS_KEY_FILE", Value: s.cfg.KeyFile, Problem: err.Error()}
-		}
-	default:
-		if _, ok := os.LookupEnv(seal.KeyEnv); !ok {
-			return nil, &runtime.FieldError{Flag: "secrets-key-file", Env: "CAPN_SECRETS_KEY_FILE", Problem: "a key to seal the secrets bucket is required: give --secrets-key-file or set " + seal.KeyEnv}
-		}
-		if primary, err = seal.KeyFromEnv(seal.KeyEnv); err != nil {
-			return nil, &runtime.FieldError{Env: seal.KeyEnv, Value: "(hidden)", Problem: err.Error()}
-		}
+	ring, err := seal.LoadKeyring(s.cfg.KeyFile, s.cfg.OldKeyFiles)
+	if err == nil && ring == nil {
+		return nil, &runtime.FieldError{Flag: "secrets-key-file", Env: "CAPN_SECRETS_KEY_FILE", Problem: "a key to seal the secrets bucket is required: give --secrets-key-file or set " + seal.KeyEnv}
 	}
-	var old []seal.Key
-	var errs []error
-	for _, f := range strings.Split(s.cfg.OldKeyFiles, ",") {
-		if f = strings.TrimSpace(f); f == "" {
-			continue
-		}
-		k, err := seal.LoadKey(f)
-		if err != nil {
-			errs = append(errs, &runtime.FieldError{Flag: "secrets-old-key-files", Env: "CAPN_SECRETS_OLD_KEY_FILES", Value: f, Problem: err.Error()})
-			continue
-		}
-		old = append(old, k)
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return seal.NewKeyring(primary, old...)
+	return ring, err
 }
 
 // Name implements runtime.Service.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -21,7 +20,6 @@ import (
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/bootstrapper/kubeconfig"
 	"github.com/capn-dev/capn/services/bootstrapper/seal"
-	"github.com/capn-dev/capn/services/runtime"
 )
 
 // Nodes of workload clusters. For a cluster whose control plane's provider
@@ -59,44 +57,13 @@ const (
 	apiNoKey       = "kubeconfig"  // the sealed kubeconfig does not open
 )
 
-// keyring loads the secrets key the way the gateway does: the file, else
-// CAPN_SECRETS_KEY, else none (nil, nil).
+// keyring loads the secrets key as the gateway does (seal.LoadKeyring);
+// nil without one.
 func (s *Service) keyring() (*seal.Keyring, error) {
 	if s.cfg.Keyring != nil {
 		return s.cfg.Keyring, nil
 	}
-	var primary seal.Key
-	var err error
-	switch {
-	case s.cfg.SecretsKeyFile != "":
-		if primary, err = seal.LoadKey(s.cfg.SecretsKeyFile); err != nil {
-			return nil, &runtime.FieldError{Flag: "secrets-key-file", Env: "CAPN_SECRETS_KEY_FILE", Value: s.cfg.SecretsKeyFile, Problem: err.Error()}
-		}
-	default:
-		if _, ok := os.LookupEnv(seal.KeyEnv); !ok {
-			return nil, nil
-		}
-		if primary, err = seal.KeyFromEnv(seal.KeyEnv); err != nil {
-			return nil, &runtime.FieldError{Env: seal.KeyEnv, Value: "(hidden)", Problem: err.Error()}
-		}
-	}
-	var old []seal.Key
-	var errs []error
-	for f := range strings.SplitSeq(s.cfg.OldSecretsKeyFiles, ",") {
-		if f = strings.TrimSpace(f); f == "" {
-			continue
-		}
-		k, err := seal.LoadKey(f)
-		if err != nil {
-			errs = append(errs, &runtime.FieldError{Flag: "secrets-old-key-files", Env: "CAPN_SECRETS_OLD_KEY_FILES", Value: f, Problem: err.Error()})
-			continue
-		}
-		old = append(old, k)
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return seal.NewKeyring(primary, old...)
+	return seal.LoadKeyring(s.cfg.SecretsKeyFile, s.cfg.OldSecretsKeyFiles)
 }
 
 // Validate implements runtime.Validator: a secrets key given must load.

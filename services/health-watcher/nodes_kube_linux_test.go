@@ -2,16 +2,8 @@ package healthwatcher_test
 
 import (
 	"context"
-	"fmt"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +14,7 @@ import (
 	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/kubeapi"
+	"github.com/capn-dev/capn/kubeapi/kubeapitest"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/health/policy"
 	"github.com/capn-dev/capn/services/bootstrapper/kubeconfig"
@@ -43,35 +36,11 @@ import (
 // changes, and deletes the Nodes of machines being deleted or gone (but no
 // Node without a providerID).
 func TestNodesOfARealAPIServer(t *testing.T) {
-	bin := os.Getenv("CAPN_KUBE_BIN")
-	if bin == "" {
-		t.Skip("CAPN_KUBE_BIN is not set (`make kube` builds the binaries; hack/kube.sh --print-path says where)")
-	}
-	for _, b := range []string{"etcd", "kube-apiserver"} {
-		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
-			t.Skipf("CAPN_KUBE_BIN=%s: %v", bin, err)
-		}
-	}
-	if testing.Short() {
-		t.Skip("starts etcd and kube-apiserver; skipped with -short")
-	}
 	ctx := context.Background()
 	now := time.Now()
 
-	// The cluster's PKI, as the bootstrapper makes it.
+	// The cluster's PKI, as the bootstrapper makes it, and its API server.
 	caPair, err := pki.NewCA("kubernetes", now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := pki.ParseCA(caPair, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serving, err := pki.IssueLeaf(ca, pki.LeafRequest{CommonName: "kube-apiserver", IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := pki.IssueAdmin(ca, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,39 +48,8 @@ func TestNodesOfARealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	for name, data := range map[string][]byte{"ca.crt": caPair.CertPEM, "apiserver.crt": serving.CertPEM, "apiserver.key": serving.KeyPEM,
-		"sa.pub": sa.PublicPEM, "sa.key": sa.PrivatePEM} {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	file := func(n string) string { return filepath.Join(dir, n) }
-	etcdClient, etcdPeer, apiPort := strconv.Itoa(freePort(t)), strconv.Itoa(freePort(t)), freePort(t)
-	startProc(t, dir, filepath.Join(bin, "etcd"), "--name=hw", "--data-dir="+file("etcd"),
-		"--listen-client-urls=http://127.0.0.1:"+etcdClient, "--advertise-client-urls=http://127.0.0.1:"+etcdClient,
-		"--listen-peer-urls=http://127.0.0.1:"+etcdPeer, "--initial-advertise-peer-urls=http://127.0.0.1:"+etcdPeer,
-		"--initial-cluster=hw=http://127.0.0.1:"+etcdPeer, "--unsafe-no-fsync")
-	api := startProc(t, dir, filepath.Join(bin, "kube-apiserver"), "--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(apiPort),
-		"--advertise-address=127.0.0.1", "--etcd-servers=http://127.0.0.1:"+etcdClient, "--endpoint-reconciler-type=none",
-		"--service-cluster-ip-range=10.96.0.0/12", "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file="+file("sa.pub"), "--service-account-signing-key-file="+file("sa.key"),
-		"--client-ca-file="+file("ca.crt"), "--tls-cert-file="+file("apiserver.crt"), "--tls-private-key-file="+file("apiserver.key"),
-		"--authorization-mode=Node,RBAC", "--cert-dir="+file("certs"))
-	server := fmt.Sprintf("https://127.0.0.1:%d", apiPort)
-	kc, err := kubeapi.NewClient(server, caPair.CertPEM, admin.CertPEM, admin.KeyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kc.Close()
-	begin := time.Now()
-	waitProc(t, api, "kube-apiserver /readyz", 3*time.Minute, func() error {
-		if err := kc.Ready(ctx); err != nil {
-			return err
-		}
-		return kc.Get(ctx, "/api/v1/namespaces/kube-system", &struct{}{})
-	})
-	t.Logf("etcd and kube-apiserver ready in %s", time.Since(begin).Round(100*time.Millisecond))
+	api := kubeapitest.Start(t, caPair, sa.PublicPEM, sa.PrivatePEM)
+	server, kc, admin := api.URL, api.Admin, api.AdminPair
 
 	// NATS and capn's state, as capn's services write it.
 	srv := natstest.Start(t)
@@ -156,7 +94,7 @@ func TestNodesOfARealAPIServer(t *testing.T) {
 	for _, m := range []struct{ name, pool string }{{"cp-0", policy.ControlPlanePool}, {"w-0", "md-0"}, {"w-1", "md-0"}, {"w-2", "md-0"}} {
 		machine(m.name, m.pool)
 	}
-	config, err := kubeconfig.Render(kubeconfig.Input{ClusterName: c, Host: "127.0.0.1", Port: int32(apiPort),
+	config, err := kubeconfig.Render(kubeconfig.Input{ClusterName: c, Host: "127.0.0.1", Port: int32(api.Port),
 		CACertPEM: caPair.CertPEM, ClientCertPEM: admin.CertPEM, ClientKeyPEM: admin.KeyPEM})
 	if err != nil {
 		t.Fatal(err)
@@ -230,7 +168,7 @@ func TestNodesOfARealAPIServer(t *testing.T) {
 		}
 		return ""
 	}
-	begin = time.Now()
+	begin := time.Now()
 	natstest.WaitFor(t, 20*time.Second, "every machine's Node in its record", func() bool {
 		for _, m := range []string{"cp-0", "w-0", "w-1", "w-2"} {
 			h, _ := record(m)
@@ -294,81 +232,4 @@ func TestNodesOfARealAPIServer(t *testing.T) {
 			t.Errorf("Node %s deleted", n)
 		}
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-type proc struct {
-	name, log string
-	cmd       *exec.Cmd
-	done      chan struct{}
-	err       error
-}
-
-// startProc runs path in its own process group, killed with the test (and
-// by the kernel if the test binary dies first); its output goes to a log.
-func startProc(t *testing.T, dir, path string, args ...string) *proc {
-	t.Helper()
-	p := &proc{name: filepath.Base(path), log: filepath.Join(dir, filepath.Base(path)+".log"), done: make(chan struct{})}
-	f, err := os.Create(p.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.cmd = exec.Command(path, args...)
-	p.cmd.Stdout, p.cmd.Stderr, p.cmd.Dir = f, f, dir
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		f.Close()
-		t.Fatalf("start %s: %v", p.name, err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		f.Close()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(15 * time.Second):
-			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-			<-p.done
-		}
-	})
-	return p
-}
-
-func waitProc(t *testing.T, p *proc, what string, timeout time.Duration, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		last := check()
-		if last == nil {
-			return
-		}
-		select {
-		case <-p.done:
-			log, _ := os.ReadFile(p.log)
-			t.Fatalf("%s: %s exited (%v); last check: %v\n%s", what, p.name, p.err, last, tail(string(log)))
-		default:
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(p.log)
-			t.Fatalf("%s: not within %s; last check: %v\n%s", what, timeout, last, tail(string(log)))
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-}
-
-func tail(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return strings.Join(lines[max(0, len(lines)-30):], "\n")
 }

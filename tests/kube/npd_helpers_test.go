@@ -1,7 +1,6 @@
 package kube_test
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,57 +12,8 @@ import (
 
 	"github.com/capn-dev/capn/providers/conformance"
 	"github.com/capn-dev/capn/providers/process"
+	"github.com/capn-dev/capn/tests/internal/npdtest"
 )
-
-// NPDVersion is the node-problem-detector release hack/npd.sh builds
-// (NPD_VERSION in the Makefile, which exports CAPN_NPD_BIN).
-const NPDVersion = "v1.36.0"
-
-// npdBinary finds the NPD binary hack/npd.sh builds: $CAPN_NPD_BIN, or
-// ${CAPN_NPD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/capn/npd}/<version>/node-problem-detector
-// (as tests/health does). Without it the test is skipped — except in CI
-// (CI=true), where it fails: CI builds it first (make npd).
-func npdBinary(t *testing.T) string {
-	t.Helper()
-	path := os.Getenv("CAPN_NPD_BIN")
-	if path == "" {
-		cache := os.Getenv("CAPN_NPD_CACHE")
-		if cache == "" {
-			base := os.Getenv("XDG_CACHE_HOME")
-			if base == "" {
-				home, _ := os.UserHomeDir()
-				base = filepath.Join(home, ".cache")
-			}
-			cache = filepath.Join(base, "capn", "npd")
-		}
-		path = filepath.Join(cache, NPDVersion, "node-problem-detector")
-	}
-	if fi, err := os.Stat(path); err != nil || fi.Mode()&0o111 == 0 {
-		msg := fmt.Sprintf("node-problem-detector %s not found at %s: build it with `make npd` (hack/npd.sh)", NPDVersion, path)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return path
-}
-
-// kernelMonitor is NPD's upstream config/kernel-monitor-filelog.json with
-// logPath pointing at the test's log file (tests/health's).
-const kernelMonitor = `{
-  "plugin": "filelog",
-  "pluginConfig": {"timestamp": "^.{15}", "message": "kernel: \\[.*\\] (.*)", "timestampFormat": "Jan _2 15:04:05"},
-  "logPath": %q,
-  "lookback": "5m",
-  "bufferSize": 10,
-  "source": "kernel-monitor",
-  "conditions": [{"type": "KernelDeadlock", "reason": "KernelHasNoDeadlock", "message": "kernel has no deadlock"}],
-  "rules": [
-    {"type": "temporary", "reason": "OOMKilling", "pattern": "Killed process \\d+ (.+) total-vm:\\d+kB, anon-rss:\\d+kB, file-rss:\\d+kB.*"},
-    {"type": "temporary", "reason": "TaskHung", "pattern": "task \\S+:\\w+ blocked for more than \\w+ seconds\\."},
-    {"type": "permanent", "condition": "KernelDeadlock", "reason": "DockerHung", "pattern": "task docker:\\w+ blocked for more than \\w+ seconds\\."}
-  ]
-}`
 
 // npd is one node-problem-detector process with its Kubernetes exporter on.
 type npd struct {
@@ -88,7 +38,7 @@ func startNPD(t *testing.T, bin, dir, server, kubeconfig, node string) *npd {
 		t.Fatal(err)
 	}
 	config := filepath.Join(dir, "kernel-monitor.json")
-	if err := os.WriteFile(config, fmt.Appendf(nil, kernelMonitor, n.logPath), 0o644); err != nil {
+	if err := os.WriteFile(config, npdtest.KernelMonitor(n.logPath), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out, err := os.Create(filepath.Join(dir, "npd.log"))
@@ -137,7 +87,7 @@ func (n *npd) stop() {
 // kernelLine appends a kernel log line for host, as syslog writes it.
 func (n *npd) kernelLine(t *testing.T, host, msg string) {
 	t.Helper()
-	line := fmt.Sprintf("%s %s kernel: [12345.678901] %s\n", time.Now().Format("Jan _2 15:04:05"), host, msg)
+	line := npdtest.KernelLine(host, msg)
 	f, err := os.OpenFile(n.logPath, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/capn-dev/capn/providers/conformance"
 	"github.com/capn-dev/capn/providers/sdk/sdktest"
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/tests/internal/npdtest"
 )
 
 // npdClusterManifest: kube-local on the process provider, 1 control plane
@@ -53,7 +54,7 @@ spec:
 // (KernelDeadlock=False); a replaced machine's Node goes with it.
 func TestNPDKubernetesExporterDrivesARepair(t *testing.T) {
 	bin := conformance.KubeBin(t, "")
-	npdBin := npdBinary(t)
+	npdBin := npdtest.Binary(t)
 	if testing.Short() {
 		t.Skip("runs a capn deployment, a Kubernetes cluster and node-problem-detector; skipped with -short")
 	}

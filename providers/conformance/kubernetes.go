@@ -135,7 +135,9 @@ spec:
 `
 
 // etcdClientURLsAnnotation is what a kube-local control-plane Node
-// carries: its etcd member's client URLs (cmd/capn-node/kube).
+// carries: its etcd member's client URLs (kube.EtcdClientURLsAnnotation in
+// cmd/capn-node/kube, which the suite may not import: a provider's tests
+// see capn only as a user does — its programs, NATS and the workload API).
 const etcdClientURLsAnnotation = "kube-local.capn.dev/etcd.advertise-client-urls"
 
 // KubeCluster drives one real-Kubernetes cluster through a capn

@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/capn-dev/capn/cmd/capn-node/kube"
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
@@ -176,45 +174,7 @@ func TestControlPlane(t *testing.T) {
 	t.Logf("data dir %s, ports %s, Kubernetes %s", dir, p, version)
 
 	startMachine := func(cfg *kubelocal.NodeConfig, dir, address string) (*kube.Runtime, func()) {
-		rt, err := kube.New(cfg, kube.Options{
-			BinDir: bin, DataDir: dir, Address: address, ProviderID: "process://kl/" + cfg.NodeName, Ports: p,
-			Log: zerolog.New(zerolog.NewTestWriter(t)).With().Str("machine", cfg.NodeName).Timestamp().Logger(),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- rt.Run(ctx) }()
-		stopped := false
-		stop := func() {
-			if stopped {
-				return
-			}
-			stopped = true
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Run: %v", err)
-				}
-			case <-time.After(60 * time.Second):
-				t.Error("Run did not return within 60s of its context ending")
-			}
-		}
-		t.Cleanup(func() {
-			stop()
-			if t.Failed() {
-				for _, st := range rt.Supervisor().Status() {
-					b, _ := os.ReadFile(rt.Supervisor().LogPath(st.Name))
-					if len(b) > 6000 {
-						b = b[len(b)-6000:]
-					}
-					t.Logf("--- tail of %s's %s.log ---\n%s", cfg.NodeName, st.Name, b)
-				}
-			}
-		})
-		return rt, stop
+		return runMachine(t, cfg, kube.Options{BinDir: bin, DataDir: dir, Address: address, ProviderID: "process://kl/" + cfg.NodeName, Ports: p})
 	}
 	start := func() (*kube.Runtime, func()) { return startMachine(cfg, dir, "127.0.0.1") }
 

@@ -1,13 +1,19 @@
 package kube_test
 
 import (
+	"context"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/capn-dev/capn/cmd/capn-node/agent"
+	"github.com/capn-dev/capn/cmd/capn-node/kube"
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/bootstraptest"
@@ -110,4 +116,46 @@ func freePorts(t testing.TB, n int) []int {
 		ln.Close()
 	}
 	return ports
+}
+
+// runMachine runs the node side of cfg with o (its log to the test's)
+// until stop, or the end of the test; stop waits for Run to return. When
+// the test failed, the tails of the machine's component logs are logged.
+func runMachine(t *testing.T, cfg *kubelocal.NodeConfig, o kube.Options) (rt *kube.Runtime, stop func()) {
+	t.Helper()
+	o.Log = zerolog.New(zerolog.NewTestWriter(t)).With().Str("machine", cfg.NodeName).Timestamp().Logger()
+	rt, err := kube.New(cfg, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rt.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("%s: Run: %v", cfg.NodeName, err)
+				}
+			case <-time.After(60 * time.Second):
+				t.Errorf("%s: Run did not return within 60s of its context ending", cfg.NodeName)
+			}
+		})
+	}
+	t.Cleanup(func() {
+		stop()
+		if t.Failed() {
+			for _, st := range rt.Supervisor().Status() {
+				b, _ := os.ReadFile(rt.Supervisor().LogPath(st.Name))
+				if len(b) > 6000 {
+					b = b[len(b)-6000:]
+				}
+				t.Logf("--- tail of %s's %s.log ---\n%s", cfg.NodeName, st.Name, b)
+			}
+		}
+	})
+	return rt, stop
 }

@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/capn-dev/capn/cmd/capn-node/kube"
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
@@ -167,45 +165,7 @@ func TestControlPlaneJoins(t *testing.T) {
 				Host: "127.0.0.1", Port: p.APIServer, Network: network}.render(t, set)
 			machines[name] = m
 		}
-		cfg, dir := m.cfg, m.dir
-		rt, err := kube.New(cfg, kube.Options{
-			BinDir: bin, DataDir: dir, Address: address, ProviderID: "process://kl/" + name, Ports: p,
-			Log: zerolog.New(zerolog.NewTestWriter(t)).With().Str("machine", name).Timestamp().Logger(),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- rt.Run(ctx) }()
-		stopped := false
-		stop := func() {
-			if stopped {
-				return
-			}
-			stopped = true
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("%s: Run: %v", name, err)
-				}
-			case <-time.After(60 * time.Second):
-				t.Errorf("%s: Run did not return within 60s of its context ending", name)
-			}
-		}
-		t.Cleanup(func() {
-			stop()
-			if t.Failed() {
-				for _, st := range rt.Supervisor().Status() {
-					b, _ := os.ReadFile(rt.Supervisor().LogPath(st.Name))
-					if len(b) > 4000 {
-						b = b[len(b)-4000:]
-					}
-					t.Logf("--- tail of %s's %s.log ---\n%s", name, st.Name, b)
-				}
-			}
-		})
+		rt, stop := runMachine(t, m.cfg, kube.Options{BinDir: bin, DataDir: m.dir, Address: address, ProviderID: "process://kl/" + name, Ports: p})
 		return running{name: name, address: address, rt: rt, stop: stop}
 	}
 

@@ -283,7 +283,7 @@ func (s *Service) forgetGone(ctx context.Context, cluster string, keep map[strin
 		}
 		s.beats.forget(cluster + "." + name)
 	}
-	for _, k := range s.beats.keys(cluster + ".") {
+	for _, k := range s.beats.keys(cluster) {
 		if !keep[strings.TrimPrefix(k, cluster+".")] {
 			s.beats.forget(k)
 		}

@@ -1,6 +1,7 @@
 package healthwatcher
 
 import (
+	"strings"
 	"sync"
 	"time"
 )
@@ -14,6 +15,10 @@ type tracker struct {
 	mu       sync.Mutex
 	beats    map[string]beat
 	reported map[string]time.Time
+	// byCluster indexes the keys of beats by cluster, so that listing one
+	// cluster's machines costs that cluster, not the fleet (every
+	// reconcile of a cluster lists them).
+	byCluster map[string]map[string]struct{}
 }
 
 // beat is the latest heartbeat of a node: when the stream stored it, and
@@ -25,7 +30,7 @@ type beat struct {
 }
 
 func newTracker() *tracker {
-	return &tracker{beats: map[string]beat{}, reported: map[string]time.Time{}}
+	return &tracker{beats: map[string]beat{}, reported: map[string]time.Time{}, byCluster: map[string]map[string]struct{}{}}
 }
 
 // beat records a heartbeat and reports whether it is the latest seen since
@@ -37,6 +42,11 @@ func (t *tracker) beat(key string, b beat) bool {
 		return false
 	}
 	t.beats[key] = b
+	c := trackedCluster(key)
+	if t.byCluster[c] == nil {
+		t.byCluster[c] = map[string]struct{}{}
+	}
+	t.byCluster[c][key] = struct{}{}
 	return true
 }
 
@@ -69,17 +79,26 @@ func (t *tracker) forget(key string) {
 	defer t.mu.Unlock()
 	delete(t.beats, key)
 	delete(t.reported, key)
+	c := trackedCluster(key)
+	delete(t.byCluster[c], key)
+	if len(t.byCluster[c]) == 0 {
+		delete(t.byCluster, c)
+	}
 }
 
-// keys lists the machines tracked whose key starts with prefix.
-func (t *tracker) keys(prefix string) []string {
+// keys lists the machines of cluster that have a heartbeat tracked.
+func (t *tracker) keys(cluster string) []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var out []string
-	for k := range t.beats {
-		if len(k) >= len(prefix) && k[:len(prefix)] == prefix {
-			out = append(out, k)
-		}
+	out := make([]string, 0, len(t.byCluster[cluster]))
+	for k := range t.byCluster[cluster] {
+		out = append(out, k)
 	}
 	return out
+}
+
+// trackedCluster is the cluster of a tracker key ("<cluster>.<machine>").
+func trackedCluster(key string) string {
+	c, _, _ := strings.Cut(key, ".")
+	return c
 }

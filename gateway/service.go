@@ -271,7 +271,7 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 
 	// One cache per bucket feeds the watch hub.
 	// The watch serves clusters and machines only.
-	desired, observed := store.NewCache(desiredKV, s.opts.Cache), store.NewCache(observedKV, store.Keep(s.opts.Cache, clusterPrefix, machinePrefix))
+	desired, observed := store.NewCache(desiredKV, s.opts.Cache), store.NewCache(observedKV, store.Keep(s.opts.Cache, d.JS, clusterPrefix, machinePrefix))
 	for _, c := range []*store.Cache{desired, observed} {
 		if err := c.Start(log.WithContext(ctx)); err != nil {
 			return err

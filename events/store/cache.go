@@ -53,18 +53,28 @@ type CacheOptions struct {
 	// its queue is compacted to the latest change per key. 0 means
 	// DefaultSubscriberQueue.
 	SubscriberQueue int
-	// Prefixes, when not empty, are the only keys the cache holds: changes
-	// to other keys still advance its revision but are not kept, which
-	// saves a service the memory of records it never reads. List and
+	// Prefixes, when not empty, are the only keys the cache holds (set
+	// them with [Keep]). Each must end with a dot ("machine."). The
+	// watcher is filtered by the server to those prefixes, so changes to
+	// other keys never reach the process at all: that saves a service the
+	// memory of records it never reads and the server a delivery per write
+	// to each of them. Revision then counts the writes under the prefixes
+	// (and, after each load, everything the bucket held). List and
 	// Subscribe of "" mean every key the cache holds; Get, List, KeysUnder
 	// and Subscribe of any other key or prefix no entry covers panic: it is
 	// a programming error that would otherwise read as "absent".
 	Prefixes []string
+
+	// js finds the bucket's stream for a filtered cache's stall check,
+	// which asks for the last revision under each prefix.
+	js jetstream.JetStream
 }
 
-// Keep returns o keeping only the keys under prefixes (CacheOptions.Prefixes).
-func Keep(o CacheOptions, prefixes ...string) CacheOptions {
-	o.Prefixes = prefixes
+// Keep returns o keeping only the keys under prefixes
+// (CacheOptions.Prefixes); js is the JetStream the bucket was opened
+// with.
+func Keep(o CacheOptions, js jetstream.JetStream, prefixes ...string) CacheOptions {
+	o.Prefixes, o.js = prefixes, js
 	return o
 }
 
@@ -81,9 +91,15 @@ func (o CacheOptions) Validate() error {
 		errs = append(errs, fmt.Errorf("subscriber queue %d is negative", o.SubscriberQueue))
 	}
 	for i, p := range o.Prefixes {
-		if p == "" {
+		switch {
+		case p == "":
 			errs = append(errs, fmt.Errorf("prefixes[%d] is empty; leave Prefixes empty to keep every key", i))
+		case !strings.HasSuffix(p, "."):
+			errs = append(errs, fmt.Errorf("prefixes[%d] %q does not end with a dot; a prefix is whole key tokens (\"machine.\")", i, p))
 		}
+	}
+	if len(o.Prefixes) > 0 && o.js == nil {
+		errs = append(errs, errors.New("prefixes set without the JetStream handle; set them with store.Keep"))
 	}
 	return errors.Join(errs...)
 }

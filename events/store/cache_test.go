@@ -181,49 +181,97 @@ func TestCacheSeesEveryUpdateInOrder(t *testing.T) {
 // the cache must resume from its last revision without losing or repeating
 // a change.
 func TestCacheRecoversAfterRestart(t *testing.T) {
-	srv := natstest.Start(t)
-	_, js := srv.Connect(t)
-	kv := createKV(t, js)
-	c := NewCache(kv, CacheOptions{StallCheckEvery: 100 * time.Millisecond, Timeout: time.Second, ResyncEvery: NoResync})
-	startCache(t, c)
-	rec := record(c.Subscribe(""))
-
-	var written []uint64
-	write := func(i int) {
-		t.Helper()
-		data, _ := Encode(pool("p", int32(i)))
-		natstest.WaitFor(t, 15*time.Second, "a write succeeds", func() bool {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			rev, err := kv.Put(ctx, fmt.Sprintf("pool.k%d", i%3), data)
-			if err == nil {
-				written = append(written, rev)
+	for _, filtered := range []bool{false, true} {
+		t.Run(fmt.Sprintf("filtered=%v", filtered), func(t *testing.T) {
+			srv := natstest.Start(t)
+			_, js := srv.Connect(t)
+			kv := createKV(t, js)
+			opts := CacheOptions{StallCheckEvery: 100 * time.Millisecond, Timeout: time.Second, ResyncEvery: NoResync}
+			if filtered {
+				opts = Keep(opts, js, "pool.")
 			}
-			return err == nil
+			c := NewCache(kv, opts)
+			startCache(t, c)
+			rec := record(c.Subscribe(""))
+
+			var written []uint64
+			write := func(i int) {
+				t.Helper()
+				data, _ := Encode(pool("p", int32(i)))
+				natstest.WaitFor(t, 15*time.Second, "a write succeeds", func() bool {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+					defer cancel()
+					if filtered { // a key the cache does not keep, written last
+						defer func() { _, _ = kv.Put(ctx, fmt.Sprintf("other.k%d", i%3), data) }()
+					}
+					rev, err := kv.Put(ctx, fmt.Sprintf("pool.k%d", i%3), data)
+					if err == nil {
+						written = append(written, rev)
+					}
+					return err == nil
+				})
+			}
+			for i := range 10 {
+				write(i)
+			}
+			natstest.WaitFor(t, 5*time.Second, "cache sees the writes before restart", func() bool { return c.Revision() == written[len(written)-1] })
+
+			srv.Restart()
+			restarted := time.Now()
+			for i := 10; i < 20; i++ {
+				write(i)
+			}
+			last := written[len(written)-1]
+			natstest.WaitFor(t, 20*time.Second, "cache catches up after restart", func() bool { return c.Revision() >= last && rec.has(last) })
+			t.Logf("caught up %s after the restart", time.Since(restarted).Round(time.Millisecond))
+
+			got := rec.get()
+			checkIncreasing(t, got)
+			for _, rev := range written {
+				if !rec.has(rev) {
+					t.Errorf("revision %d was written but not delivered", rev)
+				}
+			}
+			for _, ch := range got {
+				if !strings.HasPrefix(ch.Key, "pool.") {
+					t.Errorf("delivered %s, which the cache does not keep", ch.Key)
+				}
+			}
+			if !filtered {
+				checkMatchesServer(t, c, kv)
+			}
 		})
 	}
-	for i := range 10 {
-		write(i)
-	}
-	natstest.WaitFor(t, 5*time.Second, "cache sees the writes before restart", func() bool { return c.Revision() == written[len(written)-1] })
+}
 
-	srv.Restart()
-	restarted := time.Now()
-	for i := 10; i < 20; i++ {
-		write(i)
+// TestFilteredCacheStallCheck checks that writes under prefixes a cache
+// does not keep never make it think its watcher stalled: the server
+// filters them out, so they never arrive, and the stall check must not
+// mistake that for a watcher that stopped delivering.
+func TestFilteredCacheStallCheck(t *testing.T) {
+	ctx := testCtx(t)
+	js, kv := newJSKV(t)
+	var logs syncBuffer
+	ctx = zerolog.New(&logs).Level(zerolog.InfoLevel).WithContext(ctx)
+	c := NewCache(kv, Keep(CacheOptions{StallCheckEvery: 20 * time.Millisecond, ResyncEvery: NoResync}, js, "machine."))
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
 	}
-	last := written[len(written)-1]
-	natstest.WaitFor(t, 20*time.Second, "cache catches up after restart", func() bool { return c.Revision() >= last && rec.has(last) })
-	t.Logf("caught up %s after the restart", time.Since(restarted).Round(time.Millisecond))
-
-	got := rec.get()
-	checkIncreasing(t, got)
-	for _, rev := range written {
-		if !rec.has(rev) {
-			t.Errorf("revision %d was written but not delivered", rev)
-		}
+	kept := put(t, kv, "machine.c1.a", 1)
+	for i := range 20 {
+		put(t, kv, fmt.Sprintf("node.c1.m%d", i), 1)
+		time.Sleep(10 * time.Millisecond)
 	}
-	checkMatchesServer(t, c, kv)
+	time.Sleep(200 * time.Millisecond) // ten checks with nothing new to deliver
+	if c.Revision() != kept {
+		t.Errorf("cache revision %d, want %d (the last kept write)", c.Revision(), kept)
+	}
+	if strings.Contains(logs.String(), "stalled") || strings.Contains(logs.String(), "re-creating watcher") {
+		t.Errorf("the stall check re-created the watcher for writes the cache does not keep:\n%s", logs.String())
+	}
+	// A kept write after all that still arrives.
+	last := put(t, kv, "machine.c1.b", 2)
+	natstest.WaitFor(t, 5*time.Second, "the next kept write", func() bool { return c.Revision() == last })
 }
 
 // TestCacheResumesWhenWatcherCloses stops the watcher's subscription under
@@ -475,13 +523,14 @@ func TestSubscribeReplaysCurrentState(t *testing.T) {
 }
 
 func TestCacheOptionsValidate(t *testing.T) {
-	err := CacheOptions{Timeout: -1, LoadTimeout: -1, SubscriberQueue: -1, Prefixes: []string{"a.", ""}}.Validate()
+	err := CacheOptions{Timeout: -1, LoadTimeout: -1, SubscriberQueue: -1, Prefixes: []string{"a.", "", "b"}}.Validate()
 	if err == nil {
 		t.Fatal("no error")
 	}
-	// errors.Join reports every problem.
-	if n := len(err.(interface{ Unwrap() []error }).Unwrap()); n != 4 {
-		t.Errorf("%d errors, want 4: %v", n, err)
+	// errors.Join reports every problem: three negative durations, an
+	// empty prefix, one without its dot, prefixes without store.Keep.
+	if n := len(err.(interface{ Unwrap() []error }).Unwrap()); n != 6 {
+		t.Errorf("%d errors, want 6: %v", n, err)
 	}
 	if err := NewCache(newKV(t), CacheOptions{Timeout: -1}).Start(context.Background()); err == nil {
 		t.Error("start with invalid options: no error")
@@ -590,14 +639,14 @@ func TestCacheStartCancelled(t *testing.T) {
 }
 
 // TestCachePrefixes checks that a cache keeps only the keys under its
-// prefixes, through the load, the watch and a resync, while its revision
-// still counts every write; and that reading outside them panics.
+// prefixes, through the load, the watch and a resync; and that reading
+// outside them panics.
 func TestCachePrefixes(t *testing.T) {
 	ctx := testCtx(t)
-	kv := newKV(t)
+	js, kv := newJSKV(t)
 	put(t, kv, "machine.c1.a", 1)
 	put(t, kv, "node.c1.a", 1)
-	c := NewCache(kv, CacheOptions{Prefixes: []string{"machine.", "cluster."}, ResyncEvery: 20 * time.Millisecond})
+	c := NewCache(kv, Keep(CacheOptions{ResyncEvery: 20 * time.Millisecond}, js, "machine.", "cluster."))
 	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

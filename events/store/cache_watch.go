@@ -38,6 +38,12 @@ type watchLoop struct {
 	// check that the watcher had not delivered yet.
 	armed      uint64
 	progressed bool
+	// checkedUpTo is, for a filtered cache, the bucket's last revision at
+	// the last check that found nothing under the prefixes beyond what the
+	// cache applied: until the bucket moves past it, there is nothing to
+	// ask.
+	checkedUpTo uint64
+	stream      jetstream.Stream // the bucket's stream, once looked up
 
 	rewatchC     <-chan time.Time
 	rewatchDelay time.Duration
@@ -146,7 +152,7 @@ func (l *watchLoop) newWatcher(ctx context.Context, from uint64) error {
 	if from > 0 {
 		opts = append(opts, jetstream.IncludeHistory(), jetstream.ResumeFromRevision(from))
 	}
-	w, cancel, err := watchAll(ctx, l.c.kv, l.opts.Timeout, opts...)
+	w, cancel, err := watchAll(ctx, l.c.kv, l.opts.Prefixes, l.opts.Timeout, opts...)
 	if err != nil {
 		return err
 	}
@@ -155,14 +161,19 @@ func (l *watchLoop) newWatcher(ctx context.Context, from uint64) error {
 	return nil
 }
 
-// watchAll starts a watcher on the whole bucket. nats.go ties a watcher's
+// watchAll starts a watcher on the whole bucket, or on the keys under
+// prefixes if there are any (filtered by the server). nats.go ties a watcher's
 // life to the ctx it was made with, so that ctx cannot carry the creation
 // timeout: the timeout cancels it only if creation has not finished. The
 // caller must call the returned cancel after stopping the watcher.
-func watchAll(ctx context.Context, kv jetstream.KeyValue, timeout time.Duration, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, context.CancelFunc, error) {
+func watchAll(ctx context.Context, kv jetstream.KeyValue, prefixes []string, timeout time.Duration, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, context.CancelFunc, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	timer := time.AfterFunc(timeout, cancel)
-	w, err := kv.WatchAll(wctx, opts...)
+	var filters []string
+	for _, p := range prefixes {
+		filters = append(filters, p+">")
+	}
+	w, err := kv.WatchFiltered(wctx, filters, opts...)
 	if !timer.Stop() && err == nil {
 		// The timer fired and cancelled the new watcher.
 		_ = w.Stop()
@@ -238,6 +249,43 @@ func (l *watchLoop) lastRevision(ctx context.Context) (uint64, error) {
 	return bs.StreamInfo().State.LastSeq, nil
 }
 
+// lastKeptRevision is the last revision of a write the watcher should
+// deliver: the bucket's last revision for an unfiltered cache; for a
+// filtered one, the last revision under its prefixes, asked (one direct
+// get per prefix) only when the bucket has moved past both what the cache
+// applied and the previous such check.
+func (l *watchLoop) lastKeptRevision(ctx context.Context, applied uint64) (uint64, error) {
+	last, err := l.lastRevision(ctx)
+	if err != nil || len(l.opts.Prefixes) == 0 || last <= applied {
+		return last, err
+	}
+	if last <= l.checkedUpTo {
+		return applied, nil // nothing under the prefixes since that check
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.opts.Timeout)
+	defer cancel()
+	if l.stream == nil {
+		if l.stream, err = l.opts.js.Stream(ctx, "KV_"+l.c.kv.Bucket()); err != nil {
+			return 0, err
+		}
+	}
+	var kept uint64
+	for _, p := range l.opts.Prefixes {
+		m, err := l.stream.GetLastMsgForSubject(ctx, "$KV."+l.c.kv.Bucket()+"."+p+">")
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+		case err != nil:
+			return 0, err
+		default:
+			kept = max(kept, m.Sequence)
+		}
+	}
+	if kept <= applied {
+		l.checkedUpTo = last
+	}
+	return kept, nil
+}
+
 // checkStall re-creates a watcher that has delivered nothing since the
 // previous check although the server then had a revision it lacks.
 func (l *watchLoop) checkStall(ctx context.Context) {
@@ -255,7 +303,7 @@ func (l *watchLoop) checkStall(ctx context.Context) {
 		l.rewatch(ctx)
 		return
 	}
-	last, err := l.lastRevision(ctx)
+	last, err := l.lastKeptRevision(ctx, rev)
 	if err != nil {
 		l.log.Debug().Err(err).Msg("cache: bucket status")
 		return
@@ -320,7 +368,7 @@ func (l *watchLoop) startSnapshot(ctx context.Context) {
 func (l *watchLoop) takeSnapshot(ctx context.Context) snapshot {
 	ctx, cancel := context.WithTimeout(ctx, l.opts.LoadTimeout)
 	defer cancel()
-	w, wcancel, err := watchAll(ctx, l.c.kv, l.opts.Timeout)
+	w, wcancel, err := watchAll(ctx, l.c.kv, l.opts.Prefixes, l.opts.Timeout)
 	if err != nil {
 		return snapshot{err: err}
 	}

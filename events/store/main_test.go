@@ -1,10 +1,12 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"regexp"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -52,6 +54,13 @@ var notBucketChar = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
 // the calling test.
 func newKV(t testing.TB) jetstream.KeyValue {
 	t.Helper()
+	_, kv := newJSKV(t)
+	return kv
+}
+
+// newJSKV is newKV with the JetStream it was opened with.
+func newJSKV(t testing.TB) (jetstream.JetStream, jetstream.KeyValue) {
+	t.Helper()
 	nc, err := nats.Connect(serverURL, nats.Name(t.Name()))
 	if err != nil {
 		t.Fatalf("connect: %v", err)
@@ -61,7 +70,7 @@ func newKV(t testing.TB) jetstream.KeyValue {
 	if err != nil {
 		t.Fatalf("jetstream: %v", err)
 	}
-	return createKV(t, js)
+	return js, createKV(t, js)
 }
 
 func createKV(t testing.TB, js jetstream.JetStream) jetstream.KeyValue {
@@ -103,4 +112,22 @@ func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

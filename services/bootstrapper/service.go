@@ -182,7 +182,7 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	}
 
 	s.desired = store.NewCache(desiredKV, s.cfg.Cache)
-	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, infraPrefix, machinePrefix))
+	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, d.JS, infraPrefix, machinePrefix))
 	for _, c := range []*store.Cache{s.desired, s.observed} {
 		if err := c.Start(ctx); err != nil {
 			return err

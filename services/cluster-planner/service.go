@@ -103,7 +103,7 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	s.statuses = store.NewBucket(observedKV, func() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) })
 	s.announcements = store.NewBucket(observedKV, newAnnouncement)
 	s.desired = store.NewCache(desiredKV, s.cfg.Cache)
-	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, clusterPrefix, machinePrefix, infraPrefix, secretsPrefix, providerPrefix))
+	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, d.JS, clusterPrefix, machinePrefix, infraPrefix, secretsPrefix, providerPrefix))
 	if s.observedRev == nil {
 		s.observedRev = s.observed.Revision
 	}

@@ -181,7 +181,7 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	s.pub = events.NewPublisher(d.JS, "capn/"+Name)
 	s.nodes = store.NewBucket(observedKV, func() *capnv1.NodeHealth { return new(capnv1.NodeHealth) })
 	s.desired = store.NewCache(desiredKV, s.cfg.Cache)
-	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, clusterPrefix, machinePrefix, nodePrefix, infraPrefix, providerPrefix))
+	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, d.JS, clusterPrefix, machinePrefix, nodePrefix, infraPrefix, providerPrefix))
 	s.beats = newTracker()
 	s.metrics = newMetrics(d.Metrics)
 	s.queue = reconcile.NewQueue()

@@ -152,7 +152,7 @@ func (s *Service) start(ctx context.Context, js jetstream.JetStream, desiredKV, 
 	s.machines = store.NewBucket(desiredKV, newMachine)
 	s.infras = store.NewBucket(observedKV, newInfra)
 	s.desired = store.NewCache(desiredKV, s.cfg.Cache)
-	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, machinePrefix, infraPrefix, nodePrefix))
+	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, js, machinePrefix, infraPrefix, nodePrefix))
 	if s.desiredView == nil {
 		s.desiredView = s.desired
 	}

@@ -103,7 +103,7 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	s.machines = store.NewBucket(desiredKV, func() *capnv1.Machine { return new(capnv1.Machine) })
 	s.statuses = store.NewBucket(observedKV, func() *capnv1.RemediationStatus { return new(capnv1.RemediationStatus) })
 	s.desired = store.NewCache(desiredKV, s.cfg.Cache)
-	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, clusterPrefix, machinePrefix, nodePrefix, providerPrefix, remediationPrefix))
+	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, d.JS, clusterPrefix, machinePrefix, nodePrefix, providerPrefix, remediationPrefix))
 	s.queue = reconcile.NewQueue()
 	s.metrics = newMetrics(d.Metrics)
 	s.seen = newHealthTimes()

@@ -119,7 +119,7 @@ func (s *Service) apply(ctx context.Context, r report, merge func(*capnv1.NodeHe
 	}
 	s.metrics.write(causeReport)
 	s.beats.report(r.key, r.at)
-	s.queue.Add(r.cluster)
+	s.touch(r.cluster, r.machine)
 	return nil
 }
 
@@ -191,7 +191,7 @@ func (s *Service) onHeartbeat(ctx context.Context, m *events.Message, hb *capnv1
 	// A node that was silent is back: its Ready condition must turn True
 	// again now, not at the next resync.
 	if st := readyStatus(cur); st == StatusUnknown || (st == StatusFalse && hb.GetReady()) {
-		s.queue.Add(r.cluster)
+		s.touch(r.cluster, r.machine)
 	}
 	return nil
 }

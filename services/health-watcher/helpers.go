@@ -12,8 +12,10 @@ import (
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
-// feed maps watch changes to the cluster they concern.
-func (s *Service) feed(ctx context.Context, sub *store.Subscription) {
+// feed maps watch changes to the cluster and machine they concern; from
+// the observed cluster status only a change to the control plane's
+// initialisation counts (see pending).
+func (s *Service) feed(ctx context.Context, sub *store.Subscription, observed bool) {
 	defer sub.Unsubscribe()
 	for {
 		select {
@@ -25,30 +27,56 @@ func (s *Service) feed(ctx context.Context, sub *store.Subscription) {
 			}
 			if ch.Resync {
 				for _, e := range s.desired.List(clusterPrefix) {
-					s.queue.Add(strings.TrimPrefix(e.Key, clusterPrefix))
+					s.touch(strings.TrimPrefix(e.Key, clusterPrefix), "")
 				}
 				continue
 			}
-			if c := clusterOf(ch.Key); c != "" {
-				s.queue.Add(c)
+			c, m := keyOf(ch.Key)
+			if c == "" {
+				continue
 			}
+			if observed && m == "" && ch.Op == store.OpPut {
+				st, err := store.Decode(ch.Value, newClusterStatus)
+				if err == nil && !s.pending.controlPlaneChanged(c, controlPlaneOf(st)) {
+					continue
+				}
+			}
+			s.touch(c, m)
 		}
 	}
 }
 
-// clusterOf returns the cluster a key belongs to: cluster.<c>,
-// machine.<c>.<m>, node.<c>.<m>, infra.<p>.<c>.<m> ("" for others).
-func clusterOf(key string) string {
+// keyOf returns the cluster and machine a key belongs to: cluster.<c>
+// (machine ""), machine.<c>.<m>, node.<c>.<m>, infra.<p>.<c>.<m> (cluster
+// "" for others).
+func keyOf(key string) (cluster, machine string) {
 	toks := strings.Split(key, ".")
 	switch {
 	case toks[0] == "cluster" && len(toks) == 2:
-		return toks[1]
+		return toks[1], ""
 	case (toks[0] == "machine" || toks[0] == "node") && len(toks) == 3:
-		return toks[1]
+		return toks[1], toks[2]
 	case toks[0] == "infra" && len(toks) == 4 && toks[3] != "_":
-		return toks[2]
+		return toks[2], toks[3]
 	}
-	return ""
+	return "", ""
+}
+
+// clusterOf returns the cluster a key belongs to (see keyOf).
+func clusterOf(key string) string {
+	c, _ := keyOf(key)
+	return c
+}
+
+// controlPlaneOf is what the evaluation reads of a cluster's status.
+func controlPlaneOf(st *capnv1.ClusterStatus) controlPlaneInit {
+	c := controlPlaneInit{initialized: st.GetControlPlaneInitialized()}
+	for _, cond := range st.GetConditions() {
+		if cond.GetType() == conditionControlPlaneInitialized && cond.GetStatus() == StatusTrue {
+			c.at = cond.GetLastTransitionTime().AsTime()
+		}
+	}
+	return c
 }
 
 // decodeCached decodes the cached value of key (a fresh copy: the caller

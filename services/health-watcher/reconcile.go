@@ -36,10 +36,12 @@ func (s *Service) reconcile(ctx context.Context, cluster string) (reconcile.Resu
 	ctx = log.WithContext(ctx)
 	cl, ok := decodeCached(s.desired, clusterPrefix+cluster, newCluster)
 	if !ok {
+		s.pending.forget(cluster)
 		return reconcile.Result{}, s.forgetGone(ctx, cluster, nil)
 	}
+	only := s.pending.take(cluster, now)
 	pols := s.policies(cl, &log)
-	in := s.snapshot(cl, cluster, now)
+	in := s.snapshot(cl, cluster, now, only)
 	unhealthy, recheck := Evaluate(in.state, pols, now)
 	verdicts := make(map[string]*Unhealthy, len(unhealthy))
 	for i := range unhealthy {
@@ -56,12 +58,21 @@ func (s *Service) reconcile(ctx context.Context, cluster string) (reconcile.Resu
 	}
 	errs = append(errs, s.forgetGone(ctx, cluster, in.names))
 	if err := errors.Join(errs...); err != nil {
+		s.pending.mark(cluster, "") // the retry evaluates everything
 		return reconcile.Result{}, err
 	}
 	if recheck <= 0 || recheck > s.cfg.ResyncEvery {
 		recheck = s.cfg.ResyncEvery
 	}
-	return reconcile.Result{RequeueAfter: recheck}, nil
+	wake := s.pending.evaluated(cluster, only == nil, now.Add(recheck))
+	return reconcile.Result{RequeueAfter: max(wake.Sub(now), time.Millisecond)}, nil
+}
+
+// touch asks for an evaluation of machine of cluster ("": of every
+// machine of cluster).
+func (s *Service) touch(cluster, machine string) {
+	s.pending.mark(cluster, machine)
+	s.queue.Add(cluster)
 }
 
 // input is one cluster's evaluation input and the records it was built from.
@@ -72,26 +83,26 @@ type input struct {
 	names map[string]bool               // machines in desired
 }
 
-// snapshot builds Evaluate's input from the caches.
-func (s *Service) snapshot(cl *capnv1.Cluster, cluster string, now time.Time) input {
+// snapshot builds Evaluate's input from the caches: a target for each
+// machine in only (nil: for every machine), and the names of all.
+func (s *Service) snapshot(cl *capnv1.Cluster, cluster string, now time.Time, only map[string]struct{}) input {
 	in := input{nodes: map[string]*capnv1.NodeHealth{}, beats: map[string]beat{}, names: map[string]bool{}}
 	if st, ok := decodeCached(s.observed, clusterPrefix+cluster, newClusterStatus); ok {
-		in.state.ControlPlaneInitialized = st.GetControlPlaneInitialized()
-		for _, c := range st.GetConditions() {
-			if c.GetType() == conditionControlPlaneInitialized && c.GetStatus() == StatusTrue {
-				in.state.ControlPlaneInitializedAt = c.GetLastTransitionTime().AsTime()
-			}
-		}
+		cp := controlPlaneOf(st)
+		in.state.ControlPlaneInitialized, in.state.ControlPlaneInitializedAt = cp.initialized, cp.at
 	}
 	hibernated := cl.GetSpec().GetHibernated()
 	prefix := machinePrefix + cluster + "."
 	for _, e := range s.desired.List(prefix) {
+		name := strings.TrimPrefix(e.Key, prefix)
+		in.names[name] = true
+		if _, ok := only[name]; only != nil && !ok {
+			continue
+		}
 		m, err := store.Decode(e.Value, newMachine)
 		if err != nil {
 			continue
 		}
-		name := strings.TrimPrefix(e.Key, prefix)
-		in.names[name] = true
 		key := cluster + "." + name
 		created := m.GetMetadata().GetCreationTimestamp().AsTime()
 		st, _ := decodeCached(s.observed, machinePrefix+key, newMachineStatus)

@@ -106,6 +106,7 @@ type Service struct {
 	observed *store.Cache
 	nodes    *store.Bucket[*capnv1.NodeHealth]
 	queue    *reconcile.Queue
+	pending  *pending
 	beats    *tracker
 	metrics  *metrics
 	started  time.Time
@@ -185,6 +186,7 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	s.beats = newTracker()
 	s.metrics = newMetrics(d.Metrics)
 	s.queue = reconcile.NewQueue()
+	s.pending = newPending()
 	ctx = d.Log.WithContext(ctx)
 	for _, c := range []*store.Cache{s.desired, s.observed} {
 		if err := c.Start(ctx); err != nil {
@@ -193,12 +195,14 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	}
 	var wg sync.WaitGroup
 	run := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
+	for _, sub := range []*store.Subscription{s.desired.Subscribe(clusterPrefix), s.desired.Subscribe(machinePrefix)} {
+		run(func() { s.feed(ctx, sub, false) })
+	}
 	for _, sub := range []*store.Subscription{
-		s.desired.Subscribe(clusterPrefix), s.desired.Subscribe(machinePrefix),
 		s.observed.Subscribe(clusterPrefix), s.observed.Subscribe(machinePrefix),
 		s.observed.Subscribe(nodePrefix), s.observed.Subscribe(infraPrefix),
 	} {
-		run(func() { s.feed(ctx, sub) })
+		run(func() { s.feed(ctx, sub, true) })
 	}
 	loop := &reconcile.Loop{Queue: s.queue, Reconciler: reconcile.Func(s.reconcile), Workers: s.cfg.Workers,
 		OnError: func(key string, err error, n int) {

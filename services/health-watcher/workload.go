@@ -285,7 +285,7 @@ func (s *Service) reconcileWorkload(ctx context.Context, cluster string) (reconc
 	}
 	s.work.mu.Unlock()
 	if wrote {
-		s.queue.Add(cluster)
+		s.touch(cluster, "")
 	}
 	if err := errors.Join(errs...); err != nil {
 		return reconcile.Result{}, err

@@ -2,12 +2,14 @@ package bootstrapper
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/capn-dev/capn/events/reconcile"
@@ -130,12 +132,19 @@ func (s *Service) ensurePKI(ctx context.Context, c *capnv1.Cluster) (clusterPKI,
 	}
 	var out clusterPKI
 	_, _, err := s.pkis.Mutate(ctx, pkiPrefix+name, func(cur *capnv1.ClusterPKI, exists bool) (*capnv1.ClusterPKI, error) {
-		set, added, err := pki.Ensure(fromProto(cur), pki.Options{Now: s.cfg.Now(), UserCA: userCA})
+		now := s.cfg.Now()
+		digest := pkiDigest(cur, userCA)
+		if m, ok := s.pkiChecks.get(name, digest, now); ok {
+			out = m
+			return nil, store.ErrNoChange
+		}
+		set, added, err := pki.Ensure(fromProto(cur), pki.Options{Now: now, UserCA: userCA})
 		if err != nil {
 			return nil, err
 		}
 		out = clusterPKI{set: set, user: cur.GetUserSuppliedCa() || (userCA != nil && containsPart(added, pki.PartCA))}
 		if len(added) == 0 {
+			s.pkiChecks.put(name, digest, out, now)
 			return nil, store.ErrNoChange
 		}
 		next := toProto(set)
@@ -147,6 +156,69 @@ func (s *Service) ensurePKI(ctx context.Context, c *capnv1.Cluster) (clusterPKI,
 		return next, nil
 	})
 	return out, err
+}
+
+// pkiCheckFor is how long a complete PKI that passed pki.Ensure's checks
+// is taken as passing them again, for the same stored bytes and the same
+// user-supplied CA: the checks parse every CA and key (most of a bootstrap
+// data's CPU, and ensurePKI runs for every machine and many cluster
+// changes), and their answer for the same bytes changes only when a part
+// expires.
+const pkiCheckFor = time.Minute
+
+// pkiChecks remembers, per cluster, the last PKI that passed the checks.
+// It only saves CPU: a restart starts empty.
+type pkiChecks struct {
+	mu sync.Mutex
+	by map[string]pkiCheck
+}
+
+type pkiCheck struct {
+	digest [sha256.Size]byte
+	out    clusterPKI
+	at     time.Time
+}
+
+func (c *pkiChecks) get(cluster string, digest [sha256.Size]byte, now time.Time) (clusterPKI, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, ok := c.by[cluster]
+	if !ok || m.digest != digest || now.Before(m.at) || now.Sub(m.at) >= pkiCheckFor {
+		return clusterPKI{}, false
+	}
+	return m.out, true
+}
+
+func (c *pkiChecks) put(cluster string, digest [sha256.Size]byte, out clusterPKI, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.by == nil {
+		c.by = map[string]pkiCheck{}
+	}
+	c.by[cluster] = pkiCheck{digest: digest, out: out, at: now}
+}
+
+func (c *pkiChecks) forget(cluster string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.by, cluster)
+}
+
+// pkiDigest identifies a stored PKI and the user-supplied CA it is
+// checked against.
+func pkiDigest(cur *capnv1.ClusterPKI, userCA *pki.KeyPair) [sha256.Size]byte {
+	h := sha256.New()
+	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(cur)
+	h.Write(b)
+	if userCA != nil {
+		h.Write([]byte{1})
+		h.Write(userCA.CertPEM)
+		h.Write([]byte{0})
+		h.Write(userCA.KeyPEM)
+	}
+	var d [sha256.Size]byte
+	h.Sum(d[:0])
+	return d
 }
 
 func containsPart(ps []pki.Part, p pki.Part) bool {

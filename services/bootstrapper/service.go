@@ -84,6 +84,7 @@ type Service struct {
 	secretsKV jetstream.KeyValue
 	queue     *reconcile.Queue
 	tokens    tokenMemo
+	pkiChecks pkiChecks
 	joins     *reconcile.Queue // jointokens.go: tokens in the workload clusters
 	joinMemo  joinMemo
 }

@@ -3,14 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"maps"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -46,12 +43,21 @@ type fleetRun struct {
 	// bucket and the key's first token ("observed machine"), or a stream
 	// subject's first three tokens.
 	ByKind map[string]int
+	// CPU is the process's CPU time during the create (server, services
+	// and the benchmark's own watchers together), in seconds.
+	CPU float64
+	// Replay is the same traffic stored by NATS alone (see replay.go).
+	Replay replayRun
+
+	traffic traffic // what the create asked of NATS, until replayed
 }
 
 func (r fleetRun) MachinesPerSec() float64     { return float64(r.Machines) / r.Elapsed.Seconds() }
 func (r fleetRun) KVWritesPerMachine() float64 { return float64(r.KVWrites) / float64(r.Machines) }
 func (r fleetRun) MsgsPerMachine() float64     { return float64(r.Messages) / float64(r.Machines) }
 func (r fleetRun) KVWriteRate() float64        { return float64(r.KVWrites) / r.Elapsed.Seconds() }
+func (r fleetRun) Cores() float64              { return r.CPU / r.Elapsed.Seconds() }
+func (r fleetRun) CPUPerMachine() float64      { return 1000 * r.CPU / float64(r.Machines) } // ms
 
 // fleetCluster is the benchmark's cluster: 1 control-plane + 9 workers.
 func fleetCluster(i int) *capnv1.Cluster {
@@ -102,14 +108,21 @@ func measureFleet(ctx context.Context, n int, timeout time.Duration) (fleetRun, 
 	observed, desired := e.kv(ctx, events.BucketObserved), e.kv(ctx, events.BucketDesired)
 	running := countRunning(ctx, observed)
 	time.Sleep(500 * time.Millisecond) // let every service finish starting
-	writes := countWrites(e.nc)
-	defer writes.stop()
+	tap, err := startTap(e.nc)
+	if err != nil {
+		return fleetRun{}, err
+	}
+	defer tap.stop()
 	before, err := streamMessages(ctx, js)
 	if err != nil {
 		return fleetRun{}, err
 	}
 	clusters := store.NewBucket(desired, func() *capnv1.Cluster { return new(capnv1.Cluster) })
 	want := n * 10
+	cpu0, err := cpuSeconds(os.Getpid())
+	if err != nil {
+		return fleetRun{}, err
+	}
 	start := time.Now()
 	for i := range n {
 		if _, err := clusters.Create(ctx, "cluster."+fleetCluster(i).GetMetadata().GetName(), fleetCluster(i)); err != nil {
@@ -132,11 +145,19 @@ func measureFleet(ctx context.Context, n int, timeout time.Duration) (fleetRun, 
 		}
 	}
 	elapsed := time.Since(start)
+	cpu1, err := cpuSeconds(os.Getpid())
+	if err != nil {
+		return fleetRun{}, err
+	}
 	after, err := streamMessages(ctx, js)
 	if err != nil {
 		return fleetRun{}, err
 	}
-	r := fleetRun{Machines: want, Elapsed: elapsed, ByKind: writes.snapshot()}
+	r := fleetRun{Machines: want, Elapsed: elapsed, CPU: cpu1 - cpu0, traffic: traffic{msgs: tap.stop()}}
+	r.ByKind = byKind(r.traffic.msgs)
+	if r.traffic.watches, r.traffic.durables, err = readers(ctx, js); err != nil {
+		return fleetRun{}, err
+	}
 	for name, v := range after {
 		d := v - before[name]
 		if strings.HasPrefix(name, "KV_") {
@@ -204,42 +225,17 @@ func streamMessages(ctx context.Context, js jetstream.JetStream) (map[string]uin
 	return out, names.Err()
 }
 
-// writeCounter counts, from a core subscription on every subject, what the
-// services publish, by kind.
-type writeCounter struct {
-	mu   sync.Mutex
-	by   map[string]int
-	subs []*nats.Subscription
-}
-
-func countWrites(nc *nats.Conn) *writeCounter {
-	w := &writeCounter{by: map[string]int{}}
-	for _, subj := range []string{"$KV.>", "capn.>"} {
-		sub, err := nc.Subscribe(subj, func(m *nats.Msg) {
-			toks := strings.SplitN(m.Subject, ".", 5)
-			kind := strings.Join(toks[:min(3, len(toks))], ".")
-			if toks[0] == "$KV" && len(toks) > 2 {
-				kind = "KV " + toks[1] + " " + toks[2]
-			}
-			w.mu.Lock()
-			w.by[kind]++
-			w.mu.Unlock()
-		})
-		if err == nil {
-			w.subs = append(w.subs, sub)
+// byKind counts what was published by kind: a KV bucket and the key's
+// first token ("KV observed machine"), or a subject's first three tokens.
+func byKind(msgs []tapped) map[string]int {
+	by := map[string]int{}
+	for _, m := range msgs {
+		toks := strings.SplitN(m.subject, ".", 5)
+		kind := strings.Join(toks[:min(3, len(toks))], ".")
+		if toks[0] == "$KV" && len(toks) > 2 {
+			kind = "KV " + toks[1] + " " + toks[2]
 		}
+		by[kind]++
 	}
-	return w
-}
-
-func (w *writeCounter) snapshot() map[string]int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return maps.Clone(w.by)
-}
-
-func (w *writeCounter) stop() {
-	for _, s := range w.subs {
-		_ = s.Unsubscribe()
-	}
+	return by
 }

@@ -37,6 +37,7 @@ func main() {
 		idleBeat    = flag.Duration("idle-heartbeat", 30*time.Second, "heartbeat interval of each simulated node in the idle benchmark (the sim provider's default)")
 		idleWin     = flag.Duration("idle-window", 30*time.Second, "how long the idle benchmark reads each program's CPU time")
 	)
+	flag.IntVar(&replayClients, "replay-clients", replayClients, "clients publishing the replayed traffic")
 	flag.Parse()
 	if *cpuProf != "" {
 		f, err := os.Create(*cpuProf)
@@ -75,19 +76,29 @@ func main() {
 			fr := fleetResult{Clusters: n}
 			for r := 1; r <= *runs; r++ {
 				fmt.Fprintf(os.Stderr, "fleet %d clusters, run %d/%d: baseline…\n", n, r, *runs)
-				b, err := measureBaseline(ctx)
+				var b baseline
+				pprof.Do(ctx, pprof.Labels("bench", "baseline"), func(ctx context.Context) { b, err = measureBaseline(ctx) })
 				if err != nil {
 					fail(err)
 				}
 				fr.Baselines = append(fr.Baselines, b)
 				fmt.Fprintf(os.Stderr, "  baseline kv put %.0f/s (4 clients %.0f/s), js async pub %.0f/s; capn…\n", b.KVPut1, b.KVPut4, b.JSPubAsync)
-				c, err := measureFleet(ctx, n, *timeout)
+				var c fleetRun
+				pprof.Do(ctx, pprof.Labels("bench", "fleet"), func(ctx context.Context) { c, err = measureFleet(ctx, n, *timeout) })
 				if err != nil {
 					fail(err)
 				}
+				fmt.Fprintf(os.Stderr, "  %d machines Running in %s (%.0f machines/s, %.1f KV writes and %.1f messages per machine, KV write rate %.0f/s; %.2f cores, %.2f ms CPU per machine); replay…\n",
+					c.Machines, c.Elapsed.Round(time.Millisecond), c.MachinesPerSec(), c.KVWritesPerMachine(), c.MsgsPerMachine(), c.KVWriteRate(), c.Cores(), c.CPUPerMachine())
+				pprof.Do(ctx, pprof.Labels("bench", "replay"), func(ctx context.Context) { c.Replay, err = measureReplay(ctx, c.traffic) })
+				if err != nil {
+					fail(err)
+				}
+				c.traffic = traffic{}
 				fr.Runs = append(fr.Runs, c)
-				fmt.Fprintf(os.Stderr, "  %d machines Running in %s (%.0f machines/s, %.1f KV writes and %.1f messages per machine, KV write rate %.0f/s)\n",
-					c.Machines, c.Elapsed.Round(time.Millisecond), c.MachinesPerSec(), c.KVWritesPerMachine(), c.MsgsPerMachine(), c.KVWriteRate())
+				fmt.Fprintf(os.Stderr, "  replay: %d messages to %d watchers and %d durables in %s: KV write rate %.0f/s, %.1f watch deliveries per KV write, %.2f ms CPU per machine\n",
+					c.Replay.Published, c.Replay.Watches, c.Replay.Durables, c.Replay.Elapsed.Round(time.Millisecond), c.Replay.KVWriteRate(),
+					float64(c.Replay.WatchDelivered)/float64(c.Replay.KVWrites), 1000*c.Replay.CPU/float64(c.Machines))
 			}
 			rep.Fleet = append(rep.Fleet, fr)
 		}

@@ -204,14 +204,15 @@ func (r report) fleetMarkdown(b *strings.Builder) {
 	fmt.Fprintf(b, "N clusters of 1 control-plane + 9 worker machines on the sim provider with zero boot latency; the\n")
 	fmt.Fprintf(b, "cluster-planner, machine-manager, bootstrapper, health-watcher and sim provider run as in `capn dev` (one\n")
 	fmt.Fprintf(b, "process, each with its own NATS connection). Time is from the first cluster written to `desired` until every\n")
-	fmt.Fprintf(b, "machine's observed phase is Running. KV writes and messages are what JetStream stored during the run.\n\n")
-	fmt.Fprintf(b, "| clusters | machines | time | machines/s | KV writes / machine | messages / machine | capn KV writes/s | NATS KV puts/s (1 client / 4 clients) | ratio to 4 clients | NATS JS async pub/s |\n")
-	fmt.Fprintf(b, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	fmt.Fprintf(b, "machine's observed phase is Running. KV writes and messages are what JetStream stored during the run. Cores used\n")
+	fmt.Fprintf(b, "is the process's CPU time (the embedded server, the services and the benchmark's own watchers) over the time.\n\n")
+	fmt.Fprintf(b, "| clusters | machines | time | machines/s | KV writes / machine | messages / machine | capn KV writes/s | NATS KV puts/s (1 client / 4 clients) | ratio to 4 clients | NATS JS async pub/s | cores used | CPU / machine |\n")
+	fmt.Fprintf(b, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, f := range r.Fleet {
 		el := median(collect(f.Runs, func(x fleetRun) float64 { return x.Elapsed.Seconds() }))
 		rate := median(collect(f.Runs, fleetRun.KVWriteRate))
 		kv4 := median(collect(f.Baselines, func(x baseline) float64 { return x.KVPut4 }))
-		fmt.Fprintf(b, "| %d | %d | %.1f s | %.0f | %.1f | %.1f | %.0f | %.0f / %.0f | %.0f%% | %.0f |\n",
+		fmt.Fprintf(b, "| %d | %d | %.1f s | %.0f | %.1f | %.1f | %.0f | %.0f / %.0f | %.0f%% | %.0f | %.2f | %.2f ms |\n",
 			f.Clusters, f.Clusters*10, el,
 			median(collect(f.Runs, fleetRun.MachinesPerSec)),
 			median(collect(f.Runs, fleetRun.KVWritesPerMachine)),
@@ -219,7 +220,34 @@ func (r report) fleetMarkdown(b *strings.Builder) {
 			rate,
 			median(collect(f.Baselines, func(x baseline) float64 { return x.KVPut1 })), kv4,
 			100*rate/kv4,
-			median(collect(f.Baselines, func(x baseline) float64 { return x.JSPubAsync })))
+			median(collect(f.Baselines, func(x baseline) float64 { return x.JSPubAsync })),
+			median(collect(f.Runs, fleetRun.Cores)), median(collect(f.Runs, fleetRun.CPUPerMachine)))
+	}
+	fmt.Fprintf(b, "\n### The same traffic on NATS alone\n\n")
+	fmt.Fprintf(b, "Each create's traffic replayed right after it on another fresh server: every message the services published\n")
+	fmt.Fprintf(b, "during the create (in order, from a core subscription; a compare-and-set the server refused is stored as a put),\n")
+	fmt.Fprintf(b, "published from %d clients (`--replay-clients`) each waiting for its store, like the 4-client baseline, to the same KV watchers\n", replayClients)
+	fmt.Fprintf(b, "(same filters) and durable consumers (same configuration) that were open during the create — but with no\n")
+	fmt.Fprintf(b, "service working between a delivery and the next write. Time runs until the last delivery; CPU is the process's over\n")
+	fmt.Fprintf(b, "that time and 200 ms more (the wait that finds the last delivery). It is what this server (and the client\n")
+	fmt.Fprintf(b, "library's receiving side) makes of exactly this traffic, published the way the baseline publishes: a design\n")
+	fmt.Fprintf(b, "making these writes to these readers gets about this much and no more from it, so the ratio goal (capn's KV\n")
+	fmt.Fprintf(b, "write rate against plain puts) is out of reach wherever the replay's own ratio is below it. More publishing\n")
+	fmt.Fprintf(b, "clients change it little (`--replay-clients`; docs/benchmarks.md has a measurement).\n\n")
+	fmt.Fprintf(b, "| clusters | replay time | replay KV writes/s | replay ratio to 4 clients | capn KV writes/s | capn / replay | replay CPU / machine | capn CPU / machine | watchers / durables | watch deliveries / KV write |\n")
+	fmt.Fprintf(b, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, f := range r.Fleet {
+		rate := median(collect(f.Runs, fleetRun.KVWriteRate))
+		rrate := median(collect(f.Runs, func(x fleetRun) float64 { return x.Replay.KVWriteRate() }))
+		kv4 := median(collect(f.Baselines, func(x baseline) float64 { return x.KVPut4 }))
+		rp := f.Runs[0].Replay
+		fmt.Fprintf(b, "| %d | %.1f s | %.0f | %.0f%% | %.0f | %.0f%% | %.2f ms | %.2f ms | %d / %d | %.1f |\n",
+			f.Clusters, median(collect(f.Runs, func(x fleetRun) float64 { return x.Replay.Elapsed.Seconds() })),
+			rrate, 100*rrate/kv4, rate, 100*rate/rrate,
+			median(collect(f.Runs, func(x fleetRun) float64 { return 1000 * x.Replay.CPU / float64(x.Machines) })),
+			median(collect(f.Runs, fleetRun.CPUPerMachine)),
+			rp.Watches, rp.Durables,
+			median(collect(f.Runs, func(x fleetRun) float64 { return float64(x.Replay.WatchDelivered) / float64(x.Replay.KVWrites) })))
 	}
 	fmt.Fprintf(b, "\nRuns (time per run): ")
 	for _, f := range r.Fleet {

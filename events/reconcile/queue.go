@@ -88,6 +88,24 @@ func (q *Queue) AddAfter(key string, d time.Duration) {
 	q.timers[key] = dl
 }
 
+// Reschedule makes key's next delayed add d from now, replacing any
+// pending one (sooner or later); d <= 0 cancels a pending one. The loop
+// reschedules a key after every reconcile, so the latest result decides
+// when the key is looked at again: a timer an earlier result asked for
+// (a re-ask for an answer that has since come, a timeout of a phase the
+// machine has left) does not fire for nothing.
+func (q *Queue) Reschedule(key string, d time.Duration) {
+	q.mu.Lock()
+	if old, ok := q.timers[key]; ok {
+		old.timer.Stop()
+		delete(q.timers, key)
+	}
+	q.mu.Unlock()
+	if d > 0 {
+		q.AddAfter(key, d)
+	}
+}
+
 type delayed struct {
 	at    time.Time
 	timer *time.Timer
@@ -139,7 +157,9 @@ func (q *Queue) ShutDown() {
 	q.cond.Broadcast()
 }
 
-// Result tells the loop when to look at a key again although nothing changed.
+// Result tells the loop when to look at a key again although nothing
+// changed (0: not until something does). It replaces whatever an earlier
+// result or a failure's backoff asked for the same key.
 type Result struct {
 	RequeueAfter time.Duration
 }
@@ -232,10 +252,8 @@ func (l *Loop) one(ctx context.Context, key string) {
 		if l.OnError != nil {
 			l.OnError(key, err, n)
 		}
-		l.Queue.AddAfter(key, l.Backoff.delay(n))
+		l.Queue.Reschedule(key, l.Backoff.delay(n))
 		return
 	}
-	if res.RequeueAfter > 0 {
-		l.Queue.AddAfter(key, res.RequeueAfter)
-	}
+	l.Queue.Reschedule(key, res.RequeueAfter)
 }

@@ -45,6 +45,55 @@ func TestAddAfterKeepsEarliest(t *testing.T) {
 	q.ShutDown()
 }
 
+func TestReschedule(t *testing.T) {
+	q := NewQueue()
+	defer q.ShutDown()
+	q.AddAfter("later", 20*time.Millisecond)
+	q.Reschedule("later", time.Hour) // replaces the sooner one
+	q.AddAfter("cancelled", 20*time.Millisecond)
+	q.Reschedule("cancelled", 0)
+	q.AddAfter("sooner", time.Hour)
+	q.Reschedule("sooner", 20*time.Millisecond)
+	deadline := time.Now().Add(2 * time.Second)
+	for q.Len() == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // the replaced and cancelled timers would have fired by now
+	if q.Len() != 1 {
+		t.Fatalf("%d keys queued, want 1", q.Len())
+	}
+	if k, _ := q.Get(); k != "sooner" {
+		t.Fatalf("queued %q, want sooner", k)
+	}
+}
+
+// TestLoopLatestResultDecides checks that a reconcile that asks for no
+// requeue cancels the timer an earlier reconcile of the key asked for: a
+// machine-manager re-ask 30s after a bootstrap request must not fire once
+// the answer came and the machine moved on.
+func TestLoopLatestResultDecides(t *testing.T) {
+	q := NewQueue()
+	var calls atomic.Int32
+	r := Func(func(ctx context.Context, key string) (Result, error) {
+		if calls.Add(1) == 1 {
+			return Result{RequeueAfter: 100 * time.Millisecond}, nil
+		}
+		return Result{}, nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go (&Loop{Queue: q, Reconciler: r, Workers: 1}).Run(ctx)
+	q.Add("k")
+	for calls.Load() < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	q.Add("k") // a change: reconciled at once, and asks for nothing more
+	time.Sleep(300 * time.Millisecond)
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("%d reconciles, want 2: the first one's requeue fired after the second asked for none", n)
+	}
+}
+
 func TestLoopNeverRunsOneKeyConcurrentlyAndRetries(t *testing.T) {
 	q := NewQueue()
 	var mu sync.Mutex

@@ -963,13 +963,15 @@ type ClusterStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// phase is Pending, Provisioning, Ready, Upgrading, ScalingUp, ScalingDown,
 	// Deleting, Failed or Paused.
-	Phase                string                 `protobuf:"bytes,1,opt,name=phase,proto3" json:"phase,omitempty"`
-	Conditions           []*Condition           `protobuf:"bytes,2,rep,name=conditions,proto3" json:"conditions,omitempty"`
-	ObservedGeneration   int64                  `protobuf:"varint,3,opt,name=observed_generation,json=observedGeneration,proto3" json:"observed_generation,omitempty"`
-	ControlPlaneEndpoint *Endpoint              `protobuf:"bytes,4,opt,name=control_plane_endpoint,json=controlPlaneEndpoint,proto3" json:"control_plane_endpoint,omitempty"`
-	ControlPlane         *PoolStatus            `protobuf:"bytes,5,opt,name=control_plane,json=controlPlane,proto3" json:"control_plane,omitempty"`
-	WorkerPools          []*PoolStatus          `protobuf:"bytes,6,rep,name=worker_pools,json=workerPools,proto3" json:"worker_pools,omitempty"`
-	Updated              *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=updated,proto3" json:"updated,omitempty"`
+	Phase                string        `protobuf:"bytes,1,opt,name=phase,proto3" json:"phase,omitempty"`
+	Conditions           []*Condition  `protobuf:"bytes,2,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	ObservedGeneration   int64         `protobuf:"varint,3,opt,name=observed_generation,json=observedGeneration,proto3" json:"observed_generation,omitempty"`
+	ControlPlaneEndpoint *Endpoint     `protobuf:"bytes,4,opt,name=control_plane_endpoint,json=controlPlaneEndpoint,proto3" json:"control_plane_endpoint,omitempty"`
+	ControlPlane         *PoolStatus   `protobuf:"bytes,5,opt,name=control_plane,json=controlPlane,proto3" json:"control_plane,omitempty"`
+	WorkerPools          []*PoolStatus `protobuf:"bytes,6,rep,name=worker_pools,json=workerPools,proto3" json:"worker_pools,omitempty"`
+	// updated is when the status last changed (a plan that changes nothing
+	// keeps it).
+	Updated *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=updated,proto3" json:"updated,omitempty"`
 	// control_plane_initialized is true once the first control-plane machine ran.
 	ControlPlaneInitialized bool `protobuf:"varint,8,opt,name=control_plane_initialized,json=controlPlaneInitialized,proto3" json:"control_plane_initialized,omitempty"`
 	unknownFields           protoimpl.UnknownFields

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"google.golang.org/protobuf/proto"
+
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
@@ -90,6 +92,17 @@ func (p *planner) status() *capnv1alpha1.ClusterStatus {
 	}
 	st.Conditions = conds
 	st.Phase = p.phase(cpOK && wOK, paused, deleting, hibernated)
+	// Updated is when the status last changed, not when it was last
+	// computed: a plan that changes nothing keeps the previous time, so
+	// the planner has nothing to write (it rewrote every cluster's status
+	// on every plan, a KV write per plan).
+	if prev := p.in.Status; prev.GetUpdated() != nil {
+		now := st.Updated
+		st.Updated = prev.GetUpdated()
+		if !proto.Equal(st, prev) {
+			st.Updated = now
+		}
+	}
 	return st
 }
 

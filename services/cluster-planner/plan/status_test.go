@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/cluster-planner/plan"
 	"github.com/capn-dev/capn/services/cluster-planner/plan/plantest"
@@ -85,18 +87,27 @@ func TestStatusUpgrading(t *testing.T) {
 func TestConditionTransitionTimeKept(t *testing.T) {
 	h := started(t, cluster(1))
 	before := condition(h.Status, plan.ConditionReady).LastTransitionTime.AsTime()
+	updated := h.Status.Updated.AsTime()
 	h.Now = h.Now.Add(time.Hour)
 	r := h.Plan()
 	if got := condition(r.Status, plan.ConditionReady).LastTransitionTime.AsTime(); !got.Equal(before) {
 		t.Errorf("Ready's transition time moved from %v to %v without a change", before, got)
 	}
-	if got := r.Status.Updated.AsTime(); !got.Equal(h.Now) {
-		t.Errorf("updated %v, want now", got)
+	// Nothing changed: the status is the same, Updated included, so the
+	// planner has nothing to write.
+	if got := r.Status.Updated.AsTime(); !got.Equal(updated) {
+		t.Errorf("updated %v after a plan that changed nothing, want %v (the last change)", got, updated)
+	}
+	if !proto.Equal(r.Status, h.Status) {
+		t.Errorf("a plan that changed nothing computed a different status:\n%v\nwas\n%v", r.Status, h.Status)
 	}
 	h.SetPhase(h.Names(cpPool)[0], plan.PhaseProvisioning)
 	r = h.Plan()
 	if got := condition(r.Status, plan.ConditionReady).LastTransitionTime.AsTime(); !got.Equal(h.Now) {
 		t.Errorf("Ready changed but its transition time is %v", got)
+	}
+	if got := r.Status.Updated.AsTime(); !got.Equal(h.Now) {
+		t.Errorf("updated %v after a change, want now", got)
 	}
 }
 

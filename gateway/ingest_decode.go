@@ -64,6 +64,14 @@ type ingestItem struct {
 // (400, or 413 for an oversized one) with every problem listed by path
 // ("id", or "[2].source" in a batch). It is pure (FuzzIngest runs it).
 func decodeIngest(h http.Header, body []byte, maxEvent int64) ([]ingestItem, error) {
+	for k := range h {
+		// sdk-go reads the attribute name after "ce-" without checking
+		// there is one, and panics on a bare "Ce-" header.
+		if strings.EqualFold(k, "ce-") {
+			return nil, invalidEvent("the request is not a valid CloudEvent").
+				withField("header "+k, `a CloudEvents attribute header names its attribute after "ce-" (as in ce-id)`, h.Get(k))
+		}
+	}
 	msg := cehttp.NewMessage(h, io.NopCloser(bytes.NewReader(body)))
 	ctx := context.Background()
 	var evs []event.Event

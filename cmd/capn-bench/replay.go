@@ -21,9 +21,10 @@ import (
 // with the same consumers and KV watchers taking every delivery, but with
 // no service doing any work between them — each write published as soon
 // as the previous one of its client is stored, from replayClients clients,
-// as the KV-put baseline does. Its write rate is the ceiling for capn's: a
-// design that makes the same writes with the same readers cannot store
-// them faster on this server.
+// as the KV-put baseline does. Its write rate is about the most a design
+// making the same writes to the same readers gets from this server,
+// published that way (more publishing clients gain little: 14.1k writes/s
+// with 4 and 17.8k with 64 at 100 clusters, docs/benchmarks.md).
 var replayClients = 4
 
 // tapped is one message a service published during a fleet create, as a
@@ -226,16 +227,16 @@ func measureReplay(ctx context.Context, tr traffic) (replayRun, error) {
 		}
 		defer cc.Stop()
 	}
-	tapNC, _, err := connect(srv, "replay-tap") // the fleet create had its counter's subscription too
+	tapNC, _, err := connect(srv, "replay-tap") // the fleet create had its tap too
 	if err != nil {
 		return r, err
 	}
 	defer tapNC.Close()
-	counter, err := startTap(tapNC)
+	tp, err := startTap(tapNC)
 	if err != nil {
 		return r, err
 	}
-	defer counter.stop()
+	defer tp.stop()
 	before, err := streamMessages(ctx, js)
 	if err != nil {
 		return r, err

@@ -25,7 +25,7 @@ func TestImportCommand(t *testing.T) {
 	}{
 		{name: "a CAPD quick-start", args: []string{"import", "-f", testdata + "docker-v1beta1.yaml"},
 			wantStdout: "kind: Cluster\nmetadata:\n  name: capi-quickstart\n",
-			wantStderr: []string{"capn import: 16 Cluster API settings not mapped:\n",
+			wantStderr: []string{"capn import: 17 Cluster API settings not mapped:\n",
 				"  KubeadmControlPlane/capi-quickstart-control-plane: spec.kubeadmConfigSpec.users: capn's bootstrap creates no users",
 				"  ClusterResourceSet/calico: not imported: capn does not apply add-ons"}},
 		{name: "from standard input, quietly", args: []string{"import", "-f", "-", "--quiet"}, stdin: string(v1beta1),

@@ -42,7 +42,7 @@ func (c *converter) kubeadmSpec(o *object, n node, controlPlane bool) (*capnv1al
 				ia.use()
 			}
 		default:
-			c.note(o, ia, "capn gives every control-plane machine the joinConfiguration's kubelet arguments; these differ")
+			c.note(o, ia, reasonInitArgs)
 		}
 		taints = append(taints, init.field("taints").items()...)
 	}
@@ -55,11 +55,11 @@ func (c *converter) kubeadmSpec(o *object, n node, controlPlane bool) (*capnv1al
 // file maps one entry of files, or reports it and returns nil.
 func (c *converter) file(o *object, f node) *capnv1alpha1.File {
 	if from := f.field("contentFrom"); from.exists() {
-		c.note(o, f, "the content comes from a Secret, which capn cannot read: inline it with content")
+		c.note(o, f, reasonSecret)
 		return nil
 	}
 	if a, _ := f.field("append").v.(bool); a {
-		c.note(o, f, "capn writes whole files; it cannot append")
+		c.note(o, f, reasonAppend)
 		return nil
 	}
 	out := &capnv1alpha1.File{}
@@ -74,13 +74,13 @@ func (c *converter) file(o *object, f node) *capnv1alpha1.File {
 	case "base64", "b64", "application/base64":
 		raw, err := base64.StdEncoding.DecodeString(out.Content)
 		if err != nil {
-			c.note(o, f, "encoding base64 but the content does not decode: "+err.Error())
+			c.note(o, f, reasonBadBase64(err))
 			return nil
 		}
 		out.Content = string(raw)
 		f.field("encoding").use()
 	default:
-		c.note(o, f, "capn writes plain or base64 content; encoding "+enc+" is not supported")
+		c.note(o, f, reasonEncoding(enc))
 		return nil
 	}
 	return out
@@ -122,7 +122,7 @@ func (c *converter) taintsOf(o *object, nodes []node) []*capnv1alpha1.Taint {
 		key, _ := t.field("key").v.(string)
 		effect, _ := t.field("effect").v.(string)
 		if key == "" || effect == "" {
-			c.note(o, t, "a taint needs a key and an effect")
+			c.note(o, t, reasonTaint)
 			continue
 		}
 		out = append(out, &capnv1alpha1.Taint{Key: key, Effect: effect})

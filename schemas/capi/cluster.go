@@ -49,9 +49,10 @@ func (c *converter) clusterSpec(cl *object) error {
 	if ref := spec.field("infrastructureRef"); ref.exists() {
 		kind, name, infra := c.resolve(ref)
 		c.infraProvider = providerOfKind(kind, infra, "spec.backend")
-		if infra == nil {
-			c.notes = append(c.notes, Note{Object: cl.ref(), Path: ref.path, Value: kind + "/" + name,
-				Reason: "not in the input: its settings are not imported"})
+		if infra != nil {
+			c.defineFailureDomains(infra)
+		} else {
+			c.noteRef(cl, ref, kind, name, reasonMissing(missingInfra))
 		}
 	}
 
@@ -81,48 +82,6 @@ func (c *converter) clusterSpec(cl *object) error {
 		return c.controlPlane(kcps[0])
 	}
 	return fmt.Errorf("%s: spec.controlPlaneRef: required: capn needs the cluster's KubeadmControlPlane", cl.ref())
-}
-
-// topology maps a ClusterClass-based cluster's spec.topology. The class's
-// templates are not read: machines take Options.Provider.
-func (c *converter) topology(cl *object, topo node) error {
-	class := topo.field("classRef")
-	if !class.exists() {
-		class = topo.field("class")
-	}
-	className := scalarJSON(class.field("name").v)
-	if className == "" {
-		className = scalarJSON(class.v)
-	}
-	c.note(cl, class, "the ClusterClass "+className+" is not read: its templates, patches and variables are not imported")
-	provider := c.opts.Provider
-	if provider == "" {
-		return fmt.Errorf("%w: %s uses ClusterClass %s, whose infrastructure capn import does not read: pass --provider NAME", ErrNeedProvider, cl.ref(), className)
-	}
-	if v, ok := topo.field("version").str(); ok {
-		c.out.Spec.KubernetesVersion = normalizeVersion(v)
-	}
-	cp := &capnv1alpha1.ControlPlaneSpec{Provider: provider, Replicas: 1}
-	if r, ok := topo.get("controlPlane.replicas").integer(); ok {
-		cp.Replicas = int32(r)
-	}
-	c.out.Spec.ControlPlane = cp
-	for _, md := range topo.get("workers.machineDeployments").items() {
-		name, _ := md.field("name").str()
-		p := &capnv1alpha1.WorkerPool{Name: name, Provider: provider, Replicas: 1}
-		if r, ok := md.field("replicas").integer(); ok {
-			p.Replicas = int32(r)
-		}
-		if fd, ok := md.field("failureDomain").str(); ok && fd != "" {
-			p.Template = &capnv1alpha1.MachineTemplate{FailureDomain: fd}
-		}
-		if cls := md.field("class"); cls.exists() {
-			c.note(cl, cls, "the pool takes no settings from its ClusterClass class")
-		}
-		c.pools[name] = &pool{spec: p}
-		c.poolOrder = append(c.poolOrder, name)
-	}
-	return nil
 }
 
 // normalizeVersion adds the "v" Cluster API makes optional.

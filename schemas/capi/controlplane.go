@@ -25,7 +25,15 @@ func (c *converter) controlPlane(kcp *object) error {
 		return err
 	}
 	cp.Provider, cp.Template = tmpl.provider, tmpl.template
+	c.controlPlaneSettings(kcp, spec, cp)
+	c.out.Spec.ControlPlane = cp
+	return nil
+}
 
+// controlPlaneSettings maps the rollout and the bootstrap of a
+// KubeadmControlPlane's spec or a KubeadmControlPlaneTemplate's
+// spec.template.spec.
+func (c *converter) controlPlaneSettings(kcp *object, spec node, cp *capnv1alpha1.ControlPlaneSpec) {
 	// Rollout: v1beta2 spec.rollout.strategy, v1beta1 spec.rolloutStrategy.
 	strategy := spec.get("rollout.strategy")
 	if !strategy.exists() {
@@ -35,7 +43,7 @@ func (c *converter) controlPlane(kcp *object) error {
 		if s, _ := t.v.(string); s == "RollingUpdate" {
 			t.use()
 		} else {
-			c.note(kcp, t, "capn's control plane always rolls one machine at a time (RollingUpdate)")
+			c.note(kcp, t, reasonCPStrategy)
 		}
 	}
 	if ms := strategy.get("rollingUpdate.maxSurge"); ms.exists() {
@@ -47,15 +55,13 @@ func (c *converter) controlPlane(kcp *object) error {
 			}
 			cp.MaxSurge = &s
 		} else {
-			c.note(kcp, ms, "capn's control plane surges by 0 or 1 machine; left to the default (1)")
+			c.note(kcp, ms, reasonCPSurge)
 		}
 	}
 
 	boot, taints := c.kubeadmSpec(kcp, spec.field("kubeadmConfigSpec"), true)
 	cp.Bootstrap = boot
 	for _, t := range taints {
-		c.note(kcp, t, "capn's control plane has no taint settings; kubeadm taints control-plane nodes itself")
+		c.note(kcp, t, reasonCPTaints)
 	}
-	c.out.Spec.ControlPlane = cp
-	return nil
 }

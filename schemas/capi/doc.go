@@ -4,7 +4,8 @@
 // Import reads every document of the input, picks the Cluster and follows
 // its references: the KubeadmControlPlane and its machine template, the
 // MachineDeployments of the cluster with their KubeadmConfigTemplates and
-// machine templates, and the MachineHealthChecks. Every field it reads is
+// machine templates, and the MachineHealthChecks; for a topology, the
+// ClusterClass and its templates. Every field it reads is
 // marked consumed; every field left is reported as a Note with its path,
 // so nothing is dropped silently. See README.md for the mapping.
 //

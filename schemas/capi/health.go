@@ -1,7 +1,6 @@
 package capi
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -44,7 +43,7 @@ func (c *converter) setHealth(mhc *object, target string, dst **capnv1alpha1.Hea
 		what = "pool " + target
 	}
 	if prev, ok := c.healthFrom[target]; ok {
-		c.noteObject(mhc, fmt.Sprintf("not applied to %s: it already has the health policy of %s", what, prev))
+		c.noteObject(mhc, reasonHealthTaken(what, prev))
 		return
 	}
 	c.healthFrom[target] = mhc.ref()
@@ -69,12 +68,12 @@ func (c *converter) healthTargets(mhc *object, sel node) (pools []string, cluste
 			e.use()
 			continue
 		}
-		c.note(mhc, e, "capn import resolves selectors by matchLabels (and control-plane Exists) only; this requirement is ignored")
+		c.note(mhc, e, reasonSelector)
 	}
 	delete(labels, capiLabelDomain+"cluster-name")
 	if _, cp := labels[capiLabelDomain+"control-plane"]; cp {
 		c.notes = append(c.notes, Note{Object: mhc.ref(), Path: sel.path,
-			Reason: "capn's control plane takes the cluster's health policy (spec.health), which also applies to pools without their own"})
+			Reason: reasonCPHealth})
 		return nil, true, true
 	}
 	if md, ok := labels[capiLabelDomain+"deployment-name"]; ok {
@@ -83,7 +82,7 @@ func (c *converter) healthTargets(mhc *object, sel node) (pools []string, cluste
 				return []string{name}, false, true
 			}
 		}
-		c.noteObject(mhc, "not applied: MachineDeployment "+md+" is not part of the cluster")
+		c.noteObject(mhc, c.reasonSelectsNothing("MachineDeployment "+md+" is not part of it"))
 		return nil, false, false
 	}
 	if len(labels) == 0 {
@@ -106,7 +105,7 @@ func (c *converter) healthTargets(mhc *object, sel node) (pools []string, cluste
 		for _, k := range sortedKeys(labels) {
 			keys = append(keys, k+"="+labels[k])
 		}
-		c.noteObject(mhc, "not applied: its selector ("+strings.Join(keys, ",")+") matches no MachineDeployment's machine labels")
+		c.noteObject(mhc, c.reasonSelectsNothing("its selector "+strings.Join(keys, ",")+" matches no pool's machine labels"))
 		return nil, false, false
 	}
 	return pools, false, true
@@ -127,7 +126,7 @@ func (c *converter) healthPolicy(mhc *object, spec node) *capnv1alpha1.HealthPol
 		}
 	}
 	if m := checks.field("unhealthyMachineConditions"); !m.empty() {
-		c.note(mhc, m, "capn checks node conditions only; its machines' own conditions drive the planner, not remediation")
+		c.note(mhc, m, reasonMachineConditions)
 	}
 	trigger := spec.get("remediation.triggerIf")
 	// v1beta1: flat fields.
@@ -150,14 +149,14 @@ func (c *converter) healthPolicy(mhc *object, spec node) *capnv1alpha1.HealthPol
 		hp.MaxUnhealthy = r // capn's maxUnhealthy takes "[a-b]" too
 		rng.use()
 		if maxU.exists() {
-			c.note(mhc, maxU, "overridden by the unhealthy range, as in Cluster API")
+			c.note(mhc, maxU, reasonRangeWins)
 		}
 	} else if maxU.exists() {
 		if v, ok := intOrPercent(maxU); ok {
 			hp.MaxUnhealthy = v
 			maxU.use()
 		} else {
-			c.note(mhc, maxU, "must be a count or a percentage")
+			c.note(mhc, maxU, reasonCountOrPercent)
 		}
 	}
 	if proto.Equal(hp, &capnv1alpha1.HealthPolicy{}) {
@@ -171,7 +170,7 @@ func (c *converter) unhealthyCondition(mhc *object, n node, timeoutField string)
 	typ, _ := n.field("type").v.(string)
 	status, _ := n.field("status").v.(string)
 	if typ == "" || !slices.Contains([]string{"True", "False", "Unknown"}, status) {
-		c.note(mhc, n, "a condition needs a type and a status True, False or Unknown")
+		c.note(mhc, n, reasonCondition)
 		return nil
 	}
 	n.field("type").use()
@@ -193,13 +192,13 @@ func (c *converter) duration(o *object, n node) (*durationpb.Duration, bool) {
 	s, ok := n.v.(string)
 	if !ok {
 		if n.exists() {
-			c.note(o, n, "must be a duration such as 10m")
+			c.note(o, n, reasonDuration)
 		}
 		return nil, false
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil || d < 0 {
-		c.note(o, n, "must be a duration such as 10m")
+		c.note(o, n, reasonDuration)
 		return nil, false
 	}
 	n.use()

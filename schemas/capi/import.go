@@ -92,7 +92,8 @@ type Result struct {
 // Import converts Cluster API manifests (cluster.x-k8s.io v1beta1 and
 // v1beta2: a Cluster and the KubeadmControlPlane, MachineDeployments,
 // MachineHealthChecks, KubeadmConfigTemplates and infrastructure objects
-// it references) into one capn Cluster. It is pure: no I/O.
+// it references, or the ClusterClass and templates of its topology) into
+// one capn Cluster. It is pure: no I/O.
 func Import(data []byte, opts Options) (*Result, error) {
 	if opts.Provider != "" && !manifest.IsDNSLabel(opts.Provider) {
 		return nil, fmt.Errorf("provider %q: %w: it must be a DNS-1123 label, e.g. sim", opts.Provider, ErrBadProvider)
@@ -101,7 +102,7 @@ func Import(data []byte, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &converter{opts: opts, objs: objs, byRef: map[string]*object{}, claimed: map[*object]bool{}, pools: map[string]*pool{}}
+	c := &converter{opts: opts, objs: objs, byRef: map[string]*object{}, claimed: map[*object]bool{}, pools: map[string]*pool{}, usedClasses: map[string]bool{}}
 	for _, o := range objs {
 		c.byRef[o.ref()] = o
 	}
@@ -137,6 +138,19 @@ type converter struct {
 	// healthFrom says which MachineHealthCheck set a pool's ("" for the
 	// cluster's) health policy.
 	healthFrom map[string]string
+	// cluster is the imported Cluster, namespace its metadata.namespace.
+	cluster   *object
+	namespace string
+	// class is the ClusterClass the topology uses when the input holds
+	// it; usedClasses are its machine deployment classes the topology
+	// uses.
+	class       *object
+	className   string
+	usedClasses map[string]bool
+	// fdNames are the failure domains the input's infrastructure defines,
+	// fdDefinedIn where ("DockerCluster/a spec.failureDomains").
+	fdNames     []string
+	fdDefinedIn string
 }
 
 // pool is one worker pool being built from a MachineDeployment.
@@ -161,8 +175,17 @@ func (c *converter) note(o *object, n node, reason string) {
 	n.use()
 }
 
+// noteRef reports a reference (already consumed), with what it names as
+// its value.
+func (c *converter) noteRef(o *object, ref node, kind, name, reason string) {
+	c.notes = append(c.notes, Note{Object: o.ref(), Path: ref.path, Value: strconv.Quote(kind + "/" + name), Reason: reason})
+}
+
+// noteObject reports the whole of o: none of its fields is reported
+// again.
 func (c *converter) noteObject(o *object, reason string) {
 	c.notes = append(c.notes, Note{Object: o.ref(), Reason: reason})
+	o.useAll()
 }
 
 // find returns the object a reference names, or nil.
@@ -223,6 +246,8 @@ func (c *converter) convert(cl *object) error {
 	}
 	c.claimed[cl] = true
 	c.name = cl.name
+	c.cluster = cl
+	c.namespace, _ = cl.at().get("metadata.namespace").v.(string)
 	c.healthFrom = map[string]string{}
 	c.out = &capnv1alpha1.Cluster{
 		ApiVersion: manifest.APIVersion, Kind: manifest.KindCluster,
@@ -274,8 +299,11 @@ func (c *converter) belongs(o *object) bool {
 func (c *converter) reportLeftovers() {
 	for _, o := range c.objs {
 		if !c.claimed[o] {
-			c.noteObject(o, leftoverReason(o, c.name))
+			c.noteObject(o, c.leftoverReason(o))
 			continue
+		}
+		if ns := o.at().get("metadata.namespace"); o != c.cluster && c.namespace != "" && ns.v == any(c.namespace) { // no panic: a mapping is of another type
+			ns.use() // the Cluster's namespace: its note says capn has none
 		}
 		for _, n := range o.unmapped() {
 			c.note(o, n, reasonFor(o, n.path))
@@ -298,27 +326,15 @@ func (c *converter) reportLeftovers() {
 		}
 		return objIndex[n.Object], math.MaxInt
 	}
+	seen := map[Note]bool{}
+	c.notes = slices.DeleteFunc(c.notes, func(n Note) bool { // a template two pools share is read twice
+		dup := seen[n]
+		seen[n] = true
+		return dup
+	})
 	slices.SortStableFunc(c.notes, func(a, b Note) int {
 		ao, ap := pos(a)
 		bo, bp := pos(b)
 		return cmp.Or(cmp.Compare(ao, bo), cmp.Compare(ap, bp))
 	})
-}
-
-func leftoverReason(o *object, cluster string) string {
-	switch {
-	case o.kind == "Cluster" && o.group() == GroupCore:
-		return "another cluster: not imported (capn import makes one capn Cluster; pick it with --cluster)"
-	case slices.Contains([]string{"MachineDeployment", "MachineHealthCheck", "KubeadmControlPlane"}, o.kind):
-		return "not imported: it does not belong to cluster " + cluster
-	case o.kind == "MachinePool":
-		return "not imported: capn has no machine pools; declare a worker pool instead"
-	case o.kind == "ClusterClass" || strings.HasSuffix(o.kind, "Template") && !strings.HasSuffix(o.kind, "MachineTemplate") && o.kind != "KubeadmConfigTemplate":
-		return "not imported: capn does not read ClusterClasses or their templates"
-	case o.kind == "ClusterResourceSet" || o.kind == "ClusterResourceSetBinding":
-		return "not imported: capn does not apply add-ons; apply them to the workload cluster with its kubeconfig (capn kubeconfig)"
-	case strings.HasSuffix(o.group(), GroupCore):
-		return "not imported: nothing of cluster " + cluster + " references it"
-	}
-	return "not imported: not a Cluster API object capn reads"
 }

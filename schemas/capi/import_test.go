@@ -59,6 +59,8 @@ func TestImportGolden(t *testing.T) {
 		{name: "aws-v1beta1", file: "aws-v1beta1.yaml", opts: Options{Provider: "aws"}},
 		{name: "inmemory-v1beta1", file: "inmemory-v1beta1.yaml"},
 		{name: "topology-v1beta2", file: "topology-v1beta2.yaml", opts: Options{Provider: "sim"}},
+		{name: "clusterclass-v1beta2", file: "clusterclass-v1beta2.yaml"},
+		{name: "classic-v1beta1", file: "classic-v1beta1.yaml"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -70,6 +72,7 @@ func TestImportGolden(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Import: %v", err)
 			}
+			listedOnce(t, res)
 			got := render(t, res)
 			golden := filepath.Join("testdata", tt.name+".golden")
 			if *update {
@@ -101,6 +104,7 @@ func TestImportValid(t *testing.T) {
 	}{
 		{"docker-v1beta1.yaml", Options{}}, {"docker-v1beta2.yaml", Options{}}, {"aws-v1beta1.yaml", Options{Provider: "aws"}},
 		{"inmemory-v1beta1.yaml", Options{}}, {"topology-v1beta2.yaml", Options{Provider: "sim"}},
+		{"clusterclass-v1beta2.yaml", Options{}}, {"classic-v1beta1.yaml", Options{}},
 	} {
 		in, _ := os.ReadFile(filepath.Join("testdata", tt.file))
 		res, err := Import(in, tt.opts)
@@ -132,6 +136,7 @@ spec:
 `
 	aws, _ := os.ReadFile("testdata/aws-v1beta1.yaml")
 	topo, _ := os.ReadFile("testdata/topology-v1beta2.yaml")
+	class, _ := os.ReadFile("testdata/clusterclass-v1beta2.yaml")
 	tests := []struct {
 		name    string
 		in      string
@@ -147,7 +152,9 @@ spec:
 		{name: "no name", in: "apiVersion: v1\nkind: ConfigMap\n", wantMsg: "document 1: ConfigMap has no metadata.name"},
 		{name: "unknown provider", in: cluster, wantIs: ErrNeedProvider, wantMsg: "VSphereMachineTemplate (VSphereMachineTemplate/a-cp, referenced by KubeadmControlPlane/a-cp): capn knows Docker* (docker) and InMemory*/Dev* in-memory (sim) kinds; pass --provider NAME"},
 		{name: "aws without --provider", in: string(aws), wantIs: ErrNeedProvider, wantMsg: "AWSMachineTemplate"},
-		{name: "topology without --provider", in: string(topo), wantIs: ErrNeedProvider, wantMsg: "uses ClusterClass quick-start"},
+		{name: "topology without --provider", in: string(topo), wantIs: ErrNeedProvider, wantMsg: "uses ClusterClass quick-start, which is not in the input: add it, or pass --provider NAME"},
+		{name: "a topology class the ClusterClass lacks", in: strings.Replace(string(class), "- class: default-worker\n        name: md-0", "- class: big-worker\n        name: md-0", 1),
+			wantMsg: `Cluster/dev: spec.topology.workers.machineDeployments[0].class: "big-worker" is not a machine deployment class of ClusterClass quick-start (it has default-worker, gpu-worker)`},
 		{name: "two clusters", in: cluster + "---\n" + strings.Replace(cluster[:strings.Index(cluster, "---")], "name: a}", "name: b}", 1),
 			wantIs: ErrAmbiguous, wantMsg: "several Clusters in the input (a, b): pick one"},
 		{name: "a cluster that is not there", in: cluster, opts: Options{Cluster: "zz", Provider: "x"}, wantMsg: `no Cluster named "zz" in the input (it has a)`},

@@ -2,7 +2,7 @@ package capi
 
 import (
 	"fmt"
-	"strconv"
+	"slices"
 
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
@@ -38,7 +38,7 @@ func providerOfKind(kind string, o *object, backendPath string) string {
 	if p, ok := kindProviders[kind]; ok {
 		return p
 	}
-	if (kind == "DevCluster" || kind == "DevMachineTemplate") && o != nil {
+	if (kind == "DevCluster" || kind == "DevClusterTemplate" || kind == "DevMachineTemplate") && o != nil {
 		for _, e := range o.at().get(backendPath).entries(false) {
 			if p, ok := backendProviders[e.key]; ok {
 				return p
@@ -64,7 +64,7 @@ func (c *converter) machineTemplate(owner *object, ref node) (template, error) {
 		if c.opts.Provider != "" {
 			return template{provider: c.opts.Provider}, nil
 		}
-		return template{}, fmt.Errorf("%w: %s has no infrastructureRef: pass --provider NAME", ErrNeedProvider, owner.ref())
+		return template{}, fmt.Errorf("%w: %s: %s: required: the machine template gives the machines' provider; or pass --provider NAME", ErrNeedProvider, owner.ref(), ref.path)
 	}
 	kind, name, tmpl := c.resolve(ref)
 	known := providerOfKind(kind, tmpl, "spec.template.spec.backend")
@@ -75,8 +75,7 @@ func (c *converter) machineTemplate(owner *object, ref node) (template, error) {
 	switch {
 	case c.opts.Provider != "" && known != "" && known != c.opts.Provider:
 		provider = c.opts.Provider
-		c.notes = append(c.notes, Note{Object: owner.ref(), Path: ref.path, Value: strconv.Quote(kind + "/" + name),
-			Reason: fmt.Sprintf("provider %s (from the kind) replaced by %s (--provider)", known, c.opts.Provider)})
+		c.noteRef(owner, ref, kind, name, reasonProviderReplaced(known, c.opts.Provider))
 	case c.opts.Provider != "":
 		provider = c.opts.Provider
 	case provider == "":
@@ -85,8 +84,7 @@ func (c *converter) machineTemplate(owner *object, ref node) (template, error) {
 	}
 	out := template{provider: provider}
 	if tmpl == nil {
-		c.notes = append(c.notes, Note{Object: owner.ref(), Path: ref.path, Value: strconv.Quote(kind + "/" + name),
-			Reason: "not in the input: the machines get no provider parameters"})
+		c.noteRef(owner, ref, kind, name, reasonMissing(missingParameters))
 		return out, nil
 	}
 	spec := tmpl.at().get("spec.template.spec")
@@ -130,4 +128,55 @@ func flatten(n node, prefix string, params map[string]string) {
 		params[key] = scalarJSON(e.val.v)
 		e.val.use()
 	}
+}
+
+// defineFailureDomains records the failure domains an infrastructure
+// cluster (or cluster template) defines: every failureDomains under its
+// spec, a mapping of names (v1beta1) or a list of {name} (v1beta2). Read
+// without consuming: the definitions are reported with the rest of the
+// infrastructure's settings.
+func (c *converter) defineFailureDomains(o *object) {
+	var walk func(n node)
+	walk = func(n node) {
+		for _, e := range n.entries(false) {
+			if e.key != "failureDomains" {
+				walk(e.val)
+				continue
+			}
+			if c.fdDefinedIn == "" {
+				c.fdDefinedIn = o.ref() + " " + e.val.path
+			}
+			for _, d := range e.val.entries(false) {
+				c.fdNames = append(c.fdNames, d.key)
+			}
+			for _, d := range e.val.items() {
+				if name, ok := d.field("name").v.(string); ok {
+					c.fdNames = append(c.fdNames, name)
+				}
+			}
+		}
+	}
+	walk(node{o: &object{used: map[string]bool{}}, v: o.root}.field("spec"))
+}
+
+// failureDomain sets the pool's failure domain from n. A failure domain
+// refers to one the infrastructure defines; when the input defines them,
+// capn does not import the definitions (its provider offers its own), so
+// the reference would dangle: it is dropped, with a note. When the input
+// defines none, the name is the provider's own (a cloud's zone) and is
+// kept.
+func (c *converter) failureDomain(owner *object, n node, p *capnv1alpha1.WorkerPool) {
+	fd, ok := n.v.(string)
+	if !ok || fd == "" {
+		return
+	}
+	if c.fdDefinedIn != "" {
+		c.note(owner, n, reasonFailureDomain(fd, c.fdDefinedIn, slices.Contains(c.fdNames, fd)))
+		return
+	}
+	n.use()
+	if p.Template == nil {
+		p.Template = &capnv1alpha1.MachineTemplate{}
+	}
+	p.Template.FailureDomain = fd
 }

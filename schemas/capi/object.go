@@ -19,7 +19,13 @@ type object struct {
 	apiVersion, kind, name string
 	root                   yaml.MapSlice
 	used                   map[string]bool
+	// whole is set when one note covers the whole object: none of its
+	// fields is reported again.
+	whole bool
 }
+
+// useAll marks the whole object as covered by one note.
+func (o *object) useAll() { o.whole = true }
 
 // ref is "Kind/name", how notes and errors name an object.
 func (o *object) ref() string { return o.kind + "/" + o.name }
@@ -90,6 +96,23 @@ func (n node) empty() bool {
 		return len(v) == 0
 	}
 	return false
+}
+
+// blank is true for an empty value, or a mapping or list of blank ones
+// ({template: {spec: {}}}): nothing is set in it.
+func blank(v any) bool {
+	switch v := v.(type) {
+	case yaml.MapSlice:
+		for _, it := range v {
+			if !blank(it.Value) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		return len(v) == 0
+	}
+	return node{v: v}.empty()
 }
 
 // use marks n and everything under it as consumed.
@@ -323,10 +346,11 @@ func objectsOf(doc yaml.MapSlice, where string) ([]*object, error) {
 }
 
 // silent are paths never reported: identity, server-owned metadata and
-// status.
+// status. metadata.namespace is not among them: capn has no namespaces,
+// which the Cluster's note says.
 var silent = []string{
 	"apiVersion", "kind", "status",
-	"metadata.name", "metadata.namespace", "metadata.uid", "metadata.resourceVersion", "metadata.generation",
+	"metadata.name", "metadata.uid", "metadata.resourceVersion", "metadata.generation",
 	"metadata.creationTimestamp", "metadata.deletionTimestamp", "metadata.managedFields", "metadata.ownerReferences",
 	"metadata.finalizers", "metadata.selfLink", "metadata.annotations[kubectl.kubernetes.io/last-applied-configuration]",
 }
@@ -334,6 +358,9 @@ var silent = []string{
 // unmapped walks o and returns the highest paths of which nothing was
 // consumed, in document order, each with its value when it is a scalar.
 func (o *object) unmapped() []node {
+	if o.whole {
+		return nil
+	}
 	for _, p := range silent {
 		o.used[p] = true
 	}
@@ -344,7 +371,7 @@ func (o *object) unmapped() []node {
 			return
 		}
 		if n.path != "" && !o.usedUnder(n.path) {
-			if !n.empty() {
+			if !blank(n.v) {
 				out = append(out, n)
 			}
 			return

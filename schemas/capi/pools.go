@@ -30,19 +30,7 @@ func (c *converter) addPool(md *object) error {
 
 	tmpl := spec.field("template")
 	labels := map[string]string{}
-	for _, e := range tmpl.get("metadata.labels").entries(true) {
-		v, ok := e.val.str()
-		if !ok {
-			continue
-		}
-		labels[e.key] = v
-		if !strings.Contains(e.key, capiLabelDomain) {
-			if p.Labels == nil {
-				p.Labels = map[string]string{}
-			}
-			p.Labels[e.key] = v
-		}
-	}
+	c.poolLabels(tmpl.get("metadata.labels"), p, labels)
 	ms := tmpl.field("spec")
 	ms.field("clusterName").use()
 	if v, ok := ms.field("version").str(); ok {
@@ -55,26 +43,8 @@ func (c *converter) addPool(md *object) error {
 		return err
 	}
 	p.Provider, p.Template = t.provider, t.template
-	if fd, ok := ms.field("failureDomain").str(); ok && fd != "" {
-		if p.Template == nil {
-			p.Template = &capnv1alpha1.MachineTemplate{}
-		}
-		p.Template.FailureDomain = fd
-	}
-	if ref := ms.get("bootstrap.configRef"); ref.exists() {
-		kind, name, kct := c.resolve(ref)
-		switch {
-		case kind != "KubeadmConfigTemplate":
-			c.note(md, ref, "capn's bootstrap is kubeadm or script: bootstrap kind "+kind+" is not imported")
-		case kct == nil:
-			c.notes = append(c.notes, Note{Object: md.ref(), Path: ref.path, Value: strconv.Quote(kind + "/" + name),
-				Reason: "not in the input: the pool gets capn's default kubeadm bootstrap"})
-		default:
-			boot, taints := c.kubeadmSpec(kct, kct.at().get("spec.template.spec"), false)
-			p.Bootstrap = boot
-			p.Taints = c.taintsOf(kct, taints)
-		}
-	}
+	c.failureDomain(md, ms.field("failureDomain"), p)
+	c.bootstrapTemplate(md, ms.get("bootstrap.configRef"), p)
 
 	c.rollout(md, spec, p)
 	if mif := c.maxInFlight(md, spec); mif > 0 {
@@ -83,6 +53,45 @@ func (c *converter) addPool(md *object) error {
 	c.pools[name] = &pool{md: md, spec: p, labels: labels}
 	c.poolOrder = append(c.poolOrder, name)
 	return nil
+}
+
+// poolLabels maps the labels of a pool's machines: all of them go to
+// labels (what MachineHealthCheck selectors match), those outside
+// cluster.x-k8s.io to the pool's labels.
+func (c *converter) poolLabels(n node, p *capnv1alpha1.WorkerPool, labels map[string]string) {
+	for _, e := range n.entries(true) {
+		v, ok := e.val.str()
+		if !ok {
+			continue
+		}
+		labels[e.key] = v
+		if !strings.Contains(e.key, capiLabelDomain) {
+			if p.Labels == nil {
+				p.Labels = map[string]string{}
+			}
+			p.Labels[e.key] = v
+		}
+	}
+}
+
+// bootstrapTemplate maps a pool's KubeadmConfigTemplate (a
+// MachineDeployment's bootstrap.configRef, a class's bootstrap template)
+// to its bootstrap settings and taints.
+func (c *converter) bootstrapTemplate(owner *object, ref node, p *capnv1alpha1.WorkerPool) {
+	if !ref.exists() {
+		return
+	}
+	kind, name, kct := c.resolve(ref)
+	switch {
+	case kind != "KubeadmConfigTemplate":
+		c.note(owner, ref, reasonBootstrapKind(kind))
+	case kct == nil:
+		c.noteRef(owner, ref, kind, name, reasonMissing(missingPoolBootstrap))
+	default:
+		boot, taints := c.kubeadmSpec(kct, kct.at().get("spec.template.spec"), false)
+		p.Bootstrap = boot
+		p.Taints = c.taintsOf(kct, taints)
+	}
 }
 
 // rollout maps the strategy (v1beta1 spec.strategy, v1beta2
@@ -100,7 +109,7 @@ func (c *converter) rollout(md *object, spec node, p *capnv1alpha1.WorkerPool) {
 			rs.Type = s
 			t.use()
 		default:
-			c.note(md, t, "capn's pools roll out with RollingUpdate or OnDelete")
+			c.note(md, t, reasonPoolStrategy)
 		}
 	}
 	ru := strategy.field("rollingUpdate")
@@ -116,7 +125,7 @@ func (c *converter) rollout(md *object, spec node, p *capnv1alpha1.WorkerPool) {
 			*f.dst = v
 			n.use()
 		} else {
-			c.note(md, n, "must be a count or a percentage")
+			c.note(md, n, reasonCountOrPercent)
 		}
 	}
 	if rs.Type != "" || rs.MaxSurge != "" || rs.MaxUnavailable != "" {
@@ -132,7 +141,7 @@ func (c *converter) rollout(md *object, spec node, p *capnv1alpha1.WorkerPool) {
 			p.DeletionOrder = s
 			order.use()
 		default:
-			c.note(md, order, "capn's deletion orders are Random, Newest and Oldest")
+			c.note(md, order, reasonDeletionOrder)
 		}
 	}
 }
@@ -151,7 +160,7 @@ func (c *converter) maxInFlight(md *object, spec node) int32 {
 	if i, ok := n.integer(); ok && i > 0 && i <= 1<<30 {
 		return int32(i)
 	}
-	c.note(md, n, "capn's health policy limits remediations in flight by a count, not a percentage")
+	c.note(md, n, reasonMaxInFlight)
 	return 0
 }
 

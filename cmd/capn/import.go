@@ -25,21 +25,32 @@ per field with its path, and why. The result is validated: when it breaks
 a rule of capn's, the problems are listed and the exit code is 1 (the
 manifest is still printed, to be fixed by hand).
 
+A ClusterClass-based cluster (spec.topology) is imported with its class
+when the input holds it: the class's templates give the provider, the
+bootstrap settings and the health checks; its variables and patches are
+listed by name (capn cannot evaluate patches).
+
+--strict makes any of this an error: when something is not mapped, or the
+result does not validate, the list goes to standard error, nothing is
+printed on standard output, and the exit code is 1.
+
 Examples:
   capn import -f capi-quickstart.yaml > demo.yaml
+  capn import -f capi-quickstart.yaml --strict | capn apply -f -
   clusterctl generate cluster demo --flavor development | capn import -f - --provider sim | capn apply -f -
 `
 
 func cmdImport(_ context.Context, e env, args []string) int {
-	fs := newFlags(e, "capn import -f FILE|- [--provider NAME] [--cluster NAME]", importHelp)
+	fs := newFlags(e, "capn import -f FILE|- [--provider NAME] [--cluster NAME] [--strict]", importHelp)
 	var file string
 	var opts capi.Options
-	var quiet bool
+	var quiet, strict bool
 	fs.StringVar(&file, "f", "", "Cluster API manifests `file`, or - for standard input")
 	fs.StringVar(&file, "filename", "", "`file`: same as -f")
 	fs.StringVar(&opts.Provider, "provider", "", "capn provider `name` of every machine (required for kinds capn has no provider for)")
 	fs.StringVar(&opts.Cluster, "cluster", "", "the Cluster to import when the input holds several (its `name`)")
 	fs.BoolVar(&quiet, "quiet", false, "do not list what could not be mapped")
+	fs.BoolVar(&strict, "strict", false, "fail (exit 1, nothing on standard output) when anything is not mapped or the result does not validate")
 	const name = "capn import"
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -62,6 +73,14 @@ func cmdImport(_ context.Context, e env, args []string) int {
 	if err != nil {
 		return reportError(e.stderr, name, nil, fmt.Errorf("%s: %w", file, err))
 	}
+	if strict && (len(res.Notes) > 0 || res.Invalid != nil) {
+		if len(res.Notes) > 0 {
+			fmt.Fprintf(e.stderr, "capn import: --strict: %s not mapped, so nothing is printed:\n", plural(len(res.Notes), "Cluster API setting"))
+			listNotes(e, res.Notes)
+		}
+		reportInvalid(e, file, res.Invalid)
+		return runtime.ExitFailed
+	}
 	out, err := manifest.Encode(res.Cluster)
 	if err != nil {
 		return reportError(e.stderr, name, nil, err)
@@ -71,17 +90,29 @@ func cmdImport(_ context.Context, e env, args []string) int {
 	}
 	if len(res.Notes) > 0 && !quiet {
 		fmt.Fprintf(e.stderr, "capn import: %s not mapped:\n", plural(len(res.Notes), "Cluster API setting"))
-		for _, n := range res.Notes {
-			fmt.Fprintf(e.stderr, "  %s\n", n)
-		}
+		listNotes(e, res.Notes)
 	}
 	if res.Invalid != nil {
-		problems := runtime.Problems(res.Invalid)
-		fmt.Fprintf(e.stderr, "capn import: the cluster made from %s is not valid (%s): fix the manifest before applying it\n", file, plural(len(problems), "problem"))
-		for _, p := range problems {
-			fmt.Fprintf(e.stderr, "  %s\n", p)
-		}
+		reportInvalid(e, file, res.Invalid)
 		return runtime.ExitFailed
 	}
 	return runtime.ExitOK
+}
+
+func listNotes(e env, notes []capi.Note) {
+	for _, n := range notes {
+		fmt.Fprintf(e.stderr, "  %s\n", n)
+	}
+}
+
+// reportInvalid lists the validation problems of the imported cluster.
+func reportInvalid(e env, file string, invalid error) {
+	if invalid == nil {
+		return
+	}
+	problems := runtime.Problems(invalid)
+	fmt.Fprintf(e.stderr, "capn import: the cluster made from %s is not valid (%s): fix the manifest before applying it\n", file, plural(len(problems), "problem"))
+	for _, p := range problems {
+		fmt.Fprintf(e.stderr, "  %s\n", p)
+	}
 }

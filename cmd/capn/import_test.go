@@ -3,11 +3,35 @@ package main
 import (
 	"context"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/capn-dev/capn/schemas/manifest"
 )
+
+// complete is a Cluster API cluster capn import maps whole.
+const complete = `apiVersion: cluster.x-k8s.io/v1beta2
+kind: Cluster
+metadata: {name: whole}
+spec:
+  controlPlaneRef: {apiGroup: controlplane.cluster.x-k8s.io, kind: KubeadmControlPlane, name: whole}
+---
+apiVersion: controlplane.cluster.x-k8s.io/v1beta2
+kind: KubeadmControlPlane
+metadata: {name: whole}
+spec:
+  replicas: 1
+  version: v1.34.2
+  machineTemplate:
+    spec:
+      infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: InMemoryMachineTemplate, name: whole}
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta1
+kind: InMemoryMachineTemplate
+metadata: {name: whole}
+spec: {template: {spec: {}}}
+`
 
 func TestImportCommand(t *testing.T) {
 	const testdata = "../../schemas/capi/testdata/"
@@ -39,6 +63,19 @@ func TestImportCommand(t *testing.T) {
 			wantStdout: "    replicas: 2\n",
 			wantStderr: []string{"capn import: the cluster made from - is not valid (1 problem): fix the manifest before applying it\n  spec.controlPlane.replicas: 2: must be odd"}},
 		{name: "a bad provider name", args: []string{"import", "-f", "x", "--provider", "No"}, wantCode: 2, wantStderr: []string{`capn import: --provider "No": not a provider name: it must be a DNS-1123 label, e.g. sim (see capn import -h)`}},
+		{name: "a ClusterClass with its cluster", args: []string{"import", "-f", testdata + "clusterclass-v1beta2.yaml"},
+			wantStdout: "    provider: docker\n",
+			wantStderr: []string{"capn import: 19 Cluster API settings not mapped:\n",
+				"  ClusterClass/quick-start: spec.patches[1]: patch customImage: capn cannot evaluate ClusterClass patches",
+				"  Cluster/dev: spec.topology.variables[0]: variable imageRepository: "}},
+		{name: "--strict with settings not mapped", args: []string{"import", "-f", testdata + "clusterclass-v1beta2.yaml", "--strict"}, wantCode: 1,
+			wantStderr: []string{"capn import: --strict: 19 Cluster API settings not mapped, so nothing is printed:\n",
+				"  Cluster/dev: metadata.namespace = \"default\": capn has no namespaces"}},
+		{name: "--strict with a result that does not validate", wantCode: 1, args: []string{"import", "-f", "-", "--strict", "--quiet"},
+			stdin:      strings.Replace(complete, "replicas: 1", "replicas: 2", 1),
+			wantStderr: []string{"capn import: the cluster made from - is not valid (1 problem)"}},
+		{name: "--strict with everything mapped", args: []string{"import", "-f", "-", "--strict"}, stdin: complete,
+			wantStdout: "  name: whole\n"},
 		{name: "no -f", args: []string{"import"}, wantCode: 2, wantStderr: []string{"capn import: -f is required"}},
 		{name: "no such file", args: []string{"import", "-f", "nope.yaml"}, wantCode: 1, wantStderr: []string{"capn import: open nope.yaml: no such file or directory"}},
 	}
@@ -47,6 +84,9 @@ func TestImportCommand(t *testing.T) {
 			e, stdout, stderr := testEnv(nil)
 			e.stdin = strings.NewReader(tt.stdin)
 			code := run(context.Background(), e, tt.args)
+			if slices.Contains(tt.args, "--strict") && code != 0 && stdout.String() != "" {
+				t.Errorf("--strict failed (exit %d) but printed:\n%s", code, stdout)
+			}
 			if code != tt.wantCode || !strings.Contains(stdout.String(), tt.wantStdout) {
 				t.Errorf("exit %d (want %d), stdout:\n%s\nwant it to contain %q; stderr:\n%s", code, tt.wantCode, stdout, tt.wantStdout, stderr)
 			}

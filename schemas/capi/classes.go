@@ -146,6 +146,8 @@ func (c *converter) classControlPlane(spec node, cp *capnv1alpha1.ControlPlaneSp
 	ref := classRef(spec)
 	kind, name, kcpt := c.resolve(ref)
 	switch {
+	case !ref.exists():
+		return fmt.Errorf("%s: %s: required: capn needs the class's KubeadmControlPlaneTemplate", c.class.ref(), ref.path)
 	case kind != "KubeadmControlPlaneTemplate":
 		return fmt.Errorf("%s: %s: control plane kind %s is not supported: capn imports KubeadmControlPlaneTemplate", c.class.ref(), ref.path, kind)
 	case kcpt == nil:

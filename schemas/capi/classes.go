@@ -34,9 +34,7 @@ func (c *converter) topology(cl *object, topo node) error {
 	var class node // the ClusterClass's spec, missing without one
 	if c.class != nil {
 		class = c.class.at().field("spec")
-		if err := c.classInfrastructure(class.field("infrastructure")); err != nil {
-			return err
-		}
+		c.classInfrastructure(class.field("infrastructure"))
 	}
 
 	if v, ok := topo.field("version").str(); ok {
@@ -119,19 +117,18 @@ func (c *converter) topologyPool(cl *object, md, class node) error {
 // classInfrastructure reads the class's infrastructure cluster template:
 // the provider of machines whose template is missing, and the failure
 // domains it defines.
-func (c *converter) classInfrastructure(infra node) error {
+func (c *converter) classInfrastructure(infra node) {
 	ref := classRef(infra)
 	if !ref.exists() {
-		return nil
+		return
 	}
 	kind, name, tmpl := c.resolve(ref)
 	c.infraProvider = providerOfKind(kind, tmpl, "spec.template.spec.backend")
 	if tmpl == nil {
 		c.noteRef(c.class, ref, kind, name, reasonMissing(missingInfra))
-		return nil
+		return
 	}
 	c.defineFailureDomains(tmpl)
-	return nil
 }
 
 // classControlPlane maps the class's control plane: the provider from its

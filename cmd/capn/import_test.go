@@ -38,7 +38,7 @@ func TestImportCommand(t *testing.T) {
 			stdin:      strings.Replace(string(v1beta1), "  replicas: 3\n  version: v1.33.4", "  replicas: 2\n  version: v1.33.4", 1),
 			wantStdout: "    replicas: 2\n",
 			wantStderr: []string{"capn import: the cluster made from - is not valid (1 problem): fix the manifest before applying it\n  spec.controlPlane.replicas: 2: must be odd"}},
-		{name: "a bad provider name", args: []string{"import", "-f", "x", "--provider", "No"}, wantCode: 2, wantStderr: []string{`capn import: --provider "No": not a provider name: it must be a DNS-1123 label, e.g. sim (see capn import -h)`}},
+		{name: "a bad provider name", args: []string{"import", "-f", "x", "--provider", "No"}, wantCode: 2, wantStderr: []string{`capn import: --provider "No": not a provider name: it must be a DNS-1123 label, e.g. sim` + "\nSee 'capn import -h' for help.\n"}},
 		{name: "no -f", args: []string{"import"}, wantCode: 2, wantStderr: []string{"capn import: -f is required"}},
 		{name: "no such file", args: []string{"import", "-f", "nope.yaml"}, wantCode: 1, wantStderr: []string{"capn import: open nope.yaml: no such file or directory"}},
 	}

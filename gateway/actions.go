@@ -7,6 +7,7 @@ import (
 
 	"github.com/capn-dev/capn/gateway/api"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/manifest"
 )
 
 // The convenience endpoints change one thing of a stored cluster through the
@@ -66,6 +67,12 @@ func (s *server) upgradeCluster(w http.ResponseWriter, r *http.Request) error {
 	}
 	if req.Version == "" {
 		return badRequest("version is required").withField("version", "required: a Kubernetes version such as v1.35.0", nil)
+	}
+	if _, err := manifest.ParseVersion(req.Version); err != nil {
+		// One error on the field the caller wrote, before it is copied to
+		// spec.kubernetesVersion and the pools that follow it.
+		return badRequest("version %q is not a Kubernetes version", req.Version).
+			withField("version", "must be vMAJOR.MINOR.PATCH, e.g. v1.35.0", req.Version)
 	}
 	return s.change(w, r, name, req.ResourceVersion, false, func(cur, next *capnv1.Cluster) (*capnv1.Cluster, error) {
 		spec := ensure(&next.Spec)

@@ -21,6 +21,7 @@ func TestActions(t *testing.T) {
 		body   string
 		status int
 		paths  []string
+		only   bool // paths are every error of the problem
 		detail string
 		check  func(t *testing.T, c *capnv1.Cluster)
 	}{
@@ -67,7 +68,7 @@ func TestActions(t *testing.T) {
 		{name: "upgrade skipping a minor", path: "demo/upgrade", body: `{"version":"v1.37.1"}`,
 			status: 422, paths: []string{"spec.kubernetesVersion"}, detail: "cannot upgrade cluster demo from v1.35.0 to v1.37.1"},
 		{name: "downgrade", path: "demo/upgrade", body: `{"version":"v1.34.0"}`, status: 422, paths: []string{"spec.kubernetesVersion"}},
-		{name: "upgrade to a bad version", path: "demo/upgrade", body: `{"version":"latest"}`, status: 422, paths: []string{"spec.kubernetesVersion"}},
+		{name: "upgrade to a bad version", path: "demo/upgrade", body: `{"version":"latest"}`, status: 400, paths: []string{"version"}, only: true},
 		{name: "upgrade without a version", path: "demo/upgrade", body: `{}`, status: 400, paths: []string{"version"}},
 		{name: "upgrade the control plane only", path: "demo/upgrade", body: `{"version":"v1.36.0","controlPlaneOnly":true}`, status: 200,
 			check: func(t *testing.T, c *capnv1.Cluster) {
@@ -124,6 +125,9 @@ func TestActions(t *testing.T) {
 			r := e.do(method, "/v1/clusters/"+tt.path, token, body, "Content-Type", api.MediaJSON)
 			if tt.status != http.StatusOK {
 				p := r.wantProblem(t, tt.status, tt.paths...)
+				if tt.only && len(p.Errors) != len(tt.paths) {
+					t.Errorf("%d errors, want only %q: %s", len(p.Errors), tt.paths, r.body)
+				}
 				if !strings.Contains(p.Detail, tt.detail) {
 					t.Errorf("detail %q does not contain %q", p.Detail, tt.detail)
 				}

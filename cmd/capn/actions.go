@@ -3,11 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/capn-dev/capn/gateway/api"
 	"github.com/capn-dev/capn/gateway/client"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/manifest"
 	"github.com/capn-dev/capn/services/runtime"
 )
 
@@ -30,35 +35,43 @@ func cmdScale(ctx context.Context, e env, args []string) int {
 	var wf waitFlags
 	wf.bind(fs, "the cluster is ready at the new size")
 	var pool string
-	replicas := -1
-	fs.StringVar(&pool, "pool", "", "worker `pool` to scale, or control-plane")
-	fs.IntVar(&replicas, "replicas", -1, "the `number` of machines wanted")
+	var replicas int
+	fs.StringVar(&pool, "pool", "", "worker `pool` to scale, or control-plane (required)")
+	fs.IntVar(&replicas, "replicas", 0, "the `number` of machines wanted, 0 or more (required)")
 	const name = "capn scale"
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return exitFor(err)
 	}
+	cluster, err := oneCluster(pos, name)
 	switch {
-	case wantArgs(pos, "the cluster's NAME") != nil:
-		return reportError(e.stderr, name, nil, wantArgs(pos, "the cluster's NAME"))
+	case err != nil:
 	case pool == "":
-		return reportError(e.stderr, name, nil, usagef("--pool is required: a worker pool's name, or %s", api.ControlPlanePool))
+		err = usagef("--pool is required: a worker pool's name, or %s", api.ControlPlanePool)
+	case !given(fs, "replicas"):
+		err = usagef("--replicas is required: the number of machines wanted, 0 or more")
 	case replicas < 0:
-		return reportError(e.stderr, name, nil, usagef("--replicas is required: 0 or more"))
-	case replicas > 1<<20:
-		return reportError(e.stderr, name, nil, usagef("--replicas %d: too many", replicas))
+		err = usagef("--replicas: must be 0 or more, got %d", replicas)
+	case replicas > maxReplicas:
+		err = usagef("--replicas: must be at most %d, got %d", maxReplicas, replicas)
+	}
+	if err != nil {
+		return reportError(e.stderr, name, nil, err)
 	}
 	s, err := a.connect(e, name)
 	if err != nil {
 		return reportError(e.stderr, name, nil, err)
 	}
-	c, err := s.c.Scale(ctx, pos[0], pool, int32(replicas))
+	c, err := s.c.Scale(ctx, cluster, pool, int32(replicas))
 	if err != nil {
 		return s.fail(err)
 	}
-	fmt.Fprintf(e.stdout, "cluster/%s scaled: %s to %d replicas\n", pos[0], poolWord(pool), replicas)
+	fmt.Fprintf(e.stdout, "cluster/%s scaled: %s to %d replicas\n", cluster, poolWord(pool), replicas)
 	return s.finish(ctx, c, wf)
 }
+
+// maxReplicas bounds --replicas well inside an int32.
+const maxReplicas = 1 << 20
 
 func poolWord(pool string) string {
 	if pool == api.ControlPlanePool {
@@ -93,17 +106,24 @@ func cmdUpgrade(ctx context.Context, e env, args []string) int {
 	if err != nil {
 		return exitFor(err)
 	}
-	if err := wantArgs(pos, "the cluster's NAME"); err != nil {
-		return reportError(e.stderr, name, nil, err)
+	cluster, err := oneCluster(pos, name)
+	switch {
+	case err != nil:
+	case version == "":
+		err = usagef("--version is required, e.g. v1.34.2")
+	default:
+		if _, perr := manifest.ParseVersion(version); perr != nil {
+			err = usagef("--version: must be vMAJOR.MINOR.PATCH, e.g. v1.34.2, got %q", version)
+		}
 	}
-	if version == "" {
-		return reportError(e.stderr, name, nil, usagef("--version is required, e.g. v1.34.2"))
+	if err != nil {
+		return reportError(e.stderr, name, nil, err)
 	}
 	s, err := a.connect(e, name)
 	if err != nil {
 		return reportError(e.stderr, name, nil, err)
 	}
-	c, err := s.c.Upgrade(ctx, pos[0], version)
+	c, err := s.c.Upgrade(ctx, cluster, version)
 	if err != nil {
 		return s.fail(err)
 	}
@@ -115,7 +135,7 @@ func cmdUpgrade(ctx context.Context, e env, args []string) int {
 			pinned = append(pinned, p.GetName()+" ("+p.GetVersion()+")")
 		}
 	}
-	msg := fmt.Sprintf("cluster/%s upgrading to %s: the control plane", pos[0], version)
+	msg := fmt.Sprintf("cluster/%s upgrading to %s: the control plane", cluster, version)
 	if len(following) > 0 {
 		msg += ", then pools " + strings.Join(following, ", ")
 	}
@@ -201,72 +221,158 @@ func flagAction(ctx context.Context, e env, args []string, verb, done, help stri
 	if err != nil {
 		return exitFor(err)
 	}
-	if err := wantArgs(pos, "the cluster's NAME"); err != nil {
+	cluster, err := oneCluster(pos, name)
+	if err != nil {
 		return reportError(e.stderr, name, nil, err)
 	}
 	s, err := a.connect(e, name)
 	if err != nil {
 		return reportError(e.stderr, name, nil, err)
 	}
-	c, err := call(s.c, ctx, pos[0])
+	c, err := call(s.c, ctx, cluster)
 	if err != nil {
 		return s.fail(err)
 	}
-	fmt.Fprintf(e.stdout, "cluster/%s %s\n", pos[0], done)
+	fmt.Fprintf(e.stdout, "cluster/%s %s\n", cluster, done)
 	if wait == nil || !wf.wait {
 		return runtime.ExitOK
 	}
-	if err := s.waitFor(ctx, pos[0], wait.goal, c.GetMetadata().GetGeneration(), wf.timeout); err != nil {
+	if err := s.waitFor(ctx, cluster, wait.goal, c.GetMetadata().GetGeneration(), wf.timeout); err != nil {
 		return s.fail(err)
 	}
 	return runtime.ExitOK
 }
 
 const deleteHelp = `
-Deletes a cluster: capn removes the workers, then the control plane, the
-infrastructure and the cluster's secrets, then the cluster. Without --wait
-it returns once the deletion is requested; with --wait, once the cluster
-is gone, showing the machines left and the current step.
+Deletes clusters: capn removes the workers, then the control plane, the
+infrastructure and the cluster's secrets, then the cluster. Name them
+(cluster NAME..., or cluster/NAME... as capn get -o name prints them) or
+select them with -l. Every cluster named must exist, or none is deleted.
+Each deletion is reported on its own line. Without --wait it returns once
+every deletion is requested; with --wait, once every cluster is gone
+(--timeout bounds the whole wait), showing the machines left and the
+current step.
 
 Examples:
   capn delete cluster demo --wait
+  capn delete cluster/a cluster/b
+  capn delete clusters -l env=dev --wait
+  capn get clusters -l env=dev -o name | xargs capn delete
 `
 
 func cmdDelete(ctx context.Context, e env, args []string) int {
-	fs := newFlags(e, "capn delete cluster NAME [--wait]", deleteHelp)
+	fs := newFlags(e, "capn delete cluster NAME... | cluster/NAME... | clusters -l SELECTOR [--wait]", deleteHelp)
 	var a apiFlags
 	a.bind(fs)
 	var wf waitFlags
-	wf.bind(fs, "the cluster is gone")
+	wf.bind(fs, "every cluster is gone")
+	var selector string
+	fs.StringVar(&selector, "l", "", "delete the clusters with these labels: a `selector`, e.g. env=dev")
+	fs.StringVar(&selector, "selector", "", "`selector`: same as -l")
 	const name = "capn delete"
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return exitFor(err)
 	}
-	if len(pos) > 0 && pos[0] != "cluster" && pos[0] != "clusters" && pos[0] != "cl" {
-		return reportError(e.stderr, name, nil, usagef("cannot delete %q: capn deletes clusters (capn delete cluster NAME)", pos[0]))
-	}
-	if err := wantArgs(pos, "cluster", "the cluster's NAME"); err != nil {
+	names, err := deleteTargets(pos, selector)
+	if err != nil {
 		return reportError(e.stderr, name, nil, err)
 	}
 	s, err := a.connect(e, name)
 	if err != nil {
 		return reportError(e.stderr, name, nil, err)
 	}
-	c, err := s.c.Delete(ctx, pos[1])
-	if err != nil {
+	if err := s.deleteClusters(ctx, names, selector, wf); err != nil {
 		return s.fail(err)
 	}
-	if c.GetSpec().GetPaused() {
-		fmt.Fprintf(e.stderr, "capn delete: cluster %s is paused: nothing happens until capn resume %s\n", pos[1], pos[1])
+	return runtime.ExitOK
+}
+
+// deleteTargets checks capn delete's arguments: the clusters named
+// (without repeats), or none with a selector.
+func deleteTargets(pos []string, selector string) ([]string, error) {
+	if len(pos) == 0 {
+		return nil, usagef("missing what to delete: cluster NAME..., cluster/NAME... or clusters -l SELECTOR")
+	}
+	if _, ok := resourceOf(pos[0]); !ok && !strings.Contains(pos[0], "/") {
+		return nil, usagef("cannot delete %q: capn deletes clusters (capn delete cluster %s)", pos[0], pos[0])
+	}
+	r, err := parseRefs(pos)
+	switch {
+	case err != nil:
+		return nil, err
+	case r.res != resCluster:
+		return nil, usagef("cannot delete %s: capn deletes clusters; a machine goes when its pool is scaled down (capn scale) or replaced by capn", r.res.plural)
+	case selector != "" && len(r.names) > 0:
+		return nil, usagef("-l selects the clusters to delete: it cannot go with names")
+	case selector == "" && len(r.names) == 0:
+		return nil, usagef("missing the clusters to delete: their names, or -l SELECTOR")
+	}
+	if selector != "" {
+		if _, err := labels.Parse(selector); err != nil {
+			return nil, usagef("-l %q: %v", selector, err)
+		}
+	}
+	var names []string
+	for _, n := range r.names {
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	return names, nil
+}
+
+// deleteClusters deletes the clusters named, or those selector selects:
+// first it checks that every cluster named exists (if one does not,
+// nothing is deleted), then it deletes each, printing a line for each,
+// then, with --wait, waits until every one is gone.
+func (s *session) deleteClusters(ctx context.Context, names []string, selector string, wf waitFlags) error {
+	if selector != "" {
+		cs, err := s.c.List(ctx, client.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return err
+		}
+		if len(cs) == 0 {
+			fmt.Fprintln(s.e.stderr, "No resources found.")
+			return nil
+		}
+		for _, c := range cs {
+			names = append(names, c.GetMetadata().GetName())
+		}
+	} else {
+		var missing []string
+		for _, n := range names {
+			if _, err := s.c.Get(ctx, n); client.IsNotFound(err) {
+				missing = append(missing, n)
+			} else if err != nil {
+				return err
+			}
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("no cluster %s: nothing deleted", strings.Join(missing, ", no cluster "))
+		}
+	}
+	deadline := time.Now().Add(wf.timeout)
+	for _, n := range names {
+		c, err := s.c.Delete(ctx, n)
+		if err != nil {
+			return err
+		}
+		if c.GetSpec().GetPaused() {
+			fmt.Fprintf(s.e.stderr, "capn delete: cluster %s is paused: nothing happens until capn resume %s\n", n, n)
+		}
+		if !wf.wait {
+			fmt.Fprintf(s.e.stdout, "cluster/%s deleting\n", n)
+		}
 	}
 	if !wf.wait {
-		fmt.Fprintf(e.stdout, "cluster/%s deleting\n", pos[1])
-		return runtime.ExitOK
+		return nil
 	}
-	if err := s.waitFor(ctx, pos[1], untilGone, 0, wf.timeout); err != nil {
-		return s.fail(err)
+	for _, n := range names {
+		if err := s.waitFor(ctx, n, untilGone, 0, max(time.Until(deadline), 0)); err != nil {
+			return err
+		}
+		fmt.Fprintf(s.e.stdout, "cluster/%s deleted\n", n)
 	}
-	fmt.Fprintf(e.stdout, "cluster/%s deleted\n", pos[1])
-	return runtime.ExitOK
+	return nil
 }

@@ -2,8 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
-	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -24,7 +22,8 @@ func TestParseArgs(t *testing.T) {
 		{args: nil},
 	}
 	for _, tt := range tests {
-		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		e, _, _ := testEnv(nil)
+		fs := newFlags(e, "capn t", "")
 		o := fs.String("o", "", "")
 		fs.StringVar(o, "output", "", "")
 		w := fs.Bool("watch", false, "")
@@ -33,9 +32,8 @@ func TestParseArgs(t *testing.T) {
 			t.Errorf("parseArgs(%q) = %q, -o %q, -w %v, %v", tt.args, pos, *o, *w, err)
 		}
 	}
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	if _, err := parseArgs(fs, []string{"clusters", "--nope"}); err == nil {
+	e, _, _ := testEnv(nil)
+	if _, err := parseArgs(newFlags(e, "capn t", ""), []string{"clusters", "--nope"}); err == nil {
 		t.Error("an unknown flag after an argument was accepted")
 	}
 	var ue usageError

@@ -186,7 +186,7 @@ func TestCLIEndToEnd(t *testing.T) {
 	expect(capn("get", "clusters"), 0, nil, []string{"No resources found."}, "get clusters when there are none")
 
 	// Usage mistakes exit 2; a token the gateway does not know, 1.
-	expect(capn("get", "clusters", "--bogus"), 2, nil, []string{"flag provided but not defined: -bogus"}, "a bad flag")
-	expect(capn("delete", "demo"), 2, nil, []string{`capn delete: cannot delete "demo": capn deletes clusters (capn delete cluster NAME)`}, "delete without the kind")
+	expect(capn("get", "clusters", "--bogus"), 2, nil, []string{"capn get: unknown flag --bogus\nSee 'capn get -h' for help.\n"}, "a bad flag")
+	expect(capn("delete", "demo"), 2, nil, []string{`capn delete: cannot delete "demo": capn deletes clusters (capn delete cluster demo)`}, "delete without the kind")
 	expect(capn("get", "clusters", "--token", "wrong"), 1, nil, []string{"(401)", "the token (from --token) is not one the gateway at http://127.0.0.1:"}, "a wrong token")
 }

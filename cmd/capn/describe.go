@@ -24,11 +24,11 @@ message that say why. Then the cluster's conditions and its latest events.
 
 Examples:
   capn describe cluster demo
-  capn describe cluster demo --show-conditions
+  capn describe cluster/demo --show-conditions
 `
 
 func cmdDescribe(ctx context.Context, e env, args []string) int {
-	fs := newFlags(e, "capn describe cluster NAME [--show-conditions]", describeHelp)
+	fs := newFlags(e, "capn describe cluster NAME | cluster/NAME [--show-conditions]", describeHelp)
 	var a apiFlags
 	a.bind(fs)
 	var showConds bool
@@ -38,27 +38,48 @@ func cmdDescribe(ctx context.Context, e env, args []string) int {
 	if err != nil {
 		return exitFor(err)
 	}
-	if len(pos) > 0 && pos[0] != "cluster" && pos[0] != "clusters" && pos[0] != "cl" {
-		return reportError(e.stderr, name, nil, usagef("cannot describe %q: capn describes clusters (capn describe cluster NAME)", pos[0]))
-	}
-	if err := wantArgs(pos, "cluster", "the cluster's NAME"); err != nil {
+	cluster, err := describeTarget(pos)
+	if err != nil {
 		return reportError(e.stderr, name, nil, err)
 	}
 	s, err := a.connect(e, name)
 	if err != nil {
 		return reportError(e.stderr, name, nil, err)
 	}
-	c, err := s.c.Get(ctx, pos[1])
+	c, err := s.c.Get(ctx, cluster)
 	if err != nil {
 		return s.fail(err)
 	}
-	ms, err := s.c.Machines(ctx, pos[1], client.ListOptions{})
+	ms, err := s.c.Machines(ctx, cluster, client.ListOptions{})
 	if err != nil && !client.IsNotFound(err) {
 		return s.fail(err)
 	}
-	evs, _ := s.c.Events(ctx, pos[1], client.EventsOptions{Limit: 10}) // best effort: the tree is what matters
+	evs, _ := s.c.Events(ctx, cluster, client.EventsOptions{Limit: 10}) // best effort: the tree is what matters
 	describeCluster(e.stdout, c, ms, evs, describeOpts{now: time.Now(), loc: time.Local, showConditions: showConds})
 	return runtime.ExitOK
+}
+
+// describeTarget is the cluster of capn describe cluster NAME (or
+// cluster/NAME).
+func describeTarget(pos []string) (string, error) {
+	if len(pos) == 0 {
+		return "", usagef("missing the cluster: capn describe cluster NAME")
+	}
+	if _, ok := resourceOf(pos[0]); !ok && !strings.Contains(pos[0], "/") {
+		return "", usagef("cannot describe %q: capn describes clusters (capn describe cluster %s)", pos[0], pos[0])
+	}
+	r, err := parseRefs(pos)
+	switch {
+	case err != nil:
+		return "", err
+	case r.res != resCluster:
+		return "", usagef("cannot describe %s: capn describes clusters, their machines in the tree (capn get %s NAME -o yaml shows one)", r.res.plural, r.res.singular)
+	case len(r.names) == 0:
+		return "", usagef("missing the cluster's NAME")
+	case len(r.names) > 1:
+		return "", usagef("unexpected argument %q: capn describes one cluster", pos[len(pos)-len(r.names)+1])
+	}
+	return r.names[0], nil
 }
 
 type describeOpts struct {

@@ -164,12 +164,12 @@ func cmdDev(ctx context.Context, e env, args []string) int {
 		fmt.Fprint(w, "Ctrl-C stops it. Each flag not given is read from the variable in brackets.\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseCommandLine(e, fs, args)
+	if err != nil {
 		return exitFor(err)
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(e.stderr, "capn dev: unexpected argument %q (see capn dev -h)\n", fs.Arg(0))
-		return runtime.ExitUsage
+	if err := wantArgs(pos); err != nil {
+		return reportError(e.stderr, "capn dev", nil, err)
 	}
 	if err := errors.Join(runtime.ApplyFlagEnv(fs, e.lookup, cfg.flags()...), cfg.validate()); err != nil {
 		runtime.PrintProblems(e.stderr, "capn dev", err)

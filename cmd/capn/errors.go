@@ -21,7 +21,7 @@ import (
 func reportError(w io.Writer, name string, conn *connection, err error) int {
 	var ue usageError
 	if errors.As(err, &ue) {
-		fmt.Fprintf(w, "%s: %s (see %s -h)\n", name, ue.msg, name)
+		fmt.Fprintf(w, "%s: %s\nSee '%s -h' for help.\n", name, ue.msg, name)
 		return runtime.ExitUsage
 	}
 	var ce *client.Error

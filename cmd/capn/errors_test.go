@@ -43,7 +43,7 @@ func TestReportError(t *testing.T) {
 		{name: "unreachable", conn: conn, err: fmt.Errorf("GET /v1/clusters: %w", &url.Error{Op: "Get", URL: "http://127.0.0.1:8080/v1/clusters", Err: syscall.ECONNREFUSED}), wantCode: 1,
 			want: "capn x: cannot reach the gateway at http://127.0.0.1:8080 (from CAPN_SERVER): connection refused\n  is capn dev running?"},
 		{name: "interrupted", conn: conn, err: context.Canceled, wantCode: 1, want: "capn x: interrupted\n"},
-		{name: "a usage mistake", err: usagef("missing NAME"), wantCode: 2, want: "capn x: missing NAME (see capn x -h)\n"},
+		{name: "a usage mistake", err: usagef("missing NAME"), wantCode: 2, want: "capn x: missing NAME\nSee 'capn x -h' for help.\n"},
 		{name: "anything else", err: errors.New("boom"), wantCode: 1, want: "capn x: boom\n"},
 	}
 	for _, tt := range tests {

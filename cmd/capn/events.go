@@ -42,7 +42,8 @@ func cmdEvents(ctx context.Context, e env, args []string) int {
 	if err != nil {
 		return exitFor(err)
 	}
-	if err := wantArgs(pos, "the cluster's NAME"); err != nil {
+	cluster, err := oneCluster(pos, name)
+	if err != nil {
 		return reportError(e.stderr, name, nil, err)
 	}
 	if output != "" && output != outJSON {
@@ -58,7 +59,7 @@ func cmdEvents(ctx context.Context, e env, args []string) int {
 	p := &eventPrinter{w: e.stdout, json: output == outJSON, loc: time.Local}
 	opts := client.EventsOptions{Limit: limit}
 	if !follow {
-		evs, err := s.c.Events(ctx, pos[0], opts)
+		evs, err := s.c.Events(ctx, cluster, opts)
 		if err != nil {
 			return s.fail(err)
 		}
@@ -73,7 +74,7 @@ func cmdEvents(ctx context.Context, e env, args []string) int {
 			return runtime.ExitOK
 		}
 		if len(evs) == 0 {
-			fmt.Fprintf(e.stderr, "No events for cluster %s.\n", pos[0])
+			fmt.Fprintf(e.stderr, "No events for cluster %s.\n", cluster)
 			return runtime.ExitOK
 		}
 		if err := p.batch(evs); err != nil {
@@ -83,7 +84,7 @@ func cmdEvents(ctx context.Context, e env, args []string) int {
 	}
 	var stored []api.TimelineEvent
 	synced := false
-	err = s.c.FollowEvents(ctx, pos[0], opts, func(ev api.TimelineEvent) error {
+	err = s.c.FollowEvents(ctx, cluster, opts, func(ev api.TimelineEvent) error {
 		if !synced {
 			stored = append(stored, ev)
 			return nil

@@ -8,12 +8,18 @@ import (
 	"time"
 
 	"github.com/capn-dev/capn/gateway/client"
+	"github.com/capn-dev/capn/services/runtime"
 )
 
-// newFlags makes a command's flag set: its errors and help go to stderr
-// (stdout for `capn help <command>`), the help being the synopsis, the
-// description and the flags.
-func newFlags(e env, synopsis, description string) *flag.FlagSet {
+// flagSet is a command's flags and the env it prints to.
+type flagSet struct {
+	*flag.FlagSet
+	e env
+}
+
+// newFlags makes a command's flag set; its help (-h) is the synopsis, the
+// description and the flags, printed on stdout.
+func newFlags(e env, synopsis, description string) *flagSet {
 	name, _, _ := strings.Cut(strings.TrimPrefix(synopsis, "capn "), " ")
 	fs := flag.NewFlagSet("capn "+name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
@@ -27,16 +33,29 @@ func newFlags(e env, synopsis, description string) *flag.FlagSet {
 			fs.PrintDefaults()
 		}
 	}
-	return fs
+	return &flagSet{fs, e}
 }
 
-// parseArgs parses args with fs, letting flags come after the positional
-// arguments as kubectl does (`capn get machines --cluster demo`); "--" ends
-// the flags. It returns the positional arguments.
-func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+// parseArgs parses a command's arguments (see parseCommandLine).
+func parseArgs(fs *flagSet, args []string) ([]string, error) {
+	return parseCommandLine(fs.e, fs.FlagSet, args)
+}
+
+// parseCommandLine is how every capn command parses its arguments. Flags
+// may come after the positional arguments, as with kubectl (`capn get
+// machines --cluster demo`); "--" ends the flags. It returns the
+// positional arguments. -h and --help print the command's help on stdout
+// and return flag.ErrHelp (exitFor: 0). A mistake (an unknown flag, a
+// flag without its value, a bad value) is printed on stderr as one line
+// naming the flag and one pointing at the command's -h, and returned
+// (exitFor: 2).
+func parseCommandLine(e env, fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := runtime.ParseFlags(fs, args, e.stdout); err != nil {
+			if !errors.Is(err, flag.ErrHelp) {
+				reportError(e.stderr, fs.Name(), nil, flagMistake(err))
+			}
 			return nil, err
 		}
 		rest := fs.Args()
@@ -49,6 +68,31 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 		pos = append(pos, rest[0])
 		args = rest[1:]
 	}
+}
+
+// flagMistake is a flag error as a usage error; -A, which kubectl users
+// type out of habit, says why capn has no use for it here.
+func flagMistake(err error) usageError {
+	var fe *runtime.FlagError
+	if errors.As(err, &fe) && fe.Unknown && (fe.Flag == "-A" || fe.Flag == "--all-namespaces") {
+		return usageError{fe.Flag + ": capn has no namespaces; only the commands that list (capn get) accept -A, and ignore it"}
+	}
+	return usageError{err.Error()}
+}
+
+// allNamespaces binds -A and --all-namespaces, which a command that lists
+// accepts and ignores: capn has no namespaces.
+func allNamespaces(fs *flagSet) {
+	var ignored bool
+	fs.BoolVar(&ignored, "A", false, "accepted and ignored: capn has no namespaces (for kubectl habits)")
+	fs.BoolVar(&ignored, "all-namespaces", false, "same as -A")
+}
+
+// given says whether the flag was on the command line.
+func given(fs *flagSet, name string) bool {
+	found := false
+	fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+	return found
 }
 
 // usageError is a mistake in the command line: exit code 2.
@@ -74,7 +118,7 @@ type apiFlags struct {
 	server, token string
 }
 
-func (a *apiFlags) bind(fs *flag.FlagSet) {
+func (a *apiFlags) bind(fs *flagSet) {
 	fs.StringVar(&a.server, "server", "", "gateway `URL`, e.g. http://127.0.0.1:8080 (default: $CAPN_SERVER, then the client config)")
 	fs.StringVar(&a.token, "token", "", "bearer `token` (default: $CAPN_TOKEN, then the client config)")
 }
@@ -85,7 +129,7 @@ type waitFlags struct {
 	timeout time.Duration
 }
 
-func (w *waitFlags) bind(fs *flag.FlagSet, until string) {
+func (w *waitFlags) bind(fs *flagSet, until string) {
 	fs.BoolVar(&w.wait, "wait", false, "wait until "+until+", showing progress on stderr")
 	fs.DurationVar(&w.timeout, "timeout", 10*time.Minute, "how long --wait waits before failing with what blocks")
 }

@@ -19,25 +19,32 @@ import (
 )
 
 const getHelp = `
-Lists clusters, or machines, or shows one by name. The table shows what
-capn is doing (PHASE) and how many machines are ready out of desired; -o
-wide adds more columns, -o json and -o yaml print Kubernetes-style lists
-({"kind": "ClusterList", "apiVersion": "capn.dev/v1alpha1", "items": [...]})
-or the one object named, -o name prints cluster/NAME lines.
+Lists clusters, or machines, or shows those named (TYPE NAME... or
+TYPE/NAME..., as -o name prints them). The table shows what capn is doing
+(PHASE) and how many machines are ready out of desired; -o wide adds more
+columns, -o json and -o yaml print Kubernetes-style lists ({"kind":
+"ClusterList", "apiVersion": "capn.dev/v1alpha1", "items": [...]}) or the
+one object named, -o name prints cluster/NAME and machine/NAME lines, -o
+go-template=TEMPLATE runs a Go text/template on the JSON of the list (or
+of the one object named). A machine named without --cluster is looked up
+in every cluster. capn has no namespaces: -A is accepted and ignored.
 
 With -w the list is followed by a line for each change (Ctrl-C stops).
 
 Examples:
   capn get clusters
   capn get clusters -l env=dev -o wide
-  capn get cluster demo -o yaml
+  capn get cluster/demo -o yaml
   capn get machines --cluster demo -w
+  capn get machine/demo-md-0-5d4c9-0
+  capn get clusters -o go-template='{{range .items}}{{.metadata.name}} {{.status.phase}}{{"\n"}}{{end}}'
 `
 
 // getOpts are capn get's settings.
 type getOpts struct {
 	machines       bool
-	name, cluster  string
+	names          []string // none: the list
+	cluster        string
 	output         string
 	selector       string
 	watch          bool
@@ -45,17 +52,18 @@ type getOpts struct {
 }
 
 func cmdGet(ctx context.Context, e env, args []string) int {
-	fs := newFlags(e, "capn get clusters|machines [NAME] [flags]", getHelp)
+	fs := newFlags(e, "capn get clusters|machines [NAME...] | TYPE/NAME... [flags]", getHelp)
 	var a apiFlags
 	a.bind(fs)
 	var o getOpts
-	fs.StringVar(&o.output, "o", "", "output `format`: wide, yaml, json or name")
+	fs.StringVar(&o.output, "o", "", "output `format`: wide, yaml, json, name or go-template=TEMPLATE")
 	fs.StringVar(&o.output, "output", "", "`format`: same as -o")
 	fs.BoolVar(&o.watch, "w", false, "after listing, print a line for each change until Ctrl-C")
 	fs.BoolVar(&o.watch, "watch", false, "same as -w")
 	fs.StringVar(&o.selector, "l", "", "label `selector`, e.g. env=dev,tier!=db")
 	fs.StringVar(&o.selector, "selector", "", "`selector`: same as -l")
 	fs.StringVar(&o.cluster, "cluster", "", "machines of this `cluster` (default: every cluster's)")
+	allNamespaces(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return exitFor(err)
@@ -83,26 +91,15 @@ func cmdGet(ctx context.Context, e env, args []string) int {
 
 func (o *getOpts) parse(pos []string) error {
 	if len(pos) == 0 {
-		return usagef("missing what to get: clusters or machines")
+		return usagef("missing what to get: clusters, machines, or TYPE/NAME")
 	}
-	switch pos[0] {
-	case "clusters", "cluster", "cl":
-	case "machines", "machine", "ma":
-		o.machines = true
-	default:
-		return usagef("cannot get %q: clusters or machines", pos[0])
+	r, err := parseRefs(pos)
+	if err != nil {
+		return err
 	}
-	if len(pos) > 2 {
-		return usagef("unexpected argument %q", pos[2])
-	}
-	if len(pos) == 2 {
-		o.name = pos[1]
-		if o.machines && o.cluster == "" {
-			return usagef("a machine is named within its cluster: add --cluster")
-		}
-		if o.selector != "" {
-			return usagef("-l selects from a list: it cannot go with a name")
-		}
+	o.machines, o.names = r.res == resMachine, r.names
+	if len(o.names) > 0 && o.selector != "" {
+		return usagef("-l selects from a list: it cannot go with a name")
 	}
 	if o.cluster != "" && !o.machines {
 		return usagef("--cluster goes with machines")
@@ -118,16 +115,18 @@ func (o *getOpts) parse(pos []string) error {
 	return nil
 }
 
-// get prints the list, or the one object, once.
+// get prints the list, or the objects named, once.
 func (s *session) get(ctx context.Context, o getOpts) error {
 	var objs []proto.Message
 	switch {
-	case !o.machines && o.name != "":
-		c, err := s.c.Get(ctx, o.name)
-		if err != nil {
-			return err
+	case !o.machines && len(o.names) > 0:
+		for _, name := range o.names {
+			c, err := s.c.Get(ctx, name)
+			if err != nil {
+				return err
+			}
+			objs = append(objs, c)
 		}
-		objs = append(objs, c)
 	case !o.machines:
 		cs, err := s.c.List(ctx, client.ListOptions{LabelSelector: o.selector})
 		if err != nil {
@@ -136,12 +135,14 @@ func (s *session) get(ctx context.Context, o getOpts) error {
 		for _, c := range cs {
 			objs = append(objs, c)
 		}
-	case o.name != "":
-		m, err := s.c.Machine(ctx, o.cluster, o.name)
-		if err != nil {
-			return err
+	case len(o.names) > 0:
+		for _, name := range o.names {
+			m, err := s.machine(ctx, o.cluster, name)
+			if err != nil {
+				return err
+			}
+			objs = append(objs, m)
 		}
-		objs = append(objs, m)
 	default:
 		ms, err := s.machines(ctx, o.cluster, o.selector)
 		if err != nil {
@@ -166,7 +167,45 @@ func (s *session) get(ctx context.Context, o getOpts) error {
 		writeTable(w, rows)
 		return nil
 	}
-	return printObjects(w, o.output, listKind(o.machines), o.name != "", objs)
+	return printObjects(w, o.output, listKind(o.machines), len(o.names) == 1, objs)
+}
+
+// machine gets a machine by name: in cluster, or, without one, in the
+// cluster whose machines it is. The planner names a machine
+// CLUSTER-POOL-HASH-N, so the clusters whose name it starts with are
+// asked first; a name it shortened is found in the others' lists.
+func (s *session) machine(ctx context.Context, cluster, name string) (*capnv1.Machine, error) {
+	if cluster != "" {
+		return s.c.Machine(ctx, cluster, name)
+	}
+	cs, err := s.c.List(ctx, client.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var others []string
+	for _, c := range cs {
+		cn := c.GetMetadata().GetName()
+		if !strings.HasPrefix(name, cn+"-") {
+			others = append(others, cn)
+			continue
+		}
+		m, err := s.c.Machine(ctx, cn, name)
+		if err == nil || !client.IsNotFound(err) {
+			return m, err
+		}
+	}
+	for _, cn := range others {
+		ms, err := s.c.Machines(ctx, cn, client.ListOptions{})
+		if err != nil && !client.IsNotFound(err) {
+			return nil, err
+		}
+		for _, m := range ms {
+			if m.GetMetadata().GetName() == name {
+				return m, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("machine %s not found in any of the %d clusters", name, len(cs))
 }
 
 // machines lists one cluster's machines, or every cluster's.
@@ -246,7 +285,7 @@ func (o getOpts) selects(obj proto.Message) bool {
 	case *capnv1.Machine:
 		md = v.GetMetadata()
 	}
-	if o.name != "" && md.GetName() != o.name {
+	if len(o.names) > 0 && !slices.Contains(o.names, md.GetName()) {
 		return false
 	}
 	return o.selectorParsed.Matches(labels.Set(md.GetLabels()))
@@ -258,8 +297,8 @@ func (s *session) watchGet(ctx context.Context, o getOpts) error {
 	wo := client.WatchOptions{Kind: api.KindCluster}
 	if o.machines {
 		wo = client.WatchOptions{Kind: api.KindMachine, Cluster: o.cluster}
-	} else if o.name != "" {
-		wo.Cluster = o.name
+	} else if len(o.names) == 1 {
+		wo.Cluster = o.names[0]
 	}
 	w := s.e.stdout
 	var initial []proto.Message

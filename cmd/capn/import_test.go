@@ -62,7 +62,7 @@ func TestImportCommand(t *testing.T) {
 			stdin:      strings.Replace(string(v1beta1), "  replicas: 3\n  version: v1.33.4", "  replicas: 2\n  version: v1.33.4", 1),
 			wantStdout: "    replicas: 2\n",
 			wantStderr: []string{"capn import: the cluster made from - is not valid (1 problem): fix the manifest before applying it\n  spec.controlPlane.replicas: 2: must be odd"}},
-		{name: "a bad provider name", args: []string{"import", "-f", "x", "--provider", "No"}, wantCode: 2, wantStderr: []string{`capn import: --provider "No": not a provider name: it must be a DNS-1123 label, e.g. sim (see capn import -h)`}},
+		{name: "a bad provider name", args: []string{"import", "-f", "x", "--provider", "No"}, wantCode: 2, wantStderr: []string{`capn import: --provider "No": not a provider name: it must be a DNS-1123 label, e.g. sim` + "\nSee 'capn import -h' for help.\n"}},
 		{name: "a ClusterClass with its cluster", args: []string{"import", "-f", testdata + "clusterclass-v1beta2.yaml"},
 			wantStdout: "    provider: docker\n",
 			wantStderr: []string{"capn import: 19 Cluster API settings not mapped:\n",

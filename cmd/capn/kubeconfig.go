@@ -30,21 +30,22 @@ func cmdKubeconfig(ctx context.Context, e env, args []string) int {
 	if err != nil {
 		return exitFor(err)
 	}
-	if err := wantArgs(pos, "the cluster's NAME"); err != nil {
+	cluster, err := oneCluster(pos, name)
+	if err != nil {
 		return reportError(e.stderr, name, nil, err)
 	}
 	s, err := a.connect(e, name)
 	if err != nil {
 		return reportError(e.stderr, name, nil, err)
 	}
-	kc, err := s.c.Kubeconfig(ctx, pos[0])
+	kc, err := s.c.Kubeconfig(ctx, cluster)
 	if err != nil {
 		return s.fail(err)
 	}
 	if out == "" {
 		_, err = e.stdout.Write(kc)
 	} else if err = writeFileAtomic(out, kc, 0o600); err == nil {
-		fmt.Fprintf(e.stderr, "wrote the kubeconfig of cluster %s to %s\n", pos[0], out)
+		fmt.Fprintf(e.stderr, "wrote the kubeconfig of cluster %s to %s\n", cluster, out)
 	}
 	if err != nil {
 		return s.fail(err)

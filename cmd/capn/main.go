@@ -119,12 +119,13 @@ func cmdHelp(ctx context.Context, e env, args []string) int {
 		usage(e.stdout)
 		return runtime.ExitOK
 	case 1:
-		if args[0] == "help" {
+		switch args[0] {
+		case "help", "-h", "-help", "--help":
 			usage(e.stdout)
 			return runtime.ExitOK
 		}
 		if c, ok := lookupCommand(args[0]); ok {
-			return c.run(ctx, env{stdin: e.stdin, stdout: e.stdout, stderr: e.stdout, lookup: e.lookup}, []string{"-h"})
+			return c.run(ctx, e, []string{"-h"}) // every command prints its help on stdout
 		}
 		fmt.Fprintf(e.stderr, "capn help: unknown command %q\n\n", args[0])
 	}

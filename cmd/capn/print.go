@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"text/template"
 	"time"
 	"unicode/utf8"
 
@@ -27,12 +28,50 @@ const (
 	outName  = "name"
 )
 
+// outGoTemplate prefixes -o go-template=TEMPLATE: a text/template run on
+// the object (or the list) as its JSON decodes, as kubectl's.
+const outGoTemplate = "go-template="
+
 func checkOutput(o string) error {
 	switch o {
 	case outTable, outWide, outJSON, outYAML, outName:
 		return nil
+	case "go-template":
+		return usagef("-o go-template needs its template after =, e.g. -o go-template='{{.metadata.name}}'")
 	}
-	return usagef("-o %q: must be wide, yaml, json or name", o)
+	if t, ok := strings.CutPrefix(o, outGoTemplate); ok {
+		_, err := parseGoTemplate(t)
+		return err
+	}
+	return usagef("-o %q: must be wide, yaml, json, name or go-template=TEMPLATE", o)
+}
+
+// parseGoTemplate parses -o go-template's template; its errors say where
+// (template: -o go-template:1: unexpected "}" in operand).
+func parseGoTemplate(t string) (*template.Template, error) {
+	if strings.TrimSpace(t) == "" {
+		return nil, usagef("-o go-template= is empty: give a template, e.g. -o go-template='{{.metadata.name}}'")
+	}
+	tmpl, err := template.New("-o go-template").Parse(t)
+	if err != nil {
+		return nil, usageError{err.Error()}
+	}
+	return tmpl, nil
+}
+
+// execGoTemplate runs tmpl on JSON decoded to maps, slices, strings,
+// bools and numbers (as written: 3, not 3e+00).
+func execGoTemplate(w io.Writer, tmpl *template.Template, j []byte, what string) error {
+	dec := json.NewDecoder(bytes.NewReader(j))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return err
+	}
+	if err := tmpl.Execute(w, v); err != nil {
+		return fmt.Errorf("-o go-template on %s: %w", what, err)
+	}
+	return nil
 }
 
 // table lays out rows in columns the way kubectl does: each column as
@@ -234,6 +273,17 @@ func printObjects(w io.Writer, format, listKind string, single bool, objs []prot
 	}
 	if err != nil {
 		return err
+	}
+	if t, ok := strings.CutPrefix(format, outGoTemplate); ok {
+		tmpl, err := parseGoTemplate(t)
+		if err != nil {
+			return err
+		}
+		what := "the list"
+		if single && len(objs) == 1 {
+			what = nameOf(objs[0])
+		}
+		return execGoTemplate(w, tmpl, out, what)
 	}
 	if format == outYAML {
 		if out, err = jsonToYAML(out); err != nil {

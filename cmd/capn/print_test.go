@@ -225,3 +225,40 @@ func TestDescribe(t *testing.T) {
 	describeCluster(&b, c, ms[:2], nil, describeOpts{now: fixedNow, loc: time.UTC, showConditions: true})
 	golden(t, "describe.golden", b.String())
 }
+
+// TestGoTemplate: -o go-template=... runs on the JSON of the one object
+// named, or of the list; numbers print as written; a bad template is a
+// usage error saying where.
+func TestGoTemplate(t *testing.T) {
+	c, ms := fixture(fixedNow)
+	var b strings.Builder
+	if err := printObjects(&b, outGoTemplate+`{{.metadata.name}} {{.spec.controlPlane.replicas}} {{.status.phase}}`, "", true, []proto.Message{c}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "demo 3 " + c.GetStatus().GetPhase(); b.String() != want {
+		t.Errorf("one object: %q, want %q", b.String(), want)
+	}
+	b.Reset()
+	list := []proto.Message{ms[0], ms[1]}
+	if err := printObjects(&b, outGoTemplate+`{{.kind}}:{{range .items}} {{.metadata.name}}{{end}}`, "MachineList", false, list); err != nil {
+		t.Fatal(err)
+	}
+	if want := "MachineList: " + ms[0].GetMetadata().GetName() + " " + ms[1].GetMetadata().GetName(); b.String() != want {
+		t.Errorf("a list: %q, want %q", b.String(), want)
+	}
+	for _, tt := range []struct{ output, want string }{
+		{"go-template", "-o go-template needs its template after =, e.g. -o go-template='{{.metadata.name}}'"},
+		{"go-template=", "-o go-template= is empty: give a template, e.g. -o go-template='{{.metadata.name}}'"},
+		{"go-template={{.metadata.name", `template: -o go-template:1: unclosed action`},
+		{"go-template={{range .items}}", `template: -o go-template:1: unexpected EOF`},
+		{"jsonpath={.metadata.name}", `-o "jsonpath={.metadata.name}": must be wide, yaml, json, name or go-template=TEMPLATE`},
+	} {
+		if err := checkOutput(tt.output); err == nil || err.Error() != tt.want {
+			t.Errorf("-o %s: %v, want %q", tt.output, err, tt.want)
+		}
+	}
+	err := printObjects(&b, outGoTemplate+`{{.metadata.name.first}}`, "", true, []proto.Message{c})
+	if err == nil || !strings.HasPrefix(err.Error(), "-o go-template on cluster/demo: template: -o go-template:1:11: executing") {
+		t.Errorf("a failing template: %v", err)
+	}
+}

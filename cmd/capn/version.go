@@ -20,8 +20,12 @@ func cmdVersion(_ context.Context, e env, args []string) int {
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: capn version\n\nPrints capn's version, commit and Go version.")
 	}
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseCommandLine(e, fs, args)
+	if err != nil {
 		return exitFor(err)
+	}
+	if err := wantArgs(pos); err != nil {
+		return reportError(e.stderr, "capn version", nil, err)
 	}
 	fmt.Fprintln(e.stdout, versionString())
 	return runtime.ExitOK

@@ -84,7 +84,7 @@ func (v Validator) validate(c *capnv1alpha1.Cluster, errs *fieldErrors) {
 		} else {
 			names[p.Name] = i
 		}
-		v.validatePool(p, pp, cpVersion, cpVersionOK, errs)
+		v.validatePool(p, pp, s.KubernetesVersion, cpVersion, cpVersionOK, errs)
 	}
 	validateNetwork(s.Network, sp.child("network"), errs)
 	v.validateBootstrap(s.Bootstrap, sp.child("bootstrap"), errs)
@@ -132,7 +132,9 @@ func (v Validator) validateControlPlane(cp *capnv1alpha1.ControlPlaneSpec, p pat
 	v.validateBootstrap(cp.Bootstrap, p.child("bootstrap"), errs)
 }
 
-func (v Validator) validatePool(pool *capnv1alpha1.WorkerPool, p path, cp Version, cpOK bool, errs *fieldErrors) {
+// cpRaw is spec.kubernetesVersion as written, cp the version it parses to
+// (cpOK).
+func (v Validator) validatePool(pool *capnv1alpha1.WorkerPool, p path, cpRaw string, cp Version, cpOK bool, errs *fieldErrors) {
 	switch {
 	case pool.Name == "":
 		errs.add(p.child("name"), nil, "required")
@@ -148,6 +150,9 @@ func (v Validator) validatePool(pool *capnv1alpha1.WorkerPool, p path, cp Versio
 	if pool.Version != "" {
 		pv, err := ParseVersion(pool.Version)
 		switch {
+		case err != nil && pool.Version == cpRaw:
+			// The pool took spec.kubernetesVersion (Default, or an upgrade
+			// of the pools that followed it): one error, there.
 		case err != nil:
 			errs.add(p.child("version"), pool.Version, "must be vMAJOR.MINOR.PATCH, e.g. v1.34.2, or empty for the cluster's kubernetesVersion")
 		case !cpOK:

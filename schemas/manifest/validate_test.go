@@ -169,6 +169,40 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// TestBadVersionIsOneError: a bad spec.kubernetesVersion is one error on
+// that field, not one more per pool that took it (from Default, as on an
+// apply, or from an upgrade of the pools that followed the control plane).
+func TestBadVersionIsOneError(t *testing.T) {
+	c := &capnv1alpha1.Cluster{
+		ApiVersion: APIVersion, Kind: KindCluster, Metadata: &capnv1alpha1.ObjectMeta{Name: "demo"},
+		Spec: &capnv1alpha1.ClusterSpec{
+			KubernetesVersion: "bogus",
+			ControlPlane:      &capnv1alpha1.ControlPlaneSpec{Provider: "sim", Replicas: 1},
+			WorkerPools: []*capnv1alpha1.WorkerPool{
+				{Name: "md-0", Provider: "sim", Replicas: 1},
+				{Name: "md-1", Provider: "sim", Replicas: 1},
+			},
+		},
+	}
+	Default(c)
+	want := `spec.kubernetesVersion: "bogus": must be vMAJOR.MINOR.PATCH, e.g. v1.34.2`
+	if got := flatten(Validate(c)); len(got) != 1 || got[0].Error() != want {
+		t.Errorf("apply: %q, want the one error %q", got, want)
+	}
+	old := valid()
+	next := valid()
+	next.Spec.KubernetesVersion = "bogus"
+	next.Spec.WorkerPools[0].Version = "bogus" // md-0 followed the control plane
+	if got := flatten(ValidateUpdate(old, next)); len(got) != 1 || got[0].Error() != want {
+		t.Errorf("upgrade: %q, want the one error %q", got, want)
+	}
+	// A pool's own bad version is still its own error.
+	next.Spec.WorkerPools[1].Version = "v1.x"
+	if got := flatten(ValidateUpdate(old, next)); len(got) != 2 || !strings.HasPrefix(got[1].Error(), `spec.workerPools[1].version: "v1.x": must be`) {
+		t.Errorf("a pool's own bad version: %q", got)
+	}
+}
+
 func TestValidatorBootstrapProviders(t *testing.T) {
 	c := valid()
 	c.Spec.Bootstrap.Provider = "talos"

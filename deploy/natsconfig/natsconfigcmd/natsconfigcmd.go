@@ -74,7 +74,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "render":
 		err = render(args[1:], stdout, stderr)
 	case "provision":
-		err = provision(ctx, args[1:], stderr)
+		err = provision(ctx, args[1:], stdout, stderr)
 	case "users":
 		err = users(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
@@ -91,7 +91,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, flag.ErrHelp):
 		return runtime.ExitOK
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "capn-nats-config %s: %v\n", args[0], err)
+		fmt.Fprintf(stderr, "capn-nats-config %s: %v\nSee 'capn-nats-config %s -h' for help.\n", args[0], err, args[0])
 		return runtime.ExitUsage
 	default:
 		fmt.Fprintf(stderr, "capn-nats-config %s: %v\n", args[0], err)
@@ -101,9 +101,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 type usageError struct{ error }
 
-// parse parses args; a bad flag is a usage error (fs printed the usage).
-func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil && !errors.Is(err, flag.ErrHelp) {
+// parse parses args: -h prints the help on stdout; a bad flag is a usage
+// error naming the flag (runtime.ParseFlags).
+func parse(fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	if err := runtime.ParseFlags(fs, args, stdout); err != nil && !errors.Is(err, flag.ErrHelp) {
 		return usageError{err}
 	} else if err != nil {
 		return err
@@ -164,7 +165,7 @@ func render(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	out := fs.String("out", "deploy/local", "`directory` to render into")
 	deployment := deploymentFlags(fs)
-	if err := parse(fs, args); err != nil {
+	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -264,7 +265,7 @@ func writeFile(path string, b []byte, mode os.FileMode) error {
 	return os.Rename(tmp, path)
 }
 
-func provision(ctx context.Context, args []string, stderr io.Writer) error {
+func provision(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("provision", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg runtime.Config
@@ -275,7 +276,7 @@ func provision(ctx context.Context, args []string, stderr io.Writer) error {
 		{Name: "timeout", Env: "CAPN_PROVISION_TIMEOUT", Usage: "how long to wait for the cluster before failing", Value: runtime.DurationValue(&timeout)},
 	}
 	runtime.BindFlags(fs, own...)
-	if err := parse(fs, args); err != nil {
+	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
 	if err := errors.Join(cfg.ApplyEnv(os.LookupEnv), runtime.ApplyFlagEnv(fs, os.LookupEnv, own...)); err != nil {
@@ -310,7 +311,7 @@ func users(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("users", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	deployment := deploymentFlags(fs)
-	if err := parse(fs, args); err != nil {
+	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
 	for _, u := range deployment().Users() {

@@ -54,9 +54,9 @@ func (p *planner) status() *capnv1alpha1.ClusterStatus {
 	case p.refused && !paused:
 		add(ConditionReady, false, provReason, provMsg)
 	case !cpOK:
-		add(ConditionReady, false, "ControlPlaneNotReady", cpMsg)
+		add(ConditionReady, false, "ControlPlaneNotReady", readyMessage(cpMsg, wOK, wMsg))
 	case !wOK:
-		add(ConditionReady, false, "WorkersNotReady", wMsg)
+		add(ConditionReady, false, "WorkersNotReady", readyMessage(cpMsg, wOK, wMsg))
 	default:
 		add(ConditionReady, true, "Ready", "the control plane and every worker pool are ready")
 	}
@@ -163,17 +163,7 @@ func poolStatus(pl *pool) *capnv1alpha1.PoolStatus {
 // none deleting.
 func (p *planner) poolReadiness(pl *pool) (bool, string, string) {
 	o := pl.obs
-	what := "machines"
-	if pl.controlPlane {
-		what = "control-plane machines"
-	}
-	counts := fmt.Sprintf("%d of %d %s available, %d up to date", o.available, pl.replicas, what, o.updated)
-	if o.deleting > 0 {
-		counts += fmt.Sprintf(", %d deleting", o.deleting)
-	}
-	if len(o.notAvailable) > 0 {
-		counts += "; not available: " + strings.Join(o.notAvailable, ", ")
-	}
+	counts := pl.progress()
 	switch {
 	case pl.controlPlane && !p.initialized:
 		return false, "NotInitialized", p.firstMachineMessage()
@@ -191,6 +181,56 @@ func (p *planner) poolReadiness(pl *pool) (bool, string, string) {
 		return false, "MachinesDeleting", counts
 	}
 	return true, "Ready", counts
+}
+
+// progress says where a pool stands the way kubectl rollout status does:
+// how many of the desired machines are updated and available, each count
+// at most the desired one; the machines beyond it are named as what they
+// are — surge machines of a rollout, or machines a scale-down removes —
+// then the machines booting, stopped and deleting, and a few of those not
+// available with why. For example "3 of 5 updated, 1 surge machine
+// booting, 4 available; not available: demo-md-0-3f9a1-5 (Provisioning)".
+func (pl *pool) progress() string {
+	o, desired := pl.obs, pl.replicas
+	parts := []string{fmt.Sprintf("%d of %d updated", min(o.updated, desired), desired)}
+	booting := o.booting
+	if extra := o.replicas - desired; extra > 0 {
+		if o.updated < o.replicas { // a rollout: the extra machines are its surge
+			surgeBooting := min(extra, booting)
+			if surgeBooting > 0 {
+				parts = append(parts, plural(surgeBooting, "surge machine")+" booting")
+			}
+			if n := extra - surgeBooting; n > 0 {
+				parts = append(parts, plural(n, "surge machine"))
+			}
+			booting -= surgeBooting
+		} else {
+			parts = append(parts, fmt.Sprintf("%d to remove", extra))
+		}
+	}
+	if booting > 0 {
+		parts = append(parts, fmt.Sprintf("%d booting", booting))
+	}
+	if o.stopped > 0 {
+		parts = append(parts, fmt.Sprintf("%d stopped", o.stopped))
+	}
+	parts = append(parts, fmt.Sprintf("%d available", min(o.available, desired)))
+	if o.deleting > 0 {
+		parts = append(parts, fmt.Sprintf("%d deleting", o.deleting))
+	}
+	msg := strings.Join(parts, ", ")
+	if len(o.notAvailable) > 0 {
+		msg += "; not available: " + strings.Join(o.notAvailable, ", ")
+	}
+	return msg
+}
+
+// plural is "1 machine", "2 machines".
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 // poolReady is poolReadiness, except that a pool that is not ready while
@@ -223,6 +263,17 @@ func (p *planner) workersReady() (bool, string, string) {
 		return true, "Ready", fmt.Sprintf("all %d worker pools ready", len(p.pools))
 	}
 	return false, reason, strings.Join(msgs, "; ")
+}
+
+// readyMessage is the Ready condition's message while the control plane or
+// a pool is not ready: the whole progress, "control plane: …; pool md-0:
+// …" (a ready pool left out), so one line says what every part is doing.
+func readyMessage(cpMsg string, workersOK bool, workersMsg string) string {
+	msg := "control plane: " + cpMsg
+	if !workersOK {
+		msg += "; " + workersMsg
+	}
+	return msg
 }
 
 func (p *planner) firstMachineMessage() string {

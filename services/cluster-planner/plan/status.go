@@ -70,6 +70,9 @@ func (p *planner) status() *capnv1alpha1.ClusterStatus {
 	}
 	if deleting {
 		reason, msg := p.deletionStep()
+		if paused {
+			reason, msg = "DeletionPaused", "the cluster is paused: its deletion waits until it is unpaused (next: "+msg+")"
+		}
 		add(ConditionDeleting, true, reason, msg)
 	}
 	if hibernated {
@@ -129,12 +132,16 @@ func (p *planner) phase(ready, paused, deleting, hibernated bool) string {
 		return ClusterPending
 	case p.initialized && p.cp.obs.available == 0 && p.cp.obs.failed > 0:
 		return ClusterFailed // the control plane is down and failing
-	case hibernated:
+	case hibernated && p.allStopped():
 		return ClusterHibernated
+	case hibernated:
+		return ClusterHibernating
 	case ready:
 		return ClusterReady
 	case !p.initialized || neverReady:
 		return ClusterProvisioning
+	case has(func(pl *pool) bool { return pl.obs.stopped > 0 }):
+		return ClusterWaking // stopped machines while not hibernated: starting again
 	case has(func(pl *pool) bool { return pl.obs.outdated > 0 }):
 		return ClusterUpgrading
 	case has(func(pl *pool) bool { return pl.obs.replicas < pl.replicas || pl.obs.ready < pl.obs.replicas }):
@@ -145,6 +152,67 @@ func (p *planner) phase(ready, paused, deleting, hibernated bool) string {
 	// Every machine is there and up to date but some are unhealthy: nothing
 	// to do for the planner (remediation's job); the Ready condition says so.
 	return ClusterReady
+}
+
+// phaseMessage says what the status's phase means now, for the timeline
+// event of a phase change: what happened or what capn is doing, with
+// numbers. Phases whose meaning the Ready condition carries take its
+// message.
+func (p *planner) phaseMessage(st *capnv1alpha1.ClusterStatus) string {
+	stopped, total := p.stoppedCount()
+	conds := st.GetConditions()
+	message := func(typ string) string {
+		for _, c := range conds {
+			if c.GetType() == typ {
+				return c.GetMessage()
+			}
+		}
+		return ""
+	}
+	switch st.GetPhase() {
+	case ClusterHibernated:
+		msg := fmt.Sprintf("hibernated: %s stopped, their disks kept", plural(stopped, "machine"))
+		if stopped == 1 {
+			msg = "hibernated: 1 machine stopped, its disk kept"
+		}
+		if running := p.runningUnstoppable(); running != "" {
+			msg += "; " + running
+		}
+		return msg + "; capn wake " + p.name + " starts them"
+	case ClusterHibernating:
+		return fmt.Sprintf("hibernating: stopping %d of %d machines (%d stopped), keeping their disks", total-stopped, total, stopped)
+	case ClusterWaking:
+		n := 0
+		for _, pl := range append([]*pool{p.cp}, p.pools...) {
+			n += pl.obs.stopped
+		}
+		return fmt.Sprintf("waking: starting %s", plural(n, "stopped machine"))
+	case ClusterDeleting:
+		return message(ConditionDeleting)
+	case ClusterPaused:
+		if p.c.GetMetadata().GetDeletionTimestamp() != nil {
+			return message(ConditionDeleting) // the deletion waits: it says so
+		}
+		return message(ConditionPaused)
+	}
+	return message(ConditionReady)
+}
+
+// runningUnstoppable says which machines keep running through a
+// hibernation because their pool's provider cannot stop ("" if none).
+func (p *planner) runningUnstoppable() string {
+	n := 0
+	var pools []string
+	for _, pl := range append([]*pool{p.cp}, p.pools...) {
+		if pl.cannotStop && pl.obs.replicas > 0 {
+			n += pl.obs.replicas
+			pools = append(pools, pl.name)
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s of %s keep running (their provider cannot stop)", plural(n, "machine"), strings.Join(pools, ", "))
 }
 
 func poolStatus(pl *pool) *capnv1alpha1.PoolStatus {

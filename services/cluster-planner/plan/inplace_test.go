@@ -49,7 +49,7 @@ func TestHibernate(t *testing.T) {
 	if c := condition(r.Status, plan.ConditionHibernated); c.Status != "False" || c.Message != "0 of 3 machines stopped" {
 		t.Errorf("Hibernated %v", c)
 	}
-	if want := "hibernating: stopping 3 of 3 machines (0 stopped), keeping their disks"; r.PhaseMessage != want {
+	if want := "hibernating: stopping 3 machines, keeping their disks"; r.PhaseMessage != want {
 		t.Errorf("phase message %q, want %q", r.PhaseMessage, want)
 	}
 	r, _ = h.Step()

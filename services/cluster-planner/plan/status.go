@@ -172,15 +172,16 @@ func (p *planner) phaseMessage(st *capnv1alpha1.ClusterStatus) string {
 	switch st.GetPhase() {
 	case ClusterHibernated:
 		msg := fmt.Sprintf("hibernated: %s stopped, their disks kept", plural(stopped, "machine"))
+		them := "them"
 		if stopped == 1 {
-			msg = "hibernated: 1 machine stopped, its disk kept"
+			msg, them = "hibernated: 1 machine stopped, its disk kept", "it"
 		}
 		if running := p.runningUnstoppable(); running != "" {
 			msg += "; " + running
 		}
-		return msg + "; capn wake " + p.name + " starts them"
+		return msg + "; capn wake " + p.name + " starts " + them
 	case ClusterHibernating:
-		return fmt.Sprintf("hibernating: stopping %d of %d machines (%d stopped), keeping their disks", total-stopped, total, stopped)
+		return fmt.Sprintf("hibernating: stopping %s, keeping their disks", plural(total-stopped, "machine"))
 	case ClusterWaking:
 		n := 0
 		for _, pl := range append([]*pool{p.cp}, p.pools...) {
@@ -212,7 +213,11 @@ func (p *planner) runningUnstoppable() string {
 	if n == 0 {
 		return ""
 	}
-	return fmt.Sprintf("%s of %s keep running (their provider cannot stop)", plural(n, "machine"), strings.Join(pools, ", "))
+	verb := "keep"
+	if n == 1 {
+		verb = "keeps"
+	}
+	return fmt.Sprintf("%s of %s %s running (the provider cannot stop)", plural(n, "machine"), strings.Join(pools, ", "), verb)
 }
 
 func poolStatus(pl *pool) *capnv1alpha1.PoolStatus {

@@ -323,10 +323,7 @@ func (w *waiter) clearLine() {
 // timedOut is the error of a wait that ran out of time: what the cluster
 // was doing and what blocks it.
 func (w *waiter) timedOut() error {
-	what := "ready"
-	if w.goal == untilGone {
-		what = "deleted"
-	}
+	what := map[waitGoal]string{untilReady: "ready", untilGone: "deleted", untilHibernated: "hibernated"}[w.goal]
 	var b strings.Builder
 	fmt.Fprintf(&b, "timed out after %s waiting for cluster %s to be %s", w.timeout, w.cluster, what)
 	summary, step := w.state()

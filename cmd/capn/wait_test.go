@@ -174,3 +174,23 @@ func TestCountsDuringSurge(t *testing.T) {
 		t.Errorf("get row %v: CONTROL PLANE %s, WORKERS %s, want 3/3 and 7/7", row, row[3], row[4])
 	}
 }
+
+// A hibernate --wait that times out says what it waited for.
+func TestWaitHibernateTimeout(t *testing.T) {
+	c, _ := fixture(fixedNow)
+	c.Spec.Hibernated = true
+	c.Status.Phase = "Hibernating"
+	c.Status.Conditions = append(c.Status.Conditions, &capnv1.Condition{Type: "Hibernated", Status: "False", Reason: "Hibernating", Message: "3 of 6 machines stopped"})
+	w, out := testWaiter(untilHibernated, 2)
+	for _, ev := range []client.WatchEvent{{Type: api.WatchAdded, Cluster: c}, {Type: api.WatchSynced}} {
+		if err := w.handle(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := "[5s] demo: Hibernating, 5 of 6 machines available, 3 updated: 3 of 6 machines stopped\n"; out.String() != want {
+		t.Errorf("progress %q, want %q", out, want)
+	}
+	if err := w.timedOut(); !strings.HasPrefix(err.Error(), "timed out after 1m0s waiting for cluster demo to be hibernated\n  state:    Hibernating, ") {
+		t.Errorf("timeout error:\n%s", err)
+	}
+}

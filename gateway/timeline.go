@@ -175,7 +175,9 @@ func (s *server) sendTimeline(sse *sseStream, te api.TimelineEvent) error {
 
 // timelineEvent decodes one stored fact. Its data is decoded with the
 // protobuf message its dataschema names and shown as protojson; phase,
-// reason and message are lifted out of it when it has such fields.
+// reason and message are lifted out of it when it has such fields, and a
+// fact without a reason gets its subject's entity and what as one
+// (bootstrap.ready: BootstrapReady).
 // Undecodable messages are skipped (logged).
 func (s *server) timelineEvent(ctx context.Context, msg jetstream.Msg) (api.TimelineEvent, bool) {
 	var te api.TimelineEvent
@@ -212,7 +214,23 @@ func (s *server) timelineEvent(ctx context.Context, msg jetstream.Msg) (api.Time
 	} else if json.Valid(e.Data()) && len(e.Data()) > 0 {
 		te.Data = e.Data()
 	}
+	if te.Reason == "" && te.Entity != "" {
+		// A fact without a reason of its own (bootstrap.ready) is named by
+		// its subject, in the CamelCase of every other reason.
+		te.Reason = camel(te.Entity) + camel(te.What)
+	}
 	return te, true
+}
+
+// camel is "secrets-deleted" as "SecretsDeleted".
+func camel(s string) string {
+	var b strings.Builder
+	for part := range strings.SplitSeq(s, "-") {
+		if part != "" {
+			b.WriteString(strings.ToUpper(part[:1]) + part[1:])
+		}
+	}
+	return b.String()
 }
 
 // stringField is a singular string field of m by name, or "".

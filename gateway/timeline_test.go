@@ -78,13 +78,22 @@ func TestTimeline(t *testing.T) {
 	if last := l.Items[3]; last.Entity != "cluster" || last.Object != events.ClusterObject || last.Phase != "Ready" {
 		t.Errorf("cluster event %+v", last)
 	}
-	if got := reasons(e.timeline(t, "?limit=2").Items); got != "r3,r4" {
+	// A fact without a reason field is named by its subject, CamelCase.
+	bpub := events.NewPublisher(e.js, "capn/bootstrapper")
+	if _, err := bpub.Publish(context.Background(), events.EventSubject("bootstrap", "ready", "demo", "demo-cp-0"), events.TypeBootstrapReady, "demo.cp-0.bootstrap-ready",
+		&capnv1.BootstrapReady{Cluster: "demo", Machine: "demo-cp-0", Checksum: "sha256:x"}); err != nil {
+		t.Fatal(err)
+	}
+	if l := e.timeline(t, "?limit=1"); len(l.Items) != 1 || l.Items[0].Reason != "BootstrapReady" || l.Items[0].What != "ready" {
+		t.Errorf("bootstrap.ready: %+v, want reason BootstrapReady", l.Items)
+	}
+	if got := reasons(e.timeline(t, "?limit=3").Items); got != "r3,r4,BootstrapReady" {
 		t.Errorf("limit 2: %q", got)
 	}
 	if l := e.timeline(t, "?limit=2"); !l.Truncated {
-		t.Error("limit 2 of 4: not marked truncated")
+		t.Error("limit 2 of 5: not marked truncated")
 	}
-	if got := reasons(e.timeline(t, "?since="+strconv.FormatUint(seq2, 10)).Items); got != "r3,r4" {
+	if got := reasons(e.timeline(t, "?since="+strconv.FormatUint(seq2, 10)).Items); got != "r3,r4,BootstrapReady" {
 		t.Errorf("since r2: %q", got)
 	}
 	e.do(http.MethodGet, "/v1/clusters/demo/events?limit=0", tokRead, nil).wantProblem(t, http.StatusBadRequest, "limit")

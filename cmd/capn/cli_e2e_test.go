@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/capn-dev/capn/events/natstest"
 )
 
 // buildCapn builds the real capn binary into a temporary directory.
@@ -116,7 +118,7 @@ func TestCLIEndToEnd(t *testing.T) {
 
 	// Create and wait: progress on stderr, the outcome on stdout.
 	r := capn("apply", "-f", "../../examples/demo-cluster.yaml", "--wait", "--timeout", "75s")
-	expect(r, 0, []string{"cluster/demo created\n"}, []string{"] demo: Provisioning, 0/8 machines ready: ", "cluster/demo is ready after"}, "apply --wait")
+	expect(r, 0, []string{"cluster/demo created\n"}, []string{"] demo: Provisioning, 0 of 8 machines available: control plane: ", "cluster/demo is ready after"}, "apply --wait")
 	expect(capn("apply", "-f", "../../examples/demo-cluster.yaml"), 0, []string{"cluster/demo unchanged\n"}, nil, "apply again")
 
 	l := getList("clusters")
@@ -164,12 +166,20 @@ func TestCLIEndToEnd(t *testing.T) {
 			t.Errorf("after capn hibernate --wait, machine %s is %s, want Stopped", m.Metadata.Name, m.Status.Phase)
 		}
 	}
-	expect(capn("wake", "demo", "--wait"), 0, []string{"cluster/demo waking\n"}, []string{"cluster/demo is ready after "}, "wake --wait")
+	expect(capn("wake", "demo", "--wait"), 0, []string{"cluster/demo waking\n"}, []string{"] demo: Waking, ", "cluster/demo is ready after "}, "wake --wait")
 	for _, m := range getList("machines", "--cluster", "demo").Items {
 		if m.Status.Phase != "Running" {
 			t.Errorf("after capn wake --wait, machine %s is %s, want Running", m.Metadata.Name, m.Status.Phase)
 		}
 	}
+	// The timeline says what happened: the hibernation and the wake, and
+	// each machine's transitions with a reason and a message.
+	expect(capn("events", "demo"), 0, []string{
+		" Hibernated ", "hibernated: 9 machines stopped, their disks kept; capn wake demo starts them\n",
+		" Waking ", "waking: starting 9 stopped machines\n",
+		" Provisioned ", " provisioned: its infrastructure runs, waiting for its node to report ready\n",
+		" Stopped ", " stopped for hibernation, its disk kept\n", " Started ", " started again after hibernation: node ",
+	}, nil, "events after hibernate and wake")
 
 	// A wait that runs out of time says what blocks.
 	slow := filepath.Join(t.TempDir(), "slow.yaml")
@@ -179,9 +189,21 @@ func TestCLIEndToEnd(t *testing.T) {
 	expect(capn("apply", "-f", slow, "--wait", "--timeout", "500ms"), 1, []string{"cluster/slow created\n"},
 		[]string{"capn apply: timed out after 500ms waiting for cluster slow to be ready\n  state:    ", "\n  blocking: "}, "apply --wait that times out")
 
-	// Delete both; the CLI waits until they are gone.
-	expect(capn("delete", "cluster", "demo", "--wait", "--timeout", "60s"), 0, []string{"cluster/demo deleted\n"}, []string{"] demo: Deleting, ", "cluster/demo is gone after"}, "delete --wait")
-	expect(capn("delete", "cluster", "slow", "--wait", "--timeout", "60s"), 0, []string{"cluster/slow deleted\n"}, nil, "delete --wait")
+	// Delete both; the CLI waits until they are gone, and its last
+	// progress line is the deletion's last step.
+	r = capn("delete", "cluster", "demo", "--wait", "--timeout", "60s")
+	expect(r, 0, []string{"cluster/demo deleted\n"}, []string{"] demo: Deleting, ", "cluster/demo is gone after"}, "delete --wait")
+	if lines := strings.Split(strings.TrimSpace(r.stderr), "\n"); len(lines) < 2 || strings.Contains(lines[len(lines)-2], "waiting for capn to start deleting") {
+		t.Errorf("delete --wait ended on %q, want the deletion's last step", lines[len(lines)-2])
+	}
+	// A paused cluster's deletion waits for a resume, and the wait says so.
+	expect(capn("pause", "slow"), 0, []string{"cluster/slow paused\n"}, nil, "pause slow")
+	expect(capn("delete", "cluster", "slow", "--wait", "--timeout", "1s"), 1, nil, []string{"capn delete: cluster slow is paused: nothing happens until capn resume slow\n",
+		"] slow: Paused, ", ": the cluster is paused: its deletion waits for capn resume slow\n", "timed out after 1s waiting for cluster slow to be deleted"}, "delete --wait of a paused cluster")
+	expect(capn("resume", "slow"), 0, []string{"cluster/slow resumed\n"}, nil, "resume slow")
+	natstest.WaitFor(t, 60*time.Second, "cluster slow deleted once resumed", func() bool {
+		return strings.Contains(capn("get", "cluster", "slow").stderr, "Not found (404)")
+	})
 	expect(capn("get", "cluster", "demo"), 1, nil, []string{"capn get: Not found (404): "}, "get a deleted cluster")
 	expect(capn("get", "clusters"), 0, nil, []string{"No resources found."}, "get clusters when there are none")
 

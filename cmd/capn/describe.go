@@ -267,7 +267,8 @@ func poolCells(ps *capnv1.PoolStatus, version string, desired int32, c *capnv1.C
 	if v := ps.GetVersion(); v != "" && v != version {
 		version = v + " → " + version
 	}
-	cells := []string{"", version, fmt.Sprintf("%d/%d", ps.GetReady(), desired), poolReason(ps, desired), "", ""}
+	// READY never above desired: a surge machine is not one more ready one.
+	cells := []string{"", version, fmt.Sprintf("%d/%d", min(ps.GetReady(), desired), desired), poolReason(ps, desired), "", ""}
 	if c != nil {
 		cells[4] = since(c.GetLastTransitionTime(), now)
 		if c.GetStatus() != "True" {

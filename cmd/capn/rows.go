@@ -21,6 +21,7 @@ const (
 
 	phasePending  = "Pending"
 	phaseReady    = "Ready"
+	phasePaused   = "Paused"
 	phaseDeleting = "Deleting"
 	phaseRunning  = "Running"
 	phaseFailed   = "Failed"
@@ -49,26 +50,71 @@ func clusterPhase(c *capnv1.Cluster) string {
 	return phasePending
 }
 
-// machineCounts are a cluster's ready and desired machines: the control
-// plane's and the workers' (from the status, else from the spec).
-func machineCounts(c *capnv1.Cluster) (cpReady, cpDesired, wReady, wDesired int32) {
-	st := c.GetStatus()
-	if st.GetControlPlane() != nil {
-		cpReady, cpDesired = st.GetControlPlane().GetReady(), st.GetControlPlane().GetDesired()
-	} else {
-		cpDesired = c.GetSpec().GetControlPlane().GetReplicas()
+// counts are machine numbers of a pool, or of several summed, as
+// kubectl rollout status shows them: ready, updated and available never
+// above desired (each pool's capped at its desired replicas); the
+// machines beyond it are surge (a rollout's) or, when no machine is
+// outdated, machines a scale-down removes.
+type counts struct {
+	desired, ready, updated, available int32
+	// surge: machines beyond desired while some are outdated; extra:
+	// beyond desired otherwise.
+	surge, extra int32
+	// rolling: some machine is outdated.
+	rolling bool
+}
+
+// poolCounts are one pool's counts from its status, else (before the
+// planner wrote one) its desired replicas from the spec.
+func poolCounts(ps *capnv1.PoolStatus, specDesired int32) counts {
+	if ps == nil {
+		return counts{desired: specDesired}
 	}
+	d := ps.GetDesired()
+	k := counts{desired: d, ready: min(ps.GetReady(), d), updated: min(ps.GetUpdated(), d), available: min(ps.GetAvailable(), d),
+		rolling: ps.GetUpdated() < ps.GetReplicas()}
+	if beyond := ps.GetReplicas() - d; beyond > 0 && k.rolling {
+		k.surge = beyond
+	} else if beyond > 0 {
+		k.extra = beyond
+	}
+	return k
+}
+
+func (k counts) plus(o counts) counts {
+	return counts{desired: k.desired + o.desired, ready: k.ready + o.ready, updated: k.updated + o.updated, available: k.available + o.available,
+		surge: k.surge + o.surge, extra: k.extra + o.extra, rolling: k.rolling || o.rolling}
+}
+
+// clusterCounts are the control plane's counts and the worker pools'
+// summed.
+func clusterCounts(c *capnv1.Cluster) (cp, workers counts) {
+	st, spec := c.GetStatus(), c.GetSpec()
+	cp = poolCounts(st.GetControlPlane(), spec.GetControlPlane().GetReplicas())
 	if len(st.GetWorkerPools()) > 0 {
 		for _, p := range st.GetWorkerPools() {
-			wReady += p.GetReady()
-			wDesired += p.GetDesired()
+			workers = workers.plus(poolCounts(p, 0))
 		}
 	} else {
-		for _, p := range c.GetSpec().GetWorkerPools() {
-			wDesired += p.GetReplicas()
+		for _, p := range spec.GetWorkerPools() {
+			workers = workers.plus(poolCounts(nil, p.GetReplicas()))
 		}
 	}
-	return cpReady, cpDesired, wReady, wDesired
+	return cp, workers
+}
+
+// progress is a cluster's machines in a few words: "8 of 10 machines
+// available", then, during a rollout, how many are updated and how many
+// surge machines there are ("…, 7 updated, 1 surge").
+func (k counts) progress() string {
+	s := fmt.Sprintf("%d of %d machines available", k.available, k.desired)
+	if k.rolling {
+		s += fmt.Sprintf(", %d updated", k.updated)
+	}
+	if k.surge > 0 {
+		s += fmt.Sprintf(", %d surge", k.surge)
+	}
+	return s
 }
 
 func clusterHeader(wide bool) []string {
@@ -80,9 +126,9 @@ func clusterHeader(wide bool) []string {
 }
 
 func clusterRow(c *capnv1.Cluster, now time.Time, wide bool) []string {
-	cpR, cpD, wR, wD := machineCounts(c)
+	cp, w := clusterCounts(c)
 	r := []string{c.GetMetadata().GetName(), clusterPhase(c), c.GetSpec().GetKubernetesVersion(),
-		fmt.Sprintf("%d/%d", cpR, cpD), fmt.Sprintf("%d/%d", wR, wD), age(c.GetMetadata().GetCreationTimestamp(), now)}
+		fmt.Sprintf("%d/%d", cp.ready, cp.desired), fmt.Sprintf("%d/%d", w.ready, w.desired), age(c.GetMetadata().GetCreationTimestamp(), now)}
 	if wide {
 		ep := "<none>"
 		if e := c.GetStatus().GetControlPlaneEndpoint(); e.GetHost() != "" {

@@ -66,9 +66,11 @@ type waiter struct {
 	machines map[string]*capnv1.Machine
 	synced   bool
 	seen     bool // the cluster existed during the wait
-	failed   error
-	last     string // the last progress line shown
-	drawn    bool   // a progress line is on the terminal
+	// deleteSeen: the planner's status said the deletion is under way.
+	deleteSeen bool
+	failed     error
+	last       string // the last progress line shown
+	drawn      bool   // a progress line is on the terminal
 }
 
 // waitFor waits for the cluster to reach goal, showing progress on stderr.
@@ -135,8 +137,8 @@ func (w *waiter) run(ctx context.Context) error {
 		} else if w.goal == untilHibernated {
 			fmt.Fprintf(w.out, "cluster/%s is hibernated after %s: %s\n", w.cluster, elapsed, condition(w.c.GetStatus().GetConditions(), condHibernated).GetMessage())
 		} else {
-			_, cpD, _, wD := machineCounts(w.c)
-			fmt.Fprintf(w.out, "cluster/%s is ready after %s: %d machines\n", w.cluster, elapsed, cpD+wD)
+			cp, wk := clusterCounts(w.c)
+			fmt.Fprintf(w.out, "cluster/%s is ready after %s: %d machines\n", w.cluster, elapsed, cp.desired+wk.desired)
 		}
 		return nil
 	case w.failed != nil:
@@ -161,6 +163,10 @@ func (w *waiter) handle(ev client.WatchEvent) error {
 	case api.WatchAdded, api.WatchModified:
 		if ev.Cluster != nil {
 			w.c, w.seen = ev.Cluster, true
+			st := ev.Cluster.GetStatus()
+			if condition(st.GetConditions(), condDeleting) != nil || st.GetPhase() == phaseDeleting {
+				w.deleteSeen = true
+			}
 		}
 		if ev.Machine != nil {
 			w.machines[ev.Machine.GetMetadata().GetName()] = ev.Machine
@@ -231,18 +237,22 @@ func (w *waiter) state() (summary, step string) {
 	phase := clusterPhase(w.c)
 	if w.goal == untilGone {
 		summary = fmt.Sprintf("%s, %s left", phase, plural(len(w.machines), "machine"))
-		switch dc := condition(st.GetConditions(), condDeleting); {
+		dc := condition(st.GetConditions(), condDeleting)
+		switch {
+		case w.c.GetSpec().GetPaused() || st.GetPhase() == phasePaused:
+			step = fmt.Sprintf("the cluster is paused: its deletion waits for capn resume %s", w.cluster)
 		case dc != nil:
 			step = dc.GetMessage()
-		case w.c.GetMetadata().GetDeletionTimestamp() != nil && st.GetPhase() == phaseDeleting:
+		case w.deleteSeen:
+			// The planner removes the status just before the record.
 			step = "removing the cluster's last records"
 		default:
 			step = "waiting for capn to start deleting"
 		}
 		return summary, step
 	}
-	cpR, cpD, wR, wD := machineCounts(w.c)
-	summary = fmt.Sprintf("%s, %d/%d machines ready", phase, cpR+wR, cpD+wD)
+	cp, wk := clusterCounts(w.c)
+	summary = phase + ", " + cp.plus(wk).progress()
 	switch rc, hc := condition(st.GetConditions(), condReady), condition(st.GetConditions(), condHibernated); {
 	case st.GetObservedGeneration() < w.gen:
 		step = fmt.Sprintf("waiting for capn to act on generation %d", w.gen)
@@ -313,10 +323,7 @@ func (w *waiter) clearLine() {
 // timedOut is the error of a wait that ran out of time: what the cluster
 // was doing and what blocks it.
 func (w *waiter) timedOut() error {
-	what := "ready"
-	if w.goal == untilGone {
-		what = "deleted"
-	}
+	what := map[waitGoal]string{untilReady: "ready", untilGone: "deleted", untilHibernated: "hibernated"}[w.goal]
 	var b strings.Builder
 	fmt.Fprintf(&b, "timed out after %s waiting for cluster %s to be %s", w.timeout, w.cluster, what)
 	summary, step := w.state()

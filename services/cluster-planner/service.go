@@ -246,7 +246,7 @@ func (s *Service) reconcile(ctx context.Context, name string) (reconcile.Result,
 		log.Info().Fields(res.Fields()).Msg("plan")
 	}
 	// Status first: it says what the plan is about to do.
-	if err := s.writeStatus(ctx, name, in.Status, res.Status); errors.Is(err, errCacheBehind) {
+	if err := s.writeStatus(ctx, name, in.Status, res.Status, res.PhaseMessage); errors.Is(err, errCacheBehind) {
 		return reconcile.Result{RequeueAfter: cacheBehindWait}, nil // plan again once the cache caught up
 	} else if err != nil {
 		return reconcile.Result{}, err
@@ -353,10 +353,11 @@ var errCacheBehind = errors.New("observed cache behind the cluster status")
 const cacheBehindWait = 20 * time.Millisecond
 
 // writeStatus compare-and-sets the cluster's observed status when it
-// changed, and records phase changes on the cluster's timeline. With two
+// changed, and records phase changes on the cluster's timeline (reason:
+// the phase; message: phaseMsg, what the phase means now). With two
 // planner replicas, it writes only from a cache that has seen the status's
 // last write (errCacheBehind otherwise), so the status never goes back.
-func (s *Service) writeStatus(ctx context.Context, name string, old, st *capnv1.ClusterStatus) error {
+func (s *Service) writeStatus(ctx context.Context, name string, old, st *capnv1.ClusterStatus, phaseMsg string) error {
 	if st == nil || proto.Equal(old, st) {
 		return nil
 	}
@@ -376,13 +377,7 @@ func (s *Service) writeStatus(ctx context.Context, name string, old, st *capnv1.
 		_, err = s.statuses.Update(ctx, clusterPrefix+name, st, rev)
 	}
 	if err == nil && old.GetPhase() != st.GetPhase() {
-		msg := ""
-		for _, c := range st.GetConditions() {
-			if c.GetType() == plan.ConditionReady {
-				msg = c.GetMessage()
-			}
-		}
-		s.event(ctx, name, strings.ToLower(st.GetPhase()), &capnv1.ClusterEvent{Cluster: name, Phase: st.GetPhase(), Reason: st.GetPhase(), Message: msg}, fmt.Sprint(st.GetObservedGeneration()))
+		s.event(ctx, name, strings.ToLower(st.GetPhase()), &capnv1.ClusterEvent{Cluster: name, Phase: st.GetPhase(), Reason: st.GetPhase(), Message: phaseMsg}, fmt.Sprint(st.GetObservedGeneration()))
 	}
 	return err
 }

@@ -38,7 +38,7 @@ func TestStatusNeverWrittenFromAnOlderView(t *testing.T) {
 	s := &Service{cfg: New(Config{}).cfg, pub: events.NewPublisher(js, "capn/test"), statuses: statuses, observedRev: func() uint64 { return cacheRev }}
 
 	cacheRev = rev - 1 // this replica's cache has not seen that write
-	if err := s.writeStatus(ctx, "c1", status(2), status(3)); !errors.Is(err, errCacheBehind) {
+	if err := s.writeStatus(ctx, "c1", status(2), status(3), ""); !errors.Is(err, errCacheBehind) {
 		t.Fatalf("write from a cache behind the status: %v, want errCacheBehind", err)
 	}
 	if got, _, _ := statuses.Get(ctx, "cluster.c1"); got.GetWorkerPools()[0].GetReady() != 4 {
@@ -46,7 +46,7 @@ func TestStatusNeverWrittenFromAnOlderView(t *testing.T) {
 	}
 
 	cacheRev = rev // caught up: its view includes everything the other had
-	if err := s.writeStatus(ctx, "c1", status(4), status(5)); err != nil {
+	if err := s.writeStatus(ctx, "c1", status(4), status(5), ""); err != nil {
 		t.Fatal(err)
 	}
 	if got, _, _ := statuses.Get(ctx, "cluster.c1"); got.GetWorkerPools()[0].GetReady() != 5 {

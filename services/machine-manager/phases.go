@@ -1,6 +1,7 @@
 package machinemanager
 
 import (
+	"fmt"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -105,6 +106,53 @@ func setPhase(st *capnv1.MachineStatus, phase string, now time.Time) {
 		st.Phase = phase
 		st.PhaseSince = timestamppb.New(now)
 	}
+}
+
+// transition is the timeline event of machine name's move from phase from
+// to st's phase. The reason is the new phase, except that a machine woken
+// from hibernation is Started and a failed one carries its failure reason.
+func transition(name, from string, st *capnv1.MachineStatus) Event {
+	ev := Event{Phase: st.GetPhase(), Reason: st.GetPhase()}
+	provider := st.GetProvider()
+	if provider == "" {
+		provider = "the provider"
+	} else {
+		provider = "provider " + provider
+	}
+	node := st.GetNodeName()
+	if node == "" {
+		node = name
+	}
+	switch st.GetPhase() {
+	case PhaseBootstrapping:
+		ev.Message = fmt.Sprintf("machine %s created: waiting for its bootstrap data", name)
+	case PhaseProvisioning:
+		ev.Message = fmt.Sprintf("machine %s bootstrapped: its bootstrap data is ready, %s is creating it", name, provider)
+	case PhaseProvisioned:
+		ev.Message = fmt.Sprintf("machine %s provisioned: its infrastructure runs, waiting for its node to report ready", name)
+	case PhaseRunning:
+		ev.Message = fmt.Sprintf("machine %s running: node %s is ready", name, node)
+		if from == PhaseStopped {
+			ev.Reason, ev.Message = "Started", fmt.Sprintf("machine %s started again after hibernation: node %s is ready", name, node)
+		}
+	case PhaseStopped:
+		ev.Message = fmt.Sprintf("machine %s stopped for hibernation, its disk kept", name)
+	case PhaseDeleting:
+		ev.Message = fmt.Sprintf("machine %s deleting: waiting for %s to delete its infrastructure", name, provider)
+	case PhaseDeleted:
+		ev.Message = fmt.Sprintf("machine %s deleted: no infrastructure left", name)
+	case PhaseFailed:
+		if r := st.GetFailureReason(); r != "" {
+			ev.Reason = r
+		}
+		ev.Message = fmt.Sprintf("machine %s failed", name)
+		if m := st.GetFailureMessage(); m != "" {
+			ev.Message += ": " + m
+		}
+	default:
+		ev.Message = fmt.Sprintf("machine %s is %s", name, st.GetPhase())
+	}
+	return ev
 }
 
 func fail(st *capnv1.MachineStatus, reason, msg string, now time.Time) {

@@ -69,9 +69,9 @@ func (s *Service) reconcile(ctx context.Context, key string) (reconcile.Result, 
 		if err != nil {
 			return reconcile.Result{}, err // a conflict is retried from a fresh read
 		}
-		for _, phase := range out.Events {
-			log.Info().Str("phase", phase).Str("reason", out.Status.GetFailureReason()).Msg("machine phase")
-			s.publishPhase(ctx, cluster, name, desired, out.Status)
+		for _, ev := range out.Events {
+			log.Info().Str("phase", ev.Phase).Str("reason", ev.Reason).Msg("machine phase")
+			s.publishPhase(ctx, cluster, name, desired, out.Status, ev)
 		}
 	}
 	return reconcile.Result{RequeueAfter: out.RequeueAfter}, nil
@@ -139,11 +139,13 @@ func (s *Service) send(ctx context.Context, c Command, cluster, name string, m *
 // publishPhase records a phase change on the cluster's timeline. It is best
 // effort — the status is the truth, the event its history — so it does not
 // wait for JetStream's acknowledgement (a round trip per phase off every
-// machine's critical path); a failure is logged.
-func (s *Service) publishPhase(ctx context.Context, cluster, name string, m *capnv1.Machine, st *capnv1.MachineStatus) {
-	what := strings.ToLower(st.GetPhase())
-	ev := &capnv1.MachineEvent{Cluster: cluster, Machine: name, Phase: st.GetPhase(), Reason: st.GetFailureReason(), Message: st.GetFailureMessage()}
-	id := fmt.Sprintf("machine.%s.%s.%s.%s", what, cluster, name, m.GetMetadata().GetUid())
+// machine's critical path); a failure is logged. The id carries the time of
+// the change: a machine that is Running again after hibernation is a new
+// fact, not a duplicate of its first Running.
+func (s *Service) publishPhase(ctx context.Context, cluster, name string, m *capnv1.Machine, st *capnv1.MachineStatus, change Event) {
+	what := strings.ToLower(change.Phase)
+	ev := &capnv1.MachineEvent{Cluster: cluster, Machine: name, Phase: change.Phase, Reason: change.Reason, Message: change.Message}
+	id := fmt.Sprintf("machine.%s.%s.%s.%s.%d", what, cluster, name, m.GetMetadata().GetUid(), st.GetPhaseSince().AsTime().UnixNano())
 	log := zerolog.Ctx(ctx)
 	s.pub.PublishAsync(events.EventSubject("machine", what, cluster, name), events.TypeMachineEvent+"."+what, id, ev, func(err error) {
 		if err != nil {

@@ -51,7 +51,13 @@ type Output struct {
 	Commands     []Command
 	RequeueAfter time.Duration
 	// Events are facts worth a timeline entry (phase changes).
-	Events []string
+	Events []Event
+}
+
+// Event is one phase change of a machine for its cluster's timeline: the
+// new phase, a CamelCase reason and a message that says what happened.
+type Event struct {
+	Phase, Reason, Message string
 }
 
 // Step makes one idempotent step of a machine's life. It is a pure function
@@ -87,7 +93,7 @@ func Step(in Input, t Timeouts) (out Output) {
 	before := st.GetPhase()
 	defer func() {
 		if out.Status != nil && out.Status.GetPhase() != before {
-			out.Events = append(out.Events, out.Status.GetPhase())
+			out.Events = append(out.Events, transition(in.Name, before, out.Status))
 		}
 	}()
 	if in.Desired != nil {

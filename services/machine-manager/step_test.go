@@ -2,6 +2,8 @@ package machinemanager
 
 import (
 	"fmt"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,10 +133,63 @@ func TestStep(t *testing.T) {
 			if changed := tt.in.Status.GetPhase() != out.Status.GetPhase() && out.Status != nil; changed != (len(out.Events) == 1) {
 				t.Fatalf("phase %q → %q but events %v", tt.in.Status.GetPhase(), out.Status.GetPhase(), out.Events)
 			}
+			// Each with a CamelCase reason and a message about the machine.
+			for _, ev := range out.Events {
+				if ev.Phase != out.Status.GetPhase() || !camelCase.MatchString(ev.Reason) || !strings.HasPrefix(ev.Message, "machine m1 ") {
+					t.Errorf("event %+v: want phase %s, a CamelCase reason and a message about machine m1", ev, out.Status.GetPhase())
+				}
+			}
 			// Idempotent: the same input gives the same output.
 			again := Step(tt.in, Timeouts{})
 			if len(again.Commands) != len(out.Commands) || again.Status.GetPhase() != out.Status.GetPhase() {
 				t.Fatal("Step is not deterministic")
+			}
+		})
+	}
+}
+
+var camelCase = regexp.MustCompile(`^[A-Z][a-z]+([A-Z][a-z]+)*$`)
+
+// TestStepEvents: every phase change says what happened to the machine,
+// with a CamelCase reason (they were the lower-case phase in the subject
+// and an empty reason and message but for failures).
+func TestStepEvents(t *testing.T) {
+	running := func(s *capnv1.MachineStatus) { s.NodeName = "node-1" }
+	tests := []struct {
+		name   string
+		in     Input
+		reason string
+		msg    string
+	}{
+		{"created", Input{Desired: machine(false)}, "Bootstrapping", "machine m1 created: waiting for its bootstrap data"},
+		{"bootstrap ready", Input{Desired: machine(false), Status: status(PhaseBootstrapping, func(s *capnv1.MachineStatus) { s.BootstrapDataChecksum = "sha256:x" })},
+			"Provisioning", "machine m1 bootstrapped: its bootstrap data is ready, provider sim is creating it"},
+		{"provisioned", Input{Desired: machine(false), Status: status(PhaseProvisioning, withBootstrap), Infra: infra("Running")},
+			"Provisioned", "machine m1 provisioned: its infrastructure runs, waiting for its node to report ready"},
+		{"running", Input{Desired: machine(false), Status: status(PhaseProvisioned, withBootstrap, running, func(s *capnv1.MachineStatus) { s.NodeReadyTime = timestamppb.New(t0) }), Infra: infra("Running")},
+			"Running", "machine m1 running: node node-1 is ready"},
+		{"stopped", Input{Desired: stopped(true), Status: status(PhaseRunning, withBootstrap), Infra: infra("Stopped")},
+			"Stopped", "machine m1 stopped for hibernation, its disk kept"},
+		{"started", Input{Desired: stopped(false), Status: status(PhaseStopped, withBootstrap, running), Infra: started(t0.Add(time.Minute)), Node: nodeAt(true, t0.Add(time.Minute+time.Second))},
+			"Started", "machine m1 started again after hibernation: node node-1 is ready"},
+		{"deleting", Input{Desired: machine(true), Status: status(PhaseRunning, withBootstrap), Infra: infra("Running")},
+			"Deleting", "machine m1 deleting: waiting for provider sim to delete its infrastructure"},
+		{"deleted", Input{Desired: machine(true), Status: status(PhaseDeleting, withBootstrap)}, "Deleted", "machine m1 deleted: no infrastructure left"},
+		{"failed", Input{Desired: machine(false), Status: status(PhaseBootstrapping), Now: t0.Add(6 * time.Minute)},
+			ReasonBootstrapTimeout, "machine m1 failed: still Bootstrapping after 5m0s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.in.Cluster, tt.in.Name = "c1", "m1"
+			if tt.in.Now.IsZero() {
+				tt.in.Now = t0.Add(time.Second)
+			}
+			out := Step(tt.in, Timeouts{})
+			if len(out.Events) != 1 {
+				t.Fatalf("events %v, want one", out.Events)
+			}
+			if ev := out.Events[0]; ev.Reason != tt.reason || ev.Message != tt.msg {
+				t.Errorf("event %s: %q, want %s: %q", ev.Reason, ev.Message, tt.reason, tt.msg)
 			}
 		})
 	}

@@ -104,4 +104,13 @@ func TestPausedStopsEverything(t *testing.T) {
 	if r.RequeueAfter != 0 {
 		t.Errorf("a paused cluster needs no requeue, got %v", r.RequeueAfter)
 	}
+	// The deletion waits, and the status says so rather than "deleting 2
+	// worker machines" as if it were under way.
+	want := "the cluster is paused: its deletion waits until it is unpaused (next: deleting 2 worker machines)"
+	if c := condition(r.Status, plan.ConditionDeleting); c.Reason != "DeletionPaused" || c.Message != want {
+		t.Errorf("Deleting condition %v, want DeletionPaused: %s", c, want)
+	}
+	if r.PhaseMessage != want {
+		t.Errorf("phase message %q, want %q", r.PhaseMessage, want)
+	}
 }

@@ -41,23 +41,37 @@ func TestHibernate(t *testing.T) {
 	if ups := of[plan.UpdateMachine](r); len(ups) != 3 || len(r.Actions) != 3 || !ups[0].Machine.Spec.Stopped {
 		t.Fatalf("actions %v, want 3 stop updates only", r.Actions)
 	}
-	if r.Status.Phase != plan.ClusterHibernated {
-		t.Errorf("phase %s", r.Status.Phase)
+	// Hibernated only once every machine is stopped: until then the phase
+	// says the machines are stopping.
+	if r.Status.Phase != plan.ClusterHibernating || r.RequeueAfter != plan.ProgressResync {
+		t.Errorf("phase %s, requeue %v while machines stop", r.Status.Phase, r.RequeueAfter)
 	}
 	if c := condition(r.Status, plan.ConditionHibernated); c.Status != "False" || c.Message != "0 of 3 machines stopped" {
 		t.Errorf("Hibernated %v", c)
+	}
+	if want := "hibernating: stopping 3 machines, keeping their disks"; r.PhaseMessage != want {
+		t.Errorf("phase message %q, want %q", r.PhaseMessage, want)
 	}
 	r, _ = h.Step()
 	if len(r.Actions) != 0 || r.RequeueAfter != 0 {
 		t.Errorf("hibernated: actions %v, requeue %v", r.Actions, r.RequeueAfter)
 	}
-	if c := condition(r.Status, plan.ConditionHibernated); c.Status != "True" {
-		t.Errorf("Hibernated %v", c)
+	if c := condition(r.Status, plan.ConditionHibernated); c.Status != "True" || r.Status.Phase != plan.ClusterHibernated {
+		t.Errorf("phase %s, Hibernated %v", r.Status.Phase, c)
+	}
+	// The Hibernated event says what happened, not the Ready condition's
+	// "control plane: 0 of 1 updated, …".
+	if want := "hibernated: 3 machines stopped, their disks kept; capn wake demo starts them"; r.PhaseMessage != want {
+		t.Errorf("phase message %q, want %q", r.PhaseMessage, want)
 	}
 	h.Update(func(s *capnv1alpha1.ClusterSpec) { s.Hibernated = false })
 	r, _ = h.Step()
 	if ups := of[plan.UpdateMachine](r); len(ups) != 3 || ups[0].Machine.Spec.Stopped || ups[0].Reason != "wake from hibernation" {
 		t.Fatalf("wake: %v", r.Actions)
+	}
+	// Waking, not ScalingUp: the same machines start again.
+	if r.Status.Phase != plan.ClusterWaking || r.PhaseMessage != "waking: starting 3 stopped machines" {
+		t.Errorf("wake: phase %s (%q), want Waking", r.Status.Phase, r.PhaseMessage)
 	}
 	converge(t, h, nil)
 	if n := len(h.Names("md-0")); n != 4 {

@@ -131,9 +131,14 @@ func (pl *pool) anyOutdated() bool {
 	return slices.ContainsFunc(pl.machines, func(m *machine) bool { return m.outdated })
 }
 
-// poolCounts are a pool's observed numbers.
+// poolCounts are a pool's observed numbers. replicas, ready, updated,
+// available, booting and stopped count machines not being deleted.
 type poolCounts struct {
 	replicas, ready, updated, available, deleting, failed int
+	// booting: on their way to Running (Pending to Provisioned).
+	booting int
+	// stopped: hibernated, or not yet started again while waking.
+	stopped int
 	// outdated counts machines of an old template, deleting ones included.
 	outdated int
 	// notAvailable names up to a few machines that are not available, and why.
@@ -159,8 +164,13 @@ func (pl *pool) count() poolCounts {
 		if !m.outdated {
 			c.updated++
 		}
-		if m.failed() {
+		switch m.phase() {
+		case PhaseFailed:
 			c.failed++
+		case PhaseStopped:
+			c.stopped++
+		case PhasePending, PhaseBootstrapping, PhaseProvisioning, PhaseProvisioned:
+			c.booting++
 		}
 		if m.available() {
 			c.available++

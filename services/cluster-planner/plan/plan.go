@@ -61,7 +61,14 @@ const (
 	ClusterDeleting     = "Deleting"
 	ClusterFailed       = "Failed"
 	ClusterPaused       = "Paused"
-	ClusterHibernated   = "Hibernated"
+	// ClusterHibernating: spec.hibernated is set and machines that can stop
+	// are still stopping.
+	ClusterHibernating = "Hibernating"
+	// ClusterHibernated: every machine that can stop is stopped.
+	ClusterHibernated = "Hibernated"
+	// ClusterWaking: spec.hibernated was cleared and stopped machines are
+	// starting again.
+	ClusterWaking = "Waking"
 )
 
 // Condition types: the ones the planner writes on the cluster, and
@@ -129,6 +136,10 @@ type Result struct {
 	Actions      []Action
 	Status       *capnv1alpha1.ClusterStatus
 	RequeueAfter time.Duration
+	// PhaseMessage says what Status.Phase means now, in words with
+	// numbers: the message of the timeline event the caller records when
+	// the phase changes (its reason is the phase).
+	PhaseMessage string
 }
 
 // Fields counts the plan's actions for one log line (nomad's
@@ -249,13 +260,9 @@ func Plan(in Input) Result {
 		p.propagate()
 	}
 	st := p.status()
-	r := Result{Actions: p.actions, Status: st}
+	r := Result{Actions: p.actions, Status: st, PhaseMessage: p.phaseMessage(st)}
 	switch st.Phase {
-	case ClusterReady, ClusterPaused:
-	case ClusterHibernated:
-		if !p.allStopped() {
-			r.RequeueAfter = ProgressResync
-		}
+	case ClusterReady, ClusterPaused, ClusterHibernated:
 	default:
 		if p.invalid == nil {
 			r.RequeueAfter = ProgressResync

@@ -209,6 +209,10 @@ func TestHibernateNeedsStopStart(t *testing.T) {
 		t.Errorf("hibernated as far as it can: actions %v, requeue %v", r.Actions, r.RequeueAfter)
 	}
 	wantCondition(t, r.Status, plan.ConditionHibernated, "False", plan.ReasonProviderLacksCapability, "1 of 1 machines that can stop", "md-0 keep running")
+	// Hibernated as far as it can be: the event says which machines run on.
+	if want := "hibernated: 1 machine stopped, its disk kept; 2 machines of md-0 keep running (the provider cannot stop); capn wake demo starts it"; r.Status.Phase != plan.ClusterHibernated || r.PhaseMessage != want {
+		t.Errorf("phase %s, message %q, want Hibernated: %q", r.Status.Phase, r.PhaseMessage, want)
+	}
 	for _, n := range h.Names("md-0") {
 		if h.Machines[n].Spec.Stopped {
 			t.Errorf("%s marked stopped on a provider that cannot stop", n)

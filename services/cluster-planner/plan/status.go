@@ -54,9 +54,9 @@ func (p *planner) status() *capnv1alpha1.ClusterStatus {
 	case p.refused && !paused:
 		add(ConditionReady, false, provReason, provMsg)
 	case !cpOK:
-		add(ConditionReady, false, "ControlPlaneNotReady", cpMsg)
+		add(ConditionReady, false, "ControlPlaneNotReady", readyMessage(cpMsg, wOK, wMsg))
 	case !wOK:
-		add(ConditionReady, false, "WorkersNotReady", wMsg)
+		add(ConditionReady, false, "WorkersNotReady", readyMessage(cpMsg, wOK, wMsg))
 	default:
 		add(ConditionReady, true, "Ready", "the control plane and every worker pool are ready")
 	}
@@ -70,6 +70,9 @@ func (p *planner) status() *capnv1alpha1.ClusterStatus {
 	}
 	if deleting {
 		reason, msg := p.deletionStep()
+		if paused {
+			reason, msg = "DeletionPaused", "the cluster is paused: its deletion waits until it is unpaused (next: "+msg+")"
+		}
 		add(ConditionDeleting, true, reason, msg)
 	}
 	if hibernated {
@@ -129,12 +132,16 @@ func (p *planner) phase(ready, paused, deleting, hibernated bool) string {
 		return ClusterPending
 	case p.initialized && p.cp.obs.available == 0 && p.cp.obs.failed > 0:
 		return ClusterFailed // the control plane is down and failing
-	case hibernated:
+	case hibernated && p.allStopped():
 		return ClusterHibernated
+	case hibernated:
+		return ClusterHibernating
 	case ready:
 		return ClusterReady
 	case !p.initialized || neverReady:
 		return ClusterProvisioning
+	case has(func(pl *pool) bool { return pl.obs.stopped > 0 }):
+		return ClusterWaking // stopped machines while not hibernated: starting again
 	case has(func(pl *pool) bool { return pl.obs.outdated > 0 }):
 		return ClusterUpgrading
 	case has(func(pl *pool) bool { return pl.obs.replicas < pl.replicas || pl.obs.ready < pl.obs.replicas }):
@@ -145,6 +152,72 @@ func (p *planner) phase(ready, paused, deleting, hibernated bool) string {
 	// Every machine is there and up to date but some are unhealthy: nothing
 	// to do for the planner (remediation's job); the Ready condition says so.
 	return ClusterReady
+}
+
+// phaseMessage says what the status's phase means now, for the timeline
+// event of a phase change: what happened or what capn is doing, with
+// numbers. Phases whose meaning the Ready condition carries take its
+// message.
+func (p *planner) phaseMessage(st *capnv1alpha1.ClusterStatus) string {
+	stopped, total := p.stoppedCount()
+	conds := st.GetConditions()
+	message := func(typ string) string {
+		for _, c := range conds {
+			if c.GetType() == typ {
+				return c.GetMessage()
+			}
+		}
+		return ""
+	}
+	switch st.GetPhase() {
+	case ClusterHibernated:
+		msg := fmt.Sprintf("hibernated: %s stopped, their disks kept", plural(stopped, "machine"))
+		them := "them"
+		if stopped == 1 {
+			msg, them = "hibernated: 1 machine stopped, its disk kept", "it"
+		}
+		if running := p.runningUnstoppable(); running != "" {
+			msg += "; " + running
+		}
+		return msg + "; capn wake " + p.name + " starts " + them
+	case ClusterHibernating:
+		return fmt.Sprintf("hibernating: stopping %s, keeping their disks", plural(total-stopped, "machine"))
+	case ClusterWaking:
+		n := 0
+		for _, pl := range append([]*pool{p.cp}, p.pools...) {
+			n += pl.obs.stopped
+		}
+		return fmt.Sprintf("waking: starting %s", plural(n, "stopped machine"))
+	case ClusterDeleting:
+		return message(ConditionDeleting)
+	case ClusterPaused:
+		if p.c.GetMetadata().GetDeletionTimestamp() != nil {
+			return message(ConditionDeleting) // the deletion waits: it says so
+		}
+		return message(ConditionPaused)
+	}
+	return message(ConditionReady)
+}
+
+// runningUnstoppable says which machines keep running through a
+// hibernation because their pool's provider cannot stop ("" if none).
+func (p *planner) runningUnstoppable() string {
+	n := 0
+	var pools []string
+	for _, pl := range append([]*pool{p.cp}, p.pools...) {
+		if pl.cannotStop && pl.obs.replicas > 0 {
+			n += pl.obs.replicas
+			pools = append(pools, pl.name)
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	verb := "keep"
+	if n == 1 {
+		verb = "keeps"
+	}
+	return fmt.Sprintf("%s of %s %s running (the provider cannot stop)", plural(n, "machine"), strings.Join(pools, ", "), verb)
 }
 
 func poolStatus(pl *pool) *capnv1alpha1.PoolStatus {
@@ -163,17 +236,7 @@ func poolStatus(pl *pool) *capnv1alpha1.PoolStatus {
 // none deleting.
 func (p *planner) poolReadiness(pl *pool) (bool, string, string) {
 	o := pl.obs
-	what := "machines"
-	if pl.controlPlane {
-		what = "control-plane machines"
-	}
-	counts := fmt.Sprintf("%d of %d %s available, %d up to date", o.available, pl.replicas, what, o.updated)
-	if o.deleting > 0 {
-		counts += fmt.Sprintf(", %d deleting", o.deleting)
-	}
-	if len(o.notAvailable) > 0 {
-		counts += "; not available: " + strings.Join(o.notAvailable, ", ")
-	}
+	counts := pl.progress()
 	switch {
 	case pl.controlPlane && !p.initialized:
 		return false, "NotInitialized", p.firstMachineMessage()
@@ -191,6 +254,56 @@ func (p *planner) poolReadiness(pl *pool) (bool, string, string) {
 		return false, "MachinesDeleting", counts
 	}
 	return true, "Ready", counts
+}
+
+// progress says where a pool stands the way kubectl rollout status does:
+// how many of the desired machines are updated and available, each count
+// at most the desired one; the machines beyond it are named as what they
+// are — surge machines of a rollout, or machines a scale-down removes —
+// then the machines booting, stopped and deleting, and a few of those not
+// available with why. For example "3 of 5 updated, 1 surge machine
+// booting, 4 available; not available: demo-md-0-3f9a1-5 (Provisioning)".
+func (pl *pool) progress() string {
+	o, desired := pl.obs, pl.replicas
+	parts := []string{fmt.Sprintf("%d of %d updated", min(o.updated, desired), desired)}
+	booting := o.booting
+	if extra := o.replicas - desired; extra > 0 {
+		if o.updated < o.replicas { // a rollout: the extra machines are its surge
+			surgeBooting := min(extra, booting)
+			if surgeBooting > 0 {
+				parts = append(parts, plural(surgeBooting, "surge machine")+" booting")
+			}
+			if n := extra - surgeBooting; n > 0 {
+				parts = append(parts, plural(n, "surge machine"))
+			}
+			booting -= surgeBooting
+		} else {
+			parts = append(parts, fmt.Sprintf("%d to remove", extra))
+		}
+	}
+	if booting > 0 {
+		parts = append(parts, fmt.Sprintf("%d booting", booting))
+	}
+	if o.stopped > 0 {
+		parts = append(parts, fmt.Sprintf("%d stopped", o.stopped))
+	}
+	parts = append(parts, fmt.Sprintf("%d available", min(o.available, desired)))
+	if o.deleting > 0 {
+		parts = append(parts, fmt.Sprintf("%d deleting", o.deleting))
+	}
+	msg := strings.Join(parts, ", ")
+	if len(o.notAvailable) > 0 {
+		msg += "; not available: " + strings.Join(o.notAvailable, ", ")
+	}
+	return msg
+}
+
+// plural is "1 machine", "2 machines".
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 // poolReady is poolReadiness, except that a pool that is not ready while
@@ -223,6 +336,17 @@ func (p *planner) workersReady() (bool, string, string) {
 		return true, "Ready", fmt.Sprintf("all %d worker pools ready", len(p.pools))
 	}
 	return false, reason, strings.Join(msgs, "; ")
+}
+
+// readyMessage is the Ready condition's message while the control plane or
+// a pool is not ready: the whole progress, "control plane: …; pool md-0:
+// …" (a ready pool left out), so one line says what every part is doing.
+func readyMessage(cpMsg string, workersOK bool, workersMsg string) string {
+	msg := "control plane: " + cpMsg
+	if !workersOK {
+		msg += "; " + workersMsg
+	}
+	return msg
 }
 
 func (p *planner) firstMachineMessage() string {

@@ -1,6 +1,9 @@
 package plan_test
 
 import (
+	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,10 +33,13 @@ func TestStatusWhileProvisioning(t *testing.T) {
 		t.Errorf("ControlPlaneInitialized %v", c)
 	}
 	w := condition(r.Status, plan.ConditionWorkersReady)
-	if w.Status != "False" || w.Reason != "WaitingForControlPlane" || !strings.Contains(w.Message, "pool md-0: 0 of 2 machines available, 0 up to date (waiting for the control plane to initialize)") {
+	if w.Status != "False" || w.Reason != "WaitingForControlPlane" || !strings.Contains(w.Message, "pool md-0: 0 of 2 updated, 0 available (waiting for the control plane to initialize)") {
 		t.Errorf("WorkersReady %v", w)
 	}
-	if ready := condition(r.Status, plan.ConditionReady); ready.Status != "False" || ready.Reason != "ControlPlaneNotReady" {
+	// Ready's message is the whole progress: the control plane's, then
+	// every pool's that is not ready.
+	if ready := condition(r.Status, plan.ConditionReady); ready.Status != "False" || ready.Reason != "ControlPlaneNotReady" ||
+		ready.Message != "control plane: "+c.Message+"; "+w.Message {
 		t.Errorf("Ready %v", ready)
 	}
 	converge(t, h, nil)
@@ -69,7 +75,7 @@ func TestStatusUpgrading(t *testing.T) {
 		t.Errorf("phase %s", r.Status.Phase)
 	}
 	cp := condition(r.Status, plan.ConditionControlPlaneReady)
-	if cp.Reason != "RollingOut" || cp.Message != "1 of 1 control-plane machines available, 0 up to date" {
+	if cp.Reason != "RollingOut" || cp.Message != "0 of 1 updated, 1 available" {
 		t.Errorf("ControlPlaneReady %v", cp)
 	}
 	if v := r.Status.WorkerPools[0].Version; v != "v1.33.4" {
@@ -138,5 +144,77 @@ func TestStatusFailedControlPlane(t *testing.T) {
 	c := condition(r.Status, plan.ConditionControlPlaneReady)
 	if c.Reason != "MachinesNotAvailable" || !strings.Contains(c.Message, "(Failed)") {
 		t.Errorf("ControlPlaneReady %v", c)
+	}
+}
+
+// TestStatusRolloutCounts follows a surge rollout of a pool of 5: no count
+// in a pool's message exceeds the desired 5 but the surge, named as such;
+// the message when the surge machine boots is the kubectl rollout status
+// one. The old message said "5 of 5 machines available, 5 up to date; not
+// available: demo-md-0-… (Pending)" there, and the CLI "11/10 ready".
+func TestStatusRolloutCounts(t *testing.T) {
+	h := started(t, cluster(1, 5))
+	h.Update(func(s *capnv1alpha1.ClusterSpec) {
+		s.KubernetesVersion = "v1.34.1"
+		s.WorkerPools[0].Version = "v1.34.1"
+	})
+	counts := regexp.MustCompile(`(\d+) of (\d+) updated|(\d+) available`)
+	surgeBooting := regexp.MustCompile(`^pool md-0: (\d) of 5 updated, 1 surge machine booting, 5 available; not available: demo-md-0-[0-9a-f]{5}-\d \((Pending|Provisioning)\)$`)
+	seen := map[string]bool{}
+	converge(t, h, func(rec plantest.Record) error {
+		w := condition(rec.Result.Status, plan.ConditionWorkersReady)
+		if w.Status == "True" {
+			return nil
+		}
+		for _, m := range counts.FindAllStringSubmatch(w.Message, -1) {
+			for _, n := range []string{m[1], m[3]} {
+				if v, _ := strconv.Atoi(n); v > 5 {
+					return fmt.Errorf("a count above the desired 5: %q", w.Message)
+				}
+			}
+		}
+		if surgeBooting.MatchString(w.Message) {
+			seen["surge booting"] = true
+		}
+		if strings.HasPrefix(w.Message, "pool md-0: 5 of 5 updated, 1 surge machine, 5 available") {
+			seen["surge ready"] = true
+		}
+		if ps := rec.Result.Status.WorkerPools[0]; ps.Replicas > 5 {
+			seen["replicas above desired"] = true
+		}
+		return nil
+	})
+	for _, s := range []string{"surge booting", "surge ready", "replicas above desired"} {
+		if !seen[s] {
+			t.Errorf("the rollout never showed %q", s)
+		}
+	}
+	if w := condition(h.Status, plan.ConditionWorkersReady); w.Message != "all 1 worker pools ready" {
+		t.Errorf("after the rollout: %v", w)
+	}
+}
+
+func TestPoolProgressMessages(t *testing.T) {
+	// Scale 2 → 4 while one machine of the pool fails to boot.
+	h := started(t, cluster(1, 2))
+	h.Update(func(s *capnv1alpha1.ClusterSpec) { s.WorkerPools[0].Replicas = 4 })
+	h.Step()
+	r := h.Plan()
+	if w := condition(r.Status, plan.ConditionWorkersReady); !regexp.MustCompile(`^pool md-0: 4 of 4 updated, 2 booting, 2 available; not available: demo-md-0-[0-9a-f]{5}-2 \(Provisioning\), demo-md-0-[0-9a-f]{5}-3 \(Provisioning\)$`).MatchString(w.Message) {
+		t.Errorf("scaling up: %q", w.Message)
+	}
+	converge(t, h, nil)
+	// Scale down: the status is computed before the plan marks machines,
+	// so the extra ones show as to remove, not as a count above desired.
+	h.DeleteSteps = func(string) int { return 3 }
+	h.Update(func(s *capnv1alpha1.ClusterSpec) { s.WorkerPools[0].Replicas = 1 })
+	r = h.Plan()
+	if w := condition(r.Status, plan.ConditionWorkersReady); w.Message != "pool md-0: 1 of 1 updated, 3 to remove, 1 available" {
+		t.Errorf("scaling down: %q", w.Message)
+	}
+	h.Step()
+	r = h.Plan()
+	if w := condition(r.Status, plan.ConditionWorkersReady); w.Message != "pool md-0: 1 of 1 updated, 1 available, 3 deleting" {
+		t.Errorf("scaling down, deleting: %q", w.Message)
 	}
 }

@@ -199,7 +199,10 @@ func (d *document) label() string {
 	case d.name != "":
 		what = "cluster " + d.name
 	}
-	if d.multiFile {
+	switch {
+	case d.multiFile && d.file == "-":
+		what += ", standard input"
+	case d.multiFile:
 		what += ", " + d.file
 	}
 	return fmt.Sprintf("document %d (%s)", d.num, what)

@@ -130,10 +130,11 @@ func TestApplyAllOrNothing(t *testing.T) {
 	a.file("clusters/README.md", "not a manifest\n")
 	a.file("clusters/sub/d.yaml", clusterYAML("d", 1))
 	extra := a.file("extra.yaml", clusterYAML("e", 1)+"---\n"+clusterYAML("e2", -1))
-	code, stdout, stderr = a.run(clusterYAML("f", 1), "apply", "-f", dir, "-f", extra, "-f", "-")
-	a.want("a directory, a file and stdin with a bad document", code, stdout, stderr, 1, "",
+	code, stdout, stderr = a.run(clusterYAML("f", 0)+"---\n"+clusterYAML("f2", -2), "apply", "-f", dir, "-f", extra, "-f", "-")
+	a.want("a directory, a file and stdin with bad documents", code, stdout, stderr, 1, "",
 		`capn apply: document 5 (cluster e2, `+extra+`): spec.workerPools[0].replicas: "-1": must be 0 or more`+"\n"+
-			"capn apply: nothing was applied: 1 of 6 documents refused\n")
+			`capn apply: document 7 (cluster f2, standard input): spec.workerPools[0].replicas: "-2": must be 0 or more`+"\n"+
+			"capn apply: nothing was applied: 2 of 7 documents refused\n")
 	code, stdout, stderr = a.run("", "apply", "-f", dir, "--dry-run=server")
 	a.want("--dry-run=server", code, stdout, stderr, 0,
 		"cluster/a created (server dry run)\ncluster/b created (server dry run)\ncluster/c created (server dry run)\n", "")

@@ -129,12 +129,17 @@ func (s *server) setFlag(w http.ResponseWriter, r *http.Request, whileDeleting b
 	})
 }
 
-// change applies mutate to an existing cluster and answers 200 with it.
+// change applies mutate to an existing cluster and answers 200 with it
+// (with ?dryRun=All: with what would be stored, writing nothing).
 func (s *server) change(w http.ResponseWriter, r *http.Request, name, rv string, whileDeleting bool,
 	mutate func(cur, next *capnv1.Cluster) (*capnv1.Cluster, error)) error {
+	dryRun, err := dryRunFrom(r)
+	if err != nil {
+		return err
+	}
 	res, err := s.writeCluster(r.Context(), writeOp{
 		name: name, precondition: rv, preconditionPath: "resourceVersion",
-		whileDeleting: whileDeleting, mutate: mutate,
+		whileDeleting: whileDeleting, mutate: mutate, dryRun: dryRun,
 	})
 	if err != nil {
 		return err

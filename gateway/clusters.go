@@ -86,7 +86,15 @@ func (s *server) putCluster(w http.ResponseWriter, r *http.Request) error {
 // status, generation and timestamps are ignored; a uid, when present, must
 // be the stored cluster's (409 otherwise: it was deleted and re-created).
 // 201 on create, 200 otherwise (also when nothing changed).
+//
+// With ?dryRun=All every check above runs against the stored cluster (the
+// precondition, the uid, the update rules) but nothing is written: the
+// answer is the cluster as it would be stored, with the same status code.
 func (s *server) apply(w http.ResponseWriter, r *http.Request, pathName string) error {
+	dryRun, err := dryRunFrom(r)
+	if err != nil {
+		return err
+	}
 	in, err := readManifest(r)
 	if err != nil {
 		return err
@@ -113,6 +121,7 @@ func (s *server) apply(w http.ResponseWriter, r *http.Request, pathName string) 
 		name:         name,
 		precondition: md.ResourceVersion,
 		create:       true,
+		dryRun:       dryRun,
 		mutate: func(cur, _ *capnv1.Cluster) (*capnv1.Cluster, error) {
 			if cur != nil && uid != "" && uid != cur.GetMetadata().GetUid() {
 				return nil, conflict("metadata.uid %s is not the uid of cluster %s (%s): the cluster was deleted and created again since the manifest was read",
@@ -132,16 +141,22 @@ func (s *server) apply(w http.ResponseWriter, r *http.Request, pathName string) 
 	status := http.StatusOK
 	if res.created {
 		status = http.StatusCreated
-		w.Header().Set("Location", "/v1/clusters/"+name)
+		if !dryRun {
+			w.Header().Set("Location", "/v1/clusters/"+name)
+		}
 	}
 	return s.respondCluster(r.Context(), w, status, res.cluster, res.rev)
 }
 
-// deleteCluster is DELETE /v1/clusters/{name}[?resourceVersion=]: it sets
-// metadata.deletion_timestamp (once) and answers 202 with the cluster; the
-// cluster-planner tears the cluster down and removes it.
+// deleteCluster is DELETE /v1/clusters/{name}[?resourceVersion=][&dryRun=All]:
+// it sets metadata.deletion_timestamp (once) and answers 202 with the
+// cluster; the cluster-planner tears the cluster down and removes it.
 func (s *server) deleteCluster(w http.ResponseWriter, r *http.Request) error {
 	name, err := pathName(r, "name")
+	if err != nil {
+		return err
+	}
+	dryRun, err := dryRunFrom(r)
 	if err != nil {
 		return err
 	}
@@ -152,6 +167,7 @@ func (s *server) deleteCluster(w http.ResponseWriter, r *http.Request) error {
 		preconditionPath: "resourceVersion",
 		whileDeleting:    true,
 		deleting:         true,
+		dryRun:           dryRun,
 		mutate: func(_, next *capnv1.Cluster) (*capnv1.Cluster, error) {
 			md := ensure(&next.Metadata)
 			if md.DeletionTimestamp == nil {

@@ -46,7 +46,9 @@ func ensure[T any](p **T) *T {
 
 // clusterObject is what the API shows of a cluster: the desired Cluster read
 // at revision rev (its resourceVersion) with the observed status merged in.
-// c is not modified.
+// A cluster the cluster-planner has not looked at yet (no observed status)
+// shows phase Pending, or Deleting once its deletion is requested, and no
+// observedGeneration: no generation of it was observed. c is not modified.
 func clusterObject(c *capnv1.Cluster, rev uint64, st *capnv1.ClusterStatus) *capnv1.Cluster {
 	out := cloneCluster(c)
 	if out.ApiVersion == "" {
@@ -59,8 +61,21 @@ func clusterObject(c *capnv1.Cluster, rev uint64, st *capnv1.ClusterStatus) *cap
 		ensure(&out.Metadata).ResourceVersion = resourceVersion(rev)
 	}
 	out.Status = st
+	if st == nil {
+		out.Status = &capnv1.ClusterStatus{Phase: phasePending}
+		if out.GetMetadata().GetDeletionTimestamp() != nil {
+			out.Status.Phase = phaseDeleting
+		}
+	}
 	return out
 }
+
+// The phases clusterObject shows before the cluster-planner wrote a status
+// (the planner's own names, services/cluster-planner/plan).
+const (
+	phasePending  = "Pending"
+	phaseDeleting = "Deleting"
+)
 
 // machineObject is what the API shows of a machine: the desired Machine (nil
 // when only its status is left, e.g. while its infrastructure is deleted)

@@ -34,6 +34,10 @@ type writeOp struct {
 	whileDeleting bool
 	// deleting keeps the deletion_timestamp mutate sets.
 	deleting bool
+	// dryRun does every check and the mutation but writes nothing: the
+	// result is the cluster as it would be stored, at the revision read (0
+	// for a would-be create).
+	dryRun bool
 	// mutate returns the cluster to store. cur is the stored cluster
 	// (read-only; nil when there is none) and next a copy of it to change
 	// and return (nil when there is none). It may be called again after a
@@ -101,6 +105,13 @@ func (s *server) writeCluster(ctx context.Context, op writeOp) (writeResult, err
 			res = writeResult{cluster: cur, rev: rev}
 			return nil
 		}
+		if op.dryRun {
+			if !exists {
+				rev = 0
+			}
+			res = writeResult{cluster: next, rev: rev, created: !exists, changed: true}
+			return nil
+		}
 		var newRev uint64
 		if exists {
 			newRev, err = s.clusters.Update(ctx, key, next, rev)
@@ -124,6 +135,23 @@ func (s *server) writeCluster(ctx context.Context, op writeOp) (writeResult, err
 
 func stale(name string, rev uint64) *problemError {
 	return conflict("resourceVersion %d is stale: cluster %s has changed since it was read; get it again and reapply your change", rev, name)
+}
+
+// dryRunFrom reads ?dryRun=: absent is a real write; All (Kubernetes'
+// only value, which may be repeated) a server-side dry run; anything else a
+// 400, so that a misspelt dry run never becomes a write.
+func dryRunFrom(r *http.Request) (bool, error) {
+	vals, ok := r.URL.Query()[api.ParamDryRun]
+	if !ok {
+		return false, nil
+	}
+	for _, v := range vals {
+		if v != api.DryRunAll {
+			return false, badRequest("%s %q is not valid", api.ParamDryRun, v).
+				withField(api.ParamDryRun, `must be "All" (a server-side dry run: everything is checked, nothing is written), or left out`, v)
+		}
+	}
+	return true, nil
 }
 
 // parseResourceVersion reads a resourceVersion precondition ("" is none).

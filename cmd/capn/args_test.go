@@ -75,7 +75,8 @@ func TestSplitDocuments(t *testing.T) {
 			}
 			var names []string
 			for _, d := range docs {
-				names = append(names, manifestName(d))
+				_, _, name := manifestHeader(d)
+				names = append(names, name)
 			}
 			if !slices.Equal(names, tt.want) {
 				t.Errorf("documents named %q, want %q", names, tt.want)

@@ -43,6 +43,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"apply", "create or update clusters from a manifest (-f FILE, --wait)", cmdApply},
+		{"diff", "show what an apply would change (-f FILE; exit 1 when it would)", cmdDiff},
 		{"get", "list clusters or machines (-o wide|yaml|json, -w, -l)", cmdGet},
 		{"describe", "show a cluster as a tree of control plane, pools and machines", cmdDescribe},
 		{"scale", "set the replicas of a worker pool or the control plane", cmdScale},

@@ -30,6 +30,15 @@ const (
 	ControlPlanePool = "control-plane"
 )
 
+// Server-side dry run: ?dryRun=All on a write (apply, PUT, delete and the
+// convenience actions) decodes, defaults and validates as the write would,
+// against the stored cluster, writes nothing, and answers with the cluster
+// as it would be stored.
+const (
+	ParamDryRun = "dryRun"
+	DryRunAll   = "All"
+)
+
 // Media types the API speaks.
 const (
 	MediaJSON        = "application/json"

@@ -110,26 +110,43 @@ func IsInvalid(err error) bool {
 
 var unmarshal = protojson.UnmarshalOptions{DiscardUnknown: true}
 
+// WriteOption changes how a write (Apply, Delete) is made.
+type WriteOption func(q url.Values)
+
+// DryRun makes a write a server-side dry run (?dryRun=All): the gateway
+// checks everything the write would, against the stored cluster, writes
+// nothing, and answers with the cluster as it would be stored.
+func DryRun(q url.Values) { q.Set(api.ParamDryRun, api.DryRunAll) }
+
+func writeQuery(opts []WriteOption) url.Values {
+	q := url.Values{}
+	for _, o := range opts {
+		o(q)
+	}
+	return q
+}
+
 // Apply creates or updates the cluster a manifest (YAML or JSON) declares.
-// It returns the stored cluster (with its resourceVersion) and whether it
-// was created.
-func (c *Client) Apply(ctx context.Context, manifest []byte) (*capnv1.Cluster, bool, error) {
+// It returns the stored cluster (with its resourceVersion and status) and
+// whether it was created (with DryRun: as it would be stored, and whether
+// it would be created).
+func (c *Client) Apply(ctx context.Context, manifest []byte, opts ...WriteOption) (*capnv1.Cluster, bool, error) {
 	ct := api.MediaYAML
 	if t := bytes.TrimSpace(manifest); len(t) > 0 && t[0] == '{' {
 		ct = api.MediaJSON
 	}
 	out := new(capnv1.Cluster)
-	status, err := c.call(ctx, http.MethodPost, "/v1/clusters", nil, bytes.NewReader(manifest), ct, out)
+	status, err := c.call(ctx, http.MethodPost, "/v1/clusters", writeQuery(opts), bytes.NewReader(manifest), ct, out)
 	return out, status == http.StatusCreated, err
 }
 
 // ApplyCluster is Apply with a Cluster value.
-func (c *Client) ApplyCluster(ctx context.Context, cl *capnv1.Cluster) (*capnv1.Cluster, bool, error) {
+func (c *Client) ApplyCluster(ctx context.Context, cl *capnv1.Cluster, opts ...WriteOption) (*capnv1.Cluster, bool, error) {
 	b, err := protojson.Marshal(cl)
 	if err != nil {
 		return nil, false, err
 	}
-	return c.Apply(ctx, b)
+	return c.Apply(ctx, b, opts...)
 }
 
 // Get returns a cluster with its status.
@@ -152,9 +169,9 @@ func (c *Client) List(ctx context.Context, opts ListOptions) ([]*capnv1.Cluster,
 
 // Delete requests a cluster's deletion (202): it returns the cluster with
 // its deletion timestamp; the cluster is gone once Get says IsNotFound.
-func (c *Client) Delete(ctx context.Context, name string) (*capnv1.Cluster, error) {
+func (c *Client) Delete(ctx context.Context, name string, opts ...WriteOption) (*capnv1.Cluster, error) {
 	out := new(capnv1.Cluster)
-	_, err := c.call(ctx, http.MethodDelete, "/v1/clusters/"+url.PathEscape(name), nil, nil, "", out)
+	_, err := c.call(ctx, http.MethodDelete, "/v1/clusters/"+url.PathEscape(name), writeQuery(opts), nil, "", out)
 	return out, err
 }
 

@@ -368,8 +368,10 @@ func (s *session) deleteClusters(ctx context.Context, names []string, selector s
 	if !wf.wait {
 		return nil
 	}
+	wctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
 	for _, n := range names {
-		if err := s.waitFor(ctx, n, untilGone, 0, max(time.Until(deadline), 0)); err != nil {
+		if err := s.waitFor(wctx, n, untilGone, 0, wf.timeout); err != nil {
 			return err
 		}
 		fmt.Fprintf(s.e.stdout, "cluster/%s deleted\n", n)

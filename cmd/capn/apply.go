@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -163,7 +162,7 @@ type inputFlags struct {
 	recursive bool
 }
 
-func (f *inputFlags) bind(fs *flag.FlagSet) {
+func (f *inputFlags) bind(fs *flagSet) {
 	fs.Var(&f.files, "f", "manifest `file`, directory (its *.yaml, *.yml and *.json, sorted) or - for standard input; may be repeated")
 	fs.Var(&f.files, "filename", "`file`: same as -f")
 	fs.BoolVar(&f.recursive, "R", false, "with a directory: its subdirectories too")

@@ -143,10 +143,12 @@ func (w *waiter) run(ctx context.Context) error {
 		return nil
 	case w.failed != nil:
 		return w.failed
+	case errors.Is(wctx.Err(), context.DeadlineExceeded):
+		// The caller's deadline too: a wait for several clusters shares
+		// one --timeout, and says it timed out after the whole of it.
+		return w.timedOut()
 	case ctx.Err() != nil:
 		return ctx.Err()
-	case errors.Is(wctx.Err(), context.DeadlineExceeded):
-		return w.timedOut()
 	}
 	return err
 }

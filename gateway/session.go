@@ -209,10 +209,10 @@ func secure(r *http.Request) bool {
 	return r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
 }
 
-func sessionCookie(r *http.Request, id string, expires time.Time, now time.Time) *http.Cookie {
+func sessionCookie(r *http.Request, id string, expires time.Time) *http.Cookie {
 	return &http.Cookie{
 		Name: SessionCookie, Value: id, Path: "/",
-		Expires: expires, MaxAge: int(expires.Sub(now) / time.Second),
+		Expires: expires, MaxAge: int(SessionTTL / time.Second),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: secure(r),
 	}
 }
@@ -304,7 +304,7 @@ func (s *server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	zerolog.Ctx(r.Context()).Info().Str("principal", g.name).Time("expires", g.expires).Msg("dashboard session started")
-	http.SetCookie(w, sessionCookie(r, id, g.expires, s.now()))
+	http.SetCookie(w, sessionCookie(r, id, g.expires))
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
@@ -322,5 +322,6 @@ func loginRefused(w http.ResponseWriter, why error) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; frame-ancestors 'none'")
 	w.WriteHeader(http.StatusUnauthorized)
-	_ = loginRefusedPage.Execute(w, why.Error())
+	msg := why.Error()
+	_ = loginRefusedPage.Execute(w, strings.ToUpper(msg[:1])+msg[1:])
 }

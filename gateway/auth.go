@@ -80,6 +80,9 @@ type principal struct {
 	name      string
 	scopes    scopeSet
 	anonymous bool
+	// session: authenticated by the dashboard's session cookie, with the
+	// name and scopes of the token that made its login code.
+	session bool
 }
 
 type principalKey struct{}
@@ -93,13 +96,17 @@ func principalFrom(ctx context.Context) *principal {
 	return p
 }
 
-// authenticator checks bearer tokens. It is immutable and safe for
-// concurrent use. Tokens are compared by their SHA-256 digests in constant
+// authenticator checks bearer tokens and, through sessions, the
+// dashboard's session cookies. Safe for concurrent use; its tokens are
+// immutable. Tokens are compared by their SHA-256 digests in constant
 // time, against every known token, so neither the token nor which entry
 // matched leaks through timing.
 type authenticator struct {
 	tokens    []tokenEntry
 	anonymous bool
+	// sessions are the dashboard's login codes and sessions (session.go);
+	// nil: no cookie is accepted.
+	sessions *sessions
 }
 
 type tokenEntry struct {
@@ -175,12 +182,17 @@ func (t Token) entry() (tokenEntry, error) {
 	return e, nil
 }
 
-// authenticate returns the request's principal, or a 401 problem. A request
-// without an Authorization header is anonymous when anonymous access is
-// enabled; a request with a bad token is refused either way.
+// authenticate returns the request's principal, or a 401 problem (403 for a
+// cross-origin request with the session cookie). The Authorization header
+// wins; without one, the session cookie authenticates; without either, the
+// request is anonymous when anonymous access is enabled. A bad token or an
+// ended session is refused either way.
 func (a *authenticator) authenticate(r *http.Request) (*principal, *problemError) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
+		if c, err := r.Cookie(SessionCookie); err == nil && a.sessions != nil {
+			return a.sessions.authenticateCookie(r, c.Value)
+		}
 		if a.anonymous {
 			return &principal{name: "anonymous", scopes: scopeAnonymous, anonymous: true}, nil
 		}

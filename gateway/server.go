@@ -71,6 +71,8 @@ func (s *server) routes() {
 	dash := ui.Handler()
 	s.mux.Handle(uiIndexRoute, dash)
 	s.mux.Handle(uiFilesRoute, dash)
+	// The dashboard's login link: the code is the credential.
+	s.mux.HandleFunc(loginRoute, s.login)
 
 	s.handle("GET /v1/clusters", scopeRead, 0, s.listClusters)
 	s.handle("POST /v1/clusters", scopeWrite, s.limits.ManifestBytes, s.applyCluster)
@@ -89,6 +91,10 @@ func (s *server) routes() {
 	s.handle("GET /v1/clusters/{name}/events", scopeRead, 0, s.timeline)
 	s.handle("GET /v1/watch", scopeRead, 0, s.watch)
 	s.handle("POST /v1/events", scopeIngest, s.limits.IngestRequestBytes, s.ingest)
+	// Any authenticated principal: the checks are in the handlers.
+	s.handle(loginsRoute, 0, s.limits.RequestBytes, s.createLogin)
+	s.handle("GET "+sessionRoute, 0, 0, s.getSession)
+	s.handle("DELETE "+sessionRoute, 0, 0, s.deleteSession)
 }
 
 // handle registers h on pattern behind the scope check and the body limit
@@ -137,8 +143,8 @@ func tooLarge(limit int64) *problemError {
 }
 
 // ServeHTTP is the middleware chain: panic recovery, logging and metrics,
-// /healthz and the dashboard's static files without authentication,
-// authentication, the per-principal rate
+// /healthz, the dashboard's static files and its login link without
+// authentication, authentication (auth.go), the per-principal rate
 // limit, then the route (404 and 405 as problems too).
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := s.now()
@@ -168,7 +174,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ev.Str("route", route).Int("status", rw.status).Dur("duration", s.now().Sub(start)).Msg("request")
 	}()
 
-	if r.URL.Path == "/healthz" || pattern == uiIndexRoute || pattern == uiFilesRoute {
+	if r.URL.Path == "/healthz" || pattern == uiIndexRoute || pattern == uiFilesRoute || pattern == loginRoute {
 		s.mux.ServeHTTP(rw, r)
 		return
 	}

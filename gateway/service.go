@@ -225,6 +225,7 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	if err != nil {
 		return err
 	}
+	auth.sessions = newSessions(s.opts.Now)
 	ring, err := s.keyring()
 	if err != nil {
 		return err

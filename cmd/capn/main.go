@@ -55,6 +55,7 @@ func commands() []command {
 		{"wake", "start a hibernated cluster's machines again", cmdWake},
 		{"kubeconfig", "print a cluster's admin kubeconfig", cmdKubeconfig},
 		{"events", "print a cluster's timeline (--follow)", cmdEvents},
+		{"dashboard", "open the dashboard in a browser, logged in by a one-time link", cmdDashboard},
 		{"import", "convert Cluster API manifests to a capn Cluster", cmdImport},
 		{"dev", "run NATS with JetStream and every capn service on this machine", cmdDev},
 		{"nats-config", "render a 3-node JetStream deployment's NATS config, users and certificates (render|provision|users)", cmdNATSConfig},

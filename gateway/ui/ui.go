@@ -1,7 +1,9 @@
 // Package ui is the dashboard: static HTML, CSS and JavaScript embedded in
 // the gateway's binary and served without a build step. The files hold no
-// secret, so the gateway serves them without a token; the page asks for a
-// token, keeps it in localStorage and sends it on every API call.
+// secret, so the gateway serves them without a token. The page's API calls
+// authenticate with the session cookie of a login link (`capn dashboard`)
+// or with a pasted token, which it keeps in localStorage and sends as
+// Authorization.
 package ui
 
 import (

@@ -2,7 +2,10 @@
 // gateway's watch stream (/v1/watch) and, for the selected cluster, its
 // event timeline (/v1/clusters/{name}/events?follow=true). Streams are read
 // with fetch() and a ReadableStream parser because EventSource cannot send
-// the Authorization header.
+// the Authorization header. The page authenticates with a pasted token
+// (kept in localStorage, sent as Authorization) or, without one, with the
+// session cookie a login link from `capn dashboard` set (HttpOnly: the
+// page never sees it; fetch sends it).
 "use strict";
 
 const TOKEN_KEY = "capn.token";
@@ -15,11 +18,21 @@ const state = {
   selected: null,
   events: [], // newest first
   synced: false,
+  expanded: new Set(), // keys of nodes whose conditions are shown in full
 };
 
 const $ = (sel) => document.querySelector(sel);
 
 function token() { return localStorage.getItem(TOKEN_KEY) || ""; }
+
+// authHeaders is the Authorization header of a pasted token; without one
+// the session cookie, if any, authenticates.
+function authHeaders() {
+  const t = token();
+  return t ? { Authorization: "Bearer " + t } : {};
+}
+
+const LOGIN_HINT = "log in: run capn dashboard, or paste a token";
 
 function setConn(s, text) {
   const el = $("#conn");
@@ -33,7 +46,7 @@ class AuthError extends Error {}
 // id}) for each event; it returns when the stream ends. lastId is sent as
 // Last-Event-ID; onId is told each new id (to resume after a drop).
 async function sse(url, { signal, lastId, onEvent, onId, onOpen }) {
-  const headers = { Accept: "text/event-stream", Authorization: "Bearer " + token() };
+  const headers = { Accept: "text/event-stream", ...authHeaders() };
   if (lastId) headers["Last-Event-ID"] = lastId;
   const res = await fetch(url, { headers, signal, cache: "no-store" });
   if (res.status === 401 || res.status === 403) throw new AuthError(await problemText(res));
@@ -89,11 +102,6 @@ let watchAbort = null;
 
 function startWatch() {
   if (watchAbort) watchAbort.abort();
-  if (!token()) {
-    setConn("token", "token needed");
-    $("#token").focus();
-    return;
-  }
   const ctl = new AbortController();
   watchAbort = ctl;
   watchLoop(ctl.signal);
@@ -116,7 +124,9 @@ async function watchLoop(signal) {
     } catch (err) {
       if (signal.aborted) return;
       if (err instanceof AuthError) {
-        setConn("token", "token rejected: " + err.message);
+        setConn("token", (token() ? "token rejected: " + err.message : LOGIN_HINT));
+        showWho(null);
+        if (!token()) $("#token").focus();
         return;
       }
       setConn("reconnecting", "reconnecting… (" + err.message + ")");
@@ -139,6 +149,7 @@ function onWatchEvent(e) {
     case "SYNCED":
       state.synced = true;
       setConn("live", "live");
+      whoAmI();
       break;
     case "ADDED":
     case "MODIFIED":
@@ -177,7 +188,7 @@ function followEvents(cluster) {
   if (eventsAbort) eventsAbort.abort();
   state.events = [];
   renderEvents();
-  if (!cluster || !token()) return;
+  if (!cluster) return;
   const ctl = new AbortController();
   eventsAbort = ctl;
   eventsLoop(cluster, ctl.signal);
@@ -266,6 +277,16 @@ function age(ts) {
 
 const n = (v) => Number(v || 0);
 
+// version shows a version, or current → target while they differ (an
+// upgrade under way).
+function version(current, target) {
+  if (current && target && current !== target) {
+    return el("span", { class: "version upgrading", "data-upgrade": `${current}→${target}`, title: `upgrading from ${current} to ${target}` },
+      current, el("span", { class: "arrow", "aria-label": "to" }, " → "), target);
+  }
+  return el("span", { class: "version" }, target || current || "");
+}
+
 function workers(c) {
   const st = (c.status && c.status.workerPools) || [];
   const ready = st.reduce((a, p) => a + n(p.ready), 0);
@@ -292,7 +313,7 @@ function renderFleet() {
     return el("tr", { "data-cluster": name, "data-phase": phase, "aria-selected": String(name === state.selected) },
       el("td", {}, el("button", { class: "linkish", type: "button", "aria-label": "show cluster " + name, onclick: () => select(name) }, name)),
       el("td", {}, badge(phase)),
-      el("td", {}, (c.spec && c.spec.kubernetesVersion) || ""),
+      el("td", {}, version(cp.version, c.spec && c.spec.kubernetesVersion)),
       el("td", {}, `${n(cp.ready)} / ${desiredCP}`),
       el("td", {}, workers(c)),
       el("td", { title: (c.metadata && c.metadata.creationTimestamp) || "" }, age(c.metadata && c.metadata.creationTimestamp)));
@@ -308,12 +329,44 @@ function condClass(c) {
   return (s === "True") !== NEGATIVE.has(c.type) ? "true" : "false";
 }
 
-function conditions(list) {
-  if (!list || !list.length) return null;
-  return el("div", { class: "conds" }, list.map((c) => el("span", {
+const condText = (c) => `${c.type}=${c.status}${c.reason ? " (" + c.reason + ")" : ""}`;
+
+function condChip(c) {
+  return el("span", {
     class: "cond " + condClass(c),
     title: [c.reason, c.message].filter(Boolean).join(": "),
-  }, `${c.type}=${c.status}${c.reason ? " (" + c.reason + ")" : ""}`)));
+  }, condText(c));
+}
+
+// health sums up a node's conditions: one "healthy" chip when every
+// condition is good (the list on hover, in full when clicked), else the
+// bad ones in full and the good ones behind a "+N ok" chip. It returns
+// the chip for the node's head line and the conditions row under it.
+function health(key, list, healthy) {
+  list = list || [];
+  const bad = list.filter((c) => condClass(c) !== "true");
+  const good = list.filter((c) => condClass(c) === "true");
+  const open = state.expanded.has(key);
+  const toggle = () => {
+    if (state.expanded.has(key)) state.expanded.delete(key); else state.expanded.add(key);
+    render();
+  };
+  let chip = null;
+  if (healthy && !bad.length) {
+    chip = el("button", {
+      type: "button", class: "chip ok", "data-health": "healthy", "aria-expanded": String(open),
+      title: good.length ? good.map(condText).join("\n") : "no conditions reported",
+      onclick: good.length ? toggle : null,
+    }, "healthy");
+  } else if (good.length) {
+    chip = el("button", {
+      type: "button", class: "chip", "data-health": "ok-conditions", "aria-expanded": String(open),
+      title: good.map(condText).join("\n"), onclick: toggle,
+    }, `+${good.length} ok`);
+  }
+  const shown = [...bad, ...(open ? good : [])];
+  const row = shown.length ? el("div", { class: "conds" }, shown.map(condChip)) : null;
+  return { chip, row };
 }
 
 // whyNotReady is a machine's failure, or its first condition that is not
@@ -331,23 +384,25 @@ function machineNode(m) {
   const st = m.status || {};
   const spec = m.spec || {};
   const why = whyNotReady(m.status);
+  const h = health("machine/" + m.metadata.name, st.conditions, !why && st.phase === "Running");
   return el("li", { class: "node", "data-kind": "machine", "data-name": m.metadata.name, "data-phase": st.phase || "Pending" },
     el("div", { class: "node-head" },
       el("span", { class: "kind" }, "machine"),
       el("span", { class: "name mono" }, m.metadata.name),
       badge(st.phase || "Pending"),
-      el("span", {}, st.kubeletVersion || spec.version || ""),
-      st.nodeName && st.nodeName !== m.metadata.name ? el("span", { class: "sub" }, "node " + st.nodeName) : null),
-    conditions(st.conditions),
+      version(st.kubeletVersion, spec.version),
+      st.nodeName && st.nodeName !== m.metadata.name ? el("span", { class: "sub" }, "node " + st.nodeName) : null,
+      h.chip),
+    h.row,
     why ? el("div", { class: "why" }, "Not ready: " + why) : null);
 }
 
-function poolNode(kind, name, version, ps, ms) {
+function poolNode(kind, name, target, ps, ms) {
   return el("li", { class: "node", "data-kind": kind, "data-name": name },
     el("div", { class: "node-head" },
       el("span", { class: "kind" }, kind === "control-plane" ? "control plane" : "pool"),
       el("span", { class: "name" }, name),
-      el("span", {}, version || ""),
+      version(ps.version, target),
       el("span", { class: "sub" }, `ready ${n(ps.ready)} / ${n(ps.desired)}, updated ${n(ps.updated)}, available ${n(ps.available)}`)),
     ms.length ? el("ul", {}, ms.map(machineNode)) : el("ul", {}, el("li", { class: "node sub" }, "no machines")));
 }
@@ -361,6 +416,7 @@ function clusterMachines(name) {
 function renderDetail() {
   const detail = $("#detail");
   const c = state.selected && state.clusters.get(state.selected);
+  renderHint(c);
   if (!c) {
     detail.hidden = true;
     return;
@@ -373,25 +429,27 @@ function renderDetail() {
   const cpStatus = st.controlPlane || {};
   const cpDesired = { ...cpStatus, desired: (spec.controlPlane && spec.controlPlane.replicas) || cpStatus.desired };
   const poolStatus = new Map(((st.workerPools) || []).map((p) => [p.name, p]));
-  const pools = (spec.workerPools || []).map((p) => ({ name: p.name, version: p.version, st: { ...(poolStatus.get(p.name) || {}), desired: p.replicas } }));
+  const pools = (spec.workerPools || []).map((p) => ({ name: p.name, version: p.version || spec.kubernetesVersion, st: { ...(poolStatus.get(p.name) || {}), desired: p.replicas } }));
   const known = new Set(["control-plane", ...pools.map((p) => p.name)]);
   const orphans = ms.filter((m) => !known.has(m.spec && m.spec.pool));
 
   $("#tree-h").textContent = "Cluster " + c.metadata.name;
   const endpoint = st.controlPlaneEndpoint ? `${st.controlPlaneEndpoint.host}:${st.controlPlaneEndpoint.port}` : "";
+  const h = health("cluster/" + c.metadata.name, st.conditions, st.phase === "Ready");
   $("#tree").replaceChildren(el("ul", { class: "tree" },
     el("li", { class: "node", "data-kind": "cluster", "data-name": c.metadata.name, "data-phase": st.phase || "Pending" },
       el("div", { class: "node-head" },
         el("span", { class: "kind" }, "cluster"),
         el("span", { class: "name" }, c.metadata.name),
         badge(st.phase || "Pending"),
-        el("span", {}, spec.kubernetesVersion || ""),
+        version(cpStatus.version, spec.kubernetesVersion),
         endpoint ? el("span", { class: "sub" }, "endpoint " + endpoint) : null,
         spec.paused ? el("span", { class: "badge warn" }, "paused") : null,
-        el("span", { class: "sub" }, `generation ${c.metadata.generation || "?"}, observed ${st.observedGeneration || "–"}`)),
-      conditions(st.conditions),
+        el("span", { class: "sub" }, `generation ${c.metadata.generation || "?"}, observed ${st.observedGeneration || "–"}`),
+        h.chip),
+      h.row,
       el("ul", {},
-        poolNode("control-plane", "control-plane", cpStatus.version || spec.kubernetesVersion, cpDesired, byPool("control-plane")),
+        poolNode("control-plane", "control-plane", spec.kubernetesVersion, cpDesired, byPool("control-plane")),
         pools.map((p) => poolNode("pool", p.name, p.version, p.st, byPool(p.name))),
         orphans.length ? el("li", { class: "node", "data-kind": "pool" },
           el("div", { class: "node-head" }, el("span", { class: "kind" }, "other machines")),
@@ -407,6 +465,20 @@ function renderDetail() {
       el("span", { class: "mono" }, `${updated} / ${desired}`));
   }));
   renderEvents();
+}
+
+// renderHint says what to do while no cluster is shown: select one, or
+// (when the fleet is empty, which the fleet panel already says) nothing.
+function renderHint(shown) {
+  const hint = $("#hint");
+  let text = "";
+  if (!shown && state.synced && state.clusters.size) {
+    text = state.selected
+      ? `No cluster named ${state.selected}. Select a cluster in the fleet above.`
+      : "Select a cluster in the fleet above to see its control plane, pools, machines, rollout and events.";
+  }
+  hint.hidden = !text;
+  hint.textContent = text;
 }
 
 function renderEvents() {
@@ -431,16 +503,64 @@ function renderEvents() {
 function select(name) {
   if (state.selected === name) return;
   state.selected = name;
-  history.replaceState(null, "", name ? "#cluster=" + encodeURIComponent(name) : "#");
+  const hash = name ? "#cluster=" + encodeURIComponent(name) : "";
+  if (location.hash !== hash) history.replaceState(null, "", hash || location.pathname + location.search);
   followEvents(name);
+  render();
+}
+
+// hashCluster is the cluster #cluster=NAME names, or null.
+function hashCluster() {
+  const m = /^#cluster=(.+)$/.exec(location.hash);
+  if (!m) return null;
+  try { return decodeURIComponent(m[1]); } catch (_) { return null; }
+}
+
+// ---- who is logged in ----
+
+// whoAmI asks the gateway how the page authenticated, to show it.
+async function whoAmI() {
+  try {
+    const res = await fetch("/v1/session", { headers: { Accept: "application/json", ...authHeaders() }, cache: "no-store" });
+    showWho(res.ok ? await res.json() : null);
+  } catch (_) {
+    showWho(null);
+  }
+}
+
+function showWho(s) {
+  const who = $("#who");
+  if (!s) {
+    who.hidden = true;
+    return;
+  }
+  const how = { session: "by login link", token: "by token", anonymous: "anonymously" }[s.via] || "";
+  who.textContent = `${s.principal} (${(s.scopes || []).join(", ")}) ${how}`;
+  who.title = s.expiresAt ? "session ends " + new Date(s.expiresAt).toLocaleString() : "";
+  who.hidden = false;
+}
+
+async function logOut() {
+  localStorage.removeItem(TOKEN_KEY);
+  if (watchAbort) watchAbort.abort();
+  if (eventsAbort) eventsAbort.abort();
+  try {
+    await fetch("/v1/session", { method: "DELETE", cache: "no-store" });
+  } catch (_) { /* the cookie is cleared by the next 401 anyway */ }
+  $("#token").placeholder = "paste the token capn dev printed";
+  state.clusters.clear();
+  state.machines.clear();
+  state.synced = false;
+  showWho(null);
+  setConn("token", LOGIN_HINT);
   render();
 }
 
 // ---- start ----
 
 function init() {
-  const m = /^#cluster=(.+)$/.exec(location.hash);
-  if (m) state.selected = decodeURIComponent(m[1]);
+  state.selected = hashCluster();
+  window.addEventListener("hashchange", () => select(hashCluster()));
   $("#token-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
     const v = $("#token").value.trim();
@@ -454,13 +574,7 @@ function init() {
     startWatch();
     followEvents(state.selected);
   });
-  $("#token-forget").addEventListener("click", () => {
-    localStorage.removeItem(TOKEN_KEY);
-    if (watchAbort) watchAbort.abort();
-    if (eventsAbort) eventsAbort.abort();
-    $("#token").placeholder = "paste the token capn dev printed";
-    setConn("token", "token needed");
-  });
+  $("#logout").addEventListener("click", logOut);
   if (token()) $("#token").placeholder = "token saved";
   setInterval(renderFleet, 10000); // ages
   render();

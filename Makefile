@@ -9,7 +9,7 @@ DATA_DIR ?= .capn
 PROGRAMS := $(notdir $(wildcard cmd/*))
 export CGO_ENABLED ?= 0
 
-.PHONY: all build run test test-short proto proto-check lint vet fmt clean bench npd kube fuzz images chaos
+.PHONY: all build run test test-short mod-check proto proto-check lint vet fmt clean bench npd kube fuzz images chaos
 
 all: build
 
@@ -23,11 +23,15 @@ images: ## build capn's images locally FROM scratch (hack/images.sh): capn-node:
 run: build ## run capn dev: embedded JetStream and every service on 127.0.0.1
 	$(BIN)/capn dev --data-dir $(DATA_DIR)
 
-test: proto-check lint ## everything CI runs
+test: mod-check proto-check lint ## everything CI runs
 	$(GO) test -count=1 -timeout 20m ./...
 
 test-short:
 	$(GO) test -short -count=1 ./...
+
+mod-check: ## fail if go.mod or go.sum (or tools/go.mod, tools/go.sum) is not what go mod tidy makes
+	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy and commit the result"; exit 1; }
+	@cd tools && $(GO) mod tidy -diff || { echo "tools/go.mod/go.sum are not tidy: run go mod tidy in tools/ and commit the result"; exit 1; }
 
 proto: ## regenerate Go from schemas/ with the pinned buf and protoc-gen-go
 	cd schemas && $(TOOL) buf lint && $(TOOL) buf generate

@@ -147,12 +147,14 @@ fi
 # make run's data dir (DATA_DIR) and a bare capn dev's (CAPN_DATA_DIR).
 export DATA_DIR=$tmp/data CAPN_DATA_DIR=$tmp/data
 
-# start_dev runs its arguments in the background, in their own process
-# group (as in a terminal), and waits until capn dev answers /healthz.
+# start_dev runs a command line in the background, in its own process
+# group (as in a terminal of its own), and waits until capn dev answers
+# /healthz and has printed its banner.
 start_dev() {
   local t0=$SECONDS
+  echo "  \$ $*"
   set -m
-  "$@" >"$dev_log" 2>&1 &
+  bash -c "$*" >"$dev_log" 2>&1 &
   dev_pid=$!
   set +m
   until curl -fsS -o /dev/null --max-time 2 "$healthz" 2>/dev/null; do
@@ -176,7 +178,7 @@ start_dev() {
     fi
     sleep 1
   done
-  printf '  %4ds  %s (until %s answered)\n' $((SECONDS - t0)) "$*" "$healthz"
+  printf '  %4ds  running in the background (%s answered)\n' $((SECONDS - t0)) "$healthz"
   sed -n '/^capn dev is running$/,/^Press Ctrl-C to stop.$/p' "$dev_log" | sed 's/^/        | /'
 }
 
@@ -214,7 +216,7 @@ for line in "${lines[@]}"; do
     '' | '#'*) continue ;;
   esac
   if [[ $trimmed == "bin/capn dev"* ]]; then
-    start_dev bash -c "$line"
+    start_dev "$line"
     continue
   fi
   t0=$SECONDS

@@ -9,7 +9,7 @@ DATA_DIR ?= .capn
 PROGRAMS := $(notdir $(wildcard cmd/*))
 export CGO_ENABLED ?= 0
 
-.PHONY: all build run test test-short proto proto-check lint vet fmt clean bench npd kube fuzz images chaos
+.PHONY: all build run test test-short mod-check proto proto-check lint vet fmt clean bench npd kube fuzz images chaos
 
 all: build
 
@@ -20,14 +20,24 @@ build: ## build every program into bin/
 images: ## build capn's images locally FROM scratch (hack/images.sh): capn-node:latest, the docker provider's machines, and what docker-compose.yaml runs; `make images IMAGES=capn-node` builds only those
 	GO=$(GO) hack/images.sh $(IMAGES)
 
+# capn dev gets no --kube-bin from here: the Kubernetes binaries are never
+# guessed (its banner says how to turn them on).
 run: build ## run capn dev: embedded JetStream and every service on 127.0.0.1
 	$(BIN)/capn dev --data-dir $(DATA_DIR)
 
-test: proto-check lint ## everything CI runs
-	$(GO) test -count=1 -timeout 20m ./...
+# The tests that run NPD or the Kubernetes binaries get where they are (or
+# will be), and skip without them; nothing else does.
+TEST_ENV = CAPN_NPD_BIN="$(NPD_BIN)" CAPN_KUBE_BIN="$(KUBE_BIN)"
+
+test: mod-check proto-check lint ## everything CI runs
+	$(TEST_ENV) $(GO) test -count=1 -timeout 20m ./...
 
 test-short:
-	$(GO) test -short -count=1 ./...
+	$(TEST_ENV) $(GO) test -short -count=1 ./...
+
+mod-check: ## fail if go.mod or go.sum (or tools/go.mod, tools/go.sum) is not what go mod tidy makes
+	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy and commit the result"; exit 1; }
+	@cd tools && $(GO) mod tidy -diff || { echo "tools/go.mod/go.sum are not tidy: run go mod tidy in tools/ and commit the result"; exit 1; }
 
 proto: ## regenerate Go from schemas/ with the pinned buf and protoc-gen-go
 	cd schemas && $(TOOL) buf lint && $(TOOL) buf generate
@@ -62,11 +72,9 @@ NPD_VERSION ?= v1.36.0
 npd: ## build node-problem-detector for tests/health and tests/kube (cached outside the repo by version)
 	NPD_VERSION=$(NPD_VERSION) GO=$(GO) hack/npd.sh
 # Where it is (or will be): `make test` hands it to tests/health and tests/kube,
-# which skip without it (fail under CI=true). --print-path builds nothing.
-ifndef CAPN_NPD_BIN
-CAPN_NPD_BIN := $(shell NPD_VERSION=$(NPD_VERSION) hack/npd.sh --print-path)
-endif
-export CAPN_NPD_BIN
+# which skip without it (fail under CI=true). --print-path builds nothing; it
+# runs only when a test target needs the path. CAPN_NPD_BIN overrides it.
+NPD_BIN = $(or $(CAPN_NPD_BIN),$(shell NPD_VERSION=$(NPD_VERSION) hack/npd.sh --print-path))
 
 # The Kubernetes binaries workload clusters run, and tests/kube's smoke test
 # of them: etcd, etcdctl, kube-apiserver, kube-controller-manager,
@@ -76,11 +84,10 @@ ETCD_VERSION ?= v3.7.0
 KWOK_VERSION ?= v0.8.0
 KUBE_ENV := KUBE_VERSION=$(KUBE_VERSION) ETCD_VERSION=$(ETCD_VERSION) KWOK_VERSION=$(KWOK_VERSION)
 # Where they are (or will be): `make test` hands it to tests/kube, which skips
-# without the binaries (fails under CAPN_REQUIRE_KUBE=1). --print-path builds nothing.
-ifndef CAPN_KUBE_BIN
-CAPN_KUBE_BIN := $(shell $(KUBE_ENV) hack/kube.sh --print-path)
-endif
-export CAPN_KUBE_BIN
+# without the binaries (fails under CAPN_REQUIRE_KUBE=1). --print-path builds
+# nothing; it runs only when a test target needs the path, and `make run`
+# never gets it. CAPN_KUBE_BIN overrides it.
+KUBE_BIN = $(or $(CAPN_KUBE_BIN),$(shell $(KUBE_ENV) hack/kube.sh --print-path))
 kube: ## build the Kubernetes binaries for tests/kube (cached outside the repo by version; ~20 min cold on 2 cores)
 	$(KUBE_ENV) GO=$(GO) hack/kube.sh
 

@@ -315,7 +315,8 @@ func dev(ctx context.Context, cfg devConfig, out io.Writer, lookup func(string) 
 				runtime.WithInProcess(srv), runtime.WithOps(ops), runtime.WithRegistry(reg), runtime.WithLogger(base))}
 		}()
 	}
-	printBanner(out, banner{srv: srv, opsURL: opsURL, dataDir: dataDir, services: names, providers: provs, gateway: gw, clientNotes: clientNotes})
+	printBanner(out, banner{srv: srv, opsURL: opsURL, dataDir: dataDir, services: names, providers: provs, gateway: gw, clientNotes: clientNotes,
+		kubeBin: cfg.KubeBin, off: offParts(cfg, provs)})
 
 	running := slices.Clone(names)
 	var failed error
@@ -405,6 +406,8 @@ type banner struct {
 	providers   []devProvider
 	gateway     devGateway
 	clientNotes []string
+	kubeBin     string    // --kube-bin, "" for none
+	off         []offPart // the optional parts that are off
 }
 
 func printBanner(w io.Writer, b banner) {
@@ -418,17 +421,30 @@ func printBanner(w io.Writer, b banner) {
 		svc = "none yet"
 	}
 	client := strings.Join(b.clientNotes, "\n            ")
+	tokenPath := filepath.Join(b.dataDir, adminTokenFile)
 	fmt.Fprintf(w, `
 capn dev is running
   gateway   %s   (try: capn apply -f examples/demo-cluster.yaml --wait)
-  token     %s   (admin; kept in %s)
+  token     %s   (admin; the whole token: cat %s)
   client    %s
   NATS      %s
   ops       %s
   data dir  %s
   services  %s
   providers %s
+  off       %s
 Press Ctrl-C to stop.
 
-`, b.gateway.URL(), b.gateway.token, filepath.Join(b.dataDir, adminTokenFile), client, natsLine, b.opsURL, b.dataDir, svc, providersLine(b.providers))
+`, b.gateway.URL(), shortToken(b.gateway.token), tokenPath, client, natsLine, b.opsURL, b.dataDir, svc,
+		providersLine(b.providers, b.kubeBin), offLines(b.off))
+}
+
+// shortToken is enough of a token to tell it from another, and too little
+// to use: the banner lands in logs people paste into bug reports.
+func shortToken(tok string) string {
+	const keep = 8
+	if len(tok) <= keep {
+		return "…"
+	}
+	return tok[:keep] + "…"
 }

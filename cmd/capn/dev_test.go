@@ -80,7 +80,6 @@ var (
 	bannerOps  = regexp.MustCompile(`\n  ops       (http://\S+)`)
 	// The gateway's URL and admin token.
 	bannerGateway = regexp.MustCompile(`\n  gateway   (http://\S+)`)
-	bannerToken   = regexp.MustCompile(`\n  token     ([0-9a-f]{64})`)
 )
 
 // startDev runs capn dev on free ports with dataDir and only the sim
@@ -116,7 +115,17 @@ func startDevWith(t *testing.T, dataDir string, vars map[string]string, extra ..
 	r.natsURL = bannerNATS.FindStringSubmatch(r.out.String())[1]
 	r.opsURL = bannerOps.FindStringSubmatch(r.out.String())[1]
 	r.gatewayURL = bannerGateway.FindStringSubmatch(r.out.String())[1]
-	r.token = bannerToken.FindStringSubmatch(r.out.String())[1]
+	tok, err := os.ReadFile(filepath.Join(dataDir, adminTokenFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.token = strings.TrimSpace(string(tok))
+	// The banner lands in logs people paste into bug reports: it shows
+	// where the token is and enough of it to tell it apart, never all of it.
+	wantToken := "\n  token     " + r.token[:8] + "…   (admin; the whole token: cat " + filepath.Join(dataDir, adminTokenFile) + ")\n"
+	if !strings.Contains(r.out.String(), wantToken) || strings.Contains(r.out.String(), r.token) {
+		t.Fatalf("the banner shows the whole admin token, or lacks %q:\n%s", wantToken, r.out)
+	}
 	return r
 }
 
@@ -166,7 +175,10 @@ func TestDevEndToEnd(t *testing.T) {
 	first := startDev(t, dataDir, "--providers", "sim,process,docker", "--process-node-binary", buildNode(t), "--docker-image", noImage)
 	for _, want := range []string{"capn dev is running", "data dir  " + dataDir,
 		"services  cluster-planner, machine-manager, bootstrapper, health-watcher, remediator, provider-sim, provider-process, gateway, alpha, beta",
-		"\n  providers sim, process\n            docker not running: "} {
+		"\n  providers sim, process\n  off       docker provider: ",
+		"\n              turn on: make images IMAGES=capn-node (with a Docker daemon running)\n",
+		"\n            Kubernetes on process machines: no --kube-bin, so their control planes are placeholders\n" +
+			`              turn on: make kube, then bin/capn dev --kube-bin "$(hack/kube.sh --print-path)"` + "\nPress Ctrl-C"} {
 		if !strings.Contains(first.out.String(), want) {
 			t.Errorf("banner lacks %q:\n%s", want, first.out)
 		}
@@ -325,8 +337,11 @@ func TestDevProvidersNeedTCP(t *testing.T) {
 	for _, want := range []string{
 		"services  cluster-planner, machine-manager, bootstrapper, health-watcher, remediator, provider-sim, gateway, probe\n",
 		"\n  providers sim\n" +
-			"            process not running: its node agents (capn-node processes) connect over TCP and NATS is in-process only (--nats-listen none)\n" +
-			"            docker not running: its machines reach NATS through a relay to a TCP listener and NATS is in-process only (--nats-listen none)\n",
+			"  off       process provider: its node agents (capn-node processes) connect over TCP and NATS is in-process only (--nats-listen none)\n" +
+			"              turn on: restart capn dev without --nats-listen none\n" +
+			"            docker provider: its machines reach NATS through a relay to a TCP listener and NATS is in-process only (--nats-listen none)\n" +
+			"              turn on: restart capn dev without --nats-listen none\n" +
+			"            Kubernetes on process machines: no --kube-bin, so their control planes are placeholders\n",
 		`"message":"the process provider is not running: its node agents`,
 		`"message":"the docker provider is not running: its machines reach NATS`,
 	} {
@@ -393,5 +408,52 @@ func TestDevPassesKubeBinToTheProcessProvider(t *testing.T) {
 		if got := provs[0].svc.(*process.Service).Process.KubeBin; got != tt.want {
 			t.Errorf("--kube-bin %q: the process provider got %q", tt.kubeBin, got)
 		}
+	}
+}
+
+// TestDevOffParts: the banner names each optional part that is off and the
+// one command that turns it on, and only those.
+func TestDevOffParts(t *testing.T) {
+	exe, err := os.Executable() // stands in for capn-node: only checked to be executable
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeFix := `make kube, then bin/capn dev --kube-bin "$(hack/kube.sh --print-path)"`
+	tests := []struct {
+		name      string
+		providers string
+		node      string
+		kubeBin   string
+		want      []offPart
+		providing string
+	}{
+		{name: "sim only: nothing is off", providers: "sim", want: nil, providing: "sim"},
+		{name: "process without --kube-bin", providers: "sim,process", node: exe,
+			want:      []offPart{{"Kubernetes on process machines", "no --kube-bin, so their control planes are placeholders", kubeFix}},
+			providing: "sim, process"},
+		{name: "process with --kube-bin", providers: "process", node: exe, kubeBin: t.TempDir(),
+			providing: "process (Kubernetes from " + os.TempDir()},
+		{name: "process without capn-node", providers: "process", node: filepath.Join(t.TempDir(), "capn-node"), kubeBin: t.TempDir(),
+			want:      []offPart{{what: "process provider", fix: "make build (it puts capn-node beside capn), or --process-node-binary PATH"}},
+			providing: "none running"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := defaultDevConfig()
+			cfg.Providers, cfg.ProcessNodeBinary, cfg.KubeBin = tt.providers, tt.node, tt.kubeBin
+			provs := devProviders(context.Background(), cfg, t.TempDir(), "nats://127.0.0.1:4222")
+			got := offParts(cfg, provs)
+			if len(got) != len(tt.want) {
+				t.Fatalf("off parts %+v, want %+v", got, tt.want)
+			}
+			for i, w := range tt.want {
+				if got[i].what != w.what || got[i].fix != w.fix || (w.why != "" && got[i].why != w.why) || got[i].why == "" {
+					t.Errorf("off part %d = %+v, want %+v", i, got[i], w)
+				}
+			}
+			if line := providersLine(provs, cfg.KubeBin); !strings.HasPrefix(line, tt.providing) {
+				t.Errorf("providers line %q, want it to start with %q", line, tt.providing)
+			}
+		})
 	}
 }

@@ -4,8 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"path/filepath"
+	goruntime "runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,12 +22,21 @@ import (
 var devProviderNames = []string{sim.Name, process.Name, docker.Name}
 
 // devProvider is one provider capn dev was asked to run: its service, or
-// why it does not run.
+// why it does not run and what turns it on.
 type devProvider struct {
 	name string
 	svc  runtime.Service // nil: not running
 	why  string          // why not
+	fix  string          // the one thing that turns it on ("": nothing capn can suggest)
 }
+
+// Commands the banner gives for an optional part that is off.
+const (
+	fixNATSListen  = "restart capn dev without --nats-listen none"
+	fixNodeBinary  = "make build (it puts capn-node beside capn), or --process-node-binary PATH"
+	fixDockerImage = "make images IMAGES=capn-node (with a Docker daemon running)"
+	fixKube        = `make kube, then bin/capn dev --kube-bin "$(hack/kube.sh --print-path)"`
+)
 
 // dockerPreflightTimeout bounds capn dev's check of the Docker daemon, so
 // that a stuck daemon delays the start only a little.
@@ -53,10 +63,13 @@ func devProviders(ctx context.Context, cfg devConfig, dataDir, natsURL string) [
 				KubeBin:     cfg.KubeBin,
 			}, sdk.Options{})
 			switch err := svc.Validate(); {
+			case goruntime.GOOS != "linux":
+				p.why = "it needs Linux (/proc), and this is " + goruntime.GOOS
 			case natsURL == "":
 				p.why = "its node agents (capn-node processes) connect over TCP and NATS is in-process only (--nats-listen none)"
+				p.fix = fixNATSListen
 			case err != nil:
-				p.why = oneLine(err)
+				p.why, p.fix = oneLine(err), fixNodeBinary
 			default:
 				p.svc = svc
 			}
@@ -69,6 +82,7 @@ func devProviders(ctx context.Context, cfg devConfig, dataDir, natsURL string) [
 			}, sdk.Options{})
 			if natsURL == "" {
 				p.why = "its machines reach NATS through a relay to a TCP listener and NATS is in-process only (--nats-listen none)"
+				p.fix = fixNATSListen
 				break
 			}
 			if err := svc.Validate(); err != nil {
@@ -79,7 +93,7 @@ func devProviders(ctx context.Context, cfg devConfig, dataDir, natsURL string) [
 			err := docker.Preflight(pctx, svc.Docker)
 			cancel()
 			if err != nil {
-				p.why = strings.TrimPrefix(oneLine(err), "docker provider: ")
+				p.why, p.fix = strings.TrimPrefix(oneLine(err), "docker provider: "), fixDockerImage
 				break
 			}
 			p.svc = svc
@@ -113,23 +127,59 @@ func (c devConfig) providerList() []string {
 	return out
 }
 
-// providersLine is the banner's account of the providers: those running,
-// then each one that is not, with why.
-func providersLine(provs []devProvider) string {
-	var running, lines []string
+// offPart is an optional part of capn dev that is not running: what, why,
+// and the one command that turns it on.
+type offPart struct {
+	what, why, fix string
+}
+
+// offParts lists what is off: each provider asked for that cannot run,
+// and Kubernetes on the process provider's machines, which runs only with
+// --kube-bin (never guessed).
+func offParts(cfg devConfig, provs []devProvider) []offPart {
+	var out []offPart
 	for _, p := range provs {
-		if p.svc != nil {
+		if p.svc == nil {
+			out = append(out, offPart{what: p.name + " provider", why: p.why, fix: p.fix})
+		}
+	}
+	if cfg.KubeBin == "" && slices.Contains(cfg.providerList(), process.Name) {
+		out = append(out, offPart{what: "Kubernetes on process machines",
+			why: "no --kube-bin, so their control planes are placeholders", fix: fixKube})
+	}
+	return out
+}
+
+// providersLine is the banner's list of the providers running.
+func providersLine(provs []devProvider, kubeBin string) string {
+	var running []string
+	for _, p := range provs {
+		if p.svc == nil {
+			continue
+		}
+		if p.name == process.Name && kubeBin != "" {
+			running = append(running, p.name+" (Kubernetes from "+kubeBin+")")
+		} else {
 			running = append(running, p.name)
 		}
 	}
 	if len(running) == 0 {
-		lines = append(lines, "none running")
-	} else {
-		lines = append(lines, strings.Join(running, ", "))
+		return "none running"
 	}
-	for _, p := range provs {
-		if p.svc == nil {
-			lines = append(lines, fmt.Sprintf("%s not running: %s", p.name, p.why))
+	return strings.Join(running, ", ")
+}
+
+// offLines is the banner's account of offParts: each part with why, and
+// under it the command that turns it on.
+func offLines(parts []offPart) string {
+	if len(parts) == 0 {
+		return "nothing: every optional part runs"
+	}
+	var lines []string
+	for _, p := range parts {
+		lines = append(lines, p.what+": "+p.why)
+		if p.fix != "" {
+			lines = append(lines, "  turn on: "+p.fix)
 		}
 	}
 	return strings.Join(lines, "\n            ")

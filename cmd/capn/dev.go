@@ -425,6 +425,7 @@ func printBanner(w io.Writer, b banner) {
 	fmt.Fprintf(w, `
 capn dev is running
   gateway   %s   (try: capn apply -f examples/demo-cluster.yaml --wait)
+  dashboard capn dashboard   (opens it logged in by a one-time link)
   token     %s   (admin; the whole token: cat %s)
   client    %s
   NATS      %s

@@ -126,6 +126,9 @@ func startDevWith(t *testing.T, dataDir string, vars map[string]string, extra ..
 	if !strings.Contains(r.out.String(), wantToken) || strings.Contains(r.out.String(), r.token) {
 		t.Fatalf("the banner shows the whole admin token, or lacks %q:\n%s", wantToken, r.out)
 	}
+	if !strings.Contains(r.out.String(), "\n  dashboard capn dashboard ") {
+		t.Fatalf("the banner does not say how to open the dashboard:\n%s", r.out)
+	}
 	return r
 }
 

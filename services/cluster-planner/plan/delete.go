@@ -1,7 +1,5 @@
 package plan
 
-import "fmt"
-
 // planDelete tears a cluster down in order, each step only once the one
 // before is observed complete:
 //
@@ -61,11 +59,11 @@ func (p *planner) deletionStep() (reason, message string) {
 	}
 	switch {
 	case workers > 0:
-		return "DeletingWorkers", fmt.Sprintf("deleting %d worker machines", workers)
+		return "DeletingWorkers", "deleting " + plural(workers, "worker machine")
 	case cps > 0:
-		return "DeletingControlPlane", fmt.Sprintf("deleting %d control-plane machines", cps)
+		return "DeletingControlPlane", "deleting " + plural(cps, "control-plane machine")
 	case len(p.all) > 0:
-		return "RemovingMachineRecords", fmt.Sprintf("removing %d deleted machine records", len(p.all))
+		return "RemovingMachineRecords", "removing " + plural(len(p.all), "deleted machine record")
 	case p.in.Infra.Exists:
 		return "DeletingInfrastructure", "waiting for the cluster infrastructure to be deleted"
 	case p.in.PKIExists:

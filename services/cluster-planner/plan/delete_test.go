@@ -59,7 +59,7 @@ func TestDeleteWaitsForEachStep(t *testing.T) {
 			t.Fatalf("tore down the cluster while machines exist: %v", r.Actions)
 		}
 		c := condition(r.Status, plan.ConditionDeleting)
-		if c == nil || c.Reason != "DeletingWorkers" || c.Message != "deleting 1 worker machines" {
+		if c == nil || c.Reason != "DeletingWorkers" || c.Message != "deleting 1 worker machine" {
 			t.Errorf("Deleting condition %v", c)
 		}
 	}

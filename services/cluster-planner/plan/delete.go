@@ -38,11 +38,11 @@ func (p *planner) planDelete() {
 	case len(p.all) > 0:
 		// Records of deleted machines are being removed (removeGone).
 	case p.in.Infra.Exists:
-		p.actions = append(p.actions, DeleteClusterInfra{Provider: p.cp.provider})
+		p.add(DeleteClusterInfra{Provider: p.cp.provider})
 	case p.in.PKIExists:
-		p.actions = append(p.actions, DeletePKI{})
+		p.add(DeletePKI{})
 	default:
-		p.actions = append(p.actions, DeleteCluster{})
+		p.add(DeleteCluster{})
 	}
 }
 

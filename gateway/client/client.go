@@ -41,6 +41,7 @@ type Client struct {
 	token string
 	hc    *http.Client
 	ua    string
+	warn  func(string)
 }
 
 // Option configures a Client.
@@ -54,6 +55,12 @@ func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc
 
 // WithUserAgent sets the User-Agent header.
 func WithUserAgent(ua string) Option { return func(c *Client) { c.ua = ua } }
+
+// WithWarnings calls warn with the text of every Warning header (code
+// 299, as the Kubernetes API sends) of a successful answer: e.g. a list
+// that left out a stored record that does not decode. kubectl prints them
+// as "Warning: <text>" on stderr; so does capn.
+func WithWarnings(warn func(text string)) Option { return func(c *Client) { c.warn = warn } }
 
 // New returns a client of the gateway at server, e.g.
 // "http://127.0.0.1:8080".
@@ -357,10 +364,32 @@ func (c *Client) send(ctx context.Context, method, path string, q url.Values, bo
 		return nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		if c.warn != nil {
+			for _, h := range resp.Header.Values("Warning") {
+				c.warn(warningText(h))
+			}
+		}
 		return resp, nil
 	}
 	defer resp.Body.Close()
 	return nil, errorFrom(resp)
+}
+
+// warningText is the text of a Warning header value (`299 - "text"`), or
+// the value as it is when it is not of that form.
+func warningText(h string) string {
+	code, rest, ok := strings.Cut(h, " ")
+	if !ok || len(code) != 3 {
+		return h
+	}
+	_, quoted, ok := strings.Cut(rest, " ")
+	if !ok {
+		return h
+	}
+	if t, err := strconv.Unquote(quoted); err == nil {
+		return t
+	}
+	return h
 }
 
 // errorFrom reads a non-2xx answer into an *Error.

@@ -59,10 +59,10 @@ func (mm machineManager) set(cluster, machine, phase string) {
 	}
 }
 
-// machines are a cluster's desired machine records.
+// machines are a cluster's desired machine records that decode.
 func (mm machineManager) machines(cluster string) []*capnv1.Machine {
 	mm.t.Helper()
-	es, err := mm.sys.Machines.List(context.Background(), "machine."+cluster+".")
+	es, _, err := mm.sys.Machines.ListSkipping(context.Background(), "machine."+cluster+".")
 	if err != nil {
 		mm.t.Fatal(err)
 	}

@@ -295,8 +295,17 @@ func (s *Service) reconcile(ctx context.Context, name string) (reconcile.Result,
 		in.Observed[n] = st
 	}
 	cp := cluster.GetSpec().GetControlPlane().GetProvider()
-	if ic, _, ok := store.Lookup(s.observed, infraPrefix+cp+"."+name+"."+events.ClusterObject, func() *capnv1.InfraCluster { return new(capnv1.InfraCluster) }); ok {
-		in.Infra = plan.Infra{Exists: true, Ready: ic.GetReady(), Endpoint: ic.GetControlPlaneEndpoint()}
+	infraOf := []string{cp}
+	if cp == "" {
+		// A cluster without a spec (a corrupt record replaced on delete):
+		// its infrastructure is whichever announced provider holds it.
+		infraOf = s.observed.KeysUnder(providerPrefix)
+	}
+	for _, p := range infraOf {
+		if ic, _, ok := store.Lookup(s.observed, infraPrefix+p+"."+name+"."+events.ClusterObject, func() *capnv1.InfraCluster { return new(capnv1.InfraCluster) }); ok {
+			in.Infra = plan.Infra{Exists: true, Ready: ic.GetReady(), Endpoint: ic.GetControlPlaneEndpoint(), Provider: p}
+			break
+		}
 	}
 	if sec, _, ok := store.Lookup(s.observed, secretsPrefix+name, func() *capnv1.ClusterSecretsStatus { return new(capnv1.ClusterSecretsStatus) }); ok {
 		in.PKIExists = sec.GetPkiReady()

@@ -101,6 +101,9 @@ func TestCorruptClusterRecord(t *testing.T) {
 	if len(deleted) != 2 {
 		t.Errorf("%d of garbage's 2 machines were deleted", len(deleted))
 	}
+	if keys := harness.Keys(t, sys.Observed, "infra.sim.garbage."); len(keys) != 0 {
+		t.Errorf("garbage's infrastructure is left: %v", keys)
+	}
 }
 
 // Finding 8, for machines: a junk machine record broke GET .../machines

@@ -38,7 +38,11 @@ func (p *planner) planDelete() {
 	case len(p.all) > 0:
 		// Records of deleted machines are being removed (removeGone).
 	case p.in.Infra.Exists:
-		p.add(DeleteClusterInfra{Provider: p.cp.provider})
+		provider := p.cp.provider
+		if p.in.Infra.Provider != "" {
+			provider = p.in.Infra.Provider
+		}
+		p.add(DeleteClusterInfra{Provider: provider})
 	case p.in.PKIExists:
 		p.add(DeletePKI{})
 	default:

@@ -146,6 +146,10 @@ type Infra struct {
 	Exists, Ready bool
 	// Endpoint is the control-plane endpoint, copied into the status.
 	Endpoint *capnv1alpha1.Endpoint
+	// Provider holds it when that is not the control plane's provider (a
+	// cluster whose spec was lost: a corrupt record replaced on delete);
+	// "" for the control plane's.
+	Provider string
 }
 
 // Result is one plan: actions to apply in order, the status to write, and

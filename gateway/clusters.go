@@ -180,7 +180,7 @@ func (s *server) deleteCluster(w http.ResponseWriter, r *http.Request) error {
 	})
 	var ce *store.CorruptError
 	if errors.As(err, &ce) { // the record does not decode: replace it with a deleting one
-		res, err = s.replaceCorrupt(r.Context(), name, ce, r.URL.Query().Get("resourceVersion"), now)
+		res, err = s.replaceCorrupt(r.Context(), name, ce, r.URL.Query().Get("resourceVersion"), now, dryRun)
 	}
 	if err != nil {
 		return err

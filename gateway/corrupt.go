@@ -100,8 +100,8 @@ func corruptProblem(ce *store.CorruptError) *problemError {
 // replaceCorrupt is the DELETE of a cluster whose record does not decode:
 // a compare-and-set at the corrupt revision (or the client's
 // resourceVersion, which must be it) writes an empty cluster whose
-// deletion is requested.
-func (s *server) replaceCorrupt(ctx context.Context, name string, ce *store.CorruptError, precondition string, now *timestamppb.Timestamp) (writeResult, error) {
+// deletion is requested. A dry run writes nothing.
+func (s *server) replaceCorrupt(ctx context.Context, name string, ce *store.CorruptError, precondition string, now *timestamppb.Timestamp, dryRun bool) (writeResult, error) {
 	want, err := parseResourceVersion(precondition, "resourceVersion")
 	if err != nil {
 		return writeResult{}, err
@@ -113,6 +113,9 @@ func (s *server) replaceCorrupt(ctx context.Context, name string, ce *store.Corr
 		Metadata: &capnv1.ObjectMeta{Name: name, Uid: uuid.NewString(), Generation: 1, CreationTimestamp: now, DeletionTimestamp: now,
 			Annotations: map[string]string{AnnotationCorruptRecord: ce.Err.Error()}},
 		Spec: &capnv1.ClusterSpec{}}
+	if dryRun {
+		return writeResult{cluster: c, rev: ce.Revision}, nil
+	}
 	zerolog.Ctx(ctx).Warn().Err(ce.Err).Str("cluster", name).Uint64("revision", ce.Revision).Msg("deleting a cluster whose record does not decode")
 	rev, err := s.clusters.Update(ctx, clusterKey(name), c, ce.Revision)
 	if errors.Is(err, store.ErrConflict) {

@@ -66,6 +66,22 @@ func TestClientWarnings(t *testing.T) {
 	if len(got) != 1 || !strings.HasPrefix(got[0], "cluster garbage left out: stored record is corrupt (key cluster.garbage, revision ") {
 		t.Errorf("warnings %q", got)
 	}
+
+	// A dry-run DELETE of it answers as the DELETE would and writes nothing;
+	// the DELETE replaces it with a cluster being deleted.
+	if r := e.do("DELETE", "/v1/clusters/garbage?dryRun=All", tokAdmin, nil); r.status != 202 {
+		t.Fatalf("dry-run delete: %d %s", r.status, r.body)
+	}
+	if _, _, err := e.clusters.Get(t.Context(), "cluster.garbage"); !errors.Is(err, store.ErrCorrupt) {
+		t.Fatalf("after a dry-run delete: %v, want the record as it was", err)
+	}
+	if r := e.do("DELETE", "/v1/clusters/garbage", tokAdmin, nil); r.status != 202 {
+		t.Fatalf("delete: %d %s", r.status, r.body)
+	}
+	c2, _, err := e.clusters.Get(t.Context(), "cluster.garbage")
+	if err != nil || c2.GetMetadata().GetDeletionTimestamp() == nil || c2.GetMetadata().GetAnnotations()[AnnotationCorruptRecord] == "" {
+		t.Fatalf("after delete: %v, %v; want a cluster being deleted, annotated", c2, err)
+	}
 }
 
 // counter is the value of a counter that has one series.

@@ -67,6 +67,10 @@ func TestClientWarnings(t *testing.T) {
 		t.Errorf("warnings %q", got)
 	}
 
+	if _, err := c.Get(t.Context(), "garbage"); !client.IsCorrupt(err) {
+		t.Errorf("GET of the corrupt cluster: %v, want client.IsCorrupt", err)
+	}
+
 	// A dry-run DELETE of it answers as the DELETE would and writes nothing;
 	// the DELETE replaces it with a cluster being deleted.
 	if r := e.do("DELETE", "/v1/clusters/garbage?dryRun=All", tokAdmin, nil); r.status != 202 {

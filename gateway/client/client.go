@@ -108,6 +108,13 @@ func IsNotFound(err error) bool { return StatusCode(err) == http.StatusNotFound 
 // deleted.
 func IsConflict(err error) bool { return StatusCode(err) == http.StatusConflict }
 
+// IsCorrupt reports a stored record that does not decode (a 500 of type
+// corrupt-record): it exists, and DELETE removes it if it is a cluster.
+func IsCorrupt(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Problem.Type == api.ProblemCorruptRecord
+}
+
 // IsInvalid reports a 400 or 422: the manifest or request was refused; the
 // problem's Errors say which fields.
 func IsInvalid(err error) bool {

@@ -22,14 +22,16 @@ func (s *server) listClusters(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	ctx := r.Context()
-	desired, err := s.clusters.List(ctx, clusterPrefix)
+	desired, bad, err := s.clusters.ListSkipping(ctx, clusterPrefix)
 	if err != nil {
 		return err
 	}
-	observed, err := s.clusterStatuses.List(ctx, clusterPrefix)
+	s.skipped(w, r, api.KindCluster, bad)
+	observed, bad, err := s.clusterStatuses.ListSkipping(ctx, clusterPrefix)
 	if err != nil {
 		return err
 	}
+	s.skipped(w, r, kindClusterStatus, bad)
 	statuses := make(map[string]*capnv1.ClusterStatus, len(observed))
 	for _, e := range observed {
 		statuses[e.Key] = e.Value
@@ -176,6 +178,10 @@ func (s *server) deleteCluster(w http.ResponseWriter, r *http.Request) error {
 			return next, nil
 		},
 	})
+	var ce *store.CorruptError
+	if errors.As(err, &ce) { // the record does not decode: replace it with a deleting one
+		res, err = s.replaceCorrupt(r.Context(), name, ce, r.URL.Query().Get("resourceVersion"), now, dryRun)
+	}
 	if err != nil {
 		return err
 	}

@@ -28,18 +28,20 @@ func (s *server) listMachines(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx := r.Context()
 	prefix := machinePrefix + name + "."
-	desired, err := s.machines.List(ctx, prefix)
+	desired, badDesired, err := s.machines.ListSkipping(ctx, prefix)
 	if err != nil {
 		return err
 	}
-	observed, err := s.machineStatuses.List(ctx, prefix)
+	observed, badObserved, err := s.machineStatuses.ListSkipping(ctx, prefix)
 	if err != nil {
 		return err
 	}
-	if len(desired) == 0 && len(observed) == 0 {
+	s.skipped(w, r, api.KindMachine, badDesired)
+	s.skipped(w, r, kindMachineStatus, badObserved)
+	if len(desired) == 0 && len(observed) == 0 && len(badDesired) == 0 {
 		if _, _, err := s.clusters.Get(ctx, clusterKey(name)); errors.Is(err, store.ErrNotFound) {
 			return notFound("cluster %s not found", name)
-		} else if err != nil {
+		} else if err != nil && !errors.Is(err, store.ErrCorrupt) {
 			return err
 		}
 	}
@@ -62,6 +64,9 @@ func (s *server) listMachines(w http.ResponseWriter, r *http.Request) error {
 	}
 	for _, e := range observed {
 		get(e.Key).st = e.Value
+	}
+	for _, ce := range badDesired {
+		delete(byName, strings.TrimPrefix(ce.Key, prefix)) // not shown as a machine whose spec is gone
 	}
 	names := make([]string, 0, len(byName))
 	for n := range byName {

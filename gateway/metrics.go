@@ -14,6 +14,7 @@ type metrics struct {
 	duration *prometheus.HistogramVec
 	ingested *prometheus.CounterVec
 	streams  *prometheus.GaugeVec
+	corrupts *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -31,11 +32,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		streams: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "capn_gateway_open_streams", Help: "Server-Sent Event streams open, by kind: watch, timeline.",
 		}, []string{"kind"}),
+		corrupts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "capn_gateway_corrupt_records_total", Help: "Stored records a list left out because they do not decode, by kind: Cluster, ClusterStatus, Machine, MachineStatus.",
+		}, []string{"kind"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.ingested, m.streams} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.ingested, m.streams, m.corrupts} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -56,6 +60,13 @@ func (m *metrics) ingest(outcome string, n int) {
 		return
 	}
 	m.ingested.WithLabelValues(outcome).Add(float64(n))
+}
+
+func (m *metrics) corrupt(kind string) {
+	if m == nil {
+		return
+	}
+	m.corrupts.WithLabelValues(kind).Inc()
 }
 
 // stream counts an open stream of kind until the returned func is called.

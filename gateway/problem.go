@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/gateway/api"
 	"github.com/capn-dev/capn/schemas/manifest"
 )
@@ -134,6 +135,10 @@ func asProblem(err error) (p *problemError, internal bool) {
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return tooLarge(mbe.Limit), false
+	}
+	var ce *store.CorruptError
+	if errors.As(err, &ce) {
+		return corruptProblem(ce), true
 	}
 	if isTransient(err) {
 		return unavailable("JetStream did not answer in time; retry later"), true

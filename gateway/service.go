@@ -14,6 +14,7 @@ import (
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/manifest"
 	"github.com/capn-dev/capn/services/bootstrapper/seal"
 	"github.com/capn-dev/capn/services/runtime"
 )
@@ -97,6 +98,10 @@ type Options struct {
 	RateLimit float64
 	RateBurst int
 	Limits    Limits
+	// MaxPoolReplicas and MaxClusterReplicas bound what apply accepts (0:
+	// manifest's defaults, 1,000 a pool and 5,000 a cluster); keep them the
+	// cluster-planner's.
+	MaxPoolReplicas, MaxClusterReplicas int
 	// Heartbeat is the interval of SSE heartbeat comments and watch
 	// bookmarks (default 15s).
 	Heartbeat time.Duration
@@ -166,6 +171,8 @@ func (s *Service) Flags() []runtime.Flag {
 		{Name: "secrets-old-key-files", Env: "CAPN_SECRETS_OLD_KEY_FILES", Usage: "comma-separated `files` of keys being rotated out", Value: runtime.StringValue(&o.OldSecretsKeyFiles)},
 		{Name: "rate-limit", Env: "CAPN_GATEWAY_RATE_LIMIT", Usage: "sustained `requests` per second per token (per address when anonymous); negative disables", Value: (*floatValue)(&o.RateLimit)},
 		{Name: "rate-burst", Env: "CAPN_GATEWAY_RATE_BURST", Usage: "`requests` a token may make at once above the rate", Value: runtime.IntValue(&o.RateBurst)},
+		{Name: "max-pool-replicas", Env: "CAPN_MAX_POOL_REPLICAS", Usage: "most replicas a worker pool may have (0: 1000)", Value: runtime.IntValue(&o.MaxPoolReplicas)},
+		{Name: "max-cluster-replicas", Env: "CAPN_MAX_CLUSTER_REPLICAS", Usage: "most machines a cluster may have, control plane and pools (0: 5000)", Value: runtime.IntValue(&o.MaxClusterReplicas)},
 	}
 }
 
@@ -186,6 +193,14 @@ func (s *Service) Validate() error {
 	}
 	if s.opts.RateBurst < 0 {
 		errs = append(errs, &runtime.FieldError{Flag: "rate-burst", Env: "CAPN_GATEWAY_RATE_BURST", Value: strconv.Itoa(s.opts.RateBurst), Problem: "must not be negative"})
+	}
+	for _, f := range []struct {
+		flag, env string
+		v         int
+	}{{"max-pool-replicas", "CAPN_MAX_POOL_REPLICAS", s.opts.MaxPoolReplicas}, {"max-cluster-replicas", "CAPN_MAX_CLUSTER_REPLICAS", s.opts.MaxClusterReplicas}} {
+		if f.v < 0 {
+			errs = append(errs, &runtime.FieldError{Flag: f.flag, Env: f.env, Value: strconv.Itoa(f.v), Problem: "must not be negative (0: the default)"})
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -252,6 +267,7 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 		log: log, nc: d.NC, js: d.JS, auth: auth,
 		limiter: newRateLimiter(s.opts.RateLimit, s.opts.RateBurst, s.opts.Now),
 		limits:  s.opts.Limits, now: s.opts.Now, heartbeat: s.opts.Heartbeat, metrics: m,
+		validator:       manifest.Validator{MaxPoolReplicas: s.opts.MaxPoolReplicas, MaxClusterReplicas: s.opts.MaxClusterReplicas},
 		clusters:        store.NewBucket(desiredKV, newCluster),
 		machines:        store.NewBucket(desiredKV, newMachine),
 		clusterStatuses: store.NewBucket(observedKV, newClusterStatus),

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -235,6 +236,11 @@ func (s *server) respondCluster(ctx context.Context, w http.ResponseWriter, stat
 func (s *server) clusterStatus(ctx context.Context, name string) (*capnv1.ClusterStatus, error) {
 	st, _, err := s.clusterStatuses.Get(ctx, clusterKey(name))
 	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if errors.Is(err, store.ErrCorrupt) {
+		// The cluster is still worth showing: without its status.
+		zerolog.Ctx(ctx).Warn().Err(err).Str("cluster", name).Msg("cluster status does not decode; answered without it")
 		return nil, nil
 	}
 	return st, err

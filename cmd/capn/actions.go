@@ -344,7 +344,7 @@ func (s *session) deleteClusters(ctx context.Context, names []string, selector s
 		for _, n := range names {
 			if _, err := s.c.Get(ctx, n); client.IsNotFound(err) {
 				missing = append(missing, n)
-			} else if err != nil {
+			} else if err != nil && !client.IsCorrupt(err) { // a corrupt record exists, and delete removes it
 				return err
 			}
 		}

@@ -151,7 +151,8 @@ func (a *apiFlags) connect(e env, name string) (*session, error) {
 		}
 		return nil, err
 	}
-	opts := []client.Option{client.WithUserAgent("capn/" + versionShort())}
+	opts := []client.Option{client.WithUserAgent("capn/" + versionShort()),
+		client.WithWarnings(func(text string) { fmt.Fprintln(e.stderr, "Warning: "+text) })}
 	if conn.Token != "" {
 		opts = append(opts, client.WithToken(conn.Token))
 	}

@@ -54,13 +54,19 @@ func (b *Bucket[T]) encode(key string, v T) ([]byte, error) {
 	return b.sealer.Seal(key, data)
 }
 
-func (b *Bucket[T]) decode(key string, data []byte) (T, error) {
+// decode opens and decodes the value stored under key at rev; a value that
+// opens but does not decode is a *CorruptError.
+func (b *Bucket[T]) decode(key string, rev uint64, data []byte) (T, error) {
+	var zero T
 	data, err := b.open(key, data)
 	if err != nil {
-		var zero T
 		return zero, err
 	}
-	return Decode(data, b.newT)
+	v, err := Decode(data, b.newT)
+	if err != nil {
+		return zero, &CorruptError{Key: key, Revision: rev, Err: err}
+	}
+	return v, nil
 }
 
 // open unseals a stored value (as is without a sealer).
@@ -125,7 +131,7 @@ func (b *Bucket[T]) KV() jetstream.KeyValue { return b.kv }
 // Get returns the current value of key and its revision. A key that does
 // not exist, or whose last operation was a delete or purge, returns an
 // error matching [ErrNotFound] (and jetstream.ErrKeyNotFound). A value that
-// does not decode as T returns a decode error.
+// does not decode as T returns a *[CorruptError] (matching [ErrCorrupt]).
 func (b *Bucket[T]) Get(ctx context.Context, key string) (T, uint64, error) {
 	ctx, cancel := withDefaultTimeout(ctx, b.timeout)
 	defer cancel()
@@ -141,7 +147,7 @@ func (b *Bucket[T]) get(ctx context.Context, key string) (T, uint64, error) {
 	if err != nil {
 		return zero, 0, fmt.Errorf("get %s: %w", key, err)
 	}
-	v, err := b.decode(key, e.Value())
+	v, err := b.decode(key, e.Revision(), e.Value())
 	if err != nil {
 		return zero, 0, fmt.Errorf("get %s: %w", key, err)
 	}
@@ -345,8 +351,23 @@ func (b *Bucket[T]) Keys(ctx context.Context, prefix string) ([]string, error) {
 // List returns the decoded entries whose keys start with prefix, sorted by
 // key: a consistent snapshot of the latest value of each key as of one
 // moment (like [Bucket.Keys], through one short-lived filtered watcher). A
-// value that does not decode as T fails the whole call.
+// value that does not decode as T fails the whole call (see
+// [Bucket.ListSkipping]).
 func (b *Bucket[T]) List(ctx context.Context, prefix string) ([]Entry[T], error) {
+	out, corrupt, err := b.ListSkipping(ctx, prefix)
+	if err == nil && len(corrupt) > 0 {
+		err = fmt.Errorf("list %q: %w", prefix, corrupt[0])
+	}
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ListSkipping is List that leaves out the values that do not decode as T
+// and returns them apart, sorted by key: one junk record does not hide the
+// others. An error is a failed read.
+func (b *Bucket[T]) ListSkipping(ctx context.Context, prefix string) ([]Entry[T], []*CorruptError, error) {
 	ctx, cancel := withDefaultTimeout(ctx, b.timeout)
 	defer cancel()
 	latest := make(map[string]jetstream.KeyValueEntry)
@@ -357,18 +378,25 @@ func (b *Bucket[T]) List(ctx context.Context, prefix string) ([]Entry[T], error)
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list %q: %w", prefix, err)
+		return nil, nil, fmt.Errorf("list %q: %w", prefix, err)
 	}
 	out := make([]Entry[T], 0, len(latest))
+	var corrupt []*CorruptError
 	for k, e := range latest {
-		v, err := b.decode(e.Key(), e.Value())
-		if err != nil {
-			return nil, fmt.Errorf("list %q: key %s: %w", prefix, k, err)
+		v, err := b.decode(e.Key(), e.Revision(), e.Value())
+		var ce *CorruptError
+		switch {
+		case errors.As(err, &ce):
+			corrupt = append(corrupt, ce)
+			continue
+		case err != nil:
+			return nil, nil, fmt.Errorf("list %q: key %s: %w", prefix, k, err)
 		}
 		out = append(out, Entry[T]{Key: k, Value: v, Revision: e.Revision()})
 	}
 	slices.SortFunc(out, func(a, b Entry[T]) int { return strings.Compare(a.Key, b.Key) })
-	return out, nil
+	slices.SortFunc(corrupt, func(a, b *CorruptError) int { return strings.Compare(a.Key, b.Key) })
+	return out, corrupt, nil
 }
 
 // scan calls fn for the latest, non-deleted entry of each key under prefix,

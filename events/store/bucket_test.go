@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -500,8 +501,20 @@ func TestKeysAndList(t *testing.T) {
 	if _, err := kv.PutString(ctx, "machine.c1.bad", "\xff\xff not protobuf"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.List(ctx, "machine.c1."); err == nil {
-		t.Error("list of an undecodable value: no error")
+	if _, err := b.List(ctx, "machine.c1."); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("list of an undecodable value: %v, want ErrCorrupt", err)
+	}
+	list, corrupt, err := b.ListSkipping(ctx, "machine.c1.")
+	if err != nil || len(list) != 2 || len(corrupt) != 1 || corrupt[0].Key != "machine.c1.bad" || corrupt[0].Revision == 0 {
+		t.Fatalf("ListSkipping: %d entries, corrupt %v, %v; want 2 and machine.c1.bad", len(list), corrupt, err)
+	}
+	_, _, err = b.Get(ctx, "machine.c1.bad")
+	var ce *CorruptError
+	if !errors.As(err, &ce) || ce.Revision != corrupt[0].Revision || !strings.Contains(err.Error(), "stored record is corrupt: machine.c1.bad at revision") {
+		t.Errorf("Get of an undecodable value: %v, want a CorruptError at its revision", err)
+	}
+	if err := b.Delete(ctx, "machine.c1.bad", ce.Revision); err != nil {
+		t.Errorf("compare-and-set delete at the corrupt revision: %v", err)
 	}
 }
 

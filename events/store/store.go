@@ -50,7 +50,30 @@ var (
 	// ErrDelete, returned by a [Bucket.Mutate] function, makes Mutate delete
 	// the key with a compare-and-set on the revision it read.
 	ErrDelete = errors.New("store: delete")
+
+	// ErrCorrupt means a stored value does not decode as the bucket's type
+	// (a junk write, a record of another type under the key). Errors
+	// matching it are a *[CorruptError], which says where.
+	ErrCorrupt = errors.New("stored record is corrupt")
 )
+
+// CorruptError is a stored value that does not decode: the key, the
+// revision it was read at (for a compare-and-set delete of it) and the
+// decode error. It matches [ErrCorrupt].
+type CorruptError struct {
+	Key      string
+	Revision uint64
+	Err      error
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("%s: %s at revision %d: %v", ErrCorrupt, e.Key, e.Revision, e.Err)
+}
+
+// Is makes errors.Is(err, ErrCorrupt) hold.
+func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
+
+func (e *CorruptError) Unwrap() error { return e.Err }
 
 // DefaultTimeout bounds a call whose ctx carries no deadline.
 const DefaultTimeout = 5 * time.Second

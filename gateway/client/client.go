@@ -41,6 +41,7 @@ type Client struct {
 	token string
 	hc    *http.Client
 	ua    string
+	warn  func(string)
 }
 
 // Option configures a Client.
@@ -54,6 +55,12 @@ func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc
 
 // WithUserAgent sets the User-Agent header.
 func WithUserAgent(ua string) Option { return func(c *Client) { c.ua = ua } }
+
+// WithWarnings calls warn with the text of every Warning header (code
+// 299, as the Kubernetes API sends) of a successful answer: e.g. a list
+// that left out a stored record that does not decode. kubectl prints them
+// as "Warning: <text>" on stderr; so does capn.
+func WithWarnings(warn func(text string)) Option { return func(c *Client) { c.warn = warn } }
 
 // New returns a client of the gateway at server, e.g.
 // "http://127.0.0.1:8080".
@@ -100,6 +107,13 @@ func IsNotFound(err error) bool { return StatusCode(err) == http.StatusNotFound 
 // IsConflict reports a 409: a stale resourceVersion, or a cluster being
 // deleted.
 func IsConflict(err error) bool { return StatusCode(err) == http.StatusConflict }
+
+// IsCorrupt reports a stored record that does not decode (a 500 of type
+// corrupt-record): it exists, and DELETE removes it if it is a cluster.
+func IsCorrupt(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Problem.Type == api.ProblemCorruptRecord
+}
 
 // IsInvalid reports a 400 or 422: the manifest or request was refused; the
 // problem's Errors say which fields.
@@ -357,10 +371,32 @@ func (c *Client) send(ctx context.Context, method, path string, q url.Values, bo
 		return nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		if c.warn != nil {
+			for _, h := range resp.Header.Values("Warning") {
+				c.warn(warningText(h))
+			}
+		}
 		return resp, nil
 	}
 	defer resp.Body.Close()
 	return nil, errorFrom(resp)
+}
+
+// warningText is the text of a Warning header value (`299 - "text"`), or
+// the value as it is when it is not of that form.
+func warningText(h string) string {
+	code, rest, ok := strings.Cut(h, " ")
+	if !ok || len(code) != 3 {
+		return h
+	}
+	_, quoted, ok := strings.Cut(rest, " ")
+	if !ok {
+		return h
+	}
+	if t, err := strconv.Unquote(quoted); err == nil {
+		return t
+	}
+	return h
 }
 
 // errorFrom reads a non-2xx answer into an *Error.

@@ -17,11 +17,41 @@ const MaxPoolMinorLag = 3
 // members only slows writes.
 const MaxControlPlaneReplicas = 7
 
-// Validator checks clusters. Its zero value uses KnownBootstrapProviders.
+// Default bounds on machines: a spec asking for more is refused (the
+// gateway at apply, the cluster-planner for a stored spec) before anything
+// plans that many machines. Operators raise them on both with
+// --max-pool-replicas and --max-cluster-replicas.
+const (
+	DefaultMaxPoolReplicas    = 1000
+	DefaultMaxClusterReplicas = 5000
+)
+
+// Validator checks clusters. Its zero value uses KnownBootstrapProviders
+// and the default replica bounds.
 type Validator struct {
 	// BootstrapProviders are the accepted bootstrap provider names; nil means
 	// KnownBootstrapProviders.
 	BootstrapProviders []string
+	// MaxPoolReplicas bounds a worker pool's replicas; 0 means
+	// DefaultMaxPoolReplicas.
+	MaxPoolReplicas int
+	// MaxClusterReplicas bounds a cluster's machines, the control plane's
+	// and every pool's replicas together; 0 means DefaultMaxClusterReplicas.
+	MaxClusterReplicas int
+}
+
+func (v Validator) maxPool() int64 {
+	if v.MaxPoolReplicas > 0 {
+		return int64(v.MaxPoolReplicas)
+	}
+	return DefaultMaxPoolReplicas
+}
+
+func (v Validator) maxCluster() int64 {
+	if v.MaxClusterReplicas > 0 {
+		return int64(v.MaxClusterReplicas)
+	}
+	return DefaultMaxClusterReplicas
 }
 
 // Validate checks c with the zero Validator.
@@ -86,6 +116,7 @@ func (v Validator) validate(c *capnv1alpha1.Cluster, errs *fieldErrors) {
 		}
 		v.validatePool(p, pp, s.KubernetesVersion, cpVersion, cpVersionOK, errs)
 	}
+	v.validateTotal(s, sp, errs)
 	validateNetwork(s.Network, sp.child("network"), errs)
 	v.validateBootstrap(s.Bootstrap, sp.child("bootstrap"), errs)
 	validateHealth(s.Health, sp.child("health"), errs)
@@ -144,8 +175,11 @@ func (v Validator) validatePool(pool *capnv1alpha1.WorkerPool, p path, cpRaw str
 		errs.add(p.child("name"), pool.Name, dnsLabelRule)
 	}
 	validateProvider(pool.Provider, p.child("provider"), errs)
-	if pool.Replicas < 0 {
+	switch {
+	case pool.Replicas < 0:
 		errs.add(p.child("replicas"), pool.Replicas, "must be 0 or more")
+	case int64(pool.Replicas) > v.maxPool():
+		errs.add(p.child("replicas"), pool.Replicas, "must be at most %d per pool (the gateway's and cluster-planner's --max-pool-replicas)", v.maxPool())
 	}
 	if pool.Version != "" {
 		pv, err := ParseVersion(pool.Version)
@@ -175,6 +209,18 @@ func (v Validator) validatePool(pool *capnv1alpha1.WorkerPool, p path, cpRaw str
 	}
 	v.validateBootstrap(pool.Bootstrap, p.child("bootstrap"), errs)
 	validateHealth(pool.Health, p.child("health"), errs)
+}
+
+// validateTotal bounds the cluster's machines: the control plane's and the
+// worker pools' replicas together.
+func (v Validator) validateTotal(s *capnv1alpha1.ClusterSpec, sp path, errs *fieldErrors) {
+	total := int64(s.GetControlPlane().GetReplicas())
+	for _, p := range s.WorkerPools {
+		total += max(0, int64(p.GetReplicas()))
+	}
+	if total > v.maxCluster() {
+		errs.add(sp.child("workerPools"), nil, "%d machines in all (control plane and worker pools' replicas): must be at most %d per cluster (the gateway's and cluster-planner's --max-cluster-replicas)", total, v.maxCluster())
+	}
 }
 
 func validateProvider(name string, p path, errs *fieldErrors) {

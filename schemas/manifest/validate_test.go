@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -212,6 +213,52 @@ func TestValidatorBootstrapProviders(t *testing.T) {
 	err := (Validator{BootstrapProviders: []string{"kubeadm", "talos"}}).Validate(valid())
 	if err != nil {
 		t.Errorf("kubeadm in custom list: %v", err)
+	}
+}
+
+func TestValidatorReplicaBounds(t *testing.T) {
+	pools := func(rs ...int32) *capnv1alpha1.Cluster {
+		c := valid()
+		c.Spec.WorkerPools = nil
+		for i, r := range rs {
+			c.Spec.WorkerPools = append(c.Spec.WorkerPools, &capnv1alpha1.WorkerPool{Name: "md-" + string(rune('a'+i)), Provider: "sim", Replicas: r})
+		}
+		return c
+	}
+	tests := []struct {
+		name string
+		v    Validator
+		c    *capnv1alpha1.Cluster
+		want []string
+	}{
+		{"at the defaults", Validator{}, pools(1000, 1000, 1000, 1000, 997), nil},
+		{"pool over the default", Validator{}, pools(1000000),
+			[]string{"spec.workerPools[0].replicas: 1000000: must be at most 1000 per pool (the gateway's and cluster-planner's --max-pool-replicas)",
+				"spec.workerPools: 1000003 machines in all"}},
+		{"cluster over the default", Validator{}, pools(1000, 1000, 1000, 1000, 998),
+			[]string{"spec.workerPools: 5001 machines in all (control plane and worker pools' replicas): must be at most 5000 per cluster"}},
+		{"int32 pools do not overflow the total", Validator{MaxPoolReplicas: 1 << 31}, pools(1<<31-1, 1<<31-1),
+			[]string{"spec.workerPools: 4294967297 machines in all"}},
+		{"raised", Validator{MaxPoolReplicas: 20000, MaxClusterReplicas: 20003}, pools(20000), nil},
+		{"lowered", Validator{MaxPoolReplicas: 2, MaxClusterReplicas: 6}, pools(2, 2),
+			[]string{"spec.workerPools: 7 machines in all"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.v.Validate(tt.c)
+			got := strings.Split(fmt.Sprint(err), "\n")
+			if err == nil {
+				got = nil
+			}
+			if len(got) != len(tt.want) {
+				t.Fatalf("got %d errors, want %d: %v", len(got), len(tt.want), err)
+			}
+			for i, w := range tt.want {
+				if !strings.HasPrefix(got[i], w) {
+					t.Errorf("error %d: got %q, want prefix %q", i, got[i], w)
+				}
+			}
+		})
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/capn-dev/capn/events/reconcile"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/manifest"
 	"github.com/capn-dev/capn/services/cluster-planner/plan"
 	"github.com/capn-dev/capn/services/runtime"
 )
@@ -43,11 +45,23 @@ const (
 // clusters are planned again then.
 const providerRecheckEvery = time.Second
 
+// DefaultMaxActionsPerPlan bounds one plan of one cluster: at about a
+// millisecond a KV write, a plan holds a worker some 100ms at most before
+// the other clusters' turn.
+const DefaultMaxActionsPerPlan = 100
+
 // Config configures the planner.
 type Config struct {
 	Workers int
 	Now     func() time.Time
 	Cache   store.CacheOptions
+	// MaxPoolReplicas and MaxClusterReplicas bound what a stored spec may
+	// ask for (0: manifest's defaults, 1,000 and 5,000); a spec over them
+	// is not planned and its status says why.
+	MaxPoolReplicas, MaxClusterReplicas int
+	// MaxActionsPerPlan bounds one plan (0: DefaultMaxActionsPerPlan); a
+	// cluster with more to do is planned again after the clusters waiting.
+	MaxActionsPerPlan int
 }
 
 // Service is the cluster-planner.
@@ -84,8 +98,48 @@ func New(cfg Config) *Service {
 	return &Service{cfg: cfg}
 }
 
+var (
+	_ runtime.FlagProvider = (*Service)(nil)
+	_ runtime.Validator    = (*Service)(nil)
+)
+
 // Name implements runtime.Service.
 func (s *Service) Name() string { return Name }
+
+// Flags implements runtime.FlagProvider: the replica bounds (keep them
+// the gateway's) and the bound of one plan.
+func (s *Service) Flags() []runtime.Flag {
+	return []runtime.Flag{
+		{Name: "max-pool-replicas", Env: "CAPN_MAX_POOL_REPLICAS", Usage: "most replicas a worker pool may have (0: 1000); a stored spec asking more is not planned", Value: runtime.IntValue(&s.cfg.MaxPoolReplicas)},
+		{Name: "max-cluster-replicas", Env: "CAPN_MAX_CLUSTER_REPLICAS", Usage: "most machines a cluster may have, control plane and pools (0: 5000)", Value: runtime.IntValue(&s.cfg.MaxClusterReplicas)},
+		{Name: "max-actions-per-plan", Env: "CAPN_PLANNER_MAX_ACTIONS_PER_PLAN", Usage: "most machine writes and commands one plan of one cluster makes before the other clusters' turn (0: 100)", Value: runtime.IntValue(&s.cfg.MaxActionsPerPlan)},
+	}
+}
+
+// Validate implements runtime.Validator.
+func (s *Service) Validate() error {
+	var errs []error
+	for _, f := range []struct {
+		flag, env string
+		v         int
+	}{
+		{"max-pool-replicas", "CAPN_MAX_POOL_REPLICAS", s.cfg.MaxPoolReplicas},
+		{"max-cluster-replicas", "CAPN_MAX_CLUSTER_REPLICAS", s.cfg.MaxClusterReplicas},
+		{"max-actions-per-plan", "CAPN_PLANNER_MAX_ACTIONS_PER_PLAN", s.cfg.MaxActionsPerPlan},
+	} {
+		if f.v < 0 {
+			errs = append(errs, &runtime.FieldError{Flag: f.flag, Env: f.env, Value: strconv.Itoa(f.v), Problem: "must not be negative (0: the default)"})
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Service) maxActions() int {
+	if s.cfg.MaxActionsPerPlan > 0 {
+		return s.cfg.MaxActionsPerPlan
+	}
+	return DefaultMaxActionsPerPlan
+}
 
 // Run implements runtime.Service.
 func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
@@ -204,31 +258,54 @@ func (s *Service) reconcile(ctx context.Context, name string) (reconcile.Result,
 	if w, ok := s.written.Load(name); ok && s.desired.Revision() < w.(uint64) {
 		return reconcile.Result{RequeueAfter: cacheBehindWait}, nil // plan once the cache has our last write
 	}
+	log := zerolog.Ctx(ctx).With().Str("cluster", name).Logger()
 	cluster, _, ok := store.Lookup(s.desired, clusterPrefix+name, func() *capnv1.Cluster { return new(capnv1.Cluster) })
 	if !ok {
+		if _, there := s.desired.Get(clusterPrefix + name); there {
+			// A record that does not decode: plan nothing (neither keep
+			// nor tear down its machines) until it is deleted.
+			log.Warn().Msg("cluster record does not decode; nothing is planned for it until it is deleted (DELETE /v1/clusters/" + name + ")")
+		}
 		s.written.Delete(name) // the cluster is gone: nothing more to wait for
 		return reconcile.Result{}, nil
 	}
-	in := plan.Input{Cluster: cluster, Machines: map[string]*capnv1.Machine{}, Observed: map[string]*capnv1.MachineStatus{}, Now: s.cfg.Now()}
+	in := plan.Input{Cluster: cluster, Machines: map[string]*capnv1.Machine{}, Observed: map[string]*capnv1.MachineStatus{}, Now: s.cfg.Now(),
+		Validator:  manifest.Validator{MaxPoolReplicas: s.cfg.MaxPoolReplicas, MaxClusterReplicas: s.cfg.MaxClusterReplicas},
+		MaxActions: s.maxActions()}
 	revs := map[string]uint64{}
 	for _, e := range s.desired.List(machinePrefix + name + ".") {
+		n := strings.TrimPrefix(e.Key, machinePrefix+name+".")
 		m, err := store.Decode(e.Value, newMachine)
 		if err != nil {
-			return reconcile.Result{}, err
+			// Retrying cannot mend it and would stop the whole cluster:
+			// its name stays taken, the rest is planned.
+			log.Warn().Err(err).Str("machine", n).Msg("machine record does not decode; left alone")
+			in.Unreadable = append(in.Unreadable, n)
+			continue
 		}
-		n := strings.TrimPrefix(e.Key, machinePrefix+name+".")
 		in.Machines[n], revs[n] = m, e.Revision
 	}
 	for _, e := range s.observed.List(machinePrefix + name + ".") {
+		n := strings.TrimPrefix(e.Key, machinePrefix+name+".")
 		st, err := store.Decode(e.Value, newStatus)
 		if err != nil {
-			return reconcile.Result{}, err
+			log.Warn().Err(err).Str("machine", n).Msg("machine status does not decode; planned as if none were written")
+			continue
 		}
-		in.Observed[strings.TrimPrefix(e.Key, machinePrefix+name+".")] = st
+		in.Observed[n] = st
 	}
 	cp := cluster.GetSpec().GetControlPlane().GetProvider()
-	if ic, _, ok := store.Lookup(s.observed, infraPrefix+cp+"."+name+"."+events.ClusterObject, func() *capnv1.InfraCluster { return new(capnv1.InfraCluster) }); ok {
-		in.Infra = plan.Infra{Exists: true, Ready: ic.GetReady(), Endpoint: ic.GetControlPlaneEndpoint()}
+	infraOf := []string{cp}
+	if cp == "" {
+		// A cluster without a spec (a corrupt record replaced on delete):
+		// its infrastructure is whichever announced provider holds it.
+		infraOf = s.observed.KeysUnder(providerPrefix)
+	}
+	for _, p := range infraOf {
+		if ic, _, ok := store.Lookup(s.observed, infraPrefix+p+"."+name+"."+events.ClusterObject, func() *capnv1.InfraCluster { return new(capnv1.InfraCluster) }); ok {
+			in.Infra = plan.Infra{Exists: true, Ready: ic.GetReady(), Endpoint: ic.GetControlPlaneEndpoint(), Provider: p}
+			break
+		}
 	}
 	if sec, _, ok := store.Lookup(s.observed, secretsPrefix+name, func() *capnv1.ClusterSecretsStatus { return new(capnv1.ClusterSecretsStatus) }); ok {
 		in.PKIExists = sec.GetPkiReady()
@@ -241,7 +318,6 @@ func (s *Service) reconcile(ctx context.Context, name string) (reconcile.Result,
 	in.Providers = providers
 
 	res := plan.Plan(in)
-	log := zerolog.Ctx(ctx).With().Str("cluster", name).Logger()
 	if len(res.Actions) > 0 {
 		log.Info().Fields(res.Fields()).Msg("plan")
 	}

@@ -36,11 +36,15 @@ func (p *planner) planDelete() {
 	case len(p.all) > 0:
 		// Records of deleted machines are being removed (removeGone).
 	case p.in.Infra.Exists:
-		p.actions = append(p.actions, DeleteClusterInfra{Provider: p.cp.provider})
+		provider := p.cp.provider
+		if p.in.Infra.Provider != "" {
+			provider = p.in.Infra.Provider
+		}
+		p.add(DeleteClusterInfra{Provider: provider})
 	case p.in.PKIExists:
-		p.actions = append(p.actions, DeletePKI{})
+		p.add(DeletePKI{})
 	default:
-		p.actions = append(p.actions, DeleteCluster{})
+		p.add(DeleteCluster{})
 	}
 }
 

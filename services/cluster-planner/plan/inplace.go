@@ -28,6 +28,9 @@ func (p *planner) propagate() {
 			if !labelsDiffer && !taintsDiffer && s.GetStopped() == stopped {
 				continue
 			}
+			if p.full() {
+				return
+			}
 			nm := proto.Clone(m.m).(*capnv1alpha1.Machine)
 			reason := "propagate labels and taints"
 			if !pl.controlPlane {
@@ -45,7 +48,7 @@ func (p *planner) propagate() {
 				nm.Metadata = &capnv1alpha1.ObjectMeta{Name: m.name}
 			}
 			nm.Metadata.Generation++
-			p.actions = append(p.actions, UpdateMachine{Machine: nm, Reason: reason})
+			p.add(UpdateMachine{Machine: nm, Reason: reason})
 		}
 	}
 }

@@ -100,6 +100,9 @@ type pool struct {
 	maxUnav      int
 	order        string     // deletion order
 	machines     []*machine // not gone, sorted by name
+	// next is the lowest ordinal freeName may find free: every one below
+	// it is taken (names are only added during a plan).
+	next int
 	// hold says why this pool may not create machines now ("" if it may).
 	hold string
 	// blocked is the reason (ReasonProviderNotRunning) this pool may not

@@ -110,10 +110,14 @@ func MachineName(cluster, pool, hash string, ordinal int) string {
 	return prefix + suffix
 }
 
-// freeName is the pool's next machine name: the lowest free ordinal.
+// freeName is the pool's next machine name: the lowest free ordinal. The
+// search resumes where the last one ended (the ordinals below are taken,
+// and a plan only takes more), so naming k new machines in a pool that
+// holds n makes at most n+k names: linear, not k·n.
 func (p *planner) freeName(pl *pool) string {
-	for i := 0; ; i++ {
-		if name := MachineName(p.name, pl.name, pl.hash, i); !p.taken[name] {
+	for ; ; pl.next++ {
+		if name := MachineName(p.name, pl.name, pl.hash, pl.next); !p.taken[name] {
+			pl.next++
 			return name
 		}
 	}

@@ -90,8 +90,26 @@ const (
 // should wake the planner first; this bounds the wait if one is lost.
 const ProgressResync = 30 * time.Second
 
+// MoreAfter is the RequeueAfter of a plan that Input.MaxActions cut short:
+// at once, but behind every cluster already waiting for the planner, so
+// that one huge cluster takes turns with the others.
+const MoreAfter = time.Millisecond
+
 // Input is everything the planner knows about one cluster.
 type Input struct {
+	// Validator checks the spec (a stored spec that fails is not planned;
+	// its status says why): the planner's replica bounds. The zero value
+	// is manifest's defaults.
+	Validator manifest.Validator
+	// MaxActions bounds the actions of one plan (0: no bound). A plan that
+	// has more to do stops there and asks to be planned again after
+	// MoreAfter: what it would have done next is planned then, from the
+	// state its actions made.
+	MaxActions int
+	// Unreadable are the names of the cluster's machine records that do
+	// not decode: their names are taken (no machine is created over one)
+	// and nothing is planned for them.
+	Unreadable []string
 	// Cluster is the desired cluster. Its metadata.deletion_timestamp is set
 	// when deletion was requested; metadata.generation becomes the status's
 	// observed_generation. It is not modified.
@@ -128,6 +146,10 @@ type Infra struct {
 	Exists, Ready bool
 	// Endpoint is the control-plane endpoint, copied into the status.
 	Endpoint *capnv1alpha1.Endpoint
+	// Provider holds it when that is not the control plane's provider (a
+	// cluster whose spec was lost: a corrupt record replaced on delete);
+	// "" for the control plane's.
+	Provider string
 }
 
 // Result is one plan: actions to apply in order, the status to write, and
@@ -267,6 +289,9 @@ func Plan(in Input) Result {
 		if p.invalid == nil {
 			r.RequeueAfter = ProgressResync
 		}
+	}
+	if p.truncated {
+		r.RequeueAfter = MoreAfter
 	}
 	return r
 }

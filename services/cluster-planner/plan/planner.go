@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"math"
 	"slices"
 	"sort"
 
@@ -26,6 +27,8 @@ type planner struct {
 	initialized bool
 	invalid     error
 	actions     []Action
+	// truncated: Input.MaxActions cut the plan short.
+	truncated bool
 	// usedProviders are the pools (by name) each checked provider serves.
 	usedProviders map[string][]string
 	// providerProblems: providers that cannot serve the pools naming them.
@@ -46,7 +49,7 @@ func newPlanner(in Input, c *capnv1alpha1.Cluster) *planner {
 		usedProviders: map[string][]string{},
 	}
 	if c.GetMetadata().GetDeletionTimestamp() == nil && !c.GetSpec().GetPaused() {
-		p.invalid = manifest.Validate(c)
+		p.invalid = in.Validator.Validate(c)
 	}
 	p.cp = p.controlPlanePool()
 	byName := map[string]*pool{manifest.ControlPlanePool: p.cp}
@@ -60,6 +63,9 @@ func newPlanner(in Input, c *capnv1alpha1.Cluster) *planner {
 		names = append(names, name)
 	}
 	sort.Strings(names)
+	for _, name := range in.Unreadable {
+		p.taken[name] = true // never created over, never planned
+	}
 	for _, name := range names {
 		dm := in.Machines[name]
 		if cl := dm.GetSpec().GetCluster(); cl != "" && cl != p.name {
@@ -178,6 +184,9 @@ func (p *planner) setHolds() {
 
 // create plans a new machine in pl at the lowest free ordinal.
 func (p *planner) create(pl *pool, first bool, reason string) {
+	if p.full() {
+		return
+	}
 	name := p.freeName(pl)
 	p.taken[name] = true
 	role := RoleWorker
@@ -206,7 +215,7 @@ func (p *planner) create(pl *pool, first bool, reason string) {
 			Stopped:           p.c.GetSpec().GetHibernated(),
 		},
 	}
-	p.actions = append(p.actions, CreateMachine{Machine: m, Reason: reason})
+	p.add(CreateMachine{Machine: m, Reason: reason})
 	vm := &machine{name: name, m: m}
 	pl.machines = append(pl.machines, vm)
 	p.all[name] = vm
@@ -214,17 +223,44 @@ func (p *planner) create(pl *pool, first bool, reason string) {
 
 // delete plans a machine's deletion and counts it as deleting from now on.
 func (p *planner) delete(m *machine, reason string) {
-	if m.deleting {
+	if m.deleting || !p.add(DeleteMachine{Name: m.name, Reason: reason}) {
 		return
 	}
 	m.deleting = true
-	p.actions = append(p.actions, DeleteMachine{Name: m.name, Reason: reason})
+}
+
+// add appends a to the plan, unless the plan holds Input.MaxActions
+// already: then it notes that the plan is truncated and reports false.
+func (p *planner) add(a Action) bool {
+	if p.full() {
+		return false
+	}
+	p.actions = append(p.actions, a)
+	return true
+}
+
+// full reports whether the plan holds Input.MaxActions actions, and if so
+// marks it truncated: whatever it would add next waits for the next plan.
+func (p *planner) full() bool {
+	if p.in.MaxActions > 0 && len(p.actions) >= p.in.MaxActions {
+		p.truncated = true
+		return true
+	}
+	return false
+}
+
+// room is how many more actions the plan may hold.
+func (p *planner) room() int {
+	if p.in.MaxActions <= 0 {
+		return math.MaxInt
+	}
+	return max(0, p.in.MaxActions-len(p.actions))
 }
 
 // removeGone plans the removal of records whose deletion is complete.
 func (p *planner) removeGone() {
 	for _, m := range p.gone {
-		p.actions = append(p.actions, RemoveMachine{Name: m.name})
+		p.add(RemoveMachine{Name: m.name})
 	}
 }
 
@@ -232,7 +268,7 @@ func (p *planner) removeGone() {
 // Machines do not wait for it here: the machine-manager and the provider do.
 func (p *planner) ensureInfra() {
 	if !p.in.Infra.Exists {
-		p.actions = append(p.actions, EnsureClusterInfra{Provider: p.cp.provider})
+		p.add(EnsureClusterInfra{Provider: p.cp.provider})
 	}
 }
 

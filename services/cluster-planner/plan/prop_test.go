@@ -284,25 +284,39 @@ func stepBound(c *capnv1alpha1.Cluster) int {
 	return 60 + 12*n
 }
 
+// stepsFor is stepBound for h: a bounded plan may take a step per action.
+func stepsFor(h *plantest.Harness) int {
+	if h.MaxActions > 0 {
+		return 3 * stepBound(h.Cluster)
+	}
+	return stepBound(h.Cluster)
+}
+
 func TestPropertyLifecycle(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		h := plantest.New(genCluster(t))
 		world(t, h)
+		// A bounded plan (the planner's --max-actions-per-plan) keeps every
+		// rule and converges, only in more steps.
+		h.MaxActions = rapid.SampledFrom([]int{0, 0, 1, 3}).Draw(t, "maxActions")
 		check := func(rec plantest.Record) error {
+			if n := len(rec.Result.Actions); h.MaxActions > 0 && n > h.MaxActions {
+				return fmt.Errorf("%d actions in a plan bounded to %d", n, h.MaxActions)
+			}
 			if err := checkStep(h, rec); err != nil {
 				return err
 			}
 			userDeletesOutdated(h)
 			return nil
 		}
-		if _, err := h.Run(stepBound(h.Cluster), check); err != nil {
+		if _, err := h.Run(stepsFor(h), check); err != nil {
 			t.Fatalf("create: %v", err)
 		}
 		assertConverged(t, h)
 
 		for round := range rapid.IntRange(1, 3).Draw(t, "rounds") {
 			mutate(t, h, round+1)
-			bound := stepBound(h.Cluster) * 2
+			bound := stepsFor(h) * 2
 			if _, err := h.Run(bound, check); err != nil {
 				t.Fatalf("round %d: %v", round+1, err)
 			}
@@ -327,7 +341,7 @@ func TestPropertyLifecycle(t *testing.T) {
 			}
 			return nil
 		}
-		if _, err := h.Run(stepBound(h.Cluster), deleteCheck); err != nil {
+		if _, err := h.Run(stepsFor(h), deleteCheck); err != nil {
 			t.Fatalf("delete: %v", err)
 		}
 		if len(h.Machines) != 0 || h.Infra.Exists || h.PKI || !h.ClusterDeleted {

@@ -106,6 +106,9 @@ func (p *planner) scaleUp(pl *pool, want, limit int, reason string) {
 		}
 	}
 	n := min(want-current, limit-len(pl.machines))
+	if n > p.room() {
+		n, p.truncated = p.room(), true // the rest in the next plans
+	}
 	for range max(0, n) {
 		p.create(pl, false, reason)
 	}

@@ -37,6 +37,9 @@ type Harness struct {
 	// announce: each is announced at Now on every plan. nil: providers are
 	// not checked (plan.Input.Providers nil).
 	Providers map[string][]string
+	// MaxActions is plan.Input.MaxActions: at most that many actions a
+	// plan (0: no bound).
+	MaxActions int
 	// Status is the last status the planner wrote.
 	Status *capnv1alpha1.ClusterStatus
 	// ClusterDeleted is set when a plan deleted the cluster record.
@@ -97,13 +100,14 @@ func New(c *capnv1alpha1.Cluster) *Harness {
 // Input is the planner's input for the current state.
 func (h *Harness) Input() plan.Input {
 	in := plan.Input{
-		Cluster:   h.Cluster,
-		Machines:  h.Machines,
-		Observed:  h.Observed,
-		Infra:     h.Infra,
-		PKIExists: h.PKI,
-		Status:    h.Status,
-		Now:       h.Now,
+		Cluster:    h.Cluster,
+		Machines:   h.Machines,
+		Observed:   h.Observed,
+		Infra:      h.Infra,
+		PKIExists:  h.PKI,
+		Status:     h.Status,
+		Now:        h.Now,
+		MaxActions: h.MaxActions,
 	}
 	if h.Providers != nil {
 		in.Providers = map[string]*capnv1alpha1.ProviderAnnouncement{}

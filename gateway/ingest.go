@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"time"
 
@@ -49,7 +48,7 @@ func Topology(replicas int) events.Topology {
 // time — retry the whole request: what was stored is de-duplicated; 422
 // when it refuses an event for a reason no retry changes.
 func (s *server) ingest(w http.ResponseWriter, r *http.Request) error {
-	body, err := io.ReadAll(r.Body)
+	body, err := readBody(r)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,13 +32,15 @@ const (
 	// streams from; DefaultWatchBuffer how many may wait for one stream.
 	DefaultWatchRing   = 4096
 	DefaultWatchBuffer = 256
+	// DefaultReadTimeout bounds reading a request, its body included: a
+	// body that comes slower is answered 408.
+	DefaultReadTimeout = time.Minute
 )
 
 // HTTP server timeouts. Streams (SSE) lift the read and write deadlines
 // and bound each write instead.
 const (
 	readHeaderTimeout = 10 * time.Second
-	readTimeout       = time.Minute
 	writeTimeout      = 2 * time.Minute
 	idleTimeout       = 2 * time.Minute
 	maxHeaderBytes    = 256 << 10
@@ -96,7 +99,14 @@ type Options struct {
 	// means the default; a negative RateLimit disables rate limiting.
 	RateLimit float64
 	RateBurst int
-	Limits    Limits
+	// AllowedHosts are more host names the gateway answers to (the Host
+	// header; a proxy's or DNS name), comma-separated; "*" allows any.
+	// The listen address's own names are always allowed.
+	AllowedHosts string
+	// ReadTimeout bounds reading a request with its body (default
+	// DefaultReadTimeout).
+	ReadTimeout time.Duration
+	Limits      Limits
 	// Heartbeat is the interval of SSE heartbeat comments and watch
 	// bookmarks (default 15s).
 	Heartbeat time.Duration
@@ -132,6 +142,9 @@ func New(opts Options) *Service {
 	if opts.Heartbeat <= 0 {
 		opts.Heartbeat = DefaultHeartbeat
 	}
+	if opts.ReadTimeout <= 0 {
+		opts.ReadTimeout = DefaultReadTimeout
+	}
 	if opts.WatchRing <= 0 {
 		opts.WatchRing = DefaultWatchRing
 	}
@@ -166,6 +179,8 @@ func (s *Service) Flags() []runtime.Flag {
 		{Name: "secrets-old-key-files", Env: "CAPN_SECRETS_OLD_KEY_FILES", Usage: "comma-separated `files` of keys being rotated out", Value: runtime.StringValue(&o.OldSecretsKeyFiles)},
 		{Name: "rate-limit", Env: "CAPN_GATEWAY_RATE_LIMIT", Usage: "sustained `requests` per second per token (per address when anonymous); negative disables", Value: (*floatValue)(&o.RateLimit)},
 		{Name: "rate-burst", Env: "CAPN_GATEWAY_RATE_BURST", Usage: "`requests` a token may make at once above the rate", Value: runtime.IntValue(&o.RateBurst)},
+		{Name: "read-timeout", Env: "CAPN_GATEWAY_READ_TIMEOUT", Usage: "longest `duration` to read a request with its body (a slower body is answered 408)", Value: runtime.DurationValue(&o.ReadTimeout)},
+		{Name: "allowed-hosts", Env: "CAPN_GATEWAY_ALLOWED_HOSTS", Usage: "comma-separated host `names` the gateway answers to besides its listen address (a proxy's or DNS name; * for any)", Value: runtime.StringValue(&o.AllowedHosts)},
 	}
 }
 
@@ -184,8 +199,15 @@ func (s *Service) Validate() error {
 	if _, err := s.keyring(); err != nil {
 		errs = append(errs, err)
 	}
-	if s.opts.RateBurst < 0 {
-		errs = append(errs, &runtime.FieldError{Flag: "rate-burst", Env: "CAPN_GATEWAY_RATE_BURST", Value: strconv.Itoa(s.opts.RateBurst), Problem: "must not be negative"})
+	for _, f := range []struct {
+		flag, env string
+		v         int
+	}{
+		{"rate-burst", "CAPN_GATEWAY_RATE_BURST", s.opts.RateBurst},
+	} {
+		if f.v < 0 {
+			errs = append(errs, &runtime.FieldError{Flag: f.flag, Env: f.env, Value: strconv.Itoa(f.v), Problem: "must not be negative"})
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -289,10 +311,11 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 			return fmt.Errorf("listen: %w", err)
 		}
 	}
+	srv.hosts = newHostPolicy(ln.Addr().String(), strings.Split(s.opts.AllowedHosts, ","))
 	hs := &http.Server{
 		Handler:           srv,
 		ReadHeaderTimeout: readHeaderTimeout,
-		ReadTimeout:       readTimeout,
+		ReadTimeout:       s.opts.ReadTimeout,
 		WriteTimeout:      writeTimeout,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,

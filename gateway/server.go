@@ -27,9 +27,11 @@ type server struct {
 	auth    *authenticator
 	limiter *rateLimiter
 	// hosts are the Host headers that name the gateway (origin.go).
-	hosts  hostPolicy
-	limits Limits
-	now    func() time.Time
+	hosts hostPolicy
+	// streams caps the open watch and timeline streams (streams.go).
+	streams *streamSlots
+	limits  Limits
+	now     func() time.Time
 	// heartbeat is the SSE keep-alive interval.
 	heartbeat time.Duration
 	validator manifest.Validator

@@ -32,6 +32,11 @@ const (
 	// streams from; DefaultWatchBuffer how many may wait for one stream.
 	DefaultWatchRing   = 4096
 	DefaultWatchBuffer = 256
+	// DefaultMaxStreams caps the watch and timeline streams open at once,
+	// DefaultMaxStreamsPerToken those of one token (or one anonymous
+	// client address).
+	DefaultMaxStreams         = 1024
+	DefaultMaxStreamsPerToken = 32
 	// DefaultReadTimeout bounds reading a request, its body included: a
 	// body that comes slower is answered 408.
 	DefaultReadTimeout = time.Minute
@@ -99,6 +104,10 @@ type Options struct {
 	// means the default; a negative RateLimit disables rate limiting.
 	RateLimit float64
 	RateBurst int
+	// MaxStreams and MaxStreamsPerToken cap the open streams (GET
+	// /v1/watch, GET .../events?follow=true) in total and per token (per
+	// address when anonymous); 0 means the default.
+	MaxStreams, MaxStreamsPerToken int
 	// AllowedHosts are more host names the gateway answers to (the Host
 	// header; a proxy's or DNS name), comma-separated; "*" allows any.
 	// The listen address's own names are always allowed.
@@ -142,6 +151,12 @@ func New(opts Options) *Service {
 	if opts.Heartbeat <= 0 {
 		opts.Heartbeat = DefaultHeartbeat
 	}
+	if opts.MaxStreams == 0 {
+		opts.MaxStreams = DefaultMaxStreams
+	}
+	if opts.MaxStreamsPerToken == 0 {
+		opts.MaxStreamsPerToken = DefaultMaxStreamsPerToken
+	}
 	if opts.ReadTimeout <= 0 {
 		opts.ReadTimeout = DefaultReadTimeout
 	}
@@ -179,6 +194,8 @@ func (s *Service) Flags() []runtime.Flag {
 		{Name: "secrets-old-key-files", Env: "CAPN_SECRETS_OLD_KEY_FILES", Usage: "comma-separated `files` of keys being rotated out", Value: runtime.StringValue(&o.OldSecretsKeyFiles)},
 		{Name: "rate-limit", Env: "CAPN_GATEWAY_RATE_LIMIT", Usage: "sustained `requests` per second per token (per address when anonymous); negative disables", Value: (*floatValue)(&o.RateLimit)},
 		{Name: "rate-burst", Env: "CAPN_GATEWAY_RATE_BURST", Usage: "`requests` a token may make at once above the rate", Value: runtime.IntValue(&o.RateBurst)},
+		{Name: "max-streams", Env: "CAPN_GATEWAY_MAX_STREAMS", Usage: "`streams` (watch, timeline follow) open at once in total", Value: runtime.IntValue(&o.MaxStreams)},
+		{Name: "max-streams-per-token", Env: "CAPN_GATEWAY_MAX_STREAMS_PER_TOKEN", Usage: "`streams` one token (or anonymous address) may hold open", Value: runtime.IntValue(&o.MaxStreamsPerToken)},
 		{Name: "read-timeout", Env: "CAPN_GATEWAY_READ_TIMEOUT", Usage: "longest `duration` to read a request with its body (a slower body is answered 408)", Value: runtime.DurationValue(&o.ReadTimeout)},
 		{Name: "allowed-hosts", Env: "CAPN_GATEWAY_ALLOWED_HOSTS", Usage: "comma-separated host `names` the gateway answers to besides its listen address (a proxy's or DNS name; * for any)", Value: runtime.StringValue(&o.AllowedHosts)},
 	}
@@ -204,6 +221,8 @@ func (s *Service) Validate() error {
 		v         int
 	}{
 		{"rate-burst", "CAPN_GATEWAY_RATE_BURST", s.opts.RateBurst},
+		{"max-streams", "CAPN_GATEWAY_MAX_STREAMS", s.opts.MaxStreams},
+		{"max-streams-per-token", "CAPN_GATEWAY_MAX_STREAMS_PER_TOKEN", s.opts.MaxStreamsPerToken},
 	} {
 		if f.v < 0 {
 			errs = append(errs, &runtime.FieldError{Flag: f.flag, Env: f.env, Value: strconv.Itoa(f.v), Problem: "must not be negative"})
@@ -273,6 +292,7 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	srv := &server{
 		log: log, nc: d.NC, js: d.JS, auth: auth,
 		limiter: newRateLimiter(s.opts.RateLimit, s.opts.RateBurst, s.opts.Now),
+		streams: newStreamSlots(s.opts.MaxStreamsPerToken, s.opts.MaxStreams),
 		limits:  s.opts.Limits, now: s.opts.Now, heartbeat: s.opts.Heartbeat, metrics: m,
 		clusters:        store.NewBucket(desiredKV, newCluster),
 		machines:        store.NewBucket(desiredKV, newMachine),

@@ -37,6 +37,11 @@ const (
 	// client address).
 	DefaultMaxStreams         = 1024
 	DefaultMaxStreamsPerToken = 32
+	// DefaultAuthFailureRate is the sustained failed authentications per
+	// second allowed from one client address, DefaultAuthFailureBurst the
+	// burst above it; past them, 429 until the bucket refills.
+	DefaultAuthFailureRate  = 1
+	DefaultAuthFailureBurst = 10
 	// DefaultReadTimeout bounds reading a request, its body included: a
 	// body that comes slower is answered 408.
 	DefaultReadTimeout = time.Minute
@@ -104,6 +109,10 @@ type Options struct {
 	// means the default; a negative RateLimit disables rate limiting.
 	RateLimit float64
 	RateBurst int
+	// AuthFailureRate and AuthFailureBurst limit failed authentications
+	// per client address (0: the defaults; a negative rate disables it).
+	AuthFailureRate  float64
+	AuthFailureBurst int
 	// MaxStreams and MaxStreamsPerToken cap the open streams (GET
 	// /v1/watch, GET .../events?follow=true) in total and per token (per
 	// address when anonymous); 0 means the default.
@@ -150,6 +159,12 @@ func New(opts Options) *Service {
 	}
 	if opts.Heartbeat <= 0 {
 		opts.Heartbeat = DefaultHeartbeat
+	}
+	if opts.AuthFailureRate == 0 {
+		opts.AuthFailureRate = DefaultAuthFailureRate
+	}
+	if opts.AuthFailureBurst == 0 {
+		opts.AuthFailureBurst = DefaultAuthFailureBurst
 	}
 	if opts.MaxStreams == 0 {
 		opts.MaxStreams = DefaultMaxStreams
@@ -291,9 +306,10 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	stopping := make(chan struct{})
 	srv := &server{
 		log: log, nc: d.NC, js: d.JS, auth: auth,
-		limiter: newRateLimiter(s.opts.RateLimit, s.opts.RateBurst, s.opts.Now),
-		streams: newStreamSlots(s.opts.MaxStreamsPerToken, s.opts.MaxStreams),
-		limits:  s.opts.Limits, now: s.opts.Now, heartbeat: s.opts.Heartbeat, metrics: m,
+		limiter:      newRateLimiter(s.opts.RateLimit, s.opts.RateBurst, s.opts.Now),
+		authFailures: newRateLimiter(s.opts.AuthFailureRate, s.opts.AuthFailureBurst, s.opts.Now),
+		streams:      newStreamSlots(s.opts.MaxStreamsPerToken, s.opts.MaxStreams),
+		limits:       s.opts.Limits, now: s.opts.Now, heartbeat: s.opts.Heartbeat, metrics: m,
 		clusters:        store.NewBucket(desiredKV, newCluster),
 		machines:        store.NewBucket(desiredKV, newMachine),
 		clusterStatuses: store.NewBucket(observedKV, newClusterStatus),

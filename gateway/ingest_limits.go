@@ -85,6 +85,7 @@ func (s *server) messages(items []ingestItem, batch bool) ([]outMsg, error) {
 		}
 	}
 	if len(big.Errors) > 0 {
+		big.Title = "Event too large to store"
 		big.Detail = fmt.Sprintf("%d of %d events exceed what JetStream stores; none was stored", len(big.Errors), len(items))
 		return nil, big
 	}

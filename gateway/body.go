@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/capn-dev/capn/gateway/api"
@@ -15,38 +17,59 @@ import (
 	"github.com/capn-dev/capn/schemas/manifest"
 )
 
-// manifestMediaTypes are the Content-Types a manifest may be sent with.
-// Besides YAML and JSON, the types curl and friends send by default are
-// taken: the body is read as YAML or JSON whatever they say.
-var manifestMediaTypes = map[string]bool{
-	"":                                  true,
-	api.MediaYAML:                       true,
-	"application/x-yaml":                true,
-	"text/yaml":                         true,
-	"text/x-yaml":                       true,
-	api.MediaJSON:                       true,
-	"text/plain":                        true,
-	"application/octet-stream":          true,
-	"application/x-www-form-urlencoded": true,
+// bodyMediaTypes are the Content-Types a body may be sent with: YAML or
+// JSON, or none (a manifest is then read as YAML or JSON whatever it is;
+// a convenience endpoint's body is JSON, which YAML types take too). The types a browser may send cross-origin without asking first
+// (text/plain, application/x-www-form-urlencoded, multipart/form-data) are
+// refused, so that a page elsewhere cannot post a manifest (CSRF; the
+// Origin check in origin.go is the other half).
+var bodyMediaTypes = mediaTypes{api.MediaYAML, "application/x-yaml", "text/yaml", "text/x-yaml", api.MediaJSON}
+
+// mediaTypes is the list of Content-Types an endpoint reads.
+type mediaTypes []string
+
+// check returns the 415 for a Content-Type not in m; none is taken.
+func (m mediaTypes) check(r *http.Request) error {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return nil
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err == nil && slices.Contains(m, strings.ToLower(mt)) {
+		return nil
+	}
+	return problem(http.StatusUnsupportedMediaType, api.ProblemUnsupportedMedia, "Unsupported media type",
+		"this endpoint reads %s, not %q", strings.Join(m, ", "), ct)
 }
 
 // readManifest reads a request's body as one Cluster manifest (YAML or
-// JSON). A body over the limit is a 413; any other problem a 400 naming
-// every bad field with its path.
+// JSON). A body over the limit is a 413, a Content-Type other than YAML or
+// JSON a 415; any other problem a 400 naming every bad field with its path.
 func readManifest(r *http.Request) (*capnv1.Cluster, error) {
-	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if r.Header.Get("Content-Type") == "" {
-		mt, err = "", nil
+	if err := bodyMediaTypes.check(r); err != nil {
+		return nil, err
 	}
-	if err != nil || !manifestMediaTypes[mt] {
-		return nil, problem(http.StatusUnsupportedMediaType, api.ProblemUnsupportedMedia, "Unsupported media type",
-			"send the manifest as %s or %s, not %q", api.MediaYAML, api.MediaJSON, r.Header.Get("Content-Type"))
-	}
-	body, err := io.ReadAll(r.Body)
+	body, err := readBody(r)
 	if err != nil {
 		return nil, err
 	}
 	return decodeApply(body)
+}
+
+// readBody reads a request's body. A body over the route's limit is a 413
+// and one that does not arrive within the server's read timeout a 408:
+// both the client's doing.
+func readBody(r *http.Request) ([]byte, error) {
+	body, err := io.ReadAll(r.Body)
+	var ne net.Error
+	switch {
+	case err == nil:
+		return body, nil
+	case errors.As(err, &ne) && ne.Timeout():
+		return nil, problem(http.StatusRequestTimeout, api.ProblemRequestTimeout, "Request timeout",
+			"the body did not arrive within the gateway's read timeout (%d bytes came); send it at once", len(body))
+	}
+	return nil, err
 }
 
 // decodeApply decodes one Cluster manifest. It is pure (FuzzApply runs it):
@@ -69,11 +92,15 @@ func invalidManifest(format string, args ...any) *problemError {
 	return problem(http.StatusBadRequest, api.ProblemInvalidManifest, "Invalid manifest", format, args...)
 }
 
-// readJSON decodes a convenience endpoint's JSON body into v, refusing
+// readJSON decodes a convenience endpoint's JSON body (Content-Type
+// JSON, YAML or none) into v, refusing
 // unknown fields and trailing data with the field's path. An empty body is
 // accepted when optional (v keeps its zero value), else a 400.
 func readJSON(r *http.Request, v any, optional bool) error {
-	body, err := io.ReadAll(r.Body)
+	if err := bodyMediaTypes.check(r); err != nil {
+		return err
+	}
+	body, err := readBody(r)
 	if err != nil {
 		return err
 	}

@@ -76,7 +76,7 @@ func newEnv(t *testing.T, mods ...func(*Options)) *env {
 		t.Fatal(err)
 	}
 	opts := Options{
-		Listener: ln, Tokens: testTokens(), Keyring: ring, RateLimit: -1,
+		Listener: ln, Tokens: testTokens(), Keyring: ring, RateLimit: -1, AuthFailureRate: -1,
 		Heartbeat: time.Second, Cache: store.CacheOptions{ResyncEvery: store.NoResync},
 	}
 	for _, m := range mods {

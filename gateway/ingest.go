@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"time"
 
@@ -42,11 +41,14 @@ func Topology(replicas int) events.Topology {
 // capn.health.<cluster>.<machine>.<kind> (CAPN_HEALTH) for the
 // health-watcher, both in binary mode with Nats-Msg-Id a digest of
 // (source, id) so a repeat within the duplicate window is stored once.
-// 202 once JetStream acknowledged every copy; 503 with Retry-After when it
-// does not answer in time — retry the whole request: what was stored is
-// de-duplicated.
+// Before anything is stored every copy is checked against the limits the
+// NATS server applies (ingest_limits.go): a request with an event JetStream
+// would refuse is a 413 naming it, with nothing stored. 202 once JetStream
+// acknowledged every copy; 503 with Retry-After when it does not answer in
+// time — retry the whole request: what was stored is de-duplicated; 422
+// when it refuses an event for a reason no retry changes.
 func (s *server) ingest(w http.ResponseWriter, r *http.Request) error {
-	body, err := io.ReadAll(r.Body)
+	body, err := readBody(r)
 	if err != nil {
 		return err
 	}
@@ -55,11 +57,20 @@ func (s *server) ingest(w http.ResponseWriter, r *http.Request) error {
 		s.metrics.ingest("invalid", 1)
 		return err
 	}
-	res, err := s.store(r.Context(), items)
+	batch := isBatch(r.Header)
+	msgs, err := s.messages(items, batch)
+	if err != nil {
+		s.metrics.ingest("invalid", 1)
+		return err
+	}
+	res, err := s.store(r.Context(), items, msgs)
 	if err != nil {
 		s.metrics.ingest("failed", len(items))
 		zerolog.Ctx(r.Context()).Warn().Err(err).Int("events", len(items)).Msg("ingest: JetStream did not store the events")
-		return unavailable("JetStream did not store the events (%v); retry the request: events already stored are de-duplicated by source and id", err)
+		if p, _ := storeProblem(err, batch); p != nil {
+			return p
+		}
+		return err
 	}
 	s.metrics.ingest("stored", res.Accepted-res.Duplicates)
 	s.metrics.ingest("duplicate", res.Duplicates)
@@ -67,46 +78,29 @@ func (s *server) ingest(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// store publishes every item (and its health copy) asynchronously and
-// waits for every acknowledgement.
-func (s *server) store(ctx context.Context, items []ingestItem) (*api.IngestResult, error) {
+// store publishes every message (messages checked them) asynchronously
+// and waits for every acknowledgement.
+func (s *server) store(ctx context.Context, items []ingestItem, msgs []outMsg) (*api.IngestResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
-	type sent struct {
-		ingest, health jetstream.PubAckFuture
-	}
-	futures := make([]sent, len(items))
-	for i, it := range items {
-		m, err := events.ToMsg(it.subject, it.e)
-		if err != nil {
-			return nil, err
-		}
-		if futures[i].ingest, err = s.js.PublishMsgAsync(m, jetstream.WithMsgID(it.msgID), jetstream.WithExpectStream(StreamIngest)); err != nil {
-			return nil, err
-		}
-		if it.health == "" {
-			continue
-		}
-		hm, err := events.ToMsg(it.health, it.e)
-		if err != nil {
-			return nil, err
-		}
-		if futures[i].health, err = s.js.PublishMsgAsync(hm, jetstream.WithMsgID(it.msgID), jetstream.WithExpectStream(events.StreamHealth)); err != nil {
-			return nil, err
+	futures := make([]jetstream.PubAckFuture, len(msgs))
+	for i, m := range msgs {
+		var err error
+		if futures[i], err = s.js.PublishMsgAsync(m.msg); err != nil {
+			return nil, &publishError{item: m.item, id: items[m.item].e.ID(), err: err}
 		}
 	}
 	res := &api.IngestResult{Events: make([]api.IngestedEvent, len(items))}
-	for i, it := range items {
-		ack, err := waitAck(ctx, futures[i].ingest)
+	for i, m := range msgs {
+		it := items[m.item]
+		ack, err := waitAck(ctx, futures[i])
 		if err != nil {
-			return nil, err
+			return nil, &publishError{item: m.item, id: it.e.ID(), err: err}
 		}
-		if futures[i].health != nil {
-			if _, err := waitAck(ctx, futures[i].health); err != nil {
-				return nil, err
-			}
+		if m.stream != StreamIngest {
+			continue
 		}
-		res.Events[i] = api.IngestedEvent{
+		res.Events[m.item] = api.IngestedEvent{
 			ID: it.e.ID(), Source: it.e.Source(), Type: it.e.Type(),
 			Stream: ack.Stream, Sequence: ack.Sequence, Duplicate: ack.Duplicate, RoutedTo: it.health,
 		}

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -10,7 +11,9 @@ import (
 	"github.com/capn-dev/capn/gateway/api"
 )
 
-// rateLimiter is a token bucket per principal (see principal.rateKey).
+// rateLimiter is a token bucket per key: per principal (see
+// principal.rateKey) for requests, per client address for failed
+// authentications.
 // Buckets idle for longer than idleAfter are dropped, so the map stays as
 // small as the set of recent callers. Safe for concurrent use.
 type rateLimiter struct {
@@ -48,7 +51,36 @@ func (l *rateLimiter) allow(key string) *problemError {
 		return nil
 	}
 	now := l.now()
+	res := l.bucket(key, now).ReserveN(now, 1)
+	if !res.OK() {
+		return tooMany(time.Second)
+	}
+	if d := res.DelayFrom(now); d > 0 {
+		res.CancelAt(now)
+		return tooMany(d)
+	}
+	return nil
+}
+
+// spent returns the 429 while key's bucket is empty, taking nothing: the
+// failed-authentication limiter asks it before authenticating and takes a
+// token (allow) only on a failure.
+func (l *rateLimiter) spent(key string) *problemError {
+	if l == nil {
+		return nil
+	}
+	now := l.now()
+	lim := l.bucket(key, now)
+	if tokens := lim.TokensAt(now); tokens < 1 {
+		return tooMany(time.Duration((1 - tokens) / float64(l.limit) * float64(time.Second)))
+	}
+	return nil
+}
+
+// bucket returns key's limiter, made on first use; idle ones are swept.
+func (l *rateLimiter) bucket(key string, now time.Time) *rate.Limiter {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	if now.Sub(l.lastSweep) > idleAfter {
 		for k, b := range l.buckets {
 			if now.Sub(b.lastSeen) > idleAfter {
@@ -63,17 +95,16 @@ func (l *rateLimiter) allow(key string) *problemError {
 		l.buckets[key] = b
 	}
 	b.lastSeen = now
-	l.mu.Unlock()
+	return b.lim
+}
 
-	res := b.lim.ReserveN(now, 1)
-	if !res.OK() {
-		return tooMany(time.Second)
+// clientAddr is the address a request came from, without its port.
+func clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
 	}
-	if d := res.DelayFrom(now); d > 0 {
-		res.CancelAt(now)
-		return tooMany(d)
-	}
-	return nil
+	return host
 }
 
 func tooMany(retry time.Duration) *problemError {

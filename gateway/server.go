@@ -26,6 +26,12 @@ type server struct {
 	js      jetstream.JetStream
 	auth    *authenticator
 	limiter *rateLimiter
+	// authFailures limits failed authentications per client address.
+	authFailures *rateLimiter
+	// hosts are the Host headers that name the gateway (origin.go).
+	hosts hostPolicy
+	// streams caps the open watch and timeline streams (streams.go).
+	streams *streamSlots
 	limits  Limits
 	now     func() time.Time
 	// heartbeat is the SSE keep-alive interval.
@@ -143,9 +149,10 @@ func tooLarge(limit int64) *problemError {
 }
 
 // ServeHTTP is the middleware chain: panic recovery, logging and metrics,
-// /healthz, the dashboard's static files and its login link without
-// authentication, authentication (auth.go), the per-principal rate
-// limit, then the route (404 and 405 as problems too).
+// /healthz, the Host and Origin checks (origin.go), the dashboard's static
+// files and its login link without authentication, the per-address limit
+// of failed authentications, authentication (auth.go), the per-principal
+// rate limit, then the route (404 and 405 as problems too).
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := s.now()
 	rw := &responseWriter{ResponseWriter: w}
@@ -174,12 +181,29 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ev.Str("route", route).Int("status", rw.status).Dur("duration", s.now().Sub(start)).Msg("request")
 	}()
 
-	if r.URL.Path == "/healthz" || pattern == uiIndexRoute || pattern == uiFilesRoute || pattern == loginRoute {
+	if r.URL.Path == "/healthz" {
 		s.mux.ServeHTTP(rw, r)
+		return
+	}
+	if perr := s.checkEdge(r); perr != nil {
+		log.Info().Str("host", r.Host).Str("origin", r.Header.Get("Origin")).Int("status", perr.Status).Msg("request refused at the edge")
+		writeProblem(rw, r, perr)
+		return
+	}
+	if pattern == uiIndexRoute || pattern == uiFilesRoute || pattern == loginRoute {
+		s.mux.ServeHTTP(rw, r)
+		return
+	}
+	// Failed authentications are limited per address before any token is
+	// looked at, so guessing tokens is slow.
+	addr := clientAddr(r)
+	if perr := s.authFailures.spent(addr); perr != nil {
+		writeProblem(rw, r, perr)
 		return
 	}
 	p, perr := s.auth.authenticate(r)
 	if perr != nil {
+		_ = s.authFailures.allow(addr)
 		writeProblem(rw, r, perr)
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,13 +33,25 @@ const (
 	// streams from; DefaultWatchBuffer how many may wait for one stream.
 	DefaultWatchRing   = 4096
 	DefaultWatchBuffer = 256
+	// DefaultMaxStreams caps the watch and timeline streams open at once,
+	// DefaultMaxStreamsPerToken those of one token (or one anonymous
+	// client address).
+	DefaultMaxStreams         = 1024
+	DefaultMaxStreamsPerToken = 32
+	// DefaultAuthFailureRate is the sustained failed authentications per
+	// second allowed from one client address, DefaultAuthFailureBurst the
+	// burst above it; past them, 429 until the bucket refills.
+	DefaultAuthFailureRate  = 1
+	DefaultAuthFailureBurst = 10
+	// DefaultReadTimeout bounds reading a request, its body included: a
+	// body that comes slower is answered 408.
+	DefaultReadTimeout = time.Minute
 )
 
 // HTTP server timeouts. Streams (SSE) lift the read and write deadlines
 // and bound each write instead.
 const (
 	readHeaderTimeout = 10 * time.Second
-	readTimeout       = time.Minute
 	writeTimeout      = 2 * time.Minute
 	idleTimeout       = 2 * time.Minute
 	maxHeaderBytes    = 256 << 10
@@ -97,7 +110,22 @@ type Options struct {
 	// means the default; a negative RateLimit disables rate limiting.
 	RateLimit float64
 	RateBurst int
-	Limits    Limits
+	// AuthFailureRate and AuthFailureBurst limit failed authentications
+	// per client address (0: the defaults; a negative rate disables it).
+	AuthFailureRate  float64
+	AuthFailureBurst int
+	// MaxStreams and MaxStreamsPerToken cap the open streams (GET
+	// /v1/watch, GET .../events?follow=true) in total and per token (per
+	// address when anonymous); 0 means the default.
+	MaxStreams, MaxStreamsPerToken int
+	// AllowedHosts are more host names the gateway answers to (the Host
+	// header; a proxy's or DNS name), comma-separated; "*" allows any.
+	// The listen address's own names are always allowed.
+	AllowedHosts string
+	// ReadTimeout bounds reading a request with its body (default
+	// DefaultReadTimeout).
+	ReadTimeout time.Duration
+	Limits      Limits
 	// MaxPoolReplicas and MaxClusterReplicas bound what apply accepts (0:
 	// manifest's defaults, 1,000 a pool and 5,000 a cluster); keep them the
 	// cluster-planner's.
@@ -137,6 +165,21 @@ func New(opts Options) *Service {
 	if opts.Heartbeat <= 0 {
 		opts.Heartbeat = DefaultHeartbeat
 	}
+	if opts.AuthFailureRate == 0 {
+		opts.AuthFailureRate = DefaultAuthFailureRate
+	}
+	if opts.AuthFailureBurst == 0 {
+		opts.AuthFailureBurst = DefaultAuthFailureBurst
+	}
+	if opts.MaxStreams == 0 {
+		opts.MaxStreams = DefaultMaxStreams
+	}
+	if opts.MaxStreamsPerToken == 0 {
+		opts.MaxStreamsPerToken = DefaultMaxStreamsPerToken
+	}
+	if opts.ReadTimeout <= 0 {
+		opts.ReadTimeout = DefaultReadTimeout
+	}
 	if opts.WatchRing <= 0 {
 		opts.WatchRing = DefaultWatchRing
 	}
@@ -173,6 +216,10 @@ func (s *Service) Flags() []runtime.Flag {
 		{Name: "rate-burst", Env: "CAPN_GATEWAY_RATE_BURST", Usage: "`requests` a token may make at once above the rate", Value: runtime.IntValue(&o.RateBurst)},
 		{Name: "max-pool-replicas", Env: "CAPN_MAX_POOL_REPLICAS", Usage: "most replicas a worker pool may have (0: 1000)", Value: runtime.IntValue(&o.MaxPoolReplicas)},
 		{Name: "max-cluster-replicas", Env: "CAPN_MAX_CLUSTER_REPLICAS", Usage: "most machines a cluster may have, control plane and pools (0: 5000)", Value: runtime.IntValue(&o.MaxClusterReplicas)},
+		{Name: "max-streams", Env: "CAPN_GATEWAY_MAX_STREAMS", Usage: "`streams` (watch, timeline follow) open at once in total", Value: runtime.IntValue(&o.MaxStreams)},
+		{Name: "max-streams-per-token", Env: "CAPN_GATEWAY_MAX_STREAMS_PER_TOKEN", Usage: "`streams` one token (or anonymous address) may hold open", Value: runtime.IntValue(&o.MaxStreamsPerToken)},
+		{Name: "read-timeout", Env: "CAPN_GATEWAY_READ_TIMEOUT", Usage: "longest `duration` to read a request with its body (a slower body is answered 408)", Value: runtime.DurationValue(&o.ReadTimeout)},
+		{Name: "allowed-hosts", Env: "CAPN_GATEWAY_ALLOWED_HOSTS", Usage: "comma-separated host `names` the gateway answers to besides its listen address (a proxy's or DNS name; * for any)", Value: runtime.StringValue(&o.AllowedHosts)},
 	}
 }
 
@@ -191,13 +238,16 @@ func (s *Service) Validate() error {
 	if _, err := s.keyring(); err != nil {
 		errs = append(errs, err)
 	}
-	if s.opts.RateBurst < 0 {
-		errs = append(errs, &runtime.FieldError{Flag: "rate-burst", Env: "CAPN_GATEWAY_RATE_BURST", Value: strconv.Itoa(s.opts.RateBurst), Problem: "must not be negative"})
-	}
 	for _, f := range []struct {
 		flag, env string
 		v         int
-	}{{"max-pool-replicas", "CAPN_MAX_POOL_REPLICAS", s.opts.MaxPoolReplicas}, {"max-cluster-replicas", "CAPN_MAX_CLUSTER_REPLICAS", s.opts.MaxClusterReplicas}} {
+	}{
+		{"rate-burst", "CAPN_GATEWAY_RATE_BURST", s.opts.RateBurst},
+		{"max-streams", "CAPN_GATEWAY_MAX_STREAMS", s.opts.MaxStreams},
+		{"max-streams-per-token", "CAPN_GATEWAY_MAX_STREAMS_PER_TOKEN", s.opts.MaxStreamsPerToken},
+		{"max-pool-replicas", "CAPN_MAX_POOL_REPLICAS", s.opts.MaxPoolReplicas},
+		{"max-cluster-replicas", "CAPN_MAX_CLUSTER_REPLICAS", s.opts.MaxClusterReplicas},
+	} {
 		if f.v < 0 {
 			errs = append(errs, &runtime.FieldError{Flag: f.flag, Env: f.env, Value: strconv.Itoa(f.v), Problem: "must not be negative (0: the default)"})
 		}
@@ -265,8 +315,10 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	stopping := make(chan struct{})
 	srv := &server{
 		log: log, nc: d.NC, js: d.JS, auth: auth,
-		limiter: newRateLimiter(s.opts.RateLimit, s.opts.RateBurst, s.opts.Now),
-		limits:  s.opts.Limits, now: s.opts.Now, heartbeat: s.opts.Heartbeat, metrics: m,
+		limiter:      newRateLimiter(s.opts.RateLimit, s.opts.RateBurst, s.opts.Now),
+		authFailures: newRateLimiter(s.opts.AuthFailureRate, s.opts.AuthFailureBurst, s.opts.Now),
+		streams:      newStreamSlots(s.opts.MaxStreamsPerToken, s.opts.MaxStreams),
+		limits:       s.opts.Limits, now: s.opts.Now, heartbeat: s.opts.Heartbeat, metrics: m,
 		validator:       manifest.Validator{MaxPoolReplicas: s.opts.MaxPoolReplicas, MaxClusterReplicas: s.opts.MaxClusterReplicas},
 		clusters:        store.NewBucket(desiredKV, newCluster),
 		machines:        store.NewBucket(desiredKV, newMachine),
@@ -305,10 +357,11 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 			return fmt.Errorf("listen: %w", err)
 		}
 	}
+	srv.hosts = newHostPolicy(ln.Addr().String(), strings.Split(s.opts.AllowedHosts, ","))
 	hs := &http.Server{
 		Handler:           srv,
 		ReadHeaderTimeout: readHeaderTimeout,
-		ReadTimeout:       readTimeout,
+		ReadTimeout:       s.opts.ReadTimeout,
 		WriteTimeout:      writeTimeout,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,

@@ -185,24 +185,6 @@ func (s *sessions) authenticateCookie(r *http.Request, id string) (*principal, *
 	return &principal{name: g.name, scopes: g.scopes, session: true}, nil
 }
 
-// sameOrigin checks that a browser's request comes from a page of this
-// gateway: its Origin header names the host it was sent to, and
-// Sec-Fetch-Site, when sent, is same-origin.
-func sameOrigin(r *http.Request) error {
-	o := r.Header.Get("Origin")
-	if o == "" {
-		return errors.New("a request authenticated by the session cookie that changes state must carry an Origin header (browsers send one); scripts send a bearer token instead")
-	}
-	u, err := url.Parse(o)
-	if err != nil || u.Host == "" || !strings.EqualFold(u.Host, r.Host) {
-		return errors.New("cross-origin request refused: Origin " + o + " is not this gateway (" + r.Host + ")")
-	}
-	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" {
-		return errors.New("cross-origin request refused: Sec-Fetch-Site is " + site)
-	}
-	return nil
-}
-
 // secure tells whether the browser reached the gateway over TLS (directly,
 // or through a proxy that says so).
 func secure(r *http.Request) bool {

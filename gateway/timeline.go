@@ -24,6 +24,9 @@ const (
 	maxTimelineLimit     = 10000
 	// backlogTimeout bounds reading what is stored (a 503 after it).
 	backlogTimeout = 30 * time.Second
+	// timelinePullBatch bounds the messages a read buffers ahead of
+	// what it has sent (the client's default is 500).
+	timelinePullBatch = 64
 )
 
 // timeline is GET /v1/clusters/{name}/events: the cluster's facts from the
@@ -64,6 +67,13 @@ func (s *server) timeline(w http.ResponseWriter, r *http.Request) error {
 	}
 
 	ctx := r.Context()
+	if follow {
+		release, err := s.openStream(r)
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
 	cfg := jetstream.OrderedConsumerConfig{
 		FilterSubjects:    []string{events.EventSubject("*", "*", name, "*")},
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
@@ -76,7 +86,8 @@ func (s *server) timeline(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	it, err := cons.Messages()
+	// A bounded pull batch: what one stream buffers from JetStream.
+	it, err := cons.Messages(jetstream.PullMaxMessages(timelinePullBatch))
 	if err != nil {
 		return err
 	}

@@ -26,7 +26,8 @@ const watchReadyTimeout = 10 * time.Second
 // came from before the gateway started), RESET followed by the current
 // state. BOOKMARK events advance the id while a filter lets nothing
 // through; a comment every 15s keeps the connection alive. A client too
-// slow to keep up has its stream closed and resumes.
+// slow to keep up has its stream closed and resumes. Streams are capped
+// per token and in total (streams.go): over a cap, 429 with Retry-After.
 func (s *server) watch(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	f := watchFilter{cluster: q.Get("cluster"), kind: q.Get("kind")}
@@ -38,6 +39,11 @@ func (s *server) watch(w http.ResponseWriter, r *http.Request) error {
 	if f.kind != "" && f.kind != api.KindCluster && f.kind != api.KindMachine {
 		return badRequest("kind is not valid").withField("kind", "must be Cluster or Machine", f.kind)
 	}
+	release, err := s.openStream(r)
+	if err != nil {
+		return err
+	}
+	defer release()
 	ctx := r.Context()
 	t := time.NewTimer(watchReadyTimeout)
 	defer t.Stop()

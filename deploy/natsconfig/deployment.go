@@ -48,7 +48,8 @@ type Server struct {
 	// "127.0.0.1" on a shared host.
 	Listen string
 	// ClientPort, RoutePort and MonitorPort are its ports; MonitorPort 0
-	// serves no monitoring endpoint.
+	// serves no monitoring endpoint. Monitoring, which has no
+	// authentication, binds 127.0.0.1 whatever Listen is.
 	ClientPort, RoutePort, MonitorPort int
 	// StoreDir is its JetStream directory.
 	StoreDir string

@@ -38,7 +38,11 @@ func (d Deployment) ServerConfig(name, dir string, pubKeys map[string]string) (s
 	w.kv("server_name", quote(s.Name))
 	w.kv("listen", quote(hostPort(s.Listen, s.ClientPort)))
 	if s.MonitorPort > 0 {
-		w.kv("http", quote(hostPort(s.Listen, s.MonitorPort)))
+		// The monitoring endpoint has no authentication (it lists
+		// connections, subjects and accounts): loopback only, whatever
+		// the client and route ports bind.
+		w.comment("Monitoring has no authentication: loopback only.")
+		w.kv("http", quote(hostPort("127.0.0.1", s.MonitorPort)))
 	}
 	w.open("jetstream")
 	w.kv("store_dir", quote(s.StoreDir))

@@ -130,10 +130,12 @@ const (
 	ProblemConflict         = "urn:capn:problem:conflict"  // 409: stale resourceVersion, uid, deleting
 	ProblemTooLarge         = "urn:capn:problem:too-large" // 413
 	ProblemUnsupportedMedia = "urn:capn:problem:unsupported-media-type"
-	ProblemRateLimited      = "urn:capn:problem:rate-limited"   // 429
-	ProblemUnavailable      = "urn:capn:problem:unavailable"    // 503: JetStream not answering; retry
-	ProblemInternal         = "urn:capn:problem:internal"       // 500
-	ProblemCorruptRecord    = "urn:capn:problem:corrupt-record" // 500: the stored record does not decode
+	ProblemRateLimited      = "urn:capn:problem:rate-limited"    // 429
+	ProblemRequestTimeout   = "urn:capn:problem:request-timeout" // 408: the body came too slowly
+	ProblemMisdirected      = "urn:capn:problem:misdirected"     // 421: a Host the gateway does not serve
+	ProblemUnavailable      = "urn:capn:problem:unavailable"     // 503: JetStream not answering; retry
+	ProblemInternal         = "urn:capn:problem:internal"        // 500
+	ProblemCorruptRecord    = "urn:capn:problem:corrupt-record"  // 500: the stored record does not decode
 )
 
 // List is a Kubernetes-style list: {"apiVersion", "kind": "ClusterList" or

@@ -19,8 +19,11 @@ import (
 
 // Defaults of the runtime's settings.
 const (
-	DefaultNATSURL         = "nats://127.0.0.1:4222"
-	DefaultHTTPAddr        = ":8081"
+	DefaultNATSURL = "nats://127.0.0.1:4222"
+	// DefaultHTTPAddr is loopback: the ops endpoints are unauthenticated
+	// (metrics name clusters and machines). A container binds its interface
+	// with an explicit --http-addr (docker-compose.yaml sets 0.0.0.0:8081).
+	DefaultHTTPAddr        = "127.0.0.1:8081"
 	DefaultLogLevel        = "info"
 	DefaultLogFormat       = LogFormatAuto
 	DefaultConnectTimeout  = 5 * time.Second

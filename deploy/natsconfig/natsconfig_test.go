@@ -250,7 +250,7 @@ func TestProviderIsConfined(t *testing.T) {
 		"$JS.FC.KV_observed.>",
 		"$KV.observed.infra.sim.>",
 		"$KV.observed.provider.sim",
-		"capn.evt.infra.drift.>",
+		"capn.evt.drift.sim.*.*",
 		"capn.health.*.*.heartbeat",
 	}
 	if !slices.Equal(u.Perms.PublishAllow, want) {

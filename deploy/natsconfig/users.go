@@ -61,7 +61,7 @@ func (d Deployment) Durables() map[string][]Durable {
 		},
 		HealthWatcher: {
 			{Stream: events.StreamHealth, Name: HealthWatcher + "-health", Filters: []string{events.SubjectHealth + ".>"}},
-			{Stream: events.StreamEvents, Name: HealthWatcher + "-drift", Filters: []string{ev("infra", "drift", "*", "*")}},
+			{Stream: events.StreamEvents, Name: HealthWatcher + "-drift", Filters: []string{events.DriftSubject("*", "*", "*")}},
 		},
 		Remediator: {{Stream: events.StreamEvents, Name: Remediator + "-unhealthy", Filters: []string{ev("machine", "unhealthy", "*", "*")}}},
 	}
@@ -164,7 +164,7 @@ func (d Deployment) Users() []User {
 			for _, k := range p.ObservedReads {
 				g.read(obs, k)
 			}
-			g.publish(ev("infra", "drift", ">"))
+			g.publish(events.DriftSubject(p.Name, "*", "*")) // its own drift reports only
 			if p.Heartbeats {
 				g.publish(events.Subject(events.SubjectHealth, "*", "*", "heartbeat"))
 			}

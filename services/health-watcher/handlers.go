@@ -64,7 +64,7 @@ func (s *Service) accept(ctx context.Context, m *events.Message, kind, cluster, 
 	switch {
 	case len(toks) == 5 && toks[0]+"."+toks[1] == events.SubjectHealth:
 		subjCluster, subjMachine = toks[2], toks[3]
-	case len(toks) == 6 && toks[2] == "infra" && toks[3] == "drift":
+	case len(toks) == 6 && toks[0]+"."+toks[1] == events.SubjectEvents && toks[2] == "drift":
 		subjCluster, subjMachine = toks[4], toks[5]
 	default:
 		return report{}, events.Permanent(fmt.Errorf("%s report on unexpected subject %s", kind, m.Subject))
@@ -208,10 +208,45 @@ func (s *Service) onProblem(ctx context.Context, m *events.Message, p *capnv1.Pr
 	})
 }
 
+// onDrift records a provider's drift report, if it comes from the
+// machine's provider: the one on its subject (capn.evt.drift.<provider>.…,
+// which NATS permissions reserve to that provider), named in the report,
+// and the machine's spec.provider. Any other is logged, counted
+// (capn_health_reports_total{kind="drift",outcome="wrong_provider"}) and
+// dropped: one provider must not get another's machines replaced.
 func (s *Service) onDrift(ctx context.Context, m *events.Message, d *capnv1.DriftReport) error {
+	if !s.driftFromOwner(ctx, m, d) {
+		s.metrics.report("drift", outcomeWrongProvider)
+		return nil
+	}
 	return s.handle(ctx, m, "drift", d.GetCluster(), d.GetMachine(), func(h *capnv1.NodeHealth) bool {
 		return mergeDrift(h, d, streamTime(m, s.cfg.Now()))
 	})
+}
+
+// driftFromOwner reports whether d, received on m's subject, comes from
+// the provider of the machine it is about. A machine capn does not know is
+// left to handle (which ignores it).
+func (s *Service) driftFromOwner(ctx context.Context, m *events.Message, d *capnv1.DriftReport) bool {
+	subjProvider := ""
+	if toks := strings.Split(m.Subject, "."); len(toks) == 6 {
+		subjProvider = toks[3]
+	}
+	cluster, machine := d.GetCluster(), d.GetMachine()
+	if cluster == "" || machine == "" {
+		if toks := strings.Split(m.Subject, "."); len(toks) == 6 {
+			cluster, machine = toks[4], toks[5]
+		}
+	}
+	dm, ok := decodeCached(s.desired, machinePrefix+cluster+"."+machine, newMachine)
+	owner := dm.GetSpec().GetProvider()
+	if !ok || (owner == subjProvider && owner == d.GetProvider()) {
+		return true
+	}
+	zerolog.Ctx(ctx).Warn().Str("cluster", cluster).Str("machine", machine).Str("provider", owner).
+		Str("subject_provider", subjProvider).Str("report_provider", d.GetProvider()).Str("subject", m.Subject).
+		Msg("drift report not from the machine's provider ignored")
+	return false
 }
 
 // readyStatus is the status of the recorded Ready condition the heartbeats

@@ -302,7 +302,7 @@ func TestEachUserDoesItsJob(t *testing.T) {
 			t.Errorf("provider-sim: stop watcher: %v", err)
 		}
 	}
-	sim.publish(events.EventSubject("infra", "drift", "demo", "m1"))
+	sim.publish(events.DriftSubject("sim", "demo", "m1"))
 	sim.publish(events.HealthSubject("demo", "m1", "heartbeat"))
 
 	dk := w.as(t, natsconfig.ProviderUser("docker"))
@@ -408,6 +408,10 @@ func TestOutsideTheJobIsRefused(t *testing.T) {
 		sim.refusedSubscribe("capn.provider.docker.>")
 		sim.refusedSubscribe("capn.>")
 		sim.refusedPublish("$JS.ACK.CAPN_PROVIDERS.provider-docker.1.1.1.1.0")
+		// Nor report drift of another provider's machines (finding 5 of
+		// issue 17), on its subject or the one every provider shared.
+		sim.refusedPublish(events.DriftSubject("docker", "demo", "m2"))
+		sim.refusedPublish("capn.evt.infra.drift.demo.m2")
 		// Nor send commands, to anyone.
 		sim.refusedPublish("capn.provider.docker.machine.create.demo.m3")
 		sim.refusedPublish("capn.provider.sim.machine.create.demo.m3")

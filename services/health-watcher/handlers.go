@@ -13,6 +13,7 @@ import (
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/health/policy"
 )
 
 // Key prefixes the health-watcher reads and writes.
@@ -160,6 +161,15 @@ func (s *Service) onHeartbeat(ctx context.Context, m *events.Message, hb *capnv1
 		s.metrics.report("heartbeat", outcomeIgnored)
 		return err
 	}
+	if token, ok := reporter(m); ok && !s.trusts(r, policy.IngestSource(token)) {
+		// A heartbeat is the machine's own voice: from a gateway token
+		// the policy does not trust it would make a machine not ready (or
+		// keep a dead one alive). Counted and dropped.
+		zerolog.Ctx(ctx).Warn().Str("cluster", r.cluster).Str("machine", r.machine).Str("token", token).
+			Msg("heartbeat from an untrusted gateway token ignored")
+		s.metrics.report("heartbeat", outcomeUntrusted)
+		return nil
+	}
 	if n, ok := s.work.identity(r.key); ok {
 		// The machine's Node was read: its name and kubelet version win
 		// over what the node agent says (no flip-flop between the two).
@@ -197,12 +207,18 @@ func (s *Service) onHeartbeat(ctx context.Context, m *events.Message, hb *capnv1
 }
 
 func (s *Service) onConditions(ctx context.Context, m *events.Message, nc *capnv1.NodeConditions) error {
+	if token, ok := reporter(m); ok {
+		nc.Source = policy.IngestSource(token)
+	}
 	return s.handle(ctx, m, "conditions", nc.GetCluster(), nc.GetMachine(), func(h *capnv1.NodeHealth) bool {
 		return mergeConditions(h, nc, streamTime(m, s.cfg.Now()))
 	})
 }
 
 func (s *Service) onProblem(ctx context.Context, m *events.Message, p *capnv1.ProblemEvent) error {
+	if token, ok := reporter(m); ok {
+		p.Source = policy.IngestSource(token)
+	}
 	return s.handle(ctx, m, "problem", p.GetCluster(), p.GetMachine(), func(h *capnv1.NodeHealth) bool {
 		return mergeProblem(h, p, streamTime(m, s.cfg.Now()), s.cfg.KeepProblems)
 	})
@@ -247,6 +263,28 @@ func (s *Service) driftFromOwner(ctx context.Context, m *events.Message, d *capn
 		Str("subject_provider", subjProvider).Str("report_provider", d.GetProvider()).Str("subject", m.Subject).
 		Msg("drift report not from the machine's provider ignored")
 	return false
+}
+
+// reporter is the gateway token that ingested m (policy.ExtensionReporter),
+// if the gateway did.
+func reporter(m *events.Message) (string, bool) {
+	if m.Event == nil {
+		return "", false
+	}
+	v, ok := m.Event.Extensions()[policy.ExtensionReporter]
+	if !ok {
+		return "", false
+	}
+	token, _ := v.(string)
+	return token, true
+}
+
+// trusts reports whether the policy of r's machine trusts source.
+func (s *Service) trusts(r report, source string) bool {
+	cl, _ := decodeCached(s.desired, clusterPrefix+r.cluster, newCluster)
+	dm, _ := decodeCached(s.desired, machinePrefix+r.key, newMachine)
+	p, _ := policy.Resolve(cl, dm.GetSpec().GetPool(), s.cfg.Policy)
+	return p.Trusts(source)
 }
 
 // readyStatus is the status of the recorded Ready condition the heartbeats

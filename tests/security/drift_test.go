@@ -13,6 +13,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/nats-io/nats-server/v2/server"
+
 	"github.com/capn-dev/capn/deploy/natsconfig"
 	"github.com/capn-dev/capn/deploy/natsconfig/natsconfigtest"
 	"github.com/capn-dev/capn/events"
@@ -71,6 +73,61 @@ func TestProviderCannotReportAnotherProvidersDrift(t *testing.T) {
 			t.Errorf("provider-sim published %s: no permissions violation from the server (violations %v)", subject, v.All())
 		}
 	}
+}
+
+// TestProviderCannotDeleteAnotherComponentsConsumer is the rest of finding
+// 5 on the rendered deployment's nats-server: provider-sim cannot delete
+// the consumer of the health-watcher's watch of observed KV, even knowing
+// its name (here read from the server's monitoring).
+func TestProviderCannotDeleteAnotherComponentsConsumer(t *testing.T) {
+	d := natsconfig.Compose()
+	d.Servers, d.Replicas = d.Servers[:1], 1
+	c := natsconfigtest.Start(t, d)
+	c.Provision()
+	_, hjs, _ := c.Connect(natsconfig.HealthWatcher, 0)
+	kv, err := hjs.KeyValue(context.Background(), events.BucketObserved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := kv.WatchAll(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = w.Stop() }()
+	victim := ""
+	natstest.WaitFor(t, 10*time.Second, "the health-watcher's consumer on KV_observed", func() bool {
+		victim = observedConsumer(t, c)
+		return victim != ""
+	})
+
+	nc, _, v := c.Connect(natsconfig.ProviderUser("sim"), 0)
+	subject := "$JS.API.CONSUMER.DELETE.KV_" + events.BucketObserved + "." + victim
+	if _, err := nc.Request(subject, nil, time.Second); err == nil {
+		t.Errorf("provider-sim deleted %s's consumer %s", natsconfig.HealthWatcher, victim)
+	}
+	if !v.Wait(subject, 3*time.Second) {
+		t.Errorf("no permissions violation for %s (violations %v)", subject, v.All())
+	}
+	if observedConsumer(t, c) != victim {
+		t.Fatalf("the health-watcher's consumer %s is gone", victim)
+	}
+}
+
+// observedConsumer is the name of a consumer of KV_observed ("" if none).
+func observedConsumer(t *testing.T, c *natsconfigtest.Cluster) string {
+	t.Helper()
+	info, err := c.Server(0).Jsz(&server.JSzOptions{Accounts: true, Streams: true, Consumer: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range info.AccountDetails {
+		for _, st := range a.Streams {
+			if st.Name == "KV_"+events.BucketObserved && len(st.Consumer) > 0 {
+				return st.Consumer[0].Name
+			}
+		}
+	}
+	return ""
 }
 
 // TestForgedDriftDoesNotReplaceMachine is finding 5 against the

@@ -176,8 +176,9 @@ func TestScopedIngestTokenCannotReachAnotherCluster(t *testing.T) {
 
 // TestUntrustedIngestIsRecordedNotJudged is finding 4: an unlimited ingest
 // token's report that a machine is dead is recorded with the token as its
-// source, but a source the cluster's health policy does not trust makes no
-// machine unhealthy (so nothing is remediated) — while the same report
+// source (and shown in the machine's NodeHealthy condition), but a source
+// the cluster's health policy does not trust makes no machine unhealthy
+// (so nothing is remediated) — while the same report
 // over NATS, from the machine, does; and once the policy lists the token,
 // its report counts.
 func TestUntrustedIngestIsRecordedNotJudged(t *testing.T) {
@@ -216,6 +217,13 @@ func TestUntrustedIngestIsRecordedNotJudged(t *testing.T) {
 	if n := unhealthyEvents(t, w, "b", victim); n != 0 {
 		t.Fatalf("%d machine.unhealthy events for %s: the remediator would act", n, victim)
 	}
+	// What describe shows: the machine healthy, the token's report named.
+	natstest.WaitFor(t, 20*time.Second, victim+"'s status shows the token's report", func() bool {
+		st, _, err := w.MachineStatuses.Get(context.Background(), "machine.b."+victim)
+		return err == nil && slices.ContainsFunc(st.GetConditions(), func(c *capnv1.Condition) bool {
+			return c.GetType() == "NodeHealthy" && c.GetStatus() == "True" && strings.Contains(c.GetMessage(), "KernelDeadlock=True from ingest:monitoring")
+		})
+	})
 
 	// The operator trusts the token: its report now counts.
 	w.Apply(fmt.Sprintf(deadlockCluster, "b", "    trustedSources: [monitoring]"))

@@ -50,6 +50,15 @@ func EventSubject(entity, what, cluster, object string) string {
 	return Subject(SubjectEvents, entity, what, cluster, object)
 }
 
+// DriftSubject is where provider reports drift of a machine:
+// capn.evt.drift.<provider>.<cluster>.<machine>. The provider is in the
+// subject so that NATS permissions let each provider publish its own
+// reports only (capn.evt.drift.<provider>.>), and the shape of every fact
+// (capn.evt.<entity>.<what>.<cluster>.<object>) is kept for timelines.
+func DriftSubject(provider, cluster, machine string) string {
+	return EventSubject("drift", provider, cluster, machine)
+}
+
 // CommandSubject is the subject of a command to a core worker.
 func CommandSubject(worker, verb, cluster, object string) string {
 	return Subject(SubjectCommands, worker, verb, cluster, object)

@@ -30,6 +30,12 @@ type Token struct {
 	Secret string
 	// Scopes the token carries; admin is all of them.
 	Scopes []api.Scope
+	// Clusters and ClusterSelector limit the clusters whose machines the
+	// token may report health of (POST /v1/events): a cluster named in
+	// Clusters, or whose labels ClusterSelector (Kubernetes label selector
+	// syntax) matches. Both empty: every cluster.
+	Clusters        []string
+	ClusterSelector string
 }
 
 // scopeSet is a set of scopes as bits.
@@ -77,8 +83,11 @@ func (s scopeSet) String() string {
 
 // principal is who a request runs as.
 type principal struct {
-	name      string
-	scopes    scopeSet
+	name   string
+	scopes scopeSet
+	// reach limits the clusters it may ingest health reports for; nil:
+	// every cluster.
+	reach     *reach
 	anonymous bool
 	// session: authenticated by the dashboard's session cookie, with the
 	// name and scopes of the token that made its login code.
@@ -113,6 +122,7 @@ type tokenEntry struct {
 	name   string
 	digest [sha256.Size]byte
 	scopes scopeSet
+	reach  *reach
 }
 
 // newAuthenticator checks every token and reports every problem at once.
@@ -175,6 +185,11 @@ func (t Token) entry() (tokenEntry, error) {
 		}
 		e.scopes |= b
 	}
+	r, err := newReach(t.Clusters, t.ClusterSelector)
+	if err != nil {
+		return e, err
+	}
+	e.reach = r
 	e.name = t.Name
 	if e.name == "" {
 		e.name = "sha256:" + hex.EncodeToString(e.digest[:6])
@@ -214,7 +229,7 @@ func (a *authenticator) authenticate(r *http.Request) (*principal, *problemError
 		return nil, unauthorized("invalid_token", "the bearer token is not valid")
 	}
 	e := a.tokens[match]
-	return &principal{name: e.name, scopes: e.scopes}, nil
+	return &principal{name: e.name, scopes: e.scopes, reach: e.reach}, nil
 }
 
 func unauthorized(code, detail string) *problemError {
@@ -262,12 +277,14 @@ func LoadTokensFile(path string) ([]Token, error) {
 
 // ParseTokens reads the tokens file format: one token a line,
 //
-//	<token> <scope>[,<scope>...] [<name>]
+//	<token> <scope>[,<scope>...] [<name> [clusters=<c>[,<c>...]] [clusterSelector=<selector>]]
 //
 // where a scope is read, write, ingest, secrets or admin, and <token> is
-// the bearer token or sha256:<64 hex digits> of it. Blank lines and lines
-// starting with # are ignored. Every bad line is reported (by number,
-// never echoing a token).
+// the bearer token or sha256:<64 hex digits> of it; clusters and
+// clusterSelector (a label selector without spaces, e.g. env=prod,team)
+// limit the clusters the token may report health of (Token.Clusters).
+// Blank lines and lines starting with # are ignored. Every bad line is
+// reported (by number, never echoing a token).
 func ParseTokens(r io.Reader) ([]Token, error) {
 	var toks []Token
 	var errs []error
@@ -280,13 +297,17 @@ func ParseTokens(r io.Reader) ([]Token, error) {
 			continue
 		}
 		fields := strings.Fields(text)
-		if len(fields) < 2 || len(fields) > 3 {
-			errs = append(errs, fmt.Errorf("line %d: want <token> <scopes> [<name>], found %d fields", line, len(fields)))
+		if len(fields) < 2 || len(fields) > 5 {
+			errs = append(errs, fmt.Errorf("line %d: want <token> <scopes> [<name> [clusters=...] [clusterSelector=...]], found %d fields", line, len(fields)))
 			continue
 		}
 		t := Token{Secret: fields[0]}
-		if len(fields) == 3 {
+		if len(fields) >= 3 {
 			t.Name = fields[2]
+		}
+		if err := t.parseOptions(fields[min(3, len(fields)):]); err != nil {
+			errs = append(errs, fmt.Errorf("line %d: %w", line, err))
+			continue
 		}
 		for s := range strings.SplitSeq(fields[1], ",") {
 			if s = strings.TrimSpace(s); s != "" {

@@ -36,7 +36,9 @@ func Topology(replicas int) events.Topology {
 
 // ingest is POST /v1/events (scope ingest). Every event of the request is
 // validated first (all or nothing: one invalid event refuses the request,
-// nothing is stored), then stored on CAPN_INGEST under
+// nothing is stored) and authorized (a health event about a cluster outside
+// the token's clusters is a 403; every event is stamped with the token's
+// name, authorizeIngest), then stored on CAPN_INGEST under
 // capn.ingest.<type>, capn's health events also on
 // capn.health.<cluster>.<machine>.<kind> (CAPN_HEALTH) for the
 // health-watcher, both in binary mode with Nats-Msg-Id a digest of
@@ -57,6 +59,11 @@ func (s *server) ingest(w http.ResponseWriter, r *http.Request) error {
 		s.metrics.ingest("invalid", 1)
 		return err
 	}
+	if err := s.authorizeIngest(r.Context(), principalFrom(r.Context()), items); err != nil {
+		s.metrics.ingest("forbidden", len(items))
+		return err
+	}
+	// After the stamp: the limits are checked on what will be published.
 	batch := isBatch(r.Header)
 	msgs, err := s.messages(items, batch)
 	if err != nil {

@@ -27,7 +27,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 5, 30, 300},
 		}, []string{"route"}),
 		ingested: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "capn_gateway_ingested_events_total", Help: "CloudEvents received on POST /v1/events by outcome: stored, duplicate, invalid, failed.",
+			Name: "capn_gateway_ingested_events_total", Help: "CloudEvents received on POST /v1/events by outcome: stored, duplicate, invalid, forbidden (a health report outside the token's clusters), failed.",
 		}, []string{"outcome"}),
 		streams: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "capn_gateway_open_streams", Help: "Server-Sent Event streams open, by kind: watch, timeline.",

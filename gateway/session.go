@@ -47,6 +47,7 @@ const (
 type grant struct {
 	name    string
 	scopes  scopeSet
+	reach   *reach
 	expires time.Time
 	used    bool // a code that was exchanged (kept until it expires, to say so)
 }
@@ -108,7 +109,7 @@ func (s *sessions) mint(p *principal) (string, time.Time, error) {
 	if len(s.codes)+len(s.live) >= maxGrants {
 		return "", time.Time{}, unavailable("the gateway holds %d login codes and sessions, its limit; try again when some expire", maxGrants)
 	}
-	g := &grant{name: p.name, scopes: p.scopes, expires: now.Add(LoginCodeTTL)}
+	g := &grant{name: p.name, scopes: p.scopes, reach: p.reach, expires: now.Add(LoginCodeTTL)}
 	s.codes[d] = g
 	return code, g.expires, nil
 }
@@ -135,7 +136,7 @@ func (s *sessions) exchange(code string) (string, *grant, error) {
 		return "", nil, errCodeExpired
 	}
 	c.used = true
-	g := &grant{name: c.name, scopes: c.scopes, expires: now.Add(SessionTTL)}
+	g := &grant{name: c.name, scopes: c.scopes, reach: c.reach, expires: now.Add(SessionTTL)}
 	s.live[sd] = g
 	return id, g, nil
 }
@@ -182,7 +183,7 @@ func (s *sessions) authenticateCookie(r *http.Request, id string) (*principal, *
 			return nil, problem(http.StatusForbidden, api.ProblemForbidden, "Forbidden", "%v", err)
 		}
 	}
-	return &principal{name: g.name, scopes: g.scopes, session: true}, nil
+	return &principal{name: g.name, scopes: g.scopes, reach: g.reach, session: true}, nil
 }
 
 // secure tells whether the browser reached the gateway over TLS (directly,

@@ -241,7 +241,6 @@ func TestProviderIsConfined(t *testing.T) {
 		"$JS.API.CONSUMER.CREATE.CAPN_PROVIDERS.provider-sim.capn.provider.sim.>",
 		"$JS.API.CONSUMER.CREATE.KV_observed.*.$KV.observed.infra.sim.>",
 		"$JS.API.CONSUMER.CREATE.KV_observed.*.$KV.observed.provider.sim",
-		"$JS.API.CONSUMER.DELETE.KV_observed.*",
 		"$JS.API.CONSUMER.INFO.CAPN_PROVIDERS.provider-sim",
 		"$JS.API.CONSUMER.MSG.NEXT.CAPN_PROVIDERS.provider-sim",
 		"$JS.API.DIRECT.GET.KV_observed.$KV.observed.infra.sim.>",
@@ -250,7 +249,7 @@ func TestProviderIsConfined(t *testing.T) {
 		"$JS.FC.KV_observed.>",
 		"$KV.observed.infra.sim.>",
 		"$KV.observed.provider.sim",
-		"capn.evt.infra.drift.>",
+		"capn.evt.drift.sim.*.*",
 		"capn.health.*.*.heartbeat",
 	}
 	if !slices.Equal(u.Perms.PublishAllow, want) {

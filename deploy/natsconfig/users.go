@@ -61,7 +61,7 @@ func (d Deployment) Durables() map[string][]Durable {
 		},
 		HealthWatcher: {
 			{Stream: events.StreamHealth, Name: HealthWatcher + "-health", Filters: []string{events.SubjectHealth + ".>"}},
-			{Stream: events.StreamEvents, Name: HealthWatcher + "-drift", Filters: []string{ev("infra", "drift", "*", "*")}},
+			{Stream: events.StreamEvents, Name: HealthWatcher + "-drift", Filters: []string{events.DriftSubject("*", "*", "*")}},
 		},
 		Remediator: {{Stream: events.StreamEvents, Name: Remediator + "-unhealthy", Filters: []string{ev("machine", "unhealthy", "*", "*")}}},
 	}
@@ -164,7 +164,11 @@ func (d Deployment) Users() []User {
 			for _, k := range p.ObservedReads {
 				g.read(obs, k)
 			}
-			g.publish(ev("infra", "drift", ">"))
+			g.publish(events.DriftSubject(p.Name, "*", "*")) // its own drift reports only
+			// Its lists' consumers expire on their own (the SDK creates them
+			// by name and never deletes one): no consumer of KV_observed,
+			// another component's watch included, can be deleted by it.
+			g.noConsumerDeletes(obs)
 			if p.Heartbeats {
 				g.publish(events.Subject(events.SubjectHealth, "*", "*", "heartbeat"))
 			}
@@ -241,6 +245,15 @@ func (g *grants) read(bucket, keys string) {
 		// A watch of several filters names none in its subject.
 		g.pub = append(g.pub, api("CONSUMER", "CREATE", s, "*"))
 	}
+}
+
+// noConsumerDeletes takes back the consumer deletes read granted on bucket
+// (a consumer's name is one random token: a grant to delete one's own is a
+// grant to delete anyone's), for a user whose consumers of it expire by
+// themselves.
+func (g *grants) noConsumerDeletes(bucket string) {
+	del := api("CONSUMER", "DELETE", kvStream(bucket), "*")
+	g.pub = slices.DeleteFunc(g.pub, func(s string) bool { return s == del })
 }
 
 // write lets the user read keys and put, update and delete them.

@@ -31,7 +31,7 @@
 //   - Drift. Every Options.ReconcileEvery (30s) the SDK compares List with
 //     the provider's observed records, and confirms each difference under
 //     the machine's lock with Describe: a live record whose machine is gone
-//     becomes a DriftReport{Gone} on capn.evt.infra.drift.<cluster>.<machine>
+//     becomes a DriftReport{Gone} on capn.evt.drift.<provider>.<cluster>.<machine>
 //     (type events.TypeDriftReport) and state Deleted; a running one found
 //     stopped, DriftReport{Stopped}; another provider id, DriftReport{Changed};
 //     a machine that exists without any record, DriftReport{Orphan} — only

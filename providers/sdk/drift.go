@@ -233,7 +233,7 @@ func driftMessage(kind string, obs, real *capnv1alpha1.InfraMachine) string {
 	}
 }
 
-// report publishes a DriftReport on capn.evt.infra.drift.<cluster>.<machine>
+// report publishes a DriftReport on capn.evt.drift.<provider>.<cluster>.<machine>
 // with id drift.<provider>.<cluster>.<machine>.<suffix>.
 func (s *server) report(ctx context.Context, kind, cluster, machine, suffix, msg string) error {
 	d := &capnv1alpha1.DriftReport{
@@ -242,7 +242,7 @@ func (s *server) report(ctx context.Context, kind, cluster, machine, suffix, msg
 	}
 	id := events.Subject("drift", s.name, cluster, machine, suffix)
 	zerolog.Ctx(ctx).Warn().Str("drift", kind).Str("event_id", id).Msg(msg)
-	if _, err := s.pub.Publish(ctx, DriftSubject(cluster, machine), events.TypeDriftReport, id, d, events.WithSubject(machine)); err != nil {
+	if _, err := s.pub.Publish(ctx, DriftSubject(s.name, cluster, machine), events.TypeDriftReport, id, d, events.WithSubject(machine)); err != nil {
 		return err
 	}
 	s.drift.WithLabelValues(s.name, kind).Inc()

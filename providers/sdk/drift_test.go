@@ -79,7 +79,7 @@ func TestDrift(t *testing.T) {
 			if tt.wantInfMsg != "" && m.GetMessage() != tt.wantInfMsg {
 				t.Errorf("message = %q, want %q", m.GetMessage(), tt.wantInfMsg)
 			}
-			if n := env.Count(events.StreamEvents, sdk.DriftSubject("c1", "m1")); n != 1 {
+			if n := env.Count(events.StreamEvents, sdk.DriftSubject("fake", "c1", "m1")); n != 1 {
 				t.Errorf("%d drift reports, want 1", n)
 			}
 		})
@@ -106,7 +106,7 @@ func TestOrphanIsReportedOnceAndKept(t *testing.T) {
 	f.outOfBand(func(ms map[string]*capnv1alpha1.InfraMachine) { delete(ms, "c1/m1") })
 	env.WaitDrift("c1", "m1", sdk.DriftGone)
 
-	if n := env.Count(events.StreamEvents, sdk.DriftSubject("c1", "stray")); n != 1 {
+	if n := env.Count(events.StreamEvents, sdk.DriftSubject("fake", "c1", "stray")); n != 1 {
 		t.Errorf("orphan reported %d times, want once", n)
 	}
 	if _, ok := env.Machine("fake", "c1", "stray"); ok {

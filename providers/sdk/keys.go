@@ -56,10 +56,11 @@ func AnnouncementKey(provider string) string {
 	return events.Subject(AnnouncementRoot, provider)
 }
 
-// DriftSubject is where drift of a machine is published:
-// capn.evt.infra.drift.<cluster>.<machine>.
-func DriftSubject(cluster, machine string) string {
-	return events.EventSubject("infra", "drift", cluster, machine)
+// DriftSubject is where provider publishes drift of a machine:
+// capn.evt.drift.<provider>.<cluster>.<machine> (events.DriftSubject); a
+// provider's NATS user may publish under its own name only.
+func DriftSubject(provider, cluster, machine string) string {
+	return events.DriftSubject(provider, cluster, machine)
 }
 
 // ServiceName is the runtime service name and durable consumer of provider

@@ -2,12 +2,12 @@ package sdk
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -21,6 +21,7 @@ import (
 // only writer of infra.<name>.* and provider.<name>. Safe for concurrent use.
 type observed struct {
 	name          string
+	js            jetstream.JetStream
 	kv            jetstream.KeyValue
 	machines      *store.Bucket[*capnv1alpha1.InfraMachine]
 	clusters      *store.Bucket[*capnv1alpha1.InfraCluster]
@@ -29,9 +30,10 @@ type observed struct {
 	now           func() time.Time
 }
 
-func newObserved(name string, kv jetstream.KeyValue) *observed {
+func newObserved(name string, js jetstream.JetStream, kv jetstream.KeyValue) *observed {
 	return &observed{
 		name:          name,
+		js:            js,
 		kv:            kv,
 		machines:      store.NewBucket(kv, func() *capnv1alpha1.InfraMachine { return new(capnv1alpha1.InfraMachine) }),
 		clusters:      store.NewBucket(kv, func() *capnv1alpha1.InfraCluster { return new(capnv1alpha1.InfraCluster) }),
@@ -173,60 +175,87 @@ type infraRecords struct {
 	bad []error
 }
 
-// list reads every infra.<name>.* record through one short-lived watcher.
-// (store.Bucket.List cannot be used: machine and cluster records share the
-// prefix but not the message type.) A record that does not decode is
-// skipped and its error kept in bad, so one corrupt record cannot stop
-// drift detection for all the others.
+// list reads every infra.<name>.* record through one short-lived push
+// consumer of the bucket's stream (the last message of each key), which the
+// server removes once it is idle (listConsumerIdle). It is never deleted by
+// name: a provider's NATS user may create consumers of its own keys but
+// delete none, so it cannot delete another component's. (store.Bucket.List
+// cannot be used: machine and cluster records share the prefix but not the
+// message type.) A record that does not decode is skipped and its error
+// kept in bad, so one corrupt record cannot stop drift detection for all
+// the others.
 func (o *observed) list(ctx context.Context) (infraRecords, error) {
 	ctx, cancel := context.WithTimeout(ctx, store.DefaultLoadTimeout)
 	defer cancel()
 	out := infraRecords{machines: map[string]store.Entry[*capnv1alpha1.InfraMachine]{}, clusters: map[string]store.Entry[*capnv1alpha1.InfraCluster]{}}
-	w, err := o.kv.WatchFiltered(ctx, []string{InfraPrefix(o.name) + ">"}, jetstream.IgnoreDeletes())
-	if err != nil {
+	fail := func(err error) (infraRecords, error) {
 		return out, fmt.Errorf("list %s: %w", InfraPrefix(o.name), err)
 	}
-	defer func() {
-		_ = w.Stop()
-		go func() { // let nats.go's delivery goroutine finish
-			for range w.Updates() {
-			}
-		}()
-	}()
+	bucket := o.kv.Bucket()
+	keyPrefix := "$KV." + bucket + "."
+	cons, err := o.js.CreatePushConsumer(ctx, "KV_"+bucket, jetstream.ConsumerConfig{
+		Name: "list_" + nats.NewInbox()[len(nats.InboxPrefix):], DeliverSubject: o.js.Conn().NewInbox(),
+		DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy, AckPolicy: jetstream.AckNonePolicy,
+		FilterSubject: keyPrefix + InfraPrefix(o.name) + ">", InactiveThreshold: listConsumerIdle, MemoryStorage: true,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	if cons.CachedInfo().NumPending == 0 {
+		return out, nil
+	}
+	msgs := make(chan jetstream.Msg, 64)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		select {
+		case msgs <- m:
+		case <-ctx.Done():
+		}
+	})
+	if err != nil {
+		return fail(err)
+	}
+	defer cc.Stop()
 	for {
 		select {
-		case e, ok := <-w.Updates():
-			if !ok {
-				return out, errors.New("list: watcher closed before the end of the initial values")
+		case m := <-msgs:
+			md, err := m.Metadata()
+			if err != nil {
+				return fail(err)
 			}
-			if e == nil {
+			key := strings.TrimPrefix(m.Subject(), keyPrefix)
+			if op := m.Headers().Get(kvOperationHeader); op == "DEL" || op == "PURGE" {
+				delete(out.machines, key)
+				delete(out.clusters, key)
+			} else if strings.HasSuffix(key, "."+events.ClusterObject) {
+				v, err := store.Decode(m.Data(), func() *capnv1alpha1.InfraCluster { return new(capnv1alpha1.InfraCluster) })
+				if err != nil {
+					out.bad = append(out.bad, fmt.Errorf("key %s: %w", key, err))
+				} else {
+					out.clusters[key] = store.Entry[*capnv1alpha1.InfraCluster]{Key: key, Value: v, Revision: md.Sequence.Stream}
+				}
+			} else {
+				v, err := store.Decode(m.Data(), func() *capnv1alpha1.InfraMachine { return new(capnv1alpha1.InfraMachine) })
+				if err != nil {
+					out.bad = append(out.bad, fmt.Errorf("key %s: %w", key, err))
+				} else {
+					out.machines[key] = store.Entry[*capnv1alpha1.InfraMachine]{Key: key, Value: v, Revision: md.Sequence.Stream}
+				}
+			}
+			if md.NumPending == 0 {
 				return out, nil
 			}
-			if e.Operation() != jetstream.KeyValuePut {
-				delete(out.machines, e.Key())
-				delete(out.clusters, e.Key())
-				continue
-			}
-			if strings.HasSuffix(e.Key(), "."+events.ClusterObject) {
-				v, err := store.Decode(e.Value(), func() *capnv1alpha1.InfraCluster { return new(capnv1alpha1.InfraCluster) })
-				if err != nil {
-					out.bad = append(out.bad, fmt.Errorf("key %s: %w", e.Key(), err))
-					continue
-				}
-				out.clusters[e.Key()] = store.Entry[*capnv1alpha1.InfraCluster]{Key: e.Key(), Value: v, Revision: e.Revision()}
-				continue
-			}
-			v, err := store.Decode(e.Value(), func() *capnv1alpha1.InfraMachine { return new(capnv1alpha1.InfraMachine) })
-			if err != nil {
-				out.bad = append(out.bad, fmt.Errorf("key %s: %w", e.Key(), err))
-				continue
-			}
-			out.machines[e.Key()] = store.Entry[*capnv1alpha1.InfraMachine]{Key: e.Key(), Value: v, Revision: e.Revision()}
 		case <-ctx.Done():
-			return out, fmt.Errorf("list %s: %w", InfraPrefix(o.name), ctx.Err())
+			return fail(ctx.Err())
 		}
 	}
 }
+
+// listConsumerIdle is how long the server keeps a list's consumer once it
+// is idle.
+const listConsumerIdle = 5 * time.Second
+
+// kvOperationHeader marks a KV delete or purge (nats.go's KV-Operation).
+const kvOperationHeader = "KV-Operation"
 
 // tombstones remember when this process deleted a machine's key, for a
 // while, so that a report made before the delete cannot create it again.

@@ -99,7 +99,7 @@ func newServer(ctx context.Context, p Provider, opts Options, d *runtime.Deps) (
 		opts:    opts,
 		log:     d.Log.With().Str("provider", name).Logger(),
 		js:      d.JS,
-		obs:     newObserved(name, kv),
+		obs:     newObserved(name, d.JS, kv),
 		pub:     events.NewPublisher(d.JS, "capn/"+ServiceName(name)),
 		checks:  reconcile.NewQueue(),
 		orphans: map[string]string{},

@@ -20,7 +20,7 @@ import (
 //	data:    DeleteMachine{cluster, machine}
 //
 // The machine is forgotten (no heartbeats any more) and the SDK checks it
-// at once: DriftReport{Gone} on capn.evt.infra.drift.<cluster>.<machine>
+// at once: DriftReport{Gone} on capn.evt.drift.<provider>.<cluster>.<machine>
 // and its record set to Deleted. Vanishing a missing machine does nothing.
 const (
 	VerbVanish = "vanish"

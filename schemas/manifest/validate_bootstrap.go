@@ -105,4 +105,9 @@ func validateHealth(h *capnv1alpha1.HealthPolicy, p path, errs *fieldErrors) {
 	if d := h.HeartbeatGrace; d != nil && d.AsDuration() < 0 {
 		errs.add(p.child("heartbeatGrace"), d.AsDuration(), "must not be negative")
 	}
+	for i, s := range h.TrustedSources {
+		if s == "" || strings.ContainsAny(s, " \t\r\n") {
+			errs.add(p.child("trustedSources").index(i), s, "must be the name of a gateway token (not empty, no white space)")
+		}
+	}
 }

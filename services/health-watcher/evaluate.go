@@ -67,7 +67,8 @@ type Target struct {
 	LastHeartbeat time.Time
 	Ready         bool
 	// Reported: the node reported in another way than a heartbeat (node
-	// conditions, or the machine-manager saw it ready).
+	// conditions, or the machine-manager saw it ready). Conditions only a
+	// source the policy does not trust reported do not count.
 	Reported bool
 	// Conditions are the node's recorded conditions from every source. A
 	// recorded Ready condition is replaced by the one derived from the
@@ -119,10 +120,12 @@ func (p Policies) For(pool string) policy.Policy {
 //     latest of creation, infrastructure ready and (for workers) control
 //     plane initialised — if the timeout is not 0;
 //  5. a node condition matching an unhealthy condition (type and status) for
-//     at least its timeout makes it unhealthy. Ready is judged twice for a
-//     machine whose Node the health-watcher reads: as derived from
-//     capn-node's heartbeats, and as the Node says (Cluster API's
-//     MachineHealthCheck judges the latter) — each with the policy's
+//     at least its timeout makes it unhealthy — if the policy trusts its
+//     source (policy.Policy.Trusts: a gateway token's only when listed;
+//     an untrusted one does not count as a report in 4 either). Ready is
+//     judged twice for a machine whose Node the health-watcher reads: as
+//     derived from capn-node's heartbeats, and as the Node says (Cluster
+//     API's MachineHealthCheck judges the latter) — each with the policy's
 //     timeouts for Ready.
 func Evaluate(s State, p Policies, now time.Time) ([]Unhealthy, time.Duration) {
 	var out []Unhealthy
@@ -171,7 +174,7 @@ func judge(t Target, s State, p policy.Policy, now time.Time) ([]*capnv1.Conditi
 		return []*capnv1.Condition{reason(ReasonInfrastructureGone, StatusFalse, ReasonInfrastructureGone,
 			"the provider no longer has this machine's infrastructure", t.InfraGone)}, time.Time{}
 	}
-	if t.LastHeartbeat.IsZero() && !t.Reported {
+	if t.LastHeartbeat.IsZero() && !t.Reported && !slices.ContainsFunc(t.Conditions, func(c *capnv1.NodeCondition) bool { return p.Trusts(c.GetSource()) }) {
 		if p.NodeStartupTimeout <= 0 || t.InfraReady.IsZero() {
 			return nil, time.Time{}
 		}
@@ -191,8 +194,8 @@ func judge(t Target, s State, p policy.Policy, now time.Time) ([]*capnv1.Conditi
 	conds := EffectiveConditions(t.Conditions, t.LastHeartbeat, t.Ready, p.HeartbeatGrace, now)
 	for _, uc := range p.UnhealthyConditions {
 		for _, c := range conds {
-			if c.GetType() != uc.Type || c.GetStatus() != uc.Status {
-				continue
+			if c.GetType() != uc.Type || c.GetStatus() != uc.Status || !p.Trusts(c.GetSource()) {
+				continue // an untrusted source's condition is recorded, never judged
 			}
 			at := c.GetLastTransitionTime().AsTime().Add(uc.Timeout)
 			if now.Before(at) {

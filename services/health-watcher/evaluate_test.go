@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
 	"pgregory.net/rapid"
 
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
@@ -227,4 +228,31 @@ func mapsEqual(a, b map[string]time.Time) bool {
 		}
 	}
 	return true
+}
+
+// A gateway token's condition is judged only when the policy trusts the
+// token, and an untrusted one does not count as the node having reported.
+func TestEvaluateJudgesTrustedSourcesOnly(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tgt := Target{Machine: "m", Pool: "md-0", ControlPlane: true, Created: t0, InfraReady: t0,
+		Conditions: []*capnv1.NodeCondition{{Type: "KernelDeadlock", Status: "True", Source: "ingest:monitoring",
+			LastTransitionTime: timestamppb.New(t0)}}}
+	reasons := func(p policy.Policy) []string {
+		u, _ := Evaluate(State{ControlPlaneInitialized: true, Targets: []Target{tgt}}, Policies{Default: p}, t0.Add(time.Hour))
+		var out []string
+		for _, x := range u {
+			for _, r := range x.Reasons {
+				out = append(out, r.GetType())
+			}
+		}
+		return out
+	}
+	p := testPolicy()
+	if got := reasons(p); len(got) != 1 || got[0] != ReasonNodeStartupTimeout {
+		t.Errorf("untrusted: reasons %v, want only %s", got, ReasonNodeStartupTimeout)
+	}
+	p.TrustedSources = []string{"monitoring"}
+	if got := reasons(p); len(got) != 1 || got[0] != "KernelDeadlock" {
+		t.Errorf("trusted: reasons %v, want KernelDeadlock", got)
+	}
 }

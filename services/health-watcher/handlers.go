@@ -13,6 +13,7 @@ import (
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/health/policy"
 )
 
 // Key prefixes the health-watcher reads and writes.
@@ -64,7 +65,7 @@ func (s *Service) accept(ctx context.Context, m *events.Message, kind, cluster, 
 	switch {
 	case len(toks) == 5 && toks[0]+"."+toks[1] == events.SubjectHealth:
 		subjCluster, subjMachine = toks[2], toks[3]
-	case len(toks) == 6 && toks[2] == "infra" && toks[3] == "drift":
+	case len(toks) == 6 && toks[0]+"."+toks[1] == events.SubjectEvents && toks[2] == "drift":
 		subjCluster, subjMachine = toks[4], toks[5]
 	default:
 		return report{}, events.Permanent(fmt.Errorf("%s report on unexpected subject %s", kind, m.Subject))
@@ -160,6 +161,15 @@ func (s *Service) onHeartbeat(ctx context.Context, m *events.Message, hb *capnv1
 		s.metrics.report("heartbeat", outcomeIgnored)
 		return err
 	}
+	if token, ok := reporter(m); ok && !s.trusts(r, policy.IngestSource(token)) {
+		// A heartbeat is the machine's own voice: from a gateway token
+		// the policy does not trust it would make a machine not ready (or
+		// keep a dead one alive). Counted and dropped.
+		zerolog.Ctx(ctx).Warn().Str("cluster", r.cluster).Str("machine", r.machine).Str("token", token).
+			Msg("heartbeat from an untrusted gateway token ignored")
+		s.metrics.report("heartbeat", outcomeUntrusted)
+		return nil
+	}
 	if n, ok := s.work.identity(r.key); ok {
 		// The machine's Node was read: its name and kubelet version win
 		// over what the node agent says (no flip-flop between the two).
@@ -197,21 +207,84 @@ func (s *Service) onHeartbeat(ctx context.Context, m *events.Message, hb *capnv1
 }
 
 func (s *Service) onConditions(ctx context.Context, m *events.Message, nc *capnv1.NodeConditions) error {
+	if token, ok := reporter(m); ok {
+		nc.Source = policy.IngestSource(token)
+	}
 	return s.handle(ctx, m, "conditions", nc.GetCluster(), nc.GetMachine(), func(h *capnv1.NodeHealth) bool {
 		return mergeConditions(h, nc, streamTime(m, s.cfg.Now()))
 	})
 }
 
 func (s *Service) onProblem(ctx context.Context, m *events.Message, p *capnv1.ProblemEvent) error {
+	if token, ok := reporter(m); ok {
+		p.Source = policy.IngestSource(token)
+	}
 	return s.handle(ctx, m, "problem", p.GetCluster(), p.GetMachine(), func(h *capnv1.NodeHealth) bool {
 		return mergeProblem(h, p, streamTime(m, s.cfg.Now()), s.cfg.KeepProblems)
 	})
 }
 
+// onDrift records a provider's drift report, if it comes from the
+// machine's provider: the one on its subject (capn.evt.drift.<provider>.…,
+// which NATS permissions reserve to that provider), named in the report,
+// and the machine's spec.provider. Any other is logged, counted
+// (capn_health_reports_total{kind="drift",outcome="wrong_provider"}) and
+// dropped: one provider must not get another's machines replaced.
 func (s *Service) onDrift(ctx context.Context, m *events.Message, d *capnv1.DriftReport) error {
+	if !s.driftFromOwner(ctx, m, d) {
+		s.metrics.report("drift", outcomeWrongProvider)
+		return nil
+	}
 	return s.handle(ctx, m, "drift", d.GetCluster(), d.GetMachine(), func(h *capnv1.NodeHealth) bool {
 		return mergeDrift(h, d, streamTime(m, s.cfg.Now()))
 	})
+}
+
+// driftFromOwner reports whether d, received on m's subject, comes from
+// the provider of the machine it is about. A machine capn does not know is
+// left to handle (which ignores it).
+func (s *Service) driftFromOwner(ctx context.Context, m *events.Message, d *capnv1.DriftReport) bool {
+	subjProvider := ""
+	if toks := strings.Split(m.Subject, "."); len(toks) == 6 {
+		subjProvider = toks[3]
+	}
+	cluster, machine := d.GetCluster(), d.GetMachine()
+	if cluster == "" || machine == "" {
+		if toks := strings.Split(m.Subject, "."); len(toks) == 6 {
+			cluster, machine = toks[4], toks[5]
+		}
+	}
+	dm, ok := decodeCached(s.desired, machinePrefix+cluster+"."+machine, newMachine)
+	owner := dm.GetSpec().GetProvider()
+	if !ok || (owner == subjProvider && owner == d.GetProvider()) {
+		return true
+	}
+	zerolog.Ctx(ctx).Warn().Str("cluster", cluster).Str("machine", machine).Str("provider", owner).
+		Str("subject_provider", subjProvider).Str("report_provider", d.GetProvider()).Str("subject", m.Subject).
+		Msg("drift report not from the machine's provider ignored")
+	return false
+}
+
+// reporter is the gateway token that ingested m (policy.ExtensionReporter),
+// if the gateway did.
+func reporter(m *events.Message) (string, bool) {
+	if m.Event == nil {
+		return "", false
+	}
+	v, ok := m.Event.Extensions()[policy.ExtensionReporter]
+	if !ok {
+		return "", false
+	}
+	token, _ := v.(string)
+	return token, true
+}
+
+// trusts reports whether the policy of r's machine trusts source.
+func (s *Service) trusts(r report, source string) bool {
+	cl, _ := decodeCached(s.desired, clusterPrefix+r.cluster, newCluster)
+	dm, _ := decodeCached(s.desired, machinePrefix+r.key, newMachine)
+	p, _ := policy.Resolve(cl, dm.GetSpec().GetPool(), s.cfg.Policy)
+	return p.Trusts(source)
 }
 
 // readyStatus is the status of the recorded Ready condition the heartbeats

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/health/policy"
 )
 
 // The merges below fold one report into a machine's NodeHealth. They are
@@ -112,7 +113,7 @@ func mergeConditions(h *capnv1.NodeHealth, r *capnv1.NodeConditions, at time.Tim
 		}
 		in := &capnv1.NodeCondition{Type: c.GetType(), Status: c.GetStatus(), Reason: c.GetReason(), Message: c.GetMessage(),
 			LastTransitionTime: c.GetLastTransitionTime(), LastHeartbeatTime: c.GetLastHeartbeatTime(), Source: r.GetSource()}
-		if c.GetType() == ConditionReady && !fromNode(in) && h.GetLastHeartbeat() != nil {
+		if c.GetType() == ConditionReady && !fromNode(in) && !ingested(in) && h.GetLastHeartbeat() != nil {
 			continue
 		}
 		if c.GetType() == ConditionReady && fromNode(in) && h.GetLastHeartbeat() == nil {
@@ -149,15 +150,28 @@ func mergeConditions(h *capnv1.NodeHealth, r *capnv1.NodeConditions, at time.Tim
 func fromNode(c *capnv1.NodeCondition) bool { return c.GetSource() == SourceKubernetes }
 
 // heartbeatReady: c is the Ready condition heartbeats decide (every Ready
-// but the Node's).
+// but the Node's and a gateway token's).
 func heartbeatReady(c *capnv1.NodeCondition) bool {
-	return c.GetType() == ConditionReady && !fromNode(c)
+	return c.GetType() == ConditionReady && !fromNode(c) && !ingested(c)
 }
 
 // sameSlot: a and b are the same condition of a record — the same type,
-// and for Ready both or neither the Node's.
+// and for Ready both or neither the Node's. A gateway token's condition
+// (source ingest:<token>) has a slot of its own per token: a report the
+// policy may not trust must never overwrite (or hide) another source's.
 func sameSlot(a, b *capnv1.NodeCondition) bool {
-	return a.GetType() == b.GetType() && (a.GetType() != ConditionReady || fromNode(a) == fromNode(b))
+	if a.GetType() != b.GetType() {
+		return false
+	}
+	if ingested(a) || ingested(b) {
+		return a.GetSource() == b.GetSource()
+	}
+	return a.GetType() != ConditionReady || fromNode(a) == fromNode(b)
+}
+
+// ingested: the condition came through the gateway's ingest.
+func ingested(c *capnv1.NodeCondition) bool {
+	return strings.HasPrefix(c.GetSource(), policy.IngestSourcePrefix)
 }
 
 // compareConditions orders a record's conditions: by type, then source.

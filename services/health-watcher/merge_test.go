@@ -188,3 +188,23 @@ func TestForIncarnation(t *testing.T) {
 		t.Fatal("the machine's own record was dropped")
 	}
 }
+
+// A gateway token's condition has a slot of its own: it neither replaces
+// nor hides the machine's own report of the same type.
+func TestIngestedConditionKeepsItsOwnSlot(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	h := &capnv1.NodeHealth{}
+	report := func(source, status string, at time.Time) *capnv1.NodeConditions {
+		return &capnv1.NodeConditions{Source: source, Conditions: []*capnv1.NodeCondition{{Type: "KernelDeadlock", Status: status,
+			LastTransitionTime: timestamppb.New(at), LastHeartbeatTime: timestamppb.New(at)}}}
+	}
+	mergeConditions(h, report("node-problem-detector", StatusTrue, t0), t0)
+	mergeConditions(h, report("ingest:attacker", StatusFalse, t0.Add(time.Minute)), t0.Add(time.Minute))
+	got := map[string]string{}
+	for _, c := range h.GetConditions() {
+		got[c.GetSource()] = c.GetStatus()
+	}
+	if len(got) != 2 || got["node-problem-detector"] != StatusTrue || got["ingest:attacker"] != StatusFalse {
+		t.Fatalf("conditions %v", h.GetConditions())
+	}
+}

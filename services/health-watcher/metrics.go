@@ -11,8 +11,13 @@ const (
 	outcomeApplied   = "applied"
 	outcomeUnchanged = "unchanged"
 	outcomeIgnored   = "ignored"
-	causeReport      = "report"
-	causeVerdict     = "verdict"
+	// outcomeUntrusted: a heartbeat from a gateway token the policy does
+	// not trust.
+	outcomeUntrusted = "untrusted"
+	// outcomeWrongProvider: a drift report not from the machine's provider.
+	outcomeWrongProvider = "wrong_provider"
+	causeReport          = "report"
+	causeVerdict         = "verdict"
 )
 
 // metrics are the health-watcher's Prometheus metrics. A nil *metrics
@@ -28,7 +33,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "capn_health_reports_total",
-			Help: "Health reports, by kind (heartbeat, conditions, problem, drift) and outcome (applied: the record changed; unchanged; ignored: unknown, deleting or earlier machine, or bad subject).",
+			Help: "Health reports, by kind (heartbeat, conditions, problem, drift) and outcome (applied: the record changed; unchanged; ignored: unknown, deleting or earlier machine, or bad subject; untrusted: a heartbeat from a gateway token the health policy does not trust; wrong_provider: a drift report not from the machine's provider).",
 		}, []string{"kind", "outcome"}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "capn_health_record_writes_total",

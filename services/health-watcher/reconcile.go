@@ -115,7 +115,7 @@ func (s *Service) snapshot(cl *capnv1.Cluster, cluster string, now time.Time, on
 			Machine: name, Pool: m.GetSpec().GetPool(), ControlPlane: m.GetSpec().GetRole() == "control-plane" || m.GetSpec().GetPool() == policy.ControlPlanePool,
 			Created: created, Phase: st.GetPhase(), PhaseSince: st.GetPhaseSince().AsTime(), FailureReason: st.GetFailureReason(),
 			Conditions: node.GetConditions(), NodeName: node.GetNodeName(),
-			Reported: st.GetNodeReadyTime() != nil || len(node.GetConditions()) > 0,
+			Reported: st.GetNodeReadyTime() != nil,
 		}
 		switch t.Phase {
 		case phaseDeleting, phaseDeleted, phaseStopped:

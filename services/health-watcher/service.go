@@ -150,7 +150,7 @@ func healthConsumer() events.ConsumerSpec {
 
 func driftConsumer() events.ConsumerSpec {
 	return events.ConsumerSpec{Stream: events.StreamEvents, Durable: Name + "-drift", DeliverNew: true,
-		Filters:     []string{events.EventSubject("infra", "drift", "*", "*")},
+		Filters:     []string{events.DriftSubject("*", "*", "*")},
 		Description: "health-watcher: providers' drift reports"}
 }
 

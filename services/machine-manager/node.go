@@ -5,6 +5,7 @@ import (
 	"time"
 
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/health/policy"
 )
 
 // CondNodeHealthy says whether the health-watcher judged the machine's node
@@ -14,20 +15,30 @@ const CondNodeHealthy = "NodeHealthy"
 // reflectNode shows the health-watcher's record of a running machine's
 // node in its status: NodeReady from the node's Ready condition, and
 // NodeHealthy False with the reasons that made it unhealthy, True
-// otherwise. A record written before the machine was created belongs to
+// otherwise (its message listing the conditions gateway tokens reported,
+// which are never the node's Ready). A record written before the machine was created belongs to
 // an earlier machine of the same name and is ignored.
 func reflectNode(st *capnv1.MachineStatus, node *capnv1.NodeHealth, created, now time.Time) {
 	if node == nil || node.GetUpdated() == nil || node.GetUpdated().AsTime().Before(created) {
 		return
 	}
+	var ingested []string
 	for _, c := range node.GetConditions() {
-		if c.GetType() == "Ready" {
+		switch {
+		case strings.HasPrefix(c.GetSource(), policy.IngestSourcePrefix):
+			// A gateway token's report: shown, never taken as the node's own.
+			ingested = append(ingested, c.GetType()+"="+c.GetStatus()+" from "+c.GetSource())
+		case c.GetType() == "Ready":
 			setCondition(st, CondNodeReady, c.GetStatus(), c.GetReason(), c.GetMessage(), now)
 		}
 	}
 	reasons := node.GetUnhealthyReasons()
 	if node.GetHealthy() || len(reasons) == 0 {
-		setCondition(st, CondNodeHealthy, "True", "NodeHealthy", "", now)
+		msg := ""
+		if len(ingested) > 0 {
+			msg = "reported through the gateway, judged only if the health policy trusts the token: " + strings.Join(ingested, ", ")
+		}
+		setCondition(st, CondNodeHealthy, "True", "NodeHealthy", msg, now)
 		return
 	}
 	msgs := make([]string, 0, len(reasons))

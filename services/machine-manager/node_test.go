@@ -1,6 +1,7 @@
 package machinemanager
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +19,12 @@ func TestStepReflectsNodeHealth(t *testing.T) {
 		UnhealthyReasons: []*capnv1.Condition{{Type: "KernelDeadlock", Status: "False", Message: "KernelDeadlock=True for 0s"}}}
 	healthy := &capnv1.NodeHealth{Updated: timestamppb.New(t0.Add(time.Minute)), Healthy: true,
 		Conditions: []*capnv1.NodeCondition{{Type: "Ready", Status: "True", Reason: "KubeletReady"}}}
+	forged := &capnv1.NodeHealth{Updated: timestamppb.New(t0.Add(time.Minute)), Healthy: true,
+		Conditions: []*capnv1.NodeCondition{
+			{Type: "KernelDeadlock", Status: "True", Source: "ingest:monitoring"},
+			{Type: "Ready", Status: "True", Reason: "KubeletReady"},
+			{Type: "Ready", Status: "False", Source: "ingest:monitoring"},
+		}}
 	earlier := &capnv1.NodeHealth{Updated: timestamppb.New(t0.Add(-time.Minute)), UnhealthyReasons: unhealthy.UnhealthyReasons}
 	tests := []struct {
 		name                   string
@@ -27,6 +34,7 @@ func TestStepReflectsNodeHealth(t *testing.T) {
 		{"no record: nothing said", nil, "", ""},
 		{"unhealthy node", unhealthy, "False", "Unknown"},
 		{"healthy node", healthy, "True", "True"},
+		{"a gateway token's report is shown, not taken as the node's", forged, "True", "True"},
 		{"record of an earlier machine of the same name ignored", earlier, "", ""},
 	}
 	for _, tt := range tests {
@@ -45,6 +53,11 @@ func TestStepReflectsNodeHealth(t *testing.T) {
 			}
 			if got[CondNodeReady] != tt.wantReady {
 				t.Errorf("NodeReady %q, want %q", got[CondNodeReady], tt.wantReady)
+			}
+			for _, c := range out.Status.GetConditions() {
+				if c.GetType() == CondNodeHealthy && tt.node == forged && !strings.Contains(c.GetMessage(), "KernelDeadlock=True from ingest:monitoring") {
+					t.Errorf("NodeHealthy message %q does not show the gateway's report", c.GetMessage())
+				}
 			}
 		})
 	}

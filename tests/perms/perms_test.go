@@ -291,18 +291,31 @@ func TestEachUserDoesItsJob(t *testing.T) {
 	sim.put(events.BucketObserved, "infra.sim.demo.m1")
 	sim.put(events.BucketObserved, "infra.sim.demo._")
 	sim.put(events.BucketObserved, "provider.sim")
-	w2, err := sim.bucket(events.BucketObserved).WatchFiltered(context.Background(), []string{"infra.sim.>"})
+	// The SDK lists its records through a push consumer it creates by
+	// name and leaves to expire (it may delete no consumer).
+	lc, err := sim.js.CreatePushConsumer(context.Background(), "KV_"+events.BucketObserved, jetstream.ConsumerConfig{
+		Name: "list_perms", DeliverSubject: sim.nc.NewInbox(), DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
+		AckPolicy: jetstream.AckNonePolicy, FilterSubject: "$KV.observed.infra.sim.>", InactiveThreshold: 5 * time.Second})
 	if err != nil {
-		t.Errorf("provider-sim: watch its infra: %v", err)
+		t.Errorf("provider-sim: list its infra: %v", err)
 	} else {
-		if e := <-w2.Updates(); e == nil || !strings.HasPrefix(e.Key(), "infra.sim.") {
-			t.Errorf("provider-sim: watch its infra: got %v", e)
+		got := make(chan string, 4)
+		cc, err := lc.Consume(func(m jetstream.Msg) {
+			select {
+			case got <- m.Subject():
+			default:
+			}
+		})
+		if err != nil {
+			t.Errorf("provider-sim: list its infra: %v", err)
+		} else if s := <-got; !strings.HasPrefix(s, "$KV.observed.infra.sim.") {
+			t.Errorf("provider-sim: list its infra: got %s", s)
 		}
-		if err := w2.Stop(); err != nil {
-			t.Errorf("provider-sim: stop watcher: %v", err)
+		if cc != nil {
+			cc.Stop()
 		}
 	}
-	sim.publish(events.EventSubject("infra", "drift", "demo", "m1"))
+	sim.publish(events.DriftSubject("sim", "demo", "m1"))
 	sim.publish(events.HealthSubject("demo", "m1", "heartbeat"))
 
 	dk := w.as(t, natsconfig.ProviderUser("docker"))
@@ -408,6 +421,10 @@ func TestOutsideTheJobIsRefused(t *testing.T) {
 		sim.refusedSubscribe("capn.provider.docker.>")
 		sim.refusedSubscribe("capn.>")
 		sim.refusedPublish("$JS.ACK.CAPN_PROVIDERS.provider-docker.1.1.1.1.0")
+		// Nor report drift of another provider's machines (finding 5 of
+		// issue 17), on its subject or the one every provider shared.
+		sim.refusedPublish(events.DriftSubject("docker", "demo", "m2"))
+		sim.refusedPublish("capn.evt.infra.drift.demo.m2")
 		// Nor send commands, to anyone.
 		sim.refusedPublish("capn.provider.docker.machine.create.demo.m3")
 		sim.refusedPublish("capn.provider.sim.machine.create.demo.m3")

@@ -281,11 +281,11 @@ func (e *Env) Count(stream, subject string) uint64 {
 	return n
 }
 
-// LastDrift returns the last drift report of a machine.
+// LastDrift returns the last drift report of a machine (from any provider).
 func (e *Env) LastDrift(cluster, machine string) (*capnv1alpha1.DriftReport, bool) {
 	e.T.Helper()
 	d := new(capnv1alpha1.DriftReport)
-	_, ok := e.Last(events.StreamEvents, sdk.DriftSubject(cluster, machine), d)
+	_, ok := e.Last(events.StreamEvents, sdk.DriftSubject("*", cluster, machine), d)
 	return d, ok
 }
 

@@ -830,6 +830,13 @@ type HealthPolicy struct {
 	MaxUnhealthy   string               `protobuf:"bytes,3,opt,name=max_unhealthy,json=maxUnhealthy,proto3" json:"max_unhealthy,omitempty"`
 	MaxInFlight    int32                `protobuf:"varint,4,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
 	HeartbeatGrace *durationpb.Duration `protobuf:"bytes,5,opt,name=heartbeat_grace,json=heartbeatGrace,proto3" json:"heartbeat_grace,omitempty"`
+	// trusted_sources are the gateway tokens (by name) whose health reports
+	// may make a machine unhealthy, besides the sources always trusted: the
+	// machine itself over NATS, its provider's drift and the workload
+	// cluster's Node. A report of another token is recorded (its conditions
+	// with source "ingest:<token>") but judged by no check. A pool's list
+	// replaces the cluster's.
+	TrustedSources []string `protobuf:"bytes,6,rep,name=trusted_sources,json=trustedSources,proto3" json:"trusted_sources,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -895,6 +902,13 @@ func (x *HealthPolicy) GetMaxInFlight() int32 {
 func (x *HealthPolicy) GetHeartbeatGrace() *durationpb.Duration {
 	if x != nil {
 		return x.HeartbeatGrace
+	}
+	return nil
+}
+
+func (x *HealthPolicy) GetTrustedSources() []string {
+	if x != nil {
+		return x.TrustedSources
 	}
 	return nil
 }
@@ -1239,13 +1253,14 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\vpermissions\x18\x04 \x01(\tR\vpermissions\"g\n" +
 	"\x14CertificateAuthority\x12'\n" +
 	"\x0fcertificate_pem\x18\x01 \x01(\tR\x0ecertificatePem\x12&\n" +
-	"\x0fprivate_key_pem\x18\x02 \x01(\tR\rprivateKeyPem\"\xbe\x02\n" +
+	"\x0fprivate_key_pem\x18\x02 \x01(\tR\rprivateKeyPem\"\xe7\x02\n" +
 	"\fHealthPolicy\x12T\n" +
 	"\x14unhealthy_conditions\x18\x01 \x03(\v2!.capn.v1alpha1.UnhealthyConditionR\x13unhealthyConditions\x12K\n" +
 	"\x14node_startup_timeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x12nodeStartupTimeout\x12#\n" +
 	"\rmax_unhealthy\x18\x03 \x01(\tR\fmaxUnhealthy\x12\"\n" +
 	"\rmax_in_flight\x18\x04 \x01(\x05R\vmaxInFlight\x12B\n" +
-	"\x0fheartbeat_grace\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x0eheartbeatGrace\"u\n" +
+	"\x0fheartbeat_grace\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x0eheartbeatGrace\x12'\n" +
+	"\x0ftrusted_sources\x18\x06 \x03(\tR\x0etrustedSources\"u\n" +
 	"\x12UnhealthyCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x123\n" +

@@ -536,7 +536,7 @@ func (x *InfraCluster) GetMessage() string {
 }
 
 // DriftReport says a machine's infrastructure changed out of band
-// (capn.evt.infra.drift.<cluster>.<machine>, type dev.capn.provider.drift):
+// (capn.evt.drift.<provider>.<cluster>.<machine>, type dev.capn.provider.drift):
 // gone, stopped or changed, or an orphan.
 type DriftReport struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
@@ -47,7 +48,36 @@ type Policy struct {
 	MaxUnhealthy Threshold
 	// MaxInFlight: repairs of the pool that may be under way at once.
 	MaxInFlight int
+	// TrustedSources are the gateway tokens (by name) whose reports may
+	// make a machine unhealthy (see Trusts).
+	TrustedSources []string
 }
+
+// Trusts reports whether a condition of source may make a machine
+// unhealthy. Every source but a gateway token's is trusted: the machine
+// itself (whatever its NATS reports call themselves — NATS permissions
+// bind a machine to its own subjects), the Node read from the workload
+// cluster, and the health-watcher's own Ready. A gateway token's
+// ("ingest:<token>", IngestSource) is trusted when TrustedSources names it.
+func (p Policy) Trusts(source string) bool {
+	token, ok := strings.CutPrefix(source, IngestSourcePrefix)
+	return !ok || slices.Contains(p.TrustedSources, token)
+}
+
+// IngestSourcePrefix starts the source of a health report that came
+// through the gateway's ingest: ingest:<token name>.
+const IngestSourcePrefix = "ingest:"
+
+// IngestSource is the source the health-watcher records for a report the
+// gateway ingested with the token named token.
+func IngestSource(token string) string { return IngestSourcePrefix + token }
+
+// ExtensionReporter is the CloudEvents extension attribute the gateway sets
+// on every health event it ingests: the name of the token that sent it
+// (whatever the event said). The health-watcher records such a report with
+// source IngestSource(reporter). A report without it came over NATS, from
+// the machine the subject names.
+const ExtensionReporter = "capnreporter"
 
 // Defaults are what an unset field of the policy becomes.
 type Defaults struct {
@@ -179,6 +209,9 @@ func (p *Policy) apply(h *capnv1.HealthPolicy, where string) error {
 	}
 	if h.GetMaxInFlight() > 0 {
 		p.MaxInFlight = int(h.GetMaxInFlight())
+	}
+	if len(h.GetTrustedSources()) > 0 {
+		p.TrustedSources = slices.Clone(h.GetTrustedSources())
 	}
 	if s := h.GetMaxUnhealthy(); s != "" {
 		th, err := ParseThreshold(s)

@@ -67,3 +67,35 @@ func TestResolve(t *testing.T) {
 		t.Fatal("pools and replicas")
 	}
 }
+
+func TestTrustedSources(t *testing.T) {
+	c := &capnv1.Cluster{Spec: &capnv1.ClusterSpec{
+		Health: &capnv1.HealthPolicy{TrustedSources: []string{"monitoring"}},
+		WorkerPools: []*capnv1.WorkerPool{
+			{Name: "md-0"},
+			{Name: "md-1", Health: &capnv1.HealthPolicy{TrustedSources: []string{"npd-bridge"}}},
+		},
+	}}
+	tests := []struct {
+		pool, source string
+		want         bool
+	}{
+		{ControlPlanePool, "capn-node", true}, // over NATS: the machine itself
+		{ControlPlanePool, "kubernetes", true},
+		{ControlPlanePool, "", true},
+		{ControlPlanePool, IngestSource("monitoring"), true},
+		{ControlPlanePool, IngestSource("attacker"), false},
+		{"md-0", IngestSource("monitoring"), true},  // inherited
+		{"md-1", IngestSource("monitoring"), false}, // a pool's list replaces the cluster's
+		{"md-1", IngestSource("npd-bridge"), true},
+	}
+	for _, tt := range tests {
+		p, err := Resolve(c, tt.pool, Default())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.Trusts(tt.source); got != tt.want {
+			t.Errorf("pool %s trusts %q: %v, want %v", tt.pool, tt.source, got, tt.want)
+		}
+	}
+}

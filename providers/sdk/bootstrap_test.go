@@ -88,13 +88,13 @@ func TestFetchBootstrap(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
-			d, err := sdk.FetchBootstrap(ctx, nc, "c1", tt.machine, tt.checksum)
+			d, err := sdk.FetchBootstrap(ctx, nc, "c1", tt.machine, tt.checksum, "cred")
 			if !tt.check(d, err) {
 				t.Fatalf("FetchBootstrap = %v, %v", d, err)
 			}
 		})
 	}
-	if _, err := sdk.FetchBootstrap(context.Background(), nc, "c2", "m", good); !errors.Is(err, nats.ErrNoResponders) {
+	if _, err := sdk.FetchBootstrap(context.Background(), nc, "c2", "m", good, "cred"); !errors.Is(err, nats.ErrNoResponders) {
 		t.Errorf("no bootstrapper: err = %v, want no responders", err)
 	}
 }

@@ -69,6 +69,15 @@ func TestBootstrapFetchWithThePublicChecksumIsRefused(t *testing.T) {
 	if code, data := fetch(t, nc, "sec", cp, map[string]string{bootstrapper.HeaderChecksum: sum, bootstrapper.HeaderCredential: cred}); code != "" || len(data) == 0 {
 		t.Fatalf("the machine's own credential was refused: %q", code)
 	}
+	// A machine's credential opens no other machine's data: another
+	// cluster's control plane, with its public checksum and this one's
+	// credential.
+	sys.Apply(strings.Replace(credsCluster, "name: sec}", "name: sec2}", 1))
+	other := machineOf(t, sys, "sec2", "control-plane")
+	osum := publicChecksum(t, url, token, "sec2", other)
+	if code, data := fetch(t, nc, "sec2", other, map[string]string{bootstrapper.HeaderChecksum: osum, bootstrapper.HeaderCredential: cred}); code != "403" || len(data) != 0 {
+		t.Fatalf("sec's credential fetched sec2's control-plane data: code %q, %d bytes", code, len(data))
+	}
 	public := map[string]string{
 		"GET machine":  string(readGET(t, url, token, "/v1/clusters/sec/machines/"+cp)),
 		"GET machines": string(readGET(t, url, token, "/v1/clusters/sec/machines")),

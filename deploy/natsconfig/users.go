@@ -127,7 +127,10 @@ func (d Deployment) Users() []User {
 		g.write(obs, "machine.>")
 		g.publish(ev("machine", ">"), events.Subject(events.SubjectCommands, "bootstrap", "generate", ">"),
 			events.Subject(events.SubjectProviders, "*", "machine", "create", ">"),
-			events.Subject(events.SubjectProviders, "*", "machine", "delete", ">"))
+			events.Subject(events.SubjectProviders, "*", "machine", "delete", ">"),
+			// Hibernation powers machines off and on.
+			events.Subject(events.SubjectProviders, "*", "machine", "stop", ">"),
+			events.Subject(events.SubjectProviders, "*", "machine", "start", ">"))
 		// Facts that belong to the health-watcher and the remediator.
 		g.deny(ev("machine", "unhealthy", ">"), ev("machine", "remediation", ">"))
 	})

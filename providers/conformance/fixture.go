@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/replyseal"
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/providers/sdk"
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
@@ -88,7 +89,8 @@ func (f *fixture) answer(m *nats.Msg) {
 		reply.Header.Set(sdk.HeaderServiceErrorCode, "409")
 		reply.Header.Set(sdk.HeaderServiceError, "not the fixture's checksum")
 	default:
-		reply.Data, _ = proto.Marshal(&capnv1alpha1.BootstrapData{Format: "cloud-config", Data: f.data, Checksum: f.checksum})
+		b, _ := proto.Marshal(&capnv1alpha1.BootstrapData{Format: "cloud-config", Data: f.data, Checksum: f.checksum})
+		reply.Data, _ = replyseal.Seal(f.credential, m.Subject, b)
 	}
 	_ = m.RespondMsg(reply)
 }

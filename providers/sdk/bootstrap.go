@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/replyseal"
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
@@ -27,7 +28,9 @@ import (
 //	         header Capn-Bootstrap-Checksum: <CreateMachine.bootstrap_checksum>
 //	         header Capn-Bootstrap-Credential: <CreateMachine.bootstrap_credential>
 //	         empty body
-//	reply    BootstrapData{format, data, checksum} (protobuf), or an empty
+//	reply    BootstrapData{format, data, checksum} (protobuf) sealed with
+//	         the credential (events/replyseal: AES-256-GCM, key
+//	         HKDF-SHA-256 of the credential, bound to the subject), or an empty
 //	         body with Nats-Service-Error-Code (400 malformed, 403 no or a
 //	         wrong credential, 404 no such machine or data, 409 not the
 //	         current checksum, 410 the machine has joined, 500 retry) and
@@ -91,8 +94,12 @@ func FetchBootstrap(ctx context.Context, nc *nats.Conn, cluster, machine, checks
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap fetch %s/%s: %w", cluster, machine, err)
 	}
+	plain, err := replyseal.Open(credential, BootstrapFetchSubject(cluster, machine), reply.Data)
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap fetch %s/%s: %w", cluster, machine, err)
+	}
 	data := new(capnv1alpha1.BootstrapData)
-	if err := proto.Unmarshal(reply.Data, data); err != nil {
+	if err := proto.Unmarshal(plain, data); err != nil {
 		return nil, fmt.Errorf("bootstrap fetch %s/%s: decode reply: %w", cluster, machine, err)
 	}
 	if got := Checksum(data.GetData()); got != checksum || data.GetChecksum() != checksum {

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/capn-dev/capn/events/replyseal"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
@@ -58,7 +59,8 @@ func (s *Service) serveFetch(ctx context.Context, nc *nats.Conn, log zerolog.Log
 }
 
 // answerFetch replies with the machine's sealed bootstrap data, opened,
-// as BootstrapData{format, data, checksum} — only when the machine is
+// as BootstrapData{format, data, checksum} sealed with the machine's
+// credential (events/replyseal) — only when the machine is
 // wanted (desired, not being deleted), has not joined, the checksum asked
 // for is the one stored and the request carries the machine's credential. Everything else is refused with a code.
 func (s *Service) answerFetch(ctx context.Context, m *nats.Msg, log zerolog.Logger) {
@@ -106,6 +108,11 @@ func (s *Service) fetch(ctx context.Context, subject, checksum, credential strin
 		Format: rec.GetFormat(), Data: rec.GetData(), Checksum: rec.GetChecksum(),
 	})
 	if err != nil {
+		return nil, 500, err
+	}
+	// Sealed for the credential's holder: other node agents can read the
+	// node user's inbox (replyseal).
+	if out, err = replyseal.Seal(credential, subject, out); err != nil {
 		return nil, 500, err
 	}
 	return out, 0, nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/natstest"
+	"github.com/capn-dev/capn/events/replyseal"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/bootstrapper"
@@ -89,7 +90,14 @@ func TestFetchAnswersOnlyTheCurrentDataOfAWantedMachine(t *testing.T) {
 	if code := reply.Header.Get(bootstrapper.HeaderErrorCode); code != "" {
 		t.Fatalf("fetch refused: %s %s", code, reply.Header.Get(bootstrapper.HeaderError))
 	}
-	if err := proto.Unmarshal(reply.Data, &data); err != nil {
+	if bytes.Contains(reply.Data, []byte("kubeadm")) {
+		t.Fatal("the reply is not sealed: another node agent reading the inbox would read it")
+	}
+	plain, err := replyseal.Open(cred, subject("w-0"), reply.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proto.Unmarshal(plain, &data); err != nil {
 		t.Fatal(err)
 	}
 	if data.GetChecksum() != ready["w-0"].GetChecksum() || data.GetFormat() != "cloud-config" || !bytes.Contains(data.GetData(), []byte("kubeadm join")) {

@@ -69,6 +69,11 @@ func TestBootstrapFetchWithThePublicChecksumIsRefused(t *testing.T) {
 	if code, data := fetch(t, nc, "sec", cp, map[string]string{bootstrapper.HeaderChecksum: sum, bootstrapper.HeaderCredential: cred}); code != "" || len(data) == 0 {
 		t.Fatalf("the machine's own credential was refused: %q", code)
 	}
+	// Whoever else reads the reply (every node agent shares the node user's
+	// inbox prefix) reads ciphertext: it is sealed with the credential.
+	if code, data := fetch(t, nc, "sec", cp, map[string]string{bootstrapper.HeaderChecksum: sum, bootstrapper.HeaderCredential: cred}); code != "" || strings.Contains(string(data), "ca.key") {
+		t.Fatalf("the fetch reply is readable without the credential (code %q)", code)
+	}
 	// A machine's credential opens no other machine's data: another
 	// cluster's control plane, with its public checksum and this one's
 	// credential.

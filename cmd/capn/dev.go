@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/capn-dev/capn/deploy/natsconfig"
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/embedded"
 	"github.com/capn-dev/capn/services/runtime"
@@ -212,7 +213,11 @@ func dev(ctx context.Context, cfg devConfig, out io.Writer, lookup func(string) 
 	base := runtime.NewLogger(runtime.Config{LogLevel: cfg.LogLevel, LogFormat: cfg.LogFormat}, out)
 	log := base.With().Str("service", devName).Logger()
 
-	srv, err := startNATS(cfg, dataDir, log)
+	auth, err := newDevAuth(dataDir, devNATSDeployment(cfg)) // devauth.go
+	if err != nil {
+		return err
+	}
+	srv, err := startNATS(cfg, dataDir, log, auth)
 	if err != nil {
 		return err
 	}
@@ -224,7 +229,7 @@ func dev(ctx context.Context, cfg devConfig, out io.Writer, lookup func(string) 
 
 	// capn dev's own connection provisions the topology once (the services
 	// skip it) and tells /readyz whether the server answers.
-	nc, err := runtime.Connect(ctx, runtime.NATSConfig{}, devName, log, nats.InProcessServer(srv))
+	nc, err := runtime.Connect(ctx, auth.conn(devAdminUser), devName, log, nats.InProcessServer(srv))
 	if err != nil {
 		return err
 	}
@@ -239,10 +244,16 @@ func dev(ctx context.Context, cfg devConfig, out io.Writer, lookup func(string) 
 	}
 
 	natsURL := "" // in process only: nothing outside this process reaches NATS
+	natsContext := ""
 	if srv.Addr() != nil {
 		natsURL = srv.ClientURL()
+		if natsContext, err = auth.writeContext(dataDir, natsURL); err != nil {
+			return fmt.Errorf("write the nats CLI context: %w", err)
+		}
 	}
-	provs := devProviders(ctx, cfg, dataDir, natsURL)
+	node := auth.conn(natsconfig.NodeAgent)
+	node.URL = natsURL
+	provs := devProviders(ctx, cfg, dataDir, node)
 	var provSvcs []runtime.Service
 	for _, p := range provs {
 		if p.svc != nil {
@@ -307,7 +318,7 @@ func dev(ctx context.Context, cfg devConfig, out io.Writer, lookup func(string) 
 	results := make(chan result, len(services))
 	for _, svc := range services {
 		scfg := runtime.Config{
-			Name: svc.Name(), HTTPAddr: runtime.HTTPOff, LogLevel: cfg.LogLevel, LogFormat: cfg.LogFormat,
+			Name: svc.Name(), NATS: auth.conn(svc.Name()), HTTPAddr: runtime.HTTPOff, LogLevel: cfg.LogLevel, LogFormat: cfg.LogFormat,
 			SkipProvision: true, ShutdownTimeout: cfg.ShutdownTimeout,
 		}
 		go func() {
@@ -315,7 +326,7 @@ func dev(ctx context.Context, cfg devConfig, out io.Writer, lookup func(string) 
 				runtime.WithInProcess(srv), runtime.WithOps(ops), runtime.WithRegistry(reg), runtime.WithLogger(base))}
 		}()
 	}
-	printBanner(out, banner{srv: srv, opsURL: opsURL, dataDir: dataDir, services: names, providers: provs, gateway: gw, clientNotes: clientNotes,
+	printBanner(out, banner{srv: srv, natsContext: natsContext, opsURL: opsURL, dataDir: dataDir, services: names, providers: provs, gateway: gw, clientNotes: clientNotes,
 		kubeBin: cfg.KubeBin, off: offParts(cfg, provs)})
 
 	running := slices.Clone(names)
@@ -368,8 +379,8 @@ func dev(ctx context.Context, cfg devConfig, out io.Writer, lookup func(string) 
 
 // startNATS starts the embedded server with its store under dataDir,
 // listening as cfg says.
-func startNATS(cfg devConfig, dataDir string, log zerolog.Logger) (*server.Server, error) {
-	opts := embedded.Options{StoreDir: filepath.Join(dataDir, "jetstream"), ServerName: devName}
+func startNATS(cfg devConfig, dataDir string, log zerolog.Logger, auth *devAuth) (*server.Server, error) {
+	opts := embedded.Options{StoreDir: filepath.Join(dataDir, "jetstream"), ServerName: devName, Nkeys: auth.nkeys}
 	if cfg.NATSListen == natsListenNone {
 		opts.DontListen = true
 	} else {
@@ -400,6 +411,7 @@ func startNATS(cfg devConfig, dataDir string, log zerolog.Logger) (*server.Serve
 // banner is what capn dev tells its user once everything started.
 type banner struct {
 	srv         *server.Server
+	natsContext string // the nats CLI's context file, "" when NATS is in-process only
 	opsURL      string
 	dataDir     string
 	services    []string
@@ -414,7 +426,7 @@ func printBanner(w io.Writer, b banner) {
 	natsLine := "in-process only (--nats-listen none)"
 	if b.srv.Addr() != nil {
 		u := b.srv.ClientURL()
-		natsLine = fmt.Sprintf("%s   (try: nats -s %s stream ls)", u, u)
+		natsLine = fmt.Sprintf("%s   (authenticated; try: nats --context %s stream ls)", u, b.natsContext)
 	}
 	svc := strings.Join(b.services, ", ")
 	if svc == "" {

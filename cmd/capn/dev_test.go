@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -210,11 +209,9 @@ func TestDevEndToEnd(t *testing.T) {
 		t.Errorf("alpha and beta share a connection or see different servers: client ids %d %d", ida, idb)
 	}
 
-	// The nats CLI's view: TCP on the printed URL.
-	nc, err := nats.Connect(first.natsURL)
-	if err != nil {
-		t.Fatalf("connect to the printed NATS URL: %v", err)
-	}
+	// The nats CLI's view: TCP on the printed URL, with the context file
+	// capn dev writes.
+	nc := contextConn(t, dataDir, first.natsURL)
 	js, _ := jetstream.New(nc)
 	ctx := context.Background()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "E2E", Subjects: []string{"e2e.>"}, Storage: jetstream.FileStorage}); err != nil {
@@ -268,10 +265,7 @@ func TestDevEndToEnd(t *testing.T) {
 
 	// The next start reuses the data dir: what the first one stored is there.
 	second := startDev(t, dataDir)
-	nc, err = nats.Connect(second.natsURL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc = contextConn(t, dataDir, second.natsURL)
 	defer nc.Close()
 	js, _ = jetstream.New(nc)
 	for stream, want := range map[string]uint64{"E2E": 3, events.StreamEvents: 1} {
@@ -404,7 +398,7 @@ func TestDevPassesKubeBinToTheProcessProvider(t *testing.T) {
 	for _, tt := range []struct{ kubeBin, want string }{{kubeBin, kubeBin}, {"", ""}} {
 		cfg := defaultDevConfig()
 		cfg.Providers, cfg.ProcessNodeBinary, cfg.KubeBin = "process", exe, tt.kubeBin
-		provs := devProviders(context.Background(), cfg, t.TempDir(), "nats://127.0.0.1:4222")
+		provs := devProviders(context.Background(), cfg, t.TempDir(), runtime.NATSConfig{URL: "nats://127.0.0.1:4222"})
 		if len(provs) != 1 || provs[0].svc == nil {
 			t.Fatalf("providers %+v: want process running", provs)
 		}
@@ -444,7 +438,7 @@ func TestDevOffParts(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := defaultDevConfig()
 			cfg.Providers, cfg.ProcessNodeBinary, cfg.KubeBin = tt.providers, tt.node, tt.kubeBin
-			provs := devProviders(context.Background(), cfg, t.TempDir(), "nats://127.0.0.1:4222")
+			provs := devProviders(context.Background(), cfg, t.TempDir(), runtime.NATSConfig{URL: "nats://127.0.0.1:4222"})
 			got := offParts(cfg, provs)
 			if len(got) != len(tt.want) {
 				t.Fatalf("off parts %+v, want %+v", got, tt.want)

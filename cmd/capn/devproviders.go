@@ -43,12 +43,14 @@ const (
 const dockerPreflightTimeout = 5 * time.Second
 
 // devProviders builds the providers cfg names. sim always runs. process
-// runs when its node agents can reach NATS (natsURL is capn dev's TCP
-// listener; "" when it listens in process only) and capn-node is found.
+// runs when its node agents can reach NATS (node.URL is capn dev's TCP
+// listener, "" when it listens in process only; node.NKeySeedFile and
+// node.InboxPrefix are the node user's) and capn-node is found.
 // docker runs when, in addition, the daemon answers and has the machines'
 // image (docker.Preflight). Each provider that cannot run says why; capn
 // dev logs it and prints it in the banner, and runs on without it.
-func devProviders(ctx context.Context, cfg devConfig, dataDir, natsURL string) []devProvider {
+func devProviders(ctx context.Context, cfg devConfig, dataDir string, node runtime.NATSConfig) []devProvider {
+	natsURL := node.URL
 	var out []devProvider
 	for _, name := range cfg.providerList() {
 		p := devProvider{name: name}
@@ -57,10 +59,11 @@ func devProviders(ctx context.Context, cfg devConfig, dataDir, natsURL string) [
 			p.svc = sim.NewService(sim.DefaultOptions(), sdk.Options{})
 		case process.Name:
 			svc := process.NewService(process.Options{
-				NodeBinary:  cfg.ProcessNodeBinary,
-				StateDir:    filepath.Join(dataDir, "process"),
-				NodeNATSURL: natsURL,
-				KubeBin:     cfg.KubeBin,
+				NodeBinary:   cfg.ProcessNodeBinary,
+				StateDir:     filepath.Join(dataDir, "process"),
+				NodeNATSURL:  natsURL,
+				NodeNATSNKey: node.NKeySeedFile, NodeNATSInboxPrefix: node.InboxPrefix,
+				KubeBin: cfg.KubeBin,
 			}, sdk.Options{})
 			switch err := svc.Validate(); {
 			case goruntime.GOOS != "linux":
@@ -75,10 +78,11 @@ func devProviders(ctx context.Context, cfg devConfig, dataDir, natsURL string) [
 			}
 		case docker.Name:
 			svc := docker.NewService(docker.Options{
-				Image:       cfg.DockerImage,
-				Deployment:  devDeployment(dataDir),
-				StateDir:    filepath.Join(dataDir, "docker"),
-				NodeNATSURL: natsURL,
+				Image:        cfg.DockerImage,
+				Deployment:   devDeployment(dataDir),
+				StateDir:     filepath.Join(dataDir, "docker"),
+				NodeNATSURL:  natsURL,
+				NodeNATSNKey: node.NKeySeedFile, NodeNATSInboxPrefix: node.InboxPrefix,
 			}, sdk.Options{})
 			if natsURL == "" {
 				p.why = "its machines reach NATS through a relay to a TCP listener and NATS is in-process only (--nats-listen none)"

@@ -249,6 +249,7 @@ func TestProviderIsConfined(t *testing.T) {
 		"$JS.FC.KV_observed.>",
 		"$KV.observed.infra.sim.>",
 		"$KV.observed.provider.sim",
+		"capn.bootstrap.credential.sim.*.*",
 		"capn.evt.drift.sim.*.*",
 		"capn.health.*.*.heartbeat",
 	}

@@ -34,6 +34,10 @@ const (
 	// SubjectBootstrapFetch is the root of the bootstrap fetch requests
 	// (bootstrapper.FetchSubjectRoot): capn.bootstrap.fetch.<cluster>.<machine>.
 	SubjectBootstrapFetch = "capn.bootstrap.fetch"
+	// SubjectBootstrapCredential is the root of the providers' requests for
+	// their machines' bootstrap credentials (bootstrapper.CredentialSubjectRoot):
+	// capn.bootstrap.credential.<provider>.<cluster>.<machine>.
+	SubjectBootstrapCredential = "capn.bootstrap.credential"
 )
 
 // ProviderUser is the user, runtime service and durable consumer name of
@@ -123,7 +127,10 @@ func (d Deployment) Users() []User {
 		g.write(obs, "machine.>")
 		g.publish(ev("machine", ">"), events.Subject(events.SubjectCommands, "bootstrap", "generate", ">"),
 			events.Subject(events.SubjectProviders, "*", "machine", "create", ">"),
-			events.Subject(events.SubjectProviders, "*", "machine", "delete", ">"))
+			events.Subject(events.SubjectProviders, "*", "machine", "delete", ">"),
+			// Hibernation powers machines off and on.
+			events.Subject(events.SubjectProviders, "*", "machine", "stop", ">"),
+			events.Subject(events.SubjectProviders, "*", "machine", "start", ">"))
 		// Facts that belong to the health-watcher and the remediator.
 		g.deny(ev("machine", "unhealthy", ">"), ev("machine", "remediation", ">"))
 	})
@@ -133,7 +140,7 @@ func (d Deployment) Users() []User {
 		g.write(sec, ">")
 		g.write(obs, "secrets.>")
 		g.publish(ev("bootstrap", ">"))
-		g.serve(events.Subject(SubjectBootstrapFetch, "*", "*"))
+		g.serve(events.Subject(SubjectBootstrapFetch, "*", "*"), events.Subject(SubjectBootstrapCredential, "*", "*", "*"))
 	})
 	add(HealthWatcher, "judges node health from heartbeats, conditions, drift and workload clusters' Nodes", func(g *grants) {
 		g.read(des, ">")
@@ -169,6 +176,8 @@ func (d Deployment) Users() []User {
 			// by name and never deletes one): no consumer of KV_observed,
 			// another component's watch included, can be deleted by it.
 			g.noConsumerDeletes(obs)
+			// Its own machines' bootstrap credentials, to hand them as user data.
+			g.publish(events.Subject(SubjectBootstrapCredential, p.Name, "*", "*"))
 			if p.Heartbeats {
 				g.publish(events.Subject(events.SubjectHealth, "*", "*", "heartbeat"))
 			}
@@ -277,9 +286,9 @@ func (g *grants) consume(c Durable) {
 	)
 }
 
-// serve lets the user answer requests on subject (one reply each).
-func (g *grants) serve(subject string) {
-	g.sub = append(g.sub, subject)
+// serve lets the user answer requests on subjects (one reply each).
+func (g *grants) serve(subjects ...string) {
+	g.sub = append(g.sub, subjects...)
 	g.responses = true
 }
 

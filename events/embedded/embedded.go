@@ -26,6 +26,9 @@ type Options struct {
 	ServerName string
 	// ReadyTimeout bounds the wait for the server to accept connections.
 	ReadyTimeout time.Duration
+	// Nkeys, when set, are the only users the server accepts (each with
+	// its permissions; nil permissions allow everything).
+	Nkeys []*server.NkeyUser
 }
 
 // Start starts the server and waits until it is ready for connections.
@@ -55,6 +58,7 @@ func Start(o Options) (*server.Server, error) {
 		// The default of 1 MiB is plenty for capn's messages; say so here so
 		// it is a decision, not an accident.
 		MaxPayload: 1 << 20,
+		Nkeys:      o.Nkeys,
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {

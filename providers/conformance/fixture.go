@@ -20,21 +20,24 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/replyseal"
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/providers/sdk"
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // fixture stands in for the bootstrapper of the env's cluster: it answers
-// capn.bootstrap.fetch.<cluster>.* with a small kubeadm-shaped
-// cloud-config (a CA certificate and a JoinConfiguration pinning it),
-// and publishes the CA pin in observed secrets.<cluster> as the
-// bootstrapper does.
+// capn.bootstrap.credential.<provider>.<cluster>.* with its credential and
+// capn.bootstrap.fetch.<cluster>.* (with that credential only) with a
+// small kubeadm-shaped cloud-config (a CA certificate and a
+// JoinConfiguration pinning it), and publishes the CA pin in observed
+// secrets.<cluster> as the bootstrapper does.
 type fixture struct {
-	data     []byte
-	checksum string
-	caHash   string
-	fetches  atomic.Int32
+	data       []byte
+	checksum   string
+	credential string
+	caHash     string
+	fetches    atomic.Int32
 }
 
 // bootstrapFixture makes (once) the env's fixture, serving it when the
@@ -58,6 +61,11 @@ func (e *Env) bootstrapFixture() *fixture {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { _ = sub.Unsubscribe() })
+	csub, err := nc.Subscribe(events.Subject(sdk.BootstrapCredentialRoot, e.Provider, e.Cluster, "*"), f.answerCredential)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = csub.Unsubscribe() })
 	kv, err := e.JS.KeyValue(context.Background(), events.BucketObserved)
 	if err != nil {
 		e.t.Fatal(err)
@@ -73,11 +81,27 @@ func (e *Env) bootstrapFixture() *fixture {
 func (f *fixture) answer(m *nats.Msg) {
 	f.fetches.Add(1)
 	reply := nats.NewMsg(m.Reply)
+	switch {
+	case m.Header.Get(sdk.HeaderBootstrapCredential) != f.credential:
+		reply.Header.Set(sdk.HeaderServiceErrorCode, "403")
+		reply.Header.Set(sdk.HeaderServiceError, "not the fixture's credential: the provider must hand its machine CreateMachine.bootstrap_credential")
+	case m.Header.Get(sdk.HeaderBootstrapChecksum) != f.checksum:
+		reply.Header.Set(sdk.HeaderServiceErrorCode, "409")
+		reply.Header.Set(sdk.HeaderServiceError, "not the fixture's checksum")
+	default:
+		b, _ := proto.Marshal(&capnv1alpha1.BootstrapData{Format: "cloud-config", Data: f.data, Checksum: f.checksum})
+		reply.Data, _ = replyseal.Seal(f.credential, m.Subject, b)
+	}
+	_ = m.RespondMsg(reply)
+}
+
+func (f *fixture) answerCredential(m *nats.Msg) {
+	reply := nats.NewMsg(m.Reply)
 	if m.Header.Get(sdk.HeaderBootstrapChecksum) != f.checksum {
 		reply.Header.Set(sdk.HeaderServiceErrorCode, "409")
 		reply.Header.Set(sdk.HeaderServiceError, "not the fixture's checksum")
 	} else {
-		reply.Data, _ = proto.Marshal(&capnv1alpha1.BootstrapData{Format: "cloud-config", Data: f.data, Checksum: f.checksum})
+		reply.Data = []byte(f.credential)
 	}
 	_ = m.RespondMsg(reply)
 }
@@ -110,7 +134,11 @@ write_files:
 runcmd:
 - kubeadm join --config /run/kubeadm/kubeadm-join-config.yaml
 `, b64(certPEM), b64([]byte(join))))
-	return &fixture{data: data, checksum: sdk.Checksum(data), caHash: hash}, nil
+	cred := make([]byte, 32)
+	if _, err := rand.Read(cred); err != nil {
+		return nil, err
+	}
+	return &fixture{data: data, checksum: sdk.Checksum(data), caHash: hash, credential: hex.EncodeToString(cred)}, nil
 }
 
 // fixtureCA is a throwaway cluster CA certificate and its kubeadm pin.

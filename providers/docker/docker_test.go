@@ -82,6 +82,7 @@ func TestStoppedOutOfBandIsDrift(t *testing.T) {
 	api := dockertest.Client(t)
 	image := dockertest.Image(t)
 	env := sdktest.New(t)
+	env.AnswerCredentials(docker.Name, "test-credential")
 	env.WaitTimeout = time.Minute // containers start slowly on a loaded machine
 	deployment := "t" + strings.ToLower(strings.ReplaceAll(t.Name(), "Test", ""))[:12]
 	opts := options(t, image, deployment, t.TempDir())

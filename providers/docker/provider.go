@@ -211,7 +211,9 @@ func (p *Provider) createContainer(ctx context.Context, req *capnv1alpha1.Create
 	}
 	stop := int(p.opts.StopTimeout / time.Second)
 	cfg := &engine.ContainerConfig{
-		Image: p.opts.Image, Hostname: m, Cmd: cmd, Env: []string{}, Labels: labels, StopTimeout: &stop,
+		// The bootstrap credential is the machine's user data: in its
+		// environment, never its command line (docs/providers.md).
+		Image: p.opts.Image, Hostname: m, Cmd: cmd, Env: credentialEnv(req), Labels: labels, StopTimeout: &stop,
 		HostConfig: engine.HostConfig{Binds: binds, NetworkMode: p.names.network(c), RestartPolicy: engine.RestartPolicy{Name: "no"}},
 		NetworkingConfig: &engine.NetworkingConfig{EndpointsConfig: map[string]*engine.EndpointSettings{
 			p.names.network(c): {IPAMConfig: &engine.EndpointIPAM{IPv4Address: addr}, Aliases: []string{m}},
@@ -229,6 +231,18 @@ func (p *Provider) createContainer(ctx context.Context, req *capnv1alpha1.Create
 	}
 	return nil
 }
+
+func credentialEnv(req *capnv1alpha1.CreateMachine) []string {
+	if req.GetBootstrapCredential() == "" {
+		return []string{}
+	}
+	return []string{"CAPN_NODE_BOOTSTRAP_CREDENTIAL=" + req.GetBootstrapCredential()}
+}
+
+// RunsNodeAgents implements sdk.NodeAgentProvider: every machine runs
+// capn-node, which fetches its bootstrap data with the credential the SDK
+// puts in CreateMachine.
+func (p *Provider) RunsNodeAgents() {}
 
 // DeleteMachine removes the machine's container (killing it) and, once
 // nothing of the cluster is left, its network. A missing machine is fine.

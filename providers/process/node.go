@@ -23,6 +23,7 @@ func (p *Provider) nodeArgs(rec *machineRecord) []string {
 	args := append(p.identity(rec),
 		"--version="+rec.Version,
 		"--bootstrap-checksum="+rec.Checksum,
+		"--bootstrap-credential-file="+p.credentialPath(rec.Cluster, rec.Machine),
 		"--nats-url="+p.opts.NodeNATSURL,
 		"--heartbeat-every="+p.opts.HeartbeatEvery.String(),
 	)

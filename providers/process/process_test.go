@@ -228,6 +228,7 @@ func TestMachinesOutliveTheProviderProgram(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := sdktest.New(t)
+	env.AnswerCredentials(process.Name, "test-credential")
 	state := t.TempDir()
 	t.Cleanup(func() {
 		_ = process.Purge(process.Options{NodeBinary: filepath.Join(dir, "capn-node"), StateDir: state})

@@ -118,6 +118,13 @@ func (p *Provider) CreateMachine(ctx context.Context, req *capnv1alpha1.CreateMa
 	case err != nil:
 		return nil, err
 	}
+	if cred := req.GetBootstrapCredential(); cred != "" && rec.Checksum == req.GetBootstrapChecksum() {
+		// The machine's user data: its node reads it from a file of its
+		// own (0600), never from its command line.
+		if err := writeAtomic(p.credentialPath(c, m), []byte(cred+"\n")); err != nil {
+			return nil, err
+		}
+	}
 	if exists(p.stoppedPath(c, m)) {
 		return p.Describe(ctx, c, m)
 	}
@@ -293,6 +300,14 @@ func (p *Provider) records() ([]*machineRecord, error) {
 func (p *Provider) machineJSON(c, m string) string { return p.dirs.machine(c, m) + "/" + machineFile }
 func (p *Provider) stoppedPath(c, m string) string { return p.dirs.machine(c, m) + "/" + stoppedFile }
 func (p *Provider) pidPath(c, m string) string     { return p.dirs.machine(c, m) + "/" + pidFile }
+func (p *Provider) credentialPath(c, m string) string {
+	return p.dirs.machine(c, m) + "/" + credentialFile
+}
+
+// RunsNodeAgents implements sdk.NodeAgentProvider: every machine runs
+// capn-node, which fetches its bootstrap data with the credential the SDK
+// puts in CreateMachine.
+func (p *Provider) RunsNodeAgents() {}
 
 // caPin is the cluster CA hash the bootstrapper publishes in observed
 // secrets.<cluster> (no key material), or "" when unknown: the node then

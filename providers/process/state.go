@@ -23,17 +23,20 @@ import (
 //	<state>/clusters/<c>/machines/<m>/node/      capn-node's --data-dir (the machine's disk)
 //	<state>/clusters/<c>/machines/<m>/node.log   capn-node's output
 const (
-	clustersDir  = "clusters"
-	machinesDir  = "machines"
-	clusterFile  = "cluster.json"
-	endpointPID  = "endpoint.pid"
-	endpointLog  = "endpoint.log"
-	machineFile  = "machine.json"
-	pidFile      = "pid"
-	stoppedFile  = "stopped"
-	nodeDataDir  = "node"
-	nodeLogFile  = "node.log"
-	stateDirMode = 0o750
+	clustersDir = "clusters"
+	machinesDir = "machines"
+	clusterFile = "cluster.json"
+	endpointPID = "endpoint.pid"
+	endpointLog = "endpoint.log"
+	machineFile = "machine.json"
+	// credentialFile holds the machine's bootstrap credential (0600),
+	// which its capn-node reads with --bootstrap-credential-file.
+	credentialFile = "bootstrap-credential"
+	pidFile        = "pid"
+	stoppedFile    = "stopped"
+	nodeDataDir    = "node"
+	nodeLogFile    = "node.log"
+	stateDirMode   = 0o750
 )
 
 // machineRecord is machine.json: what makes the machine itself, kept

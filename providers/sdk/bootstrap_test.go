@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/capn-dev/capn/events/natstest"
+	"github.com/capn-dev/capn/events/replyseal"
 	"github.com/capn-dev/capn/providers/sdk"
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
@@ -23,7 +24,8 @@ func TestFetchBootstrap(t *testing.T) {
 	answers := map[string]func(m *nats.Msg) *nats.Msg{
 		"ok": func(m *nats.Msg) *nats.Msg {
 			r := nats.NewMsg(m.Reply)
-			r.Data, _ = proto.Marshal(&capnv1alpha1.BootstrapData{Format: "cloud-config", Data: data, Checksum: m.Header.Get(sdk.HeaderBootstrapChecksum)})
+			b, _ := proto.Marshal(&capnv1alpha1.BootstrapData{Format: "cloud-config", Data: data, Checksum: m.Header.Get(sdk.HeaderBootstrapChecksum)})
+			r.Data, _ = replyseal.Seal(m.Header.Get(sdk.HeaderBootstrapCredential), m.Subject, b)
 			return r
 		},
 		"refused": func(m *nats.Msg) *nats.Msg {
@@ -40,7 +42,8 @@ func TestFetchBootstrap(t *testing.T) {
 		},
 		"tampered": func(m *nats.Msg) *nats.Msg {
 			r := nats.NewMsg(m.Reply)
-			r.Data, _ = proto.Marshal(&capnv1alpha1.BootstrapData{Format: "cloud-config", Data: []byte("#cloud-config\nevil\n"), Checksum: good})
+			b, _ := proto.Marshal(&capnv1alpha1.BootstrapData{Format: "cloud-config", Data: []byte("#cloud-config\nevil\n"), Checksum: good})
+			r.Data, _ = replyseal.Seal(m.Header.Get(sdk.HeaderBootstrapCredential), m.Subject, b)
 			return r
 		},
 	}
@@ -88,13 +91,13 @@ func TestFetchBootstrap(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
-			d, err := sdk.FetchBootstrap(ctx, nc, "c1", tt.machine, tt.checksum)
+			d, err := sdk.FetchBootstrap(ctx, nc, "c1", tt.machine, tt.checksum, "cred")
 			if !tt.check(d, err) {
 				t.Fatalf("FetchBootstrap = %v, %v", d, err)
 			}
 		})
 	}
-	if _, err := sdk.FetchBootstrap(context.Background(), nc, "c2", "m", good); !errors.Is(err, nats.ErrNoResponders) {
+	if _, err := sdk.FetchBootstrap(context.Background(), nc, "c2", "m", good, "cred"); !errors.Is(err, nats.ErrNoResponders) {
 		t.Errorf("no bootstrapper: err = %v, want no responders", err)
 	}
 }

@@ -119,6 +119,13 @@ func (s *server) createMachine(ctx context.Context, m *events.Message, req *capn
 		}
 		log.Info().Msg("machine recorded as existing is gone; creating it again")
 	}
+	if err := s.withCredential(ctx, req); err != nil {
+		if !s.giveUp(m, err) {
+			return fmt.Errorf("create %s/%s: %w", c, name, err)
+		}
+		log.Warn().Err(err).Msg("no bootstrap credential for good; recording the machine as Failed")
+		return s.obs.failMachine(ctx, c, name, "create failed: "+err.Error())
+	}
 	log.Info().Str("version", req.GetVersion()).Str("role", req.GetRole()).Msg("creating machine")
 	im, err := s.p.CreateMachine(ctx, req)
 	if err != nil {
@@ -250,4 +257,26 @@ func (s *server) deleteCluster(ctx context.Context, m *events.Message, req *capn
 		return s.obs.clusterMessage(ctx, c, "delete failed: "+err.Error())
 	}
 	return s.obs.deleteCluster(ctx, c)
+}
+
+// withCredential sets req.BootstrapCredential for a NodeAgentProvider,
+// from the bootstrapper; whatever the command carried is dropped: the
+// credential never travels in a command. A refusal that cannot change
+// (the checksum is not current, the machine joined or is another
+// provider's) is permanent.
+func (s *server) withCredential(ctx context.Context, req *capnv1alpha1.CreateMachine) error {
+	req.BootstrapCredential = ""
+	if _, ok := s.p.(NodeAgentProvider); !ok || req.GetBootstrapChecksum() == "" {
+		return nil
+	}
+	cred, err := BootstrapCredential(ctx, s.nc, s.name, req.GetCluster(), req.GetMachine(), req.GetBootstrapChecksum())
+	var fe *FetchError
+	if errors.As(err, &fe) && !fe.Retryable() {
+		return Permanent(err)
+	}
+	if err != nil {
+		return err
+	}
+	req.BootstrapCredential = cred
+	return nil
 }

@@ -57,6 +57,19 @@ type Provider interface {
 	List(ctx context.Context) ([]*capnv1alpha1.InfraMachine, error)
 }
 
+// NodeAgentProvider is implemented by a provider whose machines run a node
+// agent (capn-node) that fetches its own bootstrap data. Before each
+// CreateMachine of such a provider the SDK asks the bootstrapper for the
+// machine's bootstrap credential and sets req.BootstrapCredential; the
+// provider hands it to the machine the way it hands user data (a file of
+// the machine's, its environment; never its command line, which every
+// local user can read) and keeps it nowhere a user can see it.
+type NodeAgentProvider interface {
+	Provider
+	// RunsNodeAgents marks the provider; it is never called.
+	RunsNodeAgents()
+}
+
 // PowerController is implemented by a provider with CapabilityStopStart
 // and/or CapabilityReboot. Each call is idempotent (stopping a stopped
 // machine succeeds), keeps the machine's identity (provider id, addresses,

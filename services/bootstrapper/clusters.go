@@ -311,7 +311,7 @@ func (s *Service) tendTokens(ctx context.Context, cluster string) (time.Duration
 				return nil, store.ErrNoChange
 			case joined:
 				s.tokens.done(key)
-				cur.Joined, cur.Token, cur.TokenExpires = true, "", nil
+				cur.Joined, cur.Token, cur.TokenExpires, cur.FetchCredential = true, "", nil, ""
 				wrote = true
 				return cur, nil
 			}

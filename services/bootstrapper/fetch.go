@@ -2,7 +2,6 @@ package bootstrapper
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -12,7 +11,7 @@ import (
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/capn-dev/capn/events/store"
+	"github.com/capn-dev/capn/events/replyseal"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
@@ -32,8 +31,10 @@ const (
 	HeaderChecksum = "Capn-Bootstrap-Checksum"
 	// HeaderError and HeaderErrorCode carry a refusal (empty body), as the
 	// NATS micro services convention does: 400 malformed, 404 no such
-	// machine or data, 409 the checksum is not the current one, 500 the
-	// data cannot be read now (retry).
+	// machine or data, 403 no or not the machine's credential
+	// (HeaderCredential, credential.go), 409 the checksum is not the
+	// current one, 410 the machine has joined, 500 the data cannot be read
+	// now (retry).
 	HeaderError     = "Nats-Service-Error"
 	HeaderErrorCode = "Nats-Service-Error-Code"
 )
@@ -58,11 +59,12 @@ func (s *Service) serveFetch(ctx context.Context, nc *nats.Conn, log zerolog.Log
 }
 
 // answerFetch replies with the machine's sealed bootstrap data, opened,
-// as BootstrapData{format, data, checksum} — only when the machine is
-// wanted (desired, not being deleted) and the checksum asked for is the
-// one stored. Everything else is refused with a code.
+// as BootstrapData{format, data, checksum} sealed with the machine's
+// credential (events/replyseal) — only when the machine is
+// wanted (desired, not being deleted), has not joined, the checksum asked
+// for is the one stored and the request carries the machine's credential. Everything else is refused with a code.
 func (s *Service) answerFetch(ctx context.Context, m *nats.Msg, log zerolog.Logger) {
-	data, code, err := s.fetch(ctx, m.Subject, m.Header.Get(HeaderChecksum))
+	data, code, err := s.fetch(ctx, m.Subject, m.Header.Get(HeaderChecksum), m.Header.Get(HeaderCredential))
 	reply := nats.NewMsg(m.Reply)
 	if err != nil {
 		log.Info().Err(err).Int("code", code).Str("subject", m.Subject).Msg("bootstrap fetch refused")
@@ -80,39 +82,37 @@ func (s *Service) answerFetch(ctx context.Context, m *nats.Msg, log zerolog.Logg
 	}
 }
 
-// fetch returns the reply body, or a refusal code and reason.
-func (s *Service) fetch(ctx context.Context, subject, checksum string) ([]byte, int, error) {
+// fetch returns the reply body, or a refusal code and reason. The
+// request must carry the machine's credential: the checksum alone is
+// public and is refused (403).
+func (s *Service) fetch(ctx context.Context, subject, checksum, credential string) ([]byte, int, error) {
 	toks := strings.Split(subject, ".")
 	if len(toks) != 5 || strings.Join(toks[:3], ".") != FetchSubjectRoot {
 		return nil, 400, fmt.Errorf("subject %q is not %s.<cluster>.<machine>", subject, FetchSubjectRoot)
 	}
 	cluster, machine := toks[3], toks[4]
-	if checksum == "" {
-		return nil, 400, fmt.Errorf("header %s is required", HeaderChecksum)
+	if credential == "" {
+		return nil, 403, fmt.Errorf("header %s is required: the machine's bootstrap credential, from its provider", HeaderCredential)
 	}
-	e, ok := s.desired.Get(machinePrefix + cluster + "." + machine)
-	if !ok {
-		return nil, 404, fmt.Errorf("machine %s/%s is not wanted", cluster, machine)
+	if _, code, err := s.wanted(cluster, machine); err != nil {
+		return nil, code, err
 	}
-	want, err := store.Decode(e.Value, func() *capnv1.Machine { return new(capnv1.Machine) })
-	if err != nil || want.GetMetadata().GetDeletionTimestamp() != nil {
-		return nil, 404, fmt.Errorf("machine %s/%s is being deleted", cluster, machine)
+	rec, code, err := s.current(ctx, cluster, machine, checksum)
+	if err != nil {
+		return nil, code, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, fetchTimeout)
-	defer cancel()
-	rec, _, err := s.boots.Get(ctx, bootstrapPrefix+cluster+"."+machine)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return nil, 404, fmt.Errorf("no bootstrap data for %s/%s", cluster, machine)
-	case err != nil:
-		return nil, 500, fmt.Errorf("read bootstrap data: %w", err)
-	case rec.GetChecksum() != checksum:
-		return nil, 409, fmt.Errorf("checksum %s is not the current bootstrap data of %s/%s", checksum, cluster, machine)
+	if !credentialMatches(rec.GetFetchCredential(), credential) {
+		return nil, 403, fmt.Errorf("header %s is not the bootstrap credential of %s/%s", HeaderCredential, cluster, machine)
 	}
 	out, err := proto.MarshalOptions{Deterministic: true}.Marshal(&capnv1.BootstrapData{
 		Format: rec.GetFormat(), Data: rec.GetData(), Checksum: rec.GetChecksum(),
 	})
 	if err != nil {
+		return nil, 500, err
+	}
+	// Sealed for the credential's holder: other node agents can read the
+	// node user's inbox (replyseal).
+	if out, err = replyseal.Seal(credential, subject, out); err != nil {
 		return nil, 500, err
 	}
 	return out, 0, nil

@@ -96,8 +96,12 @@ func (s *Service) generate(ctx context.Context, m *events.Message, cmd *capnv1.G
 	if err != nil {
 		return s.fail(ctx, cmd, ReasonInvalidBootstrap, err.Error())
 	}
+	cred, err := newCredential()
+	if err != nil {
+		return err
+	}
 	now := s.cfg.Now()
-	rec := &capnv1.BootstrapData{
+	rec := &capnv1.BootstrapData{FetchCredential: cred,
 		Format: string(out.Format), Data: out.Data, Checksum: out.Checksum(), Provider: providerName(spec, s.cfg.Registry),
 		InputHash: hash, Token: tok.Value(), TokenExpires: timestamppb.New(token.Expiry(now, in.TokenTTL)),
 		TokenTtl: durationpb.New(in.TokenTTL),

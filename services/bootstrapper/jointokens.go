@@ -143,6 +143,11 @@ func (s *Service) reconcileJoinTokens(ctx context.Context, name string) (reconci
 	if err != nil || !ok || cluster.GetMetadata().GetDeletionTimestamp() != nil {
 		return reconcile.Result{}, err
 	}
+	// Woken by every desired machine change, this pass also drops the
+	// sealed data of machines that are gone (gone.go).
+	if _, err := s.purgeGone(ctx, name); err != nil {
+		return reconcile.Result{}, err
+	}
 	if !s.clusterJoinsWithTokens(cluster) {
 		// script: nodes join by their own means; nothing to register, and
 		// no condition.
@@ -191,6 +196,12 @@ func (s *Service) reconcileJoinTokens(ctx context.Context, name string) (reconci
 			return reconcile.Result{}, err
 		}
 		return s.joinFailed(ctx, name, admin.Server, err)
+	}
+	if len(stale) > 0 {
+		// Secrets of gone machines are deleted now: their records can go.
+		if _, err := s.purgeGone(ctx, name); err != nil {
+			return reconcile.Result{}, err
+		}
 	}
 	if s.joinMemo.succeeded(name) {
 		zerolog.Ctx(ctx).Info().Str("cluster", name).Str("server", admin.Server).Msg("workload API server answers; join tokens registered")

@@ -249,12 +249,19 @@ func (e *env) reportEndpointAt(cluster string, port int32) {
 
 // generate wants the machine (desired), asks for its bootstrap data and
 // waits for bootstrap.ready.
-func (e *env) generate(events_ <-chan *events.Message, cluster, machine, role string, first bool, spec *capnv1.BootstrapSpec) {
+// want makes machine of cluster desired, as the planner does before its
+// bootstrap is generated.
+func (e *env) want(cluster, machine string) {
 	e.t.Helper()
 	machines := store.NewBucket(e.kv(events.BucketDesired), func() *capnv1.Machine { return new(capnv1.Machine) })
 	if _, err := machines.Create(context.Background(), "machine."+cluster+"."+machine, &capnv1.Machine{Metadata: &capnv1.ObjectMeta{Name: machine}}); err != nil {
 		e.t.Fatal(err)
 	}
+}
+
+func (e *env) generate(events_ <-chan *events.Message, cluster, machine, role string, first bool, spec *capnv1.BootstrapSpec) {
+	e.t.Helper()
+	e.want(cluster, machine)
 	cmd := &capnv1.GenerateBootstrap{Cluster: cluster, Machine: machine, Role: role, FirstControlPlane: first, Version: "v1.34.2", Bootstrap: spec}
 	if _, err := e.pub.Publish(context.Background(), events.CommandSubject("bootstrap", "generate", cluster, machine), events.TypeGenerateBootstrap, "gen-"+cluster+"-"+machine, cmd); err != nil {
 		e.t.Fatal(err)

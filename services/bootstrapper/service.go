@@ -82,6 +82,7 @@ type Service struct {
 	boots     *store.Bucket[*capnv1.BootstrapData]
 	statuses  *store.Bucket[*capnv1.ClusterSecretsStatus]
 	secretsKV jetstream.KeyValue
+	desiredKV jetstream.KeyValue // authoritative reads (gone.go)
 	queue     *reconcile.Queue
 	tokens    tokenMemo
 	pkiChecks pkiChecks
@@ -168,6 +169,7 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	if err != nil {
 		return fmt.Errorf("bucket %s: %w", events.BucketSecrets, err)
 	}
+	s.desiredKV = desiredKV
 	s.clusters = store.NewBucket(desiredKV, func() *capnv1.Cluster { return new(capnv1.Cluster) })
 	sealer := store.WithSealer(s.cfg.Keyring)
 	s.pkis = store.NewBucket(s.secretsKV, func() *capnv1.ClusterPKI { return new(capnv1.ClusterPKI) }, sealer)
@@ -190,6 +192,9 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 		}
 	}
 	if err := s.serveFetch(ctx, d.NC, log); err != nil { // fetch.go: node agents fetch their own data
+		return err
+	}
+	if err := s.serveCredentials(ctx, d.NC, log); err != nil { // credential.go: providers get their machines' credentials
 		return err
 	}
 	s.queue = reconcile.NewQueue()

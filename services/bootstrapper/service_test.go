@@ -263,6 +263,7 @@ func TestDuplicateCommandYieldsSameData(t *testing.T) {
 	ring := keyring(t, newKey(t))
 	e.start(ring)
 	e.applyCluster("c1", nil)
+	e.want("c1", "c1-cp-0") // the bootstrapper purges the data of a machine not desired
 	got := e.collect("c1")
 	cmd := &capnv1.GenerateBootstrap{Cluster: "c1", Machine: "c1-cp-0", Role: "control-plane", FirstControlPlane: true, Version: "v1.34.2",
 		Bootstrap: &capnv1.BootstrapSpec{PreCommands: []string{"echo hi"}}}
@@ -385,6 +386,7 @@ func TestTokenDeletedOnceMachineJoined(t *testing.T) {
 	e.start(ring)
 	e.applyCluster("c1", nil)
 	e.reportEndpoint("c1")
+	e.want("c1", "w-0")
 	got := e.collect("c1")
 	cmd := &capnv1.GenerateBootstrap{Cluster: "c1", Machine: "w-0", Role: "worker", Version: "v1.34.2"}
 	if _, err := e.pub.Publish(context.Background(), events.CommandSubject("bootstrap", "generate", "c1", "w-0"), events.TypeGenerateBootstrap, "g-w0", cmd); err != nil {

@@ -451,6 +451,10 @@ func TestOutsideTheJobIsRefused(t *testing.T) {
 		node := w.as(t, natsconfig.NodeAgent)
 		node.refusedSubscribe("_INBOX_gateway.>")
 		node.refusedSubscribe(bootstrapper.FetchSubjectRoot + ".>") // answering fetches is the bootstrapper's
+		// Machines' credentials are for their providers, each its own.
+		node.refusedPublish(bootstrapper.CredentialSubjectRoot + ".sim.demo.m1")
+		sim.refusedPublish(bootstrapper.CredentialSubjectRoot + ".docker.demo.m1")
+		node.refusedSubscribe(bootstrapper.CredentialSubjectRoot + ".>")
 	})
 	t.Run("gateway consumes no provider commands and steals no durable", func(t *testing.T) {
 		t.Parallel()

@@ -191,7 +191,11 @@ func (a *Agent) bootstrap(ctx context.Context, nc *nats.Conn) error {
 }
 
 func (a *Agent) bootstrapOnce(ctx context.Context, nc *nats.Conn) error {
-	data, err := sdk.FetchBootstrap(ctx, nc, a.cfg.Cluster, a.cfg.Machine, a.cfg.BootstrapChecksum)
+	cred, err := a.cfg.credential()
+	if err != nil {
+		return err
+	}
+	data, err := sdk.FetchBootstrap(ctx, nc, a.cfg.Cluster, a.cfg.Machine, a.cfg.BootstrapChecksum, cred)
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/capn-dev/capn/cmd/capn-node/agent"
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/natstest"
+	"github.com/capn-dev/capn/events/replyseal"
 	"github.com/capn-dev/capn/providers/sdk"
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/bootstrapper"
@@ -82,7 +83,8 @@ func newWorldWith(t *testing.T, in bootstrap.Input, out bootstrap.Output) *world
 			reply.Header.Set(sdk.HeaderServiceErrorCode, "409")
 			reply.Header.Set(sdk.HeaderServiceError, "not the current checksum")
 		} else {
-			reply.Data, _ = proto.Marshal(w.data)
+			b, _ := proto.Marshal(w.data)
+			reply.Data, _ = replyseal.Seal(m.Header.Get(sdk.HeaderBootstrapCredential), m.Subject, b)
 		}
 		_ = m.RespondMsg(reply)
 	})
@@ -97,7 +99,7 @@ func (w *world) config(dataDir string) agent.Config {
 	return agent.Config{
 		Cluster: "c1", Machine: "w-0", Version: "v1.33.2", DataDir: dataDir,
 		NATS:              runtime.NATSConfig{URL: w.srv.URL()},
-		BootstrapChecksum: w.data.GetChecksum(), CACertHash: w.pin,
+		BootstrapChecksum: w.data.GetChecksum(), BootstrapCredential: "machine-credential", CACertHash: w.pin,
 		HeartbeatEvery: 50 * time.Millisecond, HealthAddr: freeAddr(w.t),
 	}
 }

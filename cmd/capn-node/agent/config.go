@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -45,6 +46,11 @@ type Config struct {
 	// BootstrapChecksum is CreateMachine.bootstrap_checksum: the data the
 	// agent fetches must have it.
 	BootstrapChecksum string
+	// BootstrapCredential is CreateMachine.bootstrap_credential: the
+	// machine's secret for the fetch, from its provider. It is read from
+	// BootstrapCredentialFile when that is set.
+	BootstrapCredential     string
+	BootstrapCredentialFile string
 	// CACertHash, when set, pins the cluster CA (sha256:<hex> of its
 	// public key, as kubeadm): the bootstrap data's join material must
 	// name exactly this CA.
@@ -89,6 +95,8 @@ func (c *Config) Flags() []runtime.Flag {
 		f("version", "CAPN_NODE_VERSION", "kubelet `version` heartbeats report (required); no kubelet runs", &c.Version),
 		f("data-dir", "CAPN_NODE_DATA_DIR", "this machine's `dir`: bootstrap files go under <dir>/rootfs (required)", &c.DataDir),
 		f("bootstrap-checksum", "CAPN_NODE_BOOTSTRAP_CHECKSUM", "sha256:<hex> `checksum` of the bootstrap data to fetch (required)", &c.BootstrapChecksum),
+		f("bootstrap-credential-file", "CAPN_NODE_BOOTSTRAP_CREDENTIAL_FILE", "`file` with this machine's bootstrap credential, from its provider (or set CAPN_NODE_BOOTSTRAP_CREDENTIAL; never on the command line)", &c.BootstrapCredentialFile),
+		{Name: "bootstrap-credential", Env: "CAPN_NODE_BOOTSTRAP_CREDENTIAL", Usage: "this machine's bootstrap credential; prefer the variable or --bootstrap-credential-file: a command line is world-readable", Value: runtime.StringValue(&c.BootstrapCredential)},
 		f("ca-cert-hash", "CAPN_NODE_CA_CERT_HASH", "sha256:<hex> `pin` of the cluster CA the join material must name (optional)", &c.CACertHash),
 		f("nats-url", "CAPN_NATS_URL", "NATS `url` of capn", &c.NATS.URL),
 		f("nats-creds", "CAPN_NATS_CREDS", "NATS credentials `file` (JWT and seed) of this machine (optional)", &c.NATS.CredsFile),
@@ -148,6 +156,9 @@ func (c Config) Validate() error {
 	if !strings.HasPrefix(c.BootstrapChecksum, "sha256:") {
 		bad("bootstrap-checksum", "CAPN_NODE_BOOTSTRAP_CHECKSUM", c.BootstrapChecksum, "required: sha256:<hex>")
 	}
+	if c.BootstrapCredentialFile != "" && !filepath.IsAbs(c.BootstrapCredentialFile) {
+		bad("bootstrap-credential-file", "CAPN_NODE_BOOTSTRAP_CREDENTIAL_FILE", c.BootstrapCredentialFile, "must be an absolute path")
+	}
 	if c.CACertHash != "" && !strings.HasPrefix(c.CACertHash, "sha256:") {
 		bad("ca-cert-hash", "CAPN_NODE_CA_CERT_HASH", c.CACertHash, "must be sha256:<hex>")
 	}
@@ -176,3 +187,16 @@ func (c Config) Validate() error {
 
 // String is the identity, for logs.
 func (c Config) String() string { return fmt.Sprintf("%s/%s", c.Cluster, c.Machine) }
+
+// credential is the bootstrap credential: the file's content (trimmed)
+// when a file is named, else the value given.
+func (c Config) credential() (string, error) {
+	if c.BootstrapCredentialFile == "" {
+		return c.BootstrapCredential, nil
+	}
+	b, err := os.ReadFile(c.BootstrapCredentialFile)
+	if err != nil {
+		return "", fmt.Errorf("bootstrap credential: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}

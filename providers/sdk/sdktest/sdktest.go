@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
@@ -310,4 +311,20 @@ func (e *Env) LastHeartbeat(cluster, machine string) (*capnv1alpha1.NodeHeartbea
 	hb := new(capnv1alpha1.NodeHeartbeat)
 	id, ok := e.Last(events.StreamHealth, events.HealthSubject(cluster, machine, "heartbeat"), hb)
 	return hb, id, ok
+}
+
+// AnswerCredentials stands in for the bootstrapper's answer to provider's
+// bootstrap credential requests (sdk.BootstrapCredential): every machine
+// of the provider gets credential. Use it for a NodeAgentProvider run
+// without a bootstrapper.
+func (e *Env) AnswerCredentials(provider, credential string) {
+	e.T.Helper()
+	nc, _ := e.Server.Connect(e.T)
+	sub, err := nc.Subscribe(events.Subject(sdk.BootstrapCredentialRoot, provider, "*", "*"), func(m *nats.Msg) {
+		_ = m.Respond([]byte(credential))
+	})
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	e.T.Cleanup(func() { _ = sub.Unsubscribe() })
 }

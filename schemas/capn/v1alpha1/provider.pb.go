@@ -133,8 +133,14 @@ type CreateMachine struct {
 	BootstrapSecretKey string            `protobuf:"bytes,6,opt,name=bootstrap_secret_key,json=bootstrapSecretKey,proto3" json:"bootstrap_secret_key,omitempty"`
 	BootstrapChecksum  string            `protobuf:"bytes,7,opt,name=bootstrap_checksum,json=bootstrapChecksum,proto3" json:"bootstrap_checksum,omitempty"`
 	Labels             map[string]string `protobuf:"bytes,8,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// bootstrap_credential is never sent on the bus: the provider SDK asks
+	// the bootstrapper for it (capn.bootstrap.credential.<provider>.<cluster>.<machine>)
+	// just before CreateMachine, for a provider whose machines run a node
+	// agent, and the provider hands it to the machine the way it hands user
+	// data. The bootstrap fetch needs it.
+	BootstrapCredential string `protobuf:"bytes,9,opt,name=bootstrap_credential,json=bootstrapCredential,proto3" json:"bootstrap_credential,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *CreateMachine) Reset() {
@@ -221,6 +227,13 @@ func (x *CreateMachine) GetLabels() map[string]string {
 		return x.Labels
 	}
 	return nil
+}
+
+func (x *CreateMachine) GetBootstrapCredential() string {
+	if x != nil {
+		return x.BootstrapCredential
+	}
+	return ""
 }
 
 // DeleteMachine asks for a machine to be removed; deleting a machine that
@@ -716,7 +729,7 @@ const file_capn_v1alpha1_provider_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\".\n" +
 	"\x12DeleteClusterInfra\x12\x18\n" +
-	"\acluster\x18\x01 \x01(\tR\acluster\"\x8b\x03\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\"\xbe\x03\n" +
 	"\rCreateMachine\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x18\n" +
 	"\amachine\x18\x02 \x01(\tR\amachine\x12\x12\n" +
@@ -725,7 +738,8 @@ const file_capn_v1alpha1_provider_proto_rawDesc = "" +
 	"\btemplate\x18\x05 \x01(\v2\x1e.capn.v1alpha1.MachineTemplateR\btemplate\x120\n" +
 	"\x14bootstrap_secret_key\x18\x06 \x01(\tR\x12bootstrapSecretKey\x12-\n" +
 	"\x12bootstrap_checksum\x18\a \x01(\tR\x11bootstrapChecksum\x12@\n" +
-	"\x06labels\x18\b \x03(\v2(.capn.v1alpha1.CreateMachine.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\b \x03(\v2(.capn.v1alpha1.CreateMachine.LabelsEntryR\x06labels\x121\n" +
+	"\x14bootstrap_credential\x18\t \x01(\tR\x13bootstrapCredential\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"C\n" +

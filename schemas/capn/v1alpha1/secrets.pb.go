@@ -246,9 +246,14 @@ type BootstrapData struct {
 	// bootstrapper registered for this token in the workload cluster. It is
 	// set before the Secret is created and cleared once it is deleted (the
 	// machine joined or is gone), so a set value means the Secret may exist.
-	TokenSecret   string `protobuf:"bytes,10,opt,name=token_secret,json=tokenSecret,proto3" json:"token_secret,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	TokenSecret string `protobuf:"bytes,10,opt,name=token_secret,json=tokenSecret,proto3" json:"token_secret,omitempty"`
+	// fetch_credential is the machine's bootstrap credential: 256 random
+	// bits minted with the data, handed only to the machine's provider (for
+	// the machine, as user data) and required by the bootstrap fetch. It is
+	// never derived from anything public (the checksum is public).
+	FetchCredential string `protobuf:"bytes,11,opt,name=fetch_credential,json=fetchCredential,proto3" json:"fetch_credential,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *BootstrapData) Reset() {
@@ -347,6 +352,13 @@ func (x *BootstrapData) GetTokenTtl() *durationpb.Duration {
 func (x *BootstrapData) GetTokenSecret() string {
 	if x != nil {
 		return x.TokenSecret
+	}
+	return ""
+}
+
+func (x *BootstrapData) GetFetchCredential() string {
+	if x != nil {
+		return x.FetchCredential
 	}
 	return ""
 }
@@ -480,7 +492,7 @@ const file_capn_v1alpha1_secrets_proto_rawDesc = "" +
 	"kubeconfig\x18\x01 \x01(\fR\n" +
 	"kubeconfig\x12\x16\n" +
 	"\x06server\x18\x02 \x01(\tR\x06server\x12M\n" +
-	"\x15client_cert_not_after\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x12clientCertNotAfter\"\xdc\x02\n" +
+	"\x15client_cert_not_after\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x12clientCertNotAfter\"\x87\x03\n" +
 	"\rBootstrapData\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\tR\x06format\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x1a\n" +
@@ -493,7 +505,8 @@ const file_capn_v1alpha1_secrets_proto_rawDesc = "" +
 	"\x06joined\x18\b \x01(\bR\x06joined\x126\n" +
 	"\ttoken_ttl\x18\t \x01(\v2\x19.google.protobuf.DurationR\btokenTtl\x12!\n" +
 	"\ftoken_secret\x18\n" +
-	" \x01(\tR\vtokenSecret\"\xe5\x02\n" +
+	" \x01(\tR\vtokenSecret\x12)\n" +
+	"\x10fetch_credential\x18\v \x01(\tR\x0ffetchCredential\"\xe5\x02\n" +
 	"\x14ClusterSecretsStatus\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1b\n" +
 	"\tpki_ready\x18\x02 \x01(\bR\bpkiReady\x12)\n" +

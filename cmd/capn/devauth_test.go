@@ -1,0 +1,97 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/capn-dev/capn/deploy/natsconfig"
+	"github.com/capn-dev/capn/events"
+)
+
+// contextConn connects as the nats CLI does with capn dev's context file
+// (nats --context <dataDir>/nats-context.json), checking it names url.
+func contextConn(t *testing.T, dataDir, url string) *nats.Conn {
+	t.Helper()
+	path := filepath.Join(dataDir, devNATSContext)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct{ URL, NKey string }
+	if err := json.Unmarshal(b, &c); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if c.URL != url || !filepath.IsAbs(c.NKey) {
+		t.Fatalf("%s names %q and seed %q; want %s and an absolute path", path, c.URL, c.NKey, url)
+	}
+	opt, err := nats.NkeyOptionFromSeed(c.NKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(c.URL, opt)
+	if err != nil {
+		t.Fatalf("connect with the nats CLI context: %v", err)
+	}
+	return nc
+}
+
+// Finding 2 of issue 17: capn dev's NATS took anyone on the host — any
+// local process could read every bucket, write desired and fetch
+// bootstrap data. It now refuses an anonymous connection; its services
+// connect each as its own user with a deployment's permissions, and the
+// credentials are the data dir's alone (0700 directory, 0600 seeds).
+func TestDevNATSRefusesAnonymousConnections(t *testing.T) {
+	dataDir := t.TempDir()
+	d := startDev(t, dataDir, "--providers", "sim")
+	_, err := nats.Connect(d.natsURL, nats.Timeout(5*time.Second))
+	if !errors.Is(err, nats.ErrAuthorization) && (err == nil || !strings.Contains(strings.ToLower(err.Error()), "authorization violation")) {
+		t.Fatalf("an anonymous connection to capn dev's NATS: %v; want an authorization violation", err)
+	}
+	fi, err := os.Stat(filepath.Join(dataDir, devUsersDir))
+	if err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("users dir: %v %v; want 0700", fi.Mode(), err)
+	}
+	seeds, _ := filepath.Glob(filepath.Join(dataDir, devUsersDir, "*.nk"))
+	for _, s := range seeds {
+		if fi, err := os.Stat(s); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %v %v; want 0600", s, fi.Mode(), err)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(dataDir, devNATSContext)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("context file: %v; want 0600", err)
+	}
+	// The node user (what a machine holds) may not read a bucket or write
+	// desired: the server refuses.
+	opt, err := nats.NkeyOptionFromSeed(filepath.Join(dataDir, devUsersDir, natsconfig.NodeAgent+".nk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 4)
+	node, err := nats.Connect(d.natsURL, opt, nats.CustomInboxPrefix(natsconfig.InboxPrefix(natsconfig.NodeAgent)),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+	if err != nil {
+		t.Fatalf("the node user: %v", err)
+	}
+	defer node.Close()
+	if err := node.Publish("$KV."+events.BucketDesired+".cluster.evil", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errs:
+		if !errors.Is(err, nats.ErrPermissionViolation) && !strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
+			t.Fatalf("the node user's write to desired: %v; want a permissions violation", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the node user's write to desired was not refused")
+	}
+	if code := d.stop(t); code != 0 {
+		t.Fatalf("capn dev exited with %d:\n%s", code, d.out)
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/capn-dev/capn/events"
@@ -16,10 +15,9 @@ import (
 // takes the corrupt record for one).
 func TestCorruptClusterRecord(t *testing.T) {
 	a := newApplyTest(t)
-	nc, err := nats.Connect(a.dev.natsURL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// capn dev's NATS takes only its users: write as the admin the nats
+	// CLI context names.
+	nc := contextConn(t, a.dev.dataDir, a.dev.natsURL)
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {

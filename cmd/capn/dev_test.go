@@ -72,6 +72,8 @@ type devRun struct {
 	opsURL  string
 	// gatewayURL and token are the gateway's and its admin token.
 	gatewayURL, token string
+	// dataDir is capn dev's data directory (its NATS credentials).
+	dataDir string
 }
 
 var (
@@ -94,7 +96,7 @@ func startDevWith(t *testing.T, dataDir string, vars map[string]string, extra ..
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	e, _, stderr := testEnv(vars)
-	r := &devRun{cancel: cancel, done: make(chan int, 1), out: stderr}
+	r := &devRun{cancel: cancel, done: make(chan int, 1), out: stderr, dataDir: dataDir}
 	args := append([]string{"dev", "--data-dir", dataDir, "--nats-listen", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
 		"--gateway-addr", "127.0.0.1:0", "--log-format", "json", "--providers", "sim"}, extra...)
 	go func() { r.done <- run(ctx, e, args) }()

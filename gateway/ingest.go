@@ -74,7 +74,7 @@ func (s *server) ingest(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		s.metrics.ingest("failed", len(items))
 		zerolog.Ctx(r.Context()).Warn().Err(err).Int("events", len(items)).Msg("ingest: JetStream did not store the events")
-		if p, _ := storeProblem(err, batch); p != nil {
+		if p := storeProblem(err, batch); p != nil {
 			return p
 		}
 		return err

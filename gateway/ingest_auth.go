@@ -86,7 +86,7 @@ func (s *server) authorizeIngest(ctx context.Context, p *principal, items []inge
 		labelsOf := map[string]labels.Set{}
 		var bad *problemError
 		for i, it := range items {
-			cluster := healthCluster(it.health)
+			cluster := it.cluster
 			if cluster == "" {
 				continue
 			}
@@ -141,14 +141,4 @@ func (s *server) inReach(ctx context.Context, r *reach, cluster string, labelsOf
 		labelsOf[cluster] = set
 	}
 	return set != nil && r.selector.Matches(set), nil
-}
-
-// healthCluster is the cluster of a capn.health.<cluster>.<machine>.<kind>
-// subject ("" for none).
-func healthCluster(subject string) string {
-	toks := strings.Split(subject, ".")
-	if len(toks) != 5 {
-		return ""
-	}
-	return toks[2]
 }

@@ -49,6 +49,8 @@ type ingestItem struct {
 	// health is the capn.health.<cluster>.<machine>.<kind> subject of a
 	// capn health event, else "".
 	health string
+	// cluster is the cluster a capn health event is about, else "".
+	cluster string
 	// msgID is the JetStream de-duplication id: CloudEvents identify an
 	// event by source and id.
 	msgID string
@@ -183,6 +185,7 @@ func checkEvent(e *event.Event, prefix string) (ingestItem, []api.FieldViolation
 		}
 		if len(vs) == 0 {
 			it.health = events.HealthSubject(node.GetCluster(), node.GetMachine(), ht.kind)
+			it.cluster = node.GetCluster()
 		}
 	}
 	return it, vs

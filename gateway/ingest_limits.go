@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -39,22 +40,31 @@ type publishLimits struct {
 	maxMsgSize map[string]int64
 }
 
-// publishLimitsOf reads the connection's max_payload and the streams'
-// limits of the declared topology.
+// publishLimitsOf reads the connection's max_payload (it can change with
+// the server the connection is on) and the streams' limits of the
+// declared topology (streamMsgSizes).
 func publishLimitsOf(nc *nats.Conn) publishLimits {
-	l := publishLimits{maxPayload: 1 << 20, maxMsgSize: map[string]int64{}} // nats-server's default
+	l := publishLimits{maxPayload: 1 << 20, maxMsgSize: streamMsgSizes()} // nats-server's default
 	if nc != nil && nc.MaxPayload() > 0 {
 		l.maxPayload = nc.MaxPayload()
 	}
+	return l
+}
+
+// streamMsgSizes are the max_msg_size of the declared streams that set
+// one, worked out once: the topology does not change while the gateway
+// runs.
+var streamMsgSizes = sync.OnceValue(func() map[string]int64 {
+	m := map[string]int64{}
 	for _, t := range []events.Topology{events.DefaultTopology(1), Topology(1)} {
 		for _, sc := range t.Streams {
 			if sc.MaxMsgSize > 0 {
-				l.maxMsgSize[sc.Name] = int64(sc.MaxMsgSize)
+				m[sc.Name] = int64(sc.MaxMsgSize)
 			}
 		}
 	}
-	return l
-}
+	return m
+})
 
 // messages encodes every item's messages (its ingest copy, and its health
 // copy) with their JetStream headers and checks each against the limits
@@ -94,7 +104,8 @@ func (s *server) messages(items []ingestItem, batch bool) ([]outMsg, error) {
 
 // check returns why m cannot be stored on stream, or "".
 func (l publishLimits) check(stream string, m *nats.Msg) string {
-	hdr, total := headerSize(m.Header), int64(headerSize(m.Header)+len(m.Data))
+	hdr := headerSize(m.Header)
+	total := int64(hdr + len(m.Data))
 	switch {
 	case hdr > maxStoredHeader:
 		return fmt.Sprintf("its attributes and extensions take %d bytes as NATS headers; JetStream stores at most %d (move large values into data)", hdr, maxStoredHeader)
@@ -140,18 +151,18 @@ func (e *publishError) Unwrap() error { return e.err }
 // or JetStream unreachable or slow), 422 naming the event JetStream
 // refused for a reason of its own (a limit it applies that the checks do
 // not know), 500 otherwise.
-func storeProblem(err error, batch bool) (*problemError, bool) {
+func storeProblem(err error, batch bool) *problemError {
 	if isTransient(err) {
-		return unavailable("JetStream did not store the events (%v); retry the request: events already stored are de-duplicated by source and id", err), true
+		return unavailable("JetStream did not store the events (%v); retry the request: events already stored are de-duplicated by source and id", err)
 	}
 	var pe *publishError
 	var ae *jetstream.APIError
 	if errors.As(err, &pe) && errors.As(err, &ae) {
 		return problem(http.StatusUnprocessableEntity, api.ProblemInvalidEvent, "Event refused by JetStream",
 			"JetStream refused an event (%s); a retry will not help", ae.Description).
-			withField(eventPath(pe.item, batch), ae.Error(), pe.id), false
+			withField(eventPath(pe.item, batch), ae.Error(), pe.id)
 	}
-	return nil, false
+	return nil
 }
 
 // isBatch tells whether a request is in CloudEvents batch mode.

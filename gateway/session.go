@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"html/template"
 	"net/http"
 	"net/url"
@@ -69,7 +70,7 @@ func newSessions(now func() time.Time) *sessions {
 var (
 	errCodeUnknown = errors.New("this login link is not one the gateway made (or the gateway restarted since)")
 	errCodeUsed    = errors.New("this login link was used already: each link logs in once")
-	errCodeExpired = errors.New("this login link expired: links work for 60 seconds")
+	errCodeExpired = fmt.Errorf("this login link expired: links work for %.0f seconds", LoginCodeTTL.Seconds())
 )
 
 // secret returns a new random secret and its digest.
@@ -178,7 +179,7 @@ func (s *sessions) authenticateCookie(r *http.Request, id string) (*principal, *
 		p.header.Add("Set-Cookie", clearSessionCookie(r).String())
 		return nil, p
 	}
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+	if changesState(r) {
 		if err := sameOrigin(r); err != nil {
 			return nil, problem(http.StatusForbidden, api.ProblemForbidden, "Forbidden", "%v", err)
 		}

@@ -409,21 +409,16 @@ func (s *session) reportDocument(d *document, err error) {
 		fmt.Fprintf(s.e.stderr, "%s: %s: %v\n", s.name, d.label(), err)
 		return
 	}
-	p := ce.Problem
-	if len(p.Errors) == 0 {
-		title := p.Title
-		if title == "" {
-			title = http.StatusText(ce.StatusCode)
+	if len(ce.Problem.Errors) == 0 {
+		line := problemTitle(ce)
+		if ce.Problem.Detail != "" {
+			line += ": " + ce.Problem.Detail
 		}
-		fmt.Fprintf(s.e.stderr, "%s: %s: %s (%d): %s\n", s.name, d.label(), title, ce.StatusCode, p.Detail)
+		fmt.Fprintf(s.e.stderr, "%s: %s: %s\n", s.name, d.label(), line)
 		return
 	}
-	for _, f := range p.Errors {
-		if f.Value != "" {
-			fmt.Fprintf(s.e.stderr, "%s: %s: %s: %q: %s\n", s.name, d.label(), f.Path, f.Value, f.Reason)
-		} else {
-			fmt.Fprintf(s.e.stderr, "%s: %s: %s: %s\n", s.name, d.label(), f.Path, f.Reason)
-		}
+	for _, f := range ce.Problem.Errors {
+		fmt.Fprintf(s.e.stderr, "%s: %s: %s\n", s.name, d.label(), fieldLine(f))
 	}
 }
 

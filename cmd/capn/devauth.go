@@ -2,14 +2,11 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nkeys"
 
 	"github.com/capn-dev/capn/deploy/natsconfig"
 	"github.com/capn-dev/capn/providers/docker"
@@ -65,7 +62,7 @@ func newDevAuth(dataDir string, d natsconfig.Deployment) (*devAuth, error) {
 		return nil, fmt.Errorf("NATS users: %w", err)
 	}
 	for _, u := range append(d.Users(), natsconfig.User{Name: devAdminUser}) {
-		pub, err := a.ensureSeed(u.Name)
+		pub, _, err := natsconfig.EnsureSeed(a.seedPath(u.Name))
 		if err != nil {
 			return nil, err
 		}
@@ -80,32 +77,6 @@ func newDevAuth(dataDir string, d natsconfig.Deployment) (*devAuth, error) {
 }
 
 func (a *devAuth) seedPath(user string) string { return filepath.Join(a.dir, user+".nk") }
-
-// ensureSeed returns the user's public key, making its seed (0600) first
-// if there is none.
-func (a *devAuth) ensureSeed(user string) (string, error) {
-	path := a.seedPath(user)
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		kp, err := nkeys.CreateUser()
-		if err != nil {
-			return "", err
-		}
-		if b, err = kp.Seed(); err != nil {
-			return "", err
-		}
-		if err := os.WriteFile(path, b, 0o600); err != nil {
-			return "", fmt.Errorf("NATS user %s: %w", user, err)
-		}
-	} else if err != nil {
-		return "", fmt.Errorf("NATS user %s: %w", user, err)
-	}
-	kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(b))))
-	if err != nil {
-		return "", fmt.Errorf("NATS user %s: seed %s: %w (delete it to make a new one)", user, path, err)
-	}
-	return kp.PublicKey()
-}
 
 // conn is how the service called name connects: as its own user when the
 // deployment has one, else as the admin.

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/capn-dev/capn/gateway/api"
 	"github.com/capn-dev/capn/gateway/client"
 	"github.com/capn-dev/capn/services/runtime"
 )
@@ -49,21 +50,13 @@ func reportError(w io.Writer, name string, conn *connection, err error) int {
 // first line, then one line per bad field with its path.
 func printProblem(w io.Writer, name string, conn *connection, ce *client.Error) {
 	p := ce.Problem
-	title := p.Title
-	if title == "" {
-		title = http.StatusText(ce.StatusCode)
-	}
-	line := fmt.Sprintf("%s: %s (%d)", name, title, ce.StatusCode)
+	line := fmt.Sprintf("%s: %s", name, problemTitle(ce))
 	if p.Detail != "" {
 		line += ": " + p.Detail
 	}
 	fmt.Fprintln(w, line)
 	for _, f := range p.Errors {
-		if f.Value != "" {
-			fmt.Fprintf(w, "  %s: %q: %s\n", f.Path, f.Value, f.Reason)
-		} else {
-			fmt.Fprintf(w, "  %s: %s\n", f.Path, f.Reason)
-		}
+		fmt.Fprintf(w, "  %s\n", fieldLine(f))
 	}
 	switch {
 	case ce.StatusCode == http.StatusUnauthorized && conn != nil && conn.Token == "":
@@ -73,4 +66,22 @@ func printProblem(w io.Writer, name string, conn *connection, ce *client.Error) 
 	case ce.RetryAfter > 0:
 		fmt.Fprintf(w, "  retry after %s\n", ce.RetryAfter)
 	}
+}
+
+// problemTitle is "Title (status)", the status text when the problem has
+// no title.
+func problemTitle(ce *client.Error) string {
+	title := ce.Problem.Title
+	if title == "" {
+		title = http.StatusText(ce.StatusCode)
+	}
+	return fmt.Sprintf("%s (%d)", title, ce.StatusCode)
+}
+
+// fieldLine is one field error as capn prints it: path: "value": reason.
+func fieldLine(f api.FieldViolation) string {
+	if f.Value != "" {
+		return fmt.Sprintf("%s: %q: %s", f.Path, f.Value, f.Reason)
+	}
+	return fmt.Sprintf("%s: %s", f.Path, f.Reason)
 }

@@ -41,7 +41,7 @@ Examples:
 `
 
 func cmdImport(_ context.Context, e env, args []string) int {
-	fs := newFlags(e, "capn import -f FILE|- [--provider NAME] [--cluster NAME] [--strict]", importHelp)
+	fs := newFlags(e, "capn import -f FILE|- [--provider NAME] [--cluster NAME] [--strict] [--quiet]", importHelp)
 	var file string
 	var opts capi.Options
 	var quiet, strict bool

@@ -53,13 +53,11 @@ func clusterPhase(c *capnv1.Cluster) string {
 // counts are machine numbers of a pool, or of several summed, as
 // kubectl rollout status shows them: ready, updated and available never
 // above desired (each pool's capped at its desired replicas); the
-// machines beyond it are surge (a rollout's) or, when no machine is
-// outdated, machines a scale-down removes.
+// machines beyond it during a rollout are its surge.
 type counts struct {
 	desired, ready, updated, available int32
-	// surge: machines beyond desired while some are outdated; extra:
-	// beyond desired otherwise.
-	surge, extra int32
+	// surge: machines beyond desired while some are outdated.
+	surge int32
 	// rolling: some machine is outdated.
 	rolling bool
 }
@@ -75,15 +73,13 @@ func poolCounts(ps *capnv1.PoolStatus, specDesired int32) counts {
 		rolling: ps.GetUpdated() < ps.GetReplicas()}
 	if beyond := ps.GetReplicas() - d; beyond > 0 && k.rolling {
 		k.surge = beyond
-	} else if beyond > 0 {
-		k.extra = beyond
 	}
 	return k
 }
 
 func (k counts) plus(o counts) counts {
 	return counts{desired: k.desired + o.desired, ready: k.ready + o.ready, updated: k.updated + o.updated, available: k.available + o.available,
-		surge: k.surge + o.surge, extra: k.extra + o.extra, rolling: k.rolling || o.rolling}
+		surge: k.surge + o.surge, rolling: k.rolling || o.rolling}
 }
 
 // clusterCounts are the control plane's counts and the worker pools'

@@ -91,7 +91,7 @@ func Render(d Deployment, dir string) (*Rendered, error) {
 		if err := os.MkdirAll(r.UserDir(u.Name), 0o700); err != nil {
 			return nil, err
 		}
-		pub, created, err := ensureSeed(r.UserFile(u.Name, UserSeedFile))
+		pub, created, err := EnsureSeed(r.UserFile(u.Name, UserSeedFile))
 		if err != nil {
 			return nil, fmt.Errorf("user %s: %w", u.Name, err)
 		}
@@ -235,9 +235,9 @@ func serverNames(s Server) ([]string, []net.IP) {
 	return dns, ips
 }
 
-// ensureSeed reads the user nkey seed in path, or creates one (0600). It
+// EnsureSeed reads the user nkey seed in path, or creates one (0600). It
 // returns the public key and whether it created the seed.
-func ensureSeed(path string) (string, bool, error) {
+func EnsureSeed(path string) (string, bool, error) {
 	if b, err := os.ReadFile(path); err == nil {
 		kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(b))))
 		if err != nil {

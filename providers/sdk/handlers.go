@@ -269,7 +269,7 @@ func (s *server) withCredential(ctx context.Context, req *capnv1alpha1.CreateMac
 	if _, ok := s.p.(NodeAgentProvider); !ok || req.GetBootstrapChecksum() == "" {
 		return nil
 	}
-	cred, err := BootstrapCredential(ctx, s.nc, s.name, req.GetCluster(), req.GetMachine(), req.GetBootstrapChecksum())
+	cred, err := BootstrapCredential(ctx, s.js.Conn(), s.name, req.GetCluster(), req.GetMachine(), req.GetBootstrapChecksum())
 	var fe *FetchError
 	if errors.As(err, &fe) && !fe.Retryable() {
 		return Permanent(err)

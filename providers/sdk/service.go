@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/nats-io/nats.go"
 	"sync"
 	"time"
 
@@ -78,7 +77,6 @@ type server struct {
 	js     jetstream.JetStream
 	obs    *observed
 	pub    *events.Publisher
-	nc     *nats.Conn // the bootstrap credential requests
 	locks  keyLocks
 	checks *reconcile.Queue
 	drift  *prometheus.CounterVec
@@ -101,7 +99,6 @@ func newServer(ctx context.Context, p Provider, opts Options, d *runtime.Deps) (
 		opts:    opts,
 		log:     d.Log.With().Str("provider", name).Logger(),
 		js:      d.JS,
-		nc:      d.NC,
 		obs:     newObserved(name, d.JS, kv),
 		pub:     events.NewPublisher(d.JS, "capn/"+ServiceName(name)),
 		checks:  reconcile.NewQueue(),

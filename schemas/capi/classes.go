@@ -284,7 +284,7 @@ type classSlot struct {
 // slotsOf lists the templates a ClusterClass references, read without
 // consuming anything.
 func slotsOf(cc *object) []classSlot {
-	spec := node{o: &object{used: map[string]bool{}}, v: cc.root}.field("spec")
+	spec := peek(cc.root).field("spec")
 	slot := func(ref node, s classSlot) classSlot {
 		s.kind, _ = ref.field("kind").v.(string)
 		s.name, _ = ref.field("name").v.(string)

@@ -156,7 +156,7 @@ func (c *converter) defineFailureDomains(o *object) {
 			}
 		}
 	}
-	walk(node{o: &object{used: map[string]bool{}}, v: o.root}.field("spec"))
+	walk(peek(o.root).field("spec"))
 }
 
 // failureDomain sets the pool's failure domain from n. A failure domain

@@ -440,6 +440,10 @@ func (o *object) pathOrder() map[string]int {
 			}
 		}
 	}
-	walk(node{o: &object{used: map[string]bool{}}, v: o.root})
+	walk(peek(o.root))
 	return out
 }
+
+// peek is a node over v that reads without marking anything of an object
+// used (its reads are not the conversion's).
+func peek(v any) node { return node{o: &object{used: map[string]bool{}}, v: v} }

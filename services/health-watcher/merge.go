@@ -171,7 +171,7 @@ func sameSlot(a, b *capnv1.NodeCondition) bool {
 
 // ingested: the condition came through the gateway's ingest.
 func ingested(c *capnv1.NodeCondition) bool {
-	return strings.HasPrefix(c.GetSource(), policy.IngestSourcePrefix)
+	return policy.Ingested(c.GetSource())
 }
 
 // compareConditions orders a record's conditions: by type, then source.

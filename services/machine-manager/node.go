@@ -25,7 +25,7 @@ func reflectNode(st *capnv1.MachineStatus, node *capnv1.NodeHealth, created, now
 	var ingested []string
 	for _, c := range node.GetConditions() {
 		switch {
-		case strings.HasPrefix(c.GetSource(), policy.IngestSourcePrefix):
+		case policy.Ingested(c.GetSource()):
 			// A gateway token's report: shown, never taken as the node's own.
 			ingested = append(ingested, c.GetType()+"="+c.GetStatus()+" from "+c.GetSource())
 		case c.GetType() == "Ready":

@@ -96,7 +96,7 @@ func (c *Config) Flags() []runtime.Flag {
 		f("data-dir", "CAPN_NODE_DATA_DIR", "this machine's `dir`: bootstrap files go under <dir>/rootfs (required)", &c.DataDir),
 		f("bootstrap-checksum", "CAPN_NODE_BOOTSTRAP_CHECKSUM", "sha256:<hex> `checksum` of the bootstrap data to fetch (required)", &c.BootstrapChecksum),
 		f("bootstrap-credential-file", "CAPN_NODE_BOOTSTRAP_CREDENTIAL_FILE", "`file` with this machine's bootstrap credential, from its provider (or set CAPN_NODE_BOOTSTRAP_CREDENTIAL; never on the command line)", &c.BootstrapCredentialFile),
-		{Name: "bootstrap-credential", Env: "CAPN_NODE_BOOTSTRAP_CREDENTIAL", Usage: "this machine's bootstrap credential; prefer the variable or --bootstrap-credential-file: a command line is world-readable", Value: runtime.StringValue(&c.BootstrapCredential)},
+		f("bootstrap-credential", "CAPN_NODE_BOOTSTRAP_CREDENTIAL", "this machine's bootstrap credential; prefer the variable or --bootstrap-credential-file: a command line is world-readable", &c.BootstrapCredential),
 		f("ca-cert-hash", "CAPN_NODE_CA_CERT_HASH", "sha256:<hex> `pin` of the cluster CA the join material must name (optional)", &c.CACertHash),
 		f("nats-url", "CAPN_NATS_URL", "NATS `url` of capn", &c.NATS.URL),
 		f("nats-creds", "CAPN_NATS_CREDS", "NATS credentials `file` (JWT and seed) of this machine (optional)", &c.NATS.CredsFile),

@@ -72,6 +72,10 @@ const IngestSourcePrefix = "ingest:"
 // gateway ingested with the token named token.
 func IngestSource(token string) string { return IngestSourcePrefix + token }
 
+// Ingested reports whether source is that of a report ingested through the
+// gateway (IngestSource).
+func Ingested(source string) bool { return strings.HasPrefix(source, IngestSourcePrefix) }
+
 // ExtensionReporter is the CloudEvents extension attribute the gateway sets
 // on every health event it ingests: the name of the token that sent it
 // (whatever the event said). The health-watcher records such a report with

@@ -19,7 +19,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/capn-dev/capn/deploy/natsconfig"
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/embedded"
 	"github.com/capn-dev/capn/services/runtime"
@@ -251,9 +250,8 @@ func dev(ctx context.Context, cfg devConfig, out io.Writer, lookup func(string) 
 			return fmt.Errorf("write the nats CLI context: %w", err)
 		}
 	}
-	node := auth.conn(natsconfig.NodeAgent)
-	node.URL = natsURL
-	provs := devProviders(ctx, cfg, dataDir, node)
+	// Machines log in as themselves (auth callout): only the URL is theirs.
+	provs := devProviders(ctx, cfg, dataDir, runtime.NATSConfig{URL: natsURL})
 	var provSvcs []runtime.Service
 	for _, p := range provs {
 		if p.svc != nil {
@@ -267,7 +265,7 @@ func dev(ctx context.Context, cfg devConfig, out io.Writer, lookup func(string) 
 	if err != nil {
 		return err
 	}
-	services, err := devServices(cfg, gw, provSvcs)
+	services, err := devServices(cfg, gw, auth, provSvcs)
 	if err != nil {
 		gw.ln.Close()
 		return err
@@ -380,7 +378,7 @@ func dev(ctx context.Context, cfg devConfig, out io.Writer, lookup func(string) 
 // startNATS starts the embedded server with its store under dataDir,
 // listening as cfg says.
 func startNATS(cfg devConfig, dataDir string, log zerolog.Logger, auth *devAuth) (*server.Server, error) {
-	opts := embedded.Options{StoreDir: filepath.Join(dataDir, "jetstream"), ServerName: devName, Nkeys: auth.nkeys}
+	opts := embedded.Options{StoreDir: filepath.Join(dataDir, "jetstream"), ServerName: devName, Nkeys: auth.nkeys, AuthCallout: auth.callout}
 	if cfg.NATSListen == natsListenNone {
 		opts.DontListen = true
 	} else {

@@ -21,18 +21,24 @@ import (
 // dev itself — its provisioning connection, services it does not know and
 // the nats CLI context it writes — as an admin user. Every user is an nkey
 // whose seed capn dev keeps under <data-dir>/nats-users (0700, seeds 0600),
-// made once and reused.
+// made once and reused. Machines have no static user: each logs in as
+// itself (machine.<cluster>.<machine>) through the bootstrapper's auth
+// callout, whose issuer seed is kept there too.
 const (
 	devUsersDir    = "nats-users"
 	devNATSContext = "nats-context.json"
 	// devAdminUser may do anything: it provisions the topology.
 	devAdminUser = devName
+	// devCalloutIssuer names the auth callout issuer's account seed.
+	devCalloutIssuer = "auth-callout-issuer"
 )
 
 type devAuth struct {
 	dir   string
 	known map[string]bool // users with a deployment's permissions
 	nkeys []*server.NkeyUser
+	// callout delegates every other login to the bootstrapper.
+	callout *server.AuthCallout
 }
 
 // devNATSDeployment is capn dev's deployment as natsconfig sees it: the
@@ -73,8 +79,19 @@ func newDevAuth(dataDir string, d natsconfig.Deployment) (*devAuth, error) {
 		}
 		a.nkeys = append(a.nkeys, nu)
 	}
+	issuer, _, err := natsconfig.EnsureIssuerSeed(a.issuerSeedPath())
+	if err != nil {
+		return nil, err
+	}
+	a.callout = &server.AuthCallout{Issuer: issuer}
+	for _, nu := range a.nkeys {
+		a.callout.AuthUsers = append(a.callout.AuthUsers, nu.Nkey)
+	}
 	return a, nil
 }
+
+// issuerSeedPath is the auth callout issuer's seed, for the bootstrapper.
+func (a *devAuth) issuerSeedPath() string { return filepath.Join(a.dir, devCalloutIssuer+".nk") }
 
 func (a *devAuth) seedPath(user string) string { return filepath.Join(a.dir, user+".nk") }
 

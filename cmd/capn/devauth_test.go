@@ -10,9 +10,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-
-	"github.com/capn-dev/capn/deploy/natsconfig"
-	"github.com/capn-dev/capn/events"
 )
 
 // contextConn connects as the nats CLI does with capn dev's context file
@@ -67,29 +64,12 @@ func TestDevNATSRefusesAnonymousConnections(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(dataDir, devNATSContext)); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("context file: %v; want 0600", err)
 	}
-	// The node user (what a machine holds) may not read a bucket or write
-	// desired: the server refuses.
-	opt, err := nats.NkeyOptionFromSeed(filepath.Join(dataDir, devUsersDir, natsconfig.NodeAgent+".nk"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	errs := make(chan error, 4)
-	node, err := nats.Connect(d.natsURL, opt, nats.CustomInboxPrefix(natsconfig.InboxPrefix(natsconfig.NodeAgent)),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
-	if err != nil {
-		t.Fatalf("the node user: %v", err)
-	}
-	defer node.Close()
-	if err := node.Publish("$KV."+events.BucketDesired+".cluster.evil", []byte("x")); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-errs:
-		if !errors.Is(err, nats.ErrPermissionViolation) && !strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
-			t.Fatalf("the node user's write to desired: %v; want a permissions violation", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the node user's write to desired was not refused")
+	// No static user is left for machines: a machine logs in as itself
+	// through the bootstrapper's auth callout, and a made-up one is refused
+	// (tests/security/machine_identity_test.go attacks it with real ones).
+	if nc, err := nats.Connect(d.natsURL, nats.UserInfo("machine.demo.demo-w-0", "guess"), nats.Timeout(5*time.Second)); err == nil {
+		nc.Close()
+		t.Fatal("a machine login with a made-up secret was accepted")
 	}
 	if code := d.stop(t); code != 0 {
 		t.Fatalf("capn dev exited with %d:\n%s", code, d.out)

@@ -34,7 +34,7 @@ func (g devGateway) URL() string { return "http://" + g.ln.Addr().String() }
 // Each issue that adds a service registers it here. capn dev gives each
 // its own in-process NATS connection, its logs and metrics labelled
 // service=<name>, and its place in /readyz.
-func devServices(cfg devConfig, gw devGateway, providers []runtime.Service) ([]runtime.Service, error) {
+func devServices(cfg devConfig, gw devGateway, auth *devAuth, providers []runtime.Service) ([]runtime.Service, error) {
 	ring, err := devKeyring(cfg.DataDir)
 	if err != nil {
 		return nil, err
@@ -42,7 +42,8 @@ func devServices(cfg devConfig, gw devGateway, providers []runtime.Service) ([]r
 	services := []runtime.Service{
 		clusterplanner.New(clusterplanner.Config{}),
 		machinemanager.New(machinemanager.Config{}),
-		bootstrapper.New(bootstrapper.Config{Keyring: ring}),
+		// The bootstrapper also logs machines in (the auth callout).
+		bootstrapper.New(bootstrapper.Config{Keyring: ring, CalloutIssuerSeedFile: auth.issuerSeedPath()}),
 		healthwatcher.New(healthwatcher.Config{Keyring: ring}), // opens kubeconfigs to read real-kubernetes clusters' Nodes
 		remediator.New(remediator.Config{}),
 	}

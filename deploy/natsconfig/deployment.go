@@ -24,7 +24,10 @@ type Deployment struct {
 	Replicas int
 	// Providers are the infrastructure providers that get a user each.
 	Providers []Provider
-	// NodeAgents adds the shared user of node agents.
+	// NodeAgents: machines run node agents (capn-node, capn-npd-bridge),
+	// which have no static user: each logs in as its own machine
+	// (machine.<cluster>.<machine>) through the bootstrapper's auth callout,
+	// which the servers delegate every other login to.
 	NodeAgents bool
 	// TLS requires TLS with client certificates on the client port and
 	// between routes, with certificates Render issues from local CAs.

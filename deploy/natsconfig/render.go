@@ -238,6 +238,17 @@ func serverNames(s Server) ([]string, []net.IP) {
 // EnsureSeed reads the user nkey seed in path, or creates one (0600). It
 // returns the public key and whether it created the seed.
 func EnsureSeed(path string) (string, bool, error) {
+	return ensureSeed(path, "user", nkeys.CreateUser, nkeys.IsValidPublicUserKey)
+}
+
+// EnsureIssuerSeed reads the account nkey seed in path, or creates one
+// (0600): the issuer of the auth callout's answers (auth_callout's
+// issuer), which the bootstrapper signs machines' logins with.
+func EnsureIssuerSeed(path string) (string, bool, error) {
+	return ensureSeed(path, "account", nkeys.CreateAccount, nkeys.IsValidPublicAccountKey)
+}
+
+func ensureSeed(path, kind string, create func() (nkeys.KeyPair, error), valid func(string) bool) (string, bool, error) {
 	if b, err := os.ReadFile(path); err == nil {
 		kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(b))))
 		if err != nil {
@@ -247,14 +258,14 @@ func EnsureSeed(path string) (string, bool, error) {
 		if err != nil {
 			return "", false, err
 		}
-		if !nkeys.IsValidPublicUserKey(pub) {
-			return "", false, fmt.Errorf("%s: not a user seed", path)
+		if !valid(pub) {
+			return "", false, fmt.Errorf("%s: not %s %s seed", path, map[bool]string{true: "an", false: "a"}[kind == "account"], kind)
 		}
 		return pub, false, nil
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return "", false, err
 	}
-	kp, err := nkeys.CreateUser()
+	kp, err := create()
 	if err != nil {
 		return "", false, fmt.Errorf("create nkey: %w", err)
 	}

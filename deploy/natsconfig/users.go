@@ -19,9 +19,6 @@ const (
 	Gateway        = "gateway"
 	// Init provisions streams and buckets, and may do nothing else.
 	Init = "capn-init"
-	// NodeAgent is the user every node agent (capn-node, capn-npd-bridge)
-	// shares: heartbeats, node conditions and the bootstrap fetch.
-	NodeAgent = "node"
 )
 
 // Subjects and names that capn's services use and events does not export.
@@ -38,6 +35,10 @@ const (
 	// their machines' bootstrap credentials (bootstrapper.CredentialSubjectRoot):
 	// capn.bootstrap.credential.<provider>.<cluster>.<machine>.
 	SubjectBootstrapCredential = "capn.bootstrap.credential"
+	// SubjectAuthCallout is where the server asks the bootstrapper to log
+	// a machine in (bootstrapper.CalloutSubject): node agents have no
+	// static user, each logs in as its own machine (events.MachineUser).
+	SubjectAuthCallout = "$SYS.REQ.USER.AUTH"
 )
 
 // ProviderUser is the user, runtime service and durable consumer name of
@@ -97,7 +98,9 @@ type User struct {
 }
 
 // Users are every NATS user of d, in a fixed order: the core components,
-// the gateway, the providers (in d's order), node agents and the init job.
+// the gateway, the providers (in d's order) and the init job. Node agents
+// have none: each logs in as its machine through the bootstrapper's auth
+// callout (with NodeAgents).
 func (d Deployment) Users() []User {
 	durables := d.Durables()
 	var users []User
@@ -141,6 +144,9 @@ func (d Deployment) Users() []User {
 		g.write(obs, "secrets.>")
 		g.publish(ev("bootstrap", ">"))
 		g.serve(events.Subject(SubjectBootstrapFetch, "*", "*"), events.Subject(SubjectBootstrapCredential, "*", "*", "*"))
+		if d.NodeAgents {
+			g.serve(SubjectAuthCallout) // machines log in as themselves (auth callout)
+		}
 	})
 	add(HealthWatcher, "judges node health from heartbeats, conditions, drift and workload clusters' Nodes", func(g *grants) {
 		g.read(des, ">")
@@ -181,11 +187,6 @@ func (d Deployment) Users() []User {
 			if p.Heartbeats {
 				g.publish(events.Subject(events.SubjectHealth, "*", "*", "heartbeat"))
 			}
-		})
-	}
-	if d.NodeAgents {
-		add(NodeAgent, "node agents: heartbeats, node conditions, their own bootstrap data", func(g *grants) {
-			g.publish(events.SubjectHealth+".*.*.*", events.Subject(SubjectBootstrapFetch, "*", "*"))
 		})
 	}
 	add(Init, "provisions streams and buckets; reads no data", func(g *grants) {

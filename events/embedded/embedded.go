@@ -29,6 +29,9 @@ type Options struct {
 	// Nkeys, when set, are the only users the server accepts (each with
 	// its permissions; nil permissions allow everything).
 	Nkeys []*server.NkeyUser
+	// AuthCallout, when set, delegates every login that is not one of its
+	// AuthUsers to a callout service (capn's bootstrapper logs machines in).
+	AuthCallout *server.AuthCallout
 }
 
 // Start starts the server and waits until it is ready for connections.
@@ -57,8 +60,9 @@ func Start(o Options) (*server.Server, error) {
 		NoLog:      true,
 		// The default of 1 MiB is plenty for capn's messages; say so here so
 		// it is a decision, not an accident.
-		MaxPayload: 1 << 20,
-		Nkeys:      o.Nkeys,
+		MaxPayload:  1 << 20,
+		Nkeys:       o.Nkeys,
+		AuthCallout: o.AuthCallout,
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/capn-dev/capn/events/replyseal"
+	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
@@ -56,6 +57,33 @@ func (s *Service) serveFetch(ctx context.Context, nc *nats.Conn, log zerolog.Log
 		_ = sub.Unsubscribe()
 	}()
 	return nil
+}
+
+// machineSecret is rec's machine secret (the machine's NATS login after
+// its join, callout.go), minted for a record made before machine secrets
+// existed.
+func (s *Service) machineSecret(ctx context.Context, cluster, machine string, rec *capnv1.BootstrapData) (string, error) {
+	if rec.GetMachineSecret() != "" {
+		return rec.GetMachineSecret(), nil
+	}
+	secret, err := newCredential()
+	if err != nil {
+		return "", err
+	}
+	stored, _, err := s.boots.Mutate(ctx, bootstrapPrefix+cluster+"."+machine, func(cur *capnv1.BootstrapData, exists bool) (*capnv1.BootstrapData, error) {
+		switch {
+		case !exists:
+			return nil, store.ErrNotFound
+		case cur.GetMachineSecret() != "":
+			return nil, store.ErrNoChange
+		}
+		cur.MachineSecret = secret
+		return cur, nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("store the machine secret of %s/%s: %w", cluster, machine, err)
+	}
+	return stored.GetMachineSecret(), nil
 }
 
 // answerFetch replies with the machine's sealed bootstrap data, opened,
@@ -104,8 +132,12 @@ func (s *Service) fetch(ctx context.Context, subject, checksum, credential strin
 	if !credentialMatches(rec.GetFetchCredential(), credential) {
 		return nil, 403, fmt.Errorf("header %s is not the bootstrap credential of %s/%s", HeaderCredential, cluster, machine)
 	}
+	secret, err := s.machineSecret(ctx, cluster, machine, rec)
+	if err != nil {
+		return nil, 500, err
+	}
 	out, err := proto.MarshalOptions{Deterministic: true}.Marshal(&capnv1.BootstrapData{
-		Format: rec.GetFormat(), Data: rec.GetData(), Checksum: rec.GetChecksum(),
+		Format: rec.GetFormat(), Data: rec.GetData(), Checksum: rec.GetChecksum(), MachineSecret: secret,
 	})
 	if err != nil {
 		return nil, 500, err

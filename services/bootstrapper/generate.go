@@ -100,8 +100,12 @@ func (s *Service) generate(ctx context.Context, m *events.Message, cmd *capnv1.G
 	if err != nil {
 		return err
 	}
+	secret, err := newCredential()
+	if err != nil {
+		return err
+	}
 	now := s.cfg.Now()
-	rec := &capnv1.BootstrapData{FetchCredential: cred,
+	rec := &capnv1.BootstrapData{FetchCredential: cred, MachineSecret: secret,
 		Format: string(out.Format), Data: out.Data, Checksum: out.Checksum(), Provider: providerName(spec, s.cfg.Registry),
 		InputHash: hash, Token: tok.Value(), TokenExpires: timestamppb.New(token.Expiry(now, in.TokenTTL)),
 		TokenTtl: durationpb.New(in.TokenTTL),
@@ -111,6 +115,11 @@ func (s *Service) generate(ctx context.Context, m *events.Message, cmd *capnv1.G
 	stored, _, err := s.boots.Mutate(ctx, key, func(cur *capnv1.BootstrapData, exists bool) (*capnv1.BootstrapData, error) {
 		if exists && cur.GetInputHash() == hash {
 			return nil, store.ErrNoChange
+		}
+		if exists && cur.GetMachineSecret() != "" {
+			// New data for the same machine: a machine that is running
+			// keeps logging in with the secret it has.
+			rec.MachineSecret = cur.GetMachineSecret()
 		}
 		return rec, nil
 	})

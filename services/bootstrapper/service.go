@@ -6,11 +6,13 @@ package bootstrapper
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/reconcile"
@@ -67,6 +69,19 @@ type Config struct {
 	// KubeAPITimeout bounds one request to a workload API server
 	// (default 10s).
 	KubeAPITimeout time.Duration
+	// CalloutIssuer, when set, makes the bootstrapper answer the NATS
+	// server's auth callout for machine logins (callout.go): it signs the
+	// answers and the machines' user JWTs, and is the account nkey the
+	// server's auth_callout names as issuer. When nil it is loaded from
+	// CalloutIssuerSeedFile; with neither, machines cannot log in as
+	// themselves (a server without the callout, e.g. tests).
+	CalloutIssuer         nkeys.KeyPair
+	CalloutIssuerSeedFile string
+	// CalloutAccount is the account machines are placed in (default $G).
+	CalloutAccount string
+	// MachineJWTTTL is how long a machine's login lasts before it is
+	// checked again (default 15 minutes).
+	MachineJWTTTL time.Duration
 }
 
 // Service is the bootstrapper. Build it with New.
@@ -88,6 +103,7 @@ type Service struct {
 	pkiChecks pkiChecks
 	joins     *reconcile.Queue // jointokens.go: tokens in the workload clusters
 	joinMemo  joinMemo
+	issuer    nkeys.KeyPair // callout.go; nil: no auth callout
 }
 
 // New returns the service; its key is loaded by Run unless cfg.Keyring is set.
@@ -113,6 +129,12 @@ func New(cfg Config) *Service {
 	if cfg.KubeAPITimeout <= 0 {
 		cfg.KubeAPITimeout = DefaultKubeAPITimeout
 	}
+	if cfg.CalloutAccount == "" {
+		cfg.CalloutAccount = DefaultCalloutAccount
+	}
+	if cfg.MachineJWTTTL <= 0 {
+		cfg.MachineJWTTTL = DefaultMachineJWTTTL
+	}
 	return &Service{cfg: cfg}
 }
 
@@ -120,17 +142,26 @@ func New(cfg Config) *Service {
 func (s *Service) Flags() []runtime.Flag {
 	return []runtime.Flag{
 		{Name: "secrets-key-file", Env: "CAPN_SECRETS_KEY_FILE", Usage: "file with the key that seals the secrets bucket (32 bytes, hex or base64); or set " + seal.KeyEnv + " to the key itself", Value: runtime.StringValue(&s.cfg.KeyFile)},
+		{Name: "auth-callout-issuer-seed-file", Env: "CAPN_AUTH_CALLOUT_ISSUER_SEED_FILE", Usage: "`file` with the account nkey seed the NATS server's auth_callout names as issuer: the bootstrapper then logs machines in as themselves (capn-nats-config renders it)", Value: runtime.StringValue(&s.cfg.CalloutIssuerSeedFile)},
+		{Name: "auth-callout-account", Env: "CAPN_AUTH_CALLOUT_ACCOUNT", Usage: "NATS `account` machines are placed in (the deployment's account)", Value: runtime.StringValue(&s.cfg.CalloutAccount)},
 		{Name: "secrets-old-key-files", Env: "CAPN_SECRETS_OLD_KEY_FILES", Usage: "comma-separated files of keys being rotated out: values sealed with them are re-sealed with the current key at start", Value: runtime.StringValue(&s.cfg.OldKeyFiles)},
 	}
 }
 
 // Validate implements runtime.Validator: the keys must load.
 func (s *Service) Validate() error {
-	if s.cfg.Keyring != nil {
-		return nil
+	var errs []error
+	if s.cfg.Keyring == nil {
+		if _, err := s.loadKeyring(); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	_, err := s.loadKeyring()
-	return err
+	if s.cfg.CalloutIssuer == nil && s.cfg.CalloutIssuerSeedFile != "" {
+		if _, err := loadCalloutIssuer(s.cfg.CalloutIssuerSeedFile); err != nil {
+			errs = append(errs, &runtime.FieldError{Flag: "auth-callout-issuer-seed-file", Env: "CAPN_AUTH_CALLOUT_ISSUER_SEED_FILE", Value: s.cfg.CalloutIssuerSeedFile, Problem: err.Error()})
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (s *Service) loadKeyring() (*seal.Keyring, error) {
@@ -196,6 +227,16 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	}
 	if err := s.serveCredentials(ctx, d.NC, log); err != nil { // credential.go: providers get their machines' credentials
 		return err
+	}
+	if s.issuer = s.cfg.CalloutIssuer; s.issuer == nil && s.cfg.CalloutIssuerSeedFile != "" {
+		if s.issuer, err = loadCalloutIssuer(s.cfg.CalloutIssuerSeedFile); err != nil {
+			return err
+		}
+	}
+	if s.issuer != nil {
+		if err := s.serveCallout(ctx, d.NC, log); err != nil { // callout.go: machines log in as themselves
+			return err
+		}
 	}
 	s.queue = reconcile.NewQueue()
 	s.joins = reconcile.NewQueue()

@@ -84,6 +84,10 @@ type NATSConfig struct {
 	URL string
 	// User and Password authenticate with a plain user.
 	User, Password string
+	// PasswordFile holds the user's password instead of Password; it is
+	// read at every (re)connect, so it may appear or change later (a
+	// machine's secret, written by capn-node after its bootstrap fetch).
+	PasswordFile string
 	// Token authenticates with a token.
 	Token string
 	// CredsFile is a decentralized-auth credentials file (JWT and seed).
@@ -132,6 +136,7 @@ func (c *Config) flags() []Flag {
 		{"nats-url", "CAPN_NATS_URL", "NATS server `url`(s), comma-separated (nats:// or tls://)", StringValue(&n.URL)},
 		{"nats-user", "CAPN_NATS_USER", "NATS `user` (with --nats-password)", StringValue(&n.User)},
 		{"nats-password", "CAPN_NATS_PASSWORD", "NATS `password` (prefer the environment variable)", StringValue(&n.Password)},
+		{"nats-password-file", "CAPN_NATS_PASSWORD_FILE", "`file` with the NATS user's password, read at every connect (a machine's secret: capn-node's <data-dir>/capn-node/machine-secret)", StringValue(&n.PasswordFile)},
 		{"nats-token", "CAPN_NATS_TOKEN", "NATS `token` (prefer the environment variable)", StringValue(&n.Token)},
 		{"nats-creds", "CAPN_NATS_CREDS", "NATS credentials `file` (JWT and nkey seed)", StringValue(&n.CredsFile)},
 		{"nats-nkey", "CAPN_NATS_NKEY", "`file` with the NATS user's nkey seed", StringValue(&n.NKeySeedFile)},
@@ -244,10 +249,14 @@ func (c *Config) validateNATS(bad func(p any, value, problem string, err error))
 	}
 	const hidden = "(hidden)"
 	switch {
-	case n.User != "" && n.Password == "":
-		bad(&n.User, n.User, "a user needs a password (--nats-password or CAPN_NATS_PASSWORD)", nil)
+	case n.Password != "" && n.PasswordFile != "":
+		bad(&n.PasswordFile, n.PasswordFile, "give the password or a file with it, not both (--nats-password)", nil)
+	case n.User != "" && n.Password == "" && n.PasswordFile == "":
+		bad(&n.User, n.User, "a user needs a password (--nats-password, CAPN_NATS_PASSWORD or --nats-password-file)", nil)
 	case n.User == "" && n.Password != "":
 		bad(&n.Password, hidden, "a password needs a user (--nats-user or CAPN_NATS_USER)", nil)
+	case n.User == "" && n.PasswordFile != "":
+		bad(&n.PasswordFile, n.PasswordFile, "a password file needs a user (--nats-user or CAPN_NATS_USER)", nil)
 	}
 	type method struct {
 		p     *string
@@ -255,7 +264,7 @@ func (c *Config) validateNATS(bad func(p any, value, problem string, err error))
 		value string
 	}
 	var methods []method
-	if n.User != "" || n.Password != "" {
+	if n.User != "" || n.Password != "" || n.PasswordFile != "" {
 		methods = append(methods, method{&n.User, "user/password", n.User})
 	}
 	if n.Token != "" {

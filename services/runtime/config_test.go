@@ -35,7 +35,7 @@ func TestValidateReportsEveryProblemAtOnce(t *testing.T) {
 		`--log-format (CAPN_LOG_FORMAT) "xml": must be one of json|console|auto`,
 		`--stream-replicas (CAPN_STREAM_REPLICAS) "7": must be 1..5`,
 		`--nats-url (CAPN_NATS_URL) "http://u:xxxxx@example.com:4222": must be nats://host:port or tls://host:port`,
-		`--nats-user (CAPN_NATS_USER) "svc": a user needs a password (--nats-password or CAPN_NATS_PASSWORD)`,
+		`--nats-user (CAPN_NATS_USER) "svc": a user needs a password (--nats-password, CAPN_NATS_PASSWORD or --nats-password-file)`,
 		`--nats-user (CAPN_NATS_USER) "svc": use one way to authenticate, not user/password and creds file`,
 		`--nats-creds (CAPN_NATS_CREDS) "` + filepath.Join(dir, "missing.creds") + `": must be a readable file: open `,
 		`--nats-tls-key (CAPN_NATS_TLS_KEY) "` + filepath.Join(dir, "client.key") + `": a TLS key needs its certificate (--nats-tls-cert or CAPN_NATS_TLS_CERT)`,

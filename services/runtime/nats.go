@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"regexp"
 	"strings"
 	"time"
@@ -105,6 +106,15 @@ func (cfg NATSConfig) options(name string, log zerolog.Logger) []nats.Option {
 		}),
 	}
 	switch {
+	case cfg.User != "" && cfg.PasswordFile != "":
+		user, file := cfg.User, cfg.PasswordFile
+		opts = append(opts, nats.UserInfoHandler(func() (string, string) {
+			b, err := os.ReadFile(file)
+			if err != nil {
+				log.Warn().Err(err).Str("password_file", file).Msg("cannot read the NATS password file")
+			}
+			return user, strings.TrimSpace(string(b))
+		}))
 	case cfg.User != "":
 		opts = append(opts, nats.UserInfo(cfg.User, cfg.Password))
 	case cfg.Token != "":

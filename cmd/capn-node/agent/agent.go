@@ -29,7 +29,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -138,13 +141,46 @@ func (a *Agent) Ready() bool {
 }
 
 // connect dials NATS (through the relay socket when set), retrying until
-// ctx ends.
+// ctx ends. Unless the config names other credentials, the agent logs in
+// as its machine (events.MachineUser) with its machine secret once it has
+// one, else its bootstrap credential, read again at every (re)connect; the
+// bootstrapper's auth callout checks either and grants the machine's own
+// subjects only, under its own inbox prefix.
 func (a *Agent) connect(ctx context.Context) (*nats.Conn, error) {
 	var extra []nats.Option
 	if a.cfg.NATSSocket != "" {
 		extra = append(extra, nats.SetCustomDialer(socketDialer{path: a.cfg.NATSSocket}))
 	}
-	return runtime.Connect(ctx, a.cfg.NATS, "capn-node."+a.cfg.Cluster+"."+a.cfg.Machine, a.log, extra...)
+	cfg := a.cfg.NATS
+	if machineLogin(cfg) {
+		c, m := a.cfg.Cluster, a.cfg.Machine
+		extra = append(extra, nats.UserInfoHandler(func() (string, string) {
+			return events.MachineUser(c, m), a.loginSecret()
+		}))
+		if cfg.InboxPrefix == "" {
+			cfg.InboxPrefix = events.MachineInboxPrefix(c, m)
+		}
+	}
+	return runtime.Connect(ctx, cfg, "capn-node."+a.cfg.Cluster+"."+a.cfg.Machine, a.log, extra...)
+}
+
+// machineLogin reports whether the agent logs in as its machine: the
+// config names no other credentials.
+func machineLogin(c runtime.NATSConfig) bool {
+	return c.User == "" && c.Token == "" && c.CredsFile == "" && c.NKeySeedFile == ""
+}
+
+// loginSecret is the machine secret (MachineSecretFile) once the
+// bootstrap fetch stored it, else the bootstrap credential.
+func (a *Agent) loginSecret() string {
+	if b, err := os.ReadFile(filepath.Join(a.cfg.DataDir, StateDir, MachineSecretFile)); err == nil {
+		return strings.TrimSpace(string(b))
+	}
+	cred, err := a.cfg.credential()
+	if err != nil {
+		a.log.Warn().Err(err).Msg("no machine secret and no bootstrap credential to log in with")
+	}
+	return cred
 }
 
 // socketDialer dials a unix socket whatever address NATS asks for.
@@ -198,6 +234,13 @@ func (a *Agent) bootstrapOnce(ctx context.Context, nc *nats.Conn) error {
 	data, err := sdk.FetchBootstrap(ctx, nc, a.cfg.Cluster, a.cfg.Machine, a.cfg.BootstrapChecksum, cred)
 	if err != nil {
 		return err
+	}
+	// The login after the join: kept before anything is applied, so that
+	// a machine that joins can always log in again.
+	if secret := data.GetMachineSecret(); secret != "" {
+		if err := writeFile(filepath.Join(a.cfg.DataDir, StateDir, MachineSecretFile), []byte(secret+"\n"), 0o600); err != nil {
+			return fmt.Errorf("keep the machine secret: %w", err)
+		}
 	}
 	plan, err := Parse(data.GetFormat(), data.GetData())
 	if err != nil {

@@ -27,6 +27,11 @@ const (
 	IdentityFile = "identity"
 	// BootsFile counts the agent's starts on this data dir.
 	BootsFile = "boots"
+	// MachineSecretFile holds the machine's NATS login after its join
+	// (0600), from the sealed fetch reply; the bootstrap credential opens
+	// nothing once the machine has joined. capn-npd-bridge on the same
+	// machine logs in with it too (--nats-password-file).
+	MachineSecretFile = "machine-secret"
 )
 
 // Apply writes a verified plan into dataDir: every file under

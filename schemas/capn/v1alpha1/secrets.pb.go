@@ -252,8 +252,15 @@ type BootstrapData struct {
 	// the machine, as user data) and required by the bootstrap fetch. It is
 	// never derived from anything public (the checksum is public).
 	FetchCredential string `protobuf:"bytes,11,opt,name=fetch_credential,json=fetchCredential,proto3" json:"fetch_credential,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// machine_secret is the machine's NATS login once it has joined: 256
+	// random bits minted with the data, handed to the machine only in the
+	// sealed fetch reply, and checked by the bootstrapper's auth callout for
+	// the user machine.<cluster>.<machine>. Unlike fetch_credential it is
+	// kept after the join (heartbeats need it) and goes with the record when
+	// the machine is deleted.
+	MachineSecret string `protobuf:"bytes,12,opt,name=machine_secret,json=machineSecret,proto3" json:"machine_secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BootstrapData) Reset() {
@@ -359,6 +366,13 @@ func (x *BootstrapData) GetTokenSecret() string {
 func (x *BootstrapData) GetFetchCredential() string {
 	if x != nil {
 		return x.FetchCredential
+	}
+	return ""
+}
+
+func (x *BootstrapData) GetMachineSecret() string {
+	if x != nil {
+		return x.MachineSecret
 	}
 	return ""
 }
@@ -492,7 +506,7 @@ const file_capn_v1alpha1_secrets_proto_rawDesc = "" +
 	"kubeconfig\x18\x01 \x01(\fR\n" +
 	"kubeconfig\x12\x16\n" +
 	"\x06server\x18\x02 \x01(\tR\x06server\x12M\n" +
-	"\x15client_cert_not_after\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x12clientCertNotAfter\"\x87\x03\n" +
+	"\x15client_cert_not_after\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x12clientCertNotAfter\"\xae\x03\n" +
 	"\rBootstrapData\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\tR\x06format\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x1a\n" +
@@ -506,7 +520,8 @@ const file_capn_v1alpha1_secrets_proto_rawDesc = "" +
 	"\ttoken_ttl\x18\t \x01(\v2\x19.google.protobuf.DurationR\btokenTtl\x12!\n" +
 	"\ftoken_secret\x18\n" +
 	" \x01(\tR\vtokenSecret\x12)\n" +
-	"\x10fetch_credential\x18\v \x01(\tR\x0ffetchCredential\"\xe5\x02\n" +
+	"\x10fetch_credential\x18\v \x01(\tR\x0ffetchCredential\x12%\n" +
+	"\x0emachine_secret\x18\f \x01(\tR\rmachineSecret\"\xe5\x02\n" +
 	"\x14ClusterSecretsStatus\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1b\n" +
 	"\tpki_ready\x18\x02 \x01(\bR\bpkiReady\x12)\n" +

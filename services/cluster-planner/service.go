@@ -19,7 +19,6 @@ import (
 	"github.com/capn-dev/capn/events/reconcile"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
-	"github.com/capn-dev/capn/schemas/manifest"
 	"github.com/capn-dev/capn/services/cluster-planner/plan"
 	"github.com/capn-dev/capn/services/runtime"
 )
@@ -213,63 +212,15 @@ func (s *Service) reconcile(ctx context.Context, name string) (reconcile.Result,
 		return reconcile.Result{RequeueAfter: cacheBehindWait}, nil // plan once the cache has our last write
 	}
 	log := zerolog.Ctx(ctx).With().Str("cluster", name).Logger()
-	cluster, _, ok := store.Lookup(s.desired, clusterPrefix+name, func() *capnv1.Cluster { return new(capnv1.Cluster) })
-	if !ok {
-		if _, there := s.desired.Get(clusterPrefix + name); there {
-			// A record that does not decode: plan nothing (neither keep
-			// nor tear down its machines) until it is deleted.
-			log.Warn().Msg("cluster record does not decode; nothing is planned for it until it is deleted (DELETE /v1/clusters/" + name + ")")
-		}
-		s.written.Delete(name) // the cluster is gone: nothing more to wait for
-		return reconcile.Result{}, nil
-	}
-	in := plan.Input{Cluster: cluster, Machines: map[string]*capnv1.Machine{}, Observed: map[string]*capnv1.MachineStatus{}, Now: s.cfg.Now(),
-		Validator:  manifest.Validator{MaxPoolReplicas: s.cfg.MaxPoolReplicas, MaxClusterReplicas: s.cfg.MaxClusterReplicas},
-		MaxActions: s.maxActions()}
-	revs := map[string]uint64{}
-	for _, e := range s.desired.List(machinePrefix + name + ".") {
-		n := strings.TrimPrefix(e.Key, machinePrefix+name+".")
-		m, err := store.Decode(e.Value, newMachine)
-		if err != nil {
-			// Retrying cannot mend it and would stop the whole cluster:
-			// its name stays taken, the rest is planned.
-			log.Warn().Err(err).Str("machine", n).Msg("machine record does not decode; left alone")
-			in.Unreadable = append(in.Unreadable, n)
-			continue
-		}
-		in.Machines[n], revs[n] = m, e.Revision
-	}
-	for _, e := range s.observed.List(machinePrefix + name + ".") {
-		n := strings.TrimPrefix(e.Key, machinePrefix+name+".")
-		st, err := store.Decode(e.Value, newStatus)
-		if err != nil {
-			log.Warn().Err(err).Str("machine", n).Msg("machine status does not decode; planned as if none were written")
-			continue
-		}
-		in.Observed[n] = st
-	}
-	cp := cluster.GetSpec().GetControlPlane().GetProvider()
-	infraOf := []string{cp}
-	if cp == "" {
-		// A cluster without a spec (a corrupt record replaced on delete):
-		// its infrastructure is whichever announced provider holds it.
-		infraOf = s.observed.KeysUnder(providerPrefix)
-	}
-	for _, p := range infraOf {
-		if ic, _, ok := store.Lookup(s.observed, infraPrefix+p+"."+name+"."+events.ClusterObject, func() *capnv1.InfraCluster { return new(capnv1.InfraCluster) }); ok {
-			in.Infra = plan.Infra{Exists: true, Ready: ic.GetReady(), Endpoint: ic.GetControlPlaneEndpoint(), Provider: p}
-			break
-		}
-	}
-	if sec, _, ok := store.Lookup(s.observed, secretsPrefix+name, func() *capnv1.ClusterSecretsStatus { return new(capnv1.ClusterSecretsStatus) }); ok {
-		in.PKIExists = sec.GetPkiReady()
-	}
-	in.Status, _, _ = store.Lookup(s.observed, clusterPrefix+name, newClusterStatus)
-	providers, err := s.readProviders(ctx, cluster)
+	ctx = log.WithContext(ctx)
+	in, revs, ok, err := s.snapshot(ctx, name)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	in.Providers = providers
+	if !ok {
+		s.written.Delete(name) // the cluster is gone: nothing more to wait for
+		return reconcile.Result{}, nil
+	}
 
 	res := plan.Plan(in)
 	if len(res.Actions) > 0 {
@@ -282,7 +233,7 @@ func (s *Service) reconcile(ctx context.Context, name string) (reconcile.Result,
 		return reconcile.Result{}, err
 	}
 	for _, a := range res.Actions {
-		if err := s.apply(ctx, cluster, a, revs); err != nil {
+		if err := s.apply(ctx, in.Cluster, a, revs); err != nil {
 			return reconcile.Result{}, err
 		}
 	}

@@ -232,10 +232,8 @@ func (s *Service) reconcile(ctx context.Context, name string) (reconcile.Result,
 	} else if err != nil {
 		return reconcile.Result{}, err
 	}
-	for _, a := range res.Actions {
-		if err := s.apply(ctx, in.Cluster, a, revs); err != nil {
-			return reconcile.Result{}, err
-		}
+	if err := plan.Apply(ctx, s.applier(in.Cluster, revs), res.Actions); err != nil {
+		return reconcile.Result{}, err
 	}
 	return reconcile.Result{RequeueAfter: res.RequeueAfter}, nil
 }

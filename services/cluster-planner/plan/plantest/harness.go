@@ -1,9 +1,9 @@
 // Package plantest is an in-memory simulator for the cluster-planner's pure
 // Plan function (nomad's scheduler/tests Harness, for capn): it holds a
-// cluster's desired and observed state, applies a plan's actions as the
-// services would — CAS creates that refuse a taken name, deletions that take
-// a few steps, machines that boot in a few steps — and records what happened
-// so tests can assert bounds on every step.
+// cluster's desired and observed state, is a plan.Applier with the record
+// rules the service's applier uses (TestApplier holds both to them), makes
+// deletions and boots take a few steps, and records what happened so tests
+// can assert bounds on every step.
 package plantest
 
 import (

@@ -8,22 +8,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/rs/zerolog"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/reconcile"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
-	"github.com/capn-dev/capn/schemas/manifest"
 	"github.com/capn-dev/capn/services/cluster-planner/plan"
 	"github.com/capn-dev/capn/services/runtime"
 )
@@ -39,11 +34,6 @@ const (
 	// providerPrefix: observed provider.<name>, a provider's announcement.
 	providerPrefix = "provider."
 )
-
-// providerRecheckEvery is how often the planner looks for announcements
-// that went stale without a change (a provider that crashed): their
-// clusters are planned again then.
-const providerRecheckEvery = time.Second
 
 // DefaultMaxActionsPerPlan bounds one plan of one cluster: at about a
 // millisecond a KV write, a plan holds a worker some 100ms at most before
@@ -215,43 +205,6 @@ func clusterOf(key string) string {
 func newMachine() *capnv1.Machine             { return new(capnv1.Machine) }
 func newStatus() *capnv1.MachineStatus        { return new(capnv1.MachineStatus) }
 func newClusterStatus() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) }
-func newAnnouncement() *capnv1.ProviderAnnouncement {
-	return new(capnv1.ProviderAnnouncement)
-}
-
-// clusterProviders are the providers a cluster's control plane and worker
-// pools name.
-func clusterProviders(c *capnv1.Cluster) []string {
-	var ps []string
-	add := func(p string) {
-		if p != "" && !slices.Contains(ps, p) {
-			ps = append(ps, p)
-		}
-	}
-	add(c.GetSpec().GetControlPlane().GetProvider())
-	for _, wp := range c.GetSpec().GetWorkerPools() {
-		add(wp.GetProvider())
-	}
-	return ps
-}
-
-// readProviders reads the announcements of the providers cluster names. An
-// absence is confirmed from the bucket (a replica's cache may lag another's
-// write); a failed read is an error: the plan waits rather than refusing
-// the cluster on a guess.
-func (s *Service) readProviders(ctx context.Context, cluster *capnv1.Cluster) (map[string]*capnv1.ProviderAnnouncement, error) {
-	out := map[string]*capnv1.ProviderAnnouncement{}
-	for _, p := range clusterProviders(cluster) {
-		a, _, ok, err := store.LookupConfirmed(ctx, s.observed, s.announcements, providerPrefix+p)
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			out[p] = a
-		}
-	}
-	return out, nil
-}
 
 // reconcile plans one cluster and applies the plan.
 func (s *Service) reconcile(ctx context.Context, name string) (reconcile.Result, error) {
@@ -259,63 +212,15 @@ func (s *Service) reconcile(ctx context.Context, name string) (reconcile.Result,
 		return reconcile.Result{RequeueAfter: cacheBehindWait}, nil // plan once the cache has our last write
 	}
 	log := zerolog.Ctx(ctx).With().Str("cluster", name).Logger()
-	cluster, _, ok := store.Lookup(s.desired, clusterPrefix+name, func() *capnv1.Cluster { return new(capnv1.Cluster) })
-	if !ok {
-		if _, there := s.desired.Get(clusterPrefix + name); there {
-			// A record that does not decode: plan nothing (neither keep
-			// nor tear down its machines) until it is deleted.
-			log.Warn().Msg("cluster record does not decode; nothing is planned for it until it is deleted (DELETE /v1/clusters/" + name + ")")
-		}
-		s.written.Delete(name) // the cluster is gone: nothing more to wait for
-		return reconcile.Result{}, nil
-	}
-	in := plan.Input{Cluster: cluster, Machines: map[string]*capnv1.Machine{}, Observed: map[string]*capnv1.MachineStatus{}, Now: s.cfg.Now(),
-		Validator:  manifest.Validator{MaxPoolReplicas: s.cfg.MaxPoolReplicas, MaxClusterReplicas: s.cfg.MaxClusterReplicas},
-		MaxActions: s.maxActions()}
-	revs := map[string]uint64{}
-	for _, e := range s.desired.List(machinePrefix + name + ".") {
-		n := strings.TrimPrefix(e.Key, machinePrefix+name+".")
-		m, err := store.Decode(e.Value, newMachine)
-		if err != nil {
-			// Retrying cannot mend it and would stop the whole cluster:
-			// its name stays taken, the rest is planned.
-			log.Warn().Err(err).Str("machine", n).Msg("machine record does not decode; left alone")
-			in.Unreadable = append(in.Unreadable, n)
-			continue
-		}
-		in.Machines[n], revs[n] = m, e.Revision
-	}
-	for _, e := range s.observed.List(machinePrefix + name + ".") {
-		n := strings.TrimPrefix(e.Key, machinePrefix+name+".")
-		st, err := store.Decode(e.Value, newStatus)
-		if err != nil {
-			log.Warn().Err(err).Str("machine", n).Msg("machine status does not decode; planned as if none were written")
-			continue
-		}
-		in.Observed[n] = st
-	}
-	cp := cluster.GetSpec().GetControlPlane().GetProvider()
-	infraOf := []string{cp}
-	if cp == "" {
-		// A cluster without a spec (a corrupt record replaced on delete):
-		// its infrastructure is whichever announced provider holds it.
-		infraOf = s.observed.KeysUnder(providerPrefix)
-	}
-	for _, p := range infraOf {
-		if ic, _, ok := store.Lookup(s.observed, infraPrefix+p+"."+name+"."+events.ClusterObject, func() *capnv1.InfraCluster { return new(capnv1.InfraCluster) }); ok {
-			in.Infra = plan.Infra{Exists: true, Ready: ic.GetReady(), Endpoint: ic.GetControlPlaneEndpoint(), Provider: p}
-			break
-		}
-	}
-	if sec, _, ok := store.Lookup(s.observed, secretsPrefix+name, func() *capnv1.ClusterSecretsStatus { return new(capnv1.ClusterSecretsStatus) }); ok {
-		in.PKIExists = sec.GetPkiReady()
-	}
-	in.Status, _, _ = store.Lookup(s.observed, clusterPrefix+name, newClusterStatus)
-	providers, err := s.readProviders(ctx, cluster)
+	ctx = log.WithContext(ctx)
+	in, revs, ok, err := s.snapshot(ctx, name)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	in.Providers = providers
+	if !ok {
+		s.written.Delete(name) // the cluster is gone: nothing more to wait for
+		return reconcile.Result{}, nil
+	}
 
 	res := plan.Plan(in)
 	if len(res.Actions) > 0 {
@@ -327,211 +232,8 @@ func (s *Service) reconcile(ctx context.Context, name string) (reconcile.Result,
 	} else if err != nil {
 		return reconcile.Result{}, err
 	}
-	for _, a := range res.Actions {
-		if err := s.apply(ctx, cluster, a, revs); err != nil {
-			return reconcile.Result{}, err
-		}
+	if err := plan.Apply(ctx, s.applier(in.Cluster, revs), res.Actions); err != nil {
+		return reconcile.Result{}, err
 	}
 	return reconcile.Result{RequeueAfter: res.RequeueAfter}, nil
-}
-
-func (s *Service) apply(ctx context.Context, c *capnv1.Cluster, a plan.Action, revs map[string]uint64) error {
-	name := c.GetMetadata().GetName()
-	uid := c.GetMetadata().GetUid()
-	switch a := a.(type) {
-	case plan.CreateMachine:
-		m := proto.Clone(a.Machine).(*capnv1.Machine)
-		if m.Metadata == nil {
-			m.Metadata = &capnv1.ObjectMeta{}
-		}
-		if m.Metadata.Uid == "" {
-			m.Metadata.Uid = uuid.NewString()
-		}
-		if m.Metadata.CreationTimestamp == nil {
-			m.Metadata.CreationTimestamp = timestamppb.New(s.cfg.Now())
-		}
-		if m.Metadata.Generation == 0 {
-			m.Metadata.Generation = 1
-		}
-		rev, err := s.machines.Create(ctx, machinePrefix+name+"."+m.GetMetadata().GetName(), m)
-		if errors.Is(err, store.ErrConflict) {
-			return nil // another planner created this slot's machine: the same name, by design
-		}
-		s.wrote(name, rev)
-		return err
-	case plan.DeleteMachine:
-		_, _, err := s.machines.Mutate(ctx, machinePrefix+name+"."+a.Name, func(m *capnv1.Machine, exists bool) (*capnv1.Machine, error) {
-			if !exists || m.GetMetadata().GetDeletionTimestamp() != nil {
-				return nil, store.ErrNoChange
-			}
-			m.Metadata.DeletionTimestamp = timestamppb.New(s.cfg.Now())
-			return m, nil
-		})
-		return err
-	case plan.UpdateMachine:
-		_, rev, err := s.machines.Mutate(ctx, machinePrefix+name+"."+a.Machine.GetMetadata().GetName(), func(m *capnv1.Machine, exists bool) (*capnv1.Machine, error) {
-			if !exists {
-				return nil, store.ErrNoChange
-			}
-			m.Spec = proto.Clone(a.Machine.GetSpec()).(*capnv1.MachineSpec)
-			m.Metadata.Annotations = a.Machine.GetMetadata().GetAnnotations()
-			m.Metadata.Labels = a.Machine.GetMetadata().GetLabels()
-			m.Metadata.Generation++
-			return m, nil
-		})
-		s.wrote(name, rev)
-		return err
-	case plan.RemoveMachine:
-		return s.machines.Delete(ctx, machinePrefix+name+"."+a.Name, revs[a.Name])
-	case plan.EnsureClusterInfra:
-		_, err := s.pub.Publish(ctx, events.ProviderSubject(a.Provider, "cluster", "ensure", name, events.ClusterObject), events.TypeProviderCommand+".cluster.ensure",
-			"ensure."+name+"."+a.Provider+"."+uid, &capnv1.EnsureClusterInfra{Cluster: name})
-		return err
-	case plan.DeleteClusterInfra:
-		_, err := s.pub.Publish(ctx, events.ProviderSubject(a.Provider, "cluster", "delete", name, events.ClusterObject), events.TypeProviderCommand+".cluster.delete",
-			"delete-infra."+name+"."+a.Provider+"."+uid, &capnv1.DeleteClusterInfra{Cluster: name})
-		return err
-	case plan.DeletePKI:
-		_, err := s.pub.Publish(ctx, events.CommandSubject("bootstrap", "cleanup", name, events.ClusterObject), events.TypeDeleteClusterSecrets,
-			"cleanup."+name+"."+uid, &capnv1.DeleteClusterSecrets{Cluster: name})
-		return err
-	case plan.DeleteCluster:
-		if err := s.statuses.Delete(ctx, clusterPrefix+name, 0); err != nil {
-			return err
-		}
-		_, _, err := s.clusters.Mutate(ctx, clusterPrefix+name, func(cur *capnv1.Cluster, exists bool) (*capnv1.Cluster, error) {
-			if !exists || cur.GetMetadata().GetUid() != uid || cur.GetMetadata().GetDeletionTimestamp() == nil {
-				return nil, store.ErrNoChange // re-created meanwhile: not ours to delete
-			}
-			return nil, store.ErrDelete
-		})
-		if err == nil {
-			s.event(ctx, name, "deleted", &capnv1.ClusterEvent{Cluster: name, Phase: "Deleted", Reason: "Deleted", Message: "cluster deleted"}, uid)
-		}
-		return err
-	}
-	return fmt.Errorf("unknown plan action %T", a)
-}
-
-// wrote records a machine write of this replica (rev 0: none happened).
-func (s *Service) wrote(cluster string, rev uint64) {
-	if rev > 0 {
-		s.written.Store(cluster, rev)
-	}
-}
-
-// errCacheBehind: the cluster's status was last written from a newer view
-// of the observed bucket than this replica's cache holds.
-var errCacheBehind = errors.New("observed cache behind the cluster status")
-
-// cacheBehindWait is how soon a plan held back by errCacheBehind is tried
-// again: the cache is normally milliseconds behind.
-const cacheBehindWait = 20 * time.Millisecond
-
-// writeStatus compare-and-sets the cluster's observed status when it
-// changed, and records phase changes on the cluster's timeline (reason:
-// the phase; message: phaseMsg, what the phase means now). With two
-// planner replicas, it writes only from a cache that has seen the status's
-// last write (errCacheBehind otherwise), so the status never goes back.
-func (s *Service) writeStatus(ctx context.Context, name string, old, st *capnv1.ClusterStatus, phaseMsg string) error {
-	if st == nil || proto.Equal(old, st) {
-		return nil
-	}
-	cur, rev, err := s.statuses.Get(ctx, clusterPrefix+name)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		_, err = s.statuses.Create(ctx, clusterPrefix+name, st)
-	case err != nil:
-	case rev > s.observedRev():
-		// Another replica wrote the status from a view this replica's
-		// cache has not reached: writing now would move the status
-		// backwards (a machine's phase, a pool's counts).
-		return errCacheBehind
-	case proto.Equal(cur, st):
-		return nil
-	default:
-		_, err = s.statuses.Update(ctx, clusterPrefix+name, st, rev)
-	}
-	if err == nil && old.GetPhase() != st.GetPhase() {
-		s.event(ctx, name, strings.ToLower(st.GetPhase()), &capnv1.ClusterEvent{Cluster: name, Phase: st.GetPhase(), Reason: st.GetPhase(), Message: phaseMsg}, fmt.Sprint(st.GetObservedGeneration()))
-	}
-	return err
-}
-
-func (s *Service) event(ctx context.Context, cluster, what string, ev *capnv1.ClusterEvent, discriminator string) {
-	id := "cluster." + what + "." + cluster + "." + discriminator + "." + s.cfg.Now().UTC().Format(time.RFC3339)
-	if _, err := s.pub.Publish(ctx, events.EventSubject("cluster", what, cluster, events.ClusterObject), events.TypeClusterEvent+"."+what, id, ev); err != nil {
-		zerolog.Ctx(ctx).Warn().Err(err).Msg("publish cluster event")
-	}
-}
-
-// providerState is what the planner last made of one provider's
-// announcement: whether it runs, and what it can do.
-type providerState struct {
-	alive bool
-	caps  string
-	at    time.Time // the announcement's time
-}
-
-// watchProviders plans again the clusters that name a provider whenever
-// what its announcement says changes: it appears, is withdrawn, changes its
-// capabilities, or goes stale without a write (a provider that crashed; found
-// by a recheck every providerRecheckEvery). A refresh that changes nothing
-// but the time wakes no cluster.
-func (s *Service) watchProviders(ctx context.Context, sub *store.Subscription) {
-	defer sub.Unsubscribe()
-	known := map[string]providerState{}
-	wake := func(provider string, st providerState, present bool) {
-		old, had := known[provider]
-		if present {
-			known[provider] = st
-		} else {
-			delete(known, provider)
-		}
-		if had == present && old.alive == st.alive && old.caps == st.caps {
-			return
-		}
-		for _, e := range s.desired.List(clusterPrefix) {
-			c, err := store.Decode(e.Value, func() *capnv1.Cluster { return new(capnv1.Cluster) })
-			if err == nil && slices.Contains(clusterProviders(c), provider) {
-				s.queue.Add(strings.TrimPrefix(e.Key, clusterPrefix))
-			}
-		}
-	}
-	tick := time.NewTicker(providerRecheckEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ch, ok := <-sub.C():
-			if !ok {
-				return
-			}
-			if ch.Resync {
-				continue
-			}
-			provider := strings.TrimPrefix(ch.Key, providerPrefix)
-			if ch.Op == store.OpDelete {
-				wake(provider, providerState{}, false)
-				continue
-			}
-			a, err := store.Decode(ch.Value, newAnnouncement)
-			if err != nil {
-				wake(provider, providerState{}, false)
-				continue
-			}
-			caps := slices.Clone(a.GetCapabilities())
-			slices.Sort(caps)
-			wake(provider, providerState{alive: plan.ProviderAlive(a, s.cfg.Now()), caps: strings.Join(caps, ","), at: a.GetTime().AsTime()}, true)
-		case <-tick.C:
-			now := s.cfg.Now()
-			for p, st := range known {
-				if st.alive && !plan.ProviderAlive(&capnv1.ProviderAnnouncement{Time: timestamppb.New(st.at)}, now) {
-					st.alive = false
-					wake(p, st, true)
-				}
-			}
-		}
-	}
 }

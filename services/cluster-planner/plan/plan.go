@@ -7,6 +7,7 @@
 package plan
 
 import (
+	"context"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -185,9 +186,11 @@ func (r Result) Fields() map[string]any {
 
 // Action is one step for the planner's caller to apply. The concrete types
 // are CreateMachine, DeleteMachine, UpdateMachine, RemoveMachine,
-// EnsureClusterInfra, DeleteClusterInfra, DeletePKI and DeleteCluster.
+// EnsureClusterInfra, DeleteClusterInfra, DeletePKI and DeleteCluster; an
+// Applier applies each (Apply).
 type Action interface {
 	kind() string
+	applyTo(ctx context.Context, ap Applier) error
 }
 
 // CreateMachine writes a new desired machine with a CAS create: the name is
@@ -206,7 +209,9 @@ type DeleteMachine struct {
 }
 
 // UpdateMachine rewrites a machine's in-place fields (labels, taints,
-// stopped) without replacing it. Machine is the whole new desired machine.
+// stopped) without replacing it. Machine is the whole new desired machine;
+// the applier takes its spec, labels and annotations
+// (UpdatedMachineRecord).
 type UpdateMachine struct {
 	Machine *capnv1alpha1.Machine
 	Reason  string

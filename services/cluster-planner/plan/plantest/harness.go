@@ -1,12 +1,13 @@
 // Package plantest is an in-memory simulator for the cluster-planner's pure
 // Plan function (nomad's scheduler/tests Harness, for capn): it holds a
-// cluster's desired and observed state, applies a plan's actions as the
-// services would — CAS creates that refuse a taken name, deletions that take
-// a few steps, machines that boot in a few steps — and records what happened
-// so tests can assert bounds on every step.
+// cluster's desired and observed state, is a plan.Applier with the record
+// rules the service's applier uses (TestApplier holds both to them), makes
+// deletions and boots take a few steps, and records what happened so tests
+// can assert bounds on every step.
 package plantest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -60,6 +61,7 @@ type Harness struct {
 	History []Record
 
 	timers map[string]int
+	uids   int // uids handed out
 }
 
 // Record is one step: the state before the plan, and the plan.
@@ -121,11 +123,19 @@ func (h *Harness) Input() plan.Input {
 // Plan computes a plan for the current state without applying it.
 func (h *Harness) Plan() plan.Result { return plan.Plan(h.Input()) }
 
-// Apply applies a plan's actions in order, as the planner's caller would with
-// CAS writes, and stores its status.
+// Apply applies a plan's actions in order, as the planner's caller would
+// (plan.Apply, with the harness as the plan.Applier), and stores its
+// status. Before each action it checks what a single planner must never
+// plan, which the Applier would take as a no-op or a race: a create of a
+// name the world holds (ErrConflict), a change of a machine it does not
+// (ErrConflict), a second deletion, and the removal of a record or the
+// teardown of the cluster before what it waits for is gone.
 func (h *Harness) Apply(r plan.Result) error {
 	for _, a := range r.Actions {
-		if err := h.apply(a); err != nil {
+		if err := h.check(a); err != nil {
+			return err
+		}
+		if err := plan.Apply(context.Background(), h, []plan.Action{a}); err != nil {
 			return err
 		}
 	}
@@ -133,14 +143,13 @@ func (h *Harness) Apply(r plan.Result) error {
 	return nil
 }
 
-func (h *Harness) apply(a plan.Action) error {
+func (h *Harness) check(a plan.Action) error {
 	switch a := a.(type) {
 	case plan.CreateMachine:
 		name := a.Machine.GetMetadata().GetName()
 		if _, ok := h.Machines[name]; ok {
 			return fmt.Errorf("create %s: %w: name taken", name, ErrConflict)
 		}
-		h.Machines[name] = proto.Clone(a.Machine).(*capnv1alpha1.Machine)
 	case plan.DeleteMachine:
 		m, ok := h.Machines[a.Name]
 		if !ok {
@@ -149,41 +158,94 @@ func (h *Harness) apply(a plan.Action) error {
 		if m.GetMetadata().GetDeletionTimestamp() != nil {
 			return fmt.Errorf("delete %s: already deleting", a.Name)
 		}
-		m.Metadata.DeletionTimestamp = timestamppb.New(h.Now)
 	case plan.UpdateMachine:
 		name := a.Machine.GetMetadata().GetName()
 		if _, ok := h.Machines[name]; !ok {
 			return fmt.Errorf("update %s: %w: no such machine", name, ErrConflict)
 		}
-		h.Machines[name] = proto.Clone(a.Machine).(*capnv1alpha1.Machine)
 	case plan.RemoveMachine:
 		if h.Observed[a.Name].GetPhase() != plan.PhaseDeleted {
 			return fmt.Errorf("remove %s: not deleted yet", a.Name)
 		}
-		delete(h.Machines, a.Name)
-		delete(h.Observed, a.Name)
-		delete(h.timers, a.Name)
-	case plan.EnsureClusterInfra:
-		h.Infra.Exists, h.Infra.Ready = true, true
-		h.Infra.Endpoint = &capnv1alpha1.Endpoint{Host: h.Cluster.GetMetadata().GetName() + ".sim", Port: 6443}
 	case plan.DeleteClusterInfra:
 		if len(h.Machines) > 0 {
 			return fmt.Errorf("delete cluster infrastructure with %d machines left", len(h.Machines))
 		}
-		h.Infra = plan.Infra{}
 	case plan.DeletePKI:
 		if h.Infra.Exists {
 			return errors.New("delete PKI before the infrastructure is gone")
 		}
-		h.PKI = false
 	case plan.DeleteCluster:
 		if h.Infra.Exists || h.PKI || len(h.Machines) > 0 {
 			return errors.New("delete cluster before everything it owns is gone")
 		}
-		h.ClusterDeleted = true
-	default:
-		return fmt.Errorf("unknown action %T", a)
 	}
+	return nil
+}
+
+var _ plan.Applier = (*Harness)(nil)
+
+// CreateMachine implements plan.Applier; uids are plantest-<n>, in order.
+func (h *Harness) CreateMachine(_ context.Context, a plan.CreateMachine) error {
+	name := a.Machine.GetMetadata().GetName()
+	if _, ok := h.Machines[name]; ok {
+		return nil
+	}
+	h.uids++
+	h.Machines[name] = plan.NewMachineRecord(a, fmt.Sprintf("plantest-%d", h.uids), h.Now)
+	return nil
+}
+
+// UpdateMachine implements plan.Applier.
+func (h *Harness) UpdateMachine(_ context.Context, a plan.UpdateMachine) error {
+	name := a.Machine.GetMetadata().GetName()
+	if m, ok := plan.UpdatedMachineRecord(h.Machines[name], a); ok {
+		h.Machines[name] = m
+	}
+	return nil
+}
+
+// DeleteMachine implements plan.Applier.
+func (h *Harness) DeleteMachine(_ context.Context, a plan.DeleteMachine) error {
+	if m, ok := plan.DeletingMachineRecord(h.Machines[a.Name], h.Now); ok {
+		h.Machines[a.Name] = m
+	}
+	return nil
+}
+
+// RemoveMachine implements plan.Applier: the record goes, and with it the
+// machine's status and timers.
+func (h *Harness) RemoveMachine(_ context.Context, a plan.RemoveMachine) error {
+	delete(h.Machines, a.Name)
+	delete(h.Observed, a.Name)
+	delete(h.timers, a.Name)
+	return nil
+}
+
+// EnsureClusterInfra implements plan.Applier: the infrastructure is there
+// and ready at once.
+func (h *Harness) EnsureClusterInfra(context.Context, plan.EnsureClusterInfra) error {
+	h.Infra.Exists, h.Infra.Ready = true, true
+	h.Infra.Endpoint = &capnv1alpha1.Endpoint{Host: h.Cluster.GetMetadata().GetName() + ".sim", Port: 6443}
+	return nil
+}
+
+// DeleteClusterInfra implements plan.Applier: the infrastructure is gone at
+// once.
+func (h *Harness) DeleteClusterInfra(context.Context, plan.DeleteClusterInfra) error {
+	h.Infra = plan.Infra{}
+	return nil
+}
+
+// DeletePKI implements plan.Applier.
+func (h *Harness) DeletePKI(context.Context, plan.DeletePKI) error {
+	h.PKI = false
+	return nil
+}
+
+// DeleteCluster implements plan.Applier.
+func (h *Harness) DeleteCluster(context.Context, plan.DeleteCluster) error {
+	h.ClusterDeleted = true
 	return nil
 }
 

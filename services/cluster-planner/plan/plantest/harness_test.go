@@ -3,6 +3,9 @@ package plantest
 import (
 	"errors"
 	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/manifest"
@@ -71,4 +74,19 @@ func TestHarnessReportsNoConvergence(t *testing.T) {
 	if _, err := h.Run(5, nil); err == nil {
 		t.Error("Run converged with machines that never boot")
 	}
+}
+
+func TestHarnessConforms(t *testing.T) {
+	TestApplier(t, func(_ *testing.T, c *capnv1alpha1.Cluster) ApplierWorld {
+		h := New(c)
+		return ApplierWorld{
+			Next: func(now time.Time) plan.Applier { h.Now = now; return h },
+			Machine: func(name string) *capnv1alpha1.Machine {
+				if m, ok := h.Machines[name]; ok {
+					return proto.Clone(m).(*capnv1alpha1.Machine)
+				}
+				return nil
+			},
+		}
+	})
 }

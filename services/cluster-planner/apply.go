@@ -1,0 +1,121 @@
+package clusterplanner
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/store"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/services/cluster-planner/plan"
+)
+
+// applier is the plan.Applier of one plan of one cluster: desired machines
+// with compare-and-set (plan's record rules, store's bounded retry),
+// teardown commands with ids deterministic per cluster incarnation.
+type applier struct {
+	s   *Service
+	c   *capnv1.Cluster
+	now func() time.Time
+	// revs are the revisions of the machine records the plan read:
+	// RemoveMachine deletes at them.
+	revs map[string]uint64
+}
+
+var _ plan.Applier = (*applier)(nil)
+
+func (s *Service) applier(c *capnv1.Cluster, revs map[string]uint64) *applier {
+	return &applier{s: s, c: c, now: s.cfg.Now, revs: revs}
+}
+
+func (a *applier) name() string { return a.c.GetMetadata().GetName() }
+func (a *applier) uid() string  { return a.c.GetMetadata().GetUid() }
+
+func (a *applier) machineKey(name string) string { return machinePrefix + a.name() + "." + name }
+
+func (a *applier) CreateMachine(ctx context.Context, c plan.CreateMachine) error {
+	m := plan.NewMachineRecord(c, uuid.NewString(), a.now())
+	rev, err := a.s.machines.Create(ctx, a.machineKey(m.GetMetadata().GetName()), m)
+	if errors.Is(err, store.ErrConflict) {
+		return nil // another planner created this slot's machine: the same name, by design
+	}
+	a.s.wrote(a.name(), rev)
+	return err
+}
+
+func (a *applier) DeleteMachine(ctx context.Context, d plan.DeleteMachine) error {
+	_, _, err := a.s.machines.Mutate(ctx, a.machineKey(d.Name), func(m *capnv1.Machine, exists bool) (*capnv1.Machine, error) {
+		if next, ok := plan.DeletingMachineRecord(m, a.now()); exists && ok {
+			return next, nil
+		}
+		return nil, store.ErrNoChange
+	})
+	return err
+}
+
+func (a *applier) UpdateMachine(ctx context.Context, u plan.UpdateMachine) error {
+	wrote := false
+	_, rev, err := a.s.machines.Mutate(ctx, a.machineKey(u.Machine.GetMetadata().GetName()), func(m *capnv1.Machine, exists bool) (*capnv1.Machine, error) {
+		next, ok := plan.UpdatedMachineRecord(m, u)
+		if wrote = exists && ok; !wrote {
+			return nil, store.ErrNoChange
+		}
+		return next, nil
+	})
+	if err == nil && wrote {
+		a.s.wrote(a.name(), rev)
+	}
+	return err
+}
+
+func (a *applier) RemoveMachine(ctx context.Context, r plan.RemoveMachine) error {
+	return a.s.machines.Delete(ctx, a.machineKey(r.Name), a.revs[r.Name])
+}
+
+func (a *applier) EnsureClusterInfra(ctx context.Context, e plan.EnsureClusterInfra) error {
+	name := a.name()
+	_, err := a.s.pub.Publish(ctx, events.ProviderSubject(e.Provider, "cluster", "ensure", name, events.ClusterObject), events.TypeProviderCommand+".cluster.ensure",
+		"ensure."+name+"."+e.Provider+"."+a.uid(), &capnv1.EnsureClusterInfra{Cluster: name})
+	return err
+}
+
+func (a *applier) DeleteClusterInfra(ctx context.Context, d plan.DeleteClusterInfra) error {
+	name := a.name()
+	_, err := a.s.pub.Publish(ctx, events.ProviderSubject(d.Provider, "cluster", "delete", name, events.ClusterObject), events.TypeProviderCommand+".cluster.delete",
+		"delete-infra."+name+"."+d.Provider+"."+a.uid(), &capnv1.DeleteClusterInfra{Cluster: name})
+	return err
+}
+
+func (a *applier) DeletePKI(ctx context.Context, _ plan.DeletePKI) error {
+	name := a.name()
+	_, err := a.s.pub.Publish(ctx, events.CommandSubject("bootstrap", "cleanup", name, events.ClusterObject), events.TypeDeleteClusterSecrets,
+		"cleanup."+name+"."+a.uid(), &capnv1.DeleteClusterSecrets{Cluster: name})
+	return err
+}
+
+func (a *applier) DeleteCluster(ctx context.Context, _ plan.DeleteCluster) error {
+	name, uid := a.name(), a.uid()
+	if err := a.s.statuses.Delete(ctx, clusterPrefix+name, 0); err != nil {
+		return err
+	}
+	_, _, err := a.s.clusters.Mutate(ctx, clusterPrefix+name, func(cur *capnv1.Cluster, exists bool) (*capnv1.Cluster, error) {
+		if !exists || cur.GetMetadata().GetUid() != uid || cur.GetMetadata().GetDeletionTimestamp() == nil {
+			return nil, store.ErrNoChange // re-created meanwhile: not ours to delete
+		}
+		return nil, store.ErrDelete
+	})
+	if err == nil {
+		a.s.event(ctx, name, "deleted", &capnv1.ClusterEvent{Cluster: name, Phase: "Deleted", Reason: "Deleted", Message: "cluster deleted"}, uid)
+	}
+	return err
+}
+
+// wrote records a machine write of this replica (rev 0: none happened).
+func (s *Service) wrote(cluster string, rev uint64) {
+	if rev > 0 {
+		s.written.Store(cluster, rev)
+	}
+}

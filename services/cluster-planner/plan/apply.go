@@ -1,0 +1,150 @@
+package plan
+
+import (
+	"context"
+	"maps"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+)
+
+// Applier is the port through which a plan's actions reach the world. The
+// cluster-planner's applier writes the desired bucket with compare-and-set
+// and sends the teardown commands; plantest.Harness changes its in-memory
+// world. Both run plantest.TestApplier, so the property tests exercise what
+// ships.
+//
+// An Applier serves one plan of one cluster, from one goroutine; Apply
+// calls it in the plan's order. What an action does to a machine record
+// is one function of this package, which every implementation calls; an
+// implementation adds only the I/O:
+//
+//   - CreateMachine writes NewMachineRecord(a, uid, now) under the
+//     machine's name, uid fresh (unique per incarnation), if no record
+//     holds the name. A taken name is not an error and nothing is written:
+//     the names are deterministic per slot, so a second planner racing for
+//     the slot finds the first one's machine.
+//   - UpdateMachine writes UpdatedMachineRecord(cur, a) over the current
+//     record: spec, labels and annotations from a.Machine, generation + 1,
+//     the rest (uid, creation and deletion timestamps) kept. A record equal
+//     in those fields, or no record, is left alone.
+//   - DeleteMachine writes DeletingMachineRecord(cur, now): the
+//     deletion_timestamp, unless the record has one or is gone.
+//   - RemoveMachine removes the record, if it is still the one the plan
+//     read; a record already gone is not an error.
+//   - EnsureClusterInfra, DeleteClusterInfra and DeletePKI ask the provider
+//     and the bootstrapper (with ids deterministic per cluster incarnation);
+//     DeleteCluster removes the cluster's status and desired record.
+//
+// Every method is idempotent: an action applied again once it took effect
+// changes nothing and returns nil. A compare-and-set write that loses a
+// race is re-read and the rule applied again to the fresh record, a
+// bounded number of times; RemoveMachine of a record written since the
+// plan read it is not retried. Either ends in an error (the KV applier's
+// matches store.ErrConflict): the caller applies nothing more of the plan
+// and plans again from a fresh read. A cancelled ctx ends a write with an
+// error; whether it took effect is found by that next read.
+type Applier interface {
+	CreateMachine(ctx context.Context, a CreateMachine) error
+	UpdateMachine(ctx context.Context, a UpdateMachine) error
+	DeleteMachine(ctx context.Context, a DeleteMachine) error
+	RemoveMachine(ctx context.Context, a RemoveMachine) error
+	EnsureClusterInfra(ctx context.Context, a EnsureClusterInfra) error
+	DeleteClusterInfra(ctx context.Context, a DeleteClusterInfra) error
+	DeletePKI(ctx context.Context, a DeletePKI) error
+	DeleteCluster(ctx context.Context, a DeleteCluster) error
+}
+
+// Apply applies actions in order through ap and stops at the first error,
+// which it returns.
+func Apply(ctx context.Context, ap Applier, actions []Action) error {
+	for _, a := range actions {
+		if err := a.applyTo(ctx, ap); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a CreateMachine) applyTo(ctx context.Context, ap Applier) error {
+	return ap.CreateMachine(ctx, a)
+}
+func (a DeleteMachine) applyTo(ctx context.Context, ap Applier) error {
+	return ap.DeleteMachine(ctx, a)
+}
+func (a UpdateMachine) applyTo(ctx context.Context, ap Applier) error {
+	return ap.UpdateMachine(ctx, a)
+}
+func (a RemoveMachine) applyTo(ctx context.Context, ap Applier) error {
+	return ap.RemoveMachine(ctx, a)
+}
+func (a EnsureClusterInfra) applyTo(ctx context.Context, ap Applier) error {
+	return ap.EnsureClusterInfra(ctx, a)
+}
+func (a DeleteClusterInfra) applyTo(ctx context.Context, ap Applier) error {
+	return ap.DeleteClusterInfra(ctx, a)
+}
+func (a DeletePKI) applyTo(ctx context.Context, ap Applier) error { return ap.DeletePKI(ctx, a) }
+func (a DeleteCluster) applyTo(ctx context.Context, ap Applier) error {
+	return ap.DeleteCluster(ctx, a)
+}
+
+// NewMachineRecord is the record a CreateMachine writes: a copy of
+// a.Machine with uid, creation_timestamp (now) and generation (1) set
+// where the plan left them unset.
+func NewMachineRecord(a CreateMachine, uid string, now time.Time) *capnv1alpha1.Machine {
+	m := proto.Clone(a.Machine).(*capnv1alpha1.Machine)
+	if m.Metadata == nil {
+		m.Metadata = &capnv1alpha1.ObjectMeta{}
+	}
+	if m.Metadata.Uid == "" {
+		m.Metadata.Uid = uid
+	}
+	if m.Metadata.CreationTimestamp == nil {
+		m.Metadata.CreationTimestamp = timestamppb.New(now)
+	}
+	if m.Metadata.Generation == 0 {
+		m.Metadata.Generation = 1
+	}
+	return m
+}
+
+// UpdatedMachineRecord is what an UpdateMachine makes of the current
+// record cur: a copy with a.Machine's spec, labels and annotations and the
+// generation bumped, everything else of cur kept. It returns false, and
+// no record, when cur is nil or already has them.
+func UpdatedMachineRecord(cur *capnv1alpha1.Machine, a UpdateMachine) (*capnv1alpha1.Machine, bool) {
+	want := a.Machine
+	if cur == nil || proto.Equal(cur.GetSpec(), want.GetSpec()) &&
+		maps.Equal(cur.GetMetadata().GetLabels(), want.GetMetadata().GetLabels()) &&
+		maps.Equal(cur.GetMetadata().GetAnnotations(), want.GetMetadata().GetAnnotations()) {
+		return nil, false
+	}
+	m := proto.Clone(cur).(*capnv1alpha1.Machine)
+	if m.Metadata == nil {
+		m.Metadata = &capnv1alpha1.ObjectMeta{}
+	}
+	m.Spec = proto.Clone(want.GetSpec()).(*capnv1alpha1.MachineSpec)
+	m.Metadata.Labels = maps.Clone(want.GetMetadata().GetLabels())
+	m.Metadata.Annotations = maps.Clone(want.GetMetadata().GetAnnotations())
+	m.Metadata.Generation++
+	return m, true
+}
+
+// DeletingMachineRecord is what a DeleteMachine makes of the current
+// record cur: a copy with deletion_timestamp now. It returns false, and no
+// record, when cur is nil or already being deleted.
+func DeletingMachineRecord(cur *capnv1alpha1.Machine, now time.Time) (*capnv1alpha1.Machine, bool) {
+	if cur == nil || cur.GetMetadata().GetDeletionTimestamp() != nil {
+		return nil, false
+	}
+	m := proto.Clone(cur).(*capnv1alpha1.Machine)
+	if m.Metadata == nil {
+		m.Metadata = &capnv1alpha1.ObjectMeta{}
+	}
+	m.Metadata.DeletionTimestamp = timestamppb.New(now)
+	return m, true
+}

@@ -1,0 +1,61 @@
+package clusterplanner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/store"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+)
+
+// errCacheBehind: the cluster's status was last written from a newer view
+// of the observed bucket than this replica's cache holds.
+var errCacheBehind = errors.New("observed cache behind the cluster status")
+
+// cacheBehindWait is how soon a plan held back by errCacheBehind is tried
+// again: the cache is normally milliseconds behind.
+const cacheBehindWait = 20 * time.Millisecond
+
+// writeStatus compare-and-sets the cluster's observed status when it
+// changed, and records phase changes on the cluster's timeline (reason:
+// the phase; message: phaseMsg, what the phase means now). With two
+// planner replicas, it writes only from a cache that has seen the status's
+// last write (errCacheBehind otherwise), so the status never goes back.
+func (s *Service) writeStatus(ctx context.Context, name string, old, st *capnv1.ClusterStatus, phaseMsg string) error {
+	if st == nil || proto.Equal(old, st) {
+		return nil
+	}
+	cur, rev, err := s.statuses.Get(ctx, clusterPrefix+name)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		_, err = s.statuses.Create(ctx, clusterPrefix+name, st)
+	case err != nil:
+	case rev > s.observedRev():
+		// Another replica wrote the status from a view this replica's
+		// cache has not reached: writing now would move the status
+		// backwards (a machine's phase, a pool's counts).
+		return errCacheBehind
+	case proto.Equal(cur, st):
+		return nil
+	default:
+		_, err = s.statuses.Update(ctx, clusterPrefix+name, st, rev)
+	}
+	if err == nil && old.GetPhase() != st.GetPhase() {
+		s.event(ctx, name, strings.ToLower(st.GetPhase()), &capnv1.ClusterEvent{Cluster: name, Phase: st.GetPhase(), Reason: st.GetPhase(), Message: phaseMsg}, fmt.Sprint(st.GetObservedGeneration()))
+	}
+	return err
+}
+
+func (s *Service) event(ctx context.Context, cluster, what string, ev *capnv1.ClusterEvent, discriminator string) {
+	id := "cluster." + what + "." + cluster + "." + discriminator + "." + s.cfg.Now().UTC().Format(time.RFC3339)
+	if _, err := s.pub.Publish(ctx, events.EventSubject("cluster", what, cluster, events.ClusterObject), events.TypeClusterEvent+"."+what, id, ev); err != nil {
+		zerolog.Ctx(ctx).Warn().Err(err).Msg("publish cluster event")
+	}
+}

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"flag"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -39,6 +40,9 @@ func TestConnectAuthenticates(t *testing.T) {
 	}{
 		{name: "user and password", server: users, cfg: NATSConfig{User: "svc", Password: "pw"}},
 		{name: "wrong password fails at once", server: users, cfg: NATSConfig{User: "svc", Password: "nope"},
+			wantErr: "credentials refused"},
+		{name: "user and password file", server: users, cfg: NATSConfig{User: "svc", PasswordFile: writeFile(t, dir, "pw", "pw\n")}},
+		{name: "a password file with the wrong password", server: users, cfg: NATSConfig{User: "svc", PasswordFile: writeFile(t, dir, "nope", "nope\n")},
 			wantErr: "credentials refused"},
 		{name: "token", server: server.Options{Authorization: "s3cret"}, cfg: NATSConfig{Token: "s3cret"}},
 		{name: "nkey seed file", server: server.Options{Nkeys: []*server.NkeyUser{{Nkey: pub}}}, cfg: NATSConfig{NKeySeedFile: seedFile}},
@@ -79,6 +83,31 @@ func TestConnectAuthenticates(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The password file is read at every connect: a machine's secret that
+// capn-node writes after its bootstrap fetch, or replaces, is what the
+// next reconnect uses.
+func TestConnectReadsThePasswordFileAtEveryConnect(t *testing.T) {
+	dir := t.TempDir()
+	file := writeFile(t, dir, "pw", "first\n")
+	s := startServer(t, server.Options{Users: []*server.User{{Username: "m", Password: "first"}}})
+	log, _ := testLogger(t)
+	nc, err := Connect(context.Background(), NATSConfig{URL: s.ClientURL(), User: "m", PasswordFile: file}, "test", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	writeFile(t, dir, "pw", "second\n")
+	if err := s.ReloadOptions(&server.Options{Host: s.Addr().(*net.TCPAddr).IP.String(), Port: s.Addr().(*net.TCPAddr).Port,
+		Users: []*server.User{{Username: "m", Password: "second"}}, NoLog: true, NoSigs: true}); err != nil {
+		t.Fatal(err)
+	}
+	// The reload closes the connection that logged in with the old
+	// password; the reconnect reads the file again.
+	natstest.WaitFor(t, 10*time.Second, "reconnected with the new password", func() bool {
+		return nc.IsConnected() && nc.Reconnects > 0
+	})
 }
 
 func TestConnectLogsPermissionViolations(t *testing.T) {

@@ -2,6 +2,7 @@ package security
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -54,7 +56,9 @@ func startDevBinary(t *testing.T, dir string, args ...string) devBin {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cancel(); _ = cmd.Wait() })
+	// Process machines outlive capn dev on purpose (the next start takes
+	// them back): the test's own end kills them.
+	t.Cleanup(func() { cancel(); _ = cmd.Wait(); killProcessesUnder(t, dir) })
 	natsLine := regexp.MustCompile(`NATS\s+(nats://\S+)`)
 	gatewayLine := regexp.MustCompile(`gateway\s+(http://\S+)`)
 	for sc := bufio.NewScanner(out); (d.natsURL == "" || d.gatewayURL == "") && sc.Scan(); {
@@ -70,6 +74,22 @@ func startDevBinary(t *testing.T, dir string, args ...string) devBin {
 	}
 	go func() { _, _ = io.Copy(io.Discard, out) }() // keep capn dev from blocking on a full pipe
 	return d
+}
+
+// killProcessesUnder kills every process whose command line names dir:
+// the machines a test's capn dev started.
+func killProcessesUnder(t *testing.T, dir string) {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !bytes.Contains(b, []byte(dir)) {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil && pid != os.Getpid() {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }
 
 // adminConn connects as the nats CLI does with capn dev's context file.

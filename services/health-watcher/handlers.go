@@ -186,7 +186,7 @@ func (s *Service) onHeartbeat(ctx context.Context, m *events.Message, hb *capnv1
 	}
 	cur := s.cached(r)
 	persist := s.cfg.PersistEvery
-	if st, ok := decodeCached(s.observed, machinePrefix+r.key, newMachineStatus); ok && st.GetPhase() == phaseStopped {
+	if st, ok := decodeCached(s.observed, machinePrefix+r.key, newMachineStatus); ok && st.GetPhaseValue() == capnv1.MachineStopped {
 		// Waking from hibernation: the machine-manager makes the machine
 		// Running on a ready heartbeat from after its start, so each one
 		// is written until then (a stopped machine sends none).
@@ -200,7 +200,7 @@ func (s *Service) onHeartbeat(ctx context.Context, m *events.Message, hb *capnv1
 	s.metrics.report("heartbeat", outcomeUnchanged)
 	// A node that was silent is back: its Ready condition must turn True
 	// again now, not at the next resync.
-	if st := readyStatus(cur); st == StatusUnknown || (st == StatusFalse && hb.GetReady()) {
+	if st := readyStatus(cur); st == capnv1.ConditionUnknown || (st == capnv1.ConditionFalse && hb.GetReady()) {
 		s.touch(r.cluster, r.machine)
 	}
 	return nil
@@ -289,13 +289,13 @@ func (s *Service) trusts(r report, source string) bool {
 
 // readyStatus is the status of the recorded Ready condition the heartbeats
 // decide ("" if none).
-func readyStatus(h *capnv1.NodeHealth) string {
+func readyStatus(h *capnv1.NodeHealth) capnv1.ConditionStatus {
 	for _, c := range h.GetConditions() {
 		if heartbeatReady(c) {
-			return c.GetStatus()
+			return c.GetStatusValue()
 		}
 	}
-	return ""
+	return capnv1.ConditionStatus_CONDITION_STATUS_UNSPECIFIED
 }
 
 func streamTime(m *events.Message, now time.Time) time.Time {

@@ -72,7 +72,7 @@ func clusterOf(key string) string {
 func controlPlaneOf(st *capnv1.ClusterStatus) controlPlaneInit {
 	c := controlPlaneInit{initialized: st.GetControlPlaneInitialized()}
 	for _, cond := range st.GetConditions() {
-		if cond.GetType() == conditionControlPlaneInitialized && cond.GetStatus() == StatusTrue {
+		if cond.GetType() == conditionControlPlaneInitialized && cond.GetStatusValue() == capnv1.ConditionTrue {
 			c.at = cond.GetLastTransitionTime().AsTime()
 		}
 	}

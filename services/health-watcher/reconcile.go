@@ -113,12 +113,12 @@ func (s *Service) snapshot(cl *capnv1.Cluster, cluster string, now time.Time, on
 		in.nodes[name] = node
 		t := Target{
 			Machine: name, Pool: m.GetSpec().GetPool(), ControlPlane: m.GetSpec().GetRole() == "control-plane" || m.GetSpec().GetPool() == policy.ControlPlanePool,
-			Created: created, Phase: st.GetPhase(), PhaseSince: st.GetPhaseSince().AsTime(), FailureReason: st.GetFailureReason(),
+			Created: created, Phase: st.GetPhaseValue(), PhaseSince: st.GetPhaseSince().AsTime(), FailureReason: st.GetFailureReason(),
 			Conditions: node.GetConditions(), NodeName: node.GetNodeName(),
 			Reported: st.GetNodeReadyTime() != nil,
 		}
 		switch t.Phase {
-		case phaseDeleting, phaseDeleted, phaseStopped:
+		case capnv1.MachineDeleting, capnv1.MachineDeleted, capnv1.MachineStopped:
 			t.Skip = true
 		}
 		if m.GetMetadata().GetDeletionTimestamp() != nil || m.GetSpec().GetStopped() || hibernated {
@@ -148,7 +148,7 @@ func (s *Service) infraGone(m *capnv1.Machine, node *capnv1.NodeHealth, created 
 		return time.Time{}
 	}
 	im, ok := decodeCached(s.observed, infraPrefix+p+"."+m.GetSpec().GetCluster()+"."+m.GetMetadata().GetName(), newInfraMachine)
-	if ok && im.GetState() == "Deleted" && im.GetUpdated() != nil && !im.GetUpdated().AsTime().Before(created) {
+	if ok && im.GetStateValue() == capnv1.InfraDeleted && im.GetUpdated() != nil && !im.GetUpdated().AsTime().Before(created) {
 		return im.GetUpdated().AsTime()
 	}
 	return time.Time{}
@@ -168,7 +168,7 @@ func (s *Service) lastHeartbeat(key string, node *capnv1.NodeHealth, created tim
 	if rec := node.GetLastHeartbeat(); rec != nil && !b.at.After(rec.AsTime()) {
 		b = beat{at: rec.AsTime(), ready: node.GetReady(), kubeletVersion: node.GetKubeletVersion(), nodeName: node.GetNodeName()}
 	}
-	if !b.at.IsZero() && b.at.Before(s.started) && readyStatus(node) != StatusUnknown {
+	if !b.at.IsZero() && b.at.Before(s.started) && readyStatus(node) != capnv1.ConditionUnknown {
 		b.at = s.started
 	}
 	return b

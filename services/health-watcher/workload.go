@@ -319,7 +319,7 @@ func (s *Service) workloadMachines(cluster string, cl *capnv1.Cluster) ([]Worklo
 		st, _ := decodeCached(s.observed, e.Key, newMachineStatus)
 		addScheme(m.GetSpec().GetProvider())
 		wm := WorkloadMachine{Name: name, ProviderID: st.GetProviderId(),
-			Deleting: m.GetMetadata().GetDeletionTimestamp() != nil || st.GetPhase() == phaseDeleting || st.GetPhase() == phaseDeleted}
+			Deleting: m.GetMetadata().GetDeletionTimestamp() != nil || st.GetPhaseValue() == capnv1.MachineDeleting || st.GetPhaseValue() == capnv1.MachineDeleted}
 		if p := m.GetSpec().GetProvider(); p != "" && !wm.Deleting {
 			// The provider's record may name the machine's providerID before
 			// its status does: such a Node is never taken for an orphan.

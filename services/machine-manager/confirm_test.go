@@ -175,13 +175,13 @@ func (w *confirmWorld) reconcile(name string) {
 // the key is absent, it acts as before.
 func TestDecisionsOnAbsenceAreConfirmed(t *testing.T) {
 	w := newConfirmWorld(t)
-	running := status(PhaseRunning, withBootstrap)
+	running := status(capnv1.MachineRunning.Wire(), withBootstrap)
 
 	// The infrastructure the cache misses: the machine stays Running.
 	w.put("m1", machine(false), running, infra("Running"))
 	w.observed.forget(infraPrefix + "sim.c1.m1")
 	w.reconcile("m1")
-	if got := w.phase("m1"); got != PhaseRunning+"/" {
+	if got := w.phase("m1"); got != capnv1.MachineRunning.Wire()+"/" {
 		t.Errorf("Running machine whose infrastructure the cache missed: %s, want Running", got)
 	}
 
@@ -189,7 +189,7 @@ func TestDecisionsOnAbsenceAreConfirmed(t *testing.T) {
 	w.put("m2", machine(false), running, infra("Running"))
 	w.desired.forget(machinePrefix + "c1.m2")
 	w.reconcile("m2")
-	if got := w.phase("m2"); got != PhaseRunning+"/" {
+	if got := w.phase("m2"); got != capnv1.MachineRunning.Wire()+"/" {
 		t.Errorf("Running machine whose spec the cache missed: %s, want Running", got)
 	}
 	if w.deleteSent("m2") {
@@ -197,18 +197,18 @@ func TestDecisionsOnAbsenceAreConfirmed(t *testing.T) {
 	}
 
 	// A Deleted machine whose spec is still there: its status is kept.
-	w.put("m3", machine(false), status(PhaseDeleted, withBootstrap), nil)
+	w.put("m3", machine(false), status(capnv1.MachineDeleted.Wire(), withBootstrap), nil)
 	w.desired.forget(machinePrefix + "c1.m3")
 	w.reconcile("m3")
-	if got := w.phase("m3"); got != PhaseDeleted+"/" {
+	if got := w.phase("m3"); got != capnv1.MachineDeleted.Wire()+"/" {
 		t.Errorf("Deleted machine whose spec the cache missed: status %q, want kept", got)
 	}
 
 	// A deleting machine whose infrastructure the cache misses: Deleting.
-	w.put("m4", machine(true), status(PhaseDeleting, withBootstrap), infra("Running"))
+	w.put("m4", machine(true), status(capnv1.MachineDeleting.Wire(), withBootstrap), infra("Running"))
 	w.observed.forget(infraPrefix + "sim.c1.m4")
 	w.reconcile("m4")
-	if got := w.phase("m4"); got != PhaseDeleting+"/" {
+	if got := w.phase("m4"); got != capnv1.MachineDeleting.Wire()+"/" {
 		t.Errorf("deleting machine whose infrastructure the cache missed: %s, want Deleting", got)
 	}
 
@@ -224,17 +224,17 @@ func TestDecisionsOnAbsenceAreConfirmed(t *testing.T) {
 	// Where the bucket agrees, absence is acted on.
 	w.put("m6", machine(false), running, nil)
 	w.reconcile("m6")
-	if got := w.phase("m6"); got != PhaseFailed+"/"+ReasonInfrastructureGone {
+	if got := w.phase("m6"); got != capnv1.MachineFailed.Wire()+"/"+ReasonInfrastructureGone {
 		t.Errorf("Running machine without infrastructure: %s, want Failed/InfrastructureGone", got)
 	}
-	w.put("m7", nil, status(PhaseDeleted, withBootstrap), nil)
+	w.put("m7", nil, status(capnv1.MachineDeleted.Wire(), withBootstrap), nil)
 	w.reconcile("m7")
 	if got := w.phase("m7"); got != "" {
 		t.Errorf("Deleted machine without spec: status %q, want forgotten", got)
 	}
-	w.put("m8", machine(true), status(PhaseDeleting, withBootstrap), nil)
+	w.put("m8", machine(true), status(capnv1.MachineDeleting.Wire(), withBootstrap), nil)
 	w.reconcile("m8")
-	if got := w.phase("m8"); got != PhaseDeleted+"/" {
+	if got := w.phase("m8"); got != capnv1.MachineDeleted.Wire()+"/" {
 		t.Errorf("deleting machine without infrastructure: %s, want Deleted", got)
 	}
 	if err := w.s.mutateOrWait(context.Background(), "c1", "m9", set); err != nil {

@@ -86,7 +86,7 @@ func newInfra() *capnv1.InfraMachine   { return new(capnv1.InfraMachine) }
 // InfrastructureGone, a deleting one becomes Deleted. Elsewhere an absent
 // key only means "not yet" and costs no read.
 func restsOnInfraAbsence(desired *capnv1.Machine, st *capnv1.MachineStatus) bool {
-	return st.GetPhase() == PhaseRunning || st.GetPhase() == PhaseDeleting ||
+	return st.GetPhaseValue() == capnv1.MachineRunning || st.GetPhaseValue() == capnv1.MachineDeleting ||
 		desired == nil || desired.GetMetadata().GetDeletionTimestamp() != nil
 }
 
@@ -160,7 +160,7 @@ func (s *Service) onBootstrap(ctx context.Context, m *events.Message) error {
 	case events.TypeBootstrapReady:
 		return events.Typed(func(ctx context.Context, _ *events.Message, r *capnv1.BootstrapReady) error {
 			return s.mutateOrWait(ctx, r.GetCluster(), r.GetMachine(), func(st *capnv1.MachineStatus) {
-				if st.GetPhase() == PhaseBootstrapping || st.GetPhase() == PhasePending {
+				if st.GetPhaseValue() == capnv1.MachineBootstrapping || st.GetPhaseValue() == capnv1.MachinePending {
 					st.BootstrapDataChecksum = r.GetChecksum()
 				}
 			})
@@ -168,9 +168,9 @@ func (s *Service) onBootstrap(ctx context.Context, m *events.Message) error {
 	case events.TypeBootstrapFailed:
 		return events.Typed(func(ctx context.Context, _ *events.Message, f *capnv1.BootstrapFailed) error {
 			return s.mutateOrWait(ctx, f.GetCluster(), f.GetMachine(), func(st *capnv1.MachineStatus) {
-				if st.GetPhase() == PhaseBootstrapping || st.GetPhase() == PhasePending {
+				if st.GetPhaseValue() == capnv1.MachineBootstrapping || st.GetPhaseValue() == capnv1.MachinePending {
 					fail(st, ReasonBootstrapFailed, f.GetReason()+": "+f.GetMessage(), s.cfg.Now())
-					setCondition(st, CondBootstrapReady, "False", f.GetReason(), f.GetMessage(), s.cfg.Now())
+					setCondition(st, CondBootstrapReady, capnv1.ConditionFalse, f.GetReason(), f.GetMessage(), s.cfg.Now())
 				}
 			})
 		})(ctx, m)

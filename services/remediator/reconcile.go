@@ -15,6 +15,7 @@ import (
 	"github.com/capn-dev/capn/events/reconcile"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/conditions"
 	"github.com/capn-dev/capn/schemas/health/policy"
 )
 
@@ -104,7 +105,7 @@ func (s *Service) snapshot(ctx context.Context, cluster string) (Snapshot, map[s
 		mc := Machine{Name: name, UID: m.GetMetadata().GetUid(), Provider: p, Created: m.GetMetadata().GetCreationTimestamp().AsTime(),
 			Deleting: m.GetMetadata().GetDeletionTimestamp() != nil, Skip: skip, CanReboot: reboot[p]}
 		if st, ok := decodeCached(s.observed, machinePrefix+cluster+"."+name, func() *capnv1.MachineStatus { return new(capnv1.MachineStatus) }); ok {
-			mc.Phase = st.GetPhase()
+			mc.Phase = st.GetPhaseValue()
 		}
 		if h, ok := decodeCached(s.observed, nodePrefix+cluster+"."+name, func() *capnv1.NodeHealth { return new(capnv1.NodeHealth) }); ok &&
 			h.GetUpdated() != nil && !h.GetUpdated().AsTime().Before(mc.Created) {
@@ -207,7 +208,7 @@ func (s *Service) logBlocked(log *zerolog.Logger, prev, st *capnv1.RemediationSt
 	if cur.GetStatus() == old.GetStatus() && cur.GetReason() == old.GetReason() {
 		return
 	}
-	if cur.GetStatus() == "True" {
+	if cur.GetStatusValue() == capnv1.ConditionTrue {
 		s.metrics.blocked(cur.GetReason())
 		log.Warn().Str("pool", st.GetPool()).Str("reason", cur.GetReason()).Int32("unhealthy", st.GetUnhealthy()).Int32("total", st.GetTotal()).
 			Int32("in_flight", st.GetInFlight()).Msg(cur.GetMessage())
@@ -217,12 +218,7 @@ func (s *Service) logBlocked(log *zerolog.Logger, prev, st *capnv1.RemediationSt
 }
 
 func blocked(st *capnv1.RemediationStatus) *capnv1.Condition {
-	for _, c := range st.GetConditions() {
-		if c.GetType() == ConditionRemediationBlocked {
-			return c
-		}
-	}
-	return nil
+	return conditions.Get(st.GetConditions(), ConditionRemediationBlocked)
 }
 
 // forget deletes the remediation statuses of a cluster that is gone.

@@ -172,7 +172,7 @@ func measureFleet(ctx context.Context, n int, timeout time.Duration) (fleetRun, 
 // countRunning counts machines whose observed phase is Running, from one
 // watcher on observed.
 func countRunning(ctx context.Context, kv jetstream.KeyValue) *atomic.Int64 {
-	return countPhase(ctx, kv, "machine.>", func() *capnv1.MachineStatus { return new(capnv1.MachineStatus) }, "Running")
+	return countPhase(ctx, kv, "machine.>", func() *capnv1.MachineStatus { return new(capnv1.MachineStatus) }, capnv1.MachineRunning.Wire())
 }
 
 // countPhase counts the keys matching pattern whose value's phase is

@@ -210,7 +210,7 @@ func measureIdle(ctx context.Context, binDir string, n int, heartbeat, settle, w
 
 // countReadyClusters counts clusters whose observed phase is Ready.
 func countReadyClusters(ctx context.Context, kv jetstream.KeyValue) *atomic.Int64 {
-	return countPhase(ctx, kv, "cluster.*", func() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) }, "Ready")
+	return countPhase(ctx, kv, "cluster.*", func() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) }, capnv1.ClusterReady.Wire())
 }
 
 // cpuSeconds is the user+system CPU time of a process so far.

@@ -94,7 +94,7 @@ func measureRepair(ctx context.Context, machines int, settle time.Duration, flee
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		st, _, err := statuses.Get(ctx, "cluster.repair")
-		if err == nil && st.GetPhase() == "Ready" {
+		if err == nil && st.GetPhaseValue() == capnv1.ClusterReady {
 			break
 		}
 		if time.Now().After(deadline) {

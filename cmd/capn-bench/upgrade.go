@@ -57,7 +57,7 @@ func measureUpgrade(ctx context.Context, pool int, boot, timeout time.Duration) 
 	upgraded := func(st *capnv1.ClusterStatus, gen int64, version string) (cp, all bool) {
 		cps := st.GetControlPlane()
 		cp = st.GetObservedGeneration() >= gen && cps.GetUpdated() == cps.GetDesired() && cps.GetReplicas() == cps.GetDesired() && cps.GetVersion() == version
-		all = cp && st.GetPhase() == "Ready"
+		all = cp && st.GetPhaseValue() == capnv1.ClusterReady
 		for _, p := range st.GetWorkerPools() {
 			all = all && p.GetUpdated() == int32(pool) && p.GetReplicas() == int32(pool) && p.GetAvailable() == int32(pool) && p.GetVersion() == version
 		}

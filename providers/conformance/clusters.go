@@ -129,7 +129,7 @@ func (c *Clusters) WaitReady(name string, timeout time.Duration) {
 		if err != nil || st == nil {
 			return false, "no status yet"
 		}
-		return st.GetPhase() == "Ready" && st.GetObservedGeneration() == cl.GetMetadata().GetGeneration(),
+		return st.GetPhaseValue() == capnv1alpha1.ClusterReady && st.GetObservedGeneration() == cl.GetMetadata().GetGeneration(),
 			fmt.Sprintf("phase %s, generation %d/%d, %s", st.GetPhase(), st.GetObservedGeneration(), cl.GetMetadata().GetGeneration(), c.machineSummary(name))
 	})
 }

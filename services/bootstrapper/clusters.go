@@ -421,7 +421,7 @@ func (s *Service) machineJoined(cluster, machine string) bool {
 		return false
 	}
 	st, err := store.Decode(e.Value, func() *capnv1.MachineStatus { return new(capnv1.MachineStatus) })
-	return err == nil && st.GetPhase() == "Running"
+	return err == nil && st.GetPhaseValue() == capnv1.MachineRunning
 }
 
 // writeStatus writes the cluster's secrets status, keeping the conditions

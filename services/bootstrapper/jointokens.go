@@ -13,12 +13,12 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/capn-dev/capn/events/reconcile"
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/kubeapi"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/conditions"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubeadm"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
 	"github.com/capn-dev/capn/services/bootstrapper/kubeconfig"
@@ -165,13 +165,13 @@ func (s *Service) reconcileJoinTokens(ctx context.Context, name string) (reconci
 		// Nothing to create and nothing known to delete: the API server is
 		// not asked at all (a placeholder endpoint costs nothing).
 		s.joinMemo.succeeded(name)
-		return reconcile.Result{}, s.setJoinCondition(ctx, name, &capnv1.Condition{Type: ConditionJoinTokensRegistered, Status: "True",
+		return reconcile.Result{}, s.setJoinCondition(ctx, name, &capnv1.Condition{Type: ConditionJoinTokensRegistered, Status: capnv1.ConditionTrue.Wire(),
 			Reason: ReasonNoMachineJoining, Message: "no machine is joining with a bootstrap token"})
 	}
 	kc, _, err := s.kubeconfs.Get(ctx, kubeconfigPrefix+name)
 	if errors.Is(err, store.ErrNotFound) {
 		// ensureKubeconfig kicks this pass once it writes one.
-		return reconcile.Result{}, s.setJoinCondition(ctx, name, &capnv1.Condition{Type: ConditionJoinTokensRegistered, Status: "Unknown",
+		return reconcile.Result{}, s.setJoinCondition(ctx, name, &capnv1.Condition{Type: ConditionJoinTokensRegistered, Status: capnv1.ConditionUnknown.Wire(),
 			Reason: ReasonWaitingForKubeconfig, Message: "waiting for the control-plane endpoint and the admin kubeconfig"})
 	} else if err != nil {
 		return reconcile.Result{}, err
@@ -206,7 +206,7 @@ func (s *Service) reconcileJoinTokens(ctx context.Context, name string) (reconci
 	if s.joinMemo.succeeded(name) {
 		zerolog.Ctx(ctx).Info().Str("cluster", name).Str("server", admin.Server).Msg("workload API server answers; join tokens registered")
 	}
-	cond := &capnv1.Condition{Type: ConditionJoinTokensRegistered, Status: "True", Reason: ReasonNoMachineJoining,
+	cond := &capnv1.Condition{Type: ConditionJoinTokensRegistered, Status: capnv1.ConditionTrue.Wire(), Reason: ReasonNoMachineJoining,
 		Message: "no machine is joining with a bootstrap token"}
 	if n := len(registered); n > 0 {
 		cond.Reason, cond.Message = ReasonRegistered, fmt.Sprintf("token Secrets of %d joining machine(s) registered: %s", n, machineList(registered))
@@ -243,7 +243,7 @@ func (s *Service) joinFailed(ctx context.Context, name, server string, err error
 		log = zerolog.Ctx(ctx).Warn()
 	}
 	log.Err(err).Str("cluster", name).Str("reason", reason).Dur("retry_in", delay).Msg("cannot register join tokens in the workload cluster")
-	cond := &capnv1.Condition{Type: ConditionJoinTokensRegistered, Status: "False", Reason: reason,
+	cond := &capnv1.Condition{Type: ConditionJoinTokensRegistered, Status: capnv1.ConditionFalse.Wire(), Reason: reason,
 		Message: fmt.Sprintf("workload API server %s: %v", server, err), Severity: "Info"}
 	if reason == ReasonRegistrationFailed {
 		cond.Severity = "Warning"
@@ -492,24 +492,13 @@ func (s *Service) setJoinCondition(ctx context.Context, cluster string, c *capnv
 			return nil, store.ErrNoChange
 		}
 		written = true
-		i := slices.IndexFunc(cur.GetConditions(), func(x *capnv1.Condition) bool { return x.GetType() == ConditionJoinTokensRegistered })
 		switch {
-		case c == nil && i < 0:
+		case c == nil && !conditions.Delete(&cur.Conditions, ConditionJoinTokensRegistered):
 			return nil, store.ErrNoChange
 		case c == nil:
-			cur.Conditions = slices.Delete(cur.Conditions, i, i+1)
 			return cur, nil
 		}
-		c.LastTransitionTime = timestamppb.New(s.cfg.Now())
-		if i < 0 {
-			cur.Conditions = append(cur.Conditions, c)
-			return cur, nil
-		}
-		old := cur.Conditions[i]
-		if old.GetStatus() == c.GetStatus() {
-			c.LastTransitionTime = old.GetLastTransitionTime()
-		}
-		cur.Conditions[i] = c
+		conditions.Set(&cur.Conditions, c, s.cfg.Now())
 		return cur, nil
 	})
 	if err == nil && written {

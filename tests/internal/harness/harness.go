@@ -567,7 +567,7 @@ func (s *System) ClusterStatus(name string) *capnv1.ClusterStatus {
 func (s *System) IsReady(name string) bool {
 	c, _, err := s.Clusters.Get(context.Background(), "cluster."+name)
 	st := s.ClusterStatus(name)
-	return err == nil && st.GetPhase() == "Ready" && st.GetObservedGeneration() == c.GetMetadata().GetGeneration()
+	return err == nil && st.GetPhaseValue() == capnv1.ClusterReady && st.GetObservedGeneration() == c.GetMetadata().GetGeneration()
 }
 
 // WaitReady waits until the cluster is Ready for its current generation.

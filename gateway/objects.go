@@ -16,17 +16,6 @@ import (
 	"github.com/capn-dev/capn/schemas/manifest"
 )
 
-// Key prefixes of the desired and observed buckets.
-const (
-	clusterPrefix    = "cluster."
-	machinePrefix    = "machine."
-	secretsPrefix    = "secrets."    // observed: ClusterSecretsStatus
-	kubeconfigPrefix = "kubeconfig." // secrets: sealed AdminKubeconfig
-)
-
-func clusterKey(name string) string          { return clusterPrefix + name }
-func machineKey(cluster, name string) string { return machinePrefix + cluster + "." + name }
-
 func newCluster() *capnv1.Cluster                    { return new(capnv1.Cluster) }
 func newMachine() *capnv1.Machine                    { return new(capnv1.Machine) }
 func newClusterStatus() *capnv1.ClusterStatus        { return new(capnv1.ClusterStatus) }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // The machine's bootstrap credential. The checksum names the data but is
@@ -108,7 +109,7 @@ func (s *Service) credential(ctx context.Context, subject, checksum string) ([]b
 	if err != nil {
 		return nil, 500, err
 	}
-	stored, _, err := s.boots.Mutate(ctx, bootstrapPrefix+cluster+"."+machine, func(cur *capnv1.BootstrapData, exists bool) (*capnv1.BootstrapData, error) {
+	stored, _, err := s.boots.Mutate(ctx, keys.Bootstrap(cluster, machine), func(cur *capnv1.BootstrapData, exists bool) (*capnv1.BootstrapData, error) {
 		switch {
 		case !exists:
 			return nil, store.ErrNotFound
@@ -126,7 +127,7 @@ func (s *Service) credential(ctx context.Context, subject, checksum string) ([]b
 
 // wanted returns the desired machine, or 404 when it is not wanted.
 func (s *Service) wanted(cluster, machine string) (*capnv1.Machine, int, error) {
-	e, ok := s.desired.Get(machinePrefix + cluster + "." + machine)
+	e, ok := s.desired.Get(keys.Machine(cluster, machine))
 	if !ok {
 		return nil, 404, fmt.Errorf("machine %s/%s is not wanted", cluster, machine)
 	}
@@ -147,7 +148,7 @@ func (s *Service) current(ctx context.Context, cluster, machine, checksum string
 	}
 	ctx, cancel := context.WithTimeout(ctx, fetchTimeout)
 	defer cancel()
-	rec, _, err := s.boots.Get(ctx, bootstrapPrefix+cluster+"."+machine)
+	rec, _, err := s.boots.Get(ctx, keys.Bootstrap(cluster, machine))
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return nil, 404, fmt.Errorf("no bootstrap data for %s/%s", cluster, machine)

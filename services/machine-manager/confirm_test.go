@@ -14,6 +14,7 @@ import (
 	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // forgetful is a watch cache that misses some keys the bucket holds: what
@@ -95,24 +96,24 @@ func (w *confirmWorld) put(name string, m *capnv1.Machine, st *capnv1.MachineSta
 	if m != nil {
 		m = proto.Clone(m).(*capnv1.Machine)
 		m.Metadata.Name = name
-		if _, err := w.machines.Create(ctx, machinePrefix+key, m); err != nil {
+		if _, err := w.machines.Create(ctx, keys.MachinePrefix+key, m); err != nil {
 			w.t.Fatal(err)
 		}
-		want = append(want, "desired "+machinePrefix+key)
+		want = append(want, "desired "+keys.MachinePrefix+key)
 	}
 	if st != nil {
-		if _, err := w.statuses.Create(ctx, machinePrefix+key, st); err != nil {
+		if _, err := w.statuses.Create(ctx, keys.MachinePrefix+key, st); err != nil {
 			w.t.Fatal(err)
 		}
-		want = append(want, "observed "+machinePrefix+key)
+		want = append(want, "observed "+keys.MachinePrefix+key)
 	}
 	if in != nil {
 		in = proto.Clone(in).(*capnv1.InfraMachine)
 		in.Machine = name
-		if _, err := w.infras.Create(ctx, infraPrefix+"sim."+key, in); err != nil {
+		if _, err := w.infras.Create(ctx, keys.InfraPrefix+"sim."+key, in); err != nil {
 			w.t.Fatal(err)
 		}
-		want = append(want, "observed "+infraPrefix+"sim."+key)
+		want = append(want, "observed "+keys.InfraPrefix+"sim."+key)
 	}
 	natstest.WaitFor(w.t, 5*time.Second, "the caches to hold what was written", func() bool {
 		for _, k := range want {
@@ -131,7 +132,7 @@ func (w *confirmWorld) put(name string, m *capnv1.Machine, st *capnv1.MachineSta
 // phase is the machine's status in the bucket ("" when there is none).
 func (w *confirmWorld) phase(name string) string {
 	w.t.Helper()
-	st, _, err := w.statuses.Get(context.Background(), machinePrefix+"c1."+name)
+	st, _, err := w.statuses.Get(context.Background(), keys.MachinePrefix+"c1."+name)
 	if errors.Is(err, store.ErrNotFound) {
 		return ""
 	}
@@ -179,7 +180,7 @@ func TestDecisionsOnAbsenceAreConfirmed(t *testing.T) {
 
 	// The infrastructure the cache misses: the machine stays Running.
 	w.put("m1", machine(false), running, infra("Running"))
-	w.observed.forget(infraPrefix + "sim.c1.m1")
+	w.observed.forget(keys.InfraPrefix + "sim.c1.m1")
 	w.reconcile("m1")
 	if got := w.phase("m1"); got != capnv1.MachineRunning.Wire()+"/" {
 		t.Errorf("Running machine whose infrastructure the cache missed: %s, want Running", got)
@@ -187,7 +188,7 @@ func TestDecisionsOnAbsenceAreConfirmed(t *testing.T) {
 
 	// The spec the cache misses: no delete, the machine stays Running.
 	w.put("m2", machine(false), running, infra("Running"))
-	w.desired.forget(machinePrefix + "c1.m2")
+	w.desired.forget(keys.MachinePrefix + "c1.m2")
 	w.reconcile("m2")
 	if got := w.phase("m2"); got != capnv1.MachineRunning.Wire()+"/" {
 		t.Errorf("Running machine whose spec the cache missed: %s, want Running", got)
@@ -198,7 +199,7 @@ func TestDecisionsOnAbsenceAreConfirmed(t *testing.T) {
 
 	// A Deleted machine whose spec is still there: its status is kept.
 	w.put("m3", machine(false), status(capnv1.MachineDeleted.Wire(), withBootstrap), nil)
-	w.desired.forget(machinePrefix + "c1.m3")
+	w.desired.forget(keys.MachinePrefix + "c1.m3")
 	w.reconcile("m3")
 	if got := w.phase("m3"); got != capnv1.MachineDeleted.Wire()+"/" {
 		t.Errorf("Deleted machine whose spec the cache missed: status %q, want kept", got)
@@ -206,7 +207,7 @@ func TestDecisionsOnAbsenceAreConfirmed(t *testing.T) {
 
 	// A deleting machine whose infrastructure the cache misses: Deleting.
 	w.put("m4", machine(true), status(capnv1.MachineDeleting.Wire(), withBootstrap), infra("Running"))
-	w.observed.forget(infraPrefix + "sim.c1.m4")
+	w.observed.forget(keys.InfraPrefix + "sim.c1.m4")
 	w.reconcile("m4")
 	if got := w.phase("m4"); got != capnv1.MachineDeleting.Wire()+"/" {
 		t.Errorf("deleting machine whose infrastructure the cache missed: %s, want Deleting", got)
@@ -215,7 +216,7 @@ func TestDecisionsOnAbsenceAreConfirmed(t *testing.T) {
 	// A bootstrap answer before the status, for a machine the cache has
 	// not seen: retried (errNoStatus), not dropped.
 	w.put("m5", machine(false), nil, nil)
-	w.desired.forget(machinePrefix + "c1.m5")
+	w.desired.forget(keys.MachinePrefix + "c1.m5")
 	set := func(st *capnv1.MachineStatus) { st.BootstrapDataChecksum = "sha256:x" }
 	if err := w.s.mutateOrWait(context.Background(), "c1", "m5", set); !errors.Is(err, errNoStatus) {
 		t.Errorf("answer for a wanted machine without status yet: %v, want errNoStatus (retry)", err)

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // Component (user) names. Each core component's user has the name of the
@@ -33,11 +34,11 @@ const (
 	SubjectIngest = "capn.ingest"
 	// SubjectBootstrapFetch is the root of the bootstrap fetch requests
 	// (bootstrapper.FetchSubjectRoot): capn.bootstrap.fetch.<cluster>.<machine>.
-	SubjectBootstrapFetch = "capn.bootstrap.fetch"
+	SubjectBootstrapFetch = keys.BootstrapFetchRoot
 	// SubjectBootstrapCredential is the root of the providers' requests for
 	// their machines' bootstrap credentials (bootstrapper.CredentialSubjectRoot):
 	// capn.bootstrap.credential.<provider>.<cluster>.<machine>.
-	SubjectBootstrapCredential = "capn.bootstrap.credential"
+	SubjectBootstrapCredential = keys.BootstrapCredentialRoot
 )
 
 // ProviderUser is the user, runtime service and durable consumer name of

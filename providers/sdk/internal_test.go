@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 func TestClassify(t *testing.T) {
@@ -141,16 +142,19 @@ func TestOptionsValidate(t *testing.T) {
 }
 
 func TestParseSubject(t *testing.T) {
+	cmd := func(kind, verb, cluster, object string) keys.Subject {
+		return keys.Subject{Root: keys.ProvidersRoot, Provider: "sim", Entity: kind, Verb: verb, Cluster: cluster, Object: object}
+	}
 	tests := []struct {
 		subject string
-		want    commandSubject
+		want    keys.Subject
 		ok      bool
 	}{
-		{"capn.provider.sim.machine.create.c1.m1", commandSubject{"machine", "create", "c1", "m1"}, true},
-		{"capn.provider.sim.cluster.ensure.c1._", commandSubject{"cluster", "ensure", "c1", "_"}, true},
-		{"capn.provider.other.machine.create.c1.m1", commandSubject{}, false},
-		{"capn.provider.sim.machine.create.c1", commandSubject{}, false},
-		{"capn.evt.sim.machine.create.c1.m1", commandSubject{}, false},
+		{"capn.provider.sim.machine.create.c1.m1", cmd("machine", "create", "c1", "m1"), true},
+		{"capn.provider.sim.cluster.ensure.c1._", cmd("cluster", "ensure", "c1", "_"), true},
+		{"capn.provider.other.machine.create.c1.m1", keys.Subject{}, false},
+		{"capn.provider.sim.machine.create.c1", keys.Subject{}, false},
+		{"capn.evt.sim.machine.create.c1.m1", keys.Subject{}, false},
 	}
 	for _, tt := range tests {
 		got, err := parseSubject("sim", tt.subject)

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
@@ -32,7 +31,7 @@ import (
 // the bootstrapper answers only for a machine of that provider, with the
 // current checksum, that has not joined.
 const (
-	CredentialSubjectRoot = "capn.bootstrap.credential"
+	CredentialSubjectRoot = keys.BootstrapCredentialRoot
 	// HeaderCredential carries the credential on a fetch. Required.
 	HeaderCredential = "Capn-Bootstrap-Credential"
 )
@@ -86,11 +85,11 @@ func (s *Service) serveCredentials(ctx context.Context, nc *nats.Conn, log zerol
 // credential returns the machine's credential for its provider, minting
 // one for a record made before credentials existed.
 func (s *Service) credential(ctx context.Context, subject, checksum string) ([]byte, int, error) {
-	toks := strings.Split(subject, ".")
-	if len(toks) != 6 || strings.Join(toks[:3], ".") != CredentialSubjectRoot {
+	subj, err := keys.ParseSubject(subject)
+	if err != nil || subj.Root != CredentialSubjectRoot {
 		return nil, 400, fmt.Errorf("subject %q is not %s.<provider>.<cluster>.<machine>", subject, CredentialSubjectRoot)
 	}
-	provider, cluster, machine := toks[3], toks[4], toks[5]
+	provider, cluster, machine := subj.Provider, subj.Cluster, subj.Object
 	want, code, err := s.wanted(cluster, machine)
 	if err != nil {
 		return nil, code, err

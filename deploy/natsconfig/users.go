@@ -31,7 +31,7 @@ const (
 // consumer on the server is one declared here.
 const (
 	// SubjectIngest is the gateway's ingest stream's subjects (gateway.SubjectIngest).
-	SubjectIngest = "capn.ingest"
+	SubjectIngest = keys.IngestRoot
 	// SubjectBootstrapFetch is the root of the bootstrap fetch requests
 	// (bootstrapper.FetchSubjectRoot): capn.bootstrap.fetch.<cluster>.<machine>.
 	SubjectBootstrapFetch = keys.BootstrapFetchRoot

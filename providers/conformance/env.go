@@ -9,6 +9,7 @@ import (
 	"github.com/capn-dev/capn/providers/sdk"
 	"github.com/capn-dev/capn/providers/sdk/sdktest"
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // Version is the Kubernetes version of the suite's machines.
@@ -79,7 +80,7 @@ func (e *Env) Create(machine, id string) {
 	e.t.Helper()
 	req := &capnv1alpha1.CreateMachine{
 		Cluster: e.Cluster, Machine: machine, Role: "worker", Version: Version,
-		BootstrapSecretKey: "bootstrap." + e.Cluster + "." + machine,
+		BootstrapSecretKey: keys.Bootstrap(e.Cluster, machine),
 		BootstrapChecksum:  e.bootstrapFixture().checksum,
 		Labels:             map[string]string{"capn.dev/conformance": "true"},
 	}

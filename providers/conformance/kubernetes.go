@@ -20,6 +20,7 @@ import (
 
 	"github.com/capn-dev/capn/providers/sdk"
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // Kubernetes turns on the suite's Kubernetes conformance check, for a
@@ -378,7 +379,7 @@ func (k *KubeCluster) Kubectl(args ...string) (string, error) {
 // Running are the cluster's Running machines as capn reports them.
 func (k *KubeCluster) Running() map[string]KubeMachine {
 	k.T.Helper()
-	prefix := "machine." + k.Name + "."
+	prefix := keys.MachinesOf(k.Name)
 	specs, err := k.Clusters.wanted.List(context.Background(), prefix)
 	if err != nil {
 		k.T.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/providers/sdk"
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // Name is the provider's name: it consumes capn.provider.process.> and
@@ -321,7 +322,7 @@ func (p *Provider) caPin(ctx context.Context, cluster string) string {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	st, _, err := b.Get(ctx, "secrets."+cluster)
+	st, _, err := b.Get(ctx, keys.Secrets(cluster))
 	if err != nil {
 		return ""
 	}

@@ -23,6 +23,9 @@ const (
 	// BootstrapCredentialRoot: a provider's request for a machine's
 	// credential, capn.bootstrap.credential.<provider>.<cluster>.<machine>.
 	BootstrapCredentialRoot = "capn.bootstrap.credential"
+	// IngestRoot: the gateway's ingest stream, capn.ingest.<event type's
+	// tokens> (any number of them: not parsed here).
+	IngestRoot = "capn.ingest"
 )
 
 // EntityDrift is the entity of drift reports, the one fact whose <what>

@@ -101,16 +101,16 @@ func (e *Env) Power(machine, action string) {
 }
 
 // WaitState waits (Features.Timeout) for the machine's record in state.
-func (e *Env) WaitState(machine, state string) *capnv1alpha1.InfraMachine {
+func (e *Env) WaitState(machine string, state capnv1alpha1.InfraState) *capnv1alpha1.InfraMachine {
 	e.t.Helper()
 	var got *capnv1alpha1.InfraMachine
-	natstest.WaitFor(e.t, e.s.f.Timeout, fmt.Sprintf("%s/%s in state %s", e.Cluster, machine, state), func() bool {
+	natstest.WaitFor(e.t, e.s.f.Timeout, fmt.Sprintf("%s/%s in state %s", e.Cluster, machine, state.Wire()), func() bool {
 		m, ok := e.Machine(e.Provider, e.Cluster, machine)
-		if ok && m.GetState() == state {
+		if ok && m.GetStateValue() == state {
 			got = m
 			return true
 		}
-		if ok && m.GetState() == sdk.StateFailed && state != sdk.StateFailed {
+		if ok && m.GetStateValue() == sdk.StateFailed && state != sdk.StateFailed {
 			e.t.Fatalf("%s/%s failed: %s", e.Cluster, machine, m.GetMessage())
 		}
 		return false

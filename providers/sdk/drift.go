@@ -42,13 +42,13 @@ func classify(obs, real *capnv1alpha1.InfraMachine) (string, *capnv1alpha1.Infra
 		return "", nil
 	case obs == nil:
 		return DriftOrphan, nil
-	case !live(obs.GetState()):
+	case !live(obs.GetStateValue()):
 		return "", nil
 	case real == nil:
 		next := proto.Clone(obs).(*capnv1alpha1.InfraMachine)
-		next.State, next.Message = StateDeleted, MessageGone
+		next.State, next.Message = StateDeleted.Wire(), MessageGone
 		return DriftGone, next
-	case obs.GetState() == StateRunning && real.GetState() == StateStopped:
+	case obs.GetStateValue() == StateRunning && real.GetStateValue() == StateStopped:
 		return DriftStopped, real
 	case obs.GetProviderId() != "" && real.GetProviderId() != "" && obs.GetProviderId() != real.GetProviderId():
 		return DriftChanged, real

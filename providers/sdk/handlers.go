@@ -108,7 +108,7 @@ func (s *server) createMachine(ctx context.Context, m *events.Message, req *capn
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
-	if err == nil && live(cur.GetState()) {
+	if err == nil && live(cur.GetStateValue()) {
 		got, derr := s.p.Describe(ctx, c, name)
 		switch {
 		case derr == nil:
@@ -146,7 +146,7 @@ func (s *server) deleteMachine(ctx context.Context, m *events.Message, req *capn
 	log := zerolog.Ctx(ctx)
 	cur, _, err := s.obs.machines.Get(ctx, InfraKey(s.name, c, name))
 	switch {
-	case err == nil && live(cur.GetState()):
+	case err == nil && live(cur.GetStateValue()):
 		if err := s.obs.markMachine(ctx, c, name, StateDeleting, "deleting"); err != nil {
 			return err
 		}
@@ -206,7 +206,7 @@ func (s *server) power(ctx context.Context, m *events.Message, req *capnv1alpha1
 		return fmt.Errorf("%s %s/%s: %w", action, c, name, err)
 	case err != nil:
 		log.Warn().Err(err).Str("action", action).Msg("power action failed for good")
-		return s.obs.markMachine(ctx, c, name, "", action+" failed: "+err.Error())
+		return s.obs.markMachine(ctx, c, name, capnv1alpha1.InfraState_INFRA_STATE_UNSPECIFIED, action+" failed: "+err.Error())
 	}
 	got, err := s.p.Describe(ctx, c, name)
 	if err != nil {

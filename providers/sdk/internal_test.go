@@ -17,28 +17,29 @@ import (
 
 func TestClassify(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	im := func(state, pid string, at time.Time) *capnv1alpha1.InfraMachine {
-		return &capnv1alpha1.InfraMachine{Provider: "p", Cluster: "c", Machine: "m", State: state, ProviderId: pid, Updated: timestamppb.New(at)}
+	im := func(state capnv1alpha1.InfraState, pid string, at time.Time) *capnv1alpha1.InfraMachine {
+		return &capnv1alpha1.InfraMachine{Provider: "p", Cluster: "c", Machine: "m", State: state.Wire(), ProviderId: pid, Updated: timestamppb.New(at)}
 	}
+	const none = capnv1alpha1.InfraState_INFRA_STATE_UNSPECIFIED
 	tests := []struct {
 		name      string
 		obs, real *capnv1alpha1.InfraMachine
 		kind      string
-		write     string // state written, "" for none
+		write     capnv1alpha1.InfraState // state written, none for none
 	}{
-		{"nothing anywhere", nil, nil, "", ""},
-		{"orphan", nil, im(StateRunning, "x", t0), DriftOrphan, ""},
+		{"nothing anywhere", nil, nil, "", none},
+		{"orphan", nil, im(StateRunning, "x", t0), DriftOrphan, none},
 		{"gone while running", im(StateRunning, "x", t0), nil, DriftGone, StateDeleted},
 		{"gone while creating", im(StateCreating, "x", t0), nil, DriftGone, StateDeleted},
 		{"gone while stopped", im(StateStopped, "x", t0), nil, DriftGone, StateDeleted},
-		{"already deleted", im(StateDeleted, "x", t0), nil, "", ""},
-		{"failed and absent", im(StateFailed, "", t0), nil, "", ""},
-		{"deleting and present", im(StateDeleting, "x", t0), im(StateRunning, "x", t0), "", ""},
-		{"in sync", im(StateRunning, "x", t0), im(StateRunning, "x", t0), "", ""},
+		{"already deleted", im(StateDeleted, "x", t0), nil, "", none},
+		{"failed and absent", im(StateFailed, "", t0), nil, "", none},
+		{"deleting and present", im(StateDeleting, "x", t0), im(StateRunning, "x", t0), "", none},
+		{"in sync", im(StateRunning, "x", t0), im(StateRunning, "x", t0), "", none},
 		{"stopped out of band", im(StateRunning, "x", t0), im(StateStopped, "x", t0.Add(time.Second)), DriftStopped, StateStopped},
 		{"replaced out of band", im(StateRunning, "x", t0), im(StateRunning, "y", t0.Add(time.Second)), DriftChanged, StateRunning},
 		{"lost boot report", im(StateCreating, "x", t0), im(StateRunning, "x", t0.Add(time.Second)), "", StateRunning},
-		{"record newer than reality", im(StateRunning, "x", t0.Add(time.Second)), im(StateCreating, "x", t0), "", ""},
+		{"record newer than reality", im(StateRunning, "x", t0.Add(time.Second)), im(StateCreating, "x", t0), "", none},
 		{"started out of band", im(StateStopped, "x", t0), im(StateRunning, "x", t0.Add(time.Second)), "", StateRunning},
 	}
 	for _, tt := range tests {
@@ -48,9 +49,9 @@ func TestClassify(t *testing.T) {
 				t.Errorf("kind = %q, want %q", kind, tt.kind)
 			}
 			switch {
-			case tt.write == "" && next != nil:
+			case tt.write == none && next != nil:
 				t.Errorf("writes %v, want nothing", next)
-			case tt.write != "" && next.GetState() != tt.write:
+			case tt.write != none && next.GetStateValue() != tt.write:
 				t.Errorf("writes %v, want state %s", next, tt.write)
 			}
 			if kind == DriftGone && (next.GetMessage() != MessageGone || next.GetProviderId() != tt.obs.GetProviderId()) {

@@ -121,7 +121,7 @@ func kubeletStopsStep(t *testing.T, e *Env, k *KubeCluster, machines map[string]
 	until("the health-watcher recording Node "+victim+"'s Ready=True", time.Minute, 250*time.Millisecond, func() error {
 		h := health()
 		if i := slices.IndexFunc(h.GetConditions(), func(c *capnv1alpha1.NodeCondition) bool {
-			return c.GetType() == "Ready" && c.GetSource() == "kubernetes" && c.GetStatus() == "True"
+			return c.GetType() == "Ready" && c.GetSource() == "kubernetes" && c.GetStatusValue() == capnv1alpha1.ConditionTrue
 		}); i < 0 || !h.GetHealthy() {
 			return fmt.Errorf("record of %s: healthy %v, conditions %v", victim, h.GetHealthy(), h.GetConditions())
 		}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // Streams, buckets and subject roots. Subjects carry the cluster (and the
@@ -17,27 +19,27 @@ const (
 	// StreamEvents keeps facts (capn.evt.<entity>.<what>.<cluster>.<object>)
 	// for the audit trail and the timeline a user sees.
 	StreamEvents  = "CAPN_EVENTS"
-	SubjectEvents = "capn.evt"
+	SubjectEvents = keys.EventsRoot
 	// StreamCommands is a work queue of requests to one kind of worker
 	// (capn.cmd.<worker>.<verb>.<cluster>.<object>).
 	StreamCommands  = "CAPN_COMMANDS"
-	SubjectCommands = "capn.cmd"
+	SubjectCommands = keys.CommandsRoot
 	// StreamProviders is a work queue of provider commands
 	// (capn.provider.<provider>.<kind>.<verb>.<cluster>.<object>); each
 	// provider consumes capn.provider.<its name>.> through its own durable.
 	StreamProviders  = "CAPN_PROVIDERS"
-	SubjectProviders = "capn.provider"
+	SubjectProviders = keys.ProvidersRoot
 	// StreamHealth keeps the latest few health reports per node and kind
 	// (capn.health.<cluster>.<machine>.<kind>).
 	StreamHealth  = "CAPN_HEALTH"
-	SubjectHealth = "capn.health"
+	SubjectHealth = keys.HealthRoot
 
 	BucketDesired  = "desired"
 	BucketObserved = "observed"
 	BucketSecrets  = "secrets"
 
 	// ClusterObject stands in the object token of cluster-level subjects.
-	ClusterObject = "_"
+	ClusterObject = keys.ClusterObject
 	// DuplicateWindow is how long JetStream remembers a Nats-Msg-Id.
 	DuplicateWindow = 2 * time.Minute
 )
@@ -45,33 +47,34 @@ const (
 // Subject joins subject tokens with dots.
 func Subject(tokens ...string) string { return strings.Join(tokens, ".") }
 
-// EventSubject is the subject of a fact: capn.evt.<entity>.<what>.<cluster>.<object>.
+// EventSubject is the subject of a fact (keys.Event):
+// capn.evt.<entity>.<what>.<cluster>.<object>.
 func EventSubject(entity, what, cluster, object string) string {
-	return Subject(SubjectEvents, entity, what, cluster, object)
+	return keys.Event(entity, what, cluster, object)
 }
 
-// DriftSubject is where provider reports drift of a machine:
-// capn.evt.drift.<provider>.<cluster>.<machine>. The provider is in the
-// subject so that NATS permissions let each provider publish its own
-// reports only (capn.evt.drift.<provider>.>), and the shape of every fact
-// (capn.evt.<entity>.<what>.<cluster>.<object>) is kept for timelines.
+// DriftSubject is where provider reports drift of a machine (keys.Drift):
+// capn.evt.drift.<provider>.<cluster>.<machine>.
 func DriftSubject(provider, cluster, machine string) string {
-	return EventSubject("drift", provider, cluster, machine)
+	return keys.Drift(provider, cluster, machine)
 }
 
-// CommandSubject is the subject of a command to a core worker.
+// CommandSubject is the subject of a command to a core worker
+// (keys.Command).
 func CommandSubject(worker, verb, cluster, object string) string {
-	return Subject(SubjectCommands, worker, verb, cluster, object)
+	return keys.Command(worker, verb, cluster, object)
 }
 
-// ProviderSubject is the subject of a command to provider p.
+// ProviderSubject is the subject of a command to provider p
+// (keys.ProviderCommand).
 func ProviderSubject(provider, kind, verb, cluster, object string) string {
-	return Subject(SubjectProviders, provider, kind, verb, cluster, object)
+	return keys.ProviderCommand(provider, kind, verb, cluster, object)
 }
 
-// HealthSubject is the subject of a health report of one node.
+// HealthSubject is the subject of a health report of one node
+// (keys.Health).
 func HealthSubject(cluster, machine, kind string) string {
-	return Subject(SubjectHealth, cluster, machine, kind)
+	return keys.Health(cluster, machine, kind)
 }
 
 // Topology is what a deployment declares in JetStream: streams, KV buckets

@@ -10,6 +10,7 @@ import (
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/gateway/api"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/schemas/manifest"
 )
 
@@ -22,12 +23,12 @@ func (s *server) listClusters(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	ctx := r.Context()
-	desired, bad, err := s.clusters.ListSkipping(ctx, clusterPrefix)
+	desired, bad, err := s.clusters.ListSkipping(ctx, keys.ClusterPrefix)
 	if err != nil {
 		return err
 	}
 	s.skipped(w, r, api.KindCluster, bad)
-	observed, bad, err := s.clusterStatuses.ListSkipping(ctx, clusterPrefix)
+	observed, bad, err := s.clusterStatuses.ListSkipping(ctx, keys.ClusterPrefix)
 	if err != nil {
 		return err
 	}
@@ -56,7 +57,7 @@ func (s *server) getCluster(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	c, rev, err := s.clusters.Get(r.Context(), clusterKey(name))
+	c, rev, err := s.clusters.Get(r.Context(), keys.Cluster(name))
 	if errors.Is(err, store.ErrNotFound) {
 		return notFound("cluster %s not found", name)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/gateway/api"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/schemas/manifest"
 )
 
@@ -90,7 +91,7 @@ func warning(text string) string {
 // decode.
 func corruptProblem(ce *store.CorruptError) *problemError {
 	hint := "an operator must remove or rewrite it"
-	if strings.HasPrefix(ce.Key, clusterPrefix) {
+	if strings.HasPrefix(ce.Key, keys.ClusterPrefix) {
 		hint = "DELETE /v1/clusters/" + objectName(ce.Key) + " removes it"
 	}
 	return problem(http.StatusInternalServerError, api.ProblemCorruptRecord, "Corrupt record",
@@ -117,7 +118,7 @@ func (s *server) replaceCorrupt(ctx context.Context, name string, ce *store.Corr
 		return writeResult{cluster: c, rev: ce.Revision}, nil
 	}
 	zerolog.Ctx(ctx).Warn().Err(ce.Err).Str("cluster", name).Uint64("revision", ce.Revision).Msg("deleting a cluster whose record does not decode")
-	rev, err := s.clusters.Update(ctx, clusterKey(name), c, ce.Revision)
+	rev, err := s.clusters.Update(ctx, keys.Cluster(name), c, ce.Revision)
 	if errors.Is(err, store.ErrConflict) {
 		return writeResult{}, conflict("cluster %s changed while its corrupt record was being replaced; get it and retry", name)
 	}

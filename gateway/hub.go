@@ -15,6 +15,7 @@ import (
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/gateway/api"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // cursor is a position in the watch stream: the last revision applied from
@@ -196,17 +197,17 @@ func (h *hub) apply(bucket int, ch store.Change) {
 		}
 	}
 
-	toks := strings.Split(ch.Key, ".")
+	k, _ := keys.Parse(ch.Key)
 	var (
 		objs          map[string]*watchObj
 		kind, cluster string
 		id, name      string
 	)
-	switch {
-	case toks[0] == "cluster" && len(toks) == 2:
-		objs, kind, cluster, id, name = h.clusters, api.KindCluster, toks[1], toks[1], toks[1]
-	case toks[0] == "machine" && len(toks) == 3:
-		objs, kind, cluster, id, name = h.machines, api.KindMachine, toks[1], toks[1]+"."+toks[2], toks[2]
+	switch k.Kind {
+	case keys.KindCluster:
+		objs, kind, cluster, id, name = h.clusters, api.KindCluster, k.Cluster, k.Cluster, k.Cluster
+	case keys.KindMachine:
+		objs, kind, cluster, id, name = h.machines, api.KindMachine, k.Cluster, k.Cluster+"."+k.Name, k.Name
 	default:
 		return
 	}

@@ -10,12 +10,13 @@ import (
 
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/gateway/api"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // Ingest stream: every event accepted on POST /v1/events, whatever its type.
 const (
 	StreamIngest  = "CAPN_INGEST"
-	SubjectIngest = "capn.ingest"
+	SubjectIngest = keys.IngestRoot
 )
 
 // publishTimeout bounds storing one request's events in JetStream.

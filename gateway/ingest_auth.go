@@ -14,6 +14,7 @@ import (
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/gateway/api"
 	"github.com/capn-dev/capn/schemas/health/policy"
+	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/schemas/manifest"
 )
 
@@ -129,7 +130,7 @@ func (s *server) inReach(ctx context.Context, r *reach, cluster string, labelsOf
 	}
 	set, ok := labelsOf[cluster]
 	if !ok {
-		c, _, err := s.clusters.Get(ctx, clusterKey(cluster))
+		c, _, err := s.clusters.Get(ctx, keys.Cluster(cluster))
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return false, err
 		}

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"github.com/capn-dev/capn/schemas/keys"
 	"net/http"
 
 	"github.com/capn-dev/capn/events/store"
@@ -20,7 +21,7 @@ func (s *server) getKubeconfig(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	ctx := r.Context()
-	if _, _, err := s.clusters.Get(ctx, clusterKey(name)); errors.Is(err, store.ErrNotFound) {
+	if _, _, err := s.clusters.Get(ctx, keys.Cluster(name)); errors.Is(err, store.ErrNotFound) {
 		return notFound("cluster %s not found", name)
 	} else if err != nil {
 		return err
@@ -30,11 +31,11 @@ func (s *server) getKubeconfig(w http.ResponseWriter, r *http.Request) error {
 			"this gateway was started without the secrets key (--secrets-key-file or CAPN_SECRETS_KEY), so it cannot open kubeconfigs")
 		return p
 	}
-	kc, _, err := s.kubeconfigs.Get(ctx, kubeconfigPrefix+name)
+	kc, _, err := s.kubeconfigs.Get(ctx, keys.Kubeconfig(name))
 	if errors.Is(err, store.ErrNotFound) {
 		p := problem(http.StatusNotFound, api.ProblemNotYetAvailable, "Not yet available",
 			"not yet available: waiting for the control-plane endpoint of cluster %s", name)
-		if st, _, err := s.secretsStatuses.Get(ctx, secretsPrefix+name); err == nil && st.GetMessage() != "" {
+		if st, _, err := s.secretsStatuses.Get(ctx, keys.Secrets(name)); err == nil && st.GetMessage() != "" {
 			p.Detail += " (" + st.GetMessage() + ")"
 		}
 		return p

@@ -9,6 +9,7 @@ import (
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/gateway/api"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // listMachines is GET /v1/clusters/{name}/machines[?labelSelector=]: a
@@ -27,7 +28,7 @@ func (s *server) listMachines(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	ctx := r.Context()
-	prefix := machinePrefix + name + "."
+	prefix := keys.MachinesOf(name)
 	desired, badDesired, err := s.machines.ListSkipping(ctx, prefix)
 	if err != nil {
 		return err
@@ -39,7 +40,7 @@ func (s *server) listMachines(w http.ResponseWriter, r *http.Request) error {
 	s.skipped(w, r, api.KindMachine, badDesired)
 	s.skipped(w, r, kindMachineStatus, badObserved)
 	if len(desired) == 0 && len(observed) == 0 && len(badDesired) == 0 {
-		if _, _, err := s.clusters.Get(ctx, clusterKey(name)); errors.Is(err, store.ErrNotFound) {
+		if _, _, err := s.clusters.Get(ctx, keys.Cluster(name)); errors.Is(err, store.ErrNotFound) {
 			return notFound("cluster %s not found", name)
 		} else if err != nil && !errors.Is(err, store.ErrCorrupt) {
 			return err
@@ -100,7 +101,7 @@ func (s *server) getMachine(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	ctx := r.Context()
-	key := machineKey(cluster, name)
+	key := keys.Machine(cluster, name)
 	m, rev, err := s.machines.Get(ctx, key)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err

@@ -16,17 +16,6 @@ import (
 	"github.com/capn-dev/capn/schemas/manifest"
 )
 
-// Key prefixes of the desired and observed buckets.
-const (
-	clusterPrefix    = "cluster."
-	machinePrefix    = "machine."
-	secretsPrefix    = "secrets."    // observed: ClusterSecretsStatus
-	kubeconfigPrefix = "kubeconfig." // secrets: sealed AdminKubeconfig
-)
-
-func clusterKey(name string) string          { return clusterPrefix + name }
-func machineKey(cluster, name string) string { return machinePrefix + cluster + "." + name }
-
 func newCluster() *capnv1.Cluster                    { return new(capnv1.Cluster) }
 func newMachine() *capnv1.Machine                    { return new(capnv1.Machine) }
 func newClusterStatus() *capnv1.ClusterStatus        { return new(capnv1.ClusterStatus) }
@@ -62,20 +51,13 @@ func clusterObject(c *capnv1.Cluster, rev uint64, st *capnv1.ClusterStatus) *cap
 	}
 	out.Status = st
 	if st == nil {
-		out.Status = &capnv1.ClusterStatus{Phase: phasePending}
+		out.Status = &capnv1.ClusterStatus{Phase: capnv1.ClusterPending.Wire()}
 		if out.GetMetadata().GetDeletionTimestamp() != nil {
-			out.Status.Phase = phaseDeleting
+			out.Status.SetPhaseValue(capnv1.ClusterDeleting)
 		}
 	}
 	return out
 }
-
-// The phases clusterObject shows before the cluster-planner wrote a status
-// (the planner's own names, services/cluster-planner/plan).
-const (
-	phasePending  = "Pending"
-	phaseDeleting = "Deleting"
-)
 
 // machineObject is what the API shows of a machine: the desired Machine (nil
 // when only its status is left, e.g. while its infrastructure is deleted)

@@ -15,6 +15,7 @@ import (
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/schemas/manifest"
 	"github.com/capn-dev/capn/services/bootstrapper/seal"
 	"github.com/capn-dev/capn/services/runtime"
@@ -340,7 +341,7 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 
 	// One cache per bucket feeds the watch hub.
 	// The watch serves clusters and machines only.
-	desired, observed := store.NewCache(desiredKV, s.opts.Cache), store.NewCache(observedKV, store.Keep(s.opts.Cache, d.JS, clusterPrefix, machinePrefix))
+	desired, observed := store.NewCache(desiredKV, s.opts.Cache), store.NewCache(observedKV, store.Keep(s.opts.Cache, d.JS, keys.ClusterPrefix, keys.MachinePrefix))
 	for _, c := range []*store.Cache{desired, observed} {
 		if err := c.Start(log.WithContext(ctx)); err != nil {
 			return err

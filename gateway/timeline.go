@@ -16,6 +16,7 @@ import (
 
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/gateway/api"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // Limits of a timeline read.
@@ -209,8 +210,8 @@ func (s *server) timelineEvent(ctx context.Context, msg jetstream.Msg) (api.Time
 		te.Time = md.Timestamp
 	}
 	// capn.evt.<entity>.<what>.<cluster>.<object>
-	if toks := strings.Split(msg.Subject(), "."); len(toks) == 6 {
-		te.Entity, te.What, te.Cluster, te.Object = toks[2], toks[3], toks[4], toks[5]
+	if s, err := keys.ParseSubject(msg.Subject()); err == nil && s.Root == keys.EventsRoot {
+		te.Entity, te.What, te.Cluster, te.Object = s.Entity, s.Verb, s.Cluster, s.Object
 	}
 	name := protoreflect.FullName(strings.TrimPrefix(e.DataSchema(), events.DataSchemaPrefix))
 	if mt, err := protoregistry.GlobalTypes.FindMessageByName(name); err == nil && len(e.Data()) > 0 {

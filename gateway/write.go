@@ -15,6 +15,7 @@ import (
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/gateway/api"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/schemas/manifest"
 )
 
@@ -72,7 +73,7 @@ func (s *server) writeCluster(ctx context.Context, op writeOp) (writeResult, err
 	if err != nil {
 		return writeResult{}, err
 	}
-	key := clusterKey(op.name)
+	key := keys.Cluster(op.name)
 	var res writeResult
 	err = store.RetryOnConflict(ctx, store.DefaultAttempts, func(ctx context.Context) error {
 		cur, rev, err := s.clusters.Get(ctx, key)
@@ -234,7 +235,7 @@ func (s *server) respondCluster(ctx context.Context, w http.ResponseWriter, stat
 
 // clusterStatus reads a cluster's observed status; nil when there is none.
 func (s *server) clusterStatus(ctx context.Context, name string) (*capnv1.ClusterStatus, error) {
-	st, _, err := s.clusterStatuses.Get(ctx, clusterKey(name))
+	st, _, err := s.clusterStatuses.Get(ctx, keys.Cluster(name))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/capn-dev/capn/providers/sdk"
 	"github.com/capn-dev/capn/providers/sim"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/schemas/manifest"
 	"github.com/capn-dev/capn/services/bootstrapper"
 	"github.com/capn-dev/capn/services/bootstrapper/seal"
@@ -125,7 +126,7 @@ func measureFleet(ctx context.Context, n int, timeout time.Duration) (fleetRun, 
 	}
 	start := time.Now()
 	for i := range n {
-		if _, err := clusters.Create(ctx, "cluster."+fleetCluster(i).GetMetadata().GetName(), fleetCluster(i)); err != nil {
+		if _, err := clusters.Create(ctx, keys.Cluster(fleetCluster(i).GetMetadata().GetName()), fleetCluster(i)); err != nil {
 			return fleetRun{}, err
 		}
 	}
@@ -172,7 +173,7 @@ func measureFleet(ctx context.Context, n int, timeout time.Duration) (fleetRun, 
 // countRunning counts machines whose observed phase is Running, from one
 // watcher on observed.
 func countRunning(ctx context.Context, kv jetstream.KeyValue) *atomic.Int64 {
-	return countPhase(ctx, kv, "machine.>", func() *capnv1.MachineStatus { return new(capnv1.MachineStatus) }, "Running")
+	return countPhase(ctx, kv, "machine.>", func() *capnv1.MachineStatus { return new(capnv1.MachineStatus) }, capnv1.MachineRunning.Wire())
 }
 
 // countPhase counts the keys matching pattern whose value's phase is

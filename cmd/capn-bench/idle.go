@@ -19,6 +19,7 @@ import (
 	"github.com/capn-dev/capn/events/embedded"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/services/bootstrapper/seal"
 )
 
@@ -165,7 +166,7 @@ func measureIdle(ctx context.Context, binDir string, n int, heartbeat, settle, w
 	clusters := store.NewBucket(desired, func() *capnv1.Cluster { return new(capnv1.Cluster) })
 	for i := range n {
 		c := fleetCluster(i)
-		if _, err := clusters.Create(ctx, "cluster."+c.GetMetadata().GetName(), c); err != nil {
+		if _, err := clusters.Create(ctx, keys.Cluster(c.GetMetadata().GetName()), c); err != nil {
 			return idleRun{}, err
 		}
 	}
@@ -210,7 +211,7 @@ func measureIdle(ctx context.Context, binDir string, n int, heartbeat, settle, w
 
 // countReadyClusters counts clusters whose observed phase is Ready.
 func countReadyClusters(ctx context.Context, kv jetstream.KeyValue) *atomic.Int64 {
-	return countPhase(ctx, kv, "cluster.*", func() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) }, "Ready")
+	return countPhase(ctx, kv, "cluster.*", func() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) }, capnv1.ClusterReady.Wire())
 }
 
 // cpuSeconds is the user+system CPU time of a process so far.

@@ -16,6 +16,7 @@ import (
 	"github.com/capn-dev/capn/providers/sdk"
 	"github.com/capn-dev/capn/providers/sim"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/services/bootstrapper"
 	"github.com/capn-dev/capn/services/bootstrapper/seal"
 	clusterplanner "github.com/capn-dev/capn/services/cluster-planner"
@@ -87,14 +88,14 @@ func measureRepair(ctx context.Context, machines int, settle time.Duration, flee
 	}
 	desired, _ := js.KeyValue(ctx, events.BucketDesired)
 	observed, _ := js.KeyValue(ctx, events.BucketObserved)
-	if _, err := store.NewBucket(desired, func() *capnv1.Cluster { return new(capnv1.Cluster) }).Create(ctx, "cluster.repair", c); err != nil {
+	if _, err := store.NewBucket(desired, func() *capnv1.Cluster { return new(capnv1.Cluster) }).Create(ctx, keys.Cluster("repair"), c); err != nil {
 		return repairResult{}, err
 	}
 	statuses := store.NewBucket(observed, func() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) })
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		st, _, err := statuses.Get(ctx, "cluster.repair")
-		if err == nil && st.GetPhase() == "Ready" {
+		st, _, err := statuses.Get(ctx, keys.Cluster("repair"))
+		if err == nil && st.GetPhaseValue() == capnv1.ClusterReady {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -102,7 +103,7 @@ func measureRepair(ctx context.Context, machines int, settle time.Duration, flee
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	workers, err := store.NewBucket(desired, func() *capnv1.Machine { return new(capnv1.Machine) }).List(ctx, "machine.repair.")
+	workers, err := store.NewBucket(desired, func() *capnv1.Machine { return new(capnv1.Machine) }).List(ctx, keys.MachinesOf("repair"))
 	if err != nil {
 		return repairResult{}, err
 	}
@@ -125,7 +126,7 @@ func measureRepair(ctx context.Context, machines int, settle time.Duration, flee
 		go func() {
 			for i := range fleet {
 				c := fleetCluster(i)
-				if _, err := clusters.Create(ctx, "cluster."+c.GetMetadata().GetName(), c); err != nil {
+				if _, err := clusters.Create(ctx, keys.Cluster(c.GetMetadata().GetName()), c); err != nil {
 					return // the benchmark is over
 				}
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/providers/sim"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/services/bootstrapper/seal"
 )
 
@@ -51,13 +52,13 @@ func measureUpgrade(ctx context.Context, pool int, boot, timeout time.Duration) 
 	}
 	clusters := store.NewBucket(e.kv(ctx, events.BucketDesired), func() *capnv1.Cluster { return new(capnv1.Cluster) })
 	statuses := store.NewBucket(e.kv(ctx, events.BucketObserved), func() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) })
-	if _, err := clusters.Create(ctx, "cluster.upgrade", c); err != nil {
+	if _, err := clusters.Create(ctx, keys.Cluster("upgrade"), c); err != nil {
 		return upgradeRun{}, err
 	}
 	upgraded := func(st *capnv1.ClusterStatus, gen int64, version string) (cp, all bool) {
 		cps := st.GetControlPlane()
 		cp = st.GetObservedGeneration() >= gen && cps.GetUpdated() == cps.GetDesired() && cps.GetReplicas() == cps.GetDesired() && cps.GetVersion() == version
-		all = cp && st.GetPhase() == "Ready"
+		all = cp && st.GetPhaseValue() == capnv1.ClusterReady
 		for _, p := range st.GetWorkerPools() {
 			all = all && p.GetUpdated() == int32(pool) && p.GetReplicas() == int32(pool) && p.GetAvailable() == int32(pool) && p.GetVersion() == version
 		}
@@ -67,7 +68,7 @@ func measureUpgrade(ctx context.Context, pool int, boot, timeout time.Duration) 
 		deadline := time.Now().Add(timeout)
 		cpDone := false
 		for {
-			st, _, err := statuses.Get(ctx, "cluster.upgrade")
+			st, _, err := statuses.Get(ctx, keys.Cluster("upgrade"))
 			if err == nil {
 				cp, all := upgraded(st, gen, version)
 				if cp && !cpDone && onCP != nil {
@@ -89,7 +90,7 @@ func measureUpgrade(ctx context.Context, pool int, boot, timeout time.Duration) 
 	}
 	r := upgradeRun{Pool: pool, Surge: (pool + 9) / 10, Boot: boot}
 	start := time.Now()
-	if _, _, err := clusters.Mutate(ctx, "cluster.upgrade", func(cur *capnv1.Cluster, exists bool) (*capnv1.Cluster, error) {
+	if _, _, err := clusters.Mutate(ctx, keys.Cluster("upgrade"), func(cur *capnv1.Cluster, exists bool) (*capnv1.Cluster, error) {
 		// A manifest that names only the cluster's version: pools default
 		// to it.
 		cur.Spec.KubernetesVersion = "v1.34.3"

@@ -13,6 +13,7 @@ import (
 	"github.com/capn-dev/capn/gateway/api"
 	"github.com/capn-dev/capn/gateway/client"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/conditions"
 	"github.com/capn-dev/capn/services/runtime"
 )
 
@@ -184,7 +185,7 @@ func clusterTree(c *capnv1.Cluster, ms []*capnv1.Machine, o describeOpts) *treeN
 	spec, st := c.GetSpec(), c.GetStatus()
 	conds := st.GetConditions()
 	root := &treeNode{name: "Cluster/" + c.GetMetadata().GetName(),
-		cells: conditionCells(clusterPhase(c), spec.GetKubernetesVersion(), condition(conds, condReady), o.now)}
+		cells: conditionCells(clusterPhase(c), spec.GetKubernetesVersion(), conditions.Get(conds, condReady), o.now)}
 
 	byPool := map[string][]*capnv1.Machine{}
 	for _, m := range ms {
@@ -196,17 +197,17 @@ func clusterTree(c *capnv1.Cluster, ms []*capnv1.Machine, o describeOpts) *treeN
 		})
 	}
 
-	cpc := condition(conds, condControlPlaneReady)
+	cpc := conditions.Get(conds, condControlPlaneReady)
 	cp := root.add(&treeNode{name: "ControlPlane", cells: poolCells(st.GetControlPlane(), spec.GetKubernetesVersion(), spec.GetControlPlane().GetReplicas(), cpc, o.now)})
 	addMachines(cp, byPool[api.ControlPlanePool], o)
 	delete(byPool, api.ControlPlanePool)
 
-	wc := condition(conds, condWorkersReady)
+	wc := conditions.Get(conds, condWorkersReady)
 	workers := &treeNode{name: "Workers", cells: []string{"", "", "", "", "", ""}}
 	if wc != nil {
 		ready := wc.GetStatus()
 		reason := ""
-		if ready != "True" {
+		if wc.GetStatusValue() != capnv1.ConditionTrue {
 			reason = wc.GetReason()
 		}
 		workers.cells = []string{"", "", ready, reason, since(wc.GetLastTransitionTime(), o.now), ""}
@@ -252,7 +253,7 @@ func conditionCells(phase, version string, c *capnv1.Condition, now time.Time) [
 		return []string{phase, version, "", "", "", ""}
 	}
 	reason, msg := "", ""
-	if c.GetStatus() != "True" {
+	if c.GetStatusValue() != capnv1.ConditionTrue {
 		reason, msg = c.GetReason(), c.GetMessage()
 	}
 	return []string{phase, version, c.GetStatus(), reason, since(c.GetLastTransitionTime(), now), msg}
@@ -271,7 +272,7 @@ func poolCells(ps *capnv1.PoolStatus, version string, desired int32, c *capnv1.C
 	cells := []string{"", version, fmt.Sprintf("%d/%d", min(ps.GetReady(), desired), desired), poolReason(ps, desired), "", ""}
 	if c != nil {
 		cells[4] = since(c.GetLastTransitionTime(), now)
-		if c.GetStatus() != "True" {
+		if c.GetStatusValue() != capnv1.ConditionTrue {
 			cells[3], cells[5] = c.GetReason(), c.GetMessage()
 		}
 	}
@@ -312,19 +313,19 @@ func splitPoolMessages(msg string) map[string]string {
 func addMachines(parent *treeNode, ms []*capnv1.Machine, o describeOpts) {
 	for _, m := range ms {
 		reason, msg := machineTrouble(m)
-		ready := "True"
+		ready := capnv1.ConditionTrue
 		if reason != "" {
-			ready = "False"
+			ready = capnv1.ConditionFalse
 		}
 		if m.GetMetadata().GetDeletionTimestamp() != nil && reason == "" {
-			ready, reason = "False", "Deleting"
+			ready, reason = capnv1.ConditionFalse, "Deleting"
 		}
 		version := m.GetSpec().GetVersion()
 		if v := m.GetStatus().GetKubeletVersion(); v != "" && v != version {
 			version = v + " → " + version
 		}
 		n := parent.add(&treeNode{name: "Machine/" + m.GetMetadata().GetName(),
-			cells: []string{machinePhase(m), version, ready, reason, since(m.GetStatus().GetPhaseSince(), o.now), msg}})
+			cells: []string{machinePhase(m), version, ready.Wire(), reason, since(m.GetStatus().GetPhaseSince(), o.now), msg}})
 		if o.showConditions {
 			for _, c := range m.GetStatus().GetConditions() {
 				n.add(&treeNode{name: c.GetType(), cells: []string{"", "", c.GetStatus(), c.GetReason(), since(c.GetLastTransitionTime(), o.now), c.GetMessage()}})

@@ -250,7 +250,7 @@ func (o getOpts) row(obj proto.Message, now time.Time, deleted bool) []string {
 	}
 	if deleted {
 		i := slices.Index(o.header(), "PHASE")
-		r[i] = phaseDeleted
+		r[i] = capnv1.ClusterDeleted.Wire()
 	}
 	return r
 }
@@ -270,10 +270,10 @@ func (o getOpts) typicalRow() []string {
 		return machineRow(&capnv1.Machine{
 			Metadata: &capnv1.ObjectMeta{Name: name},
 			Spec:     &capnv1.MachineSpec{Cluster: cluster, Pool: "control-plane", Version: "v1.34.10"},
-			Status:   &capnv1.MachineStatus{Phase: "Bootstrapping", NodeName: name},
+			Status:   &capnv1.MachineStatus{Phase: capnv1.MachineBootstrapping.Wire(), NodeName: name},
 		}, time.Now(), o.output == outWide, o.cluster == "")
 	}
-	return clusterRow(&capnv1.Cluster{Status: &capnv1.ClusterStatus{Phase: "Provisioning"}}, time.Now(), o.output == outWide)
+	return clusterRow(&capnv1.Cluster{Status: &capnv1.ClusterStatus{Phase: capnv1.ClusterProvisioning.Wire()}}, time.Now(), o.output == outWide)
 }
 
 // selects says whether a watched object is one the command asked for.

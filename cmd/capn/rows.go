@@ -7,36 +7,19 @@ import (
 
 	"github.com/capn-dev/capn/gateway/api"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/conditions"
 )
 
-// Names the planner and machine-manager use for phases and conditions
+// Condition types the planner and machine-manager write
 // (services/cluster-planner/plan), repeated here: the CLI speaks only the
-// API.
+// API. Phases and statuses are the API's own (capnv1's enums).
 const (
 	condReady             = "Ready"
 	condControlPlaneReady = "ControlPlaneReady"
 	condWorkersReady      = "WorkersReady"
 	condDeleting          = "Deleting"
 	condHibernated        = "Hibernated"
-
-	phasePending  = "Pending"
-	phaseReady    = "Ready"
-	phasePaused   = "Paused"
-	phaseDeleting = "Deleting"
-	phaseRunning  = "Running"
-	phaseFailed   = "Failed"
-	phaseDeleted  = "Deleted"
 )
-
-// condition finds a condition by type.
-func condition(conds []*capnv1.Condition, typ string) *capnv1.Condition {
-	for _, c := range conds {
-		if c.GetType() == typ {
-			return c
-		}
-	}
-	return nil
-}
 
 // clusterPhase is the status phase, or what it must be before the planner
 // wrote one.
@@ -45,9 +28,9 @@ func clusterPhase(c *capnv1.Cluster) string {
 		return p
 	}
 	if c.GetMetadata().GetDeletionTimestamp() != nil {
-		return phaseDeleting
+		return capnv1.ClusterDeleting.Wire()
 	}
-	return phasePending
+	return capnv1.ClusterPending.Wire()
 }
 
 // counts are machine numbers of a pool, or of several summed, as
@@ -131,7 +114,7 @@ func clusterRow(c *capnv1.Cluster, now time.Time, wide bool) []string {
 			ep = fmt.Sprintf("%s:%d", e.GetHost(), e.GetPort())
 		}
 		reason := ""
-		if rc := condition(c.GetStatus().GetConditions(), condReady); rc != nil && rc.GetStatus() != "True" {
+		if rc := conditions.Get(c.GetStatus().GetConditions(), condReady); rc != nil && rc.GetStatusValue() != capnv1.ConditionTrue {
 			reason = rc.GetReason()
 		}
 		r = append(r, orNone(c.GetSpec().GetControlPlane().GetProvider()), ep, orNone(reason))
@@ -155,7 +138,7 @@ func machinePhase(m *capnv1.Machine) string {
 	if p := m.GetStatus().GetPhase(); p != "" {
 		return p
 	}
-	return phasePending
+	return capnv1.MachinePending.Wire()
 }
 
 func machineRow(m *capnv1.Machine, now time.Time, wide, withCluster bool) []string {
@@ -190,16 +173,14 @@ func machineTrouble(m *capnv1.Machine) (reason, message string) {
 		return orNone(st.GetFailureReason()), st.GetFailureMessage()
 	}
 	for _, c := range st.GetConditions() {
-		if c.GetStatus() != "True" {
+		if c.GetStatusValue() != capnv1.ConditionTrue {
 			return c.GetReason(), c.GetMessage()
 		}
 	}
-	switch p := machinePhase(m); p {
-	case phaseRunning:
-		return "", ""
-	default:
+	if p := machinePhase(m); capnv1.MachinePhaseOf(p) != capnv1.MachineRunning {
 		return p, ""
 	}
+	return "", ""
 }
 
 // listKind is the Kubernetes-style list kind of a resource.

@@ -16,6 +16,7 @@ import (
 	"github.com/capn-dev/capn/gateway/api"
 	"github.com/capn-dev/capn/gateway/client"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/conditions"
 )
 
 // waitGoal is what a wait waits for.
@@ -135,7 +136,7 @@ func (w *waiter) run(ctx context.Context) error {
 		if w.goal == untilGone {
 			fmt.Fprintf(w.out, "cluster/%s is gone after %s\n", w.cluster, elapsed)
 		} else if w.goal == untilHibernated {
-			fmt.Fprintf(w.out, "cluster/%s is hibernated after %s: %s\n", w.cluster, elapsed, condition(w.c.GetStatus().GetConditions(), condHibernated).GetMessage())
+			fmt.Fprintf(w.out, "cluster/%s is hibernated after %s: %s\n", w.cluster, elapsed, conditions.Get(w.c.GetStatus().GetConditions(), condHibernated).GetMessage())
 		} else {
 			cp, wk := clusterCounts(w.c)
 			fmt.Fprintf(w.out, "cluster/%s is ready after %s: %d machines\n", w.cluster, elapsed, cp.desired+wk.desired)
@@ -166,7 +167,7 @@ func (w *waiter) handle(ev client.WatchEvent) error {
 		if ev.Cluster != nil {
 			w.c, w.seen = ev.Cluster, true
 			st := ev.Cluster.GetStatus()
-			if condition(st.GetConditions(), condDeleting) != nil || st.GetPhase() == phaseDeleting {
+			if conditions.Get(st.GetConditions(), condDeleting) != nil || st.GetPhaseValue() == capnv1.ClusterDeleting {
 				w.deleteSeen = true
 			}
 		}
@@ -216,14 +217,14 @@ func (w *waiter) check() (bool, error) {
 	if st.GetObservedGeneration() < w.gen {
 		return false, nil
 	}
-	rc := condition(st.GetConditions(), condReady)
+	rc := conditions.Get(st.GetConditions(), condReady)
 	if rc.GetReason() == "InvalidSpec" {
 		return false, waitFailed{fmt.Sprintf("cluster %s will not become ready: %s", w.cluster, rc.GetMessage())}
 	}
 	if w.goal == untilHibernated {
-		return condition(st.GetConditions(), condHibernated).GetStatus() == "True", nil
+		return conditions.Get(st.GetConditions(), condHibernated).GetStatusValue() == capnv1.ConditionTrue, nil
 	}
-	return rc.GetStatus() == "True", nil
+	return rc.GetStatusValue() == capnv1.ConditionTrue, nil
 }
 
 // state is the progress as words: the phase and machine counts, and the
@@ -239,9 +240,9 @@ func (w *waiter) state() (summary, step string) {
 	phase := clusterPhase(w.c)
 	if w.goal == untilGone {
 		summary = fmt.Sprintf("%s, %s left", phase, plural(len(w.machines), "machine"))
-		dc := condition(st.GetConditions(), condDeleting)
+		dc := conditions.Get(st.GetConditions(), condDeleting)
 		switch {
-		case w.c.GetSpec().GetPaused() || st.GetPhase() == phasePaused:
+		case w.c.GetSpec().GetPaused() || st.GetPhaseValue() == capnv1.ClusterPaused:
 			step = fmt.Sprintf("the cluster is paused: its deletion waits for capn resume %s", w.cluster)
 		case dc != nil:
 			step = dc.GetMessage()
@@ -255,7 +256,7 @@ func (w *waiter) state() (summary, step string) {
 	}
 	cp, wk := clusterCounts(w.c)
 	summary = phase + ", " + cp.plus(wk).progress()
-	switch rc, hc := condition(st.GetConditions(), condReady), condition(st.GetConditions(), condHibernated); {
+	switch rc, hc := conditions.Get(st.GetConditions(), condReady), conditions.Get(st.GetConditions(), condHibernated); {
 	case st.GetObservedGeneration() < w.gen:
 		step = fmt.Sprintf("waiting for capn to act on generation %d", w.gen)
 	case w.goal == untilHibernated && hc != nil:
@@ -271,7 +272,7 @@ func (w *waiter) failedMachines() []string {
 	var out []string
 	for _, name := range sortedKeys(w.machines) {
 		m := w.machines[name]
-		if machinePhase(m) != phaseFailed {
+		if capnv1.MachinePhaseOf(machinePhase(m)) != capnv1.MachineFailed {
 			continue
 		}
 		reason, msg := machineTrouble(m)
@@ -346,12 +347,12 @@ func (w *waiter) timedOut() error {
 	case w.c != nil && st.GetObservedGeneration() < w.gen:
 		fmt.Fprintf(&b, "\n  blocking: capn has not acted on generation %d yet (the status is of generation %d): is the cluster-planner running?", w.gen, st.GetObservedGeneration())
 	case w.c != nil:
-		if rc := condition(st.GetConditions(), condReady); rc != nil {
+		if rc := conditions.Get(st.GetConditions(), condReady); rc != nil {
 			fmt.Fprintf(&b, "\n  blocking: Ready=%s %s: %s", rc.GetStatus(), rc.GetReason(), rc.GetMessage())
 		} else {
 			b.WriteString("\n  blocking: the cluster has no Ready condition yet: is the cluster-planner running?")
 		}
-		if st.GetPhase() == "Paused" || w.c.GetSpec().GetPaused() {
+		if st.GetPhaseValue() == capnv1.ClusterPaused || w.c.GetSpec().GetPaused() {
 			fmt.Fprintf(&b, "\n  note:     the cluster is paused (capn resume %s)", w.cluster)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // Component (user) names. Each core component's user has the name of the
@@ -27,17 +28,17 @@ const (
 // consumer on the server is one declared here.
 const (
 	// SubjectIngest is the gateway's ingest stream's subjects (gateway.SubjectIngest).
-	SubjectIngest = "capn.ingest"
+	SubjectIngest = keys.IngestRoot
 	// SubjectBootstrapFetch is the root of the bootstrap fetch requests
 	// (bootstrapper.FetchSubjectRoot): capn.bootstrap.fetch.<cluster>.<machine>.
-	SubjectBootstrapFetch = "capn.bootstrap.fetch"
+	SubjectBootstrapFetch = keys.BootstrapFetchRoot
 	// SubjectBootstrapCredential is the root of the providers' requests for
 	// their machines' bootstrap credentials (bootstrapper.CredentialSubjectRoot):
 	// capn.bootstrap.credential.<provider>.<cluster>.<machine>.
-	SubjectBootstrapCredential = "capn.bootstrap.credential"
+	SubjectBootstrapCredential = keys.BootstrapCredentialRoot
 	// SubjectAuthCallout is where the server asks the bootstrapper to log
 	// a machine in (bootstrapper.CalloutSubject): node agents have no
-	// static user, each logs in as its own machine (events.MachineUser).
+	// static user, each logs in as its own machine (keys.MachineUser).
 	SubjectAuthCallout = "$SYS.REQ.USER.AUTH"
 )
 

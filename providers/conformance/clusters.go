@@ -13,6 +13,7 @@ import (
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/providers/sdk"
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/schemas/manifest"
 )
 
@@ -62,7 +63,7 @@ func (c *Clusters) Apply(yaml string) *capnv1alpha1.Cluster {
 	cl.Metadata.Uid = uniqueName("uid-")
 	cl.Metadata.Generation = 1
 	cl.Metadata.CreationTimestamp = timestamppb.Now()
-	if _, err := c.clusters.Create(context.Background(), "cluster."+cl.GetMetadata().GetName(), cl); err != nil {
+	if _, err := c.clusters.Create(context.Background(), keys.Cluster(cl.GetMetadata().GetName()), cl); err != nil {
 		c.t.Fatal(err)
 	}
 	return cl
@@ -71,7 +72,7 @@ func (c *Clusters) Apply(yaml string) *capnv1alpha1.Cluster {
 // Delete sets the cluster's deletion timestamp, as the gateway does.
 func (c *Clusters) Delete(name string) {
 	c.t.Helper()
-	if _, _, err := c.clusters.Mutate(context.Background(), "cluster."+name, func(cur *capnv1alpha1.Cluster, _ bool) (*capnv1alpha1.Cluster, error) {
+	if _, _, err := c.clusters.Mutate(context.Background(), keys.Cluster(name), func(cur *capnv1alpha1.Cluster, _ bool) (*capnv1alpha1.Cluster, error) {
 		cur.Metadata.DeletionTimestamp = timestamppb.Now()
 		cur.Metadata.Generation++
 		return cur, nil
@@ -82,7 +83,7 @@ func (c *Clusters) Delete(name string) {
 
 // Status is the cluster's observed status (nil when there is none).
 func (c *Clusters) Status(name string) *capnv1alpha1.ClusterStatus {
-	st, _, err := c.status.Get(context.Background(), "cluster."+name)
+	st, _, err := c.status.Get(context.Background(), keys.Cluster(name))
 	if err != nil {
 		return nil
 	}
@@ -92,13 +93,13 @@ func (c *Clusters) Status(name string) *capnv1alpha1.ClusterStatus {
 // Machines are the cluster's observed machine statuses, by machine name.
 func (c *Clusters) Machines(name string) map[string]*capnv1alpha1.MachineStatus {
 	c.t.Helper()
-	list, err := c.machines.List(context.Background(), "machine."+name+".")
+	list, err := c.machines.List(context.Background(), keys.MachinesOf(name))
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	out := make(map[string]*capnv1alpha1.MachineStatus, len(list))
 	for _, e := range list {
-		out[e.Key[len("machine."+name+"."):]] = e.Value
+		out[e.Key[len(keys.MachinesOf(name)):]] = e.Value
 	}
 	return out
 }
@@ -108,13 +109,13 @@ func (c *Clusters) Machines(name string) map[string]*capnv1alpha1.MachineStatus 
 // never a uid.
 func (c *Clusters) UIDs(name string) map[string]string {
 	c.t.Helper()
-	list, err := c.wanted.List(context.Background(), "machine."+name+".")
+	list, err := c.wanted.List(context.Background(), keys.MachinesOf(name))
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	out := make(map[string]string, len(list))
 	for _, e := range list {
-		out[e.Key[len("machine."+name+"."):]] = e.Value.GetMetadata().GetUid()
+		out[e.Key[len(keys.MachinesOf(name)):]] = e.Value.GetMetadata().GetUid()
 	}
 	return out
 }
@@ -124,12 +125,12 @@ func (c *Clusters) UIDs(name string) map[string]string {
 func (c *Clusters) WaitReady(name string, timeout time.Duration) {
 	c.t.Helper()
 	c.waitFor(timeout, name+" Ready", func() (bool, string) {
-		cl, _, err := c.clusters.Get(context.Background(), "cluster."+name)
+		cl, _, err := c.clusters.Get(context.Background(), keys.Cluster(name))
 		st := c.Status(name)
 		if err != nil || st == nil {
 			return false, "no status yet"
 		}
-		return st.GetPhase() == "Ready" && st.GetObservedGeneration() == cl.GetMetadata().GetGeneration(),
+		return st.GetPhaseValue() == capnv1alpha1.ClusterReady && st.GetObservedGeneration() == cl.GetMetadata().GetGeneration(),
 			fmt.Sprintf("phase %s, generation %d/%d, %s", st.GetPhase(), st.GetObservedGeneration(), cl.GetMetadata().GetGeneration(), c.machineSummary(name))
 	})
 }
@@ -149,7 +150,7 @@ func (c *Clusters) WaitGone(name string, providers []string, timeout time.Durati
 func (c *Clusters) Left(name string, providers []string) []string {
 	c.t.Helper()
 	var out []string
-	keys := func(kv jetstream.KeyValue, prefixes ...string) {
+	listKeys := func(kv jetstream.KeyValue, prefixes ...string) {
 		b := store.NewBucket(kv, func() *capnv1alpha1.Cluster { return new(capnv1alpha1.Cluster) })
 		for _, p := range prefixes {
 			k, err := b.Keys(context.Background(), p)
@@ -164,12 +165,12 @@ func (c *Clusters) Left(name string, providers []string) []string {
 			}
 		}
 	}
-	keys(c.desired, "cluster."+name, "machine."+name+".")
-	keys(c.observed, "cluster."+name, "machine."+name+".", "secrets."+name)
+	listKeys(c.desired, keys.Cluster(name), keys.MachinesOf(name))
+	listKeys(c.observed, keys.Cluster(name), keys.MachinesOf(name), keys.Secrets(name))
 	for _, p := range providers {
-		keys(c.observed, sdk.InfraPrefix(p)+name+".")
+		listKeys(c.observed, sdk.InfraPrefix(p)+name+".")
 	}
-	keys(c.secrets, "pki."+name, "kubeconfig."+name, "bootstrap."+name+".")
+	listKeys(c.secrets, keys.PKI(name), keys.Kubeconfig(name), keys.BootstrapsOf(name))
 	return out
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/capn-dev/capn/providers/sdk"
 	"github.com/capn-dev/capn/providers/sdk/sdktest"
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // Version is the Kubernetes version of the suite's machines.
@@ -79,7 +80,7 @@ func (e *Env) Create(machine, id string) {
 	e.t.Helper()
 	req := &capnv1alpha1.CreateMachine{
 		Cluster: e.Cluster, Machine: machine, Role: "worker", Version: Version,
-		BootstrapSecretKey: "bootstrap." + e.Cluster + "." + machine,
+		BootstrapSecretKey: keys.Bootstrap(e.Cluster, machine),
 		BootstrapChecksum:  e.bootstrapFixture().checksum,
 		Labels:             map[string]string{"capn.dev/conformance": "true"},
 	}
@@ -100,16 +101,16 @@ func (e *Env) Power(machine, action string) {
 }
 
 // WaitState waits (Features.Timeout) for the machine's record in state.
-func (e *Env) WaitState(machine, state string) *capnv1alpha1.InfraMachine {
+func (e *Env) WaitState(machine string, state capnv1alpha1.InfraState) *capnv1alpha1.InfraMachine {
 	e.t.Helper()
 	var got *capnv1alpha1.InfraMachine
-	natstest.WaitFor(e.t, e.s.f.Timeout, fmt.Sprintf("%s/%s in state %s", e.Cluster, machine, state), func() bool {
+	natstest.WaitFor(e.t, e.s.f.Timeout, fmt.Sprintf("%s/%s in state %s", e.Cluster, machine, state.Wire()), func() bool {
 		m, ok := e.Machine(e.Provider, e.Cluster, machine)
-		if ok && m.GetState() == state {
+		if ok && m.GetStateValue() == state {
 			got = m
 			return true
 		}
-		if ok && m.GetState() == sdk.StateFailed && state != sdk.StateFailed {
+		if ok && m.GetStateValue() == sdk.StateFailed && state != sdk.StateFailed {
 			e.t.Fatalf("%s/%s failed: %s", e.Cluster, machine, m.GetMessage())
 		}
 		return false

@@ -24,6 +24,7 @@ import (
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/providers/sdk"
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // fixture stands in for the bootstrapper of the env's cluster: it answers
@@ -71,7 +72,7 @@ func (e *Env) bootstrapFixture() *fixture {
 		e.t.Fatal(err)
 	}
 	statuses := store.NewBucket(kv, func() *capnv1alpha1.ClusterSecretsStatus { return new(capnv1alpha1.ClusterSecretsStatus) })
-	if _, err := statuses.Create(context.Background(), "secrets."+e.Cluster,
+	if _, err := statuses.Create(context.Background(), keys.Secrets(e.Cluster),
 		&capnv1alpha1.ClusterSecretsStatus{Cluster: e.Cluster, PkiReady: true, CaCertHash: f.caHash}); err != nil {
 		e.t.Fatal(err)
 	}

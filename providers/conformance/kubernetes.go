@@ -19,6 +19,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/capn-dev/capn/providers/sdk"
+	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // Kubernetes turns on the suite's Kubernetes conformance check, for a
@@ -377,7 +379,7 @@ func (k *KubeCluster) Kubectl(args ...string) (string, error) {
 // Running are the cluster's Running machines as capn reports them.
 func (k *KubeCluster) Running() map[string]KubeMachine {
 	k.T.Helper()
-	prefix := "machine." + k.Name + "."
+	prefix := keys.MachinesOf(k.Name)
 	specs, err := k.Clusters.wanted.List(context.Background(), prefix)
 	if err != nil {
 		k.T.Fatal(err)
@@ -386,7 +388,7 @@ func (k *KubeCluster) Running() map[string]KubeMachine {
 	out := map[string]KubeMachine{}
 	for _, e := range specs {
 		name := strings.TrimPrefix(e.Key, prefix)
-		if st := statuses[name]; st.GetPhase() == "Running" && e.Value.GetMetadata().GetDeletionTimestamp() == nil {
+		if st := statuses[name]; st.GetPhaseValue() == capnv1alpha1.MachineRunning && e.Value.GetMetadata().GetDeletionTimestamp() == nil {
 			out[name] = KubeMachine{Pool: e.Value.GetSpec().GetPool(), UID: e.Value.GetMetadata().GetUid(), ProviderID: st.GetProviderId()}
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/capn-dev/capn/events/store"
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // kubeWorkerPool is the worker pool of kubeManifest.
@@ -85,7 +86,7 @@ func kubeletStopsStep(t *testing.T, e *Env, k *KubeCluster, machines map[string]
 		t.Fatalf("no worker among %v", kubeNames(machines))
 	}
 	health := func() *capnv1alpha1.NodeHealth {
-		h, _, err := healths.Get(ctx, "node."+k.Name+"."+victim)
+		h, _, err := healths.Get(ctx, keys.Node(k.Name, victim))
 		if err != nil {
 			return nil
 		}
@@ -120,7 +121,7 @@ func kubeletStopsStep(t *testing.T, e *Env, k *KubeCluster, machines map[string]
 	until("the health-watcher recording Node "+victim+"'s Ready=True", time.Minute, 250*time.Millisecond, func() error {
 		h := health()
 		if i := slices.IndexFunc(h.GetConditions(), func(c *capnv1alpha1.NodeCondition) bool {
-			return c.GetType() == "Ready" && c.GetSource() == "kubernetes" && c.GetStatus() == "True"
+			return c.GetType() == "Ready" && c.GetSource() == "kubernetes" && c.GetStatusValue() == capnv1alpha1.ConditionTrue
 		}); i < 0 || !h.GetHealthy() {
 			return fmt.Errorf("record of %s: healthy %v, conditions %v", victim, h.GetHealthy(), h.GetConditions())
 		}
@@ -145,7 +146,7 @@ func kubeletStopsStep(t *testing.T, e *Env, k *KubeCluster, machines map[string]
 		return strings.Contains(msg, "Node "+victim+" Ready=") && strings.Contains(msg, "read from the workload cluster")
 	}
 	repair := func() *capnv1alpha1.RemediationRecord {
-		st, _, err := rems.Get(ctx, "remediation."+k.Name+"."+kubeWorkerPool)
+		st, _, err := rems.Get(ctx, keys.Remediation(k.Name, kubeWorkerPool))
 		if err != nil {
 			return nil
 		}
@@ -194,7 +195,7 @@ func kubeletStopsStep(t *testing.T, e *Env, k *KubeCluster, machines map[string]
 		}
 		var sick []string
 		for name := range after {
-			if h, _, err := healths.Get(ctx, "node."+k.Name+"."+name); err == nil && !h.GetHealthy() {
+			if h, _, err := healths.Get(ctx, keys.Node(k.Name, name)); err == nil && !h.GetHealthy() {
 				sick = append(sick, fmt.Sprintf("%s: %v", name, h.GetUnhealthyReasons()))
 			}
 		}

@@ -53,7 +53,7 @@ func (s *suite) createIsIdempotent(t *testing.T, e *Env) {
 	e.Create("m1", "create-c")
 	e.WaitDrained()
 	again, _ := e.Machine(e.Provider, e.Cluster, "m1")
-	if !sameIdentity(m, again) || again.GetState() != sdk.StateRunning {
+	if !sameIdentity(m, again) || again.GetStateValue() != sdk.StateRunning {
 		t.Errorf("a repeated create changed the machine:\n before %v\n after  %v", m, again)
 	}
 	if s.f.Heartbeats {
@@ -136,7 +136,7 @@ func (s *suite) stopStart(t *testing.T, e *Env) {
 	stopped := e.WaitState("m1", sdk.StateStopped)
 	e.Power("m1", sdk.ActionStop)
 	e.WaitDrained()
-	if m, _ := e.Machine(e.Provider, e.Cluster, "m1"); m.GetState() != sdk.StateStopped {
+	if m, _ := e.Machine(e.Provider, e.Cluster, "m1"); m.GetStateValue() != sdk.StateStopped {
 		t.Errorf("a second stop left %v", m)
 	}
 	e.Power("m1", sdk.ActionStart)

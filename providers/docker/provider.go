@@ -17,6 +17,7 @@ import (
 	"github.com/capn-dev/capn/providers/docker/engine"
 	"github.com/capn-dev/capn/providers/sdk"
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // Name is the provider's name: it consumes capn.provider.docker.> and owns
@@ -296,12 +297,12 @@ func (p *Provider) describe(ctr *engine.Container) (*capnv1alpha1.InfraMachine, 
 	}
 	switch ctr.State.Status {
 	case "running", "restarting":
-		im.State = sdk.StateRunning
+		im.SetStateValue(sdk.StateRunning)
 		im.Message = fmt.Sprintf("container %s on %s (capn-node; no kubelet runs)", trimName(ctr.Name), l[LabelAddress])
 	case "created":
-		im.State, im.Message = sdk.StateCreating, "container created, not started"
+		im.State, im.Message = sdk.StateCreating.Wire(), "container created, not started"
 	case "exited", "dead", "paused":
-		im.State = sdk.StateStopped
+		im.SetStateValue(sdk.StateStopped)
 		im.Message = fmt.Sprintf("container %s %s (exit code %d); its filesystem is kept", trimName(ctr.Name), ctr.State.Status, ctr.State.ExitCode)
 	default: // removing
 		return nil, sdk.ErrNotFound
@@ -344,7 +345,7 @@ func (p *Provider) caPin(ctx context.Context, cluster string) string {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	st, _, err := b.Get(ctx, "secrets."+cluster)
+	st, _, err := b.Get(ctx, keys.Secrets(cluster))
 	if err != nil {
 		return ""
 	}

@@ -79,7 +79,7 @@ func TestAddressesAreOwnAndReused(t *testing.T) {
 		t.Errorf("two state dirs share the machine network %s", network)
 	}
 	a, b := create(t, p, "c1", "a"), create(t, p, "c2", "b")
-	if internalIP(a) != addr(2) || internalIP(b) != addr(3) || a.GetState() != sdk.StateRunning {
+	if internalIP(a) != addr(2) || internalIP(b) != addr(3) || a.GetStateValue() != sdk.StateRunning {
 		t.Fatalf("a %v, b %v, want %s and %s", a, b, addr(2), addr(3))
 	}
 	if err := p.DeleteMachine(ctx, "c1", "a"); err != nil {
@@ -276,7 +276,7 @@ func TestMachinesOutliveTheProviderProgram(t *testing.T) {
 	for _, m := range []string{"m1", "m2"} {
 		now, _ := env.Machine(process.Name, "c1", m)
 		b, _ := os.ReadFile(filepath.Join(machineDir(state, "c1", m), "pid"))
-		if now.GetState() != sdk.StateRunning || now.GetProviderId() != before[m].GetProviderId() || string(b) != pids[m] {
+		if now.GetStateValue() != sdk.StateRunning || now.GetProviderId() != before[m].GetProviderId() || string(b) != pids[m] {
 			t.Errorf("%s after the provider's restart: %v, pid %q (was %q)", m, now, b, pids[m])
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/providers/sdk"
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // Name is the provider's name: it consumes capn.provider.process.> and
@@ -205,14 +206,14 @@ func (p *Provider) describe(rec *machineRecord) (*capnv1alpha1.InfraMachine, err
 		Updated:       timestamppb.New(rec.Changed),
 	}
 	if exists(p.stoppedPath(rec.Cluster, rec.Machine)) {
-		im.State, im.Message = sdk.StateStopped, "capn-node stopped; its data dir is kept"
+		im.State, im.Message = sdk.StateStopped.Wire(), "capn-node stopped; its data dir is kept"
 		return im, nil
 	}
 	ref, ok := p.running(rec)
 	if !ok {
 		return nil, sdk.ErrNotFound
 	}
-	im.State = sdk.StateRunning
+	im.SetStateValue(sdk.StateRunning)
 	im.Message = fmt.Sprintf("capn-node pid %d on %s (no kubelet runs)", ref.PID, rec.Address)
 	if args, err := cmdline(ref.PID); err == nil && slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--kube-bin=") }) {
 		im.Message = fmt.Sprintf("capn-node pid %d on %s (with --kube-bin: runs the Kubernetes its bootstrap data asks for)", ref.PID, rec.Address)
@@ -321,7 +322,7 @@ func (p *Provider) caPin(ctx context.Context, cluster string) string {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	st, _, err := b.Get(ctx, "secrets."+cluster)
+	st, _, err := b.Get(ctx, keys.Secrets(cluster))
 	if err != nil {
 		return ""
 	}

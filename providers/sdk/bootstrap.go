@@ -12,9 +12,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/replyseal"
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // The bootstrap fetch. A provider never reads the secrets bucket: it hands
@@ -42,13 +42,13 @@ import (
 // is public; the credential is 256 random bits that only the bootstrapper,
 // the machine's provider and the machine see (docs/security.md).
 const (
-	BootstrapFetchRoot      = "capn.bootstrap.fetch"
+	BootstrapFetchRoot      = keys.BootstrapFetchRoot
 	HeaderBootstrapChecksum = "Capn-Bootstrap-Checksum"
 	// HeaderBootstrapCredential carries the machine's credential on a fetch.
 	HeaderBootstrapCredential = "Capn-Bootstrap-Credential"
 	// BootstrapCredentialRoot starts capn.bootstrap.credential.<provider>.<cluster>.<machine>,
 	// where a provider asks for its machine's credential.
-	BootstrapCredentialRoot = "capn.bootstrap.credential"
+	BootstrapCredentialRoot = keys.BootstrapCredentialRoot
 	HeaderServiceError      = "Nats-Service-Error"
 	HeaderServiceErrorCode  = "Nats-Service-Error-Code"
 )
@@ -58,7 +58,7 @@ const DefaultFetchTimeout = 5 * time.Second
 
 // BootstrapFetchSubject is capn.bootstrap.fetch.<cluster>.<machine>.
 func BootstrapFetchSubject(cluster, machine string) string {
-	return events.Subject(BootstrapFetchRoot, cluster, machine)
+	return keys.BootstrapFetch(cluster, machine)
 }
 
 // FetchError is a refusal by the bootstrapper.
@@ -120,7 +120,7 @@ func Checksum(data []byte) string {
 // other use for it. Refusals are a *FetchError with the fetch's codes
 // (403: the machine is another provider's).
 func BootstrapCredential(ctx context.Context, nc *nats.Conn, provider, cluster, machine, checksum string) (string, error) {
-	reply, err := request(ctx, nc, events.Subject(BootstrapCredentialRoot, provider, cluster, machine),
+	reply, err := request(ctx, nc, keys.BootstrapCredential(provider, cluster, machine),
 		map[string]string{HeaderBootstrapChecksum: checksum})
 	if err != nil {
 		return "", fmt.Errorf("bootstrap credential of %s/%s: %w", cluster, machine, err)

@@ -16,6 +16,7 @@ import (
 	"github.com/capn-dev/capn/events/reconcile"
 	"github.com/capn-dev/capn/events/store"
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // MessageGone is the message of a machine marked Deleted because the
@@ -41,13 +42,13 @@ func classify(obs, real *capnv1alpha1.InfraMachine) (string, *capnv1alpha1.Infra
 		return "", nil
 	case obs == nil:
 		return DriftOrphan, nil
-	case !live(obs.GetState()):
+	case !live(obs.GetStateValue()):
 		return "", nil
 	case real == nil:
 		next := proto.Clone(obs).(*capnv1alpha1.InfraMachine)
-		next.State, next.Message = StateDeleted, MessageGone
+		next.State, next.Message = StateDeleted.Wire(), MessageGone
 		return DriftGone, next
-	case obs.GetState() == StateRunning && real.GetState() == StateStopped:
+	case obs.GetStateValue() == StateRunning && real.GetStateValue() == StateStopped:
 		return DriftStopped, real
 	case obs.GetProviderId() != "" && real.GetProviderId() != "" && obs.GetProviderId() != real.GetProviderId():
 		return DriftChanged, real
@@ -156,8 +157,9 @@ func (s *server) reconcileAll(ctx context.Context) error {
 // Publishing first means a failed write retries with the same event id,
 // which JetStream drops as a duplicate.
 func (s *server) check(ctx context.Context, key string) (reconcile.Result, error) {
-	c, name, ok := splitKey(key)
-	if !ok || name == events.ClusterObject {
+	k, err := keys.Parse(key)
+	c, name := k.Cluster, k.Name
+	if err != nil || k.Kind != keys.KindInfra || !k.Machine() {
 		return reconcile.Result{}, nil
 	}
 	if err := errors.Join(ValidateName("cluster", c), ValidateName("machine", name)); err != nil {

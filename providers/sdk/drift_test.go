@@ -26,7 +26,7 @@ func TestDrift(t *testing.T) {
 			name:      "gone, found by the periodic reconcile",
 			opts:      fastOptions,
 			outOfBand: func(ms map[string]*capnv1alpha1.InfraMachine) { delete(ms, "c1/m1") },
-			kind:      sdk.DriftGone, wantState: sdk.StateDeleted, wantPID: "fake://c1/m1", wantInfMsg: sdk.MessageGone,
+			kind:      sdk.DriftGone, wantState: sdk.StateDeleted.Wire(), wantPID: "fake://c1/m1", wantInfMsg: sdk.MessageGone,
 		},
 		{
 			name: "gone, found by Recheck",
@@ -37,15 +37,15 @@ func TestDrift(t *testing.T) {
 			},
 			outOfBand: func(ms map[string]*capnv1alpha1.InfraMachine) { delete(ms, "c1/m1") },
 			recheck:   true,
-			kind:      sdk.DriftGone, wantState: sdk.StateDeleted, wantPID: "fake://c1/m1", wantInfMsg: sdk.MessageGone,
+			kind:      sdk.DriftGone, wantState: sdk.StateDeleted.Wire(), wantPID: "fake://c1/m1", wantInfMsg: sdk.MessageGone,
 		},
 		{
 			name: "stopped out of band",
 			opts: fastOptions,
 			outOfBand: func(ms map[string]*capnv1alpha1.InfraMachine) {
-				ms["c1/m1"].State, ms["c1/m1"].Updated = sdk.StateStopped, timestampOf(time.Now())
+				ms["c1/m1"].State, ms["c1/m1"].Updated = sdk.StateStopped.Wire(), timestampOf(time.Now())
 			},
-			kind: sdk.DriftStopped, wantState: sdk.StateStopped, wantPID: "fake://c1/m1",
+			kind: sdk.DriftStopped, wantState: sdk.StateStopped.Wire(), wantPID: "fake://c1/m1",
 		},
 		{
 			name: "replaced out of band",
@@ -53,7 +53,7 @@ func TestDrift(t *testing.T) {
 			outOfBand: func(ms map[string]*capnv1alpha1.InfraMachine) {
 				ms["c1/m1"].ProviderId, ms["c1/m1"].Updated = "fake://c1/m1-2", timestampOf(time.Now())
 			},
-			kind: sdk.DriftChanged, wantState: sdk.StateRunning, wantPID: "fake://c1/m1-2",
+			kind: sdk.DriftChanged, wantState: sdk.StateRunning.Wire(), wantPID: "fake://c1/m1-2",
 		},
 	}
 	for _, tt := range tests {
@@ -93,7 +93,7 @@ func TestOrphanIsReportedOnceAndKept(t *testing.T) {
 	f := newFake()
 	env.Run(sdk.NewService(f, fastOptions()))
 	f.outOfBand(func(ms map[string]*capnv1alpha1.InfraMachine) {
-		ms["c1/stray"] = &capnv1alpha1.InfraMachine{Cluster: "c1", Machine: "stray", State: sdk.StateRunning, ProviderId: "fake://c1/stray"}
+		ms["c1/stray"] = &capnv1alpha1.InfraMachine{Cluster: "c1", Machine: "stray", State: sdk.StateRunning.Wire(), ProviderId: "fake://c1/stray"}
 	})
 	d := env.WaitDrift("c1", "stray", sdk.DriftOrphan)
 	if !strings.Contains(d.GetMessage(), "fake://c1/stray") {

@@ -73,7 +73,7 @@ func (f *fake) CreateMachine(_ context.Context, req *capnv1alpha1.CreateMachine)
 		return proto.Clone(m).(*capnv1alpha1.InfraMachine), nil
 	}
 	m := &capnv1alpha1.InfraMachine{
-		Cluster: req.GetCluster(), Machine: req.GetMachine(), State: sdk.StateRunning,
+		Cluster: req.GetCluster(), Machine: req.GetMachine(), State: sdk.StateRunning.Wire(),
 		ProviderId: fmt.Sprintf("fake://%s/%s", req.GetCluster(), req.GetMachine()),
 		Updated:    timestamppb.Now(),
 	}
@@ -116,15 +116,15 @@ func (f *fake) Reboot(_ context.Context, c, m string) error {
 	return f.setState(c, m, sdk.StateRunning)
 }
 
-func (f *fake) setState(c, m, state string) error {
+func (f *fake) setState(c, m string, state capnv1alpha1.InfraState) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	im, ok := f.machines[key(c, m)]
 	if !ok {
 		return sdk.ErrNotFound
 	}
-	if im.State != state {
-		im.State, im.Updated = state, timestamppb.Now()
+	if im.GetStateValue() != state {
+		im.State, im.Updated = state.Wire(), timestamppb.Now()
 	}
 	return nil
 }

@@ -35,24 +35,24 @@ func (s *server) handle(ctx context.Context, m *events.Message) error {
 		return events.Permanent(err)
 	}
 	typ := m.Event.Type()
-	if want := CommandType(subj.kind, subj.verb); typ != want {
+	if want := CommandType(subj.Entity, subj.Verb); typ != want {
 		return events.Permanent(fmt.Errorf("event type %q does not match subject %s (want %q)", typ, m.Subject, want))
 	}
 	h, ok := s.handlers[typ]
 	if !ok {
 		return events.Permanent(fmt.Errorf("provider %s does not handle %s: %w", s.name, typ, ErrUnsupported))
 	}
-	if err := ValidateName("cluster", subj.cluster); err != nil {
+	if err := ValidateName("cluster", subj.Cluster); err != nil {
 		return events.Permanent(err)
 	}
-	if subj.object != events.ClusterObject {
-		if err := ValidateName("machine", subj.object); err != nil {
+	if subj.Object != events.ClusterObject {
+		if err := ValidateName("machine", subj.Object); err != nil {
 			return events.Permanent(err)
 		}
 	}
-	log := zerolog.Ctx(ctx).With().Str("provider", s.name).Str("cluster", subj.cluster).Str("machine", subj.object).Logger()
+	log := zerolog.Ctx(ctx).With().Str("provider", s.name).Str("cluster", subj.Cluster).Str("machine", subj.Object).Logger()
 	ctx = log.WithContext(ctx)
-	unlock, err := s.locks.lock(ctx, InfraKey(s.name, subj.cluster, subj.object))
+	unlock, err := s.locks.lock(ctx, InfraKey(s.name, subj.Cluster, subj.Object))
 	if err != nil {
 		return err
 	}
@@ -67,7 +67,7 @@ func (s *server) target(m *events.Message, cluster, object string) error {
 	if err != nil {
 		return events.Permanent(err)
 	}
-	if got := events.Subject(subj.cluster, subj.object); got != want {
+	if got := events.Subject(subj.Cluster, subj.Object); got != want {
 		return events.Permanent(fmt.Errorf("subject %s names %s but the data names %s", m.Subject, got, want))
 	}
 	return nil
@@ -108,7 +108,7 @@ func (s *server) createMachine(ctx context.Context, m *events.Message, req *capn
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
-	if err == nil && live(cur.GetState()) {
+	if err == nil && live(cur.GetStateValue()) {
 		got, derr := s.p.Describe(ctx, c, name)
 		switch {
 		case derr == nil:
@@ -146,7 +146,7 @@ func (s *server) deleteMachine(ctx context.Context, m *events.Message, req *capn
 	log := zerolog.Ctx(ctx)
 	cur, _, err := s.obs.machines.Get(ctx, InfraKey(s.name, c, name))
 	switch {
-	case err == nil && live(cur.GetState()):
+	case err == nil && live(cur.GetStateValue()):
 		if err := s.obs.markMachine(ctx, c, name, StateDeleting, "deleting"); err != nil {
 			return err
 		}
@@ -176,10 +176,10 @@ func (s *server) power(ctx context.Context, m *events.Message, req *capnv1alpha1
 	subj, _ := parseSubject(s.name, m.Subject)
 	action := req.GetAction()
 	if action == "" {
-		action = subj.verb
+		action = subj.Verb
 	}
-	if action != subj.verb {
-		return events.Permanent(fmt.Errorf("action %q does not match subject verb %q", action, subj.verb))
+	if action != subj.Verb {
+		return events.Permanent(fmt.Errorf("action %q does not match subject verb %q", action, subj.Verb))
 	}
 	pc, ok := s.p.(PowerController)
 	if !ok {
@@ -206,7 +206,7 @@ func (s *server) power(ctx context.Context, m *events.Message, req *capnv1alpha1
 		return fmt.Errorf("%s %s/%s: %w", action, c, name, err)
 	case err != nil:
 		log.Warn().Err(err).Str("action", action).Msg("power action failed for good")
-		return s.obs.markMachine(ctx, c, name, "", action+" failed: "+err.Error())
+		return s.obs.markMachine(ctx, c, name, capnv1alpha1.InfraState_INFRA_STATE_UNSPECIFIED, action+" failed: "+err.Error())
 	}
 	got, err := s.p.Describe(ctx, c, name)
 	if err != nil {

@@ -12,32 +12,34 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 func TestClassify(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	im := func(state, pid string, at time.Time) *capnv1alpha1.InfraMachine {
-		return &capnv1alpha1.InfraMachine{Provider: "p", Cluster: "c", Machine: "m", State: state, ProviderId: pid, Updated: timestamppb.New(at)}
+	im := func(state capnv1alpha1.InfraState, pid string, at time.Time) *capnv1alpha1.InfraMachine {
+		return &capnv1alpha1.InfraMachine{Provider: "p", Cluster: "c", Machine: "m", State: state.Wire(), ProviderId: pid, Updated: timestamppb.New(at)}
 	}
+	const none = capnv1alpha1.InfraState_INFRA_STATE_UNSPECIFIED
 	tests := []struct {
 		name      string
 		obs, real *capnv1alpha1.InfraMachine
 		kind      string
-		write     string // state written, "" for none
+		write     capnv1alpha1.InfraState // state written, none for none
 	}{
-		{"nothing anywhere", nil, nil, "", ""},
-		{"orphan", nil, im(StateRunning, "x", t0), DriftOrphan, ""},
+		{"nothing anywhere", nil, nil, "", none},
+		{"orphan", nil, im(StateRunning, "x", t0), DriftOrphan, none},
 		{"gone while running", im(StateRunning, "x", t0), nil, DriftGone, StateDeleted},
 		{"gone while creating", im(StateCreating, "x", t0), nil, DriftGone, StateDeleted},
 		{"gone while stopped", im(StateStopped, "x", t0), nil, DriftGone, StateDeleted},
-		{"already deleted", im(StateDeleted, "x", t0), nil, "", ""},
-		{"failed and absent", im(StateFailed, "", t0), nil, "", ""},
-		{"deleting and present", im(StateDeleting, "x", t0), im(StateRunning, "x", t0), "", ""},
-		{"in sync", im(StateRunning, "x", t0), im(StateRunning, "x", t0), "", ""},
+		{"already deleted", im(StateDeleted, "x", t0), nil, "", none},
+		{"failed and absent", im(StateFailed, "", t0), nil, "", none},
+		{"deleting and present", im(StateDeleting, "x", t0), im(StateRunning, "x", t0), "", none},
+		{"in sync", im(StateRunning, "x", t0), im(StateRunning, "x", t0), "", none},
 		{"stopped out of band", im(StateRunning, "x", t0), im(StateStopped, "x", t0.Add(time.Second)), DriftStopped, StateStopped},
 		{"replaced out of band", im(StateRunning, "x", t0), im(StateRunning, "y", t0.Add(time.Second)), DriftChanged, StateRunning},
 		{"lost boot report", im(StateCreating, "x", t0), im(StateRunning, "x", t0.Add(time.Second)), "", StateRunning},
-		{"record newer than reality", im(StateRunning, "x", t0.Add(time.Second)), im(StateCreating, "x", t0), "", ""},
+		{"record newer than reality", im(StateRunning, "x", t0.Add(time.Second)), im(StateCreating, "x", t0), "", none},
 		{"started out of band", im(StateStopped, "x", t0), im(StateRunning, "x", t0.Add(time.Second)), "", StateRunning},
 	}
 	for _, tt := range tests {
@@ -47,9 +49,9 @@ func TestClassify(t *testing.T) {
 				t.Errorf("kind = %q, want %q", kind, tt.kind)
 			}
 			switch {
-			case tt.write == "" && next != nil:
+			case tt.write == none && next != nil:
 				t.Errorf("writes %v, want nothing", next)
-			case tt.write != "" && next.GetState() != tt.write:
+			case tt.write != none && next.GetStateValue() != tt.write:
 				t.Errorf("writes %v, want state %s", next, tt.write)
 			}
 			if kind == DriftGone && (next.GetMessage() != MessageGone || next.GetProviderId() != tt.obs.GetProviderId()) {
@@ -141,16 +143,19 @@ func TestOptionsValidate(t *testing.T) {
 }
 
 func TestParseSubject(t *testing.T) {
+	cmd := func(kind, verb, cluster, object string) keys.Subject {
+		return keys.Subject{Root: keys.ProvidersRoot, Provider: "sim", Entity: kind, Verb: verb, Cluster: cluster, Object: object}
+	}
 	tests := []struct {
 		subject string
-		want    commandSubject
+		want    keys.Subject
 		ok      bool
 	}{
-		{"capn.provider.sim.machine.create.c1.m1", commandSubject{"machine", "create", "c1", "m1"}, true},
-		{"capn.provider.sim.cluster.ensure.c1._", commandSubject{"cluster", "ensure", "c1", "_"}, true},
-		{"capn.provider.other.machine.create.c1.m1", commandSubject{}, false},
-		{"capn.provider.sim.machine.create.c1", commandSubject{}, false},
-		{"capn.evt.sim.machine.create.c1.m1", commandSubject{}, false},
+		{"capn.provider.sim.machine.create.c1.m1", cmd("machine", "create", "c1", "m1"), true},
+		{"capn.provider.sim.cluster.ensure.c1._", cmd("cluster", "ensure", "c1", "_"), true},
+		{"capn.provider.other.machine.create.c1.m1", keys.Subject{}, false},
+		{"capn.provider.sim.machine.create.c1", keys.Subject{}, false},
+		{"capn.evt.sim.machine.create.c1.m1", keys.Subject{}, false},
 	}
 	for _, tt := range tests {
 		got, err := parseSubject("sim", tt.subject)

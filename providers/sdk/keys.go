@@ -3,17 +3,17 @@ package sdk
 import (
 	"fmt"
 	"regexp"
-	"strings"
 
 	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // Observed KV keys a provider owns (bucket events.BucketObserved).
 const (
 	// InfraRoot starts every infrastructure key: infra.<provider>.<cluster>.<machine>.
-	InfraRoot = "infra"
+	InfraRoot = string(keys.KindInfra)
 	// AnnouncementRoot starts a provider's announcement key: provider.<name>.
-	AnnouncementRoot = "provider"
+	AnnouncementRoot = string(keys.KindProvider)
 	// KindMachine and KindCluster are the <kind> token of provider subjects.
 	KindMachine = "machine"
 	KindCluster = "cluster"
@@ -38,29 +38,29 @@ func CommandType(kind, verb string) string {
 // InfraKey is the observed key of a machine's infrastructure:
 // infra.<provider>.<cluster>.<machine>.
 func InfraKey(provider, cluster, machine string) string {
-	return events.Subject(InfraRoot, provider, cluster, machine)
+	return keys.Infra(provider, cluster, machine)
 }
 
 // InfraClusterKey is the observed key of a cluster's infrastructure:
 // infra.<provider>.<cluster>._.
 func InfraClusterKey(provider, cluster string) string {
-	return InfraKey(provider, cluster, events.ClusterObject)
+	return keys.InfraCluster(provider, cluster)
 }
 
 // InfraPrefix is the prefix of every infra key of provider.
-func InfraPrefix(provider string) string { return InfraRoot + "." + provider + "." }
+func InfraPrefix(provider string) string { return keys.InfraOf(provider) }
 
 // AnnouncementKey is the observed key of a provider's announcement:
 // provider.<name>.
 func AnnouncementKey(provider string) string {
-	return events.Subject(AnnouncementRoot, provider)
+	return keys.Provider(provider)
 }
 
 // DriftSubject is where provider publishes drift of a machine:
 // capn.evt.drift.<provider>.<cluster>.<machine> (events.DriftSubject); a
 // provider's NATS user may publish under its own name only.
 func DriftSubject(provider, cluster, machine string) string {
-	return events.DriftSubject(provider, cluster, machine)
+	return keys.Drift(provider, cluster, machine)
 }
 
 // ServiceName is the runtime service name and durable consumer of provider
@@ -82,24 +82,12 @@ func ValidateName(what, name string) error {
 	return nil
 }
 
-// splitKey returns the cluster and machine of infra.<p>.<cluster>.<machine>.
-func splitKey(key string) (cluster, machine string, ok bool) {
-	toks := strings.Split(key, ".")
-	if len(toks) != 4 || toks[0] != InfraRoot {
-		return "", "", false
+// parseSubject reads a command's subject, which must be provider's:
+// capn.provider.<provider>.<kind>.<verb>.<cluster>.<object>.
+func parseSubject(provider, subject string) (keys.Subject, error) {
+	s, err := keys.ParseSubject(subject)
+	if err != nil || s.Root != keys.ProvidersRoot || s.Provider != provider {
+		return keys.Subject{}, fmt.Errorf("subject %q is not capn.provider.%s.<kind>.<verb>.<cluster>.<object>", subject, provider)
 	}
-	return toks[2], toks[3], true
-}
-
-// commandSubject holds the tokens of capn.provider.<p>.<kind>.<verb>.<cluster>.<object>.
-type commandSubject struct {
-	kind, verb, cluster, object string
-}
-
-func parseSubject(provider, subject string) (commandSubject, error) {
-	toks := strings.Split(subject, ".")
-	if len(toks) != 7 || events.Subject(toks[0], toks[1]) != events.SubjectProviders || toks[2] != provider {
-		return commandSubject{}, fmt.Errorf("subject %q is not capn.provider.%s.<kind>.<verb>.<cluster>.<object>", subject, provider)
-	}
-	return commandSubject{kind: toks[3], verb: toks[4], cluster: toks[5], object: toks[6]}, nil
+	return s, nil
 }

@@ -75,15 +75,15 @@ func (o *observed) writeMachine(ctx context.Context, m *capnv1alpha1.InfraMachin
 
 // markMachine sets the state and message of an existing machine record (no
 // write if the key does not exist), stamped now.
-func (o *observed) markMachine(ctx context.Context, cluster, machine, state, message string) error {
+func (o *observed) markMachine(ctx context.Context, cluster, machine string, state capnv1alpha1.InfraState, message string) error {
 	key := InfraKey(o.name, cluster, machine)
 	now := timestamppb.New(o.now())
 	_, _, err := o.machines.Mutate(ctx, key, func(cur *capnv1alpha1.InfraMachine, exists bool) (*capnv1alpha1.InfraMachine, error) {
 		if !exists {
 			return nil, store.ErrNoChange
 		}
-		if state != "" {
-			cur.State = state
+		if state != capnv1alpha1.InfraState_INFRA_STATE_UNSPECIFIED {
+			cur.SetStateValue(state)
 		}
 		cur.Message, cur.Updated = message, now
 		return cur, nil
@@ -97,7 +97,7 @@ func (o *observed) markMachine(ctx context.Context, cluster, machine, state, mes
 // failMachine records a machine as Failed with message, creating the
 // record if need be: the core surfaces it as a condition.
 func (o *observed) failMachine(ctx context.Context, cluster, machine, message string) error {
-	m := &capnv1alpha1.InfraMachine{State: StateFailed, Message: message}
+	m := &capnv1alpha1.InfraMachine{State: StateFailed.Wire(), Message: message}
 	o.normalise(m, cluster, machine)
 	key := InfraKey(o.name, cluster, machine)
 	_, _, err := o.machines.Mutate(ctx, key, func(cur *capnv1alpha1.InfraMachine, exists bool) (*capnv1alpha1.InfraMachine, error) {

@@ -153,14 +153,16 @@ const (
 	CapabilityFailureDomains = "failure-domains"
 )
 
-// InfraMachine states.
+// InfraMachine states: the schema's InfraState, under the names providers
+// know. Set them with InfraMachine.SetStateValue, read them with
+// GetStateValue.
 const (
-	StateCreating = "Creating"
-	StateRunning  = "Running"
-	StateStopped  = "Stopped"
-	StateDeleting = "Deleting"
-	StateDeleted  = "Deleted"
-	StateFailed   = "Failed"
+	StateCreating = capnv1alpha1.InfraCreating
+	StateRunning  = capnv1alpha1.InfraRunning
+	StateStopped  = capnv1alpha1.InfraStopped
+	StateDeleting = capnv1alpha1.InfraDeleting
+	StateDeleted  = capnv1alpha1.InfraDeleted
+	StateFailed   = capnv1alpha1.InfraFailed
 )
 
 // DriftReport kinds.
@@ -195,6 +197,6 @@ func Permanent(err error) error { return events.Permanent(err) }
 func IsPermanent(err error) bool { return events.IsPermanent(err) }
 
 // live reports whether a machine in state exists or is coming into being.
-func live(state string) bool {
+func live(state capnv1alpha1.InfraState) bool {
 	return state == StateCreating || state == StateRunning || state == StateStopped
 }

@@ -54,7 +54,7 @@ func TestCreateErrors(t *testing.T) {
 	tests := []struct {
 		name      string
 		createErr func(n int) error
-		state     string
+		state     capnv1alpha1.InfraState
 		message   string
 		calls     int
 	}{
@@ -145,7 +145,7 @@ func TestPowerUnsupported(t *testing.T) {
 	env.WaitState("fake", "c1", "m1", sdk.StateRunning)
 	env.Send("fake", sdk.KindMachine, "stop", "stop-1", &capnv1alpha1.MachinePower{Cluster: "c1", Machine: "m1", Action: "stop"})
 	env.WaitDrained()
-	if m, _ := env.Machine("fake", "c1", "m1"); m.GetState() != sdk.StateRunning {
+	if m, _ := env.Machine("fake", "c1", "m1"); m.GetStateValue() != sdk.StateRunning {
 		t.Errorf("state = %s after an unsupported stop", m.GetState())
 	}
 }
@@ -214,11 +214,11 @@ func TestReportOrdersByUpdated(t *testing.T) {
 	// of finding the record's machine gone and marking it Deleted.
 	const pid = "fake://c1/m1"
 	f.outOfBand(func(ms map[string]*capnv1alpha1.InfraMachine) {
-		ms["c1/m1"] = &capnv1alpha1.InfraMachine{Cluster: "c1", Machine: "m1", State: sdk.StateRunning, ProviderId: pid, Updated: timestampOf(t0.Add(-time.Hour))}
+		ms["c1/m1"] = &capnv1alpha1.InfraMachine{Cluster: "c1", Machine: "m1", State: sdk.StateRunning.Wire(), ProviderId: pid, Updated: timestampOf(t0.Add(-time.Hour))}
 	})
-	report := func(state string, at time.Time) {
+	report := func(state capnv1alpha1.InfraState, at time.Time) {
 		t.Helper()
-		m := &capnv1alpha1.InfraMachine{Cluster: "c1", Machine: "m1", State: state, ProviderId: pid, Updated: timestampOf(at)}
+		m := &capnv1alpha1.InfraMachine{Cluster: "c1", Machine: "m1", State: state.Wire(), ProviderId: pid, Updated: timestampOf(at)}
 		if err := senv.Reporter.Report(ctx, m); err != nil {
 			t.Fatal(err)
 		}
@@ -227,7 +227,7 @@ func TestReportOrdersByUpdated(t *testing.T) {
 	// delete below is newer than both, however fast the delete is.
 	report(sdk.StateRunning, t0.Add(-time.Millisecond))
 	report(sdk.StateCreating, t0.Add(-2*time.Millisecond)) // late: dropped
-	if m, _ := env.Machine("fake", "c1", "m1"); m.GetState() != sdk.StateRunning || m.GetProvider() != "fake" {
+	if m, _ := env.Machine("fake", "c1", "m1"); m.GetStateValue() != sdk.StateRunning || m.GetProvider() != "fake" {
 		t.Fatalf("after a late report: %v", m)
 	}
 

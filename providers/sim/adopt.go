@@ -25,7 +25,7 @@ func (p *Provider) Adopt(_ context.Context, machines []*capnv1alpha1.InfraMachin
 		p.clusters[c.GetCluster()] = proto.Clone(c).(*capnv1alpha1.InfraCluster)
 	}
 	for _, im := range machines {
-		c, name, state := im.GetCluster(), im.GetMachine(), im.GetState()
+		c, name, state := im.GetCluster(), im.GetMachine(), im.GetStateValue()
 		if state != sdk.StateCreating && state != sdk.StateRunning && state != sdk.StateStopped {
 			continue
 		}

@@ -17,7 +17,7 @@ func (p *Provider) Stop(_ context.Context, cluster, machine string) error {
 	if !ok {
 		return sdk.ErrNotFound
 	}
-	if m.im.GetState() == sdk.StateStopped {
+	if m.im.GetStateValue() == sdk.StateStopped {
 		return nil
 	}
 	m.gen++ // drops the pending boot or heartbeat
@@ -35,7 +35,7 @@ func (p *Provider) Start(_ context.Context, cluster, machine string) error {
 	if !ok {
 		return sdk.ErrNotFound
 	}
-	if m.im.GetState() != sdk.StateStopped {
+	if m.im.GetStateValue() != sdk.StateStopped {
 		return nil
 	}
 	m.gen++
@@ -54,8 +54,8 @@ func (p *Provider) Reboot(_ context.Context, cluster, machine string) error {
 	if !ok {
 		return sdk.ErrNotFound
 	}
-	if s := m.im.GetState(); s != sdk.StateRunning {
-		return sdk.Permanent(fmt.Errorf("sim: cannot reboot a machine that is %s", s))
+	if m.im.GetStateValue() != sdk.StateRunning {
+		return sdk.Permanent(fmt.Errorf("sim: cannot reboot a machine that is %s", m.im.GetState()))
 	}
 	m.gen++
 	p.push(entry{at: p.now().Add(p.bootDelay(cluster, machine)), key: key(cluster, machine), gen: m.gen, kind: evBeat})

@@ -99,7 +99,7 @@ func (p *Provider) due(now time.Time) (work, time.Time) {
 		}
 		switch e.kind {
 		case evBoot:
-			if m.gen != e.gen || m.im.GetState() != sdk.StateCreating {
+			if m.gen != e.gen || m.im.GetStateValue() != sdk.StateCreating {
 				continue
 			}
 			p.setState(m, sdk.StateRunning)
@@ -108,7 +108,7 @@ func (p *Provider) due(now time.Time) (work, time.Time) {
 			heap.Push(&p.sched, entry{at: e.at.Add(p.opts.HeartbeatEvery), key: e.key, gen: m.gen, kind: evBeat})
 			p.scheduleVanish(m, now)
 		case evBeat:
-			if m.gen != e.gen || m.im.GetState() != sdk.StateRunning {
+			if m.gen != e.gen || m.im.GetStateValue() != sdk.StateRunning {
 				continue
 			}
 			w.beats = append(w.beats, beatOf(m, e.at))

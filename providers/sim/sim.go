@@ -106,7 +106,7 @@ func (p *Provider) CreateMachine(_ context.Context, req *capnv1alpha1.CreateMach
 				{Type: "InternalIP", Address: ipOf(p.lastIP[c])},
 				{Type: "Hostname", Address: name},
 			},
-			State:         sdk.StateCreating,
+			State:         sdk.StateCreating.Wire(),
 			Message:       message(sdk.StateCreating, req.GetVersion()),
 			Updated:       p.stamp(),
 			FailureDomain: req.GetTemplate().GetFailureDomain(),
@@ -169,8 +169,8 @@ func (p *Provider) bootDelay(cluster, machine string) time.Duration {
 
 // setState changes a machine's state, message and updated time. p.mu must
 // be held.
-func (p *Provider) setState(m *machine, state string) {
-	m.im.State, m.im.Message, m.im.Updated = state, message(state, m.version), p.stamp()
+func (p *Provider) setState(m *machine, state capnv1alpha1.InfraState) {
+	m.im.State, m.im.Message, m.im.Updated = state.Wire(), message(state, m.version), p.stamp()
 }
 
 // push schedules e and wakes the scheduler if e is now the first entry.
@@ -209,7 +209,7 @@ func ipIndex(addr string) uint32 {
 // field for it).
 var versionInMessage = regexp.MustCompile(`kubelet (\S+)`)
 
-func message(state, version string) string {
+func message(state capnv1alpha1.InfraState, version string) string {
 	v := version
 	if v == "" {
 		v = "unknown"

@@ -196,7 +196,7 @@ func TestRestartKeepsMachines(t *testing.T) {
 	if hb.GetKubeletVersion() != "v1.33.1" {
 		t.Errorf("heartbeat after restart = %v", hb)
 	}
-	if m3, _ := env.Machine(Name, "c1", "m3"); m3.GetState() != sdk.StateStopped {
+	if m3, _ := env.Machine(Name, "c1", "m3"); m3.GetStateValue() != sdk.StateStopped {
 		t.Errorf("m3 = %v", m3)
 	}
 	if ic, ok := env.Cluster(Name, "c1"); !ok || !ic.GetReady() {
@@ -229,7 +229,7 @@ func TestStopStartReboot(t *testing.T) {
 	power(env, "c1", "m1", sdk.ActionReboot)
 	env.WaitDrained()
 	waitNewBeats(env, "c1", "m1", 2)
-	if m, _ := env.Machine(Name, "c1", "m1"); m.GetState() != sdk.StateRunning {
+	if m, _ := env.Machine(Name, "c1", "m1"); m.GetStateValue() != sdk.StateRunning {
 		t.Errorf("after reboot: %v", m)
 	}
 }
@@ -254,10 +254,10 @@ func TestCreateFailureInjection(t *testing.T) {
 			want, failed = sdk.StateFailed, failed+1
 		}
 		got := env.WaitMachine(Name, "c1", m, "a final state", func(m *capnv1alpha1.InfraMachine) bool {
-			return m.GetState() == sdk.StateRunning || m.GetState() == sdk.StateFailed
+			return m.GetStateValue() == sdk.StateRunning || m.GetStateValue() == sdk.StateFailed
 		})
-		if got.GetState() != want {
-			t.Errorf("%s is %s, want %s", m, got.GetState(), want)
+		if got.GetStateValue() != want {
+			t.Errorf("%s is %s, want %s", m, got.GetState(), want.Wire())
 		}
 		if want == sdk.StateFailed && !strings.Contains(got.GetMessage(), "injected create failure") {
 			t.Errorf("%s failed with %q", m, got.GetMessage())

@@ -40,10 +40,10 @@ func TestRollIsDeterministicAndSpread(t *testing.T) {
 }
 
 func TestMessageKeepsVersion(t *testing.T) {
-	for _, state := range []string{sdk.StateCreating, sdk.StateRunning, sdk.StateStopped} {
+	for _, state := range []capnv1alpha1.InfraState{sdk.StateCreating, sdk.StateRunning, sdk.StateStopped} {
 		for _, v := range []string{"v1.33.1", "v1.34.0-rc.1", ""} {
 			if got := versionOf(message(state, v)); got != v {
-				t.Errorf("versionOf(message(%s, %q)) = %q", state, v, got)
+				t.Errorf("versionOf(message(%s, %q)) = %q", state.Wire(), v, got)
 			}
 		}
 	}
@@ -81,9 +81,9 @@ func TestAdoptTakesBackOnlyWhatExists(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := func(m, state string) *capnv1alpha1.InfraMachine {
+	rec := func(m string, state capnv1alpha1.InfraState) *capnv1alpha1.InfraMachine {
 		return &capnv1alpha1.InfraMachine{
-			Cluster: "c1", Machine: m, State: state, ProviderId: ProviderID("c1", m),
+			Cluster: "c1", Machine: m, State: state.Wire(), ProviderId: ProviderID("c1", m),
 			Addresses: []*capnv1alpha1.Address{{Type: "InternalIP", Address: "10.0.0.7"}},
 			Message:   message(state, "v1.33.1"),
 		}
@@ -100,7 +100,7 @@ func TestAdoptTakesBackOnlyWhatExists(t *testing.T) {
 	for _, m := range list {
 		got[m.GetMachine()] = m.GetState()
 	}
-	want := map[string]string{"creating": sdk.StateCreating, "running": sdk.StateRunning, "stopped": sdk.StateStopped}
+	want := map[string]string{"creating": sdk.StateCreating.Wire(), "running": sdk.StateRunning.Wire(), "stopped": sdk.StateStopped.Wire()}
 	if len(got) != len(want) {
 		t.Errorf("adopted %v, want %v", got, want)
 	}

@@ -13,14 +13,14 @@ import (
 	"github.com/nats-io/nkeys"
 	"github.com/rs/zerolog"
 
-	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/store"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // Each machine's own NATS identity (docs/security.md §1). The server
 // delegates every login that is not one of capn's static users to this
 // auth callout (nats-server's auth_callout: the static users are its
-// auth_users). A machine logs in as events.MachineUser(<c>, <m>) with one
+// auth_users). A machine logs in as keys.MachineUser(<c>, <m>) with one
 // of two secrets from its sealed record:
 //
 //   - before it has joined, its bootstrap credential (what its provider
@@ -30,7 +30,7 @@ import (
 //     in the sealed fetch reply): the user may publish its own health.
 //
 // Either way it may subscribe only its own inbox prefix
-// (events.MachineInboxPrefix) and publishes nothing else: not another
+// (keys.MachineInboxPrefix) and publishes nothing else: not another
 // machine's health, not another machine's fetch, no bucket. Anything else
 // — another user name, a wrong secret, a machine that is not wanted, the
 // credential after the join — is refused. The minted user JWT lives
@@ -51,11 +51,11 @@ const (
 // adds its own bootstrap fetch (before it has joined).
 func MachinePermissions(cluster, machine string, fetch bool) jwt.Permissions {
 	var p jwt.Permissions
-	p.Pub.Allow.Add(events.Subject(events.SubjectHealth, cluster, machine, ">"))
+	p.Pub.Allow.Add(keys.Health(cluster, machine, ">"))
 	if fetch {
-		p.Pub.Allow.Add(events.Subject(FetchSubjectRoot, cluster, machine))
+		p.Pub.Allow.Add(keys.BootstrapFetch(cluster, machine))
 	}
-	p.Sub.Allow.Add(events.MachineInboxPrefix(cluster, machine) + ".>")
+	p.Sub.Allow.Add(keys.MachineInboxPrefix(cluster, machine) + ".>")
 	return p
 }
 
@@ -117,7 +117,7 @@ func (s *Service) authorize(ctx context.Context, data []byte) (string, error) {
 		token, encErr := resp.Encode(s.issuer)
 		return token, errors.Join(err, encErr)
 	}
-	cluster, machine, _ := events.ParseMachineUser(user)
+	cluster, machine, _ := keys.ParseMachineUser(user)
 	uc := jwt.NewUserClaims(req.UserNkey)
 	uc.Name = user
 	uc.Audience = s.cfg.CalloutAccount
@@ -132,16 +132,16 @@ func (s *Service) authorize(ctx context.Context, data []byte) (string, error) {
 // verifyMachine checks a machine login: fetch reports that the password
 // was the bootstrap credential of a machine that has not joined.
 func (s *Service) verifyMachine(ctx context.Context, user, password string) (fetch bool, err error) {
-	cluster, machine, ok := events.ParseMachineUser(user)
+	cluster, machine, ok := keys.ParseMachineUser(user)
 	if !ok {
 		return false, fmt.Errorf("%w: user %q is not machine.<cluster>.<machine>", errLoginRefused, user)
 	}
-	if _, ok := s.desired.Get(machinePrefix + cluster + "." + machine); !ok {
+	if _, ok := s.desired.Get(keys.Machine(cluster, machine)); !ok {
 		return false, fmt.Errorf("%w: machine %s/%s is not wanted", errLoginRefused, cluster, machine)
 	}
 	ctx, cancel := context.WithTimeout(ctx, fetchTimeout)
 	defer cancel()
-	rec, _, err := s.boots.Get(ctx, bootstrapPrefix+cluster+"."+machine)
+	rec, _, err := s.boots.Get(ctx, keys.Bootstrap(cluster, machine))
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return false, fmt.Errorf("%w: no bootstrap record for %s/%s", errLoginRefused, cluster, machine)

@@ -15,14 +15,13 @@ import (
 	"github.com/capn-dev/capn/events/reconcile"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
 	"github.com/capn-dev/capn/services/bootstrapper/kubeconfig"
 	"github.com/capn-dev/capn/services/bootstrapper/pki"
 	"github.com/capn-dev/capn/services/bootstrapper/token"
 	"github.com/rs/zerolog"
 )
-
-func splitKey(k string) []string { return strings.Split(k, ".") }
 
 // reconcileCluster makes one cluster's secrets current: the PKI exists, the
 // admin kubeconfig names the current endpoint with a fresh certificate,
@@ -82,7 +81,7 @@ func isUserCAError(err error) bool {
 // clusterNow reads the cluster from KV rather than the cache: a command may
 // name a cluster the cache has not caught up with yet.
 func (s *Service) clusterNow(ctx context.Context, name string) (*capnv1.Cluster, bool, error) {
-	c, _, err := s.clusters.Get(ctx, clusterPrefix+name)
+	c, _, err := s.clusters.Get(ctx, keys.Cluster(name))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, false, nil
 	}
@@ -90,7 +89,7 @@ func (s *Service) clusterNow(ctx context.Context, name string) (*capnv1.Cluster,
 }
 
 func (s *Service) cluster(name string) (*capnv1.Cluster, bool, error) {
-	e, ok := s.desired.Get(clusterPrefix + name)
+	e, ok := s.desired.Get(keys.Cluster(name))
 	if !ok {
 		return nil, false, nil
 	}
@@ -105,7 +104,7 @@ func (s *Service) cluster(name string) (*capnv1.Cluster, bool, error) {
 // provider (observed infra.<provider>.<cluster>._).
 func (s *Service) endpoint(c *capnv1.Cluster) (bootstrap.Endpoint, bool) {
 	p := c.GetSpec().GetControlPlane().GetProvider()
-	e, ok := s.observed.Get(infraPrefix + p + "." + c.GetMetadata().GetName() + "._")
+	e, ok := s.observed.Get(keys.InfraCluster(p, c.GetMetadata().GetName()))
 	if !ok {
 		return bootstrap.Endpoint{}, false
 	}
@@ -131,7 +130,7 @@ func (s *Service) ensurePKI(ctx context.Context, c *capnv1.Cluster) (clusterPKI,
 		userCA = &pki.KeyPair{CertPEM: []byte(ca.GetCertificatePem()), KeyPEM: []byte(ca.GetPrivateKeyPem())}
 	}
 	var out clusterPKI
-	_, _, err := s.pkis.Mutate(ctx, pkiPrefix+name, func(cur *capnv1.ClusterPKI, exists bool) (*capnv1.ClusterPKI, error) {
+	_, _, err := s.pkis.Mutate(ctx, keys.PKI(name), func(cur *capnv1.ClusterPKI, exists bool) (*capnv1.ClusterPKI, error) {
 		now := s.cfg.Now()
 		digest := pkiDigest(cur, userCA)
 		if m, ok := s.pkiChecks.get(name, digest, now); ok {
@@ -238,7 +237,7 @@ func (s *Service) ensureKubeconfig(ctx context.Context, name string, ep bootstra
 		return nil, err
 	}
 	wrote := false
-	kc, _, err := s.kubeconfs.Mutate(ctx, kubeconfigPrefix+name, func(cur *capnv1.AdminKubeconfig, exists bool) (*capnv1.AdminKubeconfig, error) {
+	kc, _, err := s.kubeconfs.Mutate(ctx, keys.Kubeconfig(name), func(cur *capnv1.AdminKubeconfig, exists bool) (*capnv1.AdminKubeconfig, error) {
 		now := s.cfg.Now()
 		if exists && cur.GetServer() == server && now.Before(cur.GetClientCertNotAfter().AsTime().Add(-pki.ClientCertRenewBefore)) {
 			return nil, store.ErrNoChange
@@ -291,9 +290,9 @@ func (s *Service) tendTokens(ctx context.Context, cluster string) (time.Duration
 			next = d
 		}
 	}
-	for _, e := range s.observed.List(machinePrefix + cluster + ".") {
-		machine := strings.TrimPrefix(e.Key, machinePrefix+cluster+".")
-		key := bootstrapPrefix + cluster + "." + machine
+	for _, e := range s.observed.List(keys.MachinesOf(cluster)) {
+		machine := strings.TrimPrefix(e.Key, keys.MachinesOf(cluster))
+		key := keys.Bootstrap(cluster, machine)
 		joined := s.machineJoined(cluster, machine)
 		if done, due := s.tokens.state(key); done || (!joined && now.Before(due)) {
 			if !done {
@@ -384,7 +383,7 @@ func (m *tokenMemo) forget(key string) {
 func (m *tokenMemo) forgetCluster(cluster string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	prefix := bootstrapPrefix + cluster + "."
+	prefix := keys.BootstrapsOf(cluster)
 	for k := range m.joined {
 		if strings.HasPrefix(k, prefix) {
 			delete(m.joined, k)
@@ -408,20 +407,20 @@ func tokenTTL(b *capnv1.BootstrapData) time.Duration {
 // clusterOfJoined maps an observed machine key to its cluster when that
 // machine is Running, "" otherwise.
 func (s *Service) clusterOfJoined(key string) string {
-	toks := splitKey(key)
-	if len(toks) != 3 || !s.machineJoined(toks[1], toks[2]) {
+	k, err := keys.Parse(key)
+	if err != nil || k.Kind != keys.KindMachine || !s.machineJoined(k.Cluster, k.Name) {
 		return ""
 	}
-	return toks[1]
+	return k.Cluster
 }
 
 func (s *Service) machineJoined(cluster, machine string) bool {
-	e, ok := s.observed.Get(machinePrefix + cluster + "." + machine)
+	e, ok := s.observed.Get(keys.Machine(cluster, machine))
 	if !ok {
 		return false
 	}
 	st, err := store.Decode(e.Value, func() *capnv1.MachineStatus { return new(capnv1.MachineStatus) })
-	return err == nil && st.GetPhase() == "Running"
+	return err == nil && st.GetPhaseValue() == capnv1.MachineRunning
 }
 
 // writeStatus writes the cluster's secrets status, keeping the conditions
@@ -430,7 +429,7 @@ func (s *Service) machineJoined(cluster, machine string) bool {
 // existing status.
 func (s *Service) writeStatus(ctx context.Context, st *capnv1.ClusterSecretsStatus) error {
 	created := false
-	_, _, err := s.statuses.Mutate(ctx, statusPrefix+st.GetCluster(), func(cur *capnv1.ClusterSecretsStatus, exists bool) (*capnv1.ClusterSecretsStatus, error) {
+	_, _, err := s.statuses.Mutate(ctx, keys.Secrets(st.GetCluster()), func(cur *capnv1.ClusterSecretsStatus, exists bool) (*capnv1.ClusterSecretsStatus, error) {
 		st.Conditions, created = cur.GetConditions(), !exists
 		return st, nil
 	})

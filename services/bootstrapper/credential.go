@@ -8,13 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // The machine's bootstrap credential. The checksum names the data but is
@@ -31,7 +31,7 @@ import (
 // the bootstrapper answers only for a machine of that provider, with the
 // current checksum, that has not joined.
 const (
-	CredentialSubjectRoot = "capn.bootstrap.credential"
+	CredentialSubjectRoot = keys.BootstrapCredentialRoot
 	// HeaderCredential carries the credential on a fetch. Required.
 	HeaderCredential = "Capn-Bootstrap-Credential"
 )
@@ -85,11 +85,11 @@ func (s *Service) serveCredentials(ctx context.Context, nc *nats.Conn, log zerol
 // credential returns the machine's credential for its provider, minting
 // one for a record made before credentials existed.
 func (s *Service) credential(ctx context.Context, subject, checksum string) ([]byte, int, error) {
-	toks := strings.Split(subject, ".")
-	if len(toks) != 6 || strings.Join(toks[:3], ".") != CredentialSubjectRoot {
+	subj, err := keys.ParseSubject(subject)
+	if err != nil || subj.Root != CredentialSubjectRoot {
 		return nil, 400, fmt.Errorf("subject %q is not %s.<provider>.<cluster>.<machine>", subject, CredentialSubjectRoot)
 	}
-	provider, cluster, machine := toks[3], toks[4], toks[5]
+	provider, cluster, machine := subj.Provider, subj.Cluster, subj.Object
 	want, code, err := s.wanted(cluster, machine)
 	if err != nil {
 		return nil, code, err
@@ -108,7 +108,7 @@ func (s *Service) credential(ctx context.Context, subject, checksum string) ([]b
 	if err != nil {
 		return nil, 500, err
 	}
-	stored, _, err := s.boots.Mutate(ctx, bootstrapPrefix+cluster+"."+machine, func(cur *capnv1.BootstrapData, exists bool) (*capnv1.BootstrapData, error) {
+	stored, _, err := s.boots.Mutate(ctx, keys.Bootstrap(cluster, machine), func(cur *capnv1.BootstrapData, exists bool) (*capnv1.BootstrapData, error) {
 		switch {
 		case !exists:
 			return nil, store.ErrNotFound
@@ -126,7 +126,7 @@ func (s *Service) credential(ctx context.Context, subject, checksum string) ([]b
 
 // wanted returns the desired machine, or 404 when it is not wanted.
 func (s *Service) wanted(cluster, machine string) (*capnv1.Machine, int, error) {
-	e, ok := s.desired.Get(machinePrefix + cluster + "." + machine)
+	e, ok := s.desired.Get(keys.Machine(cluster, machine))
 	if !ok {
 		return nil, 404, fmt.Errorf("machine %s/%s is not wanted", cluster, machine)
 	}
@@ -147,7 +147,7 @@ func (s *Service) current(ctx context.Context, cluster, machine, checksum string
 	}
 	ctx, cancel := context.WithTimeout(ctx, fetchTimeout)
 	defer cancel()
-	rec, _, err := s.boots.Get(ctx, bootstrapPrefix+cluster+"."+machine)
+	rec, _, err := s.boots.Get(ctx, keys.Bootstrap(cluster, machine))
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return nil, 404, fmt.Errorf("no bootstrap data for %s/%s", cluster, machine)

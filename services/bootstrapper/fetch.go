@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -14,6 +13,7 @@ import (
 	"github.com/capn-dev/capn/events/replyseal"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // The bootstrap fetch: a machine's node agent asks for its own bootstrap
@@ -25,7 +25,7 @@ const (
 	// capn.bootstrap.fetch.<cluster>.<machine>. No stream captures it: it
 	// is plain request/reply, answered by one bootstrapper of the queue
 	// group FetchQueue.
-	FetchSubjectRoot = "capn.bootstrap.fetch"
+	FetchSubjectRoot = keys.BootstrapFetchRoot
 	FetchQueue       = Name
 	// HeaderChecksum carries the checksum the machine was created with
 	// (CreateMachine.bootstrap_checksum). Required.
@@ -70,7 +70,7 @@ func (s *Service) machineSecret(ctx context.Context, cluster, machine string, re
 	if err != nil {
 		return "", err
 	}
-	stored, _, err := s.boots.Mutate(ctx, bootstrapPrefix+cluster+"."+machine, func(cur *capnv1.BootstrapData, exists bool) (*capnv1.BootstrapData, error) {
+	stored, _, err := s.boots.Mutate(ctx, keys.Bootstrap(cluster, machine), func(cur *capnv1.BootstrapData, exists bool) (*capnv1.BootstrapData, error) {
 		switch {
 		case !exists:
 			return nil, store.ErrNotFound
@@ -114,11 +114,11 @@ func (s *Service) answerFetch(ctx context.Context, m *nats.Msg, log zerolog.Logg
 // request must carry the machine's credential: the checksum alone is
 // public and is refused (403).
 func (s *Service) fetch(ctx context.Context, subject, checksum, credential string) ([]byte, int, error) {
-	toks := strings.Split(subject, ".")
-	if len(toks) != 5 || strings.Join(toks[:3], ".") != FetchSubjectRoot {
+	subj, err := keys.ParseSubject(subject)
+	if err != nil || subj.Root != FetchSubjectRoot {
 		return nil, 400, fmt.Errorf("subject %q is not %s.<cluster>.<machine>", subject, FetchSubjectRoot)
 	}
-	cluster, machine := toks[3], toks[4]
+	cluster, machine := subj.Cluster, subj.Object
 	if credential == "" {
 		return nil, 403, fmt.Errorf("header %s is required: the machine's bootstrap credential, from its provider", HeaderCredential)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
 	"github.com/capn-dev/capn/services/bootstrapper/pki"
 	"github.com/capn-dev/capn/services/bootstrapper/token"
@@ -54,7 +55,7 @@ func (s *Service) generate(ctx context.Context, m *events.Message, cmd *capnv1.G
 	if err != nil {
 		return events.Permanent(err)
 	}
-	key := bootstrapPrefix + cmd.GetCluster() + "." + cmd.GetMachine()
+	key := keys.Bootstrap(cmd.GetCluster(), cmd.GetMachine())
 	if cur, _, err := s.boots.Get(ctx, key); err == nil && cur.GetInputHash() == hash {
 		return s.ready(ctx, m, cmd, key, cur)
 	} else if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -188,23 +189,23 @@ func (s *Service) cleanup(ctx context.Context, m *events.Message, cmd *capnv1.De
 	if ok && c.GetMetadata().GetDeletionTimestamp() == nil {
 		return events.Permanent(fmt.Errorf("cleanup: cluster %q exists and is not being deleted; refusing to delete its secrets", name))
 	}
-	keys, err := s.boots.Keys(ctx, bootstrapPrefix+name+".")
+	purge, err := s.boots.Keys(ctx, keys.BootstrapsOf(name))
 	if err != nil {
 		return err
 	}
-	keys = append(keys, pkiPrefix+name, kubeconfigPrefix+name)
-	for _, k := range keys {
+	purge = append(purge, keys.PKI(name), keys.Kubeconfig(name))
+	for _, k := range purge {
 		if err := s.secretsKV.Purge(ctx, k); err != nil {
 			return fmt.Errorf("purge %s: %w", k, err)
 		}
 	}
-	if err := s.statuses.KV().Purge(ctx, statusPrefix+name); err != nil {
-		return fmt.Errorf("purge %s: %w", statusPrefix+name, err)
+	if err := s.statuses.KV().Purge(ctx, keys.Secrets(name)); err != nil {
+		return fmt.Errorf("purge %s: %w", keys.Secrets(name), err)
 	}
 	s.tokens.forgetCluster(name)
 	s.joinMemo.forgetCluster(name)
 	s.pkiChecks.forget(name)
-	zerolog.Ctx(ctx).Info().Str("cluster", name).Int("keys", len(keys)).Msg("cluster secrets deleted")
+	zerolog.Ctx(ctx).Info().Str("cluster", name).Int("keys", len(purge)).Msg("cluster secrets deleted")
 	_, err = s.pub.Publish(ctx, events.EventSubject("bootstrap", "cleaned", name, events.ClusterObject), events.TypeClusterEvent+".secrets-deleted",
 		"secrets-deleted."+name+"."+shortHash(m.Event.ID()), &capnv1.ClusterEvent{Cluster: name, Reason: "SecretsDeleted", Message: "PKI, kubeconfig and bootstrap data deleted"})
 	return err

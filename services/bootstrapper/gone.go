@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/capn-dev/capn/schemas/keys"
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -21,17 +22,17 @@ import (
 // absence is read from the bucket, not the cache: a machine created since
 // keeps its data.
 func (s *Service) purgeGone(ctx context.Context, cluster string) (int, error) {
-	keys, err := s.boots.Keys(ctx, bootstrapPrefix+cluster+".")
+	stored, err := s.boots.Keys(ctx, keys.BootstrapsOf(cluster))
 	if err != nil {
 		return 0, err
 	}
 	n := 0
-	for _, key := range keys {
-		machine := strings.TrimPrefix(key, bootstrapPrefix+cluster+".")
-		if _, ok := s.desired.Get(machinePrefix + cluster + "." + machine); ok {
+	for _, key := range stored {
+		machine := strings.TrimPrefix(key, keys.BootstrapsOf(cluster))
+		if _, ok := s.desired.Get(keys.Machine(cluster, machine)); ok {
 			continue
 		}
-		if _, err := s.desiredKV.Get(ctx, machinePrefix+cluster+"."+machine); err == nil {
+		if _, err := s.desiredKV.Get(ctx, keys.Machine(cluster, machine)); err == nil {
 			continue
 		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return n, err

@@ -13,12 +13,13 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/capn-dev/capn/events/reconcile"
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/kubeapi"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/conditions"
+	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubeadm"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
 	"github.com/capn-dev/capn/services/bootstrapper/kubeconfig"
@@ -165,13 +166,13 @@ func (s *Service) reconcileJoinTokens(ctx context.Context, name string) (reconci
 		// Nothing to create and nothing known to delete: the API server is
 		// not asked at all (a placeholder endpoint costs nothing).
 		s.joinMemo.succeeded(name)
-		return reconcile.Result{}, s.setJoinCondition(ctx, name, &capnv1.Condition{Type: ConditionJoinTokensRegistered, Status: "True",
+		return reconcile.Result{}, s.setJoinCondition(ctx, name, &capnv1.Condition{Type: ConditionJoinTokensRegistered, Status: capnv1.ConditionTrue.Wire(),
 			Reason: ReasonNoMachineJoining, Message: "no machine is joining with a bootstrap token"})
 	}
-	kc, _, err := s.kubeconfs.Get(ctx, kubeconfigPrefix+name)
+	kc, _, err := s.kubeconfs.Get(ctx, keys.Kubeconfig(name))
 	if errors.Is(err, store.ErrNotFound) {
 		// ensureKubeconfig kicks this pass once it writes one.
-		return reconcile.Result{}, s.setJoinCondition(ctx, name, &capnv1.Condition{Type: ConditionJoinTokensRegistered, Status: "Unknown",
+		return reconcile.Result{}, s.setJoinCondition(ctx, name, &capnv1.Condition{Type: ConditionJoinTokensRegistered, Status: capnv1.ConditionUnknown.Wire(),
 			Reason: ReasonWaitingForKubeconfig, Message: "waiting for the control-plane endpoint and the admin kubeconfig"})
 	} else if err != nil {
 		return reconcile.Result{}, err
@@ -206,7 +207,7 @@ func (s *Service) reconcileJoinTokens(ctx context.Context, name string) (reconci
 	if s.joinMemo.succeeded(name) {
 		zerolog.Ctx(ctx).Info().Str("cluster", name).Str("server", admin.Server).Msg("workload API server answers; join tokens registered")
 	}
-	cond := &capnv1.Condition{Type: ConditionJoinTokensRegistered, Status: "True", Reason: ReasonNoMachineJoining,
+	cond := &capnv1.Condition{Type: ConditionJoinTokensRegistered, Status: capnv1.ConditionTrue.Wire(), Reason: ReasonNoMachineJoining,
 		Message: "no machine is joining with a bootstrap token"}
 	if n := len(registered); n > 0 {
 		cond.Reason, cond.Message = ReasonRegistered, fmt.Sprintf("token Secrets of %d joining machine(s) registered: %s", n, machineList(registered))
@@ -243,7 +244,7 @@ func (s *Service) joinFailed(ctx context.Context, name, server string, err error
 		log = zerolog.Ctx(ctx).Warn()
 	}
 	log.Err(err).Str("cluster", name).Str("reason", reason).Dur("retry_in", delay).Msg("cannot register join tokens in the workload cluster")
-	cond := &capnv1.Condition{Type: ConditionJoinTokensRegistered, Status: "False", Reason: reason,
+	cond := &capnv1.Condition{Type: ConditionJoinTokensRegistered, Status: capnv1.ConditionFalse.Wire(), Reason: reason,
 		Message: fmt.Sprintf("workload API server %s: %v", server, err), Severity: "Info"}
 	if reason == ReasonRegistrationFailed {
 		cond.Severity = "Warning"
@@ -271,7 +272,7 @@ func machineList(items []joinItem) string {
 // writes a new one.
 func (s *Service) joinPlan(ctx context.Context, cluster string, now time.Time) (wanted, stale []joinItem, err error) {
 	machines := map[string]*capnv1.Machine{}
-	prefix := machinePrefix + cluster + "."
+	prefix := keys.MachinesOf(cluster)
 	for _, e := range s.desired.List(prefix) {
 		m, err := store.Decode(e.Value, func() *capnv1.Machine { return new(capnv1.Machine) })
 		if err != nil {
@@ -287,7 +288,7 @@ func (s *Service) joinPlan(ctx context.Context, cluster string, now time.Time) (
 		}
 	}
 	for _, machine := range slices.Sorted(maps.Keys(machines)) {
-		key := bootstrapPrefix + cluster + "." + machine
+		key := keys.Bootstrap(cluster, machine)
 		if s.joinMemo.settled(key) {
 			continue
 		}
@@ -446,7 +447,7 @@ func (s *Service) recordTokenSecret(ctx context.Context, it joinItem, secret str
 		return false, fmt.Errorf("%w: %s: %w", errStore, it.key, err)
 	}
 	if current {
-		s.joinMemo.registeredAt(clusterOfRecord(it.key), it.machine)
+		s.joinMemo.registeredAt(keys.ClusterOf(it.key), it.machine)
 	}
 	return current, nil
 }
@@ -464,16 +465,8 @@ func (s *Service) forgetTokenSecret(ctx context.Context, it joinItem) error {
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", errStore, it.key, err)
 	}
-	s.joinMemo.unregistered(clusterOfRecord(it.key), it.machine)
+	s.joinMemo.unregistered(keys.ClusterOf(it.key), it.machine)
 	return nil
-}
-
-func clusterOfRecord(key string) string {
-	toks := splitKey(key)
-	if len(toks) < 3 {
-		return ""
-	}
-	return toks[1]
 }
 
 // setJoinCondition sets (nil: removes) ConditionJoinTokensRegistered in
@@ -484,7 +477,7 @@ func (s *Service) setJoinCondition(ctx context.Context, cluster string, c *capnv
 		return nil // written already: not even read again
 	}
 	written := false
-	_, _, err := s.statuses.Mutate(ctx, statusPrefix+cluster, func(cur *capnv1.ClusterSecretsStatus, exists bool) (*capnv1.ClusterSecretsStatus, error) {
+	_, _, err := s.statuses.Mutate(ctx, keys.Secrets(cluster), func(cur *capnv1.ClusterSecretsStatus, exists bool) (*capnv1.ClusterSecretsStatus, error) {
 		written = false
 		if !exists {
 			// The cluster's reconcile makes the status (and kicks a pass
@@ -492,24 +485,13 @@ func (s *Service) setJoinCondition(ctx context.Context, cluster string, c *capnv
 			return nil, store.ErrNoChange
 		}
 		written = true
-		i := slices.IndexFunc(cur.GetConditions(), func(x *capnv1.Condition) bool { return x.GetType() == ConditionJoinTokensRegistered })
 		switch {
-		case c == nil && i < 0:
+		case c == nil && !conditions.Delete(&cur.Conditions, ConditionJoinTokensRegistered):
 			return nil, store.ErrNoChange
 		case c == nil:
-			cur.Conditions = slices.Delete(cur.Conditions, i, i+1)
 			return cur, nil
 		}
-		c.LastTransitionTime = timestamppb.New(s.cfg.Now())
-		if i < 0 {
-			cur.Conditions = append(cur.Conditions, c)
-			return cur, nil
-		}
-		old := cur.Conditions[i]
-		if old.GetStatus() == c.GetStatus() {
-			c.LastTransitionTime = old.GetLastTransitionTime()
-		}
-		cur.Conditions[i] = c
+		conditions.Set(&cur.Conditions, c, s.cfg.Now())
 		return cur, nil
 	})
 	if err == nil && written {
@@ -665,7 +647,7 @@ func (m *joinMemo) forgetCluster(cluster string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.clusters, cluster)
-	prefix := bootstrapPrefix + cluster + "."
+	prefix := keys.BootstrapsOf(cluster)
 	for k := range m.done {
 		if strings.HasPrefix(k, prefix) {
 			delete(m.done, k)

@@ -18,6 +18,7 @@ import (
 	"github.com/capn-dev/capn/events/reconcile"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/builtin"
 	"github.com/capn-dev/capn/services/bootstrapper/seal"
@@ -26,17 +27,6 @@ import (
 
 // Name is the service's name: its NATS client name, durable and source.
 const Name = "bootstrapper"
-
-// Key prefixes in the secrets and observed buckets.
-const (
-	pkiPrefix        = "pki."
-	kubeconfigPrefix = "kubeconfig."
-	bootstrapPrefix  = "bootstrap."
-	statusPrefix     = "secrets." // in observed
-	clusterPrefix    = "cluster."
-	machinePrefix    = "machine."
-	infraPrefix      = "infra."
-)
 
 // Config configures the service.
 type Config struct {
@@ -216,7 +206,7 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	}
 
 	s.desired = store.NewCache(desiredKV, s.cfg.Cache)
-	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, d.JS, infraPrefix, machinePrefix))
+	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, d.JS, keys.InfraPrefix, keys.MachinePrefix))
 	for _, c := range []*store.Cache{s.desired, s.observed} {
 		if err := c.Start(ctx); err != nil {
 			return err
@@ -247,13 +237,13 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	// machine joining — wakes that cluster's reconcile. A subscription first
 	// replays every current key, so each known cluster is looked at once at
 	// start.
-	all := func() []string { return s.desired.KeysUnder(clusterPrefix) }
-	for _, sub := range []*store.Subscription{s.desired.Subscribe(clusterPrefix), s.observed.Subscribe(infraPrefix)} {
-		run(func() { reconcile.Watch(ctx, s.queue, sub, clusterOf, all) })
+	all := func() []string { return s.desired.KeysUnder(keys.ClusterPrefix) }
+	for _, sub := range []*store.Subscription{s.desired.Subscribe(keys.ClusterPrefix), s.observed.Subscribe(keys.InfraPrefix)} {
+		run(func() { reconcile.Watch(ctx, s.queue, sub, keys.ClusterOf, all) })
 	}
 	// Of machine statuses only a machine that joined matters here (its
 	// token goes); every other change would cost a reconcile for nothing.
-	machines := s.observed.Subscribe(machinePrefix)
+	machines := s.observed.Subscribe(keys.MachinePrefix)
 	run(func() { reconcile.Watch(ctx, s.queue, machines, s.clusterOfJoined, all) })
 	loop := &reconcile.Loop{Queue: s.queue, Reconciler: reconcile.Func(s.reconcileCluster), Workers: s.cfg.Workers,
 		OnError: func(key string, err error, n int) {
@@ -271,8 +261,8 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 			log.Warn().Err(err).Str("cluster", key).Int("failures", n).Msg("join-token reconcile failed; will retry")
 		}}
 	run(func() { joinLoop.Run(ctx) })
-	wanted := s.desired.Subscribe(machinePrefix)
-	run(func() { reconcile.Watch(ctx, s.joins, wanted, clusterOf, all) })
+	wanted := s.desired.Subscribe(keys.MachinePrefix)
+	run(func() { reconcile.Watch(ctx, s.joins, wanted, keys.ClusterOf, all) })
 	for _, c := range all() {
 		s.joins.Add(c)
 	}
@@ -298,19 +288,4 @@ func CommandConsumer() events.ConsumerSpec {
 		MaxDeliver:  60,
 		Backoff:     []time.Duration{250 * time.Millisecond, time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second},
 	}
-}
-
-// clusterOf extracts the cluster from cluster.<c>, machine.<c>.<m> and
-// infra.<p>.<c>.<m>.
-func clusterOf(key string) string {
-	toks := splitKey(key)
-	switch {
-	case len(toks) == 2 && toks[0] == "cluster":
-		return toks[1]
-	case len(toks) == 3 && toks[0] == "machine":
-		return toks[1]
-	case len(toks) == 4 && toks[0] == "infra":
-		return toks[2]
-	}
-	return ""
 }

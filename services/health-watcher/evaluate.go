@@ -22,16 +22,6 @@ const (
 	ConditionReady = "Ready"
 )
 
-// Observed machine phases the evaluation reads (the machine-manager's).
-const (
-	phaseProvisioned = "Provisioned"
-	phaseRunning     = "Running"
-	phaseStopped     = "Stopped"
-	phaseDeleting    = "Deleting"
-	phaseDeleted     = "Deleted"
-	phaseFailed      = "Failed"
-)
-
 // State is what Evaluate looks at for one cluster.
 type State struct {
 	// ControlPlaneInitialized: the first control-plane machine ran (observed
@@ -53,7 +43,7 @@ type Target struct {
 	// (hibernation), or Deleting/Deleted.
 	Skip bool
 	// Phase is the observed machine phase; PhaseSince when it began.
-	Phase         string
+	Phase         capnv1.MachinePhase
 	PhaseSince    time.Time
 	FailureReason string
 	// InfraReady is when the machine's infrastructure became ready (zero:
@@ -162,16 +152,16 @@ func Evaluate(s State, p Policies, now time.Time) ([]Unhealthy, time.Duration) {
 // judge returns the failed checks of one target and the next time one of
 // its checks may change (zero: none).
 func judge(t Target, s State, p policy.Policy, now time.Time) ([]*capnv1.Condition, time.Time) {
-	reason := func(typ, status, why, msg string, at time.Time) *capnv1.Condition {
-		return &capnv1.Condition{Type: typ, Status: StatusFalse, Reason: why, Message: msg, Severity: "Error",
+	reason := func(typ, why, msg string, at time.Time) *capnv1.Condition {
+		return &capnv1.Condition{Type: typ, Status: capnv1.ConditionFalse.Wire(), Reason: why, Message: msg, Severity: "Error",
 			LastTransitionTime: timestamppb.New(at)}
 	}
 	switch {
-	case t.Phase == phaseFailed:
-		return []*capnv1.Condition{reason(ReasonMachineFailed, StatusFalse, orDefault(t.FailureReason, "Failed"),
+	case t.Phase == capnv1.MachineFailed:
+		return []*capnv1.Condition{reason(ReasonMachineFailed, orDefault(t.FailureReason, "Failed"),
 			"the machine failed: the planner replaces it", t.PhaseSince)}, time.Time{}
 	case !t.InfraGone.IsZero():
-		return []*capnv1.Condition{reason(ReasonInfrastructureGone, StatusFalse, ReasonInfrastructureGone,
+		return []*capnv1.Condition{reason(ReasonInfrastructureGone, ReasonInfrastructureGone,
 			"the provider no longer has this machine's infrastructure", t.InfraGone)}, time.Time{}
 	}
 	if t.LastHeartbeat.IsZero() && !t.Reported && !slices.ContainsFunc(t.Conditions, func(c *capnv1.NodeCondition) bool { return p.Trusts(c.GetSource()) }) {
@@ -186,7 +176,7 @@ func judge(t Target, s State, p policy.Policy, now time.Time) ([]*capnv1.Conditi
 		if now.Before(deadline) {
 			return nil, deadline
 		}
-		return []*capnv1.Condition{reason(ReasonNodeStartupTimeout, StatusFalse, ReasonNodeStartupTimeout,
+		return []*capnv1.Condition{reason(ReasonNodeStartupTimeout, ReasonNodeStartupTimeout,
 			fmt.Sprintf("no node reported within %s of the infrastructure becoming ready", p.NodeStartupTimeout), deadline)}, time.Time{}
 	}
 	var out []*capnv1.Condition
@@ -211,7 +201,7 @@ func judge(t Target, s State, p policy.Policy, now time.Time) ([]*capnv1.Conditi
 			if c.GetReason() != "" || c.GetMessage() != "" {
 				msg += fmt.Sprintf(" (%s: %s)", c.GetReason(), c.GetMessage())
 			}
-			out = append(out, reason(c.GetType(), StatusFalse, orDefault(c.GetReason(), c.GetType()+c.GetStatus()), msg, at))
+			out = append(out, reason(c.GetType(), orDefault(c.GetReason(), c.GetType()+c.GetStatus()), msg, at))
 		}
 	}
 	return out, wake
@@ -230,22 +220,22 @@ func ReadyCondition(prev *capnv1.NodeCondition, lastHeartbeat time.Time, ready b
 	c := &capnv1.NodeCondition{Type: ConditionReady}
 	switch {
 	case !now.Before(lastHeartbeat.Add(grace)):
-		c.Status, c.Reason = StatusUnknown, "NodeStatusUnknown"
+		c.Status, c.Reason = capnv1.ConditionUnknown.Wire(), "NodeStatusUnknown"
 		c.Message = fmt.Sprintf("no heartbeat since %s (grace %s)", lastHeartbeat.UTC().Format(time.RFC3339), grace)
 		c.LastHeartbeatTime = timestamppb.New(lastHeartbeat)
 		c.LastTransitionTime = timestamppb.New(lastHeartbeat.Add(grace))
 	case ready:
-		c.Status, c.Reason = StatusTrue, "KubeletReady"
+		c.Status, c.Reason = capnv1.ConditionTrue.Wire(), "KubeletReady"
 		c.LastTransitionTime = timestamppb.New(lastHeartbeat)
 	default:
-		c.Status, c.Reason = StatusFalse, "KubeletNotReady"
+		c.Status, c.Reason = capnv1.ConditionFalse.Wire(), "KubeletNotReady"
 		c.LastTransitionTime = timestamppb.New(lastHeartbeat)
 	}
 	// Unchanged status keeps its transition; so does a node that stays not
 	// ready (False ↔ Unknown: it went silent, or came back not ready): it
 	// has not been ready since then, and its timeout must not restart.
 	if prev != nil && prev.GetLastTransitionTime() != nil &&
-		(prev.GetStatus() == c.GetStatus() || (prev.GetStatus() != StatusTrue && c.GetStatus() != StatusTrue)) {
+		(prev.GetStatus() == c.GetStatus() || (prev.GetStatusValue() != capnv1.ConditionTrue && c.GetStatusValue() != capnv1.ConditionTrue)) {
 		c.LastTransitionTime = prev.GetLastTransitionTime()
 	}
 	return c

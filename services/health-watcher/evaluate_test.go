@@ -33,7 +33,7 @@ func reasonsOf(us []Unhealthy, machine string) []string {
 
 func TestEvaluate(t *testing.T) {
 	worker := func(mut ...func(*Target)) Target {
-		tg := Target{Machine: "w1", Pool: "md-0", Created: t0, Phase: "Running", InfraReady: at(time.Minute)}
+		tg := Target{Machine: "w1", Pool: "md-0", Created: t0, Phase: capnv1.MachineRunning, InfraReady: at(time.Minute)}
 		for _, f := range mut {
 			f(&tg)
 		}
@@ -62,7 +62,7 @@ func TestEvaluate(t *testing.T) {
 		{"conditions count as a report", worker(func(tg *Target) { tg.Reported = true }), true, 0, time.Hour, nil, 0, 0},
 		{"infrastructure gone: at once", worker(beat(2*time.Minute), func(tg *Target) { tg.InfraGone = at(3 * time.Minute) }), true, 0, 3 * time.Minute,
 			[]string{ReasonInfrastructureGone}, 3 * time.Minute, 0},
-		{"failed machine", worker(func(tg *Target) { tg.Phase, tg.PhaseSince = "Failed", at(4*time.Minute) }), true, 0, 5 * time.Minute,
+		{"failed machine", worker(func(tg *Target) { tg.Phase, tg.PhaseSince = capnv1.MachineFailed, at(4*time.Minute) }), true, 0, 5 * time.Minute,
 			[]string{ReasonMachineFailed}, 4 * time.Minute, 0},
 		{"fresh heartbeat: recheck when the grace runs out", worker(beat(10 * time.Minute)), true, 0, 11 * time.Minute, nil, 0, time.Minute},
 		{"silent within grace+timeout: recheck at the timeout", worker(beat(10 * time.Minute)), true, 0, 13 * time.Minute, nil, 0, 4 * time.Minute},
@@ -102,7 +102,7 @@ func TestEvaluatePoolPolicy(t *testing.T) {
 	strict := p
 	strict.UnhealthyConditions = []policy.Condition{{Type: "ReadonlyFilesystem", Status: "True"}}
 	tg := func(name, pool string) Target {
-		return Target{Machine: name, Pool: pool, Created: t0, Phase: "Running", InfraReady: t0, LastHeartbeat: at(time.Minute), Ready: true,
+		return Target{Machine: name, Pool: pool, Created: t0, Phase: capnv1.MachineRunning, InfraReady: t0, LastHeartbeat: at(time.Minute), Ready: true,
 			Conditions: []*capnv1.NodeCondition{cond("ReadonlyFilesystem", "True", "FilesystemIsReadOnly", time.Minute, time.Minute)}}
 	}
 	us, _ := Evaluate(State{ControlPlaneInitialized: true, Targets: []Target{tg("a", "md-0"), tg("b", "md-1")}},
@@ -127,7 +127,7 @@ func genState(t *rapid.T, p policy.Policy) (State, time.Time) {
 	}
 	for i := range n {
 		tg := Target{Machine: string(rune('a' + i)), Pool: "md-0", ControlPlane: rapid.Bool().Draw(t, "cp"), Created: t0,
-			Phase: rapid.SampledFrom([]string{"Provisioned", "Running", "Running", "Failed"}).Draw(t, "phase"), PhaseSince: sec("phaseSince")}
+			Phase: rapid.SampledFrom([]capnv1.MachinePhase{capnv1.MachineProvisioned, capnv1.MachineRunning, capnv1.MachineRunning, capnv1.MachineFailed}).Draw(t, "phase"), PhaseSince: sec("phaseSince")}
 		if rapid.Bool().Draw(t, "infraReady") {
 			tg.InfraReady = sec("infraReadyAt")
 		}

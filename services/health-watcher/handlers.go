@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -14,18 +13,8 @@ import (
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/health/policy"
+	"github.com/capn-dev/capn/schemas/keys"
 )
-
-// Key prefixes the health-watcher reads and writes.
-const (
-	clusterPrefix = "cluster."
-	machinePrefix = "machine."
-	nodePrefix    = "node."
-	infraPrefix   = "infra."
-)
-
-// NodeKey is the observed key of a machine's node health: node.<cluster>.<machine>.
-func NodeKey(cluster, machine string) string { return nodePrefix + cluster + "." + machine }
 
 // onHealth dispatches a report from capn.health.<cluster>.<machine>.<kind>
 // by its event type. Every handler follows one contract: the report must
@@ -61,12 +50,9 @@ var errIgnore = errors.New("ignored")
 // against its subject and the desired machine.
 func (s *Service) accept(ctx context.Context, m *events.Message, kind, cluster, machine string) (report, error) {
 	var subjCluster, subjMachine string
-	toks := strings.Split(m.Subject, ".")
-	switch {
-	case len(toks) == 5 && toks[0]+"."+toks[1] == events.SubjectHealth:
-		subjCluster, subjMachine = toks[2], toks[3]
-	case len(toks) == 6 && toks[0]+"."+toks[1] == events.SubjectEvents && toks[2] == "drift":
-		subjCluster, subjMachine = toks[4], toks[5]
+	switch sub, err := keys.ParseSubject(m.Subject); {
+	case err == nil && (sub.Root == keys.HealthRoot || sub.Root == keys.EventsRoot && sub.Entity == keys.EntityDrift):
+		subjCluster, subjMachine = sub.Cluster, sub.Object
 	default:
 		return report{}, events.Permanent(fmt.Errorf("%s report on unexpected subject %s", kind, m.Subject))
 	}
@@ -83,7 +69,7 @@ func (s *Service) accept(ctx context.Context, m *events.Message, kind, cluster, 
 	if m.Metadata != nil && !m.Metadata.Timestamp.IsZero() {
 		r.at = m.Metadata.Timestamp
 	}
-	dm, ok := decodeCached(s.desired, machinePrefix+r.key, newMachine)
+	dm, ok := decodeCached(s.desired, keys.MachinePrefix+r.key, newMachine)
 	log := zerolog.Ctx(ctx)
 	switch {
 	case !ok:
@@ -104,7 +90,7 @@ func (s *Service) accept(ctx context.Context, m *events.Message, kind, cluster, 
 // record (the incarnation's, or a new one) inside a compare-and-set loop
 // and reports whether it changed anything.
 func (s *Service) apply(ctx context.Context, r report, merge func(*capnv1.NodeHealth) bool) error {
-	_, _, err := s.nodes.Mutate(ctx, NodeKey(r.cluster, r.machine), func(cur *capnv1.NodeHealth, exists bool) (*capnv1.NodeHealth, error) {
+	_, _, err := s.nodes.Mutate(ctx, keys.Node(r.cluster, r.machine), func(cur *capnv1.NodeHealth, exists bool) (*capnv1.NodeHealth, error) {
 		if !exists {
 			cur = nil
 		}
@@ -127,7 +113,7 @@ func (s *Service) apply(ctx context.Context, r report, merge func(*capnv1.NodeHe
 // cached returns the record of r's machine as the cache holds it, for the
 // incarnation (a new empty record if there is none).
 func (s *Service) cached(r report) *capnv1.NodeHealth {
-	h, _ := decodeCached(s.observed, NodeKey(r.cluster, r.machine), newNodeHealth)
+	h, _ := decodeCached(s.observed, keys.Node(r.cluster, r.machine), newNodeHealth)
 	return forIncarnation(h, r.cluster, r.machine, r.created)
 }
 
@@ -186,7 +172,7 @@ func (s *Service) onHeartbeat(ctx context.Context, m *events.Message, hb *capnv1
 	}
 	cur := s.cached(r)
 	persist := s.cfg.PersistEvery
-	if st, ok := decodeCached(s.observed, machinePrefix+r.key, newMachineStatus); ok && st.GetPhase() == phaseStopped {
+	if st, ok := decodeCached(s.observed, keys.MachinePrefix+r.key, newMachineStatus); ok && st.GetPhaseValue() == capnv1.MachineStopped {
 		// Waking from hibernation: the machine-manager makes the machine
 		// Running on a ready heartbeat from after its start, so each one
 		// is written until then (a stopped machine sends none).
@@ -200,7 +186,7 @@ func (s *Service) onHeartbeat(ctx context.Context, m *events.Message, hb *capnv1
 	s.metrics.report("heartbeat", outcomeUnchanged)
 	// A node that was silent is back: its Ready condition must turn True
 	// again now, not at the next resync.
-	if st := readyStatus(cur); st == StatusUnknown || (st == StatusFalse && hb.GetReady()) {
+	if st := readyStatus(cur); st == capnv1.ConditionUnknown || (st == capnv1.ConditionFalse && hb.GetReady()) {
 		s.touch(r.cluster, r.machine)
 	}
 	return nil
@@ -244,17 +230,13 @@ func (s *Service) onDrift(ctx context.Context, m *events.Message, d *capnv1.Drif
 // the provider of the machine it is about. A machine capn does not know is
 // left to handle (which ignores it).
 func (s *Service) driftFromOwner(ctx context.Context, m *events.Message, d *capnv1.DriftReport) bool {
-	subjProvider := ""
-	if toks := strings.Split(m.Subject, "."); len(toks) == 6 {
-		subjProvider = toks[3]
-	}
+	sub, _ := keys.ParseSubject(m.Subject)
+	subjProvider := sub.Provider
 	cluster, machine := d.GetCluster(), d.GetMachine()
 	if cluster == "" || machine == "" {
-		if toks := strings.Split(m.Subject, "."); len(toks) == 6 {
-			cluster, machine = toks[4], toks[5]
-		}
+		cluster, machine = sub.Cluster, sub.Object
 	}
-	dm, ok := decodeCached(s.desired, machinePrefix+cluster+"."+machine, newMachine)
+	dm, ok := decodeCached(s.desired, keys.Machine(cluster, machine), newMachine)
 	owner := dm.GetSpec().GetProvider()
 	if !ok || (owner == subjProvider && owner == d.GetProvider()) {
 		return true
@@ -281,21 +263,21 @@ func reporter(m *events.Message) (string, bool) {
 
 // trusts reports whether the policy of r's machine trusts source.
 func (s *Service) trusts(r report, source string) bool {
-	cl, _ := decodeCached(s.desired, clusterPrefix+r.cluster, newCluster)
-	dm, _ := decodeCached(s.desired, machinePrefix+r.key, newMachine)
+	cl, _ := decodeCached(s.desired, keys.Cluster(r.cluster), newCluster)
+	dm, _ := decodeCached(s.desired, keys.MachinePrefix+r.key, newMachine)
 	p, _ := policy.Resolve(cl, dm.GetSpec().GetPool(), s.cfg.Policy)
 	return p.Trusts(source)
 }
 
 // readyStatus is the status of the recorded Ready condition the heartbeats
 // decide ("" if none).
-func readyStatus(h *capnv1.NodeHealth) string {
+func readyStatus(h *capnv1.NodeHealth) capnv1.ConditionStatus {
 	for _, c := range h.GetConditions() {
 		if heartbeatReady(c) {
-			return c.GetStatus()
+			return c.GetStatusValue()
 		}
 	}
-	return ""
+	return capnv1.ConditionStatus_CONDITION_STATUS_UNSPECIFIED
 }
 
 func streamTime(m *events.Message, now time.Time) time.Time {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // feed maps watch changes to the cluster and machine they concern; from
@@ -26,8 +27,8 @@ func (s *Service) feed(ctx context.Context, sub *store.Subscription, observed bo
 				return
 			}
 			if ch.Resync {
-				for _, e := range s.desired.List(clusterPrefix) {
-					s.touch(strings.TrimPrefix(e.Key, clusterPrefix), "")
+				for _, e := range s.desired.List(keys.ClusterPrefix) {
+					s.touch(strings.TrimPrefix(e.Key, keys.ClusterPrefix), "")
 				}
 				continue
 			}
@@ -50,14 +51,13 @@ func (s *Service) feed(ctx context.Context, sub *store.Subscription, observed bo
 // (machine ""), machine.<c>.<m>, node.<c>.<m>, infra.<p>.<c>.<m> (cluster
 // "" for others).
 func keyOf(key string) (cluster, machine string) {
-	toks := strings.Split(key, ".")
+	k, err := keys.Parse(key)
 	switch {
-	case toks[0] == "cluster" && len(toks) == 2:
-		return toks[1], ""
-	case (toks[0] == "machine" || toks[0] == "node") && len(toks) == 3:
-		return toks[1], toks[2]
-	case toks[0] == "infra" && len(toks) == 4 && toks[3] != "_":
-		return toks[2], toks[3]
+	case err != nil:
+	case k.Kind == keys.KindCluster:
+		return k.Cluster, ""
+	case k.Kind == keys.KindMachine, k.Kind == keys.KindNode, k.Kind == keys.KindInfra && k.Machine():
+		return k.Cluster, k.Name
 	}
 	return "", ""
 }
@@ -72,7 +72,7 @@ func clusterOf(key string) string {
 func controlPlaneOf(st *capnv1.ClusterStatus) controlPlaneInit {
 	c := controlPlaneInit{initialized: st.GetControlPlaneInitialized()}
 	for _, cond := range st.GetConditions() {
-		if cond.GetType() == conditionControlPlaneInitialized && cond.GetStatus() == StatusTrue {
+		if cond.GetType() == conditionControlPlaneInitialized && cond.GetStatusValue() == capnv1.ConditionTrue {
 			c.at = cond.GetLastTransitionTime().AsTime()
 		}
 	}

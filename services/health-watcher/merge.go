@@ -18,16 +18,12 @@ import (
 // worth a KV write; a change that is not (a repeated condition with only a
 // newer heartbeat) is left out so that steady reports cost no write.
 
-// Heartbeat drift kinds and condition statuses.
+// Heartbeat drift kinds.
 const (
 	DriftGone    = "Gone"
 	DriftStopped = "Stopped"
 	DriftChanged = "Changed"
 	DriftOrphan  = "Orphan"
-
-	StatusTrue    = "True"
-	StatusFalse   = "False"
-	StatusUnknown = "Unknown"
 )
 
 // forIncarnation returns h if it describes the machine incarnation created
@@ -278,4 +274,6 @@ func mergeDrift(h *capnv1.NodeHealth, d *capnv1.DriftReport, at time.Time) bool 
 	return true
 }
 
-func validStatus(s string) bool { return s == StatusTrue || s == StatusFalse || s == StatusUnknown }
+func validStatus(s string) bool {
+	return capnv1.ConditionStatusOf(s) != capnv1.ConditionStatus_CONDITION_STATUS_UNSPECIFIED
+}

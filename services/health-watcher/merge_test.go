@@ -198,13 +198,13 @@ func TestIngestedConditionKeepsItsOwnSlot(t *testing.T) {
 		return &capnv1.NodeConditions{Source: source, Conditions: []*capnv1.NodeCondition{{Type: "KernelDeadlock", Status: status,
 			LastTransitionTime: timestamppb.New(at), LastHeartbeatTime: timestamppb.New(at)}}}
 	}
-	mergeConditions(h, report("node-problem-detector", StatusTrue, t0), t0)
-	mergeConditions(h, report("ingest:attacker", StatusFalse, t0.Add(time.Minute)), t0.Add(time.Minute))
+	mergeConditions(h, report("node-problem-detector", capnv1.ConditionTrue.Wire(), t0), t0)
+	mergeConditions(h, report("ingest:attacker", capnv1.ConditionFalse.Wire(), t0.Add(time.Minute)), t0.Add(time.Minute))
 	got := map[string]string{}
 	for _, c := range h.GetConditions() {
 		got[c.GetSource()] = c.GetStatus()
 	}
-	if len(got) != 2 || got["node-problem-detector"] != StatusTrue || got["ingest:attacker"] != StatusFalse {
+	if len(got) != 2 || got["node-problem-detector"] != capnv1.ConditionTrue.Wire() || got["ingest:attacker"] != capnv1.ConditionFalse.Wire() {
 		t.Fatalf("conditions %v", h.GetConditions())
 	}
 }

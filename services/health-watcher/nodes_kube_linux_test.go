@@ -17,6 +17,7 @@ import (
 	"github.com/capn-dev/capn/kubeapi/kubeapitest"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/health/policy"
+	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/services/bootstrapper/kubeconfig"
 	"github.com/capn-dev/capn/services/bootstrapper/pki"
 	"github.com/capn-dev/capn/services/bootstrapper/seal"
@@ -154,7 +155,7 @@ func TestNodesOfARealAPIServer(t *testing.T) {
 	})
 	nodes := store.NewBucket(observed, func() *capnv1.NodeHealth { return new(capnv1.NodeHealth) })
 	record := func(m string) (*capnv1.NodeHealth, uint64) {
-		h, rev, err := nodes.Get(ctx, healthwatcher.NodeKey(c, m))
+		h, rev, err := nodes.Get(ctx, keys.Node(c, m))
 		if err != nil {
 			return nil, 0
 		}

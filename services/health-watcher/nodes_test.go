@@ -120,7 +120,7 @@ func TestMergeNodeRecordsNodeRefVersionAndConditionsOnlyOnChange(t *testing.T) {
 	pol := policy.Policy{UnhealthyConditions: append(p.UnhealthyConditions, policy.Condition{Type: "KernelDeadlock", Status: "True"}),
 		HeartbeatGrace: p.HeartbeatGrace, NodeStartupTimeout: p.NodeStartupTimeout}
 	s := State{ControlPlaneInitialized: true, Targets: []Target{{Machine: "w-0", Pool: "md-0", Created: t0.Add(-time.Hour),
-		Phase: phaseRunning, Conditions: h.GetConditions(), Reported: true}}}
+		Phase: capnv1.MachineRunning, Conditions: h.GetConditions(), Reported: true}}}
 	out, _ := Evaluate(s, Policies{Default: pol}, t1.Add(time.Second))
 	if len(out) != 1 || out[0].Reasons[0].GetType() != "KernelDeadlock" || !out[0].Since.Equal(t1) {
 		t.Fatalf("verdict %+v; want KernelDeadlock since %s", out, t1)
@@ -166,7 +166,7 @@ func TestNodeReadyJudgedBesideHeartbeats(t *testing.T) {
 	}
 	// The evaluation's view writes the heartbeats' Ready beside it, and a
 	// second view changes nothing (no write per evaluation).
-	tg := Target{Machine: "w-0", Pool: "md-0", Created: t0.Add(-time.Hour), Phase: phaseRunning, Reported: true,
+	tg := Target{Machine: "w-0", Pool: "md-0", Created: t0.Add(-time.Hour), Phase: capnv1.MachineRunning, Reported: true,
 		LastHeartbeat: t0, Ready: true}
 	v, changed := view(h, "c", tg, beat{at: t0, ready: true}, nil, p, 5*time.Minute, t0)
 	if !changed || len(v.GetConditions()) != 2 || v.GetConditions()[0].GetSource() != "" || v.GetConditions()[1].GetSource() != SourceKubernetes {
@@ -175,7 +175,7 @@ func TestNodeReadyJudgedBesideHeartbeats(t *testing.T) {
 	if _, again := view(v, "c", tg, beat{at: t0, ready: true}, nil, p, 5*time.Minute, t0.Add(time.Second)); again {
 		t.Errorf("a second view of a steady node changed the record")
 	}
-	if st := readyStatus(v); st != StatusTrue {
+	if st := readyStatus(v); st != capnv1.ConditionTrue {
 		t.Errorf("readyStatus %q, want the heartbeats' True", st)
 	}
 
@@ -237,7 +237,7 @@ func TestNodeReadyJudgedBesideHeartbeats(t *testing.T) {
 
 	// Heartbeats still decide for a machine without a Node read: silent for
 	// the grace, then Unknown for the timeout.
-	silent := Target{Machine: "sim-0", Pool: "md-0", Created: t0.Add(-time.Hour), Phase: phaseRunning, LastHeartbeat: t0, Ready: true}
+	silent := Target{Machine: "sim-0", Pool: "md-0", Created: t0.Add(-time.Hour), Phase: capnv1.MachineRunning, LastHeartbeat: t0, Ready: true}
 	s = State{ControlPlaneInitialized: true, Targets: []Target{silent}}
 	out, _ = Evaluate(s, pols, t0.Add(p.HeartbeatGrace+30*time.Second))
 	if len(out) != 1 || out[0].Reasons[0].GetReason() != "NodeStatusUnknown" || !strings.HasPrefix(out[0].Reasons[0].GetMessage(), "node condition Ready=Unknown") {
@@ -298,7 +298,7 @@ func TestNodeReadyBackWithAnEarlierTransition(t *testing.T) {
 		t.Errorf("an overtaken read (older heartbeat) changed the record: %v", h.GetConditions())
 	}
 	p := policy.Default().Fill()
-	s := State{ControlPlaneInitialized: true, Targets: []Target{{Machine: "w-0", Pool: "md-0", Created: t0.Add(-time.Hour), Phase: phaseRunning,
+	s := State{ControlPlaneInitialized: true, Targets: []Target{{Machine: "w-0", Pool: "md-0", Created: t0.Add(-time.Hour), Phase: capnv1.MachineRunning,
 		LastHeartbeat: t2.Add(time.Hour), Ready: true, Reported: true, Conditions: h.GetConditions(), NodeName: "w-0"}}}
 	pol := policy.Policy{UnhealthyConditions: p.UnhealthyConditions, HeartbeatGrace: p.HeartbeatGrace}
 	if out, _ := Evaluate(s, Policies{Default: pol}, t2.Add(time.Hour)); len(out) != 0 {

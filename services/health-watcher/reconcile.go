@@ -17,6 +17,7 @@ import (
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/health/policy"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // conditionControlPlaneInitialized is the cluster-planner's condition on
@@ -34,7 +35,7 @@ func (s *Service) reconcile(ctx context.Context, cluster string) (reconcile.Resu
 	now := s.cfg.Now()
 	log := zerolog.Ctx(ctx).With().Str("cluster", cluster).Logger()
 	ctx = log.WithContext(ctx)
-	cl, ok := decodeCached(s.desired, clusterPrefix+cluster, newCluster)
+	cl, ok := decodeCached(s.desired, keys.Cluster(cluster), newCluster)
 	if !ok {
 		s.pending.forget(cluster)
 		return reconcile.Result{}, s.forgetGone(ctx, cluster, nil)
@@ -87,12 +88,12 @@ type input struct {
 // machine in only (nil: for every machine), and the names of all.
 func (s *Service) snapshot(cl *capnv1.Cluster, cluster string, now time.Time, only map[string]struct{}) input {
 	in := input{nodes: map[string]*capnv1.NodeHealth{}, beats: map[string]beat{}, names: map[string]bool{}}
-	if st, ok := decodeCached(s.observed, clusterPrefix+cluster, newClusterStatus); ok {
+	if st, ok := decodeCached(s.observed, keys.Cluster(cluster), newClusterStatus); ok {
 		cp := controlPlaneOf(st)
 		in.state.ControlPlaneInitialized, in.state.ControlPlaneInitializedAt = cp.initialized, cp.at
 	}
 	hibernated := cl.GetSpec().GetHibernated()
-	prefix := machinePrefix + cluster + "."
+	prefix := keys.MachinesOf(cluster)
 	for _, e := range s.desired.List(prefix) {
 		name := strings.TrimPrefix(e.Key, prefix)
 		in.names[name] = true
@@ -105,20 +106,20 @@ func (s *Service) snapshot(cl *capnv1.Cluster, cluster string, now time.Time, on
 		}
 		key := cluster + "." + name
 		created := m.GetMetadata().GetCreationTimestamp().AsTime()
-		st, _ := decodeCached(s.observed, machinePrefix+key, newMachineStatus)
+		st, _ := decodeCached(s.observed, keys.MachinePrefix+key, newMachineStatus)
 		var node *capnv1.NodeHealth
-		if h, ok := decodeCached(s.observed, NodeKey(cluster, name), newNodeHealth); ok && h.GetUpdated() != nil && !h.GetUpdated().AsTime().Before(created) {
+		if h, ok := decodeCached(s.observed, keys.Node(cluster, name), newNodeHealth); ok && h.GetUpdated() != nil && !h.GetUpdated().AsTime().Before(created) {
 			node = h
 		}
 		in.nodes[name] = node
 		t := Target{
 			Machine: name, Pool: m.GetSpec().GetPool(), ControlPlane: m.GetSpec().GetRole() == "control-plane" || m.GetSpec().GetPool() == policy.ControlPlanePool,
-			Created: created, Phase: st.GetPhase(), PhaseSince: st.GetPhaseSince().AsTime(), FailureReason: st.GetFailureReason(),
+			Created: created, Phase: st.GetPhaseValue(), PhaseSince: st.GetPhaseSince().AsTime(), FailureReason: st.GetFailureReason(),
 			Conditions: node.GetConditions(), NodeName: node.GetNodeName(),
 			Reported: st.GetNodeReadyTime() != nil,
 		}
 		switch t.Phase {
-		case phaseDeleting, phaseDeleted, phaseStopped:
+		case capnv1.MachineDeleting, capnv1.MachineDeleted, capnv1.MachineStopped:
 			t.Skip = true
 		}
 		if m.GetMetadata().GetDeletionTimestamp() != nil || m.GetSpec().GetStopped() || hibernated {
@@ -147,8 +148,8 @@ func (s *Service) infraGone(m *capnv1.Machine, node *capnv1.NodeHealth, created 
 	if p == "" {
 		return time.Time{}
 	}
-	im, ok := decodeCached(s.observed, infraPrefix+p+"."+m.GetSpec().GetCluster()+"."+m.GetMetadata().GetName(), newInfraMachine)
-	if ok && im.GetState() == "Deleted" && im.GetUpdated() != nil && !im.GetUpdated().AsTime().Before(created) {
+	im, ok := decodeCached(s.observed, keys.Infra(p, m.GetSpec().GetCluster(), m.GetMetadata().GetName()), newInfraMachine)
+	if ok && im.GetStateValue() == capnv1.InfraDeleted && im.GetUpdated() != nil && !im.GetUpdated().AsTime().Before(created) {
 		return im.GetUpdated().AsTime()
 	}
 	return time.Time{}
@@ -168,7 +169,7 @@ func (s *Service) lastHeartbeat(key string, node *capnv1.NodeHealth, created tim
 	if rec := node.GetLastHeartbeat(); rec != nil && !b.at.After(rec.AsTime()) {
 		b = beat{at: rec.AsTime(), ready: node.GetReady(), kubeletVersion: node.GetKubeletVersion(), nodeName: node.GetNodeName()}
 	}
-	if !b.at.IsZero() && b.at.Before(s.started) && readyStatus(node) != StatusUnknown {
+	if !b.at.IsZero() && b.at.Before(s.started) && readyStatus(node) != capnv1.ConditionUnknown {
 		b.at = s.started
 	}
 	return b
@@ -187,7 +188,7 @@ func (s *Service) record(ctx context.Context, cluster string, t Target, cur *cap
 			return err
 		}
 	}
-	_, _, err := s.nodes.Mutate(ctx, NodeKey(cluster, t.Machine), func(fresh *capnv1.NodeHealth, exists bool) (*capnv1.NodeHealth, error) {
+	_, _, err := s.nodes.Mutate(ctx, keys.Node(cluster, t.Machine), func(fresh *capnv1.NodeHealth, exists bool) (*capnv1.NodeHealth, error) {
 		if !exists || fresh.GetUpdated() == nil || fresh.GetUpdated().AsTime().Before(t.Created) {
 			fresh = nil
 		}
@@ -282,7 +283,7 @@ func (s *Service) publish(ctx context.Context, cluster string, t Target, v *Unhe
 // forgetGone deletes the records (and the memory) of machines of cluster
 // that are no longer desired; keep nil means the whole cluster is gone.
 func (s *Service) forgetGone(ctx context.Context, cluster string, keep map[string]bool) error {
-	prefix := NodeKey(cluster, "")
+	prefix := keys.Node(cluster, "")
 	var errs []error
 	for _, e := range s.observed.List(prefix) {
 		name := strings.TrimPrefix(e.Key, prefix)

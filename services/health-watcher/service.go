@@ -19,6 +19,7 @@ import (
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/health/policy"
+	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/services/bootstrapper/seal"
 	"github.com/capn-dev/capn/services/runtime"
 )
@@ -182,7 +183,7 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	s.pub = events.NewPublisher(d.JS, "capn/"+Name)
 	s.nodes = store.NewBucket(observedKV, func() *capnv1.NodeHealth { return new(capnv1.NodeHealth) })
 	s.desired = store.NewCache(desiredKV, s.cfg.Cache)
-	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, d.JS, clusterPrefix, machinePrefix, nodePrefix, infraPrefix, providerPrefix))
+	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, d.JS, keys.ClusterPrefix, keys.MachinePrefix, keys.NodePrefix, keys.InfraPrefix, keys.ProviderPrefix))
 	s.beats = newTracker()
 	s.metrics = newMetrics(d.Metrics)
 	s.queue = reconcile.NewQueue()
@@ -195,12 +196,12 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	}
 	var wg sync.WaitGroup
 	run := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
-	for _, sub := range []*store.Subscription{s.desired.Subscribe(clusterPrefix), s.desired.Subscribe(machinePrefix)} {
+	for _, sub := range []*store.Subscription{s.desired.Subscribe(keys.ClusterPrefix), s.desired.Subscribe(keys.MachinePrefix)} {
 		run(func() { s.feed(ctx, sub, false) })
 	}
 	for _, sub := range []*store.Subscription{
-		s.observed.Subscribe(clusterPrefix), s.observed.Subscribe(machinePrefix),
-		s.observed.Subscribe(nodePrefix), s.observed.Subscribe(infraPrefix),
+		s.observed.Subscribe(keys.ClusterPrefix), s.observed.Subscribe(keys.MachinePrefix),
+		s.observed.Subscribe(keys.NodePrefix), s.observed.Subscribe(keys.InfraPrefix),
 	} {
 		run(func() { s.feed(ctx, sub, true) })
 	}
@@ -215,8 +216,8 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	run(func() { loop.Run(ctx) })
 	if s.work != nil {
 		for _, sub := range []*store.Subscription{
-			s.desired.Subscribe(clusterPrefix), s.desired.Subscribe(machinePrefix),
-			s.observed.Subscribe(machinePrefix), s.observed.Subscribe(providerPrefix),
+			s.desired.Subscribe(keys.ClusterPrefix), s.desired.Subscribe(keys.MachinePrefix),
+			s.observed.Subscribe(keys.MachinePrefix), s.observed.Subscribe(keys.ProviderPrefix),
 		} {
 			run(func() { s.watchWorkload(ctx, sub) })
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/kubeapi"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/services/bootstrapper/kubeconfig"
 	"github.com/capn-dev/capn/services/bootstrapper/seal"
 )
@@ -44,8 +45,6 @@ const (
 	// sdk.CapabilityRealKubernetes (not imported: services do not depend
 	// on the provider SDK).
 	capabilityRealKubernetes = "real-kubernetes"
-	providerPrefix           = "provider."
-	kubeconfigPrefix         = "kubeconfig."
 	nodesPath                = "/api/v1/nodes"
 )
 
@@ -152,7 +151,7 @@ func (s *Service) polled(cl *capnv1.Cluster) bool {
 	if p == "" {
 		return false
 	}
-	a, ok := decodeCached(s.observed, providerPrefix+p, newAnnouncement)
+	a, ok := decodeCached(s.observed, keys.Provider(p), newAnnouncement)
 	return ok && slices.Contains(a.GetCapabilities(), capabilityRealKubernetes)
 }
 
@@ -175,7 +174,7 @@ func (s *Service) watchWorkload(ctx context.Context, sub *store.Subscription) {
 				s.kickAll()
 				continue
 			}
-			if p, ok := strings.CutPrefix(ch.Key, providerPrefix); ok {
+			if p, ok := strings.CutPrefix(ch.Key, keys.ProviderPrefix); ok {
 				real := false
 				if ch.Op == store.OpPut {
 					if a, err := store.Decode(ch.Value, newAnnouncement); err == nil {
@@ -198,7 +197,7 @@ func (s *Service) watchWorkload(ctx context.Context, sub *store.Subscription) {
 			s.work.mu.Lock()
 			_, known := s.work.clusters[c]
 			s.work.mu.Unlock()
-			if known || strings.HasPrefix(ch.Key, clusterPrefix) {
+			if known || strings.HasPrefix(ch.Key, keys.ClusterPrefix) {
 				s.work.kick(c)
 			}
 		}
@@ -206,8 +205,8 @@ func (s *Service) watchWorkload(ctx context.Context, sub *store.Subscription) {
 }
 
 func (s *Service) kickAll() {
-	for _, e := range s.desired.List(clusterPrefix) {
-		s.work.kick(strings.TrimPrefix(e.Key, clusterPrefix))
+	for _, e := range s.desired.List(keys.ClusterPrefix) {
+		s.work.kick(strings.TrimPrefix(e.Key, keys.ClusterPrefix))
 	}
 }
 
@@ -218,7 +217,7 @@ func (s *Service) kickAll() {
 // server does not answer.
 func (s *Service) reconcileWorkload(ctx context.Context, cluster string) (reconcile.Result, error) {
 	log := zerolog.Ctx(ctx).With().Str("cluster", cluster).Logger()
-	cl, ok := decodeCached(s.desired, clusterPrefix+cluster, newCluster)
+	cl, ok := decodeCached(s.desired, keys.Cluster(cluster), newCluster)
 	if !ok || !s.polled(cl) {
 		s.work.forget(cluster)
 		return reconcile.Result{}, nil
@@ -309,7 +308,7 @@ func (s *Service) workloadMachines(cluster string, cl *capnv1.Cluster) ([]Worklo
 	for _, p := range cl.GetSpec().GetWorkerPools() {
 		addScheme(p.GetProvider())
 	}
-	prefix := machinePrefix + cluster + "."
+	prefix := keys.MachinesOf(cluster)
 	for _, e := range s.desired.List(prefix) {
 		m, err := store.Decode(e.Value, newMachine)
 		if err != nil {
@@ -319,11 +318,11 @@ func (s *Service) workloadMachines(cluster string, cl *capnv1.Cluster) ([]Worklo
 		st, _ := decodeCached(s.observed, e.Key, newMachineStatus)
 		addScheme(m.GetSpec().GetProvider())
 		wm := WorkloadMachine{Name: name, ProviderID: st.GetProviderId(),
-			Deleting: m.GetMetadata().GetDeletionTimestamp() != nil || st.GetPhase() == phaseDeleting || st.GetPhase() == phaseDeleted}
+			Deleting: m.GetMetadata().GetDeletionTimestamp() != nil || st.GetPhaseValue() == capnv1.MachineDeleting || st.GetPhaseValue() == capnv1.MachineDeleted}
 		if p := m.GetSpec().GetProvider(); p != "" && !wm.Deleting {
 			// The provider's record may name the machine's providerID before
 			// its status does: such a Node is never taken for an orphan.
-			if im, ok := decodeCached(s.observed, infraPrefix+p+"."+cluster+"."+name, newInfraMachine); ok && im.GetProviderId() != "" {
+			if im, ok := decodeCached(s.observed, keys.Infra(p, cluster, name), newInfraMachine); ok && im.GetProviderId() != "" {
 				live[im.GetProviderId()] = true
 			}
 		}
@@ -348,17 +347,17 @@ func (s *Service) workloadMachines(cluster string, cl *capnv1.Cluster) ([]Worklo
 // compare-and-set on a fresh read). A machine being deleted is left alone,
 // as reports about it are.
 func (s *Service) mergeWorkloadNode(ctx context.Context, cluster, machine string, n WorkloadNode, at time.Time) (bool, error) {
-	dm, ok := decodeCached(s.desired, machinePrefix+cluster+"."+machine, newMachine)
+	dm, ok := decodeCached(s.desired, keys.Machine(cluster, machine), newMachine)
 	if !ok || dm.GetMetadata().GetDeletionTimestamp() != nil {
 		return false, nil
 	}
 	created := dm.GetMetadata().GetCreationTimestamp().AsTime()
-	cur, _ := decodeCached(s.observed, NodeKey(cluster, machine), newNodeHealth)
+	cur, _ := decodeCached(s.observed, keys.Node(cluster, machine), newNodeHealth)
 	if !mergeNode(proto.Clone(forIncarnation(cur, cluster, machine, created)).(*capnv1.NodeHealth), n, at) {
 		s.metrics.report(SourceKubernetes, outcomeUnchanged)
 		return false, nil
 	}
-	_, _, err := s.nodes.Mutate(ctx, NodeKey(cluster, machine), func(cur *capnv1.NodeHealth, exists bool) (*capnv1.NodeHealth, error) {
+	_, _, err := s.nodes.Mutate(ctx, keys.Node(cluster, machine), func(cur *capnv1.NodeHealth, exists bool) (*capnv1.NodeHealth, error) {
 		if !exists {
 			cur = nil
 		}
@@ -381,7 +380,7 @@ func (s *Service) mergeWorkloadNode(ctx context.Context, cluster, machine string
 // workloadClient is the cluster's API client, made anew when the sealed
 // kubeconfig's revision changes.
 func (s *Service) workloadClient(ctx context.Context, cluster string, st *workloadCluster) (*kubeapi.Client, error) {
-	kc, rev, err := s.work.kubeconfigs.Get(ctx, kubeconfigPrefix+cluster)
+	kc, rev, err := s.work.kubeconfigs.Get(ctx, keys.Kubeconfig(cluster))
 	if err != nil {
 		return nil, err
 	}

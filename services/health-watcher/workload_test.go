@@ -19,6 +19,7 @@ import (
 	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/services/bootstrapper/kubeconfig"
 	"github.com/capn-dev/capn/services/bootstrapper/pki"
 	"github.com/capn-dev/capn/services/bootstrapper/seal"
@@ -152,7 +153,7 @@ func TestNodeReadsAskOnlyRealKubernetesClustersAndBackOff(t *testing.T) {
 	apis["real"].mu.Unlock()
 	nodes := store.NewBucket(observed, func() *capnv1.NodeHealth { return new(capnv1.NodeHealth) })
 	natstest.WaitFor(t, 10*time.Second, "cp-0's Node recorded", func() bool {
-		h, _, err := nodes.Get(ctx, healthwatcher.NodeKey("real", "cp-0"))
+		h, _, err := nodes.Get(ctx, keys.Node("real", "cp-0"))
 		return err == nil && h.GetNodeName() == "cp-0" && h.GetKubeletVersion() == "v1.37.2" && len(h.GetConditions()) == 1
 	})
 	start = apis["real"].count()

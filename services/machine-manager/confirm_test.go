@@ -14,6 +14,7 @@ import (
 	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // forgetful is a watch cache that misses some keys the bucket holds: what
@@ -95,24 +96,24 @@ func (w *confirmWorld) put(name string, m *capnv1.Machine, st *capnv1.MachineSta
 	if m != nil {
 		m = proto.Clone(m).(*capnv1.Machine)
 		m.Metadata.Name = name
-		if _, err := w.machines.Create(ctx, machinePrefix+key, m); err != nil {
+		if _, err := w.machines.Create(ctx, keys.MachinePrefix+key, m); err != nil {
 			w.t.Fatal(err)
 		}
-		want = append(want, "desired "+machinePrefix+key)
+		want = append(want, "desired "+keys.MachinePrefix+key)
 	}
 	if st != nil {
-		if _, err := w.statuses.Create(ctx, machinePrefix+key, st); err != nil {
+		if _, err := w.statuses.Create(ctx, keys.MachinePrefix+key, st); err != nil {
 			w.t.Fatal(err)
 		}
-		want = append(want, "observed "+machinePrefix+key)
+		want = append(want, "observed "+keys.MachinePrefix+key)
 	}
 	if in != nil {
 		in = proto.Clone(in).(*capnv1.InfraMachine)
 		in.Machine = name
-		if _, err := w.infras.Create(ctx, infraPrefix+"sim."+key, in); err != nil {
+		if _, err := w.infras.Create(ctx, keys.InfraPrefix+"sim."+key, in); err != nil {
 			w.t.Fatal(err)
 		}
-		want = append(want, "observed "+infraPrefix+"sim."+key)
+		want = append(want, "observed "+keys.InfraPrefix+"sim."+key)
 	}
 	natstest.WaitFor(w.t, 5*time.Second, "the caches to hold what was written", func() bool {
 		for _, k := range want {
@@ -131,7 +132,7 @@ func (w *confirmWorld) put(name string, m *capnv1.Machine, st *capnv1.MachineSta
 // phase is the machine's status in the bucket ("" when there is none).
 func (w *confirmWorld) phase(name string) string {
 	w.t.Helper()
-	st, _, err := w.statuses.Get(context.Background(), machinePrefix+"c1."+name)
+	st, _, err := w.statuses.Get(context.Background(), keys.MachinePrefix+"c1."+name)
 	if errors.Is(err, store.ErrNotFound) {
 		return ""
 	}
@@ -175,21 +176,21 @@ func (w *confirmWorld) reconcile(name string) {
 // the key is absent, it acts as before.
 func TestDecisionsOnAbsenceAreConfirmed(t *testing.T) {
 	w := newConfirmWorld(t)
-	running := status(PhaseRunning, withBootstrap)
+	running := status(capnv1.MachineRunning.Wire(), withBootstrap)
 
 	// The infrastructure the cache misses: the machine stays Running.
 	w.put("m1", machine(false), running, infra("Running"))
-	w.observed.forget(infraPrefix + "sim.c1.m1")
+	w.observed.forget(keys.InfraPrefix + "sim.c1.m1")
 	w.reconcile("m1")
-	if got := w.phase("m1"); got != PhaseRunning+"/" {
+	if got := w.phase("m1"); got != capnv1.MachineRunning.Wire()+"/" {
 		t.Errorf("Running machine whose infrastructure the cache missed: %s, want Running", got)
 	}
 
 	// The spec the cache misses: no delete, the machine stays Running.
 	w.put("m2", machine(false), running, infra("Running"))
-	w.desired.forget(machinePrefix + "c1.m2")
+	w.desired.forget(keys.MachinePrefix + "c1.m2")
 	w.reconcile("m2")
-	if got := w.phase("m2"); got != PhaseRunning+"/" {
+	if got := w.phase("m2"); got != capnv1.MachineRunning.Wire()+"/" {
 		t.Errorf("Running machine whose spec the cache missed: %s, want Running", got)
 	}
 	if w.deleteSent("m2") {
@@ -197,25 +198,25 @@ func TestDecisionsOnAbsenceAreConfirmed(t *testing.T) {
 	}
 
 	// A Deleted machine whose spec is still there: its status is kept.
-	w.put("m3", machine(false), status(PhaseDeleted, withBootstrap), nil)
-	w.desired.forget(machinePrefix + "c1.m3")
+	w.put("m3", machine(false), status(capnv1.MachineDeleted.Wire(), withBootstrap), nil)
+	w.desired.forget(keys.MachinePrefix + "c1.m3")
 	w.reconcile("m3")
-	if got := w.phase("m3"); got != PhaseDeleted+"/" {
+	if got := w.phase("m3"); got != capnv1.MachineDeleted.Wire()+"/" {
 		t.Errorf("Deleted machine whose spec the cache missed: status %q, want kept", got)
 	}
 
 	// A deleting machine whose infrastructure the cache misses: Deleting.
-	w.put("m4", machine(true), status(PhaseDeleting, withBootstrap), infra("Running"))
-	w.observed.forget(infraPrefix + "sim.c1.m4")
+	w.put("m4", machine(true), status(capnv1.MachineDeleting.Wire(), withBootstrap), infra("Running"))
+	w.observed.forget(keys.InfraPrefix + "sim.c1.m4")
 	w.reconcile("m4")
-	if got := w.phase("m4"); got != PhaseDeleting+"/" {
+	if got := w.phase("m4"); got != capnv1.MachineDeleting.Wire()+"/" {
 		t.Errorf("deleting machine whose infrastructure the cache missed: %s, want Deleting", got)
 	}
 
 	// A bootstrap answer before the status, for a machine the cache has
 	// not seen: retried (errNoStatus), not dropped.
 	w.put("m5", machine(false), nil, nil)
-	w.desired.forget(machinePrefix + "c1.m5")
+	w.desired.forget(keys.MachinePrefix + "c1.m5")
 	set := func(st *capnv1.MachineStatus) { st.BootstrapDataChecksum = "sha256:x" }
 	if err := w.s.mutateOrWait(context.Background(), "c1", "m5", set); !errors.Is(err, errNoStatus) {
 		t.Errorf("answer for a wanted machine without status yet: %v, want errNoStatus (retry)", err)
@@ -224,17 +225,17 @@ func TestDecisionsOnAbsenceAreConfirmed(t *testing.T) {
 	// Where the bucket agrees, absence is acted on.
 	w.put("m6", machine(false), running, nil)
 	w.reconcile("m6")
-	if got := w.phase("m6"); got != PhaseFailed+"/"+ReasonInfrastructureGone {
+	if got := w.phase("m6"); got != capnv1.MachineFailed.Wire()+"/"+ReasonInfrastructureGone {
 		t.Errorf("Running machine without infrastructure: %s, want Failed/InfrastructureGone", got)
 	}
-	w.put("m7", nil, status(PhaseDeleted, withBootstrap), nil)
+	w.put("m7", nil, status(capnv1.MachineDeleted.Wire(), withBootstrap), nil)
 	w.reconcile("m7")
 	if got := w.phase("m7"); got != "" {
 		t.Errorf("Deleted machine without spec: status %q, want forgotten", got)
 	}
-	w.put("m8", machine(true), status(PhaseDeleting, withBootstrap), nil)
+	w.put("m8", machine(true), status(capnv1.MachineDeleting.Wire(), withBootstrap), nil)
 	w.reconcile("m8")
-	if got := w.phase("m8"); got != PhaseDeleted+"/" {
+	if got := w.phase("m8"); got != capnv1.MachineDeleted.Wire()+"/" {
 		t.Errorf("deleting machine without infrastructure: %s, want Deleted", got)
 	}
 	if err := w.s.mutateOrWait(context.Background(), "c1", "m9", set); err != nil {

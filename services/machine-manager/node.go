@@ -29,7 +29,7 @@ func reflectNode(st *capnv1.MachineStatus, node *capnv1.NodeHealth, created, now
 			// A gateway token's report: shown, never taken as the node's own.
 			ingested = append(ingested, c.GetType()+"="+c.GetStatus()+" from "+c.GetSource())
 		case c.GetType() == "Ready":
-			setCondition(st, CondNodeReady, c.GetStatus(), c.GetReason(), c.GetMessage(), now)
+			setCondition(st, CondNodeReady, c.GetStatusValue(), c.GetReason(), c.GetMessage(), now)
 		}
 	}
 	reasons := node.GetUnhealthyReasons()
@@ -38,14 +38,14 @@ func reflectNode(st *capnv1.MachineStatus, node *capnv1.NodeHealth, created, now
 		if len(ingested) > 0 {
 			msg = "reported through the gateway, judged only if the health policy trusts the token: " + strings.Join(ingested, ", ")
 		}
-		setCondition(st, CondNodeHealthy, "True", "NodeHealthy", msg, now)
+		setCondition(st, CondNodeHealthy, capnv1.ConditionTrue, "NodeHealthy", msg, now)
 		return
 	}
 	msgs := make([]string, 0, len(reasons))
 	for _, r := range reasons {
 		msgs = append(msgs, r.GetType()+": "+r.GetMessage())
 	}
-	setCondition(st, CondNodeHealthy, "False", reasons[0].GetType(), strings.Join(msgs, "; "), now)
+	setCondition(st, CondNodeHealthy, capnv1.ConditionFalse, reasons[0].GetType(), strings.Join(msgs, "; "), now)
 }
 
 // takeNode copies what the node reported — its name, kubelet version and

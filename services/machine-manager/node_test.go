@@ -39,9 +39,9 @@ func TestStepReflectsNodeHealth(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out := Step(Input{Cluster: "c1", Name: "m1", Desired: created, Status: status(PhaseRunning, withBootstrap, running), Infra: infra("Running"),
+			out := Step(Input{Cluster: "c1", Name: "m1", Desired: created, Status: status(capnv1.MachineRunning.Wire(), withBootstrap, running), Infra: infra("Running"),
 				Node: tt.node, Now: t0.Add(2 * time.Minute)}, Timeouts{})
-			if out.Status.GetPhase() != PhaseRunning {
+			if out.Status.GetPhase() != capnv1.MachineRunning.Wire() {
 				t.Fatalf("phase %s", out.Status.GetPhase())
 			}
 			got := map[string]string{}
@@ -77,17 +77,17 @@ func TestStepTakesNodeReadyFromTheRecord(t *testing.T) {
 		wantPhase string
 		wantReady *timestamppb.Timestamp
 	}{
-		{"no record: waits", PhaseProvisioned, nil, PhaseProvisioned, nil},
-		{"not ready: waits", PhaseProvisioned, &capnv1.NodeHealth{Updated: beat, LastHeartbeat: beat, NodeName: "n1"}, PhaseProvisioned, nil},
-		{"ready: runs", PhaseProvisioned, &capnv1.NodeHealth{Updated: beat, LastHeartbeat: beat, Ready: true, NodeName: "n1", KubeletVersion: "v1.37.2"}, PhaseRunning, beat},
-		{"ready before the infrastructure: remembered", PhaseProvisioning, &capnv1.NodeHealth{Updated: beat, LastHeartbeat: beat, Ready: true}, PhaseProvisioning, beat},
-		{"an earlier machine's record: waits", PhaseProvisioned,
-			&capnv1.NodeHealth{Updated: timestamppb.New(t0.Add(-time.Minute)), LastHeartbeat: timestamppb.New(t0.Add(-time.Minute)), Ready: true, NodeName: "old"}, PhaseProvisioned, nil},
+		{"no record: waits", capnv1.MachineProvisioned.Wire(), nil, capnv1.MachineProvisioned.Wire(), nil},
+		{"not ready: waits", capnv1.MachineProvisioned.Wire(), &capnv1.NodeHealth{Updated: beat, LastHeartbeat: beat, NodeName: "n1"}, capnv1.MachineProvisioned.Wire(), nil},
+		{"ready: runs", capnv1.MachineProvisioned.Wire(), &capnv1.NodeHealth{Updated: beat, LastHeartbeat: beat, Ready: true, NodeName: "n1", KubeletVersion: "v1.37.2"}, capnv1.MachineRunning.Wire(), beat},
+		{"ready before the infrastructure: remembered", capnv1.MachineProvisioning.Wire(), &capnv1.NodeHealth{Updated: beat, LastHeartbeat: beat, Ready: true}, capnv1.MachineProvisioning.Wire(), beat},
+		{"an earlier machine's record: waits", capnv1.MachineProvisioned.Wire(),
+			&capnv1.NodeHealth{Updated: timestamppb.New(t0.Add(-time.Minute)), LastHeartbeat: timestamppb.New(t0.Add(-time.Minute)), Ready: true, NodeName: "old"}, capnv1.MachineProvisioned.Wire(), nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			infraState := "Running"
-			if tt.phase == PhaseProvisioning {
+			if tt.phase == capnv1.MachineProvisioning.Wire() {
 				infraState = "Provisioning"
 			}
 			out := Step(Input{Cluster: "c1", Name: "m1", Desired: created, Status: status(tt.phase, withBootstrap), Infra: infra(infraState),

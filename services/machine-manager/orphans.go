@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -13,6 +12,7 @@ import (
 	"github.com/capn-dev/capn/events/reconcile"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // An orphan is infrastructure that a provider holds for a machine that has
@@ -35,8 +35,7 @@ const orphanRecheck = time.Minute
 
 // infraKeyOf keeps a watched key if it is a machine's infra record.
 func infraKeyOf(key string) string {
-	toks := strings.Split(key, ".")
-	if len(toks) == 4 && toks[0] == "infra" && toks[3] != events.ClusterObject {
+	if k, err := keys.Parse(key); err == nil && k.Kind == keys.KindInfra && k.Machine() {
 		return key
 	}
 	return ""
@@ -45,15 +44,15 @@ func infraKeyOf(key string) string {
 // collectOrphan deletes key's infrastructure if it is an orphan. Every
 // absence it acts on is confirmed from the buckets, not the caches.
 func (s *Service) collectOrphan(ctx context.Context, key string) (reconcile.Result, error) {
-	toks := strings.Split(key, ".")
-	if len(toks) != 4 {
+	k, err := keys.Parse(key)
+	if err != nil || k.Kind != keys.KindInfra {
 		return reconcile.Result{}, nil
 	}
-	p, cluster, name := toks[1], toks[2], toks[3]
+	p, cluster, name := k.Provider, k.Cluster, k.Name
 	if _, ok := s.observedView.Get(key); !ok {
 		return reconcile.Result{}, nil // gone (or not yet seen: the watch brings it back)
 	}
-	machine := machinePrefix + cluster + "." + name
+	machine := keys.Machine(cluster, name)
 	if _, _, wanted, err := store.LookupConfirmed(ctx, s.desiredView, s.machines, machine); err != nil || wanted {
 		return reconcile.Result{}, err
 	}

@@ -7,21 +7,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
-)
-
-// Machine phases, as Cluster API's, with Bootstrapping made explicit.
-const (
-	PhasePending       = "Pending"
-	PhaseBootstrapping = "Bootstrapping"
-	PhaseProvisioning  = "Provisioning"
-	PhaseProvisioned   = "Provisioned"
-	PhaseRunning       = "Running"
-	// PhaseStopped: hibernated (spec.stopped) and the provider reports the
-	// machine stopped; it keeps its identity and disk.
-	PhaseStopped  = "Stopped"
-	PhaseDeleting = "Deleting"
-	PhaseDeleted  = "Deleted"
-	PhaseFailed   = "Failed"
+	"github.com/capn-dev/capn/schemas/conditions"
 )
 
 // Condition types of a machine.
@@ -64,46 +50,28 @@ func (t Timeouts) withDefaults() Timeouts {
 	return t
 }
 
-func (t Timeouts) of(phase string) time.Duration {
+func (t Timeouts) of(phase capnv1.MachinePhase) time.Duration {
 	switch phase {
-	case PhaseBootstrapping:
+	case capnv1.MachineBootstrapping:
 		return t.Bootstrap
-	case PhaseProvisioning:
+	case capnv1.MachineProvisioning:
 		return t.Provisioning
-	case PhaseProvisioned:
+	case capnv1.MachineProvisioned:
 		return t.NodeStartup
 	}
 	return 0
 }
 
-// setCondition sets (or replaces) a condition, keeping its transition time
-// when the status does not change.
-func setCondition(st *capnv1.MachineStatus, typ, status, reason, msg string, now time.Time) {
-	for _, c := range st.Conditions {
-		if c.GetType() == typ {
-			if c.GetStatus() != status {
-				c.LastTransitionTime = timestamppb.New(now)
-			}
-			c.Status, c.Reason, c.Message = status, reason, msg
-			return
-		}
-	}
-	st.Conditions = append(st.Conditions, &capnv1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, LastTransitionTime: timestamppb.New(now)})
-}
-
-func conditionTrue(st *capnv1.MachineStatus, typ string) bool {
-	for _, c := range st.GetConditions() {
-		if c.GetType() == typ {
-			return c.GetStatus() == "True"
-		}
-	}
-	return false
+// setCondition sets (or replaces) a condition by the one rule
+// (conditions.Set).
+func setCondition(st *capnv1.MachineStatus, typ string, status capnv1.ConditionStatus, reason, msg string, now time.Time) {
+	conditions.Set(&st.Conditions, conditions.New(typ, status, reason, msg), now)
 }
 
 // setPhase moves the machine to phase, stamping when.
-func setPhase(st *capnv1.MachineStatus, phase string, now time.Time) {
-	if st.Phase != phase {
-		st.Phase = phase
+func setPhase(st *capnv1.MachineStatus, phase capnv1.MachinePhase, now time.Time) {
+	if st.GetPhaseValue() != phase {
+		st.SetPhaseValue(phase)
 		st.PhaseSince = timestamppb.New(now)
 	}
 }
@@ -111,7 +79,7 @@ func setPhase(st *capnv1.MachineStatus, phase string, now time.Time) {
 // transition is the timeline event of machine name's move from phase from
 // to st's phase. The reason is the new phase, except that a machine woken
 // from hibernation is Started and a failed one carries its failure reason.
-func transition(name, from string, st *capnv1.MachineStatus) Event {
+func transition(name string, from capnv1.MachinePhase, st *capnv1.MachineStatus) Event {
 	ev := Event{Phase: st.GetPhase(), Reason: st.GetPhase()}
 	provider := st.GetProvider()
 	if provider == "" {
@@ -123,25 +91,25 @@ func transition(name, from string, st *capnv1.MachineStatus) Event {
 	if node == "" {
 		node = name
 	}
-	switch st.GetPhase() {
-	case PhaseBootstrapping:
+	switch st.GetPhaseValue() {
+	case capnv1.MachineBootstrapping:
 		ev.Message = fmt.Sprintf("machine %s created: waiting for its bootstrap data", name)
-	case PhaseProvisioning:
+	case capnv1.MachineProvisioning:
 		ev.Message = fmt.Sprintf("machine %s bootstrapped: its bootstrap data is ready, %s is creating it", name, provider)
-	case PhaseProvisioned:
+	case capnv1.MachineProvisioned:
 		ev.Message = fmt.Sprintf("machine %s provisioned: its infrastructure runs, waiting for its node to report ready", name)
-	case PhaseRunning:
+	case capnv1.MachineRunning:
 		ev.Message = fmt.Sprintf("machine %s running: node %s is ready", name, node)
-		if from == PhaseStopped {
+		if from == capnv1.MachineStopped {
 			ev.Reason, ev.Message = "Started", fmt.Sprintf("machine %s started again after hibernation: node %s is ready", name, node)
 		}
-	case PhaseStopped:
+	case capnv1.MachineStopped:
 		ev.Message = fmt.Sprintf("machine %s stopped for hibernation, its disk kept", name)
-	case PhaseDeleting:
+	case capnv1.MachineDeleting:
 		ev.Message = fmt.Sprintf("machine %s deleting: waiting for %s to delete its infrastructure", name, provider)
-	case PhaseDeleted:
+	case capnv1.MachineDeleted:
 		ev.Message = fmt.Sprintf("machine %s deleted: no infrastructure left", name)
-	case PhaseFailed:
+	case capnv1.MachineFailed:
 		if r := st.GetFailureReason(); r != "" {
 			ev.Reason = r
 		}
@@ -156,7 +124,7 @@ func transition(name, from string, st *capnv1.MachineStatus) Event {
 }
 
 func fail(st *capnv1.MachineStatus, reason, msg string, now time.Time) {
-	setPhase(st, PhaseFailed, now)
+	setPhase(st, capnv1.MachineFailed, now)
 	st.FailureReason, st.FailureMessage = reason, msg
-	setCondition(st, CondReady, "False", reason, msg, now)
+	setCondition(st, CondReady, capnv1.ConditionFalse, reason, msg, now)
 }

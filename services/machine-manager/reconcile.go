@@ -13,6 +13,7 @@ import (
 	"github.com/capn-dev/capn/events/reconcile"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // reconcile runs one Step for machine key "<cluster>.<machine>": it sends
@@ -26,17 +27,17 @@ func (s *Service) reconcile(ctx context.Context, key string) (reconcile.Result, 
 	}
 	// A missing desired machine deletes the machine (or forgets its
 	// status): confirmed from the bucket, never taken from the cache alone.
-	desired, _, _, err := store.LookupConfirmed(ctx, s.desiredView, s.machines, machinePrefix+key)
+	desired, _, _, err := store.LookupConfirmed(ctx, s.desiredView, s.machines, keys.MachinePrefix+key)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	status, rev, err := s.statuses.Get(ctx, machinePrefix+key)
+	status, rev, err := s.statuses.Get(ctx, keys.MachinePrefix+key)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return reconcile.Result{}, err
 	}
 	var infra *capnv1.InfraMachine
 	if p := provider(desired, status); p != "" {
-		infraKey := infraPrefix + p + "." + key
+		infraKey := keys.InfraPrefix + p + "." + key
 		infra, _, _ = store.Lookup(s.observedView, infraKey, newInfra)
 		if infra == nil && restsOnInfraAbsence(desired, status) {
 			// Running → InfrastructureGone, Deleting → Deleted: only on
@@ -46,7 +47,7 @@ func (s *Service) reconcile(ctx context.Context, key string) (reconcile.Result, 
 			}
 		}
 	}
-	node, _, _ := store.Lookup(s.observedView, nodePrefix+key, func() *capnv1.NodeHealth { return new(capnv1.NodeHealth) })
+	node, _, _ := store.Lookup(s.observedView, keys.NodePrefix+key, func() *capnv1.NodeHealth { return new(capnv1.NodeHealth) })
 	out := Step(Input{Cluster: cluster, Name: name, Desired: desired, Status: status, Infra: infra, Node: node, Now: s.cfg.Now()}, s.cfg.Timeouts)
 	log := zerolog.Ctx(ctx).With().Str("cluster", cluster).Str("machine", name).Logger()
 	for _, c := range out.Commands {
@@ -56,15 +57,15 @@ func (s *Service) reconcile(ctx context.Context, key string) (reconcile.Result, 
 	}
 	switch {
 	case out.Status == nil && status != nil:
-		if err := s.statuses.Delete(ctx, machinePrefix+key, rev); err != nil {
+		if err := s.statuses.Delete(ctx, keys.MachinePrefix+key, rev); err != nil {
 			return reconcile.Result{}, err
 		}
 		log.Info().Msg("machine forgotten")
 	case out.Status != nil && (status == nil || !proto.Equal(out.Status, status)):
 		if status == nil {
-			_, err = s.statuses.Create(ctx, machinePrefix+key, out.Status)
+			_, err = s.statuses.Create(ctx, keys.MachinePrefix+key, out.Status)
 		} else {
-			_, err = s.statuses.Update(ctx, machinePrefix+key, out.Status, rev)
+			_, err = s.statuses.Update(ctx, keys.MachinePrefix+key, out.Status, rev)
 		}
 		if err != nil {
 			return reconcile.Result{}, err // a conflict is retried from a fresh read
@@ -86,7 +87,7 @@ func newInfra() *capnv1.InfraMachine   { return new(capnv1.InfraMachine) }
 // InfrastructureGone, a deleting one becomes Deleted. Elsewhere an absent
 // key only means "not yet" and costs no read.
 func restsOnInfraAbsence(desired *capnv1.Machine, st *capnv1.MachineStatus) bool {
-	return st.GetPhase() == PhaseRunning || st.GetPhase() == PhaseDeleting ||
+	return st.GetPhaseValue() == capnv1.MachineRunning || st.GetPhaseValue() == capnv1.MachineDeleting ||
 		desired == nil || desired.GetMetadata().GetDeletionTimestamp() != nil
 }
 
@@ -116,7 +117,7 @@ func (s *Service) send(ctx context.Context, c Command, cluster, name string, m *
 		return err
 	case CmdCreate:
 		cmd := &capnv1.CreateMachine{Cluster: cluster, Machine: name, Role: spec.GetRole(), Version: spec.GetVersion(), Template: spec.GetTemplate(),
-			BootstrapSecretKey: "bootstrap." + cluster + "." + name, Labels: spec.GetLabels()}
+			BootstrapSecretKey: keys.Bootstrap(cluster, name), Labels: spec.GetLabels()}
 		cmd.BootstrapChecksum = st.GetBootstrapDataChecksum()
 		_, err := s.pub.Publish(ctx, events.ProviderSubject(spec.GetProvider(), "machine", "create", cluster, name), events.TypeProviderCommand+".machine.create", c.ID, cmd)
 		return err
@@ -160,7 +161,7 @@ func (s *Service) onBootstrap(ctx context.Context, m *events.Message) error {
 	case events.TypeBootstrapReady:
 		return events.Typed(func(ctx context.Context, _ *events.Message, r *capnv1.BootstrapReady) error {
 			return s.mutateOrWait(ctx, r.GetCluster(), r.GetMachine(), func(st *capnv1.MachineStatus) {
-				if st.GetPhase() == PhaseBootstrapping || st.GetPhase() == PhasePending {
+				if st.GetPhaseValue() == capnv1.MachineBootstrapping || st.GetPhaseValue() == capnv1.MachinePending {
 					st.BootstrapDataChecksum = r.GetChecksum()
 				}
 			})
@@ -168,9 +169,9 @@ func (s *Service) onBootstrap(ctx context.Context, m *events.Message) error {
 	case events.TypeBootstrapFailed:
 		return events.Typed(func(ctx context.Context, _ *events.Message, f *capnv1.BootstrapFailed) error {
 			return s.mutateOrWait(ctx, f.GetCluster(), f.GetMachine(), func(st *capnv1.MachineStatus) {
-				if st.GetPhase() == PhaseBootstrapping || st.GetPhase() == PhasePending {
+				if st.GetPhaseValue() == capnv1.MachineBootstrapping || st.GetPhaseValue() == capnv1.MachinePending {
 					fail(st, ReasonBootstrapFailed, f.GetReason()+": "+f.GetMessage(), s.cfg.Now())
-					setCondition(st, CondBootstrapReady, "False", f.GetReason(), f.GetMessage(), s.cfg.Now())
+					setCondition(st, CondBootstrapReady, capnv1.ConditionFalse, f.GetReason(), f.GetMessage(), s.cfg.Now())
 				}
 			})
 		})(ctx, m)
@@ -188,7 +189,7 @@ func (s *Service) mutateOrWait(ctx context.Context, cluster, machine string, fn 
 	err := s.mutate(ctx, cluster, machine, fn)
 	if errors.Is(err, errNoStatus) {
 		// Dropping the answer rests on the machine's absence: confirmed.
-		_, _, wanted, cerr := store.LookupConfirmed(ctx, s.desiredView, s.machines, machinePrefix+cluster+"."+machine)
+		_, _, wanted, cerr := store.LookupConfirmed(ctx, s.desiredView, s.machines, keys.Machine(cluster, machine))
 		if cerr != nil {
 			return cerr
 		}
@@ -205,7 +206,7 @@ func (s *Service) mutate(ctx context.Context, cluster, machine string, fn func(*
 	if cluster == "" || machine == "" {
 		return events.Permanent(errors.New("cluster and machine are required"))
 	}
-	_, _, err := s.statuses.Mutate(ctx, machinePrefix+cluster+"."+machine, func(cur *capnv1.MachineStatus, exists bool) (*capnv1.MachineStatus, error) {
+	_, _, err := s.statuses.Mutate(ctx, keys.Machine(cluster, machine), func(cur *capnv1.MachineStatus, exists bool) (*capnv1.MachineStatus, error) {
 		if !exists {
 			return nil, errNoStatus
 		}

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/capn-dev/capn/events/reconcile"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/services/runtime"
 )
 
@@ -100,8 +100,8 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	var wg sync.WaitGroup
 	run := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
 	for _, sub := range []*store.Subscription{
-		s.desired.Subscribe(machinePrefix), s.observed.Subscribe(machinePrefix), s.observed.Subscribe(infraPrefix),
-		s.observed.Subscribe(nodePrefix),
+		s.desired.Subscribe(keys.MachinePrefix), s.observed.Subscribe(keys.MachinePrefix), s.observed.Subscribe(keys.InfraPrefix),
+		s.observed.Subscribe(keys.NodePrefix),
 	} {
 		run(func() { reconcile.Watch(ctx, s.queue, sub, machineOf, s.allMachines) })
 	}
@@ -112,16 +112,16 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	run(func() { loop.Run(log(ctx, d.Log)) })
 	// Orphaned infrastructure (orphans.go), in a queue of its own.
 	orphans := reconcile.NewQueue()
-	infraSub := s.observed.Subscribe(infraPrefix)
+	infraSub := s.observed.Subscribe(keys.InfraPrefix)
 	run(func() {
 		reconcile.Watch(ctx, orphans, infraSub, infraKeyOf, func() []string {
-			var keys []string
-			for _, k := range s.observed.KeysUnder(infraPrefix) {
-				if k := infraKeyOf(infraPrefix + k); k != "" {
-					keys = append(keys, k)
+			var infra []string
+			for _, k := range s.observed.KeysUnder(keys.InfraPrefix) {
+				if k := infraKeyOf(keys.InfraPrefix + k); k != "" {
+					infra = append(infra, k)
 				}
 			}
-			return keys
+			return infra
 		})
 	})
 	collector := &reconcile.Loop{Queue: orphans, Reconciler: reconcile.Func(s.collectOrphan), Workers: 2,
@@ -152,7 +152,7 @@ func (s *Service) start(ctx context.Context, js jetstream.JetStream, desiredKV, 
 	s.machines = store.NewBucket(desiredKV, newMachine)
 	s.infras = store.NewBucket(observedKV, newInfra)
 	s.desired = store.NewCache(desiredKV, s.cfg.Cache)
-	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, js, machinePrefix, infraPrefix, nodePrefix))
+	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, js, keys.MachinePrefix, keys.InfraPrefix, keys.NodePrefix))
 	if s.desiredView == nil {
 		s.desiredView = s.desired
 	}
@@ -169,27 +169,15 @@ func (s *Service) start(ctx context.Context, js jetstream.JetStream, desiredKV, 
 
 func log(ctx context.Context, l zerolog.Logger) context.Context { return l.WithContext(ctx) }
 
-const (
-	machinePrefix = "machine."
-	infraPrefix   = "infra."
-	// nodePrefix: the health-watcher's node.<cluster>.<machine>, shown as
-	// the NodeReady and NodeHealthy conditions.
-	nodePrefix = "node."
-)
-
 // machineOf maps a watched key to the machine it concerns, "<cluster>.<machine>".
 func machineOf(key string) string {
-	toks := strings.Split(key, ".")
-	switch {
-	case len(toks) == 3 && (toks[0] == "machine" || toks[0] == "node"):
-		return toks[1] + "." + toks[2]
-	case len(toks) == 4 && toks[0] == "infra" && toks[3] != events.ClusterObject:
-		return toks[2] + "." + toks[3]
+	if k, err := keys.Parse(key); err == nil && k.Machine() && k.Kind != keys.KindBootstrap {
+		return k.Cluster + "." + k.Name
 	}
 	return ""
 }
 
 // allMachines is every machine known desired or observed.
 func (s *Service) allMachines() []string {
-	return append(s.desired.KeysUnder(machinePrefix), s.observed.KeysUnder(machinePrefix)...)
+	return append(s.desired.KeysUnder(keys.MachinePrefix), s.observed.KeysUnder(keys.MachinePrefix)...)
 }

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/conditions"
 )
 
 // Command kinds a step asks for.
@@ -80,7 +81,7 @@ func Step(in Input, t Timeouts) (out Output) {
 			return Output{} // nothing wanted, nothing known
 		}
 		st = &capnv1.MachineStatus{}
-		setPhase(st, PhasePending, in.Now)
+		setPhase(st, capnv1.MachinePending, in.Now)
 	}
 	if uid == "" {
 		uid = "orphan"
@@ -90,9 +91,9 @@ func Step(in Input, t Timeouts) (out Output) {
 		return fmt.Sprintf("%s.%d", id(kind), in.Desired.GetMetadata().GetGeneration())
 	}
 	out = Output{Status: st}
-	before := st.GetPhase()
+	before := st.GetPhaseValue()
 	defer func() {
-		if out.Status != nil && out.Status.GetPhase() != before {
+		if out.Status != nil && out.Status.GetPhaseValue() != before {
 			out.Events = append(out.Events, transition(in.Name, before, out.Status))
 		}
 	}()
@@ -100,12 +101,12 @@ func Step(in Input, t Timeouts) (out Output) {
 		st.ObservedGeneration = in.Desired.GetMetadata().GetGeneration()
 		st.Provider = in.Desired.GetSpec().GetProvider()
 	}
-	infraUp := in.Infra != nil && in.Infra.GetState() == "Running"
-	infraGone := in.Infra == nil || in.Infra.GetState() == "Deleted"
+	infraUp := in.Infra != nil && in.Infra.GetStateValue() == capnv1.InfraRunning
+	infraGone := in.Infra == nil || in.Infra.GetStateValue() == capnv1.InfraDeleted
 
 	// Deletion wins over everything.
 	if in.Desired == nil || in.Desired.GetMetadata().GetDeletionTimestamp() != nil {
-		if st.GetPhase() == PhaseDeleted {
+		if st.GetPhaseValue() == capnv1.MachineDeleted {
 			if in.Desired == nil {
 				out.Status = nil // the planner let go of it: forget it
 			}
@@ -114,20 +115,20 @@ func Step(in Input, t Timeouts) (out Output) {
 		// A create was sent once bootstrap data was ready; from then on the
 		// provider may hold infrastructure, so it is asked to delete it and
 		// the machine is Deleted only when its infra key is gone.
-		createSent := conditionTrue(st, CondBootstrapReady)
-		setPhase(st, PhaseDeleting, in.Now)
-		setCondition(st, CondDeleting, "True", "DeletionRequested", "", in.Now)
-		setCondition(st, CondReady, "False", "Deleting", "", in.Now)
+		createSent := conditions.IsTrue(st.GetConditions(), CondBootstrapReady)
+		setPhase(st, capnv1.MachineDeleting, in.Now)
+		setCondition(st, CondDeleting, capnv1.ConditionTrue, "DeletionRequested", "", in.Now)
+		setCondition(st, CondReady, capnv1.ConditionFalse, "Deleting", "", in.Now)
 		if createSent {
 			out.Commands = append(out.Commands, Command{CmdDelete, id(CmdDelete)})
 		}
 		if createSent && !infraGone {
-			setCondition(st, CondInfrastructureReady, "False", "Deleting", "waiting for the provider to delete the infrastructure", in.Now)
+			setCondition(st, CondInfrastructureReady, capnv1.ConditionFalse, "Deleting", "waiting for the provider to delete the infrastructure", in.Now)
 			out.RequeueAfter = 30 * time.Second
 			return out
 		}
-		setPhase(st, PhaseDeleted, in.Now)
-		setCondition(st, CondInfrastructureReady, "False", "Deleted", "no infrastructure left", in.Now)
+		setPhase(st, capnv1.MachineDeleted, in.Now)
+		setCondition(st, CondInfrastructureReady, capnv1.ConditionFalse, "Deleted", "no infrastructure left", in.Now)
 		return out
 	}
 
@@ -135,16 +136,16 @@ func Step(in Input, t Timeouts) (out Output) {
 		st.ProviderId = in.Infra.GetProviderId()
 		st.Addresses = in.Infra.GetAddresses()
 	}
-	if st.GetPhase() != PhaseFailed {
+	if st.GetPhaseValue() != capnv1.MachineFailed {
 		takeNode(st, in.Node, in.Desired.GetMetadata().GetCreationTimestamp().AsTime())
 	}
-	switch st.GetPhase() {
-	case PhasePending:
+	switch st.GetPhaseValue() {
+	case capnv1.MachinePending:
 		out.Commands = append(out.Commands, Command{CmdBootstrap, id(CmdBootstrap)})
-		setPhase(st, PhaseBootstrapping, in.Now)
-		setCondition(st, CondBootstrapReady, "False", "Generating", "waiting for the bootstrapper", in.Now)
-		setCondition(st, CondReady, "False", "Bootstrapping", "waiting for bootstrap data", in.Now)
-	case PhaseBootstrapping:
+		setPhase(st, capnv1.MachineBootstrapping, in.Now)
+		setCondition(st, CondBootstrapReady, capnv1.ConditionFalse, "Generating", "waiting for the bootstrapper", in.Now)
+		setCondition(st, CondReady, capnv1.ConditionFalse, "Bootstrapping", "waiting for bootstrap data", in.Now)
+	case capnv1.MachineBootstrapping:
 		if waited := in.Now.Sub(st.GetPhaseSince().AsTime()); st.GetBootstrapDataChecksum() == "" && waited < t.Bootstrap {
 			// Ask again every bootstrapReask while no answer came: an
 			// answer the consumer gave up on (its deliveries exhausted
@@ -158,42 +159,42 @@ func Step(in Input, t Timeouts) (out Output) {
 		}
 		if st.GetBootstrapDataChecksum() != "" {
 			out.Commands = append(out.Commands, Command{CmdCreate, id(CmdCreate)})
-			setPhase(st, PhaseProvisioning, in.Now)
-			setCondition(st, CondBootstrapReady, "True", "Ready", "", in.Now)
-			setCondition(st, CondInfrastructureReady, "False", "Provisioning", "waiting for the provider", in.Now)
-			setCondition(st, CondReady, "False", "Provisioning", "waiting for the infrastructure", in.Now)
+			setPhase(st, capnv1.MachineProvisioning, in.Now)
+			setCondition(st, CondBootstrapReady, capnv1.ConditionTrue, "Ready", "", in.Now)
+			setCondition(st, CondInfrastructureReady, capnv1.ConditionFalse, "Provisioning", "waiting for the provider", in.Now)
+			setCondition(st, CondReady, capnv1.ConditionFalse, "Provisioning", "waiting for the infrastructure", in.Now)
 		}
-	case PhaseProvisioning:
+	case capnv1.MachineProvisioning:
 		switch {
-		case in.Infra != nil && in.Infra.GetState() == "Failed":
+		case in.Infra != nil && in.Infra.GetStateValue() == capnv1.InfraFailed:
 			fail(st, ReasonInfrastructureFailed, in.Infra.GetMessage(), in.Now)
-			setCondition(st, CondInfrastructureReady, "False", ReasonInfrastructureFailed, in.Infra.GetMessage(), in.Now)
+			setCondition(st, CondInfrastructureReady, capnv1.ConditionFalse, ReasonInfrastructureFailed, in.Infra.GetMessage(), in.Now)
 		case infraUp:
-			setPhase(st, PhaseProvisioned, in.Now)
+			setPhase(st, capnv1.MachineProvisioned, in.Now)
 			st.InfrastructureReadyTime = timestamppb.New(in.Now)
-			setCondition(st, CondInfrastructureReady, "True", "Ready", "", in.Now)
-			setCondition(st, CondReady, "False", "WaitingForNode", "waiting for the node to report ready", in.Now)
+			setCondition(st, CondInfrastructureReady, capnv1.ConditionTrue, "Ready", "", in.Now)
+			setCondition(st, CondReady, capnv1.ConditionFalse, "WaitingForNode", "waiting for the node to report ready", in.Now)
 		}
-	case PhaseRunning, PhaseStopped:
+	case capnv1.MachineRunning, capnv1.MachineStopped:
 		if infraGone {
 			fail(st, ReasonInfrastructureGone, "the provider no longer has this machine's infrastructure", in.Now)
-			setCondition(st, CondInfrastructureReady, "False", ReasonInfrastructureGone, "", in.Now)
+			setCondition(st, CondInfrastructureReady, capnv1.ConditionFalse, ReasonInfrastructureGone, "", in.Now)
 			break
 		}
 		power(&out, st, in, powerID)
 	}
-	if st.GetPhase() == PhaseProvisioned && st.GetNodeReadyTime() != nil {
-		setPhase(st, PhaseRunning, in.Now)
-		setCondition(st, CondNodeReady, "True", "NodeReady", "", in.Now)
-		setCondition(st, CondReady, "True", "Running", "", in.Now)
+	if st.GetPhaseValue() == capnv1.MachineProvisioned && st.GetNodeReadyTime() != nil {
+		setPhase(st, capnv1.MachineRunning, in.Now)
+		setCondition(st, CondNodeReady, capnv1.ConditionTrue, "NodeReady", "", in.Now)
+		setCondition(st, CondReady, capnv1.ConditionTrue, "Running", "", in.Now)
 	}
-	if st.GetPhase() == PhaseRunning {
+	if st.GetPhaseValue() == capnv1.MachineRunning {
 		reflectNode(st, in.Node, in.Desired.GetMetadata().GetCreationTimestamp().AsTime(), in.Now)
 	}
-	if limit := t.of(st.GetPhase()); limit > 0 {
+	if limit := t.of(st.GetPhaseValue()); limit > 0 {
 		left := st.GetPhaseSince().AsTime().Add(limit).Sub(in.Now)
 		if left <= 0 {
-			reason := map[string]string{PhaseBootstrapping: ReasonBootstrapTimeout, PhaseProvisioning: ReasonProvisioningTimeout, PhaseProvisioned: ReasonNodeStartupTimeout}[st.GetPhase()]
+			reason := map[capnv1.MachinePhase]string{capnv1.MachineBootstrapping: ReasonBootstrapTimeout, capnv1.MachineProvisioning: ReasonProvisioningTimeout, capnv1.MachineProvisioned: ReasonNodeStartupTimeout}[st.GetPhaseValue()]
 			fail(st, reason, fmt.Sprintf("still %s after %s", st.GetPhase(), limit), in.Now)
 		} else if out.RequeueAfter == 0 || left < out.RequeueAfter {
 			out.RequeueAfter = left
@@ -210,36 +211,36 @@ func Step(in Input, t Timeouts) (out Output) {
 // corrected.
 func power(out *Output, st *capnv1.MachineStatus, in Input, id func(string) string) {
 	want := in.Desired.GetSpec().GetStopped()
-	state := in.Infra.GetState()
+	state := in.Infra.GetStateValue()
 	switch {
-	case want && state == "Stopped":
-		if st.GetPhase() != PhaseStopped {
-			setPhase(st, PhaseStopped, in.Now)
+	case want && state == capnv1.InfraStopped:
+		if st.GetPhaseValue() != capnv1.MachineStopped {
+			setPhase(st, capnv1.MachineStopped, in.Now)
 		}
-		setCondition(st, CondReady, "False", "Stopped", "hibernated: the machine is stopped and keeps its disk", in.Now)
-		setCondition(st, CondNodeReady, "False", "Stopped", "the machine is stopped", in.Now)
+		setCondition(st, CondReady, capnv1.ConditionFalse, "Stopped", "hibernated: the machine is stopped and keeps its disk", in.Now)
+		setCondition(st, CondNodeReady, capnv1.ConditionFalse, "Stopped", "the machine is stopped", in.Now)
 	case want:
 		out.Commands = append(out.Commands, Command{CmdStop, id(CmdStop)})
-		setCondition(st, CondReady, "False", "Stopping", "asked the provider to stop the machine", in.Now)
+		setCondition(st, CondReady, capnv1.ConditionFalse, "Stopping", "asked the provider to stop the machine", in.Now)
 		out.RequeueAfter = powerRetry
-	case state == "Stopped":
+	case state == capnv1.InfraStopped:
 		out.Commands = append(out.Commands, Command{CmdStart, id(CmdStart)})
-		setCondition(st, CondReady, "False", "Starting", "asked the provider to start the machine", in.Now)
+		setCondition(st, CondReady, capnv1.ConditionFalse, "Starting", "asked the provider to start the machine", in.Now)
 		out.RequeueAfter = powerRetry
-	case st.GetPhase() == PhaseStopped && state == "Running":
+	case st.GetPhaseValue() == capnv1.MachineStopped && state == capnv1.InfraRunning:
 		// Woken: Running once the node reports ready again. What it said
 		// before the hibernation says nothing about now, so only a ready
 		// heartbeat from the start on counts (the provider stamps the
 		// infrastructure's Updated when it starts the machine); a control
 		// plane is not serving the moment its process is back.
 		if !nodeReadySince(in.Node, in.Infra.GetUpdated().AsTime()) {
-			setCondition(st, CondReady, "False", "WaitingForNode", "started: waiting for the node to report ready", in.Now)
-			setCondition(st, CondNodeReady, "False", "WaitingForNode", "started: no ready heartbeat since the start yet", in.Now)
+			setCondition(st, CondReady, capnv1.ConditionFalse, "WaitingForNode", "started: waiting for the node to report ready", in.Now)
+			setCondition(st, CondNodeReady, capnv1.ConditionFalse, "WaitingForNode", "started: no ready heartbeat since the start yet", in.Now)
 			return
 		}
-		setPhase(st, PhaseRunning, in.Now)
-		setCondition(st, CondReady, "True", "Running", "", in.Now)
-		setCondition(st, CondNodeReady, "True", "Ready", "", in.Now)
+		setPhase(st, capnv1.MachineRunning, in.Now)
+		setCondition(st, CondReady, capnv1.ConditionTrue, "Running", "", in.Now)
+		setCondition(st, CondNodeReady, capnv1.ConditionTrue, "Ready", "", in.Now)
 	}
 }
 

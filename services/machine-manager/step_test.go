@@ -42,7 +42,7 @@ func status(phase string, mut ...func(*capnv1.MachineStatus)) *capnv1.MachineSta
 
 func withBootstrap(st *capnv1.MachineStatus) {
 	st.BootstrapDataChecksum = "sha256:x"
-	setCondition(st, CondBootstrapReady, "True", "Ready", "", t0)
+	setCondition(st, CondBootstrapReady, capnv1.ConditionTrue, "Ready", "", t0)
 }
 
 func infra(state string) *capnv1.InfraMachine {
@@ -70,31 +70,31 @@ func TestStep(t *testing.T) {
 		wantCmds  []string
 		wantFail  string
 	}{
-		{"new machine asks for bootstrap data", Input{Desired: machine(false)}, PhaseBootstrapping, []string{CmdBootstrap}, ""},
-		{"waits for bootstrap data", Input{Desired: machine(false), Status: status(PhaseBootstrapping)}, PhaseBootstrapping, nil, ""},
-		{"no answer for a while: asks again", Input{Desired: machine(false), Status: status(PhaseBootstrapping), Now: t0.Add(65 * time.Second)}, PhaseBootstrapping, []string{CmdBootstrap}, ""},
-		{"bootstrap ready: create", Input{Desired: machine(false), Status: status(PhaseBootstrapping, func(s *capnv1.MachineStatus) { s.BootstrapDataChecksum = "sha256:x" })}, PhaseProvisioning, []string{CmdCreate}, ""},
-		{"bootstrap timeout", Input{Desired: machine(false), Status: status(PhaseBootstrapping), Now: t0.Add(6 * time.Minute)}, PhaseFailed, nil, ReasonBootstrapTimeout},
-		{"infra running: provisioned", Input{Desired: machine(false), Status: status(PhaseProvisioning, withBootstrap), Infra: infra("Running")}, PhaseProvisioned, nil, ""},
-		{"infra failed", Input{Desired: machine(false), Status: status(PhaseProvisioning, withBootstrap), Infra: infra("Failed")}, PhaseFailed, nil, ReasonInfrastructureFailed},
-		{"node ready: running", Input{Desired: machine(false), Status: status(PhaseProvisioned, withBootstrap, func(s *capnv1.MachineStatus) { s.NodeReadyTime = timestamppb.New(t0) }), Infra: infra("Running")}, PhaseRunning, nil, ""},
-		{"infra vanished while running", Input{Desired: machine(false), Status: status(PhaseRunning, withBootstrap)}, PhaseFailed, nil, ReasonInfrastructureGone},
-		{"delete before create: done at once", Input{Desired: machine(true), Status: status(PhaseBootstrapping)}, PhaseDeleted, nil, ""},
-		{"delete with infra: ask provider, wait", Input{Desired: machine(true), Status: status(PhaseRunning, withBootstrap), Infra: infra("Running")}, PhaseDeleting, []string{CmdDelete}, ""},
-		{"infra gone: deleted", Input{Desired: machine(true), Status: status(PhaseDeleting, withBootstrap)}, PhaseDeleted, []string{CmdDelete}, ""},
-		{"spec removed after deleted: forget", Input{Status: status(PhaseDeleted, withBootstrap)}, "", nil, ""},
-		{"spec removed while running: delete infra", Input{Status: status(PhaseRunning, withBootstrap), Infra: infra("Running")}, PhaseDeleting, []string{CmdDelete}, ""},
-		{"hibernate: ask the provider to stop", Input{Desired: stopped(true), Status: status(PhaseRunning, withBootstrap), Infra: infra("Running")}, PhaseRunning, []string{CmdStop}, ""},
-		{"hibernated: infra stopped", Input{Desired: stopped(true), Status: status(PhaseRunning, withBootstrap), Infra: infra("Stopped")}, PhaseStopped, nil, ""},
-		{"stays stopped", Input{Desired: stopped(true), Status: status(PhaseStopped, withBootstrap), Infra: infra("Stopped")}, PhaseStopped, nil, ""},
-		{"started out of band while hibernated: stop again", Input{Desired: stopped(true), Status: status(PhaseStopped, withBootstrap), Infra: infra("Running")}, PhaseStopped, []string{CmdStop}, ""},
-		{"wake: ask the provider to start", Input{Desired: stopped(false), Status: status(PhaseStopped, withBootstrap), Infra: infra("Stopped")}, PhaseStopped, []string{CmdStart}, ""},
-		{"woken: infra running, the node ready since the start", Input{Desired: stopped(false), Status: status(PhaseStopped, withBootstrap), Infra: started(t0.Add(time.Minute)), Node: nodeAt(true, t0.Add(time.Minute+time.Second))}, PhaseRunning, nil, ""},
-		{"woken: infra running, the node's last ready heartbeat from before the hibernation", Input{Desired: stopped(false), Status: status(PhaseStopped, withBootstrap), Infra: started(t0.Add(time.Minute)), Node: nodeAt(true, t0)}, PhaseStopped, nil, ""},
-		{"woken: infra running, the node not ready yet", Input{Desired: stopped(false), Status: status(PhaseStopped, withBootstrap), Infra: started(t0.Add(time.Minute)), Node: nodeAt(false, t0.Add(2*time.Minute))}, PhaseStopped, nil, ""},
-		{"woken: infra running, no node record", Input{Desired: stopped(false), Status: status(PhaseStopped, withBootstrap), Infra: started(t0.Add(time.Minute))}, PhaseStopped, nil, ""},
-		{"stopped machine vanished", Input{Desired: stopped(true), Status: status(PhaseStopped, withBootstrap)}, PhaseFailed, nil, ReasonInfrastructureGone},
-		{"stopped out of band while running: start", Input{Desired: machine(false), Status: status(PhaseRunning, withBootstrap), Infra: infra("Stopped")}, PhaseRunning, []string{CmdStart}, ""},
+		{"new machine asks for bootstrap data", Input{Desired: machine(false)}, capnv1.MachineBootstrapping.Wire(), []string{CmdBootstrap}, ""},
+		{"waits for bootstrap data", Input{Desired: machine(false), Status: status(capnv1.MachineBootstrapping.Wire())}, capnv1.MachineBootstrapping.Wire(), nil, ""},
+		{"no answer for a while: asks again", Input{Desired: machine(false), Status: status(capnv1.MachineBootstrapping.Wire()), Now: t0.Add(65 * time.Second)}, capnv1.MachineBootstrapping.Wire(), []string{CmdBootstrap}, ""},
+		{"bootstrap ready: create", Input{Desired: machine(false), Status: status(capnv1.MachineBootstrapping.Wire(), func(s *capnv1.MachineStatus) { s.BootstrapDataChecksum = "sha256:x" })}, capnv1.MachineProvisioning.Wire(), []string{CmdCreate}, ""},
+		{"bootstrap timeout", Input{Desired: machine(false), Status: status(capnv1.MachineBootstrapping.Wire()), Now: t0.Add(6 * time.Minute)}, capnv1.MachineFailed.Wire(), nil, ReasonBootstrapTimeout},
+		{"infra running: provisioned", Input{Desired: machine(false), Status: status(capnv1.MachineProvisioning.Wire(), withBootstrap), Infra: infra("Running")}, capnv1.MachineProvisioned.Wire(), nil, ""},
+		{"infra failed", Input{Desired: machine(false), Status: status(capnv1.MachineProvisioning.Wire(), withBootstrap), Infra: infra("Failed")}, capnv1.MachineFailed.Wire(), nil, ReasonInfrastructureFailed},
+		{"node ready: running", Input{Desired: machine(false), Status: status(capnv1.MachineProvisioned.Wire(), withBootstrap, func(s *capnv1.MachineStatus) { s.NodeReadyTime = timestamppb.New(t0) }), Infra: infra("Running")}, capnv1.MachineRunning.Wire(), nil, ""},
+		{"infra vanished while running", Input{Desired: machine(false), Status: status(capnv1.MachineRunning.Wire(), withBootstrap)}, capnv1.MachineFailed.Wire(), nil, ReasonInfrastructureGone},
+		{"delete before create: done at once", Input{Desired: machine(true), Status: status(capnv1.MachineBootstrapping.Wire())}, capnv1.MachineDeleted.Wire(), nil, ""},
+		{"delete with infra: ask provider, wait", Input{Desired: machine(true), Status: status(capnv1.MachineRunning.Wire(), withBootstrap), Infra: infra("Running")}, capnv1.MachineDeleting.Wire(), []string{CmdDelete}, ""},
+		{"infra gone: deleted", Input{Desired: machine(true), Status: status(capnv1.MachineDeleting.Wire(), withBootstrap)}, capnv1.MachineDeleted.Wire(), []string{CmdDelete}, ""},
+		{"spec removed after deleted: forget", Input{Status: status(capnv1.MachineDeleted.Wire(), withBootstrap)}, "", nil, ""},
+		{"spec removed while running: delete infra", Input{Status: status(capnv1.MachineRunning.Wire(), withBootstrap), Infra: infra("Running")}, capnv1.MachineDeleting.Wire(), []string{CmdDelete}, ""},
+		{"hibernate: ask the provider to stop", Input{Desired: stopped(true), Status: status(capnv1.MachineRunning.Wire(), withBootstrap), Infra: infra("Running")}, capnv1.MachineRunning.Wire(), []string{CmdStop}, ""},
+		{"hibernated: infra stopped", Input{Desired: stopped(true), Status: status(capnv1.MachineRunning.Wire(), withBootstrap), Infra: infra("Stopped")}, capnv1.MachineStopped.Wire(), nil, ""},
+		{"stays stopped", Input{Desired: stopped(true), Status: status(capnv1.MachineStopped.Wire(), withBootstrap), Infra: infra("Stopped")}, capnv1.MachineStopped.Wire(), nil, ""},
+		{"started out of band while hibernated: stop again", Input{Desired: stopped(true), Status: status(capnv1.MachineStopped.Wire(), withBootstrap), Infra: infra("Running")}, capnv1.MachineStopped.Wire(), []string{CmdStop}, ""},
+		{"wake: ask the provider to start", Input{Desired: stopped(false), Status: status(capnv1.MachineStopped.Wire(), withBootstrap), Infra: infra("Stopped")}, capnv1.MachineStopped.Wire(), []string{CmdStart}, ""},
+		{"woken: infra running, the node ready since the start", Input{Desired: stopped(false), Status: status(capnv1.MachineStopped.Wire(), withBootstrap), Infra: started(t0.Add(time.Minute)), Node: nodeAt(true, t0.Add(time.Minute+time.Second))}, capnv1.MachineRunning.Wire(), nil, ""},
+		{"woken: infra running, the node's last ready heartbeat from before the hibernation", Input{Desired: stopped(false), Status: status(capnv1.MachineStopped.Wire(), withBootstrap), Infra: started(t0.Add(time.Minute)), Node: nodeAt(true, t0)}, capnv1.MachineStopped.Wire(), nil, ""},
+		{"woken: infra running, the node not ready yet", Input{Desired: stopped(false), Status: status(capnv1.MachineStopped.Wire(), withBootstrap), Infra: started(t0.Add(time.Minute)), Node: nodeAt(false, t0.Add(2*time.Minute))}, capnv1.MachineStopped.Wire(), nil, ""},
+		{"woken: infra running, no node record", Input{Desired: stopped(false), Status: status(capnv1.MachineStopped.Wire(), withBootstrap), Infra: started(t0.Add(time.Minute))}, capnv1.MachineStopped.Wire(), nil, ""},
+		{"stopped machine vanished", Input{Desired: stopped(true), Status: status(capnv1.MachineStopped.Wire(), withBootstrap)}, capnv1.MachineFailed.Wire(), nil, ReasonInfrastructureGone},
+		{"stopped out of band while running: start", Input{Desired: machine(false), Status: status(capnv1.MachineRunning.Wire(), withBootstrap), Infra: infra("Stopped")}, capnv1.MachineRunning.Wire(), []string{CmdStart}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -162,20 +162,20 @@ func TestStepEvents(t *testing.T) {
 		msg    string
 	}{
 		{"created", Input{Desired: machine(false)}, "Bootstrapping", "machine m1 created: waiting for its bootstrap data"},
-		{"bootstrap ready", Input{Desired: machine(false), Status: status(PhaseBootstrapping, func(s *capnv1.MachineStatus) { s.BootstrapDataChecksum = "sha256:x" })},
+		{"bootstrap ready", Input{Desired: machine(false), Status: status(capnv1.MachineBootstrapping.Wire(), func(s *capnv1.MachineStatus) { s.BootstrapDataChecksum = "sha256:x" })},
 			"Provisioning", "machine m1 bootstrapped: its bootstrap data is ready, provider sim is creating it"},
-		{"provisioned", Input{Desired: machine(false), Status: status(PhaseProvisioning, withBootstrap), Infra: infra("Running")},
+		{"provisioned", Input{Desired: machine(false), Status: status(capnv1.MachineProvisioning.Wire(), withBootstrap), Infra: infra("Running")},
 			"Provisioned", "machine m1 provisioned: its infrastructure runs, waiting for its node to report ready"},
-		{"running", Input{Desired: machine(false), Status: status(PhaseProvisioned, withBootstrap, running, func(s *capnv1.MachineStatus) { s.NodeReadyTime = timestamppb.New(t0) }), Infra: infra("Running")},
+		{"running", Input{Desired: machine(false), Status: status(capnv1.MachineProvisioned.Wire(), withBootstrap, running, func(s *capnv1.MachineStatus) { s.NodeReadyTime = timestamppb.New(t0) }), Infra: infra("Running")},
 			"Running", "machine m1 running: node node-1 is ready"},
-		{"stopped", Input{Desired: stopped(true), Status: status(PhaseRunning, withBootstrap), Infra: infra("Stopped")},
+		{"stopped", Input{Desired: stopped(true), Status: status(capnv1.MachineRunning.Wire(), withBootstrap), Infra: infra("Stopped")},
 			"Stopped", "machine m1 stopped for hibernation, its disk kept"},
-		{"started", Input{Desired: stopped(false), Status: status(PhaseStopped, withBootstrap, running), Infra: started(t0.Add(time.Minute)), Node: nodeAt(true, t0.Add(time.Minute+time.Second))},
+		{"started", Input{Desired: stopped(false), Status: status(capnv1.MachineStopped.Wire(), withBootstrap, running), Infra: started(t0.Add(time.Minute)), Node: nodeAt(true, t0.Add(time.Minute+time.Second))},
 			"Started", "machine m1 started again after hibernation: node node-1 is ready"},
-		{"deleting", Input{Desired: machine(true), Status: status(PhaseRunning, withBootstrap), Infra: infra("Running")},
+		{"deleting", Input{Desired: machine(true), Status: status(capnv1.MachineRunning.Wire(), withBootstrap), Infra: infra("Running")},
 			"Deleting", "machine m1 deleting: waiting for provider sim to delete its infrastructure"},
-		{"deleted", Input{Desired: machine(true), Status: status(PhaseDeleting, withBootstrap)}, "Deleted", "machine m1 deleted: no infrastructure left"},
-		{"failed", Input{Desired: machine(false), Status: status(PhaseBootstrapping), Now: t0.Add(6 * time.Minute)},
+		{"deleted", Input{Desired: machine(true), Status: status(capnv1.MachineDeleting.Wire(), withBootstrap)}, "Deleted", "machine m1 deleted: no infrastructure left"},
+		{"failed", Input{Desired: machine(false), Status: status(capnv1.MachineBootstrapping.Wire()), Now: t0.Add(6 * time.Minute)},
 			ReasonBootstrapTimeout, "machine m1 failed: still Bootstrapping after 5m0s"},
 	}
 	for _, tt := range tests {

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/conditions"
 )
 
 // ConditionRemediationBlocked is the condition of a pool's
@@ -177,7 +178,7 @@ func decidePool(s Snapshot, p Pool, t Timing, wake func(time.Time)) (*capnv1.Rem
 	var candidates []Machine
 	var skipped []string
 	for _, m := range p.Machines {
-		if m.Deleting || len(m.Reasons) == 0 || m.Phase == phaseFailed || busy[m.Name] {
+		if m.Deleting || len(m.Reasons) == 0 || m.Phase == capnv1.MachineFailed || busy[m.Name] {
 			continue // failed machines are the planner's to replace
 		}
 		if m.Skip {
@@ -257,9 +258,9 @@ func decidePool(s Snapshot, p Pool, t Timing, wake func(time.Time)) (*capnv1.Rem
 	}
 	st.History = trim(append(hist, newRecords...), t.HistoryLimit)
 	st.InFlight, st.Unhealthy, st.Total = int32(counts.InFlight), int32(counts.Unhealthy), int32(counts.Total)
-	status := "False"
+	status := capnv1.ConditionFalse
 	if reason != NotBlocked {
-		status = "True"
+		status = capnv1.ConditionTrue
 	}
 	setCondition(st, ConditionRemediationBlocked, status, reason, msg, now)
 	return st, acts
@@ -324,17 +325,7 @@ func cmpReason(cur, r string) string {
 	return cur
 }
 
-// setCondition sets a condition, keeping its transition time when its
-// status does not change.
-func setCondition(st *capnv1.RemediationStatus, typ, status, reason, msg string, now time.Time) {
-	for _, c := range st.Conditions {
-		if c.GetType() == typ {
-			if c.GetStatus() != status {
-				c.LastTransitionTime = timestamppb.New(now)
-			}
-			c.Status, c.Reason, c.Message = status, reason, msg
-			return
-		}
-	}
-	st.Conditions = append(st.Conditions, &capnv1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, LastTransitionTime: timestamppb.New(now)})
+// setCondition sets a condition by the one rule (conditions.Set).
+func setCondition(st *capnv1.RemediationStatus, typ string, status capnv1.ConditionStatus, reason, msg string, now time.Time) {
+	conditions.Set(&st.Conditions, conditions.New(typ, status, reason, msg), now)
 }

@@ -18,7 +18,7 @@ func at(d time.Duration) time.Time { return t0.Add(d) }
 type mopt func(*Machine)
 
 func mach(name string, opts ...mopt) Machine {
-	m := Machine{Name: name, UID: "u-" + name, Provider: "sim", Created: at(-time.Hour), Phase: "Running", CanReboot: true, HealthUpdated: at(-time.Hour)}
+	m := Machine{Name: name, UID: "u-" + name, Provider: "sim", Created: at(-time.Hour), Phase: capnv1.MachineRunning, CanReboot: true, HealthUpdated: at(-time.Hour)}
 	for _, o := range opts {
 		o(&m)
 	}
@@ -80,7 +80,7 @@ func TestDecide(t *testing.T) {
 		{"paused: nothing", true, true, pool("md-0", 3, mach("a", sick("Ready")), mach("b"), mach("c")), nil, BlockedPaused, "paused", ""},
 		{"skip annotation", false, true, pool("md-0", 3, mach("a", sick("Ready"), func(m *Machine) { m.Skip = true }), mach("b"), mach("c")),
 			nil, BlockedSkipped, "a", ""},
-		{"failed machine: the planner's", false, true, pool("md-0", 3, mach("a", func(m *Machine) { m.Phase = "Failed" }), mach("b"), mach("c")),
+		{"failed machine: the planner's", false, true, pool("md-0", 3, mach("a", func(m *Machine) { m.Phase = capnv1.MachineFailed }), mach("b"), mach("c")),
 			nil, "", "1 of 3 machines unhealthy", ""},
 		{"reboot did not help: replace", false, true, withHistory(pool("md-0", 3, mach("a", sick("KernelDeadlock")), mach("b"), mach("c")),
 			rec("a", ActionReboot, OutcomeInProgress, -6*time.Minute)),

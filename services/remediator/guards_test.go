@@ -22,7 +22,7 @@ func genPool(t *rapid.T, cp bool) Pool {
 	var ms []Machine
 	for i := range n {
 		m := mach(fmt.Sprintf("m%d", i))
-		m.Phase = rapid.SampledFrom([]string{"Running", "Running", "Running", "Provisioned", "Failed"}).Draw(t, "phase")
+		m.Phase = rapid.SampledFrom([]capnv1.MachinePhase{capnv1.MachineRunning, capnv1.MachineRunning, capnv1.MachineRunning, capnv1.MachineProvisioned, capnv1.MachineFailed}).Draw(t, "phase")
 		m.Deleting = rapid.IntRange(0, 5).Draw(t, "deleting") == 0
 		m.Skip = rapid.IntRange(0, 6).Draw(t, "skip") == 0
 		m.CanReboot = rapid.Bool().Draw(t, "reboot")
@@ -121,7 +121,7 @@ func TestGuardProperties(t *testing.T) {
 					m = x
 				}
 			}
-			if m.Deleting || m.Phase == phaseFailed || m.Skip || len(m.Reasons) == 0 {
+			if m.Deleting || m.Phase == capnv1.MachineFailed || m.Skip || len(m.Reasons) == 0 {
 				t.Fatalf("repaired %+v", m)
 			}
 			if cp && s.ControlPlaneInitialized {

@@ -10,6 +10,7 @@ import (
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/health/policy"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // onUnhealthy wakes the cluster of a machine the health-watcher judged
@@ -43,17 +44,13 @@ func (s *Service) feed(ctx context.Context, sub *store.Subscription) {
 				return
 			}
 			if ch.Resync {
-				for _, e := range s.desired.List(clusterPrefix) {
-					s.queue.Add(strings.TrimPrefix(e.Key, clusterPrefix))
+				for _, e := range s.desired.List(keys.ClusterPrefix) {
+					s.queue.Add(strings.TrimPrefix(e.Key, keys.ClusterPrefix))
 				}
 				continue
 			}
-			toks := strings.Split(ch.Key, ".")
-			switch {
-			case toks[0] == "cluster" && len(toks) == 2:
-				s.queue.Add(toks[1])
-			case (toks[0] == "machine" || toks[0] == "node") && len(toks) == 3:
-				s.queue.Add(toks[1])
+			if k, err := keys.Parse(ch.Key); err == nil && (k.Kind == keys.KindCluster || k.Kind == keys.KindMachine || k.Kind == keys.KindNode) {
+				s.queue.Add(k.Cluster)
 			}
 		}
 	}

@@ -84,9 +84,9 @@ func settle(r recordRef, p Pool, t Timing, now time.Time) (string, time.Time) {
 		}
 		if m, ok := replacementOf(p.Machines, r.at); ok {
 			switch m.Phase {
-			case phaseRunning:
+			case capnv1.MachineRunning:
 				return OutcomeSucceeded, time.Time{}
-			case phaseFailed:
+			case capnv1.MachineFailed:
 				return OutcomeFailed, time.Time{}
 			}
 			return OutcomeInProgress, r.at.Add(t.ReplaceTimeout)

@@ -15,21 +15,10 @@ import (
 	"github.com/capn-dev/capn/events/reconcile"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/conditions"
 	"github.com/capn-dev/capn/schemas/health/policy"
+	"github.com/capn-dev/capn/schemas/keys"
 )
-
-// Key prefixes the remediator reads and writes.
-const (
-	clusterPrefix     = "cluster."
-	machinePrefix     = "machine."
-	nodePrefix        = "node."
-	providerPrefix    = "provider."
-	remediationPrefix = "remediation."
-)
-
-// StatusKey is the observed key of a pool's remediation status:
-// remediation.<cluster>.<pool>.
-func StatusKey(cluster, pool string) string { return remediationPrefix + cluster + "." + pool }
 
 // reconcile makes one remediation step for a cluster: snapshot → Decide →
 // write each pool status that changed (compare-and-set on the revision
@@ -52,7 +41,7 @@ func (s *Service) reconcile(ctx context.Context, cluster string) (reconcile.Resu
 		if proto.Equal(st, prev) {
 			continue
 		}
-		key := StatusKey(cluster, st.GetPool())
+		key := keys.Remediation(cluster, st.GetPool())
 		if revs[st.GetPool()] == 0 {
 			_, err = s.statuses.Create(ctx, key, st)
 		} else {
@@ -78,16 +67,16 @@ func (s *Service) reconcile(ctx context.Context, cluster string) (reconcile.Resu
 // snapshot reads one cluster's state. ok is false when the cluster is gone.
 func (s *Service) snapshot(ctx context.Context, cluster string) (Snapshot, map[string]uint64, bool, error) {
 	now := s.cfg.Now()
-	cl, ok := decodeCached(s.desired, clusterPrefix+cluster, func() *capnv1.Cluster { return new(capnv1.Cluster) })
+	cl, ok := decodeCached(s.desired, keys.Cluster(cluster), func() *capnv1.Cluster { return new(capnv1.Cluster) })
 	if !ok {
 		return Snapshot{}, nil, false, nil
 	}
 	snap := Snapshot{Cluster: cluster, Paused: cl.GetSpec().GetPaused(), Now: now}
-	if st, ok := decodeCached(s.observed, clusterPrefix+cluster, func() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) }); ok {
+	if st, ok := decodeCached(s.observed, keys.Cluster(cluster), func() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) }); ok {
 		snap.ControlPlaneInitialized = st.GetControlPlaneInitialized()
 	}
 	byPool := map[string][]Machine{}
-	prefix := machinePrefix + cluster + "."
+	prefix := keys.MachinesOf(cluster)
 	reboot := map[string]bool{}
 	for _, e := range s.desired.List(prefix) {
 		m, err := store.Decode(e.Value, func() *capnv1.Machine { return new(capnv1.Machine) })
@@ -97,16 +86,16 @@ func (s *Service) snapshot(ctx context.Context, cluster string) (Snapshot, map[s
 		name := strings.TrimPrefix(e.Key, prefix)
 		p := m.GetSpec().GetProvider()
 		if _, known := reboot[p]; !known {
-			a, _ := decodeCached(s.observed, providerPrefix+p, func() *capnv1.ProviderAnnouncement { return new(capnv1.ProviderAnnouncement) })
+			a, _ := decodeCached(s.observed, keys.Provider(p), func() *capnv1.ProviderAnnouncement { return new(capnv1.ProviderAnnouncement) })
 			reboot[p] = slices.Contains(a.GetCapabilities(), CapabilityReboot)
 		}
 		_, skip := m.GetMetadata().GetAnnotations()[AnnotationSkipRemediation]
 		mc := Machine{Name: name, UID: m.GetMetadata().GetUid(), Provider: p, Created: m.GetMetadata().GetCreationTimestamp().AsTime(),
 			Deleting: m.GetMetadata().GetDeletionTimestamp() != nil, Skip: skip, CanReboot: reboot[p]}
-		if st, ok := decodeCached(s.observed, machinePrefix+cluster+"."+name, func() *capnv1.MachineStatus { return new(capnv1.MachineStatus) }); ok {
-			mc.Phase = st.GetPhase()
+		if st, ok := decodeCached(s.observed, keys.Machine(cluster, name), func() *capnv1.MachineStatus { return new(capnv1.MachineStatus) }); ok {
+			mc.Phase = st.GetPhaseValue()
 		}
-		if h, ok := decodeCached(s.observed, nodePrefix+cluster+"."+name, func() *capnv1.NodeHealth { return new(capnv1.NodeHealth) }); ok &&
+		if h, ok := decodeCached(s.observed, keys.Node(cluster, name), func() *capnv1.NodeHealth { return new(capnv1.NodeHealth) }); ok &&
 			h.GetUpdated() != nil && !h.GetUpdated().AsTime().Before(mc.Created) {
 			mc.HealthUpdated = h.GetUpdated().AsTime()
 			if !h.GetHealthy() && len(h.GetUnhealthyReasons()) > 0 {
@@ -125,7 +114,7 @@ func (s *Service) snapshot(ctx context.Context, cluster string) (Snapshot, map[s
 		if err != nil {
 			zerolog.Ctx(ctx).Warn().Err(err).Str("pool", pool).Msg("health policy partly invalid; defaults used for the bad fields")
 		}
-		st, rev, err := s.statuses.Get(ctx, StatusKey(cluster, pool))
+		st, rev, err := s.statuses.Get(ctx, keys.Remediation(cluster, pool))
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			st, rev = nil, 0
@@ -176,7 +165,7 @@ func (s *Service) act(ctx context.Context, cluster string, a Action) error {
 // writer of desired machines (the planner owns them) and writes this one
 // field only, only on the incarnation created no later than the record.
 func (s *Service) replace(ctx context.Context, cluster string, a Action) error {
-	_, _, err := s.machines.Mutate(ctx, machinePrefix+cluster+"."+a.Machine, func(m *capnv1.Machine, exists bool) (*capnv1.Machine, error) {
+	_, _, err := s.machines.Mutate(ctx, keys.Machine(cluster, a.Machine), func(m *capnv1.Machine, exists bool) (*capnv1.Machine, error) {
 		if !exists || m.GetMetadata().GetDeletionTimestamp() != nil || m.GetMetadata().GetCreationTimestamp().AsTime().After(a.At) {
 			return nil, store.ErrNoChange
 		}
@@ -207,7 +196,7 @@ func (s *Service) logBlocked(log *zerolog.Logger, prev, st *capnv1.RemediationSt
 	if cur.GetStatus() == old.GetStatus() && cur.GetReason() == old.GetReason() {
 		return
 	}
-	if cur.GetStatus() == "True" {
+	if cur.GetStatusValue() == capnv1.ConditionTrue {
 		s.metrics.blocked(cur.GetReason())
 		log.Warn().Str("pool", st.GetPool()).Str("reason", cur.GetReason()).Int32("unhealthy", st.GetUnhealthy()).Int32("total", st.GetTotal()).
 			Int32("in_flight", st.GetInFlight()).Msg(cur.GetMessage())
@@ -217,18 +206,13 @@ func (s *Service) logBlocked(log *zerolog.Logger, prev, st *capnv1.RemediationSt
 }
 
 func blocked(st *capnv1.RemediationStatus) *capnv1.Condition {
-	for _, c := range st.GetConditions() {
-		if c.GetType() == ConditionRemediationBlocked {
-			return c
-		}
-	}
-	return nil
+	return conditions.Get(st.GetConditions(), ConditionRemediationBlocked)
 }
 
 // forget deletes the remediation statuses of a cluster that is gone.
 func (s *Service) forget(ctx context.Context, cluster string) error {
 	var errs []error
-	for _, e := range s.observed.List(remediationPrefix + cluster + ".") {
+	for _, e := range s.observed.List(keys.RemediationsOf(cluster)) {
 		if err := s.statuses.Delete(ctx, e.Key, e.Revision); err != nil && !errors.Is(err, store.ErrConflict) {
 			errs = append(errs, err)
 		}

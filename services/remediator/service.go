@@ -20,6 +20,7 @@ import (
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/health/policy"
+	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/services/runtime"
 )
 
@@ -103,7 +104,7 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	s.machines = store.NewBucket(desiredKV, func() *capnv1.Machine { return new(capnv1.Machine) })
 	s.statuses = store.NewBucket(observedKV, func() *capnv1.RemediationStatus { return new(capnv1.RemediationStatus) })
 	s.desired = store.NewCache(desiredKV, s.cfg.Cache)
-	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, d.JS, clusterPrefix, machinePrefix, nodePrefix, providerPrefix, remediationPrefix))
+	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, d.JS, keys.ClusterPrefix, keys.MachinePrefix, keys.NodePrefix, keys.ProviderPrefix, keys.RemediationPrefix))
 	s.queue = reconcile.NewQueue()
 	s.metrics = newMetrics(d.Metrics)
 	s.seen = newHealthTimes()
@@ -116,8 +117,8 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	var wg sync.WaitGroup
 	run := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
 	for _, sub := range []*store.Subscription{
-		s.desired.Subscribe(clusterPrefix), s.desired.Subscribe(machinePrefix),
-		s.observed.Subscribe(clusterPrefix), s.observed.Subscribe(machinePrefix), s.observed.Subscribe(nodePrefix),
+		s.desired.Subscribe(keys.ClusterPrefix), s.desired.Subscribe(keys.MachinePrefix),
+		s.observed.Subscribe(keys.ClusterPrefix), s.observed.Subscribe(keys.MachinePrefix), s.observed.Subscribe(keys.NodePrefix),
 	} {
 		run(func() { s.feed(ctx, sub) })
 	}

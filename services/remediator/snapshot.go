@@ -59,7 +59,7 @@ type Machine struct {
 	// Deleting: deletion was requested (by anyone).
 	Deleting bool
 	// Phase is the machine-manager's observed phase.
-	Phase string
+	Phase capnv1.MachinePhase
 	// Skip: annotated capn.dev/skip-remediation.
 	Skip bool
 	// Reasons are the health-watcher's unhealthy reasons (none: healthy);
@@ -73,12 +73,9 @@ type Machine struct {
 }
 
 // unhealthy: the health-watcher judged it so, or the machine failed.
-func (m Machine) unhealthy() bool { return len(m.Reasons) > 0 || m.Phase == phaseFailed }
+func (m Machine) unhealthy() bool { return len(m.Reasons) > 0 || m.Phase == capnv1.MachineFailed }
 
 // healthy: running and judged healthy.
-func (m Machine) healthy() bool { return !m.Deleting && m.Phase == phaseRunning && len(m.Reasons) == 0 }
-
-const (
-	phaseRunning = "Running"
-	phaseFailed  = "Failed"
-)
+func (m Machine) healthy() bool {
+	return !m.Deleting && m.Phase == capnv1.MachineRunning && len(m.Reasons) == 0
+}

@@ -330,7 +330,7 @@ func check(t *testing.T, sys *harness.System, mon *monitor, cr *creates, sz size
 		if st, ok := statuses[key]; !ok || st.GetPhase() != "Running" {
 			bad("machine %s is %q, want Running", key, st.GetPhase())
 		}
-		if im, ok := infra["infra.sim."+c+"."+name]; !ok || im.GetState() != sdk.StateRunning {
+		if im, ok := infra["infra.sim."+c+"."+name]; !ok || im.GetStateValue() != sdk.StateRunning {
 			bad("machine %s has no Running infrastructure (%v)", key, im.GetState())
 		}
 	}

@@ -201,7 +201,7 @@ func (m *monitor) see(bucket, watcher string, e jetstream.KeyValueEntry) {
 				m.t.Errorf("monitor: infra %s: %v", e.Key(), err)
 				return
 			}
-			live = im.GetState() != "Deleted"
+			live = im.GetStateValue() != capnv1.InfraDeleted
 		}
 		if live && !m.infraLive[k] {
 			if m.desiredLive[k] {

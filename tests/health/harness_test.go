@@ -22,6 +22,7 @@ import (
 	"github.com/capn-dev/capn/providers/sim"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/health/policy"
+	"github.com/capn-dev/capn/schemas/keys"
 	healthwatcher "github.com/capn-dev/capn/services/health-watcher"
 	"github.com/capn-dev/capn/services/remediator"
 	"github.com/capn-dev/capn/services/runtime"
@@ -152,7 +153,7 @@ func (w *world) pool(cluster, pool string) []machine {
 
 // remediation is the pool's remediation status (nil if none yet).
 func (w *world) remediation(cluster, pool string) *capnv1.RemediationStatus {
-	st, _, err := w.rems.Get(context.Background(), remediator.StatusKey(cluster, pool))
+	st, _, err := w.rems.Get(context.Background(), keys.Remediation(cluster, pool))
 	if err != nil {
 		return nil
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 	healthwatcher "github.com/capn-dev/capn/services/health-watcher"
 	"github.com/capn-dev/capn/tests/internal/harness"
 )
@@ -172,7 +173,7 @@ func TestForgedDriftDoesNotReplaceMachine(t *testing.T) {
 		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.Delivered.Stream > 0
 	})
 	nodes := store.NewBucket(s.Observed, func() *capnv1.NodeHealth { return new(capnv1.NodeHealth) })
-	h, _, err := nodes.Get(context.Background(), healthwatcher.NodeKey(name, machine))
+	h, _, err := nodes.Get(context.Background(), keys.Node(name, machine))
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ import (
 	"github.com/capn-dev/capn/gateway/api"
 	"github.com/capn-dev/capn/gateway/client"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
-	healthwatcher "github.com/capn-dev/capn/services/health-watcher"
+	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/tests/internal/harness"
 )
 
@@ -124,7 +124,7 @@ func deadlock(cluster, machine, source string) event.Event {
 }
 
 func (w *ingestWorld) node(cluster, machine string) *capnv1.NodeHealth {
-	h, _, err := w.nodes.Get(context.Background(), healthwatcher.NodeKey(cluster, machine))
+	h, _, err := w.nodes.Get(context.Background(), keys.Node(cluster, machine))
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		w.t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/natstest"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // Finding 1b: every node agent shared one NATS user, so root on one
@@ -85,7 +86,7 @@ spec:
 	login := func(user, password string, errs chan error) (*nats.Conn, error) {
 		opts := []nats.Option{nats.UserInfo(user, password), nats.Timeout(5 * time.Second), nats.MaxReconnects(0)}
 		if errs != nil {
-			opts = append(opts, nats.CustomInboxPrefix(events.MachineInboxPrefix("ids", a)),
+			opts = append(opts, nats.CustomInboxPrefix(keys.MachineInboxPrefix("ids", a)),
 				nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
 		}
 		return nats.Connect(dev.natsURL, opts...)
@@ -96,9 +97,9 @@ spec:
 
 	// Logging in as another machine, with a's secrets, or as anyone else.
 	for _, try := range []struct{ what, user, password string }{
-		{"b with a's machine secret", events.MachineUser("ids", b), secret},
-		{"b with a's bootstrap credential", events.MachineUser("ids", b), credential},
-		{"a with its bootstrap credential after the join", events.MachineUser("ids", a), credential},
+		{"b with a's machine secret", keys.MachineUser("ids", b), secret},
+		{"b with a's bootstrap credential", keys.MachineUser("ids", b), credential},
+		{"a with its bootstrap credential after the join", keys.MachineUser("ids", a), credential},
 		{"a with a wildcard", "machine.ids.*", secret},
 		{"the old shared node user", "node", secret},
 	} {
@@ -112,7 +113,7 @@ spec:
 
 	// Logged in as a with its machine secret: its own health goes in...
 	errs := make(chan error, 16)
-	nc, err := login(events.MachineUser("ids", a), secret, errs)
+	nc, err := login(keys.MachineUser("ids", a), secret, errs)
 	if err != nil {
 		t.Fatalf("machine a's own login: %v", err)
 	}
@@ -159,7 +160,7 @@ spec:
 			return err
 		})
 	}
-	for _, s := range []string{events.MachineInboxPrefix("ids", b) + ".>", events.SubjectHealth + ".>", "_INBOX.>"} {
+	for _, s := range []string{keys.MachineInboxPrefix("ids", b) + ".>", events.SubjectHealth + ".>", "_INBOX.>"} {
 		violation("subscribe "+s, s, func() error {
 			_, err := nc.SubscribeSync(s)
 			return err

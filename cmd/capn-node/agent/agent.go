@@ -45,6 +45,7 @@ import (
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/providers/sdk"
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
 	"github.com/capn-dev/capn/services/runtime"
 )
@@ -142,7 +143,7 @@ func (a *Agent) Ready() bool {
 
 // connect dials NATS (through the relay socket when set), retrying until
 // ctx ends. Unless the config names other credentials, the agent logs in
-// as its machine (events.MachineUser) with its machine secret once it has
+// as its machine (keys.MachineUser) with its machine secret once it has
 // one, else its bootstrap credential, read again at every (re)connect; the
 // bootstrapper's auth callout checks either and grants the machine's own
 // subjects only, under its own inbox prefix.
@@ -155,10 +156,10 @@ func (a *Agent) connect(ctx context.Context) (*nats.Conn, error) {
 	if machineLogin(cfg) {
 		c, m := a.cfg.Cluster, a.cfg.Machine
 		extra = append(extra, nats.UserInfoHandler(func() (string, string) {
-			return events.MachineUser(c, m), a.loginSecret()
+			return keys.MachineUser(c, m), a.loginSecret()
 		}))
 		if cfg.InboxPrefix == "" {
-			cfg.InboxPrefix = events.MachineInboxPrefix(c, m)
+			cfg.InboxPrefix = keys.MachineInboxPrefix(c, m)
 		}
 	}
 	return runtime.Connect(ctx, cfg, "capn-node."+a.cfg.Cluster+"."+a.cfg.Machine, a.log, extra...)

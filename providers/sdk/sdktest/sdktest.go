@@ -193,10 +193,10 @@ func (e *Env) WaitMachine(provider, cluster, machine string, what string, cond f
 }
 
 // WaitState waits for the machine's state.
-func (e *Env) WaitState(provider, cluster, machine, state string) *capnv1alpha1.InfraMachine {
+func (e *Env) WaitState(provider, cluster, machine string, state capnv1alpha1.InfraState) *capnv1alpha1.InfraMachine {
 	e.T.Helper()
-	return e.WaitMachine(provider, cluster, machine, "state "+state, func(m *capnv1alpha1.InfraMachine) bool {
-		return m.GetState() == state
+	return e.WaitMachine(provider, cluster, machine, "state "+state.Wire(), func(m *capnv1alpha1.InfraMachine) bool {
+		return m.GetStateValue() == state
 	})
 }
 

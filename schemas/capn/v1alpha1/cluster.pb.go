@@ -23,6 +23,100 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ClusterPhase is the cluster-planner's summary of a cluster. ClusterStatus.phase
+// and ClusterEvent.phase hold it as a string: the value's name without the
+// CLUSTER_PHASE_ prefix, in CamelCase ("Ready", "ScalingUp"); UNSPECIFIED is
+// the empty string.
+type ClusterPhase int32
+
+const (
+	ClusterPhase_CLUSTER_PHASE_UNSPECIFIED ClusterPhase = 0
+	// Pending: nothing was made yet and nothing can be (a provider the
+	// cluster names is not running or lacks a capability it needs).
+	ClusterPhase_CLUSTER_PHASE_PENDING      ClusterPhase = 1
+	ClusterPhase_CLUSTER_PHASE_PROVISIONING ClusterPhase = 2
+	ClusterPhase_CLUSTER_PHASE_READY        ClusterPhase = 3
+	ClusterPhase_CLUSTER_PHASE_UPGRADING    ClusterPhase = 4
+	ClusterPhase_CLUSTER_PHASE_SCALING_UP   ClusterPhase = 5
+	ClusterPhase_CLUSTER_PHASE_SCALING_DOWN ClusterPhase = 6
+	ClusterPhase_CLUSTER_PHASE_DELETING     ClusterPhase = 7
+	ClusterPhase_CLUSTER_PHASE_FAILED       ClusterPhase = 8
+	ClusterPhase_CLUSTER_PHASE_PAUSED       ClusterPhase = 9
+	// Hibernating: spec.hibernated is set and machines that can stop are
+	// still stopping.
+	ClusterPhase_CLUSTER_PHASE_HIBERNATING ClusterPhase = 10
+	// Hibernated: every machine that can stop is stopped.
+	ClusterPhase_CLUSTER_PHASE_HIBERNATED ClusterPhase = 11
+	// Waking: spec.hibernated was cleared and stopped machines are starting
+	// again.
+	ClusterPhase_CLUSTER_PHASE_WAKING ClusterPhase = 12
+	// Deleted: everything the cluster had is gone (its last event).
+	ClusterPhase_CLUSTER_PHASE_DELETED ClusterPhase = 13
+)
+
+// Enum value maps for ClusterPhase.
+var (
+	ClusterPhase_name = map[int32]string{
+		0:  "CLUSTER_PHASE_UNSPECIFIED",
+		1:  "CLUSTER_PHASE_PENDING",
+		2:  "CLUSTER_PHASE_PROVISIONING",
+		3:  "CLUSTER_PHASE_READY",
+		4:  "CLUSTER_PHASE_UPGRADING",
+		5:  "CLUSTER_PHASE_SCALING_UP",
+		6:  "CLUSTER_PHASE_SCALING_DOWN",
+		7:  "CLUSTER_PHASE_DELETING",
+		8:  "CLUSTER_PHASE_FAILED",
+		9:  "CLUSTER_PHASE_PAUSED",
+		10: "CLUSTER_PHASE_HIBERNATING",
+		11: "CLUSTER_PHASE_HIBERNATED",
+		12: "CLUSTER_PHASE_WAKING",
+		13: "CLUSTER_PHASE_DELETED",
+	}
+	ClusterPhase_value = map[string]int32{
+		"CLUSTER_PHASE_UNSPECIFIED":  0,
+		"CLUSTER_PHASE_PENDING":      1,
+		"CLUSTER_PHASE_PROVISIONING": 2,
+		"CLUSTER_PHASE_READY":        3,
+		"CLUSTER_PHASE_UPGRADING":    4,
+		"CLUSTER_PHASE_SCALING_UP":   5,
+		"CLUSTER_PHASE_SCALING_DOWN": 6,
+		"CLUSTER_PHASE_DELETING":     7,
+		"CLUSTER_PHASE_FAILED":       8,
+		"CLUSTER_PHASE_PAUSED":       9,
+		"CLUSTER_PHASE_HIBERNATING":  10,
+		"CLUSTER_PHASE_HIBERNATED":   11,
+		"CLUSTER_PHASE_WAKING":       12,
+		"CLUSTER_PHASE_DELETED":      13,
+	}
+)
+
+func (x ClusterPhase) Enum() *ClusterPhase {
+	p := new(ClusterPhase)
+	*p = x
+	return p
+}
+
+func (x ClusterPhase) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ClusterPhase) Descriptor() protoreflect.EnumDescriptor {
+	return file_capn_v1alpha1_cluster_proto_enumTypes[0].Descriptor()
+}
+
+func (ClusterPhase) Type() protoreflect.EnumType {
+	return &file_capn_v1alpha1_cluster_proto_enumTypes[0]
+}
+
+func (x ClusterPhase) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ClusterPhase.Descriptor instead.
+func (ClusterPhase) EnumDescriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{0}
+}
+
 // Cluster is a workload cluster a user declares. Stored in the `desired`
 // bucket as `cluster.<name>` (spec) and in `observed` as `cluster.<name>`
 // (status).
@@ -975,8 +1069,7 @@ func (x *UnhealthyCondition) GetTimeout() *durationpb.Duration {
 
 type ClusterStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// phase is Pending, Provisioning, Ready, Upgrading, ScalingUp, ScalingDown,
-	// Deleting, Failed or Paused.
+	// phase is a ClusterPhase as its string ("Ready").
 	Phase                string        `protobuf:"bytes,1,opt,name=phase,proto3" json:"phase,omitempty"`
 	Conditions           []*Condition  `protobuf:"bytes,2,rep,name=conditions,proto3" json:"conditions,omitempty"`
 	ObservedGeneration   int64         `protobuf:"varint,3,opt,name=observed_generation,json=observedGeneration,proto3" json:"observed_generation,omitempty"`
@@ -1284,7 +1377,23 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\x05ready\x18\x04 \x01(\x05R\x05ready\x12\x18\n" +
 	"\aupdated\x18\x05 \x01(\x05R\aupdated\x12\x1c\n" +
 	"\tavailable\x18\x06 \x01(\x05R\tavailable\x12\x18\n" +
-	"\aversion\x18\a \x01(\tR\aversionB=Z;github.com/capn-dev/capn/schemas/capn/v1alpha1;capnv1alpha1b\x06proto3"
+	"\aversion\x18\a \x01(\tR\aversion*\x9e\x03\n" +
+	"\fClusterPhase\x12\x1d\n" +
+	"\x19CLUSTER_PHASE_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15CLUSTER_PHASE_PENDING\x10\x01\x12\x1e\n" +
+	"\x1aCLUSTER_PHASE_PROVISIONING\x10\x02\x12\x17\n" +
+	"\x13CLUSTER_PHASE_READY\x10\x03\x12\x1b\n" +
+	"\x17CLUSTER_PHASE_UPGRADING\x10\x04\x12\x1c\n" +
+	"\x18CLUSTER_PHASE_SCALING_UP\x10\x05\x12\x1e\n" +
+	"\x1aCLUSTER_PHASE_SCALING_DOWN\x10\x06\x12\x1a\n" +
+	"\x16CLUSTER_PHASE_DELETING\x10\a\x12\x18\n" +
+	"\x14CLUSTER_PHASE_FAILED\x10\b\x12\x18\n" +
+	"\x14CLUSTER_PHASE_PAUSED\x10\t\x12\x1d\n" +
+	"\x19CLUSTER_PHASE_HIBERNATING\x10\n" +
+	"\x12\x1c\n" +
+	"\x18CLUSTER_PHASE_HIBERNATED\x10\v\x12\x18\n" +
+	"\x14CLUSTER_PHASE_WAKING\x10\f\x12\x19\n" +
+	"\x15CLUSTER_PHASE_DELETED\x10\rB=Z;github.com/capn-dev/capn/schemas/capn/v1alpha1;capnv1alpha1b\x06proto3"
 
 var (
 	file_capn_v1alpha1_cluster_proto_rawDescOnce sync.Once
@@ -1298,63 +1407,65 @@ func file_capn_v1alpha1_cluster_proto_rawDescGZIP() []byte {
 	return file_capn_v1alpha1_cluster_proto_rawDescData
 }
 
+var file_capn_v1alpha1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_capn_v1alpha1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_capn_v1alpha1_cluster_proto_goTypes = []any{
-	(*Cluster)(nil),               // 0: capn.v1alpha1.Cluster
-	(*ClusterSpec)(nil),           // 1: capn.v1alpha1.ClusterSpec
-	(*MachineTemplate)(nil),       // 2: capn.v1alpha1.MachineTemplate
-	(*ControlPlaneSpec)(nil),      // 3: capn.v1alpha1.ControlPlaneSpec
-	(*WorkerPool)(nil),            // 4: capn.v1alpha1.WorkerPool
-	(*RolloutStrategy)(nil),       // 5: capn.v1alpha1.RolloutStrategy
-	(*NetworkSpec)(nil),           // 6: capn.v1alpha1.NetworkSpec
-	(*BootstrapSpec)(nil),         // 7: capn.v1alpha1.BootstrapSpec
-	(*File)(nil),                  // 8: capn.v1alpha1.File
-	(*CertificateAuthority)(nil),  // 9: capn.v1alpha1.CertificateAuthority
-	(*HealthPolicy)(nil),          // 10: capn.v1alpha1.HealthPolicy
-	(*UnhealthyCondition)(nil),    // 11: capn.v1alpha1.UnhealthyCondition
-	(*ClusterStatus)(nil),         // 12: capn.v1alpha1.ClusterStatus
-	(*PoolStatus)(nil),            // 13: capn.v1alpha1.PoolStatus
-	nil,                           // 14: capn.v1alpha1.MachineTemplate.ParametersEntry
-	nil,                           // 15: capn.v1alpha1.WorkerPool.LabelsEntry
-	nil,                           // 16: capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
-	(*ObjectMeta)(nil),            // 17: capn.v1alpha1.ObjectMeta
-	(*Taint)(nil),                 // 18: capn.v1alpha1.Taint
-	(*durationpb.Duration)(nil),   // 19: google.protobuf.Duration
-	(*Condition)(nil),             // 20: capn.v1alpha1.Condition
-	(*Endpoint)(nil),              // 21: capn.v1alpha1.Endpoint
-	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
+	(ClusterPhase)(0),             // 0: capn.v1alpha1.ClusterPhase
+	(*Cluster)(nil),               // 1: capn.v1alpha1.Cluster
+	(*ClusterSpec)(nil),           // 2: capn.v1alpha1.ClusterSpec
+	(*MachineTemplate)(nil),       // 3: capn.v1alpha1.MachineTemplate
+	(*ControlPlaneSpec)(nil),      // 4: capn.v1alpha1.ControlPlaneSpec
+	(*WorkerPool)(nil),            // 5: capn.v1alpha1.WorkerPool
+	(*RolloutStrategy)(nil),       // 6: capn.v1alpha1.RolloutStrategy
+	(*NetworkSpec)(nil),           // 7: capn.v1alpha1.NetworkSpec
+	(*BootstrapSpec)(nil),         // 8: capn.v1alpha1.BootstrapSpec
+	(*File)(nil),                  // 9: capn.v1alpha1.File
+	(*CertificateAuthority)(nil),  // 10: capn.v1alpha1.CertificateAuthority
+	(*HealthPolicy)(nil),          // 11: capn.v1alpha1.HealthPolicy
+	(*UnhealthyCondition)(nil),    // 12: capn.v1alpha1.UnhealthyCondition
+	(*ClusterStatus)(nil),         // 13: capn.v1alpha1.ClusterStatus
+	(*PoolStatus)(nil),            // 14: capn.v1alpha1.PoolStatus
+	nil,                           // 15: capn.v1alpha1.MachineTemplate.ParametersEntry
+	nil,                           // 16: capn.v1alpha1.WorkerPool.LabelsEntry
+	nil,                           // 17: capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
+	(*ObjectMeta)(nil),            // 18: capn.v1alpha1.ObjectMeta
+	(*Taint)(nil),                 // 19: capn.v1alpha1.Taint
+	(*durationpb.Duration)(nil),   // 20: google.protobuf.Duration
+	(*Condition)(nil),             // 21: capn.v1alpha1.Condition
+	(*Endpoint)(nil),              // 22: capn.v1alpha1.Endpoint
+	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
 }
 var file_capn_v1alpha1_cluster_proto_depIdxs = []int32{
-	17, // 0: capn.v1alpha1.Cluster.metadata:type_name -> capn.v1alpha1.ObjectMeta
-	1,  // 1: capn.v1alpha1.Cluster.spec:type_name -> capn.v1alpha1.ClusterSpec
-	12, // 2: capn.v1alpha1.Cluster.status:type_name -> capn.v1alpha1.ClusterStatus
-	3,  // 3: capn.v1alpha1.ClusterSpec.control_plane:type_name -> capn.v1alpha1.ControlPlaneSpec
-	4,  // 4: capn.v1alpha1.ClusterSpec.worker_pools:type_name -> capn.v1alpha1.WorkerPool
-	6,  // 5: capn.v1alpha1.ClusterSpec.network:type_name -> capn.v1alpha1.NetworkSpec
-	7,  // 6: capn.v1alpha1.ClusterSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	10, // 7: capn.v1alpha1.ClusterSpec.health:type_name -> capn.v1alpha1.HealthPolicy
-	14, // 8: capn.v1alpha1.MachineTemplate.parameters:type_name -> capn.v1alpha1.MachineTemplate.ParametersEntry
-	2,  // 9: capn.v1alpha1.ControlPlaneSpec.template:type_name -> capn.v1alpha1.MachineTemplate
-	7,  // 10: capn.v1alpha1.ControlPlaneSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	2,  // 11: capn.v1alpha1.WorkerPool.template:type_name -> capn.v1alpha1.MachineTemplate
-	15, // 12: capn.v1alpha1.WorkerPool.labels:type_name -> capn.v1alpha1.WorkerPool.LabelsEntry
-	18, // 13: capn.v1alpha1.WorkerPool.taints:type_name -> capn.v1alpha1.Taint
-	5,  // 14: capn.v1alpha1.WorkerPool.strategy:type_name -> capn.v1alpha1.RolloutStrategy
-	7,  // 15: capn.v1alpha1.WorkerPool.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	10, // 16: capn.v1alpha1.WorkerPool.health:type_name -> capn.v1alpha1.HealthPolicy
-	8,  // 17: capn.v1alpha1.BootstrapSpec.files:type_name -> capn.v1alpha1.File
-	16, // 18: capn.v1alpha1.BootstrapSpec.kubelet_extra_args:type_name -> capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
-	19, // 19: capn.v1alpha1.BootstrapSpec.token_ttl:type_name -> google.protobuf.Duration
-	9,  // 20: capn.v1alpha1.BootstrapSpec.ca:type_name -> capn.v1alpha1.CertificateAuthority
-	11, // 21: capn.v1alpha1.HealthPolicy.unhealthy_conditions:type_name -> capn.v1alpha1.UnhealthyCondition
-	19, // 22: capn.v1alpha1.HealthPolicy.node_startup_timeout:type_name -> google.protobuf.Duration
-	19, // 23: capn.v1alpha1.HealthPolicy.heartbeat_grace:type_name -> google.protobuf.Duration
-	19, // 24: capn.v1alpha1.UnhealthyCondition.timeout:type_name -> google.protobuf.Duration
-	20, // 25: capn.v1alpha1.ClusterStatus.conditions:type_name -> capn.v1alpha1.Condition
-	21, // 26: capn.v1alpha1.ClusterStatus.control_plane_endpoint:type_name -> capn.v1alpha1.Endpoint
-	13, // 27: capn.v1alpha1.ClusterStatus.control_plane:type_name -> capn.v1alpha1.PoolStatus
-	13, // 28: capn.v1alpha1.ClusterStatus.worker_pools:type_name -> capn.v1alpha1.PoolStatus
-	22, // 29: capn.v1alpha1.ClusterStatus.updated:type_name -> google.protobuf.Timestamp
+	18, // 0: capn.v1alpha1.Cluster.metadata:type_name -> capn.v1alpha1.ObjectMeta
+	2,  // 1: capn.v1alpha1.Cluster.spec:type_name -> capn.v1alpha1.ClusterSpec
+	13, // 2: capn.v1alpha1.Cluster.status:type_name -> capn.v1alpha1.ClusterStatus
+	4,  // 3: capn.v1alpha1.ClusterSpec.control_plane:type_name -> capn.v1alpha1.ControlPlaneSpec
+	5,  // 4: capn.v1alpha1.ClusterSpec.worker_pools:type_name -> capn.v1alpha1.WorkerPool
+	7,  // 5: capn.v1alpha1.ClusterSpec.network:type_name -> capn.v1alpha1.NetworkSpec
+	8,  // 6: capn.v1alpha1.ClusterSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
+	11, // 7: capn.v1alpha1.ClusterSpec.health:type_name -> capn.v1alpha1.HealthPolicy
+	15, // 8: capn.v1alpha1.MachineTemplate.parameters:type_name -> capn.v1alpha1.MachineTemplate.ParametersEntry
+	3,  // 9: capn.v1alpha1.ControlPlaneSpec.template:type_name -> capn.v1alpha1.MachineTemplate
+	8,  // 10: capn.v1alpha1.ControlPlaneSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
+	3,  // 11: capn.v1alpha1.WorkerPool.template:type_name -> capn.v1alpha1.MachineTemplate
+	16, // 12: capn.v1alpha1.WorkerPool.labels:type_name -> capn.v1alpha1.WorkerPool.LabelsEntry
+	19, // 13: capn.v1alpha1.WorkerPool.taints:type_name -> capn.v1alpha1.Taint
+	6,  // 14: capn.v1alpha1.WorkerPool.strategy:type_name -> capn.v1alpha1.RolloutStrategy
+	8,  // 15: capn.v1alpha1.WorkerPool.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
+	11, // 16: capn.v1alpha1.WorkerPool.health:type_name -> capn.v1alpha1.HealthPolicy
+	9,  // 17: capn.v1alpha1.BootstrapSpec.files:type_name -> capn.v1alpha1.File
+	17, // 18: capn.v1alpha1.BootstrapSpec.kubelet_extra_args:type_name -> capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
+	20, // 19: capn.v1alpha1.BootstrapSpec.token_ttl:type_name -> google.protobuf.Duration
+	10, // 20: capn.v1alpha1.BootstrapSpec.ca:type_name -> capn.v1alpha1.CertificateAuthority
+	12, // 21: capn.v1alpha1.HealthPolicy.unhealthy_conditions:type_name -> capn.v1alpha1.UnhealthyCondition
+	20, // 22: capn.v1alpha1.HealthPolicy.node_startup_timeout:type_name -> google.protobuf.Duration
+	20, // 23: capn.v1alpha1.HealthPolicy.heartbeat_grace:type_name -> google.protobuf.Duration
+	20, // 24: capn.v1alpha1.UnhealthyCondition.timeout:type_name -> google.protobuf.Duration
+	21, // 25: capn.v1alpha1.ClusterStatus.conditions:type_name -> capn.v1alpha1.Condition
+	22, // 26: capn.v1alpha1.ClusterStatus.control_plane_endpoint:type_name -> capn.v1alpha1.Endpoint
+	14, // 27: capn.v1alpha1.ClusterStatus.control_plane:type_name -> capn.v1alpha1.PoolStatus
+	14, // 28: capn.v1alpha1.ClusterStatus.worker_pools:type_name -> capn.v1alpha1.PoolStatus
+	23, // 29: capn.v1alpha1.ClusterStatus.updated:type_name -> google.protobuf.Timestamp
 	30, // [30:30] is the sub-list for method output_type
 	30, // [30:30] is the sub-list for method input_type
 	30, // [30:30] is the sub-list for extension type_name
@@ -1374,13 +1485,14 @@ func file_capn_v1alpha1_cluster_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_capn_v1alpha1_cluster_proto_rawDesc), len(file_capn_v1alpha1_cluster_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      1,
 			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_capn_v1alpha1_cluster_proto_goTypes,
 		DependencyIndexes: file_capn_v1alpha1_cluster_proto_depIdxs,
+		EnumInfos:         file_capn_v1alpha1_cluster_proto_enumTypes,
 		MessageInfos:      file_capn_v1alpha1_cluster_proto_msgTypes,
 	}.Build()
 	File_capn_v1alpha1_cluster_proto = out.File

@@ -22,6 +22,84 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// MachinePhase is where a machine is in its life (Cluster API's phases, with
+// Bootstrapping made explicit). MachineStatus.phase and MachineEvent.phase
+// hold it as a string: the value's name without the MACHINE_PHASE_ prefix,
+// in CamelCase ("Running", "Provisioned"); UNSPECIFIED is the empty string.
+// Records keep the string so that they read as before and YAML and JSON stay
+// readable.
+type MachinePhase int32
+
+const (
+	MachinePhase_MACHINE_PHASE_UNSPECIFIED   MachinePhase = 0
+	MachinePhase_MACHINE_PHASE_PENDING       MachinePhase = 1
+	MachinePhase_MACHINE_PHASE_BOOTSTRAPPING MachinePhase = 2
+	MachinePhase_MACHINE_PHASE_PROVISIONING  MachinePhase = 3
+	MachinePhase_MACHINE_PHASE_PROVISIONED   MachinePhase = 4
+	MachinePhase_MACHINE_PHASE_RUNNING       MachinePhase = 5
+	// Stopped: hibernated (spec.stopped) and the provider reports it stopped;
+	// the machine keeps its identity and disk.
+	MachinePhase_MACHINE_PHASE_STOPPED  MachinePhase = 6
+	MachinePhase_MACHINE_PHASE_DELETING MachinePhase = 7
+	MachinePhase_MACHINE_PHASE_DELETED  MachinePhase = 8
+	MachinePhase_MACHINE_PHASE_FAILED   MachinePhase = 9
+)
+
+// Enum value maps for MachinePhase.
+var (
+	MachinePhase_name = map[int32]string{
+		0: "MACHINE_PHASE_UNSPECIFIED",
+		1: "MACHINE_PHASE_PENDING",
+		2: "MACHINE_PHASE_BOOTSTRAPPING",
+		3: "MACHINE_PHASE_PROVISIONING",
+		4: "MACHINE_PHASE_PROVISIONED",
+		5: "MACHINE_PHASE_RUNNING",
+		6: "MACHINE_PHASE_STOPPED",
+		7: "MACHINE_PHASE_DELETING",
+		8: "MACHINE_PHASE_DELETED",
+		9: "MACHINE_PHASE_FAILED",
+	}
+	MachinePhase_value = map[string]int32{
+		"MACHINE_PHASE_UNSPECIFIED":   0,
+		"MACHINE_PHASE_PENDING":       1,
+		"MACHINE_PHASE_BOOTSTRAPPING": 2,
+		"MACHINE_PHASE_PROVISIONING":  3,
+		"MACHINE_PHASE_PROVISIONED":   4,
+		"MACHINE_PHASE_RUNNING":       5,
+		"MACHINE_PHASE_STOPPED":       6,
+		"MACHINE_PHASE_DELETING":      7,
+		"MACHINE_PHASE_DELETED":       8,
+		"MACHINE_PHASE_FAILED":        9,
+	}
+)
+
+func (x MachinePhase) Enum() *MachinePhase {
+	p := new(MachinePhase)
+	*p = x
+	return p
+}
+
+func (x MachinePhase) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (MachinePhase) Descriptor() protoreflect.EnumDescriptor {
+	return file_capn_v1alpha1_machine_proto_enumTypes[0].Descriptor()
+}
+
+func (MachinePhase) Type() protoreflect.EnumType {
+	return &file_capn_v1alpha1_machine_proto_enumTypes[0]
+}
+
+func (x MachinePhase) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use MachinePhase.Descriptor instead.
+func (MachinePhase) EnumDescriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_machine_proto_rawDescGZIP(), []int{0}
+}
+
 // Machine is one node of a workload cluster. Its spec is written by the
 // cluster-planner to `desired` as `machine.<cluster>.<name>`; its status by
 // the machine-manager to `observed` under the same key.
@@ -226,8 +304,7 @@ func (x *MachineSpec) GetStopped() bool {
 
 type MachineStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// phase is Pending, Bootstrapping, Provisioning, Provisioned, Running,
-	// Stopped, Deleting, Deleted or Failed.
+	// phase is a MachinePhase as its string ("Running").
 	Phase      string       `protobuf:"bytes,1,opt,name=phase,proto3" json:"phase,omitempty"`
 	Conditions []*Condition `protobuf:"bytes,2,rep,name=conditions,proto3" json:"conditions,omitempty"`
 	ProviderId string       `protobuf:"bytes,3,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
@@ -423,7 +500,18 @@ const file_capn_v1alpha1_machine_proto_rawDesc = "" +
 	"\x19infrastructure_ready_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x17infrastructureReadyTime\x12B\n" +
 	"\x0fnode_ready_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\rnodeReadyTime\x126\n" +
 	"\x17bootstrap_data_checksum\x18\r \x01(\tR\x15bootstrapDataChecksum\x12\x1a\n" +
-	"\bprovider\x18\x0e \x01(\tR\bproviderB=Z;github.com/capn-dev/capn/schemas/capn/v1alpha1;capnv1alpha1b\x06proto3"
+	"\bprovider\x18\x0e \x01(\tR\bprovider*\xaf\x02\n" +
+	"\fMachinePhase\x12\x1d\n" +
+	"\x19MACHINE_PHASE_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15MACHINE_PHASE_PENDING\x10\x01\x12\x1f\n" +
+	"\x1bMACHINE_PHASE_BOOTSTRAPPING\x10\x02\x12\x1e\n" +
+	"\x1aMACHINE_PHASE_PROVISIONING\x10\x03\x12\x1d\n" +
+	"\x19MACHINE_PHASE_PROVISIONED\x10\x04\x12\x19\n" +
+	"\x15MACHINE_PHASE_RUNNING\x10\x05\x12\x19\n" +
+	"\x15MACHINE_PHASE_STOPPED\x10\x06\x12\x1a\n" +
+	"\x16MACHINE_PHASE_DELETING\x10\a\x12\x19\n" +
+	"\x15MACHINE_PHASE_DELETED\x10\b\x12\x18\n" +
+	"\x14MACHINE_PHASE_FAILED\x10\tB=Z;github.com/capn-dev/capn/schemas/capn/v1alpha1;capnv1alpha1b\x06proto3"
 
 var (
 	file_capn_v1alpha1_machine_proto_rawDescOnce sync.Once
@@ -437,33 +525,35 @@ func file_capn_v1alpha1_machine_proto_rawDescGZIP() []byte {
 	return file_capn_v1alpha1_machine_proto_rawDescData
 }
 
+var file_capn_v1alpha1_machine_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_capn_v1alpha1_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_capn_v1alpha1_machine_proto_goTypes = []any{
-	(*Machine)(nil),               // 0: capn.v1alpha1.Machine
-	(*MachineSpec)(nil),           // 1: capn.v1alpha1.MachineSpec
-	(*MachineStatus)(nil),         // 2: capn.v1alpha1.MachineStatus
-	nil,                           // 3: capn.v1alpha1.MachineSpec.LabelsEntry
-	(*ObjectMeta)(nil),            // 4: capn.v1alpha1.ObjectMeta
-	(*MachineTemplate)(nil),       // 5: capn.v1alpha1.MachineTemplate
-	(*Taint)(nil),                 // 6: capn.v1alpha1.Taint
-	(*BootstrapSpec)(nil),         // 7: capn.v1alpha1.BootstrapSpec
-	(*Condition)(nil),             // 8: capn.v1alpha1.Condition
-	(*Address)(nil),               // 9: capn.v1alpha1.Address
-	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(MachinePhase)(0),             // 0: capn.v1alpha1.MachinePhase
+	(*Machine)(nil),               // 1: capn.v1alpha1.Machine
+	(*MachineSpec)(nil),           // 2: capn.v1alpha1.MachineSpec
+	(*MachineStatus)(nil),         // 3: capn.v1alpha1.MachineStatus
+	nil,                           // 4: capn.v1alpha1.MachineSpec.LabelsEntry
+	(*ObjectMeta)(nil),            // 5: capn.v1alpha1.ObjectMeta
+	(*MachineTemplate)(nil),       // 6: capn.v1alpha1.MachineTemplate
+	(*Taint)(nil),                 // 7: capn.v1alpha1.Taint
+	(*BootstrapSpec)(nil),         // 8: capn.v1alpha1.BootstrapSpec
+	(*Condition)(nil),             // 9: capn.v1alpha1.Condition
+	(*Address)(nil),               // 10: capn.v1alpha1.Address
+	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
 }
 var file_capn_v1alpha1_machine_proto_depIdxs = []int32{
-	4,  // 0: capn.v1alpha1.Machine.metadata:type_name -> capn.v1alpha1.ObjectMeta
-	1,  // 1: capn.v1alpha1.Machine.spec:type_name -> capn.v1alpha1.MachineSpec
-	2,  // 2: capn.v1alpha1.Machine.status:type_name -> capn.v1alpha1.MachineStatus
-	5,  // 3: capn.v1alpha1.MachineSpec.template:type_name -> capn.v1alpha1.MachineTemplate
-	3,  // 4: capn.v1alpha1.MachineSpec.labels:type_name -> capn.v1alpha1.MachineSpec.LabelsEntry
-	6,  // 5: capn.v1alpha1.MachineSpec.taints:type_name -> capn.v1alpha1.Taint
-	7,  // 6: capn.v1alpha1.MachineSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	8,  // 7: capn.v1alpha1.MachineStatus.conditions:type_name -> capn.v1alpha1.Condition
-	9,  // 8: capn.v1alpha1.MachineStatus.addresses:type_name -> capn.v1alpha1.Address
-	10, // 9: capn.v1alpha1.MachineStatus.phase_since:type_name -> google.protobuf.Timestamp
-	10, // 10: capn.v1alpha1.MachineStatus.infrastructure_ready_time:type_name -> google.protobuf.Timestamp
-	10, // 11: capn.v1alpha1.MachineStatus.node_ready_time:type_name -> google.protobuf.Timestamp
+	5,  // 0: capn.v1alpha1.Machine.metadata:type_name -> capn.v1alpha1.ObjectMeta
+	2,  // 1: capn.v1alpha1.Machine.spec:type_name -> capn.v1alpha1.MachineSpec
+	3,  // 2: capn.v1alpha1.Machine.status:type_name -> capn.v1alpha1.MachineStatus
+	6,  // 3: capn.v1alpha1.MachineSpec.template:type_name -> capn.v1alpha1.MachineTemplate
+	4,  // 4: capn.v1alpha1.MachineSpec.labels:type_name -> capn.v1alpha1.MachineSpec.LabelsEntry
+	7,  // 5: capn.v1alpha1.MachineSpec.taints:type_name -> capn.v1alpha1.Taint
+	8,  // 6: capn.v1alpha1.MachineSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
+	9,  // 7: capn.v1alpha1.MachineStatus.conditions:type_name -> capn.v1alpha1.Condition
+	10, // 8: capn.v1alpha1.MachineStatus.addresses:type_name -> capn.v1alpha1.Address
+	11, // 9: capn.v1alpha1.MachineStatus.phase_since:type_name -> google.protobuf.Timestamp
+	11, // 10: capn.v1alpha1.MachineStatus.infrastructure_ready_time:type_name -> google.protobuf.Timestamp
+	11, // 11: capn.v1alpha1.MachineStatus.node_ready_time:type_name -> google.protobuf.Timestamp
 	12, // [12:12] is the sub-list for method output_type
 	12, // [12:12] is the sub-list for method input_type
 	12, // [12:12] is the sub-list for extension type_name
@@ -483,13 +573,14 @@ func file_capn_v1alpha1_machine_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_capn_v1alpha1_machine_proto_rawDesc), len(file_capn_v1alpha1_machine_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      1,
 			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_capn_v1alpha1_machine_proto_goTypes,
 		DependencyIndexes: file_capn_v1alpha1_machine_proto_depIdxs,
+		EnumInfos:         file_capn_v1alpha1_machine_proto_enumTypes,
 		MessageInfos:      file_capn_v1alpha1_machine_proto_msgTypes,
 	}.Build()
 	File_capn_v1alpha1_machine_proto = out.File

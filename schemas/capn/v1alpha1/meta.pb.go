@@ -26,6 +26,62 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ConditionStatus is a condition's status, as in Kubernetes. Condition.status
+// and NodeCondition.status hold it as a string: "True", "False" or
+// "Unknown" (the value's name without the CONDITION_STATUS_ prefix, in
+// CamelCase); UNSPECIFIED is the empty string.
+type ConditionStatus int32
+
+const (
+	ConditionStatus_CONDITION_STATUS_UNSPECIFIED ConditionStatus = 0
+	ConditionStatus_CONDITION_STATUS_TRUE        ConditionStatus = 1
+	ConditionStatus_CONDITION_STATUS_FALSE       ConditionStatus = 2
+	ConditionStatus_CONDITION_STATUS_UNKNOWN     ConditionStatus = 3
+)
+
+// Enum value maps for ConditionStatus.
+var (
+	ConditionStatus_name = map[int32]string{
+		0: "CONDITION_STATUS_UNSPECIFIED",
+		1: "CONDITION_STATUS_TRUE",
+		2: "CONDITION_STATUS_FALSE",
+		3: "CONDITION_STATUS_UNKNOWN",
+	}
+	ConditionStatus_value = map[string]int32{
+		"CONDITION_STATUS_UNSPECIFIED": 0,
+		"CONDITION_STATUS_TRUE":        1,
+		"CONDITION_STATUS_FALSE":       2,
+		"CONDITION_STATUS_UNKNOWN":     3,
+	}
+)
+
+func (x ConditionStatus) Enum() *ConditionStatus {
+	p := new(ConditionStatus)
+	*p = x
+	return p
+}
+
+func (x ConditionStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ConditionStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_capn_v1alpha1_meta_proto_enumTypes[0].Descriptor()
+}
+
+func (ConditionStatus) Type() protoreflect.EnumType {
+	return &file_capn_v1alpha1_meta_proto_enumTypes[0]
+}
+
+func (x ConditionStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ConditionStatus.Descriptor instead.
+func (ConditionStatus) EnumDescriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_meta_proto_rawDescGZIP(), []int{0}
+}
+
 // ObjectMeta is the Kubernetes-style metadata every capn resource carries.
 type ObjectMeta struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -142,7 +198,7 @@ func (x *ObjectMeta) GetUid() string {
 type Condition struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Type  string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
-	// status is one of True, False, Unknown.
+	// status is a ConditionStatus as its string: True, False or Unknown.
 	Status  string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
 	Reason  string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
@@ -433,7 +489,12 @@ const file_capn_v1alpha1_meta_proto_rawDesc = "" +
 	"\x04port\x18\x02 \x01(\x05R\x04port\"7\n" +
 	"\aAddress\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
-	"\aaddress\x18\x02 \x01(\tR\aaddressB=Z;github.com/capn-dev/capn/schemas/capn/v1alpha1;capnv1alpha1b\x06proto3"
+	"\aaddress\x18\x02 \x01(\tR\aaddress*\x88\x01\n" +
+	"\x0fConditionStatus\x12 \n" +
+	"\x1cCONDITION_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15CONDITION_STATUS_TRUE\x10\x01\x12\x1a\n" +
+	"\x16CONDITION_STATUS_FALSE\x10\x02\x12\x1c\n" +
+	"\x18CONDITION_STATUS_UNKNOWN\x10\x03B=Z;github.com/capn-dev/capn/schemas/capn/v1alpha1;capnv1alpha1b\x06proto3"
 
 var (
 	file_capn_v1alpha1_meta_proto_rawDescOnce sync.Once
@@ -447,23 +508,25 @@ func file_capn_v1alpha1_meta_proto_rawDescGZIP() []byte {
 	return file_capn_v1alpha1_meta_proto_rawDescData
 }
 
+var file_capn_v1alpha1_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_capn_v1alpha1_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_capn_v1alpha1_meta_proto_goTypes = []any{
-	(*ObjectMeta)(nil),            // 0: capn.v1alpha1.ObjectMeta
-	(*Condition)(nil),             // 1: capn.v1alpha1.Condition
-	(*Taint)(nil),                 // 2: capn.v1alpha1.Taint
-	(*Endpoint)(nil),              // 3: capn.v1alpha1.Endpoint
-	(*Address)(nil),               // 4: capn.v1alpha1.Address
-	nil,                           // 5: capn.v1alpha1.ObjectMeta.LabelsEntry
-	nil,                           // 6: capn.v1alpha1.ObjectMeta.AnnotationsEntry
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(ConditionStatus)(0),          // 0: capn.v1alpha1.ConditionStatus
+	(*ObjectMeta)(nil),            // 1: capn.v1alpha1.ObjectMeta
+	(*Condition)(nil),             // 2: capn.v1alpha1.Condition
+	(*Taint)(nil),                 // 3: capn.v1alpha1.Taint
+	(*Endpoint)(nil),              // 4: capn.v1alpha1.Endpoint
+	(*Address)(nil),               // 5: capn.v1alpha1.Address
+	nil,                           // 6: capn.v1alpha1.ObjectMeta.LabelsEntry
+	nil,                           // 7: capn.v1alpha1.ObjectMeta.AnnotationsEntry
+	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
 }
 var file_capn_v1alpha1_meta_proto_depIdxs = []int32{
-	5, // 0: capn.v1alpha1.ObjectMeta.labels:type_name -> capn.v1alpha1.ObjectMeta.LabelsEntry
-	6, // 1: capn.v1alpha1.ObjectMeta.annotations:type_name -> capn.v1alpha1.ObjectMeta.AnnotationsEntry
-	7, // 2: capn.v1alpha1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
-	7, // 3: capn.v1alpha1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
-	7, // 4: capn.v1alpha1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	6, // 0: capn.v1alpha1.ObjectMeta.labels:type_name -> capn.v1alpha1.ObjectMeta.LabelsEntry
+	7, // 1: capn.v1alpha1.ObjectMeta.annotations:type_name -> capn.v1alpha1.ObjectMeta.AnnotationsEntry
+	8, // 2: capn.v1alpha1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
+	8, // 3: capn.v1alpha1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	8, // 4: capn.v1alpha1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
 	5, // [5:5] is the sub-list for method output_type
 	5, // [5:5] is the sub-list for method input_type
 	5, // [5:5] is the sub-list for extension type_name
@@ -481,13 +544,14 @@ func file_capn_v1alpha1_meta_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_capn_v1alpha1_meta_proto_rawDesc), len(file_capn_v1alpha1_meta_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      1,
 			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_capn_v1alpha1_meta_proto_goTypes,
 		DependencyIndexes: file_capn_v1alpha1_meta_proto_depIdxs,
+		EnumInfos:         file_capn_v1alpha1_meta_proto_enumTypes,
 		MessageInfos:      file_capn_v1alpha1_meta_proto_msgTypes,
 	}.Build()
 	File_capn_v1alpha1_meta_proto = out.File

@@ -22,6 +22,71 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// InfraState is the state of a machine's infrastructure as its provider
+// reports it. InfraMachine.state holds it as a string: the value's name
+// without the INFRA_STATE_ prefix, in CamelCase ("Running"); UNSPECIFIED is
+// the empty string.
+type InfraState int32
+
+const (
+	InfraState_INFRA_STATE_UNSPECIFIED InfraState = 0
+	InfraState_INFRA_STATE_CREATING    InfraState = 1
+	InfraState_INFRA_STATE_RUNNING     InfraState = 2
+	InfraState_INFRA_STATE_STOPPED     InfraState = 3
+	InfraState_INFRA_STATE_DELETING    InfraState = 4
+	InfraState_INFRA_STATE_DELETED     InfraState = 5
+	InfraState_INFRA_STATE_FAILED      InfraState = 6
+)
+
+// Enum value maps for InfraState.
+var (
+	InfraState_name = map[int32]string{
+		0: "INFRA_STATE_UNSPECIFIED",
+		1: "INFRA_STATE_CREATING",
+		2: "INFRA_STATE_RUNNING",
+		3: "INFRA_STATE_STOPPED",
+		4: "INFRA_STATE_DELETING",
+		5: "INFRA_STATE_DELETED",
+		6: "INFRA_STATE_FAILED",
+	}
+	InfraState_value = map[string]int32{
+		"INFRA_STATE_UNSPECIFIED": 0,
+		"INFRA_STATE_CREATING":    1,
+		"INFRA_STATE_RUNNING":     2,
+		"INFRA_STATE_STOPPED":     3,
+		"INFRA_STATE_DELETING":    4,
+		"INFRA_STATE_DELETED":     5,
+		"INFRA_STATE_FAILED":      6,
+	}
+)
+
+func (x InfraState) Enum() *InfraState {
+	p := new(InfraState)
+	*p = x
+	return p
+}
+
+func (x InfraState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (InfraState) Descriptor() protoreflect.EnumDescriptor {
+	return file_capn_v1alpha1_provider_proto_enumTypes[0].Descriptor()
+}
+
+func (InfraState) Type() protoreflect.EnumType {
+	return &file_capn_v1alpha1_provider_proto_enumTypes[0]
+}
+
+func (x InfraState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use InfraState.Descriptor instead.
+func (InfraState) EnumDescriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_provider_proto_rawDescGZIP(), []int{0}
+}
+
 // EnsureClusterInfra creates (or finds) the cluster's network and
 // control-plane endpoint (capn.provider.<p>.cluster.ensure).
 type EnsureClusterInfra struct {
@@ -361,7 +426,7 @@ type InfraMachine struct {
 	Machine    string                 `protobuf:"bytes,3,opt,name=machine,proto3" json:"machine,omitempty"`
 	ProviderId string                 `protobuf:"bytes,4,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
 	Addresses  []*Address             `protobuf:"bytes,5,rep,name=addresses,proto3" json:"addresses,omitempty"`
-	// state is Creating, Running, Stopped, Deleting, Deleted or Failed.
+	// state is an InfraState as its string ("Running").
 	State         string                 `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`
 	Message       string                 `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
 	Updated       *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=updated,proto3" json:"updated,omitempty"`
@@ -780,7 +845,16 @@ const file_capn_v1alpha1_provider_proto_rawDesc = "" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\"\n" +
 	"\fcapabilities\x18\x03 \x03(\tR\fcapabilities\x12.\n" +
 	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1a\n" +
-	"\binstance\x18\x05 \x01(\tR\binstanceB=Z;github.com/capn-dev/capn/schemas/capn/v1alpha1;capnv1alpha1b\x06proto3"
+	"\binstance\x18\x05 \x01(\tR\binstance*\xc0\x01\n" +
+	"\n" +
+	"InfraState\x12\x1b\n" +
+	"\x17INFRA_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14INFRA_STATE_CREATING\x10\x01\x12\x17\n" +
+	"\x13INFRA_STATE_RUNNING\x10\x02\x12\x17\n" +
+	"\x13INFRA_STATE_STOPPED\x10\x03\x12\x18\n" +
+	"\x14INFRA_STATE_DELETING\x10\x04\x12\x17\n" +
+	"\x13INFRA_STATE_DELETED\x10\x05\x12\x16\n" +
+	"\x12INFRA_STATE_FAILED\x10\x06B=Z;github.com/capn-dev/capn/schemas/capn/v1alpha1;capnv1alpha1b\x06proto3"
 
 var (
 	file_capn_v1alpha1_provider_proto_rawDescOnce sync.Once
@@ -794,33 +868,35 @@ func file_capn_v1alpha1_provider_proto_rawDescGZIP() []byte {
 	return file_capn_v1alpha1_provider_proto_rawDescData
 }
 
+var file_capn_v1alpha1_provider_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_capn_v1alpha1_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_capn_v1alpha1_provider_proto_goTypes = []any{
-	(*EnsureClusterInfra)(nil),    // 0: capn.v1alpha1.EnsureClusterInfra
-	(*DeleteClusterInfra)(nil),    // 1: capn.v1alpha1.DeleteClusterInfra
-	(*CreateMachine)(nil),         // 2: capn.v1alpha1.CreateMachine
-	(*DeleteMachine)(nil),         // 3: capn.v1alpha1.DeleteMachine
-	(*MachinePower)(nil),          // 4: capn.v1alpha1.MachinePower
-	(*InfraMachine)(nil),          // 5: capn.v1alpha1.InfraMachine
-	(*InfraCluster)(nil),          // 6: capn.v1alpha1.InfraCluster
-	(*DriftReport)(nil),           // 7: capn.v1alpha1.DriftReport
-	(*ProviderAnnouncement)(nil),  // 8: capn.v1alpha1.ProviderAnnouncement
-	nil,                           // 9: capn.v1alpha1.EnsureClusterInfra.ParametersEntry
-	nil,                           // 10: capn.v1alpha1.CreateMachine.LabelsEntry
-	(*MachineTemplate)(nil),       // 11: capn.v1alpha1.MachineTemplate
-	(*Address)(nil),               // 12: capn.v1alpha1.Address
-	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
-	(*Endpoint)(nil),              // 14: capn.v1alpha1.Endpoint
+	(InfraState)(0),               // 0: capn.v1alpha1.InfraState
+	(*EnsureClusterInfra)(nil),    // 1: capn.v1alpha1.EnsureClusterInfra
+	(*DeleteClusterInfra)(nil),    // 2: capn.v1alpha1.DeleteClusterInfra
+	(*CreateMachine)(nil),         // 3: capn.v1alpha1.CreateMachine
+	(*DeleteMachine)(nil),         // 4: capn.v1alpha1.DeleteMachine
+	(*MachinePower)(nil),          // 5: capn.v1alpha1.MachinePower
+	(*InfraMachine)(nil),          // 6: capn.v1alpha1.InfraMachine
+	(*InfraCluster)(nil),          // 7: capn.v1alpha1.InfraCluster
+	(*DriftReport)(nil),           // 8: capn.v1alpha1.DriftReport
+	(*ProviderAnnouncement)(nil),  // 9: capn.v1alpha1.ProviderAnnouncement
+	nil,                           // 10: capn.v1alpha1.EnsureClusterInfra.ParametersEntry
+	nil,                           // 11: capn.v1alpha1.CreateMachine.LabelsEntry
+	(*MachineTemplate)(nil),       // 12: capn.v1alpha1.MachineTemplate
+	(*Address)(nil),               // 13: capn.v1alpha1.Address
+	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(*Endpoint)(nil),              // 15: capn.v1alpha1.Endpoint
 }
 var file_capn_v1alpha1_provider_proto_depIdxs = []int32{
-	9,  // 0: capn.v1alpha1.EnsureClusterInfra.parameters:type_name -> capn.v1alpha1.EnsureClusterInfra.ParametersEntry
-	11, // 1: capn.v1alpha1.CreateMachine.template:type_name -> capn.v1alpha1.MachineTemplate
-	10, // 2: capn.v1alpha1.CreateMachine.labels:type_name -> capn.v1alpha1.CreateMachine.LabelsEntry
-	12, // 3: capn.v1alpha1.InfraMachine.addresses:type_name -> capn.v1alpha1.Address
-	13, // 4: capn.v1alpha1.InfraMachine.updated:type_name -> google.protobuf.Timestamp
-	14, // 5: capn.v1alpha1.InfraCluster.control_plane_endpoint:type_name -> capn.v1alpha1.Endpoint
-	13, // 6: capn.v1alpha1.DriftReport.time:type_name -> google.protobuf.Timestamp
-	13, // 7: capn.v1alpha1.ProviderAnnouncement.time:type_name -> google.protobuf.Timestamp
+	10, // 0: capn.v1alpha1.EnsureClusterInfra.parameters:type_name -> capn.v1alpha1.EnsureClusterInfra.ParametersEntry
+	12, // 1: capn.v1alpha1.CreateMachine.template:type_name -> capn.v1alpha1.MachineTemplate
+	11, // 2: capn.v1alpha1.CreateMachine.labels:type_name -> capn.v1alpha1.CreateMachine.LabelsEntry
+	13, // 3: capn.v1alpha1.InfraMachine.addresses:type_name -> capn.v1alpha1.Address
+	14, // 4: capn.v1alpha1.InfraMachine.updated:type_name -> google.protobuf.Timestamp
+	15, // 5: capn.v1alpha1.InfraCluster.control_plane_endpoint:type_name -> capn.v1alpha1.Endpoint
+	14, // 6: capn.v1alpha1.DriftReport.time:type_name -> google.protobuf.Timestamp
+	14, // 7: capn.v1alpha1.ProviderAnnouncement.time:type_name -> google.protobuf.Timestamp
 	8,  // [8:8] is the sub-list for method output_type
 	8,  // [8:8] is the sub-list for method input_type
 	8,  // [8:8] is the sub-list for extension type_name
@@ -840,13 +916,14 @@ func file_capn_v1alpha1_provider_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_capn_v1alpha1_provider_proto_rawDesc), len(file_capn_v1alpha1_provider_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      1,
 			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_capn_v1alpha1_provider_proto_goTypes,
 		DependencyIndexes: file_capn_v1alpha1_provider_proto_depIdxs,
+		EnumInfos:         file_capn_v1alpha1_provider_proto_enumTypes,
 		MessageInfos:      file_capn_v1alpha1_provider_proto_msgTypes,
 	}.Build()
 	File_capn_v1alpha1_provider_proto = out.File

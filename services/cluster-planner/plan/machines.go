@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"cmp"
 	"slices"
 
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
@@ -18,22 +19,19 @@ type machine struct {
 	outdated bool
 }
 
-func (m *machine) phase() string {
-	if m.status == nil {
-		return PhasePending
+func (m *machine) phase() capnv1alpha1.MachinePhase {
+	if m.status.GetPhase() == "" {
+		return capnv1alpha1.MachinePending
 	}
-	if m.status.Phase == "" {
-		return PhasePending
-	}
-	return m.status.Phase
+	return m.status.GetPhaseValue()
 }
 
 // gone: deletion is complete; only the desired record is left to remove.
-func (m *machine) gone() bool { return m.deleting && m.phase() == PhaseDeleted }
+func (m *machine) gone() bool { return m.deleting && m.phase() == capnv1alpha1.MachineDeleted }
 
-func (m *machine) running() bool { return m.phase() == PhaseRunning }
+func (m *machine) running() bool { return m.phase() == capnv1alpha1.MachineRunning }
 
-func (m *machine) failed() bool { return m.phase() == PhaseFailed }
+func (m *machine) failed() bool { return m.phase() == capnv1alpha1.MachineFailed }
 
 // unhealthy: failed, its node reported NodeHealthy=False, or a health check
 // annotated it.
@@ -49,7 +47,7 @@ func (m *machine) unhealthy() bool {
 
 func nodeHealthyFalse(st *capnv1alpha1.MachineStatus) bool {
 	for _, c := range st.GetConditions() {
-		if c.GetType() == ConditionNodeHealthy && c.GetStatus() == "False" {
+		if c.GetType() == ConditionNodeHealthy && c.GetStatusValue() == capnv1alpha1.ConditionFalse {
 			return true
 		}
 	}
@@ -80,7 +78,7 @@ func (m *machine) why() string {
 	case m.unhealthy():
 		return "marked unhealthy"
 	}
-	return m.phase()
+	return cmp.Or(m.status.GetPhase(), capnv1alpha1.MachinePending.Wire())
 }
 
 // pool is the control plane or one worker pool with the machines it has.
@@ -168,11 +166,11 @@ func (pl *pool) count() poolCounts {
 			c.updated++
 		}
 		switch m.phase() {
-		case PhaseFailed:
+		case capnv1alpha1.MachineFailed:
 			c.failed++
-		case PhaseStopped:
+		case capnv1alpha1.MachineStopped:
 			c.stopped++
-		case PhasePending, PhaseBootstrapping, PhaseProvisioning, PhaseProvisioned:
+		case capnv1alpha1.MachinePending, capnv1alpha1.MachineBootstrapping, capnv1alpha1.MachineProvisioning, capnv1alpha1.MachineProvisioned:
 			c.booting++
 		}
 		if m.available() {

@@ -36,7 +36,10 @@ const (
 	RoleWorker       = "worker"
 )
 
-// Machine phases, as the machine-manager writes them.
+// Machine and cluster phases as wire strings, for plantest and the
+// service until they move to capnv1alpha1's enums (MachineRunning,
+// ClusterReady, …), which the planner itself uses; phases_test.go holds
+// each equal to its enum's string. Do not add to them.
 const (
 	PhasePending       = "Pending"
 	PhaseBootstrapping = "Bootstrapping"
@@ -47,12 +50,7 @@ const (
 	PhaseDeleting      = "Deleting"
 	PhaseDeleted       = "Deleted"
 	PhaseFailed        = "Failed"
-)
 
-// Cluster phases the planner writes.
-const (
-	// ClusterPending: nothing was made yet and nothing can be (a provider
-	// the cluster names is not running or lacks a capability it needs).
 	ClusterPending      = "Pending"
 	ClusterProvisioning = "Provisioning"
 	ClusterReady        = "Ready"
@@ -62,14 +60,9 @@ const (
 	ClusterDeleting     = "Deleting"
 	ClusterFailed       = "Failed"
 	ClusterPaused       = "Paused"
-	// ClusterHibernating: spec.hibernated is set and machines that can stop
-	// are still stopping.
-	ClusterHibernating = "Hibernating"
-	// ClusterHibernated: every machine that can stop is stopped.
-	ClusterHibernated = "Hibernated"
-	// ClusterWaking: spec.hibernated was cleared and stopped machines are
-	// starting again.
-	ClusterWaking = "Waking"
+	ClusterHibernating  = "Hibernating"
+	ClusterHibernated   = "Hibernated"
+	ClusterWaking       = "Waking"
 )
 
 // Condition types: the ones the planner writes on the cluster, and
@@ -288,8 +281,8 @@ func Plan(in Input) Result {
 	}
 	st := p.status()
 	r := Result{Actions: p.actions, Status: st, PhaseMessage: p.phaseMessage(st)}
-	switch st.Phase {
-	case ClusterReady, ClusterPaused, ClusterHibernated:
+	switch st.GetPhaseValue() {
+	case capnv1alpha1.ClusterReady, capnv1alpha1.ClusterPaused, capnv1alpha1.ClusterHibernated:
 	default:
 		if p.invalid == nil {
 			r.RequeueAfter = ProgressResync

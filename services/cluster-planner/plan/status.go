@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/conditions"
 )
 
 // status computes the cluster status from what was observed before this
@@ -94,7 +95,7 @@ func (p *planner) status() *capnv1alpha1.ClusterStatus {
 		}
 	}
 	st.Conditions = conds
-	st.Phase = p.phase(cpOK && wOK, paused, deleting, hibernated)
+	st.SetPhaseValue(p.phase(cpOK && wOK, paused, deleting, hibernated))
 	// Updated is when the status last changed, not when it was last
 	// computed: a plan that changes nothing keeps the previous time, so
 	// the planner has nothing to write (it rewrote every cluster's status
@@ -109,9 +110,9 @@ func (p *planner) status() *capnv1alpha1.ClusterStatus {
 	return st
 }
 
-func (p *planner) phase(ready, paused, deleting, hibernated bool) string {
-	prev := p.in.Status.GetPhase()
-	neverReady := prev == "" || prev == "Pending" || prev == ClusterProvisioning
+func (p *planner) phase(ready, paused, deleting, hibernated bool) capnv1alpha1.ClusterPhase {
+	prev := p.in.Status.GetPhaseValue()
+	neverReady := p.in.Status.GetPhase() == "" || prev == capnv1alpha1.ClusterPending || prev == capnv1alpha1.ClusterProvisioning
 	all := append([]*pool{p.cp}, p.pools...)
 	has := func(f func(pl *pool) bool) bool {
 		for _, pl := range all {
@@ -123,35 +124,35 @@ func (p *planner) phase(ready, paused, deleting, hibernated bool) string {
 	}
 	switch {
 	case paused:
-		return ClusterPaused
+		return capnv1alpha1.ClusterPaused
 	case deleting:
-		return ClusterDeleting
+		return capnv1alpha1.ClusterDeleting
 	case p.invalid != nil:
-		return ClusterFailed
+		return capnv1alpha1.ClusterFailed
 	case p.refused:
-		return ClusterPending
+		return capnv1alpha1.ClusterPending
 	case p.initialized && p.cp.obs.available == 0 && p.cp.obs.failed > 0:
-		return ClusterFailed // the control plane is down and failing
+		return capnv1alpha1.ClusterFailed // the control plane is down and failing
 	case hibernated && p.allStopped():
-		return ClusterHibernated
+		return capnv1alpha1.ClusterHibernated
 	case hibernated:
-		return ClusterHibernating
+		return capnv1alpha1.ClusterHibernating
 	case ready:
-		return ClusterReady
+		return capnv1alpha1.ClusterReady
 	case !p.initialized || neverReady:
-		return ClusterProvisioning
+		return capnv1alpha1.ClusterProvisioning
 	case has(func(pl *pool) bool { return pl.obs.stopped > 0 }):
-		return ClusterWaking // stopped machines while not hibernated: starting again
+		return capnv1alpha1.ClusterWaking // stopped machines while not hibernated: starting again
 	case has(func(pl *pool) bool { return pl.obs.outdated > 0 }):
-		return ClusterUpgrading
+		return capnv1alpha1.ClusterUpgrading
 	case has(func(pl *pool) bool { return pl.obs.replicas < pl.replicas || pl.obs.ready < pl.obs.replicas }):
-		return ClusterScalingUp
+		return capnv1alpha1.ClusterScalingUp
 	case has(func(pl *pool) bool { return pl.obs.replicas > pl.replicas || pl.obs.deleting > 0 }):
-		return ClusterScalingDown
+		return capnv1alpha1.ClusterScalingDown
 	}
 	// Every machine is there and up to date but some are unhealthy: nothing
 	// to do for the planner (remediation's job); the Ready condition says so.
-	return ClusterReady
+	return capnv1alpha1.ClusterReady
 }
 
 // phaseMessage says what the status's phase means now, for the timeline
@@ -161,16 +162,9 @@ func (p *planner) phase(ready, paused, deleting, hibernated bool) string {
 func (p *planner) phaseMessage(st *capnv1alpha1.ClusterStatus) string {
 	stopped, total := p.stoppedCount()
 	conds := st.GetConditions()
-	message := func(typ string) string {
-		for _, c := range conds {
-			if c.GetType() == typ {
-				return c.GetMessage()
-			}
-		}
-		return ""
-	}
-	switch st.GetPhase() {
-	case ClusterHibernated:
+	message := func(typ string) string { return conditions.Get(conds, typ).GetMessage() }
+	switch st.GetPhaseValue() {
+	case capnv1alpha1.ClusterHibernated:
 		msg := fmt.Sprintf("hibernated: %s stopped, their disks kept", plural(stopped, "machine"))
 		them := "them"
 		if stopped == 1 {
@@ -180,17 +174,17 @@ func (p *planner) phaseMessage(st *capnv1alpha1.ClusterStatus) string {
 			msg += "; " + running
 		}
 		return msg + "; capn wake " + p.name + " starts " + them
-	case ClusterHibernating:
+	case capnv1alpha1.ClusterHibernating:
 		return fmt.Sprintf("hibernating: stopping %s, keeping their disks", plural(total-stopped, "machine"))
-	case ClusterWaking:
+	case capnv1alpha1.ClusterWaking:
 		n := 0
 		for _, pl := range append([]*pool{p.cp}, p.pools...) {
 			n += pl.obs.stopped
 		}
 		return fmt.Sprintf("waking: starting %s", plural(n, "stopped machine"))
-	case ClusterDeleting:
+	case capnv1alpha1.ClusterDeleting:
 		return message(ConditionDeleting)
-	case ClusterPaused:
+	case capnv1alpha1.ClusterPaused:
 		if p.c.GetMetadata().GetDeletionTimestamp() != nil {
 			return message(ConditionDeleting) // the deletion waits: it says so
 		}
@@ -369,7 +363,7 @@ func (p *planner) stoppedCount() (stopped, total int) {
 			continue
 		}
 		total++
-		if m.phase() == PhaseStopped {
+		if m.phase() == capnv1alpha1.MachineStopped {
 			stopped++
 		}
 	}
@@ -379,9 +373,9 @@ func (p *planner) stoppedCount() (stopped, total int) {
 // condition builds a condition, keeping the previous transition time when
 // its status did not change.
 func (p *planner) condition(typ string, ok bool, reason, msg string) *capnv1alpha1.Condition {
-	c := &capnv1alpha1.Condition{Type: typ, Status: "True", Reason: reason, Message: msg}
+	c := conditions.New(typ, capnv1alpha1.ConditionTrue, reason, msg)
 	if !ok {
-		c.Status = "False"
+		c.Status = capnv1alpha1.ConditionFalse.Wire()
 		switch reason {
 		case "InvalidSpec", ReasonProviderLacksCapability:
 			c.Severity = "Error"
@@ -394,11 +388,5 @@ func (p *planner) condition(typ string, ok bool, reason, msg string) *capnv1alph
 	if typ == ConditionPaused && !ok {
 		c.Severity = "" // not being paused is not a problem
 	}
-	c.LastTransitionTime = timestamp(p.in.Now)
-	for _, prev := range p.in.Status.GetConditions() {
-		if prev.GetType() == typ && prev.GetStatus() == c.Status && prev.GetLastTransitionTime() != nil {
-			c.LastTransitionTime = prev.GetLastTransitionTime()
-		}
-	}
-	return c
+	return conditions.Stamp(c, p.in.Status.GetConditions(), p.in.Now)
 }

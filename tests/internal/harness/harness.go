@@ -43,6 +43,7 @@ import (
 	"github.com/capn-dev/capn/providers/sdk"
 	"github.com/capn-dev/capn/providers/sim"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/schemas/manifest"
 	"github.com/capn-dev/capn/services/bootstrapper"
 	"github.com/capn-dev/capn/services/bootstrapper/seal"
@@ -520,7 +521,7 @@ func (s *System) Apply(yaml string) *capnv1.Cluster {
 	if err := manifest.Validate(c); err != nil {
 		s.T.Fatal(err)
 	}
-	key := "cluster." + c.GetMetadata().GetName()
+	key := keys.Cluster(c.GetMetadata().GetName())
 	out, _, err := s.Clusters.Mutate(context.Background(), key, func(cur *capnv1.Cluster, exists bool) (*capnv1.Cluster, error) {
 		if exists {
 			if err := manifest.ValidateUpdate(cur, c); err != nil {
@@ -544,7 +545,7 @@ func (s *System) Apply(yaml string) *capnv1.Cluster {
 // MutateCluster changes a cluster's desired record and bumps its generation.
 func (s *System) MutateCluster(name string, fn func(*capnv1.Cluster)) {
 	s.T.Helper()
-	if _, _, err := s.Clusters.Mutate(context.Background(), "cluster."+name, func(cur *capnv1.Cluster, _ bool) (*capnv1.Cluster, error) {
+	if _, _, err := s.Clusters.Mutate(context.Background(), keys.Cluster(name), func(cur *capnv1.Cluster, _ bool) (*capnv1.Cluster, error) {
 		fn(cur)
 		cur.Metadata.Generation++
 		return cur, nil
@@ -555,7 +556,7 @@ func (s *System) MutateCluster(name string, fn func(*capnv1.Cluster)) {
 
 // ClusterStatus is a cluster's observed status, or nil.
 func (s *System) ClusterStatus(name string) *capnv1.ClusterStatus {
-	st, _, err := s.ClusterStatuses.Get(context.Background(), "cluster."+name)
+	st, _, err := s.ClusterStatuses.Get(context.Background(), keys.Cluster(name))
 	if err != nil {
 		return nil
 	}
@@ -565,9 +566,9 @@ func (s *System) ClusterStatus(name string) *capnv1.ClusterStatus {
 // IsReady reports whether a cluster's status is Ready for its current
 // generation.
 func (s *System) IsReady(name string) bool {
-	c, _, err := s.Clusters.Get(context.Background(), "cluster."+name)
+	c, _, err := s.Clusters.Get(context.Background(), keys.Cluster(name))
 	st := s.ClusterStatus(name)
-	return err == nil && st.GetPhase() == "Ready" && st.GetObservedGeneration() == c.GetMetadata().GetGeneration()
+	return err == nil && st.GetPhaseValue() == capnv1.ClusterReady && st.GetObservedGeneration() == c.GetMetadata().GetGeneration()
 }
 
 // WaitReady waits until the cluster is Ready for its current generation.

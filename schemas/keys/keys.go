@@ -1,0 +1,184 @@
+package keys
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Kind is a key's first token: which record it is, and in which bucket.
+type Kind string
+
+// Kinds of keys, with their shape.
+const (
+	KindCluster     Kind = "cluster"     // desired Cluster, observed ClusterStatus: cluster.<cluster>
+	KindMachine     Kind = "machine"     // desired Machine, observed MachineStatus: machine.<cluster>.<machine>
+	KindInfra       Kind = "infra"       // observed InfraMachine / InfraCluster: infra.<provider>.<cluster>.<machine or _>
+	KindNode        Kind = "node"        // observed NodeHealth: node.<cluster>.<machine>
+	KindRemediation Kind = "remediation" // observed RemediationStatus: remediation.<cluster>.<pool>
+	KindProvider    Kind = "provider"    // observed ProviderAnnouncement: provider.<provider>
+	KindSecrets     Kind = "secrets"     // observed ClusterSecretsStatus: secrets.<cluster>
+	KindPKI         Kind = "pki"         // secrets ClusterPKI: pki.<cluster>
+	KindKubeconfig  Kind = "kubeconfig"  // secrets AdminKubeconfig: kubeconfig.<cluster>
+	KindBootstrap   Kind = "bootstrap"   // secrets BootstrapData: bootstrap.<cluster>.<machine>
+)
+
+// Prefixes of every key of a kind, for caches and watchers (store.Keep,
+// Subscribe, KeysUnder).
+const (
+	ClusterPrefix     = string(KindCluster) + "."
+	MachinePrefix     = string(KindMachine) + "."
+	InfraPrefix       = string(KindInfra) + "."
+	NodePrefix        = string(KindNode) + "."
+	RemediationPrefix = string(KindRemediation) + "."
+	ProviderPrefix    = string(KindProvider) + "."
+	SecretsPrefix     = string(KindSecrets) + "."
+	PKIPrefix         = string(KindPKI) + "."
+	KubeconfigPrefix  = string(KindKubeconfig) + "."
+	BootstrapPrefix   = string(KindBootstrap) + "."
+)
+
+// ClusterObject stands in the object token of a cluster-level key or
+// subject: infra.<p>.<c>._, capn.evt.cluster.<what>.<c>._.
+const ClusterObject = "_"
+
+// Key is a parsed key. Provider is set for infra and provider keys,
+// Cluster for all others and infra, Name for the machine (ClusterObject
+// for a cluster's infrastructure) or the pool.
+type Key struct {
+	Kind     Kind
+	Provider string
+	Cluster  string
+	Name     string
+}
+
+// Cluster is cluster.<cluster>.
+func Cluster(cluster string) string { return join(string(KindCluster), cluster) }
+
+// Machine is machine.<cluster>.<machine>.
+func Machine(cluster, machine string) string { return join(string(KindMachine), cluster, machine) }
+
+// Infra is infra.<provider>.<cluster>.<machine>.
+func Infra(provider, cluster, machine string) string {
+	return join(string(KindInfra), provider, cluster, machine)
+}
+
+// InfraCluster is infra.<provider>.<cluster>._, a cluster's infrastructure.
+func InfraCluster(provider, cluster string) string { return Infra(provider, cluster, ClusterObject) }
+
+// Node is node.<cluster>.<machine>.
+func Node(cluster, machine string) string { return join(string(KindNode), cluster, machine) }
+
+// Remediation is remediation.<cluster>.<pool>.
+func Remediation(cluster, pool string) string { return join(string(KindRemediation), cluster, pool) }
+
+// Provider is provider.<provider>, its announcement.
+func Provider(provider string) string { return join(string(KindProvider), provider) }
+
+// Secrets is secrets.<cluster>, the status of a cluster's secrets.
+func Secrets(cluster string) string { return join(string(KindSecrets), cluster) }
+
+// PKI is pki.<cluster>.
+func PKI(cluster string) string { return join(string(KindPKI), cluster) }
+
+// Kubeconfig is kubeconfig.<cluster>.
+func Kubeconfig(cluster string) string { return join(string(KindKubeconfig), cluster) }
+
+// Bootstrap is bootstrap.<cluster>.<machine>.
+func Bootstrap(cluster, machine string) string { return join(string(KindBootstrap), cluster, machine) }
+
+// MachinesOf is the prefix of a cluster's machine keys: machine.<cluster>.
+func MachinesOf(cluster string) string { return Machine(cluster, "") }
+
+// NodesOf is the prefix of a cluster's node keys: node.<cluster>.
+func NodesOf(cluster string) string { return Node(cluster, "") }
+
+// RemediationsOf is the prefix of a cluster's remediation keys.
+func RemediationsOf(cluster string) string { return Remediation(cluster, "") }
+
+// BootstrapsOf is the prefix of a cluster's bootstrap data keys.
+func BootstrapsOf(cluster string) string { return Bootstrap(cluster, "") }
+
+// InfraOf is the prefix of every infra key of a provider: infra.<provider>.
+func InfraOf(provider string) string { return join(string(KindInfra), provider, "") }
+
+// shapes: the tokens after the kind, by kind.
+var shapes = map[Kind]int{
+	KindCluster: 1, KindMachine: 2, KindInfra: 3, KindNode: 2, KindRemediation: 2,
+	KindProvider: 1, KindSecrets: 1, KindPKI: 1, KindKubeconfig: 1, KindBootstrap: 2,
+}
+
+// ErrMalformed is wrapped by every error of Parse and ParseSubject.
+var ErrMalformed = errors.New("malformed")
+
+// Parse reads a key back: its kind and names. A key of another shape
+// (unknown kind, wrong number of tokens, an empty token) is refused.
+func Parse(key string) (Key, error) {
+	toks := strings.Split(key, ".")
+	kind := Kind(toks[0])
+	n, ok := shapes[kind]
+	if !ok || len(toks) != n+1 || !tokens(toks[1:]) {
+		return Key{}, fmt.Errorf("key %q: %w", key, ErrMalformed)
+	}
+	k := Key{Kind: kind}
+	switch kind {
+	case KindProvider:
+		k.Provider = toks[1]
+	case KindInfra:
+		k.Provider, k.Cluster, k.Name = toks[1], toks[2], toks[3]
+	default:
+		k.Cluster = toks[1]
+		if n == 2 {
+			k.Name = toks[2]
+		}
+	}
+	return k, nil
+}
+
+// String is the key k describes.
+func (k Key) String() string {
+	switch k.Kind {
+	case KindProvider:
+		return join(string(k.Kind), k.Provider)
+	case KindInfra:
+		return join(string(k.Kind), k.Provider, k.Cluster, k.Name)
+	}
+	if shapes[k.Kind] == 2 {
+		return join(string(k.Kind), k.Cluster, k.Name)
+	}
+	return join(string(k.Kind), k.Cluster)
+}
+
+// Machine reports whether k is one machine's (a machine, node, bootstrap
+// or machine infra key); its cluster and name are k.Cluster and k.Name.
+func (k Key) Machine() bool {
+	switch k.Kind {
+	case KindMachine, KindNode, KindBootstrap:
+		return true
+	case KindInfra:
+		return k.Name != ClusterObject
+	}
+	return false
+}
+
+// ClusterOf is the cluster a key belongs to, for watchers that queue
+// clusters: "" for a provider's announcement or a malformed key.
+func ClusterOf(key string) string {
+	k, err := Parse(key)
+	if err != nil {
+		return ""
+	}
+	return k.Cluster
+}
+
+func join(toks ...string) string { return strings.Join(toks, ".") }
+
+// tokens reports whether every token is a name: not empty, no wildcard.
+func tokens(toks []string) bool {
+	for _, t := range toks {
+		if t == "" || strings.ContainsAny(t, "*> \t\r\n") {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,151 @@
+package keys
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Subject roots: the streams' subjects and the bootstrap request-reply.
+const (
+	// EventsRoot: facts, capn.evt.<entity>.<what>.<cluster>.<object>.
+	EventsRoot = "capn.evt"
+	// CommandsRoot: commands to core workers,
+	// capn.cmd.<worker>.<verb>.<cluster>.<object>.
+	CommandsRoot = "capn.cmd"
+	// ProvidersRoot: provider commands,
+	// capn.provider.<provider>.<kind>.<verb>.<cluster>.<object>.
+	ProvidersRoot = "capn.provider"
+	// HealthRoot: node health reports, capn.health.<cluster>.<machine>.<kind>.
+	HealthRoot = "capn.health"
+	// BootstrapFetchRoot: a machine's bootstrap data request,
+	// capn.bootstrap.fetch.<cluster>.<machine>.
+	BootstrapFetchRoot = "capn.bootstrap.fetch"
+	// BootstrapCredentialRoot: a provider's request for a machine's
+	// credential, capn.bootstrap.credential.<provider>.<cluster>.<machine>.
+	BootstrapCredentialRoot = "capn.bootstrap.credential"
+	// IngestRoot: the gateway's ingest stream, capn.ingest.<event type's
+	// tokens> (any number of them: not parsed here).
+	IngestRoot = "capn.ingest"
+)
+
+// EntityDrift is the entity of drift reports, the one fact whose <what>
+// token is the provider: capn.evt.drift.<provider>.<cluster>.<machine>.
+const EntityDrift = "drift"
+
+// Event is the subject of a fact: capn.evt.<entity>.<what>.<cluster>.<object>.
+func Event(entity, what, cluster, object string) string {
+	return join(EventsRoot, entity, what, cluster, object)
+}
+
+// Drift is where provider reports drift of a machine:
+// capn.evt.drift.<provider>.<cluster>.<machine>. The provider is in the
+// subject so that NATS permissions let each provider publish its own
+// reports only, and the shape of every fact is kept for timelines.
+func Drift(provider, cluster, machine string) string {
+	return Event(EntityDrift, provider, cluster, machine)
+}
+
+// Command is the subject of a command to a core worker:
+// capn.cmd.<worker>.<verb>.<cluster>.<object>.
+func Command(worker, verb, cluster, object string) string {
+	return join(CommandsRoot, worker, verb, cluster, object)
+}
+
+// ProviderCommand is the subject of a command to provider p:
+// capn.provider.<provider>.<kind>.<verb>.<cluster>.<object>.
+func ProviderCommand(provider, kind, verb, cluster, object string) string {
+	return join(ProvidersRoot, provider, kind, verb, cluster, object)
+}
+
+// Health is the subject of a health report of one node:
+// capn.health.<cluster>.<machine>.<kind>.
+func Health(cluster, machine, kind string) string {
+	return join(HealthRoot, cluster, machine, kind)
+}
+
+// BootstrapFetch is capn.bootstrap.fetch.<cluster>.<machine>.
+func BootstrapFetch(cluster, machine string) string {
+	return join(BootstrapFetchRoot, cluster, machine)
+}
+
+// BootstrapCredential is capn.bootstrap.credential.<provider>.<cluster>.<machine>.
+func BootstrapCredential(provider, cluster, machine string) string {
+	return join(BootstrapCredentialRoot, provider, cluster, machine)
+}
+
+// Subject is a parsed subject. Object is the machine, or ClusterObject.
+// By root:
+//
+//	capn.evt.<Entity>.<Verb>.<Cluster>.<Object>           Provider = Verb for drift
+//	capn.cmd.<Entity>.<Verb>.<Cluster>.<Object>           Entity is the worker
+//	capn.provider.<Provider>.<Entity>.<Verb>.<Cluster>.<Object>
+//	capn.health.<Cluster>.<Object>.<Entity>               Entity is the report's kind
+//	capn.bootstrap.fetch.<Cluster>.<Object>
+//	capn.bootstrap.credential.<Provider>.<Cluster>.<Object>
+type Subject struct {
+	Root     string
+	Provider string
+	Entity   string
+	Verb     string
+	Cluster  string
+	Object   string
+}
+
+// subjectShapes: the tokens after each root.
+var subjectShapes = map[string]int{
+	EventsRoot: 4, CommandsRoot: 4, ProvidersRoot: 5, HealthRoot: 3,
+	BootstrapFetchRoot: 2, BootstrapCredentialRoot: 3,
+}
+
+// ParseSubject reads a subject back. One of another shape (unknown root,
+// wrong number of tokens, an empty token or a wildcard) is refused.
+func ParseSubject(subject string) (Subject, error) {
+	bad := fmt.Errorf("subject %q: %w", subject, ErrMalformed)
+	for root, n := range subjectShapes {
+		rest, ok := strings.CutPrefix(subject, root+".")
+		if !ok {
+			continue
+		}
+		t := strings.Split(rest, ".")
+		if len(t) != n || !tokens(t) {
+			return Subject{}, bad
+		}
+		s := Subject{Root: root}
+		switch root {
+		case EventsRoot, CommandsRoot:
+			s.Entity, s.Verb, s.Cluster, s.Object = t[0], t[1], t[2], t[3]
+			if root == EventsRoot && s.Entity == EntityDrift {
+				s.Provider = s.Verb
+			}
+		case ProvidersRoot:
+			s.Provider, s.Entity, s.Verb, s.Cluster, s.Object = t[0], t[1], t[2], t[3], t[4]
+		case HealthRoot:
+			s.Cluster, s.Object, s.Entity = t[0], t[1], t[2]
+		case BootstrapFetchRoot:
+			s.Cluster, s.Object = t[0], t[1]
+		case BootstrapCredentialRoot:
+			s.Provider, s.Cluster, s.Object = t[0], t[1], t[2]
+		}
+		return s, nil
+	}
+	return Subject{}, bad
+}
+
+// String is the subject s describes.
+func (s Subject) String() string {
+	switch s.Root {
+	case EventsRoot:
+		return Event(s.Entity, s.Verb, s.Cluster, s.Object)
+	case CommandsRoot:
+		return Command(s.Entity, s.Verb, s.Cluster, s.Object)
+	case ProvidersRoot:
+		return ProviderCommand(s.Provider, s.Entity, s.Verb, s.Cluster, s.Object)
+	case HealthRoot:
+		return Health(s.Cluster, s.Object, s.Entity)
+	case BootstrapFetchRoot:
+		return BootstrapFetch(s.Cluster, s.Object)
+	case BootstrapCredentialRoot:
+		return BootstrapCredential(s.Provider, s.Cluster, s.Object)
+	}
+	return ""
+}

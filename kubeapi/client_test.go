@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/capn-dev/capn/kubeapi"
-	"github.com/capn-dev/capn/services/bootstrapper/pki"
+	"github.com/capn-dev/capn/secrets/pki"
 )
 
 func TestReadyReportsFailingChecks(t *testing.T) {

@@ -19,7 +19,7 @@ import (
 	"github.com/capn-dev/capn/events/embedded"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
-	"github.com/capn-dev/capn/services/bootstrapper/seal"
+	"github.com/capn-dev/capn/secrets/seal"
 )
 
 // idleProgram is one of capn's programs as the idle benchmark runs it: its

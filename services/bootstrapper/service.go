@@ -16,9 +16,9 @@ import (
 	"github.com/capn-dev/capn/events/reconcile"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/secrets/seal"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/builtin"
-	"github.com/capn-dev/capn/services/bootstrapper/seal"
 	"github.com/capn-dev/capn/services/runtime"
 )
 

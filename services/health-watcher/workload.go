@@ -18,8 +18,8 @@ import (
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/kubeapi"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
-	"github.com/capn-dev/capn/services/bootstrapper/kubeconfig"
-	"github.com/capn-dev/capn/services/bootstrapper/seal"
+	"github.com/capn-dev/capn/secrets/kubeconfig"
+	"github.com/capn-dev/capn/secrets/seal"
 )
 
 // Nodes of workload clusters. For a cluster whose control plane's provider

@@ -194,6 +194,7 @@ func (s *Service) cleanup(ctx context.Context, m *events.Message, cmd *capnv1.De
 	}
 	s.tokens.forgetCluster(name)
 	s.joinMemo.forgetCluster(name)
+	s.workload.Invalidate(name)
 	s.pkiChecks.forget(name)
 	zerolog.Ctx(ctx).Info().Str("cluster", name).Int("keys", len(keys)).Msg("cluster secrets deleted")
 	_, err = s.pub.Publish(ctx, events.EventSubject("bootstrap", "cleaned", name, events.ClusterObject), events.TypeClusterEvent+".secrets-deleted",

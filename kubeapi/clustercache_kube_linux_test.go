@@ -16,24 +16,8 @@ import (
 // ending the backoff the failures built.
 func TestClusterCacheAgainstKubeAPIServer(t *testing.T) {
 	kubeapitest.Require(t)
-	now := time.Now()
-	newCA := func(name string) (pki.KeyPair, pki.KeyPair) {
-		pair, err := pki.NewCA(name, now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ca, err := pki.ParseCA(pair, now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		admin, err := pki.IssueAdmin(ca, now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return pair, admin
-	}
-	caPair, _ := newCA("kubernetes")
-	otherCA, otherAdmin := newCA("other")
+	caPair, _, _ := newCA(t, "kubernetes")
+	otherCA, _, otherAdmin := newCA(t, "other")
 	sa, err := pki.NewServiceAccountKey()
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +25,7 @@ func TestClusterCacheAgainstKubeAPIServer(t *testing.T) {
 	api := kubeapitest.Start(t, caPair, sa.PublicPEM, sa.PrivatePEM)
 
 	kc := &kubeconfigs{}
-	clk := &clock{t: now} // stands still: Wait is exact
+	clk := &clock{t: time.Now()} // stands still: Wait is exact
 	c := kubeapi.NewClusterCache(kubeapi.ClusterCacheConfig{Kubeconfig: kc.get, BackoffBase: time.Hour, BackoffMax: 4 * time.Hour, Now: clk.Now})
 	defer c.Close()
 	var last *kubeapi.Client

@@ -151,6 +151,26 @@ func (k *kubeconfigs) get(context.Context, string) ([]byte, uint64, error) {
 	return k.data, k.rev, k.err
 }
 
+// newCA is a cluster CA (its pair and parsed) and an admin certificate
+// it issued.
+func newCA(t *testing.T, name string) (pki.KeyPair, *pki.CA, pki.KeyPair) {
+	t.Helper()
+	now := time.Now()
+	pair, err := pki.NewCA(name, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := pki.ParseCA(pair, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := pki.IssueAdmin(ca, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pair, ca, admin
+}
+
 func render(t *testing.T, server string, caPEM []byte, admin pki.KeyPair) []byte {
 	t.Helper()
 	u, err := url.Parse(server)
@@ -174,19 +194,7 @@ func TestClusterCacheReplacesClientWhenKubeconfigChanges(t *testing.T) {
 		io.WriteString(w, `{"gitVersion":"v1.37.2"}`)
 	}))
 	defer srv.Close()
-	now := time.Now()
-	caPair, err := pki.NewCA("kubernetes", now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := pki.ParseCA(caPair, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := pki.IssueAdmin(ca, now)
-	if err != nil {
-		t.Fatal(err)
-	}
+	caPair, _, admin := newCA(t, "kubernetes")
 	srvCA := pemCert(srv.Certificate().Raw)
 
 	kc := &kubeconfigs{}
@@ -195,7 +203,7 @@ func TestClusterCacheReplacesClientWhenKubeconfigChanges(t *testing.T) {
 
 	errNotFound := errors.New("key not found")
 	kc.set(nil, errNotFound)
-	_, err = c.Client(t.Context(), "c")
+	_, err := c.Client(t.Context(), "c")
 	if !errors.Is(err, errNotFound) || !errors.Is(err, kubeapi.ErrKubeconfig) || kubeapi.StateOf(err) != kubeapi.StateKubeconfig {
 		t.Fatalf("no kubeconfig: %v; want ErrKubeconfig wrapping the reader's error", err)
 	}

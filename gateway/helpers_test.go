@@ -22,7 +22,7 @@ import (
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/gateway/api"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
-	"github.com/capn-dev/capn/services/bootstrapper/seal"
+	"github.com/capn-dev/capn/secrets/seal"
 	"github.com/capn-dev/capn/services/runtime"
 )
 

@@ -17,7 +17,7 @@ import (
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/schemas/manifest"
-	"github.com/capn-dev/capn/services/bootstrapper/seal"
+	"github.com/capn-dev/capn/secrets/seal"
 	"github.com/capn-dev/capn/services/runtime"
 )
 

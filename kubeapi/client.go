@@ -5,8 +5,10 @@
 // certificate or a bearer (bootstrap) token.
 //
 // The node side (cmd/capn-node/kube) registers a control plane's join
-// material and Nodes with it; the bootstrapper registers every joining
-// machine's bootstrap-token Secret in its workload cluster.
+// material and Nodes with it. Services reach workload clusters through a
+// ClusterCache (one client per cluster, one backoff): the bootstrapper
+// registers every joining machine's bootstrap-token Secret, the
+// health-watcher reads and deletes Nodes.
 package kubeapi
 
 import (

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/capn-dev/capn/kubeapi"
-	"github.com/capn-dev/capn/services/bootstrapper/pki"
+	"github.com/capn-dev/capn/secrets/pki"
 )
 
 func TestReadyReportsFailingChecks(t *testing.T) {
@@ -46,19 +46,8 @@ func TestReadyReportsFailingChecks(t *testing.T) {
 // client certificate, which the server verifies against the same CA.
 func TestNewClientMutualTLS(t *testing.T) {
 	now := time.Now()
-	caPair, err := pki.NewCA("kubernetes", now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := pki.ParseCA(caPair, now)
-	if err != nil {
-		t.Fatal(err)
-	}
+	caPair, ca, admin := newCA(t, "kubernetes")
 	serving, err := pki.IssueLeaf(ca, pki.LeafRequest{CommonName: "kube-apiserver", IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := pki.IssueAdmin(ca, now)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
-	"github.com/capn-dev/capn/services/bootstrapper/seal"
+	"github.com/capn-dev/capn/secrets/seal"
 )
 
 // idleProgram is one of capn's programs as the idle benchmark runs it: its

@@ -10,7 +10,7 @@ import (
 	"github.com/capn-dev/capn/providers/sim"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
-	"github.com/capn-dev/capn/services/bootstrapper/seal"
+	"github.com/capn-dev/capn/secrets/seal"
 )
 
 // upgradeRun is one rolling upgrade of a worker pool.

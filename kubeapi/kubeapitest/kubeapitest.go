@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/capn-dev/capn/kubeapi"
-	"github.com/capn-dev/capn/services/bootstrapper/pki"
+	"github.com/capn-dev/capn/secrets/pki"
 )
 
 // Server is an etcd and a kube-apiserver on 127.0.0.1, run until the test

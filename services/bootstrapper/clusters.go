@@ -16,10 +16,10 @@ import (
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
+	"github.com/capn-dev/capn/secrets/kubeconfig"
+	"github.com/capn-dev/capn/secrets/pki"
+	"github.com/capn-dev/capn/secrets/token"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
-	"github.com/capn-dev/capn/services/bootstrapper/kubeconfig"
-	"github.com/capn-dev/capn/services/bootstrapper/pki"
-	"github.com/capn-dev/capn/services/bootstrapper/token"
 	"github.com/rs/zerolog"
 )
 

@@ -16,9 +16,9 @@ import (
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
+	"github.com/capn-dev/capn/secrets/pki"
+	"github.com/capn-dev/capn/secrets/token"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
-	"github.com/capn-dev/capn/services/bootstrapper/pki"
-	"github.com/capn-dev/capn/services/bootstrapper/token"
 )
 
 // Reasons of BootstrapFailed.
@@ -204,6 +204,7 @@ func (s *Service) cleanup(ctx context.Context, m *events.Message, cmd *capnv1.De
 	}
 	s.tokens.forgetCluster(name)
 	s.joinMemo.forgetCluster(name)
+	s.workload.Invalidate(name)
 	s.pkiChecks.forget(name)
 	zerolog.Ctx(ctx).Info().Str("cluster", name).Int("keys", len(purge)).Msg("cluster secrets deleted")
 	_, err = s.pub.Publish(ctx, events.EventSubject("bootstrap", "cleaned", name, events.ClusterObject), events.TypeClusterEvent+".secrets-deleted",

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -20,10 +19,9 @@ import (
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/conditions"
 	"github.com/capn-dev/capn/schemas/keys"
+	"github.com/capn-dev/capn/secrets/token"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubeadm"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
-	"github.com/capn-dev/capn/services/bootstrapper/kubeconfig"
-	"github.com/capn-dev/capn/services/bootstrapper/token"
 )
 
 // Join tokens in the workload cluster. A machine joins with the bootstrap
@@ -124,7 +122,7 @@ func (s *Service) kickJoins(cluster string) {
 	if s.joins == nil {
 		return
 	}
-	s.joinMemo.kick(cluster)
+	s.workload.Kick(cluster)
 	s.joins.Add(cluster)
 }
 
@@ -155,7 +153,7 @@ func (s *Service) reconcileJoinTokens(ctx context.Context, name string) (reconci
 		return reconcile.Result{}, s.setJoinCondition(ctx, name, nil)
 	}
 	now := s.cfg.Now()
-	if wait := s.joinMemo.waiting(name, time.Now()); wait > 0 {
+	if wait := s.workload.Wait(name); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
 	wanted, stale, err := s.joinPlan(ctx, name, now)
@@ -165,11 +163,10 @@ func (s *Service) reconcileJoinTokens(ctx context.Context, name string) (reconci
 	if len(wanted) == 0 && len(stale) == 0 {
 		// Nothing to create and nothing known to delete: the API server is
 		// not asked at all (a placeholder endpoint costs nothing).
-		s.joinMemo.succeeded(name)
 		return reconcile.Result{}, s.setJoinCondition(ctx, name, &capnv1.Condition{Type: ConditionJoinTokensRegistered, Status: capnv1.ConditionTrue.Wire(),
 			Reason: ReasonNoMachineJoining, Message: "no machine is joining with a bootstrap token"})
 	}
-	kc, _, err := s.kubeconfs.Get(ctx, keys.Kubeconfig(name))
+	client, err := s.workload.Client(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
 		// ensureKubeconfig kicks this pass once it writes one.
 		return reconcile.Result{}, s.setJoinCondition(ctx, name, &capnv1.Condition{Type: ConditionJoinTokensRegistered, Status: capnv1.ConditionUnknown.Wire(),
@@ -177,17 +174,6 @@ func (s *Service) reconcileJoinTokens(ctx context.Context, name string) (reconci
 	} else if err != nil {
 		return reconcile.Result{}, err
 	}
-	admin, err := kubeconfig.Parse(kc.GetKubeconfig())
-	if err != nil {
-		return reconcile.Result{}, fmt.Errorf("admin kubeconfig of %s: %w", name, err)
-	}
-	client, err := kubeapi.NewClient(admin.Server, admin.CACertPEM, admin.ClientCertPEM, admin.ClientKeyPEM)
-	if err != nil {
-		return reconcile.Result{}, fmt.Errorf("admin kubeconfig of %s: %w", name, err)
-	}
-	client.HTTP.Timeout = s.cfg.KubeAPITimeout
-	defer client.Close()
-
 	registered, err := s.syncJoinSecrets(ctx, client, name, wanted, stale)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -196,7 +182,7 @@ func (s *Service) reconcileJoinTokens(ctx context.Context, name string) (reconci
 		if errors.Is(err, errStore) {
 			return reconcile.Result{}, err
 		}
-		return s.joinFailed(ctx, name, admin.Server, err)
+		return s.joinFailed(ctx, name, err)
 	}
 	if len(stale) > 0 {
 		// Secrets of gone machines are deleted now: their records can go.
@@ -204,8 +190,8 @@ func (s *Service) reconcileJoinTokens(ctx context.Context, name string) (reconci
 			return reconcile.Result{}, err
 		}
 	}
-	if s.joinMemo.succeeded(name) {
-		zerolog.Ctx(ctx).Info().Str("cluster", name).Str("server", admin.Server).Msg("workload API server answers; join tokens registered")
+	if a := s.workload.Answered(name); a.Changed {
+		zerolog.Ctx(ctx).Info().Str("cluster", name).Str("server", a.Server).Msg("workload API server answers; join tokens registered")
 	}
 	cond := &capnv1.Condition{Type: ConditionJoinTokensRegistered, Status: capnv1.ConditionTrue.Wire(), Reason: ReasonNoMachineJoining,
 		Message: "no machine is joining with a bootstrap token"}
@@ -228,28 +214,27 @@ var errStore = errors.New("secrets bucket")
 
 // joinFailed records a failed attempt: the condition says why, and the
 // pass comes back after the cluster's backoff.
-func (s *Service) joinFailed(ctx context.Context, name, server string, err error) (reconcile.Result, error) {
+func (s *Service) joinFailed(ctx context.Context, name string, err error) (reconcile.Result, error) {
+	a := s.workload.Failed(name, err)
 	reason := ReasonAPIServerUnreachable
-	var se *kubeapi.StatusError
-	if errors.As(err, &se) && se.Code/100 != 5 && se.Code != http.StatusTooManyRequests {
+	if a.State == kubeapi.StateRefused {
 		reason = ReasonRegistrationFailed
 	}
-	delay, first := s.joinMemo.failed(name, s.cfg.JoinTokenBackoff, time.Now())
 	// An API server that does not answer is normal before the first
 	// control plane is up, and for good behind a placeholder endpoint: the
 	// condition says so, the log only at debug level. One that answers and
 	// refuses is a problem.
 	log := zerolog.Ctx(ctx).Debug()
-	if first && reason == ReasonRegistrationFailed {
+	if a.Changed && reason == ReasonRegistrationFailed {
 		log = zerolog.Ctx(ctx).Warn()
 	}
-	log.Err(err).Str("cluster", name).Str("reason", reason).Dur("retry_in", delay).Msg("cannot register join tokens in the workload cluster")
+	log.Err(err).Str("cluster", name).Str("reason", reason).Dur("retry_in", a.RetryIn).Msg("cannot register join tokens in the workload cluster")
 	cond := &capnv1.Condition{Type: ConditionJoinTokensRegistered, Status: capnv1.ConditionFalse.Wire(), Reason: reason,
-		Message: fmt.Sprintf("workload API server %s: %v", server, err), Severity: "Info"}
+		Message: fmt.Sprintf("workload API server %s: %v", a.Server, err), Severity: "Info"}
 	if reason == ReasonRegistrationFailed {
 		cond.Severity = "Warning"
 	}
-	return reconcile.Result{RequeueAfter: delay}, s.setJoinCondition(ctx, name, cond)
+	return reconcile.Result{RequeueAfter: a.RetryIn}, s.setJoinCondition(ctx, name, cond)
 }
 
 func machineList(items []joinItem) string {
@@ -500,8 +485,9 @@ func (s *Service) setJoinCondition(ctx context.Context, cluster string, c *capnv
 	return err
 }
 
-// joinMemo is the join-token pass's memory. Per cluster: its backoff
-// after failed attempts, and which machines have a Secret recorded. Per
+// joinMemo is the join-token pass's memory (the API clients and their
+// backoff are s.workload's). Per cluster: which machines have a Secret
+// recorded, and the condition last written. Per
 // bootstrap record: settled (nothing left to do until generate writes it
 // anew). It only saves work: a restart starts empty and reads every
 // record once.
@@ -512,9 +498,6 @@ type joinMemo struct {
 }
 
 type joinClusterState struct {
-	failures   int
-	retryAt    time.Time
-	kicked     bool
 	registered map[string]bool // machines with token_secret set
 	// cond is the condition last written (nil: removed); condKnown says
 	// there is one.
@@ -552,54 +535,6 @@ func (m *joinMemo) wroteCondition(cluster string, c *capnv1.Condition) {
 	defer m.mu.Unlock()
 	st := m.state(cluster)
 	st.cond, st.condKnown = c, true
-}
-
-func (m *joinMemo) kick(cluster string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.state(cluster).kicked = true
-}
-
-// waiting is how long the cluster's backoff still runs; a kick ends it.
-func (m *joinMemo) waiting(cluster string, now time.Time) time.Duration {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	st := m.state(cluster)
-	if st.kicked {
-		st.kicked = false
-		return 0
-	}
-	if st.failures == 0 || !now.Before(st.retryAt) {
-		return 0
-	}
-	return st.retryAt.Sub(now)
-}
-
-// failed counts a failed attempt and returns the delay before the next
-// (base, doubled per failure up to max), and whether it is the first
-// failure since the last success.
-func (m *joinMemo) failed(cluster string, b reconcile.Backoff, now time.Time) (time.Duration, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	st := m.state(cluster)
-	st.failures++
-	d := b.Base
-	for i := 1; i < st.failures && d < b.Max; i++ {
-		d *= 2
-	}
-	d = min(d, b.Max)
-	st.retryAt = now.Add(d)
-	return d, st.failures == 1
-}
-
-// succeeded ends the backoff; it returns whether there was one.
-func (m *joinMemo) succeeded(cluster string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	st := m.state(cluster)
-	was := st.failures > 0
-	st.failures, st.retryAt = 0, time.Time{}
-	return was
 }
 
 func (m *joinMemo) registeredAt(cluster, machine string) {

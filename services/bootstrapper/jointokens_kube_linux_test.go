@@ -11,9 +11,9 @@ import (
 	"github.com/capn-dev/capn/kubeapi"
 	"github.com/capn-dev/capn/kubeapi/kubeapitest"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/secrets/pki"
+	"github.com/capn-dev/capn/secrets/token"
 	"github.com/capn-dev/capn/services/bootstrapper"
-	"github.com/capn-dev/capn/services/bootstrapper/pki"
-	"github.com/capn-dev/capn/services/bootstrapper/token"
 )
 
 // The same flow against a real etcd and kube-apiserver (the binaries of

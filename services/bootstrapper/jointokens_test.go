@@ -26,10 +26,10 @@ import (
 	"github.com/capn-dev/capn/events/reconcile"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/secrets/pki"
+	"github.com/capn-dev/capn/secrets/seal"
+	"github.com/capn-dev/capn/secrets/token"
 	"github.com/capn-dev/capn/services/bootstrapper"
-	"github.com/capn-dev/capn/services/bootstrapper/pki"
-	"github.com/capn-dev/capn/services/bootstrapper/seal"
-	"github.com/capn-dev/capn/services/bootstrapper/token"
 )
 
 // fakeAPI is a workload cluster's API server as far as join tokens go: the

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
-	"github.com/capn-dev/capn/services/bootstrapper/pki"
+	"github.com/capn-dev/capn/secrets/pki"
 )
 
 func TestPKIChecks(t *testing.T) {

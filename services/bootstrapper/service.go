@@ -17,11 +17,12 @@ import (
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/reconcile"
 	"github.com/capn-dev/capn/events/store"
+	"github.com/capn-dev/capn/kubeapi"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
+	"github.com/capn-dev/capn/secrets/seal"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/builtin"
-	"github.com/capn-dev/capn/services/bootstrapper/seal"
 	"github.com/capn-dev/capn/services/runtime"
 )
 
@@ -94,6 +95,7 @@ type Service struct {
 	joins     *reconcile.Queue // jointokens.go: tokens in the workload clusters
 	joinMemo  joinMemo
 	issuer    nkeys.KeyPair // callout.go; nil: no auth callout
+	workload  *kubeapi.ClusterCache // the workload clusters' API clients and backoff
 }
 
 // New returns the service; its key is loaded by Run unless cfg.Keyring is set.
@@ -195,6 +197,14 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	sealer := store.WithSealer(s.cfg.Keyring)
 	s.pkis = store.NewBucket(s.secretsKV, func() *capnv1.ClusterPKI { return new(capnv1.ClusterPKI) }, sealer)
 	s.kubeconfs = store.NewBucket(s.secretsKV, func() *capnv1.AdminKubeconfig { return new(capnv1.AdminKubeconfig) }, sealer)
+	s.workload = kubeapi.NewClusterCache(kubeapi.ClusterCacheConfig{
+		Kubeconfig: func(ctx context.Context, cluster string) ([]byte, uint64, error) {
+			kc, rev, err := s.kubeconfs.Get(ctx, keys.Kubeconfig(cluster))
+			return kc.GetKubeconfig(), rev, err
+		},
+		Timeout: s.cfg.KubeAPITimeout, BackoffBase: s.cfg.JoinTokenBackoff.Base, BackoffMax: s.cfg.JoinTokenBackoff.Max,
+	})
+	defer s.workload.Close()
 	s.boots = store.NewBucket(s.secretsKV, func() *capnv1.BootstrapData { return new(capnv1.BootstrapData) }, sealer)
 	s.statuses = store.NewBucket(observedKV, func() *capnv1.ClusterSecretsStatus { return new(capnv1.ClusterSecretsStatus) })
 	s.pub = events.NewPublisher(d.JS, "capn/"+Name)

@@ -16,9 +16,9 @@ import (
 	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/secrets/pki"
+	"github.com/capn-dev/capn/secrets/seal"
 	"github.com/capn-dev/capn/services/bootstrapper"
-	"github.com/capn-dev/capn/services/bootstrapper/pki"
-	"github.com/capn-dev/capn/services/bootstrapper/seal"
 	"github.com/capn-dev/capn/services/runtime"
 )
 

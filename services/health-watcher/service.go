@@ -17,10 +17,11 @@ import (
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/reconcile"
 	"github.com/capn-dev/capn/events/store"
+	"github.com/capn-dev/capn/kubeapi"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/health/policy"
 	"github.com/capn-dev/capn/schemas/keys"
-	"github.com/capn-dev/capn/services/bootstrapper/seal"
+	"github.com/capn-dev/capn/secrets/seal"
 	"github.com/capn-dev/capn/services/runtime"
 )
 
@@ -176,7 +177,16 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 		if err != nil {
 			return fmt.Errorf("bucket %s: %w", events.BucketSecrets, err)
 		}
-		s.work = newWorkload(store.NewBucket(secretsKV, func() *capnv1.AdminKubeconfig { return new(capnv1.AdminKubeconfig) }, store.WithSealer(ring)))
+		kubeconfigs := store.NewBucket(secretsKV, func() *capnv1.AdminKubeconfig { return new(capnv1.AdminKubeconfig) }, store.WithSealer(ring))
+		cache := kubeapi.NewClusterCache(kubeapi.ClusterCacheConfig{
+			Kubeconfig: func(ctx context.Context, cluster string) ([]byte, uint64, error) {
+				kc, rev, err := kubeconfigs.Get(ctx, keys.Kubeconfig(cluster))
+				return kc.GetKubeconfig(), rev, err
+			},
+			Timeout: s.cfg.KubeAPITimeout, BackoffBase: s.cfg.NodePollEvery, BackoffMax: s.cfg.NodeBackoffMax,
+		})
+		defer cache.Close()
+		s.work = newWorkload(cache)
 	} else {
 		d.Log.Warn().Msg("no secrets key (--secrets-key-file or " + seal.KeyEnv + "): the Nodes of real-kubernetes clusters are not read")
 	}

@@ -19,8 +19,7 @@ import (
 	"github.com/capn-dev/capn/kubeapi"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
-	"github.com/capn-dev/capn/services/bootstrapper/kubeconfig"
-	"github.com/capn-dev/capn/services/bootstrapper/seal"
+	"github.com/capn-dev/capn/secrets/seal"
 )
 
 // Nodes of workload clusters. For a cluster whose control plane's provider
@@ -48,14 +47,6 @@ const (
 	nodesPath                = "/api/v1/nodes"
 )
 
-// States of a workload API server, as logged on each change.
-const (
-	apiAnswering   = "answering"
-	apiUnreachable = "unreachable" // no connection, TLS, timeout, 5xx or 429
-	apiRefused     = "refused"     // answered and refused (401, 403, ...)
-	apiNoKey       = "kubeconfig"  // the sealed kubeconfig does not open
-)
-
 // keyring loads the secrets key as the gateway does (seal.LoadKeyring);
 // nil without one.
 func (s *Service) keyring() (*seal.Keyring, error) {
@@ -71,13 +62,16 @@ func (s *Service) Validate() error {
 	return err
 }
 
-// workload is the Node reads' state.
+// workload is the Node reads' state; the API clients and their backoff
+// are the cache's.
 type workload struct {
-	kubeconfigs *store.Bucket[*capnv1.AdminKubeconfig]
-	queue       *reconcile.Queue
+	cache *kubeapi.ClusterCache
+	queue *reconcile.Queue
 
-	mu       sync.Mutex
-	clusters map[string]*workloadCluster
+	mu sync.Mutex
+	// polled: the clusters whose Nodes are read (a change to their
+	// machines wakes a read).
+	polled map[string]bool
 	// nodes: what each machine's Node says ("<cluster>.<machine>"), so that
 	// a heartbeat's node name and version never undo the Node's.
 	nodes map[string]nodeIdentity
@@ -87,31 +81,15 @@ type workload struct {
 
 type nodeIdentity struct{ name, version string }
 
-// workloadCluster is one polled cluster: its API client (per kubeconfig
-// revision), its backoff and the state last logged.
-type workloadCluster struct {
-	rev      uint64
-	client   *kubeapi.Client
-	server   string
-	failures int
-	retryAt  time.Time
-	kicked   bool
-	state    string
-}
-
-func newWorkload(kc *store.Bucket[*capnv1.AdminKubeconfig]) *workload {
-	return &workload{kubeconfigs: kc, queue: reconcile.NewQueue(), clusters: map[string]*workloadCluster{},
+func newWorkload(cache *kubeapi.ClusterCache) *workload {
+	return &workload{cache: cache, queue: reconcile.NewQueue(), polled: map[string]bool{},
 		nodes: map[string]nodeIdentity{}, real: map[string]bool{}}
 }
 
 // kick asks for a read of cluster now, ending a backoff: a machine
 // changed (one being deleted must lose its Node within a poll).
 func (w *workload) kick(cluster string) {
-	w.mu.Lock()
-	if st := w.clusters[cluster]; st != nil {
-		st.kicked = true
-	}
-	w.mu.Unlock()
+	w.cache.Kick(cluster)
 	w.queue.Add(cluster)
 }
 
@@ -128,12 +106,10 @@ func (w *workload) identity(key string) (nodeIdentity, bool) {
 
 // forget drops a cluster that is no longer polled.
 func (w *workload) forget(cluster string) {
+	w.cache.Invalidate(cluster)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if st := w.clusters[cluster]; st != nil && st.client != nil {
-		st.client.Close()
-	}
-	delete(w.clusters, cluster)
+	delete(w.polled, cluster)
 	for k := range w.nodes {
 		if strings.HasPrefix(k, cluster+".") {
 			delete(w.nodes, k)
@@ -195,7 +171,7 @@ func (s *Service) watchWorkload(ctx context.Context, sub *store.Subscription) {
 				continue
 			}
 			s.work.mu.Lock()
-			_, known := s.work.clusters[c]
+			known := s.work.polled[c]
 			s.work.mu.Unlock()
 			if known || strings.HasPrefix(ch.Key, keys.ClusterPrefix) {
 				s.work.kick(c)
@@ -222,11 +198,13 @@ func (s *Service) reconcileWorkload(ctx context.Context, cluster string) (reconc
 		s.work.forget(cluster)
 		return reconcile.Result{}, nil
 	}
-	st := s.work.state(cluster)
-	if wait := s.work.waiting(st, time.Now()); wait > 0 {
+	s.work.mu.Lock()
+	s.work.polled[cluster] = true
+	s.work.mu.Unlock()
+	if wait := s.work.cache.Wait(cluster); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
-	client, err := s.workloadClient(ctx, cluster, st)
+	client, err := s.work.cache.Client(ctx, cluster)
 	if errors.Is(err, store.ErrNotFound) {
 		// The bootstrapper writes it once the endpoint is known.
 		return reconcile.Result{RequeueAfter: s.cfg.NodePollEvery}, nil
@@ -234,7 +212,7 @@ func (s *Service) reconcileWorkload(ctx context.Context, cluster string) (reconc
 		if ctx.Err() != nil {
 			return reconcile.Result{}, ctx.Err()
 		}
-		return s.workloadFailed(&log, st, apiNoKey, err), nil
+		return s.workloadFailed(&log, cluster, err), nil
 	}
 	now := s.cfg.Now()
 	nodes, err := listNodes(ctx, client)
@@ -242,7 +220,7 @@ func (s *Service) reconcileWorkload(ctx context.Context, cluster string) (reconc
 		if ctx.Err() != nil {
 			return reconcile.Result{}, ctx.Err()
 		}
-		return s.workloadFailed(&log, st, apiState(err), err), nil
+		return s.workloadFailed(&log, cluster, err), nil
 	}
 	machines, live, schemes := s.workloadMachines(cluster, cl)
 	plan := PlanNodes(nodes, machines, live, schemes, s.cfg.NodeDeleteGrace, now)
@@ -251,7 +229,7 @@ func (s *Service) reconcileWorkload(ctx context.Context, cluster string) (reconc
 			if ctx.Err() != nil {
 				return reconcile.Result{}, ctx.Err()
 			}
-			return s.workloadFailed(&log, st, apiState(err), err), nil
+			return s.workloadFailed(&log, cluster, err), nil
 		}
 		ev := log.Info().Str("node", d.Node.Name).Str("provider_id", d.Node.ProviderID)
 		if d.Machine != "" {
@@ -260,8 +238,8 @@ func (s *Service) reconcileWorkload(ctx context.Context, cluster string) (reconc
 			ev.Msg("deleted a Node whose machine is gone from the workload cluster")
 		}
 	}
-	if s.work.answered(st) {
-		log.Info().Str("server", st.server).Int("nodes", len(nodes)).Msg("workload API server answers; reading its Nodes")
+	if a := s.work.cache.Answered(cluster); a.Changed {
+		log.Info().Str("server", a.Server).Int("nodes", len(nodes)).Msg("workload API server answers; reading its Nodes")
 	}
 	var errs []error
 	wrote := false
@@ -377,110 +355,21 @@ func (s *Service) mergeWorkloadNode(ctx context.Context, cluster, machine string
 	return true, nil
 }
 
-// workloadClient is the cluster's API client, made anew when the sealed
-// kubeconfig's revision changes.
-func (s *Service) workloadClient(ctx context.Context, cluster string, st *workloadCluster) (*kubeapi.Client, error) {
-	kc, rev, err := s.work.kubeconfigs.Get(ctx, keys.Kubeconfig(cluster))
-	if err != nil {
-		return nil, err
-	}
-	s.work.mu.Lock()
-	defer s.work.mu.Unlock()
-	if st.client != nil && st.rev == rev {
-		return st.client, nil
-	}
-	admin, err := kubeconfig.Parse(kc.GetKubeconfig())
-	if err != nil {
-		return nil, fmt.Errorf("admin kubeconfig of %s: %w", cluster, err)
-	}
-	c, err := kubeapi.NewClient(admin.Server, admin.CACertPEM, admin.ClientCertPEM, admin.ClientKeyPEM)
-	if err != nil {
-		return nil, fmt.Errorf("admin kubeconfig of %s: %w", cluster, err)
-	}
-	c.HTTP.Timeout = s.cfg.KubeAPITimeout
-	if st.client != nil {
-		st.client.Close()
-	}
-	st.client, st.rev, st.server = c, rev, admin.Server
-	return c, nil
-}
-
 // workloadFailed backs the cluster off and logs a change of state only:
 // an API server that does not answer is normal before the first control
 // plane is up and behind a placeholder endpoint (Info, once); one that
 // refuses, or a kubeconfig that does not open, is a problem (Warn, once).
-func (s *Service) workloadFailed(log *zerolog.Logger, st *workloadCluster, state string, err error) reconcile.Result {
-	delay, changed := s.work.failed(st, state, reconcile.Backoff{Base: s.cfg.NodePollEvery, Max: s.cfg.NodeBackoffMax}, time.Now())
-	if changed {
+func (s *Service) workloadFailed(log *zerolog.Logger, cluster string, err error) reconcile.Result {
+	a := s.work.cache.Failed(cluster, err)
+	if a.Changed {
 		ev := log.Info()
-		if state != apiUnreachable {
+		if a.State != kubeapi.StateUnreachable {
 			ev = log.Warn()
 		}
-		ev.Err(err).Str("server", st.server).Str("state", state).Dur("retry_in", delay).
+		ev.Err(err).Str("server", a.Server).Str("state", string(a.State)).Dur("retry_in", a.RetryIn).
 			Msg("cannot read the workload cluster's Nodes; retrying with backoff (logged again when this changes)")
 	}
-	return reconcile.Result{RequeueAfter: delay}
-}
-
-// apiState classifies a failed request.
-func apiState(err error) string {
-	var se *kubeapi.StatusError
-	if errors.As(err, &se) && se.Code/100 != 5 && se.Code != http.StatusTooManyRequests {
-		return apiRefused
-	}
-	return apiUnreachable
-}
-
-func (w *workload) state(cluster string) *workloadCluster {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	st := w.clusters[cluster]
-	if st == nil {
-		st = &workloadCluster{}
-		w.clusters[cluster] = st
-	}
-	return st
-}
-
-// waiting is how long the cluster's backoff still runs; a kick ends it.
-func (w *workload) waiting(st *workloadCluster, now time.Time) time.Duration {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if st.kicked {
-		st.kicked = false
-		return 0
-	}
-	if st.failures == 0 || !now.Before(st.retryAt) {
-		return 0
-	}
-	return st.retryAt.Sub(now)
-}
-
-// failed counts a failure and returns the delay before the next attempt
-// (base doubled per failure, capped) and whether the state changed.
-func (w *workload) failed(st *workloadCluster, state string, b reconcile.Backoff, now time.Time) (time.Duration, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	st.failures++
-	d := b.Base
-	for i := 1; i < st.failures && d < b.Max; i++ {
-		d *= 2
-	}
-	d = min(d, b.Max)
-	st.retryAt = now.Add(d)
-	changed := st.state != state
-	st.state = state
-	return d, changed
-}
-
-// answered ends the backoff; it reports whether the state changed.
-func (w *workload) answered(st *workloadCluster) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	st.failures, st.retryAt = 0, time.Time{}
-	changed := st.state != apiAnswering
-	st.state = apiAnswering
-	return changed
+	return reconcile.Result{RequeueAfter: a.RetryIn}
 }
 
 // listNodes reads every Node of the workload cluster.

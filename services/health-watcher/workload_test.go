@@ -20,9 +20,9 @@ import (
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
-	"github.com/capn-dev/capn/services/bootstrapper/kubeconfig"
-	"github.com/capn-dev/capn/services/bootstrapper/pki"
-	"github.com/capn-dev/capn/services/bootstrapper/seal"
+	"github.com/capn-dev/capn/secrets/kubeconfig"
+	"github.com/capn-dev/capn/secrets/pki"
+	"github.com/capn-dev/capn/secrets/seal"
 	healthwatcher "github.com/capn-dev/capn/services/health-watcher"
 	"github.com/capn-dev/capn/services/runtime"
 )

@@ -1,13 +1,17 @@
 // Package arch holds the project's import rules as a test, so a change
 // that breaks them fails `make test` (Cluster API keeps the same lines with
 // depguard): the schemas import nothing but protobuf, no core package
-// imports a provider, and a provider imports no service of the core.
+// imports a provider, a provider imports no service of the core, a service
+// imports no other service (they talk only through NATS), and the
+// libraries below the services (secrets/, kubeapi/) import no service. A
+// package's tests are held to the same rules as the package.
 package arch
 
 import (
 	"encoding/json"
 	"io"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -15,14 +19,14 @@ import (
 const module = "github.com/capn-dev/capn"
 
 type pkg struct {
-	ImportPath string
-	Imports    []string
-	Standard   bool
+	ImportPath                         string
+	Imports, TestImports, XTestImports []string
+	Standard                           bool
 }
 
 func listPackages(t *testing.T) []pkg {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-json=ImportPath,Imports,Standard", module+"/...")
+	cmd := exec.Command("go", "list", "-json=ImportPath,Imports,TestImports,XTestImports,Standard", module+"/...")
 	cmd.Dir = "../.."
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -89,22 +93,16 @@ func TestImportRules(t *testing.T) {
 			},
 		},
 		{
-			name: "no service imports another service's internals",
+			name:    "no service imports another service's packages",
+			applies: func(p string) bool { return service(p) != "" },
+			allowed: func(imp string) bool { return service(imp) == "" }, // its own: sameService
+		},
+		{
+			name: "secrets and kubeapi import no service",
 			applies: func(p string) bool {
-				return strings.HasPrefix(p, module+"/services/") && !strings.HasPrefix(p, module+"/services/runtime")
+				return under(p, module+"/secrets") || under(p, module+"/kubeapi")
 			},
-			allowed: func(imp string) bool {
-				if !strings.HasPrefix(imp, module+"/services/") || strings.HasPrefix(imp, module+"/services/runtime") {
-					return true
-				}
-				// The secrets bucket's sealing and the admin kubeconfig's
-				// format are the bootstrapper's, and pure libraries: the
-				// gateway and the health-watcher open kubeconfigs with them.
-				if imp == module+"/services/bootstrapper/seal" || imp == module+"/services/bootstrapper/kubeconfig" {
-					return true
-				}
-				return false // checked per service below
-			},
+			allowed: func(imp string) bool { return service(imp) == "" },
 		},
 	}
 	pkgs := listPackages(t)
@@ -116,7 +114,7 @@ func TestImportRules(t *testing.T) {
 					continue
 				}
 				checked++
-				for _, imp := range p.Imports {
+				for _, imp := range slices.Concat(p.Imports, p.TestImports, p.XTestImports) {
 					if r.allowed(imp) || sameService(p.ImportPath, imp) {
 						continue
 					}
@@ -130,14 +128,27 @@ func TestImportRules(t *testing.T) {
 	}
 }
 
+// service is the service a package belongs to: services/<name>/... or the
+// gateway; "" for everything else, services/runtime included (what every
+// program shares, not a service).
+func service(p string) string {
+	if under(p, module+"/gateway") {
+		return "gateway"
+	}
+	rest, ok := strings.CutPrefix(p, module+"/services/")
+	if !ok {
+		return ""
+	}
+	if name := strings.Split(rest, "/")[0]; name != "runtime" {
+		return name
+	}
+	return ""
+}
+
 // sameService: a service may import its own subpackages.
 func sameService(pkg, imp string) bool {
-	svc := func(p string) string {
-		rest, ok := strings.CutPrefix(p, module+"/services/")
-		if !ok {
-			return ""
-		}
-		return strings.Split(rest, "/")[0]
-	}
-	return svc(pkg) != "" && svc(pkg) == svc(imp)
+	return service(pkg) != "" && service(pkg) == service(imp)
 }
+
+// under: p is dir or a package below it.
+func under(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }

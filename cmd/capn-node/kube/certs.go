@@ -16,8 +16,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/capn-dev/capn/secrets/pki"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
-	"github.com/capn-dev/capn/services/bootstrapper/pki"
 )
 
 // RenewBefore: a leaf certificate with less than this left is issued anew

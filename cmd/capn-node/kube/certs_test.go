@@ -12,8 +12,8 @@ import (
 
 	"github.com/capn-dev/capn/cmd/capn-node/kube"
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/secrets/pki"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/bootstraptest"
-	"github.com/capn-dev/capn/services/bootstrapper/pki"
 )
 
 func leafByName(t *testing.T, leaves []kube.Leaf, name string) kube.Leaf {

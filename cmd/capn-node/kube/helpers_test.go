@@ -15,11 +15,11 @@ import (
 	"github.com/capn-dev/capn/cmd/capn-node/agent"
 	"github.com/capn-dev/capn/cmd/capn-node/kube"
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/secrets/pki"
+	"github.com/capn-dev/capn/secrets/token"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/bootstraptest"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
-	"github.com/capn-dev/capn/services/bootstrapper/pki"
-	"github.com/capn-dev/capn/services/bootstrapper/token"
 )
 
 // machine is what a test renders: the real kube-local renderer's output

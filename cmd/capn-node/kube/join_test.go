@@ -15,9 +15,9 @@ import (
 
 	"github.com/capn-dev/capn/cmd/capn-node/kube"
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/secrets/pki"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
-	"github.com/capn-dev/capn/services/bootstrapper/pki"
 )
 
 func TestEtcdIDJSON(t *testing.T) {

@@ -9,8 +9,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/capn-dev/capn/secrets/token"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
-	"github.com/capn-dev/capn/services/bootstrapper/token"
 )
 
 // Names kubeadm gives the objects of its bootstrap-token phase

@@ -16,7 +16,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/capn-dev/capn/services/bootstrapper/pki"
+	"github.com/capn-dev/capn/secrets/pki"
 )
 
 // Node client certificates, as the kubelet's TLS bootstrap asks for them.

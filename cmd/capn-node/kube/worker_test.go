@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/capn-dev/capn/cmd/capn-node/kube"
+	"github.com/capn-dev/capn/secrets/pki"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/bootstraptest"
-	"github.com/capn-dev/capn/services/bootstrapper/pki"
 )
 
 // fakeSigner is the CSR API with the controller-manager's approver and

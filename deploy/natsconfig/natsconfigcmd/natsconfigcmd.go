@@ -36,7 +36,7 @@ import (
 
 	"github.com/capn-dev/capn/deploy/natsconfig"
 	"github.com/capn-dev/capn/gateway"
-	"github.com/capn-dev/capn/services/bootstrapper/seal"
+	"github.com/capn-dev/capn/secrets/seal"
 	"github.com/capn-dev/capn/services/runtime"
 )
 

@@ -8,8 +8,8 @@ import (
 	"strings"
 
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
-	"github.com/capn-dev/capn/services/bootstrapper/pki"
-	"github.com/capn-dev/capn/services/bootstrapper/token"
+	"github.com/capn-dev/capn/secrets/pki"
+	"github.com/capn-dev/capn/secrets/token"
 )
 
 // Cluster is what the service knows about a machine's cluster besides the

@@ -8,11 +8,11 @@ import (
 	"time"
 
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/secrets/pki"
+	"github.com/capn-dev/capn/secrets/token"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/bootstraptest"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/builtin"
-	"github.com/capn-dev/capn/services/bootstrapper/pki"
-	"github.com/capn-dev/capn/services/bootstrapper/token"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
-	"github.com/capn-dev/capn/services/bootstrapper/token"
+	"github.com/capn-dev/capn/secrets/token"
 )
 
 // Provider turns one machine's Input into its bootstrap data.

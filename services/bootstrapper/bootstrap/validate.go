@@ -10,8 +10,8 @@ import (
 	"time"
 
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
-	"github.com/capn-dev/capn/services/bootstrapper/pki"
-	"github.com/capn-dev/capn/services/bootstrapper/token"
+	"github.com/capn-dev/capn/secrets/pki"
+	"github.com/capn-dev/capn/secrets/token"
 )
 
 var (

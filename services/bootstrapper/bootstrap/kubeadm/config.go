@@ -6,8 +6,8 @@ import (
 	"strings"
 
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/secrets/token"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
-	"github.com/capn-dev/capn/services/bootstrapper/token"
 	yaml "go.yaml.in/yaml/v2"
 )
 

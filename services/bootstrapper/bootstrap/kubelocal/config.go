@@ -10,8 +10,8 @@ import (
 	"time"
 
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/secrets/token"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
-	"github.com/capn-dev/capn/services/bootstrapper/token"
 )
 
 // The node config file: its path on the machine, apiVersion and kind.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/capn-dev/capn/services/bootstrapper/seal"
+	"github.com/capn-dev/capn/secrets/seal"
 	"github.com/capn-dev/capn/services/runtime"
 )
 

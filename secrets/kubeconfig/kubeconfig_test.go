@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capn-dev/capn/services/bootstrapper/pki"
+	"github.com/capn-dev/capn/secrets/pki"
 	"k8s.io/client-go/tools/clientcmd"
 )
 

@@ -94,7 +94,7 @@ type Service struct {
 	pkiChecks pkiChecks
 	joins     *reconcile.Queue // jointokens.go: tokens in the workload clusters
 	joinMemo  joinMemo
-	issuer    nkeys.KeyPair // callout.go; nil: no auth callout
+	issuer    nkeys.KeyPair         // callout.go; nil: no auth callout
 	workload  *kubeapi.ClusterCache // the workload clusters' API clients and backoff
 }
 

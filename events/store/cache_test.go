@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/capn-dev/capn/events/natstest"
+	"github.com/capn-dev/capn/internal/testkit"
 )
 
 // startCache starts c with a logger that writes to the test log and stops
@@ -251,7 +252,7 @@ func TestCacheRecoversAfterRestart(t *testing.T) {
 func TestFilteredCacheStallCheck(t *testing.T) {
 	ctx := testCtx(t)
 	js, kv := newJSKV(t)
-	var logs syncBuffer
+	var logs testkit.Buffer
 	ctx = zerolog.New(&logs).Level(zerolog.InfoLevel).WithContext(ctx)
 	c := NewCache(kv, Keep(CacheOptions{StallCheckEvery: 20 * time.Millisecond, ResyncEvery: NoResync}, js, "machine."))
 	if err := c.Start(ctx); err != nil {

@@ -65,12 +65,15 @@ func TestRunStopsRetryingWhenTheContextEnds(t *testing.T) {
 	srv := natstest.Start(t)
 	_, js := srv.Connect(t)
 	spec := events.ConsumerSpec{Stream: "NOPE", Durable: "never"}
+	logs := &testkit.Buffer{}
 	c := events.NewConsumer(js, spec, func(context.Context, *events.Message) error { return nil },
-		events.WithSetupRetry(time.Hour, time.Hour))
+		events.WithLogger(zerolog.New(logs)), events.WithSetupRetry(time.Hour, time.Hour))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	time.Sleep(100 * time.Millisecond) // into its first wait
+	natstest.WaitFor(t, 10*time.Second, "the first failed attempt logged, its hour's wait begun", func() bool {
+		return len(logs.Lines("cannot set the consumer up; retrying")) == 1
+	})
 	cancel()
 	select {
 	case err := <-done:

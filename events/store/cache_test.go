@@ -261,9 +261,9 @@ func TestFilteredCacheStallCheck(t *testing.T) {
 	kept := put(t, kv, "machine.c1.a", 1)
 	for i := range 20 {
 		put(t, kv, fmt.Sprintf("node.c1.m%d", i), 1)
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) //sleep-ok: spread the writes across stall checks (every 20ms)
 	}
-	time.Sleep(200 * time.Millisecond) // ten checks with nothing new to deliver
+	time.Sleep(200 * time.Millisecond) //sleep-ok: ten stall checks with nothing new to deliver; a check that does nothing shows nothing to wait for
 	if c.Revision() != kept {
 		t.Errorf("cache revision %d, want %d (the last kept write)", c.Revision(), kept)
 	}
@@ -591,16 +591,13 @@ func TestCacheStops(t *testing.T) {
 	}
 	late.Unsubscribe()
 
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		after := clientGoroutines()
-		if len(after) <= len(before) {
-			return
+	if err := testkit.Poll(5*time.Second, 10*time.Millisecond, func() error {
+		if after := clientGoroutines(); len(after) > len(before) {
+			return fmt.Errorf("%d client goroutines, want <= %d:\n%s", len(after), len(before), strings.Join(after, "\n\n"))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d client goroutines, want <= %d:\n%s", len(after), len(before), strings.Join(after, "\n\n"))
-		}
-		time.Sleep(10 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -670,8 +667,23 @@ func TestCachePrefixes(t *testing.T) {
 	if want := []string{"cluster.c1", "machine.c1.a", "machine.c1.b"}; !slices.Equal(keys, want) {
 		t.Errorf("cache holds %q, want %q", keys, want)
 	}
-	// A resync (every 20ms) must not bring the other keys in.
-	time.Sleep(100 * time.Millisecond)
+	// A resync (every 20ms) must not bring the other keys in: wait for one
+	// that listed the bucket after the last write.
+	natstest.WaitFor(t, 10*time.Second, "a resync after the last write", func() bool {
+		for {
+			select {
+			case ch, ok := <-sub.C():
+				if !ok {
+					t.Fatal("subscription closed")
+				}
+				if ch.Resync && ch.Revision >= last {
+					return true
+				}
+			default:
+				return false
+			}
+		}
+	})
 	c.mu.RLock()
 	n := len(c.entries)
 	c.mu.RUnlock()

@@ -167,11 +167,12 @@ func TestSupervisorStopsTheWholeGroup(t *testing.T) {
 		// The children are waited for; the grandchild is not, and a
 		// SIGKILL sent to its group takes effect when it is next
 		// scheduled — on a loaded machine a moment after Stop returned.
-		deadline := time.Now().Add(2 * time.Second)
-		for alive(t, pid) && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if alive(t, pid) {
+		if testkit.Poll(2*time.Second, 10*time.Millisecond, func() error {
+			if alive(t, pid) {
+				return errors.New("alive")
+			}
+			return nil
+		}) != nil {
 			t.Errorf("pid %d still running 2s after Stop", pid)
 		}
 	}
@@ -216,9 +217,7 @@ func TestSupervisorHelper(t *testing.T) {
 		fmt.Println("error", err)
 		os.Exit(1)
 	}
-	for status(s, "sleeper").PID == 0 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 10*time.Second, "the sleeper started", func() bool { return status(s, "sleeper").PID != 0 })
 	fmt.Println("pid", status(s, "sleeper").PID)
 	select {}
 }

@@ -49,8 +49,12 @@ proto-check: proto ## fail if generated code is not what the schemas give
 vet:
 	$(GO) vet ./...
 
-lint: vet ## gofmt, go vet, staticcheck and the import rules
+# A test waits on a condition (testkit.WaitFor, natstest.WaitFor), never on
+# time: lint fails on a time.Sleep in a _test.go file unless its line says
+# why it is not a wait (//sleep-ok: <reason>).
+lint: vet ## gofmt, go vet, staticcheck, no sleeping tests and the import rules
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); test -z "$$out" || { echo "gofmt needed:"; echo "$$out"; exit 1; }
+	@out=$$(git grep -n 'time\.Sleep(' -- '*_test.go' | grep -vE '//sleep-ok: *[^ ]'); test -z "$$out" || { echo "time.Sleep in a test: wait on a condition (testkit.WaitFor), or say why with //sleep-ok: <reason> on the line:"; echo "$$out"; exit 1; }
 	$(TOOL) staticcheck ./...
 
 fmt:

@@ -1,11 +1,7 @@
 package events_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,34 +9,9 @@ import (
 
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/natstest"
+	"github.com/capn-dev/capn/internal/testkit"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
-
-// logBuffer is a zerolog sink the test reads while the consumer writes.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// lines are the logged records whose message is msg.
-func (l *logBuffer) lines(msg string) []map[string]any {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []map[string]any
-	for _, line := range strings.Split(l.b.String(), "\n") {
-		var rec map[string]any
-		if json.Unmarshal([]byte(line), &rec) == nil && rec["message"] == msg {
-			out = append(out, rec)
-		}
-	}
-	return out
-}
 
 func publishGenerate(t *testing.T, p *events.Publisher, machine string) {
 	t.Helper()
@@ -57,21 +28,21 @@ func publishGenerate(t *testing.T, p *events.Publisher, machine string) {
 func TestRunWaitsForTheStream(t *testing.T) {
 	srv := natstest.Start(t)
 	_, js := srv.Connect(t)
-	logs := &logBuffer{}
+	logs := &testkit.Buffer{}
 	spec := events.ConsumerSpec{Stream: events.StreamCommands, Durable: "late", Filters: []string{"capn.cmd.bootstrap.>"}}
 	c := events.NewConsumer(js, spec, func(context.Context, *events.Message) error { return nil },
 		events.WithLogger(zerolog.New(logs)), events.WithSetupRetry(20*time.Millisecond, 100*time.Millisecond))
 	run(t, c)
 
 	const retrying = "cannot set the consumer up; retrying"
-	natstest.WaitFor(t, 10*time.Second, "five failed attempts logged", func() bool { return len(logs.lines(retrying)) >= 5 })
+	natstest.WaitFor(t, 10*time.Second, "five failed attempts logged", func() bool { return len(logs.Lines(retrying)) >= 5 })
 	if err := events.Provision(context.Background(), js, events.DefaultTopology(1)); err != nil {
 		t.Fatal(err)
 	}
 	publishGenerate(t, events.NewPublisher(js, "capn/test"), "m1")
 	natstest.WaitFor(t, 10*time.Second, "the message consumed once the stream exists", func() bool { return c.Stats().Acked == 1 })
 
-	attempts := logs.lines(retrying)
+	attempts := logs.Lines(retrying)
 	for i, rec := range attempts {
 		if n, _ := rec["attempt"].(float64); int(n) != i+1 {
 			t.Errorf("log line %d: attempt %v, want %d", i, rec["attempt"], i+1)
@@ -84,7 +55,7 @@ func TestRunWaitsForTheStream(t *testing.T) {
 			t.Errorf("attempt %d: retry_in %vms, want %s", i+1, rec["retry_in"], want)
 		}
 	}
-	if got := logs.lines("set the consumer up: done"); len(got) != 1 {
+	if got := logs.Lines("set the consumer up: done"); len(got) != 1 {
 		t.Errorf("%d 'set the consumer up: done' lines, want 1", len(got))
 	}
 }
@@ -94,12 +65,15 @@ func TestRunStopsRetryingWhenTheContextEnds(t *testing.T) {
 	srv := natstest.Start(t)
 	_, js := srv.Connect(t)
 	spec := events.ConsumerSpec{Stream: "NOPE", Durable: "never"}
+	logs := &testkit.Buffer{}
 	c := events.NewConsumer(js, spec, func(context.Context, *events.Message) error { return nil },
-		events.WithSetupRetry(time.Hour, time.Hour))
+		events.WithLogger(zerolog.New(logs)), events.WithSetupRetry(time.Hour, time.Hour))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	time.Sleep(100 * time.Millisecond) // into its first wait
+	natstest.WaitFor(t, 10*time.Second, "the first failed attempt logged, its hour's wait begun", func() bool {
+		return len(logs.Lines("cannot set the consumer up; retrying")) == 1
+	})
 	cancel()
 	select {
 	case err := <-done:
@@ -115,7 +89,7 @@ func TestRunStopsRetryingWhenTheContextEnds(t *testing.T) {
 // sets it up again and keeps consuming.
 func TestRunSetsUpAgainWhenTheConsumerIsDeleted(t *testing.T) {
 	_, _, js := setup(t)
-	logs := &logBuffer{}
+	logs := &testkit.Buffer{}
 	spec := events.ConsumerSpec{Stream: events.StreamCommands, Durable: "again", Filters: []string{"capn.cmd.bootstrap.>"}}
 	c := events.NewConsumer(js, spec, func(context.Context, *events.Message) error { return nil },
 		events.WithLogger(zerolog.New(logs)), events.WithSetupRetry(20*time.Millisecond, 100*time.Millisecond))
@@ -127,7 +101,7 @@ func TestRunSetsUpAgainWhenTheConsumerIsDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	natstest.WaitFor(t, 10*time.Second, "the consumer set up again", func() bool {
-		return len(logs.lines("consumer's message stream ended; setting it up again")) > 0
+		return len(logs.Lines("consumer's message stream ended; setting it up again")) > 0
 	})
 	publishGenerate(t, p, "m2")
 	natstest.WaitFor(t, 10*time.Second, "the second message consumed", func() bool { return c.Stats().Acked == 2 })

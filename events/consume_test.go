@@ -147,9 +147,17 @@ func TestUndecodableIsTerminatedAndCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	natstest.WaitFor(t, 5*time.Second, "two terminations", func() bool { return c.Stats().Terminated == 2 })
-	// Give a wrong redelivery the chance to show up, then check none did.
+	// The server agrees: both messages are done with, none pending or
+	// redelivered, so no redelivery can come.
 	_ = nc.Flush()
-	time.Sleep(300 * time.Millisecond)
+	cons, err := js.Consumer(context.Background(), events.StreamCommands, "poison")
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 5*time.Second, "the server's ack floor past both messages", func() bool {
+		info, err := cons.Info(context.Background())
+		return err == nil && info.Delivered.Consumer == 2 && info.AckFloor.Consumer == 2 && info.NumAckPending == 0 && info.NumRedelivered == 0
+	})
 	if s := c.Stats(); s.Terminated != 2 || s.Naked != 0 || calls.Load() != 0 {
 		t.Fatalf("stats %+v calls %d; want exactly 2 terminations and no handler calls", s, calls.Load())
 	}

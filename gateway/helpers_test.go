@@ -1,10 +1,8 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -21,6 +19,7 @@ import (
 	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/gateway/api"
+	"github.com/capn-dev/capn/internal/testkit"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/secrets/seal"
 	"github.com/capn-dev/capn/services/runtime"
@@ -134,33 +133,8 @@ type resp struct {
 // name, value pairs.
 func (e *env) do(method, path, token string, body any, hdr ...string) resp {
 	e.t.Helper()
-	var r io.Reader
-	switch b := body.(type) {
-	case string:
-		r = strings.NewReader(b)
-	case []byte:
-		r = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, e.url+path, r)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return resp{status: res.StatusCode, header: res.Header, body: b}
+	r := testkit.Do(e.t, method, e.url+path, token, body, hdr...)
+	return resp{status: r.Status, header: r.Header, body: r.Body}
 }
 
 // problem decodes a problem+json body, failing the test if it is not one.

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/gateway/api"
+	"github.com/capn-dev/capn/internal/testkit"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
@@ -311,16 +313,13 @@ func TestIngestNATSDown(t *testing.T) {
 	e.do(http.MethodGet, "/healthz", "", nil).wantProblem(t, http.StatusServiceUnavailable)
 
 	e.ns.Restart()
-	var last resp
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		if last = send(); last.status == http.StatusAccepted {
-			break
+	if err := testkit.Poll(15*time.Second, 100*time.Millisecond, func() error {
+		if r := send(); r.status != http.StatusAccepted {
+			return fmt.Errorf("%d %s", r.status, r.body)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if last.status != http.StatusAccepted {
-		t.Fatalf("after the restart: %d %s", last.status, last.body)
+		return nil
+	}); err != nil {
+		t.Fatalf("after the restart: %v", err)
 	}
 	if msgs, _ := e.streamState(StreamIngest); msgs != 1 {
 		t.Errorf("%d copies stored, want 1 (the retry is de-duplicated)", msgs)

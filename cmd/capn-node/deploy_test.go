@@ -2,11 +2,9 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 
 	"github.com/capn-dev/capn/deploy/natsconfig"
 	"github.com/capn-dev/capn/deploy/natsconfig/natsconfigtest"
+	"github.com/capn-dev/capn/internal/testkit"
 	"github.com/capn-dev/capn/providers/sdk"
 )
 
@@ -85,7 +84,7 @@ func TestAgentRunsWithTheRenderedNodeUser(t *testing.T) {
 func runAgentFor(t *testing.T, env map[string]string, want string) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuffer{}
+	out := &testkit.Buffer{}
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"agent"}, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, out)
@@ -104,21 +103,4 @@ func runAgentFor(t *testing.T, env map[string]string, want string) string {
 		t.Fatalf("capn-node agent exited %d after the stop:\n%s", code, out.String())
 	}
 	return out.String()
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/natstest"
+	"github.com/capn-dev/capn/internal/testkit"
 	"github.com/capn-dev/capn/providers/process"
 	"github.com/capn-dev/capn/services/runtime"
 )
@@ -67,7 +68,7 @@ func withDevServices(t *testing.T, services ...runtime.Service) {
 type devRun struct {
 	cancel  context.CancelFunc
 	done    chan int
-	out     *syncBuffer
+	out     *testkit.Buffer
 	natsURL string
 	opsURL  string
 	// gatewayURL and token are the gateway's and its admin token.

@@ -1,34 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/capn-dev/capn/internal/testkit"
 )
 
-// syncBuffer is a writer that commands and tests may use at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func testEnv(vars map[string]string) (env, *syncBuffer, *syncBuffer) {
-	stdout, stderr := &syncBuffer{}, &syncBuffer{}
+func testEnv(vars map[string]string) (env, *testkit.Buffer, *testkit.Buffer) {
+	stdout, stderr := &testkit.Buffer{}, &testkit.Buffer{}
 	return env{stdout: stdout, stderr: stderr, lookup: func(k string) (string, bool) { v, ok := vars[k]; return v, ok }}, stdout, stderr
 }
 

@@ -10,12 +10,13 @@ import (
 
 	"github.com/capn-dev/capn/gateway/api"
 	"github.com/capn-dev/capn/gateway/client"
+	"github.com/capn-dev/capn/internal/testkit"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // testWaiter is a waiter fed by hand, on a clock that moves 5s per read.
-func testWaiter(goal waitGoal, gen int64) (*waiter, *syncBuffer) {
-	out := &syncBuffer{}
+func testWaiter(goal waitGoal, gen int64) (*waiter, *testkit.Buffer) {
+	out := &testkit.Buffer{}
 	now := fixedNow
 	w := &waiter{cluster: "demo", goal: goal, gen: gen, timeout: time.Minute, out: out,
 		now: func() time.Time { now = now.Add(5 * time.Second); return now }, machines: map[string]*capnv1.Machine{}}

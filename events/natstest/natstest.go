@@ -4,7 +4,6 @@
 package natstest
 
 import (
-	"context"
 	"net"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/capn-dev/capn/events/embedded"
+	"github.com/capn-dev/capn/internal/testkit"
 )
 
 // Server is a running embedded server that a test can restart.
@@ -84,21 +84,10 @@ func (s *Server) Connect(t testing.TB) (*nats.Conn, jetstream.JetStream) {
 }
 
 // WaitFor polls cond every 10ms until it returns true or timeout passes,
-// then fails the test with msg. Poll, don't sleep.
+// then fails the test with msg. Poll, don't sleep. It is testkit.WaitFor,
+// here for the tests and helpers that may import only the events plumbing
+// (the provider conformance suite and the SDK's, tests/arch).
 func WaitFor(t testing.TB, timeout time.Duration, msg string, cond func() bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if cond() {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out after %s waiting for: %s", timeout, msg)
-		case <-tick.C:
-		}
-	}
+	testkit.WaitFor(t, timeout, msg, cond)
 }

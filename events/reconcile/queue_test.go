@@ -3,10 +3,13 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/capn-dev/capn/internal/testkit"
 )
 
 func TestQueueDedupAndDirty(t *testing.T) {
@@ -35,12 +38,9 @@ func TestAddAfterKeepsEarliest(t *testing.T) {
 	q := NewQueue()
 	q.AddAfter("k", 20*time.Millisecond)
 	q.AddAfter("k", time.Hour)
-	deadline := time.Now().Add(2 * time.Second)
-	for q.Len() == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 2*time.Second, "the key added after the earlier delay", func() bool { return q.Len() > 0 })
 	if q.Len() != 1 {
-		t.Fatal("key not added after the earlier delay")
+		t.Fatalf("%d keys queued, want 1", q.Len())
 	}
 	q.ShutDown()
 }
@@ -54,16 +54,18 @@ func TestReschedule(t *testing.T) {
 	q.Reschedule("cancelled", 0)
 	q.AddAfter("sooner", time.Hour)
 	q.Reschedule("sooner", 20*time.Millisecond)
-	deadline := time.Now().Add(2 * time.Second)
-	for q.Len() == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
+	testkit.WaitFor(t, 2*time.Second, "the rescheduled key", func() bool { return q.Len() > 0 })
+	// The replaced and cancelled timers were due when sooner was: a marker
+	// due later comes after anything they would have queued.
+	q.AddAfter("marker", 50*time.Millisecond)
+	testkit.WaitFor(t, 2*time.Second, "the marker", func() bool { return q.Len() >= 2 })
+	var got []string
+	for q.Len() > 0 {
+		k, _ := q.Get()
+		got = append(got, k)
 	}
-	time.Sleep(100 * time.Millisecond) // the replaced and cancelled timers would have fired by now
-	if q.Len() != 1 {
-		t.Fatalf("%d keys queued, want 1", q.Len())
-	}
-	if k, _ := q.Get(); k != "sooner" {
-		t.Fatalf("queued %q, want sooner", k)
+	if !slices.Equal(got, []string{"sooner", "marker"}) {
+		t.Fatalf("queued %q, want sooner, then the marker", got)
 	}
 }
 
@@ -74,7 +76,12 @@ func TestReschedule(t *testing.T) {
 func TestLoopLatestResultDecides(t *testing.T) {
 	q := NewQueue()
 	var calls atomic.Int32
+	var marker atomic.Bool
 	r := Func(func(ctx context.Context, key string) (Result, error) {
+		if key == "marker" {
+			marker.Store(true)
+			return Result{}, nil
+		}
 		if calls.Add(1) == 1 {
 			return Result{RequeueAfter: 100 * time.Millisecond}, nil
 		}
@@ -84,11 +91,13 @@ func TestLoopLatestResultDecides(t *testing.T) {
 	defer cancel()
 	go (&Loop{Queue: q, Reconciler: r, Workers: 1}).Run(ctx)
 	q.Add("k")
-	for calls.Load() < 1 {
-		time.Sleep(time.Millisecond)
-	}
+	testkit.WaitFor(t, 2*time.Second, "the first reconcile", func() bool { return calls.Load() >= 1 })
 	q.Add("k") // a change: reconciled at once, and asks for nothing more
-	time.Sleep(300 * time.Millisecond)
+	testkit.WaitFor(t, 2*time.Second, "the second reconcile", func() bool { return calls.Load() >= 2 })
+	// A marker due after the first requeue would have been: one worker
+	// reconciles in queue order, so a wrong requeue would come first.
+	q.AddAfter("marker", 200*time.Millisecond)
+	testkit.WaitFor(t, 2*time.Second, "the marker reconciled", marker.Load)
 	if n := calls.Load(); n != 2 {
 		t.Fatalf("%d reconciles, want 2: the first one's requeue fired after the second asked for none", n)
 	}
@@ -99,6 +108,7 @@ func TestLoopNeverRunsOneKeyConcurrentlyAndRetries(t *testing.T) {
 	var mu sync.Mutex
 	running := map[string]bool{}
 	var calls, overlaps atomic.Int32
+	var k0Done atomic.Bool // k0 reconciled without error (after its failure)
 	failOnce := map[string]bool{"k0": true}
 	r := Func(func(ctx context.Context, key string) (Result, error) {
 		mu.Lock()
@@ -110,12 +120,15 @@ func TestLoopNeverRunsOneKeyConcurrentlyAndRetries(t *testing.T) {
 		delete(failOnce, key)
 		mu.Unlock()
 		calls.Add(1)
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) //sleep-ok: a reconcile that lasts, so an overlap would show
 		mu.Lock()
 		running[key] = false
 		mu.Unlock()
 		if fail {
 			return Result{}, errors.New("transient")
+		}
+		if key == "k0" {
+			k0Done.Store(true)
 		}
 		return Result{}, nil
 	})
@@ -128,11 +141,9 @@ func TestLoopNeverRunsOneKeyConcurrentlyAndRetries(t *testing.T) {
 	for i := range 200 {
 		q.Add([]string{"k0", "k1", "k2"}[i%3])
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for (errs.Load() < 1 || q.Len() > 0) && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	time.Sleep(50 * time.Millisecond)
+	testkit.WaitFor(t, 5*time.Second, "k0 failed, then reconciled, and nothing queued", func() bool {
+		return errs.Load() >= 1 && k0Done.Load() && q.Len() == 0
+	})
 	cancel()
 	<-done
 	if overlaps.Load() != 0 {

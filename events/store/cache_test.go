@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/capn-dev/capn/events/natstest"
+	"github.com/capn-dev/capn/internal/testkit"
 )
 
 // startCache starts c with a logger that writes to the test log and stops
@@ -251,7 +252,7 @@ func TestCacheRecoversAfterRestart(t *testing.T) {
 func TestFilteredCacheStallCheck(t *testing.T) {
 	ctx := testCtx(t)
 	js, kv := newJSKV(t)
-	var logs syncBuffer
+	var logs testkit.Buffer
 	ctx = zerolog.New(&logs).Level(zerolog.InfoLevel).WithContext(ctx)
 	c := NewCache(kv, Keep(CacheOptions{StallCheckEvery: 20 * time.Millisecond, ResyncEvery: NoResync}, js, "machine."))
 	if err := c.Start(ctx); err != nil {
@@ -260,9 +261,9 @@ func TestFilteredCacheStallCheck(t *testing.T) {
 	kept := put(t, kv, "machine.c1.a", 1)
 	for i := range 20 {
 		put(t, kv, fmt.Sprintf("node.c1.m%d", i), 1)
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) //sleep-ok: spread the writes across stall checks (every 20ms)
 	}
-	time.Sleep(200 * time.Millisecond) // ten checks with nothing new to deliver
+	time.Sleep(200 * time.Millisecond) //sleep-ok: ten stall checks with nothing new to deliver; a check that does nothing shows nothing to wait for
 	if c.Revision() != kept {
 		t.Errorf("cache revision %d, want %d (the last kept write)", c.Revision(), kept)
 	}
@@ -590,16 +591,13 @@ func TestCacheStops(t *testing.T) {
 	}
 	late.Unsubscribe()
 
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		after := clientGoroutines()
-		if len(after) <= len(before) {
-			return
+	if err := testkit.Poll(5*time.Second, 10*time.Millisecond, func() error {
+		if after := clientGoroutines(); len(after) > len(before) {
+			return fmt.Errorf("%d client goroutines, want <= %d:\n%s", len(after), len(before), strings.Join(after, "\n\n"))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d client goroutines, want <= %d:\n%s", len(after), len(before), strings.Join(after, "\n\n"))
-		}
-		time.Sleep(10 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -669,8 +667,23 @@ func TestCachePrefixes(t *testing.T) {
 	if want := []string{"cluster.c1", "machine.c1.a", "machine.c1.b"}; !slices.Equal(keys, want) {
 		t.Errorf("cache holds %q, want %q", keys, want)
 	}
-	// A resync (every 20ms) must not bring the other keys in.
-	time.Sleep(100 * time.Millisecond)
+	// A resync (every 20ms) must not bring the other keys in: wait for one
+	// that listed the bucket after the last write.
+	natstest.WaitFor(t, 10*time.Second, "a resync after the last write", func() bool {
+		for {
+			select {
+			case ch, ok := <-sub.C():
+				if !ok {
+					t.Fatal("subscription closed")
+				}
+				if ch.Resync && ch.Revision >= last {
+					return true
+				}
+			default:
+				return false
+			}
+		}
+	})
 	c.mu.RLock()
 	n := len(c.entries)
 	c.mu.RUnlock()

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/capn-dev/capn/events/natstest"
 )
 
 // The group index must answer exactly what a full scan answers.
@@ -26,10 +28,7 @@ func TestListIndexMatchesScan(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for c.Revision() < 62+9 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	natstest.WaitFor(t, 5*time.Second, "the cache at the last delete", func() bool { return c.Revision() >= 62+9 })
 	for _, prefix := range []string{"machine.c1.", "machine.c2.", "machine.c9.", "machine.", "machine.c1", "cluster.", ""} {
 		got := keysOf(c.List(prefix))
 		var want []string

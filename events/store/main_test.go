@@ -1,12 +1,10 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"regexp"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -112,22 +110,4 @@ func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

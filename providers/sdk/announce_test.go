@@ -72,7 +72,7 @@ func TestNoAnnouncementLeftWhenStoppedDuringARefresh(t *testing.T) {
 			_, ok := env.Announcement("fake")
 			return ok
 		})
-		time.Sleep(time.Duration(i%7) * time.Millisecond)
+		time.Sleep(time.Duration(i%7) * time.Millisecond) //sleep-ok: land the stop at a different point of the 1ms refresh each run
 		stop()
 		if a, ok := env.Announcement("fake"); ok {
 			t.Fatalf("run %d: announcement left after a clean shutdown: %v", i, a)

@@ -427,7 +427,7 @@ func TestJoinTokensRegisteredUntilJoined(t *testing.T) {
 	api.mu.Lock()
 	n := len(api.requests)
 	api.mu.Unlock()
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) //sleep-ok: nothing happens for 1s; no later event of the bootstrapper's to wait for instead
 	api.mu.Lock()
 	defer api.mu.Unlock()
 	if len(api.requests) != n {
@@ -525,12 +525,13 @@ func TestJoinTokensUnreachableAPIBacksOffAndBlocksNothing(t *testing.T) {
 		t.Errorf("hang: condition message %q does not say it timed out", cond.GetMessage())
 	}
 
-	// Backoff: 0.3s doubling to 1.2s gives about four attempts in 4s; a
-	// retry without backoff would make hundreds.
-	from := flakyConns.Load()
-	time.Sleep(4 * time.Second)
-	if n := flakyConns.Load() - from; n < 2 || n > 10 {
-		t.Errorf("flaky: %d attempts in 4s with backoff 0.3s..1.2s; want 2..10", n)
+	// Backoff: 0.3s doubling to 1.2s. Five more connections are at least
+	// three attempts (each makes one or two), at least 0.6s apart first to
+	// last; a retry without backoff would make them in milliseconds.
+	from, since := flakyConns.Load(), time.Now()
+	natstest.WaitFor(t, 10*time.Second, "flaky: five more connections", func() bool { return flakyConns.Load()-from >= 5 })
+	if d := time.Since(since); d < 600*time.Millisecond {
+		t.Errorf("flaky: five connections in %s with backoff 0.3s..1.2s; want at least 0.6s", d)
 	}
 
 	// The script cluster's API server was never asked, and its status has

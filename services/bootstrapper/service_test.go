@@ -281,11 +281,20 @@ func TestDuplicateCommandYieldsSameData(t *testing.T) {
 	cmd := &capnv1.GenerateBootstrap{Cluster: "c1", Machine: "c1-cp-0", Role: "control-plane", FirstControlPlane: true, Version: "v1.34.2",
 		Bootstrap: &capnv1.BootstrapSpec{PreCommands: []string{"echo hi"}}}
 	subj := events.CommandSubject("bootstrap", "generate", "c1", "c1-cp-0")
-	if _, err := e.pub.Publish(context.Background(), subj, events.TypeGenerateBootstrap, "gen-1", cmd); err != nil {
+	ack, err := e.pub.Publish(context.Background(), subj, events.TypeGenerateBootstrap, "gen-1", cmd)
+	if err != nil {
 		t.Fatal(err)
 	}
-	// The endpoint arrives after the command: the bootstrapper waits for it.
-	time.Sleep(300 * time.Millisecond)
+	// The endpoint arrives after the command reached the bootstrapper: it
+	// waits for it.
+	natstest.WaitFor(t, 10*time.Second, "the command delivered to the bootstrapper", func() bool {
+		cons, err := e.js.Consumer(context.Background(), events.StreamCommands, bootstrapper.Name)
+		if err != nil {
+			return false // not set up yet
+		}
+		info, err := cons.Info(context.Background())
+		return err == nil && info.Delivered.Stream >= ack.Sequence
+	})
 	e.reportEndpoint("c1")
 	first := next(t, got)
 	if first.Event.Type() != events.TypeBootstrapReady {

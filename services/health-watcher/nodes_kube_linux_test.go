@@ -182,9 +182,18 @@ func TestNodesOfARealAPIServer(t *testing.T) {
 	})
 	t.Logf("Nodes recorded %s after the watcher started", time.Since(begin).Round(10*time.Millisecond))
 
-	// Steady: no write while the Nodes do not change (polls every 300ms).
+	// Steady: no write while a Node does not change. Each poll (every
+	// 300ms) lists every Node of the cluster, so two polls that record a
+	// change of w-1's Node have seen w-0's unchanged.
 	_, rev := record("w-0")
-	time.Sleep(2 * time.Second)
+	for _, pressure := range []string{"True", "False"} {
+		setStatus("w-1", [3]string{"Ready", "True", "KubeletReady"}, [3]string{"KernelDeadlock", "False", "KernelHasNoDeadlock"},
+			[3]string{"MemoryPressure", pressure, "KubeletHasSufficientMemory"})
+		natstest.WaitFor(t, 10*time.Second, "w-1's MemoryPressure="+pressure+" recorded", func() bool {
+			h, _ := record("w-1")
+			return condition(h, "MemoryPressure") == pressure
+		})
+	}
 	if _, rev2 := record("w-0"); rev2 != rev {
 		t.Errorf("w-0's record rewritten (revision %d → %d) while its Node did not change", rev, rev2)
 	}

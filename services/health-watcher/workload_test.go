@@ -135,11 +135,13 @@ func TestNodeReadsAskOnlyRealKubernetesClustersAndBackOff(t *testing.T) {
 		}
 	})
 	natstest.WaitFor(t, 10*time.Second, "the real-kubernetes cluster's endpoint asked", func() bool { return apis["real"].count() > 0 })
-	start := apis["real"].count()
-	time.Sleep(3 * time.Second)
-	// Backoff 100ms doubling to 800ms: about 5 asks in 3s; every poll would be 30.
-	if n := apis["real"].count() - start; n < 2 || n > 10 {
-		t.Errorf("the 503 endpoint was asked %d times in 3s; want a few (backoff to 800ms), not one per 100ms poll", n)
+	// Backoff 100ms doubling to 800ms puts at least 0.1+0.2+0.4s between
+	// the first and the fourth of four more asks; one ask per 100ms poll
+	// would take 0.3s.
+	start, since := apis["real"].count(), time.Now()
+	natstest.WaitFor(t, 10*time.Second, "four more asks of the 503 endpoint", func() bool { return apis["real"].count()-start >= 4 })
+	if d := time.Since(since); d < 600*time.Millisecond {
+		t.Errorf("the 503 endpoint was asked 4 times in %s; want backoff to 800ms (at least 0.6s), not one ask per 100ms poll", d)
 	}
 	if n := apis["simmed"].count(); n != 0 {
 		t.Errorf("the sim cluster's endpoint was asked %d times; a cluster on a provider without real-kubernetes is never asked", n)
@@ -156,10 +158,12 @@ func TestNodeReadsAskOnlyRealKubernetesClustersAndBackOff(t *testing.T) {
 		h, _, err := nodes.Get(ctx, keys.Node("real", "cp-0"))
 		return err == nil && h.GetNodeName() == "cp-0" && h.GetKubeletVersion() == "v1.37.2" && len(h.GetConditions()) == 1
 	})
-	start = apis["real"].count()
-	time.Sleep(time.Second)
-	if n := apis["real"].count() - start; n < 5 {
-		t.Errorf("an answering API server was read %d times in 1s; want about one per 100ms poll", n)
+	// One read per 100ms poll: five take about 0.5s; with the failures'
+	// backoff (800ms) they would take 4s.
+	start, since = apis["real"].count(), time.Now()
+	natstest.WaitFor(t, 10*time.Second, "five more reads of the answering API server", func() bool { return apis["real"].count()-start >= 5 })
+	if d := time.Since(since); d > 3*time.Second {
+		t.Errorf("an answering API server was read 5 times in %s; want about one read per 100ms poll", d)
 	}
 }
 

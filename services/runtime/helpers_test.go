@@ -1,13 +1,11 @@
 package runtime
 
 import (
-	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/json"
 	"encoding/pem"
 	"io"
 	"math/big"
@@ -15,48 +13,18 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/rs/zerolog"
+
+	"github.com/capn-dev/capn/internal/testkit"
 )
 
-// logBuffer is a concurrency-safe log sink that tests can search.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// lines returns the JSON log lines whose message is msg.
-func (b *logBuffer) lines(msg string) []map[string]any {
-	var out []map[string]any
-	for _, l := range strings.Split(b.String(), "\n") {
-		var m map[string]any
-		if json.Unmarshal([]byte(l), &m) == nil && m["message"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-func testLogger(t *testing.T) (zerolog.Logger, *logBuffer) {
+func testLogger(t *testing.T) (zerolog.Logger, *testkit.Buffer) {
 	t.Helper()
-	b := &logBuffer{}
+	b := &testkit.Buffer{}
 	w := io.Writer(b)
 	if testing.Verbose() {
 		w = io.MultiWriter(b, zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true})

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/capn-dev/capn/events/natstest"
+	"github.com/capn-dev/capn/internal/testkit"
 )
 
 // greeter is a probe with a setting of its own.
@@ -70,7 +71,7 @@ func TestMainArgs(t *testing.T) {
 				case <-ctx.Done():
 				}
 			}()
-			out := &logBuffer{}
+			out := &testkit.Buffer{}
 			code := MainArgs(ctx, g, tt.args, func(k string) (string, bool) { v, ok := tt.env[k]; return v, ok }, out)
 			if code != tt.wantCode {
 				t.Errorf("exit code %d, want %d; output:\n%s", code, tt.wantCode, out)

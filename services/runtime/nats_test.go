@@ -130,7 +130,7 @@ func TestConnectLogsPermissionViolations(t *testing.T) {
 	_ = nc.Flush()
 	natstest.WaitFor(t, 5*time.Second, "both permission violations logged", func() bool {
 		var pub, sub bool
-		for _, l := range logs.lines("NATS error") {
+		for _, l := range logs.Lines("NATS error") {
 			if l["reason"] != "permission_violation" || l["level"] != "error" {
 				continue
 			}
@@ -152,10 +152,10 @@ func TestConnectReconnectsAndLogsIt(t *testing.T) {
 	s.Restart()
 	natstest.WaitFor(t, 10*time.Second, "reconnected", nc.IsConnected)
 	natstest.WaitFor(t, 5*time.Second, "disconnect and reconnect logged", func() bool {
-		return len(logs.lines("disconnected from NATS, reconnecting")) == 1 && len(logs.lines("reconnected to NATS")) == 1
+		return len(logs.Lines("disconnected from NATS, reconnecting")) == 1 && len(logs.Lines("reconnected to NATS")) == 1
 	})
 	nc.Close()
-	natstest.WaitFor(t, 5*time.Second, "close logged", func() bool { return len(logs.lines("NATS connection closed")) == 1 })
+	natstest.WaitFor(t, 5*time.Second, "close logged", func() bool { return len(logs.Lines("NATS connection closed")) == 1 })
 }
 
 func TestConnectWaitsForTheServer(t *testing.T) {
@@ -172,7 +172,7 @@ func TestConnectWaitsForTheServer(t *testing.T) {
 		done <- result{nc, err}
 	}()
 	natstest.WaitFor(t, 5*time.Second, "a failed attempt logged", func() bool {
-		return len(logs.lines("cannot connect to NATS, retrying")) > 0
+		return len(logs.Lines("cannot connect to NATS, retrying")) > 0
 	})
 	s.Restart()
 	r := <-done

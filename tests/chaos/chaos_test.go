@@ -29,6 +29,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capn-dev/capn/internal/testkit"
 	"github.com/capn-dev/capn/providers/sdk"
 	"github.com/capn-dev/capn/providers/sim"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
@@ -227,12 +228,12 @@ func (k *killer) run(n int, every time.Duration, done func() bool) {
 		if done() {
 			break
 		}
-		time.Sleep(time.Duration(k.rng.Int64N(int64(every))))
+		time.Sleep(time.Duration(k.rng.Int64N(int64(every)))) //sleep-ok: chaos: a random pause before the next kill
 		name := harness.All[k.rng.IntN(len(harness.All))]
 		k.sys.Kill(name)
 		k.total++
 		k.kills[name]++
-		time.Sleep(time.Duration(k.rng.Int64N(int64(every))))
+		time.Sleep(time.Duration(k.rng.Int64N(int64(every)))) //sleep-ok: chaos: a random downtime
 		k.sys.Start(name)
 	}
 	k.sys.StartAll()
@@ -258,19 +259,20 @@ func allReady(sys *harness.System, n int) bool {
 
 func waitAllReady(t *testing.T, sys *harness.System, n int, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !allReady(sys, n) {
-		if time.Now().After(deadline) {
-			var notReady []string
-			for i := range n {
-				if !sys.IsReady(clusterName(i)) {
-					st := sys.ClusterStatus(clusterName(i))
-					notReady = append(notReady, fmt.Sprintf("%s (%s, generation %d)", clusterName(i), st.GetPhase(), st.GetObservedGeneration()))
-				}
-			}
-			t.Fatalf("not Ready %s after the chaos: %s", timeout, strings.Join(notReady, ", "))
+	if testkit.Poll(timeout, 50*time.Millisecond, func() error {
+		if !allReady(sys, n) {
+			return errors.New("not all Ready")
 		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
+	}) != nil {
+		var notReady []string
+		for i := range n {
+			if !sys.IsReady(clusterName(i)) {
+				st := sys.ClusterStatus(clusterName(i))
+				notReady = append(notReady, fmt.Sprintf("%s (%s, generation %d)", clusterName(i), st.GetPhase(), st.GetObservedGeneration()))
+			}
+		}
+		t.Fatalf("not Ready %s after the chaos: %s", timeout, strings.Join(notReady, ", "))
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/capn-dev/capn/events/store"
+	"github.com/capn-dev/capn/internal/testkit"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/tests/internal/harness"
 )
@@ -77,14 +78,10 @@ func (m *monitor) start() {
 			opts = append(opts, jetstream.ResumeFromRevision(rev+1))
 		}
 		var watcher jetstream.KeyWatcher
-		var err error
-		for try := 0; ; try++ {
-			if watcher, err = w.kv.Watch(ctx, w.keys, opts...); err == nil || try == 100 {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		if err != nil {
+		if err := testkit.Poll(10*time.Second, 100*time.Millisecond, func() (err error) {
+			watcher, err = w.kv.Watch(ctx, w.keys, opts...)
+			return err
+		}); err != nil {
 			m.t.Fatalf("monitor: watch %s: %v", id, err)
 		}
 		m.wg.Add(1)
@@ -264,21 +261,14 @@ func (m *monitor) uidsOf(k string) (uids, stale int) {
 // nothing pending or unacknowledged: everything injected was handled.
 func waitQuiet(t *testing.T, sys *harness.System, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last string
-	for {
+	if err := testkit.Poll(timeout, 200*time.Millisecond, func() error {
 		busy, err := busyConsumers(sys.JS)
-		if err == nil && busy == "" {
-			return
+		if err == nil && busy != "" {
+			err = errors.New(busy)
 		}
-		if err != nil {
-			busy = err.Error()
-		}
-		last = busy
-		if time.Now().After(deadline) {
-			t.Fatalf("not quiet after %s: %s", timeout, last)
-		}
-		time.Sleep(200 * time.Millisecond)
+		return err
+	}); err != nil {
+		t.Fatalf("not quiet after %s: %v", timeout, err)
 	}
 }
 
@@ -291,8 +281,7 @@ func waitSettled(t *testing.T, sys *harness.System, timeout time.Duration) {
 	t.Helper()
 	waitQuiet(t, sys, timeout)
 	start := time.Now()
-	deadline := start.Add(timeout)
-	for {
+	if err := testkit.Poll(timeout, 100*time.Millisecond, func() error {
 		orphans := 0
 		for _, k := range harness.Keys(t, sys.Observed, "infra.sim.") {
 			c, m, _ := strings.Cut(strings.TrimPrefix(k, "infra.sim."), ".")
@@ -303,14 +292,12 @@ func waitSettled(t *testing.T, sys *harness.System, timeout time.Duration) {
 				orphans++
 			}
 		}
-		if orphans == 0 {
-			break
+		if orphans > 0 {
+			return fmt.Errorf("%d infrastructure records still without a machine after %s: the check below names them", orphans, timeout)
 		}
-		if time.Now().After(deadline) {
-			t.Logf("%d infrastructure records still without a machine after %s: the check below names them", orphans, timeout)
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Log(err)
 	}
 	if d := time.Since(start); d > 150*time.Millisecond {
 		t.Logf("orphaned infrastructure collected %s after the consumers went quiet", d.Round(time.Millisecond))

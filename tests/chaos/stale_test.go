@@ -2,10 +2,12 @@ package chaos
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/capn-dev/capn/internal/testkit"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/tests/internal/harness"
 )
@@ -58,11 +60,12 @@ func TestStaleCreateAfterDelete(t *testing.T) {
 		}
 		return out
 	}
-	deadline := time.Now().Add(time.Minute)
-	for o := orphans(); len(o) > 0; o = orphans() {
-		if time.Now().After(deadline) {
-			t.Fatalf("a minute after the stale creates, infrastructure without a machine: %v", o)
+	if err := testkit.Poll(time.Minute, 100*time.Millisecond, func() error {
+		if o := orphans(); len(o) > 0 {
+			return fmt.Errorf("a minute after the stale creates, infrastructure without a machine: %v", o)
 		}
-		time.Sleep(100 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }

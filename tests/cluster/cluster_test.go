@@ -17,6 +17,7 @@ import (
 	"github.com/capn-dev/capn/deploy/natsconfig"
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/gateway/client"
+	"github.com/capn-dev/capn/internal/testkit"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/tests/internal/harness"
 )
@@ -65,13 +66,7 @@ func survivesNodeLoss(t *testing.T, replicas int) {
 	if _, err := cl.Upgrade(ctx, "demo", newVersion); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !rec.anyOn(newVersion) {
-		if time.Now().After(deadline) {
-			t.Fatal("the upgrade did not start within 30s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 30*time.Second, "the upgrade under way", func() bool { return rec.anyOn(newVersion) })
 	victim := d.busiestNode()
 	d.c.Stop(victim)
 	t.Logf("stopped node %s (it led %s) mid-rollout, %s after the upgrade began",
@@ -99,24 +94,23 @@ func survivesNodeLoss(t *testing.T, replicas int) {
 func (d *deployment) waitReady(name, version string, timeout time.Duration) {
 	d.t.Helper()
 	cl := d.client()
-	deadline := time.Now().Add(timeout)
-	var last string
-	for time.Now().Before(deadline) {
+	last := testkit.Poll(timeout, 100*time.Millisecond, func() error {
 		c, err := cl.Get(context.Background(), name)
-		if err == nil {
-			st := c.GetStatus()
-			last = st.GetPhase()
-			if st.GetPhase() == "Ready" && st.GetObservedGeneration() == c.GetMetadata().GetGeneration() &&
-				(version == "" || c.GetSpec().GetKubernetesVersion() == version) {
-				return
-			}
-		} else {
-			last = err.Error()
+		if err != nil {
+			return err
 		}
-		time.Sleep(100 * time.Millisecond)
+		st := c.GetStatus()
+		if st.GetPhase() == "Ready" && st.GetObservedGeneration() == c.GetMetadata().GetGeneration() &&
+			(version == "" || c.GetSpec().GetKubernetesVersion() == version) {
+			return nil
+		}
+		return errors.New(st.GetPhase())
+	})
+	if last == nil {
+		return
 	}
 	d.explain(name)
-	d.t.Fatalf("cluster %s not Ready within %s (last: %s)", name, timeout, last)
+	d.t.Fatalf("cluster %s not Ready within %s (last: %v)", name, timeout, last)
 }
 
 // explain logs the machines that are not Running and their timelines,
@@ -304,11 +298,14 @@ func (d *deployment) checkMachines(t *testing.T, ctx context.Context, rec *recor
 		}
 		return n == total
 	}
-	viewDeadline := time.Now().Add(30 * time.Second)
 	viewStart := time.Now()
-	for !converged() && time.Now().Before(viewDeadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
+	// Not converged within 30s: the checks below say how.
+	_ = testkit.Poll(30*time.Second, 100*time.Millisecond, func() error {
+		if !converged() {
+			return errors.New("not converged")
+		}
+		return nil
+	})
 	if d := time.Since(viewStart); d > 200*time.Millisecond {
 		t.Logf("the gateway's view of the machines agreed with the status %s after it was Ready", d.Round(time.Millisecond))
 	}
@@ -366,10 +363,12 @@ func (d *deployment) checkMachines(t *testing.T, ctx context.Context, rec *recor
 		t.Errorf("infrastructure without a machine (a duplicate or a leak): %v", orphans)
 	}
 	// The recorder's watcher may be catching up after the node's loss.
-	deadline := time.Now().Add(30 * time.Second)
-	for !rec.has(names) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	_ = testkit.Poll(30*time.Second, 20*time.Millisecond, func() error { // the checks below say what is missing
+		if !rec.has(names) {
+			return errors.New("missing")
+		}
+		return nil
+	})
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	if len(rec.live) != len(names) {

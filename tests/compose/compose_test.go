@@ -11,6 +11,7 @@ package compose
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -27,6 +28,7 @@ import (
 
 	"github.com/capn-dev/capn/deploy/natsconfig"
 	"github.com/capn-dev/capn/gateway/client"
+	"github.com/capn-dev/capn/internal/testkit"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
@@ -334,17 +336,10 @@ func TestComposeSurvivesNodeAndReplicaLoss(t *testing.T) {
 	if _, err := cl.Upgrade(ctx, "e2e", newVersion); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	testkit.WaitFor(t, 2*time.Minute, "the upgrade under way", func() bool {
 		ms, err := cl.Machines(ctx, "e2e", client.ListOptions{})
-		if err == nil && slices.ContainsFunc(ms, func(m *capnv1.Machine) bool { return m.GetSpec().GetVersion() == newVersion }) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the upgrade did not start within 2m")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil && slices.ContainsFunc(ms, func(m *capnv1.Machine) bool { return m.GetSpec().GetVersion() == newVersion })
+	})
 	stopped := []string{e.container("nats-1", 1)}
 	for _, s := range []string{"cluster-planner", "machine-manager", "bootstrapper", "health-watcher", "remediator"} {
 		stopped = append(stopped, e.container(s, 1))
@@ -501,16 +496,14 @@ func (e *e2e) logDockerMachines(ctx context.Context) {
 
 func (e *e2e) retry(ctx context.Context, timeout time.Duration, what string, f func() error) {
 	e.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	if err := testkit.Poll(timeout, 500*time.Millisecond, func() error {
 		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
+		if err != nil && ctx.Err() != nil {
 			e.t.Fatalf("%s: %v", what, err)
 		}
-		time.Sleep(500 * time.Millisecond)
+		return err
+	}); err != nil {
+		e.t.Fatalf("%s: %v", what, err)
 	}
 }
 
@@ -534,9 +527,7 @@ func (e *e2e) waitClusterReady(ctx context.Context, cl *client.Client, name, ver
 	if rec == nil {
 		rec = &seen{names: map[string]bool{}, maxTotal: map[string]int{}}
 	}
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for time.Now().Before(deadline) {
+	last := testkit.Poll(timeout, 250*time.Millisecond, func() error {
 		if ms, err := cl.Machines(ctx, name, client.ListOptions{}); err == nil {
 			count := map[string]int{}
 			for _, m := range ms {
@@ -550,24 +541,25 @@ func (e *e2e) waitClusterReady(ctx context.Context, cl *client.Client, name, ver
 			}
 		}
 		c, err := cl.Get(ctx, name)
-		if err == nil {
-			st := c.GetStatus()
-			last = st.GetPhase()
-			if st.GetPhase() == "Ready" && st.GetObservedGeneration() == c.GetMetadata().GetGeneration() &&
-				(version == "" || c.GetSpec().GetKubernetesVersion() == version) {
-				return rec
-			}
-		} else {
-			last = err.Error()
+		if err != nil {
+			return err
 		}
-		time.Sleep(250 * time.Millisecond)
+		st := c.GetStatus()
+		if st.GetPhase() == "Ready" && st.GetObservedGeneration() == c.GetMetadata().GetGeneration() &&
+			(version == "" || c.GetSpec().GetKubernetesVersion() == version) {
+			return nil
+		}
+		return errors.New(st.GetPhase())
+	})
+	if last == nil {
+		return rec
 	}
 	if ms, err := cl.Machines(ctx, name, client.ListOptions{}); err == nil {
 		for _, m := range ms {
 			e.t.Logf("machine %s: %s %s %s", m.GetMetadata().GetName(), m.GetSpec().GetVersion(), m.GetStatus().GetPhase(), m.GetStatus().GetFailureMessage())
 		}
 	}
-	e.t.Fatalf("cluster %s not Ready within %s (last: %s)", name, timeout, last)
+	e.t.Fatalf("cluster %s not Ready within %s (last: %v)", name, timeout, last)
 	return nil
 }
 

@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/capn-dev/capn/internal/testkit"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/tests/internal/harness"
 )
@@ -134,20 +136,18 @@ func checkControlPlaneFirst(t *testing.T, snaps []snapshot) {
 func (w *world) expectPools(rec *recorder, want map[string]int) {
 	w.t.Helper()
 	// The recorder may trail the status by a change or two.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	if err := testkit.Poll(5*time.Second, 20*time.Millisecond, func() error {
 		got := rec.names()
 		ok := len(got) == len(want)
 		for pool, n := range want {
 			ok = ok && len(got[pool]) == n
 		}
-		if ok {
-			break
+		if !ok {
+			return fmt.Errorf("machines per pool %v, want counts %v", got, want)
 		}
-		if time.Now().After(deadline) {
-			w.t.Fatalf("machines per pool %v, want counts %v", got, want)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
+	}); err != nil {
+		w.t.Fatal(err)
 	}
 	total := 0
 	for _, n := range want {
@@ -179,15 +179,12 @@ func (w *world) waitGone(name string, timeout time.Duration) {
 		}
 		return out
 	}
-	deadline := time.Now().Add(timeout)
-	for {
-		l := left()
-		if len(l) == 0 {
-			return
+	if err := testkit.Poll(timeout, 50*time.Millisecond, func() error {
+		if l := left(); len(l) > 0 {
+			return fmt.Errorf("after %s these keys of %s are left: %v", timeout, name, l)
 		}
-		if time.Now().After(deadline) {
-			w.t.Fatalf("after %s these keys of %s are left: %v", timeout, name, l)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
+	}); err != nil {
+		w.t.Fatal(err)
 	}
 }

@@ -91,9 +91,20 @@ func TestClusterWaitsForItsProvider(t *testing.T) {
 		t.Errorf("phase %s, want Pending", p)
 	}
 	// The planner has planned (the status is written before any action of
-	// the same plan) and re-plans on every machine change: give a wrong
-	// create time to land, then check there is none.
-	time.Sleep(500 * time.Millisecond)
+	// the same plan). A spec change it has no action for (the health
+	// policy) makes it plan again: once that plan's status is written, the
+	// first plan's actions have landed (one key is never planned twice at
+	// once). Then check there is no machine.
+	seen := w.ClusterStatus("early").GetObservedGeneration()
+	w.MutateCluster("early", func(c *capnv1.Cluster) {
+		if c.Spec.Health == nil {
+			c.Spec.Health = &capnv1.HealthPolicy{}
+		}
+		c.Spec.Health.MaxInFlight++
+	})
+	natstest.WaitFor(t, 10*time.Second, "the planner planned the changed spec", func() bool {
+		return w.ClusterStatus("early").GetObservedGeneration() > seen
+	})
 	if ks := harness.Keys(t, w.Desired, "machine.early."); len(ks) != 0 {
 		t.Fatalf("machines created for a cluster whose provider does not run: %v", ks)
 	}

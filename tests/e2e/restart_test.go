@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capn-dev/capn/events/natstest"
 	clusterplanner "github.com/capn-dev/capn/services/cluster-planner"
 	machinemanager "github.com/capn-dev/capn/services/machine-manager"
 	"github.com/capn-dev/capn/tests/internal/harness"
@@ -22,17 +23,11 @@ func TestRestartMidRollout(t *testing.T) {
 
 	w.MutateCluster("demo", upgrade)
 	// Wait until the rollout is under way: some machine on the new version.
-	deadline := time.Now().Add(30 * time.Second)
-	for !w.anyOnVersion(rec, newVersion) {
-		if time.Now().After(deadline) {
-			t.Fatal("the upgrade did not start")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	natstest.WaitFor(t, 30*time.Second, "the upgrade under way", func() bool { return w.anyOnVersion(rec, newVersion) })
 	w.Stop(clusterplanner.Name)
 	w.Stop(machinemanager.Name)
 	t.Log("stopped the planner and the machine-manager mid-rollout")
-	time.Sleep(200 * time.Millisecond) // the providers and bootstrapper go on meanwhile
+	time.Sleep(200 * time.Millisecond) //sleep-ok: downtime: the providers and bootstrapper go on meanwhile
 	w.Start(clusterplanner.Name)
 	w.Start(machinemanager.Name)
 

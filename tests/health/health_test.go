@@ -228,7 +228,7 @@ func TestHalfPoolFailureIsNotRemediated(t *testing.T) {
 		if h := w.remediation(name, "md-0").GetHistory(); len(h) > 0 {
 			t.Fatalf("a repair was recorded: %v", h)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) //sleep-ok: the poll of a 3s hold in which nothing may be touched
 	}
 	t.Logf("half of md-0 down: RemediationBlocked=True %s: %s", remediator.BlockedTooManyUnhealthy, msg)
 }
@@ -266,7 +266,7 @@ func TestControlPlaneQuorum(t *testing.T) {
 	if !strings.Contains(msg, "would leave 1 healthy of 2 control-plane members; etcd quorum needs 2") {
 		t.Fatalf("message %q", msg)
 	}
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) //sleep-ok: a blocked repair leaves nothing to wait for; 2s of the remediator's checks
 	for _, m := range w.pool(name, "control-plane") {
 		if m.deleting() {
 			t.Fatalf("%s deleted while two of three members were down", m.name)

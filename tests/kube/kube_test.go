@@ -33,6 +33,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/capn-dev/capn/internal/testkit"
 )
 
 // KubeVersion is the Kubernetes release `make kube` builds (KUBE_VERSION in
@@ -356,14 +358,14 @@ func (p *proc) stop(t *testing.T) {
 		<-p.done
 	}
 	// Anything else in the group (none of these fork, but be sure).
-	deadline := time.Now().Add(10 * time.Second)
-	for syscall.Kill(-pgid, 0) == nil {
-		if time.Now().After(deadline) {
-			t.Errorf("%s: process group %d still has processes after SIGKILL", p.name, pgid)
-			return
+	if err := testkit.Poll(10*time.Second, 100*time.Millisecond, func() error {
+		if syscall.Kill(-pgid, 0) != nil {
+			return nil // the group is gone
 		}
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		time.Sleep(100 * time.Millisecond)
+		return fmt.Errorf("process group %d still has processes after SIGKILL", pgid)
+	}); err != nil {
+		t.Errorf("%s: %v", p.name, err)
 	}
 }
 
@@ -394,19 +396,18 @@ func (p *proc) tail() string {
 // passes; a failure shows the last error and the tail of p's log.
 func waitFor(t *testing.T, p *proc, what string, timeout time.Duration, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last error
-	for {
-		if last = check(); last == nil {
-			return
+	last := testkit.Poll(timeout, 500*time.Millisecond, func() error {
+		last := check()
+		if last == nil {
+			return nil
 		}
 		if gone, err := p.exited(); gone {
 			t.Fatalf("%s: %s exited (%v) while waiting; last check: %v\n--- tail of %s ---\n%s", what, p.name, err, last, p.log, p.tail())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; last check: %v\n--- tail of %s ---\n%s", what, timeout, last, p.log, p.tail())
-		}
-		time.Sleep(500 * time.Millisecond)
+		return last
+	})
+	if last != nil {
+		t.Fatalf("%s: not within %s; last check: %v\n--- tail of %s ---\n%s", what, timeout, last, p.log, p.tail())
 	}
 }
 

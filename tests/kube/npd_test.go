@@ -2,6 +2,7 @@ package kube_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/store"
+	"github.com/capn-dev/capn/internal/testkit"
 	"github.com/capn-dev/capn/providers/conformance"
 	"github.com/capn-dev/capn/providers/sdk/sdktest"
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
@@ -120,12 +122,13 @@ func TestNPDKubernetesExporterDrivesARepair(t *testing.T) {
 	// quick polls (250ms) for the timings.
 	until := func(what string, timeout time.Duration, ok func() bool) time.Time {
 		t.Helper()
-		deadline := time.Now().Add(timeout)
-		for !ok() {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within %s", what, timeout)
+		if testkit.Poll(timeout, 250*time.Millisecond, func() error {
+			if ok() {
+				return nil
 			}
-			time.Sleep(250 * time.Millisecond)
+			return errors.New("not yet")
+		}) != nil {
+			t.Fatalf("%s: not within %s", what, timeout)
 		}
 		return time.Now()
 	}

@@ -5,6 +5,7 @@ package providers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capn-dev/capn/internal/testkit"
 	"github.com/capn-dev/capn/providers/conformance"
 	"github.com/capn-dev/capn/providers/docker"
 	"github.com/capn-dev/capn/providers/docker/dockertest"
@@ -138,8 +140,7 @@ func (w *world) waitPools(gone []string, timeout time.Duration) (map[string][]st
 	w.t.Helper()
 	var got map[string][]string
 	var uids map[string]string
-	deadline := time.Now().Add(timeout)
-	for {
+	if testkit.Poll(timeout, 100*time.Millisecond, func() error {
 		got, uids = map[string][]string{}, w.clusters.UIDs(w.cluster)
 		ok := true
 		for name, st := range w.clusters.Machines(w.cluster) {
@@ -156,14 +157,14 @@ func (w *world) waitPools(gone []string, timeout time.Duration) (map[string][]st
 			ok = ok && len(got[p]) == n
 			sort.Strings(got[p])
 		}
-		if ok {
-			return got, uids
+		if !ok {
+			return errors.New("not yet")
 		}
-		if time.Now().After(deadline) {
-			w.t.Fatalf("after %s: running machines %v, want %v, none of the incarnations %v", timeout, got, pools, gone)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return nil
+	}) != nil {
+		w.t.Fatalf("after %s: running machines %v, want %v, none of the incarnations %v", timeout, got, pools, gone)
 	}
+	return got, uids
 }
 
 func (w *world) kill9(stateDir, machine string) {
@@ -181,16 +182,13 @@ func (w *world) kill9(stateDir, machine string) {
 // waitNothingLeft waits until the host holds nothing of the cluster.
 func (w *world) waitNothingLeft(processState string, timeout time.Duration) {
 	w.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		left := w.leftovers(processState)
-		if len(left) == 0 {
-			return
+	if err := testkit.Poll(timeout, 100*time.Millisecond, func() error {
+		if left := w.leftovers(processState); len(left) > 0 {
+			return fmt.Errorf("after the delete these are left: %v", left)
 		}
-		if time.Now().After(deadline) {
-			w.t.Fatalf("after the delete these are left: %v", left)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return nil
+	}); err != nil {
+		w.t.Fatal(err)
 	}
 }
 

@@ -3,10 +3,8 @@ package security
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/gateway"
 	"github.com/capn-dev/capn/gateway/api"
+	"github.com/capn-dev/capn/internal/testkit"
 	"github.com/capn-dev/capn/services/runtime"
 )
 
@@ -97,34 +96,8 @@ type edgeResp struct {
 // do sends a request with header name, value pairs ("Host" sets the Host).
 func (g *edgeGateway) do(method, path, token, body string, hdr ...string) edgeResp {
 	g.t.Helper()
-	var r io.Reader
-	if body != "" {
-		r = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, g.url+path, r)
-	if err != nil {
-		g.t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		if hdr[i] == "Host" {
-			req.Host = hdr[i+1]
-			continue
-		}
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		g.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		g.t.Fatal(err)
-	}
-	return edgeResp{status: res.StatusCode, header: res.Header, body: b}
+	r := testkit.Do(g.t, method, g.url+path, token, body, hdr...)
+	return edgeResp{status: r.Status, header: r.Header, body: r.Body}
 }
 
 // problem decodes the body as a problem, failing unless status is want.

@@ -242,9 +242,11 @@ func TestAgentRefusesDataItCannotTrust(t *testing.T) {
 			dir := t.TempDir()
 			cfg := w.config(dir)
 			tt.mutate(&cfg)
+			cfg.FetchRetryMax = 200 * time.Millisecond
 			a, stop := w.start(cfg)
-			natstest.WaitFor(t, 5*time.Second, "a fetch", func() bool { return w.fetches.Load() > 0 })
-			time.Sleep(200 * time.Millisecond) // heartbeats would be due 4 times
+			// The second fetch follows the first's failure by at least
+			// 200ms: heartbeats (every 50ms) would have been due 4 times.
+			natstest.WaitFor(t, 5*time.Second, "a second fetch", func() bool { return w.fetches.Load() > 1 })
 			if _, id := w.lastBeat(); id != "" || a.Bootstrapped() {
 				t.Fatalf("an untrusted machine reported (%q)", id)
 			}

@@ -31,7 +31,7 @@ type fakeRuntime struct {
 func (f *fakeRuntime) Run(ctx context.Context) error {
 	f.ran.Store(true)
 	<-ctx.Done()
-	time.Sleep(50 * time.Millisecond) // stopping children takes a while
+	time.Sleep(50 * time.Millisecond) //sleep-ok: a runtime whose stop takes a while, for the agent to wait on
 	f.stopped.Store(true)
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/capn-dev/capn/cmd/capn-node/endpoint"
+	"github.com/capn-dev/capn/internal/testkit"
 )
 
 // backend is a TCP server on 127.0.0.1 that writes its name to every
@@ -104,24 +106,6 @@ func (b *backends) get() ([]string, error) {
 	return slices.Clone(b.addrs), nil
 }
 
-// logBuffer collects the endpoint's log lines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 // serve runs an endpoint on 127.0.0.1 until the test ends; it returns its
 // address and a stop that cancels it and waits for Serve to return.
 func serve(t *testing.T, cfg endpoint.Config) (string, func()) {
@@ -192,17 +176,6 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func checkPlaceholder(t *testing.T, addr string) {
 	t.Helper()
 	if code, body := get(t, "http://"+addr+"/healthz"); code != http.StatusOK || !strings.Contains(body, "placeholder control-plane endpoint of cluster c1") {
@@ -260,7 +233,7 @@ func TestFailoverWhenABackendDies(t *testing.T) {
 	a, b := newBackend(t, "a"), newBackend(t, "b")
 	list := &backends{}
 	list.set(a.addr(), b.addr())
-	var logs logBuffer
+	var logs testkit.Buffer
 	addr, _ := serve(t, endpoint.Config{Cluster: "c1", Backends: list.get, CheckEvery: time.Hour, Log: zerolog.New(&logs)})
 	first := hello(t, addr)
 	if first != "a" && first != "b" {
@@ -303,17 +276,17 @@ func TestBackendComingUpLater(t *testing.T) {
 	later.stop()
 	list := &backends{}
 	list.set(port)
-	var logs logBuffer
+	var logs testkit.Buffer
 	addr, _ := serve(t, endpoint.Config{Cluster: "c1", Backends: list.get, CheckEvery: 20 * time.Millisecond, Log: zerolog.New(&logs)})
 	checkPlaceholder(t, addr)
 	up := listenBackend(t, "later", port)
-	waitFor(t, "connections to go to the backend that came up", func() bool { return hello(t, addr) == "later" })
+	testkit.WaitFor(t, 10*time.Second, "connections to go to the backend that came up", func() bool { return hello(t, addr) == "later" })
 	if !strings.Contains(logs.String(), "backend up") {
 		t.Errorf("no up transition logged:\n%s", logs.String())
 	}
 	// And when it goes again, the placeholder is back.
 	up.stop()
-	waitFor(t, "the placeholder to answer again", func() bool { return strings.HasPrefix(hello(t, addr), "HTTP/1.0 200") })
+	testkit.WaitFor(t, 10*time.Second, "the placeholder to answer again", func() bool { return strings.HasPrefix(hello(t, addr), "HTTP/1.0 200") })
 	checkPlaceholder(t, addr)
 }
 
@@ -327,7 +300,7 @@ func TestBackendListChanges(t *testing.T) {
 		t.Fatalf("went to %q, want a", got)
 	}
 	list.set(b.addr())
-	waitFor(t, "connections to go to b", func() bool { return hello(t, addr) == "b" })
+	testkit.WaitFor(t, 10*time.Second, "connections to go to b", func() bool { return hello(t, addr) == "b" })
 	for i := range 3 {
 		if got := hello(t, addr); got != "b" {
 			t.Errorf("connection %d after a left the list went to %q, want b", i, got)
@@ -391,8 +364,7 @@ func TestNoGoroutineLeftAfterTheEnd(t *testing.T) {
 	be := newBackend(t, "echo")
 	list := &backends{}
 	list.set(be.addr())
-	time.Sleep(50 * time.Millisecond) // let the backend's accept loop settle
-	before := goruntime.NumGoroutine()
+	before := goruntime.NumGoroutine() // the backend's accept loop is among them: made before newBackend returns
 
 	addr, stop := serve(t, endpoint.Config{Cluster: "c1", Backends: list.get, CheckEvery: 10 * time.Millisecond})
 	proxied, err := net.Dial("tcp", addr)
@@ -405,7 +377,7 @@ func TestNoGoroutineLeftAfterTheEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	list.set() // the next connections get the placeholder
-	waitFor(t, "the placeholder", func() bool { return strings.HasPrefix(hello(t, addr), "HTTP/1.0 200") })
+	testkit.WaitFor(t, 10*time.Second, "the placeholder", func() bool { return strings.HasPrefix(hello(t, addr), "HTTP/1.0 200") })
 	idle, err := net.Dial("tcp", addr) // a placeholder connection that sends nothing
 	if err != nil {
 		t.Fatal(err)
@@ -420,13 +392,13 @@ func TestNoGoroutineLeftAfterTheEnd(t *testing.T) {
 	if _, err := idle.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
 		t.Errorf("the idle placeholder connection after the end: %v, want EOF", err)
 	}
-	var now int
-	deadline := time.Now().Add(5 * time.Second)
-	for now = goruntime.NumGoroutine(); now > before && time.Now().Before(deadline); now = goruntime.NumGoroutine() {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if now > before {
-		buf := make([]byte, 1<<20)
-		t.Errorf("%d goroutines after the end, %d before:\n%s", now, before, buf[:goruntime.Stack(buf, true)])
+	if err := testkit.Poll(5*time.Second, 10*time.Millisecond, func() error {
+		if now := goruntime.NumGoroutine(); now > before {
+			buf := make([]byte, 1<<20)
+			return fmt.Errorf("%d goroutines after the end, %d before:\n%s", now, before, buf[:goruntime.Stack(buf, true)])
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
 	}
 }

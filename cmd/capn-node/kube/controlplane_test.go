@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/capn-dev/capn/cmd/capn-node/kube"
+	"github.com/capn-dev/capn/internal/testkit"
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/secrets/pki"
 	"github.com/capn-dev/capn/secrets/token"
@@ -84,18 +86,15 @@ func (k kubectl) json(out any, args ...string) {
 func within(t *testing.T, timeout time.Duration, what string, ok func() (bool, string)) time.Duration {
 	t.Helper()
 	began := time.Now()
-	last := ""
-	for {
-		done, state := ok()
-		if done {
-			return time.Since(began)
+	if err := testkit.Poll(timeout, 500*time.Millisecond, func() error {
+		if done, state := ok(); !done {
+			return errors.New(state)
 		}
-		last = state
-		if time.Since(began) > timeout {
-			t.Fatalf("%s: not within %s (last: %s)", what, timeout, last)
-		}
-		time.Sleep(500 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatalf("%s: not within %s (last: %s)", what, timeout, err)
 	}
+	return time.Since(began)
 }
 
 type nodeList struct {

@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/capn-dev/capn/cmd/capn-node/kube"
+	"github.com/capn-dev/capn/internal/testkit"
 )
 
 // proc is one process of /proc.
@@ -86,17 +87,6 @@ func newSupervisor(t *testing.T) *kube.Supervisor {
 	return s
 }
 
-func waitFor(t *testing.T, timeout time.Duration, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func status(s *kube.Supervisor, name string) kube.Status {
 	for _, st := range s.Status() {
 		if st.Name == name {
@@ -113,7 +103,7 @@ func TestSupervisorRestartsWithCappedBackoff(t *testing.T) {
 	if err := s.Start(kube.Process{Name: "flaky", Path: "/bin/sh", Args: []string{"-c", "echo run; exit 3"}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "9 starts", func() bool { return status(s, "flaky").Starts >= 9 })
+	testkit.WaitFor(t, 20*time.Second, "9 starts", func() bool { return status(s, "flaky").Starts >= 9 })
 	s.Stop()
 	if st := status(s, "flaky"); st.PID != 0 || st.Starts < 9 {
 		t.Errorf("status %+v", st)
@@ -156,7 +146,7 @@ func TestSupervisorStopsTheWholeGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	var leader, grandchild int
-	waitFor(t, 10*time.Second, "the stubborn child's sleep", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the stubborn child's sleep", func() bool {
 		leader = status(s, "stubborn").PID
 		for _, p := range processes(t) {
 			if leader != 0 && p.PGID == leader && p.PID != leader && strings.HasPrefix(p.Cmdline, "sleep") {
@@ -177,11 +167,12 @@ func TestSupervisorStopsTheWholeGroup(t *testing.T) {
 		// The children are waited for; the grandchild is not, and a
 		// SIGKILL sent to its group takes effect when it is next
 		// scheduled — on a loaded machine a moment after Stop returned.
-		deadline := time.Now().Add(2 * time.Second)
-		for alive(t, pid) && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if alive(t, pid) {
+		if testkit.Poll(2*time.Second, 10*time.Millisecond, func() error {
+			if alive(t, pid) {
+				return errors.New("alive")
+			}
+			return nil
+		}) != nil {
 			t.Errorf("pid %d still running 2s after Stop", pid)
 		}
 	}
@@ -207,7 +198,7 @@ func TestSupervisorMissingBinary(t *testing.T) {
 	if err := s.Start(kube.Process{Name: "ghost", Path: "/bin/true"}); err == nil {
 		t.Error("a second child of the same name was accepted")
 	}
-	waitFor(t, 10*time.Second, "3 attempts", func() bool { return status(s, "ghost").Starts >= 3 })
+	testkit.WaitFor(t, 10*time.Second, "3 attempts", func() bool { return status(s, "ghost").Starts >= 3 })
 	if st := status(s, "ghost"); !strings.Contains(st.LastExit, "no such file or directory") {
 		t.Errorf("status %+v", st)
 	}
@@ -226,9 +217,7 @@ func TestSupervisorHelper(t *testing.T) {
 		fmt.Println("error", err)
 		os.Exit(1)
 	}
-	for status(s, "sleeper").PID == 0 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 10*time.Second, "the sleeper started", func() bool { return status(s, "sleeper").PID != 0 })
 	fmt.Println("pid", status(s, "sleeper").PID)
 	select {}
 }
@@ -264,5 +253,5 @@ func TestSupervisorChildrenDieWithTheAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	waitFor(t, 5*time.Second, fmt.Sprintf("pid %d to die with its agent", child), func() bool { return !alive(t, child) })
+	testkit.WaitFor(t, 5*time.Second, fmt.Sprintf("pid %d to die with its agent", child), func() bool { return !alive(t, child) })
 }

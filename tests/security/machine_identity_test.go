@@ -1,11 +1,8 @@
 package security
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,6 +16,7 @@ import (
 
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/natstest"
+	"github.com/capn-dev/capn/internal/testkit"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
 )
@@ -175,16 +173,8 @@ func applyYAML(t *testing.T, dev devBin, doc string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, _ := http.NewRequest(http.MethodPost, dev.gatewayURL+"/v1/clusters", bytes.NewBufferString(doc))
-	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
-	req.Header.Set("Content-Type", "application/yaml")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatal(fmt.Errorf("apply: %d %s", resp.StatusCode, b))
+	res := testkit.Do(t, http.MethodPost, dev.gatewayURL+"/v1/clusters", strings.TrimSpace(string(tok)), doc, "Content-Type", "application/yaml")
+	if res.Status/100 != 2 {
+		t.Fatalf("apply: %d %s", res.Status, res.Body)
 	}
 }

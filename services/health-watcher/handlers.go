@@ -7,10 +7,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/capn-dev/capn/events"
-	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/health/policy"
 	"github.com/capn-dev/capn/schemas/keys"
@@ -86,30 +84,6 @@ func (s *Service) accept(ctx context.Context, m *events.Message, kind, cluster, 
 	return r, nil
 }
 
-// apply writes a material change: merge is called on a fresh copy of the
-// record (the incarnation's, or a new one) inside a compare-and-set loop
-// and reports whether it changed anything.
-func (s *Service) apply(ctx context.Context, r report, merge func(*capnv1.NodeHealth) bool) error {
-	_, _, err := s.nodes.Mutate(ctx, keys.Node(r.cluster, r.machine), func(cur *capnv1.NodeHealth, exists bool) (*capnv1.NodeHealth, error) {
-		if !exists {
-			cur = nil
-		}
-		h := forIncarnation(cur, r.cluster, r.machine, r.created)
-		if !merge(h) {
-			return nil, store.ErrNoChange
-		}
-		h.Updated = tsNow(s.cfg.Now())
-		return h, nil
-	})
-	if err != nil {
-		return fmt.Errorf("record report of %s: %w", r.key, err)
-	}
-	s.metrics.write(causeReport)
-	s.beats.report(r.key, r.at)
-	s.touch(r.cluster, r.machine)
-	return nil
-}
-
 // cached returns the record of r's machine as the cache holds it, for the
 // incarnation (a new empty record if there is none).
 func (s *Service) cached(r report) *capnv1.NodeHealth {
@@ -117,8 +91,9 @@ func (s *Service) cached(r report) *capnv1.NodeHealth {
 	return forIncarnation(h, r.cluster, r.machine, r.created)
 }
 
-// handle runs the common path of a report: accept, then a dry run of merge
-// on the cached record, then the write if the dry run changed something.
+// handle runs the common path of a report: accept, then applyReport — the
+// report merged and the merged record judged, in one write if the merge
+// changed something.
 func (s *Service) handle(ctx context.Context, m *events.Message, kind, cluster, machine string, merge func(*capnv1.NodeHealth) bool) error {
 	r, err := s.accept(ctx, m, kind, cluster, machine)
 	if errors.Is(err, errIgnore) {
@@ -129,12 +104,20 @@ func (s *Service) handle(ctx context.Context, m *events.Message, kind, cluster, 
 		s.metrics.report(kind, outcomeIgnored)
 		return err
 	}
-	if !merge(proto.Clone(s.cached(r)).(*capnv1.NodeHealth)) {
-		s.metrics.report(kind, outcomeUnchanged)
-		return nil
+	wrote, err := s.applyReport(ctx, r, merge)
+	if err != nil {
+		return err
 	}
-	s.metrics.report(kind, outcomeApplied)
-	return s.apply(ctx, r, merge)
+	s.metrics.report(kind, outcome(wrote))
+	return nil
+}
+
+// outcome is a report's outcome label: applied if it changed the record.
+func outcome(wrote bool) string {
+	if wrote {
+		return outcomeApplied
+	}
+	return outcomeUnchanged
 }
 
 func (s *Service) onHeartbeat(ctx context.Context, m *events.Message, hb *capnv1.NodeHeartbeat) error {
@@ -170,7 +153,6 @@ func (s *Service) onHeartbeat(ctx context.Context, m *events.Message, hb *capnv1
 		s.metrics.report("heartbeat", outcomeUnchanged) // late or repeated: a newer one was seen
 		return nil
 	}
-	cur := s.cached(r)
 	persist := s.cfg.PersistEvery
 	if st, ok := decodeCached(s.observed, keys.MachinePrefix+r.key, newMachineStatus); ok && st.GetPhaseValue() == capnv1.MachineStopped {
 		// Waking from hibernation: the machine-manager makes the machine
@@ -178,15 +160,17 @@ func (s *Service) onHeartbeat(ctx context.Context, m *events.Message, hb *capnv1
 		// is written until then (a stopped machine sends none).
 		persist = 0
 	}
-	merge := func(h *capnv1.NodeHealth) bool { return mergeHeartbeat(h, hb, r.at, persist) }
-	if merge(proto.Clone(cur).(*capnv1.NodeHealth)) {
-		s.metrics.report("heartbeat", outcomeApplied)
-		return s.apply(ctx, r, merge)
+	wrote, err := s.applyReport(ctx, r, func(h *capnv1.NodeHealth) bool { return mergeHeartbeat(h, hb, r.at, persist) })
+	if err != nil {
+		return err
 	}
-	s.metrics.report("heartbeat", outcomeUnchanged)
+	s.metrics.report("heartbeat", outcome(wrote))
+	if wrote {
+		return nil
+	}
 	// A node that was silent is back: its Ready condition must turn True
 	// again now, not at the next resync.
-	if st := readyStatus(cur); st == capnv1.ConditionUnknown || (st == capnv1.ConditionFalse && hb.GetReady()) {
+	if st := readyStatus(s.cached(r)); st == capnv1.ConditionUnknown || (st == capnv1.ConditionFalse && hb.GetReady()) {
 		s.touch(r.cluster, r.machine)
 	}
 	return nil

@@ -33,8 +33,17 @@ const (
 // machine was created (the watcher stops writing a machine's record once
 // its deletion is requested).
 func forIncarnation(h *capnv1.NodeHealth, cluster, machine string, created time.Time) *capnv1.NodeHealth {
-	if h == nil || h.GetUpdated() == nil || h.GetUpdated().AsTime().Before(created) {
+	if h = ofIncarnation(h, created); h == nil {
 		return &capnv1.NodeHealth{Cluster: cluster, Machine: machine}
+	}
+	return h
+}
+
+// ofIncarnation is h if it describes the machine incarnation created at
+// created (see forIncarnation), else nil.
+func ofIncarnation(h *capnv1.NodeHealth, created time.Time) *capnv1.NodeHealth {
+	if h == nil || h.GetUpdated() == nil || h.GetUpdated().AsTime().Before(created) {
+		return nil
 	}
 	return h
 }

@@ -3,7 +3,6 @@ package healthwatcher
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/reconcile"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
@@ -42,7 +40,7 @@ func (s *Service) reconcile(ctx context.Context, cluster string) (reconcile.Resu
 	}
 	only := s.pending.take(cluster, now)
 	pols := s.policies(cl, &log)
-	in := s.snapshot(cl, cluster, now, only)
+	in := s.snapshot(cl, cluster, only)
 	unhealthy, recheck := Evaluate(in.state, pols, now)
 	verdicts := make(map[string]*Unhealthy, len(unhealthy))
 	for i := range unhealthy {
@@ -79,15 +77,15 @@ func (s *Service) touch(cluster, machine string) {
 // input is one cluster's evaluation input and the records it was built from.
 type input struct {
 	state State
-	nodes map[string]*capnv1.NodeHealth // by machine: the incarnation's record, nil if none
-	beats map[string]beat               // by machine: its latest heartbeat
-	names map[string]bool               // machines in desired
+	nodes map[string]from // by machine: the incarnation's record (nil if none) and the key's revision
+	beats map[string]beat // by machine: its latest heartbeat
+	names map[string]bool // machines in desired
 }
 
 // snapshot builds Evaluate's input from the caches: a target for each
 // machine in only (nil: for every machine), and the names of all.
-func (s *Service) snapshot(cl *capnv1.Cluster, cluster string, now time.Time, only map[string]struct{}) input {
-	in := input{nodes: map[string]*capnv1.NodeHealth{}, beats: map[string]beat{}, names: map[string]bool{}}
+func (s *Service) snapshot(cl *capnv1.Cluster, cluster string, only map[string]struct{}) input {
+	in := input{nodes: map[string]from{}, beats: map[string]beat{}, names: map[string]bool{}}
 	if st, ok := decodeCached(s.observed, keys.Cluster(cluster), newClusterStatus); ok {
 		cp := controlPlaneOf(st)
 		in.state.ControlPlaneInitialized, in.state.ControlPlaneInitializedAt = cp.initialized, cp.at
@@ -104,37 +102,40 @@ func (s *Service) snapshot(cl *capnv1.Cluster, cluster string, now time.Time, on
 		if err != nil {
 			continue
 		}
-		key := cluster + "." + name
-		created := m.GetMetadata().GetCreationTimestamp().AsTime()
-		st, _ := decodeCached(s.observed, keys.MachinePrefix+key, newMachineStatus)
-		var node *capnv1.NodeHealth
-		if h, ok := decodeCached(s.observed, keys.Node(cluster, name), newNodeHealth); ok && h.GetUpdated() != nil && !h.GetUpdated().AsTime().Before(created) {
-			node = h
-		}
-		in.nodes[name] = node
-		t := Target{
-			Machine: name, Pool: m.GetSpec().GetPool(), ControlPlane: m.GetSpec().GetRole() == "control-plane" || m.GetSpec().GetPool() == policy.ControlPlanePool,
-			Created: created, Phase: st.GetPhaseValue(), PhaseSince: st.GetPhaseSince().AsTime(), FailureReason: st.GetFailureReason(),
-			Conditions: node.GetConditions(), NodeName: node.GetNodeName(),
-			Reported: st.GetNodeReadyTime() != nil,
-		}
-		switch t.Phase {
-		case capnv1.MachineDeleting, capnv1.MachineDeleted, capnv1.MachineStopped:
-			t.Skip = true
-		}
-		if m.GetMetadata().GetDeletionTimestamp() != nil || m.GetSpec().GetStopped() || hibernated {
-			t.Skip = true
-		}
-		if st.GetInfrastructureReadyTime() != nil {
-			t.InfraReady = st.GetInfrastructureReadyTime().AsTime()
-		}
-		t.InfraGone = s.infraGone(m, node, created)
-		b := s.lastHeartbeat(key, node, created)
-		t.LastHeartbeat, t.Ready = b.at, b.ready
-		in.beats[name] = b
+		f := s.cachedFrom(cluster, name, m.GetMetadata().GetCreationTimestamp().AsTime())
+		t, b := s.target(cluster, name, m, f.node, hibernated)
+		in.nodes[name], in.beats[name] = f, b
 		in.state.Targets = append(in.state.Targets, t)
 	}
 	return in
+}
+
+// target is machine m of cluster as Evaluate sees it, with node its record
+// (nil: none of this incarnation), and the node's latest heartbeat.
+func (s *Service) target(cluster, name string, m *capnv1.Machine, node *capnv1.NodeHealth, hibernated bool) (Target, beat) {
+	key := cluster + "." + name
+	created := m.GetMetadata().GetCreationTimestamp().AsTime()
+	st, _ := decodeCached(s.observed, keys.MachinePrefix+key, newMachineStatus)
+	t := Target{
+		Machine: name, Pool: m.GetSpec().GetPool(), ControlPlane: m.GetSpec().GetRole() == "control-plane" || m.GetSpec().GetPool() == policy.ControlPlanePool,
+		Created: created, Phase: st.GetPhaseValue(), PhaseSince: st.GetPhaseSince().AsTime(), FailureReason: st.GetFailureReason(),
+		Conditions: node.GetConditions(), NodeName: node.GetNodeName(),
+		Reported: st.GetNodeReadyTime() != nil,
+	}
+	switch t.Phase {
+	case capnv1.MachineDeleting, capnv1.MachineDeleted, capnv1.MachineStopped:
+		t.Skip = true
+	}
+	if m.GetMetadata().GetDeletionTimestamp() != nil || m.GetSpec().GetStopped() || hibernated {
+		t.Skip = true
+	}
+	if st.GetInfrastructureReadyTime() != nil {
+		t.InfraReady = st.GetInfrastructureReadyTime().AsTime()
+	}
+	t.InfraGone = s.infraGone(m, node, created)
+	b := s.lastHeartbeat(key, node, created)
+	t.LastHeartbeat, t.Ready = b.at, b.ready
+	return t, b
 }
 
 // infraGone is when the machine's infrastructure was reported gone: a Gone
@@ -176,34 +177,35 @@ func (s *Service) lastHeartbeat(key string, node *capnv1.NodeHealth, created tim
 }
 
 // record brings the machine's record in line with the evaluation: the
-// derived Ready condition and the verdict. A new unhealthy episode is
-// published first, so that a failed write is retried with the same event id.
-func (s *Service) record(ctx context.Context, cluster string, t Target, cur *capnv1.NodeHealth, b beat, v *Unhealthy, p policy.Policy, now time.Time) error {
-	_, changed := view(cur, cluster, t, b, v, p, s.cfg.PersistEvery, now)
-	if !changed {
-		return nil
-	}
-	if v != nil && (cur.GetHealthy() || cur.GetUnhealthySince() == nil || !cur.GetUnhealthySince().AsTime().Equal(v.Since)) {
-		if err := s.publish(ctx, cluster, t, v, now); err != nil {
-			return err
+// derived Ready condition and the verdict, in one write (writeRecord: a
+// new unhealthy episode is published first, so that a failed write is
+// retried with the same event id). The first attempt writes what the
+// evaluation computed from the record it read (start); if another write
+// got there first, the machine is judged again on the record now stored.
+func (s *Service) record(ctx context.Context, cluster string, t Target, start from, b beat, v *Unhealthy, p policy.Policy, now time.Time) error {
+	healed := false
+	wrote, err := s.writeRecord(ctx, cluster, t.Machine, t.Created, start, func(cur *capnv1.NodeHealth, again bool) (*capnv1.NodeHealth, *episode, error) {
+		t, b, v, p := t, b, v, p
+		if again {
+			j, ok := s.judge(cluster, t.Machine, cur, now)
+			if !ok {
+				return nil, nil, store.ErrNoChange
+			}
+			t, b, v, p = j.target, j.beat, j.v, j.policy
 		}
-	}
-	_, _, err := s.nodes.Mutate(ctx, keys.Node(cluster, t.Machine), func(fresh *capnv1.NodeHealth, exists bool) (*capnv1.NodeHealth, error) {
-		if !exists || fresh.GetUpdated() == nil || fresh.GetUpdated().AsTime().Before(t.Created) {
-			fresh = nil
-		}
-		n, changed := view(fresh, cluster, t, b, v, p, s.cfg.PersistEvery, now)
+		next, changed := view(cur, cluster, t, b, v, p, s.cfg.PersistEvery, now)
 		if !changed {
-			return nil, store.ErrNoChange
+			return nil, nil, store.ErrNoChange
 		}
-		n.Updated = timestamppb.New(now)
-		return n, nil
+		next.Updated = timestamppb.New(now)
+		healed = v == nil && cur.GetUnhealthySince() != nil
+		return next, newEpisode(cluster, t, cur, v, time.Time{}, now), nil
 	})
-	if err != nil {
-		return fmt.Errorf("record health of %s.%s: %w", cluster, t.Machine, err)
+	if err != nil || !wrote {
+		return err
 	}
 	s.metrics.write(causeVerdict)
-	if v == nil && cur.GetUnhealthySince() != nil {
+	if healed {
 		zerolog.Ctx(ctx).Info().Str("machine", t.Machine).Msg("machine healthy again")
 	}
 	return nil
@@ -253,31 +255,6 @@ func view(cur *capnv1.NodeHealth, cluster string, t Target, b beat, v *Unhealthy
 		changed = true
 	}
 	return next, changed
-}
-
-// publish sends MachineUnhealthy for a new unhealthy episode, with an id
-// per (machine, unhealthy since): re-evaluations of one episode are
-// dropped by JetStream as duplicates.
-func (s *Service) publish(ctx context.Context, cluster string, t Target, v *Unhealthy, now time.Time) error {
-	key := cluster + "." + t.Machine
-	healthAt := v.Since
-	if r := s.beats.lastReport(key); r.After(healthAt) {
-		healthAt = r
-	}
-	if healthAt.After(now) {
-		healthAt = now
-	}
-	id := fmt.Sprintf("unhealthy.%s.%s.%d", cluster, t.Machine, v.Since.UnixMilli())
-	ev := &capnv1.MachineUnhealthy{Cluster: cluster, Machine: t.Machine, Pool: t.Pool, Reasons: v.Reasons, Since: timestamppb.New(v.Since)}
-	types := make([]string, 0, len(v.Reasons))
-	for _, r := range v.Reasons {
-		types = append(types, r.GetType())
-		s.metrics.unhealthy(r.GetType())
-	}
-	zerolog.Ctx(ctx).Info().Str("machine", t.Machine).Str("pool", t.Pool).Strs("reasons", types).Time("since", v.Since).Msg("machine unhealthy")
-	_, err := s.pub.Publish(ctx, events.EventSubject("machine", "unhealthy", cluster, t.Machine), events.TypeMachineUnhealthy, id, ev,
-		events.WithSubject(t.Machine), events.WithExtension(policy.ExtensionHealthTime, healthAt.UTC().Format(time.RFC3339Nano)))
-	return err
 }
 
 // forgetGone deletes the records (and the memory) of machines of cluster

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/capn-dev/capn/events/reconcile"
@@ -321,38 +320,20 @@ func (s *Service) workloadMachines(cluster string, cl *capnv1.Cluster) ([]Worklo
 }
 
 // mergeWorkloadNode writes what the machine's Node says into its record,
-// if that changes it (dry run on the cached record first, then
-// compare-and-set on a fresh read). A machine being deleted is left alone,
-// as reports about it are.
+// judged, in one write if that changes it (applyReport, as a report on
+// NATS). A machine being deleted is left alone, as reports about it are.
 func (s *Service) mergeWorkloadNode(ctx context.Context, cluster, machine string, n WorkloadNode, at time.Time) (bool, error) {
 	dm, ok := decodeCached(s.desired, keys.Machine(cluster, machine), newMachine)
 	if !ok || dm.GetMetadata().GetDeletionTimestamp() != nil {
 		return false, nil
 	}
-	created := dm.GetMetadata().GetCreationTimestamp().AsTime()
-	cur, _ := decodeCached(s.observed, keys.Node(cluster, machine), newNodeHealth)
-	if !mergeNode(proto.Clone(forIncarnation(cur, cluster, machine, created)).(*capnv1.NodeHealth), n, at) {
-		s.metrics.report(SourceKubernetes, outcomeUnchanged)
-		return false, nil
-	}
-	_, _, err := s.nodes.Mutate(ctx, keys.Node(cluster, machine), func(cur *capnv1.NodeHealth, exists bool) (*capnv1.NodeHealth, error) {
-		if !exists {
-			cur = nil
-		}
-		h := forIncarnation(cur, cluster, machine, created)
-		if !mergeNode(h, n, at) {
-			return nil, store.ErrNoChange
-		}
-		h.Updated = timestamppb.New(s.cfg.Now())
-		return h, nil
-	})
+	r := report{cluster: cluster, machine: machine, key: cluster + "." + machine, at: at, created: dm.GetMetadata().GetCreationTimestamp().AsTime()}
+	wrote, err := s.applyReport(ctx, r, func(h *capnv1.NodeHealth) bool { return mergeNode(h, n, at) })
 	if err != nil {
 		return false, fmt.Errorf("record the Node of %s.%s: %w", cluster, machine, err)
 	}
-	s.metrics.report(SourceKubernetes, outcomeApplied)
-	s.metrics.write(causeReport)
-	s.beats.report(cluster+"."+machine, at)
-	return true, nil
+	s.metrics.report(SourceKubernetes, outcome(wrote))
+	return wrote, nil
 }
 
 // workloadFailed backs the cluster off and logs a change of state only:

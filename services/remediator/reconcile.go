@@ -26,6 +26,9 @@ import (
 // from KV, not the watch cache, so that a reconcile right after a write
 // never decides from a status that lacks its own last records.
 func (s *Service) reconcile(ctx context.Context, cluster string) (reconcile.Result, error) {
+	if s.cfg.OnReconcile != nil {
+		s.cfg.OnReconcile(cluster)
+	}
 	log := zerolog.Ctx(ctx).With().Str("cluster", cluster).Logger()
 	ctx = log.WithContext(ctx)
 	snap, revs, ok, err := s.snapshot(ctx, cluster)

@@ -37,6 +37,9 @@ type Config struct {
 	Workers int
 	Now     func() time.Time
 	Cache   store.CacheOptions
+	// OnReconcile, if set, is called as each reconcile of a cluster
+	// starts: tests count the remediator's wake-ups with it.
+	OnReconcile func(cluster string)
 }
 
 // Service is the remediator.
@@ -50,6 +53,7 @@ type Service struct {
 	queue    *reconcile.Queue
 	metrics  *metrics
 	seen     *healthTimes
+	verdicts *verdicts
 }
 
 var (
@@ -108,6 +112,7 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	s.queue = reconcile.NewQueue()
 	s.metrics = newMetrics(d.Metrics)
 	s.seen = newHealthTimes()
+	s.verdicts = newVerdicts()
 	ctx = d.Log.WithContext(ctx)
 	for _, c := range []*store.Cache{s.desired, s.observed} {
 		if err := c.Start(ctx); err != nil {

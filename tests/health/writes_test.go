@@ -30,6 +30,9 @@ import (
 type lone struct {
 	*harness.System
 	name string
+	mu   sync.Mutex
+	// reconciles are when the remediator's reconciles of the cluster began.
+	reconciles []time.Time
 }
 
 func newLone(t *testing.T) *lone {
@@ -40,6 +43,13 @@ func newLone(t *testing.T) *lone {
 	l := &lone{}
 	l.System = harness.New(t, harness.Options{Services: map[string]func(*harness.Factory) runtime.Service{
 		healthwatcher.Name: func(*harness.Factory) runtime.Service { return healthwatcher.New(healthwatcher.Config{}) },
+		remediator.Name: func(*harness.Factory) runtime.Service {
+			return remediator.New(remediator.Config{OnReconcile: func(string) {
+				l.mu.Lock()
+				defer l.mu.Unlock()
+				l.reconciles = append(l.reconciles, time.Now())
+			}})
+		},
 	}})
 	ctx := context.Background()
 	l.name = l.Apply(cluster("once", 1, 3, kernelDeadlock)).GetMetadata().GetName()
@@ -102,6 +112,19 @@ func (l *lone) replaced(t *testing.T, machine string) time.Time {
 	return at
 }
 
+// reconciled counts the remediator's reconciles that began in (from, to].
+func (l *lone) reconciled(from, to time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, at := range l.reconciles {
+		if at.After(from) && !at.After(to) {
+			n++
+		}
+	}
+	return n
+}
+
 // unhealthyEvents counts the machine.unhealthy events of machine.
 func (l *lone) unhealthyEvents(t *testing.T, machine string) uint64 {
 	t.Helper()
@@ -122,7 +145,9 @@ func (l *lone) unhealthyEvents(t *testing.T, machine string) uint64 {
 // costs: a KernelDeadlock=True report about a worker is merged into its
 // record and judged in ONE write of node.<c>.<m> (the report and the
 // verdict together; it was two: the report, then the verdict), one
-// machine.unhealthy event is published, and the remediator acts on it.
+// machine.unhealthy event is published, and the remediator is woken once
+// by that write — then once more when the verdict is Settle old, and acts
+// (it was four reconciles: each write and the event woke it).
 func TestOneWriteAndOneWakePerHealthChange(t *testing.T) {
 	const victim = "w-0"
 	l := newLone(t)
@@ -173,7 +198,14 @@ func TestOneWriteAndOneWakePerHealthChange(t *testing.T) {
 	if n := l.unhealthyEvents(t, victim); n != 1 {
 		t.Errorf("%d machine.unhealthy events; want 1", n)
 	}
-	t.Logf("one KernelDeadlock report: %d write(s) of the record, repaired %s after the report", len(got), deleted.Sub(start).Round(time.Millisecond))
+	// One wake for the verdict's write, one when it is Settle old (the
+	// remediator counts a burst together before it acts).
+	woken := l.reconciled(start, deleted)
+	if woken != 2 {
+		t.Errorf("the remediator reconciled the cluster %d times from the report to the repair; want 2 (the verdict's write, then Settle later)", woken)
+	}
+	t.Logf("one KernelDeadlock report: %d write(s) of the record, %d remediator reconcile(s) to the repair (%s after the report)",
+		len(got), woken, deleted.Sub(start).Round(time.Millisecond))
 }
 
 // TestVerdictRederivedAtStart: a record that holds a report but not its

@@ -6,8 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
@@ -39,7 +37,7 @@ func (s *Service) onUnhealthy(_ context.Context, m *events.Message, u *capnv1.Ma
 // feed maps watch changes to the cluster they concern (every entry is
 // replayed at the start: a restarted remediator looks at every cluster).
 // A machine's node record wakes its cluster only when its verdict changes
-// (verdicts.changed):
+// (verdictChanged):
 // the remediator reads nothing else of it that a change alone must act on,
 // and most writes of the record (a heartbeat refreshed every few minutes, a
 // condition or problem that changes no verdict) are not verdict changes.
@@ -63,45 +61,14 @@ func (s *Service) feed(ctx context.Context, sub *store.Subscription) {
 			switch {
 			case err != nil:
 			case k.Kind == keys.KindNode:
-				if s.verdicts.changed(ch) {
-					s.queue.Add(k.Cluster)
+				if c := s.verdictChanged(ch.Key); c != "" {
+					s.queue.Add(c)
 				}
 			case k.Kind == keys.KindCluster, k.Kind == keys.KindMachine:
 				s.queue.Add(k.Cluster)
 			}
 		}
 	}
-}
-
-// verdicts remembers the last verdict seen in each node record, by key.
-// Safe for concurrent use.
-type verdicts struct {
-	mu sync.Mutex
-	m  map[string]*capnv1.NodeHealth // only healthy, unhealthy_reasons, unhealthy_since
-}
-
-func newVerdicts() *verdicts { return &verdicts{m: map[string]*capnv1.NodeHealth{}} }
-
-// changed records the verdict of a node record's change and reports
-// whether it differs from the last one seen: a record that appears, goes,
-// does not decode, or whose healthy, unhealthy_reasons or unhealthy_since
-// changed.
-func (v *verdicts) changed(ch store.Change) bool {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	old, seen := v.m[ch.Key]
-	if ch.Op != store.OpPut {
-		delete(v.m, ch.Key)
-		return true
-	}
-	h, err := store.Decode(ch.Value, func() *capnv1.NodeHealth { return new(capnv1.NodeHealth) })
-	if err != nil {
-		delete(v.m, ch.Key)
-		return true
-	}
-	cur := &capnv1.NodeHealth{Healthy: h.GetHealthy(), UnhealthyReasons: h.GetUnhealthyReasons(), UnhealthySince: h.GetUnhealthySince()}
-	v.m[ch.Key] = cur
-	return !seen || !proto.Equal(old, cur)
 }
 
 // healthTimes remembers when the health input behind each unhealthy event

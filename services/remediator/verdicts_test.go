@@ -23,18 +23,18 @@ func TestVerdictsWakeOnlyOnAVerdictChange(t *testing.T) {
 		}
 		return h
 	}
-	put := func(h *capnv1.NodeHealth) store.Change {
+	put := func(h *capnv1.NodeHealth) []byte {
 		b, err := store.Encode(h)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return store.Change{Key: "node.c.m", Value: b, Op: store.OpPut}
+		return b
 	}
 	v := newVerdicts()
 	steps := []struct {
-		name string
-		ch   store.Change
-		wake bool
+		name  string
+		value []byte // nil: the record is gone
+		wake  bool
 	}{
 		{"first sight", put(rec(true, 0, nil, 0)), true},
 		{"heartbeat refreshed", put(rec(true, 0, nil, 5*time.Minute)), false},
@@ -43,11 +43,12 @@ func TestVerdictsWakeOnlyOnAVerdictChange(t *testing.T) {
 		{"another reason", put(rec(false, 6*time.Minute, append(kd, &capnv1.Condition{Type: "Ready"}), 7*time.Minute)), true},
 		{"a new episode", put(rec(false, 8*time.Minute, kd, 8*time.Minute)), true},
 		{"healthy again", put(rec(true, 0, nil, 9*time.Minute)), true},
-		{"deleted", store.Change{Key: "node.c.m", Op: store.OpDelete}, true},
+		{"deleted", nil, true},
+		{"deleted again (a compacted burst)", nil, false},
 		{"back", put(rec(true, 0, nil, 10*time.Minute)), true},
 	}
 	for _, s := range steps {
-		if got := v.changed(s.ch); got != s.wake {
+		if got := v.changed("node.c.m", s.value, s.value != nil); got != s.wake {
 			t.Errorf("%s: wake %v, want %v", s.name, got, s.wake)
 		}
 	}

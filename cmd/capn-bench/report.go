@@ -96,7 +96,7 @@ func (r report) Markdown() string {
 		fmt.Fprintf(&b, "One cluster on sim with %d workers whose policy calls `KernelDeadlock=True` unhealthy at once; each worker\n", len(r.Repair[0].Samples))
 		fmt.Fprintf(&b, "in turn gets a node-problem-detector-shaped condition on its health subject, and the time to the\n")
 		fmt.Fprintf(&b, "remediator's reboot command on `capn.provider.sim.machine.reboot` is measured (health-watcher →\n")
-		fmt.Fprintf(&b, "`machine.unhealthy` → remediator → provider command). The remediator holds a verdict before acting so\n")
+		fmt.Fprintf(&b, "`node.<c>.<m>` → remediator → provider command). The remediator holds a verdict before acting so\n")
 		fmt.Fprintf(&b, "that failures arriving together meet the circuit breaker together; its default hold is 3 s.\n\n")
 		fmt.Fprintf(&b, "| remediator hold | p50 | p99 | samples |\n| --- | --- | --- | --- |\n")
 		fmt.Fprintf(&b, "| 1 ms (the machinery alone; idle; median of %d runs) | %.0f ms | %.0f ms | %d per run |\n", len(r.Repair), p50, p99, len(r.Repair[0].Samples))

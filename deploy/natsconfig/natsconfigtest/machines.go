@@ -288,8 +288,15 @@ func (c *Cluster) MachineNATSConfig(m Machine, password string, first int) runti
 // the test's end.
 func (c *Cluster) ConnectMachine(ctx context.Context, m Machine, password string, first int) (*nats.Conn, jetstream.JetStream, *Violations, error) {
 	c.t.Helper()
+	return c.ConnectWith(ctx, c.MachineNATSConfig(m, password, first))
+}
+
+// ConnectWith connects with cfg (a login of any name: a machine's, or an
+// attacker's), recording the permission violations the server reports.
+func (c *Cluster) ConnectWith(ctx context.Context, cfg runtime.NATSConfig) (*nats.Conn, jetstream.JetStream, *Violations, error) {
+	c.t.Helper()
 	v := &Violations{}
-	nc, err := runtime.Connect(ctx, c.MachineNATSConfig(m, password, first), m.User(), quietLogger(), c.Options(m.User(), v)...)
+	nc, err := runtime.Connect(ctx, cfg, cfg.User, quietLogger(), c.Options(cfg.User, v)...)
 	if err != nil {
 		return nil, nil, v, err
 	}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/capn-dev/capn/events"
-	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/health/policy"
 )
@@ -31,32 +30,15 @@ func (s *Service) onUnhealthy(_ context.Context, m *events.Message, u *capnv1.Ma
 	return nil
 }
 
-// feed maps watch changes to the cluster they concern.
-func (s *Service) feed(ctx context.Context, sub *store.Subscription) {
-	defer sub.Unsubscribe()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ch, ok := <-sub.C():
-			if !ok {
-				return
-			}
-			if ch.Resync {
-				for _, e := range s.desired.List(clusterPrefix) {
-					s.queue.Add(strings.TrimPrefix(e.Key, clusterPrefix))
-				}
-				continue
-			}
-			toks := strings.Split(ch.Key, ".")
-			switch {
-			case toks[0] == "cluster" && len(toks) == 2:
-				s.queue.Add(toks[1])
-			case (toks[0] == "machine" || toks[0] == "node") && len(toks) == 3:
-				s.queue.Add(toks[1])
-			}
-		}
+// clusterOf maps a watched key to the cluster it concerns: cluster.<c>,
+// machine.<c>.<m> or node.<c>.<m> ("" for any other key).
+func clusterOf(key string) string {
+	toks := strings.Split(key, ".")
+	switch {
+	case toks[0] == "cluster" && len(toks) == 2, (toks[0] == "machine" || toks[0] == "node") && len(toks) == 3:
+		return toks[1]
 	}
+	return ""
 }
 
 // healthTimes remembers when the health input behind each unhealthy event

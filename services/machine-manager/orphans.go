@@ -42,6 +42,17 @@ func infraKeyOf(key string) string {
 	return ""
 }
 
+// allInfra is every machine's infra key, for a resync.
+func (s *Service) allInfra() []string {
+	var keys []string
+	for _, k := range s.observed.KeysUnder(infraPrefix) {
+		if k := infraKeyOf(infraPrefix + k); k != "" {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
 // collectOrphan deletes key's infrastructure if it is an orphan. Every
 // absence it acts on is confirmed from the buckets, not the caches.
 func (s *Service) collectOrphan(ctx context.Context, key string) (reconcile.Result, error) {

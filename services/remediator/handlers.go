@@ -2,12 +2,10 @@ package remediator
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/capn-dev/capn/events"
-	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/health/policy"
 	"github.com/capn-dev/capn/schemas/keys"
@@ -32,28 +30,13 @@ func (s *Service) onUnhealthy(_ context.Context, m *events.Message, u *capnv1.Ma
 	return nil
 }
 
-// feed maps watch changes to the cluster they concern.
-func (s *Service) feed(ctx context.Context, sub *store.Subscription) {
-	defer sub.Unsubscribe()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ch, ok := <-sub.C():
-			if !ok {
-				return
-			}
-			if ch.Resync {
-				for _, e := range s.desired.List(keys.ClusterPrefix) {
-					s.queue.Add(strings.TrimPrefix(e.Key, keys.ClusterPrefix))
-				}
-				continue
-			}
-			if k, err := keys.Parse(ch.Key); err == nil && (k.Kind == keys.KindCluster || k.Kind == keys.KindMachine || k.Kind == keys.KindNode) {
-				s.queue.Add(k.Cluster)
-			}
-		}
+// clusterOf maps a watched key to the cluster it concerns: cluster.<c>,
+// machine.<c>.<m> or node.<c>.<m> ("" for any other key).
+func clusterOf(key string) string {
+	if k, err := keys.Parse(key); err == nil && (k.Kind == keys.KindCluster || k.Kind == keys.KindMachine || k.Kind == keys.KindNode) {
+		return k.Cluster
 	}
+	return ""
 }
 
 // healthTimes remembers when the health input behind each unhealthy event

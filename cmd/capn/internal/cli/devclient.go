@@ -1,0 +1,127 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/capn-dev/capn/gateway"
+)
+
+// Files capn dev keeps in its data directory for clients.
+const (
+	adminTokenFile   = "admin.token"
+	clientConfigFile = "client.yaml"
+)
+
+// openDevGateway listens on cfg.GatewayAddr and loads (or makes) the admin
+// token. Called with the data directory locked.
+func openDevGateway(cfg devConfig, dataDir string) (devGateway, error) {
+	token, err := devAdminToken(dataDir)
+	if err != nil {
+		return devGateway{}, err
+	}
+	ln, err := net.Listen("tcp", cfg.GatewayAddr)
+	if err != nil {
+		return devGateway{}, fmt.Errorf("gateway cannot listen on %s (change it with --gateway-addr or CAPN_GATEWAY_ADDR): %w", cfg.GatewayAddr, err)
+	}
+	return devGateway{ln: ln, token: token}, nil
+}
+
+// devAdminToken reads <data-dir>/admin.token, or generates it (mode 0600)
+// on first start, so clients configured once keep working after a restart.
+func devAdminToken(dataDir string) (string, error) {
+	path := filepath.Join(dataDir, adminTokenFile)
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		tok := strings.TrimSpace(string(b))
+		if tok == "" || strings.ContainsAny(tok, " \t\n") {
+			return "", fmt.Errorf("admin token %s: must hold one token; delete the file to get a new one", path)
+		}
+		return tok, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", fmt.Errorf("admin token: %w", err)
+	}
+	tok, err := gateway.GenerateToken()
+	if err != nil {
+		return "", err
+	}
+	if err := writeFileAtomic(path, []byte(tok+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("admin token: %w", err)
+	}
+	return tok, nil
+}
+
+// writeClientConfigs writes <data-dir>/client.yaml and, when enabled, the
+// user's default client config, and returns what it did, one line each,
+// for the banner. The default config is left alone when it points at
+// another server: capn dev says so instead of silently taking it over.
+func writeClientConfigs(cfg devConfig, dataDir, server, token string, lookup func(string) (string, bool)) ([]string, error) {
+	c := clientConfig{Server: server, Token: token}
+	own := filepath.Join(dataDir, clientConfigFile)
+	body := c.encode("capn client configuration, written by capn dev (data dir " + dataDir + ").\nUse it with CAPN_CONFIG=" + own + ".")
+	if err := writeFileAtomic(own, body, 0o600); err != nil {
+		return nil, fmt.Errorf("client config: %w", err)
+	}
+	notes := []string{own}
+	if !cfg.WriteClientConfig {
+		return append(notes, "default client config not written (--write-client-config=false)"), nil
+	}
+	def := defaultConfigPath(lookup)
+	if def == "" {
+		return append(notes, "default client config not written: neither XDG_CONFIG_HOME nor HOME is set"), nil
+	}
+	old, readErr := readClientConfig(def)
+	switch {
+	case errors.Is(readErr, fs.ErrNotExist):
+	case readErr != nil:
+		return append(notes, fmt.Sprintf("%s left as it is: %v (export CAPN_CONFIG=%s)", def, readErr, own)), nil
+	case old.Server != "" && old.Server != server:
+		return append(notes, fmt.Sprintf("%s left as it is: it points at %s, not this gateway (export CAPN_CONFIG=%s, or delete it and restart)", def, old.Server, own)), nil
+	case old == c:
+		return append(notes, def+" (the default, already up to date)"), nil
+	}
+	if err := os.MkdirAll(filepath.Dir(def), 0o700); err != nil {
+		return nil, fmt.Errorf("default client config: %w", err)
+	}
+	if err := writeFileAtomic(def, body, 0o600); err != nil {
+		return nil, fmt.Errorf("default client config: %w", err)
+	}
+	if readErr == nil {
+		return append(notes, def+" (the default, updated with this token)"), nil
+	}
+	return append(notes, def+" (the default, written)"), nil
+}
+
+// writeFileAtomic replaces path with data, so a reader never sees half a
+// file; the file has mode perm.
+func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+	if b, err := os.ReadFile(path); err == nil && bytes.Equal(b, data) {
+		return os.Chmod(path, perm)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.Write(data)
+	if err == nil {
+		err = tmp.Chmod(perm)
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

@@ -4,12 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 
-	"go.yaml.in/yaml/v2"
+	"github.com/capn-dev/capn/cmd/capn/internal/clientconfig"
 )
 
 // Environment variables the API commands read.
@@ -18,68 +15,6 @@ const (
 	envToken  = "CAPN_TOKEN"
 	envConfig = "CAPN_CONFIG"
 )
-
-// clientConfig is a client configuration file (YAML): the gateway's URL
-// and the bearer token to send it. capn dev writes one to
-// <data-dir>/client.yaml and, as the user's default, to
-// ${XDG_CONFIG_HOME:-~/.config}/capn/config.yaml.
-type clientConfig struct {
-	Server string `yaml:"server"`
-	Token  string `yaml:"token,omitempty"`
-}
-
-// readClientConfig reads and checks a client configuration file. Unknown
-// keys are errors, so a typo does not silently send no token.
-func readClientConfig(path string) (clientConfig, error) {
-	var c clientConfig
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return c, err
-	}
-	if err := yaml.UnmarshalStrict(b, &c); err != nil {
-		return c, fmt.Errorf("client config %s: %w", path, err)
-	}
-	c.Server = strings.TrimSpace(c.Server)
-	c.Token = strings.TrimSpace(c.Token)
-	if c.Server != "" {
-		if err := checkServerURL(c.Server); err != nil {
-			return c, fmt.Errorf("client config %s: server: %w", path, err)
-		}
-	}
-	return c, nil
-}
-
-// encode renders c as the file capn dev writes.
-func (c clientConfig) encode(comment string) []byte {
-	b, _ := yaml.Marshal(c) // two strings: cannot fail
-	var out strings.Builder
-	for line := range strings.SplitSeq(strings.TrimRight(comment, "\n"), "\n") {
-		out.WriteString("# " + line + "\n")
-	}
-	out.Write(b)
-	return []byte(out.String())
-}
-
-// checkServerURL accepts http(s)://host[:port][/path].
-func checkServerURL(s string) error {
-	u, err := url.Parse(s)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("%q is not an http(s)://host:port URL", s)
-	}
-	return nil
-}
-
-// defaultConfigPath is ${XDG_CONFIG_HOME:-$HOME/.config}/capn/config.yaml,
-// or "" when neither variable is set (then there is no default config).
-func defaultConfigPath(lookup func(string) (string, bool)) string {
-	if dir, ok := lookup("XDG_CONFIG_HOME"); ok && filepath.IsAbs(dir) {
-		return filepath.Join(dir, "capn", "config.yaml")
-	}
-	if home, ok := lookup("HOME"); ok && home != "" {
-		return filepath.Join(home, ".config", "capn", "config.yaml")
-	}
-	return ""
-}
 
 // connection is where the API commands send requests, and where each
 // setting came from (for error messages).
@@ -111,7 +46,7 @@ func resolveConnection(flagServer, flagToken string, lookup func(string) (string
 		{name: envToken, token: env(envToken)},
 	}
 	if p := env(envConfig); p != "" {
-		c, err := readClientConfig(p)
+		c, err := clientconfig.Read(p)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				return connection{}, fmt.Errorf("%s=%s: no such file", envConfig, p)
@@ -120,8 +55,8 @@ func resolveConnection(flagServer, flagToken string, lookup func(string) (string
 		}
 		sources = append(sources, source{name: p + " (" + envConfig + ")", server: c.Server, token: c.Token, file: true})
 	}
-	if p := defaultConfigPath(lookup); p != "" {
-		c, err := readClientConfig(p)
+	if p := clientconfig.DefaultPath(lookup); p != "" {
+		c, err := clientconfig.Read(p)
 		switch {
 		case err == nil:
 			sources = append(sources, source{name: p, server: c.Server, token: c.Token, file: true})
@@ -132,7 +67,7 @@ func resolveConnection(flagServer, flagToken string, lookup func(string) (string
 	var conn connection
 	for _, s := range sources {
 		if conn.Server == "" && s.server != "" {
-			if err := checkServerURL(s.server); err != nil {
+			if err := clientconfig.CheckServerURL(s.server); err != nil {
 				return connection{}, fmt.Errorf("%s: %w", s.name, err)
 			}
 			conn.Server, conn.ServerFrom = s.server, s.name
@@ -140,7 +75,7 @@ func resolveConnection(flagServer, flagToken string, lookup func(string) (string
 	}
 	if conn.Server == "" {
 		hint := "start capn dev (it writes a default client config)"
-		if p := defaultConfigPath(lookup); p != "" {
+		if p := clientconfig.DefaultPath(lookup); p != "" {
 			hint = "start capn dev (it writes " + p + ")"
 		}
 		return connection{}, fmt.Errorf("%w: pass --server, set %s or %s, or %s", errNoServer, envServer, envConfig, hint)

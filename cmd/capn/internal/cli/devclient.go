@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/capn-dev/capn/cmd/capn/internal/clientconfig"
 	"github.com/capn-dev/capn/gateway"
 )
 
@@ -63,9 +64,9 @@ func devAdminToken(dataDir string) (string, error) {
 // for the banner. The default config is left alone when it points at
 // another server: capn dev says so instead of silently taking it over.
 func writeClientConfigs(cfg devConfig, dataDir, server, token string, lookup func(string) (string, bool)) ([]string, error) {
-	c := clientConfig{Server: server, Token: token}
+	c := clientconfig.Config{Server: server, Token: token}
 	own := filepath.Join(dataDir, clientConfigFile)
-	body := c.encode("capn client configuration, written by capn dev (data dir " + dataDir + ").\nUse it with CAPN_CONFIG=" + own + ".")
+	body := c.Encode("capn client configuration, written by capn dev (data dir " + dataDir + ").\nUse it with CAPN_CONFIG=" + own + ".")
 	if err := writeFileAtomic(own, body, 0o600); err != nil {
 		return nil, fmt.Errorf("client config: %w", err)
 	}
@@ -73,11 +74,11 @@ func writeClientConfigs(cfg devConfig, dataDir, server, token string, lookup fun
 	if !cfg.WriteClientConfig {
 		return append(notes, "default client config not written (--write-client-config=false)"), nil
 	}
-	def := defaultConfigPath(lookup)
+	def := clientconfig.DefaultPath(lookup)
 	if def == "" {
 		return append(notes, "default client config not written: neither XDG_CONFIG_HOME nor HOME is set"), nil
 	}
-	old, readErr := readClientConfig(def)
+	old, readErr := clientconfig.Read(def)
 	switch {
 	case errors.Is(readErr, fs.ErrNotExist):
 	case readErr != nil:

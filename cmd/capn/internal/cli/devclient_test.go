@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capn-dev/capn/cmd/capn/internal/clientconfig"
 	"github.com/capn-dev/capn/events/natstest"
 )
 
@@ -76,7 +77,7 @@ func TestWriteClientConfigs(t *testing.T) {
 				t.Fatal(err)
 			}
 			own := filepath.Join(dataDir, clientConfigFile)
-			if got, err := readClientConfig(own); err != nil || got != (clientConfig{Server: server, Token: token}) {
+			if got, err := clientconfig.Read(own); err != nil || got != (clientconfig.Config{Server: server, Token: token}) {
 				t.Errorf("%s: %+v, %v", own, got, err)
 			}
 			if fi, _ := os.Stat(own); fi.Mode().Perm() != 0o600 {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capn-dev/capn/cmd/capn/internal/dev"
 	"github.com/capn-dev/capn/events/natstest"
 )
 
@@ -53,7 +54,7 @@ func TestCLIEndToEnd(t *testing.T) {
 	dataDir, home := t.TempDir(), t.TempDir()
 	startDevWith(t, dataDir, map[string]string{"XDG_CONFIG_HOME": filepath.Join(home, "dev-xdg")})
 	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "XDG_CONFIG_HOME=" + filepath.Join(home, "xdg"),
-		"CAPN_CONFIG=" + filepath.Join(dataDir, clientConfigFile), "TZ=UTC",
+		"CAPN_CONFIG=" + filepath.Join(dataDir, dev.ClientConfigFile), "TZ=UTC",
 		"GORACE=atexit_sleep_ms=0"} // a -race binary otherwise sleeps 1s at every exit
 
 	capn := func(args ...string) cliResult {

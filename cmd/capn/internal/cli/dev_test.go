@@ -19,10 +19,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/capn-dev/capn/cmd/capn/internal/dev"
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/internal/testkit"
-	"github.com/capn-dev/capn/providers/process"
 	"github.com/capn-dev/capn/services/runtime"
 )
 
@@ -117,14 +117,14 @@ func startDevWith(t *testing.T, dataDir string, vars map[string]string, extra ..
 	r.natsURL = bannerNATS.FindStringSubmatch(r.out.String())[1]
 	r.opsURL = bannerOps.FindStringSubmatch(r.out.String())[1]
 	r.gatewayURL = bannerGateway.FindStringSubmatch(r.out.String())[1]
-	tok, err := os.ReadFile(filepath.Join(dataDir, adminTokenFile))
+	tok, err := os.ReadFile(filepath.Join(dataDir, dev.AdminTokenFile))
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.token = strings.TrimSpace(string(tok))
 	// The banner lands in logs people paste into bug reports: it shows
 	// where the token is and enough of it to tell it apart, never all of it.
-	wantToken := "\n  token     " + r.token[:8] + "…   (admin; the whole token: cat " + filepath.Join(dataDir, adminTokenFile) + ")\n"
+	wantToken := "\n  token     " + r.token[:8] + "…   (admin; the whole token: cat " + filepath.Join(dataDir, dev.AdminTokenFile) + ")\n"
 	if !strings.Contains(r.out.String(), wantToken) || strings.Contains(r.out.String(), r.token) {
 		t.Fatalf("the banner shows the whole admin token, or lacks %q:\n%s", wantToken, r.out)
 	}
@@ -391,69 +391,37 @@ func TestDevServiceTrouble(t *testing.T) {
 	}
 }
 
-// --kube-bin reaches the process provider, which hands it to its machines.
-func TestDevPassesKubeBinToTheProcessProvider(t *testing.T) {
-	exe, err := os.Executable() // stands in for capn-node: only checked to be executable
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeBin := t.TempDir()
-	for _, tt := range []struct{ kubeBin, want string }{{kubeBin, kubeBin}, {"", ""}} {
-		cfg := defaultDevConfig()
-		cfg.Providers, cfg.ProcessNodeBinary, cfg.KubeBin = "process", exe, tt.kubeBin
-		provs := devProviders(context.Background(), cfg, t.TempDir(), runtime.NATSConfig{URL: "nats://127.0.0.1:4222"})
-		if len(provs) != 1 || provs[0].svc == nil {
-			t.Fatalf("providers %+v: want process running", provs)
-		}
-		if got := provs[0].svc.(*process.Service).Process.KubeBin; got != tt.want {
-			t.Errorf("--kube-bin %q: the process provider got %q", tt.kubeBin, got)
+// TestDevGatewayAndClientConfig: capn dev serves the gateway with the
+// admin token it prints, keeps the token across restarts and writes the
+// client configs.
+func TestDevGatewayAndClientConfig(t *testing.T) {
+	dataDir, xdg := t.TempDir(), t.TempDir()
+	vars := map[string]string{"XDG_CONFIG_HOME": xdg}
+	first := startDevWith(t, dataDir, vars)
+	for _, want := range []string{"  client    " + filepath.Join(dataDir, dev.ClientConfigFile), filepath.Join(xdg, "capn", "config.yaml") + " (the default, written)"} {
+		if !strings.Contains(first.out.String(), want) {
+			t.Errorf("banner lacks %q:\n%s", want, first.out)
 		}
 	}
-}
-
-// TestDevOffParts: the banner names each optional part that is off and the
-// one command that turns it on, and only those.
-func TestDevOffParts(t *testing.T) {
-	exe, err := os.Executable() // stands in for capn-node: only checked to be executable
-	if err != nil {
-		t.Fatal(err)
+	natstest.WaitFor(t, 10*time.Second, "the gateway answers", func() bool {
+		code, _ := get(t, first.gatewayURL+"/healthz")
+		return code == 200
+	})
+	e, stdout, stderr := testEnv(map[string]string{"XDG_CONFIG_HOME": xdg})
+	if code := run(t.Context(), e, []string{"get", "clusters"}); code != 0 {
+		t.Fatalf("capn get clusters with the default config: exit %d\n%s", code, stderr)
 	}
-	kubeFix := `make kube, then bin/capn dev --kube-bin "$(hack/kube.sh --print-path)"`
-	tests := []struct {
-		name      string
-		providers string
-		node      string
-		kubeBin   string
-		want      []offPart
-		providing string
-	}{
-		{name: "sim only: nothing is off", providers: "sim", want: nil, providing: "sim"},
-		{name: "process without --kube-bin", providers: "sim,process", node: exe,
-			want:      []offPart{{"Kubernetes on process machines", "no --kube-bin, so their control planes are placeholders", kubeFix}},
-			providing: "sim, process"},
-		{name: "process with --kube-bin", providers: "process", node: exe, kubeBin: t.TempDir(),
-			providing: "process (Kubernetes from " + os.TempDir()},
-		{name: "process without capn-node", providers: "process", node: filepath.Join(t.TempDir(), "capn-node"), kubeBin: t.TempDir(),
-			want:      []offPart{{what: "process provider", fix: "make build (it puts capn-node beside capn), or --process-node-binary PATH"}},
-			providing: "none running"},
+	if stdout.String() != "" || !strings.Contains(stderr.String(), "No resources found.") {
+		t.Errorf("stdout %q, stderr %q", stdout, stderr)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			cfg := defaultDevConfig()
-			cfg.Providers, cfg.ProcessNodeBinary, cfg.KubeBin = tt.providers, tt.node, tt.kubeBin
-			provs := devProviders(context.Background(), cfg, t.TempDir(), runtime.NATSConfig{URL: "nats://127.0.0.1:4222"})
-			got := offParts(cfg, provs)
-			if len(got) != len(tt.want) {
-				t.Fatalf("off parts %+v, want %+v", got, tt.want)
-			}
-			for i, w := range tt.want {
-				if got[i].what != w.what || got[i].fix != w.fix || (w.why != "" && got[i].why != w.why) || got[i].why == "" {
-					t.Errorf("off part %d = %+v, want %+v", i, got[i], w)
-				}
-			}
-			if line := providersLine(provs, cfg.KubeBin); !strings.HasPrefix(line, tt.providing) {
-				t.Errorf("providers line %q, want it to start with %q", line, tt.providing)
-			}
-		})
+	if code := first.stop(t); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	second := startDevWith(t, dataDir, vars)
+	if second.token != first.token {
+		t.Errorf("the admin token changed across a restart: %s → %s", first.token, second.token)
+	}
+	if !strings.Contains(second.out.String(), "(the default, updated with this token)") && !strings.Contains(second.out.String(), "left as it is: it points at") {
+		t.Errorf("second banner:\n%s", second.out)
 	}
 }

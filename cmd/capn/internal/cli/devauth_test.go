@@ -10,13 +10,15 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/capn-dev/capn/cmd/capn/internal/dev"
 )
 
 // contextConn connects as the nats CLI does with capn dev's context file
 // (nats --context <dataDir>/nats-context.json), checking it names url.
 func contextConn(t *testing.T, dataDir, url string) *nats.Conn {
 	t.Helper()
-	path := filepath.Join(dataDir, devNATSContext)
+	path := filepath.Join(dataDir, dev.NATSContextFile)
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -51,17 +53,17 @@ func TestDevNATSRefusesAnonymousConnections(t *testing.T) {
 	if !errors.Is(err, nats.ErrAuthorization) && (err == nil || !strings.Contains(strings.ToLower(err.Error()), "authorization violation")) {
 		t.Fatalf("an anonymous connection to capn dev's NATS: %v; want an authorization violation", err)
 	}
-	fi, err := os.Stat(filepath.Join(dataDir, devUsersDir))
+	fi, err := os.Stat(filepath.Join(dataDir, dev.UsersDir))
 	if err != nil || fi.Mode().Perm() != 0o700 {
 		t.Fatalf("users dir: %v %v; want 0700", fi.Mode(), err)
 	}
-	seeds, _ := filepath.Glob(filepath.Join(dataDir, devUsersDir, "*.nk"))
+	seeds, _ := filepath.Glob(filepath.Join(dataDir, dev.UsersDir, "*.nk"))
 	for _, s := range seeds {
 		if fi, err := os.Stat(s); err != nil || fi.Mode().Perm() != 0o600 {
 			t.Errorf("%s: mode %v %v; want 0600", s, fi.Mode(), err)
 		}
 	}
-	if fi, err := os.Stat(filepath.Join(dataDir, devNATSContext)); err != nil || fi.Mode().Perm() != 0o600 {
+	if fi, err := os.Stat(filepath.Join(dataDir, dev.NATSContextFile)); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("context file: %v; want 0600", err)
 	}
 	// No static user is left for machines: a machine logs in as itself

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/capn-dev/capn/cmd/capn/internal/clientconfig"
 	"github.com/capn-dev/capn/services/runtime"
 )
 
@@ -44,7 +45,7 @@ func cmdKubeconfig(ctx context.Context, e env, args []string) int {
 	}
 	if out == "" {
 		_, err = e.stdout.Write(kc)
-	} else if err = writeFileAtomic(out, kc, 0o600); err == nil {
+	} else if err = clientconfig.WriteAtomic(out, kc, 0o600); err == nil {
 		fmt.Fprintf(e.stderr, "wrote the kubeconfig of cluster %s to %s\n", cluster, out)
 	}
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capn-dev/capn/cmd/capn/internal/dev"
 	"github.com/capn-dev/capn/events/natstest"
 )
 
@@ -21,7 +22,7 @@ func TestNamesRoundTripAgainstTheGateway(t *testing.T) {
 	}
 	dataDir, home := t.TempDir(), t.TempDir()
 	startDevWith(t, dataDir, map[string]string{"XDG_CONFIG_HOME": filepath.Join(home, "dev-xdg")})
-	vars := map[string]string{"CAPN_CONFIG": filepath.Join(dataDir, clientConfigFile), "HOME": home, "XDG_CONFIG_HOME": filepath.Join(home, "xdg")}
+	vars := map[string]string{"CAPN_CONFIG": filepath.Join(dataDir, dev.ClientConfigFile), "HOME": home, "XDG_CONFIG_HOME": filepath.Join(home, "xdg")}
 	capn := func(args ...string) cliResult {
 		t.Helper()
 		e, stdout, stderr := testEnv(vars)

@@ -6,6 +6,7 @@
 package clientconfig
 
 import (
+	"bytes"
 	"fmt"
 	"net/url"
 	"os"
@@ -73,4 +74,32 @@ func DefaultPath(lookup func(string) (string, bool)) string {
 		return filepath.Join(home, ".config", "capn", "config.yaml")
 	}
 	return ""
+}
+
+// WriteAtomic replaces path with data, so a reader never sees half a
+// file; the file has mode perm. capn writes every file a client reads
+// with it: a client config, capn dev's admin token, a kubeconfig.
+func WriteAtomic(path string, data []byte, perm os.FileMode) error {
+	if b, err := os.ReadFile(path); err == nil && bytes.Equal(b, data) {
+		return os.Chmod(path, perm)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.Write(data)
+	if err == nil {
+		err = tmp.Chmod(perm)
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }

@@ -1,7 +1,6 @@
-package cli
+package dev
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -16,13 +15,13 @@ import (
 
 // Files capn dev keeps in its data directory for clients.
 const (
-	adminTokenFile   = "admin.token"
-	clientConfigFile = "client.yaml"
+	AdminTokenFile   = "admin.token"
+	ClientConfigFile = "client.yaml"
 )
 
 // openDevGateway listens on cfg.GatewayAddr and loads (or makes) the admin
 // token. Called with the data directory locked.
-func openDevGateway(cfg devConfig, dataDir string) (devGateway, error) {
+func openDevGateway(cfg Config, dataDir string) (devGateway, error) {
 	token, err := devAdminToken(dataDir)
 	if err != nil {
 		return devGateway{}, err
@@ -37,7 +36,7 @@ func openDevGateway(cfg devConfig, dataDir string) (devGateway, error) {
 // devAdminToken reads <data-dir>/admin.token, or generates it (mode 0600)
 // on first start, so clients configured once keep working after a restart.
 func devAdminToken(dataDir string) (string, error) {
-	path := filepath.Join(dataDir, adminTokenFile)
+	path := filepath.Join(dataDir, AdminTokenFile)
 	b, err := os.ReadFile(path)
 	switch {
 	case err == nil:
@@ -53,7 +52,7 @@ func devAdminToken(dataDir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := writeFileAtomic(path, []byte(tok+"\n"), 0o600); err != nil {
+	if err := clientconfig.WriteAtomic(path, []byte(tok+"\n"), 0o600); err != nil {
 		return "", fmt.Errorf("admin token: %w", err)
 	}
 	return tok, nil
@@ -63,11 +62,11 @@ func devAdminToken(dataDir string) (string, error) {
 // user's default client config, and returns what it did, one line each,
 // for the banner. The default config is left alone when it points at
 // another server: capn dev says so instead of silently taking it over.
-func writeClientConfigs(cfg devConfig, dataDir, server, token string, lookup func(string) (string, bool)) ([]string, error) {
+func writeClientConfigs(cfg Config, dataDir, server, token string, lookup func(string) (string, bool)) ([]string, error) {
 	c := clientconfig.Config{Server: server, Token: token}
-	own := filepath.Join(dataDir, clientConfigFile)
+	own := filepath.Join(dataDir, ClientConfigFile)
 	body := c.Encode("capn client configuration, written by capn dev (data dir " + dataDir + ").\nUse it with CAPN_CONFIG=" + own + ".")
-	if err := writeFileAtomic(own, body, 0o600); err != nil {
+	if err := clientconfig.WriteAtomic(own, body, 0o600); err != nil {
 		return nil, fmt.Errorf("client config: %w", err)
 	}
 	notes := []string{own}
@@ -91,38 +90,11 @@ func writeClientConfigs(cfg devConfig, dataDir, server, token string, lookup fun
 	if err := os.MkdirAll(filepath.Dir(def), 0o700); err != nil {
 		return nil, fmt.Errorf("default client config: %w", err)
 	}
-	if err := writeFileAtomic(def, body, 0o600); err != nil {
+	if err := clientconfig.WriteAtomic(def, body, 0o600); err != nil {
 		return nil, fmt.Errorf("default client config: %w", err)
 	}
 	if readErr == nil {
 		return append(notes, def+" (the default, updated with this token)"), nil
 	}
 	return append(notes, def+" (the default, written)"), nil
-}
-
-// writeFileAtomic replaces path with data, so a reader never sees half a
-// file; the file has mode perm.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	if b, err := os.ReadFile(path); err == nil && bytes.Equal(b, data) {
-		return os.Chmod(path, perm)
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Chmod(perm)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

@@ -1,4 +1,4 @@
-package cli
+package dev
 
 import (
 	"context"
@@ -49,7 +49,7 @@ const dockerPreflightTimeout = 5 * time.Second
 // docker runs when, in addition, the daemon answers and has the machines'
 // image (docker.Preflight). Each provider that cannot run says why; capn
 // dev logs it and prints it in the banner, and runs on without it.
-func devProviders(ctx context.Context, cfg devConfig, dataDir string, node runtime.NATSConfig) []devProvider {
+func devProviders(ctx context.Context, cfg Config, dataDir string, node runtime.NATSConfig) []devProvider {
 	natsURL := node.URL
 	var out []devProvider
 	for _, name := range cfg.providerList() {
@@ -121,7 +121,7 @@ func oneLine(err error) string {
 }
 
 // providerList is cfg.Providers split on commas, blanks dropped.
-func (c devConfig) providerList() []string {
+func (c Config) providerList() []string {
 	var out []string
 	for _, p := range strings.Split(c.Providers, ",") {
 		if p = strings.TrimSpace(p); p != "" {
@@ -140,7 +140,7 @@ type offPart struct {
 // offParts lists what is off: each provider asked for that cannot run,
 // and Kubernetes on the process provider's machines, which runs only with
 // --kube-bin (never guessed).
-func offParts(cfg devConfig, provs []devProvider) []offPart {
+func offParts(cfg Config, provs []devProvider) []offPart {
 	var out []offPart
 	for _, p := range provs {
 		if p.svc == nil {

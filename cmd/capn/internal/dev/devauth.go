@@ -1,4 +1,4 @@
-package cli
+package dev
 
 import (
 	"encoding/json"
@@ -25,8 +25,8 @@ import (
 // itself (machine.<cluster>.<machine>) through the bootstrapper's auth
 // callout, whose issuer seed is kept there too.
 const (
-	devUsersDir    = "nats-users"
-	devNATSContext = "nats-context.json"
+	UsersDir        = "nats-users"
+	NATSContextFile = "nats-context.json"
 	// devAdminUser may do anything: it provisions the topology.
 	devAdminUser = devName
 	// devCalloutIssuer names the auth callout issuer's account seed.
@@ -43,7 +43,7 @@ type devAuth struct {
 
 // devNATSDeployment is capn dev's deployment as natsconfig sees it: the
 // providers cfg names and node agents.
-func devNATSDeployment(cfg devConfig) natsconfig.Deployment {
+func devNATSDeployment(cfg Config) natsconfig.Deployment {
 	d := natsconfig.Deployment{NodeAgents: true}
 	for _, p := range cfg.providerList() {
 		np := natsconfig.Provider{Name: p}
@@ -60,7 +60,7 @@ func devNATSDeployment(cfg devConfig) natsconfig.Deployment {
 
 // newDevAuth loads or makes the seeds of d's users and the admin.
 func newDevAuth(dataDir string, d natsconfig.Deployment) (*devAuth, error) {
-	a := &devAuth{dir: filepath.Join(dataDir, devUsersDir), known: map[string]bool{}}
+	a := &devAuth{dir: filepath.Join(dataDir, UsersDir), known: map[string]bool{}}
 	if err := os.MkdirAll(a.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("NATS users: %w", err)
 	}
@@ -107,7 +107,7 @@ func (a *devAuth) conn(name string) runtime.NATSConfig {
 // writeContext writes the nats CLI's context for the admin user (0600):
 // nats --context <abs path> kv ls.
 func (a *devAuth) writeContext(dataDir, url string) (string, error) {
-	path := filepath.Join(dataDir, devNATSContext)
+	path := filepath.Join(dataDir, NATSContextFile)
 	b, err := json.MarshalIndent(map[string]string{
 		"description": "capn dev (admin user; made by capn dev)",
 		"url":         url,

@@ -1,14 +1,12 @@
-package cli
+package dev
 
 import (
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/capn-dev/capn/cmd/capn/internal/clientconfig"
-	"github.com/capn-dev/capn/events/natstest"
 )
 
 func TestDevAdminToken(t *testing.T) {
@@ -20,7 +18,7 @@ func TestDevAdminToken(t *testing.T) {
 	if len(tok) != 64 {
 		t.Errorf("token %q: want 64 hex digits", tok)
 	}
-	fi, err := os.Stat(filepath.Join(dir, adminTokenFile))
+	fi, err := os.Stat(filepath.Join(dir, AdminTokenFile))
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("admin.token: %v, mode %v", err, fi.Mode())
 	}
@@ -28,7 +26,7 @@ func TestDevAdminToken(t *testing.T) {
 	if err != nil || again != tok {
 		t.Errorf("second start: %q, %v; want the same token", again, err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, adminTokenFile), []byte("two tokens\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, AdminTokenFile), []byte("two tokens\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := devAdminToken(dir); err == nil || !strings.Contains(err.Error(), "must hold one token; delete the file to get a new one") {
@@ -63,20 +61,25 @@ func TestWriteClientConfigs(t *testing.T) {
 			dataDir, xdg := t.TempDir(), t.TempDir()
 			def := filepath.Join(xdg, "capn", "config.yaml")
 			if tt.existing != "" {
-				writeConfig(t, def, tt.existing)
+				if err := os.MkdirAll(filepath.Dir(def), 0o700); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(def, []byte(tt.existing), 0o600); err != nil {
+					t.Fatal(err)
+				}
 			}
 			vars := map[string]string{"XDG_CONFIG_HOME": xdg}
 			if tt.noHome {
 				vars = nil
 			}
-			cfg := defaultDevConfig()
+			cfg := DefaultConfig()
 			cfg.WriteClientConfig = !tt.noWrite
-			e, _, _ := testEnv(vars)
-			notes, err := writeClientConfigs(cfg, dataDir, server, token, e.lookup)
+			lookup := func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
+			notes, err := writeClientConfigs(cfg, dataDir, server, token, lookup)
 			if err != nil {
 				t.Fatal(err)
 			}
-			own := filepath.Join(dataDir, clientConfigFile)
+			own := filepath.Join(dataDir, ClientConfigFile)
 			if got, err := clientconfig.Read(own); err != nil || got != (clientconfig.Config{Server: server, Token: token}) {
 				t.Errorf("%s: %+v, %v", own, got, err)
 			}
@@ -94,40 +97,5 @@ func TestWriteClientConfigs(t *testing.T) {
 				t.Errorf("%s holds:\n%s\nwant %q in it", def, b, tt.wantDef)
 			}
 		})
-	}
-}
-
-// TestDevGatewayAndClientConfig: capn dev serves the gateway with the
-// admin token it prints, keeps the token across restarts and writes the
-// client configs.
-func TestDevGatewayAndClientConfig(t *testing.T) {
-	dataDir, xdg := t.TempDir(), t.TempDir()
-	vars := map[string]string{"XDG_CONFIG_HOME": xdg}
-	first := startDevWith(t, dataDir, vars)
-	for _, want := range []string{"  client    " + filepath.Join(dataDir, clientConfigFile), filepath.Join(xdg, "capn", "config.yaml") + " (the default, written)"} {
-		if !strings.Contains(first.out.String(), want) {
-			t.Errorf("banner lacks %q:\n%s", want, first.out)
-		}
-	}
-	natstest.WaitFor(t, 10*time.Second, "the gateway answers", func() bool {
-		code, _ := get(t, first.gatewayURL+"/healthz")
-		return code == 200
-	})
-	e, stdout, stderr := testEnv(map[string]string{"XDG_CONFIG_HOME": xdg})
-	if code := run(t.Context(), e, []string{"get", "clusters"}); code != 0 {
-		t.Fatalf("capn get clusters with the default config: exit %d\n%s", code, stderr)
-	}
-	if stdout.String() != "" || !strings.Contains(stderr.String(), "No resources found.") {
-		t.Errorf("stdout %q, stderr %q", stdout, stderr)
-	}
-	if code := first.stop(t); code != 0 {
-		t.Fatalf("exit %d", code)
-	}
-	second := startDevWith(t, dataDir, vars)
-	if second.token != first.token {
-		t.Errorf("the admin token changed across a restart: %s → %s", first.token, second.token)
-	}
-	if !strings.Contains(second.out.String(), "(the default, updated with this token)") && !strings.Contains(second.out.String(), "left as it is: it points at") {
-		t.Errorf("second banner:\n%s", second.out)
 	}
 }

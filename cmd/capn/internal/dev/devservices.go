@@ -1,4 +1,4 @@
-package cli
+package dev
 
 import (
 	"fmt"
@@ -34,7 +34,7 @@ func (g devGateway) URL() string { return "http://" + g.ln.Addr().String() }
 // Each issue that adds a service registers it here. capn dev gives each
 // its own in-process NATS connection, its logs and metrics labelled
 // service=<name>, and its place in /readyz.
-func devServices(cfg devConfig, gw devGateway, auth *devAuth, providers []runtime.Service) ([]runtime.Service, error) {
+func devServices(cfg Config, gw devGateway, auth *devAuth, providers []runtime.Service) ([]runtime.Service, error) {
 	ring, err := devKeyring(cfg.DataDir)
 	if err != nil {
 		return nil, err
@@ -55,7 +55,7 @@ func devServices(cfg devConfig, gw devGateway, auth *devAuth, providers []runtim
 			Tokens:   []gateway.Token{{Name: "admin", Secret: gw.token, Scopes: []api.Scope{api.ScopeAdmin}}},
 		}),
 	)
-	return append(services, extraDevServices...), nil
+	return append(services, cfg.Extra...), nil
 }
 
 // devTopology is what capn dev provisions once for every service (they
@@ -86,7 +86,3 @@ func devKeyring(dataDir string) (*seal.Keyring, error) {
 	}
 	return seal.NewKeyring(key)
 }
-
-// extraDevServices run after devServices' own; tests add theirs here to
-// prove the wiring. It is empty in the binary.
-var extraDevServices []runtime.Service

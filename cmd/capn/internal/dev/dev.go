@@ -11,150 +11,21 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/capn-dev/capn/events"
-	"github.com/capn-dev/capn/events/embedded"
 	"github.com/capn-dev/capn/services/runtime"
 )
 
 // devName is capn dev's own name in logs, /readyz and NATS.
 const devName = "capn-dev"
-
-// Config is capn dev's configuration.
-type Config struct {
-	// DataDir holds JetStream's files (DataDir/jetstream) and the lock
-	// file that keeps a second capn dev out.
-	DataDir string
-	// NATSListen is where NATS accepts TCP clients (the nats CLI, programs
-	// run apart): host:port (port 0 picks one), or "none".
-	NATSListen string
-	// HTTPAddr serves /healthz /readyz /metrics for every service.
-	HTTPAddr  string
-	LogLevel  string
-	LogFormat string
-	// ShutdownTimeout bounds each service's stop.
-	ShutdownTimeout time.Duration
-	// GatewayAddr is where the gateway's API listens (host:port; port 0
-	// picks one).
-	GatewayAddr string
-	// WriteClientConfig writes the user's default client config too (the
-	// one in the data directory is always written).
-	WriteClientConfig bool
-	// Providers are the infrastructure providers to run, comma-separated
-	// (of sim, process, docker). sim always runs; process and docker run
-	// when they can, and capn dev says why when they cannot.
-	Providers string
-	// ProcessNodeBinary is the capn-node the process provider's machines
-	// run ("": beside this program, else on PATH).
-	ProcessNodeBinary string
-	// DockerImage is the docker provider's machine image ("": capn-node:latest).
-	DockerImage string
-	// KubeBin is the directory of the Kubernetes binaries the process
-	// provider's machines run when their bootstrap data asks (make kube;
-	// "": no Kubernetes runs on them).
-	KubeBin string
-	// Extra are services to run after capn dev's own; no flag sets them:
-	// tests add theirs to prove the wiring.
-	Extra []runtime.Service
-}
-
-// natsListenNone as NATSListen serves only in-process connections.
-const natsListenNone = "none"
-
-func DefaultConfig() Config {
-	return Config{
-		DataDir:           ".capn",
-		NATSListen:        "127.0.0.1:4222",
-		HTTPAddr:          "127.0.0.1:8081",
-		LogLevel:          runtime.DefaultLogLevel,
-		LogFormat:         runtime.DefaultLogFormat,
-		ShutdownTimeout:   runtime.DefaultShutdownTimeout,
-		GatewayAddr:       "127.0.0.1:8080",
-		WriteClientConfig: true,
-		Providers:         strings.Join(devProviderNames, ","),
-	}
-}
-
-func (c *Config) Flags() []runtime.Flag {
-	return []runtime.Flag{
-		{Name: "data-dir", Env: "CAPN_DATA_DIR", Usage: "`directory` of JetStream's files; reused by the next start", Value: runtime.StringValue(&c.DataDir)},
-		{Name: "nats-listen", Env: "CAPN_NATS_LISTEN", Usage: "NATS client `address` for the nats CLI and other programs (host:port), or \"none\"", Value: runtime.StringValue(&c.NATSListen)},
-		{Name: "http-addr", Env: "CAPN_HTTP_ADDR", Usage: "`address` of /healthz /readyz /metrics for every service (host:port, or \"off\")", Value: runtime.StringValue(&c.HTTPAddr)},
-		{Name: "log-level", Env: "CAPN_LOG_LEVEL", Usage: "log `level`: trace|debug|info|warn|error", Value: runtime.StringValue(&c.LogLevel)},
-		{Name: "log-format", Env: "CAPN_LOG_FORMAT", Usage: "log `format`: json|console|auto (console on a terminal)", Value: runtime.StringValue(&c.LogFormat)},
-		{Name: "shutdown-timeout", Env: "CAPN_SHUTDOWN_TIMEOUT", Usage: "how long each service may take to `stop`", Value: runtime.DurationValue(&c.ShutdownTimeout)},
-		{Name: "gateway-addr", Env: "CAPN_GATEWAY_ADDR", Usage: "`address` of the gateway's HTTP API (host:port)", Value: runtime.StringValue(&c.GatewayAddr)},
-		{Name: "write-client-config", Env: "CAPN_WRITE_CLIENT_CONFIG", Usage: "also write the user's default client config (${XDG_CONFIG_HOME:-~/.config}/capn/config.yaml) unless it points at another gateway", Value: runtime.BoolValue(&c.WriteClientConfig)},
-		{Name: "providers", Env: "CAPN_PROVIDERS", Usage: "infrastructure `providers` to run, comma-separated: sim always runs; process and docker run when they can (capn dev says why not)", Value: runtime.StringValue(&c.Providers)},
-		{Name: "process-node-binary", Env: "CAPN_PROCESS_NODE_BINARY", Usage: "capn-node `path` the process provider's machines run (default: beside this program, else on PATH)", Value: runtime.StringValue(&c.ProcessNodeBinary)},
-		{Name: "docker-image", Env: "CAPN_DOCKER_IMAGE", Usage: "the docker provider's machine `image`, built locally by 'make images' (default capn-node:latest)", Value: runtime.StringValue(&c.DockerImage)},
-		{Name: "kube-bin", Env: "CAPN_KUBE_BIN", Usage: "`dir` of the Kubernetes binaries the process provider's machines run when their bootstrap data asks ('make kube'; default: none, no Kubernetes)", Value: runtime.StringValue(&c.KubeBin)},
-	}
-}
-
-// Validate reports every problem at once, in the runtime's words.
-func (c Config) Validate() error {
-	errs := []error{runtime.Config{
-		Name: devName, HTTPAddr: c.HTTPAddr, LogLevel: c.LogLevel, LogFormat: c.LogFormat,
-		ShutdownTimeout: c.ShutdownTimeout,
-	}.Validate()}
-	if c.DataDir == "" {
-		errs = append(errs, &runtime.FieldError{Flag: "data-dir", Env: "CAPN_DATA_DIR", Problem: "must not be empty"})
-	}
-	if c.NATSListen != natsListenNone {
-		if _, _, err := splitListen(c.NATSListen); err != nil {
-			errs = append(errs, &runtime.FieldError{Flag: "nats-listen", Env: "CAPN_NATS_LISTEN", Value: c.NATSListen,
-				Problem: `must be host:port (port 0..65535) or "none": ` + err.Error(), Err: err})
-		}
-	}
-	if _, _, err := splitListen(c.GatewayAddr); err != nil {
-		errs = append(errs, &runtime.FieldError{Flag: "gateway-addr", Env: "CAPN_GATEWAY_ADDR", Value: c.GatewayAddr,
-			Problem: "must be host:port (port 0..65535): " + err.Error(), Err: err})
-	}
-	if c.KubeBin != "" {
-		if fi, err := os.Stat(c.KubeBin); err != nil || !fi.IsDir() {
-			errs = append(errs, &runtime.FieldError{Flag: "kube-bin", Env: "CAPN_KUBE_BIN", Value: c.KubeBin,
-				Problem: "must be the directory of the Kubernetes binaries ('make kube'; hack/kube.sh --print-path prints it)"})
-		}
-	}
-	seen := map[string]bool{}
-	for _, p := range c.providerList() {
-		switch {
-		case !slices.Contains(devProviderNames, p):
-			errs = append(errs, &runtime.FieldError{Flag: "providers", Env: "CAPN_PROVIDERS", Value: c.Providers,
-				Problem: fmt.Sprintf("unknown provider %q: want some of %s", p, strings.Join(devProviderNames, ", "))})
-		case seen[p]:
-			errs = append(errs, &runtime.FieldError{Flag: "providers", Env: "CAPN_PROVIDERS", Value: c.Providers,
-				Problem: fmt.Sprintf("provider %q is named twice", p)})
-		}
-		seen[p] = true
-	}
-	return errors.Join(errs...)
-}
-
-func splitListen(addr string) (string, int, error) {
-	host, p, err := net.SplitHostPort(addr)
-	if err != nil {
-		return "", 0, err
-	}
-	port, err := strconv.Atoi(p)
-	if err != nil || port < 0 || port > 65535 {
-		return "", 0, fmt.Errorf("port %q is not 0..65535", p)
-	}
-	return host, port, nil
-}
 
 // Run runs capn dev until ctx is cancelled or a service fails; it logs
 // and prints its banner to out. lookup reads the environment (for the
@@ -347,89 +218,4 @@ func dev(ctx context.Context, cfg Config, out io.Writer, lookup func(string) (st
 		failed = errors.Join(failed, err)
 	}
 	return failed
-}
-
-// startNATS starts the embedded server with its store under dataDir,
-// listening as cfg says.
-func startNATS(cfg Config, dataDir string, log zerolog.Logger, auth *devAuth) (*server.Server, error) {
-	opts := embedded.Options{StoreDir: filepath.Join(dataDir, "jetstream"), ServerName: devName, Nkeys: auth.nkeys, AuthCallout: auth.callout}
-	if cfg.NATSListen == natsListenNone {
-		opts.DontListen = true
-	} else {
-		host, port, err := splitListen(cfg.NATSListen)
-		if err != nil {
-			return nil, err
-		}
-		// nats-server fails to listen silently (it waits for readiness
-		// until a timeout), so try the address first for a clear error.
-		ln, err := net.Listen("tcp", cfg.NATSListen)
-		if err != nil {
-			return nil, fmt.Errorf("NATS cannot listen on %s (change it with --nats-listen or CAPN_NATS_LISTEN, or \"none\" for in-process only): %w", cfg.NATSListen, err)
-		}
-		ln.Close()
-		if port == 0 {
-			port = server.RANDOM_PORT // 0 means 4222 to nats-server
-		}
-		opts.Host, opts.Port = host, port
-	}
-	log.Info().Str("store_dir", opts.StoreDir).Msg("starting NATS with JetStream")
-	srv, err := embedded.Start(opts)
-	if err != nil {
-		return nil, err
-	}
-	return srv, nil
-}
-
-// banner is what capn dev tells its user once everything started.
-type banner struct {
-	srv         *server.Server
-	natsContext string // the nats CLI's context file, "" when NATS is in-process only
-	opsURL      string
-	dataDir     string
-	services    []string
-	providers   []devProvider
-	gateway     devGateway
-	clientNotes []string
-	kubeBin     string    // --kube-bin, "" for none
-	off         []offPart // the optional parts that are off
-}
-
-func printBanner(w io.Writer, b banner) {
-	natsLine := "in-process only (--nats-listen none)"
-	if b.srv.Addr() != nil {
-		u := b.srv.ClientURL()
-		natsLine = fmt.Sprintf("%s   (authenticated; try: nats --context %s stream ls)", u, b.natsContext)
-	}
-	svc := strings.Join(b.services, ", ")
-	if svc == "" {
-		svc = "none yet"
-	}
-	client := strings.Join(b.clientNotes, "\n            ")
-	tokenPath := filepath.Join(b.dataDir, AdminTokenFile)
-	fmt.Fprintf(w, `
-capn dev is running
-  gateway   %s   (try: capn apply -f examples/demo-cluster.yaml --wait)
-  dashboard capn dashboard   (opens it logged in by a one-time link)
-  token     %s   (admin; the whole token: cat %s)
-  client    %s
-  NATS      %s
-  ops       %s
-  data dir  %s
-  services  %s
-  providers %s
-  off       %s
-Press Ctrl-C to stop.
-
-`, b.gateway.URL(), shortToken(b.gateway.token), tokenPath, client, natsLine, b.opsURL, b.dataDir, svc,
-		providersLine(b.providers, b.kubeBin), offLines(b.off))
-}
-
-// shortToken is enough of a token to tell it from another, and too little
-// to use: the banner lands in logs people paste into bug reports.
-func shortToken(tok string) string {
-	const keep = 8
-	if len(tok) <= keep {
-		return "…"
-	}
-	return tok[:keep] + "…"
 }

@@ -8,6 +8,20 @@
 // The benchmarks are package bench (cmd/capn-bench/internal/bench).
 package main
 
-import "github.com/capn-dev/capn/cmd/capn-bench/internal/bench"
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
 
-func main() { bench.Main() }
+	"github.com/capn-dev/capn/cmd/capn-bench/internal/bench"
+)
+
+func main() {
+	cfg := bench.BindFlags(flag.CommandLine)
+	flag.Parse()
+	if err := bench.Run(context.Background(), *cfg, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintf(os.Stderr, "capn-bench: %v\n", err)
+		os.Exit(bench.ExitCode(err))
+	}
+}

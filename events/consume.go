@@ -4,157 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
-	"google.golang.org/protobuf/proto"
 )
-
-// ConsumerSpec declares a durable pull consumer. Zero fields take defaults.
-type ConsumerSpec struct {
-	Stream      string
-	Durable     string
-	Filters     []string
-	Description string
-	// MaxDeliver bounds deliveries of one message (default 10); the last
-	// failed delivery terminates the message and counts it as dead.
-	MaxDeliver int
-	// Backoff is the nak delay by delivery attempt; the last entry repeats
-	// (default 250ms, 1s, 5s, 15s, 30s).
-	Backoff []time.Duration
-	// AckWait is how long a delivered message may go without an ack or an
-	// InProgress before JetStream redelivers it (default 30s).
-	AckWait       time.Duration
-	MaxAckPending int
-	// DeliverNew starts a new consumer at new messages instead of the start
-	// of the stream.
-	DeliverNew bool
-}
-
-var defaultBackoff = []time.Duration{250 * time.Millisecond, time.Second, 5 * time.Second, 15 * time.Second, 30 * time.Second}
-
-func (s ConsumerSpec) withDefaults() ConsumerSpec {
-	if s.MaxDeliver == 0 {
-		s.MaxDeliver = 10
-	}
-	if len(s.Backoff) == 0 {
-		s.Backoff = defaultBackoff
-	}
-	if s.AckWait == 0 {
-		s.AckWait = 30 * time.Second
-	}
-	if s.MaxAckPending == 0 {
-		s.MaxAckPending = 1000
-	}
-	return s
-}
-
-func (s ConsumerSpec) backoff(delivery uint64) time.Duration {
-	i := int(delivery) - 1
-	if i < 0 {
-		i = 0
-	}
-	if i >= len(s.Backoff) {
-		i = len(s.Backoff) - 1
-	}
-	return s.Backoff[i]
-}
-
-// Config is the JetStream consumer configuration of s.
-func (s ConsumerSpec) Config() jetstream.ConsumerConfig {
-	s = s.withDefaults()
-	cfg := jetstream.ConsumerConfig{
-		Durable:       s.Durable,
-		Description:   s.Description,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       s.AckWait,
-		MaxDeliver:    s.MaxDeliver,
-		MaxAckPending: s.MaxAckPending,
-	}
-	if s.DeliverNew {
-		cfg.DeliverPolicy = jetstream.DeliverNewPolicy
-	}
-	if len(s.Filters) == 1 {
-		cfg.FilterSubject = s.Filters[0]
-	} else {
-		cfg.FilterSubjects = s.Filters
-	}
-	return cfg
-}
-
-// EnsureConsumer creates or updates the durable consumer s (idempotent).
-func EnsureConsumer(ctx context.Context, js jetstream.JetStream, s ConsumerSpec) (jetstream.Consumer, error) {
-	ctx, cancel := withDefaultTimeout(ctx, 10*time.Second)
-	defer cancel()
-	c, err := js.CreateOrUpdateConsumer(ctx, s.Stream, s.Config())
-	if err != nil {
-		return nil, fmt.Errorf("consumer %s on %s: %w", s.Durable, s.Stream, err)
-	}
-	return c, nil
-}
-
-// Message is one delivered event.
-type Message struct {
-	Event   *event.Event
-	Subject string
-	// Delivery counts deliveries of this message, from 1.
-	Delivery uint64
-	Metadata *jetstream.MsgMetadata
-}
-
-// Handler handles one message. Returning nil means done (the message is
-// acked); a Permanent error means it can never succeed (terminated, not
-// retried); any other error means "retry later" (nak with backoff, until
-// MaxDeliver). A handler never acks itself. ctx is cancelled when the
-// consumer stops; the handler should return promptly, and the message is
-// then redelivered. Handlers run concurrently and must be idempotent:
-// JetStream delivers at least once.
-type Handler func(ctx context.Context, m *Message) error
-
-// TypedHandler receives the event's data decoded once into T.
-type TypedHandler[T proto.Message] func(ctx context.Context, m *Message, data T) error
-
-// Typed adapts a TypedHandler: data that does not decode into T is a
-// permanent failure (terminated and counted), never a retry.
-func Typed[T proto.Message](h TypedHandler[T]) Handler {
-	var zero T
-	mt := zero.ProtoReflect().Type()
-	return func(ctx context.Context, m *Message) error {
-		data := mt.New().Interface().(T)
-		if err := DataAs(m.Event, data); err != nil {
-			return Permanent(err)
-		}
-		return h(ctx, m, data)
-	}
-}
-
-type permanentError struct{ err error }
-
-func (e permanentError) Error() string { return e.err.Error() }
-func (e permanentError) Unwrap() error { return e.err }
-
-// Permanent marks err as one that retrying cannot fix.
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return permanentError{err}
-}
-
-// IsPermanent reports whether err was marked Permanent or is a malformed event.
-func IsPermanent(err error) bool {
-	var p permanentError
-	return errors.As(err, &p) || errors.Is(err, ErrMalformed)
-}
-
-// ErrPanic wraps a panic recovered from a handler.
-var ErrPanic = errors.New("handler panicked")
 
 // Stats counts what a consumer did with its messages.
 type Stats struct {
@@ -163,8 +19,9 @@ type Stats struct {
 
 // Consumer runs a Handler over a durable pull consumer.
 type Consumer struct {
-	js      jetstream.JetStream
-	spec    ConsumerSpec
+	js   jetstream.JetStream
+	spec ConsumerSpec
+	// handler is the service's handler inside the loop's middlewares.
 	handler Handler
 	opts    consumeOptions
 
@@ -227,7 +84,13 @@ func NewConsumer(js jetstream.JetStream, spec ConsumerSpec, h Handler, opts ...C
 		o.inProgressEvery = spec.AckWait / 3
 	}
 	o.log = o.log.With().Str("consumer", spec.Durable).Logger()
-	return &Consumer{js: js, spec: spec, handler: h, opts: o}
+	c := &Consumer{js: js, spec: spec, opts: o}
+	c.handler = wrap(h,
+		o.metrics.timed(spec.Durable),
+		keepAlive(o.inProgressEvery, func() { c.inProgress.Add(1) }),
+		recoverPanics(func() { c.panics.Add(1); o.metrics.count(spec.Durable, "panic") }),
+	)
+	return c
 }
 
 // Stats returns the counts so far.
@@ -327,30 +190,26 @@ func Consume(ctx context.Context, js jetstream.JetStream, spec ConsumerSpec, h H
 	return NewConsumer(js, spec, h, opts...).Run(ctx)
 }
 
+// handle runs one message through the handler and its middlewares, then
+// settles it.
 func (c *Consumer) handle(ctx context.Context, jm jetstream.Msg) {
-	meta, err := jm.Metadata()
+	m, log, err := correlate(c.opts.log, jm)
 	if err != nil {
-		c.term(jm, nil, "no metadata: "+err.Error(), false)
+		c.term(jm, log, err.Error(), false)
 		return
 	}
-	log := c.opts.log.With().Str("subject", jm.Subject()).Uint64("stream_seq", meta.Sequence.Stream).Uint64("delivery", meta.NumDelivered).Logger()
-	ev, err := FromMsg(jm.Headers(), jm.Data())
-	if err != nil {
-		c.term(jm, &log, err.Error(), false)
-		return
-	}
-	log = log.With().Str("event_id", ev.ID()).Str("event_type", ev.Type()).Logger()
-	m := &Message{Event: ev, Subject: jm.Subject(), Delivery: meta.NumDelivered, Metadata: meta}
-
 	hctx, cancel := context.WithCancel(log.WithContext(ctx))
-	done := make(chan struct{})
-	go c.keepAlive(hctx, jm, done)
-	start := time.Now()
-	err = c.call(hctx, m)
-	close(done)
+	err = c.handler(hctx, m)
 	cancel()
-	c.opts.metrics.observe(c.spec.Durable, time.Since(start))
+	c.settle(ctx, jm, log, m.Delivery, err)
+}
 
+// settle is the one place a message is acked, naked or terminated, by the
+// handler's error: nil acks; a Permanent error terminates; any other naks
+// with backoff (consume_retry.go) until the last allowed delivery, which
+// terminates as dead-lettered (consume_terminate.go). On shutdown a failed
+// message is handed back at once.
+func (c *Consumer) settle(ctx context.Context, jm jetstream.Msg, log zerolog.Logger, delivery uint64, err error) {
 	switch {
 	case err == nil:
 		if aerr := jm.Ack(); aerr != nil {
@@ -359,107 +218,12 @@ func (c *Consumer) handle(ctx context.Context, jm jetstream.Msg) {
 		c.acked.Add(1)
 		c.opts.metrics.count(c.spec.Durable, "ack")
 	case IsPermanent(err):
-		c.term(jm, &log, err.Error(), false)
+		c.term(jm, log, err.Error(), false)
 	case ctx.Err() != nil:
-		// Shutting down: hand the message back at once for another replica.
-		_ = jm.Nak()
-		c.naked.Add(1)
-	case meta.NumDelivered >= uint64(c.spec.MaxDeliver):
-		c.term(jm, &log, fmt.Sprintf("gave up after %d deliveries: %v", meta.NumDelivered, err), true)
+		c.handBack(jm)
+	case exhausted(delivery, c.spec.MaxDeliver):
+		c.term(jm, log, fmt.Sprintf("gave up after %d deliveries: %v", delivery, err), true)
 	default:
-		delay := c.spec.backoff(meta.NumDelivered)
-		log.Warn().Err(err).Dur("retry_in", delay).Msg("handler failed; will retry")
-		if nerr := jm.NakWithDelay(delay); nerr != nil {
-			log.Warn().Err(nerr).Msg("nak failed; JetStream redelivers after AckWait")
-		}
-		c.naked.Add(1)
-		c.opts.metrics.count(c.spec.Durable, "nak")
-	}
-}
-
-func (c *Consumer) term(jm jetstream.Msg, log *zerolog.Logger, reason string, dead bool) {
-	if log == nil {
-		l := c.opts.log.With().Str("subject", jm.Subject()).Logger()
-		log = &l
-	}
-	log.Error().Str("reason", reason).Bool("dead_letter", dead).Msg("terminating message")
-	if err := jm.TermWithReason(reason); err != nil {
-		log.Warn().Err(err).Msg("term failed")
-	}
-	c.terminated.Add(1)
-	outcome := "term"
-	if dead {
-		c.dead.Add(1)
-		outcome = "dead_letter"
-	}
-	c.opts.metrics.count(c.spec.Durable, outcome)
-}
-
-// call runs the handler, turning a panic into an error.
-func (c *Consumer) call(ctx context.Context, m *Message) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			c.panics.Add(1)
-			c.opts.metrics.count(c.spec.Durable, "panic")
-			zerolog.Ctx(ctx).Error().Str("panic", fmt.Sprint(r)).Str("stack", string(debug.Stack())).Msg("handler panicked")
-			err = fmt.Errorf("%w: %v", ErrPanic, r)
-		}
-	}()
-	return c.handler(ctx, m)
-}
-
-// keepAlive marks the message in progress while its handler runs, so a
-// long handler is not redelivered to another worker.
-func (c *Consumer) keepAlive(ctx context.Context, jm jetstream.Msg, done <-chan struct{}) {
-	t := time.NewTicker(c.opts.inProgressEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-done:
-			return
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := jm.InProgress(); err == nil {
-				c.inProgress.Add(1)
-			}
-		}
-	}
-}
-
-// Metrics are the Prometheus metrics of every consumer in a process.
-type Metrics struct {
-	outcomes *prometheus.CounterVec
-	duration *prometheus.HistogramVec
-}
-
-// NewMetrics registers consumer metrics with reg (nil: not registered).
-func NewMetrics(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{
-		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "capn_events_handled_total",
-			Help: "Messages handled, by consumer and outcome (ack, nak, term, dead_letter, panic).",
-		}, []string{"consumer", "outcome"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "capn_events_handler_seconds",
-			Help:    "Time spent in handlers, by consumer.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
-		}, []string{"consumer"}),
-	}
-	if reg != nil {
-		reg.MustRegister(m.outcomes, m.duration)
-	}
-	return m
-}
-
-func (m *Metrics) count(consumer, outcome string) {
-	if m != nil {
-		m.outcomes.WithLabelValues(consumer, outcome).Inc()
-	}
-}
-
-func (m *Metrics) observe(consumer string, d time.Duration) {
-	if m != nil {
-		m.duration.WithLabelValues(consumer).Observe(d.Seconds())
+		c.retryLater(jm, log, err, delivery)
 	}
 }

@@ -11,7 +11,7 @@
 //	                   --bootstrap-checksum=sha256:... [--ca-cert-hash=sha256:...] \
 //	                   [--nats-url=nats://127.0.0.1:4222 | --nats-socket=/run/capn-relay/nats.sock] \
 //	                   [--nats-creds=f | --nats-nkey=f] [--nats-tls-ca=f --nats-tls-cert=f --nats-tls-key=f] \
-//	                   [--nats-inbox-prefix=_INBOX_node] \
+//	                   [--nats-inbox-prefix=_INBOX_machine.<c>.<m>] \
 //	                   [--heartbeat-every=10s] [--health-addr=127.0.0.5:10248]
 //	capn-node endpoint --cluster=c [--listen=:6443] [--process-state-dir=/abs/dir] [--backend-port=6443] \
 //	                   [--check-every=1s] [--log-level=info]

@@ -20,7 +20,7 @@ func TestUsageAndBadFlags(t *testing.T) {
 		{[]string{"agent", "-h"}, 0, "No kubelet runs"},
 		{[]string{"agent", "--cluster=c1"}, 2, "--machine (CAPN_NODE_MACHINE)"},
 		{[]string{"agent", "--cluster=c1", "--machine=m1", "--version=v1.33.4", "--data-dir=/d", "--bootstrap-checksum=sha256:00",
-			"--nats-inbox-prefix=_INBOX_node.>"}, 2, `--nats-inbox-prefix (CAPN_NATS_INBOX_PREFIX) "_INBOX_node.>": must not contain a wildcard`},
+			"--nats-inbox-prefix=_INBOX_machine.c1.m1.>"}, 2, `--nats-inbox-prefix (CAPN_NATS_INBOX_PREFIX) "_INBOX_machine.c1.m1.>": must not contain a wildcard`},
 		{[]string{"agent", "--cluster=c1", "--machine=m1", "--version=v1.33.4", "--data-dir=/d", "--bootstrap-checksum=sha256:00",
 			"--nats-tls-ca=/nonexistent/ca.pem"}, 2, `--nats-tls-ca (CAPN_NATS_TLS_CA) "/nonexistent/ca.pem": must be a readable file`},
 		{[]string{"endpoint"}, 2, "--cluster is required"},

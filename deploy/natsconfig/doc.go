@@ -36,7 +36,8 @@
 //	                 capn.provider.*.machine.{create,delete}.>; consumes its two durables
 //	bootstrapper     reads desired, observed, secrets; writes secrets (all of it) and
 //	                 observed secrets.>; consumes capn.cmd.bootstrap.>; answers
-//	                 capn.bootstrap.fetch.*.* (queue group, replies to requesters)
+//	                 capn.bootstrap.fetch.*.*, capn.bootstrap.credential.*.*.* and, with
+//	                 node agents, the auth callout (queue group, replies to requesters)
 //	health-watcher   reads desired, observed and only kubeconfig.> of secrets; writes observed
 //	                 node.>; consumes health and drift
 //	remediator       reads desired, observed; writes desired machine.>, observed remediation.>;
@@ -47,16 +48,45 @@
 //	provider-<p>     consumes capn.provider.<p>.> through durable provider-<p> only; reads and
 //	                 writes observed infra.<p>.> and provider.<p> only; sends drift reports
 //	                 (and, for a simulated provider, node heartbeats); never secrets
-//	node             (node agents) publishes capn.health.*.*.*; asks capn.bootstrap.fetch.*.*
 //	capn-init        creates and updates streams and buckets; reads no data
 //
 // No user may create streams except capn-init: services run with
 // --skip-provision and the init job provisions the topology (R3) once.
 //
-// Known limits of subject-based permissions, accepted here: a user that
+// # Machines: one NATS user each, through the auth callout
+//
+// Node agents (capn-node, capn-npd-bridge; [Deployment.NodeAgents]) have
+// no static user. Every login that is not one of the users above goes to
+// the bootstrapper through nats-server's auth callout: each node's
+// configuration has
+//
+//	authorization { auth_callout { issuer: <account key>, account: <Account>,
+//	                               auth_users: [<every user's public nkey>] } }
+//
+// so a static user is never sent to the callout (a user missing from
+// auth_users would be, and would wait for it even with the right nkey),
+// and anyone else is asked of the bootstrapper (it may serve
+// $SYS.REQ.USER.AUTH). The bootstrapper accepts only a machine logging in
+// as machine.<cluster>.<machine> with its own bootstrap credential or
+// machine secret, and places it in the account with that machine's
+// subjects only: publish capn.health.<c>.<m>.> (and, before its join, its
+// own capn.bootstrap.fetch.<c>.<m>), subscribe _INBOX_machine.<c>.<m>.>
+// (services/bootstrapper/callout.go). The callout's answers are signed
+// with an account nkey whose seed Render keeps in the bootstrapper's
+// directory only (users/bootstrapper/auth-callout-issuer.nk, 0600; its env
+// file names it, CAPN_AUTH_CALLOUT_ISSUER_SEED_FILE, and the account,
+// CAPN_AUTH_CALLOUT_ACCOUNT).
+//
+// Machines get the transport only, in machines/ of the render: with TLS a
+// client certificate shared by every machine (it opens the connection,
+// not a login), the CA, and an env file with CAPN_NATS_URL and the TLS
+// files — no nkey, no inbox prefix. capn-node logs in as its machine by
+// default; capn-npd-bridge with --nats-user machine.<c>.<m>
+// --nats-password-file <capn-node data dir>/capn-node/machine-secret
+// --nats-inbox-prefix _INBOX_machine.<c>.<m>.
+//
+// A known limit of subject-based permissions, accepted here: a user that
 // watches a bucket may delete the (ephemeral, self-healing) watchers of
 // other users of that bucket, because consumer names are random and
-// nats.go deletes a watcher's consumer when it stops; and node agents
-// share one user, so one machine could fetch another's bootstrap data if
-// it knew its checksum (per-machine users need decentralized JWT auth).
+// nats.go deletes a watcher's consumer when it stops.
 package natsconfig

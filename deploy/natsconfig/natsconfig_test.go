@@ -98,6 +98,16 @@ func TestRenderedFiles(t *testing.T) {
 			opts.Cluster.TLSConfig == nil || opts.Cluster.TLSConfig.ClientAuth != tls.RequireAndVerifyClientCert {
 			t.Errorf("%s: TLS on clients and routes, with client certificates, is required", s.Name)
 		}
+		// Every login but the static users' goes to the bootstrapper.
+		if ac := opts.AuthCallout; ac == nil || ac.Issuer != r.CalloutIssuer || ac.Account != d.Account || len(ac.AuthUsers) != len(users) {
+			t.Errorf("%s: auth callout %+v, want issuer %s, account %s and the %d users", s.Name, ac, r.CalloutIssuer, d.Account, len(users))
+		} else {
+			for i, u := range users {
+				if ac.AuthUsers[i] != r.PublicKeys[u.Name] {
+					t.Errorf("%s: auth user %d is %s, not %s's key", s.Name, i, ac.AuthUsers[i], u.Name)
+				}
+			}
+		}
 		if len(opts.Nkeys) != len(users) {
 			t.Fatalf("%s: %d nkey users, want %d", s.Name, len(opts.Nkeys), len(users))
 		}
@@ -117,7 +127,7 @@ func TestRenderedFiles(t *testing.T) {
 				t.Errorf("%s: %s allow_responses %v", s.Name, u.Name, nk.Permissions.Response != nil)
 			}
 		}
-		conf, err := Compose().ServerConfig(s.Name, "/etc/nats", r.PublicKeys)
+		conf, err := Compose().ServerConfig(s.Name, "/etc/nats", r.PublicKeys, r.CalloutIssuer)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -156,6 +166,93 @@ func TestRenderedFiles(t *testing.T) {
 		if skip := strings.Contains(env, "CAPN_SKIP_PROVISION=true"); skip == (u.Name == Init) {
 			t.Errorf("%s env: skip provision %v", u.Name, skip)
 		}
+		callout := strings.Contains(env, "CAPN_AUTH_CALLOUT_ISSUER_SEED_FILE=/etc/capn/"+CalloutIssuerSeedFile+"\n") &&
+			strings.Contains(env, "CAPN_AUTH_CALLOUT_ACCOUNT="+d.Account+"\n")
+		if callout != (u.Name == Bootstrapper) || (u.Name != Bootstrapper && strings.Contains(env, "AUTH_CALLOUT")) {
+			t.Errorf("%s env: answers the auth callout %v:\n%s", u.Name, callout, env)
+		}
+	}
+	// The issuer: an account seed only the bootstrapper's directory holds.
+	if pub, created, err := EnsureIssuerSeed(r.UserFile(Bootstrapper, CalloutIssuerSeedFile)); err != nil || created || pub != r.CalloutIssuer {
+		t.Errorf("issuer seed: %s created %v (%v), want %s", pub, created, err, r.CalloutIssuer)
+	}
+	if st, err := os.Stat(r.UserFile(Bootstrapper, CalloutIssuerSeedFile)); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("issuer seed: %v (%v), want mode 0600", st, err)
+	}
+	if got := readFile(t, r.UserFile(Bootstrapper, CalloutIssuerPubFile)); got != r.CalloutIssuer+"\n" {
+		t.Errorf("issuer public key file: %q", got)
+	}
+	// Machines: a transport certificate, the CA and the URL; no credential.
+	verify(t, r.MachinesFile(UserCertFile), clientCA, x509.ExtKeyUsageClientAuth, "", true)
+	verify(t, r.MachinesFile(UserCertFile), routeCA, x509.ExtKeyUsageClientAuth, "", false)
+	if st, err := os.Stat(r.MachinesFile(UserKeyFile)); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("machines' key: %v (%v), want mode 0600", st, err)
+	}
+	entries, err := os.ReadDir(r.MachinesDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if want := []string{UserEnvFile, UserCAFile, UserKeyFile, UserCertFile}; !slices.Equal(names, want) {
+		t.Errorf("machines' directory holds %v, want %v", names, want)
+	}
+	env := readFile(t, r.MachinesFile(UserEnvFile))
+	var keys []string
+	for _, l := range strings.Split(env, "\n") {
+		if k, _, ok := strings.Cut(l, "="); ok && !strings.HasPrefix(l, "#") {
+			keys = append(keys, k)
+		}
+	}
+	if want := []string{"CAPN_NATS_URL", "CAPN_NATS_TLS_CERT", "CAPN_NATS_TLS_KEY", "CAPN_NATS_TLS_CA"}; !slices.Equal(keys, want) {
+		t.Errorf("machines' env sets %v, want %v:\n%s", keys, want, env)
+	}
+	for _, want := range []string{"CAPN_NATS_URL=tls://nats-1:4222,tls://nats-2:4222,tls://nats-3:4222", "CAPN_NATS_TLS_CERT=/etc/capn/nats.pem",
+		"CAPN_NATS_TLS_KEY=/etc/capn/nats-key.pem", "CAPN_NATS_TLS_CA=/etc/capn/nats-ca.pem"} {
+		if !strings.Contains(env, want+"\n") {
+			t.Errorf("machines' env lacks %s:\n%s", want, env)
+		}
+	}
+}
+
+// TestRenderWithoutNodeAgents: no machines, no callout, no issuer.
+func TestRenderWithoutNodeAgents(t *testing.T) {
+	dir := t.TempDir()
+	d := Compose()
+	d.NodeAgents = false
+	for i := range d.Servers {
+		d.Servers[i].ConfigDir = ""
+	}
+	r, err := Render(d, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.CalloutIssuer != "" {
+		t.Errorf("issuer %s without node agents", r.CalloutIssuer)
+	}
+	for _, p := range []string{r.MachinesDir(), r.UserFile(Bootstrapper, CalloutIssuerSeedFile)} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s exists without node agents (%v)", p, err)
+		}
+	}
+	opts, err := server.ProcessConfigFile(r.ServerConfig(d.Servers[0].Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.AuthCallout != nil {
+		t.Errorf("auth callout %+v without node agents", opts.AuthCallout)
+	}
+	if env := readFile(t, r.UserFile(Bootstrapper, UserEnvFile)); strings.Contains(env, "AUTH_CALLOUT") {
+		t.Errorf("the bootstrapper answers an auth callout without node agents:\n%s", env)
+	}
+	if _, err := d.ServerConfig(d.Servers[0].Name, "", r.PublicKeys, ""); err != nil {
+		t.Errorf("no issuer is needed without node agents: %v", err)
+	}
+	d.NodeAgents = true
+	if _, err := d.ServerConfig(d.Servers[0].Name, "", r.PublicKeys, ""); err == nil || !strings.Contains(err.Error(), "auth callout issuer") {
+		t.Errorf("node agents without an issuer: %v", err)
 	}
 }
 

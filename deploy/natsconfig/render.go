@@ -17,15 +17,22 @@ import (
 // Files of a user's directory (users/<name>/ of a render): what its
 // component mounts (at Deployment.UserDir in a container).
 const (
-	UserSeedFile   = "nats.nk"  // the nkey seed (secret)
-	UserPubFile    = "nats.pub" // the public nkey
-	UserCertFile   = "nats.pem" // client certificate
-	UserKeyFile    = "nats-key.pem"
-	UserCAFile     = "nats-ca.pem" // verifies the servers
-	UserEnvFile    = "env"         // CAPN_NATS_* settings
-	certsDir       = "certs"
-	caKeyFile      = "ca-key.pem"
-	routeCAKeyFile = "route-ca-key.pem"
+	UserSeedFile = "nats.nk"  // the nkey seed (secret)
+	UserPubFile  = "nats.pub" // the public nkey
+	UserCertFile = "nats.pem" // client certificate
+	UserKeyFile  = "nats-key.pem"
+	UserCAFile   = "nats-ca.pem" // verifies the servers
+	UserEnvFile  = "env"         // CAPN_NATS_* settings
+	// CalloutIssuerSeedFile (in the bootstrapper's directory, with
+	// NodeAgents) is the account nkey seed (secret) the bootstrapper signs
+	// machines' logins with; CalloutIssuerPubFile its public key, the
+	// nodes' auth_callout issuer.
+	CalloutIssuerSeedFile = "auth-callout-issuer.nk"
+	CalloutIssuerPubFile  = "auth-callout-issuer.pub"
+	certsDir              = "certs"
+	machinesDir           = "machines"
+	caKeyFile             = "ca-key.pem"
+	routeCAKeyFile        = "route-ca-key.pem"
 )
 
 // Layout names the files of a render in Dir.
@@ -45,11 +52,25 @@ func (l Layout) UserDir(user string) string { return filepath.Join(l.Dir, "users
 // UserFile is file of user's directory (UserSeedFile, UserCertFile...).
 func (l Layout) UserFile(user, file string) string { return filepath.Join(l.UserDir(user), file) }
 
+// MachinesDir is the machines' transport directory (with NodeAgents): what
+// every machine's node agents need to reach the servers — the URL, and
+// with TLS a client certificate shared by all machines and the CA — but no
+// NATS credential: each machine logs in as itself with its own secret
+// through the bootstrapper's auth callout. Its files have the names of a
+// user directory's (UserCertFile, UserKeyFile, UserCAFile, UserEnvFile).
+func (l Layout) MachinesDir() string { return filepath.Join(l.Dir, machinesDir) }
+
+// MachinesFile is file of the machines' directory.
+func (l Layout) MachinesFile(file string) string { return filepath.Join(l.MachinesDir(), file) }
+
 // Rendered is what Render did.
 type Rendered struct {
 	Layout
 	// PublicKeys are every user's public nkey.
 	PublicKeys map[string]string
+	// CalloutIssuer is the auth callout issuer's public account key (with
+	// NodeAgents; empty without).
+	CalloutIssuer string
 	// Created lists the keys and certificates made by this render (not
 	// reused from an earlier one), relative to Dir.
 	Created []string
@@ -64,6 +85,12 @@ type Rendered struct {
 //	users/<user>/nats.nk, nats.pub       each user's nkey seed (0600) and public key
 //	  nats.pem, nats-key.pem, nats-ca.pem   its client certificate and the CA
 //	  env                                CAPN_NATS_* settings for the runtime
+//	users/bootstrapper/auth-callout-issuer.nk, .pub
+//	                                     with NodeAgents: the auth callout
+//	                                     issuer's account seed (0600) and key
+//	machines/nats.pem, nats-key.pem, nats-ca.pem, env
+//	                                     with NodeAgents: the machines'
+//	                                     transport (no credential)
 //
 // Keys, seeds and certificates already there are kept (a certificate is
 // issued again when it expires within 30 days or no longer fits), so a
@@ -104,6 +131,24 @@ func Render(d Deployment, dir string) (*Rendered, error) {
 		}
 	}
 
+	if d.NodeAgents {
+		seed := r.UserFile(Bootstrapper, CalloutIssuerSeedFile)
+		pub, created, err := EnsureIssuerSeed(seed)
+		if err != nil {
+			return nil, fmt.Errorf("auth callout issuer: %w", err)
+		}
+		if created {
+			r.Created = append(r.Created, rel(seed))
+		}
+		r.CalloutIssuer = pub
+		if err := writeFile(r.UserFile(Bootstrapper, CalloutIssuerPubFile), []byte(pub+"\n"), 0o644); err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(r.MachinesDir(), 0o700); err != nil {
+			return nil, err
+		}
+	}
+
 	var clientCA, routeCA *authority
 	if d.TLS {
 		if err := os.MkdirAll(filepath.Join(dir, certsDir), 0o700); err != nil {
@@ -133,6 +178,22 @@ func Render(d Deployment, dir string) (*Rendered, error) {
 				r.Created = append(r.Created, rel(cert))
 			}
 			if err := writeFile(r.UserFile(u.Name, UserCAFile), clientCA.certPEM, 0o644); err != nil {
+				return nil, err
+			}
+		}
+		if d.NodeAgents {
+			// One transport certificate for every machine: it opens the
+			// TLS connection, not a login.
+			cert := r.MachinesFile(UserCertFile)
+			issued, err := clientCA.ensure(cert, r.MachinesFile(UserKeyFile),
+				leaf{cn: machinesDir, usage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, now)
+			if err != nil {
+				return nil, fmt.Errorf("machines: %w", err)
+			}
+			if issued {
+				r.Created = append(r.Created, rel(cert))
+			}
+			if err := writeFile(r.MachinesFile(UserCAFile), clientCA.certPEM, 0o644); err != nil {
 				return nil, err
 			}
 		}
@@ -172,7 +233,7 @@ func Render(d Deployment, dir string) (*Rendered, error) {
 		if cdir == "" {
 			cdir = sdir
 		}
-		conf, err := d.ServerConfig(s.Name, cdir, r.PublicKeys)
+		conf, err := d.ServerConfig(s.Name, cdir, r.PublicKeys, r.CalloutIssuer)
 		if err != nil {
 			return nil, err
 		}
@@ -183,6 +244,11 @@ func Render(d Deployment, dir string) (*Rendered, error) {
 
 	for _, u := range users {
 		if err := writeFile(r.UserFile(u.Name, UserEnvFile), []byte(d.Env(u.Name, r.Layout)), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	if d.NodeAgents {
+		if err := writeFile(r.MachinesFile(UserEnvFile), []byte(d.MachinesEnv(r.Layout)), 0o644); err != nil {
 			return nil, err
 		}
 	}
@@ -211,6 +277,34 @@ func (d Deployment) Env(user string, l Layout) string {
 	set("CAPN_STREAM_REPLICAS", strconv.Itoa(d.Replicas))
 	if user != Init {
 		set("CAPN_SKIP_PROVISION", "true")
+	}
+	if user == Bootstrapper && d.NodeAgents {
+		// It answers the servers' auth callout: machines log in as themselves.
+		set("CAPN_AUTH_CALLOUT_ISSUER_SEED_FILE", filepath.ToSlash(filepath.Join(udir, CalloutIssuerSeedFile)))
+		set("CAPN_AUTH_CALLOUT_ACCOUNT", d.Account)
+	}
+	return b.String()
+}
+
+// MachinesEnv is the environment file of the machines' node agents
+// (capn-node, capn-npd-bridge): the URL and, with TLS, the transport
+// files, with paths in d.UserDir (or l's machines directory when empty).
+// It names no credential and no inbox prefix: capn-node logs in as its
+// machine (user machine.<cluster>.<machine>, its machine secret or
+// bootstrap credential as the password, inbox _INBOX_machine.<c>.<m>).
+func (d Deployment) MachinesEnv(l Layout) string {
+	dir := d.UserDir
+	if dir == "" {
+		dir = l.MachinesDir()
+	}
+	var b strings.Builder
+	b.WriteString("# NATS transport of machines (no credential: each logs in as itself), rendered by capn-nats-config: re-render, do not edit.\n")
+	set := func(k, v string) { fmt.Fprintf(&b, "%s=%s\n", k, v) }
+	set("CAPN_NATS_URL", d.ClientURLs())
+	if d.TLS {
+		set("CAPN_NATS_TLS_CERT", filepath.ToSlash(filepath.Join(dir, UserCertFile)))
+		set("CAPN_NATS_TLS_KEY", filepath.ToSlash(filepath.Join(dir, UserKeyFile)))
+		set("CAPN_NATS_TLS_CA", filepath.ToSlash(filepath.Join(dir, UserCAFile)))
 	}
 	return b.String()
 }

@@ -6,6 +6,8 @@ import (
 	"path"
 	"strconv"
 	"strings"
+
+	"github.com/nats-io/nkeys"
 )
 
 // Files of a node's directory (nats/<server>/ of a render).
@@ -22,8 +24,11 @@ const (
 // ServerConfig is the nats-server configuration of server name: its
 // JetStream store, the cluster's routes, TLS (files in dir, as the server
 // sees them) and the account with every user of d, each authenticated by
-// its public nkey (pubKeys[user]). It is a pure function of its inputs.
-func (d Deployment) ServerConfig(name, dir string, pubKeys map[string]string) (string, error) {
+// its public nkey (pubKeys[user]). With d.NodeAgents, every other login
+// goes to the bootstrapper's auth callout, whose answers calloutIssuer
+// (a public account nkey) signs; the static users are its auth_users and
+// never wait for it. It is a pure function of its inputs.
+func (d Deployment) ServerConfig(name, dir string, pubKeys map[string]string, calloutIssuer string) (string, error) {
 	var s *Server
 	for i := range d.Servers {
 		if d.Servers[i].Name == name {
@@ -54,7 +59,7 @@ func (d Deployment) ServerConfig(name, dir string, pubKeys map[string]string) (s
 	}
 	w.close()
 	if d.TLS {
-		w.comment("Clients need a certificate from the capn CA as well as their nkey.")
+		w.comment("Clients need a certificate from the capn CA as well as their nkey (machines: their login).")
 		w.tls(path.Join(dir, ServerCertFile), path.Join(dir, ServerKeyFile), path.Join(dir, CAFile))
 	}
 	if len(d.Servers) > 1 {
@@ -70,6 +75,32 @@ func (d Deployment) ServerConfig(name, dir string, pubKeys map[string]string) (s
 			w.comment("Routes trust only the route CA: a client certificate cannot open a route.")
 			w.tls(path.Join(dir, RouteCertFile), path.Join(dir, RouteKeyFile), path.Join(dir, RouteCAFile))
 		}
+		w.close()
+	}
+
+	if d.NodeAgents {
+		if !nkeys.IsValidPublicAccountKey(calloutIssuer) {
+			return "", fmt.Errorf("natsconfig: the auth callout issuer %q is not a public account nkey", calloutIssuer)
+		}
+		// auth_users skip the callout, and a static user missing here
+		// would be sent to it even with the right nkey: every user is.
+		var authUsers []string
+		for _, u := range d.Users() {
+			key, ok := pubKeys[u.Name]
+			if !ok {
+				return "", fmt.Errorf("natsconfig: no public nkey for user %s", u.Name)
+			}
+			authUsers = append(authUsers, quote(key))
+		}
+		w.comment("Machines have no user here: every login that is not one of the users of %s", d.Account)
+		w.comment("(the auth_users) is asked of the bootstrapper (%s), which logs", SubjectAuthCallout)
+		w.comment("machine.<cluster>.<machine> in with that machine's own secret and subjects.")
+		w.open("authorization")
+		w.open("auth_callout")
+		w.kv("issuer", quote(calloutIssuer))
+		w.kv("account", quote(d.Account))
+		w.list("auth_users", authUsers)
+		w.close()
 		w.close()
 	}
 

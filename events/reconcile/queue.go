@@ -2,7 +2,8 @@
 // shares: changes (from KV watches, events or timers) enqueue a key; workers
 // call a Reconciler for it. A key is never reconciled by two workers at
 // once, a key enqueued many times while waiting is reconciled once, and a
-// failed reconcile is retried with exponential backoff.
+// failed reconcile is retried with exponential backoff. A Controller
+// declares a service's watches, consumers and reconcile; Run wires them.
 //
 //	watch cache ─┐
 //	events ──────┼─► Queue (dedup by key, delayed adds) ─► workers ─► Reconcile(key)

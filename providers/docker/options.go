@@ -63,8 +63,10 @@ type Options struct {
 	// key together), copied into machines as the credentials are.
 	NodeNATSTLSCA, NodeNATSTLSCert, NodeNATSTLSKey string
 	// NodeNATSInboxPrefix is capn-node's --nats-inbox-prefix: the reply
-	// subjects its NATS user may subscribe to (_INBOX_node for the node
-	// user of deploy/natsconfig; empty: NATS's _INBOX).
+	// subjects its NATS user may subscribe to (empty: a machine that logs
+	// in as itself, as in a rendered deployment, uses its own
+	// _INBOX_machine.<cluster>.<machine>; one with other credentials
+	// NATS's _INBOX).
 	NodeNATSInboxPrefix string
 	// SelfContainer is the container this provider runs in, if any, on
 	// the daemon it drives (name or id). Such a provider cannot reach an
@@ -141,7 +143,7 @@ func (o Options) Validate() error {
 		bad("docker-node-nats-tls-key", o.NodeNATSTLSKey, "--docker-node-nats-tls-cert and --docker-node-nats-tls-key go together")
 	}
 	if strings.ContainsAny(o.NodeNATSInboxPrefix, " \t.*>") {
-		bad("docker-node-nats-inbox-prefix", o.NodeNATSInboxPrefix, "want one subject token, e.g. _INBOX_node")
+		bad("docker-node-nats-inbox-prefix", o.NodeNATSInboxPrefix, "want one subject token, e.g. _INBOX_capn")
 	}
 	if p, err := netip.ParsePrefix(o.SubnetPool); err != nil || !p.Addr().Is4() || p.Bits() > 24 {
 		bad("docker-subnet-pool", o.SubnetPool, "want an IPv4 prefix of /24 or wider, e.g. 10.217.0.0/16")
@@ -177,7 +179,7 @@ func (o *Options) Flags() []runtime.Flag {
 		f("docker-node-nats-tls-ca", "CA `file` verifying the NATS servers, copied into machines (optional)", runtime.StringValue(&o.NodeNATSTLSCA)),
 		f("docker-node-nats-tls-cert", "NATS client certificate `file` copied into machines (optional, with the key)", runtime.StringValue(&o.NodeNATSTLSCert)),
 		f("docker-node-nats-tls-key", "NATS client key `file` copied into machines (optional, with the certificate)", runtime.StringValue(&o.NodeNATSTLSKey)),
-		f("docker-node-nats-inbox-prefix", "capn-node's reply subject `prefix` (the node user's, e.g. _INBOX_node; default _INBOX)", runtime.StringValue(&o.NodeNATSInboxPrefix)),
+		f("docker-node-nats-inbox-prefix", "capn-node's reply subject `prefix` (default: a machine logging in as itself uses _INBOX_machine.<cluster>.<machine>, else _INBOX)", runtime.StringValue(&o.NodeNATSInboxPrefix)),
 		f("docker-self-container", "`container` this provider runs in (default: detected; 'none': on the daemon's host)", runtime.StringValue(&o.SelfContainer)),
 		f("docker-subnet-pool", "IPv4 `prefix` cluster networks get a /24 of (default "+DefaultSubnetPool+")", runtime.StringValue(&o.SubnetPool)),
 		f("docker-heartbeat-every", "machines' heartbeat `interval` (0: 10s)", runtime.DurationValue(&o.HeartbeatEvery)),

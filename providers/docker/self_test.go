@@ -54,7 +54,7 @@ func TestProviderInAContainerJoinsAndLeavesClusterNetworks(t *testing.T) {
 	}
 	opts.SelfContainer = self
 	opts.NodeNATSNKey, opts.NodeNATSTLSCA, opts.NodeNATSTLSCert, opts.NodeNATSTLSKey = want["nkey"], want["ca"], want["cert"], want["key"]
-	opts.NodeNATSInboxPrefix = "_INBOX_node"
+	opts.NodeNATSInboxPrefix = "_INBOX_custom"
 	p, err := docker.New(opts, "nats://127.0.0.1:1") // nothing listens: the node just retries
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +91,7 @@ func TestProviderInAContainerJoinsAndLeavesClusterNetworks(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, arg := range []string{"--nats-nkey=" + docker.NKeyMount, "--nats-tls-ca=" + docker.TLSCAMount, "--nats-tls-cert=" + docker.TLSCertMount,
-		"--nats-tls-key=" + docker.TLSKeyMount, "--nats-inbox-prefix=_INBOX_node"} {
+		"--nats-tls-key=" + docker.TLSKeyMount, "--nats-inbox-prefix=_INBOX_custom"} {
 		if !slices.Contains(m.Config.Cmd, arg) {
 			t.Errorf("capn-node runs without %s: %v", arg, m.Config.Cmd)
 		}

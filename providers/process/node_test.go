@@ -15,11 +15,11 @@ import (
 // on capn-node's command line, after the identity head.
 func TestNodeArgsCarryTheNodeUsersNATSSettings(t *testing.T) {
 	p := &Provider{opts: Options{NodeBinary: "/bin/capn-node", NodeNATSURL: "tls://127.0.0.1:4222", NodeNATSNKey: "/u/nats.nk",
-		NodeNATSTLSCA: "/u/ca.pem", NodeNATSTLSCert: "/u/nats.pem", NodeNATSTLSKey: "/u/nats-key.pem", NodeNATSInboxPrefix: "_INBOX_node"}}
+		NodeNATSTLSCA: "/u/ca.pem", NodeNATSTLSCert: "/u/nats.pem", NodeNATSTLSKey: "/u/nats-key.pem", NodeNATSInboxPrefix: "_INBOX_custom"}}
 	rec := &machineRecord{Cluster: "c1", Machine: "m1", Version: "v1.33.4", Checksum: "sha256:00"}
 	args := p.nodeArgs(rec)
 	for _, want := range []string{"--nats-nkey=/u/nats.nk", "--nats-tls-ca=/u/ca.pem", "--nats-tls-cert=/u/nats.pem",
-		"--nats-tls-key=/u/nats-key.pem", "--nats-inbox-prefix=_INBOX_node"} {
+		"--nats-tls-key=/u/nats-key.pem", "--nats-inbox-prefix=_INBOX_custom"} {
 		if !slices.Contains(args, want) {
 			t.Errorf("capn-node args lack %s: %v", want, args)
 		}

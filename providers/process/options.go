@@ -44,8 +44,9 @@ type Options struct {
 	// verifies the NATS servers and the client certificate and key the
 	// machines present (optional; files on this host).
 	NodeNATSTLSCA, NodeNATSTLSCert, NodeNATSTLSKey string
-	// NodeNATSInboxPrefix is capn-node's --nats-inbox-prefix (the node
-	// user's _INBOX_node in a rendered deployment; empty: _INBOX).
+	// NodeNATSInboxPrefix is capn-node's --nats-inbox-prefix (empty: a
+	// machine that logs in as itself uses its own _INBOX_machine.<c>.<m>,
+	// one with other credentials NATS's _INBOX).
 	NodeNATSInboxPrefix string
 	// HeartbeatEvery is the machines' heartbeat interval (default 10s).
 	HeartbeatEvery time.Duration
@@ -177,7 +178,7 @@ func (o *Options) Flags() []runtime.Flag {
 		f("process-node-nats-tls-ca", "CA `file` machines verify the NATS servers with (optional)", runtime.StringValue(&o.NodeNATSTLSCA)),
 		f("process-node-nats-tls-cert", "NATS client certificate `file` of machines (optional, with the key)", runtime.StringValue(&o.NodeNATSTLSCert)),
 		f("process-node-nats-tls-key", "NATS client key `file` of machines (optional, with the certificate)", runtime.StringValue(&o.NodeNATSTLSKey)),
-		f("process-node-nats-inbox-prefix", "machines' reply subject `prefix` (the node user's, e.g. _INBOX_node; default _INBOX)", runtime.StringValue(&o.NodeNATSInboxPrefix)),
+		f("process-node-nats-inbox-prefix", "machines' reply subject `prefix` (default: a machine logging in as itself uses _INBOX_machine.<cluster>.<machine>, else _INBOX)", runtime.StringValue(&o.NodeNATSInboxPrefix)),
 		f("process-heartbeat-every", "machines' heartbeat `interval` (0: 10s)", runtime.DurationValue(&o.HeartbeatEvery)),
 		f("process-watch-every", "`interval` of the check for machine processes that exited (0: 1s)", runtime.DurationValue(&o.WatchEvery)),
 		f("process-stop-timeout", "`time` a machine gets after SIGTERM before SIGKILL (0: 10s)", runtime.DurationValue(&o.StopTimeout)),

@@ -10,6 +10,7 @@ import (
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/services/cluster-planner/plan"
 )
 
@@ -34,7 +35,7 @@ func (s *Service) applier(c *capnv1.Cluster, revs map[string]uint64) *applier {
 func (a *applier) name() string { return a.c.GetMetadata().GetName() }
 func (a *applier) uid() string  { return a.c.GetMetadata().GetUid() }
 
-func (a *applier) machineKey(name string) string { return machinePrefix + a.name() + "." + name }
+func (a *applier) machineKey(name string) string { return keys.Machine(a.name(), name) }
 
 func (a *applier) CreateMachine(ctx context.Context, c plan.CreateMachine) error {
 	m := plan.NewMachineRecord(c, uuid.NewString(), a.now())
@@ -98,17 +99,17 @@ func (a *applier) DeletePKI(ctx context.Context, _ plan.DeletePKI) error {
 
 func (a *applier) DeleteCluster(ctx context.Context, _ plan.DeleteCluster) error {
 	name, uid := a.name(), a.uid()
-	if err := a.s.statuses.Delete(ctx, clusterPrefix+name, 0); err != nil {
+	if err := a.s.statuses.Delete(ctx, keys.Cluster(name), 0); err != nil {
 		return err
 	}
-	_, _, err := a.s.clusters.Mutate(ctx, clusterPrefix+name, func(cur *capnv1.Cluster, exists bool) (*capnv1.Cluster, error) {
+	_, _, err := a.s.clusters.Mutate(ctx, keys.Cluster(name), func(cur *capnv1.Cluster, exists bool) (*capnv1.Cluster, error) {
 		if !exists || cur.GetMetadata().GetUid() != uid || cur.GetMetadata().GetDeletionTimestamp() == nil {
 			return nil, store.ErrNoChange // re-created meanwhile: not ours to delete
 		}
 		return nil, store.ErrDelete
 	})
 	if err == nil {
-		a.s.event(ctx, name, "deleted", &capnv1.ClusterEvent{Cluster: name, Phase: "Deleted", Reason: "Deleted", Message: "cluster deleted"}, uid)
+		a.s.event(ctx, name, "deleted", &capnv1.ClusterEvent{Cluster: name, Phase: capnv1.ClusterDeleted.Wire(), Reason: capnv1.ClusterDeleted.Wire(), Message: "cluster deleted"}, uid)
 	}
 	return err
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/services/cluster-planner/plan"
 	"github.com/capn-dev/capn/services/cluster-planner/plan/plantest"
 )
@@ -31,7 +32,7 @@ func TestKVApplierConforms(t *testing.T) {
 	plantest.TestApplier(t, func(t *testing.T, c *capnv1.Cluster) plantest.ApplierWorld {
 		s := New(Config{})
 		s.machines = store.NewBucket(desiredKV, newMachine)
-		prefix := machinePrefix + c.GetMetadata().GetName() + "."
+		prefix := keys.MachinesOf(c.GetMetadata().GetName())
 		return plantest.ApplierWorld{
 			Next: func(now time.Time) plan.Applier {
 				es, err := s.machines.List(ctx, prefix)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/services/cluster-planner/plan"
 )
 
@@ -45,7 +46,7 @@ func clusterProviders(c *capnv1.Cluster) []string {
 func (s *Service) readProviders(ctx context.Context, cluster *capnv1.Cluster) (map[string]*capnv1.ProviderAnnouncement, error) {
 	out := map[string]*capnv1.ProviderAnnouncement{}
 	for _, p := range clusterProviders(cluster) {
-		a, _, ok, err := store.LookupConfirmed(ctx, s.observed, s.announcements, providerPrefix+p)
+		a, _, ok, err := store.LookupConfirmed(ctx, s.observed, s.announcements, keys.Provider(p))
 		if err != nil {
 			return nil, err
 		}
@@ -82,10 +83,10 @@ func (s *Service) watchProviders(ctx context.Context, sub *store.Subscription) {
 		if had == present && old.alive == st.alive && old.caps == st.caps {
 			return
 		}
-		for _, e := range s.desired.List(clusterPrefix) {
+		for _, e := range s.desired.List(keys.ClusterPrefix) {
 			c, err := store.Decode(e.Value, func() *capnv1.Cluster { return new(capnv1.Cluster) })
 			if err == nil && slices.Contains(clusterProviders(c), provider) {
-				s.queue.Add(strings.TrimPrefix(e.Key, clusterPrefix))
+				s.queue.Add(strings.TrimPrefix(e.Key, keys.ClusterPrefix))
 			}
 		}
 	}
@@ -102,7 +103,7 @@ func (s *Service) watchProviders(ctx context.Context, sub *store.Subscription) {
 			if ch.Resync {
 				continue
 			}
-			provider := strings.TrimPrefix(ch.Key, providerPrefix)
+			provider := strings.TrimPrefix(ch.Key, keys.ProviderPrefix)
 			if ch.Op == store.OpDelete {
 				wake(provider, providerState{}, false)
 				continue

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -19,21 +18,13 @@ import (
 	"github.com/capn-dev/capn/events/reconcile"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/services/cluster-planner/plan"
 	"github.com/capn-dev/capn/services/runtime"
 )
 
 // Name is the service's name.
 const Name = "cluster-planner"
-
-const (
-	clusterPrefix = "cluster."
-	machinePrefix = "machine."
-	infraPrefix   = "infra."
-	secretsPrefix = "secrets."
-	// providerPrefix: observed provider.<name>, a provider's announcement.
-	providerPrefix = "provider."
-)
 
 // DefaultMaxActionsPerPlan bounds one plan of one cluster: at about a
 // millisecond a KV write, a plan holds a worker some 100ms at most before
@@ -147,7 +138,7 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	s.statuses = store.NewBucket(observedKV, func() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) })
 	s.announcements = store.NewBucket(observedKV, newAnnouncement)
 	s.desired = store.NewCache(desiredKV, s.cfg.Cache)
-	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, d.JS, clusterPrefix, machinePrefix, infraPrefix, secretsPrefix, providerPrefix))
+	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, d.JS, keys.ClusterPrefix, keys.MachinePrefix, keys.InfraPrefix, keys.SecretsPrefix, keys.ProviderPrefix))
 	if s.observedRev == nil {
 		s.observedRev = s.observed.Revision
 	}
@@ -159,16 +150,16 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	s.queue = reconcile.NewQueue()
 	var wg sync.WaitGroup
 	for _, sub := range []*store.Subscription{
-		s.desired.Subscribe(clusterPrefix), s.desired.Subscribe(machinePrefix),
-		s.observed.Subscribe(machinePrefix), s.observed.Subscribe(infraPrefix), s.observed.Subscribe(secretsPrefix),
+		s.desired.Subscribe(keys.ClusterPrefix), s.desired.Subscribe(keys.MachinePrefix),
+		s.observed.Subscribe(keys.MachinePrefix), s.observed.Subscribe(keys.InfraPrefix), s.observed.Subscribe(keys.SecretsPrefix),
 	} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			reconcile.Watch(ctx, s.queue, sub, clusterOf, func() []string { return s.desired.KeysUnder(clusterPrefix) })
+			reconcile.Watch(ctx, s.queue, sub, keys.ClusterOf, func() []string { return s.desired.KeysUnder(keys.ClusterPrefix) })
 		}()
 	}
-	providers := s.observed.Subscribe(providerPrefix)
+	providers := s.observed.Subscribe(keys.ProviderPrefix)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -186,20 +177,6 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	loop.Run(d.Log.WithContext(ctx))
 	wg.Wait()
 	return nil
-}
-
-// clusterOf maps a watched key to the cluster it concerns.
-func clusterOf(key string) string {
-	toks := strings.Split(key, ".")
-	switch {
-	case toks[0] == "cluster" && len(toks) == 2, toks[0] == "secrets" && len(toks) == 2:
-		return toks[1]
-	case toks[0] == "machine" && len(toks) == 3:
-		return toks[1]
-	case toks[0] == "infra" && len(toks) == 4:
-		return toks[2]
-	}
-	return ""
 }
 
 func newMachine() *capnv1.Machine             { return new(capnv1.Machine) }

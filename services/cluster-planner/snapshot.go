@@ -6,9 +6,9 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/schemas/manifest"
 	"github.com/capn-dev/capn/services/cluster-planner/plan"
 )
@@ -21,9 +21,9 @@ import (
 // announcement: the plan waits rather than refusing the cluster on a guess.
 func (s *Service) snapshot(ctx context.Context, name string) (in plan.Input, revs map[string]uint64, ok bool, err error) {
 	log := zerolog.Ctx(ctx)
-	cluster, _, ok := store.Lookup(s.desired, clusterPrefix+name, func() *capnv1.Cluster { return new(capnv1.Cluster) })
+	cluster, _, ok := store.Lookup(s.desired, keys.Cluster(name), func() *capnv1.Cluster { return new(capnv1.Cluster) })
 	if !ok {
-		if _, there := s.desired.Get(clusterPrefix + name); there {
+		if _, there := s.desired.Get(keys.Cluster(name)); there {
 			// A record that does not decode: plan nothing (neither keep
 			// nor tear down its machines) until it is deleted.
 			log.Warn().Msg("cluster record does not decode; nothing is planned for it until it is deleted (DELETE /v1/clusters/" + name + ")")
@@ -34,8 +34,8 @@ func (s *Service) snapshot(ctx context.Context, name string) (in plan.Input, rev
 		Validator:  manifest.Validator{MaxPoolReplicas: s.cfg.MaxPoolReplicas, MaxClusterReplicas: s.cfg.MaxClusterReplicas},
 		MaxActions: s.maxActions()}
 	revs = map[string]uint64{}
-	for _, e := range s.desired.List(machinePrefix + name + ".") {
-		n := strings.TrimPrefix(e.Key, machinePrefix+name+".")
+	for _, e := range s.desired.List(keys.MachinesOf(name)) {
+		n := strings.TrimPrefix(e.Key, keys.MachinesOf(name))
 		m, err := store.Decode(e.Value, newMachine)
 		if err != nil {
 			// Retrying cannot mend it and would stop the whole cluster:
@@ -46,8 +46,8 @@ func (s *Service) snapshot(ctx context.Context, name string) (in plan.Input, rev
 		}
 		in.Machines[n], revs[n] = m, e.Revision
 	}
-	for _, e := range s.observed.List(machinePrefix + name + ".") {
-		n := strings.TrimPrefix(e.Key, machinePrefix+name+".")
+	for _, e := range s.observed.List(keys.MachinesOf(name)) {
+		n := strings.TrimPrefix(e.Key, keys.MachinesOf(name))
 		st, err := store.Decode(e.Value, newStatus)
 		if err != nil {
 			log.Warn().Err(err).Str("machine", n).Msg("machine status does not decode; planned as if none were written")
@@ -60,18 +60,18 @@ func (s *Service) snapshot(ctx context.Context, name string) (in plan.Input, rev
 	if cp == "" {
 		// A cluster without a spec (a corrupt record replaced on delete):
 		// its infrastructure is whichever announced provider holds it.
-		infraOf = s.observed.KeysUnder(providerPrefix)
+		infraOf = s.observed.KeysUnder(keys.ProviderPrefix)
 	}
 	for _, p := range infraOf {
-		if ic, _, ok := store.Lookup(s.observed, infraPrefix+p+"."+name+"."+events.ClusterObject, func() *capnv1.InfraCluster { return new(capnv1.InfraCluster) }); ok {
+		if ic, _, ok := store.Lookup(s.observed, keys.InfraCluster(p, name), func() *capnv1.InfraCluster { return new(capnv1.InfraCluster) }); ok {
 			in.Infra = plan.Infra{Exists: true, Ready: ic.GetReady(), Endpoint: ic.GetControlPlaneEndpoint(), Provider: p}
 			break
 		}
 	}
-	if sec, _, ok := store.Lookup(s.observed, secretsPrefix+name, func() *capnv1.ClusterSecretsStatus { return new(capnv1.ClusterSecretsStatus) }); ok {
+	if sec, _, ok := store.Lookup(s.observed, keys.Secrets(name), func() *capnv1.ClusterSecretsStatus { return new(capnv1.ClusterSecretsStatus) }); ok {
 		in.PKIExists = sec.GetPkiReady()
 	}
-	in.Status, _, _ = store.Lookup(s.observed, clusterPrefix+name, newClusterStatus)
+	in.Status, _, _ = store.Lookup(s.observed, keys.Cluster(name), newClusterStatus)
 	if in.Providers, err = s.readProviders(ctx, cluster); err != nil {
 		return plan.Input{}, nil, false, err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // errCacheBehind: the cluster's status was last written from a newer view
@@ -32,10 +33,10 @@ func (s *Service) writeStatus(ctx context.Context, name string, old, st *capnv1.
 	if st == nil || proto.Equal(old, st) {
 		return nil
 	}
-	cur, rev, err := s.statuses.Get(ctx, clusterPrefix+name)
+	cur, rev, err := s.statuses.Get(ctx, keys.Cluster(name))
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		_, err = s.statuses.Create(ctx, clusterPrefix+name, st)
+		_, err = s.statuses.Create(ctx, keys.Cluster(name), st)
 	case err != nil:
 	case rev > s.observedRev():
 		// Another replica wrote the status from a view this replica's
@@ -45,7 +46,7 @@ func (s *Service) writeStatus(ctx context.Context, name string, old, st *capnv1.
 	case proto.Equal(cur, st):
 		return nil
 	default:
-		_, err = s.statuses.Update(ctx, clusterPrefix+name, st, rev)
+		_, err = s.statuses.Update(ctx, keys.Cluster(name), st, rev)
 	}
 	if err == nil && old.GetPhase() != st.GetPhase() {
 		s.event(ctx, name, strings.ToLower(st.GetPhase()), &capnv1.ClusterEvent{Cluster: name, Phase: st.GetPhase(), Reason: st.GetPhase(), Message: phaseMsg}, fmt.Sprint(st.GetObservedGeneration()))

@@ -9,6 +9,7 @@ import (
 	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // A replica whose cache has not reached the status's last write must not
@@ -27,10 +28,10 @@ func TestStatusNeverWrittenFromAnOlderView(t *testing.T) {
 	}
 	statuses := store.NewBucket(kv, newClusterStatus)
 	status := func(ready int32) *capnv1.ClusterStatus {
-		return &capnv1.ClusterStatus{Phase: "Provisioning", WorkerPools: []*capnv1.PoolStatus{{Name: "md-0", Desired: 8, Ready: ready}}}
+		return &capnv1.ClusterStatus{Phase: capnv1.ClusterProvisioning.Wire(), WorkerPools: []*capnv1.PoolStatus{{Name: "md-0", Desired: 8, Ready: ready}}}
 	}
 	// The other replica wrote 4 ready, from a view at its revision.
-	rev, err := statuses.Create(ctx, "cluster.c1", status(4))
+	rev, err := statuses.Create(ctx, keys.Cluster("c1"), status(4))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +42,7 @@ func TestStatusNeverWrittenFromAnOlderView(t *testing.T) {
 	if err := s.writeStatus(ctx, "c1", status(2), status(3), ""); !errors.Is(err, errCacheBehind) {
 		t.Fatalf("write from a cache behind the status: %v, want errCacheBehind", err)
 	}
-	if got, _, _ := statuses.Get(ctx, "cluster.c1"); got.GetWorkerPools()[0].GetReady() != 4 {
+	if got, _, _ := statuses.Get(ctx, keys.Cluster("c1")); got.GetWorkerPools()[0].GetReady() != 4 {
 		t.Fatalf("status went back to %d ready", got.GetWorkerPools()[0].GetReady())
 	}
 
@@ -49,7 +50,7 @@ func TestStatusNeverWrittenFromAnOlderView(t *testing.T) {
 	if err := s.writeStatus(ctx, "c1", status(4), status(5), ""); err != nil {
 		t.Fatal(err)
 	}
-	if got, _, _ := statuses.Get(ctx, "cluster.c1"); got.GetWorkerPools()[0].GetReady() != 5 {
+	if got, _, _ := statuses.Get(ctx, keys.Cluster("c1")); got.GetWorkerPools()[0].GetReady() != 5 {
 		t.Fatalf("status has %d ready, want 5", got.GetWorkerPools()[0].GetReady())
 	}
 }

@@ -79,8 +79,13 @@ func newConfirmWorld(t *testing.T) *confirmWorld {
 		observed: &forgetful{cache: func() *store.Cache { return s.observed }, hide: map[string]bool{}},
 		machines: store.NewBucket(dkv, newMachine), statuses: store.NewBucket(okv, newStatus), infras: store.NewBucket(okv, newInfra)}
 	s.desiredView, s.observedView = w.desired, w.observed
-	if err := s.start(ctx, js, dkv, okv); err != nil {
+	if err := s.open(ctx, js); err != nil {
 		t.Fatal(err)
+	}
+	for _, c := range []*store.Cache{s.desired, s.observed} { // as reconcile.Run does
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return w
 }

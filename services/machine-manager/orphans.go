@@ -41,6 +41,17 @@ func infraKeyOf(key string) string {
 	return ""
 }
 
+// allInfra is every machine's infra key, for a resync.
+func (s *Service) allInfra() []string {
+	var infra []string
+	for _, k := range s.observed.KeysUnder(keys.InfraPrefix) {
+		if k := infraKeyOf(keys.InfraPrefix + k); k != "" {
+			infra = append(infra, k)
+		}
+	}
+	return infra
+}
+
 // collectOrphan deletes key's infrastructure if it is an orphan. Every
 // absence it acts on is confirmed from the buckets, not the caches.
 func (s *Service) collectOrphan(ctx context.Context, key string) (reconcile.Result, error) {

@@ -6,13 +6,10 @@ package machinemanager
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/reconcile"
@@ -49,7 +46,6 @@ type Service struct {
 	// desiredView and observedView are what reconcile reads the caches
 	// through (the caches themselves; a test's may miss keys).
 	desiredView, observedView store.Getter
-	queue                     *reconcile.Queue
 }
 
 // New returns the service.
@@ -83,70 +79,49 @@ func bootstrapConsumer() events.ConsumerSpec {
 		Description: "machine-manager: bootstrap data ready or failed"}
 }
 
-// Run implements runtime.Service.
+// Run implements runtime.Service: a machine's reconcile wakes when its
+// desired record, its status, its infrastructure or its node record
+// changes, or its bootstrap data is ready; orphaned infrastructure is
+// collected in a loop of its own (orphans.go).
 func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
-	desiredKV, err := d.JS.KeyValue(ctx, events.BucketDesired)
+	if err := s.open(ctx, d.JS); err != nil {
+		return err
+	}
+	machines := &reconcile.Controller{
+		Watches: []reconcile.Source{
+			{Cache: s.desired, Prefixes: []string{keys.MachinePrefix}, Key: machineOf},
+			{Cache: s.observed, Prefixes: []string{keys.MachinePrefix, keys.InfraPrefix, keys.NodePrefix}, Key: machineOf},
+		},
+		Resync:    s.allMachines,
+		Consumers: []reconcile.Consumer{{Spec: bootstrapConsumer(), Handler: s.onBootstrap, Concurrency: 4}},
+		Reconcile: s.reconcile,
+		Workers:   s.cfg.Workers,
+		OnError: func(key string, err error, n int) {
+			d.Log.Warn().Err(err).Str("machine", key).Int("failures", n).Msg("reconcile failed; will retry")
+		},
+	}
+	orphans := &reconcile.Controller{
+		Watches:   []reconcile.Source{{Cache: s.observed, Prefixes: []string{keys.InfraPrefix}, Key: infraKeyOf}},
+		Resync:    s.allInfra,
+		Reconcile: s.collectOrphan,
+		Workers:   2,
+		OnError: func(key string, err error, n int) {
+			d.Log.Warn().Err(err).Str("infra", key).Int("failures", n).Msg("orphan check failed; will retry")
+		},
+	}
+	return reconcile.Run(ctx, reconcile.Env{JS: d.JS, Log: d.Log, Events: d.Events, Ready: d.Ready.Set}, machines, orphans)
+}
+
+// open sets the service's state up on the buckets; Run starts the caches.
+func (s *Service) open(ctx context.Context, js jetstream.JetStream) error {
+	desiredKV, err := js.KeyValue(ctx, events.BucketDesired)
 	if err != nil {
 		return fmt.Errorf("bucket %s: %w", events.BucketDesired, err)
 	}
-	observedKV, err := d.JS.KeyValue(ctx, events.BucketObserved)
+	observedKV, err := js.KeyValue(ctx, events.BucketObserved)
 	if err != nil {
 		return fmt.Errorf("bucket %s: %w", events.BucketObserved, err)
 	}
-	if err := s.start(ctx, d.JS, desiredKV, observedKV); err != nil {
-		return err
-	}
-	s.queue = reconcile.NewQueue()
-	var wg sync.WaitGroup
-	run := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
-	for _, sub := range []*store.Subscription{
-		s.desired.Subscribe(keys.MachinePrefix), s.observed.Subscribe(keys.MachinePrefix), s.observed.Subscribe(keys.InfraPrefix),
-		s.observed.Subscribe(keys.NodePrefix),
-	} {
-		run(func() { reconcile.Watch(ctx, s.queue, sub, machineOf, s.allMachines) })
-	}
-	loop := &reconcile.Loop{Queue: s.queue, Reconciler: reconcile.Func(s.reconcile), Workers: s.cfg.Workers,
-		OnError: func(key string, err error, n int) {
-			d.Log.Warn().Err(err).Str("machine", key).Int("failures", n).Msg("reconcile failed; will retry")
-		}}
-	run(func() { loop.Run(log(ctx, d.Log)) })
-	// Orphaned infrastructure (orphans.go), in a queue of its own.
-	orphans := reconcile.NewQueue()
-	infraSub := s.observed.Subscribe(keys.InfraPrefix)
-	run(func() {
-		reconcile.Watch(ctx, orphans, infraSub, infraKeyOf, func() []string {
-			var infra []string
-			for _, k := range s.observed.KeysUnder(keys.InfraPrefix) {
-				if k := infraKeyOf(keys.InfraPrefix + k); k != "" {
-					infra = append(infra, k)
-				}
-			}
-			return infra
-		})
-	})
-	collector := &reconcile.Loop{Queue: orphans, Reconciler: reconcile.Func(s.collectOrphan), Workers: 2,
-		OnError: func(key string, err error, n int) {
-			d.Log.Warn().Err(err).Str("infra", key).Int("failures", n).Msg("orphan check failed; will retry")
-		}}
-	run(func() { collector.Run(log(ctx, d.Log)) })
-	errc := make(chan error, 2)
-	for _, c := range []*events.Consumer{
-		events.NewConsumer(d.JS, bootstrapConsumer(), s.onBootstrap, events.WithLogger(d.Log), events.WithMetrics(d.Events), events.WithConcurrency(4)),
-	} {
-		run(func() { errc <- c.Run(ctx) })
-	}
-	d.Ready.Set(true)
-	wg.Wait()
-	close(errc)
-	var errs []error
-	for err := range errc {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
-}
-
-// start sets the service's state up on the buckets and fills its caches.
-func (s *Service) start(ctx context.Context, js jetstream.JetStream, desiredKV, observedKV jetstream.KeyValue) error {
 	s.pub = events.NewPublisher(js, "capn/"+Name)
 	s.statuses = store.NewBucket(observedKV, newStatus)
 	s.machines = store.NewBucket(desiredKV, newMachine)
@@ -159,15 +134,8 @@ func (s *Service) start(ctx context.Context, js jetstream.JetStream, desiredKV, 
 	if s.observedView == nil {
 		s.observedView = s.observed
 	}
-	for _, c := range []*store.Cache{s.desired, s.observed} {
-		if err := c.Start(ctx); err != nil {
-			return err
-		}
-	}
 	return nil
 }
-
-func log(ctx context.Context, l zerolog.Logger) context.Context { return l.WithContext(ctx) }
 
 // machineOf maps a watched key to the machine it concerns, "<cluster>.<machine>".
 func machineOf(key string) string {

@@ -2,12 +2,10 @@ package remediator
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/capn-dev/capn/events"
-	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/health/policy"
 	"github.com/capn-dev/capn/schemas/keys"
@@ -18,7 +16,7 @@ import (
 // wake the cluster: the health-watcher publishes the event just before it
 // writes the verdict, so a reconcile woken by it would find the verdict not
 // yet in the watch cache and decide nothing; the write wakes the cluster
-// (feed) and carries the verdict itself. The event is the fact the
+// (verdictChanged) and carries the verdict itself. The event is the fact the
 // cluster's timeline shows; the record is what the remediator acts on.
 func (s *Service) onUnhealthy(_ context.Context, m *events.Message, u *capnv1.MachineUnhealthy) error {
 	if u.GetCluster() == "" || u.GetMachine() == "" {
@@ -34,41 +32,15 @@ func (s *Service) onUnhealthy(_ context.Context, m *events.Message, u *capnv1.Ma
 	return nil
 }
 
-// feed maps watch changes to the cluster they concern (every entry is
-// replayed at the start: a restarted remediator looks at every cluster).
-// A machine's node record wakes its cluster only when its verdict changes
-// (verdictChanged):
-// the remediator reads nothing else of it that a change alone must act on,
-// and most writes of the record (a heartbeat refreshed every few minutes, a
-// condition or problem that changes no verdict) are not verdict changes.
-func (s *Service) feed(ctx context.Context, sub *store.Subscription) {
-	defer sub.Unsubscribe()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ch, ok := <-sub.C():
-			if !ok {
-				return
-			}
-			if ch.Resync {
-				for _, e := range s.desired.List(keys.ClusterPrefix) {
-					s.queue.Add(strings.TrimPrefix(e.Key, keys.ClusterPrefix))
-				}
-				continue
-			}
-			k, err := keys.Parse(ch.Key)
-			switch {
-			case err != nil:
-			case k.Kind == keys.KindNode:
-				if c := s.verdictChanged(ch.Key); c != "" {
-					s.queue.Add(c)
-				}
-			case k.Kind == keys.KindCluster, k.Kind == keys.KindMachine:
-				s.queue.Add(k.Cluster)
-			}
-		}
+// clusterOf maps a watched key to the cluster it concerns: cluster.<c>,
+// machine.<c>.<m> or node.<c>.<m> ("" for any other key). A node record
+// is watched through verdictChanged instead: it wakes its cluster only
+// when its verdict changes.
+func clusterOf(key string) string {
+	if k, err := keys.Parse(key); err == nil && (k.Kind == keys.KindCluster || k.Kind == keys.KindMachine || k.Kind == keys.KindNode) {
+		return k.Cluster
 	}
+	return ""
 }
 
 // healthTimes remembers when the health input behind each unhealthy event

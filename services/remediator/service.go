@@ -10,9 +10,7 @@ package remediator
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/capn-dev/capn/events"
@@ -92,8 +90,32 @@ func unhealthyConsumer() events.ConsumerSpec {
 		Description: "remediator: machines the health-watcher judged unhealthy"}
 }
 
-// Run implements runtime.Service.
+// Run implements runtime.Service: it reconciles a cluster's pools when
+// its spec or a machine changes, or the verdict of a node record does
+// (verdictChanged). The health-watcher's machine.unhealthy wakes nothing:
+// onUnhealthy keeps when its input arrived, for the latency histogram.
 func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
+	if err := s.open(ctx, d); err != nil {
+		return err
+	}
+	c := &reconcile.Controller{
+		Watches: []reconcile.Source{
+			{Cache: s.desired, Prefixes: []string{keys.ClusterPrefix, keys.MachinePrefix}, Key: clusterOf},
+			{Cache: s.observed, Prefixes: []string{keys.ClusterPrefix, keys.MachinePrefix}, Key: clusterOf},
+			{Cache: s.observed, Prefixes: []string{keys.NodePrefix}, Key: s.verdictChanged},
+		},
+		Resync:    func() []string { return s.desired.KeysUnder(keys.ClusterPrefix) },
+		Consumers: []reconcile.Consumer{{Spec: unhealthyConsumer(), Handler: events.Typed(s.onUnhealthy), Concurrency: 4}},
+		Reconcile: s.reconcile,
+		Workers:   s.cfg.Workers,
+		OnError:   reconcile.LogFailures(d.Log, "cluster", "remediation not applied; will retry"),
+		Queue:     s.queue,
+	}
+	return c.Run(ctx, reconcile.Env{JS: d.JS, Log: d.Log, Events: d.Events, Ready: d.Ready.Set})
+}
+
+// open sets the service's state up on the buckets; Run starts the caches.
+func (s *Service) open(ctx context.Context, d *runtime.Deps) error {
 	desiredKV, err := d.JS.KeyValue(ctx, events.BucketDesired)
 	if err != nil {
 		return fmt.Errorf("bucket %s: %w", events.BucketDesired, err)
@@ -113,35 +135,5 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	s.metrics = newMetrics(d.Metrics)
 	s.seen = newHealthTimes()
 	s.verdicts = newVerdicts()
-	ctx = d.Log.WithContext(ctx)
-	for _, c := range []*store.Cache{s.desired, s.observed} {
-		if err := c.Start(ctx); err != nil {
-			return err
-		}
-	}
-	var wg sync.WaitGroup
-	run := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
-	for _, sub := range []*store.Subscription{
-		s.desired.Subscribe(keys.ClusterPrefix), s.desired.Subscribe(keys.MachinePrefix),
-		s.observed.Subscribe(keys.ClusterPrefix), s.observed.Subscribe(keys.MachinePrefix), s.observed.Subscribe(keys.NodePrefix),
-	} {
-		run(func() { s.feed(ctx, sub) })
-	}
-	loop := &reconcile.Loop{Queue: s.queue, Reconciler: reconcile.Func(s.reconcile), Workers: s.cfg.Workers,
-		OnError: func(key string, err error, n int) {
-			lvl := d.Log.Warn()
-			if errors.Is(err, store.ErrConflict) {
-				lvl = d.Log.Debug()
-			}
-			lvl.Err(err).Str("cluster", key).Int("failures", n).Msg("remediation not applied; will retry")
-		}}
-	run(func() { loop.Run(ctx) })
-	errc := make(chan error, 1)
-	c := events.NewConsumer(d.JS, unhealthyConsumer(), events.Typed(s.onUnhealthy),
-		events.WithLogger(d.Log), events.WithMetrics(d.Events), events.WithConcurrency(4))
-	run(func() { errc <- c.Run(ctx) })
-	d.Ready.Set(true)
-	wg.Wait()
-	close(errc)
-	return <-errc
+	return nil
 }

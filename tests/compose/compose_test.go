@@ -76,22 +76,25 @@ func loadCompose(t *testing.T) composeFile {
 
 const deployDir = "${CAPN_DEPLOY_DIR:-./deploy/local}"
 
-// The docker provider's service mounts the node user's directory too, at
-// nodeUserDir: its machines' NATS files come from there.
+// The docker provider's service mounts the render's machines directory
+// too, at machinesDir: its machines' TLS transport comes from there (no
+// NATS credential: each machine logs in as itself).
 var (
 	dockerProvider = natsconfig.ProviderUser("docker")
-	nodeUserDir    = "/etc/capn-node"
-	nodeUserMount  = deployDir + "/users/" + natsconfig.NodeAgent + ":" + nodeUserDir + ":ro"
+	machinesDir    = "/etc/capn-node"
+	machinesMount  = deployDir + "/machines:" + machinesDir + ":ro"
 )
 
 // serviceOf is the compose service of a user: the same name.
 func serviceOf(user string) string { return user }
 
 // TestComposeMatchesTheRender checks docker-compose.yaml against the
-// deployment capn-nats-config renders: every user but the node agents'
-// runs as a service that mounts its own directory only and reads its own
-// env file; each node mounts its own directory; core services run two
-// replicas; the gateway publishes on 127.0.0.1 only; images are local.
+// deployment capn-nats-config renders: every user runs as a service that
+// mounts its own directory only and reads its own env file (the
+// bootstrapper's names the auth callout's issuer seed in it); each node
+// mounts its own directory; core services run two replicas; the gateway
+// publishes on 127.0.0.1 only; images are local; the docker provider
+// hands its machines the machines' transport and no credential.
 func TestComposeMatchesTheRender(t *testing.T) {
 	f := loadCompose(t)
 	if f.Version != "2.4" {
@@ -99,9 +102,6 @@ func TestComposeMatchesTheRender(t *testing.T) {
 	}
 	d := natsconfig.Compose()
 	for _, u := range d.Users() {
-		if u.Name == natsconfig.NodeAgent {
-			continue // node agents run in the docker provider's machines
-		}
 		name := serviceOf(u.Name)
 		s, ok := f.Services[name]
 		if !ok {
@@ -113,7 +113,7 @@ func TestComposeMatchesTheRender(t *testing.T) {
 			t.Errorf("service %s does not mount %s: %v", name, want, s.Volumes)
 		}
 		for _, v := range s.Volumes {
-			if strings.Contains(v, "/users/") && v != want && (name != dockerProvider || v != nodeUserMount) {
+			if strings.Contains(v, "/users/") && v != want {
 				t.Errorf("service %s mounts another user's directory: %s", name, v)
 			}
 		}
@@ -152,22 +152,38 @@ func TestComposeMatchesTheRender(t *testing.T) {
 			t.Errorf("service %s has a writable root file system", name)
 		}
 	}
-	// The docker provider hands its machines the node user's seed, TLS
-	// files and inbox prefix, as the render names them.
+	// The docker provider hands its machines the rendered transport: TLS
+	// files, no credential and no inbox prefix (capn-node logs in as its
+	// machine and uses the machine's own).
 	dp := f.Services[dockerProvider]
-	if !slices.Contains(dp.Volumes, nodeUserMount) {
-		t.Errorf("service %s does not mount the node user's directory %s: %v", dockerProvider, nodeUserMount, dp.Volumes)
+	if !slices.Contains(dp.Volumes, machinesMount) {
+		t.Errorf("service %s does not mount the machines' directory %s: %v", dockerProvider, machinesMount, dp.Volumes)
 	}
 	for k, v := range map[string]string{
-		"CAPN_DOCKER_NODE_NATS_NKEY":         nodeUserDir + "/" + natsconfig.UserSeedFile,
-		"CAPN_DOCKER_NODE_NATS_TLS_CA":       nodeUserDir + "/" + natsconfig.UserCAFile,
-		"CAPN_DOCKER_NODE_NATS_TLS_CERT":     nodeUserDir + "/" + natsconfig.UserCertFile,
-		"CAPN_DOCKER_NODE_NATS_TLS_KEY":      nodeUserDir + "/" + natsconfig.UserKeyFile,
-		"CAPN_DOCKER_NODE_NATS_INBOX_PREFIX": natsconfig.InboxPrefix(natsconfig.NodeAgent),
+		"CAPN_DOCKER_NODE_NATS_TLS_CA":   machinesDir + "/" + natsconfig.UserCAFile,
+		"CAPN_DOCKER_NODE_NATS_TLS_CERT": machinesDir + "/" + natsconfig.UserCertFile,
+		"CAPN_DOCKER_NODE_NATS_TLS_KEY":  machinesDir + "/" + natsconfig.UserKeyFile,
 	} {
 		if got := dp.Environment[k]; got != v {
 			t.Errorf("service %s: %s=%q, want %q", dockerProvider, k, got, v)
 		}
+	}
+	for _, k := range []string{"CAPN_DOCKER_NODE_NATS_NKEY", "CAPN_DOCKER_NODE_NATS_CREDS", "CAPN_DOCKER_NODE_NATS_INBOX_PREFIX"} {
+		if v, ok := dp.Environment[k]; ok {
+			t.Errorf("service %s: %s=%q: machines log in as themselves", dockerProvider, k, v)
+		}
+	}
+	// The bootstrapper answers the auth callout with the issuer seed of
+	// its own directory (its env file names it; nothing overrides it).
+	bs := f.Services[natsconfig.Bootstrapper]
+	for k := range bs.Environment {
+		if strings.HasPrefix(k, "CAPN_AUTH_CALLOUT_") || strings.HasPrefix(k, "CAPN_NATS_") {
+			t.Errorf("service %s overrides %s of its rendered env file", natsconfig.Bootstrapper, k)
+		}
+	}
+	env := d.Env(natsconfig.Bootstrapper, natsconfig.Layout{})
+	if !strings.Contains(env, "CAPN_AUTH_CALLOUT_ISSUER_SEED_FILE=/etc/capn/"+natsconfig.CalloutIssuerSeedFile+"\n") {
+		t.Errorf("the bootstrapper's env file does not name the issuer seed in its mount /etc/capn:\n%s", env)
 	}
 	if ports := f.Services[natsconfig.Gateway].Ports; len(ports) != 1 || !strings.HasSuffix(ports[0], ":8080") {
 		t.Errorf("gateway ports %v: want 127.0.0.1:<port>:8080", ports)
@@ -356,7 +372,7 @@ func TestComposeSurvivesNodeAndReplicaLoss(t *testing.T) {
 
 	step = time.Now()
 	e.dockerCluster(ctx, cl)
-	t.Logf("docker provider: %s (1 control plane, 1 worker: capn-node containers on the node user, TLS) Ready, deleted, nothing left, in %s",
+	t.Logf("docker provider: %s (1 control plane, 1 worker: capn-node containers, each logged in as its machine, TLS) Ready, deleted, nothing left, in %s",
 		dockerCluster, time.Since(step).Round(time.Second))
 	e.checkNoViolations(ctx)
 	t.Logf("total %s", time.Since(start).Round(time.Second))
@@ -384,8 +400,9 @@ spec:
 // dockerCluster applies a cluster on the docker provider and waits until
 // it is Ready: the provider checked its endpoint container from its own
 // container, and both machines' capn-node connected through the relay to
-// the TLS cluster as the node user (they fetch their bootstrap data and
-// heartbeat; nothing else makes a machine Running). Its endpoint answers
+// the TLS cluster, each logged in as its machine by the bootstrapper's
+// auth callout (they fetch their bootstrap data and heartbeat; nothing
+// else makes a machine Running). Its endpoint answers
 // on 127.0.0.1 of the host. Then it deletes the cluster and waits until
 // no container or network of it is left on the daemon.
 func (e *e2e) dockerCluster(ctx context.Context, cl *client.Client) {

@@ -87,7 +87,7 @@ func TestClusterWaitsForItsProvider(t *testing.T) {
 		!strings.Contains(c.GetMessage(), "start the sim provider service") {
 		t.Errorf("message %q", c.GetMessage())
 	}
-	if p := w.ClusterStatus("early").GetPhase(); p != plan.ClusterPending {
+	if p := w.ClusterStatus("early").GetPhase(); p != capnv1.ClusterPending.Wire() {
 		t.Errorf("phase %s, want Pending", p)
 	}
 	// The planner has planned (the status is written before any action of
@@ -121,7 +121,7 @@ func TestClusterWaitsForItsProvider(t *testing.T) {
 	before := harness.Keys(t, w.Desired, "machine.early.")
 	w.Stop("provider-sim")
 	w.waitCondition("early", plan.ConditionProvidersReady, "False", plan.ReasonProviderNotRunning, 20*time.Second)
-	if p := w.ClusterStatus("early").GetPhase(); p != plan.ClusterReady {
+	if p := w.ClusterStatus("early").GetPhase(); p != capnv1.ClusterReady.Wire() {
 		t.Errorf("phase %s after the provider stopped, want Ready (its machines still run)", p)
 	}
 	if after := harness.Keys(t, w.Desired, "machine.early."); strings.Join(after, ",") != strings.Join(before, ",") {
@@ -158,7 +158,7 @@ func TestPlannerReadsAnnouncements(t *testing.T) {
 	if ks := harness.Keys(t, w.Desired, "machine.stale."); len(ks) != 1 {
 		t.Errorf("machines %v, want the first control-plane machine kept and nothing more", ks)
 	}
-	if p := w.ClusterStatus("stale").GetPhase(); p != plan.ClusterProvisioning {
+	if p := w.ClusterStatus("stale").GetPhase(); p != capnv1.ClusterProvisioning.Wire() {
 		t.Errorf("phase %s, want Provisioning (not Failed, not Pending: a machine exists)", p)
 	}
 
@@ -169,7 +169,7 @@ func TestPlannerReadsAnnouncements(t *testing.T) {
 	if !strings.Contains(c.GetMessage(), "provider bare (pool control-plane) does not announce stop-start") {
 		t.Errorf("message %q", c.GetMessage())
 	}
-	if p := w.ClusterStatus("sleepy").GetPhase(); p != plan.ClusterPending {
+	if p := w.ClusterStatus("sleepy").GetPhase(); p != capnv1.ClusterPending.Wire() {
 		t.Errorf("phase %s, want Pending", p)
 	}
 	// It gains the capability (a new version): the cluster is planned again.

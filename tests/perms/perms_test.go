@@ -265,24 +265,18 @@ func TestEachUserDoesItsJob(t *testing.T) {
 		t.Errorf("bootstrapper got %s", m.Subject)
 	}
 	bs.publish(events.EventSubject("bootstrap", "ready", "demo", "m1"))
-	// The bootstrap fetch: the bootstrapper answers, a node agent asks.
-	sub, err := bs.nc.QueueSubscribe(bootstrapper.FetchSubjectRoot+".*.*", bootstrapper.FetchQueue, func(m *nats.Msg) {
-		_ = m.Respond([]byte("data"))
-	})
-	if err != nil {
-		t.Fatal(err)
+	// The bootstrap fetch, the credential and the auth callout: the
+	// bootstrapper answers them all (machines ask: machines_test.go).
+	for _, subject := range []string{bootstrapper.FetchSubjectRoot + ".*.*", bootstrapper.CredentialSubjectRoot + ".*.*.*", natsconfig.SubjectAuthCallout} {
+		sub, err := bs.nc.QueueSubscribe(subject, bootstrapper.FetchQueue, func(*nats.Msg) {})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
 	}
-	defer sub.Unsubscribe()
 	if err := bs.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-
-	node := w.as(t, natsconfig.NodeAgent)
-	if m, err := node.nc.Request(events.Subject(bootstrapper.FetchSubjectRoot, "demo", "m1"), nil, 5*time.Second); err != nil || string(m.Data) != "data" {
-		t.Errorf("node agent: bootstrap fetch: %v", err)
-	}
-	node.publish(events.HealthSubject("demo", "m1", "heartbeat"))
-	node.publish(events.HealthSubject("demo", "m1", "conditions"))
 
 	sim := w.as(t, natsconfig.ProviderUser("sim"))
 	if m := sim.consume(durable(d, natsconfig.ProviderUser("sim"), natsconfig.ProviderUser("sim"))); m != nil && !strings.HasPrefix(m.Subject, "capn.provider.sim.") {
@@ -358,7 +352,7 @@ func TestEachUserDoesItsJob(t *testing.T) {
 		t.Errorf("gateway: timeline got %s", m.Subject())
 	}
 
-	for _, a := range []*actor{gw, cp, mm, bs, node, sim, dk, hw, rm} {
+	for _, a := range []*actor{gw, cp, mm, bs, sim, dk, hw, rm} {
 		a.clean()
 	}
 	for _, v := range w.c.ServerViolations() {
@@ -448,13 +442,13 @@ func TestOutsideTheJobIsRefused(t *testing.T) {
 		sim.refusedSubscribe("_INBOX.>")
 		sim.refusedSubscribe("_INBOX_bootstrapper.>")
 		sim.refusedSubscribe(">")
-		node := w.as(t, natsconfig.NodeAgent)
-		node.refusedSubscribe("_INBOX_gateway.>")
-		node.refusedSubscribe(bootstrapper.FetchSubjectRoot + ".>") // answering fetches is the bootstrapper's
+		sim.refusedSubscribe(bootstrapper.FetchSubjectRoot + ".>") // answering fetches is the bootstrapper's
 		// Machines' credentials are for their providers, each its own.
-		node.refusedPublish(bootstrapper.CredentialSubjectRoot + ".sim.demo.m1")
 		sim.refusedPublish(bootstrapper.CredentialSubjectRoot + ".docker.demo.m1")
-		node.refusedSubscribe(bootstrapper.CredentialSubjectRoot + ".>")
+		sim.refusedSubscribe(bootstrapper.CredentialSubjectRoot + ".>")
+		// Logins are the bootstrapper's to answer, and no one's to ask.
+		sim.refusedSubscribe(natsconfig.SubjectAuthCallout)
+		sim.refusedPublish(natsconfig.SubjectAuthCallout)
 	})
 	t.Run("gateway consumes no provider commands and steals no durable", func(t *testing.T) {
 		t.Parallel()
@@ -487,7 +481,7 @@ func TestOutsideTheJobIsRefused(t *testing.T) {
 			a.refusedPublish("$KV.secrets.kubeconfig.demo")
 		}
 		for _, user := range []string{natsconfig.ClusterPlanner, natsconfig.MachineManager,
-			natsconfig.Remediator, natsconfig.NodeAgent, natsconfig.Init, natsconfig.ProviderUser("docker")} {
+			natsconfig.Remediator, natsconfig.Init, natsconfig.ProviderUser("docker")} {
 			a := w.as(t, user)
 			a.refused("$JS.API.DIRECT.GET.KV_secrets.$KV.secrets.pki.demo", a.kvGet(events.BucketSecrets, "pki.demo"))
 			a.refusedPublish("$KV.secrets.pki.demo")
@@ -502,7 +496,6 @@ func TestOutsideTheJobIsRefused(t *testing.T) {
 			natsconfig.HealthWatcher:  {"$KV.observed.machine.demo.m1", "$KV.desired.machine.demo.m1", "capn.provider.sim.machine.reboot.demo.m1"},
 			natsconfig.Remediator:     {"$KV.observed.machine.demo.m1", "$KV.desired.cluster.demo", "capn.evt.machine.unhealthy.demo.m1", "capn.provider.sim.machine.delete.demo.m1"},
 			natsconfig.Bootstrapper:   {"$KV.desired.cluster.demo", "$KV.observed.machine.demo.m1", "capn.provider.sim.machine.create.demo.m1"},
-			natsconfig.NodeAgent:      {"$KV.observed.node.demo.m1", "capn.evt.machine.running.demo.m1", "capn.provider.sim.machine.create.demo.m1"},
 			natsconfig.Init:           {"$KV.desired.cluster.demo", "capn.evt.cluster.ready.demo._", "$JS.API.CONSUMER.CREATE.CAPN_PROVIDERS.provider-sim.capn.provider.sim.>", "$JS.API.STREAM.DELETE.CAPN_EVENTS", "$JS.API.STREAM.PURGE.KV_desired"},
 		} {
 			a := w.as(t, user)

@@ -104,7 +104,7 @@ func (c *Config) Flags() []runtime.Flag {
 		f("nats-tls-cert", "CAPN_NATS_TLS_CERT", "client certificate `file` for TLS to NATS (with --nats-tls-key; optional)", &c.NATS.TLSCert),
 		f("nats-tls-key", "CAPN_NATS_TLS_KEY", "client key `file` for TLS to NATS (optional)", &c.NATS.TLSKey),
 		f("nats-tls-ca", "CAPN_NATS_TLS_CA", "CA `file` that verifies the NATS server (optional)", &c.NATS.TLSCA),
-		f("nats-inbox-prefix", "CAPN_NATS_INBOX_PREFIX", "`prefix` of reply subjects instead of _INBOX (a deployment's node user: _INBOX_node)", &c.NATS.InboxPrefix),
+		f("nats-inbox-prefix", "CAPN_NATS_INBOX_PREFIX", "`prefix` of reply subjects (default: logged in as its machine, _INBOX_machine.<cluster>.<machine>; with other credentials, _INBOX)", &c.NATS.InboxPrefix),
 		f("nats-socket", "CAPN_NODE_NATS_SOCKET", "unix `socket` to dial NATS through (the docker provider's relay)", &c.NATSSocket),
 		f("health-addr", "CAPN_NODE_HEALTH_ADDR", "`host:port` of GET /healthz (optional)", &c.HealthAddr),
 		f("kube-bin", "CAPN_KUBE_BIN", "`dir` of the Kubernetes binaries (make kube): kube-local bootstrap data then runs a real control plane (optional)", &c.KubeBin),

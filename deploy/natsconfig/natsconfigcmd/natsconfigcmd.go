@@ -9,8 +9,10 @@
 // render writes the configuration of the three nats-server nodes of
 // docker-compose.yaml, one nkey user per component with its least
 // permissions, TLS certificates from local CAs, each component's
-// environment file, the secrets key of the bootstrapper and the gateway,
-// and a gateway admin token (deploy/natsconfig describes the layout). It
+// environment file, the auth callout's issuer seed (the bootstrapper logs
+// each machine in as itself), the machines' transport directory, the
+// secrets key of the bootstrapper and the gateway, and a gateway admin
+// token (deploy/natsconfig describes the layout). It
 // keeps every key, seed, certificate and token already there, so running it
 // again changes only what the deployment's description changed.
 //
@@ -185,7 +187,11 @@ func render(args []string, stdout, stderr io.Writer) error {
 	if err := writeFile(filepath.Join(r.Dir, ComposeEnvFile), []byte(composeEnv(r.Dir)), 0o644); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "rendered %d nodes and %d users into %s\n", len(d.Servers), len(d.Users()), r.Dir)
+	machines := ""
+	if d.NodeAgents {
+		machines = ", the auth callout and the machines' transport"
+	}
+	fmt.Fprintf(stdout, "rendered %d nodes, %d users%s into %s\n", len(d.Servers), len(d.Users()), machines, r.Dir)
 	for _, c := range created {
 		fmt.Fprintf(stdout, "  created %s\n", c)
 	}
@@ -314,7 +320,8 @@ func users(args []string, stdout, stderr io.Writer) error {
 	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
-	for _, u := range deployment().Users() {
+	d := deployment()
+	for _, u := range d.Users() {
 		fmt.Fprintf(stdout, "%s — %s (inbox %s)\n", u.Name, u.Role, u.Inbox)
 		for _, s := range u.Perms.PublishAllow {
 			fmt.Fprintf(stdout, "  pub   %s\n", s)
@@ -329,6 +336,10 @@ func users(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stdout, "  replies to requests it receives\n")
 		}
 		fmt.Fprintln(stdout)
+	}
+	if d.NodeAgents {
+		fmt.Fprintf(stdout, "machine.<cluster>.<machine> — each machine, no static user: logged in by the bootstrapper's auth callout\n"+
+			"  with its own secret, to its own health, fetch and inbox (services/bootstrapper MachinePermissions)\n")
 	}
 	return nil
 }

@@ -21,7 +21,8 @@ func TestRender(t *testing.T) {
 	if code := Run(context.Background(), args, &out, &errb); code != runtime.ExitOK {
 		t.Fatalf("render: exit %d: %s", code, errb.String())
 	}
-	if !strings.Contains(out.String(), "created gateway-admin.token") || !strings.Contains(out.String(), "created users/provider-process/nats.nk") {
+	if !strings.Contains(out.String(), "created gateway-admin.token") || !strings.Contains(out.String(), "created users/provider-process/nats.nk") ||
+		!strings.Contains(out.String(), "created users/bootstrapper/auth-callout-issuer.nk") || !strings.Contains(out.String(), "created machines/nats.pem") {
 		t.Errorf("render said:\n%s", out.String())
 	}
 	l := natsconfig.Layout{Dir: dir}
@@ -84,7 +85,8 @@ func TestUsage(t *testing.T) {
 	if code := Run(context.Background(), []string{"users"}, &out, &errb); code != runtime.ExitOK {
 		t.Fatal(errb.String())
 	}
-	for _, want := range []string{"provider-sim — infrastructure provider sim (inbox _INBOX_provider-sim)", "  pub   $KV.observed.infra.sim.>", "  sub   _INBOX_gateway.>"} {
+	for _, want := range []string{"provider-sim — infrastructure provider sim (inbox _INBOX_provider-sim)", "  pub   $KV.observed.infra.sim.>", "  sub   _INBOX_gateway.>",
+		"machine.<cluster>.<machine> — each machine, no static user: logged in by the bootstrapper's auth callout"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("users lacks %q", want)
 		}

@@ -75,7 +75,7 @@ func TestOverBoundSpecIsNotPlanned(t *testing.T) {
 		t.Fatalf("planned %d actions for a pool over the bound", len(r.Actions))
 	}
 	c := condition(r.Status, plan.ConditionReady)
-	if r.Status.GetPhase() != plan.ClusterFailed || c.GetReason() != "InvalidSpec" ||
+	if r.Status.GetPhaseValue() != capnv1alpha1.ClusterFailed || c.GetReason() != "InvalidSpec" ||
 		!strings.Contains(c.GetMessage(), "spec.workerPools[0].replicas: 2000: must be at most 1000 per pool") {
 		t.Fatalf("phase %s, Ready %s: %s", r.Status.GetPhase(), c.GetReason(), c.GetMessage())
 	}

@@ -43,7 +43,7 @@ func TestHibernate(t *testing.T) {
 	}
 	// Hibernated only once every machine is stopped: until then the phase
 	// says the machines are stopping.
-	if r.Status.Phase != plan.ClusterHibernating || r.RequeueAfter != plan.ProgressResync {
+	if r.Status.GetPhaseValue() != capnv1alpha1.ClusterHibernating || r.RequeueAfter != plan.ProgressResync {
 		t.Errorf("phase %s, requeue %v while machines stop", r.Status.Phase, r.RequeueAfter)
 	}
 	if c := condition(r.Status, plan.ConditionHibernated); c.Status != "False" || c.Message != "0 of 3 machines stopped" {
@@ -56,7 +56,7 @@ func TestHibernate(t *testing.T) {
 	if len(r.Actions) != 0 || r.RequeueAfter != 0 {
 		t.Errorf("hibernated: actions %v, requeue %v", r.Actions, r.RequeueAfter)
 	}
-	if c := condition(r.Status, plan.ConditionHibernated); c.Status != "True" || r.Status.Phase != plan.ClusterHibernated {
+	if c := condition(r.Status, plan.ConditionHibernated); c.Status != "True" || r.Status.GetPhaseValue() != capnv1alpha1.ClusterHibernated {
 		t.Errorf("phase %s, Hibernated %v", r.Status.Phase, c)
 	}
 	// The Hibernated event says what happened, not the Ready condition's
@@ -70,7 +70,7 @@ func TestHibernate(t *testing.T) {
 		t.Fatalf("wake: %v", r.Actions)
 	}
 	// Waking, not ScalingUp: the same machines start again.
-	if r.Status.Phase != plan.ClusterWaking || r.PhaseMessage != "waking: starting 3 stopped machines" {
+	if r.Status.GetPhaseValue() != capnv1alpha1.ClusterWaking || r.PhaseMessage != "waking: starting 3 stopped machines" {
 		t.Errorf("wake: phase %s (%q), want Waking", r.Status.Phase, r.PhaseMessage)
 	}
 	converge(t, h, nil)

@@ -70,9 +70,9 @@ func (m *machine) why() string {
 		return "deleting"
 	case m.failed():
 		if r := m.status.GetFailureReason(); r != "" {
-			return "Failed: " + r
+			return capnv1alpha1.MachineFailed.Wire() + ": " + r
 		}
-		return "Failed"
+		return capnv1alpha1.MachineFailed.Wire()
 	case nodeHealthyFalse(m.status):
 		return "NodeHealthy=False"
 	case m.unhealthy():

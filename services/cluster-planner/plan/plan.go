@@ -36,35 +36,6 @@ const (
 	RoleWorker       = "worker"
 )
 
-// Machine and cluster phases as wire strings, for plantest and the
-// service until they move to capnv1alpha1's enums (MachineRunning,
-// ClusterReady, …), which the planner itself uses; phases_test.go holds
-// each equal to its enum's string. Do not add to them.
-const (
-	PhasePending       = "Pending"
-	PhaseBootstrapping = "Bootstrapping"
-	PhaseProvisioning  = "Provisioning"
-	PhaseProvisioned   = "Provisioned"
-	PhaseRunning       = "Running"
-	PhaseStopped       = "Stopped"
-	PhaseDeleting      = "Deleting"
-	PhaseDeleted       = "Deleted"
-	PhaseFailed        = "Failed"
-
-	ClusterPending      = "Pending"
-	ClusterProvisioning = "Provisioning"
-	ClusterReady        = "Ready"
-	ClusterUpgrading    = "Upgrading"
-	ClusterScalingUp    = "ScalingUp"
-	ClusterScalingDown  = "ScalingDown"
-	ClusterDeleting     = "Deleting"
-	ClusterFailed       = "Failed"
-	ClusterPaused       = "Paused"
-	ClusterHibernating  = "Hibernating"
-	ClusterHibernated   = "Hibernated"
-	ClusterWaking       = "Waking"
-)
-
 // Condition types: the ones the planner writes on the cluster, and
 // NodeHealthy, which it reads on machines.
 const (

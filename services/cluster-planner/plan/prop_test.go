@@ -202,14 +202,14 @@ func checkStep(h *plantest.Harness, rec plantest.Record) error {
 		case plan.DeleteMachine:
 			m := h.Machines[a.Name]
 			deletes[m.GetSpec().GetPool()]++
-			if m.GetSpec().GetPool() == manifest.ControlPlanePool && h.Observed[a.Name].GetPhase() != plan.PhaseFailed {
+			if m.GetSpec().GetPool() == manifest.ControlPlanePool && h.Observed[a.Name].GetPhaseValue() != capnv1alpha1.MachineFailed {
 				cpChanges++
 			}
-			if _, marked := m.GetMetadata().GetAnnotations()[plan.AnnotationDeleteMachine]; marked && h.Observed[a.Name].GetPhase() == plan.PhaseRunning {
+			if _, marked := m.GetMetadata().GetAnnotations()[plan.AnnotationDeleteMachine]; marked && h.Observed[a.Name].GetPhaseValue() == capnv1alpha1.MachineRunning {
 				markedGone[m.GetSpec().GetPool()]++
 			}
 			if rs[m.GetSpec().GetPool()].onDelete && m.GetSpec().GetTemplateHash() != h.DesiredHash(m.GetSpec().GetPool()) &&
-				h.Observed[a.Name].GetPhase() != plan.PhaseFailed && rec.Before[m.GetSpec().GetPool()].Active <= rs[m.GetSpec().GetPool()].replicas &&
+				h.Observed[a.Name].GetPhaseValue() != capnv1alpha1.MachineFailed && rec.Before[m.GetSpec().GetPool()].Active <= rs[m.GetSpec().GetPool()].replicas &&
 				h.Cluster.Metadata.DeletionTimestamp == nil {
 				return fmt.Errorf("OnDelete pool: planner deleted outdated machine %s itself", a.Name)
 			}
@@ -367,7 +367,8 @@ func labelsPropagated(h *plantest.Harness) error {
 // marked, unhealthy — and checks the plan's invariants, that it is
 // deterministic and that it does not modify its input.
 func TestPropertyRandomSnapshots(t *testing.T) {
-	phases := []string{plan.PhasePending, plan.PhaseProvisioning, plan.PhaseRunning, plan.PhaseRunning, plan.PhaseRunning, plan.PhaseFailed, plan.PhaseStopped, plan.PhaseDeleted}
+	phases := []capnv1alpha1.MachinePhase{capnv1alpha1.MachinePending, capnv1alpha1.MachineProvisioning, capnv1alpha1.MachineRunning, capnv1alpha1.MachineRunning,
+		capnv1alpha1.MachineRunning, capnv1alpha1.MachineFailed, capnv1alpha1.MachineStopped, capnv1alpha1.MachineDeleted}
 	rapid.Check(t, func(t *rapid.T) {
 		c := genCluster(t)
 		h := plantest.New(c)
@@ -391,10 +392,10 @@ func TestPropertyRandomSnapshots(t *testing.T) {
 				Spec:     &capnv1alpha1.MachineSpec{Cluster: "demo", Pool: pool, TemplateHash: hash, FirstControlPlane: pool == manifest.ControlPlanePool && i == 0},
 			}
 			phase := rapid.SampledFrom(phases).Draw(t, "phase")
-			if phase == plan.PhaseDeleted || rapid.IntRange(0, 5).Draw(t, "deleting") == 0 {
+			if phase == capnv1alpha1.MachineDeleted || rapid.IntRange(0, 5).Draw(t, "deleting") == 0 {
 				m.Metadata.DeletionTimestamp = timestamppb.New(h.Now)
 			}
-			st := &capnv1alpha1.MachineStatus{Phase: phase}
+			st := &capnv1alpha1.MachineStatus{Phase: phase.Wire()}
 			switch rapid.IntRange(0, 6).Draw(t, "health") {
 			case 0:
 				st.Conditions = []*capnv1alpha1.Condition{{Type: plan.ConditionNodeHealthy, Status: "False"}}
@@ -409,7 +410,7 @@ func TestPropertyRandomSnapshots(t *testing.T) {
 			}
 		}
 		if rapid.Bool().Draw(t, "initialized") {
-			h.Status = &capnv1alpha1.ClusterStatus{ControlPlaneInitialized: true, Phase: plan.ClusterReady}
+			h.Status = &capnv1alpha1.ClusterStatus{ControlPlaneInitialized: true, Phase: capnv1alpha1.ClusterReady.Wire()}
 		}
 
 		in := h.Input()

@@ -56,7 +56,7 @@ func TestMissingProviderRefusesClusterUntilItRuns(t *testing.T) {
 		if len(r.Actions) != 0 {
 			t.Fatalf("a cluster naming a provider that does not run got actions %v", r.Actions)
 		}
-		if r.Status.Phase != plan.ClusterPending {
+		if r.Status.GetPhaseValue() != capnv1alpha1.ClusterPending {
 			t.Errorf("phase %s, want Pending", r.Status.Phase)
 		}
 		if r.RequeueAfter == 0 {
@@ -94,7 +94,7 @@ func TestMissingControlPlaneProvider(t *testing.T) {
 	if len(of[plan.EnsureClusterInfra](r)) != 1 || len(of[plan.CreateMachine](r)) != 1 {
 		t.Fatalf("once the provider runs: %v", r.Actions)
 	}
-	if r.Status.Phase != plan.ClusterProvisioning {
+	if r.Status.GetPhaseValue() != capnv1alpha1.ClusterProvisioning {
 		t.Errorf("phase %s, want Provisioning", r.Status.Phase)
 	}
 }
@@ -107,7 +107,7 @@ func TestStaleAnnouncementIsNotRunning(t *testing.T) {
 		}}
 	}
 	r := plan.Plan(in(plan.ProviderStale + time.Second))
-	if len(r.Actions) != 0 || r.Status.Phase != plan.ClusterPending {
+	if len(r.Actions) != 0 || r.Status.GetPhaseValue() != capnv1alpha1.ClusterPending {
 		t.Fatalf("stale announcement: actions %v, phase %s", r.Actions, r.Status.Phase)
 	}
 	wantCondition(t, r.Status, plan.ConditionProvidersReady, "False", plan.ReasonProviderNotRunning,
@@ -132,7 +132,7 @@ func TestProviderGoneHoldsItsPoolsOnly(t *testing.T) {
 
 	delete(h.Providers, "docker") // stopped cleanly: announcement withdrawn
 	r, _ := h.Step()
-	if len(r.Actions) != 0 || r.Status.Phase != plan.ClusterReady {
+	if len(r.Actions) != 0 || r.Status.GetPhaseValue() != capnv1alpha1.ClusterReady {
 		t.Fatalf("a Ready cluster whose provider went away: actions %v, phase %s", r.Actions, r.Status.Phase)
 	}
 	wantCondition(t, r.Status, plan.ConditionReady, "True", "Ready")
@@ -145,7 +145,7 @@ func TestProviderGoneHoldsItsPoolsOnly(t *testing.T) {
 		s.WorkerPools[0].Replicas = 3
 		s.WorkerPools[1].Replicas = 4
 	})
-	h.SetPhase(before[0], plan.PhaseFailed)
+	h.SetPhase(before[0], capnv1alpha1.MachineFailed)
 	for range 6 {
 		r, err := h.Step()
 		if err != nil {
@@ -163,7 +163,7 @@ func TestProviderGoneHoldsItsPoolsOnly(t *testing.T) {
 				}
 			}
 		}
-		if r.Status.Phase == plan.ClusterFailed || r.Status.Phase == plan.ClusterPending {
+		if r.Status.GetPhaseValue() == capnv1alpha1.ClusterFailed || r.Status.GetPhaseValue() == capnv1alpha1.ClusterPending {
 			t.Fatalf("phase %s", r.Status.Phase)
 		}
 	}
@@ -210,7 +210,7 @@ func TestHibernateNeedsStopStart(t *testing.T) {
 	}
 	wantCondition(t, r.Status, plan.ConditionHibernated, "False", plan.ReasonProviderLacksCapability, "1 of 1 machines that can stop", "md-0 keep running")
 	// Hibernated as far as it can be: the event says which machines run on.
-	if want := "hibernated: 1 machine stopped, its disk kept; 2 machines of md-0 keep running (the provider cannot stop); capn wake demo starts it"; r.Status.Phase != plan.ClusterHibernated || r.PhaseMessage != want {
+	if want := "hibernated: 1 machine stopped, its disk kept; 2 machines of md-0 keep running (the provider cannot stop); capn wake demo starts it"; r.Status.GetPhaseValue() != capnv1alpha1.ClusterHibernated || r.PhaseMessage != want {
 		t.Errorf("phase %s, message %q, want Hibernated: %q", r.Status.Phase, r.PhaseMessage, want)
 	}
 	for _, n := range h.Names("md-0") {
@@ -224,7 +224,7 @@ func TestHibernateNeedsStopStart(t *testing.T) {
 	nh.Cluster.Spec.Hibernated = true
 	nh.Providers = map[string][]string{"sim": stopStart, "bare": {"reboot"}}
 	r, _ = nh.Step()
-	if len(r.Actions) != 0 || r.Status.Phase != plan.ClusterPending {
+	if len(r.Actions) != 0 || r.Status.GetPhaseValue() != capnv1alpha1.ClusterPending {
 		t.Fatalf("new hibernated cluster: actions %v, phase %s", r.Actions, r.Status.Phase)
 	}
 	wantCondition(t, r.Status, plan.ConditionReady, "False", plan.ReasonProviderLacksCapability, "bare")

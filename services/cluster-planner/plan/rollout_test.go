@@ -121,7 +121,7 @@ func TestOnDeleteReplacesOnlyDeletedMachines(t *testing.T) {
 		if len(r.Actions) != 0 {
 			t.Fatalf("OnDelete acted on its own: %v", r.Actions)
 		}
-		if r.Status.Phase != plan.ClusterUpgrading {
+		if r.Status.GetPhaseValue() != capnv1alpha1.ClusterUpgrading {
 			t.Errorf("phase %s, want Upgrading while outdated machines remain", r.Status.Phase)
 		}
 	}
@@ -149,7 +149,7 @@ func TestFailedWorkerIsReplaced(t *testing.T) {
 	c.Spec.WorkerPools[0].Strategy.MaxSurge, c.Spec.WorkerPools[0].Strategy.MaxUnavailable = "0", "1"
 	h := started(t, c)
 	name := h.Names("md-0")[0]
-	h.SetPhase(name, plan.PhaseFailed)
+	h.SetPhase(name, capnv1alpha1.MachineFailed)
 	r, _ := h.Step()
 	ds := of[plan.DeleteMachine](r)
 	if len(ds) != 1 || ds[0].Name != name {
@@ -188,7 +188,7 @@ func TestScaleThreeFiveOne(t *testing.T) {
 	if n := len(of[plan.CreateMachine](r)); n != 2 {
 		t.Fatalf("scale up 3 → 5 created %d machines at once, want 2", n)
 	}
-	if r.Status.Phase != plan.ClusterScalingUp {
+	if r.Status.GetPhaseValue() != capnv1alpha1.ClusterScalingUp {
 		t.Errorf("phase %s, want ScalingUp", r.Status.Phase)
 	}
 	if p := r.Status.WorkerPools[0]; p.Desired != 5 || p.Replicas != 3 || p.Available != 3 {
@@ -207,7 +207,7 @@ func TestScaleThreeFiveOne(t *testing.T) {
 	if !slices.ContainsFunc(ds, func(d plan.DeleteMachine) bool { return d.Name == marked }) {
 		t.Errorf("the machine marked for deletion was kept")
 	}
-	if r.Status.Phase != plan.ClusterScalingDown {
+	if r.Status.GetPhaseValue() != capnv1alpha1.ClusterScalingDown {
 		t.Errorf("phase %s, want ScalingDown", r.Status.Phase)
 	}
 	converge(t, h, nil)

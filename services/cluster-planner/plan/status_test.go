@@ -21,7 +21,7 @@ func TestStatusWhileProvisioning(t *testing.T) {
 	h.Infra = plan.Infra{Exists: true, Ready: true, Endpoint: &capnv1alpha1.Endpoint{Host: "10.0.0.1", Port: 6443}}
 	r, _ := h.Step()
 	st := r.Status
-	if st.Phase != plan.ClusterProvisioning || st.ObservedGeneration != 4 || st.ControlPlaneInitialized {
+	if st.GetPhaseValue() != capnv1alpha1.ClusterProvisioning || st.ObservedGeneration != 4 || st.ControlPlaneInitialized {
 		t.Fatalf("status %v", st)
 	}
 	if st.ControlPlaneEndpoint.GetHost() != "10.0.0.1" {
@@ -44,7 +44,7 @@ func TestStatusWhileProvisioning(t *testing.T) {
 	}
 	converge(t, h, nil)
 	st = h.Status
-	if st.Phase != plan.ClusterReady || !st.ControlPlaneInitialized {
+	if st.GetPhaseValue() != capnv1alpha1.ClusterReady || !st.ControlPlaneInitialized {
 		t.Fatalf("status %v", st)
 	}
 	for _, typ := range []string{plan.ConditionControlPlaneInitialized, plan.ConditionControlPlaneReady, plan.ConditionWorkersReady, plan.ConditionReady} {
@@ -71,7 +71,7 @@ func TestStatusUpgrading(t *testing.T) {
 		s.WorkerPools[0].Version = "v1.34.1"
 	})
 	r, _ := h.Step()
-	if r.Status.Phase != plan.ClusterUpgrading {
+	if r.Status.GetPhaseValue() != capnv1alpha1.ClusterUpgrading {
 		t.Errorf("phase %s", r.Status.Phase)
 	}
 	cp := condition(r.Status, plan.ConditionControlPlaneReady)
@@ -107,7 +107,7 @@ func TestConditionTransitionTimeKept(t *testing.T) {
 	if !proto.Equal(r.Status, h.Status) {
 		t.Errorf("a plan that changed nothing computed a different status:\n%v\nwas\n%v", r.Status, h.Status)
 	}
-	h.SetPhase(h.Names(cpPool)[0], plan.PhaseProvisioning)
+	h.SetPhase(h.Names(cpPool)[0], capnv1alpha1.MachineProvisioning)
 	r = h.Plan()
 	if got := condition(r.Status, plan.ConditionReady).LastTransitionTime.AsTime(); !got.Equal(h.Now) {
 		t.Errorf("Ready changed but its transition time is %v", got)
@@ -122,7 +122,7 @@ func TestStatusInvalidSpec(t *testing.T) {
 	c.Spec.ControlPlane.Replicas = 2
 	h := plantest.New(c)
 	r := h.Plan()
-	if len(r.Actions) != 0 || r.Status.Phase != plan.ClusterFailed {
+	if len(r.Actions) != 0 || r.Status.GetPhaseValue() != capnv1alpha1.ClusterFailed {
 		t.Fatalf("invalid spec: phase %s, actions %v", r.Status.Phase, r.Actions)
 	}
 	ready := condition(r.Status, plan.ConditionReady)
@@ -133,9 +133,9 @@ func TestStatusInvalidSpec(t *testing.T) {
 
 func TestStatusFailedControlPlane(t *testing.T) {
 	h := started(t, cluster(1))
-	h.SetPhase(h.Names(cpPool)[0], plan.PhaseFailed)
+	h.SetPhase(h.Names(cpPool)[0], capnv1alpha1.MachineFailed)
 	r := h.Plan()
-	if r.Status.Phase != plan.ClusterFailed {
+	if r.Status.GetPhaseValue() != capnv1alpha1.ClusterFailed {
 		t.Errorf("phase %s with the only control-plane machine failed", r.Status.Phase)
 	}
 	if len(of[plan.DeleteMachine](r)) != 1 {

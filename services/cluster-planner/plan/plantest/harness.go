@@ -164,7 +164,7 @@ func (h *Harness) check(a plan.Action) error {
 			return fmt.Errorf("update %s: %w: no such machine", name, ErrConflict)
 		}
 	case plan.RemoveMachine:
-		if h.Observed[a.Name].GetPhase() != plan.PhaseDeleted {
+		if h.Observed[a.Name].GetPhaseValue() != capnv1alpha1.MachineDeleted {
 			return fmt.Errorf("remove %s: not deleted yet", a.Name)
 		}
 	case plan.DeleteClusterInfra:
@@ -257,44 +257,46 @@ func (h *Harness) Advance() {
 		m := h.Machines[name]
 		st := h.Observed[name]
 		if st == nil {
-			st = &capnv1alpha1.MachineStatus{Phase: plan.PhasePending}
+			st = &capnv1alpha1.MachineStatus{}
+			st.SetPhaseValue(capnv1alpha1.MachinePending)
 			h.Observed[name] = st
 			h.timers[name] = h.steps(h.BootSteps, name, 2)
 		}
-		switch {
+		switch phase := st.GetPhaseValue(); {
 		case m.GetMetadata().GetDeletionTimestamp() != nil:
-			if st.Phase == plan.PhaseDeleted {
+			if phase == capnv1alpha1.MachineDeleted {
 				continue
 			}
-			if st.Phase != plan.PhaseDeleting {
-				st.Phase = plan.PhaseDeleting
+			if phase != capnv1alpha1.MachineDeleting {
+				st.SetPhaseValue(capnv1alpha1.MachineDeleting)
 				h.timers[name] = h.steps(h.DeleteSteps, name, 1)
 			}
 			if h.timers[name]--; h.timers[name] <= 0 {
-				st.Phase = plan.PhaseDeleted
+				st.SetPhaseValue(capnv1alpha1.MachineDeleted)
 			}
-		case st.Phase == plan.PhaseFailed:
-		case st.Phase == plan.PhaseRunning && m.GetSpec().GetStopped():
-			st.Phase = plan.PhaseStopped
-		case st.Phase == plan.PhaseStopped && !m.GetSpec().GetStopped():
-			st.Phase = plan.PhaseRunning
-		case st.Phase == plan.PhaseRunning || st.Phase == plan.PhaseStopped:
+		case phase == capnv1alpha1.MachineFailed:
+		case phase == capnv1alpha1.MachineRunning && m.GetSpec().GetStopped():
+			st.SetPhaseValue(capnv1alpha1.MachineStopped)
+		case phase == capnv1alpha1.MachineStopped && !m.GetSpec().GetStopped():
+			st.SetPhaseValue(capnv1alpha1.MachineRunning)
+		case phase == capnv1alpha1.MachineRunning || phase == capnv1alpha1.MachineStopped:
 		default: // booting
 			if h.timers[name]--; h.timers[name] > 0 {
-				st.Phase = plan.PhaseProvisioning
+				st.SetPhaseValue(capnv1alpha1.MachineProvisioning)
 				continue
 			}
 			if h.FailBoot != nil && h.FailBoot(name) {
-				st.Phase, st.FailureReason = plan.PhaseFailed, "BootFailed"
+				st.SetPhaseValue(capnv1alpha1.MachineFailed)
+				st.FailureReason = "BootFailed"
 				continue
 			}
-			st.Phase = plan.PhaseRunning
+			st.SetPhaseValue(capnv1alpha1.MachineRunning)
 			if m.GetSpec().GetStopped() {
-				st.Phase = plan.PhaseStopped
+				st.SetPhaseValue(capnv1alpha1.MachineStopped)
 			}
 			st.KubeletVersion = m.GetSpec().GetVersion()
 			st.NodeName = name
-			st.Conditions = []*capnv1alpha1.Condition{{Type: plan.ConditionNodeHealthy, Status: "True"}}
+			st.Conditions = []*capnv1alpha1.Condition{{Type: plan.ConditionNodeHealthy, Status: capnv1alpha1.ConditionTrue.Wire()}}
 		}
 	}
 }
@@ -335,7 +337,7 @@ func (h *Harness) Converged(r plan.Result) bool {
 	if h.ClusterDeleted {
 		return true
 	}
-	return len(r.Actions) == 0 && r.Status.GetPhase() == plan.ClusterReady
+	return len(r.Actions) == 0 && r.Status.GetPhaseValue() == capnv1alpha1.ClusterReady
 }
 
 // Run steps until Converged or maxSteps; it returns the steps taken. check,
@@ -406,7 +408,7 @@ func (h *Harness) Counts() map[string]Counts {
 	}
 	for name, m := range h.Machines {
 		st := h.Observed[name]
-		if st.GetPhase() == plan.PhaseDeleted {
+		if st.GetPhaseValue() == capnv1alpha1.MachineDeleted {
 			continue
 		}
 		pool := m.GetSpec().GetPool()
@@ -421,7 +423,7 @@ func (h *Harness) Counts() map[string]Counts {
 			if outdated {
 				c.Outdated++
 			}
-			if st.GetPhase() == plan.PhaseRunning && !unhealthy(m, st) {
+			if st.GetPhaseValue() == capnv1alpha1.MachineRunning && !unhealthy(m, st) {
 				c.Available++
 			}
 		}
@@ -435,7 +437,7 @@ func unhealthy(m *capnv1alpha1.Machine, st *capnv1alpha1.MachineStatus) bool {
 		return true
 	}
 	for _, c := range st.GetConditions() {
-		if c.GetType() == plan.ConditionNodeHealthy && c.GetStatus() == "False" {
+		if c.GetType() == plan.ConditionNodeHealthy && c.GetStatusValue() == capnv1alpha1.ConditionFalse {
 			return true
 		}
 	}
@@ -454,13 +456,12 @@ func (h *Harness) Names(pool string) []string {
 	return out
 }
 
-// SetPhase sets a machine's observed phase (e.g. Failed).
-func (h *Harness) SetPhase(name, phase string) {
-	if st := h.Observed[name]; st != nil {
-		st.Phase = phase
-	} else {
-		h.Observed[name] = &capnv1alpha1.MachineStatus{Phase: phase}
+// SetPhase sets a machine's observed phase (e.g. MachineFailed).
+func (h *Harness) SetPhase(name string, phase capnv1alpha1.MachinePhase) {
+	if h.Observed[name] == nil {
+		h.Observed[name] = &capnv1alpha1.MachineStatus{}
 	}
+	h.Observed[name].SetPhaseValue(phase)
 }
 
 // Annotate sets an annotation on a desired machine.

@@ -38,7 +38,7 @@ func TestHarnessConvergesAndRecords(t *testing.T) {
 	if c := last.After["w"]; c.Total != 2 || c.Available != 2 || c.Outdated != 0 {
 		t.Errorf("counts %+v", c)
 	}
-	if h.Status.GetPhase() != plan.ClusterReady || !h.Infra.Exists {
+	if h.Status.GetPhaseValue() != capnv1alpha1.ClusterReady || !h.Infra.Exists {
 		t.Errorf("phase %s, infra %v", h.Status.GetPhase(), h.Infra)
 	}
 }

@@ -1,0 +1,80 @@
+package bench
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Config is capn-bench's command line (BindFlags).
+type Config struct {
+	Clusters       string // comma-separated fleet sizes
+	Runs           int
+	Out            string
+	Timeout        time.Duration
+	RepairMachines int
+	Workers        int
+	Trace          bool
+	CPUProfile     string
+	RepairFleet    int
+	Bench          string // comma-separated benchmarks
+	IdleClusters   string // comma-separated fleet sizes
+	UpgradePool    int
+	UpgradeBoot    time.Duration
+	IdleHeartbeat  time.Duration
+	IdleWindow     time.Duration
+	ReplayClients  int
+}
+
+// BindFlags defines capn-bench's flags on fs, with their defaults, into
+// the Config it returns.
+func BindFlags(fs *flag.FlagSet) *Config {
+	c := &Config{}
+	fs.StringVar(&c.Clusters, "clusters", "100,300,1000", "comma-separated fleet sizes (clusters of 1 control-plane + 9 worker machines)")
+	fs.IntVar(&c.Runs, "runs", 3, "runs per figure; the report gives medians")
+	fs.StringVar(&c.Out, "out", "", "write the markdown report here (default: stdout only)")
+	fs.DurationVar(&c.Timeout, "timeout", 10*time.Minute, "give up on one fleet create after this long")
+	fs.IntVar(&c.RepairMachines, "repair-machines", 20, "machines repaired one after another in the repair-latency benchmark (0 skips it)")
+	fs.IntVar(&c.Workers, "workers", 0, "override the services' worker counts (0: their defaults)")
+	fs.BoolVar(&c.Trace, "trace", false, "print each fleet create's progress every second")
+	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run here")
+	fs.IntVar(&c.RepairFleet, "repair-fleet", 300, "clusters created in the background of the busy repair-latency runs (0 skips them)")
+	fs.StringVar(&c.Bench, "bench", "fleet,repair,idle,upgrade,ingest", "comma-separated benchmarks to run: fleet, repair, idle, upgrade, ingest")
+	fs.StringVar(&c.IdleClusters, "idle-clusters", "100,1000", "comma-separated fleet sizes of the idle-cost benchmark")
+	fs.IntVar(&c.UpgradePool, "upgrade-pool", 500, "machines in the pool of the rolling-upgrade benchmark")
+	fs.DurationVar(&c.UpgradeBoot, "upgrade-boot", 5*time.Second, "the sim provider's boot latency in the rolling-upgrade benchmark")
+	fs.DurationVar(&c.IdleHeartbeat, "idle-heartbeat", 30*time.Second, "heartbeat interval of each simulated node in the idle benchmark (the sim provider's default)")
+	fs.DurationVar(&c.IdleWindow, "idle-window", 30*time.Second, "how long the idle benchmark reads each program's CPU time")
+	fs.IntVar(&c.ReplayClients, "replay-clients", replayClients, "clients publishing the replayed traffic")
+	return c
+}
+
+// options is a Config with its lists parsed: what Run runs.
+type options struct {
+	Config
+	sizes, idleSizes []int
+	want             map[string]bool // by benchmark name
+}
+
+// options parses the lists of c, in the order capn-bench always did: the
+// first mistake is the error.
+func (c Config) options() (options, error) {
+	o := options{Config: c, want: map[string]bool{}}
+	var err error
+	if o.sizes, err = sizesFlag("--clusters", c.Clusters); err != nil {
+		return options{}, err
+	}
+	if o.idleSizes, err = sizesFlag("--idle-clusters", c.IdleClusters); err != nil {
+		return options{}, err
+	}
+	for _, b := range strings.Split(c.Bench, ",") {
+		switch b = strings.TrimSpace(b); b {
+		case "fleet", "repair", "idle", "upgrade", "ingest":
+			o.want[b] = true
+		default:
+			return options{}, usageError{fmt.Errorf("--bench: %q is not a benchmark (fleet, repair, idle, upgrade, ingest)", b)}
+		}
+	}
+	return o, nil
+}

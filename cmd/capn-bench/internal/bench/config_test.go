@@ -1,0 +1,45 @@
+package bench
+
+import (
+	"errors"
+	"flag"
+	"slices"
+	"testing"
+)
+
+// TestOptions: the flags' defaults parse, and a mistake is a usage error
+// (exit 2) in capn-bench's words.
+func TestOptions(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string // "": parses
+	}{
+		{name: "defaults"},
+		{name: "a size that is no number", args: []string{"--clusters", "100,x"}, wantErr: `--clusters: "x" is not a positive number`},
+		{name: "an idle size of 0", args: []string{"--idle-clusters", "0"}, wantErr: `--idle-clusters: "0" is not a positive number`},
+		{name: "an unknown benchmark", args: []string{"--bench", "fleet,nope"}, wantErr: `--bench: "nope" is not a benchmark (fleet, repair, idle, upgrade, ingest)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := flag.NewFlagSet("capn-bench", flag.ContinueOnError)
+			cfg := BindFlags(fs)
+			if err := fs.Parse(tt.args); err != nil {
+				t.Fatal(err)
+			}
+			o, err := cfg.options()
+			if tt.wantErr == "" {
+				if err != nil || !slices.Equal(o.sizes, []int{100, 300, 1000}) || !slices.Equal(o.idleSizes, []int{100, 1000}) || len(o.want) != len(benchmarks) {
+					t.Errorf("options() = %+v, %v", o, err)
+				}
+				return
+			}
+			if err == nil || err.Error() != tt.wantErr || ExitCode(err) != 2 {
+				t.Errorf("options() error %v (exit %d), want %q (exit 2)", err, ExitCode(err), tt.wantErr)
+			}
+		})
+	}
+	if code := ExitCode(errors.New("a run failed")); code != 1 {
+		t.Errorf("ExitCode of a failure = %d, want 1", code)
+	}
+}

@@ -1,0 +1,257 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/embedded"
+	"github.com/capn-dev/capn/events/store"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
+	"github.com/capn-dev/capn/secrets/seal"
+)
+
+// idleProgram is one of capn's programs as the idle benchmark runs it: its
+// own process, as in a real deployment, so that its CPU time and RSS are
+// its own.
+type idleProgram struct {
+	Name string   // the cmd/ directory
+	Core bool     // one of capn's services (false: the sim provider, which simulates the nodes too)
+	Args []string // beyond the runtime's flags
+}
+
+var idlePrograms = []idleProgram{
+	{Name: "cluster-planner", Core: true},
+	{Name: "machine-manager", Core: true},
+	{Name: "bootstrapper", Core: true},
+	{Name: "health-watcher", Core: true},
+	{Name: "remediator", Core: true},
+	{Name: "gateway", Core: true, Args: []string{"--addr", "127.0.0.1:0"}},
+	{Name: "capn-provider-sim", Args: []string{"--sim-boot-latency", "0", "--sim-boot-jitter", "0"}}, // + --sim-heartbeat-every
+}
+
+// idleSample is one program's cost while nothing changes.
+type idleSample struct {
+	Name   string
+	Core   bool
+	MilliC float64 // mCPU over the window (CPU seconds per second × 1000)
+	RSSMiB float64 // resident set at the end of the window
+}
+
+type idleRun struct {
+	Clusters  int
+	Heartbeat time.Duration // every simulated node's heartbeat interval
+	Window    time.Duration
+	Programs  []idleSample
+}
+
+func (r idleRun) sum(core bool, f func(idleSample) float64) float64 {
+	t := 0.0
+	for _, p := range r.Programs {
+		if p.Core || !core {
+			t += f(p)
+		}
+	}
+	return t
+}
+
+// buildPrograms builds every idle program into dir from the module the
+// benchmark runs in (make bench runs it from the repository's root).
+func buildPrograms(ctx context.Context, dir string) error {
+	args := []string{"build", "-o", dir + string(os.PathSeparator)}
+	for _, p := range idlePrograms {
+		args = append(args, "./cmd/"+p.Name)
+	}
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build of the programs (run capn-bench from the repository's root): %v\n%s", err, out)
+	}
+	return nil
+}
+
+// measureIdle runs each program as its own process against an embedded
+// server on loopback, creates n clusters, waits until every machine is
+// Running and every cluster Ready, lets the fleet settle, then reads each
+// process's CPU time over window and its resident set at the end.
+func measureIdle(ctx context.Context, binDir string, n int, heartbeat, settle, window, timeout time.Duration) (idleRun, error) {
+	dir, err := os.MkdirTemp("", "capn-bench-idle-")
+	if err != nil {
+		return idleRun{}, err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := embedded.Start(embedded.Options{StoreDir: filepath.Join(dir, "nats"), Port: -1, ServerName: "capn-bench-idle"})
+	if err != nil {
+		return idleRun{}, err
+	}
+	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
+	nc, err := nats.Connect(srv.ClientURL(), nats.Name("bench-idle"))
+	if err != nil {
+		return idleRun{}, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return idleRun{}, err
+	}
+	if err := events.Provision(ctx, js, events.DefaultTopology(1)); err != nil {
+		return idleRun{}, err
+	}
+	key, _ := seal.GenerateKey()
+	keyFile := filepath.Join(dir, "secrets.key")
+	if err := os.WriteFile(keyFile, []byte(key.Encode()), 0o600); err != nil {
+		return idleRun{}, err
+	}
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte("bench-token-0123456789abcdef0123 admin bench\n"), 0o600); err != nil {
+		return idleRun{}, err
+	}
+	var procs []*exec.Cmd
+	defer func() {
+		for _, p := range procs {
+			_ = p.Process.Signal(os.Interrupt)
+		}
+		for _, p := range procs {
+			_ = p.Wait()
+		}
+	}()
+	for _, p := range idlePrograms {
+		args := append([]string{"--nats-url", srv.ClientURL(), "--http-addr", "off", "--log-level", "warn", "--log-format", "json", "--skip-provision"}, p.Args...)
+		switch p.Name {
+		case "bootstrapper":
+			args = append(args, "--secrets-key-file", keyFile)
+		case "capn-provider-sim":
+			args = append(args, "--sim-heartbeat-every", heartbeat.String())
+		case "gateway":
+			args = append(args, "--secrets-key-file", keyFile, "--tokens-file", tokens)
+		}
+		cmd := exec.Command(filepath.Join(binDir, p.Name), args...)
+		log, err := os.Create(filepath.Join(dir, p.Name+".log"))
+		if err != nil {
+			return idleRun{}, err
+		}
+		defer log.Close()
+		cmd.Stdout, cmd.Stderr = log, log
+		if err := cmd.Start(); err != nil {
+			return idleRun{}, fmt.Errorf("start %s: %w", p.Name, err)
+		}
+		procs = append(procs, cmd)
+	}
+
+	observed, err := js.KeyValue(ctx, events.BucketObserved)
+	if err != nil {
+		return idleRun{}, err
+	}
+	desired, err := js.KeyValue(ctx, events.BucketDesired)
+	if err != nil {
+		return idleRun{}, err
+	}
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	running := countRunning(wctx, observed)
+	ready := countReadyClusters(wctx, observed)
+	time.Sleep(time.Second) // let every program connect and bind its consumers
+	clusters := store.NewBucket(desired, func() *capnv1.Cluster { return new(capnv1.Cluster) })
+	for i := range n {
+		c := fleetCluster(i)
+		if _, err := clusters.Create(ctx, keys.Cluster(c.GetMetadata().GetName()), c); err != nil {
+			return idleRun{}, err
+		}
+	}
+	deadline := time.Now().Add(timeout)
+	for running.Load() < int64(n*10) || ready.Load() < int64(n) {
+		if time.Now().After(deadline) {
+			return idleRun{}, fmt.Errorf("idle %d clusters: %d of %d machines Running, %d of %d clusters Ready after %s (logs in %s)",
+				n, running.Load(), n*10, ready.Load(), n, timeout, dir)
+		}
+		for i, p := range procs {
+			if p.ProcessState != nil {
+				return idleRun{}, fmt.Errorf("%s exited: %s", idlePrograms[i].Name, p.ProcessState)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stopWatch() // the benchmark's own watchers are not part of the idle cost
+	time.Sleep(settle)
+	before := make([]float64, len(procs))
+	for i, p := range procs {
+		if before[i], err = cpuSeconds(p.Process.Pid); err != nil {
+			return idleRun{}, err
+		}
+	}
+	t0 := time.Now()
+	time.Sleep(window)
+	el := time.Since(t0).Seconds()
+	r := idleRun{Clusters: n, Heartbeat: heartbeat, Window: window}
+	for i, p := range procs {
+		after, err := cpuSeconds(p.Process.Pid)
+		if err != nil {
+			return idleRun{}, err
+		}
+		rss, err := rssMiB(p.Process.Pid)
+		if err != nil {
+			return idleRun{}, err
+		}
+		r.Programs = append(r.Programs, idleSample{Name: idlePrograms[i].Name, Core: idlePrograms[i].Core, MilliC: 1000 * (after - before[i]) / el, RSSMiB: rss})
+	}
+	return r, nil
+}
+
+// countReadyClusters counts clusters whose observed phase is Ready.
+func countReadyClusters(ctx context.Context, kv jetstream.KeyValue) *atomic.Int64 {
+	return countPhase(ctx, kv, "cluster.*", func() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) }, capnv1.ClusterReady.Wire())
+}
+
+// cpuSeconds is the user+system CPU time of a process so far.
+func cpuSeconds(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces; the fields after its
+	// closing parenthesis are space-separated: utime is the 14th field of
+	// the line, stime the 15th.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	ut, err1 := strconv.ParseFloat(f[11], 64)
+	st, err2 := strconv.ParseFloat(f[12], 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected %q", pid, s)
+	}
+	return (ut + st) / clockTicks, nil
+}
+
+// clockTicks is USER_HZ, 100 on every Linux that Go supports.
+const clockTicks = 100
+
+// rssMiB is a process's resident set (VmRSS).
+func rssMiB(pid int) (float64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb / 1024, err
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
+}
+
+func (s idleSample) cpu() float64 { return s.MilliC }
+func (s idleSample) rss() float64 { return s.RSSMiB }

@@ -1,0 +1,82 @@
+package cli
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestParseRefs: TYPE [NAME...] and TYPE/NAME... (what -o name prints),
+// one type at a time, and a precise error for anything else.
+func TestParseRefs(t *testing.T) {
+	tests := []struct {
+		pos       []string
+		wantRes   resource
+		wantNames []string
+		wantErr   string
+	}{
+		{pos: []string{"clusters"}, wantRes: resCluster},
+		{pos: []string{"cl", "a", "b"}, wantRes: resCluster, wantNames: []string{"a", "b"}},
+		{pos: []string{"cluster/demo"}, wantRes: resCluster, wantNames: []string{"demo"}},
+		{pos: []string{"clusters/a", "cl/b"}, wantRes: resCluster, wantNames: []string{"a", "b"}},
+		{pos: []string{"machine/demo-md-0-abc12-0"}, wantRes: resMachine, wantNames: []string{"demo-md-0-abc12-0"}},
+		{pos: []string{"machines", "m-1"}, wantRes: resMachine, wantNames: []string{"m-1"}},
+		{pos: nil, wantErr: "missing what: clusters, machines, or TYPE/NAME"},
+		{pos: []string{"pods"}, wantErr: `unknown type "pods": capn has clusters and machines`},
+		{pos: []string{"pod/x"}, wantErr: `"pod/x": unknown type "pod": capn has clusters and machines (cluster/NAME, machine/NAME)`},
+		{pos: []string{"cluster/"}, wantErr: `"cluster/": want TYPE/NAME, e.g. cluster/demo`},
+		{pos: []string{"cluster/a/b"}, wantErr: `"cluster/a/b": want TYPE/NAME, e.g. cluster/demo`},
+		{pos: []string{"cluster/a", "machine/b"}, wantErr: `"machine/b": one type at a time (cluster/... first)`},
+		{pos: []string{"cluster", "cluster/a"}, wantErr: `"cluster/a": give either TYPE NAME... or TYPE/NAME..., not both`},
+	}
+	for _, tt := range tests {
+		r, err := parseRefs(tt.pos)
+		if tt.wantErr != "" {
+			if err == nil || err.Error() != tt.wantErr {
+				t.Errorf("parseRefs(%q): %v, want %q", tt.pos, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || r.res != tt.wantRes || !slices.Equal(r.names, tt.wantNames) {
+			t.Errorf("parseRefs(%q) = %v %q, %v", tt.pos, r.res, r.names, err)
+		}
+	}
+}
+
+// TestTypeSlashNameErrors: each command that takes a cluster takes
+// cluster/NAME, and says precisely why another TYPE does not fit, before
+// it looks for a gateway.
+func TestTypeSlashNameErrors(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"scale", "machine/m-1", "--pool", "md-0", "--replicas", "1"}, `capn scale: "machine/m-1" is a machine: capn scale takes a cluster (NAME or cluster/NAME)`},
+		{[]string{"upgrade", "machines/m-1", "--version", "v1.34.0"}, `capn upgrade: "machines/m-1" is a machine: capn upgrade takes a cluster (NAME or cluster/NAME)`},
+		{[]string{"pause", "pod/x"}, `capn pause: "pod/x": unknown type "pod": capn has clusters and machines (cluster/NAME, machine/NAME)`},
+		{[]string{"kubeconfig", "machine/m-1"}, `capn kubeconfig: "machine/m-1" is a machine: capn kubeconfig takes a cluster (NAME or cluster/NAME)`},
+		{[]string{"events", "machine/m-1"}, `capn events: "machine/m-1" is a machine: capn events takes a cluster (NAME or cluster/NAME)`},
+		{[]string{"describe", "machine/m-1"}, `capn describe: cannot describe machines: capn describes clusters, their machines in the tree (capn get machine NAME -o yaml shows one)`},
+		{[]string{"describe", "cluster/a", "cluster/b"}, `capn describe: unexpected argument "cluster/b": capn describes one cluster`},
+		{[]string{"describe", "demo"}, `capn describe: cannot describe "demo": capn describes clusters (capn describe cluster demo)`},
+		{[]string{"delete", "machine/m-1"}, `capn delete: cannot delete machines: capn deletes clusters; a machine goes when its pool is scaled down (capn scale) or replaced by capn`},
+		{[]string{"delete", "demo"}, `capn delete: cannot delete "demo": capn deletes clusters (capn delete cluster demo)`},
+		{[]string{"delete", "cluster"}, `capn delete: missing the clusters to delete: their names, or -l SELECTOR`},
+		{[]string{"delete", "cluster/a", "-l", "env=dev"}, `capn delete: -l selects the clusters to delete: it cannot go with names`},
+		{[]string{"delete", "clusters", "-l", "env in (dev"}, `capn delete: -l "env in (dev": `},
+		{[]string{"get", "cluster/a", "-l", "env=dev"}, `capn get: -l selects from a list: it cannot go with a name`},
+		{[]string{"get", "nodes"}, `capn get: unknown type "nodes": capn has clusters and machines`},
+		{[]string{"upgrade", "demo", "--version", "bogus"}, `capn upgrade: --version: must be vMAJOR.MINOR.PATCH, e.g. v1.34.2, got "bogus"` + "\nSee 'capn upgrade -h' for help.\n"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			e, _, stderr := testEnv(nil)
+			if code := run(t.Context(), e, tt.args); code != 2 {
+				t.Errorf("exit code %d, want 2", code)
+			}
+			if !strings.HasPrefix(stderr.String(), tt.want) {
+				t.Errorf("stderr:\n%s\nwant it to start with:\n%s", stderr, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,192 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/capn-dev/capn/gateway/api"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/conditions"
+)
+
+// Condition types the planner and machine-manager write
+// (services/cluster-planner/plan), repeated here: the CLI speaks only the
+// API. Phases and statuses are the API's own (capnv1's enums).
+const (
+	condReady             = "Ready"
+	condControlPlaneReady = "ControlPlaneReady"
+	condWorkersReady      = "WorkersReady"
+	condDeleting          = "Deleting"
+	condHibernated        = "Hibernated"
+)
+
+// clusterPhase is the status phase, or what it must be before the planner
+// wrote one.
+func clusterPhase(c *capnv1.Cluster) string {
+	if p := c.GetStatus().GetPhase(); p != "" {
+		return p
+	}
+	if c.GetMetadata().GetDeletionTimestamp() != nil {
+		return capnv1.ClusterDeleting.Wire()
+	}
+	return capnv1.ClusterPending.Wire()
+}
+
+// counts are machine numbers of a pool, or of several summed, as
+// kubectl rollout status shows them: ready, updated and available never
+// above desired (each pool's capped at its desired replicas); the
+// machines beyond it during a rollout are its surge.
+type counts struct {
+	desired, ready, updated, available int32
+	// surge: machines beyond desired while some are outdated.
+	surge int32
+	// rolling: some machine is outdated.
+	rolling bool
+}
+
+// poolCounts are one pool's counts from its status, else (before the
+// planner wrote one) its desired replicas from the spec.
+func poolCounts(ps *capnv1.PoolStatus, specDesired int32) counts {
+	if ps == nil {
+		return counts{desired: specDesired}
+	}
+	d := ps.GetDesired()
+	k := counts{desired: d, ready: min(ps.GetReady(), d), updated: min(ps.GetUpdated(), d), available: min(ps.GetAvailable(), d),
+		rolling: ps.GetUpdated() < ps.GetReplicas()}
+	if beyond := ps.GetReplicas() - d; beyond > 0 && k.rolling {
+		k.surge = beyond
+	}
+	return k
+}
+
+func (k counts) plus(o counts) counts {
+	return counts{desired: k.desired + o.desired, ready: k.ready + o.ready, updated: k.updated + o.updated, available: k.available + o.available,
+		surge: k.surge + o.surge, rolling: k.rolling || o.rolling}
+}
+
+// clusterCounts are the control plane's counts and the worker pools'
+// summed.
+func clusterCounts(c *capnv1.Cluster) (cp, workers counts) {
+	st, spec := c.GetStatus(), c.GetSpec()
+	cp = poolCounts(st.GetControlPlane(), spec.GetControlPlane().GetReplicas())
+	if len(st.GetWorkerPools()) > 0 {
+		for _, p := range st.GetWorkerPools() {
+			workers = workers.plus(poolCounts(p, 0))
+		}
+	} else {
+		for _, p := range spec.GetWorkerPools() {
+			workers = workers.plus(poolCounts(nil, p.GetReplicas()))
+		}
+	}
+	return cp, workers
+}
+
+// progress is a cluster's machines in a few words: "8 of 10 machines
+// available", then, during a rollout, how many are updated and how many
+// surge machines there are ("…, 7 updated, 1 surge").
+func (k counts) progress() string {
+	s := fmt.Sprintf("%d of %d machines available", k.available, k.desired)
+	if k.rolling {
+		s += fmt.Sprintf(", %d updated", k.updated)
+	}
+	if k.surge > 0 {
+		s += fmt.Sprintf(", %d surge", k.surge)
+	}
+	return s
+}
+
+func clusterHeader(wide bool) []string {
+	h := []string{"NAME", "PHASE", "VERSION", "CONTROL PLANE", "WORKERS", "AGE"}
+	if wide {
+		h = append(h, "PROVIDER", "ENDPOINT", "REASON")
+	}
+	return h
+}
+
+func clusterRow(c *capnv1.Cluster, now time.Time, wide bool) []string {
+	cp, w := clusterCounts(c)
+	r := []string{c.GetMetadata().GetName(), clusterPhase(c), c.GetSpec().GetKubernetesVersion(),
+		fmt.Sprintf("%d/%d", cp.ready, cp.desired), fmt.Sprintf("%d/%d", w.ready, w.desired), age(c.GetMetadata().GetCreationTimestamp(), now)}
+	if wide {
+		ep := "<none>"
+		if e := c.GetStatus().GetControlPlaneEndpoint(); e.GetHost() != "" {
+			ep = fmt.Sprintf("%s:%d", e.GetHost(), e.GetPort())
+		}
+		reason := ""
+		if rc := conditions.Get(c.GetStatus().GetConditions(), condReady); rc != nil && rc.GetStatusValue() != capnv1.ConditionTrue {
+			reason = rc.GetReason()
+		}
+		r = append(r, orNone(c.GetSpec().GetControlPlane().GetProvider()), ep, orNone(reason))
+	}
+	return r
+}
+
+func machineHeader(wide, withCluster bool) []string {
+	h := []string{"NAME"}
+	if withCluster {
+		h = append(h, "CLUSTER")
+	}
+	h = append(h, "POOL", "PHASE", "VERSION", "NODE", "AGE")
+	if wide {
+		h = append(h, "PROVIDER", "PROVIDER ID", "ADDRESS", "REASON")
+	}
+	return h
+}
+
+func machinePhase(m *capnv1.Machine) string {
+	if p := m.GetStatus().GetPhase(); p != "" {
+		return p
+	}
+	return capnv1.MachinePending.Wire()
+}
+
+func machineRow(m *capnv1.Machine, now time.Time, wide, withCluster bool) []string {
+	r := []string{m.GetMetadata().GetName()}
+	if withCluster {
+		r = append(r, orNone(m.GetSpec().GetCluster()))
+	}
+	r = append(r, orNone(m.GetSpec().GetPool()), machinePhase(m), orNone(m.GetSpec().GetVersion()),
+		orNone(m.GetStatus().GetNodeName()), age(m.GetMetadata().GetCreationTimestamp(), now))
+	if wide {
+		provider := m.GetSpec().GetProvider()
+		if provider == "" {
+			provider = m.GetStatus().GetProvider()
+		}
+		var addrs []string
+		for _, a := range m.GetStatus().GetAddresses() {
+			if a.GetType() == "InternalIP" || a.GetType() == "ExternalIP" {
+				addrs = append(addrs, a.GetAddress())
+			}
+		}
+		reason, _ := machineTrouble(m)
+		r = append(r, orNone(provider), orNone(m.GetStatus().GetProviderId()), orNone(strings.Join(addrs, ",")), orNone(reason))
+	}
+	return r
+}
+
+// machineTrouble says why a machine is not ready, or "" when it is: its
+// failure, else its first condition that is not True, else its phase.
+func machineTrouble(m *capnv1.Machine) (reason, message string) {
+	st := m.GetStatus()
+	if st.GetFailureReason() != "" || st.GetFailureMessage() != "" {
+		return orNone(st.GetFailureReason()), st.GetFailureMessage()
+	}
+	for _, c := range st.GetConditions() {
+		if c.GetStatusValue() != capnv1.ConditionTrue {
+			return c.GetReason(), c.GetMessage()
+		}
+	}
+	if p := machinePhase(m); capnv1.MachinePhaseOf(p) != capnv1.MachineRunning {
+		return p, ""
+	}
+	return "", ""
+}
+
+// listKind is the Kubernetes-style list kind of a resource.
+func listKind(machines bool) string {
+	if machines {
+		return api.KindMachineList
+	}
+	return api.KindClusterList
+}

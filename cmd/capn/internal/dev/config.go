@@ -1,0 +1,138 @@
+package dev
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/capn-dev/capn/services/runtime"
+)
+
+// Config is capn dev's configuration.
+type Config struct {
+	// DataDir holds JetStream's files (DataDir/jetstream) and the lock
+	// file that keeps a second capn dev out.
+	DataDir string
+	// NATSListen is where NATS accepts TCP clients (the nats CLI, programs
+	// run apart): host:port (port 0 picks one), or "none".
+	NATSListen string
+	// HTTPAddr serves /healthz /readyz /metrics for every service.
+	HTTPAddr  string
+	LogLevel  string
+	LogFormat string
+	// ShutdownTimeout bounds each service's stop.
+	ShutdownTimeout time.Duration
+	// GatewayAddr is where the gateway's API listens (host:port; port 0
+	// picks one).
+	GatewayAddr string
+	// WriteClientConfig writes the user's default client config too (the
+	// one in the data directory is always written).
+	WriteClientConfig bool
+	// Providers are the infrastructure providers to run, comma-separated
+	// (of sim, process, docker). sim always runs; process and docker run
+	// when they can, and capn dev says why when they cannot.
+	Providers string
+	// ProcessNodeBinary is the capn-node the process provider's machines
+	// run ("": beside this program, else on PATH).
+	ProcessNodeBinary string
+	// DockerImage is the docker provider's machine image ("": capn-node:latest).
+	DockerImage string
+	// KubeBin is the directory of the Kubernetes binaries the process
+	// provider's machines run when their bootstrap data asks (make kube;
+	// "": no Kubernetes runs on them).
+	KubeBin string
+	// Extra are services to run after capn dev's own; no flag sets them:
+	// tests add theirs to prove the wiring.
+	Extra []runtime.Service
+}
+
+// natsListenNone as NATSListen serves only in-process connections.
+const natsListenNone = "none"
+
+func DefaultConfig() Config {
+	return Config{
+		DataDir:           ".capn",
+		NATSListen:        "127.0.0.1:4222",
+		HTTPAddr:          "127.0.0.1:8081",
+		LogLevel:          runtime.DefaultLogLevel,
+		LogFormat:         runtime.DefaultLogFormat,
+		ShutdownTimeout:   runtime.DefaultShutdownTimeout,
+		GatewayAddr:       "127.0.0.1:8080",
+		WriteClientConfig: true,
+		Providers:         strings.Join(devProviderNames, ","),
+	}
+}
+
+func (c *Config) Flags() []runtime.Flag {
+	return []runtime.Flag{
+		{Name: "data-dir", Env: "CAPN_DATA_DIR", Usage: "`directory` of JetStream's files; reused by the next start", Value: runtime.StringValue(&c.DataDir)},
+		{Name: "nats-listen", Env: "CAPN_NATS_LISTEN", Usage: "NATS client `address` for the nats CLI and other programs (host:port), or \"none\"", Value: runtime.StringValue(&c.NATSListen)},
+		{Name: "http-addr", Env: "CAPN_HTTP_ADDR", Usage: "`address` of /healthz /readyz /metrics for every service (host:port, or \"off\")", Value: runtime.StringValue(&c.HTTPAddr)},
+		{Name: "log-level", Env: "CAPN_LOG_LEVEL", Usage: "log `level`: trace|debug|info|warn|error", Value: runtime.StringValue(&c.LogLevel)},
+		{Name: "log-format", Env: "CAPN_LOG_FORMAT", Usage: "log `format`: json|console|auto (console on a terminal)", Value: runtime.StringValue(&c.LogFormat)},
+		{Name: "shutdown-timeout", Env: "CAPN_SHUTDOWN_TIMEOUT", Usage: "how long each service may take to `stop`", Value: runtime.DurationValue(&c.ShutdownTimeout)},
+		{Name: "gateway-addr", Env: "CAPN_GATEWAY_ADDR", Usage: "`address` of the gateway's HTTP API (host:port)", Value: runtime.StringValue(&c.GatewayAddr)},
+		{Name: "write-client-config", Env: "CAPN_WRITE_CLIENT_CONFIG", Usage: "also write the user's default client config (${XDG_CONFIG_HOME:-~/.config}/capn/config.yaml) unless it points at another gateway", Value: runtime.BoolValue(&c.WriteClientConfig)},
+		{Name: "providers", Env: "CAPN_PROVIDERS", Usage: "infrastructure `providers` to run, comma-separated: sim always runs; process and docker run when they can (capn dev says why not)", Value: runtime.StringValue(&c.Providers)},
+		{Name: "process-node-binary", Env: "CAPN_PROCESS_NODE_BINARY", Usage: "capn-node `path` the process provider's machines run (default: beside this program, else on PATH)", Value: runtime.StringValue(&c.ProcessNodeBinary)},
+		{Name: "docker-image", Env: "CAPN_DOCKER_IMAGE", Usage: "the docker provider's machine `image`, built locally by 'make images' (default capn-node:latest)", Value: runtime.StringValue(&c.DockerImage)},
+		{Name: "kube-bin", Env: "CAPN_KUBE_BIN", Usage: "`dir` of the Kubernetes binaries the process provider's machines run when their bootstrap data asks ('make kube'; default: none, no Kubernetes)", Value: runtime.StringValue(&c.KubeBin)},
+	}
+}
+
+// Validate reports every problem at once, in the runtime's words.
+func (c Config) Validate() error {
+	errs := []error{runtime.Config{
+		Name: devName, HTTPAddr: c.HTTPAddr, LogLevel: c.LogLevel, LogFormat: c.LogFormat,
+		ShutdownTimeout: c.ShutdownTimeout,
+	}.Validate()}
+	if c.DataDir == "" {
+		errs = append(errs, &runtime.FieldError{Flag: "data-dir", Env: "CAPN_DATA_DIR", Problem: "must not be empty"})
+	}
+	if c.NATSListen != natsListenNone {
+		if _, _, err := splitListen(c.NATSListen); err != nil {
+			errs = append(errs, &runtime.FieldError{Flag: "nats-listen", Env: "CAPN_NATS_LISTEN", Value: c.NATSListen,
+				Problem: `must be host:port (port 0..65535) or "none": ` + err.Error(), Err: err})
+		}
+	}
+	if _, _, err := splitListen(c.GatewayAddr); err != nil {
+		errs = append(errs, &runtime.FieldError{Flag: "gateway-addr", Env: "CAPN_GATEWAY_ADDR", Value: c.GatewayAddr,
+			Problem: "must be host:port (port 0..65535): " + err.Error(), Err: err})
+	}
+	if c.KubeBin != "" {
+		if fi, err := os.Stat(c.KubeBin); err != nil || !fi.IsDir() {
+			errs = append(errs, &runtime.FieldError{Flag: "kube-bin", Env: "CAPN_KUBE_BIN", Value: c.KubeBin,
+				Problem: "must be the directory of the Kubernetes binaries ('make kube'; hack/kube.sh --print-path prints it)"})
+		}
+	}
+	seen := map[string]bool{}
+	for _, p := range c.providerList() {
+		switch {
+		case !slices.Contains(devProviderNames, p):
+			errs = append(errs, &runtime.FieldError{Flag: "providers", Env: "CAPN_PROVIDERS", Value: c.Providers,
+				Problem: fmt.Sprintf("unknown provider %q: want some of %s", p, strings.Join(devProviderNames, ", "))})
+		case seen[p]:
+			errs = append(errs, &runtime.FieldError{Flag: "providers", Env: "CAPN_PROVIDERS", Value: c.Providers,
+				Problem: fmt.Sprintf("provider %q is named twice", p)})
+		}
+		seen[p] = true
+	}
+	return errors.Join(errs...)
+}
+
+func splitListen(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("port %q is not 0..65535", p)
+	}
+	return host, port, nil
+}

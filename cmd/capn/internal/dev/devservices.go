@@ -1,0 +1,88 @@
+package dev
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+
+	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/gateway"
+	"github.com/capn-dev/capn/gateway/api"
+	"github.com/capn-dev/capn/secrets/seal"
+	"github.com/capn-dev/capn/services/bootstrapper"
+	clusterplanner "github.com/capn-dev/capn/services/cluster-planner"
+	healthwatcher "github.com/capn-dev/capn/services/health-watcher"
+	machinemanager "github.com/capn-dev/capn/services/machine-manager"
+	"github.com/capn-dev/capn/services/remediator"
+	"github.com/capn-dev/capn/services/runtime"
+)
+
+// devGateway is what capn dev opens for its gateway before the services
+// start: the listener (so the banner can print the real address and a busy
+// port is a clear error) and the admin token.
+type devGateway struct {
+	ln    net.Listener
+	token string
+}
+
+// URL is the gateway's base URL.
+func (g devGateway) URL() string { return "http://" + g.ln.Addr().String() }
+
+// devServices lists every service capn dev runs, configured from cfg, with
+// the providers that can run (devProviders) after the core services.
+// Each issue that adds a service registers it here. capn dev gives each
+// its own in-process NATS connection, its logs and metrics labelled
+// service=<name>, and its place in /readyz.
+func devServices(cfg Config, gw devGateway, auth *devAuth, providers []runtime.Service) ([]runtime.Service, error) {
+	ring, err := devKeyring(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	services := []runtime.Service{
+		clusterplanner.New(clusterplanner.Config{}),
+		machinemanager.New(machinemanager.Config{}),
+		// The bootstrapper also logs machines in (the auth callout).
+		bootstrapper.New(bootstrapper.Config{Keyring: ring, CalloutIssuerSeedFile: auth.issuerSeedPath()}),
+		healthwatcher.New(healthwatcher.Config{Keyring: ring}), // opens kubeconfigs to read real-kubernetes clusters' Nodes
+		remediator.New(remediator.Config{}),
+	}
+	services = append(services, providers...)
+	services = append(services,
+		gateway.New(gateway.Options{
+			Listener: gw.ln,
+			Keyring:  ring, // the bootstrapper's: the gateway opens the kubeconfigs it seals
+			Tokens:   []gateway.Token{{Name: "admin", Secret: gw.token, Scopes: []api.Scope{api.ScopeAdmin}}},
+		}),
+	)
+	return append(services, cfg.Extra...), nil
+}
+
+// devTopology is what capn dev provisions once for every service (they
+// skip provisioning): capn's streams and buckets and the gateway's ingest
+// stream.
+func devTopology() events.Topology {
+	t := events.DefaultTopology(1)
+	t.Streams = append(t.Streams, gateway.Topology(1).Streams...)
+	return t
+}
+
+// devKeyring loads the key that seals the secrets bucket from
+// <data-dir>/secrets.key, generating it (mode 0600) on first start. The
+// CAPN_SECRETS_KEY variable, when set, wins, as for the bootstrapper.
+func devKeyring(dataDir string) (*seal.Keyring, error) {
+	var key seal.Key
+	var err error
+	if _, ok := os.LookupEnv(seal.KeyEnv); ok {
+		key, err = seal.KeyFromEnv(seal.KeyEnv)
+	} else {
+		if err := os.MkdirAll(dataDir, 0o750); err != nil {
+			return nil, err
+		}
+		key, _, err = seal.GenerateKeyFile(filepath.Join(dataDir, "secrets.key"))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("secrets key: %w", err)
+	}
+	return seal.NewKeyring(key)
+}

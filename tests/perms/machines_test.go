@@ -1,0 +1,174 @@
+package perms
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/capn-dev/capn/deploy/natsconfig"
+	"github.com/capn-dev/capn/deploy/natsconfig/natsconfigtest"
+	"github.com/capn-dev/capn/events"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
+)
+
+// loginWithin bounds a machine's login: the callout answers at once.
+const loginWithin = 10 * time.Second
+
+// TestMachinesReachOnlyTheirOwnSubjects is issue 17's points 1 and 4 live
+// on the rendered 3-node deployment (finding 1b): the real bootstrapper,
+// configured by its rendered env file and connected to nats-1, answers the
+// auth callout of every node; machines a and b of cluster c1 get their
+// bootstrap data the way a deployment makes it. Holding everything a
+// holds (its bootstrap credential, then its machine secret), logged in as
+// a on nats-2 and nats-3, the attacker cannot log in as b, publish b's
+// health (point 4: it would get b rebooted or replaced), ask for b's
+// bootstrap data or read b's replies (point 1); a does its own job, and
+// the static users are not the callout's business.
+func TestMachinesReachOnlyTheirOwnSubjects(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3-node JetStream cluster: skipped with -short")
+	}
+	c := natsconfigtest.Start(t, natsconfig.Compose())
+	c.Provision()
+	c.StartBootstrapper(0)
+	ms := c.WantMachines("c1", "a", "b")
+	a, b := ms["a"], ms["b"]
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	login := func(m natsconfigtest.Machine, password string, node int) (*actor, error) {
+		t.Helper()
+		lctx, lcancel := context.WithTimeout(ctx, loginWithin)
+		defer lcancel()
+		nc, js, v, err := c.ConnectMachine(lctx, m, password, node)
+		if err != nil {
+			return nil, err
+		}
+		return &actor{t: t, user: m.User(), nc: nc, js: js, v: v}, nil
+	}
+
+	// a's own job, with its bootstrap credential: fetch its data (which
+	// holds its machine secret) and report its own health.
+	withCred, err := login(a, a.Credential, 1)
+	if err != nil {
+		t.Fatalf("a cannot log in with its bootstrap credential: %v", err)
+	}
+	data, err := natsconfigtest.Fetch(ctx, withCred.nc, a)
+	if err != nil || data.GetMachineSecret() == "" {
+		t.Fatalf("a's fetch of its own data: %v (machine secret %v)", err, data.GetMachineSecret() != "")
+	}
+	withSecret, err := login(a, data.GetMachineSecret(), 2)
+	if err != nil {
+		t.Fatalf("a cannot log in with its machine secret: %v", err)
+	}
+	for _, m := range []*actor{withCred, withSecret} {
+		heartbeat(ctx, m, "a")
+	}
+
+	t.Run("no login as another machine", func(t *testing.T) {
+		for _, l := range []struct {
+			what, user, password string
+		}{
+			{"b with a's credential", b.User(), a.Credential},
+			{"b with a's machine secret", b.User(), data.GetMachineSecret()},
+			{"every machine of c1, with a's credential", "machine.c1.*", a.Credential},
+			{"the old shared node user, with a's credential", "node", a.Credential},
+		} {
+			cfg := c.MachineNATSConfig(a, l.password, 2)
+			cfg.User = l.user
+			lctx, lcancel := context.WithTimeout(ctx, loginWithin)
+			_, _, _, err := c.ConnectWith(lctx, cfg)
+			lcancel()
+			if err == nil || !strings.Contains(strings.ToLower(err.Error()), "authorization violation") {
+				t.Errorf("login as %s: %v, want an authorization violation", l.what, err)
+			}
+		}
+	})
+
+	t.Run("no other machine's health", func(t *testing.T) { // point 4
+		for _, m := range in(t, withCred, withSecret) {
+			m.refusedPublish(events.HealthSubject("c1", "b", "heartbeat"))
+			m.refusedPublish(events.HealthSubject("c1", "b", "conditions"))
+			m.refusedPublish(events.HealthSubject("c2", "a", "conditions")) // another cluster's a
+		}
+	})
+
+	t.Run("no other machine's bootstrap data or replies", func(t *testing.T) { // point 1
+		for _, m := range in(t, withCred, withSecret) {
+			m.refused(b.FetchSubject(), func() error {
+				rctx, rcancel := context.WithTimeout(ctx, refusedTimeout)
+				defer rcancel()
+				_, err := natsconfigtest.Fetch(rctx, m.nc, natsconfigtest.Machine{Cluster: "c1", Name: "b", Checksum: b.Checksum, Credential: a.Credential})
+				return err
+			})
+			m.refusedSubscribe(keys.MachineInboxPrefix("c1", "b") + ".>")
+			m.refusedSubscribe("_INBOX.>")
+			m.refusedSubscribe(natsconfig.SubjectBootstrapFetch + ".>") // answering fetches is the bootstrapper's
+		}
+		// Its own fetch only until its join, and only with its credential.
+		withSecret := in(t, withSecret)[0]
+		withSecret.refused(a.FetchSubject(), func() error {
+			rctx, rcancel := context.WithTimeout(ctx, refusedTimeout)
+			defer rcancel()
+			_, err := natsconfigtest.Fetch(rctx, withSecret.nc, a)
+			return err
+		})
+	})
+
+	t.Run("nothing else", func(t *testing.T) {
+		for _, m := range in(t, withCred, withSecret) {
+			m.refusedPublish("$KV.desired.machine.c1.b")
+			m.refusedPublish("$KV.observed.node.c1.a")
+			m.refusedPublish(natsconfig.SubjectBootstrapCredential + ".sim.c1.b")
+			m.refusedSubscribe(events.SubjectHealth + ".>")
+		}
+	})
+
+	// The static users are the callout's auth_users: each logs in on its
+	// nkey at once, with its own permissions, never a machine's (the sim
+	// provider heartbeats for every simulated machine, b included).
+	t.Run("static users are not the callout's business", func(t *testing.T) {
+		for _, u := range c.D.Users() {
+			start := time.Now()
+			nc, _, _ := c.Connect(u.Name, 2)
+			if err := nc.Flush(); err != nil || time.Since(start) > 2*time.Second {
+				t.Errorf("%s: logged in in %s (%v)", u.Name, time.Since(start), err)
+			}
+		}
+		nc, js, v := c.Connect(natsconfig.ProviderUser("sim"), 2)
+		heartbeat(ctx, &actor{t: t, user: natsconfig.ProviderUser("sim"), nc: nc, js: js, v: v}, "b")
+	})
+
+	for _, v := range c.ServerViolations() {
+		if !strings.Contains(v, "machine.c1.a") {
+			t.Errorf("a node logged a violation of someone else: %s", v)
+		}
+	}
+}
+
+// in is actors as they act in test t (a subtest).
+func in(t *testing.T, actors ...*actor) []*actor {
+	out := make([]*actor, len(actors))
+	for i, a := range actors {
+		c := *a
+		c.t = t
+		out[i] = &c
+	}
+	return out
+}
+
+// heartbeat publishes machine's heartbeat as m and waits for JetStream's
+// acknowledgement: it is stored, and nothing was refused.
+func heartbeat(ctx context.Context, m *actor, machine string) {
+	m.t.Helper()
+	p := events.NewPublisher(m.js, "capn/node/c1/"+machine)
+	hb := &capnv1.NodeHeartbeat{Cluster: "c1", Machine: machine, Ready: true, Time: timestamppb.Now()}
+	id := "heartbeat.c1." + machine + "." + m.user + "." + time.Now().Format("150405.000000000")
+	if _, err := p.Publish(ctx, events.HealthSubject("c1", machine, "heartbeat"), events.TypeNodeHeartbeat, id, hb); err != nil {
+		m.t.Errorf("%s: heartbeat of %s: %v (violations %v)", m.user, machine, err, m.v.All())
+	}
+	m.clean()
+}

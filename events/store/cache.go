@@ -13,7 +13,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/capn-dev/capn/events"
 )
@@ -462,51 +461,4 @@ func (c *Cache) shutdown() {
 	for s := range subs {
 		s.stop()
 	}
-}
-
-// TypedCache is a decoding view of a [Cache] whose values are T. It is safe
-// for concurrent use; every call decodes afresh, so callers own (and may
-// modify) what they get.
-type TypedCache[T proto.Message] struct {
-	c    *Cache
-	newT func() T
-}
-
-// NewTypedCache returns a view of c decoding values with newT (see
-// [NewBucket]).
-func NewTypedCache[T proto.Message](c *Cache, newT func() T) *TypedCache[T] {
-	return &TypedCache[T]{c: c, newT: newT}
-}
-
-// Cache returns the underlying cache (to Subscribe, for instance).
-func (t *TypedCache[T]) Cache() *Cache { return t.c }
-
-// Get returns the cached value of key and its revision, or an error
-// matching [ErrNotFound], or a decode error.
-func (t *TypedCache[T]) Get(key string) (T, uint64, error) {
-	var zero T
-	e, ok := t.c.Get(key)
-	if !ok {
-		return zero, 0, fmt.Errorf("cache get %s: %w", key, ErrNotFound)
-	}
-	v, err := Decode(e.Value, t.newT)
-	if err != nil {
-		return zero, 0, fmt.Errorf("cache get %s: %w", key, err)
-	}
-	return v, e.Revision, nil
-}
-
-// List returns the cached values under prefix, sorted by key. A value that
-// does not decode fails the call.
-func (t *TypedCache[T]) List(prefix string) ([]Entry[T], error) {
-	raw := t.c.List(prefix)
-	out := make([]Entry[T], 0, len(raw))
-	for _, e := range raw {
-		v, err := Decode(e.Value, t.newT)
-		if err != nil {
-			return nil, fmt.Errorf("cache list %q: key %s: %w", prefix, e.Key, err)
-		}
-		out = append(out, Entry[T]{Key: e.Key, Value: v, Revision: e.Revision})
-	}
-	return out, nil
 }

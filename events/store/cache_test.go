@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"runtime"
@@ -509,18 +508,6 @@ func TestSubscribeReplaysCurrentState(t *testing.T) {
 		t.Errorf("replay %+v, want k.b@%d then k.a@%d", got, revs[0], revs[1])
 	}
 
-	tc := NewTypedCache(c, newPool)
-	v, rev, err := tc.Get("k.a")
-	if err != nil || v.Replicas != 2 || rev != revs[1] {
-		t.Errorf("typed get k.a: %v@%d %v", v, rev, err)
-	}
-	if _, _, err := tc.Get("k.nope"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("typed get of a missing key: %v, want ErrNotFound", err)
-	}
-	list, err := tc.List("k.")
-	if err != nil || len(list) != 2 || list[0].Key != "k.a" || list[1].Value.Replicas != 1 {
-		t.Errorf("typed list: %+v %v", list, err)
-	}
 }
 
 func TestCacheOptionsValidate(t *testing.T) {

@@ -180,7 +180,6 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 }
 
 func newMachine() *capnv1.Machine             { return new(capnv1.Machine) }
-func newStatus() *capnv1.MachineStatus        { return new(capnv1.MachineStatus) }
 func newClusterStatus() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) }
 
 // reconcile plans one cluster and applies the plan.

@@ -14,6 +14,7 @@ import (
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/reconcile"
 	"github.com/capn-dev/capn/events/store"
+	"github.com/capn-dev/capn/events/store/clusterstate"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/conditions"
 	"github.com/capn-dev/capn/schemas/health/policy"
@@ -69,37 +70,27 @@ func (s *Service) reconcile(ctx context.Context, cluster string) (reconcile.Resu
 
 // snapshot reads one cluster's state. ok is false when the cluster is gone.
 func (s *Service) snapshot(ctx context.Context, cluster string) (Snapshot, map[string]uint64, bool, error) {
-	now := s.cfg.Now()
-	cl, ok := decodeCached(s.desired, keys.Cluster(cluster), func() *capnv1.Cluster { return new(capnv1.Cluster) })
-	if !ok {
+	state := clusterstate.Read(s.desired, s.observed, clusterstate.Query{Cluster: cluster,
+		Parts: clusterstate.ClusterStatus | clusterstate.MachineStatuses | clusterstate.Nodes})
+	cl := state.Cluster
+	if cl == nil {
 		return Snapshot{}, nil, false, nil
 	}
-	snap := Snapshot{Cluster: cluster, Paused: cl.GetSpec().GetPaused(), Now: now}
-	if st, ok := decodeCached(s.observed, keys.Cluster(cluster), func() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) }); ok {
-		snap.ControlPlaneInitialized = st.GetControlPlaneInitialized()
-	}
+	snap := Snapshot{Cluster: cluster, Paused: cl.GetSpec().GetPaused(), ControlPlaneInitialized: state.Status.GetControlPlaneInitialized(), Now: s.cfg.Now()}
 	byPool := map[string][]Machine{}
-	prefix := keys.MachinesOf(cluster)
+	announcements := store.NewView(s.observed, newAnnouncement)
 	reboot := map[string]bool{}
-	for _, e := range s.desired.List(prefix) {
-		m, err := store.Decode(e.Value, func() *capnv1.Machine { return new(capnv1.Machine) })
-		if err != nil {
-			continue
-		}
-		name := strings.TrimPrefix(e.Key, prefix)
+	for _, sm := range state.Machines {
+		m := sm.Desired
 		p := m.GetSpec().GetProvider()
 		if _, known := reboot[p]; !known {
-			a, _ := decodeCached(s.observed, keys.Provider(p), func() *capnv1.ProviderAnnouncement { return new(capnv1.ProviderAnnouncement) })
+			a, _, _ := announcements.Get(keys.Provider(p))
 			reboot[p] = slices.Contains(a.GetCapabilities(), CapabilityReboot)
 		}
 		_, skip := m.GetMetadata().GetAnnotations()[AnnotationSkipRemediation]
-		mc := Machine{Name: name, UID: m.GetMetadata().GetUid(), Provider: p, Created: m.GetMetadata().GetCreationTimestamp().AsTime(),
-			Deleting: m.GetMetadata().GetDeletionTimestamp() != nil, Skip: skip, CanReboot: reboot[p]}
-		if st, ok := decodeCached(s.observed, keys.Machine(cluster, name), func() *capnv1.MachineStatus { return new(capnv1.MachineStatus) }); ok {
-			mc.Phase = st.GetPhaseValue()
-		}
-		if h, ok := decodeCached(s.observed, keys.Node(cluster, name), func() *capnv1.NodeHealth { return new(capnv1.NodeHealth) }); ok &&
-			h.GetUpdated() != nil && !h.GetUpdated().AsTime().Before(mc.Created) {
+		mc := Machine{Name: sm.Name, UID: m.GetMetadata().GetUid(), Provider: p, Created: m.GetMetadata().GetCreationTimestamp().AsTime(),
+			Deleting: m.GetMetadata().GetDeletionTimestamp() != nil, Skip: skip, CanReboot: reboot[p], Phase: sm.Status.GetPhaseValue()}
+		if h := sm.Node; h.GetUpdated() != nil && !h.GetUpdated().AsTime().Before(mc.Created) {
 			mc.HealthUpdated = h.GetUpdated().AsTime()
 			if !h.GetHealthy() && len(h.GetUnhealthyReasons()) > 0 {
 				mc.Reasons, mc.Since = h.GetUnhealthyReasons(), h.GetUnhealthySince().AsTime()
@@ -223,16 +214,4 @@ func (s *Service) forget(ctx context.Context, cluster string) error {
 	return errors.Join(errs...)
 }
 
-// decodeCached decodes the cached value of key (a fresh copy).
-func decodeCached[T proto.Message](c *store.Cache, key string, newT func() T) (T, bool) {
-	var zero T
-	e, ok := c.Get(key)
-	if !ok {
-		return zero, false
-	}
-	v, err := store.Decode(e.Value, newT)
-	if err != nil {
-		return zero, false
-	}
-	return v, true
-}
+func newAnnouncement() *capnv1.ProviderAnnouncement { return new(capnv1.ProviderAnnouncement) }

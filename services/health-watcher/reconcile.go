@@ -13,6 +13,7 @@ import (
 
 	"github.com/capn-dev/capn/events/reconcile"
 	"github.com/capn-dev/capn/events/store"
+	"github.com/capn-dev/capn/events/store/clusterstate"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/health/policy"
 	"github.com/capn-dev/capn/schemas/keys"
@@ -33,14 +34,13 @@ func (s *Service) reconcile(ctx context.Context, cluster string) (reconcile.Resu
 	now := s.cfg.Now()
 	log := zerolog.Ctx(ctx).With().Str("cluster", cluster).Logger()
 	ctx = log.WithContext(ctx)
-	cl, ok := decodeCached(s.desired, keys.Cluster(cluster), newCluster)
-	if !ok {
+	only := s.pending.take(cluster, now)
+	in, cl := s.snapshot(cluster, only)
+	if cl == nil {
 		s.pending.forget(cluster)
 		return reconcile.Result{}, s.forgetGone(ctx, cluster, nil)
 	}
-	only := s.pending.take(cluster, now)
 	pols := s.policies(cl, &log)
-	in := s.snapshot(cl, cluster, only)
 	unhealthy, recheck := Evaluate(in.state, pols, now)
 	verdicts := make(map[string]*Unhealthy, len(unhealthy))
 	for i := range unhealthy {
@@ -82,42 +82,43 @@ type input struct {
 	names map[string]bool // machines in desired
 }
 
+// parts is what the health-watcher reads of a cluster's observed state.
+const parts = clusterstate.ClusterStatus | clusterstate.MachineStatuses | clusterstate.Nodes | clusterstate.MachineInfra
+
 // snapshot builds Evaluate's input from the caches: a target for each
-// machine in only (nil: for every machine), and the names of all.
-func (s *Service) snapshot(cl *capnv1.Cluster, cluster string, only map[string]struct{}) input {
-	in := input{nodes: map[string]from{}, beats: map[string]beat{}, names: map[string]bool{}}
-	if st, ok := decodeCached(s.observed, keys.Cluster(cluster), newClusterStatus); ok {
-		cp := controlPlaneOf(st)
-		in.state.ControlPlaneInitialized, in.state.ControlPlaneInitializedAt = cp.initialized, cp.at
+// machine in only (nil: for every machine), and the names of all. cl is
+// the desired cluster, nil when there is none (or it does not decode).
+func (s *Service) snapshot(cluster string, only map[string]struct{}) (in input, cl *capnv1.Cluster) {
+	st := clusterstate.Read(s.desired, s.observed, clusterstate.Query{Cluster: cluster, Parts: parts, Only: only})
+	if st.Cluster == nil {
+		return input{}, nil
 	}
-	hibernated := cl.GetSpec().GetHibernated()
-	prefix := keys.MachinesOf(cluster)
-	for _, e := range s.desired.List(prefix) {
-		name := strings.TrimPrefix(e.Key, prefix)
+	in = input{state: stateOf(st), nodes: map[string]from{}, beats: map[string]beat{}, names: map[string]bool{}}
+	for _, name := range st.Names {
 		in.names[name] = true
-		if _, ok := only[name]; only != nil && !ok {
-			continue
-		}
-		m, err := store.Decode(e.Value, newMachine)
-		if err != nil {
-			continue
-		}
-		f := s.cachedFrom(cluster, name, m.GetMetadata().GetCreationTimestamp().AsTime())
-		t, b := s.target(cluster, name, m, f.node, hibernated)
-		in.nodes[name], in.beats[name] = f, b
+	}
+	for _, m := range st.Machines {
+		f := from{node: ofIncarnation(m.Node, m.Desired.GetMetadata().GetCreationTimestamp().AsTime()), rev: m.NodeRevision}
+		t, b := s.target(cluster, m, f.node, st.Cluster.GetSpec().GetHibernated())
+		in.nodes[m.Name], in.beats[m.Name] = f, b
 		in.state.Targets = append(in.state.Targets, t)
 	}
-	return in
+	return in, st.Cluster
+}
+
+// stateOf is Evaluate's cluster-wide input, without targets.
+func stateOf(st clusterstate.State) State {
+	cp := controlPlaneOf(st.Status)
+	return State{ControlPlaneInitialized: cp.initialized, ControlPlaneInitializedAt: cp.at}
 }
 
 // target is machine m of cluster as Evaluate sees it, with node its record
 // (nil: none of this incarnation), and the node's latest heartbeat.
-func (s *Service) target(cluster, name string, m *capnv1.Machine, node *capnv1.NodeHealth, hibernated bool) (Target, beat) {
-	key := cluster + "." + name
-	created := m.GetMetadata().GetCreationTimestamp().AsTime()
-	st, _ := decodeCached(s.observed, keys.MachinePrefix+key, newMachineStatus)
+func (s *Service) target(cluster string, m clusterstate.Machine, node *capnv1.NodeHealth, hibernated bool) (Target, beat) {
+	dm, st := m.Desired, m.Status
+	created := dm.GetMetadata().GetCreationTimestamp().AsTime()
 	t := Target{
-		Machine: name, Pool: m.GetSpec().GetPool(), ControlPlane: m.GetSpec().GetRole() == "control-plane" || m.GetSpec().GetPool() == policy.ControlPlanePool,
+		Machine: m.Name, Pool: dm.GetSpec().GetPool(), ControlPlane: dm.GetSpec().GetRole() == "control-plane" || dm.GetSpec().GetPool() == policy.ControlPlanePool,
 		Created: created, Phase: st.GetPhaseValue(), PhaseSince: st.GetPhaseSince().AsTime(), FailureReason: st.GetFailureReason(),
 		Conditions: node.GetConditions(), NodeName: node.GetNodeName(),
 		Reported: st.GetNodeReadyTime() != nil,
@@ -126,31 +127,26 @@ func (s *Service) target(cluster, name string, m *capnv1.Machine, node *capnv1.N
 	case capnv1.MachineDeleting, capnv1.MachineDeleted, capnv1.MachineStopped:
 		t.Skip = true
 	}
-	if m.GetMetadata().GetDeletionTimestamp() != nil || m.GetSpec().GetStopped() || hibernated {
+	if dm.GetMetadata().GetDeletionTimestamp() != nil || dm.GetSpec().GetStopped() || hibernated {
 		t.Skip = true
 	}
 	if st.GetInfrastructureReadyTime() != nil {
 		t.InfraReady = st.GetInfrastructureReadyTime().AsTime()
 	}
-	t.InfraGone = s.infraGone(m, node, created)
-	b := s.lastHeartbeat(key, node, created)
+	t.InfraGone = infraGone(m.Infra, node, created)
+	b := s.lastHeartbeat(cluster+"."+m.Name, node, created)
 	t.LastHeartbeat, t.Ready = b.at, b.ready
 	return t, b
 }
 
 // infraGone is when the machine's infrastructure was reported gone: a Gone
-// drift report of this incarnation, or the provider's record marked
+// drift report of this incarnation, or the provider's record im marked
 // Deleted while the machine was not being deleted. Zero if neither.
-func (s *Service) infraGone(m *capnv1.Machine, node *capnv1.NodeHealth, created time.Time) time.Time {
+func infraGone(im *capnv1.InfraMachine, node *capnv1.NodeHealth, created time.Time) time.Time {
 	if d := node.GetDrift(); d.GetKind() == DriftGone && !d.GetTime().AsTime().Before(created) {
 		return d.GetTime().AsTime()
 	}
-	p := m.GetSpec().GetProvider()
-	if p == "" {
-		return time.Time{}
-	}
-	im, ok := decodeCached(s.observed, keys.Infra(p, m.GetSpec().GetCluster(), m.GetMetadata().GetName()), newInfraMachine)
-	if ok && im.GetStateValue() == capnv1.InfraDeleted && im.GetUpdated() != nil && !im.GetUpdated().AsTime().Before(created) {
+	if im.GetStateValue() == capnv1.InfraDeleted && im.GetUpdated() != nil && !im.GetUpdated().AsTime().Before(created) {
 		return im.GetUpdated().AsTime()
 	}
 	return time.Time{}

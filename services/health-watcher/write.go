@@ -11,6 +11,7 @@ import (
 
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/store"
+	"github.com/capn-dev/capn/events/store/clusterstate"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/health/policy"
 	"github.com/capn-dev/capn/schemas/keys"
@@ -158,22 +159,16 @@ type judgement struct {
 // machine of a cluster. ok is false when the machine is not judged at all
 // (unknown, or a skipped target): its verdict is left as it is.
 func (s *Service) judge(cluster, machine string, node *capnv1.NodeHealth, now time.Time) (judgement, bool) {
-	cl, ok := decodeCached(s.desired, keys.Cluster(cluster), newCluster)
-	if !ok {
-		return judgement{}, false
-	}
-	m, ok := decodeCached(s.desired, keys.Machine(cluster, machine), newMachine)
-	if !ok {
+	st := clusterstate.Read(s.desired, s.observed, clusterstate.Query{Cluster: cluster, Parts: parts &^ clusterstate.Nodes,
+		Only: map[string]struct{}{machine: {}}})
+	m, ok := st.Machine(machine)
+	if st.Cluster == nil || !ok {
 		return judgement{}, false
 	}
 	nop := zerolog.Nop() // reconcile logs a partly invalid policy
-	pols := s.policies(cl, &nop)
-	state := State{}
-	if st, ok := decodeCached(s.observed, keys.Cluster(cluster), newClusterStatus); ok {
-		cp := controlPlaneOf(st)
-		state.ControlPlaneInitialized, state.ControlPlaneInitializedAt = cp.initialized, cp.at
-	}
-	t, b := s.target(cluster, machine, m, node, cl.GetSpec().GetHibernated())
+	pols := s.policies(st.Cluster, &nop)
+	state := stateOf(st)
+	t, b := s.target(cluster, m, node, st.Cluster.GetSpec().GetHibernated())
 	if t.Skip {
 		return judgement{}, false
 	}

@@ -104,12 +104,8 @@ func (s *Service) cluster(name string) (*capnv1.Cluster, bool, error) {
 // provider (observed infra.<provider>.<cluster>._).
 func (s *Service) endpoint(c *capnv1.Cluster) (bootstrap.Endpoint, bool) {
 	p := c.GetSpec().GetControlPlane().GetProvider()
-	e, ok := s.observed.Get(keys.InfraCluster(p, c.GetMetadata().GetName()))
-	if !ok {
-		return bootstrap.Endpoint{}, false
-	}
-	ic, err := store.Decode(e.Value, func() *capnv1.InfraCluster { return new(capnv1.InfraCluster) })
-	if err != nil || ic.GetControlPlaneEndpoint().GetHost() == "" || ic.GetControlPlaneEndpoint().GetPort() == 0 {
+	ic, _, ok := store.NewView(s.observed, newInfraCluster).Get(keys.InfraCluster(p, c.GetMetadata().GetName()))
+	if !ok || ic.GetControlPlaneEndpoint().GetHost() == "" || ic.GetControlPlaneEndpoint().GetPort() == 0 {
 		return bootstrap.Endpoint{}, false
 	}
 	return bootstrap.Endpoint{Host: ic.GetControlPlaneEndpoint().GetHost(), Port: ic.GetControlPlaneEndpoint().GetPort()}, true
@@ -415,12 +411,8 @@ func (s *Service) clusterOfJoined(key string) string {
 }
 
 func (s *Service) machineJoined(cluster, machine string) bool {
-	e, ok := s.observed.Get(keys.Machine(cluster, machine))
-	if !ok {
-		return false
-	}
-	st, err := store.Decode(e.Value, func() *capnv1.MachineStatus { return new(capnv1.MachineStatus) })
-	return err == nil && st.GetPhaseValue() == capnv1.MachineRunning
+	st, _, ok := store.NewView(s.observed, newMachineStatus).Get(keys.Machine(cluster, machine))
+	return ok && st.GetPhaseValue() == capnv1.MachineRunning
 }
 
 // writeStatus writes the cluster's secrets status, keeping the conditions
@@ -458,3 +450,6 @@ func toProto(s pki.Set) *capnv1.ClusterPKI {
 		ServiceAccount: &capnv1.KeyPairPEM{CertPem: string(s.ServiceAccount.PublicPEM), KeyPem: string(s.ServiceAccount.PrivatePEM)},
 	}
 }
+
+func newInfraCluster() *capnv1.InfraCluster   { return new(capnv1.InfraCluster) }
+func newMachineStatus() *capnv1.MachineStatus { return new(capnv1.MachineStatus) }

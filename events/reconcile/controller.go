@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -19,9 +20,9 @@ import (
 // many workers run it. Run does the wiring every service used to write by
 // hand.
 //
-//	Watches ─(Key)─┐
-//	Resync ────────┼─► Queue ─► Workers × Reconcile ─► RequeueAfter / backoff
-//	handlers ──────┘
+//	Watches ─(Key / Changed, Tick)─┐
+//	Resync, Initial ───────────────┼─► Queue ─► Workers × Reconcile ─► RequeueAfter / backoff
+//	handlers ──────────────────────┘
 //	Consumers ─► events.Consumer (ack, nak with backoff, terminate)
 type Controller struct {
 	// Watches are the cache prefixes whose changes wake the reconcile.
@@ -29,6 +30,9 @@ type Controller struct {
 	// Resync returns every key to reconcile when a watched cache resyncs
 	// (nil: none).
 	Resync func() []string
+	// Initial returns keys to reconcile once at start, after the caches
+	// are loaded (nil: none), for keys no watched change names.
+	Initial func() []string
 	// Consumers run beside the loop; their handlers may enqueue keys.
 	Consumers []Consumer
 	// Reconcile makes one step for a key; Workers run it (default 1),
@@ -48,8 +52,19 @@ type Controller struct {
 type Source struct {
 	Cache    *store.Cache
 	Prefixes []string
-	// Key maps a changed KV key to the key to reconcile ("" skips it).
+	// Key maps a changed KV key to the key to reconcile ("" skips it); a
+	// resync marker enqueues the Controller's Resync.
 	Key func(kvKey string) string
+	// Changed, set instead of Key, sees the whole change — its op and
+	// value, and resync markers, for which Resync is not called — and
+	// returns the keys to reconcile. It may keep state: it is called from
+	// one goroutine per prefix.
+	Changed func(store.Change) []string
+	// Tick, if set, is called every Every (in a goroutine of its own:
+	// guard what it shares with Changed) and returns the keys to
+	// reconcile, for what changes with time rather than with a write.
+	Tick  func() []string
+	Every time.Duration
 }
 
 // Consumer is a durable consumer a controller runs, with its handler
@@ -70,19 +85,25 @@ type Env struct {
 	// Ready, if set, is told true once every cache is loaded and every
 	// watch, worker and consumer started.
 	Ready func(bool)
+	// Started are caches the caller started before Run (to serve requests
+	// from them first); Run does not start them again.
+	Started []*store.Cache
 }
 
 // Run runs c alone (see Run).
 func (c *Controller) Run(ctx context.Context, env Env) error { return Run(ctx, env, c) }
 
 // Run starts every cache the controllers watch, each once however many
-// controllers share it, then their watches, workers and consumers, and
+// controllers share it (none of env.Started), then their watches, workers and consumers, and
 // returns once ctx is cancelled and all of them have stopped. ctx carries
 // env.Log to the caches and reconciles. It returns a cache's start error
 // at once, else the consumers' errors (a closed NATS connection).
 func Run(ctx context.Context, env Env, cs ...*Controller) error {
 	ctx = env.Log.WithContext(ctx)
 	started := map[*store.Cache]bool{}
+	for _, c := range env.Started {
+		started[c] = true
+	}
 	for _, c := range cs {
 		for _, w := range c.Watches {
 			if started[w.Cache] {
@@ -124,9 +145,18 @@ func (c *Controller) start(ctx context.Context, env Env, wg *sync.WaitGroup, fai
 		all = c.Resync
 	}
 	for _, w := range c.Watches {
+		keysOf := w.keysOf(all)
 		for _, p := range w.Prefixes {
 			sub := w.Cache.Subscribe(p)
-			run(func() { Watch(ctx, c.Queue, sub, w.Key, all) })
+			run(func() { watch(ctx, c.Queue, sub, keysOf) })
+		}
+		if w.Tick != nil {
+			run(func() { tick(ctx, c.Queue, w.Every, w.Tick) })
+		}
+	}
+	if c.Initial != nil {
+		for _, k := range c.Initial() {
+			c.Queue.Add(k)
 		}
 	}
 	loop := &Loop{Queue: c.Queue, Reconciler: c.Reconcile, Workers: c.Workers, Backoff: c.Backoff, OnError: c.OnError}

@@ -129,3 +129,87 @@ func TestControllersShareACacheAndWireEverySource(t *testing.T) {
 		t.Fatal("Run did not return within 10s of cancel")
 	}
 }
+
+// TestSourceChangedTickInitialAndStartedCaches checks the extensions a
+// service with state in its watch needs: a Source's Changed sees the op,
+// the value and the resync marker (the Controller's Resync is not called
+// for it) and may return several keys; Tick enqueues on its period;
+// Initial enqueues once at start; and a cache the caller started and
+// names in Env.Started is not started again (which would fail Run).
+func TestSourceChangedTickInitialAndStartedCaches(t *testing.T) {
+	srv := natstest.Start(t)
+	_, js := srv.Connect(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := events.Provision(ctx, js, events.DefaultTopology(1)); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, events.BucketObserved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "provider.before", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	cache := store.NewCache(kv, store.CacheOptions{ResyncEvery: store.NoResync})
+	if err := cache.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	var got seen
+	c := &reconcile.Controller{
+		Watches: []reconcile.Source{{
+			Cache: cache, Prefixes: []string{"provider."},
+			Changed: func(ch store.Change) []string {
+				switch {
+				case ch.Resync:
+					return []string{"resync-marker"}
+				case ch.Op == store.OpDelete:
+					return []string{"deleted:" + ch.Key}
+				}
+				return strings.Split(string(ch.Value), ",")
+			},
+			Every: 10 * time.Millisecond,
+			Tick:  func() []string { return []string{"ticked"} },
+		}},
+		Resync:    func() []string { return []string{"resynced"} },
+		Initial:   func() []string { return []string{"initial"} },
+		Reconcile: got.reconcile,
+	}
+	ready := make(chan bool, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Run(ctx, reconcile.Env{JS: js, Log: zerolog.Nop(), Ready: func(r bool) { ready <- r }, Started: []*store.Cache{cache}})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("Run returned before it was ready: %v", err)
+	}
+
+	if _, err := kv.Put(ctx, "provider.p", []byte("a,b")); err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(ctx, "provider.p"); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 5*time.Second, "changes, ticks and initial keys reconciled", func() bool {
+		return got.has("initial") && got.has("x") && got.has("a") && got.has("b") &&
+			got.has("deleted:provider.p") && got.has("ticked")
+	})
+	cache.Resync()
+	natstest.WaitFor(t, 5*time.Second, "the resync marker seen by Changed", func() bool { return got.has("resync-marker") })
+	if got.has("resynced") || got.count("initial") != 1 {
+		t.Fatalf("unexpected reconciles: %v", got.keys)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return within 10s of cancel")
+	}
+}

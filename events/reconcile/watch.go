@@ -2,16 +2,16 @@ package reconcile
 
 import (
 	"context"
+	"time"
 
 	"github.com/capn-dev/capn/events/store"
 )
 
-// Watch turns a cache subscription into work: every change is mapped by
-// keyOf to the key a reconciler works on ("" skips it), and a resync marker
-// enqueues every key all returns. It returns when ctx is cancelled or the
-// subscription ends, and unsubscribes. Every service's watch-to-queue loop
-// is this one.
-func Watch(ctx context.Context, q *Queue, sub *store.Subscription, keyOf func(kvKey string) string, all func() []string) {
+// watch turns a cache subscription into work: keysOf maps every change
+// (resync markers included) to the keys to reconcile, each given to add.
+// It returns when ctx is cancelled or the subscription ends, and
+// unsubscribes. Every controller's watch-to-queue loop is this one.
+func watch(ctx context.Context, q *Queue, sub *store.Subscription, keysOf func(ch store.Change, add func(string))) {
 	defer sub.Unsubscribe()
 	for {
 		select {
@@ -21,15 +21,52 @@ func Watch(ctx context.Context, q *Queue, sub *store.Subscription, keyOf func(kv
 			if !ok {
 				return
 			}
-			if ch.Resync {
-				for _, k := range all() {
-					q.Add(k)
-				}
-				continue
-			}
-			if k := keyOf(ch.Key); k != "" {
+			keysOf(ch, q.Add)
+		}
+	}
+}
+
+// tick enqueues the keys f returns every d until ctx is cancelled.
+func tick(ctx context.Context, q *Queue, d time.Duration, f func() []string) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			for _, k := range f() {
 				q.Add(k)
 			}
 		}
 	}
+}
+
+// keysOf is how w maps a change: its Changed, else its Key with all for
+// a resync marker.
+func (w Source) keysOf(all func() []string) func(store.Change, func(string)) {
+	if w.Changed != nil {
+		return func(ch store.Change, add func(string)) {
+			for _, k := range w.Changed(ch) {
+				add(k)
+			}
+		}
+	}
+	return func(ch store.Change, add func(string)) {
+		if ch.Resync {
+			for _, k := range all() {
+				add(k)
+			}
+			return
+		}
+		if k := w.Key(ch.Key); k != "" {
+			add(k)
+		}
+	}
+}
+
+// Watch runs the watch loop of a Source{Key: keyOf} whose Controller's
+// Resync is all, for services that still wire their loops by hand.
+func Watch(ctx context.Context, q *Queue, sub *store.Subscription, keyOf func(kvKey string) string, all func() []string) {
+	watch(ctx, q, sub, Source{Key: keyOf}.keysOf(all))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -65,65 +66,87 @@ type providerState struct {
 	at    time.Time // the announcement's time
 }
 
-// watchProviders plans again the clusters that name a provider whenever
+// providerWatch plans again the clusters that name a provider whenever
 // what its announcement says changes: it appears, is withdrawn, changes its
-// capabilities, or goes stale without a write (a provider that crashed; found
-// by a recheck every providerRecheckEvery). A refresh that changes nothing
-// but the time wakes no cluster.
-func (s *Service) watchProviders(ctx context.Context, sub *store.Subscription) {
-	defer sub.Unsubscribe()
-	known := map[string]providerState{}
-	wake := func(provider string, st providerState, present bool) {
-		old, had := known[provider]
-		if present {
-			known[provider] = st
-		} else {
-			delete(known, provider)
-		}
-		if had == present && old.alive == st.alive && old.caps == st.caps {
-			return
-		}
-		for _, e := range s.desired.List(keys.ClusterPrefix) {
-			c, err := store.Decode(e.Value, func() *capnv1.Cluster { return new(capnv1.Cluster) })
-			if err == nil && slices.Contains(clusterProviders(c), provider) {
-				s.queue.Add(strings.TrimPrefix(e.Key, keys.ClusterPrefix))
-			}
+// capabilities, or goes stale without a write (a provider that crashed;
+// found by recheck every providerRecheckEvery). A refresh that changes
+// nothing but the time wakes no cluster. It is the Source of the planner's
+// provider.* watch: changed and recheck run in goroutines of their own.
+type providerWatch struct {
+	s     *Service
+	mu    sync.Mutex
+	known map[string]providerState
+}
+
+func newProviderWatch(s *Service) *providerWatch {
+	return &providerWatch{s: s, known: map[string]providerState{}}
+}
+
+// changed maps a change of a provider's announcement to the clusters to
+// plan again (a resync marker wakes none).
+func (w *providerWatch) changed(ch store.Change) []string {
+	if ch.Resync {
+		return nil
+	}
+	provider := strings.TrimPrefix(ch.Key, keys.ProviderPrefix)
+	if ch.Op == store.OpDelete {
+		return w.wake(provider, providerState{}, false)
+	}
+	a, err := store.Decode(ch.Value, newAnnouncement)
+	if err != nil {
+		return w.wake(provider, providerState{}, false)
+	}
+	caps := slices.Clone(a.GetCapabilities())
+	slices.Sort(caps)
+	return w.wake(provider, providerState{alive: plan.ProviderAlive(a, w.s.cfg.Now()), caps: strings.Join(caps, ","), at: a.GetTime().AsTime()}, true)
+}
+
+// recheck returns the clusters of providers whose announcement went stale
+// since it was written.
+func (w *providerWatch) recheck() []string {
+	now := w.s.cfg.Now()
+	var stale []string
+	w.mu.Lock()
+	for p, st := range w.known {
+		if st.alive && !plan.ProviderAlive(&capnv1.ProviderAnnouncement{Time: timestamppb.New(st.at)}, now) {
+			st.alive = false
+			w.known[p] = st
+			stale = append(stale, p)
 		}
 	}
-	tick := time.NewTicker(providerRecheckEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ch, ok := <-sub.C():
-			if !ok {
-				return
-			}
-			if ch.Resync {
-				continue
-			}
-			provider := strings.TrimPrefix(ch.Key, keys.ProviderPrefix)
-			if ch.Op == store.OpDelete {
-				wake(provider, providerState{}, false)
-				continue
-			}
-			a, err := store.Decode(ch.Value, newAnnouncement)
-			if err != nil {
-				wake(provider, providerState{}, false)
-				continue
-			}
-			caps := slices.Clone(a.GetCapabilities())
-			slices.Sort(caps)
-			wake(provider, providerState{alive: plan.ProviderAlive(a, s.cfg.Now()), caps: strings.Join(caps, ","), at: a.GetTime().AsTime()}, true)
-		case <-tick.C:
-			now := s.cfg.Now()
-			for p, st := range known {
-				if st.alive && !plan.ProviderAlive(&capnv1.ProviderAnnouncement{Time: timestamppb.New(st.at)}, now) {
-					st.alive = false
-					wake(p, st, true)
-				}
-			}
+	w.mu.Unlock()
+	var out []string
+	for _, p := range stale {
+		out = append(out, w.clustersNaming(p)...)
+	}
+	return out
+}
+
+// wake records what provider's announcement says and, if whether it runs
+// or what it can do changed, returns the clusters that name it.
+func (w *providerWatch) wake(provider string, st providerState, present bool) []string {
+	w.mu.Lock()
+	old, had := w.known[provider]
+	if present {
+		w.known[provider] = st
+	} else {
+		delete(w.known, provider)
+	}
+	w.mu.Unlock()
+	if had == present && old.alive == st.alive && old.caps == st.caps {
+		return nil
+	}
+	return w.clustersNaming(provider)
+}
+
+// clustersNaming returns the clusters whose spec names provider.
+func (w *providerWatch) clustersNaming(provider string) []string {
+	var out []string
+	for _, e := range w.s.desired.List(keys.ClusterPrefix) {
+		c, err := store.Decode(e.Value, func() *capnv1.Cluster { return new(capnv1.Cluster) })
+		if err == nil && slices.Contains(clusterProviders(c), provider) {
+			out = append(out, strings.TrimPrefix(e.Key, keys.ClusterPrefix))
 		}
 	}
+	return out
 }

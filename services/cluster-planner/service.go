@@ -142,41 +142,24 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	if s.observedRev == nil {
 		s.observedRev = s.observed.Revision
 	}
-	for _, c := range []*store.Cache{s.desired, s.observed} {
-		if err := c.Start(ctx); err != nil {
-			return err
-		}
-	}
 	s.queue = reconcile.NewQueue()
-	var wg sync.WaitGroup
-	for _, sub := range []*store.Subscription{
-		s.desired.Subscribe(keys.ClusterPrefix), s.desired.Subscribe(keys.MachinePrefix),
-		s.observed.Subscribe(keys.MachinePrefix), s.observed.Subscribe(keys.InfraPrefix), s.observed.Subscribe(keys.SecretsPrefix),
-	} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			reconcile.Watch(ctx, s.queue, sub, keys.ClusterOf, func() []string { return s.desired.KeysUnder(keys.ClusterPrefix) })
-		}()
+	providers := newProviderWatch(s)
+	c := &reconcile.Controller{
+		Watches: []reconcile.Source{
+			{Cache: s.desired, Prefixes: []string{keys.ClusterPrefix, keys.MachinePrefix}, Key: keys.ClusterOf},
+			{Cache: s.observed, Prefixes: []string{keys.MachinePrefix, keys.InfraPrefix, keys.SecretsPrefix}, Key: keys.ClusterOf},
+			{Cache: s.observed, Prefixes: []string{keys.ProviderPrefix}, Changed: providers.changed,
+				Tick: providers.recheck, Every: providerRecheckEvery},
+		},
+		Resync:    func() []string { return s.desired.KeysUnder(keys.ClusterPrefix) },
+		Reconcile: s.reconcile,
+		Workers:   s.cfg.Workers,
+		// A conflict is logged at debug: another writer moved first, and
+		// the retry plans from a fresh read.
+		OnError: reconcile.LogFailures(d.Log, "cluster", "plan not applied; will retry"),
+		Queue:   s.queue,
 	}
-	providers := s.observed.Subscribe(keys.ProviderPrefix)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		s.watchProviders(ctx, providers)
-	}()
-	loop := &reconcile.Loop{Queue: s.queue, Reconciler: reconcile.Func(s.reconcile), Workers: s.cfg.Workers,
-		OnError: func(key string, err error, n int) {
-			lvl := d.Log.Warn()
-			if errors.Is(err, store.ErrConflict) {
-				lvl = d.Log.Debug() // another writer moved first: plan again from a fresh read
-			}
-			lvl.Err(err).Str("cluster", key).Int("failures", n).Msg("plan not applied; will retry")
-		}}
-	d.Ready.Set(true)
-	loop.Run(d.Log.WithContext(ctx))
-	wg.Wait()
-	return nil
+	return c.Run(ctx, reconcile.Env{JS: d.JS, Log: d.Log, Events: d.Events, Ready: d.Ready.Set})
 }
 
 func newMachine() *capnv1.Machine             { return new(capnv1.Machine) }

@@ -8,7 +8,7 @@ import (
 
 // The planner's watches map a key to its cluster with keys.ClusterOf: every
 // record it subscribes to names its cluster, and a provider's announcement
-// names none (watchProviders wakes its clusters instead).
+// names none (providerWatch wakes its clusters instead).
 func TestClusterOfWatchedKeys(t *testing.T) {
 	tests := []struct{ key, want string }{
 		{"cluster.c1", "c1"},

@@ -8,11 +8,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
+	"github.com/rs/zerolog"
 
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/reconcile"
@@ -240,51 +240,60 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	}
 	s.queue = reconcile.NewQueue()
 	s.joins = reconcile.NewQueue()
-	var wg sync.WaitGroup
-	run := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
+	ready := func(r bool) {
+		d.Ready.Set(r)
+		log.Info().Str("key_id", s.cfg.Keyring.PrimaryID()).Strs("bootstrap_providers", s.cfg.Registry.Names()).Msg("bootstrapper running")
+	}
+	// The caches are started above: fetch, credential and callout requests
+	// are answered from them before the loops start.
+	return reconcile.Run(ctx, reconcile.Env{JS: d.JS, Log: log, Events: d.Events, Ready: ready,
+		Started: []*store.Cache{s.desired, s.observed}}, s.controllers(log)...)
+}
 
+// controllers are the bootstrapper's loops: its clusters' secrets and
+// status, answering its commands, and the join tokens in the workload
+// clusters.
+func (s *Service) controllers(log zerolog.Logger) []*reconcile.Controller {
+	all := func() []string { return s.desired.KeysUnder(keys.ClusterPrefix) }
 	// Anything about a cluster — its spec, its infrastructure's endpoint, a
 	// machine joining — wakes that cluster's reconcile. A subscription first
 	// replays every current key, so each known cluster is looked at once at
-	// start.
-	all := func() []string { return s.desired.KeysUnder(keys.ClusterPrefix) }
-	for _, sub := range []*store.Subscription{s.desired.Subscribe(keys.ClusterPrefix), s.observed.Subscribe(keys.InfraPrefix)} {
-		run(func() { reconcile.Watch(ctx, s.queue, sub, keys.ClusterOf, all) })
-	}
-	// Of machine statuses only a machine that joined matters here (its
-	// token goes); every other change would cost a reconcile for nothing.
-	machines := s.observed.Subscribe(keys.MachinePrefix)
-	run(func() { reconcile.Watch(ctx, s.queue, machines, s.clusterOfJoined, all) })
-	loop := &reconcile.Loop{Queue: s.queue, Reconciler: reconcile.Func(s.reconcileCluster), Workers: s.cfg.Workers,
+	// start. Of machine statuses only a machine that joined matters here
+	// (its token goes); every other change would cost a reconcile for
+	// nothing.
+	clusters := &reconcile.Controller{
+		Watches: []reconcile.Source{
+			{Cache: s.desired, Prefixes: []string{keys.ClusterPrefix}, Key: keys.ClusterOf},
+			{Cache: s.observed, Prefixes: []string{keys.InfraPrefix}, Key: keys.ClusterOf},
+			{Cache: s.observed, Prefixes: []string{keys.MachinePrefix}, Key: s.clusterOfJoined},
+		},
+		Resync:    all,
+		Consumers: []reconcile.Consumer{{Spec: CommandConsumer(), Handler: s.handleCommand, Concurrency: s.cfg.Workers}},
+		Reconcile: s.reconcileCluster,
+		Workers:   s.cfg.Workers,
 		OnError: func(key string, err error, n int) {
 			log.Warn().Err(err).Str("cluster", key).Int("failures", n).Msg("reconcile failed; will retry")
-		}}
-	run(func() { loop.Run(ctx) })
+		},
+		Queue: s.queue,
+	}
 	// Join tokens in the workload clusters: a loop of its own, so a
 	// workload API server that does not answer holds up nothing above.
 	// Its passes are kicked by the cluster reconcile, generate and tendTokens
 	// when what they work from changes (ending a backoff), and woken by the
-	// cluster's desired machines (one wanted or being deleted; the
-	// subscription's replay looks at each cluster once at start).
-	joinLoop := &reconcile.Loop{Queue: s.joins, Reconciler: reconcile.Func(s.reconcileJoinTokens), Workers: s.cfg.Workers,
+	// cluster's desired machines (one wanted or being deleted); every
+	// cluster is looked at once at start.
+	joins := &reconcile.Controller{
+		Watches:   []reconcile.Source{{Cache: s.desired, Prefixes: []string{keys.MachinePrefix}, Key: keys.ClusterOf}},
+		Resync:    all,
+		Initial:   all,
+		Reconcile: s.reconcileJoinTokens,
+		Workers:   s.cfg.Workers,
 		OnError: func(key string, err error, n int) {
 			log.Warn().Err(err).Str("cluster", key).Int("failures", n).Msg("join-token reconcile failed; will retry")
-		}}
-	run(func() { joinLoop.Run(ctx) })
-	wanted := s.desired.Subscribe(keys.MachinePrefix)
-	run(func() { reconcile.Watch(ctx, s.joins, wanted, keys.ClusterOf, all) })
-	for _, c := range all() {
-		s.joins.Add(c)
+		},
+		Queue: s.joins,
 	}
-
-	cons := events.NewConsumer(d.JS, CommandConsumer(), s.handleCommand,
-		events.WithLogger(log), events.WithMetrics(d.Events), events.WithConcurrency(s.cfg.Workers))
-	errc := make(chan error, 1)
-	run(func() { errc <- cons.Run(ctx) })
-	d.Ready.Set(true)
-	log.Info().Str("key_id", s.cfg.Keyring.PrimaryID()).Strs("bootstrap_providers", s.cfg.Registry.Names()).Msg("bootstrapper running")
-	wg.Wait()
-	return <-errc
+	return []*reconcile.Controller{clusters, joins}
 }
 
 // CommandConsumer is the bootstrapper's durable consumer of its commands.

@@ -1,8 +1,6 @@
 package healthwatcher
 
 import (
-	"context"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -13,37 +11,32 @@ import (
 	"github.com/capn-dev/capn/schemas/keys"
 )
 
-// feed maps watch changes to the cluster and machine they concern; from
-// the observed cluster status only a change to the control plane's
-// initialisation counts (see pending).
-func (s *Service) feed(ctx context.Context, sub *store.Subscription, observed bool) {
-	defer sub.Unsubscribe()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ch, ok := <-sub.C():
-			if !ok {
-				return
+// changed maps watch changes to the cluster and machine they concern,
+// marking the machine pending, and returns the cluster to evaluate; from
+// the observed cluster status (observed) only a change to the control
+// plane's initialisation counts (see pending). A resync marks every
+// cluster whole.
+func (s *Service) changed(observed bool) func(store.Change) []string {
+	return func(ch store.Change) []string {
+		if ch.Resync {
+			all := s.desired.KeysUnder(keys.ClusterPrefix)
+			for _, c := range all {
+				s.pending.mark(c, "")
 			}
-			if ch.Resync {
-				for _, e := range s.desired.List(keys.ClusterPrefix) {
-					s.touch(strings.TrimPrefix(e.Key, keys.ClusterPrefix), "")
-				}
-				continue
-			}
-			c, m := keyOf(ch.Key)
-			if c == "" {
-				continue
-			}
-			if observed && m == "" && ch.Op == store.OpPut {
-				st, err := store.Decode(ch.Value, newClusterStatus)
-				if err == nil && !s.pending.controlPlaneChanged(c, controlPlaneOf(st)) {
-					continue
-				}
-			}
-			s.touch(c, m)
+			return all
 		}
+		c, m := keyOf(ch.Key)
+		if c == "" {
+			return nil
+		}
+		if observed && m == "" && ch.Op == store.OpPut {
+			st, err := store.Decode(ch.Value, newClusterStatus)
+			if err == nil && !s.pending.controlPlaneChanged(c, controlPlaneOf(st)) {
+				return nil
+			}
+		}
+		s.pending.mark(c, m)
+		return []string{c}
 	}
 }
 

@@ -9,9 +9,7 @@ package healthwatcher
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/capn-dev/capn/events"
@@ -198,59 +196,33 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 	s.metrics = newMetrics(d.Metrics)
 	s.queue = reconcile.NewQueue()
 	s.pending = newPending()
-	ctx = d.Log.WithContext(ctx)
-	for _, c := range []*store.Cache{s.desired, s.observed} {
-		if err := c.Start(ctx); err != nil {
-			return err
-		}
-	}
-	var wg sync.WaitGroup
-	run := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
-	for _, sub := range []*store.Subscription{s.desired.Subscribe(keys.ClusterPrefix), s.desired.Subscribe(keys.MachinePrefix)} {
-		run(func() { s.feed(ctx, sub, false) })
-	}
-	for _, sub := range []*store.Subscription{
-		s.observed.Subscribe(keys.ClusterPrefix), s.observed.Subscribe(keys.MachinePrefix),
-		s.observed.Subscribe(keys.NodePrefix), s.observed.Subscribe(keys.InfraPrefix),
-	} {
-		run(func() { s.feed(ctx, sub, true) })
-	}
-	loop := &reconcile.Loop{Queue: s.queue, Reconciler: reconcile.Func(s.reconcile), Workers: s.cfg.Workers,
-		OnError: func(key string, err error, n int) {
-			lvl := d.Log.Warn()
-			if errors.Is(err, store.ErrConflict) {
-				lvl = d.Log.Debug()
-			}
-			lvl.Err(err).Str("cluster", key).Int("failures", n).Msg("health evaluation not applied; will retry")
-		}}
-	run(func() { loop.Run(ctx) })
+	cs := []*reconcile.Controller{{
+		Watches: []reconcile.Source{
+			{Cache: s.desired, Prefixes: []string{keys.ClusterPrefix, keys.MachinePrefix}, Changed: s.changed(false)},
+			{Cache: s.observed, Prefixes: []string{keys.ClusterPrefix, keys.MachinePrefix, keys.NodePrefix, keys.InfraPrefix}, Changed: s.changed(true)},
+		},
+		Consumers: []reconcile.Consumer{
+			{Spec: healthConsumer(), Handler: s.onHealth, Concurrency: s.cfg.Concurrency},
+			{Spec: driftConsumer(), Handler: events.Typed(s.onDrift), Concurrency: s.cfg.Concurrency},
+		},
+		Reconcile: s.reconcile,
+		Workers:   s.cfg.Workers,
+		OnError:   reconcile.LogFailures(d.Log, "cluster", "health evaluation not applied; will retry"),
+		Queue:     s.queue,
+	}}
 	if s.work != nil {
-		for _, sub := range []*store.Subscription{
-			s.desired.Subscribe(keys.ClusterPrefix), s.desired.Subscribe(keys.MachinePrefix),
-			s.observed.Subscribe(keys.MachinePrefix), s.observed.Subscribe(keys.ProviderPrefix),
-		} {
-			run(func() { s.watchWorkload(ctx, sub) })
-		}
-		kube := &reconcile.Loop{Queue: s.work.queue, Reconciler: reconcile.Func(s.reconcileWorkload), Workers: s.cfg.Workers,
+		cs = append(cs, &reconcile.Controller{
+			Watches: []reconcile.Source{
+				{Cache: s.desired, Prefixes: []string{keys.ClusterPrefix, keys.MachinePrefix}, Changed: s.workloadChanged},
+				{Cache: s.observed, Prefixes: []string{keys.MachinePrefix, keys.ProviderPrefix}, Changed: s.workloadChanged},
+			},
+			Reconcile: s.reconcileWorkload,
+			Workers:   s.cfg.Workers,
 			OnError: func(key string, err error, n int) {
 				d.Log.Warn().Err(err).Str("cluster", key).Int("failures", n).Msg("workload Node read not applied; will retry")
-			}}
-		run(func() { kube.Run(ctx) })
+			},
+			Queue: s.work.queue,
+		})
 	}
-	opts := []events.ConsumeOption{events.WithLogger(d.Log), events.WithMetrics(d.Events), events.WithConcurrency(s.cfg.Concurrency)}
-	errc := make(chan error, 2)
-	for _, c := range []*events.Consumer{
-		events.NewConsumer(d.JS, healthConsumer(), s.onHealth, opts...),
-		events.NewConsumer(d.JS, driftConsumer(), events.Typed(s.onDrift), opts...),
-	} {
-		run(func() { errc <- c.Run(ctx) })
-	}
-	d.Ready.Set(true)
-	wg.Wait()
-	close(errc)
-	var errs []error
-	for err := range errc {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	return reconcile.Run(ctx, reconcile.Env{JS: d.JS, Log: d.Log, Events: d.Events, Ready: d.Ready.Set}, cs...)
 }

@@ -85,13 +85,6 @@ func newWorkload(cache *kubeapi.ClusterCache) *workload {
 		nodes: map[string]nodeIdentity{}, real: map[string]bool{}}
 }
 
-// kick asks for a read of cluster now, ending a backoff: a machine
-// changed (one being deleted must lose its Node within a poll).
-func (w *workload) kick(cluster string) {
-	w.cache.Kick(cluster)
-	w.queue.Add(cluster)
-}
-
 // identity is what the machine's Node said, if it was read.
 func (w *workload) identity(key string) (nodeIdentity, bool) {
 	if w == nil {
@@ -130,59 +123,54 @@ func (s *Service) polled(cl *capnv1.Cluster) bool {
 	return ok && slices.Contains(a.GetCapabilities(), capabilityRealKubernetes)
 }
 
-// watchWorkload wakes the Node reads: a cluster whose spec or machines
+// workloadChanged wakes the Node reads: a cluster whose spec or machines
 // changed is read now (only if it is polled: sim clusters cost a map
 // lookup), and every cluster when a provider starts or stops announcing
 // real-kubernetes (announcements are rewritten every few seconds; only a
-// change of that capability counts).
-func (s *Service) watchWorkload(ctx context.Context, sub *store.Subscription) {
-	defer sub.Unsubscribe()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ch, ok := <-sub.C():
-			if !ok {
-				return
-			}
-			if ch.Resync {
-				s.kickAll()
-				continue
-			}
-			if p, ok := strings.CutPrefix(ch.Key, keys.ProviderPrefix); ok {
-				real := false
-				if ch.Op == store.OpPut {
-					if a, err := store.Decode(ch.Value, newAnnouncement); err == nil {
-						real = slices.Contains(a.GetCapabilities(), capabilityRealKubernetes)
-					}
-				}
-				s.work.mu.Lock()
-				changed := s.work.real[p] != real
-				s.work.real[p] = real
-				s.work.mu.Unlock()
-				if changed {
-					s.kickAll()
-				}
-				continue
-			}
-			c := clusterOf(ch.Key)
-			if c == "" {
-				continue
-			}
-			s.work.mu.Lock()
-			known := s.work.polled[c]
-			s.work.mu.Unlock()
-			if known || strings.HasPrefix(ch.Key, keys.ClusterPrefix) {
-				s.work.kick(c)
+// change of that capability counts), or on a resync. A woken cluster's
+// backoff ends (ClusterCache.Kick): a machine being deleted must lose its
+// Node within a poll.
+func (s *Service) workloadChanged(ch store.Change) []string {
+	if ch.Resync {
+		return s.kickAll()
+	}
+	if p, ok := strings.CutPrefix(ch.Key, keys.ProviderPrefix); ok {
+		real := false
+		if ch.Op == store.OpPut {
+			if a, err := store.Decode(ch.Value, newAnnouncement); err == nil {
+				real = slices.Contains(a.GetCapabilities(), capabilityRealKubernetes)
 			}
 		}
+		s.work.mu.Lock()
+		changed := s.work.real[p] != real
+		s.work.real[p] = real
+		s.work.mu.Unlock()
+		if changed {
+			return s.kickAll()
+		}
+		return nil
 	}
+	c := clusterOf(ch.Key)
+	if c == "" {
+		return nil
+	}
+	s.work.mu.Lock()
+	known := s.work.polled[c]
+	s.work.mu.Unlock()
+	if known || strings.HasPrefix(ch.Key, keys.ClusterPrefix) {
+		s.work.cache.Kick(c)
+		return []string{c}
+	}
+	return nil
 }
 
-func (s *Service) kickAll() {
-	for _, e := range s.desired.List(keys.ClusterPrefix) {
-		s.work.kick(strings.TrimPrefix(e.Key, keys.ClusterPrefix))
+// kickAll ends every cluster's backoff and returns them all to read.
+func (s *Service) kickAll() []string {
+	all := s.desired.KeysUnder(keys.ClusterPrefix)
+	for _, c := range all {
+		s.work.cache.Kick(c)
 	}
+	return all
 }
 
 // reconcileWorkload reads one cluster's Nodes: it matches them to the

@@ -64,9 +64,3 @@ func (w Source) keysOf(all func() []string) func(store.Change, func(string)) {
 		}
 	}
 }
-
-// Watch runs the watch loop of a Source{Key: keyOf} whose Controller's
-// Resync is all, for services that still wire their loops by hand.
-func Watch(ctx context.Context, q *Queue, sub *store.Subscription, keyOf func(kvKey string) string, all func() []string) {
-	watch(ctx, q, sub, Source{Key: keyOf}.keysOf(all))
-}

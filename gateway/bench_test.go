@@ -44,17 +44,16 @@ func BenchmarkApplyDecode(b *testing.B) {
 }
 
 // applyEdge is what apply and writeCluster do with a body and the stored
-// cluster before the compare-and-set.
+// cluster before the compare-and-set: decode, the one check, the update
+// rules against the stored cluster.
 func applyEdge(s *server, body []byte, cur *capnv1.Cluster) (*capnv1.Cluster, error) {
 	in, err := decodeApply(body)
 	if err != nil {
 		return nil, err
 	}
-	_ = cloneCluster(cur) // writeCluster's copy for mutate
-	next := cloneCluster(in)
-	manifest.Default(next)
-	if err := s.validate(cur, next, ""); err != nil {
+	checked := s.validator.Check(in)
+	if err := invalidSpec(checked.ValidateUpdate(cur), ""); err != nil {
 		return nil, err
 	}
-	return next, nil
+	return checked.Cluster(), nil
 }

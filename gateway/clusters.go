@@ -110,11 +110,12 @@ func (s *server) apply(w http.ResponseWriter, r *http.Request, pathName string) 
 		return badRequest("the manifest names another cluster than the path").
 			withField("metadata.name", "must be "+pathName+", the name in the path", md.Name)
 	}
+	// The one default and the one validation of the manifest; each write
+	// attempt below adds only the update rules against what is stored.
+	checked := s.validator.Check(in)
 	if !manifest.IsDNSLabel(md.Name) {
 		// Without a usable name there is no key: report it with the rest.
-		probe := cloneCluster(in)
-		manifest.Default(probe)
-		if err := s.validate(nil, probe, ""); err != nil {
+		if err := invalidSpec(checked.Err(), ""); err != nil {
 			return err
 		}
 		return badRequest("the cluster has no valid name").withField("metadata.name", "required", md.Name)
@@ -124,19 +125,9 @@ func (s *server) apply(w http.ResponseWriter, r *http.Request, pathName string) 
 		name:         name,
 		precondition: md.ResourceVersion,
 		create:       true,
+		replace:      true,
 		dryRun:       dryRun,
-		mutate: func(cur, _ *capnv1.Cluster) (*capnv1.Cluster, error) {
-			if cur != nil && uid != "" && uid != cur.GetMetadata().GetUid() {
-				return nil, conflict("metadata.uid %s is not the uid of cluster %s (%s): the cluster was deleted and created again since the manifest was read",
-					uid, name, cur.GetMetadata().GetUid())
-			}
-			next := cloneCluster(in)
-			manifest.Default(next)
-			if err := s.validate(cur, next, ""); err != nil {
-				return nil, err
-			}
-			return next, nil
-		},
+		mutate:       applyChecked(checked, name, uid),
 	})
 	if err != nil {
 		return err
@@ -149,6 +140,24 @@ func (s *server) apply(w http.ResponseWriter, r *http.Request, pathName string) 
 		}
 	}
 	return s.respondCluster(r.Context(), w, status, res.cluster, res.rev)
+}
+
+// applyChecked is apply's mutation: the checked manifest replaces the
+// stored cluster (cur, nil on create) when its uid, if any, is cur's and
+// the update rules allow the change. It returns the checked cluster itself,
+// not a copy: writeCluster sets only server-owned fields on it (none that
+// Validate looks at, and all of them again on a retry).
+func applyChecked(checked manifest.Checked, name, uid string) func(cur, _ *capnv1.Cluster) (*capnv1.Cluster, error) {
+	return func(cur, _ *capnv1.Cluster) (*capnv1.Cluster, error) {
+		if cur != nil && uid != "" && uid != cur.GetMetadata().GetUid() {
+			return nil, conflict("metadata.uid %s is not the uid of cluster %s (%s): the cluster was deleted and created again since the manifest was read",
+				uid, name, cur.GetMetadata().GetUid())
+		}
+		if err := invalidSpec(checked.ValidateUpdate(cur), ""); err != nil {
+			return nil, err
+		}
+		return checked.Cluster(), nil
+	}
 }
 
 // deleteCluster is DELETE /v1/clusters/{name}[?resourceVersion=][&dryRun=All]:

@@ -36,13 +36,16 @@ type writeOp struct {
 	whileDeleting bool
 	// deleting keeps the deletion_timestamp mutate sets.
 	deleting bool
+	// replace: mutate returns a new cluster (apply), so it gets no copy of
+	// the stored one (next is nil).
+	replace bool
 	// dryRun does every check and the mutation but writes nothing: the
 	// result is the cluster as it would be stored, at the revision read (0
 	// for a would-be create).
 	dryRun bool
 	// mutate returns the cluster to store. cur is the stored cluster
 	// (read-only; nil when there is none) and next a copy of it to change
-	// and return (nil when there is none). It may be called again after a
+	// and return (nil when there is none, or op.replace). It may be called again after a
 	// lost race, so it must depend only on its input. An error stops the
 	// write and is returned as it is.
 	mutate func(cur, next *capnv1.Cluster) (*capnv1.Cluster, error)
@@ -93,9 +96,10 @@ func (s *server) writeCluster(ctx context.Context, op writeOp) (writeResult, err
 				op.name, cur.GetMetadata().GetDeletionTimestamp().AsTime().Format(time.RFC3339))
 		}
 		var next *capnv1.Cluster
-		if exists {
+		switch {
+		case exists && !op.replace:
 			next = cloneCluster(cur)
-		} else {
+		case !exists:
 			cur = nil
 		}
 		next, err = op.mutate(cur, next)
@@ -207,7 +211,12 @@ func (s *server) setServerOwned(next, cur *capnv1.Cluster, op writeOp) {
 // validate checks a change of old (nil: a create) into next with the
 // manifest rules, as a 422 listing every bad field.
 func (s *server) validate(old, next *capnv1.Cluster, detail string) error {
-	err := s.validator.ValidateUpdate(old, next)
+	return invalidSpec(s.validator.ValidateUpdate(old, next), detail)
+}
+
+// invalidSpec is the 422 of a validation's error, listing every bad field;
+// nil for nil.
+func invalidSpec(err error, detail string) error {
 	if err == nil {
 		return nil
 	}

@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v2"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
@@ -90,19 +89,10 @@ func decodeDocument(doc any) (*capnv1alpha1.Cluster, error) {
 		return nil, err
 	}
 	c := &capnv1alpha1.Cluster{}
-	n := &normalizer{}
-	tree := n.message(top, c.ProtoReflect().Descriptor(), "")
-	if len(n.errs) > 0 {
-		return nil, errors.Join(n.errs...)
-	}
-	j, err := json.Marshal(tree)
-	if err != nil {
-		return nil, fmt.Errorf("decode manifest: %w", err)
-	}
-	if err := (protojson.UnmarshalOptions{}).Unmarshal(j, c); err != nil {
-		// The normalizer checks what protojson checks, so this is a bug there;
-		// still say what protojson said.
-		return nil, fmt.Errorf("decode manifest: %w", err)
+	f := &filler{}
+	f.message(top, c.ProtoReflect(), "")
+	if len(f.errs) > 0 {
+		return nil, errors.Join(f.errs...)
 	}
 	return c, nil
 }

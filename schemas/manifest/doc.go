@@ -8,6 +8,11 @@
 //	err = manifest.Validate(c)           // every bad field at once, errors.Join of *FieldError
 //	err = manifest.ValidateUpdate(old, c) // apply-time rules: upgrades, immutable fields
 //
+// or, where the cluster is handed on, defaulted and validated once:
+//
+//	k := validator.Check(c)              // Default and Validate, in place; k.Err() is the verdict
+//	err = k.ValidateUpdate(old)          // the verdict and the update rules, nothing checked twice
+//
 // Field names are protojson's lowerCamelCase (kubernetesVersion, workerPools,
 // maxSurge); the proto names (kubernetes_version) are accepted too. Durations
 // may be written as Go durations ("15m") or as protojson wants them ("900s").

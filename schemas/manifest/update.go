@@ -36,15 +36,21 @@ func (v Validator) ValidateUpdate(old, c *capnv1alpha1.Cluster) error {
 	n := proto.Clone(c).(*capnv1alpha1.Cluster)
 	Default(o)
 	Default(n)
+	updateRules(o, n, &errs)
+	return errors.Join(errs...)
+}
+
+// updateRules adds the errors of changing o into n, both defaulted.
+func updateRules(o, n *capnv1alpha1.Cluster, errs *fieldErrors) {
 	if on, nn := o.GetMetadata().GetName(), n.GetMetadata().GetName(); on != "" && on != nn {
 		errs.add("metadata.name", nn, "immutable (was %q): a cluster cannot be renamed", on)
 	}
 	os, ns := o.Spec, n.Spec
 	if os == nil || ns == nil {
-		return errors.Join(errs...)
+		return
 	}
 	sp := path("spec")
-	validateUpgrade(os.KubernetesVersion, ns.KubernetesVersion, sp.child("kubernetesVersion"), true, &errs)
+	validateUpgrade(os.KubernetesVersion, ns.KubernetesVersion, sp.child("kubernetesVersion"), true, errs)
 	if ocp, ncp := os.ControlPlane, ns.ControlPlane; ocp != nil && ncp != nil && ocp.Provider != ncp.Provider {
 		errs.add(sp.child("controlPlane").child("provider"), ncp.Provider, "immutable (was %q): machines cannot move between providers; create a new cluster instead", ocp.Provider)
 	}
@@ -63,7 +69,7 @@ func (v Validator) ValidateUpdate(old, c *capnv1alpha1.Cluster) error {
 		if op.Provider != np.Provider {
 			errs.add(pp.child("provider"), np.Provider, "immutable (was %q): to move pool %s to another provider, add a new pool and remove this one", op.Provider, np.Name)
 		}
-		validateUpgrade(op.Version, np.Version, pp.child("version"), false, &errs)
+		validateUpgrade(op.Version, np.Version, pp.child("version"), false, errs)
 	}
 	if on, nn := os.Network, ns.Network; on != nil && nn != nil {
 		np := sp.child("network")
@@ -77,7 +83,6 @@ func (v Validator) ValidateUpdate(old, c *capnv1alpha1.Cluster) error {
 			errs.add(np.child("serviceDomain"), nn.ServiceDomain, "immutable (was %q)", on.ServiceDomain)
 		}
 	}
-	return errors.Join(errs...)
 }
 
 // validateUpgrade checks a version change; unparsable versions are left to

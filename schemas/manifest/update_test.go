@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
@@ -59,6 +61,11 @@ func TestValidateUpdate(t *testing.T) {
 			c := valid()
 			tt.modify(c)
 			err := ValidateUpdate(old, c)
+			// The edge's way: check once, then only the update rules.
+			checked := Validator{}.Check(proto.CloneOf(c)).ValidateUpdate(old)
+			if errText(checked) != errText(err) {
+				t.Errorf("Checked.ValidateUpdate:\n%v\nValidator.ValidateUpdate:\n%v", checked, err)
+			}
 			if len(tt.want) == 0 {
 				if err != nil {
 					t.Fatalf("unexpected: %v", err)
@@ -83,4 +90,38 @@ func TestValidateUpdate(t *testing.T) {
 	if err := ValidateUpdate(nil, valid()); err != nil {
 		t.Errorf("create: %v", err)
 	}
+	if err := (Validator{}).Check(valid()).ValidateUpdate(nil); err != nil {
+		t.Errorf("create, checked: %v", err)
+	}
+}
+
+func TestCheck(t *testing.T) {
+	c := valid()
+	c.Spec.Network = nil
+	k := Validator{}.Check(c)
+	if k.Cluster() != c || k.Err() != nil {
+		t.Fatalf("Check(valid) = %v, %v; want the same cluster, valid", k.Cluster(), k.Err())
+	}
+	if c.Spec.GetNetwork().GetServiceDomain() != DefaultServiceDomain {
+		t.Errorf("Check did not default in place: network %v", c.Spec.Network)
+	}
+	bad := valid()
+	bad.Spec.WorkerPools[0].Replicas = 11
+	if err, want := (Validator{MaxPoolReplicas: 10}).Check(bad).Err(), (Validator{MaxPoolReplicas: 10}).Validate(bad); err == nil || errText(err) != errText(want) {
+		t.Errorf("Check(over bound).Err() = %v, want %v", err, want)
+	}
+	var zero Checked
+	if zero.Cluster() != nil || errText(zero.Err()) != errText(Validate(nil)) {
+		t.Errorf("zero Checked = %v, %v; want no cluster", zero.Cluster(), zero.Err())
+	}
+	if errText(zero.ValidateUpdate(valid())) != errText(ValidateUpdate(valid(), nil)) {
+		t.Errorf("zero Checked update = %v", zero.ValidateUpdate(valid()))
+	}
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }

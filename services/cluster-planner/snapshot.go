@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/capn-dev/capn/events/store/clusterstate"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
@@ -31,8 +32,11 @@ func (s *Service) snapshot(ctx context.Context, name string) (in plan.Input, rev
 		}
 		return plan.Input{}, nil, false, nil
 	}
-	in = plan.Input{Cluster: st.Cluster, Machines: map[string]*capnv1.Machine{}, Observed: map[string]*capnv1.MachineStatus{}, Now: s.cfg.Now(),
-		Validator:  manifest.Validator{MaxPoolReplicas: s.cfg.MaxPoolReplicas, MaxClusterReplicas: s.cfg.MaxClusterReplicas},
+	// The planner's one check of the stored spec: the cache's copy is
+	// shared, so a copy is defaulted.
+	spec := manifest.Validator{MaxPoolReplicas: s.cfg.MaxPoolReplicas, MaxClusterReplicas: s.cfg.MaxClusterReplicas}.
+		Check(proto.CloneOf(st.Cluster))
+	in = plan.Input{Cluster: st.Cluster, Spec: spec, Machines: map[string]*capnv1.Machine{}, Observed: map[string]*capnv1.MachineStatus{}, Now: s.cfg.Now(),
 		MaxActions: s.maxActions(), Status: st.Status, PKIExists: st.Secrets.GetPkiReady()}
 	revs = map[string]uint64{}
 	for _, u := range st.Unreadable {

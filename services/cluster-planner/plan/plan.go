@@ -62,9 +62,16 @@ const MoreAfter = time.Millisecond
 
 // Input is everything the planner knows about one cluster.
 type Input struct {
-	// Validator checks the spec (a stored spec that fails is not planned;
-	// its status says why): the planner's replica bounds. The zero value
-	// is manifest's defaults.
+	// Spec is Cluster defaulted and validated once, by the caller
+	// (Validator.Check of a copy: the check the gateway makes at apply,
+	// with the planner's replica bounds), and trusted here: Plan plans
+	// Spec.Cluster() and neither defaults nor validates it again. A spec
+	// that fails (Spec.Err) is not planned; its status says why. A stored
+	// record may never have passed the gateway (written by hand, by an
+	// older version, under higher bounds), so the caller checks every one.
+	Spec manifest.Checked
+	// Validator is used only when Spec holds no cluster: Plan then checks
+	// a copy of Cluster itself. The zero value is manifest's defaults.
 	Validator manifest.Validator
 	// MaxActions bounds the actions of one plan (0: no bound). A plan that
 	// has more to do stops there and asks to be planned again after
@@ -218,9 +225,12 @@ func (DeleteCluster) kind() string      { return "cluster_delete" }
 
 // Plan computes the next step for one cluster. It is a pure function of in.
 func Plan(in Input) Result {
-	c := proto.Clone(in.Cluster).(*capnv1alpha1.Cluster)
-	manifest.Default(c)
-	p := newPlanner(in, c)
+	spec := in.Spec
+	if spec.Cluster() == nil {
+		spec = in.Validator.Check(proto.CloneOf(in.Cluster))
+	}
+	c := spec.Cluster()
+	p := newPlanner(in, c, spec.Err())
 	switch {
 	case c.GetSpec().GetPaused():
 		// Nothing at all, not even a deletion's next step (as Cluster API).

@@ -14,7 +14,7 @@ import (
 // planner holds one plan's working state.
 type planner struct {
 	in      Input
-	c       *capnv1alpha1.Cluster // defaulted copy
+	c       *capnv1alpha1.Cluster // defaulted and checked (Input.Spec); not modified
 	name    string
 	cp      *pool
 	pools   []*pool             // worker pools, in spec order
@@ -38,7 +38,9 @@ type planner struct {
 	refused bool
 }
 
-func newPlanner(in Input, c *capnv1alpha1.Cluster) *planner {
+// newPlanner starts a plan of c, defaulted and checked by the caller;
+// invalid is the check's verdict, heeded unless c is paused or deleting.
+func newPlanner(in Input, c *capnv1alpha1.Cluster, invalid error) *planner {
 	p := &planner{
 		in:    in,
 		c:     c,
@@ -49,7 +51,7 @@ func newPlanner(in Input, c *capnv1alpha1.Cluster) *planner {
 		usedProviders: map[string][]string{},
 	}
 	if c.GetMetadata().GetDeletionTimestamp() == nil && !c.GetSpec().GetPaused() {
-		p.invalid = in.Validator.Validate(c)
+		p.invalid = invalid
 	}
 	p.cp = p.controlPlanePool()
 	byName := map[string]*pool{manifest.ControlPlanePool: p.cp}

@@ -1,31 +1,60 @@
 package manifest
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	"go.yaml.in/yaml/v2"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
-const (
-	durationName  = "google.protobuf.Duration"
-	timestampName = "google.protobuf.Timestamp"
-)
+// The decoder before issue 23 (document → normalised tree → JSON →
+// protojson), kept as the reference the single decode is checked against.
 
-// normalizer walks a decoded document along the protobuf descriptor of the
+func refDecodeDocument(doc any) (*capnv1alpha1.Cluster, error) {
+	top, ok := doc.(yaml.MapSlice)
+	if !ok {
+		return nil, &FieldError{Path: "(document)", Reason: "must be a mapping with apiVersion, kind, metadata and spec, not " + describe(doc)}
+	}
+	if err := checkKind(top); err != nil {
+		return nil, err
+	}
+	c := &capnv1alpha1.Cluster{}
+	n := &refNormalizer{}
+	tree := n.message(top, c.ProtoReflect().Descriptor(), "")
+	if len(n.errs) > 0 {
+		return nil, errors.Join(n.errs...)
+	}
+	j, err := json.Marshal(tree)
+	if err != nil {
+		return nil, fmt.Errorf("decode manifest: %w", err)
+	}
+	if err := (protojson.UnmarshalOptions{}).Unmarshal(j, c); err != nil {
+		return nil, fmt.Errorf("decode manifest: %w", err)
+	}
+	return c, nil
+}
+
+// refNormalizer walks a decoded document along the protobuf descriptor of the
 // message it should become. It reports unknown fields and wrong types with
 // their paths (protojson's own errors name only a byte offset) and returns a
 // tree protojson accepts: JSON names, Go durations rewritten as "900s",
 // numbers in string fields as strings (maxSurge: 1).
-type normalizer struct {
+type refNormalizer struct {
 	errs fieldErrors
 }
 
-func (n *normalizer) message(v any, md protoreflect.MessageDescriptor, p path) any {
+func (n *refNormalizer) message(v any, md protoreflect.MessageDescriptor, p path) any {
 	switch md.FullName() {
 	case durationName:
 		return n.duration(v, p)
@@ -73,7 +102,7 @@ func (n *normalizer) message(v any, md protoreflect.MessageDescriptor, p path) a
 	return out
 }
 
-func (n *normalizer) field(v any, fd protoreflect.FieldDescriptor, p path) any {
+func (n *refNormalizer) field(v any, fd protoreflect.FieldDescriptor, p path) any {
 	switch {
 	case fd.IsMap():
 		ms, ok := v.(yaml.MapSlice)
@@ -118,7 +147,7 @@ func (n *normalizer) field(v any, fd protoreflect.FieldDescriptor, p path) any {
 
 // single normalizes one value of fd's kind (a list element, a map value or a
 // singular field).
-func (n *normalizer) single(v any, fd protoreflect.FieldDescriptor, p path) any {
+func (n *refNormalizer) single(v any, fd protoreflect.FieldDescriptor, p path) any {
 	switch fd.Kind() {
 	case protoreflect.MessageKind, protoreflect.GroupKind:
 		return n.message(v, fd.Message(), p)
@@ -161,7 +190,7 @@ func (n *normalizer) single(v any, fd protoreflect.FieldDescriptor, p path) any 
 	}
 }
 
-func (n *normalizer) integer(v any, fd protoreflect.FieldDescriptor, p path) any {
+func (n *refNormalizer) integer(v any, fd protoreflect.FieldDescriptor, p path) any {
 	var (
 		i  int64
 		ok = true
@@ -207,7 +236,7 @@ func (n *normalizer) integer(v any, fd protoreflect.FieldDescriptor, p path) any
 
 // duration accepts a Go duration ("15m", "1h30m") or protojson's form
 // ("900s", "0.5s") and returns protojson's form.
-func (n *normalizer) duration(v any, p path) any {
+func (n *refNormalizer) duration(v any, p path) any {
 	s, ok := v.(string)
 	if !ok {
 		n.errs.add(p, nil, "expected a duration such as \"15m\", \"90s\" or \"1h30m\", got %s", describe(v))
@@ -221,95 +250,69 @@ func (n *normalizer) duration(v any, p path) any {
 	return protoDuration(d)
 }
 
-// protoDuration formats d as protojson wants: seconds with up to nine
-// fractional digits and an "s".
-func protoDuration(d time.Duration) string {
-	sign := ""
-	if d < 0 {
-		sign, d = "-", -d
-	}
-	secs, nanos := int64(d/time.Second), int64(d%time.Second)
-	if nanos == 0 {
-		return fmt.Sprintf("%s%ds", sign, secs)
-	}
-	frac := strings.TrimRight(fmt.Sprintf("%09d", nanos), "0")
-	return fmt.Sprintf("%s%d.%ss", sign, secs, frac)
-}
-
-// describe names the YAML/JSON type of a decoded value for an error message.
-func describe(v any) string {
-	switch v := v.(type) {
-	case nil:
-		return "null"
-	case yaml.MapSlice, map[any]any:
-		return "an object"
-	case []any:
-		return "a list"
-	case string:
-		return "the string " + strconv.Quote(v)
-	case bool:
-		return fmt.Sprintf("the boolean %t", v)
-	case int, int64, uint64, float64:
-		return fmt.Sprintf("the number %v", v)
-	default:
-		return fmt.Sprintf("%T", v)
-	}
-}
-
-func kindName(fd protoreflect.FieldDescriptor) string {
-	switch fd.Kind() {
-	case protoreflect.MessageKind, protoreflect.GroupKind:
-		switch fd.Message().FullName() {
-		case durationName:
-			return "durations"
-		case timestampName:
-			return "timestamps"
+// FuzzDecodeMatchesReference checks the single decode against the
+// decoder it replaced: the same cluster, or the same field errors. Where
+// the reference failed inside protojson (a bug path: no field named), the
+// decode must refuse too, naming the field.
+func FuzzDecodeMatchesReference(f *testing.F) {
+	f.Add([]byte(sample))
+	f.Add([]byte(`{"apiVersion":"capn.dev/v1alpha1","kind":"Cluster","metadata":{"name":"j","creationTimestamp":"2025-01-02T15:04:05.5+01:00"},"spec":{"kubernetesVersion":"v1.34.2","controlPlane":{"maxSurge":"3","replicas":2.0},"bootstrap":{"tokenTtl":"-1.5s"}}}`))
+	f.Add([]byte("metadata: {labels: {a: 1, b: null, a: 2}, generation: \"9\"}\nspec: {workerPools: [{name: x, taints: [null, {key: 1.5}]}], paused: yes, y: 1}\n"))
+	f.Add([]byte("metadata: {name: \"\\xff\\xfeok\", creationTimestamp: \"0000-01-01T00:00:00Z\"}\n"))
+	f.Add([]byte("spec: {kubernetes_version: v1, kubernetesVersion: v2, network: {podCidrs: [1, true]}}\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		docs, err := parseDocuments(data)
+		if err != nil {
+			return
 		}
-		return "objects"
-	case protoreflect.StringKind, protoreflect.BytesKind:
-		return "strings"
-	case protoreflect.BoolKind:
-		return "booleans"
-	default:
-		return "numbers"
-	}
-}
-
-// suggest proposes the known field closest to an unknown one.
-func suggest(key string, fields protoreflect.FieldDescriptors) string {
-	best, bestDist := "", 3
-	for i := range fields.Len() {
-		name := fields.Get(i).JSONName()
-		if strings.EqualFold(name, key) {
-			return fmt.Sprintf("; did you mean %q?", name)
-		}
-		if d := editDistance(strings.ToLower(key), strings.ToLower(name)); d < bestDist {
-			best, bestDist = name, d
-		}
-	}
-	if best == "" {
-		return ""
-	}
-	return fmt.Sprintf("; did you mean %q?", best)
-}
-
-// editDistance is the Levenshtein distance of a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
+		for _, doc := range docs {
+			got, gotErr := decodeDocument(doc)
+			want, wantErr := refDecodeDocument(doc)
+			switch {
+			case wantErr == nil && gotErr == nil:
+				if !proto.Equal(got, want) {
+					t.Fatalf("decoded\n%v\nreference decoded\n%v", got, want)
+				}
+			case wantErr == nil:
+				t.Fatalf("refused what the reference decodes: %v", gotErr)
+			case gotErr == nil:
+				t.Fatalf("decoded what the reference refuses (%v): %v", wantErr, got)
+			case isFieldErrors(wantErr):
+				// The reference never reached protojson's timestamp checks
+				// when another field was bad; the decode names them too.
+				if withoutProtojsonChecks(gotErr) != wantErr.Error() {
+					t.Fatalf("error\n%v\nreference error\n%v", gotErr, wantErr)
+				}
+			default:
+				if !isFieldErrors(gotErr) {
+					t.Fatalf("error without a field: %v (reference: %v)", gotErr, wantErr)
+				}
 			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
 		}
-		prev, cur = cur, prev
+	})
+}
+
+// withoutProtojsonChecks is err's text without the errors of checks that
+// protojson made in the reference, after every other check.
+func withoutProtojsonChecks(err error) string {
+	var keep []error
+	for _, e := range flatten(err) {
+		var fe *FieldError
+		if errors.As(e, &fe) && (strings.HasPrefix(fe.Reason, "out of range: must be between 0001") ||
+			strings.HasPrefix(fe.Reason, "must have at most nine fractional digits")) {
+			continue
+		}
+		keep = append(keep, e)
 	}
-	return prev[len(b)]
+	return errors.Join(keep...).Error()
+}
+
+func isFieldErrors(err error) bool {
+	for _, e := range flatten(err) {
+		var fe *FieldError
+		if !errors.As(e, &fe) {
+			return false
+		}
+	}
+	return true
 }

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/capn-dev/capn/gateway/api"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 func TestParseTokens(t *testing.T) {
@@ -113,7 +113,7 @@ func TestServiceValidate(t *testing.T) {
 				}
 				return
 			}
-			msg := strings.Join(runtime.Problems(err), "\n")
+			msg := strings.Join(daemon.Problems(err), "\n")
 			for _, w := range tt.want {
 				if !strings.Contains(msg, w) {
 					t.Errorf("problems %q lack %q", msg, w)

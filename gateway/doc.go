@@ -1,6 +1,6 @@
 // Package gateway is capn's front door: the HTTP API the capn CLI and the
 // dashboard use, CloudEvents ingest for external systems, and admin
-// kubeconfigs. It is a runtime.Service ("gateway"); cmd/gateway runs it on
+// kubeconfigs. It is a daemon.Service ("gateway"); cmd/gateway runs it on
 // its own and capn dev next to the other services. docs/api.md is the
 // reference of the API; README.md draws the flow.
 //

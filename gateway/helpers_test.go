@@ -22,7 +22,7 @@ import (
 	"github.com/capn-dev/capn/internal/testkit"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/secrets/seal"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // Test tokens, one per scope, and admin.
@@ -44,7 +44,7 @@ func testTokens() []Token {
 	}
 }
 
-// env is a gateway running through runtime.Run on a real listener, against
+// env is a gateway running through daemon.Run on a real listener, against
 // an embedded nats-server of its own.
 type env struct {
 	t    *testing.T
@@ -86,8 +86,8 @@ func newEnv(t *testing.T, mods ...func(*Options)) *env {
 	done := make(chan error, 1)
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 	go func() {
-		done <- runtime.Run(ctx, runtime.Config{Name: Name, HTTPAddr: runtime.HTTPOff, ShutdownTimeout: 5 * time.Second},
-			svc, runtime.WithConn(nc), runtime.WithoutHTTP(), runtime.WithLogger(log))
+		done <- daemon.Run(ctx, daemon.Config{Name: Name, HTTPAddr: daemon.HTTPOff, ShutdownTimeout: 5 * time.Second},
+			svc, daemon.WithConn(nc), daemon.WithoutHTTP(), daemon.WithLogger(log))
 	}()
 	t.Cleanup(func() {
 		cancel()

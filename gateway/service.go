@@ -18,7 +18,7 @@ import (
 	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/schemas/manifest"
 	"github.com/capn-dev/capn/secrets/seal"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // Name is the service's name.
@@ -143,7 +143,7 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Service is the gateway: runtime.Service, FlagProvider and Validator.
+// Service is the gateway: daemon.Service, FlagProvider and Validator.
 // Build it with New.
 type Service struct {
 	opts Options
@@ -194,7 +194,7 @@ func New(opts Options) *Service {
 	return &Service{opts: opts}
 }
 
-// Name implements runtime.Service.
+// Name implements daemon.Service.
 func (s *Service) Name() string { return Name }
 
 // URL is the API's base URL (http://host:port) once Run listens, else "".
@@ -204,33 +204,33 @@ func (s *Service) URL() string {
 	return s.url
 }
 
-// Flags implements runtime.FlagProvider.
-func (s *Service) Flags() []runtime.Flag {
+// Flags implements daemon.FlagProvider.
+func (s *Service) Flags() []daemon.Flag {
 	o := &s.opts
-	return []runtime.Flag{
-		{Name: "addr", Env: "CAPN_GATEWAY_ADDR", Usage: "`address` the API listens on (host:port)", Value: runtime.StringValue(&o.Addr)},
-		{Name: "tokens-file", Env: "CAPN_GATEWAY_TOKENS_FILE", Usage: "`file` of bearer tokens, one \"<token> <scope>[,<scope>] [<name>]\" a line (scopes: read, write, ingest, secrets, admin)", Value: runtime.StringValue(&o.TokensFile)},
-		{Name: "insecure-allow-anonymous", Env: "CAPN_GATEWAY_INSECURE_ALLOW_ANONYMOUS", Usage: "serve requests without a token with scopes read, write and ingest (never secrets): for local use only", Value: runtime.BoolValue(&o.AllowAnonymous)},
-		{Name: "secrets-key-file", Env: "CAPN_SECRETS_KEY_FILE", Usage: "`file` with the key that seals the secrets bucket, to serve kubeconfigs; or set " + seal.KeyEnv, Value: runtime.StringValue(&o.SecretsKeyFile)},
-		{Name: "secrets-old-key-files", Env: "CAPN_SECRETS_OLD_KEY_FILES", Usage: "comma-separated `files` of keys being rotated out", Value: runtime.StringValue(&o.OldSecretsKeyFiles)},
+	return []daemon.Flag{
+		{Name: "addr", Env: "CAPN_GATEWAY_ADDR", Usage: "`address` the API listens on (host:port)", Value: daemon.StringValue(&o.Addr)},
+		{Name: "tokens-file", Env: "CAPN_GATEWAY_TOKENS_FILE", Usage: "`file` of bearer tokens, one \"<token> <scope>[,<scope>] [<name>]\" a line (scopes: read, write, ingest, secrets, admin)", Value: daemon.StringValue(&o.TokensFile)},
+		{Name: "insecure-allow-anonymous", Env: "CAPN_GATEWAY_INSECURE_ALLOW_ANONYMOUS", Usage: "serve requests without a token with scopes read, write and ingest (never secrets): for local use only", Value: daemon.BoolValue(&o.AllowAnonymous)},
+		{Name: "secrets-key-file", Env: "CAPN_SECRETS_KEY_FILE", Usage: "`file` with the key that seals the secrets bucket, to serve kubeconfigs; or set " + seal.KeyEnv, Value: daemon.StringValue(&o.SecretsKeyFile)},
+		{Name: "secrets-old-key-files", Env: "CAPN_SECRETS_OLD_KEY_FILES", Usage: "comma-separated `files` of keys being rotated out", Value: daemon.StringValue(&o.OldSecretsKeyFiles)},
 		{Name: "rate-limit", Env: "CAPN_GATEWAY_RATE_LIMIT", Usage: "sustained `requests` per second per token (per address when anonymous); negative disables", Value: (*floatValue)(&o.RateLimit)},
-		{Name: "rate-burst", Env: "CAPN_GATEWAY_RATE_BURST", Usage: "`requests` a token may make at once above the rate", Value: runtime.IntValue(&o.RateBurst)},
-		{Name: "max-pool-replicas", Env: "CAPN_MAX_POOL_REPLICAS", Usage: "most replicas a worker pool may have (0: 1000)", Value: runtime.IntValue(&o.MaxPoolReplicas)},
-		{Name: "max-cluster-replicas", Env: "CAPN_MAX_CLUSTER_REPLICAS", Usage: "most machines a cluster may have, control plane and pools (0: 5000)", Value: runtime.IntValue(&o.MaxClusterReplicas)},
-		{Name: "max-streams", Env: "CAPN_GATEWAY_MAX_STREAMS", Usage: "`streams` (watch, timeline follow) open at once in total", Value: runtime.IntValue(&o.MaxStreams)},
-		{Name: "max-streams-per-token", Env: "CAPN_GATEWAY_MAX_STREAMS_PER_TOKEN", Usage: "`streams` one token (or anonymous address) may hold open", Value: runtime.IntValue(&o.MaxStreamsPerToken)},
-		{Name: "read-timeout", Env: "CAPN_GATEWAY_READ_TIMEOUT", Usage: "longest `duration` to read a request with its body (a slower body is answered 408)", Value: runtime.DurationValue(&o.ReadTimeout)},
-		{Name: "allowed-hosts", Env: "CAPN_GATEWAY_ALLOWED_HOSTS", Usage: "comma-separated host `names` the gateway answers to besides its listen address (a proxy's or DNS name; * for any)", Value: runtime.StringValue(&o.AllowedHosts)},
+		{Name: "rate-burst", Env: "CAPN_GATEWAY_RATE_BURST", Usage: "`requests` a token may make at once above the rate", Value: daemon.IntValue(&o.RateBurst)},
+		{Name: "max-pool-replicas", Env: "CAPN_MAX_POOL_REPLICAS", Usage: "most replicas a worker pool may have (0: 1000)", Value: daemon.IntValue(&o.MaxPoolReplicas)},
+		{Name: "max-cluster-replicas", Env: "CAPN_MAX_CLUSTER_REPLICAS", Usage: "most machines a cluster may have, control plane and pools (0: 5000)", Value: daemon.IntValue(&o.MaxClusterReplicas)},
+		{Name: "max-streams", Env: "CAPN_GATEWAY_MAX_STREAMS", Usage: "`streams` (watch, timeline follow) open at once in total", Value: daemon.IntValue(&o.MaxStreams)},
+		{Name: "max-streams-per-token", Env: "CAPN_GATEWAY_MAX_STREAMS_PER_TOKEN", Usage: "`streams` one token (or anonymous address) may hold open", Value: daemon.IntValue(&o.MaxStreamsPerToken)},
+		{Name: "read-timeout", Env: "CAPN_GATEWAY_READ_TIMEOUT", Usage: "longest `duration` to read a request with its body (a slower body is answered 408)", Value: daemon.DurationValue(&o.ReadTimeout)},
+		{Name: "allowed-hosts", Env: "CAPN_GATEWAY_ALLOWED_HOSTS", Usage: "comma-separated host `names` the gateway answers to besides its listen address (a proxy's or DNS name; * for any)", Value: daemon.StringValue(&o.AllowedHosts)},
 	}
 }
 
-// Validate implements runtime.Validator: every problem of the settings at
+// Validate implements daemon.Validator: every problem of the settings at
 // once.
 func (s *Service) Validate() error {
 	var errs []error
 	if s.opts.Listener == nil {
 		if _, port, err := net.SplitHostPort(s.opts.Addr); err != nil || port == "" {
-			errs = append(errs, &runtime.FieldError{Flag: "addr", Env: "CAPN_GATEWAY_ADDR", Value: s.opts.Addr, Problem: "must be host:port", Err: err})
+			errs = append(errs, &daemon.FieldError{Flag: "addr", Env: "CAPN_GATEWAY_ADDR", Value: s.opts.Addr, Problem: "must be host:port", Err: err})
 		}
 	}
 	if _, err := s.authenticator(); err != nil {
@@ -250,7 +250,7 @@ func (s *Service) Validate() error {
 		{"max-cluster-replicas", "CAPN_MAX_CLUSTER_REPLICAS", s.opts.MaxClusterReplicas},
 	} {
 		if f.v < 0 {
-			errs = append(errs, &runtime.FieldError{Flag: f.flag, Env: f.env, Value: strconv.Itoa(f.v), Problem: "must not be negative (0: the default)"})
+			errs = append(errs, &daemon.FieldError{Flag: f.flag, Env: f.env, Value: strconv.Itoa(f.v), Problem: "must not be negative (0: the default)"})
 		}
 	}
 	return errors.Join(errs...)
@@ -262,12 +262,12 @@ func (s *Service) authenticator() (*authenticator, error) {
 	if f := s.opts.TokensFile; f != "" {
 		more, err := LoadTokensFile(f)
 		if err != nil {
-			return nil, &runtime.FieldError{Flag: "tokens-file", Env: "CAPN_GATEWAY_TOKENS_FILE", Value: f, Problem: err.Error(), Err: err}
+			return nil, &daemon.FieldError{Flag: "tokens-file", Env: "CAPN_GATEWAY_TOKENS_FILE", Value: f, Problem: err.Error(), Err: err}
 		}
 		toks = append(toks, more...)
 	}
 	if len(toks) == 0 && !s.opts.AllowAnonymous {
-		return nil, &runtime.FieldError{Flag: "tokens-file", Env: "CAPN_GATEWAY_TOKENS_FILE", Value: s.opts.TokensFile,
+		return nil, &daemon.FieldError{Flag: "tokens-file", Env: "CAPN_GATEWAY_TOKENS_FILE", Value: s.opts.TokensFile,
 			Problem: "no way to authenticate: give a tokens file, or --insecure-allow-anonymous for local use"}
 	}
 	return newAuthenticator(toks, s.opts.AllowAnonymous)
@@ -281,11 +281,11 @@ func (s *Service) keyring() (*seal.Keyring, error) {
 	return seal.LoadKeyring(s.opts.SecretsKeyFile, s.opts.OldSecretsKeyFiles)
 }
 
-// Run implements runtime.Service: it provisions the ingest stream, starts
+// Run implements daemon.Service: it provisions the ingest stream, starts
 // the watch caches and hub, and serves the API until ctx ends; then it
 // ends the streams, lets requests in flight finish (within the shutdown
 // timeout) and returns.
-func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
+func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	log := d.Log
 	auth, err := s.authenticator()
 	if err != nil {

@@ -5,7 +5,7 @@ package main
 
 import (
 	"github.com/capn-dev/capn/services/bootstrapper"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
-func main() { runtime.Main(bootstrapper.New(bootstrapper.Config{})) }
+func main() { daemon.Main(bootstrapper.New(bootstrapper.Config{})) }

@@ -18,7 +18,7 @@
 //	capn-node version
 //
 // Every agent flag also reads its CAPN_NODE_* (or CAPN_NATS_*) variable; the
-// NATS flags are the services' (services/runtime), so the rendered env file
+// NATS flags are the services' (services/daemon), so the rendered env file
 // of a deployment's node user configures it.
 // SIGINT or SIGTERM stops it cleanly (exit 0); bad flags exit 2.
 package main
@@ -41,7 +41,7 @@ import (
 	"github.com/capn-dev/capn/cmd/capn-node/agent"
 	"github.com/capn-dev/capn/cmd/capn-node/endpoint"
 	"github.com/capn-dev/capn/providers/process"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 const usage = `usage: capn-node <command> [flags]
@@ -69,7 +69,7 @@ func main() {
 func run(ctx context.Context, args []string, lookup func(string) (string, bool), stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return runtime.ExitUsage
+		return daemon.ExitUsage
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -80,49 +80,49 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 		return runEndpoint(ctx, args[1:], stderr)
 	case "version":
 		fmt.Fprintln(stderr, version())
-		return runtime.ExitOK
+		return daemon.ExitOK
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stderr, usage)
-		return runtime.ExitOK
+		return daemon.ExitOK
 	}
 	fmt.Fprintf(stderr, "capn-node: unknown command %q\n\n%s", args[0], usage)
-	return runtime.ExitUsage
+	return daemon.ExitUsage
 }
 
 func runAgent(ctx context.Context, args []string, lookup func(string) (string, bool), stderr io.Writer) int {
 	var cfg agent.Config
-	logCfg := runtime.Config{LogLevel: runtime.DefaultLogLevel, LogFormat: runtime.LogFormatJSON}
+	logCfg := daemon.Config{LogLevel: daemon.DefaultLogLevel, LogFormat: daemon.LogFormatJSON}
 	fs := flag.NewFlagSet("capn-node agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	flags := append(cfg.Flags(),
-		runtime.Flag{Name: "log-level", Env: "CAPN_LOG_LEVEL", Usage: "`level`: trace, debug, info, warn, error", Value: runtime.StringValue(&logCfg.LogLevel)})
-	runtime.BindFlags(fs, flags...)
+		daemon.Flag{Name: "log-level", Env: "CAPN_LOG_LEVEL", Usage: "`level`: trace, debug, info, warn, error", Value: daemon.StringValue(&logCfg.LogLevel)})
+	daemon.BindFlags(fs, flags...)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: capn-node agent [flags]\n\nThe node agent of one machine. No kubelet runs: it bootstraps the machine's\nfiles under <data-dir>/rootfs and sends heartbeats; with --kube-bin and\nkube-local bootstrap data it runs the machine's Kubernetes part (kwok stands\nin for the kubelet).\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return runtime.ExitOK
+			return daemon.ExitOK
 		}
-		return runtime.ExitUsage
+		return daemon.ExitUsage
 	}
-	if err := errors.Join(runtime.ApplyFlagEnv(fs, lookup, flags...), cfg.Validate()); err != nil {
-		runtime.PrintProblems(stderr, "capn-node agent", err)
-		return runtime.ExitUsage
+	if err := errors.Join(daemon.ApplyFlagEnv(fs, lookup, flags...), cfg.Validate()); err != nil {
+		daemon.PrintProblems(stderr, "capn-node agent", err)
+		return daemon.ExitUsage
 	}
-	runtime.PreciseTimestamps()
-	log := runtime.NewLogger(logCfg, stderr).With().Str("service", "capn-node").Logger()
+	daemon.PreciseTimestamps()
+	log := daemon.NewLogger(logCfg, stderr).With().Str("service", "capn-node").Logger()
 	a, err := agent.New(cfg, log)
 	if err != nil {
-		runtime.PrintProblems(stderr, "capn-node agent", err)
-		return runtime.ExitUsage
+		daemon.PrintProblems(stderr, "capn-node agent", err)
+		return daemon.ExitUsage
 	}
 	if err := a.Run(ctx); err != nil {
 		log.Error().Err(err).Msg("exiting")
-		return runtime.ExitFailed
+		return daemon.ExitFailed
 	}
-	return runtime.ExitOK
+	return daemon.ExitOK
 }
 
 func runEndpoint(ctx context.Context, args []string, stderr io.Writer) int {
@@ -133,16 +133,16 @@ func runEndpoint(ctx context.Context, args []string, stderr io.Writer) int {
 	stateDir := fs.String("process-state-dir", "", "the process provider's state `dir`: the backends are the cluster's control-plane machines recorded there (default: none, placeholder only)")
 	backendPort := fs.Int("backend-port", process.DefaultAPIServerPort, "`port` of the backends' API servers on the machines' addresses")
 	checkEvery := fs.Duration("check-every", endpoint.DefaultCheckEvery, "`interval` of the backends' refresh and TCP health checks")
-	logLevel := fs.String("log-level", runtime.DefaultLogLevel, "`level`: trace, debug, info, warn, error")
+	logLevel := fs.String("log-level", daemon.DefaultLogLevel, "`level`: trace, debug, info, warn, error")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: capn-node endpoint [flags]\n\nA cluster's control-plane endpoint: a TCP load balancer to the healthy backends\n(TLS passes through), and a placeholder (HTTP /healthz 200, anything else 503)\nwhile none is up.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return runtime.ExitOK
+			return daemon.ExitOK
 		}
-		return runtime.ExitUsage
+		return daemon.ExitUsage
 	}
 	var problems []string
 	if *cluster == "" {
@@ -161,10 +161,10 @@ func runEndpoint(ctx context.Context, args []string, stderr io.Writer) int {
 		for _, p := range problems {
 			fmt.Fprintln(stderr, "capn-node endpoint: "+p)
 		}
-		return runtime.ExitUsage
+		return daemon.ExitUsage
 	}
-	runtime.PreciseTimestamps()
-	log := runtime.NewLogger(runtime.Config{LogLevel: *logLevel, LogFormat: runtime.LogFormatJSON}, stderr).With().
+	daemon.PreciseTimestamps()
+	log := daemon.NewLogger(daemon.Config{LogLevel: *logLevel, LogFormat: daemon.LogFormatJSON}, stderr).With().
 		Str("service", "capn-node-endpoint").Str("cluster", *cluster).Logger()
 	cfg := endpoint.Config{Cluster: *cluster, CheckEvery: *checkEvery, Log: log}
 	if *stateDir != "" {
@@ -180,7 +180,7 @@ func runEndpoint(ctx context.Context, args []string, stderr io.Writer) int {
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "capn-node endpoint: %v\n", err)
-		return runtime.ExitFailed
+		return daemon.ExitFailed
 	}
 	backends := "none: placeholder only"
 	if cfg.Backends != nil {
@@ -189,9 +189,9 @@ func runEndpoint(ctx context.Context, args []string, stderr io.Writer) int {
 	log.Info().Str("listen", ln.Addr().String()).Str("backends", backends).Msg("control-plane endpoint: load balancer, placeholder while no backend is up")
 	if err := endpoint.Serve(ctx, ln, cfg); err != nil {
 		log.Error().Err(err).Msg("exiting")
-		return runtime.ExitFailed
+		return daemon.ExitFailed
 	}
-	return runtime.ExitOK
+	return daemon.ExitOK
 }
 
 func version() string {

@@ -5,7 +5,7 @@ package main
 
 import (
 	"github.com/capn-dev/capn/cmd/capn-npd-bridge/bridge"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
-func main() { runtime.Main(bridge.NewService(bridge.Config{})) }
+func main() { daemon.Main(bridge.NewService(bridge.Config{})) }

@@ -10,9 +10,9 @@ package main
 import (
 	"github.com/capn-dev/capn/providers/docker"
 	"github.com/capn-dev/capn/providers/sdk"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 func main() {
-	runtime.Main(docker.NewService(docker.Options{}, sdk.Options{}))
+	daemon.Main(docker.NewService(docker.Options{}, sdk.Options{}))
 }

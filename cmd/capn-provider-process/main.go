@@ -10,9 +10,9 @@ package main
 import (
 	"github.com/capn-dev/capn/providers/process"
 	"github.com/capn-dev/capn/providers/sdk"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 func main() {
-	runtime.Main(process.NewService(process.Options{}, sdk.Options{}))
+	daemon.Main(process.NewService(process.Options{}, sdk.Options{}))
 }

@@ -7,9 +7,9 @@ package main
 import (
 	"github.com/capn-dev/capn/providers/sdk"
 	"github.com/capn-dev/capn/providers/sim"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 func main() {
-	runtime.Main(sim.NewService(sim.DefaultOptions(), sdk.Options{}))
+	daemon.Main(sim.NewService(sim.DefaultOptions(), sdk.Options{}))
 }

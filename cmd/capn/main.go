@@ -17,7 +17,7 @@ import (
 	"syscall"
 
 	"github.com/capn-dev/capn/cmd/capn/internal/cli"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // version is the release, set at build time with
@@ -25,7 +25,7 @@ import (
 var version = ""
 
 func main() {
-	runtime.PreciseTimestamps()
+	daemon.PreciseTimestamps()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
 		<-ctx.Done()

@@ -3,8 +3,8 @@
 package main
 
 import (
-	clusterplanner "github.com/capn-dev/capn/services/cluster-planner"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/cluster-planner"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
-func main() { runtime.Main(clusterplanner.New(clusterplanner.Config{})) }
+func main() { daemon.Main(clusterplanner.New(clusterplanner.Config{})) }

@@ -5,7 +5,7 @@ package main
 
 import (
 	"github.com/capn-dev/capn/gateway"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
-func main() { runtime.Main(gateway.New(gateway.Options{})) }
+func main() { daemon.Main(gateway.New(gateway.Options{})) }

@@ -4,8 +4,8 @@
 package main
 
 import (
-	healthwatcher "github.com/capn-dev/capn/services/health-watcher"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
+	"github.com/capn-dev/capn/services/health-watcher"
 )
 
-func main() { runtime.Main(healthwatcher.New(healthwatcher.Config{})) }
+func main() { daemon.Main(healthwatcher.New(healthwatcher.Config{})) }

@@ -3,8 +3,8 @@
 package main
 
 import (
-	machinemanager "github.com/capn-dev/capn/services/machine-manager"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
+	"github.com/capn-dev/capn/services/machine-manager"
 )
 
-func main() { runtime.Main(machinemanager.New(machinemanager.Config{})) }
+func main() { daemon.Main(machinemanager.New(machinemanager.Config{})) }

@@ -3,8 +3,8 @@
 package main
 
 import (
+	"github.com/capn-dev/capn/services/daemon"
 	"github.com/capn-dev/capn/services/remediator"
-	"github.com/capn-dev/capn/services/runtime"
 )
 
-func main() { runtime.Main(remediator.New(remediator.Config{})) }
+func main() { daemon.Main(remediator.New(remediator.Config{})) }

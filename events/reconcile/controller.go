@@ -77,7 +77,7 @@ type Consumer struct {
 }
 
 // Env is what controllers run with (a service has all of it in its
-// runtime.Deps).
+// daemon.Deps).
 type Env struct {
 	JS     jetstream.JetStream
 	Log    zerolog.Logger

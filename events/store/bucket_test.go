@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 func TestBucketCAS(t *testing.T) {
@@ -185,7 +185,7 @@ func TestBucketCAS(t *testing.T) {
 func TestBucketGetRoundTrip(t *testing.T) {
 	b := NewBucket(newKV(t), newPool)
 	ctx := testCtx(t)
-	want := &capnv1alpha1.PoolStatus{Name: "workers", Desired: 3, Replicas: 2, Version: "v1.31.0"}
+	want := &capnv1.PoolStatus{Name: "workers", Desired: 3, Replicas: 2, Version: "v1.31.0"}
 	rev, err := b.Create(ctx, "pool.c1.workers", want)
 	if err != nil {
 		t.Fatal(err)
@@ -203,14 +203,14 @@ func TestMutate(t *testing.T) {
 	kv := newKV(t)
 	b := NewBucket(kv, newPool)
 	ctx := testCtx(t)
-	inc := func(cur *capnv1alpha1.PoolStatus, _ bool) (*capnv1alpha1.PoolStatus, error) {
+	inc := func(cur *capnv1.PoolStatus, _ bool) (*capnv1.PoolStatus, error) {
 		cur.Replicas++
 		return cur, nil
 	}
 	tests := []struct {
 		name     string
-		initial  *capnv1alpha1.PoolStatus // nil: key missing
-		fn       func(cur *capnv1alpha1.PoolStatus, exists bool) (*capnv1alpha1.PoolStatus, error)
+		initial  *capnv1.PoolStatus // nil: key missing
+		fn       func(cur *capnv1.PoolStatus, exists bool) (*capnv1.PoolStatus, error)
 		wantErr  error
 		wantRep  int32
 		wantGone bool // the key is missing afterwards
@@ -220,7 +220,7 @@ func TestMutate(t *testing.T) {
 		{name: "updates an existing key", initial: pool("p", 4), fn: inc, wantRep: 5},
 		{
 			name: "sees exists", initial: pool("p", 4),
-			fn: func(cur *capnv1alpha1.PoolStatus, exists bool) (*capnv1alpha1.PoolStatus, error) {
+			fn: func(cur *capnv1.PoolStatus, exists bool) (*capnv1.PoolStatus, error) {
 				if !exists {
 					return nil, errors.New("exists is false")
 				}
@@ -230,7 +230,7 @@ func TestMutate(t *testing.T) {
 		},
 		{
 			name: "ErrNoChange skips the write", initial: pool("p", 4),
-			fn: func(cur *capnv1alpha1.PoolStatus, _ bool) (*capnv1alpha1.PoolStatus, error) {
+			fn: func(cur *capnv1.PoolStatus, _ bool) (*capnv1.PoolStatus, error) {
 				cur.Replicas = 99 // must not be written
 				return nil, ErrNoChange
 			},
@@ -238,35 +238,35 @@ func TestMutate(t *testing.T) {
 		},
 		{
 			name: "an equal value skips the write", initial: pool("p", 4),
-			fn: func(_ *capnv1alpha1.PoolStatus, _ bool) (*capnv1alpha1.PoolStatus, error) {
+			fn: func(_ *capnv1.PoolStatus, _ bool) (*capnv1.PoolStatus, error) {
 				return pool("p", 4), nil
 			},
 			wantRep: 4, wantSame: true,
 		},
 		{
 			name: "ErrDelete deletes", initial: pool("p", 4),
-			fn: func(*capnv1alpha1.PoolStatus, bool) (*capnv1alpha1.PoolStatus, error) {
+			fn: func(*capnv1.PoolStatus, bool) (*capnv1.PoolStatus, error) {
 				return nil, ErrDelete
 			},
 			wantGone: true,
 		},
 		{
 			name: "ErrDelete on a missing key",
-			fn: func(*capnv1alpha1.PoolStatus, bool) (*capnv1alpha1.PoolStatus, error) {
+			fn: func(*capnv1.PoolStatus, bool) (*capnv1.PoolStatus, error) {
 				return nil, ErrDelete
 			},
 			wantGone: true,
 		},
 		{
 			name: "fn error stops", initial: pool("p", 4),
-			fn: func(*capnv1alpha1.PoolStatus, bool) (*capnv1alpha1.PoolStatus, error) {
+			fn: func(*capnv1.PoolStatus, bool) (*capnv1.PoolStatus, error) {
 				return nil, errTest
 			},
 			wantErr: errTest, wantRep: 4, wantSame: true,
 		},
 		{
 			name: "nil value is refused", initial: pool("p", 4),
-			fn: func(*capnv1alpha1.PoolStatus, bool) (*capnv1alpha1.PoolStatus, error) {
+			fn: func(*capnv1.PoolStatus, bool) (*capnv1.PoolStatus, error) {
 				return nil, nil
 			},
 			wantErr: errAny, wantRep: 4, wantSame: true,
@@ -284,7 +284,7 @@ func TestMutate(t *testing.T) {
 				before = rev
 			}
 			var calls int
-			got, rev, err := b.Mutate(ctx, key, func(cur *capnv1alpha1.PoolStatus, exists bool) (*capnv1alpha1.PoolStatus, error) {
+			got, rev, err := b.Mutate(ctx, key, func(cur *capnv1.PoolStatus, exists bool) (*capnv1.PoolStatus, error) {
 				calls++
 				return tt.fn(cur, exists)
 			})
@@ -359,7 +359,7 @@ func TestMutateRace(t *testing.T) {
 			go func() {
 				defer done.Done()
 				attempt := 0
-				_, _, errs[w] = b.Mutate(ctx, key, func(cur *capnv1alpha1.PoolStatus, _ bool) (*capnv1alpha1.PoolStatus, error) {
+				_, _, errs[w] = b.Mutate(ctx, key, func(cur *capnv1.PoolStatus, _ bool) (*capnv1.PoolStatus, error) {
 					calls.Add(1)
 					attempt++
 					if attempt == 1 {
@@ -408,7 +408,7 @@ func TestMutateContention(t *testing.T) {
 	for range writers {
 		wg.Go(func() {
 			for range each {
-				_, _, err := b.Mutate(ctx, "counter", func(cur *capnv1alpha1.PoolStatus, _ bool) (*capnv1alpha1.PoolStatus, error) {
+				_, _, err := b.Mutate(ctx, "counter", func(cur *capnv1.PoolStatus, _ bool) (*capnv1.PoolStatus, error) {
 					calls.Add(1)
 					cur.Replicas++
 					return cur, nil
@@ -436,7 +436,7 @@ func TestMutateGivesUp(t *testing.T) {
 	b := NewBucket(kv, newPool, WithAttempts(3))
 	ctx := testCtx(t)
 	var calls int
-	_, _, err := b.Mutate(ctx, "k", func(cur *capnv1alpha1.PoolStatus, _ bool) (*capnv1alpha1.PoolStatus, error) {
+	_, _, err := b.Mutate(ctx, "k", func(cur *capnv1.PoolStatus, _ bool) (*capnv1.PoolStatus, error) {
 		calls++
 		put(t, kv, "k", int32(100+calls)) // another writer always gets in first
 		cur.Replicas++

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/capn-dev/capn/events/embedded"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // serverURL is the package's shared nats-server; tests that restart a
@@ -86,10 +86,10 @@ func createKV(t testing.TB, js jetstream.JetStream) jetstream.KeyValue {
 	return kv
 }
 
-func newPool() *capnv1alpha1.PoolStatus { return new(capnv1alpha1.PoolStatus) }
+func newPool() *capnv1.PoolStatus { return new(capnv1.PoolStatus) }
 
-func pool(name string, replicas int32) *capnv1alpha1.PoolStatus {
-	return &capnv1alpha1.PoolStatus{Name: name, Replicas: replicas}
+func pool(name string, replicas int32) *capnv1.PoolStatus {
+	return &capnv1.PoolStatus{Name: name, Replicas: replicas}
 }
 
 // put writes a PoolStatus unconditionally and returns its revision.

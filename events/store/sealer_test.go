@@ -3,7 +3,7 @@ package store
 import (
 	"bytes"
 	"errors"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"testing"
 )
 
@@ -38,7 +38,7 @@ func TestSealerAppliesToEveryReadAndWrite(t *testing.T) {
 	if _, err := b.Create(ctx, "a", pool("a", 3)); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := b.Mutate(ctx, "a", func(cur *capnv1alpha1.PoolStatus, _ bool) (*capnv1alpha1.PoolStatus, error) {
+	if _, _, err := b.Mutate(ctx, "a", func(cur *capnv1.PoolStatus, _ bool) (*capnv1.PoolStatus, error) {
 		cur.Replicas++
 		return cur, nil
 	}); err != nil {

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/capn-dev/capn/providers/sdk"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // ClusterTimeout bounds a whole cluster's create and its delete.
@@ -48,7 +48,7 @@ func (s *suite) throughCapn(t *testing.T, e *Env) {
 		t.Errorf("machines: %d, want 3", len(machines))
 	}
 	for name, m := range machines {
-		if m.GetPhaseValue() != capnv1alpha1.MachineRunning || m.GetProviderId() == "" || m.GetKubeletVersion() != Version {
+		if m.GetPhaseValue() != capnv1.MachineRunning || m.GetProviderId() == "" || m.GetKubeletVersion() != Version {
 			t.Errorf("%s: phase %s, provider id %q, kubelet %q", name, m.GetPhase(), m.GetProviderId(), m.GetKubeletVersion())
 		}
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/providers/sdk"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -17,11 +17,11 @@ import (
 // claimed), and deleting it twice leaves nothing.
 func (s *suite) clusterInfra(t *testing.T, e *Env) {
 	e.StartProvider()
-	ensure := func(id string) *capnv1alpha1.InfraCluster {
+	ensure := func(id string) *capnv1.InfraCluster {
 		t.Helper()
-		e.Send(e.Provider, sdk.KindCluster, "ensure", id, &capnv1alpha1.EnsureClusterInfra{Cluster: e.Cluster})
+		e.Send(e.Provider, sdk.KindCluster, "ensure", id, &capnv1.EnsureClusterInfra{Cluster: e.Cluster})
 		e.WaitDrained()
-		var ic *capnv1alpha1.InfraCluster
+		var ic *capnv1.InfraCluster
 		natstest.WaitFor(t, s.f.Timeout, "cluster infrastructure ready", func() bool {
 			var ok bool
 			ic, ok = e.Env.Cluster(e.Provider, e.Cluster)
@@ -52,7 +52,7 @@ func (s *suite) clusterInfra(t *testing.T, e *Env) {
 		}
 	}
 	for _, id := range []string{"delete-infra-1", "delete-infra-2"} {
-		e.Send(e.Provider, sdk.KindCluster, "delete", id, &capnv1alpha1.DeleteClusterInfra{Cluster: e.Cluster})
+		e.Send(e.Provider, sdk.KindCluster, "delete", id, &capnv1.DeleteClusterInfra{Cluster: e.Cluster})
 		e.WaitDrained()
 		natstest.WaitFor(t, s.f.Timeout, "cluster infrastructure record deleted", func() bool {
 			_, ok := e.Env.Cluster(e.Provider, e.Cluster)

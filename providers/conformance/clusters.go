@@ -12,7 +12,7 @@ import (
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/providers/sdk"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/schemas/manifest"
 )
@@ -21,10 +21,10 @@ import (
 // the gateway and a user would: the suite's view of a capn deployment.
 type Clusters struct {
 	t        testing.TB
-	clusters *store.Bucket[*capnv1alpha1.Cluster]
-	status   *store.Bucket[*capnv1alpha1.ClusterStatus]
-	machines *store.Bucket[*capnv1alpha1.MachineStatus]
-	wanted   *store.Bucket[*capnv1alpha1.Machine]
+	clusters *store.Bucket[*capnv1.Cluster]
+	status   *store.Bucket[*capnv1.ClusterStatus]
+	machines *store.Bucket[*capnv1.MachineStatus]
+	wanted   *store.Bucket[*capnv1.Machine]
 	desired  jetstream.KeyValue
 	observed jetstream.KeyValue
 	secrets  jetstream.KeyValue
@@ -41,16 +41,16 @@ func NewClusters(t testing.TB, js jetstream.JetStream) *Clusters {
 		return b
 	}
 	c := &Clusters{t: t, desired: kv(events.BucketDesired), observed: kv(events.BucketObserved), secrets: kv(events.BucketSecrets)}
-	c.clusters = store.NewBucket(c.desired, func() *capnv1alpha1.Cluster { return new(capnv1alpha1.Cluster) })
-	c.status = store.NewBucket(c.observed, func() *capnv1alpha1.ClusterStatus { return new(capnv1alpha1.ClusterStatus) })
-	c.machines = store.NewBucket(c.observed, func() *capnv1alpha1.MachineStatus { return new(capnv1alpha1.MachineStatus) })
-	c.wanted = store.NewBucket(c.desired, func() *capnv1alpha1.Machine { return new(capnv1alpha1.Machine) })
+	c.clusters = store.NewBucket(c.desired, func() *capnv1.Cluster { return new(capnv1.Cluster) })
+	c.status = store.NewBucket(c.observed, func() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) })
+	c.machines = store.NewBucket(c.observed, func() *capnv1.MachineStatus { return new(capnv1.MachineStatus) })
+	c.wanted = store.NewBucket(c.desired, func() *capnv1.Machine { return new(capnv1.Machine) })
 	return c
 }
 
 // Apply writes a cluster manifest as the gateway does: decoded, defaulted,
 // validated, with a uid and generation 1.
-func (c *Clusters) Apply(yaml string) *capnv1alpha1.Cluster {
+func (c *Clusters) Apply(yaml string) *capnv1.Cluster {
 	c.t.Helper()
 	cl, err := manifest.Decode([]byte(yaml))
 	if err != nil {
@@ -72,7 +72,7 @@ func (c *Clusters) Apply(yaml string) *capnv1alpha1.Cluster {
 // Delete sets the cluster's deletion timestamp, as the gateway does.
 func (c *Clusters) Delete(name string) {
 	c.t.Helper()
-	if _, _, err := c.clusters.Mutate(context.Background(), keys.Cluster(name), func(cur *capnv1alpha1.Cluster, _ bool) (*capnv1alpha1.Cluster, error) {
+	if _, _, err := c.clusters.Mutate(context.Background(), keys.Cluster(name), func(cur *capnv1.Cluster, _ bool) (*capnv1.Cluster, error) {
 		cur.Metadata.DeletionTimestamp = timestamppb.Now()
 		cur.Metadata.Generation++
 		return cur, nil
@@ -82,7 +82,7 @@ func (c *Clusters) Delete(name string) {
 }
 
 // Status is the cluster's observed status (nil when there is none).
-func (c *Clusters) Status(name string) *capnv1alpha1.ClusterStatus {
+func (c *Clusters) Status(name string) *capnv1.ClusterStatus {
 	st, _, err := c.status.Get(context.Background(), keys.Cluster(name))
 	if err != nil {
 		return nil
@@ -91,13 +91,13 @@ func (c *Clusters) Status(name string) *capnv1alpha1.ClusterStatus {
 }
 
 // Machines are the cluster's observed machine statuses, by machine name.
-func (c *Clusters) Machines(name string) map[string]*capnv1alpha1.MachineStatus {
+func (c *Clusters) Machines(name string) map[string]*capnv1.MachineStatus {
 	c.t.Helper()
 	list, err := c.machines.List(context.Background(), keys.MachinesOf(name))
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	out := make(map[string]*capnv1alpha1.MachineStatus, len(list))
+	out := make(map[string]*capnv1.MachineStatus, len(list))
 	for _, e := range list {
 		out[e.Key[len(keys.MachinesOf(name)):]] = e.Value
 	}
@@ -130,7 +130,7 @@ func (c *Clusters) WaitReady(name string, timeout time.Duration) {
 		if err != nil || st == nil {
 			return false, "no status yet"
 		}
-		return st.GetPhaseValue() == capnv1alpha1.ClusterReady && st.GetObservedGeneration() == cl.GetMetadata().GetGeneration(),
+		return st.GetPhaseValue() == capnv1.ClusterReady && st.GetObservedGeneration() == cl.GetMetadata().GetGeneration(),
 			fmt.Sprintf("phase %s, generation %d/%d, %s", st.GetPhase(), st.GetObservedGeneration(), cl.GetMetadata().GetGeneration(), c.machineSummary(name))
 	})
 }
@@ -151,7 +151,7 @@ func (c *Clusters) Left(name string, providers []string) []string {
 	c.t.Helper()
 	var out []string
 	listKeys := func(kv jetstream.KeyValue, prefixes ...string) {
-		b := store.NewBucket(kv, func() *capnv1alpha1.Cluster { return new(capnv1alpha1.Cluster) })
+		b := store.NewBucket(kv, func() *capnv1.Cluster { return new(capnv1.Cluster) })
 		for _, p := range prefixes {
 			k, err := b.Keys(context.Background(), p)
 			if err != nil {

@@ -8,7 +8,7 @@ import (
 	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/providers/sdk"
 	"github.com/capn-dev/capn/providers/sdk/sdktest"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
 )
 
@@ -78,7 +78,7 @@ func (e *Env) StopProvider() {
 // event id id (the bootstrap checksum is the fixture's when NodeAgent).
 func (e *Env) Create(machine, id string) {
 	e.t.Helper()
-	req := &capnv1alpha1.CreateMachine{
+	req := &capnv1.CreateMachine{
 		Cluster: e.Cluster, Machine: machine, Role: "worker", Version: Version,
 		BootstrapSecretKey: keys.Bootstrap(e.Cluster, machine),
 		BootstrapChecksum:  e.bootstrapFixture().checksum,
@@ -90,20 +90,20 @@ func (e *Env) Create(machine, id string) {
 // Delete sends a DeleteMachine.
 func (e *Env) Delete(machine, id string) {
 	e.t.Helper()
-	e.Send(e.Provider, sdk.KindMachine, "delete", id, &capnv1alpha1.DeleteMachine{Cluster: e.Cluster, Machine: machine})
+	e.Send(e.Provider, sdk.KindMachine, "delete", id, &capnv1.DeleteMachine{Cluster: e.Cluster, Machine: machine})
 }
 
 // Power sends a MachinePower (stop, start, reboot) with a fresh event id.
 func (e *Env) Power(machine, action string) {
 	e.t.Helper()
 	id := fmt.Sprintf("%s.%s.%s.%d", action, e.Cluster, machine, time.Now().UnixNano())
-	e.Send(e.Provider, sdk.KindMachine, action, id, &capnv1alpha1.MachinePower{Cluster: e.Cluster, Machine: machine, Action: action})
+	e.Send(e.Provider, sdk.KindMachine, action, id, &capnv1.MachinePower{Cluster: e.Cluster, Machine: machine, Action: action})
 }
 
 // WaitState waits (Features.Timeout) for the machine's record in state.
-func (e *Env) WaitState(machine string, state capnv1alpha1.InfraState) *capnv1alpha1.InfraMachine {
+func (e *Env) WaitState(machine string, state capnv1.InfraState) *capnv1.InfraMachine {
 	e.t.Helper()
-	var got *capnv1alpha1.InfraMachine
+	var got *capnv1.InfraMachine
 	natstest.WaitFor(e.t, e.s.f.Timeout, fmt.Sprintf("%s/%s in state %s", e.Cluster, machine, state.Wire()), func() bool {
 		m, ok := e.Machine(e.Provider, e.Cluster, machine)
 		if ok && m.GetStateValue() == state {
@@ -137,9 +137,9 @@ func (e *Env) WaitDrained() {
 
 // WaitHeartbeat waits for a heartbeat of the machine other than the one
 // with id after ("" for any), and returns it and its id.
-func (e *Env) WaitHeartbeat(machine, after string) (*capnv1alpha1.NodeHeartbeat, string) {
+func (e *Env) WaitHeartbeat(machine, after string) (*capnv1.NodeHeartbeat, string) {
 	e.t.Helper()
-	var hb *capnv1alpha1.NodeHeartbeat
+	var hb *capnv1.NodeHeartbeat
 	var id string
 	natstest.WaitFor(e.t, e.s.f.Timeout, fmt.Sprintf("a heartbeat of %s/%s", e.Cluster, machine), func() bool {
 		var ok bool

@@ -23,7 +23,7 @@ import (
 	"github.com/capn-dev/capn/events/replyseal"
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/providers/sdk"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
 )
 
@@ -71,9 +71,9 @@ func (e *Env) bootstrapFixture() *fixture {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	statuses := store.NewBucket(kv, func() *capnv1alpha1.ClusterSecretsStatus { return new(capnv1alpha1.ClusterSecretsStatus) })
+	statuses := store.NewBucket(kv, func() *capnv1.ClusterSecretsStatus { return new(capnv1.ClusterSecretsStatus) })
 	if _, err := statuses.Create(context.Background(), keys.Secrets(e.Cluster),
-		&capnv1alpha1.ClusterSecretsStatus{Cluster: e.Cluster, PkiReady: true, CaCertHash: f.caHash}); err != nil {
+		&capnv1.ClusterSecretsStatus{Cluster: e.Cluster, PkiReady: true, CaCertHash: f.caHash}); err != nil {
 		e.t.Fatal(err)
 	}
 	return f
@@ -90,7 +90,7 @@ func (f *fixture) answer(m *nats.Msg) {
 		reply.Header.Set(sdk.HeaderServiceErrorCode, "409")
 		reply.Header.Set(sdk.HeaderServiceError, "not the fixture's checksum")
 	default:
-		b, _ := proto.Marshal(&capnv1alpha1.BootstrapData{Format: "cloud-config", Data: f.data, Checksum: f.checksum})
+		b, _ := proto.Marshal(&capnv1.BootstrapData{Format: "cloud-config", Data: f.data, Checksum: f.checksum})
 		reply.Data, _ = replyseal.Seal(f.credential, m.Subject, b)
 	}
 	_ = m.RespondMsg(reply)

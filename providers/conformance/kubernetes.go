@@ -19,7 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/capn-dev/capn/providers/sdk"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
 )
 
@@ -388,7 +388,7 @@ func (k *KubeCluster) Running() map[string]KubeMachine {
 	out := map[string]KubeMachine{}
 	for _, e := range specs {
 		name := strings.TrimPrefix(e.Key, prefix)
-		if st := statuses[name]; st.GetPhaseValue() == capnv1alpha1.MachineRunning && e.Value.GetMetadata().GetDeletionTimestamp() == nil {
+		if st := statuses[name]; st.GetPhaseValue() == capnv1.MachineRunning && e.Value.GetMetadata().GetDeletionTimestamp() == nil {
 			out[name] = KubeMachine{Pool: e.Value.GetSpec().GetPool(), UID: e.Value.GetMetadata().GetUid(), ProviderID: st.GetProviderId()}
 		}
 	}

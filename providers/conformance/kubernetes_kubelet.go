@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/capn-dev/capn/events/store"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
 )
 
@@ -74,8 +74,8 @@ func (s *suite) kubeletStops(t *testing.T, e *Env, parent *KubeCluster, machines
 
 func kubeletStopsStep(t *testing.T, e *Env, k *KubeCluster, machines map[string]KubeMachine, stop func(*testing.T, *Env, string, string)) map[string]KubeMachine {
 	ctx := context.Background()
-	healths := store.NewBucket(k.Clusters.observed, func() *capnv1alpha1.NodeHealth { return new(capnv1alpha1.NodeHealth) })
-	rems := store.NewBucket(k.Clusters.observed, func() *capnv1alpha1.RemediationStatus { return new(capnv1alpha1.RemediationStatus) })
+	healths := store.NewBucket(k.Clusters.observed, func() *capnv1.NodeHealth { return new(capnv1.NodeHealth) })
+	rems := store.NewBucket(k.Clusters.observed, func() *capnv1.RemediationStatus { return new(capnv1.RemediationStatus) })
 	var victim string
 	for name, m := range machines {
 		if m.Pool == kubeWorkerPool && (victim == "" || name < victim) {
@@ -85,7 +85,7 @@ func kubeletStopsStep(t *testing.T, e *Env, k *KubeCluster, machines map[string]
 	if victim == "" {
 		t.Fatalf("no worker among %v", kubeNames(machines))
 	}
-	health := func() *capnv1alpha1.NodeHealth {
+	health := func() *capnv1.NodeHealth {
 		h, _, err := healths.Get(ctx, keys.Node(k.Name, victim))
 		if err != nil {
 			return nil
@@ -120,8 +120,8 @@ func kubeletStopsStep(t *testing.T, e *Env, k *KubeCluster, machines map[string]
 	// The health-watcher reads the worker's Node: its Ready is in the record.
 	until("the health-watcher recording Node "+victim+"'s Ready=True", time.Minute, 250*time.Millisecond, func() error {
 		h := health()
-		if i := slices.IndexFunc(h.GetConditions(), func(c *capnv1alpha1.NodeCondition) bool {
-			return c.GetType() == "Ready" && c.GetSource() == "kubernetes" && c.GetStatusValue() == capnv1alpha1.ConditionTrue
+		if i := slices.IndexFunc(h.GetConditions(), func(c *capnv1.NodeCondition) bool {
+			return c.GetType() == "Ready" && c.GetSource() == "kubernetes" && c.GetStatusValue() == capnv1.ConditionTrue
 		}); i < 0 || !h.GetHealthy() {
 			return fmt.Errorf("record of %s: healthy %v, conditions %v", victim, h.GetHealthy(), h.GetConditions())
 		}
@@ -145,7 +145,7 @@ func kubeletStopsStep(t *testing.T, e *Env, k *KubeCluster, machines map[string]
 	fromNode := func(msg string) bool {
 		return strings.Contains(msg, "Node "+victim+" Ready=") && strings.Contains(msg, "read from the workload cluster")
 	}
-	repair := func() *capnv1alpha1.RemediationRecord {
+	repair := func() *capnv1.RemediationRecord {
 		st, _, err := rems.Get(ctx, keys.Remediation(k.Name, kubeWorkerPool))
 		if err != nil {
 			return nil
@@ -173,7 +173,7 @@ func kubeletStopsStep(t *testing.T, e *Env, k *KubeCluster, machines map[string]
 		return fmt.Errorf("healthy %v, reasons %v", h.GetHealthy(), h.GetUnhealthyReasons())
 	})
 	t.Logf("NodeHealth of %s unhealthy: %s", victim, why)
-	var rec *capnv1alpha1.RemediationRecord
+	var rec *capnv1.RemediationRecord
 	repaired := until("a repair of "+victim+" by the remediator", 3*time.Minute, 250*time.Millisecond, func() error {
 		if rec = repair(); rec == nil {
 			return errors.New("no remediation record of " + victim)

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/capn-dev/capn/providers/sdk"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // announces: provider.<name> holds the name and exactly the power
@@ -141,7 +141,7 @@ func (s *suite) stopStart(t *testing.T, e *Env) {
 	}
 	e.Power("m1", sdk.ActionStart)
 	after := e.WaitState("m1", sdk.StateRunning)
-	for _, m := range []*capnv1alpha1.InfraMachine{stopped, after} {
+	for _, m := range []*capnv1.InfraMachine{stopped, after} {
 		if !sameIdentity(before, m) {
 			t.Errorf("identity changed:\n before %v\n now    %v", before, m)
 		}
@@ -204,7 +204,7 @@ func (s *suite) checkMarker(t *testing.T, e *Env, machine string, want []byte) {
 }
 
 // sameIdentity compares provider id and addresses.
-func sameIdentity(a, b *capnv1alpha1.InfraMachine) bool {
+func sameIdentity(a, b *capnv1.InfraMachine) bool {
 	if a.GetProviderId() != b.GetProviderId() || len(a.GetAddresses()) != len(b.GetAddresses()) {
 		return false
 	}
@@ -217,9 +217,9 @@ func sameIdentity(a, b *capnv1alpha1.InfraMachine) bool {
 }
 
 // waitDrift waits (Features.Timeout) for a drift report of kind.
-func (e *Env) waitDrift(machine, kind string) *capnv1alpha1.DriftReport {
+func (e *Env) waitDrift(machine, kind string) *capnv1.DriftReport {
 	e.t.Helper()
-	var got *capnv1alpha1.DriftReport
+	var got *capnv1.DriftReport
 	deadline := time.Now().Add(e.s.f.Timeout)
 	for {
 		if d, ok := e.LastDrift(e.Cluster, machine); ok && d.GetKind() == kind {

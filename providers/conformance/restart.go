@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/capn-dev/capn/providers/sdk"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // restart: machines outlive a restart of the provider — none lost, none
@@ -15,7 +15,7 @@ import (
 func (s *suite) restart(t *testing.T, e *Env) {
 	e.StartProvider()
 	names := []string{"m1", "m2", "m3"}
-	before := map[string]*capnv1alpha1.InfraMachine{}
+	before := map[string]*capnv1.InfraMachine{}
 	for _, m := range names {
 		e.Create(m, "create-"+m)
 	}

@@ -37,7 +37,7 @@ import (
 	"time"
 
 	"github.com/capn-dev/capn/providers/sdk"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // Provider is the provider under test.
@@ -48,7 +48,7 @@ type Provider struct {
 	// (env.Dir, env.NATSURL, env.Deployment) with env.SDK as its SDK
 	// options. Every call within a test is a restart: a new instance over
 	// the same state.
-	New func(t *testing.T, env *Env) runtime.Service
+	New func(t *testing.T, env *Env) daemon.Service
 }
 
 // Features tell the suite what the provider supports and how to act on

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/capn-dev/capn/providers/docker/engine"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // EndpointMessage says what listens on a docker cluster's endpoint.
@@ -23,7 +23,7 @@ const EndpointMessage = "placeholder endpoint container (capn-node endpoint) pub
 // serves: through the published port on the daemon's host, through the
 // cluster network from a provider in a container (self.go). It is
 // idempotent. params are ignored.
-func (p *Provider) EnsureCluster(ctx context.Context, cluster string, _ map[string]string) (*capnv1alpha1.InfraCluster, error) {
+func (p *Provider) EnsureCluster(ctx context.Context, cluster string, _ map[string]string) (*capnv1.InfraCluster, error) {
 	port, probe, err := p.ensureEndpoint(ctx, cluster)
 	if err != nil {
 		return nil, err
@@ -31,9 +31,9 @@ func (p *Provider) EnsureCluster(ctx context.Context, cluster string, _ map[stri
 	if err := waitServing(ctx, probe, 10*time.Second); err != nil {
 		return nil, fmt.Errorf("endpoint of %s: %w", cluster, err)
 	}
-	return &capnv1alpha1.InfraCluster{
+	return &capnv1.InfraCluster{
 		Provider: Name, Cluster: cluster, Ready: true, Message: EndpointMessage,
-		ControlPlaneEndpoint: &capnv1alpha1.Endpoint{Host: "127.0.0.1", Port: int32(port)},
+		ControlPlaneEndpoint: &capnv1.Endpoint{Host: "127.0.0.1", Port: int32(port)},
 	}, nil
 }
 

@@ -10,7 +10,7 @@ import (
 	"github.com/capn-dev/capn/providers/docker"
 	"github.com/capn-dev/capn/providers/docker/dockertest"
 	"github.com/capn-dev/capn/providers/docker/engine"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 func TestMain(m *testing.M) { dockertest.Main(m) }
@@ -60,7 +60,7 @@ func TestConformance(t *testing.T) {
 	image := dockertest.Image(t)
 	conformance.Run(t, conformance.Provider{
 		Name: docker.Name,
-		New: func(t *testing.T, env *conformance.Env) runtime.Service {
+		New: func(t *testing.T, env *conformance.Env) daemon.Service {
 			return docker.NewService(options(t, image, env.Deployment, env.Dir), env.SDK)
 		},
 	}, conformance.Features{

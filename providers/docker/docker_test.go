@@ -14,8 +14,8 @@ import (
 	"github.com/capn-dev/capn/providers/docker/engine"
 	"github.com/capn-dev/capn/providers/sdk"
 	"github.com/capn-dev/capn/providers/sdk/sdktest"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
-	"github.com/capn-dev/capn/services/runtime"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // A daemon that accepts connections and never answers must not hang a
@@ -68,8 +68,8 @@ func TestPreflightSaysWhatIsMissing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	svc := docker.NewService(docker.Options{Image: "capn-node:does-not-exist", StateDir: t.TempDir()}, sdk.Options{})
-	err = runtime.Run(ctx, runtime.Config{NATS: runtime.NATSConfig{URL: env.Server.URL()}, SkipProvision: true}, svc,
-		runtime.WithoutHTTP(), runtime.WithLogger(sdktest.Logger(t)))
+	err = daemon.Run(ctx, daemon.Config{NATS: daemon.NATSConfig{URL: env.Server.URL()}, SkipProvision: true}, svc,
+		daemon.WithoutHTTP(), daemon.WithLogger(sdktest.Logger(t)))
 	if err == nil || !strings.Contains(err.Error(), "make images") || ctx.Err() != nil {
 		t.Errorf("service: %v", err)
 	}
@@ -88,7 +88,7 @@ func TestStoppedOutOfBandIsDrift(t *testing.T) {
 	opts := options(t, image, deployment, t.TempDir())
 	opts.StopTimeout = time.Second
 	env.Run(docker.NewService(opts, sdk.Options{ReconcileEvery: 300 * time.Millisecond}))
-	env.Send(docker.Name, sdk.KindMachine, "create", "create-m1", &capnv1alpha1.CreateMachine{
+	env.Send(docker.Name, sdk.KindMachine, "create", "create-m1", &capnv1.CreateMachine{
 		Cluster: "c1", Machine: "m1", Version: "v1.33.4", BootstrapChecksum: "sha256:00"})
 	before := env.WaitState(docker.Name, "c1", "m1", sdk.StateRunning)
 	if err := api.ContainerStop(context.Background(), deployment+".c1.m1", time.Second); err != nil {
@@ -96,7 +96,7 @@ func TestStoppedOutOfBandIsDrift(t *testing.T) {
 	}
 	env.WaitDrift("c1", "m1", sdk.DriftStopped)
 	env.WaitState(docker.Name, "c1", "m1", sdk.StateStopped)
-	env.Send(docker.Name, sdk.KindMachine, "start", "start-m1", &capnv1alpha1.MachinePower{Cluster: "c1", Machine: "m1", Action: "start"})
+	env.Send(docker.Name, sdk.KindMachine, "start", "start-m1", &capnv1.MachinePower{Cluster: "c1", Machine: "m1", Action: "start"})
 	after := env.WaitState(docker.Name, "c1", "m1", sdk.StateRunning)
 	if after.GetProviderId() != before.GetProviderId() || after.GetAddresses()[0].GetAddress() != before.GetAddresses()[0].GetAddress() {
 		t.Errorf("identity changed: %v then %v", before, after)

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // Defaults of Options.
@@ -120,7 +120,7 @@ func (o Options) Validate() error {
 	o = o.withDefaults()
 	var errs []error
 	bad := func(flag, value, problem string) {
-		errs = append(errs, &runtime.FieldError{Flag: flag, Env: envOf(flag), Value: value, Problem: problem})
+		errs = append(errs, &daemon.FieldError{Flag: flag, Env: envOf(flag), Value: value, Problem: problem})
 	}
 	if !deploymentName.MatchString(o.Deployment) {
 		bad("docker-deployment", o.Deployment, "want 1-40 lower-case letters, digits and '-'")
@@ -160,31 +160,31 @@ func (o Options) Validate() error {
 }
 
 // Flags binds the options to --docker-* flags and CAPN_DOCKER_* variables.
-func (o *Options) Flags() []runtime.Flag {
+func (o *Options) Flags() []daemon.Flag {
 	f := func(name, usage string, v interface {
 		Set(string) error
 		String() string
-	}) runtime.Flag {
-		return runtime.Flag{Name: name, Env: envOf(name), Usage: usage, Value: v}
+	}) daemon.Flag {
+		return daemon.Flag{Name: name, Env: envOf(name), Usage: usage, Value: v}
 	}
-	return []runtime.Flag{
-		f("docker-host", "Docker daemon unix `socket` (default $DOCKER_HOST, else /var/run/docker.sock)", runtime.StringValue(&o.Host)),
-		f("docker-image", "machines' `image`, built locally by '"+ImageTarget+"' (default "+DefaultImage+")", runtime.StringValue(&o.Image)),
-		f("docker-deployment", "`name` scoping this deployment's containers and networks (default "+DefaultDeployment+")", runtime.StringValue(&o.Deployment)),
-		f("docker-state-dir", "`dir` of the NATS relay socket machines reach capn through", runtime.StringValue(&o.StateDir)),
-		f("docker-node-nats-url", "NATS `url` the relay forwards to (default: this provider's)", runtime.StringValue(&o.NodeNATSURL)),
-		f("docker-container-nats-url", "NATS `url` containers connect to directly (no relay)", runtime.StringValue(&o.ContainerNATSURL)),
-		f("docker-node-nats-creds", "NATS credentials `file` copied into machines for capn-node (optional)", runtime.StringValue(&o.NodeNATSCreds)),
-		f("docker-node-nats-nkey", "NATS nkey seed `file` copied into machines for capn-node (optional)", runtime.StringValue(&o.NodeNATSNKey)),
-		f("docker-node-nats-tls-ca", "CA `file` verifying the NATS servers, copied into machines (optional)", runtime.StringValue(&o.NodeNATSTLSCA)),
-		f("docker-node-nats-tls-cert", "NATS client certificate `file` copied into machines (optional, with the key)", runtime.StringValue(&o.NodeNATSTLSCert)),
-		f("docker-node-nats-tls-key", "NATS client key `file` copied into machines (optional, with the certificate)", runtime.StringValue(&o.NodeNATSTLSKey)),
-		f("docker-node-nats-inbox-prefix", "capn-node's reply subject `prefix` (default: a machine logging in as itself uses _INBOX_machine.<cluster>.<machine>, else _INBOX)", runtime.StringValue(&o.NodeNATSInboxPrefix)),
-		f("docker-self-container", "`container` this provider runs in (default: detected; 'none': on the daemon's host)", runtime.StringValue(&o.SelfContainer)),
-		f("docker-subnet-pool", "IPv4 `prefix` cluster networks get a /24 of (default "+DefaultSubnetPool+")", runtime.StringValue(&o.SubnetPool)),
-		f("docker-heartbeat-every", "machines' heartbeat `interval` (0: 10s)", runtime.DurationValue(&o.HeartbeatEvery)),
-		f("docker-stop-timeout", "`time` a machine gets after SIGTERM (0: 10s)", runtime.DurationValue(&o.StopTimeout)),
-		f("docker-api-timeout", "bound of each Docker API `call` (0: 30s)", runtime.DurationValue(&o.APITimeout)),
+	return []daemon.Flag{
+		f("docker-host", "Docker daemon unix `socket` (default $DOCKER_HOST, else /var/run/docker.sock)", daemon.StringValue(&o.Host)),
+		f("docker-image", "machines' `image`, built locally by '"+ImageTarget+"' (default "+DefaultImage+")", daemon.StringValue(&o.Image)),
+		f("docker-deployment", "`name` scoping this deployment's containers and networks (default "+DefaultDeployment+")", daemon.StringValue(&o.Deployment)),
+		f("docker-state-dir", "`dir` of the NATS relay socket machines reach capn through", daemon.StringValue(&o.StateDir)),
+		f("docker-node-nats-url", "NATS `url` the relay forwards to (default: this provider's)", daemon.StringValue(&o.NodeNATSURL)),
+		f("docker-container-nats-url", "NATS `url` containers connect to directly (no relay)", daemon.StringValue(&o.ContainerNATSURL)),
+		f("docker-node-nats-creds", "NATS credentials `file` copied into machines for capn-node (optional)", daemon.StringValue(&o.NodeNATSCreds)),
+		f("docker-node-nats-nkey", "NATS nkey seed `file` copied into machines for capn-node (optional)", daemon.StringValue(&o.NodeNATSNKey)),
+		f("docker-node-nats-tls-ca", "CA `file` verifying the NATS servers, copied into machines (optional)", daemon.StringValue(&o.NodeNATSTLSCA)),
+		f("docker-node-nats-tls-cert", "NATS client certificate `file` copied into machines (optional, with the key)", daemon.StringValue(&o.NodeNATSTLSCert)),
+		f("docker-node-nats-tls-key", "NATS client key `file` copied into machines (optional, with the certificate)", daemon.StringValue(&o.NodeNATSTLSKey)),
+		f("docker-node-nats-inbox-prefix", "capn-node's reply subject `prefix` (default: a machine logging in as itself uses _INBOX_machine.<cluster>.<machine>, else _INBOX)", daemon.StringValue(&o.NodeNATSInboxPrefix)),
+		f("docker-self-container", "`container` this provider runs in (default: detected; 'none': on the daemon's host)", daemon.StringValue(&o.SelfContainer)),
+		f("docker-subnet-pool", "IPv4 `prefix` cluster networks get a /24 of (default "+DefaultSubnetPool+")", daemon.StringValue(&o.SubnetPool)),
+		f("docker-heartbeat-every", "machines' heartbeat `interval` (0: 10s)", daemon.DurationValue(&o.HeartbeatEvery)),
+		f("docker-stop-timeout", "`time` a machine gets after SIGTERM (0: 10s)", daemon.DurationValue(&o.StopTimeout)),
+		f("docker-api-timeout", "bound of each Docker API `call` (0: 30s)", daemon.DurationValue(&o.APITimeout)),
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/providers/docker/engine"
 	"github.com/capn-dev/capn/providers/sdk"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
 )
 
@@ -49,7 +49,7 @@ type Provider struct {
 	envMu    sync.Mutex
 	reporter sdk.Reporter
 	log      zerolog.Logger
-	secrets  *store.Bucket[*capnv1alpha1.ClusterSecretsStatus]
+	secrets  *store.Bucket[*capnv1.ClusterSecretsStatus]
 }
 
 var (
@@ -99,7 +99,7 @@ func (p *Provider) lockCluster(cluster string) func() {
 // existing container is returned as it is, and started if it is not
 // running. The request must carry the bootstrap checksum: the node
 // fetches its own data with it.
-func (p *Provider) CreateMachine(ctx context.Context, req *capnv1alpha1.CreateMachine) (*capnv1alpha1.InfraMachine, error) {
+func (p *Provider) CreateMachine(ctx context.Context, req *capnv1.CreateMachine) (*capnv1.InfraMachine, error) {
 	c, m := req.GetCluster(), req.GetMachine()
 	name := p.names.container(c, m)
 	ctr, err := p.api.ContainerInspect(ctx, name)
@@ -170,7 +170,7 @@ func (p *Provider) copyNodeFiles(ctx context.Context, container string) error {
 	return nil
 }
 
-func (p *Provider) createContainer(ctx context.Context, req *capnv1alpha1.CreateMachine) error {
+func (p *Provider) createContainer(ctx context.Context, req *capnv1.CreateMachine) error {
 	c, m := req.GetCluster(), req.GetMachine()
 	unlock := p.lockCluster(c)
 	defer unlock()
@@ -233,7 +233,7 @@ func (p *Provider) createContainer(ctx context.Context, req *capnv1alpha1.Create
 	return nil
 }
 
-func credentialEnv(req *capnv1alpha1.CreateMachine) []string {
+func credentialEnv(req *capnv1.CreateMachine) []string {
 	if req.GetBootstrapCredential() == "" {
 		return []string{}
 	}
@@ -270,7 +270,7 @@ func (p *Provider) DeleteMachine(ctx context.Context, cluster, machine string) e
 // Describe inspects the machine's container: running → Running, created →
 // Creating, exited, dead or paused → Stopped; none (or being removed) →
 // sdk.ErrNotFound.
-func (p *Provider) Describe(ctx context.Context, cluster, machine string) (*capnv1alpha1.InfraMachine, error) {
+func (p *Provider) Describe(ctx context.Context, cluster, machine string) (*capnv1.InfraMachine, error) {
 	ctr, err := p.api.ContainerInspect(ctx, p.names.container(cluster, machine))
 	if errors.Is(err, engine.ErrNotFound) {
 		return nil, sdk.ErrNotFound
@@ -284,11 +284,11 @@ func (p *Provider) Describe(ctx context.Context, cluster, machine string) (*capn
 	return p.describe(ctr)
 }
 
-func (p *Provider) describe(ctr *engine.Container) (*capnv1alpha1.InfraMachine, error) {
+func (p *Provider) describe(ctr *engine.Container) (*capnv1.InfraMachine, error) {
 	l := ctr.Config.Labels
-	im := &capnv1alpha1.InfraMachine{
+	im := &capnv1.InfraMachine{
 		Provider: Name, Cluster: l[LabelCluster], Machine: l[LabelMachine], ProviderId: ProviderID(ctr.ID),
-		Addresses: []*capnv1alpha1.Address{
+		Addresses: []*capnv1.Address{
 			{Type: "InternalIP", Address: l[LabelAddress]},
 			{Type: "Hostname", Address: l[LabelMachine]},
 		},
@@ -311,12 +311,12 @@ func (p *Provider) describe(ctr *engine.Container) (*capnv1alpha1.InfraMachine, 
 }
 
 // List returns every machine container of this deployment.
-func (p *Provider) List(ctx context.Context) ([]*capnv1alpha1.InfraMachine, error) {
+func (p *Provider) List(ctx context.Context) ([]*capnv1.InfraMachine, error) {
 	list, err := p.api.ContainerList(ctx, p.names.labels("", "", RoleMachine))
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*capnv1alpha1.InfraMachine, 0, len(list))
+	out := make([]*capnv1.InfraMachine, 0, len(list))
 	for _, s := range list {
 		ctr, err := p.api.ContainerInspect(ctx, s.ID)
 		if errors.Is(err, engine.ErrNotFound) {

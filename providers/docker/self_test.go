@@ -12,7 +12,7 @@ import (
 	"github.com/capn-dev/capn/providers/docker"
 	"github.com/capn-dev/capn/providers/docker/dockertest"
 	"github.com/capn-dev/capn/providers/docker/engine"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // A provider in a container (docker-compose) joins a cluster's network to
@@ -79,7 +79,7 @@ func TestProviderInAContainerJoinsAndLeavesClusterNetworks(t *testing.T) {
 		t.Errorf("the provider's container is on %s, want the subnet's .254", att.IPAddress)
 	}
 
-	im, err := p.CreateMachine(ctx, &capnv1alpha1.CreateMachine{Cluster: "c1", Machine: "m1", Version: "v1.33.4", BootstrapChecksum: "sha256:00"})
+	im, err := p.CreateMachine(ctx, &capnv1.CreateMachine{Cluster: "c1", Machine: "m1", Version: "v1.33.4", BootstrapChecksum: "sha256:00"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,11 +10,11 @@ import (
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/providers/docker/engine"
 	"github.com/capn-dev/capn/providers/sdk"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
-	"github.com/capn-dev/capn/services/runtime"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
-// Service is the docker provider as a runtime.Service with its own flags
+// Service is the docker provider as a daemon.Service with its own flags
 // and validation: what cmd/capn-provider-docker and capn dev run. Each Run
 // builds a new Provider; the containers run on.
 type Service struct {
@@ -24,9 +24,9 @@ type Service struct {
 }
 
 var (
-	_ runtime.Service      = (*Service)(nil)
-	_ runtime.FlagProvider = (*Service)(nil)
-	_ runtime.Validator    = (*Service)(nil)
+	_ daemon.Service      = (*Service)(nil)
+	_ daemon.FlagProvider = (*Service)(nil)
+	_ daemon.Validator    = (*Service)(nil)
 )
 
 // NewService returns the docker provider's service.
@@ -38,7 +38,7 @@ func NewService(docker Options, provider sdk.Options) *Service {
 func (s *Service) Name() string { return sdk.ServiceName(Name) }
 
 // Flags are the --docker-* and --provider-* flags.
-func (s *Service) Flags() []runtime.Flag {
+func (s *Service) Flags() []daemon.Flag {
 	return append(s.Docker.Flags(), s.Provider.Flags()...)
 }
 
@@ -50,7 +50,7 @@ func (s *Service) Validate() error {
 // Run checks the daemon and the image (Preflight), then runs a new docker
 // provider through the SDK until ctx ends. The relay forwards to
 // Options.NodeNATSURL, by default the URL this service connected to.
-func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
+func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	if err := Preflight(ctx, s.Docker); err != nil {
 		return err
 	}
@@ -67,7 +67,7 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 		return fmt.Errorf("docker: bucket %s: %w", events.BucketObserved, err)
 	}
 	p.log = d.Log.With().Str("provider", Name).Logger()
-	p.secrets = store.NewBucket(kv, func() *capnv1alpha1.ClusterSecretsStatus { return new(capnv1alpha1.ClusterSecretsStatus) })
+	p.secrets = store.NewBucket(kv, func() *capnv1.ClusterSecretsStatus { return new(capnv1.ClusterSecretsStatus) })
 	p.log.Info().Str("docker_host", p.api.Host()).Str("image", p.opts.Image).Str("deployment", p.opts.Deployment).
 		Bool("relay", p.opts.ContainerNATSURL == "").Msg("docker provider: machines are capn-node containers (no kubelet)")
 	return sdk.NewService(p, s.Provider).Run(ctx, d)

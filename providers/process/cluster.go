@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"time"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // EndpointMessage says what listens on a process cluster's control-plane
@@ -23,7 +23,7 @@ const EndpointMessage = "load balancer (capn-node endpoint) to the control-plane
 // endpoint process running there: a TCP load balancer to the cluster's
 // control-plane machines' API servers (<address>:6443), which answers as a
 // placeholder while none is up. It is idempotent. params are ignored.
-func (p *Provider) EnsureCluster(ctx context.Context, cluster string, _ map[string]string) (*capnv1alpha1.InfraCluster, error) {
+func (p *Provider) EnsureCluster(ctx context.Context, cluster string, _ map[string]string) (*capnv1.InfraCluster, error) {
 	p.mu.Lock()
 	rec, err := p.ensureClusterRecord(cluster)
 	if err == nil {
@@ -37,9 +37,9 @@ func (p *Provider) EnsureCluster(ctx context.Context, cluster string, _ map[stri
 	if err := waitListening(ctx, addr, 5*time.Second); err != nil {
 		return nil, fmt.Errorf("endpoint of %s: %w", cluster, err)
 	}
-	return &capnv1alpha1.InfraCluster{
+	return &capnv1.InfraCluster{
 		Provider: Name, Cluster: cluster, Ready: true, Message: EndpointMessage,
-		ControlPlaneEndpoint: &capnv1alpha1.Endpoint{Host: "127.0.0.1", Port: int32(rec.Port)},
+		ControlPlaneEndpoint: &capnv1.Endpoint{Host: "127.0.0.1", Port: int32(rec.Port)},
 	}, nil
 }
 

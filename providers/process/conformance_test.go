@@ -12,7 +12,7 @@ import (
 
 	"github.com/capn-dev/capn/providers/conformance"
 	"github.com/capn-dev/capn/providers/process"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // nodeBinary is capn-node, built once for the package.
@@ -137,7 +137,7 @@ func leftovers(stateDir, cluster string) []string {
 func TestConformance(t *testing.T) {
 	conformance.Run(t, conformance.Provider{
 		Name: process.Name,
-		New: func(t *testing.T, env *conformance.Env) runtime.Service {
+		New: func(t *testing.T, env *conformance.Env) daemon.Service {
 			opts := options(t, env.Dir)
 			opts.KubeBin = env.KubeBin
 			return process.NewService(opts, env.SDK)

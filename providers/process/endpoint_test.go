@@ -16,12 +16,12 @@ import (
 
 	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/providers/process"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
-func createRole(t *testing.T, p *process.Provider, cluster, machine, role string) *capnv1alpha1.InfraMachine {
+func createRole(t *testing.T, p *process.Provider, cluster, machine, role string) *capnv1.InfraMachine {
 	t.Helper()
-	m, err := p.CreateMachine(context.Background(), &capnv1alpha1.CreateMachine{
+	m, err := p.CreateMachine(context.Background(), &capnv1.CreateMachine{
 		Cluster: cluster, Machine: machine, Role: role, Version: "v1.33.4", BootstrapChecksum: "sha256:00",
 	})
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/capn-dev/capn/providers/sdk"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // A rendered deployment's node user needs its TLS files and inbox prefix
@@ -107,7 +107,7 @@ func TestKubeBinOption(t *testing.T) {
 	if got := (Options{KubeBin: "bin"}).withDefaults().KubeBin; got != filepath.Join(wd, "bin") {
 		t.Errorf("relative --kube-bin became %q", got)
 	}
-	if i := slices.IndexFunc((&Options{}).Flags(), func(f runtime.Flag) bool { return f.Name == "kube-bin" }); i < 0 {
+	if i := slices.IndexFunc((&Options{}).Flags(), func(f daemon.Flag) bool { return f.Name == "kube-bin" }); i < 0 {
 		t.Error("no --kube-bin flag")
 	} else if env := (&Options{}).Flags()[i].Env; env != "CAPN_KUBE_BIN" {
 		t.Errorf("--kube-bin reads %s, want CAPN_KUBE_BIN", env)

@@ -6,10 +6,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
+	"runtime"
 	"time"
 
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // Defaults of Options.
@@ -120,10 +120,10 @@ func (o Options) Validate() error {
 	o = o.withDefaults()
 	var errs []error
 	bad := func(flag, value, problem string) {
-		errs = append(errs, &runtime.FieldError{Flag: flag, Env: envOf(flag), Value: value, Problem: problem})
+		errs = append(errs, &daemon.FieldError{Flag: flag, Env: envOf(flag), Value: value, Problem: problem})
 	}
-	if goruntime.GOOS != "linux" {
-		bad("", goruntime.GOOS, "the process provider needs Linux (/proc)")
+	if runtime.GOOS != "linux" {
+		bad("", runtime.GOOS, "the process provider needs Linux (/proc)")
 	}
 	switch fi, err := os.Stat(o.NodeBinary); {
 	case o.NodeBinary == "":
@@ -162,28 +162,28 @@ func (o Options) Validate() error {
 }
 
 // Flags binds the options to --process-* flags and CAPN_PROCESS_* variables.
-func (o *Options) Flags() []runtime.Flag {
+func (o *Options) Flags() []daemon.Flag {
 	f := func(name, usage string, v interface {
 		Set(string) error
 		String() string
-	}) runtime.Flag {
-		return runtime.Flag{Name: name, Env: envOf(name), Usage: usage, Value: v}
+	}) daemon.Flag {
+		return daemon.Flag{Name: name, Env: envOf(name), Usage: usage, Value: v}
 	}
-	return []runtime.Flag{
-		f("process-node-binary", "capn-node `path` machines run (default: beside this program, else PATH)", runtime.StringValue(&o.NodeBinary)),
-		f("process-state-dir", "`dir` of clusters, machines and their data (required)", runtime.StringValue(&o.StateDir)),
-		f("process-node-nats-url", "NATS `url` machines connect to (default: this provider's)", runtime.StringValue(&o.NodeNATSURL)),
-		f("process-node-nats-creds", "NATS credentials `file` machines authenticate with (optional)", runtime.StringValue(&o.NodeNATSCreds)),
-		f("process-node-nats-nkey", "NATS nkey seed `file` machines authenticate with (optional)", runtime.StringValue(&o.NodeNATSNKey)),
-		f("process-node-nats-tls-ca", "CA `file` machines verify the NATS servers with (optional)", runtime.StringValue(&o.NodeNATSTLSCA)),
-		f("process-node-nats-tls-cert", "NATS client certificate `file` of machines (optional, with the key)", runtime.StringValue(&o.NodeNATSTLSCert)),
-		f("process-node-nats-tls-key", "NATS client key `file` of machines (optional, with the certificate)", runtime.StringValue(&o.NodeNATSTLSKey)),
-		f("process-node-nats-inbox-prefix", "machines' reply subject `prefix` (default: a machine logging in as itself uses _INBOX_machine.<cluster>.<machine>, else _INBOX)", runtime.StringValue(&o.NodeNATSInboxPrefix)),
-		f("process-heartbeat-every", "machines' heartbeat `interval` (0: 10s)", runtime.DurationValue(&o.HeartbeatEvery)),
-		f("process-watch-every", "`interval` of the check for machine processes that exited (0: 1s)", runtime.DurationValue(&o.WatchEvery)),
-		f("process-stop-timeout", "`time` a machine gets after SIGTERM before SIGKILL (0: 10s)", runtime.DurationValue(&o.StopTimeout)),
-		f("process-health-port", "`port` of each machine's /healthz on its own address (0: 10248, -1: none)", runtime.IntValue(&o.HealthPort)),
-		f("kube-bin", "`dir` of the Kubernetes binaries machines run when their bootstrap data asks (make kube; empty: no Kubernetes)", runtime.StringValue(&o.KubeBin)),
+	return []daemon.Flag{
+		f("process-node-binary", "capn-node `path` machines run (default: beside this program, else PATH)", daemon.StringValue(&o.NodeBinary)),
+		f("process-state-dir", "`dir` of clusters, machines and their data (required)", daemon.StringValue(&o.StateDir)),
+		f("process-node-nats-url", "NATS `url` machines connect to (default: this provider's)", daemon.StringValue(&o.NodeNATSURL)),
+		f("process-node-nats-creds", "NATS credentials `file` machines authenticate with (optional)", daemon.StringValue(&o.NodeNATSCreds)),
+		f("process-node-nats-nkey", "NATS nkey seed `file` machines authenticate with (optional)", daemon.StringValue(&o.NodeNATSNKey)),
+		f("process-node-nats-tls-ca", "CA `file` machines verify the NATS servers with (optional)", daemon.StringValue(&o.NodeNATSTLSCA)),
+		f("process-node-nats-tls-cert", "NATS client certificate `file` of machines (optional, with the key)", daemon.StringValue(&o.NodeNATSTLSCert)),
+		f("process-node-nats-tls-key", "NATS client key `file` of machines (optional, with the certificate)", daemon.StringValue(&o.NodeNATSTLSKey)),
+		f("process-node-nats-inbox-prefix", "machines' reply subject `prefix` (default: a machine logging in as itself uses _INBOX_machine.<cluster>.<machine>, else _INBOX)", daemon.StringValue(&o.NodeNATSInboxPrefix)),
+		f("process-heartbeat-every", "machines' heartbeat `interval` (0: 10s)", daemon.DurationValue(&o.HeartbeatEvery)),
+		f("process-watch-every", "`interval` of the check for machine processes that exited (0: 1s)", daemon.DurationValue(&o.WatchEvery)),
+		f("process-stop-timeout", "`time` a machine gets after SIGTERM before SIGKILL (0: 10s)", daemon.DurationValue(&o.StopTimeout)),
+		f("process-health-port", "`port` of each machine's /healthz on its own address (0: 10248, -1: none)", daemon.IntValue(&o.HealthPort)),
+		f("kube-bin", "`dir` of the Kubernetes binaries machines run when their bootstrap data asks (make kube; empty: no Kubernetes)", daemon.StringValue(&o.KubeBin)),
 	}
 }
 

@@ -20,8 +20,8 @@ import (
 	"github.com/capn-dev/capn/providers/process"
 	"github.com/capn-dev/capn/providers/sdk"
 	"github.com/capn-dev/capn/providers/sdk/sdktest"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
-	"github.com/capn-dev/capn/services/runtime"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 func newProvider(t *testing.T, mutate func(*process.Options)) (*process.Provider, process.Options) {
@@ -38,9 +38,9 @@ func newProvider(t *testing.T, mutate func(*process.Options)) (*process.Provider
 	return p, opts
 }
 
-func create(t *testing.T, p *process.Provider, cluster, machine string) *capnv1alpha1.InfraMachine {
+func create(t *testing.T, p *process.Provider, cluster, machine string) *capnv1.InfraMachine {
 	t.Helper()
-	m, err := p.CreateMachine(context.Background(), &capnv1alpha1.CreateMachine{
+	m, err := p.CreateMachine(context.Background(), &capnv1.CreateMachine{
 		Cluster: cluster, Machine: machine, Role: "worker", Version: "v1.33.4", BootstrapChecksum: "sha256:00",
 	})
 	if err != nil {
@@ -54,7 +54,7 @@ func create(t *testing.T, p *process.Provider, cluster, machine string) *capnv1a
 	return m
 }
 
-func internalIP(m *capnv1alpha1.InfraMachine) string {
+func internalIP(m *capnv1.InfraMachine) string {
 	for _, a := range m.GetAddresses() {
 		if a.GetType() == "InternalIP" {
 			return a.GetAddress()
@@ -171,7 +171,7 @@ func TestNodeServesHealthOnItsOwnAddress(t *testing.T) {
 
 func TestCreateWithoutBootstrapChecksumFailsForGood(t *testing.T) {
 	p, opts := newProvider(t, nil)
-	_, err := p.CreateMachine(context.Background(), &capnv1alpha1.CreateMachine{Cluster: "c1", Machine: "m1", Version: "v1.33.4"})
+	_, err := p.CreateMachine(context.Background(), &capnv1.CreateMachine{Cluster: "c1", Machine: "m1", Version: "v1.33.4"})
 	if !sdk.IsPermanent(err) {
 		t.Fatalf("err = %v, want a permanent error", err)
 	}
@@ -249,13 +249,13 @@ func TestMachinesOutliveTheProviderProgram(t *testing.T) {
 		return cmd
 	}
 	send := func(machine, id string) {
-		env.Send(process.Name, sdk.KindMachine, "create", id, &capnv1alpha1.CreateMachine{
+		env.Send(process.Name, sdk.KindMachine, "create", id, &capnv1.CreateMachine{
 			Cluster: "c1", Machine: machine, Version: "v1.33.4", BootstrapChecksum: "sha256:00"})
 	}
 	provider := start()
 	send("m1", "create-m1")
 	send("m2", "create-m2")
-	before := map[string]*capnv1alpha1.InfraMachine{}
+	before := map[string]*capnv1.InfraMachine{}
 	pids := map[string]string{}
 	for _, m := range []string{"m1", "m2"} {
 		before[m] = env.WaitState(process.Name, "c1", m, sdk.StateRunning)
@@ -301,4 +301,4 @@ func buildProvider() (string, error) {
 	return dir, nil
 }
 
-var _ runtime.Service = (*process.Service)(nil)
+var _ daemon.Service = (*process.Service)(nil)

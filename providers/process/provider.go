@@ -17,7 +17,7 @@ import (
 
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/providers/sdk"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
 )
 
@@ -44,7 +44,7 @@ type Provider struct {
 	envMu    sync.Mutex
 	reporter sdk.Reporter // set while Run runs
 	log      zerolog.Logger
-	secrets  *store.Bucket[*capnv1alpha1.ClusterSecretsStatus] // optional: the CA pin
+	secrets  *store.Bucket[*capnv1.ClusterSecretsStatus] // optional: the CA pin
 }
 
 // child is a process this provider started: it reaps it, and knows at once
@@ -105,7 +105,7 @@ func ProviderID(cluster, machine string) string { return "process://" + cluster 
 // machine is returned as it is (its node restarted if it is neither
 // running nor stopped). The request must carry the bootstrap checksum: the
 // node fetches its own data with it.
-func (p *Provider) CreateMachine(ctx context.Context, req *capnv1alpha1.CreateMachine) (*capnv1alpha1.InfraMachine, error) {
+func (p *Provider) CreateMachine(ctx context.Context, req *capnv1.CreateMachine) (*capnv1.InfraMachine, error) {
 	c, m := req.GetCluster(), req.GetMachine()
 	rec, err := p.record(c, m)
 	switch {
@@ -138,7 +138,7 @@ func (p *Provider) CreateMachine(ctx context.Context, req *capnv1alpha1.CreateMa
 }
 
 // newRecord allocates the machine's identity and writes machine.json.
-func (p *Provider) newRecord(ctx context.Context, req *capnv1alpha1.CreateMachine) (*machineRecord, error) {
+func (p *Provider) newRecord(ctx context.Context, req *capnv1.CreateMachine) (*machineRecord, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	addr, err := p.allocateAddress()
@@ -187,7 +187,7 @@ func (p *Provider) DeleteMachine(_ context.Context, cluster, machine string) err
 // Describe reads the machine back: Running while its capn-node runs,
 // Stopped while stopped by capn, and sdk.ErrNotFound when it has no
 // directory or its process is gone without a stop (drift: Gone).
-func (p *Provider) Describe(_ context.Context, cluster, machine string) (*capnv1alpha1.InfraMachine, error) {
+func (p *Provider) Describe(_ context.Context, cluster, machine string) (*capnv1.InfraMachine, error) {
 	rec, err := p.record(cluster, machine)
 	if err != nil {
 		return nil, err
@@ -195,10 +195,10 @@ func (p *Provider) Describe(_ context.Context, cluster, machine string) (*capnv1
 	return p.describe(rec)
 }
 
-func (p *Provider) describe(rec *machineRecord) (*capnv1alpha1.InfraMachine, error) {
-	im := &capnv1alpha1.InfraMachine{
+func (p *Provider) describe(rec *machineRecord) (*capnv1.InfraMachine, error) {
+	im := &capnv1.InfraMachine{
 		Provider: Name, Cluster: rec.Cluster, Machine: rec.Machine, ProviderId: rec.ProviderID,
-		Addresses: []*capnv1alpha1.Address{
+		Addresses: []*capnv1.Address{
 			{Type: "InternalIP", Address: rec.Address},
 			{Type: "Hostname", Address: rec.Machine},
 		},
@@ -222,12 +222,12 @@ func (p *Provider) describe(rec *machineRecord) (*capnv1alpha1.InfraMachine, err
 }
 
 // List returns every machine whose node runs or that capn stopped.
-func (p *Provider) List(context.Context) ([]*capnv1alpha1.InfraMachine, error) {
+func (p *Provider) List(context.Context) ([]*capnv1.InfraMachine, error) {
 	recs, err := p.records()
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*capnv1alpha1.InfraMachine, 0, len(recs))
+	out := make([]*capnv1.InfraMachine, 0, len(recs))
 	for _, rec := range recs {
 		im, err := p.describe(rec)
 		if errors.Is(err, sdk.ErrNotFound) {
@@ -244,7 +244,7 @@ func (p *Provider) List(context.Context) ([]*capnv1alpha1.InfraMachine, error) {
 // Adopt logs what a restarted provider finds: its machines are on disk,
 // so there is nothing to take back; a live record whose machine is gone
 // is reported Gone by the SDK's drift check.
-func (p *Provider) Adopt(_ context.Context, machines []*capnv1alpha1.InfraMachine, _ []*capnv1alpha1.InfraCluster) error {
+func (p *Provider) Adopt(_ context.Context, machines []*capnv1.InfraMachine, _ []*capnv1.InfraCluster) error {
 	recs, err := p.records()
 	if err != nil {
 		return err

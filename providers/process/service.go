@@ -8,11 +8,11 @@ import (
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/providers/sdk"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
-	"github.com/capn-dev/capn/services/runtime"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
-// Service is the process provider as a runtime.Service with its own flags
+// Service is the process provider as a daemon.Service with its own flags
 // and validation: what cmd/capn-provider-process and capn dev run. Each
 // Run builds a new Provider over the same state dir, as a restarted
 // process would; the machines run on.
@@ -23,9 +23,9 @@ type Service struct {
 }
 
 var (
-	_ runtime.Service      = (*Service)(nil)
-	_ runtime.FlagProvider = (*Service)(nil)
-	_ runtime.Validator    = (*Service)(nil)
+	_ daemon.Service      = (*Service)(nil)
+	_ daemon.FlagProvider = (*Service)(nil)
+	_ daemon.Validator    = (*Service)(nil)
 )
 
 // NewService returns the process provider's service.
@@ -37,7 +37,7 @@ func NewService(process Options, provider sdk.Options) *Service {
 func (s *Service) Name() string { return sdk.ServiceName(Name) }
 
 // Flags are the --process-* and --provider-* flags.
-func (s *Service) Flags() []runtime.Flag {
+func (s *Service) Flags() []daemon.Flag {
 	return append(s.Process.Flags(), s.Provider.Flags()...)
 }
 
@@ -49,7 +49,7 @@ func (s *Service) Validate() error {
 // Run runs a new process provider through the SDK until ctx ends. Machines
 // connect to Options.NodeNATSURL, by default the URL this service
 // connected to.
-func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
+func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	opts := s.Process
 	if opts.NodeNATSURL == "" {
 		opts.NodeNATSURL = d.Config.NATS.URL
@@ -63,7 +63,7 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 		return fmt.Errorf("process: bucket %s: %w", events.BucketObserved, err)
 	}
 	p.log = d.Log.With().Str("provider", Name).Logger()
-	p.secrets = store.NewBucket(kv, func() *capnv1alpha1.ClusterSecretsStatus { return new(capnv1alpha1.ClusterSecretsStatus) })
+	p.secrets = store.NewBucket(kv, func() *capnv1.ClusterSecretsStatus { return new(capnv1.ClusterSecretsStatus) })
 	p.log.Info().Str("state_dir", opts.StateDir).Str("node_binary", p.opts.NodeBinary).Str("node_nats_url", opts.NodeNATSURL).
 		Msg("process provider: machines are capn-node processes (no kubelet)")
 	return sdk.NewService(p, s.Provider).Run(ctx, d)

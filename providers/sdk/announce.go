@@ -7,27 +7,27 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/capn-dev/capn/events/store"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // Alive reports whether an announcement read at now says its provider is
 // running: its time is at most AnnouncementStale old. A provider that
 // stopped cleanly has no announcement at all; one that crashed leaves a
 // stale one.
-func Alive(a *capnv1alpha1.ProviderAnnouncement, now time.Time) bool {
+func Alive(a *capnv1.ProviderAnnouncement, now time.Time) bool {
 	return a != nil && a.GetTime() != nil && now.Sub(a.GetTime().AsTime()) <= AnnouncementStale
 }
 
 // announce writes (or refreshes) provider.<name> with the current time.
 func (s *server) announce(ctx context.Context) error {
-	a := &capnv1alpha1.ProviderAnnouncement{
+	a := &capnv1.ProviderAnnouncement{
 		Name:         s.name,
 		Version:      s.opts.Version,
 		Capabilities: s.p.Capabilities(),
 		Time:         timestamppb.New(s.obs.now()),
 		Instance:     s.opts.Instance,
 	}
-	_, _, err := s.obs.announcements.Mutate(ctx, AnnouncementKey(s.name), func(*capnv1alpha1.ProviderAnnouncement, bool) (*capnv1alpha1.ProviderAnnouncement, error) {
+	_, _, err := s.obs.announcements.Mutate(ctx, AnnouncementKey(s.name), func(*capnv1.ProviderAnnouncement, bool) (*capnv1.ProviderAnnouncement, error) {
 		return a, nil
 	})
 	return err
@@ -52,7 +52,7 @@ func (s *server) keepAnnouncing(ctx context.Context) {
 
 // unannounce deletes provider.<name> if this instance wrote it last.
 func (s *server) unannounce(ctx context.Context) error {
-	_, _, err := s.obs.announcements.Mutate(ctx, AnnouncementKey(s.name), func(cur *capnv1alpha1.ProviderAnnouncement, exists bool) (*capnv1alpha1.ProviderAnnouncement, error) {
+	_, _, err := s.obs.announcements.Mutate(ctx, AnnouncementKey(s.name), func(cur *capnv1.ProviderAnnouncement, exists bool) (*capnv1.ProviderAnnouncement, error) {
 		if !exists || cur.GetInstance() != s.opts.Instance {
 			return nil, store.ErrNoChange
 		}

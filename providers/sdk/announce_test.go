@@ -8,7 +8,7 @@ import (
 	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/providers/sdk"
 	"github.com/capn-dev/capn/providers/sdk/sdktest"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 func TestAnnouncement(t *testing.T) {
@@ -17,7 +17,7 @@ func TestAnnouncement(t *testing.T) {
 	opts.Version = "v0.1.0"
 	stop := env.Run(sdk.NewService(newFake(), opts))
 
-	var first *capnv1alpha1.ProviderAnnouncement
+	var first *capnv1.ProviderAnnouncement
 	natstest.WaitFor(t, sdktest.Timeout, "announcement", func() bool {
 		var ok bool
 		first, ok = env.Announcement("fake")
@@ -42,14 +42,14 @@ func TestAlive(t *testing.T) {
 	now := time.Now()
 	tests := []struct {
 		name string
-		a    *capnv1alpha1.ProviderAnnouncement
+		a    *capnv1.ProviderAnnouncement
 		want bool
 	}{
 		{"none", nil, false},
-		{"no time", &capnv1alpha1.ProviderAnnouncement{Name: "x"}, false},
-		{"fresh", &capnv1alpha1.ProviderAnnouncement{Time: timestampOf(now.Add(-5 * time.Second))}, true},
-		{"at the limit", &capnv1alpha1.ProviderAnnouncement{Time: timestampOf(now.Add(-sdk.AnnouncementStale))}, true},
-		{"stale", &capnv1alpha1.ProviderAnnouncement{Time: timestampOf(now.Add(-sdk.AnnouncementStale - time.Second))}, false},
+		{"no time", &capnv1.ProviderAnnouncement{Name: "x"}, false},
+		{"fresh", &capnv1.ProviderAnnouncement{Time: timestampOf(now.Add(-5 * time.Second))}, true},
+		{"at the limit", &capnv1.ProviderAnnouncement{Time: timestampOf(now.Add(-sdk.AnnouncementStale))}, true},
+		{"stale", &capnv1.ProviderAnnouncement{Time: timestampOf(now.Add(-sdk.AnnouncementStale - time.Second))}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/capn-dev/capn/events/replyseal"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
 )
 
@@ -85,7 +85,7 @@ var ErrBadBootstrapData = errors.New("bootstrap data does not match its checksum
 // that the data fetched has that checksum. A refusal is a *FetchError; no
 // answer within ctx's deadline (DefaultFetchTimeout when it has none) is
 // nats.ErrTimeout or nats.ErrNoResponders.
-func FetchBootstrap(ctx context.Context, nc *nats.Conn, cluster, machine, checksum, credential string) (*capnv1alpha1.BootstrapData, error) {
+func FetchBootstrap(ctx context.Context, nc *nats.Conn, cluster, machine, checksum, credential string) (*capnv1.BootstrapData, error) {
 	if checksum == "" {
 		return nil, errors.New("bootstrap fetch: a checksum is required")
 	}
@@ -98,7 +98,7 @@ func FetchBootstrap(ctx context.Context, nc *nats.Conn, cluster, machine, checks
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap fetch %s/%s: %w", cluster, machine, err)
 	}
-	data := new(capnv1alpha1.BootstrapData)
+	data := new(capnv1.BootstrapData)
 	if err := proto.Unmarshal(plain, data); err != nil {
 		return nil, fmt.Errorf("bootstrap fetch %s/%s: decode reply: %w", cluster, machine, err)
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/events/replyseal"
 	"github.com/capn-dev/capn/providers/sdk"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 func TestFetchBootstrap(t *testing.T) {
@@ -24,7 +24,7 @@ func TestFetchBootstrap(t *testing.T) {
 	answers := map[string]func(m *nats.Msg) *nats.Msg{
 		"ok": func(m *nats.Msg) *nats.Msg {
 			r := nats.NewMsg(m.Reply)
-			b, _ := proto.Marshal(&capnv1alpha1.BootstrapData{Format: "cloud-config", Data: data, Checksum: m.Header.Get(sdk.HeaderBootstrapChecksum)})
+			b, _ := proto.Marshal(&capnv1.BootstrapData{Format: "cloud-config", Data: data, Checksum: m.Header.Get(sdk.HeaderBootstrapChecksum)})
 			r.Data, _ = replyseal.Seal(m.Header.Get(sdk.HeaderBootstrapCredential), m.Subject, b)
 			return r
 		},
@@ -42,7 +42,7 @@ func TestFetchBootstrap(t *testing.T) {
 		},
 		"tampered": func(m *nats.Msg) *nats.Msg {
 			r := nats.NewMsg(m.Reply)
-			b, _ := proto.Marshal(&capnv1alpha1.BootstrapData{Format: "cloud-config", Data: []byte("#cloud-config\nevil\n"), Checksum: good})
+			b, _ := proto.Marshal(&capnv1.BootstrapData{Format: "cloud-config", Data: []byte("#cloud-config\nevil\n"), Checksum: good})
 			r.Data, _ = replyseal.Seal(m.Header.Get(sdk.HeaderBootstrapCredential), m.Subject, b)
 			return r
 		},
@@ -63,25 +63,25 @@ func TestFetchBootstrap(t *testing.T) {
 
 	tests := []struct {
 		machine, checksum string
-		check             func(*capnv1alpha1.BootstrapData, error) bool
+		check             func(*capnv1.BootstrapData, error) bool
 	}{
-		{"ok", good, func(d *capnv1alpha1.BootstrapData, err error) bool {
+		{"ok", good, func(d *capnv1.BootstrapData, err error) bool {
 			return err == nil && string(d.GetData()) == string(data) && d.GetFormat() == "cloud-config"
 		}},
-		{"ok", "sha256:00", func(_ *capnv1alpha1.BootstrapData, err error) bool { return errors.Is(err, sdk.ErrBadBootstrapData) }},
-		{"tampered", good, func(_ *capnv1alpha1.BootstrapData, err error) bool { return errors.Is(err, sdk.ErrBadBootstrapData) }},
-		{"refused", good, func(_ *capnv1alpha1.BootstrapData, err error) bool {
+		{"ok", "sha256:00", func(_ *capnv1.BootstrapData, err error) bool { return errors.Is(err, sdk.ErrBadBootstrapData) }},
+		{"tampered", good, func(_ *capnv1.BootstrapData, err error) bool { return errors.Is(err, sdk.ErrBadBootstrapData) }},
+		{"refused", good, func(_ *capnv1.BootstrapData, err error) bool {
 			var fe *sdk.FetchError
 			return errors.As(err, &fe) && fe.Code == 409 && !fe.Retryable() && fe.Message == "stale"
 		}},
-		{"later", good, func(_ *capnv1alpha1.BootstrapData, err error) bool {
+		{"later", good, func(_ *capnv1.BootstrapData, err error) bool {
 			var fe *sdk.FetchError
 			return errors.As(err, &fe) && fe.Retryable()
 		}},
-		{"silent", good, func(_ *capnv1alpha1.BootstrapData, err error) bool {
+		{"silent", good, func(_ *capnv1.BootstrapData, err error) bool {
 			return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
 		}},
-		{"ok", "", func(_ *capnv1alpha1.BootstrapData, err error) bool { return err != nil }},
+		{"ok", "", func(_ *capnv1.BootstrapData, err error) bool { return err != nil }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.machine+"/"+tt.checksum, func(t *testing.T) {

@@ -1,7 +1,7 @@
 // Package sdk is the provider SDK: a provider implements the small
 // [Provider] interface (plus, optionally, [PowerController], [Runner],
 // [Adopter] and [CommandHandler]) and [NewService] does all of the NATS
-// work, as a runtime.Service named provider-<name>:
+// work, as a daemon.Service named provider-<name>:
 //
 //   - Commands. One durable consumer, provider-<name>, on
 //     events.StreamProviders filtered to capn.provider.<name>.>. The stream

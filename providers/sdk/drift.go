@@ -15,7 +15,7 @@ import (
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/reconcile"
 	"github.com/capn-dev/capn/events/store"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
 )
 
@@ -36,7 +36,7 @@ const MessageGone = "gone: the provider no longer has this machine (removed out 
 //	Running      Stopped                 Stopped   real
 //	live         other provider id       Changed   real
 //	live         differs, real is newer  -         real (a lost report)
-func classify(obs, real *capnv1alpha1.InfraMachine) (string, *capnv1alpha1.InfraMachine) {
+func classify(obs, real *capnv1.InfraMachine) (string, *capnv1.InfraMachine) {
 	switch {
 	case obs == nil && real == nil:
 		return "", nil
@@ -45,7 +45,7 @@ func classify(obs, real *capnv1alpha1.InfraMachine) (string, *capnv1alpha1.Infra
 	case !live(obs.GetStateValue()):
 		return "", nil
 	case real == nil:
-		next := proto.Clone(obs).(*capnv1alpha1.InfraMachine)
+		next := proto.Clone(obs).(*capnv1.InfraMachine)
 		next.State, next.Message = StateDeleted.Wire(), MessageGone
 		return DriftGone, next
 	case obs.GetStateValue() == StateRunning && real.GetStateValue() == StateStopped:
@@ -60,10 +60,10 @@ func classify(obs, real *capnv1alpha1.InfraMachine) (string, *capnv1alpha1.Infra
 
 // sameFacts compares two records of one machine but for their updated
 // time (without copying: the full pass calls it for every machine).
-func sameFacts(a, b *capnv1alpha1.InfraMachine) bool {
+func sameFacts(a, b *capnv1.InfraMachine) bool {
 	return a.GetState() == b.GetState() && a.GetProviderId() == b.GetProviderId() &&
 		a.GetMessage() == b.GetMessage() && a.GetFailureDomain() == b.GetFailureDomain() &&
-		slices.EqualFunc(a.GetAddresses(), b.GetAddresses(), func(x, y *capnv1alpha1.Address) bool {
+		slices.EqualFunc(a.GetAddresses(), b.GetAddresses(), func(x, y *capnv1.Address) bool {
 			return x.GetType() == y.GetType() && x.GetAddress() == y.GetAddress()
 		})
 }
@@ -120,9 +120,9 @@ func (s *server) reconcileAll(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list %s machines: %w", s.name, err)
 	}
-	real := make(map[string]*capnv1alpha1.InfraMachine, len(list))
+	real := make(map[string]*capnv1.InfraMachine, len(list))
 	for _, m := range list {
-		m = proto.Clone(m).(*capnv1alpha1.InfraMachine)
+		m = proto.Clone(m).(*capnv1.InfraMachine)
 		s.obs.normalise(m, m.GetCluster(), m.GetMachine())
 		real[InfraKey(s.name, m.GetCluster(), m.GetMachine())] = m
 	}
@@ -189,7 +189,7 @@ func (s *server) check(ctx context.Context, key string) (reconcile.Result, error
 		return reconcile.Result{}, fmt.Errorf("describe %s/%s: %w", c, name, err)
 	}
 	if real != nil {
-		real = proto.Clone(real).(*capnv1alpha1.InfraMachine)
+		real = proto.Clone(real).(*capnv1.InfraMachine)
 		s.obs.normalise(real, c, name)
 	}
 	kind, next := classify(obs, real)
@@ -224,7 +224,7 @@ func (s *server) check(ctx context.Context, key string) (reconcile.Result, error
 	return reconcile.Result{}, nil
 }
 
-func driftMessage(kind string, obs, real *capnv1alpha1.InfraMachine) string {
+func driftMessage(kind string, obs, real *capnv1.InfraMachine) string {
 	switch kind {
 	case DriftGone:
 		return fmt.Sprintf("machine %s (%s) no longer exists", obs.GetMachine(), obs.GetProviderId())
@@ -238,7 +238,7 @@ func driftMessage(kind string, obs, real *capnv1alpha1.InfraMachine) string {
 // report publishes a DriftReport on capn.evt.drift.<provider>.<cluster>.<machine>
 // with id drift.<provider>.<cluster>.<machine>.<suffix>.
 func (s *server) report(ctx context.Context, kind, cluster, machine, suffix, msg string) error {
-	d := &capnv1alpha1.DriftReport{
+	d := &capnv1.DriftReport{
 		Provider: s.name, Cluster: cluster, Machine: machine, Kind: kind, Message: msg,
 		Time: timestamppb.New(s.obs.now()),
 	}
@@ -266,7 +266,7 @@ func (s *server) markOrphan(key, providerID string) {
 
 // forgetOrphans drops reported orphans that no longer exist, so that one
 // coming back is reported again.
-func (s *server) forgetOrphans(real map[string]*capnv1alpha1.InfraMachine) {
+func (s *server) forgetOrphans(real map[string]*capnv1.InfraMachine) {
 	s.orphansMu.Lock()
 	defer s.orphansMu.Unlock()
 	for key := range s.orphans {

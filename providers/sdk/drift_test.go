@@ -8,14 +8,14 @@ import (
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/providers/sdk"
 	"github.com/capn-dev/capn/providers/sdk/sdktest"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 func TestDrift(t *testing.T) {
 	tests := []struct {
 		name       string
 		opts       func() sdk.Options
-		outOfBand  func(map[string]*capnv1alpha1.InfraMachine)
+		outOfBand  func(map[string]*capnv1.InfraMachine)
 		recheck    bool
 		kind       string
 		wantState  string
@@ -25,7 +25,7 @@ func TestDrift(t *testing.T) {
 		{
 			name:      "gone, found by the periodic reconcile",
 			opts:      fastOptions,
-			outOfBand: func(ms map[string]*capnv1alpha1.InfraMachine) { delete(ms, "c1/m1") },
+			outOfBand: func(ms map[string]*capnv1.InfraMachine) { delete(ms, "c1/m1") },
 			kind:      sdk.DriftGone, wantState: sdk.StateDeleted.Wire(), wantPID: "fake://c1/m1", wantInfMsg: sdk.MessageGone,
 		},
 		{
@@ -35,14 +35,14 @@ func TestDrift(t *testing.T) {
 				o.ReconcileEvery = sdk.NoReconcile
 				return o
 			},
-			outOfBand: func(ms map[string]*capnv1alpha1.InfraMachine) { delete(ms, "c1/m1") },
+			outOfBand: func(ms map[string]*capnv1.InfraMachine) { delete(ms, "c1/m1") },
 			recheck:   true,
 			kind:      sdk.DriftGone, wantState: sdk.StateDeleted.Wire(), wantPID: "fake://c1/m1", wantInfMsg: sdk.MessageGone,
 		},
 		{
 			name: "stopped out of band",
 			opts: fastOptions,
-			outOfBand: func(ms map[string]*capnv1alpha1.InfraMachine) {
+			outOfBand: func(ms map[string]*capnv1.InfraMachine) {
 				ms["c1/m1"].State, ms["c1/m1"].Updated = sdk.StateStopped.Wire(), timestampOf(time.Now())
 			},
 			kind: sdk.DriftStopped, wantState: sdk.StateStopped.Wire(), wantPID: "fake://c1/m1",
@@ -50,7 +50,7 @@ func TestDrift(t *testing.T) {
 		{
 			name: "replaced out of band",
 			opts: fastOptions,
-			outOfBand: func(ms map[string]*capnv1alpha1.InfraMachine) {
+			outOfBand: func(ms map[string]*capnv1.InfraMachine) {
 				ms["c1/m1"].ProviderId, ms["c1/m1"].Updated = "fake://c1/m1-2", timestampOf(time.Now())
 			},
 			kind: sdk.DriftChanged, wantState: sdk.StateRunning.Wire(), wantPID: "fake://c1/m1-2",
@@ -73,7 +73,7 @@ func TestDrift(t *testing.T) {
 			if d.GetProvider() != "fake" || d.GetCluster() != "c1" || d.GetMachine() != "m1" || d.GetTime() == nil || d.GetMessage() == "" {
 				t.Errorf("drift report = %v", d)
 			}
-			m := env.WaitMachine("fake", "c1", "m1", "state "+tt.wantState+" as "+tt.wantPID, func(m *capnv1alpha1.InfraMachine) bool {
+			m := env.WaitMachine("fake", "c1", "m1", "state "+tt.wantState+" as "+tt.wantPID, func(m *capnv1.InfraMachine) bool {
 				return m.GetState() == tt.wantState && m.GetProviderId() == tt.wantPID
 			})
 			if tt.wantInfMsg != "" && m.GetMessage() != tt.wantInfMsg {
@@ -92,8 +92,8 @@ func TestOrphanIsReportedOnceAndKept(t *testing.T) {
 	env := sdktest.New(t)
 	f := newFake()
 	env.Run(sdk.NewService(f, fastOptions()))
-	f.outOfBand(func(ms map[string]*capnv1alpha1.InfraMachine) {
-		ms["c1/stray"] = &capnv1alpha1.InfraMachine{Cluster: "c1", Machine: "stray", State: sdk.StateRunning.Wire(), ProviderId: "fake://c1/stray"}
+	f.outOfBand(func(ms map[string]*capnv1.InfraMachine) {
+		ms["c1/stray"] = &capnv1.InfraMachine{Cluster: "c1", Machine: "stray", State: sdk.StateRunning.Wire(), ProviderId: "fake://c1/stray"}
 	})
 	d := env.WaitDrift("c1", "stray", sdk.DriftOrphan)
 	if !strings.Contains(d.GetMessage(), "fake://c1/stray") {
@@ -103,7 +103,7 @@ func TestOrphanIsReportedOnceAndKept(t *testing.T) {
 	// reported by one of them.
 	env.Send("fake", sdk.KindMachine, "create", "create-1", create("c1", "m1"))
 	env.WaitState("fake", "c1", "m1", sdk.StateRunning)
-	f.outOfBand(func(ms map[string]*capnv1alpha1.InfraMachine) { delete(ms, "c1/m1") })
+	f.outOfBand(func(ms map[string]*capnv1.InfraMachine) { delete(ms, "c1/m1") })
 	env.WaitDrift("c1", "m1", sdk.DriftGone)
 
 	if n := env.Count(events.StreamEvents, sdk.DriftSubject("fake", "c1", "stray")); n != 1 {
@@ -132,6 +132,6 @@ func TestCorruptRecordDoesNotStopDrift(t *testing.T) {
 	env.Run(sdk.NewService(f, fastOptions()))
 	env.Send("fake", sdk.KindMachine, "create", "create-1", create("c1", "m1"))
 	env.WaitState("fake", "c1", "m1", sdk.StateRunning)
-	f.outOfBand(func(ms map[string]*capnv1alpha1.InfraMachine) { delete(ms, "c1/m1") })
+	f.outOfBand(func(ms map[string]*capnv1.InfraMachine) { delete(ms, "c1/m1") })
 	env.WaitDrift("c1", "m1", sdk.DriftGone)
 }

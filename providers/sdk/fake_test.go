@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/capn-dev/capn/providers/sdk"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // fake is an in-memory provider for the SDK's tests (NATS is real; only
@@ -18,8 +18,8 @@ import (
 // once. Safe for concurrent use.
 type fake struct {
 	mu       sync.Mutex
-	machines map[string]*capnv1alpha1.InfraMachine
-	clusters map[string]*capnv1alpha1.InfraCluster
+	machines map[string]*capnv1.InfraMachine
+	clusters map[string]*capnv1.InfraCluster
 	creates  map[string]int
 	// createErr, when set, is returned by the n-th create call (from 1)
 	// of a machine when it returns non-nil.
@@ -29,8 +29,8 @@ type fake struct {
 
 func newFake() *fake {
 	return &fake{
-		machines: map[string]*capnv1alpha1.InfraMachine{},
-		clusters: map[string]*capnv1alpha1.InfraCluster{},
+		machines: map[string]*capnv1.InfraMachine{},
+		clusters: map[string]*capnv1.InfraCluster{},
 		creates:  map[string]int{},
 		env:      make(chan sdk.Env, 1),
 	}
@@ -41,15 +41,15 @@ func key(c, m string) string { return c + "/" + m }
 func (f *fake) Name() string           { return "fake" }
 func (f *fake) Capabilities() []string { return []string{sdk.CapabilityStopStart} }
 
-func (f *fake) EnsureCluster(_ context.Context, c string, _ map[string]string) (*capnv1alpha1.InfraCluster, error) {
+func (f *fake) EnsureCluster(_ context.Context, c string, _ map[string]string) (*capnv1.InfraCluster, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ic := f.clusters[c]
 	if ic == nil {
-		ic = &capnv1alpha1.InfraCluster{Ready: true, ControlPlaneEndpoint: &capnv1alpha1.Endpoint{Host: "127.0.0.1", Port: 6443}}
+		ic = &capnv1.InfraCluster{Ready: true, ControlPlaneEndpoint: &capnv1.Endpoint{Host: "127.0.0.1", Port: 6443}}
 		f.clusters[c] = ic
 	}
-	return proto.Clone(ic).(*capnv1alpha1.InfraCluster), nil
+	return proto.Clone(ic).(*capnv1.InfraCluster), nil
 }
 
 func (f *fake) DeleteCluster(_ context.Context, c string) error {
@@ -59,7 +59,7 @@ func (f *fake) DeleteCluster(_ context.Context, c string) error {
 	return nil
 }
 
-func (f *fake) CreateMachine(_ context.Context, req *capnv1alpha1.CreateMachine) (*capnv1alpha1.InfraMachine, error) {
+func (f *fake) CreateMachine(_ context.Context, req *capnv1.CreateMachine) (*capnv1.InfraMachine, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	k := key(req.GetCluster(), req.GetMachine())
@@ -70,15 +70,15 @@ func (f *fake) CreateMachine(_ context.Context, req *capnv1alpha1.CreateMachine)
 		}
 	}
 	if m, ok := f.machines[k]; ok {
-		return proto.Clone(m).(*capnv1alpha1.InfraMachine), nil
+		return proto.Clone(m).(*capnv1.InfraMachine), nil
 	}
-	m := &capnv1alpha1.InfraMachine{
+	m := &capnv1.InfraMachine{
 		Cluster: req.GetCluster(), Machine: req.GetMachine(), State: sdk.StateRunning.Wire(),
 		ProviderId: fmt.Sprintf("fake://%s/%s", req.GetCluster(), req.GetMachine()),
 		Updated:    timestamppb.Now(),
 	}
 	f.machines[k] = m
-	return proto.Clone(m).(*capnv1alpha1.InfraMachine), nil
+	return proto.Clone(m).(*capnv1.InfraMachine), nil
 }
 
 func (f *fake) DeleteMachine(_ context.Context, c, m string) error {
@@ -88,22 +88,22 @@ func (f *fake) DeleteMachine(_ context.Context, c, m string) error {
 	return nil
 }
 
-func (f *fake) Describe(_ context.Context, c, m string) (*capnv1alpha1.InfraMachine, error) {
+func (f *fake) Describe(_ context.Context, c, m string) (*capnv1.InfraMachine, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	im, ok := f.machines[key(c, m)]
 	if !ok {
 		return nil, sdk.ErrNotFound
 	}
-	return proto.Clone(im).(*capnv1alpha1.InfraMachine), nil
+	return proto.Clone(im).(*capnv1.InfraMachine), nil
 }
 
-func (f *fake) List(context.Context) ([]*capnv1alpha1.InfraMachine, error) {
+func (f *fake) List(context.Context) ([]*capnv1.InfraMachine, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make([]*capnv1alpha1.InfraMachine, 0, len(f.machines))
+	out := make([]*capnv1.InfraMachine, 0, len(f.machines))
 	for _, m := range f.machines {
-		out = append(out, proto.Clone(m).(*capnv1alpha1.InfraMachine))
+		out = append(out, proto.Clone(m).(*capnv1.InfraMachine))
 	}
 	return out, nil
 }
@@ -116,7 +116,7 @@ func (f *fake) Reboot(_ context.Context, c, m string) error {
 	return f.setState(c, m, sdk.StateRunning)
 }
 
-func (f *fake) setState(c, m string, state capnv1alpha1.InfraState) error {
+func (f *fake) setState(c, m string, state capnv1.InfraState) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	im, ok := f.machines[key(c, m)]
@@ -137,7 +137,7 @@ func (f *fake) Run(ctx context.Context, env sdk.Env) error {
 }
 
 // outOfBand changes the fake's reality without telling the SDK.
-func (f *fake) outOfBand(fn func(map[string]*capnv1alpha1.InfraMachine)) {
+func (f *fake) outOfBand(fn func(map[string]*capnv1.InfraMachine)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fn(f.machines)
@@ -154,20 +154,20 @@ type noPower struct{ p *fake }
 
 func (n noPower) Name() string           { return n.p.Name() }
 func (n noPower) Capabilities() []string { return nil }
-func (n noPower) EnsureCluster(ctx context.Context, c string, p map[string]string) (*capnv1alpha1.InfraCluster, error) {
+func (n noPower) EnsureCluster(ctx context.Context, c string, p map[string]string) (*capnv1.InfraCluster, error) {
 	return n.p.EnsureCluster(ctx, c, p)
 }
 func (n noPower) DeleteCluster(ctx context.Context, c string) error { return n.p.DeleteCluster(ctx, c) }
-func (n noPower) CreateMachine(ctx context.Context, r *capnv1alpha1.CreateMachine) (*capnv1alpha1.InfraMachine, error) {
+func (n noPower) CreateMachine(ctx context.Context, r *capnv1.CreateMachine) (*capnv1.InfraMachine, error) {
 	return n.p.CreateMachine(ctx, r)
 }
 func (n noPower) DeleteMachine(ctx context.Context, c, m string) error {
 	return n.p.DeleteMachine(ctx, c, m)
 }
-func (n noPower) Describe(ctx context.Context, c, m string) (*capnv1alpha1.InfraMachine, error) {
+func (n noPower) Describe(ctx context.Context, c, m string) (*capnv1.InfraMachine, error) {
 	return n.p.Describe(ctx, c, m)
 }
-func (n noPower) List(ctx context.Context) ([]*capnv1alpha1.InfraMachine, error) {
+func (n noPower) List(ctx context.Context) ([]*capnv1.InfraMachine, error) {
 	return n.p.List(ctx)
 }
 

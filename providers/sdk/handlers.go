@@ -10,7 +10,7 @@ import (
 
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/store"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // builtinHandlers maps the contract's command types to their handlers.
@@ -85,11 +85,11 @@ func (s *server) giveUp(m *events.Message, err error) bool {
 }
 
 // record normalises what the provider returned and writes it.
-func (s *server) record(ctx context.Context, im *capnv1alpha1.InfraMachine, cluster, machine string) error {
+func (s *server) record(ctx context.Context, im *capnv1.InfraMachine, cluster, machine string) error {
 	if im == nil {
 		return events.Permanent(fmt.Errorf("provider %s returned no machine for %s/%s", s.name, cluster, machine))
 	}
-	im = proto.Clone(im).(*capnv1alpha1.InfraMachine)
+	im = proto.Clone(im).(*capnv1.InfraMachine)
 	s.obs.normalise(im, cluster, machine)
 	if err := s.obs.writeMachine(ctx, im, false); err != nil {
 		return err
@@ -98,7 +98,7 @@ func (s *server) record(ctx context.Context, im *capnv1alpha1.InfraMachine, clus
 	return nil
 }
 
-func (s *server) createMachine(ctx context.Context, m *events.Message, req *capnv1alpha1.CreateMachine) error {
+func (s *server) createMachine(ctx context.Context, m *events.Message, req *capnv1.CreateMachine) error {
 	c, name := req.GetCluster(), req.GetMachine()
 	if err := s.target(m, c, name); err != nil {
 		return err
@@ -138,7 +138,7 @@ func (s *server) createMachine(ctx context.Context, m *events.Message, req *capn
 	return s.record(ctx, im, c, name)
 }
 
-func (s *server) deleteMachine(ctx context.Context, m *events.Message, req *capnv1alpha1.DeleteMachine) error {
+func (s *server) deleteMachine(ctx context.Context, m *events.Message, req *capnv1.DeleteMachine) error {
 	c, name := req.GetCluster(), req.GetMachine()
 	if err := s.target(m, c, name); err != nil {
 		return err
@@ -168,7 +168,7 @@ func (s *server) deleteMachine(ctx context.Context, m *events.Message, req *capn
 	return s.obs.deleteMachine(ctx, c, name)
 }
 
-func (s *server) power(ctx context.Context, m *events.Message, req *capnv1alpha1.MachinePower) error {
+func (s *server) power(ctx context.Context, m *events.Message, req *capnv1.MachinePower) error {
 	c, name := req.GetCluster(), req.GetMachine()
 	if err := s.target(m, c, name); err != nil {
 		return err
@@ -206,7 +206,7 @@ func (s *server) power(ctx context.Context, m *events.Message, req *capnv1alpha1
 		return fmt.Errorf("%s %s/%s: %w", action, c, name, err)
 	case err != nil:
 		log.Warn().Err(err).Str("action", action).Msg("power action failed for good")
-		return s.obs.markMachine(ctx, c, name, capnv1alpha1.InfraState_INFRA_STATE_UNSPECIFIED, action+" failed: "+err.Error())
+		return s.obs.markMachine(ctx, c, name, capnv1.InfraState_INFRA_STATE_UNSPECIFIED, action+" failed: "+err.Error())
 	}
 	got, err := s.p.Describe(ctx, c, name)
 	if err != nil {
@@ -215,7 +215,7 @@ func (s *server) power(ctx context.Context, m *events.Message, req *capnv1alpha1
 	return s.record(ctx, got, c, name)
 }
 
-func (s *server) ensureCluster(ctx context.Context, m *events.Message, req *capnv1alpha1.EnsureClusterInfra) error {
+func (s *server) ensureCluster(ctx context.Context, m *events.Message, req *capnv1.EnsureClusterInfra) error {
 	c := req.GetCluster()
 	if err := s.target(m, c, events.ClusterObject); err != nil {
 		return err
@@ -233,12 +233,12 @@ func (s *server) ensureCluster(ctx context.Context, m *events.Message, req *capn
 	if ic == nil {
 		return events.Permanent(fmt.Errorf("provider %s returned no cluster for %s", s.name, c))
 	}
-	ic = proto.Clone(ic).(*capnv1alpha1.InfraCluster)
+	ic = proto.Clone(ic).(*capnv1.InfraCluster)
 	ic.Provider, ic.Cluster = s.name, c
 	return s.obs.writeCluster(ctx, ic)
 }
 
-func (s *server) deleteCluster(ctx context.Context, m *events.Message, req *capnv1alpha1.DeleteClusterInfra) error {
+func (s *server) deleteCluster(ctx context.Context, m *events.Message, req *capnv1.DeleteClusterInfra) error {
 	c := req.GetCluster()
 	if err := s.target(m, c, events.ClusterObject); err != nil {
 		return err
@@ -264,7 +264,7 @@ func (s *server) deleteCluster(ctx context.Context, m *events.Message, req *capn
 // credential never travels in a command. A refusal that cannot change
 // (the checksum is not current, the machine joined or is another
 // provider's) is permanent.
-func (s *server) withCredential(ctx context.Context, req *capnv1alpha1.CreateMachine) error {
+func (s *server) withCredential(ctx context.Context, req *capnv1.CreateMachine) error {
 	req.BootstrapCredential = ""
 	if _, ok := s.p.(NodeAgentProvider); !ok || req.GetBootstrapChecksum() == "" {
 		return nil

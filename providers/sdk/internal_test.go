@@ -11,21 +11,21 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
 )
 
 func TestClassify(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	im := func(state capnv1alpha1.InfraState, pid string, at time.Time) *capnv1alpha1.InfraMachine {
-		return &capnv1alpha1.InfraMachine{Provider: "p", Cluster: "c", Machine: "m", State: state.Wire(), ProviderId: pid, Updated: timestamppb.New(at)}
+	im := func(state capnv1.InfraState, pid string, at time.Time) *capnv1.InfraMachine {
+		return &capnv1.InfraMachine{Provider: "p", Cluster: "c", Machine: "m", State: state.Wire(), ProviderId: pid, Updated: timestamppb.New(at)}
 	}
-	const none = capnv1alpha1.InfraState_INFRA_STATE_UNSPECIFIED
+	const none = capnv1.InfraState_INFRA_STATE_UNSPECIFIED
 	tests := []struct {
 		name      string
-		obs, real *capnv1alpha1.InfraMachine
+		obs, real *capnv1.InfraMachine
 		kind      string
-		write     capnv1alpha1.InfraState // state written, none for none
+		write     capnv1.InfraState // state written, none for none
 	}{
 		{"nothing anywhere", nil, nil, "", none},
 		{"orphan", nil, im(StateRunning, "x", t0), DriftOrphan, none},

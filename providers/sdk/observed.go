@@ -14,7 +14,7 @@ import (
 
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/store"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // observed is a provider's view of its own keys in observed KV; it is the
@@ -23,9 +23,9 @@ type observed struct {
 	name          string
 	js            jetstream.JetStream
 	kv            jetstream.KeyValue
-	machines      *store.Bucket[*capnv1alpha1.InfraMachine]
-	clusters      *store.Bucket[*capnv1alpha1.InfraCluster]
-	announcements *store.Bucket[*capnv1alpha1.ProviderAnnouncement]
+	machines      *store.Bucket[*capnv1.InfraMachine]
+	clusters      *store.Bucket[*capnv1.InfraCluster]
+	announcements *store.Bucket[*capnv1.ProviderAnnouncement]
 	deleted       tombstones
 	now           func() time.Time
 }
@@ -35,16 +35,16 @@ func newObserved(name string, js jetstream.JetStream, kv jetstream.KeyValue) *ob
 		name:          name,
 		js:            js,
 		kv:            kv,
-		machines:      store.NewBucket(kv, func() *capnv1alpha1.InfraMachine { return new(capnv1alpha1.InfraMachine) }),
-		clusters:      store.NewBucket(kv, func() *capnv1alpha1.InfraCluster { return new(capnv1alpha1.InfraCluster) }),
-		announcements: store.NewBucket(kv, func() *capnv1alpha1.ProviderAnnouncement { return new(capnv1alpha1.ProviderAnnouncement) }),
+		machines:      store.NewBucket(kv, func() *capnv1.InfraMachine { return new(capnv1.InfraMachine) }),
+		clusters:      store.NewBucket(kv, func() *capnv1.InfraCluster { return new(capnv1.InfraCluster) }),
+		announcements: store.NewBucket(kv, func() *capnv1.ProviderAnnouncement { return new(capnv1.ProviderAnnouncement) }),
 		now:           time.Now,
 	}
 }
 
 // normalise fills the identity of m (provider, cluster, machine) and its
 // updated time if unset. m is modified in place.
-func (o *observed) normalise(m *capnv1alpha1.InfraMachine, cluster, machine string) {
+func (o *observed) normalise(m *capnv1.InfraMachine, cluster, machine string) {
 	m.Provider, m.Cluster, m.Machine = o.name, cluster, machine
 	if m.GetUpdated() == nil {
 		m.Updated = timestamppb.New(o.now())
@@ -55,17 +55,17 @@ func (o *observed) normalise(m *capnv1alpha1.InfraMachine, cluster, machine stri
 // newer state (by updated). async reports are also dropped when they are
 // older than a delete this process made, so a late report never
 // resurrects a deleted machine.
-func (o *observed) writeMachine(ctx context.Context, m *capnv1alpha1.InfraMachine, async bool) error {
+func (o *observed) writeMachine(ctx context.Context, m *capnv1.InfraMachine, async bool) error {
 	key := InfraKey(o.name, m.GetCluster(), m.GetMachine())
 	at := m.GetUpdated().AsTime()
-	_, _, err := o.machines.Mutate(ctx, key, func(cur *capnv1alpha1.InfraMachine, exists bool) (*capnv1alpha1.InfraMachine, error) {
+	_, _, err := o.machines.Mutate(ctx, key, func(cur *capnv1.InfraMachine, exists bool) (*capnv1.InfraMachine, error) {
 		if exists && cur.GetUpdated().AsTime().After(at) {
 			return nil, store.ErrNoChange
 		}
 		if !exists && async && o.deleted.after(key, at) {
 			return nil, store.ErrNoChange
 		}
-		return proto.Clone(m).(*capnv1alpha1.InfraMachine), nil
+		return proto.Clone(m).(*capnv1.InfraMachine), nil
 	})
 	if err != nil {
 		return fmt.Errorf("write %s: %w", key, err)
@@ -75,14 +75,14 @@ func (o *observed) writeMachine(ctx context.Context, m *capnv1alpha1.InfraMachin
 
 // markMachine sets the state and message of an existing machine record (no
 // write if the key does not exist), stamped now.
-func (o *observed) markMachine(ctx context.Context, cluster, machine string, state capnv1alpha1.InfraState, message string) error {
+func (o *observed) markMachine(ctx context.Context, cluster, machine string, state capnv1.InfraState, message string) error {
 	key := InfraKey(o.name, cluster, machine)
 	now := timestamppb.New(o.now())
-	_, _, err := o.machines.Mutate(ctx, key, func(cur *capnv1alpha1.InfraMachine, exists bool) (*capnv1alpha1.InfraMachine, error) {
+	_, _, err := o.machines.Mutate(ctx, key, func(cur *capnv1.InfraMachine, exists bool) (*capnv1.InfraMachine, error) {
 		if !exists {
 			return nil, store.ErrNoChange
 		}
-		if state != capnv1alpha1.InfraState_INFRA_STATE_UNSPECIFIED {
+		if state != capnv1.InfraState_INFRA_STATE_UNSPECIFIED {
 			cur.SetStateValue(state)
 		}
 		cur.Message, cur.Updated = message, now
@@ -97,15 +97,15 @@ func (o *observed) markMachine(ctx context.Context, cluster, machine string, sta
 // failMachine records a machine as Failed with message, creating the
 // record if need be: the core surfaces it as a condition.
 func (o *observed) failMachine(ctx context.Context, cluster, machine, message string) error {
-	m := &capnv1alpha1.InfraMachine{State: StateFailed.Wire(), Message: message}
+	m := &capnv1.InfraMachine{State: StateFailed.Wire(), Message: message}
 	o.normalise(m, cluster, machine)
 	key := InfraKey(o.name, cluster, machine)
-	_, _, err := o.machines.Mutate(ctx, key, func(cur *capnv1alpha1.InfraMachine, exists bool) (*capnv1alpha1.InfraMachine, error) {
+	_, _, err := o.machines.Mutate(ctx, key, func(cur *capnv1.InfraMachine, exists bool) (*capnv1.InfraMachine, error) {
 		if exists {
 			// Keep the identity the provider reported, if any.
 			m.ProviderId, m.Addresses, m.FailureDomain = cur.GetProviderId(), cur.GetAddresses(), cur.GetFailureDomain()
 		}
-		return proto.Clone(m).(*capnv1alpha1.InfraMachine), nil
+		return proto.Clone(m).(*capnv1.InfraMachine), nil
 	})
 	if err != nil {
 		return fmt.Errorf("fail %s: %w", key, err)
@@ -118,7 +118,7 @@ func (o *observed) failMachine(ctx context.Context, cluster, machine, message st
 func (o *observed) deleteMachine(ctx context.Context, cluster, machine string) error {
 	key := InfraKey(o.name, cluster, machine)
 	o.deleted.add(key, o.now())
-	_, _, err := o.machines.Mutate(ctx, key, func(*capnv1alpha1.InfraMachine, bool) (*capnv1alpha1.InfraMachine, error) {
+	_, _, err := o.machines.Mutate(ctx, key, func(*capnv1.InfraMachine, bool) (*capnv1.InfraMachine, error) {
 		return nil, store.ErrDelete
 	})
 	if err != nil {
@@ -128,10 +128,10 @@ func (o *observed) deleteMachine(ctx context.Context, cluster, machine string) e
 }
 
 // writeCluster stores c under infra.<name>.<cluster>._ (no write when equal).
-func (o *observed) writeCluster(ctx context.Context, c *capnv1alpha1.InfraCluster) error {
+func (o *observed) writeCluster(ctx context.Context, c *capnv1.InfraCluster) error {
 	key := InfraClusterKey(o.name, c.GetCluster())
-	_, _, err := o.clusters.Mutate(ctx, key, func(*capnv1alpha1.InfraCluster, bool) (*capnv1alpha1.InfraCluster, error) {
-		return proto.Clone(c).(*capnv1alpha1.InfraCluster), nil
+	_, _, err := o.clusters.Mutate(ctx, key, func(*capnv1.InfraCluster, bool) (*capnv1.InfraCluster, error) {
+		return proto.Clone(c).(*capnv1.InfraCluster), nil
 	})
 	if err != nil {
 		return fmt.Errorf("write %s: %w", key, err)
@@ -143,9 +143,9 @@ func (o *observed) writeCluster(ctx context.Context, c *capnv1alpha1.InfraCluste
 // not-ready one if there is none.
 func (o *observed) clusterMessage(ctx context.Context, cluster, message string) error {
 	key := InfraClusterKey(o.name, cluster)
-	_, _, err := o.clusters.Mutate(ctx, key, func(cur *capnv1alpha1.InfraCluster, exists bool) (*capnv1alpha1.InfraCluster, error) {
+	_, _, err := o.clusters.Mutate(ctx, key, func(cur *capnv1.InfraCluster, exists bool) (*capnv1.InfraCluster, error) {
 		if !exists {
-			cur = &capnv1alpha1.InfraCluster{Provider: o.name, Cluster: cluster}
+			cur = &capnv1.InfraCluster{Provider: o.name, Cluster: cluster}
 		}
 		cur.Message = message
 		return cur, nil
@@ -158,7 +158,7 @@ func (o *observed) clusterMessage(ctx context.Context, cluster, message string) 
 
 func (o *observed) deleteCluster(ctx context.Context, cluster string) error {
 	key := InfraClusterKey(o.name, cluster)
-	_, _, err := o.clusters.Mutate(ctx, key, func(*capnv1alpha1.InfraCluster, bool) (*capnv1alpha1.InfraCluster, error) {
+	_, _, err := o.clusters.Mutate(ctx, key, func(*capnv1.InfraCluster, bool) (*capnv1.InfraCluster, error) {
 		return nil, store.ErrDelete
 	})
 	if err != nil {
@@ -169,8 +169,8 @@ func (o *observed) deleteCluster(ctx context.Context, cluster string) error {
 
 // infraRecords is every infra record of one provider at one moment.
 type infraRecords struct {
-	machines map[string]store.Entry[*capnv1alpha1.InfraMachine] // by key
-	clusters map[string]store.Entry[*capnv1alpha1.InfraCluster]
+	machines map[string]store.Entry[*capnv1.InfraMachine] // by key
+	clusters map[string]store.Entry[*capnv1.InfraCluster]
 	// bad are the records that did not decode, skipped.
 	bad []error
 }
@@ -187,7 +187,7 @@ type infraRecords struct {
 func (o *observed) list(ctx context.Context) (infraRecords, error) {
 	ctx, cancel := context.WithTimeout(ctx, store.DefaultLoadTimeout)
 	defer cancel()
-	out := infraRecords{machines: map[string]store.Entry[*capnv1alpha1.InfraMachine]{}, clusters: map[string]store.Entry[*capnv1alpha1.InfraCluster]{}}
+	out := infraRecords{machines: map[string]store.Entry[*capnv1.InfraMachine]{}, clusters: map[string]store.Entry[*capnv1.InfraCluster]{}}
 	fail := func(err error) (infraRecords, error) {
 		return out, fmt.Errorf("list %s: %w", InfraPrefix(o.name), err)
 	}
@@ -227,18 +227,18 @@ func (o *observed) list(ctx context.Context) (infraRecords, error) {
 				delete(out.machines, key)
 				delete(out.clusters, key)
 			} else if strings.HasSuffix(key, "."+events.ClusterObject) {
-				v, err := store.Decode(m.Data(), func() *capnv1alpha1.InfraCluster { return new(capnv1alpha1.InfraCluster) })
+				v, err := store.Decode(m.Data(), func() *capnv1.InfraCluster { return new(capnv1.InfraCluster) })
 				if err != nil {
 					out.bad = append(out.bad, fmt.Errorf("key %s: %w", key, err))
 				} else {
-					out.clusters[key] = store.Entry[*capnv1alpha1.InfraCluster]{Key: key, Value: v, Revision: md.Sequence.Stream}
+					out.clusters[key] = store.Entry[*capnv1.InfraCluster]{Key: key, Value: v, Revision: md.Sequence.Stream}
 				}
 			} else {
-				v, err := store.Decode(m.Data(), func() *capnv1alpha1.InfraMachine { return new(capnv1alpha1.InfraMachine) })
+				v, err := store.Decode(m.Data(), func() *capnv1.InfraMachine { return new(capnv1.InfraMachine) })
 				if err != nil {
 					out.bad = append(out.bad, fmt.Errorf("key %s: %w", key, err))
 				} else {
-					out.machines[key] = store.Entry[*capnv1alpha1.InfraMachine]{Key: key, Value: v, Revision: md.Sequence.Stream}
+					out.machines[key] = store.Entry[*capnv1.InfraMachine]{Key: key, Value: v, Revision: md.Sequence.Stream}
 				}
 			}
 			if md.NumPending == 0 {

@@ -7,7 +7,7 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // Defaults of Options.
@@ -82,7 +82,7 @@ func (o Options) Validate() error {
 	o = o.withDefaults()
 	var errs []error
 	bad := func(flag, env, value, problem string) {
-		errs = append(errs, &runtime.FieldError{Flag: flag, Env: env, Value: value, Problem: problem})
+		errs = append(errs, &daemon.FieldError{Flag: flag, Env: env, Value: value, Problem: problem})
 	}
 	if o.Concurrency < 1 {
 		bad("provider-concurrency", "CAPN_PROVIDER_CONCURRENCY", fmt.Sprint(o.Concurrency), "must be at least 1")
@@ -103,11 +103,11 @@ func (o Options) Validate() error {
 // Flags binds the options a deployment tunes to flags and CAPN_PROVIDER_*
 // variables: --provider-concurrency, --provider-reconcile-every,
 // --provider-announce-every, --provider-instance.
-func (o *Options) Flags() []runtime.Flag {
-	return []runtime.Flag{
-		{Name: "provider-concurrency", Env: "CAPN_PROVIDER_CONCURRENCY", Usage: "`commands` handled at once (0: 8)", Value: runtime.IntValue(&o.Concurrency)},
-		{Name: "provider-reconcile-every", Env: "CAPN_PROVIDER_RECONCILE_EVERY", Usage: "`interval` of the drift reconcile (0: 30s)", Value: runtime.DurationValue(&o.ReconcileEvery)},
-		{Name: "provider-announce-every", Env: "CAPN_PROVIDER_ANNOUNCE_EVERY", Usage: "`interval` of the announcement refresh (0: 10s)", Value: runtime.DurationValue(&o.AnnounceEvery)},
-		{Name: "provider-instance", Env: "CAPN_PROVIDER_INSTANCE", Usage: "`name` of this replica in the announcement (default host-pid)", Value: runtime.StringValue(&o.Instance)},
+func (o *Options) Flags() []daemon.Flag {
+	return []daemon.Flag{
+		{Name: "provider-concurrency", Env: "CAPN_PROVIDER_CONCURRENCY", Usage: "`commands` handled at once (0: 8)", Value: daemon.IntValue(&o.Concurrency)},
+		{Name: "provider-reconcile-every", Env: "CAPN_PROVIDER_RECONCILE_EVERY", Usage: "`interval` of the drift reconcile (0: 30s)", Value: daemon.DurationValue(&o.ReconcileEvery)},
+		{Name: "provider-announce-every", Env: "CAPN_PROVIDER_ANNOUNCE_EVERY", Usage: "`interval` of the announcement refresh (0: 10s)", Value: daemon.DurationValue(&o.AnnounceEvery)},
+		{Name: "provider-instance", Env: "CAPN_PROVIDER_INSTANCE", Usage: "`name` of this replica in the announcement (default host-pid)", Value: daemon.StringValue(&o.Instance)},
 	}
 }

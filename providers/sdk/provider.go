@@ -8,7 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/capn-dev/capn/events"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // Provider is what a provider implements; the SDK does all of the NATS
@@ -35,7 +35,7 @@ type Provider interface {
 	// EnsureCluster creates or finds the cluster's infrastructure (network,
 	// control-plane endpoint). It is idempotent: a second call returns what
 	// the first made.
-	EnsureCluster(ctx context.Context, cluster string, params map[string]string) (*capnv1alpha1.InfraCluster, error)
+	EnsureCluster(ctx context.Context, cluster string, params map[string]string) (*capnv1.InfraCluster, error)
 	// DeleteCluster removes the cluster's infrastructure; deleting what does
 	// not exist succeeds.
 	DeleteCluster(ctx context.Context, cluster string) error
@@ -43,18 +43,18 @@ type Provider interface {
 	// if it exists it returns it as it is. Creation that takes time returns
 	// state Creating and reports the outcome later through the Reporter
 	// (see Runner); it must not block until the machine has booted.
-	CreateMachine(ctx context.Context, req *capnv1alpha1.CreateMachine) (*capnv1alpha1.InfraMachine, error)
+	CreateMachine(ctx context.Context, req *capnv1.CreateMachine) (*capnv1.InfraMachine, error)
 	// DeleteMachine removes a machine; deleting a missing machine succeeds.
 	// It returns nil only when the machine is gone (or certainly going):
 	// List must not return it afterwards.
 	DeleteMachine(ctx context.Context, cluster, machine string) error
 	// Describe returns what really exists for a machine, or an error
 	// matching ErrNotFound.
-	Describe(ctx context.Context, cluster, machine string) (*capnv1alpha1.InfraMachine, error)
+	Describe(ctx context.Context, cluster, machine string) (*capnv1.InfraMachine, error)
 	// List returns every machine that really exists for this provider, in
 	// any state (Creating included): the truth drift detection and
 	// adoption compare against.
-	List(ctx context.Context) ([]*capnv1alpha1.InfraMachine, error)
+	List(ctx context.Context) ([]*capnv1.InfraMachine, error)
 }
 
 // NodeAgentProvider is implemented by a provider whose machines run a node
@@ -92,7 +92,7 @@ type Reporter interface {
 	// dropped, so a late report never resurrects or rewinds a machine. An
 	// unset Updated means now. Report must not be called while the
 	// provider holds a lock that its own methods take.
-	Report(ctx context.Context, m *capnv1alpha1.InfraMachine) error
+	Report(ctx context.Context, m *capnv1.InfraMachine) error
 	// Recheck asks for a drift check of one machine soon (asynchronously,
 	// coalesced): e.g. after it vanished, so that the DriftReport and the
 	// Deleted state do not wait for the next periodic reconcile.
@@ -127,7 +127,7 @@ type Runner interface {
 // observed KV, whatever its state; the provider takes back what it had.
 // An error stops the service.
 type Adopter interface {
-	Adopt(ctx context.Context, machines []*capnv1alpha1.InfraMachine, clusters []*capnv1alpha1.InfraCluster) error
+	Adopt(ctx context.Context, machines []*capnv1.InfraMachine, clusters []*capnv1.InfraCluster) error
 }
 
 // CommandHandler is implemented by a provider that accepts commands beyond
@@ -157,12 +157,12 @@ const (
 // know. Set them with InfraMachine.SetStateValue, read them with
 // GetStateValue.
 const (
-	StateCreating = capnv1alpha1.InfraCreating
-	StateRunning  = capnv1alpha1.InfraRunning
-	StateStopped  = capnv1alpha1.InfraStopped
-	StateDeleting = capnv1alpha1.InfraDeleting
-	StateDeleted  = capnv1alpha1.InfraDeleted
-	StateFailed   = capnv1alpha1.InfraFailed
+	StateCreating = capnv1.InfraCreating
+	StateRunning  = capnv1.InfraRunning
+	StateStopped  = capnv1.InfraStopped
+	StateDeleting = capnv1.InfraDeleting
+	StateDeleted  = capnv1.InfraDeleted
+	StateFailed   = capnv1.InfraFailed
 )
 
 // DriftReport kinds.
@@ -197,6 +197,6 @@ func Permanent(err error) error { return events.Permanent(err) }
 func IsPermanent(err error) bool { return events.IsPermanent(err) }
 
 // live reports whether a machine in state exists or is coming into being.
-func live(state capnv1alpha1.InfraState) bool {
+func live(state capnv1.InfraState) bool {
 	return state == StateCreating || state == StateRunning || state == StateStopped
 }

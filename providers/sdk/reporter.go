@@ -7,13 +7,13 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // reporter is the Reporter a Runner gets.
 type reporter struct{ s *server }
 
-func (r reporter) Report(ctx context.Context, m *capnv1alpha1.InfraMachine) error {
+func (r reporter) Report(ctx context.Context, m *capnv1.InfraMachine) error {
 	if m == nil {
 		return errors.New("report: no machine")
 	}
@@ -21,7 +21,7 @@ func (r reporter) Report(ctx context.Context, m *capnv1alpha1.InfraMachine) erro
 	if err := errors.Join(ValidateName("cluster", c), ValidateName("machine", name)); err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
-	im := proto.Clone(m).(*capnv1alpha1.InfraMachine)
+	im := proto.Clone(m).(*capnv1.InfraMachine)
 	r.s.obs.normalise(im, c, name)
 	if err := r.s.obs.writeMachine(ctx, im, true); err != nil {
 		return fmt.Errorf("report %s/%s: %w", c, name, err)

@@ -13,11 +13,11 @@ import (
 
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/reconcile"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
-	"github.com/capn-dev/capn/services/runtime"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
-// Service runs a Provider as a capn service (a runtime.Service named
+// Service runs a Provider as a capn service (a daemon.Service named
 // provider-<name>). Build it with NewService; it holds no state between
 // runs, so each Run starts afresh, as a restarted process would.
 type Service struct {
@@ -25,9 +25,9 @@ type Service struct {
 	opts Options
 }
 
-var _ runtime.Service = (*Service)(nil)
+var _ daemon.Service = (*Service)(nil)
 
-// NewService wraps p. Options are validated by Validate (runtime.Main
+// NewService wraps p. Options are validated by Validate (daemon.Main
 // calls it) and again by Run.
 func NewService(p Provider, opts Options) *Service {
 	return &Service{p: p, opts: opts}
@@ -57,7 +57,7 @@ func (s *Service) Validate() error {
 // to JetStream), waits for the rest, withdraws the announcement and
 // returns nil. It returns an error when it cannot start, or when the
 // provider's Runner fails.
-func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
+func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
@@ -87,7 +87,7 @@ type server struct {
 	orphans   map[string]string // key -> provider id already reported
 }
 
-func newServer(ctx context.Context, p Provider, opts Options, d *runtime.Deps) (*server, error) {
+func newServer(ctx context.Context, p Provider, opts Options, d *daemon.Deps) (*server, error) {
 	name := p.Name()
 	kv, err := d.JS.KeyValue(ctx, events.BucketObserved)
 	if err != nil {
@@ -131,7 +131,7 @@ func (s *server) consumerSpec() events.ConsumerSpec {
 	}
 }
 
-func (s *server) run(ctx context.Context, d *runtime.Deps) error {
+func (s *server) run(ctx context.Context, d *daemon.Deps) error {
 	if err := s.adopt(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -212,11 +212,11 @@ func (s *server) adopt(ctx context.Context) error {
 		return fmt.Errorf("provider %s: read observed records: %w", s.name, err)
 	}
 	s.logBad(rec)
-	machines := make([]*capnv1alpha1.InfraMachine, 0, len(rec.machines))
+	machines := make([]*capnv1.InfraMachine, 0, len(rec.machines))
 	for _, e := range rec.machines {
 		machines = append(machines, e.Value)
 	}
-	clusters := make([]*capnv1alpha1.InfraCluster, 0, len(rec.clusters))
+	clusters := make([]*capnv1.InfraCluster, 0, len(rec.clusters))
 	for _, e := range rec.clusters {
 		clusters = append(clusters, e.Value)
 	}

@@ -11,11 +11,11 @@ import (
 	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/providers/sdk"
 	"github.com/capn-dev/capn/providers/sdk/sdktest"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
-func create(c, m string) *capnv1alpha1.CreateMachine {
-	return &capnv1alpha1.CreateMachine{Cluster: c, Machine: m, Role: "worker", Version: "v1.33.1"}
+func create(c, m string) *capnv1.CreateMachine {
+	return &capnv1.CreateMachine{Cluster: c, Machine: m, Role: "worker", Version: "v1.33.1"}
 }
 
 func TestCreateIsIdempotent(t *testing.T) {
@@ -54,7 +54,7 @@ func TestCreateErrors(t *testing.T) {
 	tests := []struct {
 		name      string
 		createErr func(n int) error
-		state     capnv1alpha1.InfraState
+		state     capnv1.InfraState
 		message   string
 		calls     int
 	}{
@@ -92,7 +92,7 @@ func TestDeleteMachine(t *testing.T) {
 	env.Run(sdk.NewService(f, fastOptions()))
 
 	// A machine that never existed: acked, nothing written.
-	env.Send("fake", sdk.KindMachine, "delete", "delete-missing", &capnv1alpha1.DeleteMachine{Cluster: "c1", Machine: "nope"})
+	env.Send("fake", sdk.KindMachine, "delete", "delete-missing", &capnv1.DeleteMachine{Cluster: "c1", Machine: "nope"})
 	env.WaitDrained()
 	if keys := env.Keys("infra.fake."); len(keys) != 0 {
 		t.Fatalf("keys after deleting a missing machine = %v", keys)
@@ -100,13 +100,13 @@ func TestDeleteMachine(t *testing.T) {
 
 	env.Send("fake", sdk.KindMachine, "create", "create-1", create("c1", "m1"))
 	env.WaitState("fake", "c1", "m1", sdk.StateRunning)
-	env.Send("fake", sdk.KindMachine, "delete", "delete-1", &capnv1alpha1.DeleteMachine{Cluster: "c1", Machine: "m1"})
+	env.Send("fake", sdk.KindMachine, "delete", "delete-1", &capnv1.DeleteMachine{Cluster: "c1", Machine: "m1"})
 	env.WaitNoMachine("fake", "c1", "m1")
 	if _, err := f.Describe(context.Background(), "c1", "m1"); !errors.Is(err, sdk.ErrNotFound) {
 		t.Errorf("provider still has the machine: %v", err)
 	}
 	// Deleting again is fine too.
-	env.Send("fake", sdk.KindMachine, "delete", "delete-2", &capnv1alpha1.DeleteMachine{Cluster: "c1", Machine: "m1"})
+	env.Send("fake", sdk.KindMachine, "delete", "delete-2", &capnv1.DeleteMachine{Cluster: "c1", Machine: "m1"})
 	env.WaitDrained()
 	if _, ok := env.Machine("fake", "c1", "m1"); ok {
 		t.Error("a second delete brought the record back")
@@ -120,17 +120,17 @@ func TestPower(t *testing.T) {
 	env.Send("fake", sdk.KindMachine, "create", "create-1", create("c1", "m1"))
 	before := env.WaitState("fake", "c1", "m1", sdk.StateRunning)
 
-	env.Send("fake", sdk.KindMachine, "stop", "stop-1", &capnv1alpha1.MachinePower{Cluster: "c1", Machine: "m1", Action: "stop"})
+	env.Send("fake", sdk.KindMachine, "stop", "stop-1", &capnv1.MachinePower{Cluster: "c1", Machine: "m1", Action: "stop"})
 	stopped := env.WaitState("fake", "c1", "m1", sdk.StateStopped)
-	env.Send("fake", sdk.KindMachine, "start", "start-1", &capnv1alpha1.MachinePower{Cluster: "c1", Machine: "m1"})
+	env.Send("fake", sdk.KindMachine, "start", "start-1", &capnv1.MachinePower{Cluster: "c1", Machine: "m1"})
 	started := env.WaitState("fake", "c1", "m1", sdk.StateRunning)
-	for _, m := range []*capnv1alpha1.InfraMachine{stopped, started} {
+	for _, m := range []*capnv1.InfraMachine{stopped, started} {
 		if m.GetProviderId() != before.GetProviderId() {
 			t.Errorf("provider id changed: %s -> %s", before.GetProviderId(), m.GetProviderId())
 		}
 	}
 	// Power on a machine that does not exist is terminated, nothing written.
-	env.Send("fake", sdk.KindMachine, "stop", "stop-2", &capnv1alpha1.MachinePower{Cluster: "c1", Machine: "ghost", Action: "stop"})
+	env.Send("fake", sdk.KindMachine, "stop", "stop-2", &capnv1.MachinePower{Cluster: "c1", Machine: "ghost", Action: "stop"})
 	env.WaitDrained()
 	if _, ok := env.Machine("fake", "c1", "ghost"); ok {
 		t.Error("power on a missing machine wrote a record")
@@ -143,7 +143,7 @@ func TestPowerUnsupported(t *testing.T) {
 	env.Run(sdk.NewService(noPower{f}, fastOptions()))
 	env.Send("fake", sdk.KindMachine, "create", "create-1", create("c1", "m1"))
 	env.WaitState("fake", "c1", "m1", sdk.StateRunning)
-	env.Send("fake", sdk.KindMachine, "stop", "stop-1", &capnv1alpha1.MachinePower{Cluster: "c1", Machine: "m1", Action: "stop"})
+	env.Send("fake", sdk.KindMachine, "stop", "stop-1", &capnv1.MachinePower{Cluster: "c1", Machine: "m1", Action: "stop"})
 	env.WaitDrained()
 	if m, _ := env.Machine("fake", "c1", "m1"); m.GetStateValue() != sdk.StateRunning {
 		t.Errorf("state = %s after an unsupported stop", m.GetState())
@@ -153,8 +153,8 @@ func TestPowerUnsupported(t *testing.T) {
 func TestClusterInfra(t *testing.T) {
 	env := sdktest.New(t)
 	env.Run(sdk.NewService(newFake(), fastOptions()))
-	env.Send("fake", sdk.KindCluster, "ensure", "ensure-1", &capnv1alpha1.EnsureClusterInfra{Cluster: "c1"})
-	var ic *capnv1alpha1.InfraCluster
+	env.Send("fake", sdk.KindCluster, "ensure", "ensure-1", &capnv1.EnsureClusterInfra{Cluster: "c1"})
+	var ic *capnv1.InfraCluster
 	natstest.WaitFor(t, sdktest.Timeout, "cluster infra recorded", func() bool {
 		var ok bool
 		ic, ok = env.Cluster("fake", "c1")
@@ -163,7 +163,7 @@ func TestClusterInfra(t *testing.T) {
 	if !ic.GetReady() || ic.GetProvider() != "fake" || ic.GetCluster() != "c1" || ic.GetControlPlaneEndpoint().GetPort() != 6443 {
 		t.Errorf("cluster infra = %v", ic)
 	}
-	env.Send("fake", sdk.KindCluster, "delete", "delete-1", &capnv1alpha1.DeleteClusterInfra{Cluster: "c1"})
+	env.Send("fake", sdk.KindCluster, "delete", "delete-1", &capnv1.DeleteClusterInfra{Cluster: "c1"})
 	natstest.WaitFor(t, sdktest.Timeout, "cluster infra deleted", func() bool {
 		_, ok := env.Cluster("fake", "c1")
 		return !ok
@@ -179,7 +179,7 @@ func TestBadCommandsAreTerminated(t *testing.T) {
 	ctx := context.Background()
 	tests := []struct {
 		name, subject, typ string
-		data               *capnv1alpha1.CreateMachine
+		data               *capnv1.CreateMachine
 	}{
 		{"subject and data disagree", events.ProviderSubject("fake", "machine", "create", "c1", "m2"), sdk.TypeCreateMachine, create("c1", "m1")},
 		{"type and subject disagree", events.ProviderSubject("fake", "machine", "delete", "c1", "m1"), sdk.TypeCreateMachine, create("c1", "m1")},
@@ -213,12 +213,12 @@ func TestReportOrdersByUpdated(t *testing.T) {
 	// drift reconcile (every 200ms here) agrees with the reports instead
 	// of finding the record's machine gone and marking it Deleted.
 	const pid = "fake://c1/m1"
-	f.outOfBand(func(ms map[string]*capnv1alpha1.InfraMachine) {
-		ms["c1/m1"] = &capnv1alpha1.InfraMachine{Cluster: "c1", Machine: "m1", State: sdk.StateRunning.Wire(), ProviderId: pid, Updated: timestampOf(t0.Add(-time.Hour))}
+	f.outOfBand(func(ms map[string]*capnv1.InfraMachine) {
+		ms["c1/m1"] = &capnv1.InfraMachine{Cluster: "c1", Machine: "m1", State: sdk.StateRunning.Wire(), ProviderId: pid, Updated: timestampOf(t0.Add(-time.Hour))}
 	})
-	report := func(state capnv1alpha1.InfraState, at time.Time) {
+	report := func(state capnv1.InfraState, at time.Time) {
 		t.Helper()
-		m := &capnv1alpha1.InfraMachine{Cluster: "c1", Machine: "m1", State: state.Wire(), ProviderId: pid, Updated: timestampOf(at)}
+		m := &capnv1.InfraMachine{Cluster: "c1", Machine: "m1", State: state.Wire(), ProviderId: pid, Updated: timestampOf(at)}
 		if err := senv.Reporter.Report(ctx, m); err != nil {
 			t.Fatal(err)
 		}
@@ -232,13 +232,13 @@ func TestReportOrdersByUpdated(t *testing.T) {
 	}
 
 	beforeDelete := time.Now()
-	env.Send("fake", sdk.KindMachine, "delete", "delete-1", &capnv1alpha1.DeleteMachine{Cluster: "c1", Machine: "m1"})
+	env.Send("fake", sdk.KindMachine, "delete", "delete-1", &capnv1.DeleteMachine{Cluster: "c1", Machine: "m1"})
 	env.WaitNoMachine("fake", "c1", "m1")
 	report(sdk.StateRunning, beforeDelete) // newer than the record, made before the delete: dropped
 	if m, ok := env.Machine("fake", "c1", "m1"); ok {
 		t.Fatalf("a report older than the delete resurrected the machine: %v", m)
 	}
-	if err := senv.Reporter.Report(ctx, &capnv1alpha1.InfraMachine{Cluster: "c1", Machine: "a.b"}); err == nil || !strings.Contains(err.Error(), "invalid machine name") {
+	if err := senv.Reporter.Report(ctx, &capnv1.InfraMachine{Cluster: "c1", Machine: "a.b"}); err == nil || !strings.Contains(err.Error(), "invalid machine name") {
 		t.Errorf("report with an invalid name: %v", err)
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/capn-dev/capn/providers/sdk"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // Adopt takes back what a previous run of the provider recorded in
@@ -17,12 +17,12 @@ import (
 // report all at once), Stopped ones stay stopped. Records in other states
 // (Deleting, Deleted, Failed) describe nothing that exists and are left to
 // the SDK and the core. Adopt is called once, before Run.
-func (p *Provider) Adopt(_ context.Context, machines []*capnv1alpha1.InfraMachine, clusters []*capnv1alpha1.InfraCluster) error {
+func (p *Provider) Adopt(_ context.Context, machines []*capnv1.InfraMachine, clusters []*capnv1.InfraCluster) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.now()
 	for _, c := range clusters {
-		p.clusters[c.GetCluster()] = proto.Clone(c).(*capnv1alpha1.InfraCluster)
+		p.clusters[c.GetCluster()] = proto.Clone(c).(*capnv1.InfraCluster)
 	}
 	for _, im := range machines {
 		c, name, state := im.GetCluster(), im.GetMachine(), im.GetStateValue()

@@ -5,7 +5,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // ClusterHost is the host of every simulated control-plane endpoint.
@@ -15,21 +15,21 @@ const ClusterHost = "127.0.0.1"
 // once, with the control-plane endpoint 127.0.0.1:<port>, the port
 // deterministic per cluster name (30000..59999). Nothing listens there:
 // there is no network and no load balancer. params are ignored.
-func (p *Provider) EnsureCluster(_ context.Context, cluster string, _ map[string]string) (*capnv1alpha1.InfraCluster, error) {
+func (p *Provider) EnsureCluster(_ context.Context, cluster string, _ map[string]string) (*capnv1.InfraCluster, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	c, ok := p.clusters[cluster]
 	if !ok {
-		c = &capnv1alpha1.InfraCluster{
+		c = &capnv1.InfraCluster{
 			Provider:             Name,
 			Cluster:              cluster,
-			ControlPlaneEndpoint: &capnv1alpha1.Endpoint{Host: ClusterHost, Port: clusterPort(cluster)},
+			ControlPlaneEndpoint: &capnv1.Endpoint{Host: ClusterHost, Port: clusterPort(cluster)},
 			Ready:                true,
 			Message:              "simulated: nothing listens on the control-plane endpoint",
 		}
 		p.clusters[cluster] = c
 	}
-	return proto.Clone(c).(*capnv1alpha1.InfraCluster), nil
+	return proto.Clone(c).(*capnv1.InfraCluster), nil
 }
 
 // DeleteCluster forgets the cluster's infrastructure (its machines are

@@ -7,8 +7,8 @@ import (
 	"github.com/capn-dev/capn/providers/conformance"
 	"github.com/capn-dev/capn/providers/sdk"
 	"github.com/capn-dev/capn/providers/sim"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
-	"github.com/capn-dev/capn/services/runtime"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 func TestMain(m *testing.M) { conformance.Main(m) }
@@ -19,14 +19,14 @@ func TestMain(m *testing.M) { conformance.Main(m) }
 func TestConformance(t *testing.T) {
 	conformance.Run(t, conformance.Provider{
 		Name: sim.Name,
-		New: func(_ *testing.T, env *conformance.Env) runtime.Service {
+		New: func(_ *testing.T, env *conformance.Env) daemon.Service {
 			return sim.NewService(sim.Options{HeartbeatEvery: 100 * time.Millisecond}, env.SDK)
 		},
 	}, conformance.Features{
 		StopStart: true, Reboot: true, RestartSafe: true, Heartbeats: true,
 		OutOfBandDelete: func(_ *testing.T, env *conformance.Env, cluster, machine string) {
 			env.Send(sim.Name, sdk.KindMachine, sim.VerbVanish, "vanish-"+cluster+"-"+machine,
-				&capnv1alpha1.DeleteMachine{Cluster: cluster, Machine: machine})
+				&capnv1.DeleteMachine{Cluster: cluster, Machine: machine})
 		},
 		Capn: conformance.CorePrograms(),
 	})

@@ -9,7 +9,7 @@ import (
 	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/providers/sdk"
 	"github.com/capn-dev/capn/providers/sdk/sdktest"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // sdkOptions keep the tests quick.
@@ -18,7 +18,7 @@ func sdkOptions() sdk.Options {
 }
 
 // start runs a new sim provider with opts through the SDK and
-// runtime.Run, and returns it with its stop.
+// daemon.Run, and returns it with its stop.
 func start(t *testing.T, env *sdktest.Env, opts Options) (*Provider, func()) {
 	t.Helper()
 	p, err := New(opts)
@@ -33,8 +33,8 @@ func start(t *testing.T, env *sdktest.Env, opts Options) (*Provider, func()) {
 	return p, stop
 }
 
-func createReq(c, m, version string) *capnv1alpha1.CreateMachine {
-	return &capnv1alpha1.CreateMachine{Cluster: c, Machine: m, Role: "worker", Version: version}
+func createReq(c, m, version string) *capnv1.CreateMachine {
+	return &capnv1.CreateMachine{Cluster: c, Machine: m, Role: "worker", Version: version}
 }
 
 func create(env *sdktest.Env, c, m, version string) {
@@ -45,7 +45,7 @@ func create(env *sdktest.Env, c, m, version string) {
 func power(env *sdktest.Env, c, m, action string) {
 	env.T.Helper()
 	env.Send(Name, sdk.KindMachine, action, fmt.Sprintf("%s-%s-%s-%d", action, c, m, time.Now().UnixNano()),
-		&capnv1alpha1.MachinePower{Cluster: c, Machine: m, Action: action})
+		&capnv1.MachinePower{Cluster: c, Machine: m, Action: action})
 }
 
 // beats counts the heartbeats stored for a machine (the health stream

@@ -10,7 +10,7 @@ import (
 
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/providers/sdk"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // HeartbeatKind is the last token of a simulated node's heartbeat subject:
@@ -49,7 +49,7 @@ func (p *Provider) publish(ctx context.Context, env sdk.Env, beats []beat) {
 	failed := 0
 	var lastErr error
 	for _, b := range beats {
-		hb := &capnv1alpha1.NodeHeartbeat{
+		hb := &capnv1.NodeHeartbeat{
 			Cluster: b.cluster, Machine: b.machine, NodeName: b.machine,
 			Ready: true, KubeletVersion: b.version, Time: now,
 		}

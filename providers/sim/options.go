@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // DefaultHeartbeatEvery is how often a running simulated node reports.
@@ -57,7 +57,7 @@ func (o Options) withDefaults() Options {
 func (o Options) Validate() error {
 	var errs []error
 	bad := func(flag, value, problem string) {
-		errs = append(errs, &runtime.FieldError{Flag: flag, Env: envOf(flag), Value: value, Problem: problem})
+		errs = append(errs, &daemon.FieldError{Flag: flag, Env: envOf(flag), Value: value, Problem: problem})
 	}
 	for _, d := range []struct {
 		flag string
@@ -85,18 +85,18 @@ func (o Options) Validate() error {
 }
 
 // Flags binds the options to --sim-* flags and CAPN_SIM_* variables.
-func (o *Options) Flags() []runtime.Flag {
-	f := func(name, usage string, v flag.Value) runtime.Flag {
-		return runtime.Flag{Name: name, Env: envOf(name), Usage: usage, Value: v}
+func (o *Options) Flags() []daemon.Flag {
+	f := func(name, usage string, v flag.Value) daemon.Flag {
+		return daemon.Flag{Name: name, Env: envOf(name), Usage: usage, Value: v}
 	}
-	return []runtime.Flag{
-		f("sim-boot-latency", "simulated boot `time` of a machine", runtime.DurationValue(&o.BootLatency)),
-		f("sim-boot-jitter", "up to this much `time` added to each boot", runtime.DurationValue(&o.BootJitter)),
+	return []daemon.Flag{
+		f("sim-boot-latency", "simulated boot `time` of a machine", daemon.DurationValue(&o.BootLatency)),
+		f("sim-boot-jitter", "up to this much `time` added to each boot", daemon.DurationValue(&o.BootJitter)),
 		f("sim-create-failure-rate", "`share` (0..1) of creates that fail for good", (*floatValue)(&o.CreateFailureRate)),
 		f("sim-vanish-rate", "`share` (0..1) of machines that vanish out of band after --sim-vanish-after", (*floatValue)(&o.VanishRate)),
-		f("sim-vanish-after", "`time` after boot at which a vanishing machine disappears", runtime.DurationValue(&o.VanishAfter)),
-		f("sim-heartbeat-every", "`interval` of simulated node heartbeats", runtime.DurationValue(&o.HeartbeatEvery)),
-		f("sim-seed", "`seed` of every random choice of the simulation", runtime.IntValue(&o.Seed)),
+		f("sim-vanish-after", "`time` after boot at which a vanishing machine disappears", daemon.DurationValue(&o.VanishAfter)),
+		f("sim-heartbeat-every", "`interval` of simulated node heartbeats", daemon.DurationValue(&o.HeartbeatEvery)),
+		f("sim-seed", "`seed` of every random choice of the simulation", daemon.IntValue(&o.Seed)),
 	}
 }
 

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/capn-dev/capn/providers/sdk"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // The simulation's only goroutine is the scheduler: one timer and one
@@ -53,7 +53,7 @@ func (s *schedule) Pop() any {
 
 // work is what one wake-up has to do outside the lock.
 type work struct {
-	reports  []*capnv1alpha1.InfraMachine
+	reports  []*capnv1.InfraMachine
 	beats    []beat
 	vanished [][2]string // cluster, machine
 }
@@ -162,7 +162,7 @@ const reportWorkers = 8
 // report writes boot reports, a few at a time, and returns when all are
 // done. A machine appears at most once per wake-up, so a machine's reports
 // stay in order.
-func (p *Provider) report(ctx context.Context, env sdk.Env, reports []*capnv1alpha1.InfraMachine) {
+func (p *Provider) report(ctx context.Context, env sdk.Env, reports []*capnv1.InfraMachine) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, reportWorkers)
 	for _, m := range reports {

@@ -5,11 +5,11 @@ import (
 	"errors"
 
 	"github.com/capn-dev/capn/providers/sdk"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
-// Service is the sim provider as a runtime.Service with its own flags
-// (runtime.FlagProvider) and validation (runtime.Validator): what
+// Service is the sim provider as a daemon.Service with its own flags
+// (daemon.FlagProvider) and validation (daemon.Validator): what
 // cmd/capn-provider-sim and capn dev run. Each Run builds a new Provider
 // that re-adopts its machines from observed KV, as a restarted process
 // would.
@@ -20,9 +20,9 @@ type Service struct {
 }
 
 var (
-	_ runtime.Service      = (*Service)(nil)
-	_ runtime.FlagProvider = (*Service)(nil)
-	_ runtime.Validator    = (*Service)(nil)
+	_ daemon.Service      = (*Service)(nil)
+	_ daemon.FlagProvider = (*Service)(nil)
+	_ daemon.Validator    = (*Service)(nil)
 )
 
 // NewService returns the sim provider's service.
@@ -34,7 +34,7 @@ func NewService(sim Options, provider sdk.Options) *Service {
 func (s *Service) Name() string { return sdk.ServiceName(Name) }
 
 // Flags are the --sim-* and --provider-* flags.
-func (s *Service) Flags() []runtime.Flag {
+func (s *Service) Flags() []daemon.Flag {
 	return append(s.Sim.Flags(), s.Provider.Flags()...)
 }
 
@@ -44,7 +44,7 @@ func (s *Service) Validate() error {
 }
 
 // Run runs a new simulated provider through the SDK until ctx ends.
-func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
+func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	p, err := New(s.Sim)
 	if err != nil {
 		return err

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/capn-dev/capn/providers/sdk"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // Name is the provider's name: it consumes capn.provider.sim.> and owns
@@ -29,7 +29,7 @@ type Provider struct {
 
 	mu       sync.Mutex
 	machines map[string]*machine // by cluster/machine
-	clusters map[string]*capnv1alpha1.InfraCluster
+	clusters map[string]*capnv1.InfraCluster
 	lastIP   map[string]uint32 // by cluster: the last InternalIP index given out
 	sched    schedule
 	stamped  time.Time // the last updated time given out
@@ -48,8 +48,8 @@ var (
 
 // machine is one simulated machine.
 type machine struct {
-	im      *capnv1alpha1.InfraMachine // what Describe returns (cloned)
-	version string                     // the node's kubelet version
+	im      *capnv1.InfraMachine // what Describe returns (cloned)
+	version string               // the node's kubelet version
 	// gen invalidates pending boot and heartbeat entries: it changes when
 	// the machine stops, starts or reboots.
 	gen      uint64
@@ -65,7 +65,7 @@ func New(opts Options) (*Provider, error) {
 		opts:     opts.withDefaults(),
 		now:      time.Now,
 		machines: map[string]*machine{},
-		clusters: map[string]*capnv1alpha1.InfraCluster{},
+		clusters: map[string]*capnv1.InfraCluster{},
 		lastIP:   map[string]uint32{},
 		wake:     make(chan struct{}, 1),
 	}, nil
@@ -87,7 +87,7 @@ func ProviderID(cluster, machine string) string { return "sim://" + cluster + "/
 // CreateMachine records a new machine as Creating and schedules its boot
 // after BootLatency (+ jitter); an existing one is returned as it is. A
 // machine chosen by CreateFailureRate fails with a permanent error.
-func (p *Provider) CreateMachine(_ context.Context, req *capnv1alpha1.CreateMachine) (*capnv1alpha1.InfraMachine, error) {
+func (p *Provider) CreateMachine(_ context.Context, req *capnv1.CreateMachine) (*capnv1.InfraMachine, error) {
 	c, name := req.GetCluster(), req.GetMachine()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -99,10 +99,10 @@ func (p *Provider) CreateMachine(_ context.Context, req *capnv1alpha1.CreateMach
 	}
 	p.lastIP[c]++
 	m := &machine{
-		im: &capnv1alpha1.InfraMachine{
+		im: &capnv1.InfraMachine{
 			Provider: Name, Cluster: c, Machine: name,
 			ProviderId: ProviderID(c, name),
-			Addresses: []*capnv1alpha1.Address{
+			Addresses: []*capnv1.Address{
 				{Type: "InternalIP", Address: ipOf(p.lastIP[c])},
 				{Type: "Hostname", Address: name},
 			},
@@ -129,7 +129,7 @@ func (p *Provider) DeleteMachine(_ context.Context, cluster, machine string) err
 }
 
 // Describe returns a copy of the machine, or sdk.ErrNotFound.
-func (p *Provider) Describe(_ context.Context, cluster, machine string) (*capnv1alpha1.InfraMachine, error) {
+func (p *Provider) Describe(_ context.Context, cluster, machine string) (*capnv1.InfraMachine, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	m, ok := p.machines[key(cluster, machine)]
@@ -140,10 +140,10 @@ func (p *Provider) Describe(_ context.Context, cluster, machine string) (*capnv1
 }
 
 // List returns a copy of every machine.
-func (p *Provider) List(context.Context) ([]*capnv1alpha1.InfraMachine, error) {
+func (p *Provider) List(context.Context) ([]*capnv1.InfraMachine, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]*capnv1alpha1.InfraMachine, 0, len(p.machines))
+	out := make([]*capnv1.InfraMachine, 0, len(p.machines))
 	for _, m := range p.machines {
 		out = append(out, clone(m.im))
 	}
@@ -169,7 +169,7 @@ func (p *Provider) bootDelay(cluster, machine string) time.Duration {
 
 // setState changes a machine's state, message and updated time. p.mu must
 // be held.
-func (p *Provider) setState(m *machine, state capnv1alpha1.InfraState) {
+func (p *Provider) setState(m *machine, state capnv1.InfraState) {
 	m.im.State, m.im.Message, m.im.Updated = state.Wire(), message(state, m.version), p.stamp()
 }
 
@@ -185,8 +185,8 @@ func (p *Provider) push(e entry) {
 	}
 }
 
-func clone(m *capnv1alpha1.InfraMachine) *capnv1alpha1.InfraMachine {
-	return proto.Clone(m).(*capnv1alpha1.InfraMachine)
+func clone(m *capnv1.InfraMachine) *capnv1.InfraMachine {
+	return proto.Clone(m).(*capnv1.InfraMachine)
 }
 
 // ipOf is the simulated InternalIP number n of a cluster: 10.0.0.1 on.
@@ -209,7 +209,7 @@ func ipIndex(addr string) uint32 {
 // field for it).
 var versionInMessage = regexp.MustCompile(`kubelet (\S+)`)
 
-func message(state capnv1alpha1.InfraState, version string) string {
+func message(state capnv1.InfraState, version string) string {
 	v := version
 	if v == "" {
 		v = "unknown"

@@ -3,7 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
-	goruntime "runtime"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +14,7 @@ import (
 	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/providers/sdk"
 	"github.com/capn-dev/capn/providers/sdk/sdktest"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 func TestCreateTwiceMakesOneMachine(t *testing.T) {
@@ -47,7 +47,7 @@ func TestCreateTwiceMakesOneMachine(t *testing.T) {
 			if !hasAddress(m, "InternalIP", "10.0.0.1") || !hasAddress(m, "Hostname", "m1") {
 				t.Errorf("addresses = %v", m.GetAddresses())
 			}
-			var hb *capnv1alpha1.NodeHeartbeat
+			var hb *capnv1.NodeHeartbeat
 			var id string
 			natstest.WaitFor(t, sdktest.Timeout, "a heartbeat", func() bool {
 				var ok bool
@@ -65,7 +65,7 @@ func TestCreateTwiceMakesOneMachine(t *testing.T) {
 	}
 }
 
-func hasAddress(m *capnv1alpha1.InfraMachine, typ, addr string) bool {
+func hasAddress(m *capnv1.InfraMachine, typ, addr string) bool {
 	for _, a := range m.GetAddresses() {
 		if a.GetType() == typ && a.GetAddress() == addr {
 			return true
@@ -95,7 +95,7 @@ func TestBootLatencyAndHeartbeats(t *testing.T) {
 func TestDeleteMachine(t *testing.T) {
 	env := sdktest.New(t)
 	p, _ := start(t, env, Options{})
-	env.Send(Name, sdk.KindMachine, "delete", "delete-missing", &capnv1alpha1.DeleteMachine{Cluster: "c1", Machine: "nope"})
+	env.Send(Name, sdk.KindMachine, "delete", "delete-missing", &capnv1.DeleteMachine{Cluster: "c1", Machine: "nope"})
 	env.WaitDrained()
 	if keys := env.Keys("infra.sim."); len(keys) != 0 {
 		t.Fatalf("deleting a missing machine left %v", keys)
@@ -103,7 +103,7 @@ func TestDeleteMachine(t *testing.T) {
 
 	create(env, "c1", "m1", "v1.33.1")
 	env.WaitState(Name, "c1", "m1", sdk.StateRunning)
-	env.Send(Name, sdk.KindMachine, "delete", "delete-m1", &capnv1alpha1.DeleteMachine{Cluster: "c1", Machine: "m1"})
+	env.Send(Name, sdk.KindMachine, "delete", "delete-m1", &capnv1.DeleteMachine{Cluster: "c1", Machine: "m1"})
 	env.WaitNoMachine(Name, "c1", "m1")
 	if list, _ := p.List(t.Context()); len(list) != 0 {
 		t.Errorf("the sim still has %v", list)
@@ -117,7 +117,7 @@ func TestVanish(t *testing.T) {
 		vanish func(env *sdktest.Env)
 	}{
 		{"test hook", Options{}, func(env *sdktest.Env) {
-			env.Send(Name, sdk.KindMachine, VerbVanish, "vanish-m1", &capnv1alpha1.DeleteMachine{Cluster: "c1", Machine: "m1"})
+			env.Send(Name, sdk.KindMachine, VerbVanish, "vanish-m1", &capnv1.DeleteMachine{Cluster: "c1", Machine: "m1"})
 		}},
 		{"vanish rate", Options{VanishRate: 1, VanishAfter: 100 * time.Millisecond}, func(*sdktest.Env) {}},
 	}
@@ -141,7 +141,7 @@ func TestVanish(t *testing.T) {
 				t.Error("the machine still exists")
 			}
 			// The core then deletes it: the record goes.
-			env.Send(Name, sdk.KindMachine, "delete", "delete-m1", &capnv1alpha1.DeleteMachine{Cluster: "c1", Machine: "m1"})
+			env.Send(Name, sdk.KindMachine, "delete", "delete-m1", &capnv1.DeleteMachine{Cluster: "c1", Machine: "m1"})
 			env.WaitNoMachine(Name, "c1", "m1")
 		})
 	}
@@ -151,11 +151,11 @@ func TestRestartKeepsMachines(t *testing.T) {
 	env := sdktest.New(t)
 	opts := Options{HeartbeatEvery: 50 * time.Millisecond}
 	_, stop := start(t, env, opts)
-	env.Send(Name, sdk.KindCluster, "ensure", "ensure-c1", &capnv1alpha1.EnsureClusterInfra{Cluster: "c1"})
+	env.Send(Name, sdk.KindCluster, "ensure", "ensure-c1", &capnv1.EnsureClusterInfra{Cluster: "c1"})
 	for _, m := range []string{"m1", "m2", "m3"} {
 		create(env, "c1", m, "v1.33.1")
 	}
-	before := map[string]*capnv1alpha1.InfraMachine{}
+	before := map[string]*capnv1.InfraMachine{}
 	for _, m := range []string{"m1", "m2", "m3"} {
 		before[m] = env.WaitState(Name, "c1", m, sdk.StateRunning)
 	}
@@ -234,7 +234,7 @@ func TestStopStartReboot(t *testing.T) {
 	}
 }
 
-func sameIdentity(t *testing.T, a, b *capnv1alpha1.InfraMachine) {
+func sameIdentity(t *testing.T, a, b *capnv1.InfraMachine) {
 	t.Helper()
 	if a.GetProviderId() != b.GetProviderId() || fmt.Sprint(a.GetAddresses()) != fmt.Sprint(b.GetAddresses()) {
 		t.Errorf("identity changed: %v %v -> %v %v", a.GetProviderId(), a.GetAddresses(), b.GetProviderId(), b.GetAddresses())
@@ -253,7 +253,7 @@ func TestCreateFailureInjection(t *testing.T) {
 		if roll(seed, "create", "c1", m) < rate {
 			want, failed = sdk.StateFailed, failed+1
 		}
-		got := env.WaitMachine(Name, "c1", m, "a final state", func(m *capnv1alpha1.InfraMachine) bool {
+		got := env.WaitMachine(Name, "c1", m, "a final state", func(m *capnv1.InfraMachine) bool {
 			return m.GetStateValue() == sdk.StateRunning || m.GetStateValue() == sdk.StateFailed
 		})
 		if got.GetStateValue() != want {
@@ -272,7 +272,7 @@ func TestClusterInfra(t *testing.T) {
 	env := sdktest.New(t)
 	start(t, env, Options{})
 	for _, id := range []string{"ensure-1", "ensure-2"} {
-		env.Send(Name, sdk.KindCluster, "ensure", id, &capnv1alpha1.EnsureClusterInfra{Cluster: "c1"})
+		env.Send(Name, sdk.KindCluster, "ensure", id, &capnv1.EnsureClusterInfra{Cluster: "c1"})
 	}
 	env.WaitDrained()
 	ic, ok := env.Cluster(Name, "c1")
@@ -280,7 +280,7 @@ func TestClusterInfra(t *testing.T) {
 		ic.GetControlPlaneEndpoint().GetPort() != clusterPort("c1") {
 		t.Fatalf("cluster infra = %v", ic)
 	}
-	env.Send(Name, sdk.KindCluster, "delete", "delete-1", &capnv1alpha1.DeleteClusterInfra{Cluster: "c1"})
+	env.Send(Name, sdk.KindCluster, "delete", "delete-1", &capnv1.DeleteClusterInfra{Cluster: "c1"})
 	natstest.WaitFor(t, sdktest.Timeout, "cluster infra deleted", func() bool {
 		_, ok := env.Cluster(Name, "c1")
 		return !ok
@@ -388,7 +388,7 @@ func machinesOf(w work) int {
 func simGoroutines() int {
 	buf := make([]byte, 1<<20)
 	for {
-		n := goruntime.Stack(buf, true)
+		n := runtime.Stack(buf, true)
 		if n < len(buf) {
 			buf = buf[:n]
 			break

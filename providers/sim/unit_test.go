@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/capn-dev/capn/providers/sdk"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
-	"github.com/capn-dev/capn/services/runtime"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 func TestRollIsDeterministicAndSpread(t *testing.T) {
@@ -40,7 +40,7 @@ func TestRollIsDeterministicAndSpread(t *testing.T) {
 }
 
 func TestMessageKeepsVersion(t *testing.T) {
-	for _, state := range []capnv1alpha1.InfraState{sdk.StateCreating, sdk.StateRunning, sdk.StateStopped} {
+	for _, state := range []capnv1.InfraState{sdk.StateCreating, sdk.StateRunning, sdk.StateStopped} {
 		for _, v := range []string{"v1.33.1", "v1.34.0-rc.1", ""} {
 			if got := versionOf(message(state, v)); got != v {
 				t.Errorf("versionOf(message(%s, %q)) = %q", state.Wire(), v, got)
@@ -81,18 +81,18 @@ func TestAdoptTakesBackOnlyWhatExists(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := func(m string, state capnv1alpha1.InfraState) *capnv1alpha1.InfraMachine {
-		return &capnv1alpha1.InfraMachine{
+	rec := func(m string, state capnv1.InfraState) *capnv1.InfraMachine {
+		return &capnv1.InfraMachine{
 			Cluster: "c1", Machine: m, State: state.Wire(), ProviderId: ProviderID("c1", m),
-			Addresses: []*capnv1alpha1.Address{{Type: "InternalIP", Address: "10.0.0.7"}},
+			Addresses: []*capnv1.Address{{Type: "InternalIP", Address: "10.0.0.7"}},
 			Message:   message(state, "v1.33.1"),
 		}
 	}
-	machines := []*capnv1alpha1.InfraMachine{
+	machines := []*capnv1.InfraMachine{
 		rec("creating", sdk.StateCreating), rec("running", sdk.StateRunning), rec("stopped", sdk.StateStopped),
 		rec("deleting", sdk.StateDeleting), rec("deleted", sdk.StateDeleted), rec("failed", sdk.StateFailed),
 	}
-	if err := p.Adopt(t.Context(), machines, []*capnv1alpha1.InfraCluster{{Cluster: "c1", Ready: true}}); err != nil {
+	if err := p.Adopt(t.Context(), machines, []*capnv1.InfraCluster{{Cluster: "c1", Ready: true}}); err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]string{}
@@ -152,13 +152,13 @@ func TestFlags(t *testing.T) {
 	s := NewService(DefaultOptions(), sdk.Options{})
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	runtime.BindFlags(fs, s.Flags()...)
+	daemon.BindFlags(fs, s.Flags()...)
 	if err := fs.Parse([]string{"--sim-boot-latency=5s", "--sim-create-failure-rate=0.25"}); err != nil {
 		t.Fatal(err)
 	}
 	env := map[string]string{"CAPN_SIM_BOOT_LATENCY": "9s", "CAPN_SIM_SEED": "3", "CAPN_PROVIDER_CONCURRENCY": "2"}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	if err := runtime.ApplyFlagEnv(fs, lookup, s.Flags()...); err != nil {
+	if err := daemon.ApplyFlagEnv(fs, lookup, s.Flags()...); err != nil {
 		t.Fatal(err)
 	}
 	if s.Sim.BootLatency != 5*time.Second || s.Sim.CreateFailureRate != 0.25 || s.Sim.Seed != 3 ||

@@ -8,7 +8,7 @@ import (
 
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/providers/sdk"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // The vanish test hook: a command that makes a machine disappear out of
@@ -32,7 +32,7 @@ func (p *Provider) Commands() map[string]events.Handler {
 	return map[string]events.Handler{TypeVanish: events.Typed(p.vanishCommand)}
 }
 
-func (p *Provider) vanishCommand(ctx context.Context, msg *events.Message, req *capnv1alpha1.DeleteMachine) error {
+func (p *Provider) vanishCommand(ctx context.Context, msg *events.Message, req *capnv1.DeleteMachine) error {
 	c, name := req.GetCluster(), req.GetMachine()
 	if want := events.ProviderSubject(Name, sdk.KindMachine, VerbVanish, c, name); msg.Subject != want {
 		return events.Permanent(fmt.Errorf("subject %s does not match the data (%s)", msg.Subject, want))

@@ -4,15 +4,15 @@ import (
 	"encoding/base64"
 	"maps"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // kubeadmSpec maps a KubeadmConfigSpec (a KubeadmControlPlane's
 // spec.kubeadmConfigSpec, a KubeadmConfigTemplate's spec.template.spec) to
 // capn's kubeadm bootstrap settings. It returns the nodeRegistration taints
 // for the caller to map or report. nil when nothing maps.
-func (c *converter) kubeadmSpec(o *object, n node, controlPlane bool) (*capnv1alpha1.BootstrapSpec, []node) {
-	b := &capnv1alpha1.BootstrapSpec{}
+func (c *converter) kubeadmSpec(o *object, n node, controlPlane bool) (*capnv1.BootstrapSpec, []node) {
+	b := &capnv1.BootstrapSpec{}
 	for _, f := range n.field("files").items() {
 		if file := c.file(o, f); file != nil {
 			b.Files = append(b.Files, file)
@@ -53,7 +53,7 @@ func (c *converter) kubeadmSpec(o *object, n node, controlPlane bool) (*capnv1al
 }
 
 // file maps one entry of files, or reports it and returns nil.
-func (c *converter) file(o *object, f node) *capnv1alpha1.File {
+func (c *converter) file(o *object, f node) *capnv1.File {
 	if from := f.field("contentFrom"); from.exists() {
 		c.note(o, f, reasonSecret)
 		return nil
@@ -62,7 +62,7 @@ func (c *converter) file(o *object, f node) *capnv1alpha1.File {
 		c.note(o, f, reasonAppend)
 		return nil
 	}
-	out := &capnv1alpha1.File{}
+	out := &capnv1.File{}
 	out.Path, _ = f.field("path").str()
 	out.Content, _ = f.field("content").str()
 	out.Owner, _ = f.field("owner").str()
@@ -116,8 +116,8 @@ func extraArgsPeek(n node) map[string]string {
 
 // taintsOf maps nodeRegistration taints; a taint without key or with an
 // unknown effect is reported.
-func (c *converter) taintsOf(o *object, nodes []node) []*capnv1alpha1.Taint {
-	var out []*capnv1alpha1.Taint
+func (c *converter) taintsOf(o *object, nodes []node) []*capnv1.Taint {
+	var out []*capnv1.Taint
 	for _, t := range nodes {
 		key, _ := t.field("key").v.(string)
 		effect, _ := t.field("effect").v.(string)
@@ -125,7 +125,7 @@ func (c *converter) taintsOf(o *object, nodes []node) []*capnv1alpha1.Taint {
 			c.note(o, t, reasonTaint)
 			continue
 		}
-		out = append(out, &capnv1alpha1.Taint{Key: key, Effect: effect})
+		out = append(out, &capnv1.Taint{Key: key, Effect: effect})
 		t.field("key").use()
 		t.field("effect").use()
 		out[len(out)-1].Value, _ = t.field("value").str()

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // topology maps a ClusterClass-based cluster's spec.topology (v1beta1 and
@@ -40,7 +40,7 @@ func (c *converter) topology(cl *object, topo node) error {
 	if v, ok := topo.field("version").str(); ok {
 		c.out.Spec.KubernetesVersion = normalizeVersion(v)
 	}
-	cp := &capnv1alpha1.ControlPlaneSpec{Provider: c.opts.Provider, Replicas: 1}
+	cp := &capnv1.ControlPlaneSpec{Provider: c.opts.Provider, Replicas: 1}
 	tcp := topo.field("controlPlane")
 	if r, ok := tcp.field("replicas").integer(); ok {
 		cp.Replicas = int32(r)
@@ -73,7 +73,7 @@ func (c *converter) topology(cl *object, topo node) error {
 // with the settings of its class.
 func (c *converter) topologyPool(cl *object, md, class node) error {
 	name, _ := md.field("name").str()
-	p := &capnv1alpha1.WorkerPool{Name: name, Provider: c.opts.Provider, Replicas: 1}
+	p := &capnv1.WorkerPool{Name: name, Provider: c.opts.Provider, Replicas: 1}
 	if r, ok := md.field("replicas").integer(); ok {
 		p.Replicas = int32(r)
 	}
@@ -134,7 +134,7 @@ func (c *converter) classInfrastructure(infra node) {
 // classControlPlane maps the class's control plane: the provider from its
 // machine infrastructure template, the bootstrap and rollout from its
 // KubeadmControlPlaneTemplate.
-func (c *converter) classControlPlane(spec node, cp *capnv1alpha1.ControlPlaneSpec) error {
+func (c *converter) classControlPlane(spec node, cp *capnv1.ControlPlaneSpec) error {
 	t, err := c.machineTemplate(c.class, classRef(spec.field("machineInfrastructure")))
 	if err != nil {
 		return err
@@ -157,7 +157,7 @@ func (c *converter) classControlPlane(spec node, cp *capnv1alpha1.ControlPlaneSp
 
 // classPool maps a machine deployment class onto p: provider and
 // parameters, bootstrap, labels, failure domain and rollout.
-func (c *converter) classPool(entry node, p *capnv1alpha1.WorkerPool, labels map[string]string) error {
+func (c *converter) classPool(entry node, p *capnv1.WorkerPool, labels map[string]string) error {
 	entry.field("class").use()
 	boot, infra, meta := workerSlots(entry)
 	t, err := c.machineTemplate(c.class, infra)
@@ -175,7 +175,7 @@ func (c *converter) classPool(entry node, p *capnv1alpha1.WorkerPool, labels map
 // topologyHealth gives a topology's control plane (target "") or pool the
 // health check of its own (healthCheck in v1beta2, machineHealthCheck in
 // v1beta1), which replaces the class's, or else the class's.
-func (c *converter) topologyHealth(cl *object, own, class node, target string, dst **capnv1alpha1.HealthPolicy) {
+func (c *converter) topologyHealth(cl *object, own, class node, target string, dst **capnv1.HealthPolicy) {
 	own, class = healthNode(own), healthNode(class)
 	enabled := own.field("enabled")
 	if !enabled.exists() {

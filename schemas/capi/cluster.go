@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // clusterSpec maps the Cluster's metadata and spec, and its control plane
@@ -29,7 +29,7 @@ func (c *converter) clusterSpec(cl *object) error {
 	spec := n.field("spec")
 	s := c.out.Spec
 	if net := spec.field("clusterNetwork"); net.exists() {
-		nw := &capnv1alpha1.NetworkSpec{}
+		nw := &capnv1.NetworkSpec{}
 		nw.PodCidrs, _ = net.get("pods.cidrBlocks").strings()
 		nw.ServiceCidrs, _ = net.get("services.cidrBlocks").strings()
 		nw.ServiceDomain, _ = net.field("serviceDomain").str()

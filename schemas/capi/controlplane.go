@@ -1,13 +1,13 @@
 package capi
 
 import (
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // controlPlane maps a KubeadmControlPlane (v1beta1 or v1beta2).
 func (c *converter) controlPlane(kcp *object) error {
 	spec := kcp.at().field("spec")
-	cp := &capnv1alpha1.ControlPlaneSpec{Replicas: 1}
+	cp := &capnv1.ControlPlaneSpec{Replicas: 1}
 	if r, ok := spec.field("replicas").integer(); ok {
 		cp.Replicas = int32(r)
 	}
@@ -33,7 +33,7 @@ func (c *converter) controlPlane(kcp *object) error {
 // controlPlaneSettings maps the rollout and the bootstrap of a
 // KubeadmControlPlane's spec or a KubeadmControlPlaneTemplate's
 // spec.template.spec.
-func (c *converter) controlPlaneSettings(kcp *object, spec node, cp *capnv1alpha1.ControlPlaneSpec) {
+func (c *converter) controlPlaneSettings(kcp *object, spec node, cp *capnv1.ControlPlaneSpec) {
 	// Rollout: v1beta2 spec.rollout.strategy, v1beta1 spec.rolloutStrategy.
 	strategy := spec.get("rollout.strategy")
 	if !strategy.exists() {

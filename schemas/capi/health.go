@@ -8,7 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // healthCheck maps a MachineHealthCheck (v1beta1 or v1beta2) to the health
@@ -37,7 +37,7 @@ func (c *converter) healthCheck(mhc *object) {
 // setHealth gives *dst the policy hp, keeping a maxInFlight already there
 // (from the MachineDeployment); a second MachineHealthCheck for the same
 // target is reported.
-func (c *converter) setHealth(mhc *object, target string, dst **capnv1alpha1.HealthPolicy, hp *capnv1alpha1.HealthPolicy) {
+func (c *converter) setHealth(mhc *object, target string, dst **capnv1.HealthPolicy, hp *capnv1.HealthPolicy) {
 	what := "the cluster"
 	if target != "" {
 		what = "pool " + target
@@ -47,7 +47,7 @@ func (c *converter) setHealth(mhc *object, target string, dst **capnv1alpha1.Hea
 		return
 	}
 	c.healthFrom[target] = mhc.ref()
-	hp = proto.Clone(hp).(*capnv1alpha1.HealthPolicy)
+	hp = proto.Clone(hp).(*capnv1.HealthPolicy)
 	if *dst != nil {
 		hp.MaxInFlight = (*dst).MaxInFlight
 	}
@@ -113,8 +113,8 @@ func (c *converter) healthTargets(mhc *object, sel node) (pools []string, cluste
 
 // healthPolicy reads the checks and the remediation guard of either
 // version; nil when the MachineHealthCheck sets nothing capn has.
-func (c *converter) healthPolicy(mhc *object, spec node) *capnv1alpha1.HealthPolicy {
-	hp := &capnv1alpha1.HealthPolicy{}
+func (c *converter) healthPolicy(mhc *object, spec node) *capnv1.HealthPolicy {
+	hp := &capnv1.HealthPolicy{}
 	// v1beta2: spec.checks, spec.remediation.triggerIf.
 	checks := spec.field("checks")
 	if s, ok := checks.field("nodeStartupTimeoutSeconds").integer(); ok {
@@ -159,14 +159,14 @@ func (c *converter) healthPolicy(mhc *object, spec node) *capnv1alpha1.HealthPol
 			c.note(mhc, maxU, reasonCountOrPercent)
 		}
 	}
-	if proto.Equal(hp, &capnv1alpha1.HealthPolicy{}) {
+	if proto.Equal(hp, &capnv1.HealthPolicy{}) {
 		return nil
 	}
 	return hp
 }
 
 // unhealthyCondition maps {type, status, timeout|timeoutSeconds}.
-func (c *converter) unhealthyCondition(mhc *object, n node, timeoutField string) *capnv1alpha1.UnhealthyCondition {
+func (c *converter) unhealthyCondition(mhc *object, n node, timeoutField string) *capnv1.UnhealthyCondition {
 	typ, _ := n.field("type").v.(string)
 	status, _ := n.field("status").v.(string)
 	if typ == "" || !slices.Contains([]string{"True", "False", "Unknown"}, status) {
@@ -175,7 +175,7 @@ func (c *converter) unhealthyCondition(mhc *object, n node, timeoutField string)
 	}
 	n.field("type").use()
 	n.field("status").use()
-	uc := &capnv1alpha1.UnhealthyCondition{Type: typ, Status: status}
+	uc := &capnv1.UnhealthyCondition{Type: typ, Status: status}
 	t := n.field(timeoutField)
 	if timeoutField == "timeoutSeconds" {
 		if s, ok := t.integer(); ok {

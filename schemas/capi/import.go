@@ -11,7 +11,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/manifest"
 )
 
@@ -80,7 +80,7 @@ func (n Note) String() string {
 type Result struct {
 	// Cluster is the capn Cluster, not defaulted (print it with
 	// manifest.Encode).
-	Cluster *capnv1alpha1.Cluster
+	Cluster *capnv1.Cluster
 	// Notes list, one per field, what was not mapped, in the input's
 	// order.
 	Notes []Note
@@ -115,7 +115,7 @@ func Import(data []byte, opts Options) (*Result, error) {
 	}
 	c.reportLeftovers()
 	res := &Result{Cluster: c.out, Notes: c.notes}
-	d := proto.Clone(c.out).(*capnv1alpha1.Cluster)
+	d := proto.Clone(c.out).(*capnv1.Cluster)
 	manifest.Default(d)
 	res.Invalid = manifest.Validate(d)
 	return res, nil
@@ -128,7 +128,7 @@ type converter struct {
 	byRef   map[string]*object
 	claimed map[*object]bool
 	notes   []Note
-	out     *capnv1alpha1.Cluster
+	out     *capnv1.Cluster
 	name    string
 	// pools by MachineDeployment name, in order.
 	pools     map[string]*pool
@@ -156,7 +156,7 @@ type converter struct {
 // pool is one worker pool being built from a MachineDeployment.
 type pool struct {
 	md     *object
-	spec   *capnv1alpha1.WorkerPool
+	spec   *capnv1.WorkerPool
 	labels map[string]string // the MachineDeployment's machine template labels
 }
 
@@ -249,10 +249,10 @@ func (c *converter) convert(cl *object) error {
 	c.cluster = cl
 	c.namespace, _ = cl.at().get("metadata.namespace").v.(string)
 	c.healthFrom = map[string]string{}
-	c.out = &capnv1alpha1.Cluster{
+	c.out = &capnv1.Cluster{
 		ApiVersion: manifest.APIVersion, Kind: manifest.KindCluster,
-		Metadata: &capnv1alpha1.ObjectMeta{Name: cl.name},
-		Spec:     &capnv1alpha1.ClusterSpec{},
+		Metadata: &capnv1.ObjectMeta{Name: cl.name},
+		Spec:     &capnv1.ClusterSpec{},
 	}
 	if strings.Contains(cl.name, "${") {
 		return fmt.Errorf("%s: the name has an unsubstituted variable: render the template first (clusterctl generate cluster)", cl.ref())

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"slices"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // Providers capn knows for Cluster API infrastructure kinds. Dev* kinds
@@ -51,7 +51,7 @@ func providerOfKind(kind string, o *object, backendPath string) string {
 // template is a machine template's provider and capn template.
 type template struct {
 	provider string
-	template *capnv1alpha1.MachineTemplate
+	template *capnv1.MachineTemplate
 }
 
 // machineTemplate resolves an infrastructureRef to its provider and
@@ -105,7 +105,7 @@ func (c *converter) machineTemplate(owner *object, ref node) (template, error) {
 	params := map[string]string{}
 	flatten(spec, "", params)
 	if len(params) > 0 {
-		out.template = &capnv1alpha1.MachineTemplate{Parameters: params}
+		out.template = &capnv1.MachineTemplate{Parameters: params}
 	}
 	return out, nil
 }
@@ -165,7 +165,7 @@ func (c *converter) defineFailureDomains(o *object) {
 // the reference would dangle: it is dropped, with a note. When the input
 // defines none, the name is the provider's own (a cloud's zone) and is
 // kept.
-func (c *converter) failureDomain(owner *object, n node, p *capnv1alpha1.WorkerPool) {
+func (c *converter) failureDomain(owner *object, n node, p *capnv1.WorkerPool) {
 	fd, ok := n.v.(string)
 	if !ok || fd == "" {
 		return
@@ -176,7 +176,7 @@ func (c *converter) failureDomain(owner *object, n node, p *capnv1alpha1.WorkerP
 	}
 	n.use()
 	if p.Template == nil {
-		p.Template = &capnv1alpha1.MachineTemplate{}
+		p.Template = &capnv1.MachineTemplate{}
 	}
 	p.Template.FailureDomain = fd
 }

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // capiLabelDomain is the domain of the labels Cluster API sets on its own
@@ -21,7 +21,7 @@ func (c *converter) addPool(md *object) error {
 		name = md.name
 	}
 	spec := md.at().field("spec")
-	p := &capnv1alpha1.WorkerPool{Name: name, Replicas: 1}
+	p := &capnv1.WorkerPool{Name: name, Replicas: 1}
 	if r, ok := spec.field("replicas").integer(); ok {
 		p.Replicas = int32(r)
 	}
@@ -48,7 +48,7 @@ func (c *converter) addPool(md *object) error {
 
 	c.rollout(md, spec, p)
 	if mif := c.maxInFlight(md, spec); mif > 0 {
-		p.Health = &capnv1alpha1.HealthPolicy{MaxInFlight: mif}
+		p.Health = &capnv1.HealthPolicy{MaxInFlight: mif}
 	}
 	c.pools[name] = &pool{md: md, spec: p, labels: labels}
 	c.poolOrder = append(c.poolOrder, name)
@@ -58,7 +58,7 @@ func (c *converter) addPool(md *object) error {
 // poolLabels maps the labels of a pool's machines: all of them go to
 // labels (what MachineHealthCheck selectors match), those outside
 // cluster.x-k8s.io to the pool's labels.
-func (c *converter) poolLabels(n node, p *capnv1alpha1.WorkerPool, labels map[string]string) {
+func (c *converter) poolLabels(n node, p *capnv1.WorkerPool, labels map[string]string) {
 	for _, e := range n.entries(true) {
 		v, ok := e.val.str()
 		if !ok {
@@ -77,7 +77,7 @@ func (c *converter) poolLabels(n node, p *capnv1alpha1.WorkerPool, labels map[st
 // bootstrapTemplate maps a pool's KubeadmConfigTemplate (a
 // MachineDeployment's bootstrap.configRef, a class's bootstrap template)
 // to its bootstrap settings and taints.
-func (c *converter) bootstrapTemplate(owner *object, ref node, p *capnv1alpha1.WorkerPool) {
+func (c *converter) bootstrapTemplate(owner *object, ref node, p *capnv1.WorkerPool) {
 	if !ref.exists() {
 		return
 	}
@@ -97,12 +97,12 @@ func (c *converter) bootstrapTemplate(owner *object, ref node, p *capnv1alpha1.W
 // rollout maps the strategy (v1beta1 spec.strategy, v1beta2
 // spec.rollout.strategy) and the deletion order (v1beta1
 // spec.strategy.rollingUpdate.deletePolicy, v1beta2 spec.deletion.order).
-func (c *converter) rollout(md *object, spec node, p *capnv1alpha1.WorkerPool) {
+func (c *converter) rollout(md *object, spec node, p *capnv1.WorkerPool) {
 	strategy := spec.get("rollout.strategy")
 	if !strategy.exists() {
 		strategy = spec.field("strategy")
 	}
-	rs := &capnv1alpha1.RolloutStrategy{}
+	rs := &capnv1.RolloutStrategy{}
 	if t := strategy.field("type"); t.exists() {
 		switch s, _ := t.v.(string); s {
 		case "RollingUpdate", "OnDelete":

@@ -5,7 +5,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // Checked is a cluster that went through Default and one Validator's
@@ -18,13 +18,13 @@ import (
 // only server-owned fields on it before storing it (uid, timestamps,
 // generation; apiVersion and kind to the only values Validate accepts).
 type Checked struct {
-	c   *capnv1alpha1.Cluster
+	c   *capnv1.Cluster
 	err error
 }
 
 // Check defaults c in place and validates it. c then belongs to the
 // Checked (see there); check a copy of a cluster that others read.
-func (v Validator) Check(c *capnv1alpha1.Cluster) Checked {
+func (v Validator) Check(c *capnv1.Cluster) Checked {
 	if c == nil {
 		return Checked{}
 	}
@@ -33,7 +33,7 @@ func (v Validator) Check(c *capnv1alpha1.Cluster) Checked {
 }
 
 // Cluster is the defaulted cluster; nil for the zero Checked.
-func (k Checked) Cluster() *capnv1alpha1.Cluster { return k.c }
+func (k Checked) Cluster() *capnv1.Cluster { return k.c }
 
 // Err is Validate's verdict: nil when the cluster is valid, else every bad
 // field (errors.Join of *FieldError).
@@ -50,7 +50,7 @@ var errNoCluster = &FieldError{Path: "(document)", Reason: "no cluster"}
 // cluster without checking it again: its verdict and the update rules.
 // Only a copy of old is defaulted (a stored cluster may predate a
 // default); the checked cluster already is.
-func (k Checked) ValidateUpdate(old *capnv1alpha1.Cluster) error {
+func (k Checked) ValidateUpdate(old *capnv1.Cluster) error {
 	if old == nil || k.c == nil {
 		return k.Err()
 	}
@@ -58,7 +58,7 @@ func (k Checked) ValidateUpdate(old *capnv1alpha1.Cluster) error {
 	if k.err != nil {
 		errs = append(errs, flatten(k.err)...)
 	}
-	o := proto.Clone(old).(*capnv1alpha1.Cluster)
+	o := proto.Clone(old).(*capnv1.Cluster)
 	Default(o)
 	updateRules(o, k.c, &errs)
 	return errors.Join(errs...)

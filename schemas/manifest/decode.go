@@ -10,7 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v2"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // APIVersion and KindCluster identify a capn Cluster manifest.
@@ -30,7 +30,7 @@ var (
 // Decode reads exactly one Cluster from YAML or JSON. Every unknown field and
 // every value of the wrong type is reported with its path (errors.Join of
 // *FieldError); a syntax error is returned as the parser gives it.
-func Decode(data []byte) (*capnv1alpha1.Cluster, error) {
+func Decode(data []byte) (*capnv1.Cluster, error) {
 	docs, err := parseDocuments(data)
 	if err != nil {
 		return nil, err
@@ -49,12 +49,12 @@ func Decode(data []byte) (*capnv1alpha1.Cluster, error) {
 // sequence of JSON objects, or a JSON array of objects. Documents that are
 // empty or only comments are skipped. Errors name their document:
 // "document 2: spec.controlPlane.replica: unknown field".
-func DecodeAll(data []byte) ([]*capnv1alpha1.Cluster, error) {
+func DecodeAll(data []byte) ([]*capnv1.Cluster, error) {
 	docs, err := parseDocuments(data)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*capnv1alpha1.Cluster, 0, len(docs))
+	out := make([]*capnv1.Cluster, 0, len(docs))
 	var errs []error
 	for i, doc := range docs {
 		c, err := decodeDocument(doc)
@@ -80,7 +80,7 @@ func flatten(err error) []error {
 	return []error{err}
 }
 
-func decodeDocument(doc any) (*capnv1alpha1.Cluster, error) {
+func decodeDocument(doc any) (*capnv1.Cluster, error) {
 	top, ok := doc.(yaml.MapSlice)
 	if !ok {
 		return nil, &FieldError{Path: "(document)", Reason: "must be a mapping with apiVersion, kind, metadata and spec, not " + describe(doc)}
@@ -88,7 +88,7 @@ func decodeDocument(doc any) (*capnv1alpha1.Cluster, error) {
 	if err := checkKind(top); err != nil {
 		return nil, err
 	}
-	c := &capnv1alpha1.Cluster{}
+	c := &capnv1.Cluster{}
 	f := &filler{}
 	f.message(top, c.ProtoReflect(), "")
 	if len(f.errs) > 0 {

@@ -15,13 +15,13 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // The decoder before issue 23 (document → normalised tree → JSON →
 // protojson), kept as the reference the single decode is checked against.
 
-func refDecodeDocument(doc any) (*capnv1alpha1.Cluster, error) {
+func refDecodeDocument(doc any) (*capnv1.Cluster, error) {
 	top, ok := doc.(yaml.MapSlice)
 	if !ok {
 		return nil, &FieldError{Path: "(document)", Reason: "must be a mapping with apiVersion, kind, metadata and spec, not " + describe(doc)}
@@ -29,7 +29,7 @@ func refDecodeDocument(doc any) (*capnv1alpha1.Cluster, error) {
 	if err := checkKind(top); err != nil {
 		return nil, err
 	}
-	c := &capnv1alpha1.Cluster{}
+	c := &capnv1.Cluster{}
 	n := &refNormalizer{}
 	tree := n.message(top, c.ProtoReflect().Descriptor(), "")
 	if len(n.errs) > 0 {

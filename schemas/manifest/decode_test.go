@@ -8,7 +8,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 const sample = `
@@ -240,7 +240,7 @@ func TestEncodeRoundTrip(t *testing.T) {
 	if !proto.Equal(c, back) {
 		t.Errorf("round trip changed the cluster:\n%v\n%v", c, back)
 	}
-	all, err := EncodeAll([]*capnv1alpha1.Cluster{c, back})
+	all, err := EncodeAll([]*capnv1.Cluster{c, back})
 	if err != nil {
 		t.Fatal(err)
 	}

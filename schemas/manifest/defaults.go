@@ -1,7 +1,7 @@
 package manifest
 
 import (
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // Names and defaults of the Cluster resource.
@@ -53,13 +53,13 @@ var KnownBootstrapProviders = []string{"kube-local", "kubeadm", "script"}
 // Nothing here changes a machine's template hash on its own: defaults land in
 // the stored spec once, at apply time, so a new default in a later capn
 // release never rolls existing machines.
-func Default(c *capnv1alpha1.Cluster) {
+func Default(c *capnv1.Cluster) {
 	s := c.GetSpec()
 	if s == nil {
 		return
 	}
 	if s.Bootstrap == nil {
-		s.Bootstrap = &capnv1alpha1.BootstrapSpec{}
+		s.Bootstrap = &capnv1.BootstrapSpec{}
 	}
 	if s.Bootstrap.Provider == "" {
 		s.Bootstrap.Provider = DefaultBootstrapProvider
@@ -81,7 +81,7 @@ func Default(c *capnv1alpha1.Cluster) {
 			continue
 		}
 		if p.Strategy == nil {
-			p.Strategy = &capnv1alpha1.RolloutStrategy{}
+			p.Strategy = &capnv1.RolloutStrategy{}
 		}
 		if p.Strategy.Type == "" {
 			p.Strategy.Type = StrategyRollingUpdate
@@ -105,7 +105,7 @@ func Default(c *capnv1alpha1.Cluster) {
 		}
 	}
 	if s.Network == nil {
-		s.Network = &capnv1alpha1.NetworkSpec{}
+		s.Network = &capnv1.NetworkSpec{}
 	}
 	if len(s.Network.PodCidrs) == 0 {
 		s.Network.PodCidrs = []string{DefaultPodCIDR}

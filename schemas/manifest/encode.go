@@ -11,13 +11,13 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // Encode writes a Cluster as a YAML manifest that Decode reads back: fields in
 // schema order with their lowerCamelCase names, durations as Go durations
 // ("15m"), 64-bit integers as numbers, empty fields left out.
-func Encode(c *capnv1alpha1.Cluster) ([]byte, error) {
+func Encode(c *capnv1.Cluster) ([]byte, error) {
 	j, err := protojson.Marshal(c)
 	if err != nil {
 		return nil, fmt.Errorf("encode cluster: %w", err)
@@ -35,7 +35,7 @@ func Encode(c *capnv1alpha1.Cluster) ([]byte, error) {
 }
 
 // EncodeAll writes clusters as one YAML stream, documents separated by "---".
-func EncodeAll(cs []*capnv1alpha1.Cluster) ([]byte, error) {
+func EncodeAll(cs []*capnv1.Cluster) ([]byte, error) {
 	var buf bytes.Buffer
 	for i, c := range cs {
 		if i > 0 {

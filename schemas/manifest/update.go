@@ -7,7 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // ValidateUpdate checks c as Validate does and adds the rules of changing old
@@ -24,7 +24,7 @@ import (
 //     instead), the network's CIDRs and service domain.
 //
 // A nil old is a create: only Validate applies.
-func (v Validator) ValidateUpdate(old, c *capnv1alpha1.Cluster) error {
+func (v Validator) ValidateUpdate(old, c *capnv1.Cluster) error {
 	if old == nil || c == nil {
 		return v.Validate(c)
 	}
@@ -32,8 +32,8 @@ func (v Validator) ValidateUpdate(old, c *capnv1alpha1.Cluster) error {
 	if err := v.Validate(c); err != nil {
 		errs = append(errs, flatten(err)...)
 	}
-	o := proto.Clone(old).(*capnv1alpha1.Cluster)
-	n := proto.Clone(c).(*capnv1alpha1.Cluster)
+	o := proto.Clone(old).(*capnv1.Cluster)
+	n := proto.Clone(c).(*capnv1.Cluster)
 	Default(o)
 	Default(n)
 	updateRules(o, n, &errs)
@@ -41,7 +41,7 @@ func (v Validator) ValidateUpdate(old, c *capnv1alpha1.Cluster) error {
 }
 
 // updateRules adds the errors of changing o into n, both defaulted.
-func updateRules(o, n *capnv1alpha1.Cluster, errs *fieldErrors) {
+func updateRules(o, n *capnv1.Cluster, errs *fieldErrors) {
 	if on, nn := o.GetMetadata().GetName(), n.GetMetadata().GetName(); on != "" && on != nn {
 		errs.add("metadata.name", nn, "immutable (was %q): a cluster cannot be renamed", on)
 	}
@@ -54,7 +54,7 @@ func updateRules(o, n *capnv1alpha1.Cluster, errs *fieldErrors) {
 	if ocp, ncp := os.ControlPlane, ns.ControlPlane; ocp != nil && ncp != nil && ocp.Provider != ncp.Provider {
 		errs.add(sp.child("controlPlane").child("provider"), ncp.Provider, "immutable (was %q): machines cannot move between providers; create a new cluster instead", ocp.Provider)
 	}
-	oldPools := map[string]*capnv1alpha1.WorkerPool{}
+	oldPools := map[string]*capnv1.WorkerPool{}
 	for _, p := range os.WorkerPools {
 		if p != nil {
 			oldPools[p.Name] = p

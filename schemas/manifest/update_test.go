@@ -6,41 +6,41 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 func TestValidateUpdate(t *testing.T) {
 	tests := []struct {
 		name   string
-		modify func(c *capnv1alpha1.Cluster)
+		modify func(c *capnv1.Cluster)
 		want   []string
 	}{
-		{"patch upgrade", func(c *capnv1alpha1.Cluster) { c.Spec.KubernetesVersion = "v1.34.5" }, nil},
-		{"minor upgrade, pools follow", func(c *capnv1alpha1.Cluster) {
+		{"patch upgrade", func(c *capnv1.Cluster) { c.Spec.KubernetesVersion = "v1.34.5" }, nil},
+		{"minor upgrade, pools follow", func(c *capnv1.Cluster) {
 			c.Spec.KubernetesVersion = "v1.35.0"
 			c.Spec.WorkerPools[0].Version = ""
 		}, nil},
-		{"scale and template", func(c *capnv1alpha1.Cluster) {
+		{"scale and template", func(c *capnv1.Cluster) {
 			c.Spec.ControlPlane.Replicas = 5
 			c.Spec.WorkerPools[0].Replicas = 10
-			c.Spec.WorkerPools[0].Template = &capnv1alpha1.MachineTemplate{Parameters: map[string]string{"size": "xl"}}
+			c.Spec.WorkerPools[0].Template = &capnv1.MachineTemplate{Parameters: map[string]string{"size": "xl"}}
 		}, nil},
-		{"pool skips minors", func(c *capnv1alpha1.Cluster) { c.Spec.WorkerPools[1].Version = "v1.34.2" }, nil},
-		{"skip a minor", func(c *capnv1alpha1.Cluster) { c.Spec.KubernetesVersion = "v1.36.0" }, []string{
+		{"pool skips minors", func(c *capnv1.Cluster) { c.Spec.WorkerPools[1].Version = "v1.34.2" }, nil},
+		{"skip a minor", func(c *capnv1.Cluster) { c.Spec.KubernetesVersion = "v1.36.0" }, []string{
 			`spec.kubernetesVersion: "v1.36.0": skips a minor version (was v1.34.2): upgrade to v1.35.x first`,
 			// the defaulted pool follows to v1.36.0, which is a valid pool change
 		}},
-		{"downgrade", func(c *capnv1alpha1.Cluster) {
+		{"downgrade", func(c *capnv1.Cluster) {
 			c.Spec.KubernetesVersion = "v1.34.1"
 			c.Spec.WorkerPools[0].Version = "v1.34.1"
 		}, []string{
 			`spec.kubernetesVersion: "v1.34.1": downgrade from v1.34.2: not supported`,
 			`spec.workerPools[0].version: "v1.34.1": downgrade from v1.34.2: not supported`,
 		}},
-		{"pool newer than control plane", func(c *capnv1alpha1.Cluster) { c.Spec.WorkerPools[1].Version = "v1.35.0" }, []string{
+		{"pool newer than control plane", func(c *capnv1.Cluster) { c.Spec.WorkerPools[1].Version = "v1.35.0" }, []string{
 			`spec.workerPools[1].version: "v1.35.0": newer than the control plane`,
 		}},
-		{"immutable", func(c *capnv1alpha1.Cluster) {
+		{"immutable", func(c *capnv1.Cluster) {
 			c.Metadata.Name = "other"
 			c.Spec.ControlPlane.Provider = "aws"
 			c.Spec.WorkerPools[0].Provider = "aws"
@@ -53,7 +53,7 @@ func TestValidateUpdate(t *testing.T) {
 			`spec.network.podCidrs: "172.16.0.0/16": immutable (was "192.168.0.0/16")`,
 			`spec.network.serviceDomain: "example.local": immutable`,
 		}},
-		{"network left out equals the default", func(c *capnv1alpha1.Cluster) { c.Spec.Network = nil }, nil},
+		{"network left out equals the default", func(c *capnv1.Cluster) { c.Spec.Network = nil }, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

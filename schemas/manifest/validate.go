@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strconv"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // Version skew the validator allows, after the Kubernetes skew policy: a
@@ -55,10 +55,10 @@ func (v Validator) maxCluster() int64 {
 }
 
 // Validate checks c with the zero Validator.
-func Validate(c *capnv1alpha1.Cluster) error { return Validator{}.Validate(c) }
+func Validate(c *capnv1.Cluster) error { return Validator{}.Validate(c) }
 
 // ValidateUpdate checks an update with the zero Validator.
-func ValidateUpdate(old, c *capnv1alpha1.Cluster) error {
+func ValidateUpdate(old, c *capnv1.Cluster) error {
 	return Validator{}.ValidateUpdate(old, c)
 }
 
@@ -66,7 +66,7 @@ func ValidateUpdate(old, c *capnv1alpha1.Cluster) error {
 // *FieldError, each naming the path, the value, why it is refused and what is
 // allowed. It expects a defaulted cluster (see Default) but accepts optional
 // fields left empty as meaning their default. It returns nil when c is valid.
-func (v Validator) Validate(c *capnv1alpha1.Cluster) error {
+func (v Validator) Validate(c *capnv1.Cluster) error {
 	if c == nil {
 		return &FieldError{Path: "(document)", Reason: "no cluster"}
 	}
@@ -75,7 +75,7 @@ func (v Validator) Validate(c *capnv1alpha1.Cluster) error {
 	return errors.Join(errs...)
 }
 
-func (v Validator) validate(c *capnv1alpha1.Cluster, errs *fieldErrors) {
+func (v Validator) validate(c *capnv1.Cluster, errs *fieldErrors) {
 	if c.ApiVersion != APIVersion {
 		errs.add("apiVersion", c.ApiVersion, "must be %s", APIVersion)
 	}
@@ -122,7 +122,7 @@ func (v Validator) validate(c *capnv1alpha1.Cluster, errs *fieldErrors) {
 	validateHealth(s.Health, sp.child("health"), errs)
 }
 
-func validateMeta(m *capnv1alpha1.ObjectMeta, p path, errs *fieldErrors) {
+func validateMeta(m *capnv1.ObjectMeta, p path, errs *fieldErrors) {
 	if m == nil {
 		errs.add(p.child("name"), nil, "required")
 		return
@@ -141,7 +141,7 @@ func validateMeta(m *capnv1alpha1.ObjectMeta, p path, errs *fieldErrors) {
 	}
 }
 
-func (v Validator) validateControlPlane(cp *capnv1alpha1.ControlPlaneSpec, p path, errs *fieldErrors) {
+func (v Validator) validateControlPlane(cp *capnv1.ControlPlaneSpec, p path, errs *fieldErrors) {
 	if cp == nil {
 		errs.add(p, nil, "required: the control plane's provider and replicas")
 		return
@@ -165,7 +165,7 @@ func (v Validator) validateControlPlane(cp *capnv1alpha1.ControlPlaneSpec, p pat
 
 // cpRaw is spec.kubernetesVersion as written, cp the version it parses to
 // (cpOK).
-func (v Validator) validatePool(pool *capnv1alpha1.WorkerPool, p path, cpRaw string, cp Version, cpOK bool, errs *fieldErrors) {
+func (v Validator) validatePool(pool *capnv1.WorkerPool, p path, cpRaw string, cp Version, cpOK bool, errs *fieldErrors) {
 	switch {
 	case pool.Name == "":
 		errs.add(p.child("name"), nil, "required")
@@ -213,7 +213,7 @@ func (v Validator) validatePool(pool *capnv1alpha1.WorkerPool, p path, cpRaw str
 
 // validateTotal bounds the cluster's machines: the control plane's and the
 // worker pools' replicas together.
-func (v Validator) validateTotal(s *capnv1alpha1.ClusterSpec, sp path, errs *fieldErrors) {
+func (v Validator) validateTotal(s *capnv1.ClusterSpec, sp path, errs *fieldErrors) {
 	total := int64(s.GetControlPlane().GetReplicas())
 	for _, p := range s.WorkerPools {
 		total += max(0, int64(p.GetReplicas()))
@@ -232,7 +232,7 @@ func validateProvider(name string, p path, errs *fieldErrors) {
 	}
 }
 
-func validateTemplate(t *capnv1alpha1.MachineTemplate, p path, errs *fieldErrors) {
+func validateTemplate(t *capnv1.MachineTemplate, p path, errs *fieldErrors) {
 	if t == nil {
 		return
 	}
@@ -241,7 +241,7 @@ func validateTemplate(t *capnv1alpha1.MachineTemplate, p path, errs *fieldErrors
 	}
 }
 
-func validateStrategy(s *capnv1alpha1.RolloutStrategy, p path, errs *fieldErrors) {
+func validateStrategy(s *capnv1.RolloutStrategy, p path, errs *fieldErrors) {
 	if s == nil {
 		return
 	}
@@ -301,7 +301,7 @@ func validateLabels(labels map[string]string, p path, errs *fieldErrors) {
 	}
 }
 
-func validateTaints(taints []*capnv1alpha1.Taint, p path, errs *fieldErrors) {
+func validateTaints(taints []*capnv1.Taint, p path, errs *fieldErrors) {
 	seen := map[string]int{}
 	for i, t := range taints {
 		tp := p.index(i)

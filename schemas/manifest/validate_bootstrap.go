@@ -5,10 +5,10 @@ import (
 	"strconv"
 	"strings"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
-func (v Validator) validateBootstrap(b *capnv1alpha1.BootstrapSpec, p path, errs *fieldErrors) {
+func (v Validator) validateBootstrap(b *capnv1.BootstrapSpec, p path, errs *fieldErrors) {
 	if b == nil {
 		return
 	}
@@ -61,7 +61,7 @@ func (v Validator) validateBootstrap(b *capnv1alpha1.BootstrapSpec, p path, errs
 	}
 }
 
-func validateHealth(h *capnv1alpha1.HealthPolicy, p path, errs *fieldErrors) {
+func validateHealth(h *capnv1.HealthPolicy, p path, errs *fieldErrors) {
 	if h == nil {
 		return
 	}

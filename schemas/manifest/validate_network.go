@@ -3,10 +3,10 @@ package manifest
 import (
 	"net/netip"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
-func validateNetwork(n *capnv1alpha1.NetworkSpec, p path, errs *fieldErrors) {
+func validateNetwork(n *capnv1.NetworkSpec, p path, errs *fieldErrors) {
 	if n == nil {
 		return
 	}

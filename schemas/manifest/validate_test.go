@@ -8,19 +8,19 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // valid returns a defaulted, valid cluster for tests to break.
-func valid() *capnv1alpha1.Cluster {
-	c := &capnv1alpha1.Cluster{
+func valid() *capnv1.Cluster {
+	c := &capnv1.Cluster{
 		ApiVersion: APIVersion,
 		Kind:       KindCluster,
-		Metadata:   &capnv1alpha1.ObjectMeta{Name: "demo"},
-		Spec: &capnv1alpha1.ClusterSpec{
+		Metadata:   &capnv1.ObjectMeta{Name: "demo"},
+		Spec: &capnv1.ClusterSpec{
 			KubernetesVersion: "v1.34.2",
-			ControlPlane:      &capnv1alpha1.ControlPlaneSpec{Provider: "sim", Replicas: 3},
-			WorkerPools: []*capnv1alpha1.WorkerPool{
+			ControlPlane:      &capnv1.ControlPlaneSpec{Provider: "sim", Replicas: 3},
+			WorkerPools: []*capnv1.WorkerPool{
 				{Name: "md-0", Provider: "sim", Replicas: 3, Labels: map[string]string{"tier": "web"}},
 				{Name: "gpu", Provider: "sim", Replicas: 0, Version: "v1.33.1"},
 			},
@@ -40,47 +40,47 @@ func TestValidate(t *testing.T) {
 	i32 := func(v int32) *int32 { return &v }
 	tests := []struct {
 		name   string
-		modify func(c *capnv1alpha1.Cluster)
+		modify func(c *capnv1.Cluster)
 		want   []string // each must be one of the reported errors' text (prefix match)
 	}{
-		{"apiVersion and kind", func(c *capnv1alpha1.Cluster) { c.ApiVersion, c.Kind = "v1", "" },
+		{"apiVersion and kind", func(c *capnv1.Cluster) { c.ApiVersion, c.Kind = "v1", "" },
 			[]string{`apiVersion: "v1": must be capn.dev/v1alpha1`, `kind: "": must be Cluster`}},
-		{"name", func(c *capnv1alpha1.Cluster) { c.Metadata.Name = "Demo_1" },
+		{"name", func(c *capnv1.Cluster) { c.Metadata.Name = "Demo_1" },
 			[]string{`metadata.name: "Demo_1": must be a DNS-1123 label`}},
-		{"name too long", func(c *capnv1alpha1.Cluster) { c.Metadata.Name = strings.Repeat("a", 64) },
+		{"name too long", func(c *capnv1.Cluster) { c.Metadata.Name = strings.Repeat("a", 64) },
 			[]string{`metadata.name: "aaaa`}},
-		{"missing name", func(c *capnv1alpha1.Cluster) { c.Metadata = nil }, []string{"metadata.name: required"}},
-		{"missing spec", func(c *capnv1alpha1.Cluster) { c.Spec = nil }, []string{"spec: required"}},
-		{"version", func(c *capnv1alpha1.Cluster) { c.Spec.KubernetesVersion = "1.34" },
+		{"missing name", func(c *capnv1.Cluster) { c.Metadata = nil }, []string{"metadata.name: required"}},
+		{"missing spec", func(c *capnv1.Cluster) { c.Spec = nil }, []string{"spec: required"}},
+		{"version", func(c *capnv1.Cluster) { c.Spec.KubernetesVersion = "1.34" },
 			[]string{`spec.kubernetesVersion: "1.34": must be vMAJOR.MINOR.PATCH`}},
-		{"even control plane", func(c *capnv1alpha1.Cluster) { c.Spec.ControlPlane.Replicas = 2 },
+		{"even control plane", func(c *capnv1.Cluster) { c.Spec.ControlPlane.Replicas = 2 },
 			[]string{"spec.controlPlane.replicas: 2: must be odd and between 1 and 7 (1, 3, 5 or 7)"}},
-		{"control plane too big", func(c *capnv1alpha1.Cluster) { c.Spec.ControlPlane.Replicas = 9 },
+		{"control plane too big", func(c *capnv1.Cluster) { c.Spec.ControlPlane.Replicas = 9 },
 			[]string{"spec.controlPlane.replicas: 9: must be odd"}},
-		{"control plane surge 2", func(c *capnv1alpha1.Cluster) { c.Spec.ControlPlane.MaxSurge = i32(2) },
+		{"control plane surge 2", func(c *capnv1.Cluster) { c.Spec.ControlPlane.MaxSurge = i32(2) },
 			[]string{"spec.controlPlane.maxSurge: 2: must be 0 or 1"}},
-		{"control plane surge 0 at 1", func(c *capnv1alpha1.Cluster) {
+		{"control plane surge 0 at 1", func(c *capnv1.Cluster) {
 			c.Spec.ControlPlane.Replicas, c.Spec.ControlPlane.MaxSurge = 1, i32(0)
 		}, []string{"spec.controlPlane.maxSurge: 0: 0 needs 3 or more replicas (have 1)"}},
-		{"missing control plane", func(c *capnv1alpha1.Cluster) { c.Spec.ControlPlane = nil },
+		{"missing control plane", func(c *capnv1.Cluster) { c.Spec.ControlPlane = nil },
 			[]string{"spec.controlPlane: required"}},
-		{"provider", func(c *capnv1alpha1.Cluster) { c.Spec.ControlPlane.Provider = "" },
+		{"provider", func(c *capnv1.Cluster) { c.Spec.ControlPlane.Provider = "" },
 			[]string{"spec.controlPlane.provider: required"}},
-		{"pool names", func(c *capnv1alpha1.Cluster) {
+		{"pool names", func(c *capnv1.Cluster) {
 			c.Spec.WorkerPools[1].Name = "md-0"
-			c.Spec.WorkerPools = append(c.Spec.WorkerPools, &capnv1alpha1.WorkerPool{Name: "control-plane", Provider: "sim"})
+			c.Spec.WorkerPools = append(c.Spec.WorkerPools, &capnv1.WorkerPool{Name: "control-plane", Provider: "sim"})
 		}, []string{
 			`spec.workerPools[1].name: "md-0": duplicate: spec.workerPools[0] has the same name`,
 			`spec.workerPools[2].name: "control-plane": reserved`,
 		}},
-		{"pool replicas and provider", func(c *capnv1alpha1.Cluster) {
+		{"pool replicas and provider", func(c *capnv1.Cluster) {
 			c.Spec.WorkerPools[0].Replicas, c.Spec.WorkerPools[0].Provider = -1, "Sim!"
 		}, []string{"spec.workerPools[0].replicas: -1: must be 0 or more", `spec.workerPools[0].provider: "Sim!": must be a DNS-1123 label`}},
-		{"pool newer than control plane", func(c *capnv1alpha1.Cluster) { c.Spec.WorkerPools[0].Version = "v1.34.3" },
+		{"pool newer than control plane", func(c *capnv1.Cluster) { c.Spec.WorkerPools[0].Version = "v1.34.3" },
 			[]string{`spec.workerPools[0].version: "v1.34.3": newer than the control plane (v1.34.2)`}},
-		{"pool too old", func(c *capnv1alpha1.Cluster) { c.Spec.WorkerPools[0].Version = "v1.30.9" },
+		{"pool too old", func(c *capnv1.Cluster) { c.Spec.WorkerPools[0].Version = "v1.30.9" },
 			[]string{`spec.workerPools[0].version: "v1.30.9": 4 minor versions behind the control plane (v1.34.2): the Kubernetes skew policy allows at most 3`}},
-		{"strategy", func(c *capnv1alpha1.Cluster) {
+		{"strategy", func(c *capnv1.Cluster) {
 			s := c.Spec.WorkerPools[0].Strategy
 			s.MaxSurge, s.MaxUnavailable = "101%", "-1"
 			c.Spec.WorkerPools[1].Strategy.Type = "Recreate"
@@ -89,39 +89,39 @@ func TestValidate(t *testing.T) {
 			`spec.workerPools[0].strategy.maxUnavailable: "-1": must be a non-negative count`,
 			`spec.workerPools[1].strategy.type: "Recreate": must be RollingUpdate or OnDelete`,
 		}},
-		{"both zero", func(c *capnv1alpha1.Cluster) { c.Spec.WorkerPools[0].Strategy.MaxSurge = "0%" },
+		{"both zero", func(c *capnv1.Cluster) { c.Spec.WorkerPools[0].Strategy.MaxSurge = "0%" },
 			[]string{"spec.workerPools[0].strategy: maxSurge and maxUnavailable are both 0"}},
-		{"on delete with surge", func(c *capnv1alpha1.Cluster) { c.Spec.WorkerPools[0].Strategy.Type = StrategyOnDelete },
+		{"on delete with surge", func(c *capnv1.Cluster) { c.Spec.WorkerPools[0].Strategy.Type = StrategyOnDelete },
 			[]string{
 				`spec.workerPools[0].strategy.maxSurge: "1": must be empty with type OnDelete`,
 				`spec.workerPools[0].strategy.maxUnavailable: "0": must be empty with type OnDelete`,
 			}},
-		{"deletion order", func(c *capnv1alpha1.Cluster) { c.Spec.WorkerPools[0].DeletionOrder = "Youngest" },
+		{"deletion order", func(c *capnv1.Cluster) { c.Spec.WorkerPools[0].DeletionOrder = "Youngest" },
 			[]string{`spec.workerPools[0].deletionOrder: "Youngest": must be Random, Newest or Oldest`}},
-		{"labels and taints", func(c *capnv1alpha1.Cluster) {
+		{"labels and taints", func(c *capnv1.Cluster) {
 			p := c.Spec.WorkerPools[0]
 			p.Labels = map[string]string{"bad key!": "ok", "example.com/ok": strings.Repeat("v", 64)}
-			p.Taints = []*capnv1alpha1.Taint{{Key: "a", Effect: "NoSchedule"}, {Key: "a", Effect: "NoSchedule"}, {Key: "b", Effect: "Never"}}
+			p.Taints = []*capnv1.Taint{{Key: "a", Effect: "NoSchedule"}, {Key: "a", Effect: "NoSchedule"}, {Key: "b", Effect: "Never"}}
 		}, []string{
 			"spec.workerPools[0].labels[bad key!]: key must be a qualified name",
 			`spec.workerPools[0].labels[example.com/ok]: "vvvv`,
 			"spec.workerPools[0].taints[1]: duplicate of spec.workerPools[0].taints[0]",
 			`spec.workerPools[0].taints[2].effect: "Never": must be NoSchedule, PreferNoSchedule or NoExecute`,
 		}},
-		{"network", func(c *capnv1alpha1.Cluster) {
+		{"network", func(c *capnv1.Cluster) {
 			c.Spec.Network.PodCidrs = []string{"10.0.0.0/8", "10.1.0.0/16"}
 			c.Spec.Network.ServiceCidrs = []string{"10.96.0.1/12"}
 		}, []string{
 			`spec.network.podCidrs[1]: "10.1.0.0/16": same IP family as spec.network.podCidrs[0]`,
 			`spec.network.serviceCidrs[0]: "10.96.0.1/12": has host bits set: did you mean 10.96.0.0/12?`,
 		}},
-		{"overlap", func(c *capnv1alpha1.Cluster) { c.Spec.Network.ServiceCidrs = []string{"192.168.128.0/20"} },
+		{"overlap", func(c *capnv1.Cluster) { c.Spec.Network.ServiceCidrs = []string{"192.168.128.0/20"} },
 			[]string{`spec.network.serviceCidrs[0]: "192.168.128.0/20": overlaps pod CIDR 192.168.0.0/16 (spec.network.podCidrs[0])`}},
-		{"bootstrap", func(c *capnv1alpha1.Cluster) {
+		{"bootstrap", func(c *capnv1.Cluster) {
 			c.Spec.Bootstrap.Provider = "ignition"
-			c.Spec.Bootstrap.Files = []*capnv1alpha1.File{{Path: "etc/x", Permissions: "rw"}}
+			c.Spec.Bootstrap.Files = []*capnv1.File{{Path: "etc/x", Permissions: "rw"}}
 			c.Spec.Bootstrap.TokenTtl = durationpb.New(0)
-			c.Spec.WorkerPools[0].Bootstrap = &capnv1alpha1.BootstrapSpec{Ca: &capnv1alpha1.CertificateAuthority{CertificatePem: "-----BEGIN CERTIFICATE-----"}}
+			c.Spec.WorkerPools[0].Bootstrap = &capnv1.BootstrapSpec{Ca: &capnv1.CertificateAuthority{CertificatePem: "-----BEGIN CERTIFICATE-----"}}
 		}, []string{
 			`spec.bootstrap.provider: "ignition": unknown bootstrap provider: available are kube-local, kubeadm, script`,
 			`spec.bootstrap.files[0].path: "etc/x": must be an absolute path`,
@@ -129,9 +129,9 @@ func TestValidate(t *testing.T) {
 			`spec.bootstrap.tokenTtl: 0s: must be positive`,
 			`spec.workerPools[0].bootstrap.ca: needs both certificatePem and privateKeyPem`,
 		}},
-		{"health", func(c *capnv1alpha1.Cluster) {
-			c.Spec.Health = &capnv1alpha1.HealthPolicy{
-				UnhealthyConditions: []*capnv1alpha1.UnhealthyCondition{{Type: "Ready", Status: "false"}},
+		{"health", func(c *capnv1.Cluster) {
+			c.Spec.Health = &capnv1.HealthPolicy{
+				UnhealthyConditions: []*capnv1.UnhealthyCondition{{Type: "Ready", Status: "false"}},
 				NodeStartupTimeout:  durationpb.New(10e9),
 				MaxUnhealthy:        "[5-2]",
 			}
@@ -174,12 +174,12 @@ func TestValidate(t *testing.T) {
 // that field, not one more per pool that took it (from Default, as on an
 // apply, or from an upgrade of the pools that followed the control plane).
 func TestBadVersionIsOneError(t *testing.T) {
-	c := &capnv1alpha1.Cluster{
-		ApiVersion: APIVersion, Kind: KindCluster, Metadata: &capnv1alpha1.ObjectMeta{Name: "demo"},
-		Spec: &capnv1alpha1.ClusterSpec{
+	c := &capnv1.Cluster{
+		ApiVersion: APIVersion, Kind: KindCluster, Metadata: &capnv1.ObjectMeta{Name: "demo"},
+		Spec: &capnv1.ClusterSpec{
 			KubernetesVersion: "bogus",
-			ControlPlane:      &capnv1alpha1.ControlPlaneSpec{Provider: "sim", Replicas: 1},
-			WorkerPools: []*capnv1alpha1.WorkerPool{
+			ControlPlane:      &capnv1.ControlPlaneSpec{Provider: "sim", Replicas: 1},
+			WorkerPools: []*capnv1.WorkerPool{
 				{Name: "md-0", Provider: "sim", Replicas: 1},
 				{Name: "md-1", Provider: "sim", Replicas: 1},
 			},
@@ -217,18 +217,18 @@ func TestValidatorBootstrapProviders(t *testing.T) {
 }
 
 func TestValidatorReplicaBounds(t *testing.T) {
-	pools := func(rs ...int32) *capnv1alpha1.Cluster {
+	pools := func(rs ...int32) *capnv1.Cluster {
 		c := valid()
 		c.Spec.WorkerPools = nil
 		for i, r := range rs {
-			c.Spec.WorkerPools = append(c.Spec.WorkerPools, &capnv1alpha1.WorkerPool{Name: "md-" + string(rune('a'+i)), Provider: "sim", Replicas: r})
+			c.Spec.WorkerPools = append(c.Spec.WorkerPools, &capnv1.WorkerPool{Name: "md-" + string(rune('a'+i)), Provider: "sim", Replicas: r})
 		}
 		return c
 	}
 	tests := []struct {
 		name string
 		v    Validator
-		c    *capnv1alpha1.Cluster
+		c    *capnv1.Cluster
 		want []string
 	}{
 		{"at the defaults", Validator{}, pools(1000, 1000, 1000, 1000, 997), nil},
@@ -274,12 +274,12 @@ func TestFieldErrorText(t *testing.T) {
 }
 
 func TestDefault(t *testing.T) {
-	c := &capnv1alpha1.Cluster{Spec: &capnv1alpha1.ClusterSpec{
+	c := &capnv1.Cluster{Spec: &capnv1.ClusterSpec{
 		KubernetesVersion: "v1.34.0",
-		ControlPlane:      &capnv1alpha1.ControlPlaneSpec{Provider: "sim", Bootstrap: &capnv1alpha1.BootstrapSpec{}},
-		WorkerPools: []*capnv1alpha1.WorkerPool{
+		ControlPlane:      &capnv1.ControlPlaneSpec{Provider: "sim", Bootstrap: &capnv1.BootstrapSpec{}},
+		WorkerPools: []*capnv1.WorkerPool{
 			{Name: "a"},
-			{Name: "b", Version: "v1.33.0", Strategy: &capnv1alpha1.RolloutStrategy{Type: StrategyOnDelete}},
+			{Name: "b", Version: "v1.33.0", Strategy: &capnv1.RolloutStrategy{Type: StrategyOnDelete}},
 		},
 	}}
 	Default(c)
@@ -305,5 +305,5 @@ func TestDefault(t *testing.T) {
 	if c.String() != before {
 		t.Error("Default is not idempotent")
 	}
-	Default(&capnv1alpha1.Cluster{}) // no spec: nothing to do, no panic
+	Default(&capnv1.Cluster{}) // no spec: nothing to do, no panic
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/capn-dev/capn/secrets/seal"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 func TestLoadKeyring(t *testing.T) {
@@ -26,7 +26,7 @@ func TestLoadKeyring(t *testing.T) {
 		t.Fatalf("primary and old key files: %v, %v", ring, err)
 	}
 
-	var fe *runtime.FieldError
+	var fe *daemon.FieldError
 	_, err := seal.LoadKeyring(filepath.Join(dir, "missing"), "")
 	if !errors.As(err, &fe) || fe.Flag != "secrets-key-file" {
 		t.Errorf("missing key file: %v", err)

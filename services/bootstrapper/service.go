@@ -23,7 +23,7 @@ import (
 	"github.com/capn-dev/capn/secrets/seal"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/builtin"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // Name is the service's name: its NATS client name, durable and source.
@@ -130,17 +130,17 @@ func New(cfg Config) *Service {
 	return &Service{cfg: cfg}
 }
 
-// Flags implements runtime.FlagProvider.
-func (s *Service) Flags() []runtime.Flag {
-	return []runtime.Flag{
-		{Name: "secrets-key-file", Env: "CAPN_SECRETS_KEY_FILE", Usage: "file with the key that seals the secrets bucket (32 bytes, hex or base64); or set " + seal.KeyEnv + " to the key itself", Value: runtime.StringValue(&s.cfg.KeyFile)},
-		{Name: "auth-callout-issuer-seed-file", Env: "CAPN_AUTH_CALLOUT_ISSUER_SEED_FILE", Usage: "`file` with the account nkey seed the NATS server's auth_callout names as issuer: the bootstrapper then logs machines in as themselves (capn-nats-config renders it)", Value: runtime.StringValue(&s.cfg.CalloutIssuerSeedFile)},
-		{Name: "auth-callout-account", Env: "CAPN_AUTH_CALLOUT_ACCOUNT", Usage: "NATS `account` machines are placed in (the deployment's account)", Value: runtime.StringValue(&s.cfg.CalloutAccount)},
-		{Name: "secrets-old-key-files", Env: "CAPN_SECRETS_OLD_KEY_FILES", Usage: "comma-separated files of keys being rotated out: values sealed with them are re-sealed with the current key at start", Value: runtime.StringValue(&s.cfg.OldKeyFiles)},
+// Flags implements daemon.FlagProvider.
+func (s *Service) Flags() []daemon.Flag {
+	return []daemon.Flag{
+		{Name: "secrets-key-file", Env: "CAPN_SECRETS_KEY_FILE", Usage: "file with the key that seals the secrets bucket (32 bytes, hex or base64); or set " + seal.KeyEnv + " to the key itself", Value: daemon.StringValue(&s.cfg.KeyFile)},
+		{Name: "auth-callout-issuer-seed-file", Env: "CAPN_AUTH_CALLOUT_ISSUER_SEED_FILE", Usage: "`file` with the account nkey seed the NATS server's auth_callout names as issuer: the bootstrapper then logs machines in as themselves (capn-nats-config renders it)", Value: daemon.StringValue(&s.cfg.CalloutIssuerSeedFile)},
+		{Name: "auth-callout-account", Env: "CAPN_AUTH_CALLOUT_ACCOUNT", Usage: "NATS `account` machines are placed in (the deployment's account)", Value: daemon.StringValue(&s.cfg.CalloutAccount)},
+		{Name: "secrets-old-key-files", Env: "CAPN_SECRETS_OLD_KEY_FILES", Usage: "comma-separated files of keys being rotated out: values sealed with them are re-sealed with the current key at start", Value: daemon.StringValue(&s.cfg.OldKeyFiles)},
 	}
 }
 
-// Validate implements runtime.Validator: the keys must load.
+// Validate implements daemon.Validator: the keys must load.
 func (s *Service) Validate() error {
 	var errs []error
 	if s.cfg.Keyring == nil {
@@ -150,7 +150,7 @@ func (s *Service) Validate() error {
 	}
 	if s.cfg.CalloutIssuer == nil && s.cfg.CalloutIssuerSeedFile != "" {
 		if _, err := loadCalloutIssuer(s.cfg.CalloutIssuerSeedFile); err != nil {
-			errs = append(errs, &runtime.FieldError{Flag: "auth-callout-issuer-seed-file", Env: "CAPN_AUTH_CALLOUT_ISSUER_SEED_FILE", Value: s.cfg.CalloutIssuerSeedFile, Problem: err.Error()})
+			errs = append(errs, &daemon.FieldError{Flag: "auth-callout-issuer-seed-file", Env: "CAPN_AUTH_CALLOUT_ISSUER_SEED_FILE", Value: s.cfg.CalloutIssuerSeedFile, Problem: err.Error()})
 		}
 	}
 	return errors.Join(errs...)
@@ -159,18 +159,18 @@ func (s *Service) Validate() error {
 func (s *Service) loadKeyring() (*seal.Keyring, error) {
 	ring, err := seal.LoadKeyring(s.cfg.KeyFile, s.cfg.OldKeyFiles)
 	if err == nil && ring == nil {
-		return nil, &runtime.FieldError{Flag: "secrets-key-file", Env: "CAPN_SECRETS_KEY_FILE", Problem: "a key to seal the secrets bucket is required: give --secrets-key-file or set " + seal.KeyEnv}
+		return nil, &daemon.FieldError{Flag: "secrets-key-file", Env: "CAPN_SECRETS_KEY_FILE", Problem: "a key to seal the secrets bucket is required: give --secrets-key-file or set " + seal.KeyEnv}
 	}
 	return ring, err
 }
 
-// Name implements runtime.Service.
+// Name implements daemon.Service.
 func (s *Service) Name() string { return Name }
 
-// Run implements runtime.Service: it re-seals values sealed with an old
+// Run implements daemon.Service: it re-seals values sealed with an old
 // key, then keeps every cluster's PKI, kubeconfig and join tokens current
 // and answers bootstrap commands until ctx is cancelled.
-func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
+func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	log := d.Log
 	if s.cfg.Keyring == nil {
 		ring, err := s.loadKeyring()

@@ -19,7 +19,7 @@ import (
 	"github.com/capn-dev/capn/secrets/pki"
 	"github.com/capn-dev/capn/secrets/seal"
 	"github.com/capn-dev/capn/services/bootstrapper"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 type env struct {
@@ -39,7 +39,7 @@ func newEnv(t *testing.T) *env {
 }
 
 // start runs a bootstrapper with ring until the returned stop is called,
-// through runtime.Run: the same path a deployment takes.
+// through daemon.Run: the same path a deployment takes.
 func (e *env) start(ring *seal.Keyring) (stop func()) {
 	e.t.Helper()
 	return e.startWith(bootstrapper.Config{Keyring: ring, Workers: 2})
@@ -50,9 +50,9 @@ func (e *env) startWith(cfg bootstrapper.Config) (stop func()) {
 	e.t.Helper()
 	svc := bootstrapper.New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
-	rcfg := runtime.Config{Name: bootstrapper.Name, NATS: runtime.NATSConfig{URL: e.srv.URL()}}
+	rcfg := daemon.Config{Name: bootstrapper.Name, NATS: daemon.NATSConfig{URL: e.srv.URL()}}
 	done := make(chan error, 1)
-	go func() { done <- runtime.Run(ctx, rcfg, svc, runtime.WithoutHTTP()) }()
+	go func() { done <- daemon.Run(ctx, rcfg, svc, daemon.WithoutHTTP()) }()
 	stopped := false
 	stop = func() {
 		if stopped {

@@ -5,17 +5,17 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 func TestFlags(t *testing.T) {
 	s := New(Config{})
 	fs := flag.NewFlagSet(Name, flag.ContinueOnError)
-	runtime.BindFlags(fs, s.Flags()...)
+	daemon.BindFlags(fs, s.Flags()...)
 	if err := fs.Parse([]string{"--max-pool-replicas=20000", "--max-cluster-replicas=-1"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := runtime.ApplyFlagEnv(fs, func(k string) (string, bool) {
+	if err := daemon.ApplyFlagEnv(fs, func(k string) (string, bool) {
 		return map[string]string{"CAPN_PLANNER_MAX_ACTIONS_PER_PLAN": "7", "CAPN_MAX_POOL_REPLICAS": "5"}[k], k == "CAPN_PLANNER_MAX_ACTIONS_PER_PLAN" || k == "CAPN_MAX_POOL_REPLICAS"
 	}, s.Flags()...); err != nil {
 		t.Fatal(err)

@@ -20,7 +20,7 @@ import (
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/services/cluster-planner/plan"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // Name is the service's name.
@@ -80,24 +80,24 @@ func New(cfg Config) *Service {
 }
 
 var (
-	_ runtime.FlagProvider = (*Service)(nil)
-	_ runtime.Validator    = (*Service)(nil)
+	_ daemon.FlagProvider = (*Service)(nil)
+	_ daemon.Validator    = (*Service)(nil)
 )
 
-// Name implements runtime.Service.
+// Name implements daemon.Service.
 func (s *Service) Name() string { return Name }
 
-// Flags implements runtime.FlagProvider: the replica bounds (keep them
+// Flags implements daemon.FlagProvider: the replica bounds (keep them
 // the gateway's) and the bound of one plan.
-func (s *Service) Flags() []runtime.Flag {
-	return []runtime.Flag{
-		{Name: "max-pool-replicas", Env: "CAPN_MAX_POOL_REPLICAS", Usage: "most replicas a worker pool may have (0: 1000); a stored spec asking more is not planned", Value: runtime.IntValue(&s.cfg.MaxPoolReplicas)},
-		{Name: "max-cluster-replicas", Env: "CAPN_MAX_CLUSTER_REPLICAS", Usage: "most machines a cluster may have, control plane and pools (0: 5000)", Value: runtime.IntValue(&s.cfg.MaxClusterReplicas)},
-		{Name: "max-actions-per-plan", Env: "CAPN_PLANNER_MAX_ACTIONS_PER_PLAN", Usage: "most machine writes and commands one plan of one cluster makes before the other clusters' turn (0: 100)", Value: runtime.IntValue(&s.cfg.MaxActionsPerPlan)},
+func (s *Service) Flags() []daemon.Flag {
+	return []daemon.Flag{
+		{Name: "max-pool-replicas", Env: "CAPN_MAX_POOL_REPLICAS", Usage: "most replicas a worker pool may have (0: 1000); a stored spec asking more is not planned", Value: daemon.IntValue(&s.cfg.MaxPoolReplicas)},
+		{Name: "max-cluster-replicas", Env: "CAPN_MAX_CLUSTER_REPLICAS", Usage: "most machines a cluster may have, control plane and pools (0: 5000)", Value: daemon.IntValue(&s.cfg.MaxClusterReplicas)},
+		{Name: "max-actions-per-plan", Env: "CAPN_PLANNER_MAX_ACTIONS_PER_PLAN", Usage: "most machine writes and commands one plan of one cluster makes before the other clusters' turn (0: 100)", Value: daemon.IntValue(&s.cfg.MaxActionsPerPlan)},
 	}
 }
 
-// Validate implements runtime.Validator.
+// Validate implements daemon.Validator.
 func (s *Service) Validate() error {
 	var errs []error
 	for _, f := range []struct {
@@ -109,7 +109,7 @@ func (s *Service) Validate() error {
 		{"max-actions-per-plan", "CAPN_PLANNER_MAX_ACTIONS_PER_PLAN", s.cfg.MaxActionsPerPlan},
 	} {
 		if f.v < 0 {
-			errs = append(errs, &runtime.FieldError{Flag: f.flag, Env: f.env, Value: strconv.Itoa(f.v), Problem: "must not be negative (0: the default)"})
+			errs = append(errs, &daemon.FieldError{Flag: f.flag, Env: f.env, Value: strconv.Itoa(f.v), Problem: "must not be negative (0: the default)"})
 		}
 	}
 	return errors.Join(errs...)
@@ -122,8 +122,8 @@ func (s *Service) maxActions() int {
 	return DefaultMaxActionsPerPlan
 }
 
-// Run implements runtime.Service.
-func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
+// Run implements daemon.Service.
+func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	desiredKV, err := d.JS.KeyValue(ctx, events.BucketDesired)
 	if err != nil {
 		return fmt.Errorf("bucket %s: %w", events.BucketDesired, err)

@@ -1,11 +1,11 @@
-// Package runtime is what every capn program shares around its own logic:
+// Package daemon is what every capn program shares around its own logic:
 // configuration from flags and CAPN_* environment variables, zerolog
 // logging, a NATS connection that survives server restarts, the
 // /healthz /readyz /metrics endpoints, and a graceful shutdown.
 //
 // A standalone service is one line of main:
 //
-//	func main() { runtime.Main(planner.New()) }
+//	func main() { daemon.Main(planner.New()) }
 //
 // Main parses flags (flag > env > default), validates every setting and
 // prints all problems at once (exit 2), and calls Run until SIGINT or
@@ -20,4 +20,4 @@
 // nats.go (Connect), ops.go and opsserver.go (health and metrics over
 // HTTP), metrics.go, run.go (Run and its options), main.go (Main), and
 // service.go (the Service contract and Deps).
-package runtime
+package daemon

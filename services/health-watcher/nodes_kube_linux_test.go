@@ -21,8 +21,8 @@ import (
 	"github.com/capn-dev/capn/secrets/kubeconfig"
 	"github.com/capn-dev/capn/secrets/pki"
 	"github.com/capn-dev/capn/secrets/seal"
-	healthwatcher "github.com/capn-dev/capn/services/health-watcher"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
+	"github.com/capn-dev/capn/services/health-watcher"
 )
 
 // The health-watcher against a real etcd and kube-apiserver (the binaries
@@ -132,7 +132,7 @@ func TestNodesOfARealAPIServer(t *testing.T) {
 			[3]string{"MemoryPressure", "False", "KubeletHasSufficientMemory"})
 	}
 
-	// The health-watcher, through runtime.Run as a deployment runs it.
+	// The health-watcher, through daemon.Run as a deployment runs it.
 	svc := healthwatcher.New(healthwatcher.Config{Keyring: ring, NodePollEvery: 300 * time.Millisecond, NodeDeleteGrace: 2 * time.Second,
 		Policy: policy.Defaults{UnhealthyConditions: []policy.Condition{
 			{Type: "Ready", Status: "False", Timeout: 5 * time.Minute}, {Type: "KernelDeadlock", Status: "True"},
@@ -140,7 +140,7 @@ func TestNodesOfARealAPIServer(t *testing.T) {
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- runtime.Run(runCtx, runtime.Config{Name: healthwatcher.Name, NATS: runtime.NATSConfig{URL: srv.URL()}}, svc, runtime.WithoutHTTP())
+		done <- daemon.Run(runCtx, daemon.Config{Name: healthwatcher.Name, NATS: daemon.NATSConfig{URL: srv.URL()}}, svc, daemon.WithoutHTTP())
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -20,7 +20,7 @@ import (
 	"github.com/capn-dev/capn/schemas/health/policy"
 	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/secrets/seal"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // Name is the service's name.
@@ -114,29 +114,29 @@ type Service struct {
 }
 
 var (
-	_ runtime.Service      = (*Service)(nil)
-	_ runtime.FlagProvider = (*Service)(nil)
-	_ runtime.Validator    = (*Service)(nil)
+	_ daemon.Service      = (*Service)(nil)
+	_ daemon.FlagProvider = (*Service)(nil)
+	_ daemon.Validator    = (*Service)(nil)
 )
 
 // New returns the service, as cmd/health-watcher and capn dev run it.
 func New(cfg Config) *Service { return &Service{cfg: cfg.withDefaults()} }
 
-// Name implements runtime.Service.
+// Name implements daemon.Service.
 func (s *Service) Name() string { return Name }
 
-// Flags implements runtime.FlagProvider: the defaults of the health policy,
+// Flags implements daemon.FlagProvider: the defaults of the health policy,
 // the heartbeat persistence interval, and the secrets key and poll interval
 // of the workload clusters' Node reads.
-func (s *Service) Flags() []runtime.Flag {
-	return []runtime.Flag{
-		{Name: "health-node-startup-timeout", Env: "CAPN_HEALTH_NODE_STARTUP_TIMEOUT", Usage: "default node startup timeout of a health policy (0 disables)", Value: runtime.DurationValue(&s.cfg.Policy.NodeStartupTimeout)},
-		{Name: "health-heartbeat-grace", Env: "CAPN_HEALTH_HEARTBEAT_GRACE", Usage: "default time a node may stay silent before its Ready condition is Unknown", Value: runtime.DurationValue(&s.cfg.Policy.HeartbeatGrace)},
-		{Name: "health-persist-every", Env: "CAPN_HEALTH_PERSIST_EVERY", Usage: "how stale the heartbeat time recorded in KV may get", Value: runtime.DurationValue(&s.cfg.PersistEvery)},
-		{Name: "secrets-key-file", Env: "CAPN_SECRETS_KEY_FILE", Usage: "`file` with the key that seals the secrets bucket, to open the admin kubeconfigs and read the Nodes of real-kubernetes clusters; or set " + seal.KeyEnv, Value: runtime.StringValue(&s.cfg.SecretsKeyFile)},
-		{Name: "secrets-old-key-files", Env: "CAPN_SECRETS_OLD_KEY_FILES", Usage: "comma-separated `files` of keys being rotated out", Value: runtime.StringValue(&s.cfg.OldSecretsKeyFiles)},
-		{Name: "health-node-poll-every", Env: "CAPN_HEALTH_NODE_POLL_EVERY", Usage: "how often the Nodes of a real-kubernetes cluster are read from its API server", Value: runtime.DurationValue(&s.cfg.NodePollEvery)},
-		{Name: "health-node-delete-grace", Env: "CAPN_HEALTH_NODE_DELETE_GRACE", Usage: "age under which a Node whose machine is gone or being deleted is not deleted", Value: runtime.DurationValue(&s.cfg.NodeDeleteGrace)},
+func (s *Service) Flags() []daemon.Flag {
+	return []daemon.Flag{
+		{Name: "health-node-startup-timeout", Env: "CAPN_HEALTH_NODE_STARTUP_TIMEOUT", Usage: "default node startup timeout of a health policy (0 disables)", Value: daemon.DurationValue(&s.cfg.Policy.NodeStartupTimeout)},
+		{Name: "health-heartbeat-grace", Env: "CAPN_HEALTH_HEARTBEAT_GRACE", Usage: "default time a node may stay silent before its Ready condition is Unknown", Value: daemon.DurationValue(&s.cfg.Policy.HeartbeatGrace)},
+		{Name: "health-persist-every", Env: "CAPN_HEALTH_PERSIST_EVERY", Usage: "how stale the heartbeat time recorded in KV may get", Value: daemon.DurationValue(&s.cfg.PersistEvery)},
+		{Name: "secrets-key-file", Env: "CAPN_SECRETS_KEY_FILE", Usage: "`file` with the key that seals the secrets bucket, to open the admin kubeconfigs and read the Nodes of real-kubernetes clusters; or set " + seal.KeyEnv, Value: daemon.StringValue(&s.cfg.SecretsKeyFile)},
+		{Name: "secrets-old-key-files", Env: "CAPN_SECRETS_OLD_KEY_FILES", Usage: "comma-separated `files` of keys being rotated out", Value: daemon.StringValue(&s.cfg.OldSecretsKeyFiles)},
+		{Name: "health-node-poll-every", Env: "CAPN_HEALTH_NODE_POLL_EVERY", Usage: "how often the Nodes of a real-kubernetes cluster are read from its API server", Value: daemon.DurationValue(&s.cfg.NodePollEvery)},
+		{Name: "health-node-delete-grace", Env: "CAPN_HEALTH_NODE_DELETE_GRACE", Usage: "age under which a Node whose machine is gone or being deleted is not deleted", Value: daemon.DurationValue(&s.cfg.NodeDeleteGrace)},
 	}
 }
 
@@ -154,8 +154,8 @@ func driftConsumer() events.ConsumerSpec {
 		Description: "health-watcher: providers' drift reports"}
 }
 
-// Run implements runtime.Service.
-func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
+// Run implements daemon.Service.
+func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	desiredKV, err := d.JS.KeyValue(ctx, events.BucketDesired)
 	if err != nil {
 		return fmt.Errorf("bucket %s: %w", events.BucketDesired, err)

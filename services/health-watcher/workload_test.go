@@ -23,8 +23,8 @@ import (
 	"github.com/capn-dev/capn/secrets/kubeconfig"
 	"github.com/capn-dev/capn/secrets/pki"
 	"github.com/capn-dev/capn/secrets/seal"
-	healthwatcher "github.com/capn-dev/capn/services/health-watcher"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
+	"github.com/capn-dev/capn/services/health-watcher"
 )
 
 // fakeAPI is an API server endpoint that counts GET /api/v1/nodes and
@@ -121,7 +121,7 @@ func TestNodeReadsAskOnlyRealKubernetesClustersAndBackOff(t *testing.T) {
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- runtime.Run(runCtx, runtime.Config{Name: healthwatcher.Name, NATS: runtime.NATSConfig{URL: srv.URL()}}, svc, runtime.WithoutHTTP())
+		done <- daemon.Run(runCtx, daemon.Config{Name: healthwatcher.Name, NATS: daemon.NATSConfig{URL: srv.URL()}}, svc, daemon.WithoutHTTP())
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -16,7 +16,7 @@ import (
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // Name is the service's name.
@@ -59,15 +59,15 @@ func New(cfg Config) *Service {
 	return &Service{cfg: cfg}
 }
 
-// Name implements runtime.Service.
+// Name implements daemon.Service.
 func (s *Service) Name() string { return Name }
 
-// Flags implements runtime.FlagProvider.
-func (s *Service) Flags() []runtime.Flag {
-	return []runtime.Flag{
-		{Name: "bootstrap-timeout", Env: "CAPN_BOOTSTRAP_TIMEOUT", Usage: "how long a machine may wait for bootstrap data before it fails", Value: runtime.DurationValue(&s.cfg.Timeouts.Bootstrap)},
-		{Name: "provisioning-timeout", Env: "CAPN_PROVISIONING_TIMEOUT", Usage: "how long a provider may take to create a machine before it fails", Value: runtime.DurationValue(&s.cfg.Timeouts.Provisioning)},
-		{Name: "node-startup-timeout", Env: "CAPN_NODE_STARTUP_TIMEOUT", Usage: "how long a provisioned machine may take to report a ready node before it fails", Value: runtime.DurationValue(&s.cfg.Timeouts.NodeStartup)},
+// Flags implements daemon.FlagProvider.
+func (s *Service) Flags() []daemon.Flag {
+	return []daemon.Flag{
+		{Name: "bootstrap-timeout", Env: "CAPN_BOOTSTRAP_TIMEOUT", Usage: "how long a machine may wait for bootstrap data before it fails", Value: daemon.DurationValue(&s.cfg.Timeouts.Bootstrap)},
+		{Name: "provisioning-timeout", Env: "CAPN_PROVISIONING_TIMEOUT", Usage: "how long a provider may take to create a machine before it fails", Value: daemon.DurationValue(&s.cfg.Timeouts.Provisioning)},
+		{Name: "node-startup-timeout", Env: "CAPN_NODE_STARTUP_TIMEOUT", Usage: "how long a provisioned machine may take to report a ready node before it fails", Value: daemon.DurationValue(&s.cfg.Timeouts.NodeStartup)},
 	}
 }
 
@@ -79,11 +79,11 @@ func bootstrapConsumer() events.ConsumerSpec {
 		Description: "machine-manager: bootstrap data ready or failed"}
 }
 
-// Run implements runtime.Service: a machine's reconcile wakes when its
+// Run implements daemon.Service: a machine's reconcile wakes when its
 // desired record, its status, its infrastructure or its node record
 // changes, or its bootstrap data is ready; orphaned infrastructure is
 // collected in a loop of its own (orphans.go).
-func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
+func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	if err := s.open(ctx, d.JS); err != nil {
 		return err
 	}

@@ -19,7 +19,7 @@ import (
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/health/policy"
 	"github.com/capn-dev/capn/schemas/keys"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // Name is the service's name.
@@ -55,8 +55,8 @@ type Service struct {
 }
 
 var (
-	_ runtime.Service      = (*Service)(nil)
-	_ runtime.FlagProvider = (*Service)(nil)
+	_ daemon.Service      = (*Service)(nil)
+	_ daemon.FlagProvider = (*Service)(nil)
 )
 
 // New returns the service, as cmd/remediator and capn dev run it.
@@ -72,15 +72,15 @@ func New(cfg Config) *Service {
 	return &Service{cfg: cfg}
 }
 
-// Name implements runtime.Service.
+// Name implements daemon.Service.
 func (s *Service) Name() string { return Name }
 
-// Flags implements runtime.FlagProvider.
-func (s *Service) Flags() []runtime.Flag {
-	return []runtime.Flag{
-		{Name: "remediation-reboot-timeout", Env: "CAPN_REMEDIATION_REBOOT_TIMEOUT", Usage: "how long a rebooted machine may stay unhealthy before it is replaced", Value: runtime.DurationValue(&s.cfg.Timing.RebootTimeout)},
-		{Name: "remediation-min-healthy-period", Env: "CAPN_REMEDIATION_MIN_HEALTHY_PERIOD", Usage: "how long a repaired slot must stay healthy before it is repaired again", Value: runtime.DurationValue(&s.cfg.Timing.MinHealthyPeriod)},
-		{Name: "remediation-replace-timeout", Env: "CAPN_REMEDIATION_REPLACE_TIMEOUT", Usage: "how long a replacement may take before it stops counting in flight", Value: runtime.DurationValue(&s.cfg.Timing.ReplaceTimeout)},
+// Flags implements daemon.FlagProvider.
+func (s *Service) Flags() []daemon.Flag {
+	return []daemon.Flag{
+		{Name: "remediation-reboot-timeout", Env: "CAPN_REMEDIATION_REBOOT_TIMEOUT", Usage: "how long a rebooted machine may stay unhealthy before it is replaced", Value: daemon.DurationValue(&s.cfg.Timing.RebootTimeout)},
+		{Name: "remediation-min-healthy-period", Env: "CAPN_REMEDIATION_MIN_HEALTHY_PERIOD", Usage: "how long a repaired slot must stay healthy before it is repaired again", Value: daemon.DurationValue(&s.cfg.Timing.MinHealthyPeriod)},
+		{Name: "remediation-replace-timeout", Env: "CAPN_REMEDIATION_REPLACE_TIMEOUT", Usage: "how long a replacement may take before it stops counting in flight", Value: daemon.DurationValue(&s.cfg.Timing.ReplaceTimeout)},
 	}
 }
 
@@ -90,11 +90,11 @@ func unhealthyConsumer() events.ConsumerSpec {
 		Description: "remediator: machines the health-watcher judged unhealthy"}
 }
 
-// Run implements runtime.Service: it reconciles a cluster's pools when
+// Run implements daemon.Service: it reconciles a cluster's pools when
 // its spec or a machine changes, or the verdict of a node record does
 // (verdictChanged). The health-watcher's machine.unhealthy wakes nothing:
 // onUnhealthy keeps when its input arrived, for the latency histogram.
-func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
+func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	if err := s.open(ctx, d); err != nil {
 		return err
 	}
@@ -115,7 +115,7 @@ func (s *Service) Run(ctx context.Context, d *runtime.Deps) error {
 }
 
 // open sets the service's state up on the buckets; Run starts the caches.
-func (s *Service) open(ctx context.Context, d *runtime.Deps) error {
+func (s *Service) open(ctx context.Context, d *daemon.Deps) error {
 	desiredKV, err := d.JS.KeyValue(ctx, events.BucketDesired)
 	if err != nil {
 		return fmt.Errorf("bucket %s: %w", events.BucketDesired, err)

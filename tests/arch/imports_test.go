@@ -84,7 +84,7 @@ func TestImportRules(t *testing.T) {
 				if !strings.HasPrefix(imp, module+"/") {
 					return true
 				}
-				for _, ok := range []string{"/schemas/", "/events", "/services/runtime", "/providers/"} {
+				for _, ok := range []string{"/schemas/", "/events", "/services/daemon", "/providers/"} {
 					if strings.HasPrefix(imp, module+ok) {
 						return true
 					}
@@ -129,7 +129,7 @@ func TestImportRules(t *testing.T) {
 }
 
 // service is the service a package belongs to: services/<name>/... or the
-// gateway; "" for everything else, services/runtime included (what every
+// gateway; "" for everything else, services/daemon included (what every
 // program shares, not a service).
 func service(p string) string {
 	if under(p, module+"/gateway") {

@@ -19,7 +19,7 @@ import (
 	"github.com/capn-dev/capn/deploy/natsconfig/natsconfigtest"
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/gateway/client"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 	"github.com/capn-dev/capn/tests/internal/harness"
 )
 
@@ -87,7 +87,7 @@ func (d *deployment) start(user string, r, node int) {
 	d.t.Helper()
 	id := fmt.Sprintf("%s/%d", user, r)
 	v := &natsconfigtest.Violations{}
-	cfg := runtime.Config{Name: user, Replicas: d.c.D.Replicas}
+	cfg := daemon.Config{Name: user, Replicas: d.c.D.Replicas}
 	p := harness.StartProc(d.t, id, d.c.NATSConfig(user, node), cfg, d.f.NewService(user), d.c.Options(user, v)...)
 	d.mu.Lock()
 	d.instances[id] = &instance{Proc: p, viol: v}

@@ -44,7 +44,7 @@ func chromium(t *testing.T) string {
 }
 
 // capn is a running deployment (tests/internal/harness): the core services
-// and the gateway, each as its own runtime.Run on one embedded nats-server.
+// and the gateway, each as its own daemon.Run on one embedded nats-server.
 type capn struct{ *harness.System }
 
 func startCapn(t *testing.T, token string) *capn {

@@ -1,4 +1,4 @@
-// Package e2e runs capn's services end to end: each as its own runtime.Run
+// Package e2e runs capn's services end to end: each as its own daemon.Run
 // with its own NATS connection to one real embedded nats-server, exactly as
 // separate programs would, talking only through NATS (tests/internal/harness).
 package e2e

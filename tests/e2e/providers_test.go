@@ -13,10 +13,10 @@ import (
 	"github.com/capn-dev/capn/providers/sdk"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/bootstrapper"
-	clusterplanner "github.com/capn-dev/capn/services/cluster-planner"
+	"github.com/capn-dev/capn/services/cluster-planner"
 	"github.com/capn-dev/capn/services/cluster-planner/plan"
-	healthwatcher "github.com/capn-dev/capn/services/health-watcher"
-	machinemanager "github.com/capn-dev/capn/services/machine-manager"
+	"github.com/capn-dev/capn/services/health-watcher"
+	"github.com/capn-dev/capn/services/machine-manager"
 	"github.com/capn-dev/capn/tests/internal/harness"
 )
 

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/capn-dev/capn/events/natstest"
-	clusterplanner "github.com/capn-dev/capn/services/cluster-planner"
-	machinemanager "github.com/capn-dev/capn/services/machine-manager"
+	"github.com/capn-dev/capn/services/cluster-planner"
+	"github.com/capn-dev/capn/services/machine-manager"
 	"github.com/capn-dev/capn/tests/internal/harness"
 )
 

@@ -1,7 +1,7 @@
 // Package health runs capn's health loop end to end on the sim provider:
 // every service (planner, machine-manager, bootstrapper, sim provider,
 // health-watcher, remediator, and the NPD bridge where a test needs it) as
-// its own runtime.Run with its own NATS connection to one embedded
+// its own daemon.Run with its own NATS connection to one embedded
 // nats-server, talking only through NATS — as separate programs would.
 package health
 
@@ -23,9 +23,9 @@ import (
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/health/policy"
 	"github.com/capn-dev/capn/schemas/keys"
-	healthwatcher "github.com/capn-dev/capn/services/health-watcher"
+	"github.com/capn-dev/capn/services/daemon"
+	"github.com/capn-dev/capn/services/health-watcher"
 	"github.com/capn-dev/capn/services/remediator"
-	"github.com/capn-dev/capn/services/runtime"
 	"github.com/capn-dev/capn/tests/internal/harness"
 )
 
@@ -57,17 +57,17 @@ func newWorld(t *testing.T) *world {
 	w := &world{t: t, silent: map[string]bool{}}
 	so := harness.TestSim()
 	so.HeartbeatEvery = heartbeatEvery
-	w.System = harness.New(t, harness.Options{Sim: &so, Services: map[string]func(*harness.Factory) runtime.Service{
-		harness.Sim: func(f *harness.Factory) runtime.Service {
+	w.System = harness.New(t, harness.Options{Sim: &so, Services: map[string]func(*harness.Factory) daemon.Service{
+		harness.Sim: func(f *harness.Factory) daemon.Service {
 			return &quietSim{Service: f.Builtin(harness.Sim), silent: w.isSilent}
 		},
 		// The gateway and the planner refuse a node startup timeout under
 		// 30s in a spec; the watcher's own default (a deployment setting)
 		// is what a cluster without one gets, and it may be shorter.
-		healthwatcher.Name: func(*harness.Factory) runtime.Service {
+		healthwatcher.Name: func(*harness.Factory) daemon.Service {
 			return healthwatcher.New(healthwatcher.Config{Policy: policy.Defaults{NodeStartupTimeout: startupTimeout, MinNodeStartupTimeout: time.Second}})
 		},
-		remediator.Name: func(*harness.Factory) runtime.Service {
+		remediator.Name: func(*harness.Factory) daemon.Service {
 			return remediator.New(remediator.Config{Timing: remediator.Timing{RebootTimeout: rebootTimeout}})
 		},
 	}})
@@ -199,11 +199,11 @@ func (w *world) conditions(cluster, machine, typ, status, reason string, transit
 // that never reports, or stops reporting, while its infrastructure runs.
 // (The sim has no such option of its own yet.)
 type quietSim struct {
-	runtime.Service
+	daemon.Service
 	silent func(cluster, machine string) bool
 }
 
-func (q *quietSim) Run(ctx context.Context, d *runtime.Deps) error {
+func (q *quietSim) Run(ctx context.Context, d *daemon.Deps) error {
 	dd := *d
 	dd.JS = quietJS{JetStream: d.JS, silent: q.silent}
 	return q.Service.Run(ctx, &dd)

@@ -16,9 +16,9 @@ import (
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/health/policy"
 	"github.com/capn-dev/capn/schemas/keys"
-	healthwatcher "github.com/capn-dev/capn/services/health-watcher"
+	"github.com/capn-dev/capn/services/daemon"
+	"github.com/capn-dev/capn/services/health-watcher"
 	"github.com/capn-dev/capn/services/remediator"
-	"github.com/capn-dev/capn/services/runtime"
 	"github.com/capn-dev/capn/tests/internal/harness"
 )
 
@@ -41,9 +41,9 @@ func newLone(t *testing.T) *lone {
 		t.Skip("end-to-end test: skipped with -short")
 	}
 	l := &lone{}
-	l.System = harness.New(t, harness.Options{Services: map[string]func(*harness.Factory) runtime.Service{
-		healthwatcher.Name: func(*harness.Factory) runtime.Service { return healthwatcher.New(healthwatcher.Config{}) },
-		remediator.Name: func(*harness.Factory) runtime.Service {
+	l.System = harness.New(t, harness.Options{Services: map[string]func(*harness.Factory) daemon.Service{
+		healthwatcher.Name: func(*harness.Factory) daemon.Service { return healthwatcher.New(healthwatcher.Config{}) },
+		remediator.Name: func(*harness.Factory) daemon.Service {
 			return remediator.New(remediator.Config{OnReconcile: func(string) {
 				l.mu.Lock()
 				defer l.mu.Unlock()

@@ -15,7 +15,7 @@ import (
 	"github.com/capn-dev/capn/internal/testkit"
 	"github.com/capn-dev/capn/providers/conformance"
 	"github.com/capn-dev/capn/providers/sdk/sdktest"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/tests/internal/npdtest"
 )
 
@@ -70,8 +70,8 @@ func TestNPDKubernetesExporterDrivesARepair(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	healths := store.NewBucket(observed, func() *capnv1alpha1.NodeHealth { return new(capnv1alpha1.NodeHealth) })
-	rems := store.NewBucket(observed, func() *capnv1alpha1.RemediationStatus { return new(capnv1alpha1.RemediationStatus) })
+	healths := store.NewBucket(observed, func() *capnv1.NodeHealth { return new(capnv1.NodeHealth) })
+	rems := store.NewBucket(observed, func() *capnv1.RemediationStatus { return new(capnv1.RemediationStatus) })
 
 	applied := time.Now()
 	k.Apply(fmt.Sprintf(npdClusterManifest, k.Name, k.Version))
@@ -104,14 +104,14 @@ func TestNPDKubernetesExporterDrivesARepair(t *testing.T) {
 		}
 		return strings.TrimSpace(out)
 	}
-	health := func(machine string) *capnv1alpha1.NodeHealth {
+	health := func(machine string) *capnv1.NodeHealth {
 		h, _, err := healths.Get(ctx, "node."+k.Name+"."+machine)
 		if err != nil {
 			return nil
 		}
 		return h
 	}
-	recorded := func(h *capnv1alpha1.NodeHealth, typ string) string {
+	recorded := func(h *capnv1.NodeHealth, typ string) string {
 		for _, c := range h.GetConditions() {
 			if c.GetType() == typ {
 				return c.GetStatus()
@@ -148,9 +148,9 @@ func TestNPDKubernetesExporterDrivesARepair(t *testing.T) {
 	condSet := until("KernelDeadlock=True on Node "+victim+" (kubectl)", 2*time.Minute, func() bool { return nodeCondition(victim, "KernelDeadlock") == "True" })
 	unhealthy := until("NodeHealth of "+victim+" unhealthy for KernelDeadlock", time.Minute, func() bool {
 		h := health(victim)
-		return h != nil && !h.GetHealthy() && slices.ContainsFunc(h.GetUnhealthyReasons(), func(r *capnv1alpha1.Condition) bool { return r.GetType() == "KernelDeadlock" })
+		return h != nil && !h.GetHealthy() && slices.ContainsFunc(h.GetUnhealthyReasons(), func(r *capnv1.Condition) bool { return r.GetType() == "KernelDeadlock" })
 	})
-	var repair *capnv1alpha1.RemediationRecord
+	var repair *capnv1.RemediationRecord
 	repaired := until("a repair of "+victim, 2*time.Minute, func() bool {
 		st, _, err := rems.Get(ctx, "remediation."+k.Name+"."+workerPool)
 		if err != nil {

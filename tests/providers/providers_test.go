@@ -1,6 +1,6 @@
 // Package providers runs one cluster across the docker, process and sim
 // providers from one capn deployment: capn's core programs and the three
-// providers, each its own runtime.Run on one embedded nats-server.
+// providers, each its own daemon.Run on one embedded nats-server.
 package providers
 
 import (

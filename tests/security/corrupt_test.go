@@ -13,7 +13,7 @@ import (
 	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/gateway/api"
 	"github.com/capn-dev/capn/gateway/client"
-	clusterplanner "github.com/capn-dev/capn/services/cluster-planner"
+	"github.com/capn-dev/capn/services/cluster-planner"
 	"github.com/capn-dev/capn/tests/internal/harness"
 )
 

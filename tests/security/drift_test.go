@@ -22,7 +22,7 @@ import (
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
-	healthwatcher "github.com/capn-dev/capn/services/health-watcher"
+	"github.com/capn-dev/capn/services/health-watcher"
 	"github.com/capn-dev/capn/tests/internal/harness"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/capn-dev/capn/deploy/natsconfig"
 	"github.com/capn-dev/capn/gateway"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // TestSlowBodyIs408 (finding 10): a body that does not arrive within the
@@ -75,7 +75,7 @@ func TestFailedAuthenticationsAreLimited(t *testing.T) {
 // authentication. Both now bind loopback; docker-compose.yaml, whose
 // containers must bind their interface, says so explicitly.
 func TestOpsEndpointsDefaultToLoopback(t *testing.T) {
-	if got := (runtime.Config{}).WithDefaults().HTTPAddr; got != "127.0.0.1:8081" {
+	if got := (daemon.Config{}).WithDefaults().HTTPAddr; got != "127.0.0.1:8081" {
 		t.Errorf("default --http-addr %q, want 127.0.0.1:8081", got)
 	}
 

@@ -16,7 +16,7 @@ import (
 	"github.com/capn-dev/capn/gateway"
 	"github.com/capn-dev/capn/gateway/api"
 	"github.com/capn-dev/capn/internal/testkit"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // Tokens of the edge tests' gateway.
@@ -26,7 +26,7 @@ const (
 	edgeIngest = "edge-ingest-0123456789"
 )
 
-// edgeGateway is a real gateway (runtime.Run, a real listener on
+// edgeGateway is a real gateway (daemon.Run, a real listener on
 // 127.0.0.1) on a real embedded nats-server of its own.
 type edgeGateway struct {
 	t   *testing.T
@@ -61,8 +61,8 @@ func startEdgeGateway(t *testing.T, mods ...func(*gateway.Options)) *edgeGateway
 	done := make(chan error, 1)
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 	go func() {
-		done <- runtime.Run(ctx, runtime.Config{Name: gateway.Name, HTTPAddr: runtime.HTTPOff, ShutdownTimeout: 5 * time.Second},
-			svc, runtime.WithConn(nc), runtime.WithoutHTTP(), runtime.WithLogger(log))
+		done <- daemon.Run(ctx, daemon.Config{Name: gateway.Name, HTTPAddr: daemon.HTTPOff, ShutdownTimeout: 5 * time.Second},
+			svc, daemon.WithConn(nc), daemon.WithoutHTTP(), daemon.WithLogger(log))
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -9,8 +9,8 @@ import (
 	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/gateway/client"
 	"github.com/capn-dev/capn/schemas/manifest"
-	clusterplanner "github.com/capn-dev/capn/services/cluster-planner"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/cluster-planner"
+	"github.com/capn-dev/capn/services/daemon"
 	"github.com/capn-dev/capn/tests/internal/harness"
 )
 
@@ -53,8 +53,8 @@ func TestReplicasBoundedAtTheEdge(t *testing.T) {
 // applied; the small one gets its machines while the big one is still
 // growing, and the big one's delete is carried out.
 func TestHugeClusterTakesTurns(t *testing.T) {
-	sys := newSystem(t, harness.Options{Services: map[string]func(*harness.Factory) runtime.Service{
-		clusterplanner.Name: func(*harness.Factory) runtime.Service {
+	sys := newSystem(t, harness.Options{Services: map[string]func(*harness.Factory) daemon.Service{
+		clusterplanner.Name: func(*harness.Factory) daemon.Service {
 			return clusterplanner.New(clusterplanner.Config{Workers: 1})
 		},
 	}})

@@ -44,10 +44,10 @@ import (
 	"github.com/capn-dev/capn/cmd/capn-node/kube"
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/providers/sdk"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // HeartbeatKind is the last token of the heartbeat subject.
@@ -162,12 +162,12 @@ func (a *Agent) connect(ctx context.Context) (*nats.Conn, error) {
 			cfg.InboxPrefix = keys.MachineInboxPrefix(c, m)
 		}
 	}
-	return runtime.Connect(ctx, cfg, "capn-node."+a.cfg.Cluster+"."+a.cfg.Machine, a.log, extra...)
+	return daemon.Connect(ctx, cfg, "capn-node."+a.cfg.Cluster+"."+a.cfg.Machine, a.log, extra...)
 }
 
 // machineLogin reports whether the agent logs in as its machine: the
 // config names no other credentials.
-func machineLogin(c runtime.NATSConfig) bool {
+func machineLogin(c daemon.NATSConfig) bool {
 	return c.User == "" && c.Token == "" && c.CredsFile == "" && c.NKeySeedFile == ""
 }
 
@@ -278,7 +278,7 @@ func (a *Agent) heartbeats(ctx context.Context, pub *events.Publisher) {
 
 func (a *Agent) beat(ctx context.Context, pub *events.Publisher, at time.Time) error {
 	c, m := a.cfg.Cluster, a.cfg.Machine
-	hb := &capnv1alpha1.NodeHeartbeat{
+	hb := &capnv1.NodeHeartbeat{
 		Cluster: c, Machine: m, NodeName: a.cfg.NodeName,
 		Ready: a.Ready(), KubeletVersion: a.cfg.Version, Time: timestamppb.New(at),
 	}
@@ -297,8 +297,8 @@ func (a *Agent) publishCondition(ctx context.Context, pub *events.Publisher, con
 		return nil
 	}
 	c, m := a.cfg.Cluster, a.cfg.Machine
-	nc := &capnv1alpha1.NodeConditions{Cluster: c, Machine: m, Source: "capn-node", Time: timestamppb.New(at),
-		Conditions: []*capnv1alpha1.NodeCondition{{
+	nc := &capnv1.NodeConditions{Cluster: c, Machine: m, Source: "capn-node", Time: timestamppb.New(at),
+		Conditions: []*capnv1.NodeCondition{{
 			Type: ConditionKubeControlPlane, Status: cond.Status, Reason: cond.Reason, Message: cond.Message,
 			LastTransitionTime: timestamppb.New(at),
 		}}}

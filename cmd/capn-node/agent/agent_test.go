@@ -22,12 +22,12 @@ import (
 	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/events/replyseal"
 	"github.com/capn-dev/capn/providers/sdk"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/bootstrapper"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/bootstraptest"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubeadm"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // The fetch protocol is written twice (the bootstrapper answers, the SDK
@@ -51,7 +51,7 @@ type world struct {
 	srv     *natstest.Server
 	js      jetstream.JetStream
 	fetches atomic.Int32
-	data    *capnv1alpha1.BootstrapData
+	data    *capnv1.BootstrapData
 	pin     string
 }
 
@@ -62,7 +62,7 @@ func newWorld(t *testing.T) *world {
 }
 
 // newWorldFor answers with the data p renders for machine m.
-func newWorldFor(t *testing.T, p bootstrap.Provider, m bootstraptest.Machine, spec *capnv1alpha1.BootstrapSpec) *world {
+func newWorldFor(t *testing.T, p bootstrap.Provider, m bootstraptest.Machine, spec *capnv1.BootstrapSpec) *world {
 	in, out := render(t, p, m, spec)
 	return newWorldWith(t, in, out)
 }
@@ -75,7 +75,7 @@ func newWorldWith(t *testing.T, in bootstrap.Input, out bootstrap.Output) *world
 		t.Fatal(err)
 	}
 	w := &world{t: t, srv: srv, js: js, pin: in.CACertHash,
-		data: &capnv1alpha1.BootstrapData{Format: string(out.Format), Data: out.Data, Checksum: sdk.Checksum(out.Data)}}
+		data: &capnv1.BootstrapData{Format: string(out.Format), Data: out.Data, Checksum: sdk.Checksum(out.Data)}}
 	sub, err := nc.Subscribe(sdk.BootstrapFetchSubject("c1", "w-0"), func(m *nats.Msg) {
 		w.fetches.Add(1)
 		reply := nats.NewMsg(m.Reply)
@@ -98,7 +98,7 @@ func newWorldWith(t *testing.T, in bootstrap.Input, out bootstrap.Output) *world
 func (w *world) config(dataDir string) agent.Config {
 	return agent.Config{
 		Cluster: "c1", Machine: "w-0", Version: "v1.33.2", DataDir: dataDir,
-		NATS:              runtime.NATSConfig{URL: w.srv.URL()},
+		NATS:              daemon.NATSConfig{URL: w.srv.URL()},
 		BootstrapChecksum: w.data.GetChecksum(), BootstrapCredential: "machine-credential", CACertHash: w.pin,
 		HeartbeatEvery: 50 * time.Millisecond, HealthAddr: freeAddr(w.t),
 	}
@@ -134,7 +134,7 @@ func (w *world) start(cfg agent.Config) (a *agent.Agent, stop func()) {
 	return a, stop
 }
 
-func (w *world) lastBeat() (*capnv1alpha1.NodeHeartbeat, string) {
+func (w *world) lastBeat() (*capnv1.NodeHeartbeat, string) {
 	s, err := w.js.Stream(context.Background(), events.StreamHealth)
 	if err != nil {
 		w.t.Fatal(err)
@@ -147,7 +147,7 @@ func (w *world) lastBeat() (*capnv1alpha1.NodeHeartbeat, string) {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	hb := new(capnv1alpha1.NodeHeartbeat)
+	hb := new(capnv1.NodeHeartbeat)
 	if err := events.DataAs(e, hb); err != nil {
 		w.t.Fatal(err)
 	}

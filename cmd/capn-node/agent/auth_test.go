@@ -15,7 +15,7 @@ import (
 	"github.com/capn-dev/capn/cmd/capn-node/agent"
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/natstest"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // A machine authenticates to NATS with its nkey seed file (what a
@@ -57,7 +57,7 @@ func TestAgentAuthenticatesWithAnNKey(t *testing.T) {
 	// Without the seed the agent is refused: Run says so at once.
 	w := &world{t: t, js: js}
 	cfg := agent.Config{Cluster: "c1", Machine: "w-0", Version: "v1.33.2", DataDir: t.TempDir(),
-		NATS: runtime.NATSConfig{URL: srv.ClientURL()}, BootstrapChecksum: "sha256:00", HeartbeatEvery: 50 * time.Millisecond}
+		NATS: daemon.NATSConfig{URL: srv.ClientURL()}, BootstrapChecksum: "sha256:00", HeartbeatEvery: 50 * time.Millisecond}
 	a, _ := agent.New(cfg, nopLog())
 	if err := a.Run(context.Background()); err == nil {
 		t.Fatal("an agent without credentials ran")

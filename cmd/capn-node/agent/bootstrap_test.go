@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/capn-dev/capn/cmd/capn-node/agent"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/bootstraptest"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubeadm"
@@ -16,7 +16,7 @@ import (
 )
 
 // render makes real bootstrap data with the shipped providers.
-func render(t *testing.T, p bootstrap.Provider, m bootstraptest.Machine, spec *capnv1alpha1.BootstrapSpec) (bootstrap.Input, bootstrap.Output) {
+func render(t *testing.T, p bootstrap.Provider, m bootstraptest.Machine, spec *capnv1.BootstrapSpec) (bootstrap.Input, bootstrap.Output) {
 	t.Helper()
 	in := bootstraptest.NewInput(t, m, spec, nil, nil)
 	out, err := p.Render(in)
@@ -32,7 +32,7 @@ func TestParseAndVerifyTheShippedProviders(t *testing.T) {
 	tests := []struct {
 		name      string
 		provider  bootstrap.Provider
-		spec      *capnv1alpha1.BootstrapSpec
+		spec      *capnv1.BootstrapSpec
 		machine   bootstraptest.Machine
 		wantFiles []string
 		wantCmd   string
@@ -40,10 +40,10 @@ func TestParseAndVerifyTheShippedProviders(t *testing.T) {
 		{"kubeadm init", kubeadm.New(), nil, bootstraptest.Init, []string{"/etc/kubernetes/pki/ca.crt", "/etc/kubernetes/pki/ca.key", agent.KubeadmInitConfig}, "kubeadm init"},
 		{"kubeadm control-plane join", kubeadm.New(), nil, bootstraptest.JoinControl, []string{"/etc/kubernetes/pki/ca.crt", agent.KubeadmJoinConfig}, "kubeadm join"},
 		{"kubeadm worker join", kubeadm.New(), bootstraptest.FullSpec("kubeadm"), bootstraptest.JoinWorker, []string{agent.KubeadmJoinConfig, "/opt/tricky.yaml"}, "kubeadm join"},
-		{"script wrapper", script.New(), &capnv1alpha1.BootstrapSpec{Provider: "script", UserData: userScript}, bootstraptest.JoinWorker, []string{agent.JoinEnv, "/run/capn/ca.crt", "/run/capn/user-data"}, "exec '/run/capn/user-data'"},
-		{"script cloud-config", script.New(), &capnv1alpha1.BootstrapSpec{Provider: "script", UserData: userCloud}, bootstraptest.JoinControl, []string{agent.JoinEnv, "/run/capn/ca.crt", "/etc/kubernetes/pki/ca.key"}, "echo hi"},
-		{"kube-local init", kubelocal.New(), &capnv1alpha1.BootstrapSpec{Provider: "kube-local"}, bootstraptest.Init, []string{agent.KubeLocalConfig, "/etc/kubernetes/pki/ca.key", "/etc/kubernetes/pki/sa.key"}, ""},
-		{"kube-local worker", kubelocal.New(), &capnv1alpha1.BootstrapSpec{Provider: "kube-local"}, bootstraptest.JoinWorker, []string{agent.KubeLocalConfig, "/etc/kubernetes/pki/ca.crt"}, ""},
+		{"script wrapper", script.New(), &capnv1.BootstrapSpec{Provider: "script", UserData: userScript}, bootstraptest.JoinWorker, []string{agent.JoinEnv, "/run/capn/ca.crt", "/run/capn/user-data"}, "exec '/run/capn/user-data'"},
+		{"script cloud-config", script.New(), &capnv1.BootstrapSpec{Provider: "script", UserData: userCloud}, bootstraptest.JoinControl, []string{agent.JoinEnv, "/run/capn/ca.crt", "/etc/kubernetes/pki/ca.key"}, "echo hi"},
+		{"kube-local init", kubelocal.New(), &capnv1.BootstrapSpec{Provider: "kube-local"}, bootstraptest.Init, []string{agent.KubeLocalConfig, "/etc/kubernetes/pki/ca.key", "/etc/kubernetes/pki/sa.key"}, ""},
+		{"kube-local worker", kubelocal.New(), &capnv1.BootstrapSpec{Provider: "kube-local"}, bootstraptest.JoinWorker, []string{agent.KubeLocalConfig, "/etc/kubernetes/pki/ca.crt"}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -75,11 +75,11 @@ func TestFileContentAndModesSurviveParsing(t *testing.T) {
 	spec := bootstraptest.FullSpec("kubeadm")
 	for _, p := range []struct {
 		name string
-		spec *capnv1alpha1.BootstrapSpec
+		spec *capnv1.BootstrapSpec
 		prov bootstrap.Provider
 	}{
 		{"cloud-config", spec, kubeadm.New()},
-		{"script", &capnv1alpha1.BootstrapSpec{Provider: "script", UserData: "#!/bin/sh\n", Files: spec.Files}, script.New()},
+		{"script", &capnv1.BootstrapSpec{Provider: "script", UserData: "#!/bin/sh\n", Files: spec.Files}, script.New()},
 	} {
 		t.Run(p.name, func(t *testing.T) {
 			_, out := render(t, p.prov, bootstraptest.JoinWorker, p.spec)

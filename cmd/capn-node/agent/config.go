@@ -11,7 +11,7 @@ import (
 
 	"github.com/capn-dev/capn/cmd/capn-node/kube"
 	"github.com/capn-dev/capn/providers/sdk"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // Defaults of Config.
@@ -38,7 +38,7 @@ type Config struct {
 	// <DataDir>/rootfs, never to the real /.
 	DataDir string
 	// NATS is how the agent reaches capn (URL and credentials).
-	NATS runtime.NATSConfig
+	NATS daemon.NATSConfig
 	// NATSSocket, when set, is a unix socket every NATS connection is
 	// dialled through instead of the URL's host (the docker provider's
 	// relay); the URL still names the server for TLS and logs.
@@ -84,11 +84,11 @@ type Config struct {
 // --nats-creds, --nats-nkey, --nats-tls-cert, --nats-tls-key,
 // --nats-tls-ca, --nats-inbox-prefix), so a deployment's rendered env
 // file of the node user configures capn-node as it does a service.
-func (c *Config) Flags() []runtime.Flag {
-	f := func(name, env, usage string, p *string) runtime.Flag {
-		return runtime.Flag{Name: name, Env: env, Usage: usage, Value: runtime.StringValue(p)}
+func (c *Config) Flags() []daemon.Flag {
+	f := func(name, env, usage string, p *string) daemon.Flag {
+		return daemon.Flag{Name: name, Env: env, Usage: usage, Value: daemon.StringValue(p)}
 	}
-	return []runtime.Flag{
+	return []daemon.Flag{
 		f("cluster", "CAPN_NODE_CLUSTER", "`cluster` of this machine (required)", &c.Cluster),
 		f("machine", "CAPN_NODE_MACHINE", "`machine` name (required)", &c.Machine),
 		f("node-name", "CAPN_NODE_NAME", "`name` heartbeats report (default: the machine)", &c.NodeName),
@@ -111,7 +111,7 @@ func (c *Config) Flags() []runtime.Flag {
 		f("address", "CAPN_NODE_ADDRESS", "this machine's own IP `address`, which its control plane binds to (default 127.0.0.1)", &c.Address),
 		f("provider-id", "CAPN_NODE_PROVIDER_ID", "`id` the infrastructure gives this machine: the Node's spec.providerID (optional)", &c.ProviderID),
 		f("kube-ports", "CAPN_NODE_KUBE_PORTS", "control-plane `ports` as name=port,... (etcd-client, etcd-peer, apiserver, controller-manager, scheduler; default kubeadm's)", &c.KubePorts),
-		{Name: "heartbeat-every", Env: "CAPN_NODE_HEARTBEAT_EVERY", Usage: "heartbeat `interval`", Value: runtime.DurationValue(&c.HeartbeatEvery)},
+		{Name: "heartbeat-every", Env: "CAPN_NODE_HEARTBEAT_EVERY", Usage: "heartbeat `interval`", Value: daemon.DurationValue(&c.HeartbeatEvery)},
 	}
 }
 
@@ -126,7 +126,7 @@ func (c Config) withDefaults() Config {
 		c.FetchRetryMax = DefaultFetchRetryMax
 	}
 	if c.NATS.URL == "" {
-		c.NATS.URL = runtime.DefaultNATSURL
+		c.NATS.URL = daemon.DefaultNATSURL
 	}
 	if c.Address == "" {
 		c.Address = DefaultAddress
@@ -139,7 +139,7 @@ func (c Config) Validate() error {
 	c = c.withDefaults()
 	var errs []error
 	bad := func(flag, env, value, problem string) {
-		errs = append(errs, &runtime.FieldError{Flag: flag, Env: env, Value: value, Problem: problem})
+		errs = append(errs, &daemon.FieldError{Flag: flag, Env: env, Value: value, Problem: problem})
 	}
 	if err := sdk.ValidateName("cluster", c.Cluster); err != nil {
 		bad("cluster", "CAPN_NODE_CLUSTER", c.Cluster, err.Error())

@@ -16,7 +16,7 @@ import (
 	"github.com/capn-dev/capn/cmd/capn-node/kube"
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/natstest"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/bootstraptest"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
 )
@@ -45,7 +45,7 @@ func (f *fakeRuntime) Condition() (kube.Condition, int) {
 	return kube.Condition{Status: "Unknown", Reason: "Starting", Message: "starting"}, 1
 }
 
-var kubeLocalSpec = &capnv1alpha1.BootstrapSpec{Provider: "kube-local"}
+var kubeLocalSpec = &capnv1.BootstrapSpec{Provider: "kube-local"}
 
 // run starts a, built by the test, until the returned stop.
 func (w *world) run(a *agent.Agent) (stop func()) {
@@ -73,7 +73,7 @@ func (w *world) run(a *agent.Agent) (stop func()) {
 	return stop
 }
 
-func (w *world) lastCondition() *capnv1alpha1.NodeConditions {
+func (w *world) lastCondition() *capnv1.NodeConditions {
 	s, err := w.js.Stream(context.Background(), events.StreamHealth)
 	if err != nil {
 		w.t.Fatal(err)
@@ -86,16 +86,16 @@ func (w *world) lastCondition() *capnv1alpha1.NodeConditions {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	nc := new(capnv1alpha1.NodeConditions)
+	nc := new(capnv1.NodeConditions)
 	if err := events.DataAs(e, nc); err != nil {
 		w.t.Fatal(err)
 	}
 	return nc
 }
 
-func (w *world) waitCondition(status, reason string) *capnv1alpha1.NodeCondition {
+func (w *world) waitCondition(status, reason string) *capnv1.NodeCondition {
 	w.t.Helper()
-	var c *capnv1alpha1.NodeCondition
+	var c *capnv1.NodeCondition
 	natstest.WaitFor(w.t, 5*time.Second, "condition "+status+"/"+reason, func() bool {
 		nc := w.lastCondition()
 		if nc == nil || len(nc.GetConditions()) != 1 {

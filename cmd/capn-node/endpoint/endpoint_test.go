@@ -11,7 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	goruntime "runtime"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -364,7 +364,7 @@ func TestNoGoroutineLeftAfterTheEnd(t *testing.T) {
 	be := newBackend(t, "echo")
 	list := &backends{}
 	list.set(be.addr())
-	before := goruntime.NumGoroutine() // the backend's accept loop is among them: made before newBackend returns
+	before := runtime.NumGoroutine() // the backend's accept loop is among them: made before newBackend returns
 
 	addr, stop := serve(t, endpoint.Config{Cluster: "c1", Backends: list.get, CheckEvery: 10 * time.Millisecond})
 	proxied, err := net.Dial("tcp", addr)
@@ -393,9 +393,9 @@ func TestNoGoroutineLeftAfterTheEnd(t *testing.T) {
 		t.Errorf("the idle placeholder connection after the end: %v, want EOF", err)
 	}
 	if err := testkit.Poll(5*time.Second, 10*time.Millisecond, func() error {
-		if now := goruntime.NumGoroutine(); now > before {
+		if now := runtime.NumGoroutine(); now > before {
 			buf := make([]byte, 1<<20)
-			return fmt.Errorf("%d goroutines after the end, %d before:\n%s", now, before, buf[:goruntime.Stack(buf, true)])
+			return fmt.Errorf("%d goroutines after the end, %d before:\n%s", now, before, buf[:runtime.Stack(buf, true)])
 		}
 		return nil
 	}); err != nil {

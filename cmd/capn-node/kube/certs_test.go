@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/capn-dev/capn/cmd/capn-node/kube"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/secrets/pki"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/bootstraptest"
 )
@@ -41,7 +41,7 @@ func TestFirstServiceIP(t *testing.T) {
 
 func TestLeavesSANs(t *testing.T) {
 	set := bootstraptest.PKI(t)
-	cfg, _ := machine{Host: "api.kl.example.com", Port: 6443, Network: &capnv1alpha1.NetworkSpec{ServiceCidrs: []string{"10.128.0.0/16"}, ServiceDomain: "corp.internal"}}.render(t, set)
+	cfg, _ := machine{Host: "api.kl.example.com", Port: 6443, Network: &capnv1.NetworkSpec{ServiceCidrs: []string{"10.128.0.0/16"}, ServiceDomain: "corp.internal"}}.render(t, set)
 	leaves, err := kube.Leaves(cfg, netip.MustParseAddr("127.0.0.7"))
 	if err != nil {
 		t.Fatal(err)

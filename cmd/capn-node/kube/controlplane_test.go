@@ -17,7 +17,7 @@ import (
 
 	"github.com/capn-dev/capn/cmd/capn-node/kube"
 	"github.com/capn-dev/capn/internal/testkit"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/secrets/pki"
 	"github.com/capn-dev/capn/secrets/token"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
@@ -168,7 +168,7 @@ func TestControlPlane(t *testing.T) {
 	cfg, dir := machine{
 		Name: "kl-cp-0", Version: version, Host: "127.0.0.1", Port: p.APIServer,
 		Labels:  map[string]string{"tier": "control", "node.kubernetes.io/pool": "cp"},
-		Network: &capnv1alpha1.NetworkSpec{PodCidrs: []string{"10.244.0.0/16"}, ServiceCidrs: []string{"10.96.0.0/12"}, ServiceDomain: "cluster.local"},
+		Network: &capnv1.NetworkSpec{PodCidrs: []string{"10.244.0.0/16"}, ServiceCidrs: []string{"10.96.0.0/12"}, ServiceDomain: "cluster.local"},
 	}.render(t, set)
 	t.Logf("data dir %s, ports %s, Kubernetes %s", dir, p, version)
 

@@ -12,7 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/capn-dev/capn/cmd/capn-node/kube"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/bootstraptest"
 )
@@ -51,7 +51,7 @@ func flagValue(args []string, name string) (string, bool) {
 
 func TestCommands(t *testing.T) {
 	set := bootstraptest.PKI(t)
-	cfg, dir := machine{Network: &capnv1alpha1.NetworkSpec{PodCidrs: []string{"10.32.0.0/16"}, ServiceCidrs: []string{"10.112.0.0/16"}}}.render(t, set)
+	cfg, dir := machine{Network: &capnv1.NetworkSpec{PodCidrs: []string{"10.32.0.0/16"}, ServiceCidrs: []string{"10.112.0.0/16"}}}.render(t, set)
 	ports := kube.Ports{EtcdClient: 3379, EtcdPeer: 3380, APIServer: 7443, ControllerManager: 11257, Scheduler: 11259}
 	o := kube.Options{BinDir: "/opt/kube/bin", DataDir: dir, Address: "127.0.0.5", Ports: ports}
 	l := kube.Layout{RootFS: filepath.Join(dir, "rootfs")}
@@ -116,7 +116,7 @@ func TestCommands(t *testing.T) {
 	if _, ok := flagValue(plan.ControllerManager.Args, "node-cidr-mask-size"); ok {
 		t.Error("node-cidr-mask-size set for a /16")
 	}
-	small, _ := machine{Network: &capnv1alpha1.NetworkSpec{PodCidrs: []string{"10.244.0.0/24"}}}.render(t, set)
+	small, _ := machine{Network: &capnv1.NetworkSpec{PodCidrs: []string{"10.244.0.0/24"}}}.render(t, set)
 	p2, _ := kube.Commands(small, o, l)
 	if v, _ := flagValue(p2.ControllerManager.Args, "node-cidr-mask-size"); v != "26" {
 		t.Errorf("node-cidr-mask-size for a /24 = %q, want 26", v)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/capn-dev/capn/cmd/capn-node/agent"
 	"github.com/capn-dev/capn/cmd/capn-node/kube"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/secrets/pki"
 	"github.com/capn-dev/capn/secrets/token"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
@@ -33,8 +33,8 @@ type machine struct {
 	Host    string
 	Port    int
 	Labels  map[string]string
-	Taints  []*capnv1alpha1.Taint
-	Network *capnv1alpha1.NetworkSpec
+	Taints  []*capnv1.Taint
+	Network *capnv1.NetworkSpec
 	// Token defaults to bootstraptest.Token.
 	Token token.Token
 }
@@ -59,9 +59,9 @@ func (m machine) render(t testing.TB, set pki.Set) (*kubelocal.NodeConfig, strin
 	if m.Token.IsZero() {
 		m.Token = bootstraptest.Token
 	}
-	in, err := bootstrap.NewInput(&capnv1alpha1.GenerateBootstrap{
+	in, err := bootstrap.NewInput(&capnv1.GenerateBootstrap{
 		Cluster: "kl", Machine: m.Name, Role: string(m.Role), FirstControlPlane: m.First, Version: m.Version,
-		Bootstrap: &capnv1alpha1.BootstrapSpec{Provider: kubelocal.Name},
+		Bootstrap: &capnv1.BootstrapSpec{Provider: kubelocal.Name},
 		Labels:    m.Labels, Taints: m.Taints,
 	}, bootstrap.Cluster{
 		Endpoint: bootstrap.Endpoint{Host: m.Host, Port: int32(m.Port)},

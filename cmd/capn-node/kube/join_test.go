@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/capn-dev/capn/cmd/capn-node/kube"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/secrets/pki"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
@@ -143,7 +143,7 @@ func TestControlPlaneJoins(t *testing.T) {
 	}
 	ports := freePorts(t, 5)
 	p := kube.Ports{EtcdClient: ports[0], EtcdPeer: ports[1], APIServer: ports[2], ControllerManager: ports[3], Scheduler: ports[4]}
-	network := &capnv1alpha1.NetworkSpec{PodCidrs: []string{"10.244.0.0/16"}, ServiceCidrs: []string{"10.96.0.0/12"}, ServiceDomain: "cluster.local"}
+	network := &capnv1.NetworkSpec{PodCidrs: []string{"10.244.0.0/16"}, ServiceCidrs: []string{"10.96.0.0/12"}, ServiceDomain: "cluster.local"}
 	old := kube.SweepEvery
 	kube.SweepEvery = time.Second
 	t.Cleanup(func() { kube.SweepEvery = old })

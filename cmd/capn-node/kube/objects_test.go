@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/capn-dev/capn/cmd/capn-node/kube"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/bootstraptest"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
 )
@@ -111,7 +111,7 @@ func TestClusterInfo(t *testing.T) {
 
 func TestNodeFor(t *testing.T) {
 	set := bootstraptest.PKI(t)
-	cfg, _ := machine{Labels: map[string]string{"tier": "web"}, Taints: []*capnv1alpha1.Taint{{Key: "dedicated", Value: "db", Effect: "NoSchedule"}}}.render(t, set)
+	cfg, _ := machine{Labels: map[string]string{"tier": "web"}, Taints: []*capnv1.Taint{{Key: "dedicated", Value: "db", Effect: "NoSchedule"}}}.render(t, set)
 	n := kube.NodeFor(cfg, "127.0.0.7", "process://kl/kl-cp-0")
 	m := roundTrip(t, n.Object())
 	meta := m["metadata"].(map[string]any)

@@ -24,7 +24,7 @@ import (
 
 	"github.com/capn-dev/capn/events"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // Health subject kinds the bridge publishes on.
@@ -75,19 +75,19 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate reports every problem at once, as runtime.FieldErrors.
+// Validate reports every problem at once, as daemon.FieldErrors.
 func (c Config) Validate() error {
 	var errs []error
 	for _, f := range []struct{ flag, v string }{{"cluster", c.Cluster}, {"machine", c.Machine}} {
 		if f.v == "" {
-			errs = append(errs, &runtime.FieldError{Flag: f.flag, Env: envOf(f.flag), Problem: "required: the capn " + f.flag + " this node belongs to"})
+			errs = append(errs, &daemon.FieldError{Flag: f.flag, Env: envOf(f.flag), Problem: "required: the capn " + f.flag + " this node belongs to"})
 		} else if !validName(f.v) {
-			errs = append(errs, &runtime.FieldError{Flag: f.flag, Env: envOf(f.flag), Value: f.v, Problem: "letters, digits, '-' and '_' only"})
+			errs = append(errs, &daemon.FieldError{Flag: f.flag, Env: envOf(f.flag), Value: f.v, Problem: "letters, digits, '-' and '_' only"})
 		}
 	}
 	if c.URL != "" {
 		if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			errs = append(errs, &runtime.FieldError{Flag: "npd-url", Env: envOf("npd-url"), Value: c.URL, Problem: "must be an http(s) URL such as http://127.0.0.1:20257/metrics"})
+			errs = append(errs, &daemon.FieldError{Flag: "npd-url", Env: envOf("npd-url"), Value: c.URL, Problem: "must be an http(s) URL such as http://127.0.0.1:20257/metrics"})
 		}
 	}
 	return errors.Join(errs...)

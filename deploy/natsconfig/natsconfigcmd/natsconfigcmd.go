@@ -39,7 +39,7 @@ import (
 	"github.com/capn-dev/capn/deploy/natsconfig"
 	"github.com/capn-dev/capn/gateway"
 	"github.com/capn-dev/capn/secrets/seal"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // Files render writes beyond natsconfig's.
@@ -64,12 +64,12 @@ commands:
 `
 
 // Run runs the command with args (the command name first: render,
-// provision or users) and returns the exit code (runtime.ExitOK,
+// provision or users) and returns the exit code (daemon.ExitOK,
 // ExitUsage, ExitFailed).
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return runtime.ExitUsage
+		return daemon.ExitUsage
 	}
 	var err error
 	switch args[0] {
@@ -81,32 +81,32 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = users(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
-		return runtime.ExitOK
+		return daemon.ExitOK
 	default:
 		fmt.Fprintf(stderr, "capn-nats-config: unknown command %q\n%s", args[0], usage)
-		return runtime.ExitUsage
+		return daemon.ExitUsage
 	}
 	var ue usageError
 	switch {
 	case err == nil:
-		return runtime.ExitOK
+		return daemon.ExitOK
 	case errors.Is(err, flag.ErrHelp):
-		return runtime.ExitOK
+		return daemon.ExitOK
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "capn-nats-config %s: %v\nSee 'capn-nats-config %s -h' for help.\n", args[0], err, args[0])
-		return runtime.ExitUsage
+		return daemon.ExitUsage
 	default:
 		fmt.Fprintf(stderr, "capn-nats-config %s: %v\n", args[0], err)
-		return runtime.ExitFailed
+		return daemon.ExitFailed
 	}
 }
 
 type usageError struct{ error }
 
 // parse parses args: -h prints the help on stdout; a bad flag is a usage
-// error naming the flag (runtime.ParseFlags).
+// error naming the flag (daemon.ParseFlags).
 func parse(fs *flag.FlagSet, args []string, stdout io.Writer) error {
-	if err := runtime.ParseFlags(fs, args, stdout); err != nil && !errors.Is(err, flag.ErrHelp) {
+	if err := daemon.ParseFlags(fs, args, stdout); err != nil && !errors.Is(err, flag.ErrHelp) {
 		return usageError{err}
 	} else if err != nil {
 		return err
@@ -274,28 +274,28 @@ func writeFile(path string, b []byte, mode os.FileMode) error {
 func provision(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("provision", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var cfg runtime.Config
+	var cfg daemon.Config
 	cfg.Name = natsconfig.Init
 	cfg.RegisterFlags(fs)
 	timeout := 5 * time.Minute
-	own := []runtime.Flag{
-		{Name: "timeout", Env: "CAPN_PROVISION_TIMEOUT", Usage: "how long to wait for the cluster before failing", Value: runtime.DurationValue(&timeout)},
+	own := []daemon.Flag{
+		{Name: "timeout", Env: "CAPN_PROVISION_TIMEOUT", Usage: "how long to wait for the cluster before failing", Value: daemon.DurationValue(&timeout)},
 	}
-	runtime.BindFlags(fs, own...)
+	daemon.BindFlags(fs, own...)
 	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
-	if err := errors.Join(cfg.ApplyEnv(os.LookupEnv), runtime.ApplyFlagEnv(fs, os.LookupEnv, own...)); err != nil {
+	if err := errors.Join(cfg.ApplyEnv(os.LookupEnv), daemon.ApplyFlagEnv(fs, os.LookupEnv, own...)); err != nil {
 		return usageError{err}
 	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return usageError{err}
 	}
-	log := runtime.NewLogger(cfg, stderr).With().Str("service", cfg.Name).Logger()
+	log := daemon.NewLogger(cfg, stderr).With().Str("service", cfg.Name).Logger()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	nc, err := runtime.Connect(ctx, cfg.NATS, cfg.Name, log)
+	nc, err := daemon.Connect(ctx, cfg.NATS, cfg.Name, log)
 	if err != nil {
 		return err
 	}

@@ -11,14 +11,14 @@ import (
 	"github.com/capn-dev/capn/deploy/natsconfig"
 	"github.com/capn-dev/capn/gateway"
 	"github.com/capn-dev/capn/secrets/seal"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 func TestRender(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "deploy")
 	var out, errb bytes.Buffer
 	args := []string{"render", "--out", dir, "--provider", "sim:heartbeats", "--provider", "process:secrets-status"}
-	if code := Run(context.Background(), args, &out, &errb); code != runtime.ExitOK {
+	if code := Run(context.Background(), args, &out, &errb); code != daemon.ExitOK {
 		t.Fatalf("render: exit %d: %s", code, errb.String())
 	}
 	if !strings.Contains(out.String(), "created gateway-admin.token") || !strings.Contains(out.String(), "created users/provider-process/nats.nk") ||
@@ -57,7 +57,7 @@ func TestRender(t *testing.T) {
 	}
 
 	out.Reset()
-	if code := Run(context.Background(), args, &out, &errb); code != runtime.ExitOK {
+	if code := Run(context.Background(), args, &out, &errb); code != daemon.ExitOK {
 		t.Fatalf("second render: exit %d: %s", code, errb.String())
 	}
 	if strings.Contains(out.String(), "created") {
@@ -71,18 +71,18 @@ func TestUsage(t *testing.T) {
 		args []string
 		code int
 	}{
-		{nil, runtime.ExitUsage},
-		{[]string{"frobnicate"}, runtime.ExitUsage},
-		{[]string{"render", "--provider", "sim:wings"}, runtime.ExitUsage},
-		{[]string{"render", "extra"}, runtime.ExitUsage},
-		{[]string{"help"}, runtime.ExitOK},
+		{nil, daemon.ExitUsage},
+		{[]string{"frobnicate"}, daemon.ExitUsage},
+		{[]string{"render", "--provider", "sim:wings"}, daemon.ExitUsage},
+		{[]string{"render", "extra"}, daemon.ExitUsage},
+		{[]string{"help"}, daemon.ExitOK},
 	} {
 		if code := Run(context.Background(), c.args, &out, &errb); code != c.code {
 			t.Errorf("%v: exit %d, want %d (%s)", c.args, code, c.code, errb.String())
 		}
 	}
 	out.Reset()
-	if code := Run(context.Background(), []string{"users"}, &out, &errb); code != runtime.ExitOK {
+	if code := Run(context.Background(), []string{"users"}, &out, &errb); code != daemon.ExitOK {
 		t.Fatal(errb.String())
 	}
 	for _, want := range []string{"provider-sim — infrastructure provider sim (inbox _INBOX_provider-sim)", "  pub   $KV.observed.infra.sim.>", "  sub   _INBOX_gateway.>",

@@ -26,7 +26,7 @@ import (
 	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/secrets/seal"
 	"github.com/capn-dev/capn/services/bootstrapper"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // ReadEnv reads a rendered environment file (KEY=value lines, # comments).
@@ -46,7 +46,7 @@ func ReadEnv(t testing.TB, path string) map[string]string {
 	return env
 }
 
-// StartBootstrapper runs the real bootstrapper program (runtime.MainArgs)
+// StartBootstrapper runs the real bootstrapper program (daemon.MainArgs)
 // configured by nothing but its rendered env file — its user, TLS files,
 // inbox prefix and, with NodeAgents, the auth callout's issuer seed and
 // account — plus a secrets key, connected first to node first, until the
@@ -61,7 +61,7 @@ func (c *Cluster) StartBootstrapper(first int) {
 	}
 	env["CAPN_SECRETS_KEY_FILE"] = key
 	env["CAPN_NATS_URL"] = c.URLs(first)
-	env["CAPN_HTTP_ADDR"] = runtime.HTTPOff
+	env["CAPN_HTTP_ADDR"] = daemon.HTTPOff
 	if os.Getenv("CAPN_TEST_LOG_LEVEL") == "" {
 		env["CAPN_LOG_LEVEL"] = "warn"
 	}
@@ -69,14 +69,14 @@ func (c *Cluster) StartBootstrapper(first int) {
 	out := &testLog{t: c.t}
 	done := make(chan int, 1)
 	go func() {
-		done <- runtime.MainArgs(ctx, bootstrapper.New(bootstrapper.Config{}), nil,
+		done <- daemon.MainArgs(ctx, bootstrapper.New(bootstrapper.Config{}), nil,
 			func(k string) (string, bool) { v, ok := env[k]; return v, ok }, out)
 	}()
 	c.t.Cleanup(func() {
 		cancel()
 		select {
 		case code := <-done:
-			if code != runtime.ExitOK {
+			if code != daemon.ExitOK {
 				c.t.Errorf("bootstrapper exited %d", code)
 			}
 		case <-time.After(30 * time.Second):
@@ -267,8 +267,8 @@ func (l *testLog) mute() {
 // and CA; no credential) and m's own login — user keys.MachineUser,
 // password (its bootstrap credential or machine secret), inbox prefix
 // keys.MachineInboxPrefix.
-func (c *Cluster) MachineNATSConfig(m Machine, password string, first int) runtime.NATSConfig {
-	n := runtime.NATSConfig{
+func (c *Cluster) MachineNATSConfig(m Machine, password string, first int) daemon.NATSConfig {
+	n := daemon.NATSConfig{
 		URL:           c.URLs(first),
 		User:          m.User(),
 		Password:      password,
@@ -294,10 +294,10 @@ func (c *Cluster) ConnectMachine(ctx context.Context, m Machine, password string
 
 // ConnectWith connects with cfg (a login of any name: a machine's, or an
 // attacker's), recording the permission violations the server reports.
-func (c *Cluster) ConnectWith(ctx context.Context, cfg runtime.NATSConfig) (*nats.Conn, jetstream.JetStream, *Violations, error) {
+func (c *Cluster) ConnectWith(ctx context.Context, cfg daemon.NATSConfig) (*nats.Conn, jetstream.JetStream, *Violations, error) {
 	c.t.Helper()
 	v := &Violations{}
-	nc, err := runtime.Connect(ctx, cfg, cfg.User, quietLogger(), c.Options(cfg.User, v)...)
+	nc, err := daemon.Connect(ctx, cfg, cfg.User, quietLogger(), c.Options(cfg.User, v)...)
 	if err != nil {
 		return nil, nil, v, err
 	}

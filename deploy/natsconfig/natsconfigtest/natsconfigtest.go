@@ -26,7 +26,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/capn-dev/capn/deploy/natsconfig"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // Ports are chosen in [portLow, portHigh): below Linux's ephemeral range
@@ -190,9 +190,9 @@ func (c *Cluster) URLs(first int) string {
 
 // NATSConfig is the runtime configuration of user, preferring node first:
 // what its rendered env file sets (nkey, TLS files, inbox prefix).
-func (c *Cluster) NATSConfig(user string, first int) runtime.NATSConfig {
+func (c *Cluster) NATSConfig(user string, first int) daemon.NATSConfig {
 	l := c.Rendered.Layout
-	n := runtime.NATSConfig{
+	n := daemon.NATSConfig{
 		URL:           c.URLs(first),
 		NKeySeedFile:  l.UserFile(user, natsconfig.UserSeedFile),
 		ReconnectWait: 500 * time.Millisecond,
@@ -207,7 +207,7 @@ func (c *Cluster) NATSConfig(user string, first int) runtime.NATSConfig {
 }
 
 // Options are the nats.go options a client of user needs beyond
-// runtime.Connect's: node first first, and a handler that records
+// daemon.Connect's: node first first, and a handler that records
 // permission violations in v.
 func (c *Cluster) Options(user string, v *Violations) []nats.Option {
 	return []nats.Option{
@@ -217,14 +217,14 @@ func (c *Cluster) Options(user string, v *Violations) []nats.Option {
 }
 
 // Connect connects as user to node first (failing over to the others) the
-// way a capn program does (runtime.Connect) with the user's inbox prefix.
+// way a capn program does (daemon.Connect) with the user's inbox prefix.
 // The connection closes at the test's end.
 func (c *Cluster) Connect(user string, first int) (*nats.Conn, jetstream.JetStream, *Violations) {
 	c.t.Helper()
 	v := &Violations{}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	nc, err := runtime.Connect(ctx, c.NATSConfig(user, first), user, quietLogger(), c.Options(user, v)...)
+	nc, err := daemon.Connect(ctx, c.NATSConfig(user, first), user, quietLogger(), c.Options(user, v)...)
 	if err != nil {
 		c.t.Fatalf("connect as %s: %v", user, err)
 	}

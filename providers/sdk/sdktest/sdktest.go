@@ -21,8 +21,8 @@ import (
 	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/providers/sdk"
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
-	"github.com/capn-dev/capn/services/runtime"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // Timeout is how long the Wait helpers poll by default.
@@ -40,9 +40,9 @@ type Env struct {
 	// (a container's start) sets more.
 	WaitTimeout time.Duration
 
-	machines      *store.Bucket[*capnv1alpha1.InfraMachine]
-	clusters      *store.Bucket[*capnv1alpha1.InfraCluster]
-	announcements *store.Bucket[*capnv1alpha1.ProviderAnnouncement]
+	machines      *store.Bucket[*capnv1.InfraMachine]
+	clusters      *store.Bucket[*capnv1.InfraCluster]
+	announcements *store.Bucket[*capnv1.ProviderAnnouncement]
 }
 
 // New starts a server, provisions events.DefaultTopology(1) and connects.
@@ -61,9 +61,9 @@ func New(t testing.TB) *Env {
 	}
 	return &Env{
 		T: t, Server: srv, JS: js, Pub: events.NewPublisher(js, "capn/test"),
-		machines:      store.NewBucket(kv, func() *capnv1alpha1.InfraMachine { return new(capnv1alpha1.InfraMachine) }),
-		clusters:      store.NewBucket(kv, func() *capnv1alpha1.InfraCluster { return new(capnv1alpha1.InfraCluster) }),
-		announcements: store.NewBucket(kv, func() *capnv1alpha1.ProviderAnnouncement { return new(capnv1alpha1.ProviderAnnouncement) }),
+		machines:      store.NewBucket(kv, func() *capnv1.InfraMachine { return new(capnv1.InfraMachine) }),
+		clusters:      store.NewBucket(kv, func() *capnv1.InfraCluster { return new(capnv1.InfraCluster) }),
+		announcements: store.NewBucket(kv, func() *capnv1.ProviderAnnouncement { return new(capnv1.ProviderAnnouncement) }),
 	}
 }
 
@@ -75,15 +75,15 @@ func Logger(t testing.TB) zerolog.Logger {
 	return zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.DebugLevel).With().Timestamp().Logger()
 }
 
-// Run runs svc through runtime.Run (the path a deployment takes, without
+// Run runs svc through daemon.Run (the path a deployment takes, without
 // HTTP) until the returned stop is called or the test ends. stop waits for
 // a clean return and fails the test otherwise; it is idempotent.
-func (e *Env) Run(svc runtime.Service) (stop func()) {
+func (e *Env) Run(svc daemon.Service) (stop func()) {
 	e.T.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	cfg := runtime.Config{Name: svc.Name(), NATS: runtime.NATSConfig{URL: e.Server.URL()}, SkipProvision: true}
+	cfg := daemon.Config{Name: svc.Name(), NATS: daemon.NATSConfig{URL: e.Server.URL()}, SkipProvision: true}
 	done := make(chan error, 1)
-	go func() { done <- runtime.Run(ctx, cfg, svc, runtime.WithoutHTTP(), runtime.WithLogger(Logger(e.T))) }()
+	go func() { done <- daemon.Run(ctx, cfg, svc, daemon.WithoutHTTP(), daemon.WithLogger(Logger(e.T))) }()
 	stopped := false
 	stop = func() {
 		e.T.Helper()
@@ -128,7 +128,7 @@ func (e *Env) Send(provider, kind, verb, id string, msg target) {
 
 // Machine reads infra.<provider>.<cluster>.<machine>; ok is false when it
 // does not exist.
-func (e *Env) Machine(provider, cluster, machine string) (*capnv1alpha1.InfraMachine, bool) {
+func (e *Env) Machine(provider, cluster, machine string) (*capnv1.InfraMachine, bool) {
 	e.T.Helper()
 	m, _, err := e.machines.Get(context.Background(), sdk.InfraKey(provider, cluster, machine))
 	if errors.Is(err, store.ErrNotFound) {
@@ -141,7 +141,7 @@ func (e *Env) Machine(provider, cluster, machine string) (*capnv1alpha1.InfraMac
 }
 
 // Cluster reads infra.<provider>.<cluster>._.
-func (e *Env) Cluster(provider, cluster string) (*capnv1alpha1.InfraCluster, bool) {
+func (e *Env) Cluster(provider, cluster string) (*capnv1.InfraCluster, bool) {
 	e.T.Helper()
 	c, _, err := e.clusters.Get(context.Background(), sdk.InfraClusterKey(provider, cluster))
 	if errors.Is(err, store.ErrNotFound) {
@@ -154,7 +154,7 @@ func (e *Env) Cluster(provider, cluster string) (*capnv1alpha1.InfraCluster, boo
 }
 
 // Announcement reads provider.<provider>.
-func (e *Env) Announcement(provider string) (*capnv1alpha1.ProviderAnnouncement, bool) {
+func (e *Env) Announcement(provider string) (*capnv1.ProviderAnnouncement, bool) {
 	e.T.Helper()
 	a, _, err := e.announcements.Get(context.Background(), sdk.AnnouncementKey(provider))
 	if errors.Is(err, store.ErrNotFound) {
@@ -178,9 +178,9 @@ func (e *Env) Keys(prefix string) []string {
 
 // WaitMachine polls until the machine's record exists and cond holds, and
 // returns it.
-func (e *Env) WaitMachine(provider, cluster, machine string, what string, cond func(*capnv1alpha1.InfraMachine) bool) *capnv1alpha1.InfraMachine {
+func (e *Env) WaitMachine(provider, cluster, machine string, what string, cond func(*capnv1.InfraMachine) bool) *capnv1.InfraMachine {
 	e.T.Helper()
-	var got *capnv1alpha1.InfraMachine
+	var got *capnv1.InfraMachine
 	natstest.WaitFor(e.T, e.waitTimeout(), fmt.Sprintf("%s/%s %s", cluster, machine, what), func() bool {
 		m, ok := e.Machine(provider, cluster, machine)
 		if ok && cond(m) {
@@ -193,9 +193,9 @@ func (e *Env) WaitMachine(provider, cluster, machine string, what string, cond f
 }
 
 // WaitState waits for the machine's state.
-func (e *Env) WaitState(provider, cluster, machine string, state capnv1alpha1.InfraState) *capnv1alpha1.InfraMachine {
+func (e *Env) WaitState(provider, cluster, machine string, state capnv1.InfraState) *capnv1.InfraMachine {
 	e.T.Helper()
-	return e.WaitMachine(provider, cluster, machine, "state "+state.Wire(), func(m *capnv1alpha1.InfraMachine) bool {
+	return e.WaitMachine(provider, cluster, machine, "state "+state.Wire(), func(m *capnv1.InfraMachine) bool {
 		return m.GetStateValue() == state
 	})
 }
@@ -283,17 +283,17 @@ func (e *Env) Count(stream, subject string) uint64 {
 }
 
 // LastDrift returns the last drift report of a machine (from any provider).
-func (e *Env) LastDrift(cluster, machine string) (*capnv1alpha1.DriftReport, bool) {
+func (e *Env) LastDrift(cluster, machine string) (*capnv1.DriftReport, bool) {
 	e.T.Helper()
-	d := new(capnv1alpha1.DriftReport)
+	d := new(capnv1.DriftReport)
 	_, ok := e.Last(events.StreamEvents, sdk.DriftSubject("*", cluster, machine), d)
 	return d, ok
 }
 
 // WaitDrift waits for a drift report of kind for a machine.
-func (e *Env) WaitDrift(cluster, machine, kind string) *capnv1alpha1.DriftReport {
+func (e *Env) WaitDrift(cluster, machine, kind string) *capnv1.DriftReport {
 	e.T.Helper()
-	var got *capnv1alpha1.DriftReport
+	var got *capnv1.DriftReport
 	natstest.WaitFor(e.T, e.waitTimeout(), fmt.Sprintf("drift %s of %s/%s", kind, cluster, machine), func() bool {
 		d, ok := e.LastDrift(cluster, machine)
 		if ok && d.GetKind() == kind {
@@ -306,9 +306,9 @@ func (e *Env) WaitDrift(cluster, machine, kind string) *capnv1alpha1.DriftReport
 }
 
 // LastHeartbeat returns the last node heartbeat of a machine and its event id.
-func (e *Env) LastHeartbeat(cluster, machine string) (*capnv1alpha1.NodeHeartbeat, string, bool) {
+func (e *Env) LastHeartbeat(cluster, machine string) (*capnv1.NodeHeartbeat, string, bool) {
 	e.T.Helper()
-	hb := new(capnv1alpha1.NodeHeartbeat)
+	hb := new(capnv1.NodeHeartbeat)
 	id, ok := e.Last(events.StreamHealth, events.HealthSubject(cluster, machine, "heartbeat"), hb)
 	return hb, id, ok
 }

@@ -4,7 +4,7 @@ import (
 	"path"
 	"strings"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // Paths on the machine, as kubeadm and Cluster API use them.
@@ -61,7 +61,7 @@ func PKIFiles(p PKI) []File {
 
 // UserFiles converts the spec's files, in order. Permissions written with
 // three digits get a leading zero.
-func UserFiles(spec *capnv1alpha1.BootstrapSpec) []File {
+func UserFiles(spec *capnv1.BootstrapSpec) []File {
 	var files []File
 	for _, f := range spec.GetFiles() {
 		perm := f.GetPermissions()

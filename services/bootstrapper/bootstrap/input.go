@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/secrets/pki"
 	"github.com/capn-dev/capn/secrets/token"
 )
@@ -17,7 +17,7 @@ import (
 type Cluster struct {
 	// Endpoint is the control-plane endpoint the infrastructure reports.
 	Endpoint Endpoint
-	Network  *capnv1alpha1.NetworkSpec
+	Network  *capnv1.NetworkSpec
 	PKI      pki.Set
 }
 
@@ -25,10 +25,10 @@ type Cluster struct {
 // cluster and the join token, and validates it. The PKI is cut to the role:
 // control-plane machines get the shared CAs and service-account keys,
 // workers the cluster CA certificate only.
-func NewInput(cmd *capnv1alpha1.GenerateBootstrap, c Cluster, tok token.Token) (Input, error) {
+func NewInput(cmd *capnv1.GenerateBootstrap, c Cluster, tok token.Token) (Input, error) {
 	spec := cmd.GetBootstrap()
 	if spec == nil {
-		spec = &capnv1alpha1.BootstrapSpec{}
+		spec = &capnv1.BootstrapSpec{}
 	}
 	if spec.GetCa() != nil {
 		// The user's CA reaches providers through PKI, never the spec.

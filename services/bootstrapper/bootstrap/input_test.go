@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/secrets/pki"
 	"github.com/capn-dev/capn/secrets/token"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
@@ -47,9 +47,9 @@ func TestNewInputCutsPKIByRole(t *testing.T) {
 
 func TestNewInputErrors(t *testing.T) {
 	set := bootstraptest.PKI(t)
-	_, err := bootstrap.NewInput(&capnv1alpha1.GenerateBootstrap{
+	_, err := bootstrap.NewInput(&capnv1.GenerateBootstrap{
 		Machine: "m", Role: "master", Version: "1.33.0",
-		Bootstrap: &capnv1alpha1.BootstrapSpec{TokenTtl: durationpb.New(time.Hour * 24 * 30)},
+		Bootstrap: &capnv1.BootstrapSpec{TokenTtl: durationpb.New(time.Hour * 24 * 30)},
 	}, bootstrap.Cluster{PKI: pki.Set{CA: set.CA}}, token.Token{})
 	checkErrors(t, err, []string{
 		"bootstrap.tokenTtl: token TTL 720h0m0s: want between",
@@ -84,11 +84,11 @@ func TestRegistryRender(t *testing.T) {
 	if !strings.HasPrefix(out.Checksum(), "sha256:") || len(out.Checksum()) != 71 {
 		t.Fatalf("checksum %q", out.Checksum())
 	}
-	in.Spec = &capnv1alpha1.BootstrapSpec{Provider: "foo"}
+	in.Spec = &capnv1.BootstrapSpec{Provider: "foo"}
 	if _, err := builtin.Registry().Render(in); err == nil || !strings.Contains(err.Error(), `bootstrap.provider: unknown bootstrap provider "foo" (available: kube-local, kubeadm, script)`) {
 		t.Fatalf("unknown provider: %v", err)
 	}
-	in.Spec = &capnv1alpha1.BootstrapSpec{Provider: "script"}
+	in.Spec = &capnv1.BootstrapSpec{Provider: "script"}
 	if _, err := builtin.Registry().Render(in); err == nil || !strings.Contains(err.Error(), "bootstrap.userData: required by the script provider") {
 		t.Fatalf("script without user data: %v", err)
 	}
@@ -96,7 +96,7 @@ func TestRegistryRender(t *testing.T) {
 
 func TestNewInputStripsCAFromSpec(t *testing.T) {
 	set := bootstraptest.PKI(t)
-	spec := &capnv1alpha1.BootstrapSpec{Ca: &capnv1alpha1.CertificateAuthority{CertificatePem: string(set.CA.CertPEM), PrivateKeyPem: string(set.CA.KeyPEM)}}
+	spec := &capnv1.BootstrapSpec{Ca: &capnv1.CertificateAuthority{CertificatePem: string(set.CA.CertPEM), PrivateKeyPem: string(set.CA.KeyPEM)}}
 	in := bootstraptest.NewInput(t, bootstraptest.JoinWorker, spec, nil, nil)
 	if in.Spec.GetCa() != nil || spec.GetCa() == nil {
 		t.Fatal("NewInput must drop the CA from the provider's spec without changing the command")

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 var (
@@ -53,7 +53,7 @@ func ValidateLabels(path string, labels map[string]string) []error {
 
 // ValidateTaints checks node taints: key and value syntax, a known effect,
 // and no key given twice with the same effect.
-func ValidateTaints(path string, taints []*capnv1alpha1.Taint) []error {
+func ValidateTaints(path string, taints []*capnv1.Taint) []error {
 	var errs []error
 	seen := map[string]bool{}
 	for i, t := range taints {

@@ -3,7 +3,7 @@ package bootstrap
 import (
 	"maps"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -18,15 +18,15 @@ import (
 //   - preCommands, postCommands: base's then override's.
 //   - kubeletExtraArgs: union, override's value wins.
 //   - ca: base's only (the CA is cluster-wide).
-func Merge(base, override *capnv1alpha1.BootstrapSpec) *capnv1alpha1.BootstrapSpec {
-	out := &capnv1alpha1.BootstrapSpec{}
+func Merge(base, override *capnv1.BootstrapSpec) *capnv1.BootstrapSpec {
+	out := &capnv1.BootstrapSpec{}
 	if base != nil {
-		out = proto.Clone(base).(*capnv1alpha1.BootstrapSpec)
+		out = proto.Clone(base).(*capnv1.BootstrapSpec)
 	}
 	if override == nil {
 		return out
 	}
-	o := proto.Clone(override).(*capnv1alpha1.BootstrapSpec)
+	o := proto.Clone(override).(*capnv1.BootstrapSpec)
 	if o.Provider != "" {
 		if o.Provider != out.Provider {
 			out.UserData = ""
@@ -39,7 +39,7 @@ func Merge(base, override *capnv1alpha1.BootstrapSpec) *capnv1alpha1.BootstrapSp
 	if o.UserData != "" {
 		out.UserData = o.UserData
 	}
-	byPath := map[string]*capnv1alpha1.File{}
+	byPath := map[string]*capnv1.File{}
 	for _, f := range o.Files {
 		byPath[f.GetPath()] = f
 	}

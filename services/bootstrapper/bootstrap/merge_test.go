@@ -4,17 +4,17 @@ import (
 	"testing"
 	"time"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 func TestMerge(t *testing.T) {
-	ca := &capnv1alpha1.CertificateAuthority{CertificatePem: "c"}
-	base := &capnv1alpha1.BootstrapSpec{
+	ca := &capnv1.CertificateAuthority{CertificatePem: "c"}
+	base := &capnv1.BootstrapSpec{
 		Provider: "script", UserData: "#!/bin/sh\n", Ca: ca,
-		Files:       []*capnv1alpha1.File{{Path: "/a", Content: "base a"}, {Path: "/b", Content: "base b"}},
+		Files:       []*capnv1.File{{Path: "/a", Content: "base a"}, {Path: "/b", Content: "base b"}},
 		PreCommands: []string{"p1"}, PostCommands: []string{"q1"},
 		KubeletExtraArgs: map[string]string{"x": "1", "y": "1"},
 		TokenTtl:         durationpb.New(time.Hour),
@@ -22,21 +22,21 @@ func TestMerge(t *testing.T) {
 	baseCopy := proto.Clone(base)
 	tests := []struct {
 		name     string
-		override *capnv1alpha1.BootstrapSpec
-		want     *capnv1alpha1.BootstrapSpec
+		override *capnv1.BootstrapSpec
+		want     *capnv1.BootstrapSpec
 	}{
 		{"nil override", nil, base},
-		{"same provider keeps user data", &capnv1alpha1.BootstrapSpec{
-			Files:       []*capnv1alpha1.File{{Path: "/c", Content: "c"}, {Path: "/a", Content: "pool a"}},
+		{"same provider keeps user data", &capnv1.BootstrapSpec{
+			Files:       []*capnv1.File{{Path: "/c", Content: "c"}, {Path: "/a", Content: "pool a"}},
 			PreCommands: []string{"p2"}, KubeletExtraArgs: map[string]string{"y": "2", "z": "2"},
-		}, &capnv1alpha1.BootstrapSpec{
+		}, &capnv1.BootstrapSpec{
 			Provider: "script", UserData: "#!/bin/sh\n", Ca: ca,
-			Files:       []*capnv1alpha1.File{{Path: "/a", Content: "pool a"}, {Path: "/b", Content: "base b"}, {Path: "/c", Content: "c"}},
+			Files:       []*capnv1.File{{Path: "/a", Content: "pool a"}, {Path: "/b", Content: "base b"}, {Path: "/c", Content: "c"}},
 			PreCommands: []string{"p1", "p2"}, PostCommands: []string{"q1"},
 			KubeletExtraArgs: map[string]string{"x": "1", "y": "2", "z": "2"},
 			TokenTtl:         durationpb.New(time.Hour),
 		}},
-		{"other provider drops user data", &capnv1alpha1.BootstrapSpec{Provider: "kubeadm", TokenTtl: durationpb.New(time.Minute)}, &capnv1alpha1.BootstrapSpec{
+		{"other provider drops user data", &capnv1.BootstrapSpec{Provider: "kubeadm", TokenTtl: durationpb.New(time.Minute)}, &capnv1.BootstrapSpec{
 			Provider: "kubeadm", Ca: ca, Files: base.Files, PreCommands: base.PreCommands, PostCommands: base.PostCommands,
 			KubeletExtraArgs: base.KubeletExtraArgs, TokenTtl: durationpb.New(time.Minute),
 		}},

@@ -17,7 +17,7 @@ import (
 	"strconv"
 	"time"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/secrets/token"
 )
 
@@ -40,7 +40,7 @@ type Provider interface {
 	// lower case, stable, unique in a Registry.
 	Name() string
 	// ValidateSpec reports every problem with spec for this provider.
-	ValidateSpec(path string, spec *capnv1alpha1.BootstrapSpec) error
+	ValidateSpec(path string, spec *capnv1.BootstrapSpec) error
 	// Render makes the bootstrap data of one machine.
 	Render(in Input) (Output, error)
 }
@@ -99,13 +99,13 @@ type Input struct {
 	KubernetesVersion string
 	Endpoint          Endpoint
 	// Network may be nil (kubeadm's defaults then apply).
-	Network *capnv1alpha1.NetworkSpec
+	Network *capnv1.NetworkSpec
 	// Spec is the effective bootstrap spec (cluster-wide merged with the
 	// pool's or control plane's); never nil.
-	Spec *capnv1alpha1.BootstrapSpec
+	Spec *capnv1.BootstrapSpec
 	// Labels and Taints of the node.
 	Labels map[string]string
-	Taints []*capnv1alpha1.Taint
+	Taints []*capnv1.Taint
 	// PKI holds only what the role needs.
 	PKI PKI
 	// Token is the join token; for the first control-plane machine, the

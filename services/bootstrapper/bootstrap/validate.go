@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/secrets/pki"
 	"github.com/capn-dev/capn/secrets/token"
 )
@@ -31,7 +31,7 @@ var reservedKubeletArgs = map[string]string{
 // not depend on inheritance; ValidateEffective adds the provider's own
 // rules on a merged spec. now is the time a user-supplied CA must be valid
 // at. A nil spec is valid.
-func (r *Registry) Validate(path string, spec *capnv1alpha1.BootstrapSpec, now time.Time) error {
+func (r *Registry) Validate(path string, spec *capnv1.BootstrapSpec, now time.Time) error {
 	if spec == nil {
 		return nil
 	}
@@ -109,7 +109,7 @@ func (r *Registry) Validate(path string, spec *capnv1alpha1.BootstrapSpec, now t
 	return errors.Join(errs...)
 }
 
-func validateCA(path string, ca *capnv1alpha1.CertificateAuthority, now time.Time) []error {
+func validateCA(path string, ca *capnv1.CertificateAuthority, now time.Time) []error {
 	var errs []error
 	if _, err := pki.ParseCertificate([]byte(ca.GetCertificatePem())); err != nil {
 		errs = append(errs, fmt.Errorf("%s.certificatePem: %w", path, err))
@@ -128,7 +128,7 @@ func validateCA(path string, ca *capnv1alpha1.CertificateAuthority, now time.Tim
 
 // ValidateEffective checks a merged spec (see Merge) at path: the common
 // rules of Validate, then the rules of the provider it selects.
-func (r *Registry) ValidateEffective(path string, spec *capnv1alpha1.BootstrapSpec) error {
+func (r *Registry) ValidateEffective(path string, spec *capnv1.BootstrapSpec) error {
 	// The CA was checked where it is written (spec.bootstrap.ca).
 	noCA := spec
 	if spec.GetCa() != nil {
@@ -150,14 +150,14 @@ func (r *Registry) ValidateEffective(path string, spec *capnv1alpha1.BootstrapSp
 // spec.workerPools[i].bootstrap), the effective spec of the control plane
 // and of each pool, and the pools' labels and taints. It reports every
 // problem at once; now is the time a user-supplied CA must be valid at.
-func (r *Registry) ValidateCluster(spec *capnv1alpha1.ClusterSpec, now time.Time) error {
+func (r *Registry) ValidateCluster(spec *capnv1.ClusterSpec, now time.Time) error {
 	var errs []error
 	base := spec.GetBootstrap()
 	baseErr := r.Validate("spec.bootstrap", base, now)
 	errs = append(errs, baseErr)
 	type level struct {
 		path string
-		spec *capnv1alpha1.BootstrapSpec
+		spec *capnv1.BootstrapSpec
 	}
 	levels := []level{{"spec.controlPlane.bootstrap", spec.GetControlPlane().GetBootstrap()}}
 	for i, p := range spec.GetWorkerPools() {

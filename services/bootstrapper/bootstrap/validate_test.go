@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/bootstraptest"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/builtin"
@@ -42,15 +42,15 @@ func TestValidate(t *testing.T) {
 	set := bootstraptest.PKI(t)
 	tests := []struct {
 		name string
-		spec *capnv1alpha1.BootstrapSpec
+		spec *capnv1.BootstrapSpec
 		want []string
 	}{
 		{"nil", nil, nil},
 		{"full", bootstraptest.FullSpec("kubeadm"), nil},
-		{"user CA", &capnv1alpha1.BootstrapSpec{Ca: &capnv1alpha1.CertificateAuthority{CertificatePem: string(set.CA.CertPEM), PrivateKeyPem: string(set.CA.KeyPEM)}}, nil},
-		{"unknown provider", &capnv1alpha1.BootstrapSpec{Provider: "foo"},
+		{"user CA", &capnv1.BootstrapSpec{Ca: &capnv1.CertificateAuthority{CertificatePem: string(set.CA.CertPEM), PrivateKeyPem: string(set.CA.KeyPEM)}}, nil},
+		{"unknown provider", &capnv1.BootstrapSpec{Provider: "foo"},
 			[]string{`spec.bootstrap.provider: unknown bootstrap provider "foo" (available: kube-local, kubeadm, script)`}},
-		{"files", &capnv1alpha1.BootstrapSpec{Files: []*capnv1alpha1.File{
+		{"files", &capnv1.BootstrapSpec{Files: []*capnv1.File{
 			{Path: ""}, {Path: "etc/x"}, {Path: "/a/../b"}, {Path: "/etc/kubernetes/pki/ca.key"}, {Path: "/run/capn/x"},
 			{Path: "/etc/x", Permissions: "rw-r--r--", Owner: "root root"}, {Path: "/etc/x"}, nil,
 		}}, []string{
@@ -64,10 +64,10 @@ func TestValidate(t *testing.T) {
 			`spec.bootstrap.files[6].path: "/etc/x" already written by files[5]`,
 			"spec.bootstrap.files[7]: null",
 		}},
-		{"commands", &capnv1alpha1.BootstrapSpec{PreCommands: []string{"ok", " "}, PostCommands: []string{"a\x00b"}}, []string{
+		{"commands", &capnv1.BootstrapSpec{PreCommands: []string{"ok", " "}, PostCommands: []string{"a\x00b"}}, []string{
 			"spec.bootstrap.preCommands[1]: empty command", "spec.bootstrap.postCommands[0]: contains a NUL byte",
 		}},
-		{"kubelet args", &capnv1alpha1.BootstrapSpec{KubeletExtraArgs: map[string]string{
+		{"kubelet args", &capnv1.BootstrapSpec{KubeletExtraArgs: map[string]string{
 			"--max-pods": "1", "Bad_Flag": "x", "node-labels": "a=b", "v": "2\n",
 		}}, []string{
 			`spec.bootstrap.kubeletExtraArgs["--max-pods"]: write the flag name without leading dashes`,
@@ -75,13 +75,13 @@ func TestValidate(t *testing.T) {
 			`spec.bootstrap.kubeletExtraArgs["node-labels"]: set by capn; set node labels with the pool's labels`,
 			`spec.bootstrap.kubeletExtraArgs["v"]: value contains a line break`,
 		}},
-		{"token ttl", &capnv1alpha1.BootstrapSpec{TokenTtl: durationpb.New(time.Second)}, []string{
+		{"token ttl", &capnv1.BootstrapSpec{TokenTtl: durationpb.New(time.Second)}, []string{
 			"spec.bootstrap.tokenTtl: token TTL 1s: want between 1m0s and 168h0m0s",
 		}},
-		{"CA: key for another cert", &capnv1alpha1.BootstrapSpec{Ca: &capnv1alpha1.CertificateAuthority{CertificatePem: string(set.CA.CertPEM), PrivateKeyPem: string(set.EtcdCA.KeyPEM)}}, []string{
+		{"CA: key for another cert", &capnv1.BootstrapSpec{Ca: &capnv1.CertificateAuthority{CertificatePem: string(set.CA.CertPEM), PrivateKeyPem: string(set.EtcdCA.KeyPEM)}}, []string{
 			`spec.bootstrap.ca: private key does not match the public key of certificate "CN=kubernetes"`,
 		}},
-		{"CA: garbage", &capnv1alpha1.BootstrapSpec{Ca: &capnv1alpha1.CertificateAuthority{CertificatePem: "x", PrivateKeyPem: string(set.CA.CertPEM)}}, []string{
+		{"CA: garbage", &capnv1.BootstrapSpec{Ca: &capnv1.CertificateAuthority{CertificatePem: "x", PrivateKeyPem: string(set.CA.CertPEM)}}, []string{
 			"spec.bootstrap.ca.certificatePem: certificate: no PEM block found",
 			`spec.bootstrap.ca.privateKeyPem: private key: PEM block is "CERTIFICATE"`,
 		}},
@@ -131,33 +131,33 @@ func TestValidateCluster(t *testing.T) {
 	set := bootstraptest.PKI(t)
 	tests := []struct {
 		name string
-		spec *capnv1alpha1.ClusterSpec
+		spec *capnv1.ClusterSpec
 		want []string
 	}{
-		{"empty", &capnv1alpha1.ClusterSpec{}, nil},
-		{"script pool inherits files", &capnv1alpha1.ClusterSpec{
-			Bootstrap:   &capnv1alpha1.BootstrapSpec{Files: bootstraptest.FullSpec("").Files},
-			WorkerPools: []*capnv1alpha1.WorkerPool{{Name: "a", Bootstrap: &capnv1alpha1.BootstrapSpec{Provider: "script", UserData: "#!/bin/sh\n"}}},
+		{"empty", &capnv1.ClusterSpec{}, nil},
+		{"script pool inherits files", &capnv1.ClusterSpec{
+			Bootstrap:   &capnv1.BootstrapSpec{Files: bootstraptest.FullSpec("").Files},
+			WorkerPools: []*capnv1.WorkerPool{{Name: "a", Bootstrap: &capnv1.BootstrapSpec{Provider: "script", UserData: "#!/bin/sh\n"}}},
 		}, nil},
-		{"script pool inherits commands", &capnv1alpha1.ClusterSpec{
-			Bootstrap:   &capnv1alpha1.BootstrapSpec{PreCommands: []string{"x"}},
-			WorkerPools: []*capnv1alpha1.WorkerPool{{Name: "a"}, {Name: "b", Bootstrap: &capnv1alpha1.BootstrapSpec{Provider: "script", UserData: "#!/bin/sh\n"}}},
+		{"script pool inherits commands", &capnv1.ClusterSpec{
+			Bootstrap:   &capnv1.BootstrapSpec{PreCommands: []string{"x"}},
+			WorkerPools: []*capnv1.WorkerPool{{Name: "a"}, {Name: "b", Bootstrap: &capnv1.BootstrapSpec{Provider: "script", UserData: "#!/bin/sh\n"}}},
 		}, []string{"spec.workerPools[1].bootstrap.preCommands: the script provider runs userData as is"}},
-		{"script cluster, kubeadm control plane", &capnv1alpha1.ClusterSpec{
-			Bootstrap:    &capnv1alpha1.BootstrapSpec{Provider: "script", UserData: "#cloud-config\n"},
-			ControlPlane: &capnv1alpha1.ControlPlaneSpec{Bootstrap: &capnv1alpha1.BootstrapSpec{Provider: "kubeadm"}},
-			WorkerPools:  []*capnv1alpha1.WorkerPool{{Name: "a"}},
+		{"script cluster, kubeadm control plane", &capnv1.ClusterSpec{
+			Bootstrap:    &capnv1.BootstrapSpec{Provider: "script", UserData: "#cloud-config\n"},
+			ControlPlane: &capnv1.ControlPlaneSpec{Bootstrap: &capnv1.BootstrapSpec{Provider: "kubeadm"}},
+			WorkerPools:  []*capnv1.WorkerPool{{Name: "a"}},
 		}, nil},
-		{"kubeadm pool with user data", &capnv1alpha1.ClusterSpec{
-			WorkerPools: []*capnv1alpha1.WorkerPool{{Name: "a", Bootstrap: &capnv1alpha1.BootstrapSpec{UserData: "#!/bin/sh\n"}}},
+		{"kubeadm pool with user data", &capnv1.ClusterSpec{
+			WorkerPools: []*capnv1.WorkerPool{{Name: "a", Bootstrap: &capnv1.BootstrapSpec{UserData: "#!/bin/sh\n"}}},
 		}, []string{"spec.workerPools[0].bootstrap.userData: only the script provider reads userData"}},
-		{"every level checked", &capnv1alpha1.ClusterSpec{
-			Bootstrap:    &capnv1alpha1.BootstrapSpec{Provider: "foo"},
-			ControlPlane: &capnv1alpha1.ControlPlaneSpec{Bootstrap: &capnv1alpha1.BootstrapSpec{Ca: &capnv1alpha1.CertificateAuthority{CertificatePem: string(set.CA.CertPEM), PrivateKeyPem: string(set.CA.KeyPEM)}}},
-			WorkerPools: []*capnv1alpha1.WorkerPool{{
+		{"every level checked", &capnv1.ClusterSpec{
+			Bootstrap:    &capnv1.BootstrapSpec{Provider: "foo"},
+			ControlPlane: &capnv1.ControlPlaneSpec{Bootstrap: &capnv1.BootstrapSpec{Ca: &capnv1.CertificateAuthority{CertificatePem: string(set.CA.CertPEM), PrivateKeyPem: string(set.CA.KeyPEM)}}},
+			WorkerPools: []*capnv1.WorkerPool{{
 				Name: "a", Labels: map[string]string{"node-role.kubernetes.io/worker": ""},
-				Taints:    []*capnv1alpha1.Taint{{Key: "k", Effect: "Sometimes"}},
-				Bootstrap: &capnv1alpha1.BootstrapSpec{Provider: "bar"},
+				Taints:    []*capnv1.Taint{{Key: "k", Effect: "Sometimes"}},
+				Bootstrap: &capnv1.BootstrapSpec{Provider: "bar"},
 			}},
 		}, []string{
 			`spec.bootstrap.provider: unknown bootstrap provider "foo"`,
@@ -188,7 +188,7 @@ func TestValidateLabelsAndTaints(t *testing.T) {
 		`labels["v"]: value "bad value": want at most 63 characters`,
 		`labels[""]: key "": the name must be 1-63 characters`,
 	})
-	taints := []*capnv1alpha1.Taint{
+	taints := []*capnv1.Taint{
 		{Key: "a", Effect: "NoSchedule"}, {Key: "a", Effect: "NoSchedule"}, {Key: "a", Value: "x y", Effect: "NoExecute"},
 	}
 	checkErrors(t, errors.Join(bootstrap.ValidateTaints("taints", taints)...), []string{

@@ -8,7 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // Applier is the port through which a plan's actions reach the world. The
@@ -95,10 +95,10 @@ func (a DeleteCluster) applyTo(ctx context.Context, ap Applier) error {
 // NewMachineRecord is the record a CreateMachine writes: a copy of
 // a.Machine with uid, creation_timestamp (now) and generation (1) set
 // where the plan left them unset.
-func NewMachineRecord(a CreateMachine, uid string, now time.Time) *capnv1alpha1.Machine {
-	m := proto.Clone(a.Machine).(*capnv1alpha1.Machine)
+func NewMachineRecord(a CreateMachine, uid string, now time.Time) *capnv1.Machine {
+	m := proto.Clone(a.Machine).(*capnv1.Machine)
 	if m.Metadata == nil {
-		m.Metadata = &capnv1alpha1.ObjectMeta{}
+		m.Metadata = &capnv1.ObjectMeta{}
 	}
 	if m.Metadata.Uid == "" {
 		m.Metadata.Uid = uid
@@ -116,18 +116,18 @@ func NewMachineRecord(a CreateMachine, uid string, now time.Time) *capnv1alpha1.
 // record cur: a copy with a.Machine's spec, labels and annotations and the
 // generation bumped, everything else of cur kept. It returns false, and
 // no record, when cur is nil or already has them.
-func UpdatedMachineRecord(cur *capnv1alpha1.Machine, a UpdateMachine) (*capnv1alpha1.Machine, bool) {
+func UpdatedMachineRecord(cur *capnv1.Machine, a UpdateMachine) (*capnv1.Machine, bool) {
 	want := a.Machine
 	if cur == nil || proto.Equal(cur.GetSpec(), want.GetSpec()) &&
 		maps.Equal(cur.GetMetadata().GetLabels(), want.GetMetadata().GetLabels()) &&
 		maps.Equal(cur.GetMetadata().GetAnnotations(), want.GetMetadata().GetAnnotations()) {
 		return nil, false
 	}
-	m := proto.Clone(cur).(*capnv1alpha1.Machine)
+	m := proto.Clone(cur).(*capnv1.Machine)
 	if m.Metadata == nil {
-		m.Metadata = &capnv1alpha1.ObjectMeta{}
+		m.Metadata = &capnv1.ObjectMeta{}
 	}
-	m.Spec = proto.Clone(want.GetSpec()).(*capnv1alpha1.MachineSpec)
+	m.Spec = proto.Clone(want.GetSpec()).(*capnv1.MachineSpec)
 	m.Metadata.Labels = maps.Clone(want.GetMetadata().GetLabels())
 	m.Metadata.Annotations = maps.Clone(want.GetMetadata().GetAnnotations())
 	m.Metadata.Generation++
@@ -137,13 +137,13 @@ func UpdatedMachineRecord(cur *capnv1alpha1.Machine, a UpdateMachine) (*capnv1al
 // DeletingMachineRecord is what a DeleteMachine makes of the current
 // record cur: a copy with deletion_timestamp now. It returns false, and no
 // record, when cur is nil or already being deleted.
-func DeletingMachineRecord(cur *capnv1alpha1.Machine, now time.Time) (*capnv1alpha1.Machine, bool) {
+func DeletingMachineRecord(cur *capnv1.Machine, now time.Time) (*capnv1.Machine, bool) {
 	if cur == nil || cur.GetMetadata().GetDeletionTimestamp() != nil {
 		return nil, false
 	}
-	m := proto.Clone(cur).(*capnv1alpha1.Machine)
+	m := proto.Clone(cur).(*capnv1.Machine)
 	if m.Metadata == nil {
-		m.Metadata = &capnv1alpha1.ObjectMeta{}
+		m.Metadata = &capnv1.ObjectMeta{}
 	}
 	m.Metadata.DeletionTimestamp = timestamppb.New(now)
 	return m, true

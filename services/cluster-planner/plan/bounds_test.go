@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/manifest"
 	"github.com/capn-dev/capn/services/cluster-planner/plan"
 	"github.com/capn-dev/capn/services/cluster-planner/plan/plantest"
@@ -17,7 +17,7 @@ import (
 func scaleUpInput(n int32) plan.Input {
 	return plan.Input{
 		Cluster:   cluster(1, n),
-		Status:    &capnv1alpha1.ClusterStatus{ControlPlaneInitialized: true},
+		Status:    &capnv1.ClusterStatus{ControlPlaneInitialized: true},
 		Now:       time.Unix(0, 0),
 		Validator: manifest.Validator{MaxPoolReplicas: int(n), MaxClusterReplicas: int(n) + 1},
 	}
@@ -75,7 +75,7 @@ func TestOverBoundSpecIsNotPlanned(t *testing.T) {
 		t.Fatalf("planned %d actions for a pool over the bound", len(r.Actions))
 	}
 	c := condition(r.Status, plan.ConditionReady)
-	if r.Status.GetPhaseValue() != capnv1alpha1.ClusterFailed || c.GetReason() != "InvalidSpec" ||
+	if r.Status.GetPhaseValue() != capnv1.ClusterFailed || c.GetReason() != "InvalidSpec" ||
 		!strings.Contains(c.GetMessage(), "spec.workerPools[0].replicas: 2000: must be at most 1000 per pool") {
 		t.Fatalf("phase %s, Ready %s: %s", r.Status.GetPhase(), c.GetReason(), c.GetMessage())
 	}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/manifest"
 	"github.com/capn-dev/capn/services/cluster-planner/plan"
 	"github.com/capn-dev/capn/services/cluster-planner/plan/plantest"
@@ -103,7 +103,7 @@ func TestControlPlaneRollout(t *testing.T) {
 			c := cluster(tt.replicas, 2)
 			c.Spec.ControlPlane.MaxSurge = &tt.surge
 			h := started(t, c)
-			h.Update(func(s *capnv1alpha1.ClusterSpec) {
+			h.Update(func(s *capnv1.ClusterSpec) {
 				s.KubernetesVersion = "v1.34.0"
 				s.WorkerPools[0].Version = "v1.34.0"
 			})
@@ -149,10 +149,10 @@ func TestControlPlaneRollout(t *testing.T) {
 
 func TestControlPlaneScaleDownOneAtATimeOldestFirst(t *testing.T) {
 	h := started(t, cluster(1))
-	h.Update(func(s *capnv1alpha1.ClusterSpec) { s.ControlPlane.Replicas = 5 })
+	h.Update(func(s *capnv1.ClusterSpec) { s.ControlPlane.Replicas = 5 })
 	converge(t, h, nil)
 	oldest := h.Names(cpPool)[:2] // ordinals 0 and 1 were made first
-	h.Update(func(s *capnv1alpha1.ClusterSpec) { s.ControlPlane.Replicas = 3 })
+	h.Update(func(s *capnv1.ClusterSpec) { s.ControlPlane.Replicas = 3 })
 	var deleted []string
 	converge(t, h, func(rec plantest.Record) error {
 		ds := of[plan.DeleteMachine](rec.Result)
@@ -172,8 +172,8 @@ func TestControlPlaneScaleDownOneAtATimeOldestFirst(t *testing.T) {
 func TestControlPlaneWaitsForUnavailableMachine(t *testing.T) {
 	h := started(t, cluster(3))
 	names := h.Names(cpPool)
-	h.Observed[names[1]].Conditions = []*capnv1alpha1.Condition{{Type: plan.ConditionNodeHealthy, Status: "False"}}
-	h.Update(func(s *capnv1alpha1.ClusterSpec) { s.KubernetesVersion = "v1.33.5" })
+	h.Observed[names[1]].Conditions = []*capnv1.Condition{{Type: plan.ConditionNodeHealthy, Status: "False"}}
+	h.Update(func(s *capnv1.ClusterSpec) { s.KubernetesVersion = "v1.33.5" })
 	for range 5 {
 		r, err := h.Step()
 		if err != nil {

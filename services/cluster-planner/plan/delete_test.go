@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/cluster-planner/plan"
 	"github.com/capn-dev/capn/services/cluster-planner/plan/plantest"
 )
@@ -36,7 +36,7 @@ func TestDeleteOrder(t *testing.T) {
 				steps = append(steps, step)
 			}
 		}
-		if rec.Result.Status.GetPhaseValue() != capnv1alpha1.ClusterDeleting {
+		if rec.Result.Status.GetPhaseValue() != capnv1.ClusterDeleting {
 			return fmt.Errorf("phase %s while deleting", rec.Result.Status.Phase)
 		}
 		return nil
@@ -96,7 +96,7 @@ func TestPausedStopsEverything(t *testing.T) {
 	if len(r.Actions) != 0 {
 		t.Fatalf("paused cluster planned %v", r.Actions)
 	}
-	if r.Status.GetPhaseValue() != capnv1alpha1.ClusterPaused {
+	if r.Status.GetPhaseValue() != capnv1.ClusterPaused {
 		t.Errorf("phase %s", r.Status.Phase)
 	}
 	if c := condition(r.Status, plan.ConditionPaused); c.Status != "True" || c.Reason != "Paused" {

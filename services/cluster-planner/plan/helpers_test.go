@@ -3,7 +3,7 @@ package plan_test
 import (
 	"testing"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/manifest"
 	"github.com/capn-dev/capn/services/cluster-planner/plan"
 	"github.com/capn-dev/capn/services/cluster-planner/plan/plantest"
@@ -11,18 +11,18 @@ import (
 
 // cluster returns a valid cluster: cp control-plane replicas and one pool
 // per entry of pools (name md-<i>, that many replicas).
-func cluster(cp int32, pools ...int32) *capnv1alpha1.Cluster {
-	c := &capnv1alpha1.Cluster{
+func cluster(cp int32, pools ...int32) *capnv1.Cluster {
+	c := &capnv1.Cluster{
 		ApiVersion: manifest.APIVersion,
 		Kind:       manifest.KindCluster,
-		Metadata:   &capnv1alpha1.ObjectMeta{Name: "demo", Generation: 1},
-		Spec: &capnv1alpha1.ClusterSpec{
+		Metadata:   &capnv1.ObjectMeta{Name: "demo", Generation: 1},
+		Spec: &capnv1.ClusterSpec{
 			KubernetesVersion: "v1.33.4",
-			ControlPlane:      &capnv1alpha1.ControlPlaneSpec{Provider: "sim", Replicas: cp},
+			ControlPlane:      &capnv1.ControlPlaneSpec{Provider: "sim", Replicas: cp},
 		},
 	}
 	for i, r := range pools {
-		c.Spec.WorkerPools = append(c.Spec.WorkerPools, &capnv1alpha1.WorkerPool{
+		c.Spec.WorkerPools = append(c.Spec.WorkerPools, &capnv1.WorkerPool{
 			Name: "md-" + string(rune('0'+i)), Provider: "sim", Replicas: r,
 		})
 	}
@@ -42,7 +42,7 @@ func converge(t *testing.T, h *plantest.Harness, check func(plantest.Record) err
 }
 
 // started returns a harness whose cluster already converged.
-func started(t *testing.T, c *capnv1alpha1.Cluster) *plantest.Harness {
+func started(t *testing.T, c *capnv1.Cluster) *plantest.Harness {
 	t.Helper()
 	h := plantest.New(c)
 	converge(t, h, nil)
@@ -66,7 +66,7 @@ func poolOf(h *plantest.Harness, name string) string {
 }
 
 // condition returns the status's condition of a type.
-func condition(st *capnv1alpha1.ClusterStatus, typ string) *capnv1alpha1.Condition {
+func condition(st *capnv1.ClusterStatus, typ string) *capnv1.Condition {
 	for _, c := range st.GetConditions() {
 		if c.GetType() == typ {
 			return c

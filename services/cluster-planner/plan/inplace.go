@@ -6,7 +6,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // propagate updates in place what never rolls a machine: a pool's labels and
@@ -31,7 +31,7 @@ func (p *planner) propagate() {
 			if p.full() {
 				return
 			}
-			nm := proto.Clone(m.m).(*capnv1alpha1.Machine)
+			nm := proto.Clone(m.m).(*capnv1.Machine)
 			reason := "propagate labels and taints"
 			if !pl.controlPlane {
 				nm.Spec.Labels = cloneMap(pl.labels)
@@ -45,7 +45,7 @@ func (p *planner) propagate() {
 				}
 			}
 			if nm.Metadata == nil {
-				nm.Metadata = &capnv1alpha1.ObjectMeta{Name: m.name}
+				nm.Metadata = &capnv1.ObjectMeta{Name: m.name}
 			}
 			nm.Metadata.Generation++
 			p.add(UpdateMachine{Machine: nm, Reason: reason})
@@ -60,8 +60,8 @@ func (p *planner) justCreated(m *machine) bool {
 	return !ok
 }
 
-func taintsEqual(a, b []*capnv1alpha1.Taint) bool {
-	return slices.EqualFunc(a, b, func(x, y *capnv1alpha1.Taint) bool {
+func taintsEqual(a, b []*capnv1.Taint) bool {
+	return slices.EqualFunc(a, b, func(x, y *capnv1.Taint) bool {
 		return x.GetKey() == y.GetKey() && x.GetValue() == y.GetValue() && x.GetEffect() == y.GetEffect()
 	})
 }

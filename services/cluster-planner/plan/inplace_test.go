@@ -3,7 +3,7 @@ package plan_test
 import (
 	"testing"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/manifest"
 	"github.com/capn-dev/capn/services/cluster-planner/plan"
 )
@@ -11,9 +11,9 @@ import (
 func TestLabelsAndTaintsPropagateInPlace(t *testing.T) {
 	h := started(t, cluster(1, 3))
 	before := h.Names("md-0")
-	h.Update(func(s *capnv1alpha1.ClusterSpec) {
+	h.Update(func(s *capnv1.ClusterSpec) {
 		s.WorkerPools[0].Labels = map[string]string{"tier": "web"}
-		s.WorkerPools[0].Taints = []*capnv1alpha1.Taint{{Key: "dedicated", Value: "web", Effect: manifest.TaintNoSchedule}}
+		s.WorkerPools[0].Taints = []*capnv1.Taint{{Key: "dedicated", Value: "web", Effect: manifest.TaintNoSchedule}}
 	})
 	r, _ := h.Step()
 	ups := of[plan.UpdateMachine](r)
@@ -33,7 +33,7 @@ func TestLabelsAndTaintsPropagateInPlace(t *testing.T) {
 
 func TestHibernate(t *testing.T) {
 	h := started(t, cluster(1, 2))
-	h.Update(func(s *capnv1alpha1.ClusterSpec) {
+	h.Update(func(s *capnv1.ClusterSpec) {
 		s.Hibernated = true
 		s.WorkerPools[0].Replicas = 4 // frozen while hibernated
 	})
@@ -43,7 +43,7 @@ func TestHibernate(t *testing.T) {
 	}
 	// Hibernated only once every machine is stopped: until then the phase
 	// says the machines are stopping.
-	if r.Status.GetPhaseValue() != capnv1alpha1.ClusterHibernating || r.RequeueAfter != plan.ProgressResync {
+	if r.Status.GetPhaseValue() != capnv1.ClusterHibernating || r.RequeueAfter != plan.ProgressResync {
 		t.Errorf("phase %s, requeue %v while machines stop", r.Status.Phase, r.RequeueAfter)
 	}
 	if c := condition(r.Status, plan.ConditionHibernated); c.Status != "False" || c.Message != "0 of 3 machines stopped" {
@@ -56,7 +56,7 @@ func TestHibernate(t *testing.T) {
 	if len(r.Actions) != 0 || r.RequeueAfter != 0 {
 		t.Errorf("hibernated: actions %v, requeue %v", r.Actions, r.RequeueAfter)
 	}
-	if c := condition(r.Status, plan.ConditionHibernated); c.Status != "True" || r.Status.GetPhaseValue() != capnv1alpha1.ClusterHibernated {
+	if c := condition(r.Status, plan.ConditionHibernated); c.Status != "True" || r.Status.GetPhaseValue() != capnv1.ClusterHibernated {
 		t.Errorf("phase %s, Hibernated %v", r.Status.Phase, c)
 	}
 	// The Hibernated event says what happened, not the Ready condition's
@@ -64,13 +64,13 @@ func TestHibernate(t *testing.T) {
 	if want := "hibernated: 3 machines stopped, their disks kept; capn wake demo starts them"; r.PhaseMessage != want {
 		t.Errorf("phase message %q, want %q", r.PhaseMessage, want)
 	}
-	h.Update(func(s *capnv1alpha1.ClusterSpec) { s.Hibernated = false })
+	h.Update(func(s *capnv1.ClusterSpec) { s.Hibernated = false })
 	r, _ = h.Step()
 	if ups := of[plan.UpdateMachine](r); len(ups) != 3 || ups[0].Machine.Spec.Stopped || ups[0].Reason != "wake from hibernation" {
 		t.Fatalf("wake: %v", r.Actions)
 	}
 	// Waking, not ScalingUp: the same machines start again.
-	if r.Status.GetPhaseValue() != capnv1alpha1.ClusterWaking || r.PhaseMessage != "waking: starting 3 stopped machines" {
+	if r.Status.GetPhaseValue() != capnv1.ClusterWaking || r.PhaseMessage != "waking: starting 3 stopped machines" {
 		t.Errorf("wake: phase %s (%q), want Waking", r.Status.Phase, r.PhaseMessage)
 	}
 	converge(t, h, nil)

@@ -4,34 +4,34 @@ import (
 	"cmp"
 	"slices"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/manifest"
 )
 
 // machine is the planner's view of one desired machine and its status.
 type machine struct {
 	name   string
-	m      *capnv1alpha1.Machine
-	status *capnv1alpha1.MachineStatus // nil until the machine-manager wrote one
+	m      *capnv1.Machine
+	status *capnv1.MachineStatus // nil until the machine-manager wrote one
 	// deleting: deletion was requested (by this plan, an earlier one or a user).
 	deleting bool
 	// outdated: made from another template than its pool's current one.
 	outdated bool
 }
 
-func (m *machine) phase() capnv1alpha1.MachinePhase {
+func (m *machine) phase() capnv1.MachinePhase {
 	if m.status.GetPhase() == "" {
-		return capnv1alpha1.MachinePending
+		return capnv1.MachinePending
 	}
 	return m.status.GetPhaseValue()
 }
 
 // gone: deletion is complete; only the desired record is left to remove.
-func (m *machine) gone() bool { return m.deleting && m.phase() == capnv1alpha1.MachineDeleted }
+func (m *machine) gone() bool { return m.deleting && m.phase() == capnv1.MachineDeleted }
 
-func (m *machine) running() bool { return m.phase() == capnv1alpha1.MachineRunning }
+func (m *machine) running() bool { return m.phase() == capnv1.MachineRunning }
 
-func (m *machine) failed() bool { return m.phase() == capnv1alpha1.MachineFailed }
+func (m *machine) failed() bool { return m.phase() == capnv1.MachineFailed }
 
 // unhealthy: failed, its node reported NodeHealthy=False, or a health check
 // annotated it.
@@ -45,9 +45,9 @@ func (m *machine) unhealthy() bool {
 	return nodeHealthyFalse(m.status)
 }
 
-func nodeHealthyFalse(st *capnv1alpha1.MachineStatus) bool {
+func nodeHealthyFalse(st *capnv1.MachineStatus) bool {
 	for _, c := range st.GetConditions() {
-		if c.GetType() == ConditionNodeHealthy && c.GetStatusValue() == capnv1alpha1.ConditionFalse {
+		if c.GetType() == ConditionNodeHealthy && c.GetStatusValue() == capnv1.ConditionFalse {
 			return true
 		}
 	}
@@ -70,15 +70,15 @@ func (m *machine) why() string {
 		return "deleting"
 	case m.failed():
 		if r := m.status.GetFailureReason(); r != "" {
-			return capnv1alpha1.MachineFailed.Wire() + ": " + r
+			return capnv1.MachineFailed.Wire() + ": " + r
 		}
-		return capnv1alpha1.MachineFailed.Wire()
+		return capnv1.MachineFailed.Wire()
 	case nodeHealthyFalse(m.status):
 		return "NodeHealthy=False"
 	case m.unhealthy():
 		return "marked unhealthy"
 	}
-	return cmp.Or(m.status.GetPhase(), capnv1alpha1.MachinePending.Wire())
+	return cmp.Or(m.status.GetPhase(), capnv1.MachinePending.Wire())
 }
 
 // pool is the control plane or one worker pool with the machines it has.
@@ -88,10 +88,10 @@ type pool struct {
 	replicas     int
 	version      string
 	provider     string
-	template     *capnv1alpha1.MachineTemplate
-	bootstrap    *capnv1alpha1.BootstrapSpec // effective: cluster's, then the pool's
+	template     *capnv1.MachineTemplate
+	bootstrap    *capnv1.BootstrapSpec // effective: cluster's, then the pool's
 	labels       map[string]string
-	taints       []*capnv1alpha1.Taint
+	taints       []*capnv1.Taint
 	hash         string
 	strategy     string // RollingUpdate or OnDelete; the control plane has its own rules
 	maxSurge     int
@@ -166,11 +166,11 @@ func (pl *pool) count() poolCounts {
 			c.updated++
 		}
 		switch m.phase() {
-		case capnv1alpha1.MachineFailed:
+		case capnv1.MachineFailed:
 			c.failed++
-		case capnv1alpha1.MachineStopped:
+		case capnv1.MachineStopped:
 			c.stopped++
-		case capnv1alpha1.MachinePending, capnv1alpha1.MachineBootstrapping, capnv1alpha1.MachineProvisioning, capnv1alpha1.MachineProvisioned:
+		case capnv1.MachinePending, capnv1.MachineBootstrapping, capnv1.MachineProvisioning, capnv1.MachineProvisioned:
 			c.booting++
 		}
 		if m.available() {

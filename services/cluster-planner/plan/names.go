@@ -11,7 +11,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // Machine names
@@ -46,7 +46,7 @@ const (
 // they are updated in place. The encoding is written out field by field
 // (not a protobuf marshal), so the hash does not change with a protobuf
 // library release and upgrading capn rolls no machine.
-func TemplateHash(role, provider, version string, t *capnv1alpha1.MachineTemplate, b *capnv1alpha1.BootstrapSpec) string {
+func TemplateHash(role, provider, version string, t *capnv1.MachineTemplate, b *capnv1.BootstrapSpec) string {
 	h := sha256.New()
 	w := func(s string) {
 		var n [8]byte

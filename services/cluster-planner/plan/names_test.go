@@ -6,15 +6,15 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/manifest"
 )
 
 func TestTemplateHash(t *testing.T) {
-	tmpl := func(params map[string]string, fd string) *capnv1alpha1.MachineTemplate {
-		return &capnv1alpha1.MachineTemplate{Parameters: params, FailureDomain: fd}
+	tmpl := func(params map[string]string, fd string) *capnv1.MachineTemplate {
+		return &capnv1.MachineTemplate{Parameters: params, FailureDomain: fd}
 	}
-	boot := &capnv1alpha1.BootstrapSpec{Provider: "kubeadm"}
+	boot := &capnv1.BootstrapSpec{Provider: "kubeadm"}
 	base := TemplateHash(RoleWorker, "sim", "v1.34.0", tmpl(map[string]string{"a": "1", "b": "2"}, "z1"), boot)
 
 	// Pinned: a change of this value rolls every machine of every cluster
@@ -32,7 +32,7 @@ func TestTemplateHash(t *testing.T) {
 	}{
 		{"map order", TemplateHash(RoleWorker, "sim", "v1.34.0", tmpl(map[string]string{"b": "2", "a": "1"}, "z1"), boot)},
 		{"token TTL", TemplateHash(RoleWorker, "sim", "v1.34.0", tmpl(map[string]string{"a": "1", "b": "2"}, "z1"),
-			&capnv1alpha1.BootstrapSpec{Provider: "kubeadm", TokenTtl: durationpb.New(3600e9)})},
+			&capnv1.BootstrapSpec{Provider: "kubeadm", TokenTtl: durationpb.New(3600e9)})},
 	}
 	for _, tt := range same {
 		if tt.hash != base {
@@ -48,16 +48,16 @@ func TestTemplateHash(t *testing.T) {
 		{"parameter split", TemplateHash(RoleWorker, "sim", "v1.34.0", tmpl(map[string]string{"a": "1b", "": "2"}, "z1"), boot)},
 		{"failure domain", TemplateHash(RoleWorker, "sim", "v1.34.0", tmpl(map[string]string{"a": "1", "b": "2"}, "z2"), boot)},
 		{"role", TemplateHash(RoleControlPlane, "sim", "v1.34.0", tmpl(map[string]string{"a": "1", "b": "2"}, "z1"), boot)},
-		{"bootstrap provider", TemplateHash(RoleWorker, "sim", "v1.34.0", tmpl(map[string]string{"a": "1", "b": "2"}, "z1"), &capnv1alpha1.BootstrapSpec{Provider: "script"})},
+		{"bootstrap provider", TemplateHash(RoleWorker, "sim", "v1.34.0", tmpl(map[string]string{"a": "1", "b": "2"}, "z1"), &capnv1.BootstrapSpec{Provider: "script"})},
 		{"bootstrap command", TemplateHash(RoleWorker, "sim", "v1.34.0", tmpl(map[string]string{"a": "1", "b": "2"}, "z1"),
-			&capnv1alpha1.BootstrapSpec{Provider: "kubeadm", PreCommands: []string{"echo hi"}})},
+			&capnv1.BootstrapSpec{Provider: "kubeadm", PreCommands: []string{"echo hi"}})},
 	}
 	for _, tt := range differ {
 		if tt.hash == base {
 			t.Errorf("%s did not change the hash", tt.name)
 		}
 	}
-	if TemplateHash(RoleWorker, "sim", "v1.34.0", nil, nil) != TemplateHash(RoleWorker, "sim", "v1.34.0", &capnv1alpha1.MachineTemplate{}, &capnv1alpha1.BootstrapSpec{}) {
+	if TemplateHash(RoleWorker, "sim", "v1.34.0", nil, nil) != TemplateHash(RoleWorker, "sim", "v1.34.0", &capnv1.MachineTemplate{}, &capnv1.BootstrapSpec{}) {
 		t.Error("nil and empty template/bootstrap hash differently")
 	}
 }

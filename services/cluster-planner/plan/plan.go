@@ -12,7 +12,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/manifest"
 )
 
@@ -85,14 +85,14 @@ type Input struct {
 	// Cluster is the desired cluster. Its metadata.deletion_timestamp is set
 	// when deletion was requested; metadata.generation becomes the status's
 	// observed_generation. It is not modified.
-	Cluster *capnv1alpha1.Cluster
+	Cluster *capnv1.Cluster
 	// Machines are the cluster's desired machines by name, as the planner
 	// wrote them: spec, annotations, and a deletion_timestamp once the
 	// planner (or a user) asked for the machine to go. Not modified.
-	Machines map[string]*capnv1alpha1.Machine
+	Machines map[string]*capnv1.Machine
 	// Observed are the machines' statuses by name (machine-manager's). A
 	// missing status is a machine nothing has happened to yet.
-	Observed map[string]*capnv1alpha1.MachineStatus
+	Observed map[string]*capnv1.MachineStatus
 	// Infra is what the control-plane provider has for the cluster.
 	Infra Infra
 	// PKIExists says whether the bootstrapper still holds the cluster's PKI.
@@ -105,10 +105,10 @@ type Input struct {
 	// Pending); the ProvidersReady condition says why. nil: providers are
 	// not checked and no ProvidersReady condition is written (tests of the
 	// other rules); the service always passes a map.
-	Providers map[string]*capnv1alpha1.ProviderAnnouncement
+	Providers map[string]*capnv1.ProviderAnnouncement
 	// Status is the status last written (may be nil): it keeps conditions'
 	// transition times and control_plane_initialized across plans.
-	Status *capnv1alpha1.ClusterStatus
+	Status *capnv1.ClusterStatus
 	// Now stamps new machines' creation_timestamp and condition transitions.
 	Now time.Time
 }
@@ -117,7 +117,7 @@ type Input struct {
 type Infra struct {
 	Exists, Ready bool
 	// Endpoint is the control-plane endpoint, copied into the status.
-	Endpoint *capnv1alpha1.Endpoint
+	Endpoint *capnv1.Endpoint
 	// Provider holds it when that is not the control plane's provider (a
 	// cluster whose spec was lost: a corrupt record replaced on delete);
 	// "" for the control plane's.
@@ -128,7 +128,7 @@ type Infra struct {
 // when to plan again if nothing else wakes the planner.
 type Result struct {
 	Actions      []Action
-	Status       *capnv1alpha1.ClusterStatus
+	Status       *capnv1.ClusterStatus
 	RequeueAfter time.Duration
 	// PhaseMessage says what Status.Phase means now, in words with
 	// numbers: the message of the timeline event the caller records when
@@ -168,7 +168,7 @@ type Action interface {
 // deterministic per slot, so a second planner racing for the same slot
 // fails the create instead of making a second machine.
 type CreateMachine struct {
-	Machine *capnv1alpha1.Machine
+	Machine *capnv1.Machine
 	Reason  string
 }
 
@@ -184,7 +184,7 @@ type DeleteMachine struct {
 // the applier takes its spec, labels and annotations
 // (UpdatedMachineRecord).
 type UpdateMachine struct {
-	Machine *capnv1alpha1.Machine
+	Machine *capnv1.Machine
 	Reason  string
 }
 
@@ -263,7 +263,7 @@ func Plan(in Input) Result {
 	st := p.status()
 	r := Result{Actions: p.actions, Status: st, PhaseMessage: p.phaseMessage(st)}
 	switch st.GetPhaseValue() {
-	case capnv1alpha1.ClusterReady, capnv1alpha1.ClusterPaused, capnv1alpha1.ClusterHibernated:
+	case capnv1.ClusterReady, capnv1.ClusterPaused, capnv1.ClusterHibernated:
 	default:
 		if p.invalid == nil {
 			r.RequeueAfter = ProgressResync

@@ -3,7 +3,7 @@ package plan_test
 import (
 	"testing"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/cluster-planner/plan"
 	"github.com/capn-dev/capn/services/cluster-planner/plan/plantest"
 )
@@ -12,7 +12,7 @@ func TestFields(t *testing.T) {
 	h := plantest.New(cluster(1))
 	r := h.Plan()
 	f := r.Fields()
-	if f["create"] != 1 || f["infra_ensure"] != 1 || f["delete"] != 0 || f["phase"] != capnv1alpha1.ClusterProvisioning.Wire() || f["requeue_after"] != "30s" {
+	if f["create"] != 1 || f["infra_ensure"] != 1 || f["delete"] != 0 || f["phase"] != capnv1.ClusterProvisioning.Wire() || f["requeue_after"] != "30s" {
 		t.Errorf("fields %v", f)
 	}
 }

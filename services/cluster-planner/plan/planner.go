@@ -7,14 +7,14 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/manifest"
 )
 
 // planner holds one plan's working state.
 type planner struct {
 	in      Input
-	c       *capnv1alpha1.Cluster // defaulted and checked (Input.Spec); not modified
+	c       *capnv1.Cluster // defaulted and checked (Input.Spec); not modified
 	name    string
 	cp      *pool
 	pools   []*pool             // worker pools, in spec order
@@ -40,7 +40,7 @@ type planner struct {
 
 // newPlanner starts a plan of c, defaulted and checked by the caller;
 // invalid is the check's verdict, heeded unless c is paused or deleting.
-func newPlanner(in Input, c *capnv1alpha1.Cluster, invalid error) *planner {
+func newPlanner(in Input, c *capnv1.Cluster, invalid error) *planner {
 	p := &planner{
 		in:    in,
 		c:     c,
@@ -119,7 +119,7 @@ func (p *planner) controlPlanePool() *pool {
 	return pl
 }
 
-func (p *planner) workerPool(wp *capnv1alpha1.WorkerPool) *pool {
+func (p *planner) workerPool(wp *capnv1.WorkerPool) *pool {
 	s := p.c.GetSpec()
 	pl := &pool{
 		name:      wp.GetName(),
@@ -157,8 +157,8 @@ func (p *planner) workerPool(wp *capnv1alpha1.WorkerPool) *pool {
 
 // effectiveBootstrap is the cluster's bootstrap with the override merged in:
 // scalars the override sets win, its lists are appended, its maps merged.
-func effectiveBootstrap(cluster, override *capnv1alpha1.BootstrapSpec) *capnv1alpha1.BootstrapSpec {
-	out := &capnv1alpha1.BootstrapSpec{}
+func effectiveBootstrap(cluster, override *capnv1.BootstrapSpec) *capnv1.BootstrapSpec {
+	out := &capnv1.BootstrapSpec{}
 	if cluster != nil {
 		proto.Merge(out, cluster)
 	}
@@ -195,14 +195,14 @@ func (p *planner) create(pl *pool, first bool, reason string) {
 	if pl.controlPlane {
 		role = RoleControlPlane
 	}
-	m := &capnv1alpha1.Machine{
-		Metadata: &capnv1alpha1.ObjectMeta{
+	m := &capnv1.Machine{
+		Metadata: &capnv1.ObjectMeta{
 			Name:              name,
 			Labels:            map[string]string{LabelCluster: p.name, LabelPool: pl.name},
 			Generation:        1,
 			CreationTimestamp: timestamp(p.in.Now),
 		},
-		Spec: &capnv1alpha1.MachineSpec{
+		Spec: &capnv1.MachineSpec{
 			Cluster:           p.name,
 			Pool:              pl.name,
 			Role:              role,
@@ -212,7 +212,7 @@ func (p *planner) create(pl *pool, first bool, reason string) {
 			Labels:            cloneMap(pl.labels),
 			Taints:            cloneTaints(pl.taints),
 			TemplateHash:      pl.hash,
-			Bootstrap:         proto.Clone(pl.bootstrap).(*capnv1alpha1.BootstrapSpec),
+			Bootstrap:         proto.Clone(pl.bootstrap).(*capnv1.BootstrapSpec),
 			FirstControlPlane: first,
 			Stopped:           p.c.GetSpec().GetHibernated(),
 		},
@@ -281,11 +281,11 @@ func (p *planner) deleteOrphans() {
 	}
 }
 
-func cloneOrNil(t *capnv1alpha1.MachineTemplate) *capnv1alpha1.MachineTemplate {
+func cloneOrNil(t *capnv1.MachineTemplate) *capnv1.MachineTemplate {
 	if t == nil {
 		return nil
 	}
-	return proto.Clone(t).(*capnv1alpha1.MachineTemplate)
+	return proto.Clone(t).(*capnv1.MachineTemplate)
 }
 
 func cloneMap(m map[string]string) map[string]string {
@@ -299,10 +299,10 @@ func cloneMap(m map[string]string) map[string]string {
 	return out
 }
 
-func cloneTaints(ts []*capnv1alpha1.Taint) []*capnv1alpha1.Taint {
-	var out []*capnv1alpha1.Taint
+func cloneTaints(ts []*capnv1.Taint) []*capnv1.Taint {
+	var out []*capnv1.Taint
 	for _, t := range ts {
-		out = append(out, proto.Clone(t).(*capnv1alpha1.Taint))
+		out = append(out, proto.Clone(t).(*capnv1.Taint))
 	}
 	return out
 }

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"pgregory.net/rapid"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/manifest"
 	"github.com/capn-dev/capn/services/cluster-planner/plan"
 	"github.com/capn-dev/capn/services/cluster-planner/plan/plantest"
@@ -30,8 +30,8 @@ var (
 	orders       = []string{manifest.DeletionOrderRandom, manifest.DeletionOrderOldest, manifest.DeletionOrderNewest}
 )
 
-func genPool(t *rapid.T, i int) *capnv1alpha1.WorkerPool {
-	p := &capnv1alpha1.WorkerPool{
+func genPool(t *rapid.T, i int) *capnv1.WorkerPool {
+	p := &capnv1.WorkerPool{
 		Name:          "md-" + strconv.Itoa(i),
 		Provider:      "sim",
 		Replicas:      int32(rapid.IntRange(0, 5).Draw(t, "replicas")),
@@ -41,11 +41,11 @@ func genPool(t *rapid.T, i int) *capnv1alpha1.WorkerPool {
 	return p
 }
 
-func genStrategy(t *rapid.T) *capnv1alpha1.RolloutStrategy {
+func genStrategy(t *rapid.T) *capnv1.RolloutStrategy {
 	if rapid.IntRange(0, 4).Draw(t, "onDelete") == 0 {
-		return &capnv1alpha1.RolloutStrategy{Type: manifest.StrategyOnDelete}
+		return &capnv1.RolloutStrategy{Type: manifest.StrategyOnDelete}
 	}
-	s := &capnv1alpha1.RolloutStrategy{
+	s := &capnv1.RolloutStrategy{
 		Type:           manifest.StrategyRollingUpdate,
 		MaxSurge:       rapid.SampledFrom(intOrPercent).Draw(t, "maxSurge"),
 		MaxUnavailable: rapid.SampledFrom(intOrPercent).Draw(t, "maxUnavailable"),
@@ -64,7 +64,7 @@ func genCPSurge(t *rapid.T, replicas int32) *int32 {
 	return &s
 }
 
-func genCluster(t *rapid.T) *capnv1alpha1.Cluster {
+func genCluster(t *rapid.T) *capnv1.Cluster {
 	cp := int32(rapid.SampledFrom([]int{1, 3, 5}).Draw(t, "cpReplicas"))
 	c := cluster(cp)
 	c.Spec.ControlPlane.MaxSurge = genCPSurge(t, cp)
@@ -80,8 +80,8 @@ func genCluster(t *rapid.T) *capnv1alpha1.Cluster {
 
 // mutate changes the spec as a user re-applying a manifest might.
 func mutate(t *rapid.T, h *plantest.Harness, round int) {
-	old := proto.Clone(h.Cluster).(*capnv1alpha1.Cluster)
-	h.Update(func(s *capnv1alpha1.ClusterSpec) {
+	old := proto.Clone(h.Cluster).(*capnv1.Cluster)
+	h.Update(func(s *capnv1.ClusterSpec) {
 		v, _ := manifest.ParseVersion(s.KubernetesVersion)
 		switch rapid.IntRange(0, 2).Draw(t, "versionChange") {
 		case 1:
@@ -94,7 +94,7 @@ func mutate(t *rapid.T, h *plantest.Harness, round int) {
 			s.ControlPlane.Replicas = int32(rapid.SampledFrom([]int{1, 3, 5}).Draw(t, "cpReplicas"))
 			s.ControlPlane.MaxSurge = genCPSurge(t, s.ControlPlane.Replicas)
 			if rapid.Bool().Draw(t, "cpTemplate") {
-				s.ControlPlane.Template = &capnv1alpha1.MachineTemplate{Parameters: map[string]string{"round": strconv.Itoa(round)}}
+				s.ControlPlane.Template = &capnv1.MachineTemplate{Parameters: map[string]string{"round": strconv.Itoa(round)}}
 			}
 		}
 		for _, p := range s.WorkerPools {
@@ -105,14 +105,14 @@ func mutate(t *rapid.T, h *plantest.Harness, round int) {
 				p.Replicas = int32(rapid.IntRange(0, 6).Draw(t, "replicas"))
 			}
 			if rapid.Bool().Draw(t, "poolTemplate") {
-				p.Template = &capnv1alpha1.MachineTemplate{Parameters: map[string]string{"round": strconv.Itoa(round)}}
+				p.Template = &capnv1.MachineTemplate{Parameters: map[string]string{"round": strconv.Itoa(round)}}
 			}
 			if rapid.Bool().Draw(t, "poolStrategy") {
 				p.Strategy = genStrategy(t)
 			}
 			if rapid.Bool().Draw(t, "poolLabels") {
 				p.Labels = map[string]string{"round": strconv.Itoa(round)}
-				p.Taints = []*capnv1alpha1.Taint{{Key: "round", Value: strconv.Itoa(round), Effect: manifest.TaintNoSchedule}}
+				p.Taints = []*capnv1.Taint{{Key: "round", Value: strconv.Itoa(round), Effect: manifest.TaintNoSchedule}}
 			}
 		}
 	})
@@ -155,7 +155,7 @@ type poolRules struct {
 	onDelete              bool
 }
 
-func rules(c *capnv1alpha1.Cluster) map[string]poolRules {
+func rules(c *capnv1.Cluster) map[string]poolRules {
 	s := c.Spec
 	out := map[string]poolRules{}
 	cpUnav := 0
@@ -202,14 +202,14 @@ func checkStep(h *plantest.Harness, rec plantest.Record) error {
 		case plan.DeleteMachine:
 			m := h.Machines[a.Name]
 			deletes[m.GetSpec().GetPool()]++
-			if m.GetSpec().GetPool() == manifest.ControlPlanePool && h.Observed[a.Name].GetPhaseValue() != capnv1alpha1.MachineFailed {
+			if m.GetSpec().GetPool() == manifest.ControlPlanePool && h.Observed[a.Name].GetPhaseValue() != capnv1.MachineFailed {
 				cpChanges++
 			}
-			if _, marked := m.GetMetadata().GetAnnotations()[plan.AnnotationDeleteMachine]; marked && h.Observed[a.Name].GetPhaseValue() == capnv1alpha1.MachineRunning {
+			if _, marked := m.GetMetadata().GetAnnotations()[plan.AnnotationDeleteMachine]; marked && h.Observed[a.Name].GetPhaseValue() == capnv1.MachineRunning {
 				markedGone[m.GetSpec().GetPool()]++
 			}
 			if rs[m.GetSpec().GetPool()].onDelete && m.GetSpec().GetTemplateHash() != h.DesiredHash(m.GetSpec().GetPool()) &&
-				h.Observed[a.Name].GetPhaseValue() != capnv1alpha1.MachineFailed && rec.Before[m.GetSpec().GetPool()].Active <= rs[m.GetSpec().GetPool()].replicas &&
+				h.Observed[a.Name].GetPhaseValue() != capnv1.MachineFailed && rec.Before[m.GetSpec().GetPool()].Active <= rs[m.GetSpec().GetPool()].replicas &&
 				h.Cluster.Metadata.DeletionTimestamp == nil {
 				return fmt.Errorf("OnDelete pool: planner deleted outdated machine %s itself", a.Name)
 			}
@@ -274,7 +274,7 @@ func assertConverged(t *rapid.T, h *plantest.Harness) {
 	}
 }
 
-func stepBound(c *capnv1alpha1.Cluster) int {
+func stepBound(c *capnv1.Cluster) int {
 	n := int(c.Spec.ControlPlane.Replicas)
 	for _, p := range c.Spec.WorkerPools {
 		n += int(p.Replicas)
@@ -367,8 +367,8 @@ func labelsPropagated(h *plantest.Harness) error {
 // marked, unhealthy — and checks the plan's invariants, that it is
 // deterministic and that it does not modify its input.
 func TestPropertyRandomSnapshots(t *testing.T) {
-	phases := []capnv1alpha1.MachinePhase{capnv1alpha1.MachinePending, capnv1alpha1.MachineProvisioning, capnv1alpha1.MachineRunning, capnv1alpha1.MachineRunning,
-		capnv1alpha1.MachineRunning, capnv1alpha1.MachineFailed, capnv1alpha1.MachineStopped, capnv1alpha1.MachineDeleted}
+	phases := []capnv1.MachinePhase{capnv1.MachinePending, capnv1.MachineProvisioning, capnv1.MachineRunning, capnv1.MachineRunning,
+		capnv1.MachineRunning, capnv1.MachineFailed, capnv1.MachineStopped, capnv1.MachineDeleted}
 	rapid.Check(t, func(t *rapid.T) {
 		c := genCluster(t)
 		h := plantest.New(c)
@@ -387,18 +387,18 @@ func TestPropertyRandomSnapshots(t *testing.T) {
 				hash = oldHash[pool]
 			}
 			name := plan.MachineName("demo", pool, hash, i)
-			m := &capnv1alpha1.Machine{
-				Metadata: &capnv1alpha1.ObjectMeta{Name: name, CreationTimestamp: timestamppb.New(h.Now.Add(-timeDraw(t)))},
-				Spec:     &capnv1alpha1.MachineSpec{Cluster: "demo", Pool: pool, TemplateHash: hash, FirstControlPlane: pool == manifest.ControlPlanePool && i == 0},
+			m := &capnv1.Machine{
+				Metadata: &capnv1.ObjectMeta{Name: name, CreationTimestamp: timestamppb.New(h.Now.Add(-timeDraw(t)))},
+				Spec:     &capnv1.MachineSpec{Cluster: "demo", Pool: pool, TemplateHash: hash, FirstControlPlane: pool == manifest.ControlPlanePool && i == 0},
 			}
 			phase := rapid.SampledFrom(phases).Draw(t, "phase")
-			if phase == capnv1alpha1.MachineDeleted || rapid.IntRange(0, 5).Draw(t, "deleting") == 0 {
+			if phase == capnv1.MachineDeleted || rapid.IntRange(0, 5).Draw(t, "deleting") == 0 {
 				m.Metadata.DeletionTimestamp = timestamppb.New(h.Now)
 			}
-			st := &capnv1alpha1.MachineStatus{Phase: phase.Wire()}
+			st := &capnv1.MachineStatus{Phase: phase.Wire()}
 			switch rapid.IntRange(0, 6).Draw(t, "health") {
 			case 0:
-				st.Conditions = []*capnv1alpha1.Condition{{Type: plan.ConditionNodeHealthy, Status: "False"}}
+				st.Conditions = []*capnv1.Condition{{Type: plan.ConditionNodeHealthy, Status: "False"}}
 			case 1:
 				m.Metadata.Annotations = map[string]string{plan.AnnotationUnhealthy: ""}
 			case 2:
@@ -410,7 +410,7 @@ func TestPropertyRandomSnapshots(t *testing.T) {
 			}
 		}
 		if rapid.Bool().Draw(t, "initialized") {
-			h.Status = &capnv1alpha1.ClusterStatus{ControlPlaneInitialized: true, Phase: capnv1alpha1.ClusterReady.Wire()}
+			h.Status = &capnv1.ClusterStatus{ControlPlaneInitialized: true, Phase: capnv1.ClusterReady.Wire()}
 		}
 
 		in := h.Input()
@@ -456,17 +456,17 @@ func describeActions(r plan.Result) []string {
 
 func cloneInput(in plan.Input) plan.Input {
 	out := in
-	out.Cluster = proto.Clone(in.Cluster).(*capnv1alpha1.Cluster)
-	out.Machines = map[string]*capnv1alpha1.Machine{}
+	out.Cluster = proto.Clone(in.Cluster).(*capnv1.Cluster)
+	out.Machines = map[string]*capnv1.Machine{}
 	for k, v := range in.Machines {
-		out.Machines[k] = proto.Clone(v).(*capnv1alpha1.Machine)
+		out.Machines[k] = proto.Clone(v).(*capnv1.Machine)
 	}
-	out.Observed = map[string]*capnv1alpha1.MachineStatus{}
+	out.Observed = map[string]*capnv1.MachineStatus{}
 	for k, v := range in.Observed {
-		out.Observed[k] = proto.Clone(v).(*capnv1alpha1.MachineStatus)
+		out.Observed[k] = proto.Clone(v).(*capnv1.MachineStatus)
 	}
 	if in.Status != nil {
-		out.Status = proto.Clone(in.Status).(*capnv1alpha1.ClusterStatus)
+		out.Status = proto.Clone(in.Status).(*capnv1.ClusterStatus)
 	}
 	return out
 }

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // The provider contract the planner checks (docs/providers.md,
@@ -32,7 +32,7 @@ const (
 // provider runs: present, with a time at most ProviderStale old. A provider
 // that stopped cleanly has withdrawn its announcement; one that crashed
 // left a stale one.
-func ProviderAlive(a *capnv1alpha1.ProviderAnnouncement, now time.Time) bool {
+func ProviderAlive(a *capnv1.ProviderAnnouncement, now time.Time) bool {
 	return a != nil && a.GetTime() != nil && now.Sub(a.GetTime().AsTime()) <= ProviderStale
 }
 

@@ -7,7 +7,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/cluster-planner/plan"
 	"github.com/capn-dev/capn/services/cluster-planner/plan/plantest"
 )
@@ -15,7 +15,7 @@ import (
 var stopStart = []string{plan.CapabilityStopStart, "reboot"}
 
 // onProvider puts the pool (control-plane or md-<i>) on provider.
-func onProvider(c *capnv1alpha1.Cluster, pool, provider string) *capnv1alpha1.Cluster {
+func onProvider(c *capnv1.Cluster, pool, provider string) *capnv1.Cluster {
 	if pool == plan.RoleControlPlane {
 		c.Spec.ControlPlane.Provider = provider
 		return c
@@ -28,7 +28,7 @@ func onProvider(c *capnv1alpha1.Cluster, pool, provider string) *capnv1alpha1.Cl
 	return c
 }
 
-func wantCondition(t *testing.T, st *capnv1alpha1.ClusterStatus, typ, status, reason string, msgHas ...string) *capnv1alpha1.Condition {
+func wantCondition(t *testing.T, st *capnv1.ClusterStatus, typ, status, reason string, msgHas ...string) *capnv1.Condition {
 	t.Helper()
 	c := condition(st, typ)
 	if c == nil {
@@ -56,7 +56,7 @@ func TestMissingProviderRefusesClusterUntilItRuns(t *testing.T) {
 		if len(r.Actions) != 0 {
 			t.Fatalf("a cluster naming a provider that does not run got actions %v", r.Actions)
 		}
-		if r.Status.GetPhaseValue() != capnv1alpha1.ClusterPending {
+		if r.Status.GetPhaseValue() != capnv1.ClusterPending {
 			t.Errorf("phase %s, want Pending", r.Status.Phase)
 		}
 		if r.RequeueAfter == 0 {
@@ -94,7 +94,7 @@ func TestMissingControlPlaneProvider(t *testing.T) {
 	if len(of[plan.EnsureClusterInfra](r)) != 1 || len(of[plan.CreateMachine](r)) != 1 {
 		t.Fatalf("once the provider runs: %v", r.Actions)
 	}
-	if r.Status.GetPhaseValue() != capnv1alpha1.ClusterProvisioning {
+	if r.Status.GetPhaseValue() != capnv1.ClusterProvisioning {
 		t.Errorf("phase %s, want Provisioning", r.Status.Phase)
 	}
 }
@@ -102,12 +102,12 @@ func TestMissingControlPlaneProvider(t *testing.T) {
 func TestStaleAnnouncementIsNotRunning(t *testing.T) {
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	in := func(age time.Duration) plan.Input {
-		return plan.Input{Cluster: cluster(1), Now: now, Providers: map[string]*capnv1alpha1.ProviderAnnouncement{
+		return plan.Input{Cluster: cluster(1), Now: now, Providers: map[string]*capnv1.ProviderAnnouncement{
 			"sim": {Name: "sim", Time: timestamppb.New(now.Add(-age))},
 		}}
 	}
 	r := plan.Plan(in(plan.ProviderStale + time.Second))
-	if len(r.Actions) != 0 || r.Status.GetPhaseValue() != capnv1alpha1.ClusterPending {
+	if len(r.Actions) != 0 || r.Status.GetPhaseValue() != capnv1.ClusterPending {
 		t.Fatalf("stale announcement: actions %v, phase %s", r.Actions, r.Status.Phase)
 	}
 	wantCondition(t, r.Status, plan.ConditionProvidersReady, "False", plan.ReasonProviderNotRunning,
@@ -132,7 +132,7 @@ func TestProviderGoneHoldsItsPoolsOnly(t *testing.T) {
 
 	delete(h.Providers, "docker") // stopped cleanly: announcement withdrawn
 	r, _ := h.Step()
-	if len(r.Actions) != 0 || r.Status.GetPhaseValue() != capnv1alpha1.ClusterReady {
+	if len(r.Actions) != 0 || r.Status.GetPhaseValue() != capnv1.ClusterReady {
 		t.Fatalf("a Ready cluster whose provider went away: actions %v, phase %s", r.Actions, r.Status.Phase)
 	}
 	wantCondition(t, r.Status, plan.ConditionReady, "True", "Ready")
@@ -141,11 +141,11 @@ func TestProviderGoneHoldsItsPoolsOnly(t *testing.T) {
 
 	// Scale both pools up and fail a docker machine: md-0 moves, md-1 waits
 	// and keeps its machines, failed one included.
-	h.Update(func(s *capnv1alpha1.ClusterSpec) {
+	h.Update(func(s *capnv1.ClusterSpec) {
 		s.WorkerPools[0].Replicas = 3
 		s.WorkerPools[1].Replicas = 4
 	})
-	h.SetPhase(before[0], capnv1alpha1.MachineFailed)
+	h.SetPhase(before[0], capnv1.MachineFailed)
 	for range 6 {
 		r, err := h.Step()
 		if err != nil {
@@ -163,7 +163,7 @@ func TestProviderGoneHoldsItsPoolsOnly(t *testing.T) {
 				}
 			}
 		}
-		if r.Status.GetPhaseValue() == capnv1alpha1.ClusterFailed || r.Status.GetPhaseValue() == capnv1alpha1.ClusterPending {
+		if r.Status.GetPhaseValue() == capnv1.ClusterFailed || r.Status.GetPhaseValue() == capnv1.ClusterPending {
 			t.Fatalf("phase %s", r.Status.Phase)
 		}
 	}
@@ -193,7 +193,7 @@ func TestHibernateNeedsStopStart(t *testing.T) {
 	converge(t, h, nil)
 	wantCondition(t, h.Status, plan.ConditionProvidersReady, "True", plan.ReasonProvidersRunning)
 
-	h.Update(func(s *capnv1alpha1.ClusterSpec) { s.Hibernated = true })
+	h.Update(func(s *capnv1.ClusterSpec) { s.Hibernated = true })
 	r, _ := h.Step()
 	ups := of[plan.UpdateMachine](r)
 	if len(ups) != 1 || len(r.Actions) != 1 || ups[0].Machine.Spec.Pool != plan.RoleControlPlane || !ups[0].Machine.Spec.Stopped {
@@ -210,7 +210,7 @@ func TestHibernateNeedsStopStart(t *testing.T) {
 	}
 	wantCondition(t, r.Status, plan.ConditionHibernated, "False", plan.ReasonProviderLacksCapability, "1 of 1 machines that can stop", "md-0 keep running")
 	// Hibernated as far as it can be: the event says which machines run on.
-	if want := "hibernated: 1 machine stopped, its disk kept; 2 machines of md-0 keep running (the provider cannot stop); capn wake demo starts it"; r.Status.GetPhaseValue() != capnv1alpha1.ClusterHibernated || r.PhaseMessage != want {
+	if want := "hibernated: 1 machine stopped, its disk kept; 2 machines of md-0 keep running (the provider cannot stop); capn wake demo starts it"; r.Status.GetPhaseValue() != capnv1.ClusterHibernated || r.PhaseMessage != want {
 		t.Errorf("phase %s, message %q, want Hibernated: %q", r.Status.Phase, r.PhaseMessage, want)
 	}
 	for _, n := range h.Names("md-0") {
@@ -224,7 +224,7 @@ func TestHibernateNeedsStopStart(t *testing.T) {
 	nh.Cluster.Spec.Hibernated = true
 	nh.Providers = map[string][]string{"sim": stopStart, "bare": {"reboot"}}
 	r, _ = nh.Step()
-	if len(r.Actions) != 0 || r.Status.GetPhaseValue() != capnv1alpha1.ClusterPending {
+	if len(r.Actions) != 0 || r.Status.GetPhaseValue() != capnv1.ClusterPending {
 		t.Fatalf("new hibernated cluster: actions %v, phase %s", r.Actions, r.Status.Phase)
 	}
 	wantCondition(t, r.Status, plan.ConditionReady, "False", plan.ReasonProviderLacksCapability, "bare")

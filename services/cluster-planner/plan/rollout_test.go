@@ -7,7 +7,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/manifest"
 	"github.com/capn-dev/capn/services/cluster-planner/plan"
 	"github.com/capn-dev/capn/services/cluster-planner/plan/plantest"
@@ -33,14 +33,14 @@ func TestRollingUpdateBounds(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := cluster(1, tt.replicas)
-			c.Spec.WorkerPools[0].Strategy = &capnv1alpha1.RolloutStrategy{Type: manifest.StrategyRollingUpdate, MaxSurge: tt.surge, MaxUnavailable: tt.unav}
+			c.Spec.WorkerPools[0].Strategy = &capnv1.RolloutStrategy{Type: manifest.StrategyRollingUpdate, MaxSurge: tt.surge, MaxUnavailable: tt.unav}
 			h := started(t, c)
-			h.Update(func(s *capnv1alpha1.ClusterSpec) {
+			h.Update(func(s *capnv1.ClusterSpec) {
 				if tt.changeVersion {
 					s.KubernetesVersion = "v1.33.5"
 					s.WorkerPools[0].Version = "v1.33.5"
 				} else {
-					s.WorkerPools[0].Template = &capnv1alpha1.MachineTemplate{Parameters: map[string]string{"size": "xl"}}
+					s.WorkerPools[0].Template = &capnv1.MachineTemplate{Parameters: map[string]string{"size": "xl"}}
 				}
 			})
 			sawSurge := false
@@ -78,7 +78,7 @@ func TestRollingUpdateBounds(t *testing.T) {
 
 func TestPoolsWaitForControlPlaneRollout(t *testing.T) {
 	h := started(t, cluster(3, 2))
-	h.Update(func(s *capnv1alpha1.ClusterSpec) {
+	h.Update(func(s *capnv1.ClusterSpec) {
 		s.KubernetesVersion = "v1.34.0"
 		s.WorkerPools[0].Version = "v1.34.0"
 	})
@@ -108,10 +108,10 @@ func TestPoolsWaitForControlPlaneRollout(t *testing.T) {
 
 func TestOnDeleteReplacesOnlyDeletedMachines(t *testing.T) {
 	c := cluster(1, 3)
-	c.Spec.WorkerPools[0].Strategy = &capnv1alpha1.RolloutStrategy{Type: manifest.StrategyOnDelete}
+	c.Spec.WorkerPools[0].Strategy = &capnv1.RolloutStrategy{Type: manifest.StrategyOnDelete}
 	h := started(t, c)
-	h.Update(func(s *capnv1alpha1.ClusterSpec) {
-		s.WorkerPools[0].Template = &capnv1alpha1.MachineTemplate{Parameters: map[string]string{"size": "xl"}}
+	h.Update(func(s *capnv1.ClusterSpec) {
+		s.WorkerPools[0].Template = &capnv1.MachineTemplate{Parameters: map[string]string{"size": "xl"}}
 	})
 	for range 10 {
 		r, err := h.Step()
@@ -121,7 +121,7 @@ func TestOnDeleteReplacesOnlyDeletedMachines(t *testing.T) {
 		if len(r.Actions) != 0 {
 			t.Fatalf("OnDelete acted on its own: %v", r.Actions)
 		}
-		if r.Status.GetPhaseValue() != capnv1alpha1.ClusterUpgrading {
+		if r.Status.GetPhaseValue() != capnv1.ClusterUpgrading {
 			t.Errorf("phase %s, want Upgrading while outdated machines remain", r.Status.Phase)
 		}
 	}
@@ -149,7 +149,7 @@ func TestFailedWorkerIsReplaced(t *testing.T) {
 	c.Spec.WorkerPools[0].Strategy.MaxSurge, c.Spec.WorkerPools[0].Strategy.MaxUnavailable = "0", "1"
 	h := started(t, c)
 	name := h.Names("md-0")[0]
-	h.SetPhase(name, capnv1alpha1.MachineFailed)
+	h.SetPhase(name, capnv1.MachineFailed)
 	r, _ := h.Step()
 	ds := of[plan.DeleteMachine](r)
 	if len(ds) != 1 || ds[0].Name != name {
@@ -167,7 +167,7 @@ func TestFailedWorkerIsReplaced(t *testing.T) {
 func TestRemovedPoolIsDeleted(t *testing.T) {
 	h := started(t, cluster(1, 2, 1))
 	gone := h.Names("md-1")
-	h.Update(func(s *capnv1alpha1.ClusterSpec) { s.WorkerPools = s.WorkerPools[:1] })
+	h.Update(func(s *capnv1.ClusterSpec) { s.WorkerPools = s.WorkerPools[:1] })
 	r, _ := h.Step()
 	ds := of[plan.DeleteMachine](r)
 	if len(ds) != len(gone) || ds[0].Name != gone[0] {
@@ -183,12 +183,12 @@ func TestRemovedPoolIsDeleted(t *testing.T) {
 // then to 1, with machines marked for deletion going first.
 func TestScaleThreeFiveOne(t *testing.T) {
 	h := started(t, cluster(3, 3))
-	h.Update(func(s *capnv1alpha1.ClusterSpec) { s.WorkerPools[0].Replicas = 5 })
+	h.Update(func(s *capnv1.ClusterSpec) { s.WorkerPools[0].Replicas = 5 })
 	r, _ := h.Step()
 	if n := len(of[plan.CreateMachine](r)); n != 2 {
 		t.Fatalf("scale up 3 → 5 created %d machines at once, want 2", n)
 	}
-	if r.Status.GetPhaseValue() != capnv1alpha1.ClusterScalingUp {
+	if r.Status.GetPhaseValue() != capnv1.ClusterScalingUp {
 		t.Errorf("phase %s, want ScalingUp", r.Status.Phase)
 	}
 	if p := r.Status.WorkerPools[0]; p.Desired != 5 || p.Replicas != 3 || p.Available != 3 {
@@ -198,7 +198,7 @@ func TestScaleThreeFiveOne(t *testing.T) {
 
 	marked := h.Names("md-0")[4]
 	h.Annotate(marked, plan.AnnotationDeleteMachine, "")
-	h.Update(func(s *capnv1alpha1.ClusterSpec) { s.WorkerPools[0].Replicas = 1 })
+	h.Update(func(s *capnv1.ClusterSpec) { s.WorkerPools[0].Replicas = 1 })
 	r, _ = h.Step()
 	ds := of[plan.DeleteMachine](r)
 	if len(ds) != 4 {
@@ -207,7 +207,7 @@ func TestScaleThreeFiveOne(t *testing.T) {
 	if !slices.ContainsFunc(ds, func(d plan.DeleteMachine) bool { return d.Name == marked }) {
 		t.Errorf("the machine marked for deletion was kept")
 	}
-	if r.Status.GetPhaseValue() != capnv1alpha1.ClusterScalingDown {
+	if r.Status.GetPhaseValue() != capnv1.ClusterScalingDown {
 		t.Errorf("phase %s, want ScalingDown", r.Status.Phase)
 	}
 	converge(t, h, nil)

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/cluster-planner/plan/plantest"
 )
 
@@ -37,13 +37,13 @@ func TestIssueScenario(t *testing.T) {
 	}
 	converge(t, h, bounds)
 	for _, replicas := range []int32{5, 1} {
-		h.Update(func(s *capnv1alpha1.ClusterSpec) { s.WorkerPools[0].Replicas = replicas })
+		h.Update(func(s *capnv1.ClusterSpec) { s.WorkerPools[0].Replicas = replicas })
 		converge(t, h, bounds)
 		if n := len(h.Names("md-0")); n != int(replicas) {
 			t.Fatalf("md-0 has %d machines, want %d", n, replicas)
 		}
 	}
-	h.Update(func(s *capnv1alpha1.ClusterSpec) {
+	h.Update(func(s *capnv1.ClusterSpec) {
 		s.KubernetesVersion = "v1.34.2"
 		for _, p := range s.WorkerPools {
 			p.Version = "v1.34.2"

@@ -7,7 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/manifest"
 	"github.com/capn-dev/capn/services/cluster-planner/plan"
 )
@@ -33,7 +33,7 @@ func TestPlanTrustsTheCheckedSpec(t *testing.T) {
 			in := plan.Input{
 				Cluster: stored,
 				Spec:    tt.validator.Check(proto.CloneOf(stored)),
-				Status:  &capnv1alpha1.ClusterStatus{ControlPlaneInitialized: true},
+				Status:  &capnv1.ClusterStatus{ControlPlaneInitialized: true},
 				Now:     time.Unix(0, 0),
 				// Would refuse everything, were it used.
 				Validator: manifest.Validator{MaxPoolReplicas: 1, MaxClusterReplicas: 1},
@@ -52,7 +52,7 @@ func TestPlanTrustsTheCheckedSpec(t *testing.T) {
 	}
 }
 
-func conditionMessage(st *capnv1alpha1.ClusterStatus, typ string) string {
+func conditionMessage(st *capnv1.ClusterStatus, typ string) string {
 	for _, c := range st.GetConditions() {
 		if c.GetType() == typ {
 			return c.GetMessage()

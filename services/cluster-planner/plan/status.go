@@ -6,7 +6,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/conditions"
 )
 
@@ -14,8 +14,8 @@ import (
 // plan's actions. The phase says what capn is doing; the conditions say
 // whether the cluster is healthy, each with a reason and a message with
 // numbers.
-func (p *planner) status() *capnv1alpha1.ClusterStatus {
-	st := &capnv1alpha1.ClusterStatus{
+func (p *planner) status() *capnv1.ClusterStatus {
+	st := &capnv1.ClusterStatus{
 		ObservedGeneration:      p.c.GetMetadata().GetGeneration(),
 		ControlPlaneInitialized: p.initialized,
 		ControlPlaneEndpoint:    p.in.Infra.Endpoint,
@@ -29,7 +29,7 @@ func (p *planner) status() *capnv1alpha1.ClusterStatus {
 		st.WorkerPools = append(st.WorkerPools, poolStatus(pl))
 	}
 
-	var conds []*capnv1alpha1.Condition
+	var conds []*capnv1.Condition
 	add := func(typ string, ok bool, reason, msg string) {
 		conds = append(conds, p.condition(typ, ok, reason, msg))
 	}
@@ -110,9 +110,9 @@ func (p *planner) status() *capnv1alpha1.ClusterStatus {
 	return st
 }
 
-func (p *planner) phase(ready, paused, deleting, hibernated bool) capnv1alpha1.ClusterPhase {
+func (p *planner) phase(ready, paused, deleting, hibernated bool) capnv1.ClusterPhase {
 	prev := p.in.Status.GetPhaseValue()
-	neverReady := p.in.Status.GetPhase() == "" || prev == capnv1alpha1.ClusterPending || prev == capnv1alpha1.ClusterProvisioning
+	neverReady := p.in.Status.GetPhase() == "" || prev == capnv1.ClusterPending || prev == capnv1.ClusterProvisioning
 	all := append([]*pool{p.cp}, p.pools...)
 	has := func(f func(pl *pool) bool) bool {
 		for _, pl := range all {
@@ -124,47 +124,47 @@ func (p *planner) phase(ready, paused, deleting, hibernated bool) capnv1alpha1.C
 	}
 	switch {
 	case paused:
-		return capnv1alpha1.ClusterPaused
+		return capnv1.ClusterPaused
 	case deleting:
-		return capnv1alpha1.ClusterDeleting
+		return capnv1.ClusterDeleting
 	case p.invalid != nil:
-		return capnv1alpha1.ClusterFailed
+		return capnv1.ClusterFailed
 	case p.refused:
-		return capnv1alpha1.ClusterPending
+		return capnv1.ClusterPending
 	case p.initialized && p.cp.obs.available == 0 && p.cp.obs.failed > 0:
-		return capnv1alpha1.ClusterFailed // the control plane is down and failing
+		return capnv1.ClusterFailed // the control plane is down and failing
 	case hibernated && p.allStopped():
-		return capnv1alpha1.ClusterHibernated
+		return capnv1.ClusterHibernated
 	case hibernated:
-		return capnv1alpha1.ClusterHibernating
+		return capnv1.ClusterHibernating
 	case ready:
-		return capnv1alpha1.ClusterReady
+		return capnv1.ClusterReady
 	case !p.initialized || neverReady:
-		return capnv1alpha1.ClusterProvisioning
+		return capnv1.ClusterProvisioning
 	case has(func(pl *pool) bool { return pl.obs.stopped > 0 }):
-		return capnv1alpha1.ClusterWaking // stopped machines while not hibernated: starting again
+		return capnv1.ClusterWaking // stopped machines while not hibernated: starting again
 	case has(func(pl *pool) bool { return pl.obs.outdated > 0 }):
-		return capnv1alpha1.ClusterUpgrading
+		return capnv1.ClusterUpgrading
 	case has(func(pl *pool) bool { return pl.obs.replicas < pl.replicas || pl.obs.ready < pl.obs.replicas }):
-		return capnv1alpha1.ClusterScalingUp
+		return capnv1.ClusterScalingUp
 	case has(func(pl *pool) bool { return pl.obs.replicas > pl.replicas || pl.obs.deleting > 0 }):
-		return capnv1alpha1.ClusterScalingDown
+		return capnv1.ClusterScalingDown
 	}
 	// Every machine is there and up to date but some are unhealthy: nothing
 	// to do for the planner (remediation's job); the Ready condition says so.
-	return capnv1alpha1.ClusterReady
+	return capnv1.ClusterReady
 }
 
 // phaseMessage says what the status's phase means now, for the timeline
 // event of a phase change: what happened or what capn is doing, with
 // numbers. Phases whose meaning the Ready condition carries take its
 // message.
-func (p *planner) phaseMessage(st *capnv1alpha1.ClusterStatus) string {
+func (p *planner) phaseMessage(st *capnv1.ClusterStatus) string {
 	stopped, total := p.stoppedCount()
 	conds := st.GetConditions()
 	message := func(typ string) string { return conditions.Get(conds, typ).GetMessage() }
 	switch st.GetPhaseValue() {
-	case capnv1alpha1.ClusterHibernated:
+	case capnv1.ClusterHibernated:
 		msg := fmt.Sprintf("hibernated: %s stopped, their disks kept", plural(stopped, "machine"))
 		them := "them"
 		if stopped == 1 {
@@ -174,17 +174,17 @@ func (p *planner) phaseMessage(st *capnv1alpha1.ClusterStatus) string {
 			msg += "; " + running
 		}
 		return msg + "; capn wake " + p.name + " starts " + them
-	case capnv1alpha1.ClusterHibernating:
+	case capnv1.ClusterHibernating:
 		return fmt.Sprintf("hibernating: stopping %s, keeping their disks", plural(total-stopped, "machine"))
-	case capnv1alpha1.ClusterWaking:
+	case capnv1.ClusterWaking:
 		n := 0
 		for _, pl := range append([]*pool{p.cp}, p.pools...) {
 			n += pl.obs.stopped
 		}
 		return fmt.Sprintf("waking: starting %s", plural(n, "stopped machine"))
-	case capnv1alpha1.ClusterDeleting:
+	case capnv1.ClusterDeleting:
 		return message(ConditionDeleting)
-	case capnv1alpha1.ClusterPaused:
+	case capnv1.ClusterPaused:
 		if p.c.GetMetadata().GetDeletionTimestamp() != nil {
 			return message(ConditionDeleting) // the deletion waits: it says so
 		}
@@ -214,8 +214,8 @@ func (p *planner) runningUnstoppable() string {
 	return fmt.Sprintf("%s of %s %s running (the provider cannot stop)", plural(n, "machine"), strings.Join(pools, ", "), verb)
 }
 
-func poolStatus(pl *pool) *capnv1alpha1.PoolStatus {
-	return &capnv1alpha1.PoolStatus{
+func poolStatus(pl *pool) *capnv1.PoolStatus {
+	return &capnv1.PoolStatus{
 		Name:      pl.name,
 		Desired:   int32(pl.replicas),
 		Replicas:  int32(pl.obs.replicas),
@@ -363,7 +363,7 @@ func (p *planner) stoppedCount() (stopped, total int) {
 			continue
 		}
 		total++
-		if m.phase() == capnv1alpha1.MachineStopped {
+		if m.phase() == capnv1.MachineStopped {
 			stopped++
 		}
 	}
@@ -372,10 +372,10 @@ func (p *planner) stoppedCount() (stopped, total int) {
 
 // condition builds a condition, keeping the previous transition time when
 // its status did not change.
-func (p *planner) condition(typ string, ok bool, reason, msg string) *capnv1alpha1.Condition {
-	c := conditions.New(typ, capnv1alpha1.ConditionTrue, reason, msg)
+func (p *planner) condition(typ string, ok bool, reason, msg string) *capnv1.Condition {
+	c := conditions.New(typ, capnv1.ConditionTrue, reason, msg)
 	if !ok {
-		c.Status = capnv1alpha1.ConditionFalse.Wire()
+		c.Status = capnv1.ConditionFalse.Wire()
 		switch reason {
 		case "InvalidSpec", ReasonProviderLacksCapability:
 			c.Severity = "Error"

@@ -10,7 +10,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/cluster-planner/plan"
 	"github.com/capn-dev/capn/services/cluster-planner/plan/plantest"
 )
@@ -18,10 +18,10 @@ import (
 func TestStatusWhileProvisioning(t *testing.T) {
 	h := plantest.New(cluster(3, 2))
 	h.Cluster.Metadata.Generation = 4
-	h.Infra = plan.Infra{Exists: true, Ready: true, Endpoint: &capnv1alpha1.Endpoint{Host: "10.0.0.1", Port: 6443}}
+	h.Infra = plan.Infra{Exists: true, Ready: true, Endpoint: &capnv1.Endpoint{Host: "10.0.0.1", Port: 6443}}
 	r, _ := h.Step()
 	st := r.Status
-	if st.GetPhaseValue() != capnv1alpha1.ClusterProvisioning || st.ObservedGeneration != 4 || st.ControlPlaneInitialized {
+	if st.GetPhaseValue() != capnv1.ClusterProvisioning || st.ObservedGeneration != 4 || st.ControlPlaneInitialized {
 		t.Fatalf("status %v", st)
 	}
 	if st.ControlPlaneEndpoint.GetHost() != "10.0.0.1" {
@@ -44,7 +44,7 @@ func TestStatusWhileProvisioning(t *testing.T) {
 	}
 	converge(t, h, nil)
 	st = h.Status
-	if st.GetPhaseValue() != capnv1alpha1.ClusterReady || !st.ControlPlaneInitialized {
+	if st.GetPhaseValue() != capnv1.ClusterReady || !st.ControlPlaneInitialized {
 		t.Fatalf("status %v", st)
 	}
 	for _, typ := range []string{plan.ConditionControlPlaneInitialized, plan.ConditionControlPlaneReady, plan.ConditionWorkersReady, plan.ConditionReady} {
@@ -55,7 +55,7 @@ func TestStatusWhileProvisioning(t *testing.T) {
 	if p := condition(st, plan.ConditionPaused); p.Status != "False" {
 		t.Errorf("Paused %v", p)
 	}
-	want := &capnv1alpha1.PoolStatus{Name: "md-0", Desired: 2, Replicas: 2, Ready: 2, Updated: 2, Available: 2, Version: "v1.33.4"}
+	want := &capnv1.PoolStatus{Name: "md-0", Desired: 2, Replicas: 2, Ready: 2, Updated: 2, Available: 2, Version: "v1.33.4"}
 	if got := st.WorkerPools[0]; got.String() != want.String() {
 		t.Errorf("pool status %v, want %v", got, want)
 	}
@@ -66,12 +66,12 @@ func TestStatusWhileProvisioning(t *testing.T) {
 
 func TestStatusUpgrading(t *testing.T) {
 	h := started(t, cluster(1, 3))
-	h.Update(func(s *capnv1alpha1.ClusterSpec) {
+	h.Update(func(s *capnv1.ClusterSpec) {
 		s.KubernetesVersion = "v1.34.1"
 		s.WorkerPools[0].Version = "v1.34.1"
 	})
 	r, _ := h.Step()
-	if r.Status.GetPhaseValue() != capnv1alpha1.ClusterUpgrading {
+	if r.Status.GetPhaseValue() != capnv1.ClusterUpgrading {
 		t.Errorf("phase %s", r.Status.Phase)
 	}
 	cp := condition(r.Status, plan.ConditionControlPlaneReady)
@@ -107,7 +107,7 @@ func TestConditionTransitionTimeKept(t *testing.T) {
 	if !proto.Equal(r.Status, h.Status) {
 		t.Errorf("a plan that changed nothing computed a different status:\n%v\nwas\n%v", r.Status, h.Status)
 	}
-	h.SetPhase(h.Names(cpPool)[0], capnv1alpha1.MachineProvisioning)
+	h.SetPhase(h.Names(cpPool)[0], capnv1.MachineProvisioning)
 	r = h.Plan()
 	if got := condition(r.Status, plan.ConditionReady).LastTransitionTime.AsTime(); !got.Equal(h.Now) {
 		t.Errorf("Ready changed but its transition time is %v", got)
@@ -122,7 +122,7 @@ func TestStatusInvalidSpec(t *testing.T) {
 	c.Spec.ControlPlane.Replicas = 2
 	h := plantest.New(c)
 	r := h.Plan()
-	if len(r.Actions) != 0 || r.Status.GetPhaseValue() != capnv1alpha1.ClusterFailed {
+	if len(r.Actions) != 0 || r.Status.GetPhaseValue() != capnv1.ClusterFailed {
 		t.Fatalf("invalid spec: phase %s, actions %v", r.Status.Phase, r.Actions)
 	}
 	ready := condition(r.Status, plan.ConditionReady)
@@ -133,9 +133,9 @@ func TestStatusInvalidSpec(t *testing.T) {
 
 func TestStatusFailedControlPlane(t *testing.T) {
 	h := started(t, cluster(1))
-	h.SetPhase(h.Names(cpPool)[0], capnv1alpha1.MachineFailed)
+	h.SetPhase(h.Names(cpPool)[0], capnv1.MachineFailed)
 	r := h.Plan()
-	if r.Status.GetPhaseValue() != capnv1alpha1.ClusterFailed {
+	if r.Status.GetPhaseValue() != capnv1.ClusterFailed {
 		t.Errorf("phase %s with the only control-plane machine failed", r.Status.Phase)
 	}
 	if len(of[plan.DeleteMachine](r)) != 1 {
@@ -154,7 +154,7 @@ func TestStatusFailedControlPlane(t *testing.T) {
 // available: demo-md-0-… (Pending)" there, and the CLI "11/10 ready".
 func TestStatusRolloutCounts(t *testing.T) {
 	h := started(t, cluster(1, 5))
-	h.Update(func(s *capnv1alpha1.ClusterSpec) {
+	h.Update(func(s *capnv1.ClusterSpec) {
 		s.KubernetesVersion = "v1.34.1"
 		s.WorkerPools[0].Version = "v1.34.1"
 	})
@@ -197,7 +197,7 @@ func TestStatusRolloutCounts(t *testing.T) {
 func TestPoolProgressMessages(t *testing.T) {
 	// Scale 2 → 4 while one machine of the pool fails to boot.
 	h := started(t, cluster(1, 2))
-	h.Update(func(s *capnv1alpha1.ClusterSpec) { s.WorkerPools[0].Replicas = 4 })
+	h.Update(func(s *capnv1.ClusterSpec) { s.WorkerPools[0].Replicas = 4 })
 	h.Step()
 	r := h.Plan()
 	if w := condition(r.Status, plan.ConditionWorkersReady); !regexp.MustCompile(`^pool md-0: 4 of 4 updated, 2 booting, 2 available; not available: demo-md-0-[0-9a-f]{5}-2 \(Provisioning\), demo-md-0-[0-9a-f]{5}-3 \(Provisioning\)$`).MatchString(w.Message) {
@@ -207,7 +207,7 @@ func TestPoolProgressMessages(t *testing.T) {
 	// Scale down: the status is computed before the plan marks machines,
 	// so the extra ones show as to remove, not as a count above desired.
 	h.DeleteSteps = func(string) int { return 3 }
-	h.Update(func(s *capnv1alpha1.ClusterSpec) { s.WorkerPools[0].Replicas = 1 })
+	h.Update(func(s *capnv1.ClusterSpec) { s.WorkerPools[0].Replicas = 1 })
 	r = h.Plan()
 	if w := condition(r.Status, plan.ConditionWorkersReady); w.Message != "pool md-0: 1 of 1 updated, 3 to remove, 1 available" {
 		t.Errorf("scaling down: %q", w.Message)

@@ -1,6 +1,6 @@
 // Package harness runs a capn deployment inside a test: one real embedded
 // nats-server (natstest: 127.0.0.1, file store in a temp dir) and capn's
-// services, each as its own runtime.Run on its own NATS connection, talking
+// services, each as its own daemon.Run on its own NATS connection, talking
 // only through NATS as separate programs would. A test can stop a service
 // cleanly (Stop), kill it without any cleanup (Kill: its connection is
 // closed abruptly, nothing is drained, nacked or flushed — what kill -9
@@ -47,11 +47,11 @@ import (
 	"github.com/capn-dev/capn/schemas/manifest"
 	"github.com/capn-dev/capn/secrets/seal"
 	"github.com/capn-dev/capn/services/bootstrapper"
-	clusterplanner "github.com/capn-dev/capn/services/cluster-planner"
-	healthwatcher "github.com/capn-dev/capn/services/health-watcher"
-	machinemanager "github.com/capn-dev/capn/services/machine-manager"
+	"github.com/capn-dev/capn/services/cluster-planner"
+	"github.com/capn-dev/capn/services/daemon"
+	"github.com/capn-dev/capn/services/health-watcher"
+	"github.com/capn-dev/capn/services/machine-manager"
 	"github.com/capn-dev/capn/services/remediator"
-	"github.com/capn-dev/capn/services/runtime"
 )
 
 // Sim is the sim provider's service name.
@@ -108,7 +108,7 @@ type Options struct {
 	// Services adds or replaces services by name: each call makes a fresh
 	// instance, as a restarted process would be (Factory.Builtin is the
 	// service it replaces, to wrap).
-	Services map[string]func(*Factory) runtime.Service
+	Services map[string]func(*Factory) daemon.Service
 }
 
 // System is one capn deployment on one embedded server.
@@ -197,7 +197,7 @@ func NewFactory(t testing.TB, o Options) *Factory {
 
 // NewService makes a fresh instance of the named service: Options.Services'
 // if it names one, else the built-in.
-func (f *Factory) NewService(name string) runtime.Service {
+func (f *Factory) NewService(name string) daemon.Service {
 	if mk := f.opts.Services[name]; mk != nil {
 		return mk(f)
 	}
@@ -207,7 +207,7 @@ func (f *Factory) NewService(name string) runtime.Service {
 // Builtin makes a fresh instance of one of capn's services (All, and
 // Gateway: it listens on a free port of 127.0.0.1 the first time, the same
 // port after, and accepts Token as admin).
-func (f *Factory) Builtin(name string) runtime.Service {
+func (f *Factory) Builtin(name string) daemon.Service {
 	c := f.opts.Cache
 	switch name {
 	case clusterplanner.Name:
@@ -284,7 +284,7 @@ type simService struct {
 
 func (s *simService) Name() string { return Sim }
 
-func (s *simService) Run(ctx context.Context, d *runtime.Deps) error {
+func (s *simService) Run(ctx context.Context, d *daemon.Deps) error {
 	p, err := sim.New(s.sim)
 	if err != nil {
 		return err
@@ -321,7 +321,7 @@ func (w *logWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// Proc is one running service: its own runtime.Run on a NATS connection of
+// Proc is one running service: its own daemon.Run on a NATS connection of
 // its own.
 type Proc struct {
 	ID     string
@@ -336,13 +336,13 @@ type Proc struct {
 // on that connection with cfg (SkipProvision set: the topology is there;
 // ShutdownTimeout 15s unless set) until Stop or Kill. Its log lines go to
 // the test's log at CAPN_TEST_LOG_LEVEL (default error), tagged with id.
-func StartProc(t testing.TB, id string, conn runtime.NATSConfig, cfg runtime.Config, svc runtime.Service, opts ...nats.Option) *Proc {
+func StartProc(t testing.TB, id string, conn daemon.NATSConfig, cfg daemon.Config, svc daemon.Service, opts ...nats.Option) *Proc {
 	t.Helper()
 	out := &logWriter{t: t}
 	log := zerolog.New(out).Level(logLevel).With().Timestamp().Str("replica", id).Logger()
 	ctx, cancel := context.WithCancel(context.Background())
 	cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
-	nc, err := runtime.Connect(cctx, conn, cfg.Name, log, opts...)
+	nc, err := daemon.Connect(cctx, conn, cfg.Name, log, opts...)
 	ccancel()
 	if err != nil {
 		cancel()
@@ -354,7 +354,7 @@ func StartProc(t testing.TB, id string, conn runtime.NATSConfig, cfg runtime.Con
 	}
 	p := &Proc{ID: id, NC: nc, t: t, cancel: cancel, done: make(chan error, 1), out: out}
 	go func() {
-		p.done <- runtime.Run(ctx, cfg, svc, runtime.WithConn(nc), runtime.WithoutHTTP(), runtime.WithLogger(log))
+		p.done <- daemon.Run(ctx, cfg, svc, daemon.WithConn(nc), daemon.WithoutHTTP(), daemon.WithLogger(log))
 	}()
 	return p
 }
@@ -382,7 +382,7 @@ func (p *Proc) Stop() {
 // lost, messages it was handling are neither acked nor nacked and come back
 // only after their AckWait, KV writes in flight fail), then its goroutines
 // are told to end. Whatever the dying service still tries cannot reach
-// NATS. Kill waits (30s at most) for runtime.Run to return so that the next
+// NATS. Kill waits (30s at most) for daemon.Run to return so that the next
 // instance does not overlap with it in the test's process, and ignores its
 // error.
 func (p *Proc) Kill() {
@@ -406,12 +406,12 @@ func (s *System) Start(name string) {
 
 // StartService runs svc, one of a kind made by the test (e.g. a bridge
 // configured for one machine), as Start runs the named service.
-func (s *System) StartService(name string, svc runtime.Service) {
+func (s *System) StartService(name string, svc daemon.Service) {
 	s.T.Helper()
 	if s.Running(name) {
 		s.T.Fatalf("harness: %s is already running", name)
 	}
-	p := StartProc(s.T, name, runtime.NATSConfig{URL: s.Srv.URL(), ReconnectWait: 100 * time.Millisecond}, runtime.Config{Name: name}, svc)
+	p := StartProc(s.T, name, daemon.NATSConfig{URL: s.Srv.URL(), ReconnectWait: 100 * time.Millisecond}, daemon.Config{Name: name}, svc)
 	s.mu.Lock()
 	s.instances[name] = p
 	s.mu.Unlock()

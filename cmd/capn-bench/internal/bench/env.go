@@ -12,12 +12,12 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/capn-dev/capn/events"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // env is one benchmark's capn: a fresh embedded server with capn's
 // topology and the given services running as `capn dev` runs them, each
-// through runtime.Run on its own in-process connection.
+// through daemon.Run on its own in-process connection.
 type env struct {
 	srv  *server.Server
 	nc   *nats.Conn // the benchmark's own connection
@@ -27,7 +27,7 @@ type env struct {
 
 // startEnv starts the server, provisions topo and starts svcs; Close stops
 // them all and removes the server's storage.
-func startEnv(ctx context.Context, topo events.Topology, svcs ...runtime.Service) (*env, error) {
+func startEnv(ctx context.Context, topo events.Topology, svcs ...daemon.Service) (*env, error) {
 	srv, stopSrv, err := startServer()
 	if err != nil {
 		return nil, err
@@ -49,8 +49,8 @@ func startEnv(ctx context.Context, topo events.Topology, svcs ...runtime.Service
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cfg := runtime.Config{Name: svc.Name(), LogLevel: "error", SkipProvision: true}
-			if err := runtime.Run(sctx, cfg, svc, runtime.WithInProcess(srv), runtime.WithoutHTTP(), runtime.WithLogger(quiet)); err != nil {
+			cfg := daemon.Config{Name: svc.Name(), LogLevel: "error", SkipProvision: true}
+			if err := daemon.Run(sctx, cfg, svc, daemon.WithInProcess(srv), daemon.WithoutHTTP(), daemon.WithLogger(quiet)); err != nil {
 				fmt.Printf("%s: %v\n", svc.Name(), err)
 			}
 		}()

@@ -21,10 +21,10 @@ import (
 	"github.com/capn-dev/capn/schemas/manifest"
 	"github.com/capn-dev/capn/secrets/seal"
 	"github.com/capn-dev/capn/services/bootstrapper"
-	clusterplanner "github.com/capn-dev/capn/services/cluster-planner"
-	healthwatcher "github.com/capn-dev/capn/services/health-watcher"
-	machinemanager "github.com/capn-dev/capn/services/machine-manager"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/cluster-planner"
+	"github.com/capn-dev/capn/services/daemon"
+	"github.com/capn-dev/capn/services/health-watcher"
+	"github.com/capn-dev/capn/services/machine-manager"
 )
 
 // benchWorkers, when set, overrides the services' worker counts (to find
@@ -84,9 +84,9 @@ func benchCluster(name, poolsYAML string) (*capnv1.Cluster, error) {
 }
 
 // services are the programs of `capn dev`, each on its own in-process
-// connection through runtime.Run, as capn dev runs them.
-func services(ring *seal.Keyring, so sim.Options) []runtime.Service {
-	return []runtime.Service{
+// connection through daemon.Run, as capn dev runs them.
+func services(ring *seal.Keyring, so sim.Options) []daemon.Service {
+	return []daemon.Service{
 		clusterplanner.New(clusterplanner.Config{Workers: benchWorkers}),
 		machinemanager.New(machinemanager.Config{Workers: benchWorkers * 2}),
 		bootstrapper.New(bootstrapper.Config{Keyring: ring, Workers: benchWorkers}),

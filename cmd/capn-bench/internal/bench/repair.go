@@ -19,9 +19,9 @@ import (
 	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/secrets/seal"
 	"github.com/capn-dev/capn/services/bootstrapper"
-	clusterplanner "github.com/capn-dev/capn/services/cluster-planner"
-	healthwatcher "github.com/capn-dev/capn/services/health-watcher"
-	machinemanager "github.com/capn-dev/capn/services/machine-manager"
+	"github.com/capn-dev/capn/services/cluster-planner"
+	"github.com/capn-dev/capn/services/health-watcher"
+	"github.com/capn-dev/capn/services/machine-manager"
 	"github.com/capn-dev/capn/services/remediator"
 )
 

@@ -13,7 +13,7 @@ import (
 	"github.com/capn-dev/capn/gateway/client"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/manifest"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 const scaleHelp = `
@@ -149,12 +149,12 @@ func cmdUpgrade(ctx context.Context, e env, args []string) int {
 // finish waits for a changed cluster to be ready when --wait asks.
 func (s *session) finish(ctx context.Context, c *capnv1.Cluster, wf waitFlags) int {
 	if !wf.wait {
-		return runtime.ExitOK
+		return daemon.ExitOK
 	}
 	if err := s.waitFor(ctx, c.GetMetadata().GetName(), untilReady, c.GetMetadata().GetGeneration(), wf.timeout); err != nil {
 		return s.fail(err)
 	}
-	return runtime.ExitOK
+	return daemon.ExitOK
 }
 
 const pauseHelp = `
@@ -235,12 +235,12 @@ func flagAction(ctx context.Context, e env, args []string, verb, done, help stri
 	}
 	fmt.Fprintf(e.stdout, "cluster/%s %s\n", cluster, done)
 	if wait == nil || !wf.wait {
-		return runtime.ExitOK
+		return daemon.ExitOK
 	}
 	if err := s.waitFor(ctx, cluster, wait.goal, c.GetMetadata().GetGeneration(), wf.timeout); err != nil {
 		return s.fail(err)
 	}
-	return runtime.ExitOK
+	return daemon.ExitOK
 }
 
 const deleteHelp = `
@@ -285,7 +285,7 @@ func cmdDelete(ctx context.Context, e env, args []string) int {
 	if err := s.deleteClusters(ctx, names, selector, wf); err != nil {
 		return s.fail(err)
 	}
-	return runtime.ExitOK
+	return daemon.ExitOK
 }
 
 // deleteTargets checks capn delete's arguments: the clusters named

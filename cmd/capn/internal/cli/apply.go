@@ -19,7 +19,7 @@ import (
 	"github.com/capn-dev/capn/gateway/client"
 	"github.com/capn-dev/capn/schemas/capi"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 const applyHelp = `
@@ -98,18 +98,18 @@ func cmdApply(ctx context.Context, e env, args []string) int {
 		return s.fail(err)
 	case refused > 0:
 		fmt.Fprintf(e.stderr, "%s: nothing was applied: %d of %s refused\n", name, refused, plural(len(docs), "document"))
-		return runtime.ExitFailed
+		return daemon.ExitFailed
 	}
 	if dryRun == dryRunServer {
 		for _, c := range checked {
 			fmt.Fprintf(e.stdout, "cluster/%s %s (server dry run)\n", c.wouldBe.GetMetadata().GetName(), c.outcome())
 		}
-		return runtime.ExitOK
+		return daemon.ExitOK
 	}
 	afterDryRun()
 	done, ok := s.applyAll(ctx, checked)
 	if !ok {
-		return runtime.ExitFailed
+		return daemon.ExitFailed
 	}
 	if wf.wait {
 		for _, d := range done {
@@ -118,7 +118,7 @@ func cmdApply(ctx context.Context, e env, args []string) int {
 			}
 		}
 	}
-	return runtime.ExitOK
+	return daemon.ExitOK
 }
 
 // applyAll applies the documents that passed their dry run, in order,

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	capnruntime "github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 const dashboardHelp = `
@@ -99,10 +99,10 @@ func cmdDashboard(ctx context.Context, e env, args []string) int {
 	}
 	fmt.Fprintln(e.stdout, link)
 	if noOpen {
-		return capnruntime.ExitOK
+		return daemon.ExitOK
 	}
 	if err := openBrowser(ctx, e.lookup, link); err != nil {
 		fmt.Fprintf(e.stderr, "%s: could not open a browser (%v): open the link above yourself\n", name, err)
 	}
-	return capnruntime.ExitOK
+	return daemon.ExitOK
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/capn-dev/capn/gateway/client"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/conditions"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 const describeHelp = `
@@ -57,7 +57,7 @@ func cmdDescribe(ctx context.Context, e env, args []string) int {
 	}
 	evs, _ := s.c.Events(ctx, cluster, client.EventsOptions{Limit: 10}) // best effort: the tree is what matters
 	describeCluster(e.stdout, c, ms, evs, describeOpts{now: time.Now(), loc: time.Local, showConditions: showConds})
-	return runtime.ExitOK
+	return daemon.ExitOK
 }
 
 // describeTarget is the cluster of capn describe cluster NAME (or

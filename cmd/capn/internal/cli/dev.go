@@ -7,14 +7,14 @@ import (
 	"fmt"
 
 	"github.com/capn-dev/capn/cmd/capn/internal/dev"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 func cmdDev(ctx context.Context, e env, args []string) int {
 	cfg := dev.DefaultConfig()
 	fs := flag.NewFlagSet("capn dev", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
-	runtime.BindFlags(fs, cfg.Flags()...)
+	daemon.BindFlags(fs, cfg.Flags()...)
 	fs.Usage = func() {
 		w := fs.Output()
 		fmt.Fprint(w, "usage: capn dev [flags]\n\n")
@@ -33,18 +33,18 @@ func cmdDev(ctx context.Context, e env, args []string) int {
 	if err := wantArgs(pos); err != nil {
 		return reportError(e.stderr, "capn dev", nil, err)
 	}
-	if err := errors.Join(runtime.ApplyFlagEnv(fs, e.lookup, cfg.Flags()...), cfg.Validate()); err != nil {
-		runtime.PrintProblems(e.stderr, "capn dev", err)
-		return runtime.ExitUsage
+	if err := errors.Join(daemon.ApplyFlagEnv(fs, e.lookup, cfg.Flags()...), cfg.Validate()); err != nil {
+		daemon.PrintProblems(e.stderr, "capn dev", err)
+		return daemon.ExitUsage
 	}
 	cfg.Extra = extraDevServices
 	if err := dev.Run(ctx, cfg, e.stderr, e.lookup); err != nil {
 		fmt.Fprintf(e.stderr, "capn dev: %v\n", err)
-		return runtime.ExitFailed
+		return daemon.ExitFailed
 	}
-	return runtime.ExitOK
+	return daemon.ExitOK
 }
 
 // extraDevServices run after capn dev's own; tests add theirs here to
 // prove the wiring. It is empty in the binary.
-var extraDevServices []runtime.Service
+var extraDevServices []daemon.Service

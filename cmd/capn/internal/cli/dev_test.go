@@ -23,25 +23,25 @@ import (
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/internal/testkit"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // devProbe is a service for capn dev's tests: it hands out its Deps,
 // registers a counter, says it is ready and waits for the end.
 type devProbe struct {
 	name  string
-	deps  chan *runtime.Deps
+	deps  chan *daemon.Deps
 	fail  error // returned once started
 	stuck bool  // never stops
 }
 
 func newDevProbe(name string) *devProbe {
-	return &devProbe{name: name, deps: make(chan *runtime.Deps, 1)}
+	return &devProbe{name: name, deps: make(chan *daemon.Deps, 1)}
 }
 
 func (p *devProbe) Name() string { return p.name }
 
-func (p *devProbe) Run(ctx context.Context, d *runtime.Deps) error {
+func (p *devProbe) Run(ctx context.Context, d *daemon.Deps) error {
 	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "capn_probe_started_total", Help: "Starts."})
 	d.Metrics.MustRegister(c)
 	c.Inc()
@@ -58,7 +58,7 @@ func (p *devProbe) Run(ctx context.Context, d *runtime.Deps) error {
 }
 
 // withDevServices runs capn dev with extra services for this test.
-func withDevServices(t *testing.T, services ...runtime.Service) {
+func withDevServices(t *testing.T, services ...daemon.Service) {
 	t.Helper()
 	extraDevServices = services
 	t.Cleanup(func() { extraDevServices = nil })
@@ -365,7 +365,7 @@ func TestDevServiceTrouble(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tt.service.deps = make(chan *runtime.Deps, 1)
+			tt.service.deps = make(chan *daemon.Deps, 1)
 			withDevServices(t, tt.service)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()

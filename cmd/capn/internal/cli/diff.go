@@ -8,7 +8,7 @@ import (
 
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/manifest"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 const diffHelp = `
@@ -79,9 +79,9 @@ func cmdDiff(ctx context.Context, e env, args []string) int {
 		differ = differ || d
 	}
 	if differ {
-		return runtime.ExitFailed // kubectl's "differences found"
+		return daemon.ExitFailed // kubectl's "differences found"
 	}
-	return runtime.ExitOK
+	return daemon.ExitOK
 }
 
 // diff writes the unified diff of a checked document, the cluster stored

@@ -11,7 +11,7 @@ import (
 
 	"github.com/capn-dev/capn/gateway/api"
 	"github.com/capn-dev/capn/gateway/client"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // reportError prints err on w, prefixed by the command's name, and returns
@@ -23,12 +23,12 @@ func reportError(w io.Writer, name string, conn *connection, err error) int {
 	var ue usageError
 	if errors.As(err, &ue) {
 		fmt.Fprintf(w, "%s: %s\nSee '%s -h' for help.\n", name, ue.msg, name)
-		return runtime.ExitUsage
+		return daemon.ExitUsage
 	}
 	var ce *client.Error
 	if errors.As(err, &ce) {
 		printProblem(w, name, conn, ce)
-		return runtime.ExitFailed
+		return daemon.ExitFailed
 	}
 	var urlErr *url.Error
 	if errors.As(err, &urlErr) && conn != nil && !errors.Is(err, context.Canceled) {
@@ -36,14 +36,14 @@ func reportError(w io.Writer, name string, conn *connection, err error) int {
 		if strings.Contains(urlErr.Err.Error(), "connection refused") {
 			fmt.Fprintf(w, "  is capn dev running? (capn dev serves the gateway on 127.0.0.1:8080)\n")
 		}
-		return runtime.ExitFailed
+		return daemon.ExitFailed
 	}
 	if errors.Is(err, context.Canceled) {
 		fmt.Fprintf(w, "%s: interrupted\n", name)
-		return runtime.ExitFailed
+		return daemon.ExitFailed
 	}
 	fmt.Fprintf(w, "%s: %v\n", name, err)
-	return runtime.ExitFailed
+	return daemon.ExitFailed
 }
 
 // printProblem prints an RFC 9457 problem: status, title and detail on the

@@ -10,7 +10,7 @@ import (
 
 	"github.com/capn-dev/capn/gateway/api"
 	"github.com/capn-dev/capn/gateway/client"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 const eventsHelp = `
@@ -71,16 +71,16 @@ func cmdEvents(ctx context.Context, e env, args []string) int {
 			if err != nil {
 				return s.fail(err)
 			}
-			return runtime.ExitOK
+			return daemon.ExitOK
 		}
 		if len(evs) == 0 {
 			fmt.Fprintf(e.stderr, "No events for cluster %s.\n", cluster)
-			return runtime.ExitOK
+			return daemon.ExitOK
 		}
 		if err := p.batch(evs); err != nil {
 			return s.fail(err)
 		}
-		return runtime.ExitOK
+		return daemon.ExitOK
 	}
 	var stored []api.TimelineEvent
 	synced := false
@@ -98,12 +98,12 @@ func cmdEvents(ctx context.Context, e env, args []string) int {
 		return p.batch(stored)
 	})
 	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
-		return runtime.ExitOK // Ctrl-C ends --follow
+		return daemon.ExitOK // Ctrl-C ends --follow
 	}
 	if err != nil {
 		return s.fail(err)
 	}
-	return runtime.ExitOK
+	return daemon.ExitOK
 }
 
 // eventPrinter prints timeline events as a table (columns sized by the

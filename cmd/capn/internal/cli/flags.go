@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/capn-dev/capn/gateway/client"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // flagSet is a command's flags and the env it prints to.
@@ -52,7 +52,7 @@ func parseArgs(fs *flagSet, args []string) ([]string, error) {
 func parseCommandLine(e env, fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := runtime.ParseFlags(fs, args, e.stdout); err != nil {
+		if err := daemon.ParseFlags(fs, args, e.stdout); err != nil {
 			if !errors.Is(err, flag.ErrHelp) {
 				reportError(e.stderr, fs.Name(), nil, flagMistake(err))
 			}
@@ -73,7 +73,7 @@ func parseCommandLine(e env, fs *flag.FlagSet, args []string) ([]string, error) 
 // flagMistake is a flag error as a usage error; -A, which kubectl users
 // type out of habit, says why capn has no use for it here.
 func flagMistake(err error) usageError {
-	var fe *runtime.FlagError
+	var fe *daemon.FlagError
 	if errors.As(err, &fe) && fe.Unknown && (fe.Flag == "-A" || fe.Flag == "--all-namespaces") {
 		return usageError{fe.Flag + ": capn has no namespaces; only the commands that list (capn get) accept -A, and ignore it"}
 	}

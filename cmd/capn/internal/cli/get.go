@@ -15,7 +15,7 @@ import (
 	"github.com/capn-dev/capn/gateway/api"
 	"github.com/capn-dev/capn/gateway/client"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 const getHelp = `
@@ -78,7 +78,7 @@ func cmdGet(ctx context.Context, e env, args []string) int {
 	if o.watch {
 		err = s.watchGet(ctx, o)
 		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
-			return runtime.ExitOK // Ctrl-C ends a watch
+			return daemon.ExitOK // Ctrl-C ends a watch
 		}
 	} else {
 		err = s.get(ctx, o)
@@ -86,7 +86,7 @@ func cmdGet(ctx context.Context, e env, args []string) int {
 	if err != nil {
 		return s.fail(err)
 	}
-	return runtime.ExitOK
+	return daemon.ExitOK
 }
 
 func (o *getOpts) parse(pos []string) error {

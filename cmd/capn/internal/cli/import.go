@@ -6,7 +6,7 @@ import (
 
 	"github.com/capn-dev/capn/schemas/capi"
 	"github.com/capn-dev/capn/schemas/manifest"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 const importHelp = `
@@ -79,7 +79,7 @@ func cmdImport(_ context.Context, e env, args []string) int {
 			listNotes(e, res.Notes)
 		}
 		reportInvalid(e, file, res.Invalid)
-		return runtime.ExitFailed
+		return daemon.ExitFailed
 	}
 	out, err := manifest.Encode(res.Cluster)
 	if err != nil {
@@ -94,9 +94,9 @@ func cmdImport(_ context.Context, e env, args []string) int {
 	}
 	if res.Invalid != nil {
 		reportInvalid(e, file, res.Invalid)
-		return runtime.ExitFailed
+		return daemon.ExitFailed
 	}
-	return runtime.ExitOK
+	return daemon.ExitOK
 }
 
 func listNotes(e env, notes []capi.Note) {
@@ -110,7 +110,7 @@ func reportInvalid(e env, file string, invalid error) {
 	if invalid == nil {
 		return
 	}
-	problems := runtime.Problems(invalid)
+	problems := daemon.Problems(invalid)
 	fmt.Fprintf(e.stderr, "capn import: the cluster made from %s is not valid (%s): fix the manifest before applying it\n", file, plural(len(problems), "problem"))
 	for _, p := range problems {
 		fmt.Fprintf(e.stderr, "  %s\n", p)

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/capn-dev/capn/cmd/capn/internal/clientconfig"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 const kubeconfigHelp = `
@@ -51,5 +51,5 @@ func cmdKubeconfig(ctx context.Context, e env, args []string) int {
 	if err != nil {
 		return s.fail(err)
 	}
-	return runtime.ExitOK
+	return daemon.ExitOK
 }

@@ -18,7 +18,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // env is what a command runs with, so that tests can give their own.
@@ -74,19 +74,19 @@ func Main(ctx context.Context, release string, args []string) int {
 func run(ctx context.Context, e env, args []string) int {
 	if len(args) == 0 {
 		usage(e.stderr)
-		return runtime.ExitUsage
+		return daemon.ExitUsage
 	}
 	switch args[0] {
 	case "-h", "-help", "--help":
 		usage(e.stdout)
-		return runtime.ExitOK
+		return daemon.ExitOK
 	}
 	if c, ok := lookupCommand(args[0]); ok {
 		return c.run(ctx, e, args[1:])
 	}
 	fmt.Fprintf(e.stderr, "capn: unknown command %q\n\n", args[0])
 	usage(e.stderr)
-	return runtime.ExitUsage
+	return daemon.ExitUsage
 }
 
 func lookupCommand(name string) (command, bool) {
@@ -113,12 +113,12 @@ func cmdHelp(ctx context.Context, e env, args []string) int {
 	switch len(args) {
 	case 0:
 		usage(e.stdout)
-		return runtime.ExitOK
+		return daemon.ExitOK
 	case 1:
 		switch args[0] {
 		case "help", "-h", "-help", "--help":
 			usage(e.stdout)
-			return runtime.ExitOK
+			return daemon.ExitOK
 		}
 		if c, ok := lookupCommand(args[0]); ok {
 			return c.run(ctx, e, []string{"-h"}) // every command prints its help on stdout
@@ -126,13 +126,13 @@ func cmdHelp(ctx context.Context, e env, args []string) int {
 		fmt.Fprintf(e.stderr, "capn help: unknown command %q\n\n", args[0])
 	}
 	usage(e.stderr)
-	return runtime.ExitUsage
+	return daemon.ExitUsage
 }
 
 // exitFor is the exit code of a flag.FlagSet.Parse error: 0 for -h.
 func exitFor(err error) int {
 	if errors.Is(err, flag.ErrHelp) {
-		return runtime.ExitOK
+		return daemon.ExitOK
 	}
-	return runtime.ExitUsage
+	return daemon.ExitUsage
 }

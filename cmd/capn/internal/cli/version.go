@@ -4,10 +4,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	goruntime "runtime"
+	"runtime"
 	"runtime/debug"
 
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // version is the release main was built as (Main sets it), else the
@@ -28,7 +28,7 @@ func cmdVersion(_ context.Context, e env, args []string) int {
 		return reportError(e.stderr, "capn version", nil, err)
 	}
 	fmt.Fprintln(e.stdout, versionString())
-	return runtime.ExitOK
+	return daemon.ExitOK
 }
 
 func versionString() string {
@@ -51,7 +51,7 @@ func versionString() string {
 	if v == "" {
 		v = "(devel)"
 	}
-	return fmt.Sprintf("capn %s (commit %s%s) %s %s/%s", v, commit, dirty, goruntime.Version(), goruntime.GOOS, goruntime.GOARCH)
+	return fmt.Sprintf("capn %s (commit %s%s) %s %s/%s", v, commit, dirty, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
 // versionShort is the version alone, for the User-Agent: "v0.1.0" or

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // Config is capn dev's configuration.
@@ -48,7 +48,7 @@ type Config struct {
 	KubeBin string
 	// Extra are services to run after capn dev's own; no flag sets them:
 	// tests add theirs to prove the wiring.
-	Extra []runtime.Service
+	Extra []daemon.Service
 }
 
 // natsListenNone as NATSListen serves only in-process connections.
@@ -59,54 +59,54 @@ func DefaultConfig() Config {
 		DataDir:           ".capn",
 		NATSListen:        "127.0.0.1:4222",
 		HTTPAddr:          "127.0.0.1:8081",
-		LogLevel:          runtime.DefaultLogLevel,
-		LogFormat:         runtime.DefaultLogFormat,
-		ShutdownTimeout:   runtime.DefaultShutdownTimeout,
+		LogLevel:          daemon.DefaultLogLevel,
+		LogFormat:         daemon.DefaultLogFormat,
+		ShutdownTimeout:   daemon.DefaultShutdownTimeout,
 		GatewayAddr:       "127.0.0.1:8080",
 		WriteClientConfig: true,
 		Providers:         strings.Join(devProviderNames, ","),
 	}
 }
 
-func (c *Config) Flags() []runtime.Flag {
-	return []runtime.Flag{
-		{Name: "data-dir", Env: "CAPN_DATA_DIR", Usage: "`directory` of JetStream's files; reused by the next start", Value: runtime.StringValue(&c.DataDir)},
-		{Name: "nats-listen", Env: "CAPN_NATS_LISTEN", Usage: "NATS client `address` for the nats CLI and other programs (host:port), or \"none\"", Value: runtime.StringValue(&c.NATSListen)},
-		{Name: "http-addr", Env: "CAPN_HTTP_ADDR", Usage: "`address` of /healthz /readyz /metrics for every service (host:port, or \"off\")", Value: runtime.StringValue(&c.HTTPAddr)},
-		{Name: "log-level", Env: "CAPN_LOG_LEVEL", Usage: "log `level`: trace|debug|info|warn|error", Value: runtime.StringValue(&c.LogLevel)},
-		{Name: "log-format", Env: "CAPN_LOG_FORMAT", Usage: "log `format`: json|console|auto (console on a terminal)", Value: runtime.StringValue(&c.LogFormat)},
-		{Name: "shutdown-timeout", Env: "CAPN_SHUTDOWN_TIMEOUT", Usage: "how long each service may take to `stop`", Value: runtime.DurationValue(&c.ShutdownTimeout)},
-		{Name: "gateway-addr", Env: "CAPN_GATEWAY_ADDR", Usage: "`address` of the gateway's HTTP API (host:port)", Value: runtime.StringValue(&c.GatewayAddr)},
-		{Name: "write-client-config", Env: "CAPN_WRITE_CLIENT_CONFIG", Usage: "also write the user's default client config (${XDG_CONFIG_HOME:-~/.config}/capn/config.yaml) unless it points at another gateway", Value: runtime.BoolValue(&c.WriteClientConfig)},
-		{Name: "providers", Env: "CAPN_PROVIDERS", Usage: "infrastructure `providers` to run, comma-separated: sim always runs; process and docker run when they can (capn dev says why not)", Value: runtime.StringValue(&c.Providers)},
-		{Name: "process-node-binary", Env: "CAPN_PROCESS_NODE_BINARY", Usage: "capn-node `path` the process provider's machines run (default: beside this program, else on PATH)", Value: runtime.StringValue(&c.ProcessNodeBinary)},
-		{Name: "docker-image", Env: "CAPN_DOCKER_IMAGE", Usage: "the docker provider's machine `image`, built locally by 'make images' (default capn-node:latest)", Value: runtime.StringValue(&c.DockerImage)},
-		{Name: "kube-bin", Env: "CAPN_KUBE_BIN", Usage: "`dir` of the Kubernetes binaries the process provider's machines run when their bootstrap data asks ('make kube'; default: none, no Kubernetes)", Value: runtime.StringValue(&c.KubeBin)},
+func (c *Config) Flags() []daemon.Flag {
+	return []daemon.Flag{
+		{Name: "data-dir", Env: "CAPN_DATA_DIR", Usage: "`directory` of JetStream's files; reused by the next start", Value: daemon.StringValue(&c.DataDir)},
+		{Name: "nats-listen", Env: "CAPN_NATS_LISTEN", Usage: "NATS client `address` for the nats CLI and other programs (host:port), or \"none\"", Value: daemon.StringValue(&c.NATSListen)},
+		{Name: "http-addr", Env: "CAPN_HTTP_ADDR", Usage: "`address` of /healthz /readyz /metrics for every service (host:port, or \"off\")", Value: daemon.StringValue(&c.HTTPAddr)},
+		{Name: "log-level", Env: "CAPN_LOG_LEVEL", Usage: "log `level`: trace|debug|info|warn|error", Value: daemon.StringValue(&c.LogLevel)},
+		{Name: "log-format", Env: "CAPN_LOG_FORMAT", Usage: "log `format`: json|console|auto (console on a terminal)", Value: daemon.StringValue(&c.LogFormat)},
+		{Name: "shutdown-timeout", Env: "CAPN_SHUTDOWN_TIMEOUT", Usage: "how long each service may take to `stop`", Value: daemon.DurationValue(&c.ShutdownTimeout)},
+		{Name: "gateway-addr", Env: "CAPN_GATEWAY_ADDR", Usage: "`address` of the gateway's HTTP API (host:port)", Value: daemon.StringValue(&c.GatewayAddr)},
+		{Name: "write-client-config", Env: "CAPN_WRITE_CLIENT_CONFIG", Usage: "also write the user's default client config (${XDG_CONFIG_HOME:-~/.config}/capn/config.yaml) unless it points at another gateway", Value: daemon.BoolValue(&c.WriteClientConfig)},
+		{Name: "providers", Env: "CAPN_PROVIDERS", Usage: "infrastructure `providers` to run, comma-separated: sim always runs; process and docker run when they can (capn dev says why not)", Value: daemon.StringValue(&c.Providers)},
+		{Name: "process-node-binary", Env: "CAPN_PROCESS_NODE_BINARY", Usage: "capn-node `path` the process provider's machines run (default: beside this program, else on PATH)", Value: daemon.StringValue(&c.ProcessNodeBinary)},
+		{Name: "docker-image", Env: "CAPN_DOCKER_IMAGE", Usage: "the docker provider's machine `image`, built locally by 'make images' (default capn-node:latest)", Value: daemon.StringValue(&c.DockerImage)},
+		{Name: "kube-bin", Env: "CAPN_KUBE_BIN", Usage: "`dir` of the Kubernetes binaries the process provider's machines run when their bootstrap data asks ('make kube'; default: none, no Kubernetes)", Value: daemon.StringValue(&c.KubeBin)},
 	}
 }
 
 // Validate reports every problem at once, in the runtime's words.
 func (c Config) Validate() error {
-	errs := []error{runtime.Config{
+	errs := []error{daemon.Config{
 		Name: devName, HTTPAddr: c.HTTPAddr, LogLevel: c.LogLevel, LogFormat: c.LogFormat,
 		ShutdownTimeout: c.ShutdownTimeout,
 	}.Validate()}
 	if c.DataDir == "" {
-		errs = append(errs, &runtime.FieldError{Flag: "data-dir", Env: "CAPN_DATA_DIR", Problem: "must not be empty"})
+		errs = append(errs, &daemon.FieldError{Flag: "data-dir", Env: "CAPN_DATA_DIR", Problem: "must not be empty"})
 	}
 	if c.NATSListen != natsListenNone {
 		if _, _, err := splitListen(c.NATSListen); err != nil {
-			errs = append(errs, &runtime.FieldError{Flag: "nats-listen", Env: "CAPN_NATS_LISTEN", Value: c.NATSListen,
+			errs = append(errs, &daemon.FieldError{Flag: "nats-listen", Env: "CAPN_NATS_LISTEN", Value: c.NATSListen,
 				Problem: `must be host:port (port 0..65535) or "none": ` + err.Error(), Err: err})
 		}
 	}
 	if _, _, err := splitListen(c.GatewayAddr); err != nil {
-		errs = append(errs, &runtime.FieldError{Flag: "gateway-addr", Env: "CAPN_GATEWAY_ADDR", Value: c.GatewayAddr,
+		errs = append(errs, &daemon.FieldError{Flag: "gateway-addr", Env: "CAPN_GATEWAY_ADDR", Value: c.GatewayAddr,
 			Problem: "must be host:port (port 0..65535): " + err.Error(), Err: err})
 	}
 	if c.KubeBin != "" {
 		if fi, err := os.Stat(c.KubeBin); err != nil || !fi.IsDir() {
-			errs = append(errs, &runtime.FieldError{Flag: "kube-bin", Env: "CAPN_KUBE_BIN", Value: c.KubeBin,
+			errs = append(errs, &daemon.FieldError{Flag: "kube-bin", Env: "CAPN_KUBE_BIN", Value: c.KubeBin,
 				Problem: "must be the directory of the Kubernetes binaries ('make kube'; hack/kube.sh --print-path prints it)"})
 		}
 	}
@@ -114,10 +114,10 @@ func (c Config) Validate() error {
 	for _, p := range c.providerList() {
 		switch {
 		case !slices.Contains(devProviderNames, p):
-			errs = append(errs, &runtime.FieldError{Flag: "providers", Env: "CAPN_PROVIDERS", Value: c.Providers,
+			errs = append(errs, &daemon.FieldError{Flag: "providers", Env: "CAPN_PROVIDERS", Value: c.Providers,
 				Problem: fmt.Sprintf("unknown provider %q: want some of %s", p, strings.Join(devProviderNames, ", "))})
 		case seen[p]:
-			errs = append(errs, &runtime.FieldError{Flag: "providers", Env: "CAPN_PROVIDERS", Value: c.Providers,
+			errs = append(errs, &daemon.FieldError{Flag: "providers", Env: "CAPN_PROVIDERS", Value: c.Providers,
 				Problem: fmt.Sprintf("provider %q is named twice", p)})
 		}
 		seen[p] = true

@@ -24,7 +24,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/capn-dev/capn/events"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // devName is capn dev's own name in logs, /readyz and NATS.
@@ -53,7 +53,7 @@ func dev(ctx context.Context, cfg Config, out io.Writer, lookup func(string) (st
 	}
 	defer unlock()
 
-	base := runtime.NewLogger(runtime.Config{LogLevel: cfg.LogLevel, LogFormat: cfg.LogFormat}, out)
+	base := daemon.NewLogger(daemon.Config{LogLevel: cfg.LogLevel, LogFormat: cfg.LogFormat}, out)
 	log := base.With().Str("service", devName).Logger()
 
 	n, err := startAuthenticatedNATS(ctx, cfg, dataDir, log)
@@ -63,7 +63,7 @@ func dev(ctx context.Context, cfg Config, out io.Writer, lookup func(string) (st
 	defer n.stop(log)
 
 	// Machines log in as themselves (auth callout): only the URL is theirs.
-	provs := devProviders(ctx, cfg, dataDir, runtime.NATSConfig{URL: n.url})
+	provs := devProviders(ctx, cfg, dataDir, daemon.NATSConfig{URL: n.url})
 	p, err := planServices(cfg, dataDir, n.auth, runningProviders(provs, log), lookup)
 	if err != nil {
 		return err
@@ -138,7 +138,7 @@ func startAuthenticatedNATS(ctx context.Context, cfg Config, dataDir string, log
 			n.stop(log)
 		}
 	}()
-	nc, err := runtime.Connect(ctx, auth.conn(devAdminUser), devName, log, nats.InProcessServer(srv))
+	nc, err := daemon.Connect(ctx, auth.conn(devAdminUser), devName, log, nats.InProcessServer(srv))
 	if err != nil {
 		return nil, err
 	}
@@ -172,8 +172,8 @@ func (n *devNATS) stop(log zerolog.Logger) {
 
 // runningProviders are the services of the providers that run; it logs
 // why each of the others does not.
-func runningProviders(provs []devProvider, log zerolog.Logger) []runtime.Service {
-	var svcs []runtime.Service
+func runningProviders(provs []devProvider, log zerolog.Logger) []daemon.Service {
+	var svcs []daemon.Service
 	for _, p := range provs {
 		if p.svc != nil {
 			svcs = append(svcs, p.svc)
@@ -189,7 +189,7 @@ func runningProviders(provs []devProvider, log zerolog.Logger) []runtime.Service
 // configs it wrote.
 type servicesPlan struct {
 	gw          devGateway
-	services    []runtime.Service
+	services    []daemon.Service
 	names       []string
 	clientNotes []string
 }
@@ -197,7 +197,7 @@ type servicesPlan struct {
 // planServices opens the gateway, lists the services (devServices) with
 // the providers that run, checks that their names are unique and writes
 // the client configs. On an error it closes the gateway's listener.
-func planServices(cfg Config, dataDir string, auth *devAuth, providers []runtime.Service, lookup func(string) (string, bool)) (_ servicesPlan, err error) {
+func planServices(cfg Config, dataDir string, auth *devAuth, providers []daemon.Service, lookup func(string) (string, bool)) (_ servicesPlan, err error) {
 	gw, err := openDevGateway(cfg, dataDir)
 	if err != nil {
 		return servicesPlan{}, err
@@ -228,7 +228,7 @@ func planServices(cfg Config, dataDir string, auth *devAuth, providers []runtime
 // devOps is the one /healthz /readyz /metrics of every service.
 type devOps struct {
 	reg     *prometheus.Registry
-	handler *runtime.OpsHandler
+	handler *daemon.OpsHandler
 	url     string // for the banner
 }
 
@@ -236,23 +236,23 @@ type devOps struct {
 // starts, and serves it on cfg.HTTPAddr unless that is off. stop shuts
 // the server down.
 func serveOps(cfg Config, nc *nats.Conn, names []string, log zerolog.Logger) (o devOps, stop func(), err error) {
-	o.reg = runtime.NewRegistry()
-	o.handler = runtime.NewOpsHandler(o.reg, runtime.Check{Service: devName, Conn: nc})
+	o.reg = daemon.NewRegistry()
+	o.handler = daemon.NewOpsHandler(o.reg, daemon.Check{Service: devName, Conn: nc})
 	for _, name := range names {
 		// Not ready until Run takes over the check with the service's own.
-		r := runtime.NewReadiness()
+		r := daemon.NewReadiness()
 		r.SetNotReady("not started")
-		o.handler.Set(runtime.Check{Service: name, Ready: r})
+		o.handler.Set(daemon.Check{Service: name, Ready: r})
 	}
 	o.url = "off (--http-addr off)"
-	if cfg.HTTPAddr == runtime.HTTPOff {
+	if cfg.HTTPAddr == daemon.HTTPOff {
 		return o, func() {}, nil
 	}
-	ln, err := runtime.ListenOps(cfg.HTTPAddr)
+	ln, err := daemon.ListenOps(cfg.HTTPAddr)
 	if err != nil {
 		return devOps{}, nil, err
 	}
-	opsSrv := runtime.ServeOps(ln, o.handler, log)
+	opsSrv := daemon.ServeOps(ln, o.handler, log)
 	o.url = opsSrv.URL() + "   (/healthz /readyz /metrics)"
 	return o, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -270,16 +270,16 @@ type serviceResult struct {
 // startServices runs each service until ctx ends, with its own
 // in-process connection as its own NATS user, and sends what each Run
 // returns on the channel.
-func startServices(ctx context.Context, cfg Config, n *devNATS, services []runtime.Service, o devOps, base zerolog.Logger) <-chan serviceResult {
+func startServices(ctx context.Context, cfg Config, n *devNATS, services []daemon.Service, o devOps, base zerolog.Logger) <-chan serviceResult {
 	results := make(chan serviceResult, len(services))
 	for _, svc := range services {
-		scfg := runtime.Config{
-			Name: svc.Name(), NATS: n.auth.conn(svc.Name()), HTTPAddr: runtime.HTTPOff, LogLevel: cfg.LogLevel, LogFormat: cfg.LogFormat,
+		scfg := daemon.Config{
+			Name: svc.Name(), NATS: n.auth.conn(svc.Name()), HTTPAddr: daemon.HTTPOff, LogLevel: cfg.LogLevel, LogFormat: cfg.LogFormat,
 			SkipProvision: true, ShutdownTimeout: cfg.ShutdownTimeout,
 		}
 		go func() {
-			results <- serviceResult{svc.Name(), runtime.Run(ctx, scfg, svc,
-				runtime.WithInProcess(n.srv), runtime.WithOps(o.handler), runtime.WithRegistry(o.reg), runtime.WithLogger(base))}
+			results <- serviceResult{svc.Name(), daemon.Run(ctx, scfg, svc,
+				daemon.WithInProcess(n.srv), daemon.WithOps(o.handler), daemon.WithRegistry(o.reg), daemon.WithLogger(base))}
 		}()
 	}
 	return results
@@ -321,7 +321,7 @@ func stopServices(results <-chan serviceResult, running []string, timeout time.D
 		select {
 		case r := <-results:
 			running = slices.DeleteFunc(running, func(n string) bool { return n == r.name })
-			if errors.Is(r.err, runtime.ErrShutdownTimeout) {
+			if errors.Is(r.err, daemon.ErrShutdownTimeout) {
 				stuck = append(stuck, r.name)
 			} else if r.err != nil {
 				log.Error().Err(r.err).Str("failed_service", r.name).Msg("service failed while stopping")

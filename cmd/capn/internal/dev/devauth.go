@@ -12,7 +12,7 @@ import (
 	"github.com/capn-dev/capn/providers/docker"
 	"github.com/capn-dev/capn/providers/process"
 	"github.com/capn-dev/capn/providers/sim"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // capn dev's NATS requires authentication: each service connects as its
@@ -97,11 +97,11 @@ func (a *devAuth) seedPath(user string) string { return filepath.Join(a.dir, use
 
 // conn is how the service called name connects: as its own user when the
 // deployment has one, else as the admin.
-func (a *devAuth) conn(name string) runtime.NATSConfig {
+func (a *devAuth) conn(name string) daemon.NATSConfig {
 	if !a.known[name] {
-		return runtime.NATSConfig{NKeySeedFile: a.seedPath(devAdminUser)}
+		return daemon.NATSConfig{NKeySeedFile: a.seedPath(devAdminUser)}
 	}
-	return runtime.NATSConfig{NKeySeedFile: a.seedPath(name), InboxPrefix: natsconfig.InboxPrefix(name)}
+	return daemon.NATSConfig{NKeySeedFile: a.seedPath(name), InboxPrefix: natsconfig.InboxPrefix(name)}
 }
 
 // writeContext writes the nats CLI's context for the admin user (0600):

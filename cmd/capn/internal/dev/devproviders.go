@@ -5,7 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"path/filepath"
-	goruntime "runtime"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -14,7 +14,7 @@ import (
 	"github.com/capn-dev/capn/providers/process"
 	"github.com/capn-dev/capn/providers/sdk"
 	"github.com/capn-dev/capn/providers/sim"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // devProviderNames are the infrastructure providers capn dev knows, in the
@@ -25,9 +25,9 @@ var devProviderNames = []string{sim.Name, process.Name, docker.Name}
 // why it does not run and what turns it on.
 type devProvider struct {
 	name string
-	svc  runtime.Service // nil: not running
-	why  string          // why not
-	fix  string          // the one thing that turns it on ("": nothing capn can suggest)
+	svc  daemon.Service // nil: not running
+	why  string         // why not
+	fix  string         // the one thing that turns it on ("": nothing capn can suggest)
 }
 
 // Commands the banner gives for an optional part that is off.
@@ -49,7 +49,7 @@ const dockerPreflightTimeout = 5 * time.Second
 // docker runs when, in addition, the daemon answers and has the machines'
 // image (docker.Preflight). Each provider that cannot run says why; capn
 // dev logs it and prints it in the banner, and runs on without it.
-func devProviders(ctx context.Context, cfg Config, dataDir string, node runtime.NATSConfig) []devProvider {
+func devProviders(ctx context.Context, cfg Config, dataDir string, node daemon.NATSConfig) []devProvider {
 	natsURL := node.URL
 	var out []devProvider
 	for _, name := range cfg.providerList() {
@@ -66,8 +66,8 @@ func devProviders(ctx context.Context, cfg Config, dataDir string, node runtime.
 				KubeBin: cfg.KubeBin,
 			}, sdk.Options{})
 			switch err := svc.Validate(); {
-			case goruntime.GOOS != "linux":
-				p.why = "it needs Linux (/proc), and this is " + goruntime.GOOS
+			case runtime.GOOS != "linux":
+				p.why = "it needs Linux (/proc), and this is " + runtime.GOOS
 			case natsURL == "":
 				p.why = "its node agents (capn-node processes) connect over TCP and NATS is in-process only (--nats-listen none)"
 				p.fix = fixNATSListen

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/capn-dev/capn/providers/process"
-	"github.com/capn-dev/capn/services/runtime"
+	"github.com/capn-dev/capn/services/daemon"
 )
 
 // --kube-bin reaches the process provider, which hands it to its machines.
@@ -21,7 +21,7 @@ func TestDevPassesKubeBinToTheProcessProvider(t *testing.T) {
 	for _, tt := range []struct{ kubeBin, want string }{{kubeBin, kubeBin}, {"", ""}} {
 		cfg := DefaultConfig()
 		cfg.Providers, cfg.ProcessNodeBinary, cfg.KubeBin = "process", exe, tt.kubeBin
-		provs := devProviders(context.Background(), cfg, t.TempDir(), runtime.NATSConfig{URL: "nats://127.0.0.1:4222"})
+		provs := devProviders(context.Background(), cfg, t.TempDir(), daemon.NATSConfig{URL: "nats://127.0.0.1:4222"})
 		if len(provs) != 1 || provs[0].svc == nil {
 			t.Fatalf("providers %+v: want process running", provs)
 		}
@@ -61,7 +61,7 @@ func TestDevOffParts(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.Providers, cfg.ProcessNodeBinary, cfg.KubeBin = tt.providers, tt.node, tt.kubeBin
-			provs := devProviders(context.Background(), cfg, t.TempDir(), runtime.NATSConfig{URL: "nats://127.0.0.1:4222"})
+			provs := devProviders(context.Background(), cfg, t.TempDir(), daemon.NATSConfig{URL: "nats://127.0.0.1:4222"})
 			got := offParts(cfg, provs)
 			if len(got) != len(tt.want) {
 				t.Fatalf("off parts %+v, want %+v", got, tt.want)

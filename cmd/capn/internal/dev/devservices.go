@@ -11,11 +11,11 @@ import (
 	"github.com/capn-dev/capn/gateway/api"
 	"github.com/capn-dev/capn/secrets/seal"
 	"github.com/capn-dev/capn/services/bootstrapper"
-	clusterplanner "github.com/capn-dev/capn/services/cluster-planner"
-	healthwatcher "github.com/capn-dev/capn/services/health-watcher"
-	machinemanager "github.com/capn-dev/capn/services/machine-manager"
+	"github.com/capn-dev/capn/services/cluster-planner"
+	"github.com/capn-dev/capn/services/daemon"
+	"github.com/capn-dev/capn/services/health-watcher"
+	"github.com/capn-dev/capn/services/machine-manager"
 	"github.com/capn-dev/capn/services/remediator"
-	"github.com/capn-dev/capn/services/runtime"
 )
 
 // devGateway is what capn dev opens for its gateway before the services
@@ -34,12 +34,12 @@ func (g devGateway) URL() string { return "http://" + g.ln.Addr().String() }
 // Each issue that adds a service registers it here. capn dev gives each
 // its own in-process NATS connection, its logs and metrics labelled
 // service=<name>, and its place in /readyz.
-func devServices(cfg Config, gw devGateway, auth *devAuth, providers []runtime.Service) ([]runtime.Service, error) {
+func devServices(cfg Config, gw devGateway, auth *devAuth, providers []daemon.Service) ([]daemon.Service, error) {
 	ring, err := devKeyring(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
-	services := []runtime.Service{
+	services := []daemon.Service{
 		clusterplanner.New(clusterplanner.Config{}),
 		machinemanager.New(machinemanager.Config{}),
 		// The bootstrapper also logs machines in (the auth callout).

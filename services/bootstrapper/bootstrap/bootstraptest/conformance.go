@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
 )
 
@@ -14,7 +14,7 @@ import (
 type Features struct {
 	// Specs are the valid specs the provider is rendered with, by name;
 	// every one is rendered for each machine kind. At least one.
-	Specs map[string]*capnv1alpha1.BootstrapSpec
+	Specs map[string]*capnv1.BootstrapSpec
 	// Check, if set, is called on every successful render for
 	// provider-specific checks.
 	Check func(t *testing.T, in bootstrap.Input, out bootstrap.Output)

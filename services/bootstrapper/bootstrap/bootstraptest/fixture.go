@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/secrets/pki"
 	"github.com/capn-dev/capn/secrets/token"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
@@ -59,13 +59,13 @@ func (m Machine) Name() string {
 
 // NewInput builds a valid Input through bootstrap.NewInput (so the PKI is
 // cut to the role as in the service) for spec, with labels and taints.
-func NewInput(t testing.TB, m Machine, spec *capnv1alpha1.BootstrapSpec, labels map[string]string, taints []*capnv1alpha1.Taint) bootstrap.Input {
+func NewInput(t testing.TB, m Machine, spec *capnv1.BootstrapSpec, labels map[string]string, taints []*capnv1.Taint) bootstrap.Input {
 	t.Helper()
 	name := "prod-1-md-0-abcde"
 	if m.Role == bootstrap.RoleControlPlane {
 		name = "prod-1-cp-abcde"
 	}
-	in, err := bootstrap.NewInput(&capnv1alpha1.GenerateBootstrap{
+	in, err := bootstrap.NewInput(&capnv1.GenerateBootstrap{
 		Cluster:           "prod-1",
 		Machine:           name,
 		Role:              string(m.Role),
@@ -76,7 +76,7 @@ func NewInput(t testing.TB, m Machine, spec *capnv1alpha1.BootstrapSpec, labels 
 		Taints:            taints,
 	}, bootstrap.Cluster{
 		Endpoint: bootstrap.Endpoint{Host: "api.prod-1.example.com", Port: 6443},
-		Network: &capnv1alpha1.NetworkSpec{
+		Network: &capnv1.NetworkSpec{
 			PodCidrs:      []string{"10.244.0.0/16"},
 			ServiceCidrs:  []string{"10.96.0.0/12"},
 			ServiceDomain: "cluster.local",
@@ -91,10 +91,10 @@ func NewInput(t testing.TB, m Machine, spec *capnv1alpha1.BootstrapSpec, labels 
 
 // FullSpec fills every common field: files (one with content that needs
 // quoting), pre and post commands, kubelet extra args.
-func FullSpec(provider string) *capnv1alpha1.BootstrapSpec {
-	return &capnv1alpha1.BootstrapSpec{
+func FullSpec(provider string) *capnv1.BootstrapSpec {
+	return &capnv1.BootstrapSpec{
 		Provider: provider,
-		Files: []*capnv1alpha1.File{
+		Files: []*capnv1.File{
 			{Path: "/etc/sysctl.d/99-k8s.conf", Content: "net.ipv4.ip_forward = 1\n", Owner: "root:root", Permissions: "0644"},
 			{Path: "/opt/tricky.yaml", Content: "key: 'value' # \"quoted\"\n---\n- a: |\n  b\n\ttab \x01 ünïcode\n", Permissions: "600"},
 		},
@@ -107,5 +107,5 @@ func FullSpec(provider string) *capnv1alpha1.BootstrapSpec {
 // Labels and Taints used by the suite.
 var (
 	Labels = map[string]string{"node.kubernetes.io/pool": "md-0", "tier": "web", "example.com/team": "a"}
-	Taints = []*capnv1alpha1.Taint{{Key: "dedicated", Value: "web", Effect: "NoSchedule"}, {Key: "example.com/gpu", Effect: "NoExecute"}}
+	Taints = []*capnv1.Taint{{Key: "dedicated", Value: "web", Effect: "NoSchedule"}, {Key: "example.com/gpu", Effect: "NoExecute"}}
 )

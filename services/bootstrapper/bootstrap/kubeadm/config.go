@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/secrets/token"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
 	yaml "go.yaml.in/yaml/v2"
@@ -133,7 +133,7 @@ func joinConfig(in bootstrap.Input) ([]byte, error) {
 	return marshalDocs(jc)
 }
 
-func network(n *capnv1alpha1.NetworkSpec) *networking {
+func network(n *capnv1.NetworkSpec) *networking {
 	out := networking{
 		PodSubnet:     strings.Join(n.GetPodCidrs(), ","),
 		ServiceSubnet: strings.Join(n.GetServiceCidrs(), ","),

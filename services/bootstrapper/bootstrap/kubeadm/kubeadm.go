@@ -11,7 +11,7 @@ import (
 	"fmt"
 	"slices"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/cloudinit"
 )
@@ -35,7 +35,7 @@ func (Provider) Name() string { return Name }
 
 // ValidateSpec implements bootstrap.Provider: kubeadm renders everything
 // itself, so userData (the script provider's) is refused.
-func (Provider) ValidateSpec(path string, spec *capnv1alpha1.BootstrapSpec) error {
+func (Provider) ValidateSpec(path string, spec *capnv1.BootstrapSpec) error {
 	if spec.GetUserData() != "" {
 		return fmt.Errorf("%s.userData: only the script provider reads userData; remove it or set provider: script", path)
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/bootstraptest"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubeadm"
@@ -16,7 +16,7 @@ import (
 func TestConformance(t *testing.T) {
 	full := bootstraptest.FullSpec("")
 	bootstraptest.Run(t, kubeadm.New(), bootstraptest.Features{
-		Specs: map[string]*capnv1alpha1.BootstrapSpec{
+		Specs: map[string]*capnv1.BootstrapSpec{
 			"empty":         {},
 			"full":          full,
 			"files only":    {Provider: "kubeadm", Files: full.Files},
@@ -199,7 +199,7 @@ func keys(m map[string]map[string]any) []string {
 func TestTaintsOmittedWhenNone(t *testing.T) {
 	// No taints: kubeadm's default applies (control-plane taint on
 	// control-plane nodes), so the field must be absent, not empty.
-	in := bootstraptest.NewInput(t, bootstraptest.Init, &capnv1alpha1.BootstrapSpec{}, nil, nil)
+	in := bootstraptest.NewInput(t, bootstraptest.Init, &capnv1.BootstrapSpec{}, nil, nil)
 	out, err := kubeadm.New().Render(in)
 	if err != nil {
 		t.Fatal(err)
@@ -225,7 +225,7 @@ func TestRenderRefuses(t *testing.T) {
 	}{
 		{"old version", func(in *bootstrap.Input) { in.KubernetesVersion = "v1.30.4" }, "needs Kubernetes v1.31 or newer"},
 		{"bad version", func(in *bootstrap.Input) { in.KubernetesVersion = "1.31" }, `version: "1.31" is not a Kubernetes version`},
-		{"user data", func(in *bootstrap.Input) { in.Spec = &capnv1alpha1.BootstrapSpec{UserData: "#!/bin/sh"} }, "bootstrap.userData: only the script provider"},
+		{"user data", func(in *bootstrap.Input) { in.Spec = &capnv1.BootstrapSpec{UserData: "#!/bin/sh"} }, "bootstrap.userData: only the script provider"},
 		{"no endpoint", func(in *bootstrap.Input) { in.Endpoint = bootstrap.Endpoint{} }, "endpoint.host: empty"},
 		{"worker as first", func(in *bootstrap.Input) {
 			in.Role = bootstrap.RoleWorker
@@ -235,7 +235,7 @@ func TestRenderRefuses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			in := bootstraptest.NewInput(t, bootstraptest.Init, &capnv1alpha1.BootstrapSpec{}, nil, nil)
+			in := bootstraptest.NewInput(t, bootstraptest.Init, &capnv1.BootstrapSpec{}, nil, nil)
 			tt.mutate(&in)
 			_, err := kubeadm.New().Render(in)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {

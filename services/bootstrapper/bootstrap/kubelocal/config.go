@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/secrets/token"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
 )
@@ -188,9 +188,9 @@ func (c *NodeConfig) Validate() error {
 		add("caCertHash", "%q: want sha256:<64 hex digits>", c.CACertHash)
 	}
 	errs = append(errs, prefixed(bootstrap.ValidateLabels("labels", c.Labels))...)
-	taints := make([]*capnv1alpha1.Taint, len(c.Taints))
+	taints := make([]*capnv1.Taint, len(c.Taints))
 	for i, t := range c.Taints {
-		taints[i] = &capnv1alpha1.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect}
+		taints[i] = &capnv1.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect}
 	}
 	errs = append(errs, prefixed(bootstrap.ValidateTaints("taints", taints))...)
 	return errors.Join(errs...)
@@ -261,7 +261,7 @@ func taintsFor(in bootstrap.Input) []Taint {
 // network picks the single service and pod CIDR and the DNS domain from
 // the cluster's network, with the defaults for what it leaves out. More
 // than one CIDR (dual stack) is refused: the node side runs single-stack.
-func network(n *capnv1alpha1.NetworkSpec) (service, pod, domain string, errs []error) {
+func network(n *capnv1.NetworkSpec) (service, pod, domain string, errs []error) {
 	pick := func(field string, list []string, def string) string {
 		switch len(list) {
 		case 0:

@@ -26,7 +26,7 @@ import (
 	"fmt"
 	"strings"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/cloudinit"
 )
@@ -56,7 +56,7 @@ func (Provider) Name() string { return Name }
 // commands and no kubelet, so commands, kubelet arguments and user data
 // are refused rather than silently dropped; files are written, except
 // where the node side writes its own.
-func (Provider) ValidateSpec(path string, spec *capnv1alpha1.BootstrapSpec) error {
+func (Provider) ValidateSpec(path string, spec *capnv1.BootstrapSpec) error {
 	var errs []error
 	if spec.GetUserData() != "" {
 		errs = append(errs, fmt.Errorf("%s.userData: only the script provider reads userData; remove it or set provider: script", path))

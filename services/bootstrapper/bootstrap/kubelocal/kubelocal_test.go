@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/bootstraptest"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/builtin"
@@ -16,11 +16,11 @@ import (
 	yaml "go.yaml.in/yaml/v2"
 )
 
-var filesOnly = &capnv1alpha1.BootstrapSpec{Provider: kubelocal.Name, Files: bootstraptest.FullSpec("").Files}
+var filesOnly = &capnv1.BootstrapSpec{Provider: kubelocal.Name, Files: bootstraptest.FullSpec("").Files}
 
 func TestConformance(t *testing.T) {
 	bootstraptest.Run(t, kubelocal.New(), bootstraptest.Features{
-		Specs: map[string]*capnv1alpha1.BootstrapSpec{
+		Specs: map[string]*capnv1.BootstrapSpec{
 			"minimal": {Provider: kubelocal.Name},
 			"files":   filesOnly,
 		},
@@ -33,7 +33,7 @@ func TestSelectedByName(t *testing.T) {
 	if err != nil || p.Name() != kubelocal.Name {
 		t.Fatalf("builtin.Lookup(kube-local) = %v, %v", p, err)
 	}
-	in := bootstraptest.NewInput(t, bootstraptest.Init, &capnv1alpha1.BootstrapSpec{Provider: "kube-local"}, nil, nil)
+	in := bootstraptest.NewInput(t, bootstraptest.Init, &capnv1.BootstrapSpec{Provider: "kube-local"}, nil, nil)
 	out, err := builtin.Registry().Render(in)
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +135,7 @@ func TestControlPlaneAndWorkerMaterial(t *testing.T) {
 	keys := [][]byte{set.CA.KeyPEM, set.EtcdCA.KeyPEM, set.FrontProxyCA.KeyPEM, set.ServiceAccount.PrivatePEM}
 	for _, m := range []bootstraptest.Machine{bootstraptest.Init, bootstraptest.JoinControl, bootstraptest.JoinWorker} {
 		t.Run(m.Name(), func(t *testing.T) {
-			in := bootstraptest.NewInput(t, m, &capnv1alpha1.BootstrapSpec{}, nil, nil)
+			in := bootstraptest.NewInput(t, m, &capnv1.BootstrapSpec{}, nil, nil)
 			out, err := kubelocal.New().Render(in)
 			if err != nil {
 				t.Fatal(err)
@@ -187,8 +187,8 @@ func TestDeterministic(t *testing.T) {
 }
 
 func TestCarriesVersionNetworkLabelsTaints(t *testing.T) {
-	in := bootstraptest.NewInput(t, bootstraptest.JoinWorker, &capnv1alpha1.BootstrapSpec{}, bootstraptest.Labels, bootstraptest.Taints)
-	in.Network = &capnv1alpha1.NetworkSpec{PodCidrs: []string{"192.168.0.0/16"}, ServiceCidrs: []string{"10.128.0.0/16"}, ServiceDomain: "corp.internal"}
+	in := bootstraptest.NewInput(t, bootstraptest.JoinWorker, &capnv1.BootstrapSpec{}, bootstraptest.Labels, bootstraptest.Taints)
+	in.Network = &capnv1.NetworkSpec{PodCidrs: []string{"192.168.0.0/16"}, ServiceCidrs: []string{"10.128.0.0/16"}, ServiceDomain: "corp.internal"}
 	cfg, raw := renderConfig(t, in)
 	want := kubelocal.NodeConfig{
 		APIVersion: "capn.dev/kube-local/v1alpha1", Kind: "NodeConfig",
@@ -214,7 +214,7 @@ func TestCarriesVersionNetworkLabelsTaints(t *testing.T) {
 }
 
 func TestDefaults(t *testing.T) {
-	in := bootstraptest.NewInput(t, bootstraptest.Init, &capnv1alpha1.BootstrapSpec{}, nil, nil)
+	in := bootstraptest.NewInput(t, bootstraptest.Init, &capnv1.BootstrapSpec{}, nil, nil)
 	in.Network = nil
 	cfg, _ := renderConfig(t, in)
 	if cfg.ServiceCIDR != "10.96.0.0/12" || cfg.PodCIDR != "10.244.0.0/16" || cfg.DNSDomain != "cluster.local" {
@@ -225,20 +225,20 @@ func TestDefaults(t *testing.T) {
 	if !slices.Equal(cfg.Taints, []kubelocal.Taint{{Key: "node-role.kubernetes.io/control-plane", Effect: "NoSchedule"}}) {
 		t.Errorf("control-plane taints %+v", cfg.Taints)
 	}
-	w, _ := renderConfig(t, bootstraptest.NewInput(t, bootstraptest.JoinWorker, &capnv1alpha1.BootstrapSpec{}, nil, nil))
+	w, _ := renderConfig(t, bootstraptest.NewInput(t, bootstraptest.JoinWorker, &capnv1.BootstrapSpec{}, nil, nil))
 	if len(w.Taints) != 0 || w.Labels != nil {
 		t.Errorf("worker taints %+v labels %v", w.Taints, w.Labels)
 	}
 }
 
 func TestValidateSpecRefuses(t *testing.T) {
-	spec := &capnv1alpha1.BootstrapSpec{
+	spec := &capnv1.BootstrapSpec{
 		Provider:         kubelocal.Name,
 		UserData:         "#!/bin/sh\n",
 		PreCommands:      []string{"echo pre"},
 		PostCommands:     []string{"echo post"},
 		KubeletExtraArgs: map[string]string{"max-pods": "10"},
-		Files: []*capnv1alpha1.File{
+		Files: []*capnv1.File{
 			{Path: "/etc/ok.conf", Content: "x"},
 			{Path: "/etc/capn/kube-local.json", Content: "{}"},
 			{Path: "/etc/kubernetes/pki/apiserver.key", Content: "x"},
@@ -261,7 +261,7 @@ func TestValidateSpecRefuses(t *testing.T) {
 		t.Errorf("a legal file was refused: %v", err)
 	}
 	// The gateway's path goes through the registry with the same messages.
-	err = builtin.Registry().ValidateEffective("spec.bootstrap", &capnv1alpha1.BootstrapSpec{Provider: "kube-local", PreCommands: []string{"x"}})
+	err = builtin.Registry().ValidateEffective("spec.bootstrap", &capnv1.BootstrapSpec{Provider: "kube-local", PreCommands: []string{"x"}})
 	if err == nil || !strings.Contains(err.Error(), "spec.bootstrap.preCommands: the kube-local provider runs no commands") {
 		t.Errorf("registry: %v", err)
 	}
@@ -275,26 +275,26 @@ func TestRenderRefuses(t *testing.T) {
 	}{
 		{"old version", func(in *bootstrap.Input) { in.KubernetesVersion = "v1.30.4" }, "version v1.30.4: the kube-local provider needs Kubernetes v1.31 or newer"},
 		{"dual stack", func(in *bootstrap.Input) {
-			in.Network = &capnv1alpha1.NetworkSpec{PodCidrs: []string{"10.244.0.0/16", "fd00::/56"}}
+			in.Network = &capnv1.NetworkSpec{PodCidrs: []string{"10.244.0.0/16", "fd00::/56"}}
 		}, "network.podCidrs: 2 CIDRs; the kube-local provider runs a single-stack control plane"},
 		{"bad service CIDR", func(in *bootstrap.Input) {
-			in.Network = &capnv1alpha1.NetworkSpec{ServiceCidrs: []string{"10.96.0.1/12"}}
+			in.Network = &capnv1.NetworkSpec{ServiceCidrs: []string{"10.96.0.1/12"}}
 		}, `network.serviceCidrs[0]: "10.96.0.1/12": host bits set; want 10.96.0.0/12`},
 		{"garbage CIDR", func(in *bootstrap.Input) {
-			in.Network = &capnv1alpha1.NetworkSpec{PodCidrs: []string{"ten"}}
+			in.Network = &capnv1.NetworkSpec{PodCidrs: []string{"ten"}}
 		}, `network.podCidrs[0]: "ten": want one CIDR`},
 		{"overlap", func(in *bootstrap.Input) {
-			in.Network = &capnv1alpha1.NetworkSpec{PodCidrs: []string{"10.96.0.0/16"}}
+			in.Network = &capnv1.NetworkSpec{PodCidrs: []string{"10.96.0.0/16"}}
 		}, "network: service CIDR 10.96.0.0/12 and pod CIDR 10.96.0.0/16 overlap"},
 		{"bad domain", func(in *bootstrap.Input) {
-			in.Network = &capnv1alpha1.NetworkSpec{ServiceDomain: "Cluster_Local"}
+			in.Network = &capnv1.NetworkSpec{ServiceDomain: "Cluster_Local"}
 		}, `network.serviceDomain "Cluster_Local"`},
-		{"commands", func(in *bootstrap.Input) { in.Spec = &capnv1alpha1.BootstrapSpec{PreCommands: []string{"x"}} }, "bootstrap.preCommands: the kube-local provider runs no commands"},
+		{"commands", func(in *bootstrap.Input) { in.Spec = &capnv1.BootstrapSpec{PreCommands: []string{"x"}} }, "bootstrap.preCommands: the kube-local provider runs no commands"},
 		{"no endpoint", func(in *bootstrap.Input) { in.Endpoint = bootstrap.Endpoint{} }, "endpoint.host: empty"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			in := bootstraptest.NewInput(t, bootstraptest.Init, &capnv1alpha1.BootstrapSpec{}, nil, nil)
+			in := bootstraptest.NewInput(t, bootstraptest.Init, &capnv1.BootstrapSpec{}, nil, nil)
 			tt.mutate(&in)
 			_, err := kubelocal.New().Render(in)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -308,7 +308,7 @@ func TestRenderRefuses(t *testing.T) {
 }
 
 func TestParseRefuses(t *testing.T) {
-	_, good := renderConfig(t, bootstraptest.NewInput(t, bootstraptest.Init, &capnv1alpha1.BootstrapSpec{}, nil, nil))
+	_, good := renderConfig(t, bootstraptest.NewInput(t, bootstraptest.Init, &capnv1.BootstrapSpec{}, nil, nil))
 	tests := []struct {
 		name, from, to, want string
 	}{

@@ -24,7 +24,7 @@ import (
 	"path"
 	"strings"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/cloudinit"
 )
@@ -50,7 +50,7 @@ func New() Provider { return Provider{} }
 func (Provider) Name() string { return Name }
 
 // ValidateSpec implements bootstrap.Provider.
-func (Provider) ValidateSpec(path string, spec *capnv1alpha1.BootstrapSpec) error {
+func (Provider) ValidateSpec(path string, spec *capnv1.BootstrapSpec) error {
 	var errs []error
 	ud := spec.GetUserData()
 	switch {

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/bootstraptest"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/script"
@@ -33,10 +33,10 @@ runcmd:
 	minimalConfig = "#cloud-config\nruncmd:\n- echo hi\n"
 )
 
-func specs() map[string]*capnv1alpha1.BootstrapSpec {
+func specs() map[string]*capnv1.BootstrapSpec {
 	files := bootstraptest.FullSpec("").Files
 	args := map[string]string{"max-pods": "110"}
-	return map[string]*capnv1alpha1.BootstrapSpec{
+	return map[string]*capnv1.BootstrapSpec{
 		"shell":                   {Provider: script.Name, UserData: shellScript},
 		"shell with files":        {Provider: script.Name, UserData: shellScript, Files: files, KubeletExtraArgs: args},
 		"python":                  {Provider: script.Name, UserData: pyScript},
@@ -154,16 +154,16 @@ func equalYAML(a, b any) bool {
 func TestValidateSpec(t *testing.T) {
 	tests := []struct {
 		name string
-		spec *capnv1alpha1.BootstrapSpec
+		spec *capnv1.BootstrapSpec
 		want []string
 	}{
-		{"ok script", &capnv1alpha1.BootstrapSpec{UserData: "#!/bin/sh\n"}, nil},
-		{"ok cloud-config", &capnv1alpha1.BootstrapSpec{UserData: "#cloud-config\n"}, nil},
-		{"missing", &capnv1alpha1.BootstrapSpec{}, []string{"spec.bootstrap.userData: required by the script provider"}},
-		{"not a script", &capnv1alpha1.BootstrapSpec{UserData: "echo hi"}, []string{"must start with #! (a script) or #cloud-config"}},
-		{"jinja", &capnv1alpha1.BootstrapSpec{UserData: "## template: jinja\n#cloud-config\n"}, []string{"must start with"}},
-		{"cloud-configx", &capnv1alpha1.BootstrapSpec{UserData: "#cloud-configx\n"}, []string{"must start with"}},
-		{"commands", &capnv1alpha1.BootstrapSpec{UserData: "#!/bin/sh\n", PreCommands: []string{"a"}, PostCommands: []string{"b"}},
+		{"ok script", &capnv1.BootstrapSpec{UserData: "#!/bin/sh\n"}, nil},
+		{"ok cloud-config", &capnv1.BootstrapSpec{UserData: "#cloud-config\n"}, nil},
+		{"missing", &capnv1.BootstrapSpec{}, []string{"spec.bootstrap.userData: required by the script provider"}},
+		{"not a script", &capnv1.BootstrapSpec{UserData: "echo hi"}, []string{"must start with #! (a script) or #cloud-config"}},
+		{"jinja", &capnv1.BootstrapSpec{UserData: "## template: jinja\n#cloud-config\n"}, []string{"must start with"}},
+		{"cloud-configx", &capnv1.BootstrapSpec{UserData: "#cloud-configx\n"}, []string{"must start with"}},
+		{"commands", &capnv1.BootstrapSpec{UserData: "#!/bin/sh\n", PreCommands: []string{"a"}, PostCommands: []string{"b"}},
 			[]string{"spec.bootstrap.preCommands: the script provider runs userData as is", "spec.bootstrap.postCommands:"}},
 	}
 	for _, tt := range tests {
@@ -195,7 +195,7 @@ func TestRenderRefusesBadCloudConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			in := bootstraptest.NewInput(t, bootstraptest.JoinWorker, &capnv1alpha1.BootstrapSpec{Provider: script.Name, UserData: tt.userData}, nil, nil)
+			in := bootstraptest.NewInput(t, bootstraptest.JoinWorker, &capnv1.BootstrapSpec{Provider: script.Name, UserData: tt.userData}, nil, nil)
 			_, err := script.New().Render(in)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Render error = %v, want containing %q", err, tt.want)
@@ -205,7 +205,7 @@ func TestRenderRefusesBadCloudConfig(t *testing.T) {
 }
 
 func TestEnvQuoting(t *testing.T) {
-	in := bootstraptest.NewInput(t, bootstraptest.JoinWorker, &capnv1alpha1.BootstrapSpec{
+	in := bootstraptest.NewInput(t, bootstraptest.JoinWorker, &capnv1.BootstrapSpec{
 		Provider: script.Name, UserData: "#!/bin/sh\n",
 		KubeletExtraArgs: map[string]string{"b-flag": "it's", "a-flag": "x y"},
 	}, nil, nil)
@@ -226,7 +226,7 @@ func TestEnvQuoting(t *testing.T) {
 func TestWrapperRuns(t *testing.T) {
 	bootstraptest.RequireTool(t, "sh")
 	bootstraptest.RequireTool(t, "base64")
-	spec := &capnv1alpha1.BootstrapSpec{
+	spec := &capnv1.BootstrapSpec{
 		Provider: script.Name,
 		UserData: "#!/bin/sh\nprintf '%s %s %s' \"$CAPN_JOIN_TOKEN\" \"$CAPN_PKI_DIR\" \"$0\" > \"$ROOT/ran\"\n",
 		Files:    bootstraptest.FullSpec("").Files,

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/cluster-planner/plan"
 )
 
@@ -23,7 +23,7 @@ type ApplierWorld struct {
 	Next func(now time.Time) plan.Applier
 	// Machine reads back the cluster's desired machine name; nil: there is
 	// no record.
-	Machine func(name string) *capnv1alpha1.Machine
+	Machine func(name string) *capnv1.Machine
 }
 
 // TestApplier is the conformance test of plan.Applier (watermill's
@@ -33,7 +33,7 @@ type ApplierWorld struct {
 // the deletion time set once — and that an action applied again does
 // nothing. newWorld starts the implementation over cluster c, which has
 // no machine yet; every subtest has a cluster of its own.
-func TestApplier(t *testing.T, newWorld func(t *testing.T, c *capnv1alpha1.Cluster) ApplierWorld) {
+func TestApplier(t *testing.T, newWorld func(t *testing.T, c *capnv1.Cluster) ApplierWorld) {
 	ctx := context.Background()
 	t0 := time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC)
 	t1, t2 := t0.Add(time.Minute), t0.Add(2*time.Minute)
@@ -149,26 +149,26 @@ func TestApplier(t *testing.T, newWorld func(t *testing.T, c *capnv1alpha1.Clust
 	}
 }
 
-func conformanceCluster(name string) *capnv1alpha1.Cluster {
-	return &capnv1alpha1.Cluster{
-		Metadata: &capnv1alpha1.ObjectMeta{Name: name, Uid: name + "-uid", Generation: 1},
-		Spec: &capnv1alpha1.ClusterSpec{
+func conformanceCluster(name string) *capnv1.Cluster {
+	return &capnv1.Cluster{
+		Metadata: &capnv1.ObjectMeta{Name: name, Uid: name + "-uid", Generation: 1},
+		Spec: &capnv1.ClusterSpec{
 			KubernetesVersion: "v1.34.0",
-			ControlPlane:      &capnv1alpha1.ControlPlaneSpec{Provider: "sim", Replicas: 1},
-			WorkerPools:       []*capnv1alpha1.WorkerPool{{Name: "w", Provider: "sim", Replicas: 1}},
+			ControlPlane:      &capnv1.ControlPlaneSpec{Provider: "sim", Replicas: 1},
+			WorkerPools:       []*capnv1.WorkerPool{{Name: "w", Provider: "sim", Replicas: 1}},
 		},
 	}
 }
 
 // machine is a worker of pool w with nothing stamped.
-func machine(cluster, name string) *capnv1alpha1.Machine {
-	return &capnv1alpha1.Machine{
-		Metadata: &capnv1alpha1.ObjectMeta{Name: name, Labels: map[string]string{plan.LabelCluster: cluster, plan.LabelPool: "w"}},
-		Spec:     &capnv1alpha1.MachineSpec{Cluster: cluster, Pool: "w", Role: plan.RoleWorker, Provider: "sim", Version: "v1.34.0"},
+func machine(cluster, name string) *capnv1.Machine {
+	return &capnv1.Machine{
+		Metadata: &capnv1.ObjectMeta{Name: name, Labels: map[string]string{plan.LabelCluster: cluster, plan.LabelPool: "w"}},
+		Spec:     &capnv1.MachineSpec{Cluster: cluster, Pool: "w", Role: plan.RoleWorker, Provider: "sim", Version: "v1.34.0"},
 	}
 }
 
-func read(t *testing.T, w ApplierWorld, name string) *capnv1alpha1.Machine {
+func read(t *testing.T, w ApplierWorld, name string) *capnv1.Machine {
 	t.Helper()
 	m := w.Machine(name)
 	if m == nil {

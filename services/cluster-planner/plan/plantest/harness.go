@@ -18,7 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/manifest"
 	"github.com/capn-dev/capn/services/cluster-planner/plan"
 )
@@ -29,9 +29,9 @@ var ErrConflict = errors.New("conflict")
 
 // Harness simulates one cluster. Fields may be changed between steps.
 type Harness struct {
-	Cluster  *capnv1alpha1.Cluster
-	Machines map[string]*capnv1alpha1.Machine
-	Observed map[string]*capnv1alpha1.MachineStatus
+	Cluster  *capnv1.Cluster
+	Machines map[string]*capnv1.Machine
+	Observed map[string]*capnv1.MachineStatus
 	Infra    plan.Infra
 	PKI      bool
 	// Providers are the running providers and the capabilities they
@@ -42,7 +42,7 @@ type Harness struct {
 	// plan (0: no bound).
 	MaxActions int
 	// Status is the last status the planner wrote.
-	Status *capnv1alpha1.ClusterStatus
+	Status *capnv1.ClusterStatus
 	// ClusterDeleted is set when a plan deleted the cluster record.
 	ClusterDeleted bool
 	Now            time.Time
@@ -86,12 +86,12 @@ type Counts struct {
 }
 
 // New returns a harness for c (defaulted in place) at a fixed start time.
-func New(c *capnv1alpha1.Cluster) *Harness {
+func New(c *capnv1.Cluster) *Harness {
 	manifest.Default(c)
 	return &Harness{
 		Cluster:  c,
-		Machines: map[string]*capnv1alpha1.Machine{},
-		Observed: map[string]*capnv1alpha1.MachineStatus{},
+		Machines: map[string]*capnv1.Machine{},
+		Observed: map[string]*capnv1.MachineStatus{},
 		PKI:      true,
 		Now:      time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC),
 		Tick:     10 * time.Second,
@@ -112,9 +112,9 @@ func (h *Harness) Input() plan.Input {
 		MaxActions: h.MaxActions,
 	}
 	if h.Providers != nil {
-		in.Providers = map[string]*capnv1alpha1.ProviderAnnouncement{}
+		in.Providers = map[string]*capnv1.ProviderAnnouncement{}
 		for name, caps := range h.Providers {
-			in.Providers[name] = &capnv1alpha1.ProviderAnnouncement{Name: name, Capabilities: caps, Time: timestamppb.New(h.Now), Instance: "plantest"}
+			in.Providers[name] = &capnv1.ProviderAnnouncement{Name: name, Capabilities: caps, Time: timestamppb.New(h.Now), Instance: "plantest"}
 		}
 	}
 	return in
@@ -164,7 +164,7 @@ func (h *Harness) check(a plan.Action) error {
 			return fmt.Errorf("update %s: %w: no such machine", name, ErrConflict)
 		}
 	case plan.RemoveMachine:
-		if h.Observed[a.Name].GetPhaseValue() != capnv1alpha1.MachineDeleted {
+		if h.Observed[a.Name].GetPhaseValue() != capnv1.MachineDeleted {
 			return fmt.Errorf("remove %s: not deleted yet", a.Name)
 		}
 	case plan.DeleteClusterInfra:
@@ -226,7 +226,7 @@ func (h *Harness) RemoveMachine(_ context.Context, a plan.RemoveMachine) error {
 // and ready at once.
 func (h *Harness) EnsureClusterInfra(context.Context, plan.EnsureClusterInfra) error {
 	h.Infra.Exists, h.Infra.Ready = true, true
-	h.Infra.Endpoint = &capnv1alpha1.Endpoint{Host: h.Cluster.GetMetadata().GetName() + ".sim", Port: 6443}
+	h.Infra.Endpoint = &capnv1.Endpoint{Host: h.Cluster.GetMetadata().GetName() + ".sim", Port: 6443}
 	return nil
 }
 
@@ -257,46 +257,46 @@ func (h *Harness) Advance() {
 		m := h.Machines[name]
 		st := h.Observed[name]
 		if st == nil {
-			st = &capnv1alpha1.MachineStatus{}
-			st.SetPhaseValue(capnv1alpha1.MachinePending)
+			st = &capnv1.MachineStatus{}
+			st.SetPhaseValue(capnv1.MachinePending)
 			h.Observed[name] = st
 			h.timers[name] = h.steps(h.BootSteps, name, 2)
 		}
 		switch phase := st.GetPhaseValue(); {
 		case m.GetMetadata().GetDeletionTimestamp() != nil:
-			if phase == capnv1alpha1.MachineDeleted {
+			if phase == capnv1.MachineDeleted {
 				continue
 			}
-			if phase != capnv1alpha1.MachineDeleting {
-				st.SetPhaseValue(capnv1alpha1.MachineDeleting)
+			if phase != capnv1.MachineDeleting {
+				st.SetPhaseValue(capnv1.MachineDeleting)
 				h.timers[name] = h.steps(h.DeleteSteps, name, 1)
 			}
 			if h.timers[name]--; h.timers[name] <= 0 {
-				st.SetPhaseValue(capnv1alpha1.MachineDeleted)
+				st.SetPhaseValue(capnv1.MachineDeleted)
 			}
-		case phase == capnv1alpha1.MachineFailed:
-		case phase == capnv1alpha1.MachineRunning && m.GetSpec().GetStopped():
-			st.SetPhaseValue(capnv1alpha1.MachineStopped)
-		case phase == capnv1alpha1.MachineStopped && !m.GetSpec().GetStopped():
-			st.SetPhaseValue(capnv1alpha1.MachineRunning)
-		case phase == capnv1alpha1.MachineRunning || phase == capnv1alpha1.MachineStopped:
+		case phase == capnv1.MachineFailed:
+		case phase == capnv1.MachineRunning && m.GetSpec().GetStopped():
+			st.SetPhaseValue(capnv1.MachineStopped)
+		case phase == capnv1.MachineStopped && !m.GetSpec().GetStopped():
+			st.SetPhaseValue(capnv1.MachineRunning)
+		case phase == capnv1.MachineRunning || phase == capnv1.MachineStopped:
 		default: // booting
 			if h.timers[name]--; h.timers[name] > 0 {
-				st.SetPhaseValue(capnv1alpha1.MachineProvisioning)
+				st.SetPhaseValue(capnv1.MachineProvisioning)
 				continue
 			}
 			if h.FailBoot != nil && h.FailBoot(name) {
-				st.SetPhaseValue(capnv1alpha1.MachineFailed)
+				st.SetPhaseValue(capnv1.MachineFailed)
 				st.FailureReason = "BootFailed"
 				continue
 			}
-			st.SetPhaseValue(capnv1alpha1.MachineRunning)
+			st.SetPhaseValue(capnv1.MachineRunning)
 			if m.GetSpec().GetStopped() {
-				st.SetPhaseValue(capnv1alpha1.MachineStopped)
+				st.SetPhaseValue(capnv1.MachineStopped)
 			}
 			st.KubeletVersion = m.GetSpec().GetVersion()
 			st.NodeName = name
-			st.Conditions = []*capnv1alpha1.Condition{{Type: plan.ConditionNodeHealthy, Status: capnv1alpha1.ConditionTrue.Wire()}}
+			st.Conditions = []*capnv1.Condition{{Type: plan.ConditionNodeHealthy, Status: capnv1.ConditionTrue.Wire()}}
 		}
 	}
 }
@@ -337,7 +337,7 @@ func (h *Harness) Converged(r plan.Result) bool {
 	if h.ClusterDeleted {
 		return true
 	}
-	return len(r.Actions) == 0 && r.Status.GetPhaseValue() == capnv1alpha1.ClusterReady
+	return len(r.Actions) == 0 && r.Status.GetPhaseValue() == capnv1.ClusterReady
 }
 
 // Run steps until Converged or maxSteps; it returns the steps taken. check,
@@ -369,14 +369,14 @@ func (h *Harness) DesiredHash(pool string) string { return DesiredHash(h.Cluster
 
 // DesiredHash is the template hash pool's machines should have in cluster c
 // ("" for an unknown pool); the planner computes the same.
-func DesiredHash(c *capnv1alpha1.Cluster, pool string) string {
-	c = proto.Clone(c).(*capnv1alpha1.Cluster)
+func DesiredHash(c *capnv1.Cluster, pool string) string {
+	c = proto.Clone(c).(*capnv1.Cluster)
 	manifest.Default(c)
 	s := c.GetSpec()
-	merge := func(o *capnv1alpha1.BootstrapSpec) *capnv1alpha1.BootstrapSpec {
-		b := proto.Clone(s.GetBootstrap()).(*capnv1alpha1.BootstrapSpec)
+	merge := func(o *capnv1.BootstrapSpec) *capnv1.BootstrapSpec {
+		b := proto.Clone(s.GetBootstrap()).(*capnv1.BootstrapSpec)
 		if b == nil {
-			b = &capnv1alpha1.BootstrapSpec{}
+			b = &capnv1.BootstrapSpec{}
 		}
 		if o != nil {
 			proto.Merge(b, o)
@@ -408,7 +408,7 @@ func (h *Harness) Counts() map[string]Counts {
 	}
 	for name, m := range h.Machines {
 		st := h.Observed[name]
-		if st.GetPhaseValue() == capnv1alpha1.MachineDeleted {
+		if st.GetPhaseValue() == capnv1.MachineDeleted {
 			continue
 		}
 		pool := m.GetSpec().GetPool()
@@ -423,7 +423,7 @@ func (h *Harness) Counts() map[string]Counts {
 			if outdated {
 				c.Outdated++
 			}
-			if st.GetPhaseValue() == capnv1alpha1.MachineRunning && !unhealthy(m, st) {
+			if st.GetPhaseValue() == capnv1.MachineRunning && !unhealthy(m, st) {
 				c.Available++
 			}
 		}
@@ -432,12 +432,12 @@ func (h *Harness) Counts() map[string]Counts {
 	return out
 }
 
-func unhealthy(m *capnv1alpha1.Machine, st *capnv1alpha1.MachineStatus) bool {
+func unhealthy(m *capnv1.Machine, st *capnv1.MachineStatus) bool {
 	if _, ok := m.GetMetadata().GetAnnotations()[plan.AnnotationUnhealthy]; ok {
 		return true
 	}
 	for _, c := range st.GetConditions() {
-		if c.GetType() == plan.ConditionNodeHealthy && c.GetStatusValue() == capnv1alpha1.ConditionFalse {
+		if c.GetType() == plan.ConditionNodeHealthy && c.GetStatusValue() == capnv1.ConditionFalse {
 			return true
 		}
 	}
@@ -457,9 +457,9 @@ func (h *Harness) Names(pool string) []string {
 }
 
 // SetPhase sets a machine's observed phase (e.g. MachineFailed).
-func (h *Harness) SetPhase(name string, phase capnv1alpha1.MachinePhase) {
+func (h *Harness) SetPhase(name string, phase capnv1.MachinePhase) {
 	if h.Observed[name] == nil {
-		h.Observed[name] = &capnv1alpha1.MachineStatus{}
+		h.Observed[name] = &capnv1.MachineStatus{}
 	}
 	h.Observed[name].SetPhaseValue(phase)
 }
@@ -474,7 +474,7 @@ func (h *Harness) Annotate(name, key, value string) {
 }
 
 // Update changes the cluster's spec in place and bumps its generation.
-func (h *Harness) Update(f func(s *capnv1alpha1.ClusterSpec)) {
+func (h *Harness) Update(f func(s *capnv1.ClusterSpec)) {
 	f(h.Cluster.Spec)
 	manifest.Default(h.Cluster)
 	if h.Cluster.Metadata != nil {

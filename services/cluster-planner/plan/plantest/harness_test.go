@@ -7,20 +7,20 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	capnv1alpha1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/manifest"
 	"github.com/capn-dev/capn/services/cluster-planner/plan"
 )
 
-func testCluster() *capnv1alpha1.Cluster {
-	return &capnv1alpha1.Cluster{
+func testCluster() *capnv1.Cluster {
+	return &capnv1.Cluster{
 		ApiVersion: manifest.APIVersion,
 		Kind:       manifest.KindCluster,
-		Metadata:   &capnv1alpha1.ObjectMeta{Name: "h"},
-		Spec: &capnv1alpha1.ClusterSpec{
+		Metadata:   &capnv1.ObjectMeta{Name: "h"},
+		Spec: &capnv1.ClusterSpec{
 			KubernetesVersion: "v1.34.0",
-			ControlPlane:      &capnv1alpha1.ControlPlaneSpec{Provider: "sim", Replicas: 1},
-			WorkerPools:       []*capnv1alpha1.WorkerPool{{Name: "w", Provider: "sim", Replicas: 2}},
+			ControlPlane:      &capnv1.ControlPlaneSpec{Provider: "sim", Replicas: 1},
+			WorkerPools:       []*capnv1.WorkerPool{{Name: "w", Provider: "sim", Replicas: 2}},
 		},
 	}
 }
@@ -38,7 +38,7 @@ func TestHarnessConvergesAndRecords(t *testing.T) {
 	if c := last.After["w"]; c.Total != 2 || c.Available != 2 || c.Outdated != 0 {
 		t.Errorf("counts %+v", c)
 	}
-	if h.Status.GetPhaseValue() != capnv1alpha1.ClusterReady || !h.Infra.Exists {
+	if h.Status.GetPhaseValue() != capnv1.ClusterReady || !h.Infra.Exists {
 		t.Errorf("phase %s, infra %v", h.Status.GetPhase(), h.Infra)
 	}
 }
@@ -77,13 +77,13 @@ func TestHarnessReportsNoConvergence(t *testing.T) {
 }
 
 func TestHarnessConforms(t *testing.T) {
-	TestApplier(t, func(_ *testing.T, c *capnv1alpha1.Cluster) ApplierWorld {
+	TestApplier(t, func(_ *testing.T, c *capnv1.Cluster) ApplierWorld {
 		h := New(c)
 		return ApplierWorld{
 			Next: func(now time.Time) plan.Applier { h.Now = now; return h },
-			Machine: func(name string) *capnv1alpha1.Machine {
+			Machine: func(name string) *capnv1.Machine {
 				if m, ok := h.Machines[name]; ok {
-					return proto.Clone(m).(*capnv1alpha1.Machine)
+					return proto.Clone(m).(*capnv1.Machine)
 				}
 				return nil
 			},

@@ -139,7 +139,7 @@ func service(p string) string {
 	if !ok {
 		return ""
 	}
-	if name := strings.Split(rest, "/")[0]; name != "runtime" {
+	if name := strings.Split(rest, "/")[0]; name != "daemon" {
 		return name
 	}
 	return ""

@@ -40,6 +40,7 @@ import (
 	"github.com/capn-dev/capn/gateway"
 	"github.com/capn-dev/capn/gateway/api"
 	"github.com/capn-dev/capn/gateway/client"
+	"github.com/capn-dev/capn/internal/testkit"
 	"github.com/capn-dev/capn/providers/sdk"
 	"github.com/capn-dev/capn/providers/sim"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
@@ -572,9 +573,37 @@ func (s *System) IsReady(name string) bool {
 }
 
 // WaitReady waits until the cluster is Ready for its current generation.
+// On a timeout it fails with what it saw last: the cluster's phase, the
+// generations, its conditions and every machine's phase, so that a hang
+// says where it is stuck.
 func (s *System) WaitReady(name string, timeout time.Duration) {
 	s.T.Helper()
-	natstest.WaitFor(s.T, timeout, name+" Ready", func() bool { return s.IsReady(name) })
+	err := testkit.Poll(timeout, 10*time.Millisecond, func() error {
+		if s.IsReady(name) {
+			return nil
+		}
+		return errors.New(s.describe(name))
+	})
+	if err != nil {
+		s.T.Fatalf("timed out after %s waiting for %s Ready; last seen: %v", timeout, name, err)
+	}
+}
+
+// describe is one line of a cluster's state for a failure message.
+func (s *System) describe(name string) string {
+	c, _, _ := s.Clusters.Get(context.Background(), keys.Cluster(name))
+	st := s.ClusterStatus(name)
+	var b strings.Builder
+	fmt.Fprintf(&b, "phase %q, generation %d observed %d", st.GetPhase(), c.GetMetadata().GetGeneration(), st.GetObservedGeneration())
+	for _, cond := range st.GetConditions() {
+		fmt.Fprintf(&b, "; %s=%s %s: %s", cond.GetType(), cond.GetStatus(), cond.GetReason(), cond.GetMessage())
+	}
+	for _, k := range Keys(s.T, s.Observed, keys.MachinesOf(name)) {
+		if m, _, err := s.MachineStatuses.Get(context.Background(), k); err == nil {
+			fmt.Fprintf(&b, "; %s %s", strings.TrimPrefix(k, keys.MachinesOf(name)), m.GetPhase())
+		}
+	}
+	return b.String()
 }
 
 // Keys lists a bucket's keys under prefix, sorted.

@@ -1,0 +1,58 @@
+// Package annotations names the machine annotations that more than one
+// component reads or writes: the planner, the machine-manager, the
+// health-watcher, the gateway and external holders of lifecycle hooks.
+// They follow Cluster API's (machine.cluster.x-k8s.io/exclude-node-draining,
+// pre-drain.delete.hook.machine.cluster.x-k8s.io/<name>, …) in capn's
+// domain.
+package annotations
+
+import (
+	"slices"
+	"strings"
+)
+
+const (
+	// ExcludeNodeDraining on a machine skips the drain of its Node when
+	// the machine is deleted. The planner sets it on every machine of a
+	// cluster being deleted (nothing is left to reschedule onto).
+	ExcludeNodeDraining = "capn.dev/exclude-node-draining"
+
+	// PreDrainHookPrefix + <hook name> (value: the holder) holds a
+	// deleting machine before its Node is drained, until the holder
+	// removes the annotation.
+	PreDrainHookPrefix = "pre-drain.delete.hook.machine.capn.dev/"
+	// PreTerminateHookPrefix + <hook name> (value: the holder) holds a
+	// deleting machine after its Node is drained and deleted, before its
+	// infrastructure is deleted.
+	PreTerminateHookPrefix = "pre-terminate.delete.hook.machine.capn.dev/"
+)
+
+// Hooks are the names of the hooks with prefix in annotations, sorted.
+func Hooks(annotations map[string]string, prefix string) []string {
+	var names []string
+	for k := range annotations {
+		if name, ok := strings.CutPrefix(k, prefix); ok && name != "" {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// IsHook reports whether key is a lifecycle hook annotation (either
+// prefix). The planner keeps these when it rewrites a machine's
+// annotations: their holders own them.
+func IsHook(key string) bool {
+	return strings.HasPrefix(key, PreDrainHookPrefix) || strings.HasPrefix(key, PreTerminateHookPrefix)
+}
+
+// Condition types that cross services during a machine's deletion.
+const (
+	// EtcdMemberRemoved is reported by a leaving control-plane machine's
+	// own agent (capn-node) on its health subject once its etcd member
+	// is removed (True), or why it is not yet (False, e.g. reason
+	// QuorumAtRisk); the health-watcher merges it into the machine's
+	// NodeHealth and the machine-manager waits for it before deleting
+	// the infrastructure.
+	CondEtcdMemberRemoved = "EtcdMemberRemoved"
+)

@@ -42,6 +42,8 @@ spec:
       maxSurge: 25%
       maxUnavailable: 1
     deletionOrder: Oldest
+    nodeDrainTimeout: 5m
+    nodeDeletionTimeout: 30s
   network:
     podCidrs: [192.168.0.0/16]
     serviceCidrs: [10.96.0.0/12]
@@ -72,6 +74,9 @@ func TestDecodeYAML(t *testing.T) {
 	}
 	if got := s.Health.NodeStartupTimeout.AsDuration(); got != 10*time.Minute {
 		t.Errorf("nodeStartupTimeout = %v", got)
+	}
+	if d, n := s.WorkerPools[0].NodeDrainTimeout.AsDuration(), s.WorkerPools[0].NodeDeletionTimeout.AsDuration(); d != 5*time.Minute || n != 30*time.Second {
+		t.Errorf("nodeDrainTimeout, nodeDeletionTimeout = %v, %v; want 5m, 30s", d, n)
 	}
 	if err := Validate(c); err != nil {
 		t.Errorf("sample does not validate: %v", err)

@@ -1,6 +1,8 @@
 package manifest
 
 import (
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"errors"
 	"slices"
 	"strconv"
@@ -161,6 +163,19 @@ func (v Validator) validateControlPlane(cp *capnv1.ControlPlaneSpec, p path, err
 	}
 	validateTemplate(cp.Template, p.child("template"), errs)
 	v.validateBootstrap(cp.Bootstrap, p.child("bootstrap"), errs)
+	validateNodeTimeouts(cp.NodeDrainTimeout, cp.NodeDeletionTimeout, p, errs)
+}
+
+// validateNodeTimeouts checks a pool's or the control plane's
+// nodeDrainTimeout and nodeDeletionTimeout: unset or 0 means the default
+// (drain: no limit; Node deletion: 10s), negative is refused.
+func validateNodeTimeouts(drain, deletion *durationpb.Duration, p path, errs *fieldErrors) {
+	if drain != nil && drain.AsDuration() < 0 {
+		errs.add(p.child("nodeDrainTimeout"), drain.AsDuration(), "must not be negative (unset or 0: drain for as long as it takes)")
+	}
+	if deletion != nil && deletion.AsDuration() < 0 {
+		errs.add(p.child("nodeDeletionTimeout"), deletion.AsDuration(), "must not be negative (unset or 0: the default, 10s)")
+	}
 }
 
 // cpRaw is spec.kubernetesVersion as written, cp the version it parses to
@@ -209,6 +224,7 @@ func (v Validator) validatePool(pool *capnv1.WorkerPool, p path, cpRaw string, c
 	}
 	v.validateBootstrap(pool.Bootstrap, p.child("bootstrap"), errs)
 	validateHealth(pool.Health, p.child("health"), errs)
+	validateNodeTimeouts(pool.NodeDrainTimeout, pool.NodeDeletionTimeout, p, errs)
 }
 
 // validateTotal bounds the cluster's machines: the control plane's and the

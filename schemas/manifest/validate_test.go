@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -128,6 +129,13 @@ func TestValidate(t *testing.T) {
 			`spec.bootstrap.files[0].permissions: "rw": must be an octal mode`,
 			`spec.bootstrap.tokenTtl: 0s: must be positive`,
 			`spec.workerPools[0].bootstrap.ca: needs both certificatePem and privateKeyPem`,
+		}},
+		{"node timeouts", func(c *capnv1.Cluster) {
+			c.Spec.ControlPlane.NodeDrainTimeout = durationpb.New(-time.Second)
+			c.Spec.WorkerPools[0].NodeDeletionTimeout = durationpb.New(-2 * time.Second)
+		}, []string{
+			"spec.controlPlane.nodeDrainTimeout: -1s: must not be negative",
+			"spec.workerPools[0].nodeDeletionTimeout: -2s: must not be negative",
 		}},
 		{"health", func(c *capnv1.Cluster) {
 			c.Spec.Health = &capnv1.HealthPolicy{

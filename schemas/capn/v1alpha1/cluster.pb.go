@@ -364,9 +364,17 @@ type ControlPlaneSpec struct {
 	// max_surge is 0 or 1; 0 is allowed only with 3 or more replicas.
 	MaxSurge *int32 `protobuf:"varint,4,opt,name=max_surge,json=maxSurge,proto3,oneof" json:"max_surge,omitempty"`
 	// bootstrap overrides the cluster's bootstrap settings for the control plane.
-	Bootstrap     *BootstrapSpec `protobuf:"bytes,5,opt,name=bootstrap,proto3" json:"bootstrap,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Bootstrap *BootstrapSpec `protobuf:"bytes,5,opt,name=bootstrap,proto3" json:"bootstrap,omitempty"`
+	// node_drain_timeout bounds how long a deleting machine's Node is
+	// drained (unset or 0: wait as long as it takes, as Cluster API);
+	// once it passes, the deletion goes on (DrainingSucceeded False,
+	// DrainingFailed). Changed in place: it rolls no machine.
+	NodeDrainTimeout *durationpb.Duration `protobuf:"bytes,6,opt,name=node_drain_timeout,json=nodeDrainTimeout,proto3" json:"node_drain_timeout,omitempty"`
+	// node_deletion_timeout bounds how long a deleting machine waits for
+	// its Node to be deleted from the workload cluster (unset: 10s).
+	NodeDeletionTimeout *durationpb.Duration `protobuf:"bytes,7,opt,name=node_deletion_timeout,json=nodeDeletionTimeout,proto3" json:"node_deletion_timeout,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *ControlPlaneSpec) Reset() {
@@ -434,6 +442,20 @@ func (x *ControlPlaneSpec) GetBootstrap() *BootstrapSpec {
 	return nil
 }
 
+func (x *ControlPlaneSpec) GetNodeDrainTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.NodeDrainTimeout
+	}
+	return nil
+}
+
+func (x *ControlPlaneSpec) GetNodeDeletionTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.NodeDeletionTimeout
+	}
+	return nil
+}
+
 type WorkerPool struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Name     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -450,8 +472,12 @@ type WorkerPool struct {
 	DeletionOrder string         `protobuf:"bytes,9,opt,name=deletion_order,json=deletionOrder,proto3" json:"deletion_order,omitempty"`
 	Bootstrap     *BootstrapSpec `protobuf:"bytes,10,opt,name=bootstrap,proto3" json:"bootstrap,omitempty"`
 	Health        *HealthPolicy  `protobuf:"bytes,11,opt,name=health,proto3" json:"health,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// node_drain_timeout and node_deletion_timeout: as ControlPlaneSpec's,
+	// for the pool's machines.
+	NodeDrainTimeout    *durationpb.Duration `protobuf:"bytes,12,opt,name=node_drain_timeout,json=nodeDrainTimeout,proto3" json:"node_drain_timeout,omitempty"`
+	NodeDeletionTimeout *durationpb.Duration `protobuf:"bytes,13,opt,name=node_deletion_timeout,json=nodeDeletionTimeout,proto3" json:"node_deletion_timeout,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *WorkerPool) Reset() {
@@ -557,6 +583,20 @@ func (x *WorkerPool) GetBootstrap() *BootstrapSpec {
 func (x *WorkerPool) GetHealth() *HealthPolicy {
 	if x != nil {
 		return x.Health
+	}
+	return nil
+}
+
+func (x *WorkerPool) GetNodeDrainTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.NodeDrainTimeout
+	}
+	return nil
+}
+
+func (x *WorkerPool) GetNodeDeletionTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.NodeDeletionTimeout
 	}
 	return nil
 }
@@ -1293,15 +1333,17 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\x0efailure_domain\x18\x02 \x01(\tR\rfailureDomain\x1a=\n" +
 	"\x0fParametersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf2\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8a\x03\n" +
 	"\x10ControlPlaneSpec\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x1a\n" +
 	"\breplicas\x18\x02 \x01(\x05R\breplicas\x12:\n" +
 	"\btemplate\x18\x03 \x01(\v2\x1e.capn.v1alpha1.MachineTemplateR\btemplate\x12 \n" +
 	"\tmax_surge\x18\x04 \x01(\x05H\x00R\bmaxSurge\x88\x01\x01\x12:\n" +
-	"\tbootstrap\x18\x05 \x01(\v2\x1c.capn.v1alpha1.BootstrapSpecR\tbootstrapB\f\n" +
+	"\tbootstrap\x18\x05 \x01(\v2\x1c.capn.v1alpha1.BootstrapSpecR\tbootstrap\x12G\n" +
+	"\x12node_drain_timeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x10nodeDrainTimeout\x12M\n" +
+	"\x15node_deletion_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\x13nodeDeletionTimeoutB\f\n" +
 	"\n" +
-	"_max_surge\"\xaa\x04\n" +
+	"_max_surge\"\xc2\x05\n" +
 	"\n" +
 	"WorkerPool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
@@ -1315,7 +1357,9 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\x0edeletion_order\x18\t \x01(\tR\rdeletionOrder\x12:\n" +
 	"\tbootstrap\x18\n" +
 	" \x01(\v2\x1c.capn.v1alpha1.BootstrapSpecR\tbootstrap\x123\n" +
-	"\x06health\x18\v \x01(\v2\x1b.capn.v1alpha1.HealthPolicyR\x06health\x1a9\n" +
+	"\x06health\x18\v \x01(\v2\x1b.capn.v1alpha1.HealthPolicyR\x06health\x12G\n" +
+	"\x12node_drain_timeout\x18\f \x01(\v2\x19.google.protobuf.DurationR\x10nodeDrainTimeout\x12M\n" +
+	"\x15node_deletion_timeout\x18\r \x01(\v2\x19.google.protobuf.DurationR\x13nodeDeletionTimeout\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"k\n" +
@@ -1429,8 +1473,8 @@ var file_capn_v1alpha1_cluster_proto_goTypes = []any{
 	nil,                           // 16: capn.v1alpha1.WorkerPool.LabelsEntry
 	nil,                           // 17: capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
 	(*ObjectMeta)(nil),            // 18: capn.v1alpha1.ObjectMeta
-	(*Taint)(nil),                 // 19: capn.v1alpha1.Taint
-	(*durationpb.Duration)(nil),   // 20: google.protobuf.Duration
+	(*durationpb.Duration)(nil),   // 19: google.protobuf.Duration
+	(*Taint)(nil),                 // 20: capn.v1alpha1.Taint
 	(*Condition)(nil),             // 21: capn.v1alpha1.Condition
 	(*Endpoint)(nil),              // 22: capn.v1alpha1.Endpoint
 	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
@@ -1447,30 +1491,34 @@ var file_capn_v1alpha1_cluster_proto_depIdxs = []int32{
 	15, // 8: capn.v1alpha1.MachineTemplate.parameters:type_name -> capn.v1alpha1.MachineTemplate.ParametersEntry
 	3,  // 9: capn.v1alpha1.ControlPlaneSpec.template:type_name -> capn.v1alpha1.MachineTemplate
 	8,  // 10: capn.v1alpha1.ControlPlaneSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	3,  // 11: capn.v1alpha1.WorkerPool.template:type_name -> capn.v1alpha1.MachineTemplate
-	16, // 12: capn.v1alpha1.WorkerPool.labels:type_name -> capn.v1alpha1.WorkerPool.LabelsEntry
-	19, // 13: capn.v1alpha1.WorkerPool.taints:type_name -> capn.v1alpha1.Taint
-	6,  // 14: capn.v1alpha1.WorkerPool.strategy:type_name -> capn.v1alpha1.RolloutStrategy
-	8,  // 15: capn.v1alpha1.WorkerPool.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	11, // 16: capn.v1alpha1.WorkerPool.health:type_name -> capn.v1alpha1.HealthPolicy
-	9,  // 17: capn.v1alpha1.BootstrapSpec.files:type_name -> capn.v1alpha1.File
-	17, // 18: capn.v1alpha1.BootstrapSpec.kubelet_extra_args:type_name -> capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
-	20, // 19: capn.v1alpha1.BootstrapSpec.token_ttl:type_name -> google.protobuf.Duration
-	10, // 20: capn.v1alpha1.BootstrapSpec.ca:type_name -> capn.v1alpha1.CertificateAuthority
-	12, // 21: capn.v1alpha1.HealthPolicy.unhealthy_conditions:type_name -> capn.v1alpha1.UnhealthyCondition
-	20, // 22: capn.v1alpha1.HealthPolicy.node_startup_timeout:type_name -> google.protobuf.Duration
-	20, // 23: capn.v1alpha1.HealthPolicy.heartbeat_grace:type_name -> google.protobuf.Duration
-	20, // 24: capn.v1alpha1.UnhealthyCondition.timeout:type_name -> google.protobuf.Duration
-	21, // 25: capn.v1alpha1.ClusterStatus.conditions:type_name -> capn.v1alpha1.Condition
-	22, // 26: capn.v1alpha1.ClusterStatus.control_plane_endpoint:type_name -> capn.v1alpha1.Endpoint
-	14, // 27: capn.v1alpha1.ClusterStatus.control_plane:type_name -> capn.v1alpha1.PoolStatus
-	14, // 28: capn.v1alpha1.ClusterStatus.worker_pools:type_name -> capn.v1alpha1.PoolStatus
-	23, // 29: capn.v1alpha1.ClusterStatus.updated:type_name -> google.protobuf.Timestamp
-	30, // [30:30] is the sub-list for method output_type
-	30, // [30:30] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	19, // 11: capn.v1alpha1.ControlPlaneSpec.node_drain_timeout:type_name -> google.protobuf.Duration
+	19, // 12: capn.v1alpha1.ControlPlaneSpec.node_deletion_timeout:type_name -> google.protobuf.Duration
+	3,  // 13: capn.v1alpha1.WorkerPool.template:type_name -> capn.v1alpha1.MachineTemplate
+	16, // 14: capn.v1alpha1.WorkerPool.labels:type_name -> capn.v1alpha1.WorkerPool.LabelsEntry
+	20, // 15: capn.v1alpha1.WorkerPool.taints:type_name -> capn.v1alpha1.Taint
+	6,  // 16: capn.v1alpha1.WorkerPool.strategy:type_name -> capn.v1alpha1.RolloutStrategy
+	8,  // 17: capn.v1alpha1.WorkerPool.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
+	11, // 18: capn.v1alpha1.WorkerPool.health:type_name -> capn.v1alpha1.HealthPolicy
+	19, // 19: capn.v1alpha1.WorkerPool.node_drain_timeout:type_name -> google.protobuf.Duration
+	19, // 20: capn.v1alpha1.WorkerPool.node_deletion_timeout:type_name -> google.protobuf.Duration
+	9,  // 21: capn.v1alpha1.BootstrapSpec.files:type_name -> capn.v1alpha1.File
+	17, // 22: capn.v1alpha1.BootstrapSpec.kubelet_extra_args:type_name -> capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
+	19, // 23: capn.v1alpha1.BootstrapSpec.token_ttl:type_name -> google.protobuf.Duration
+	10, // 24: capn.v1alpha1.BootstrapSpec.ca:type_name -> capn.v1alpha1.CertificateAuthority
+	12, // 25: capn.v1alpha1.HealthPolicy.unhealthy_conditions:type_name -> capn.v1alpha1.UnhealthyCondition
+	19, // 26: capn.v1alpha1.HealthPolicy.node_startup_timeout:type_name -> google.protobuf.Duration
+	19, // 27: capn.v1alpha1.HealthPolicy.heartbeat_grace:type_name -> google.protobuf.Duration
+	19, // 28: capn.v1alpha1.UnhealthyCondition.timeout:type_name -> google.protobuf.Duration
+	21, // 29: capn.v1alpha1.ClusterStatus.conditions:type_name -> capn.v1alpha1.Condition
+	22, // 30: capn.v1alpha1.ClusterStatus.control_plane_endpoint:type_name -> capn.v1alpha1.Endpoint
+	14, // 31: capn.v1alpha1.ClusterStatus.control_plane:type_name -> capn.v1alpha1.PoolStatus
+	14, // 32: capn.v1alpha1.ClusterStatus.worker_pools:type_name -> capn.v1alpha1.PoolStatus
+	23, // 33: capn.v1alpha1.ClusterStatus.updated:type_name -> google.protobuf.Timestamp
+	34, // [34:34] is the sub-list for method output_type
+	34, // [34:34] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_capn_v1alpha1_cluster_proto_init() }

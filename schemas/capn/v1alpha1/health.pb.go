@@ -44,8 +44,17 @@ type NodeHealth struct {
 	Healthy          bool                   `protobuf:"varint,11,opt,name=healthy,proto3" json:"healthy,omitempty"`
 	UnhealthyReasons []*Condition           `protobuf:"bytes,12,rep,name=unhealthy_reasons,json=unhealthyReasons,proto3" json:"unhealthy_reasons,omitempty"`
 	UnhealthySince   *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=unhealthy_since,json=unhealthySince,proto3" json:"unhealthy_since,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// node_uid is the uid of the machine's Kubernetes Node, set only from a
+	// Node of the workload cluster matched to the machine (by providerID):
+	// the machine has a workload Node to drain.
+	NodeUid string `protobuf:"bytes,14,opt,name=node_uid,json=nodeUid,proto3" json:"node_uid,omitempty"`
+	// drain is the drain of the Node of a machine being deleted.
+	Drain *NodeDrain `protobuf:"bytes,15,opt,name=drain,proto3" json:"drain,omitempty"`
+	// node_deleted: the health-watcher deleted the machine's Node, or found
+	// it gone after having seen it.
+	NodeDeleted   bool `protobuf:"varint,16,opt,name=node_deleted,json=nodeDeleted,proto3" json:"node_deleted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeHealth) Reset() {
@@ -169,6 +178,112 @@ func (x *NodeHealth) GetUnhealthySince() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *NodeHealth) GetNodeUid() string {
+	if x != nil {
+		return x.NodeUid
+	}
+	return ""
+}
+
+func (x *NodeHealth) GetDrain() *NodeDrain {
+	if x != nil {
+		return x.Drain
+	}
+	return nil
+}
+
+func (x *NodeHealth) GetNodeDeleted() bool {
+	if x != nil {
+		return x.NodeDeleted
+	}
+	return false
+}
+
+// NodeDrain is the health-watcher's progress draining a deleting
+// machine's Node: cordoned, then its pods evicted through the Eviction
+// API (PodDisruptionBudgets honoured), DaemonSet and mirror pods skipped.
+type NodeDrain struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// state is Cordoned, Evicting or Drained (NodeDrain* in wire.go).
+	State string `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	// pods_remaining are the pods still to evict or still terminating.
+	PodsRemaining int32 `protobuf:"varint,2,opt,name=pods_remaining,json=podsRemaining,proto3" json:"pods_remaining,omitempty"`
+	// message says what holds the drain, e.g. "3 pods blocked by
+	// PodDisruptionBudget web-pdb (default/web-a, ...)".
+	Message string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	Updated *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=updated,proto3" json:"updated,omitempty"`
+	// blocking_pods are namespace/name of pods whose eviction a
+	// PodDisruptionBudget refused at the last pass.
+	BlockingPods  []string `protobuf:"bytes,5,rep,name=blocking_pods,json=blockingPods,proto3" json:"blocking_pods,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeDrain) Reset() {
+	*x = NodeDrain{}
+	mi := &file_capn_v1alpha1_health_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeDrain) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeDrain) ProtoMessage() {}
+
+func (x *NodeDrain) ProtoReflect() protoreflect.Message {
+	mi := &file_capn_v1alpha1_health_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeDrain.ProtoReflect.Descriptor instead.
+func (*NodeDrain) Descriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_health_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *NodeDrain) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *NodeDrain) GetPodsRemaining() int32 {
+	if x != nil {
+		return x.PodsRemaining
+	}
+	return 0
+}
+
+func (x *NodeDrain) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *NodeDrain) GetUpdated() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Updated
+	}
+	return nil
+}
+
+func (x *NodeDrain) GetBlockingPods() []string {
+	if x != nil {
+		return x.BlockingPods
+	}
+	return nil
+}
+
 // RemediationRecord is one repair action of the remediator.
 type RemediationRecord struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -185,7 +300,7 @@ type RemediationRecord struct {
 
 func (x *RemediationRecord) Reset() {
 	*x = RemediationRecord{}
-	mi := &file_capn_v1alpha1_health_proto_msgTypes[1]
+	mi := &file_capn_v1alpha1_health_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -197,7 +312,7 @@ func (x *RemediationRecord) String() string {
 func (*RemediationRecord) ProtoMessage() {}
 
 func (x *RemediationRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_health_proto_msgTypes[1]
+	mi := &file_capn_v1alpha1_health_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -210,7 +325,7 @@ func (x *RemediationRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemediationRecord.ProtoReflect.Descriptor instead.
 func (*RemediationRecord) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_health_proto_rawDescGZIP(), []int{1}
+	return file_capn_v1alpha1_health_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *RemediationRecord) GetMachine() string {
@@ -265,7 +380,7 @@ type RemediationStatus struct {
 
 func (x *RemediationStatus) Reset() {
 	*x = RemediationStatus{}
-	mi := &file_capn_v1alpha1_health_proto_msgTypes[2]
+	mi := &file_capn_v1alpha1_health_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -277,7 +392,7 @@ func (x *RemediationStatus) String() string {
 func (*RemediationStatus) ProtoMessage() {}
 
 func (x *RemediationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_health_proto_msgTypes[2]
+	mi := &file_capn_v1alpha1_health_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -290,7 +405,7 @@ func (x *RemediationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemediationStatus.ProtoReflect.Descriptor instead.
 func (*RemediationStatus) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_health_proto_rawDescGZIP(), []int{2}
+	return file_capn_v1alpha1_health_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RemediationStatus) GetCluster() string {
@@ -346,7 +461,7 @@ var File_capn_v1alpha1_health_proto protoreflect.FileDescriptor
 
 const file_capn_v1alpha1_health_proto_rawDesc = "" +
 	"\n" +
-	"\x1acapn/v1alpha1/health.proto\x12\rcapn.v1alpha1\x1a\x1acapn/v1alpha1/events.proto\x1a\x18capn/v1alpha1/meta.proto\x1a\x1ccapn/v1alpha1/provider.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe4\x04\n" +
+	"\x1acapn/v1alpha1/health.proto\x12\rcapn.v1alpha1\x1a\x1acapn/v1alpha1/events.proto\x1a\x18capn/v1alpha1/meta.proto\x1a\x1ccapn/v1alpha1/provider.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd2\x05\n" +
 	"\n" +
 	"NodeHealth\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x18\n" +
@@ -364,7 +479,16 @@ const file_capn_v1alpha1_health_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\aupdated\x12\x18\n" +
 	"\ahealthy\x18\v \x01(\bR\ahealthy\x12E\n" +
 	"\x11unhealthy_reasons\x18\f \x03(\v2\x18.capn.v1alpha1.ConditionR\x10unhealthyReasons\x12C\n" +
-	"\x0funhealthy_since\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\x0eunhealthySince\"\xa7\x01\n" +
+	"\x0funhealthy_since\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\x0eunhealthySince\x12\x19\n" +
+	"\bnode_uid\x18\x0e \x01(\tR\anodeUid\x12.\n" +
+	"\x05drain\x18\x0f \x01(\v2\x18.capn.v1alpha1.NodeDrainR\x05drain\x12!\n" +
+	"\fnode_deleted\x18\x10 \x01(\bR\vnodeDeleted\"\xbd\x01\n" +
+	"\tNodeDrain\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\tR\x05state\x12%\n" +
+	"\x0epods_remaining\x18\x02 \x01(\x05R\rpodsRemaining\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x124\n" +
+	"\aupdated\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aupdated\x12#\n" +
+	"\rblocking_pods\x18\x05 \x03(\tR\fblockingPods\"\xa7\x01\n" +
 	"\x11RemediationRecord\x12\x18\n" +
 	"\amachine\x18\x01 \x01(\tR\amachine\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12\x16\n" +
@@ -394,33 +518,36 @@ func file_capn_v1alpha1_health_proto_rawDescGZIP() []byte {
 	return file_capn_v1alpha1_health_proto_rawDescData
 }
 
-var file_capn_v1alpha1_health_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_capn_v1alpha1_health_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_capn_v1alpha1_health_proto_goTypes = []any{
 	(*NodeHealth)(nil),            // 0: capn.v1alpha1.NodeHealth
-	(*RemediationRecord)(nil),     // 1: capn.v1alpha1.RemediationRecord
-	(*RemediationStatus)(nil),     // 2: capn.v1alpha1.RemediationStatus
-	(*timestamppb.Timestamp)(nil), // 3: google.protobuf.Timestamp
-	(*NodeCondition)(nil),         // 4: capn.v1alpha1.NodeCondition
-	(*ProblemEvent)(nil),          // 5: capn.v1alpha1.ProblemEvent
-	(*DriftReport)(nil),           // 6: capn.v1alpha1.DriftReport
-	(*Condition)(nil),             // 7: capn.v1alpha1.Condition
+	(*NodeDrain)(nil),             // 1: capn.v1alpha1.NodeDrain
+	(*RemediationRecord)(nil),     // 2: capn.v1alpha1.RemediationRecord
+	(*RemediationStatus)(nil),     // 3: capn.v1alpha1.RemediationStatus
+	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
+	(*NodeCondition)(nil),         // 5: capn.v1alpha1.NodeCondition
+	(*ProblemEvent)(nil),          // 6: capn.v1alpha1.ProblemEvent
+	(*DriftReport)(nil),           // 7: capn.v1alpha1.DriftReport
+	(*Condition)(nil),             // 8: capn.v1alpha1.Condition
 }
 var file_capn_v1alpha1_health_proto_depIdxs = []int32{
-	3,  // 0: capn.v1alpha1.NodeHealth.last_heartbeat:type_name -> google.protobuf.Timestamp
-	4,  // 1: capn.v1alpha1.NodeHealth.conditions:type_name -> capn.v1alpha1.NodeCondition
-	5,  // 2: capn.v1alpha1.NodeHealth.problems:type_name -> capn.v1alpha1.ProblemEvent
-	6,  // 3: capn.v1alpha1.NodeHealth.drift:type_name -> capn.v1alpha1.DriftReport
-	3,  // 4: capn.v1alpha1.NodeHealth.updated:type_name -> google.protobuf.Timestamp
-	7,  // 5: capn.v1alpha1.NodeHealth.unhealthy_reasons:type_name -> capn.v1alpha1.Condition
-	3,  // 6: capn.v1alpha1.NodeHealth.unhealthy_since:type_name -> google.protobuf.Timestamp
-	3,  // 7: capn.v1alpha1.RemediationRecord.time:type_name -> google.protobuf.Timestamp
-	7,  // 8: capn.v1alpha1.RemediationStatus.conditions:type_name -> capn.v1alpha1.Condition
-	1,  // 9: capn.v1alpha1.RemediationStatus.history:type_name -> capn.v1alpha1.RemediationRecord
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	4,  // 0: capn.v1alpha1.NodeHealth.last_heartbeat:type_name -> google.protobuf.Timestamp
+	5,  // 1: capn.v1alpha1.NodeHealth.conditions:type_name -> capn.v1alpha1.NodeCondition
+	6,  // 2: capn.v1alpha1.NodeHealth.problems:type_name -> capn.v1alpha1.ProblemEvent
+	7,  // 3: capn.v1alpha1.NodeHealth.drift:type_name -> capn.v1alpha1.DriftReport
+	4,  // 4: capn.v1alpha1.NodeHealth.updated:type_name -> google.protobuf.Timestamp
+	8,  // 5: capn.v1alpha1.NodeHealth.unhealthy_reasons:type_name -> capn.v1alpha1.Condition
+	4,  // 6: capn.v1alpha1.NodeHealth.unhealthy_since:type_name -> google.protobuf.Timestamp
+	1,  // 7: capn.v1alpha1.NodeHealth.drain:type_name -> capn.v1alpha1.NodeDrain
+	4,  // 8: capn.v1alpha1.NodeDrain.updated:type_name -> google.protobuf.Timestamp
+	4,  // 9: capn.v1alpha1.RemediationRecord.time:type_name -> google.protobuf.Timestamp
+	8,  // 10: capn.v1alpha1.RemediationStatus.conditions:type_name -> capn.v1alpha1.Condition
+	2,  // 11: capn.v1alpha1.RemediationStatus.history:type_name -> capn.v1alpha1.RemediationRecord
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_capn_v1alpha1_health_proto_init() }
@@ -437,7 +564,7 @@ func file_capn_v1alpha1_health_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_capn_v1alpha1_health_proto_rawDesc), len(file_capn_v1alpha1_health_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -9,6 +9,7 @@ package capnv1alpha1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -183,9 +184,15 @@ type MachineSpec struct {
 	// first_control_plane is true for the machine that initialises the cluster.
 	FirstControlPlane bool `protobuf:"varint,11,opt,name=first_control_plane,json=firstControlPlane,proto3" json:"first_control_plane,omitempty"`
 	// stopped asks the provider to stop (hibernate) the machine.
-	Stopped       bool `protobuf:"varint,12,opt,name=stopped,proto3" json:"stopped,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Stopped bool `protobuf:"varint,12,opt,name=stopped,proto3" json:"stopped,omitempty"`
+	// node_drain_timeout and node_deletion_timeout are copied in place from
+	// the pool or control plane (not part of template_hash): how long the
+	// machine's deletion drains its Node (unset: no limit) and waits for
+	// the Node's deletion (unset: 10s).
+	NodeDrainTimeout    *durationpb.Duration `protobuf:"bytes,13,opt,name=node_drain_timeout,json=nodeDrainTimeout,proto3" json:"node_drain_timeout,omitempty"`
+	NodeDeletionTimeout *durationpb.Duration `protobuf:"bytes,14,opt,name=node_deletion_timeout,json=nodeDeletionTimeout,proto3" json:"node_deletion_timeout,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *MachineSpec) Reset() {
@@ -302,6 +309,20 @@ func (x *MachineSpec) GetStopped() bool {
 	return false
 }
 
+func (x *MachineSpec) GetNodeDrainTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.NodeDrainTimeout
+	}
+	return nil
+}
+
+func (x *MachineSpec) GetNodeDeletionTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.NodeDeletionTimeout
+	}
+	return nil
+}
+
 type MachineStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// phase is a MachinePhase as its string ("Running").
@@ -322,9 +343,15 @@ type MachineStatus struct {
 	BootstrapDataChecksum string `protobuf:"bytes,13,opt,name=bootstrap_data_checksum,json=bootstrapDataChecksum,proto3" json:"bootstrap_data_checksum,omitempty"`
 	// provider that holds (or held) the machine's infrastructure, kept so a
 	// machine whose spec is gone can still be deleted.
-	Provider      string `protobuf:"bytes,14,opt,name=provider,proto3" json:"provider,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Provider string `protobuf:"bytes,14,opt,name=provider,proto3" json:"provider,omitempty"`
+	// drain_start_time is when the deletion started draining the machine's
+	// Node (node_drain_timeout counts from it).
+	DrainStartTime *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=drain_start_time,json=drainStartTime,proto3" json:"drain_start_time,omitempty"`
+	// node_deletion_start_time is when the deletion started waiting for
+	// the Node's deletion (node_deletion_timeout counts from it).
+	NodeDeletionStartTime *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=node_deletion_start_time,json=nodeDeletionStartTime,proto3" json:"node_deletion_start_time,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *MachineStatus) Reset() {
@@ -455,15 +482,29 @@ func (x *MachineStatus) GetProvider() string {
 	return ""
 }
 
+func (x *MachineStatus) GetDrainStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DrainStartTime
+	}
+	return nil
+}
+
+func (x *MachineStatus) GetNodeDeletionStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NodeDeletionStartTime
+	}
+	return nil
+}
+
 var File_capn_v1alpha1_machine_proto protoreflect.FileDescriptor
 
 const file_capn_v1alpha1_machine_proto_rawDesc = "" +
 	"\n" +
-	"\x1bcapn/v1alpha1/machine.proto\x12\rcapn.v1alpha1\x1a\x1bcapn/v1alpha1/cluster.proto\x1a\x18capn/v1alpha1/meta.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa6\x01\n" +
+	"\x1bcapn/v1alpha1/machine.proto\x12\rcapn.v1alpha1\x1a\x1bcapn/v1alpha1/cluster.proto\x1a\x18capn/v1alpha1/meta.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa6\x01\n" +
 	"\aMachine\x125\n" +
 	"\bmetadata\x18\x01 \x01(\v2\x19.capn.v1alpha1.ObjectMetaR\bmetadata\x12.\n" +
 	"\x04spec\x18\x02 \x01(\v2\x1a.capn.v1alpha1.MachineSpecR\x04spec\x124\n" +
-	"\x06status\x18\x03 \x01(\v2\x1c.capn.v1alpha1.MachineStatusR\x06status\"\x95\x04\n" +
+	"\x06status\x18\x03 \x01(\v2\x1c.capn.v1alpha1.MachineStatusR\x06status\"\xad\x05\n" +
 	"\vMachineSpec\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x12\n" +
@@ -477,10 +518,12 @@ const file_capn_v1alpha1_machine_proto_rawDesc = "" +
 	"\tbootstrap\x18\n" +
 	" \x01(\v2\x1c.capn.v1alpha1.BootstrapSpecR\tbootstrap\x12.\n" +
 	"\x13first_control_plane\x18\v \x01(\bR\x11firstControlPlane\x12\x18\n" +
-	"\astopped\x18\f \x01(\bR\astopped\x1a9\n" +
+	"\astopped\x18\f \x01(\bR\astopped\x12G\n" +
+	"\x12node_drain_timeout\x18\r \x01(\v2\x19.google.protobuf.DurationR\x10nodeDrainTimeout\x12M\n" +
+	"\x15node_deletion_timeout\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\x13nodeDeletionTimeout\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xaa\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc5\x06\n" +
 	"\rMachineStatus\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x128\n" +
 	"\n" +
@@ -500,7 +543,9 @@ const file_capn_v1alpha1_machine_proto_rawDesc = "" +
 	"\x19infrastructure_ready_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x17infrastructureReadyTime\x12B\n" +
 	"\x0fnode_ready_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\rnodeReadyTime\x126\n" +
 	"\x17bootstrap_data_checksum\x18\r \x01(\tR\x15bootstrapDataChecksum\x12\x1a\n" +
-	"\bprovider\x18\x0e \x01(\tR\bprovider*\xaf\x02\n" +
+	"\bprovider\x18\x0e \x01(\tR\bprovider\x12D\n" +
+	"\x10drain_start_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\x0edrainStartTime\x12S\n" +
+	"\x18node_deletion_start_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\x15nodeDeletionStartTime*\xaf\x02\n" +
 	"\fMachinePhase\x12\x1d\n" +
 	"\x19MACHINE_PHASE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15MACHINE_PHASE_PENDING\x10\x01\x12\x1f\n" +
@@ -537,9 +582,10 @@ var file_capn_v1alpha1_machine_proto_goTypes = []any{
 	(*MachineTemplate)(nil),       // 6: capn.v1alpha1.MachineTemplate
 	(*Taint)(nil),                 // 7: capn.v1alpha1.Taint
 	(*BootstrapSpec)(nil),         // 8: capn.v1alpha1.BootstrapSpec
-	(*Condition)(nil),             // 9: capn.v1alpha1.Condition
-	(*Address)(nil),               // 10: capn.v1alpha1.Address
-	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 9: google.protobuf.Duration
+	(*Condition)(nil),             // 10: capn.v1alpha1.Condition
+	(*Address)(nil),               // 11: capn.v1alpha1.Address
+	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
 }
 var file_capn_v1alpha1_machine_proto_depIdxs = []int32{
 	5,  // 0: capn.v1alpha1.Machine.metadata:type_name -> capn.v1alpha1.ObjectMeta
@@ -549,16 +595,20 @@ var file_capn_v1alpha1_machine_proto_depIdxs = []int32{
 	4,  // 4: capn.v1alpha1.MachineSpec.labels:type_name -> capn.v1alpha1.MachineSpec.LabelsEntry
 	7,  // 5: capn.v1alpha1.MachineSpec.taints:type_name -> capn.v1alpha1.Taint
 	8,  // 6: capn.v1alpha1.MachineSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	9,  // 7: capn.v1alpha1.MachineStatus.conditions:type_name -> capn.v1alpha1.Condition
-	10, // 8: capn.v1alpha1.MachineStatus.addresses:type_name -> capn.v1alpha1.Address
-	11, // 9: capn.v1alpha1.MachineStatus.phase_since:type_name -> google.protobuf.Timestamp
-	11, // 10: capn.v1alpha1.MachineStatus.infrastructure_ready_time:type_name -> google.protobuf.Timestamp
-	11, // 11: capn.v1alpha1.MachineStatus.node_ready_time:type_name -> google.protobuf.Timestamp
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	9,  // 7: capn.v1alpha1.MachineSpec.node_drain_timeout:type_name -> google.protobuf.Duration
+	9,  // 8: capn.v1alpha1.MachineSpec.node_deletion_timeout:type_name -> google.protobuf.Duration
+	10, // 9: capn.v1alpha1.MachineStatus.conditions:type_name -> capn.v1alpha1.Condition
+	11, // 10: capn.v1alpha1.MachineStatus.addresses:type_name -> capn.v1alpha1.Address
+	12, // 11: capn.v1alpha1.MachineStatus.phase_since:type_name -> google.protobuf.Timestamp
+	12, // 12: capn.v1alpha1.MachineStatus.infrastructure_ready_time:type_name -> google.protobuf.Timestamp
+	12, // 13: capn.v1alpha1.MachineStatus.node_ready_time:type_name -> google.protobuf.Timestamp
+	12, // 14: capn.v1alpha1.MachineStatus.drain_start_time:type_name -> google.protobuf.Timestamp
+	12, // 15: capn.v1alpha1.MachineStatus.node_deletion_start_time:type_name -> google.protobuf.Timestamp
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_capn_v1alpha1_machine_proto_init() }

@@ -56,6 +56,16 @@ const (
 	ConditionUnknown = ConditionStatus_CONDITION_STATUS_UNKNOWN
 )
 
+// Drain states (NodeDrain.state), in the order a drain goes through them.
+const (
+	// NodeDrainCordoned: the Node is unschedulable; no eviction yet.
+	NodeDrainCordoned = "Cordoned"
+	// NodeDrainEvicting: pods are being evicted or are terminating.
+	NodeDrainEvicting = "Evicting"
+	// NodeDrainDrained: no pod the drain moves is left on the Node.
+	NodeDrainDrained = "Drained"
+)
+
 var (
 	machinePhases     = newWire[MachinePhase](MachinePhase_name)
 	clusterPhases     = newWire[ClusterPhase](ClusterPhase_name)

@@ -57,6 +57,18 @@ func TestKVApplierConforms(t *testing.T) {
 				}
 				return m
 			},
+			Annotate: func(name, key, value string) {
+				_, _, err := s.machines.Mutate(ctx, prefix+name, func(cur *capnv1.Machine, exists bool) (*capnv1.Machine, error) {
+					if cur.Metadata.Annotations == nil {
+						cur.Metadata.Annotations = map[string]string{}
+					}
+					cur.Metadata.Annotations[key] = value
+					return cur, nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+			},
 		}
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/capn-dev/capn/schemas/annotations"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
@@ -114,13 +115,19 @@ func NewMachineRecord(a CreateMachine, uid string, now time.Time) *capnv1.Machin
 
 // UpdatedMachineRecord is what an UpdateMachine makes of the current
 // record cur: a copy with a.Machine's spec, labels and annotations and the
-// generation bumped, everything else of cur kept. It returns false, and
-// no record, when cur is nil or already has them.
+// generation bumped, everything else of cur kept. Lifecycle hook
+// annotations (annotations.IsHook) are their holders', not the plan's:
+// cur's are kept and a.Machine's ignored. It returns false, and no
+// record, when cur is nil or already has them.
 func UpdatedMachineRecord(cur *capnv1.Machine, a UpdateMachine) (*capnv1.Machine, bool) {
 	want := a.Machine
-	if cur == nil || proto.Equal(cur.GetSpec(), want.GetSpec()) &&
+	if cur == nil {
+		return nil, false
+	}
+	ann := keepHooks(cur.GetMetadata().GetAnnotations(), want.GetMetadata().GetAnnotations())
+	if proto.Equal(cur.GetSpec(), want.GetSpec()) &&
 		maps.Equal(cur.GetMetadata().GetLabels(), want.GetMetadata().GetLabels()) &&
-		maps.Equal(cur.GetMetadata().GetAnnotations(), want.GetMetadata().GetAnnotations()) {
+		maps.Equal(cur.GetMetadata().GetAnnotations(), ann) {
 		return nil, false
 	}
 	m := proto.Clone(cur).(*capnv1.Machine)
@@ -129,9 +136,29 @@ func UpdatedMachineRecord(cur *capnv1.Machine, a UpdateMachine) (*capnv1.Machine
 	}
 	m.Spec = proto.Clone(want.GetSpec()).(*capnv1.MachineSpec)
 	m.Metadata.Labels = maps.Clone(want.GetMetadata().GetLabels())
-	m.Metadata.Annotations = maps.Clone(want.GetMetadata().GetAnnotations())
+	m.Metadata.Annotations = ann
 	m.Metadata.Generation++
 	return m, true
+}
+
+// keepHooks is want without hook annotations, plus cur's hook
+// annotations (nil when empty).
+func keepHooks(cur, want map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range want {
+		if !annotations.IsHook(k) {
+			out[k] = v
+		}
+	}
+	for k, v := range cur {
+		if annotations.IsHook(k) {
+			out[k] = v
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // DeletingMachineRecord is what a DeleteMachine makes of the current

@@ -1,5 +1,12 @@
 package plan
 
+import (
+	"google.golang.org/protobuf/proto"
+
+	"github.com/capn-dev/capn/schemas/annotations"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+)
+
 // planDelete tears a cluster down in order, each step only once the one
 // before is observed complete:
 //
@@ -19,6 +26,11 @@ func (p *planner) planDelete() {
 		} else {
 			workers = append(workers, m)
 		}
+	}
+	// Nothing is left to reschedule pods onto: the machines' Nodes are not
+	// drained (Cluster API skips the drain of a cluster being deleted).
+	for _, m := range append(append([]*machine(nil), workers...), cps...) {
+		p.excludeDrain(m)
 	}
 	if len(workers) > 0 {
 		for _, m := range workers {
@@ -45,6 +57,26 @@ func (p *planner) planDelete() {
 		p.add(DeletePKI{})
 	default:
 		p.add(DeleteCluster{})
+	}
+}
+
+// excludeDrain marks m with annotations.ExcludeNodeDraining, in place,
+// unless it has it.
+func (p *planner) excludeDrain(m *machine) {
+	if _, ok := m.m.GetMetadata().GetAnnotations()[annotations.ExcludeNodeDraining]; ok {
+		return
+	}
+	nm := proto.Clone(m.m).(*capnv1.Machine)
+	if nm.Metadata == nil {
+		nm.Metadata = &capnv1.ObjectMeta{Name: m.name}
+	}
+	if nm.Metadata.Annotations == nil {
+		nm.Metadata.Annotations = map[string]string{}
+	}
+	nm.Metadata.Annotations[annotations.ExcludeNodeDraining] = "cluster is being deleted"
+	nm.Metadata.Generation++
+	if p.add(UpdateMachine{Machine: nm, Reason: "cluster is being deleted: do not drain its Nodes"}) {
+		m.m = nm
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/capn-dev/capn/schemas/annotations"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/cluster-planner/plan"
 	"github.com/capn-dev/capn/services/cluster-planner/plan/plantest"
@@ -41,7 +42,7 @@ func TestDeleteOrder(t *testing.T) {
 		}
 		return nil
 	})
-	want := "[delete worker plan.RemoveMachine delete control-plane plan.RemoveMachine plan.DeleteClusterInfra plan.DeletePKI plan.DeleteCluster]"
+	want := "[plan.UpdateMachine delete worker plan.RemoveMachine delete control-plane plan.RemoveMachine plan.DeleteClusterInfra plan.DeletePKI plan.DeleteCluster]"
 	if fmt.Sprint(steps) != want {
 		t.Errorf("steps %v\nwant  %s", steps, want)
 	}
@@ -113,5 +114,54 @@ func TestPausedStopsEverything(t *testing.T) {
 	}
 	if r.PhaseMessage != want {
 		t.Errorf("phase message %q, want %q", r.PhaseMessage, want)
+	}
+}
+
+// TestDeleteExcludesDrain: a cluster being deleted has nothing to
+// reschedule pods onto, so every machine, a worker already being deleted
+// by a scale-down included, is marked capn.dev/exclude-node-draining
+// (in place, before any deletion of this plan) and is not drained.
+func TestDeleteExcludesDrain(t *testing.T) {
+	h := started(t, cluster(1, 2))
+	h.DeleteSteps = func(string) int { return 3 }
+	h.Update(func(s *capnv1.ClusterSpec) { s.WorkerPools[0].Replicas = 1 })
+	if _, err := h.Step(); err != nil { // scale-down: one worker deleting
+		t.Fatal(err)
+	}
+	h.Delete()
+	r, err := h.Step()
+	if err != nil {
+		t.Fatal(err)
+	}
+	marked := map[string]bool{}
+	firstDelete := len(r.Actions)
+	for i, a := range r.Actions {
+		switch a := a.(type) {
+		case plan.UpdateMachine:
+			if i > firstDelete {
+				t.Errorf("update %s after a delete: the mark must come first", a.Machine.Metadata.Name)
+			}
+			if _, ok := a.Machine.GetMetadata().GetAnnotations()[annotations.ExcludeNodeDraining]; ok {
+				marked[a.Machine.Metadata.Name] = true
+			}
+		case plan.DeleteMachine:
+			firstDelete = min(firstDelete, i)
+		}
+	}
+	for name, m := range h.Machines {
+		if !marked[name] {
+			t.Errorf("machine %s (deleting: %v) not marked %s", name, m.GetMetadata().GetDeletionTimestamp() != nil, annotations.ExcludeNodeDraining)
+		}
+		if _, ok := m.GetMetadata().GetAnnotations()[annotations.ExcludeNodeDraining]; !ok {
+			t.Errorf("machine %s record lacks the mark", name)
+		}
+	}
+	if len(marked) != 3 {
+		t.Errorf("marked %v, want the 3 machines", marked)
+	}
+	// Marked once: the next plan does not mark again.
+	r, _ = h.Step()
+	if ups := of[plan.UpdateMachine](r); len(ups) != 0 {
+		t.Errorf("marked again: %v", ups)
 	}
 }

@@ -10,22 +10,31 @@ import (
 )
 
 // propagate updates in place what never rolls a machine: a pool's labels and
-// taints, and spec.stopped from the cluster's hibernated flag. Machines being
-// deleted are left alone. Hibernation (spec.hibernated) stops every machine
-// and otherwise freezes the cluster: no machine is created or deleted until
-// it wakes. Machines of a pool whose provider cannot stop are not marked
-// stopped (the ProvidersReady condition says so).
+// taints, its nodeDrainTimeout and nodeDeletionTimeout, and spec.stopped
+// from the cluster's hibernated flag. Machines being deleted get only the
+// timeouts (as Cluster API: a drain stuck on a PodDisruptionBudget is
+// ended by setting nodeDrainTimeout). Hibernation (spec.hibernated) stops
+// every machine and otherwise freezes the cluster: no machine is created
+// or deleted until it wakes. Machines of a pool whose provider cannot
+// stop are not marked stopped (the ProvidersReady condition says so).
 func (p *planner) propagate() {
 	for _, pl := range append([]*pool{p.cp}, p.pools...) {
 		stopped := p.c.GetSpec().GetHibernated() && !pl.cannotStop
 		for _, m := range pl.machines {
-			if m.deleting || p.justCreated(m) {
+			if p.justCreated(m) {
 				continue
 			}
 			s := m.m.GetSpec()
+			timeoutsDiffer := !proto.Equal(s.GetNodeDrainTimeout(), pl.drainTimeout) || !proto.Equal(s.GetNodeDeletionTimeout(), pl.deletionTimeout)
+			if m.deleting {
+				if timeoutsDiffer {
+					p.updateTimeouts(pl, m)
+				}
+				continue
+			}
 			labelsDiffer := !pl.controlPlane && !maps.Equal(s.GetLabels(), pl.labels)
 			taintsDiffer := !pl.controlPlane && !taintsEqual(s.GetTaints(), pl.taints)
-			if !labelsDiffer && !taintsDiffer && s.GetStopped() == stopped {
+			if !labelsDiffer && !taintsDiffer && !timeoutsDiffer && s.GetStopped() == stopped {
 				continue
 			}
 			if p.full() {
@@ -33,10 +42,18 @@ func (p *planner) propagate() {
 			}
 			nm := proto.Clone(m.m).(*capnv1.Machine)
 			reason := "propagate labels and taints"
+			if !labelsDiffer && !taintsDiffer {
+				reason = "propagate node drain and deletion timeouts"
+			}
 			if !pl.controlPlane {
 				nm.Spec.Labels = cloneMap(pl.labels)
 				nm.Spec.Taints = cloneTaints(pl.taints)
 			}
+			if nm.Spec == nil {
+				nm.Spec = &capnv1.MachineSpec{}
+			}
+			nm.Spec.NodeDrainTimeout = cloneDuration(pl.drainTimeout)
+			nm.Spec.NodeDeletionTimeout = cloneDuration(pl.deletionTimeout)
 			if s.GetStopped() != stopped {
 				nm.Spec.Stopped = stopped
 				reason = "wake from hibernation"
@@ -51,6 +68,22 @@ func (p *planner) propagate() {
 			p.add(UpdateMachine{Machine: nm, Reason: reason})
 		}
 	}
+}
+
+// updateTimeouts copies pl's node drain and deletion timeouts to m, in
+// place (m may be deleting: the new timeouts apply to its drain).
+func (p *planner) updateTimeouts(pl *pool, m *machine) {
+	nm := proto.Clone(m.m).(*capnv1.Machine)
+	if nm.Spec == nil {
+		nm.Spec = &capnv1.MachineSpec{}
+	}
+	nm.Spec.NodeDrainTimeout = cloneDuration(pl.drainTimeout)
+	nm.Spec.NodeDeletionTimeout = cloneDuration(pl.deletionTimeout)
+	if nm.Metadata == nil {
+		nm.Metadata = &capnv1.ObjectMeta{Name: m.name}
+	}
+	nm.Metadata.Generation++
+	p.add(UpdateMachine{Machine: nm, Reason: "propagate node drain and deletion timeouts"})
 }
 
 // justCreated: the machine was created by this plan (its record is not in

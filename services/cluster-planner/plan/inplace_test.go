@@ -1,7 +1,11 @@
 package plan_test
 
 import (
+	"fmt"
 	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/manifest"
@@ -76,5 +80,65 @@ func TestHibernate(t *testing.T) {
 	converge(t, h, nil)
 	if n := len(h.Names("md-0")); n != 4 {
 		t.Errorf("pool has %d machines after waking, want 4", n)
+	}
+}
+
+// TestNodeTimeoutsPropagateInPlace: nodeDrainTimeout and
+// nodeDeletionTimeout are copied to every machine in place — not part of
+// the template hash, so changing them rolls nothing — and reach a machine
+// that is already being deleted (a drain stuck on a PodDisruptionBudget
+// is ended by setting nodeDrainTimeout, as in Cluster API).
+func TestNodeTimeoutsPropagateInPlace(t *testing.T) {
+	h := started(t, cluster(1, 3))
+	before := h.Names("md-0")
+	hash := h.DesiredHash("md-0")
+	h.Update(func(s *capnv1.ClusterSpec) {
+		s.WorkerPools[0].NodeDrainTimeout = durationpb.New(5 * time.Minute)
+		s.ControlPlane.NodeDeletionTimeout = durationpb.New(time.Minute)
+	})
+	if h.DesiredHash("md-0") != hash {
+		t.Fatal("nodeDrainTimeout changed the pool's template hash: it would roll the machines")
+	}
+	r, _ := h.Step()
+	ups := of[plan.UpdateMachine](r)
+	if len(ups) != 4 || len(r.Actions) != 4 {
+		t.Fatalf("actions %v, want 4 updates only", r.Actions)
+	}
+	for _, u := range ups {
+		s := u.Machine.Spec
+		if s.Pool == "md-0" && (s.NodeDrainTimeout.AsDuration() != 5*time.Minute || s.NodeDeletionTimeout != nil) ||
+			s.Pool != "md-0" && (s.NodeDeletionTimeout.AsDuration() != time.Minute || s.NodeDrainTimeout != nil) {
+			t.Errorf("update of %s: drain %v, deletion %v", u.Machine.Metadata.Name, s.NodeDrainTimeout, s.NodeDeletionTimeout)
+		}
+		if u.Reason != "propagate node drain and deletion timeouts" {
+			t.Errorf("reason %q", u.Reason)
+		}
+	}
+	converge(t, h, nil)
+	if after := h.Names("md-0"); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("machines replaced: %v → %v", before, after)
+	}
+	// A scale-down's machine, deleting, still gets a changed timeout; a
+	// new machine is created with the pool's.
+	h.DeleteSteps = func(string) int { return 100 }
+	h.Update(func(s *capnv1.ClusterSpec) { s.WorkerPools[0].Replicas = 2 })
+	if _, err := h.Step(); err != nil {
+		t.Fatal(err)
+	}
+	h.Update(func(s *capnv1.ClusterSpec) { s.WorkerPools[0].NodeDrainTimeout = durationpb.New(time.Second) })
+	r, _ = h.Step()
+	deleting := 0
+	for _, u := range of[plan.UpdateMachine](r) {
+		if u.Machine.GetMetadata().GetDeletionTimestamp() != nil {
+			deleting++
+		}
+	}
+	if deleting != 1 {
+		t.Errorf("updates %v: want the deleting machine's timeout updated too", r.Actions)
+	}
+	for _, name := range h.Names("md-0") {
+		if d := h.Machines[name].GetSpec().GetNodeDrainTimeout().AsDuration(); d != time.Second {
+			t.Errorf("%s: drain timeout %v, want 1s", name, d)
+		}
 	}
 }

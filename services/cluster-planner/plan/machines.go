@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"slices"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/manifest"
 )
@@ -96,8 +98,11 @@ type pool struct {
 	strategy     string // RollingUpdate or OnDelete; the control plane has its own rules
 	maxSurge     int
 	maxUnav      int
-	order        string     // deletion order
-	machines     []*machine // not gone, sorted by name
+	order        string // deletion order
+	// drainTimeout and deletionTimeout are the pool's nodeDrainTimeout and
+	// nodeDeletionTimeout, copied to its machines in place.
+	drainTimeout, deletionTimeout *durationpb.Duration
+	machines                      []*machine // not gone, sorted by name
 	// next is the lowest ordinal freeName may find free: every one below
 	// it is taken (names are only added during a plan).
 	next int

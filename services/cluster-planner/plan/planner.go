@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/manifest"
@@ -111,6 +112,9 @@ func (p *planner) controlPlanePool() *pool {
 		bootstrap:    effectiveBootstrap(s.GetBootstrap(), cp.GetBootstrap()),
 		maxSurge:     int(cp.GetMaxSurge()),
 		order:        manifest.DeletionOrderOldest,
+
+		drainTimeout:    cp.GetNodeDrainTimeout(),
+		deletionTimeout: cp.GetNodeDeletionTimeout(),
 	}
 	if pl.maxSurge == 0 && pl.replicas < 3 {
 		pl.maxSurge = 1 // validation refuses this; never risk quorum anyway
@@ -132,6 +136,9 @@ func (p *planner) workerPool(wp *capnv1.WorkerPool) *pool {
 		taints:    wp.GetTaints(),
 		strategy:  wp.GetStrategy().GetType(),
 		order:     wp.GetDeletionOrder(),
+
+		drainTimeout:    wp.GetNodeDrainTimeout(),
+		deletionTimeout: wp.GetNodeDeletionTimeout(),
 	}
 	if pl.version == "" {
 		pl.version = s.GetKubernetesVersion()
@@ -215,6 +222,9 @@ func (p *planner) create(pl *pool, first bool, reason string) {
 			Bootstrap:         proto.Clone(pl.bootstrap).(*capnv1.BootstrapSpec),
 			FirstControlPlane: first,
 			Stopped:           p.c.GetSpec().GetHibernated(),
+
+			NodeDrainTimeout:    cloneDuration(pl.drainTimeout),
+			NodeDeletionTimeout: cloneDuration(pl.deletionTimeout),
 		},
 	}
 	p.add(CreateMachine{Machine: m, Reason: reason})
@@ -286,6 +296,13 @@ func cloneOrNil(t *capnv1.MachineTemplate) *capnv1.MachineTemplate {
 		return nil
 	}
 	return proto.Clone(t).(*capnv1.MachineTemplate)
+}
+
+func cloneDuration(d *durationpb.Duration) *durationpb.Duration {
+	if d == nil {
+		return nil
+	}
+	return proto.Clone(d).(*durationpb.Duration)
 }
 
 func cloneMap(m map[string]string) map[string]string {

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/capn-dev/capn/schemas/annotations"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/cluster-planner/plan"
 )
@@ -24,6 +25,9 @@ type ApplierWorld struct {
 	// Machine reads back the cluster's desired machine name; nil: there is
 	// no record.
 	Machine func(name string) *capnv1.Machine
+	// Annotate sets an annotation on the record of machine name, as a
+	// second writer does (an external holder of a lifecycle hook).
+	Annotate func(name, key, value string)
 }
 
 // TestApplier is the conformance test of plan.Applier (watermill's
@@ -96,6 +100,27 @@ func TestApplier(t *testing.T, newWorld func(t *testing.T, c *capnv1.Cluster) Ap
 			}
 			if got.GetMetadata().GetUid() != created.GetMetadata().GetUid() || !got.GetMetadata().GetCreationTimestamp().AsTime().Equal(t0) {
 				t.Errorf("uid %q created %v, want the record's %q and %v", got.GetMetadata().GetUid(), got.GetMetadata().GetCreationTimestamp().AsTime(), created.GetMetadata().GetUid(), t0)
+			}
+		}},
+		{"update keeps the lifecycle hooks their holders set", func(t *testing.T, w ApplierWorld, c string) {
+			must(t, w.Next(t0).CreateMachine(ctx, plan.CreateMachine{Machine: machine(c, "m0")}))
+			pre, term := annotations.PreDrainHookPrefix+"backup", annotations.PreTerminateHookPrefix+"storage"
+			w.Annotate("m0", pre, "velero")
+			w.Annotate("m0", term, "csi")
+			want := machine(c, "m0") // the plan's view: no hooks, one planner annotation
+			want.Spec.Stopped = true
+			want.Metadata.Annotations = map[string]string{annotations.ExcludeNodeDraining: "yes", annotations.PreDrainHookPrefix + "forged": "plan"}
+			must(t, w.Next(t1).UpdateMachine(ctx, plan.UpdateMachine{Machine: want}))
+			got := read(t, w, "m0").GetMetadata().GetAnnotations()
+			wantAnn := map[string]string{annotations.ExcludeNodeDraining: "yes", pre: "velero", term: "csi"}
+			if !maps.Equal(got, wantAnn) {
+				t.Errorf("annotations %v, want %v: the holders' hooks kept, the plan's own hooks ignored", got, wantAnn)
+			}
+			// Nothing else to change: the same update again writes nothing.
+			g := read(t, w, "m0").GetMetadata().GetGeneration()
+			must(t, w.Next(t2).UpdateMachine(ctx, plan.UpdateMachine{Machine: want}))
+			if g2 := read(t, w, "m0").GetMetadata().GetGeneration(); g2 != g {
+				t.Errorf("generation %d → %d: an update with nothing new wrote", g, g2)
 			}
 		}},
 		{"update keeps the deletion time", func(t *testing.T, w ApplierWorld, c string) {

@@ -87,6 +87,7 @@ func TestHarnessConforms(t *testing.T) {
 				}
 				return nil
 			},
+			Annotate: h.Annotate,
 		}
 	})
 }

@@ -107,6 +107,9 @@ func transition(name string, from capnv1.MachinePhase, st *capnv1.MachineStatus)
 		ev.Message = fmt.Sprintf("machine %s stopped for hibernation, its disk kept", name)
 	case capnv1.MachineDeleting:
 		ev.Message = fmt.Sprintf("machine %s deleting: waiting for %s to delete its infrastructure", name, provider)
+		if c := conditions.Get(st.GetConditions(), CondDeleting); c != nil && c.GetReason() != ReasonWaitingForInfrastructureDeletion && c.GetMessage() != "" {
+			ev.Message = fmt.Sprintf("machine %s deleting: %s", name, c.GetMessage())
+		}
 	case capnv1.MachineDeleted:
 		ev.Message = fmt.Sprintf("machine %s deleted: no infrastructure left", name)
 	case capnv1.MachineFailed:

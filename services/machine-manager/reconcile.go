@@ -71,7 +71,7 @@ func (s *Service) reconcile(ctx context.Context, key string) (reconcile.Result, 
 			return reconcile.Result{}, err // a conflict is retried from a fresh read
 		}
 		for _, ev := range out.Events {
-			log.Info().Str("phase", ev.Phase).Str("reason", ev.Reason).Msg("machine phase")
+			log.Info().Str("phase", ev.Phase).Str("reason", ev.Reason).Str("message", ev.Message).Msg("machine event")
 			s.publishPhase(ctx, cluster, name, desired, out.Status, ev)
 		}
 	}
@@ -147,6 +147,10 @@ func (s *Service) publishPhase(ctx context.Context, cluster, name string, m *cap
 	what := strings.ToLower(change.Phase)
 	ev := &capnv1.MachineEvent{Cluster: cluster, Machine: name, Phase: change.Phase, Reason: change.Reason, Message: change.Message}
 	id := fmt.Sprintf("machine.%s.%s.%s.%s.%d", what, cluster, name, m.GetMetadata().GetUid(), st.GetPhaseSince().AsTime().UnixNano())
+	if !change.At.IsZero() {
+		// A step within the phase (drain, hook hold): one fact per step.
+		id = fmt.Sprintf("machine.%s.%s.%s.%s.%s.%d", what, cluster, name, m.GetMetadata().GetUid(), strings.ToLower(change.Reason), change.At.UnixNano())
+	}
 	log := zerolog.Ctx(ctx)
 	s.pub.PublishAsync(events.EventSubject("machine", what, cluster, name), events.TypeMachineEvent+"."+what, id, ev, func(err error) {
 		if err != nil {

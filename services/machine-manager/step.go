@@ -8,7 +8,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
-	"github.com/capn-dev/capn/schemas/conditions"
 )
 
 // Command kinds a step asks for.
@@ -55,10 +54,15 @@ type Output struct {
 	Events []Event
 }
 
-// Event is one phase change of a machine for its cluster's timeline: the
-// new phase, a CamelCase reason and a message that says what happened.
+// Event is one fact of a machine for its cluster's timeline: a phase
+// change (the new phase, a CamelCase reason and a message that says what
+// happened), or a step within a phase (At set: a deletion's drain started
+// or ended, a hook holds it).
 type Event struct {
 	Phase, Reason, Message string
+	// At is when a step within the phase happened (zero for a phase
+	// change); it makes the event's id.
+	At time.Time
 }
 
 // Step makes one idempotent step of a machine's life. It is a pure function
@@ -67,7 +71,7 @@ type Event struct {
 //
 //	Pending → Bootstrapping → Provisioning → Provisioned → Running
 //	Running ──(spec.stopped; infrastructure Stopped)──► Stopped ──(not stopped; infrastructure Running)──► Running
-//	   any ──(deletion requested)──► Deleting ──(infrastructure gone)──► Deleted
+//	   any ──(deletion requested)──► Deleting ──(hooks, drain, Node, etcd: deletion.go; infrastructure gone)──► Deleted
 //	   any ──(failure or timeout)──► Failed (the planner replaces it)
 func Step(in Input, t Timeouts) (out Output) {
 	t = t.withDefaults()
@@ -94,7 +98,7 @@ func Step(in Input, t Timeouts) (out Output) {
 	before := st.GetPhaseValue()
 	defer func() {
 		if out.Status != nil && out.Status.GetPhaseValue() != before {
-			out.Events = append(out.Events, transition(in.Name, before, out.Status))
+			out.Events = append([]Event{transition(in.Name, before, out.Status)}, out.Events...)
 		}
 	}()
 	if in.Desired != nil {
@@ -102,7 +106,6 @@ func Step(in Input, t Timeouts) (out Output) {
 		st.Provider = in.Desired.GetSpec().GetProvider()
 	}
 	infraUp := in.Infra != nil && in.Infra.GetStateValue() == capnv1.InfraRunning
-	infraGone := in.Infra == nil || in.Infra.GetStateValue() == capnv1.InfraDeleted
 
 	// Deletion wins over everything.
 	if in.Desired == nil || in.Desired.GetMetadata().GetDeletionTimestamp() != nil {
@@ -112,23 +115,7 @@ func Step(in Input, t Timeouts) (out Output) {
 			}
 			return out
 		}
-		// A create was sent once bootstrap data was ready; from then on the
-		// provider may hold infrastructure, so it is asked to delete it and
-		// the machine is Deleted only when its infra key is gone.
-		createSent := conditions.IsTrue(st.GetConditions(), CondBootstrapReady)
-		setPhase(st, capnv1.MachineDeleting, in.Now)
-		setCondition(st, CondDeleting, capnv1.ConditionTrue, "DeletionRequested", "", in.Now)
-		setCondition(st, CondReady, capnv1.ConditionFalse, "Deleting", "", in.Now)
-		if createSent {
-			out.Commands = append(out.Commands, Command{CmdDelete, id(CmdDelete)})
-		}
-		if createSent && !infraGone {
-			setCondition(st, CondInfrastructureReady, capnv1.ConditionFalse, "Deleting", "waiting for the provider to delete the infrastructure", in.Now)
-			out.RequeueAfter = 30 * time.Second
-			return out
-		}
-		setPhase(st, capnv1.MachineDeleted, in.Now)
-		setCondition(st, CondInfrastructureReady, capnv1.ConditionFalse, "Deleted", "no infrastructure left", in.Now)
+		deleteStep(&out, st, in, id(CmdDelete))
 		return out
 	}
 
@@ -176,7 +163,7 @@ func Step(in Input, t Timeouts) (out Output) {
 			setCondition(st, CondReady, capnv1.ConditionFalse, "WaitingForNode", "waiting for the node to report ready", in.Now)
 		}
 	case capnv1.MachineRunning, capnv1.MachineStopped:
-		if infraGone {
+		if in.Infra == nil || in.Infra.GetStateValue() == capnv1.InfraDeleted {
 			fail(st, ReasonInfrastructureGone, "the provider no longer has this machine's infrastructure", in.Now)
 			setCondition(st, CondInfrastructureReady, capnv1.ConditionFalse, ReasonInfrastructureGone, "", in.Now)
 			break

@@ -20,7 +20,8 @@ import (
 // names — NATS permissions scope subjects), it is ignored (acked) when the
 // machine is unknown, being deleted, or younger than the report (a late
 // report of an earlier machine of the same name), and a material change is
-// written with compare-and-set before the message is acked.
+// written with compare-and-set before the message is acked. A deleting
+// machine's heartbeats and conditions are recorded (not judged).
 func (s *Service) onHealth(ctx context.Context, m *events.Message) error {
 	switch m.Event.Type() {
 	case events.TypeNodeHeartbeat:
@@ -73,7 +74,10 @@ func (s *Service) accept(ctx context.Context, m *events.Message, kind, cluster, 
 	case !ok:
 		log.Debug().Str("cluster", cluster).Str("machine", machine).Msg("report for an unknown machine ignored")
 		return r, errIgnore
-	case dm.GetMetadata().GetDeletionTimestamp() != nil:
+	case dm.GetMetadata().GetDeletionTimestamp() != nil && kind != "heartbeat" && kind != "conditions":
+		// A deleting machine's heartbeats and conditions still count: its
+		// agent reports EtcdMemberRemoved while it leaves, and the
+		// machine-manager waits for it only while the agent heartbeats.
 		return r, errIgnore
 	}
 	r.created = dm.GetMetadata().GetCreationTimestamp().AsTime()
@@ -154,10 +158,13 @@ func (s *Service) onHeartbeat(ctx context.Context, m *events.Message, hb *capnv1
 		return nil
 	}
 	persist := s.cfg.PersistEvery
-	if st, ok := decodeCached(s.observed, keys.MachinePrefix+r.key, newMachineStatus); ok && st.GetPhaseValue() == capnv1.MachineStopped {
+	if st, ok := decodeCached(s.observed, keys.MachinePrefix+r.key, newMachineStatus); ok &&
+		(st.GetPhaseValue() == capnv1.MachineStopped || st.GetPhaseValue() == capnv1.MachineDeleting) {
 		// Waking from hibernation: the machine-manager makes the machine
 		// Running on a ready heartbeat from after its start, so each one
-		// is written until then (a stopped machine sends none).
+		// is written until then (a stopped machine sends none). Deleting:
+		// the machine-manager judges whether the agent still answers
+		// from the recorded heartbeat.
 		persist = 0
 	}
 	wrote, err := s.applyReport(ctx, r, func(h *capnv1.NodeHealth) bool { return mergeHeartbeat(h, hb, r.at, persist) })

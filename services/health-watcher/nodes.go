@@ -7,7 +7,9 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/capn-dev/capn/schemas/annotations"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/conditions"
 )
 
 // The pure half of reading a workload cluster's Nodes (workload.go is the
@@ -41,6 +43,12 @@ type WorkloadMachine struct {
 	ProviderID string
 	// Deleting: its deletion was requested, or it is Deleting or Deleted.
 	Deleting bool
+	// HoldNode: deleting, but its Node may not be deleted yet — the
+	// deletion has not got past the drain (NodeDeletionHold).
+	HoldNode bool
+	// Drain: deleting, and the machine-manager asks for its Node to be
+	// drained now (DrainingSucceeded False, reason Draining).
+	Drain bool
 }
 
 // NodeDeletion is a Node to delete from the workload cluster, and why.
@@ -57,6 +65,11 @@ type NodePlan struct {
 	Match map[string]WorkloadNode
 	// Delete are the Nodes of machines that are being deleted or gone.
 	Delete []NodeDeletion
+	// Drain are the Nodes of deleting machines to drain (Machine set).
+	Drain []NodeDeletion
+	// Gone are the deleting machines (with a provider id) that no Node
+	// has: their Node was deleted, if they ever had one.
+	Gone []string
 }
 
 // PlanNodes matches Nodes to machines by spec.providerID == the machine's
@@ -64,8 +77,10 @@ type NodePlan struct {
 //
 //   - a Node without a providerID is not capn's to judge: left alone;
 //   - a Node whose machine is Deleting (or Deleted, or its deletion
-//     requested) is deleted — deleting a control-plane machine's Node is
-//     what takes its etcd member out (the control-plane agents remove the
+//     requested) is drained while the machine asks for it (Drain), kept
+//     while its deletion has not got past the drain (HoldNode), and
+//     deleted after — deleting a control-plane machine's Node is what
+//     takes its etcd member out (the control-plane agents remove the
 //     member of a name without a control-plane Node);
 //   - a Node whose providerID has the scheme of one of the cluster's
 //     providers (schemes: "process" for process://...) but is no machine's
@@ -85,13 +100,18 @@ func PlanNodes(nodes []WorkloadNode, machines []WorkloadMachine, live map[string
 		}
 	}
 	plan := NodePlan{Match: map[string]WorkloadNode{}}
+	seen := map[string]bool{}
 	for _, n := range nodes {
 		if n.ProviderID == "" {
 			continue
 		}
+		seen[n.ProviderID] = true
 		old := n.Created.IsZero() || !now.Before(n.Created.Add(grace))
 		m, ok := byID[n.ProviderID]
 		switch {
+		case ok && m.Deleting && m.Drain:
+			plan.Drain = append(plan.Drain, NodeDeletion{Node: n, Machine: m.Name})
+		case ok && m.Deleting && m.HoldNode:
 		case ok && m.Deleting:
 			if old {
 				plan.Delete = append(plan.Delete, NodeDeletion{Node: n, Machine: m.Name})
@@ -104,8 +124,55 @@ func PlanNodes(nodes []WorkloadNode, machines []WorkloadMachine, live map[string
 			plan.Delete = append(plan.Delete, NodeDeletion{Node: n})
 		}
 	}
-	slices.SortFunc(plan.Delete, func(a, b NodeDeletion) int { return strings.Compare(a.Node.Name, b.Node.Name) })
+	for _, m := range machines {
+		if m.Deleting && m.ProviderID != "" && !seen[m.ProviderID] {
+			plan.Gone = append(plan.Gone, m.Name)
+		}
+	}
+	byNode := func(a, b NodeDeletion) int { return strings.Compare(a.Node.Name, b.Node.Name) }
+	slices.SortFunc(plan.Delete, byNode)
+	slices.SortFunc(plan.Drain, byNode)
+	slices.Sort(plan.Gone)
 	return plan
+}
+
+// Names the machine-manager gives a deletion's steps (its
+// DrainingSucceeded condition and the Deleting condition's reasons; not
+// imported: services do not import each other).
+const (
+	condDrainingSucceeded    = "DrainingSucceeded"
+	condDeleting             = "Deleting"
+	reasonDraining           = "Draining"
+	reasonWaitingForPreDrain = "WaitingForPreDrainHook"
+	reasonDrainingNode       = "DrainingNode"
+)
+
+// NodeDeletionHold says, for a deleting machine (dm its desired record,
+// nil when gone; st its status), whether its Node must be kept (hold) and
+// whether it is to be drained now (drain). The Node is kept until the
+// machine-manager's deletion got past the drain: while the deletion was
+// not looked at yet, while a pre-drain hook holds it, and while it
+// drains. A machine excluded from draining (annotations.ExcludeNodeDraining),
+// Deleted or gone holds nothing.
+func NodeDeletionHold(dm *capnv1.Machine, st *capnv1.MachineStatus) (hold, drain bool) {
+	if dm == nil || st.GetPhaseValue() == capnv1.MachineDeleted {
+		return false, false
+	}
+	if _, ok := dm.GetMetadata().GetAnnotations()[annotations.ExcludeNodeDraining]; ok {
+		return false, false
+	}
+	deleting := conditions.Get(st.GetConditions(), condDeleting)
+	if st.GetPhaseValue() != capnv1.MachineDeleting || deleting == nil {
+		return true, false // the machine-manager has not looked yet
+	}
+	if d := conditions.Get(st.GetConditions(), condDrainingSucceeded); d != nil && d.GetStatusValue() == capnv1.ConditionFalse && d.GetReason() == reasonDraining {
+		return true, true
+	}
+	switch deleting.GetReason() {
+	case reasonWaitingForPreDrain, reasonDrainingNode:
+		return true, false
+	}
+	return false, false
 }
 
 // scheme is the part of a providerID before "://" ("" if none).
@@ -118,7 +185,8 @@ func scheme(providerID string) string {
 }
 
 // mergeNode folds what the machine's Node says into its record: node_name
-// (the machine's nodeRef), kubelet_version, and the Node's conditions as
+// (the machine's nodeRef), node_uid (the machine has a workload Node),
+// kubelet_version, and the Node's conditions as
 // the node conditions the health policy judges, merged by mergeConditions'
 // rules, with source kubernetes — the latest per type wins, a repeated
 // status keeps its transition, a mere newer heartbeat is no change, and the
@@ -129,6 +197,9 @@ func mergeNode(h *capnv1.NodeHealth, n WorkloadNode, at time.Time) bool {
 	changed := false
 	if n.Name != "" && h.GetNodeName() != n.Name {
 		h.NodeName, changed = n.Name, true
+	}
+	if n.UID != "" && h.GetNodeUid() != n.UID {
+		h.NodeUid, changed = n.UID, true
 	}
 	if n.KubeletVersion != "" && h.GetKubeletVersion() != n.KubeletVersion {
 		h.KubeletVersion, changed = n.KubeletVersion, true

@@ -221,7 +221,8 @@ func TestNodesOfARealAPIServer(t *testing.T) {
 	natstest.WaitFor(t, 10*time.Second, "the orphan Node deleted", func() bool { return !exists("orphan") })
 
 	// w-1's machine record is gone (desired and observed); w-2's is being
-	// deleted: their Nodes go within a poll.
+	// deleted and the machine-manager's deletion got past the drain: their
+	// Nodes go within a poll.
 	for _, b := range []jetstream.KeyValue{desired, observed} {
 		if err := b.Delete(ctx, "machine."+c+".w-1"); err != nil {
 			t.Fatal(err)
@@ -234,6 +235,9 @@ func TestNodesOfARealAPIServer(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	put(t, observed, "machine."+c+".w-2", &capnv1.MachineStatus{Phase: "Deleting", ProviderId: "process://" + c + "/w-2", Provider: "process",
+		PhaseSince: created, Conditions: []*capnv1.Condition{{Type: "Deleting", Status: "True", Reason: "WaitingForNodeDeletion"},
+			{Type: "DrainingSucceeded", Status: "True", Reason: "Drained"}}})
 	gone := time.Now()
 	natstest.WaitFor(t, 10*time.Second, "the Nodes of w-1 (gone) and w-2 (deleting) deleted", func() bool { return !exists("w-1") && !exists("w-2") })
 	t.Logf("Nodes of a gone and a deleting machine deleted %s after the change", time.Since(gone).Round(10*time.Millisecond))

@@ -175,7 +175,9 @@ func (s *Service) kickAll() []string {
 
 // reconcileWorkload reads one cluster's Nodes: it matches them to the
 // machines, merges each machine's Node into its record (compare-and-set,
-// only on change), deletes the Nodes of machines being deleted or gone,
+// only on change), drains the Nodes of machines whose deletion drains
+// (drain.go), deletes the Nodes of machines being deleted (once past the
+// drain) or gone, records a deleting machine's Node deleted,
 // and comes back after NodePollEvery — or after the backoff while the API
 // server does not answer.
 func (s *Service) reconcileWorkload(ctx context.Context, cluster string) (reconcile.Result, error) {
@@ -211,7 +213,18 @@ func (s *Service) reconcileWorkload(ctx context.Context, cluster string) (reconc
 	}
 	machines, live, schemes := s.workloadMachines(cluster, cl)
 	plan := PlanNodes(nodes, machines, live, schemes, s.cfg.NodeDeleteGrace, now)
+	var errs []error
+	wrote := false
+	for _, d := range plan.Drain {
+		w, err := s.drain(ctx, &log, client, cluster, d, now)
+		if ctx.Err() != nil {
+			return reconcile.Result{}, ctx.Err()
+		}
+		wrote = wrote || w
+		errs = append(errs, err)
+	}
 	for _, d := range plan.Delete {
+		log.Info().Str("node", d.Node.Name).Str("machine", d.Machine).Msg("deleting a Node from the workload cluster")
 		if err := deleteNode(ctx, client, d.Node); err != nil {
 			if ctx.Err() != nil {
 				return reconcile.Result{}, ctx.Err()
@@ -221,15 +234,19 @@ func (s *Service) reconcileWorkload(ctx context.Context, cluster string) (reconc
 		ev := log.Info().Str("node", d.Node.Name).Str("provider_id", d.Node.ProviderID)
 		if d.Machine != "" {
 			ev.Str("machine", d.Machine).Msg("deleted the Node of a machine being deleted from the workload cluster")
+			plan.Gone = append(plan.Gone, d.Machine)
 		} else {
 			ev.Msg("deleted a Node whose machine is gone from the workload cluster")
 		}
 	}
+	for _, m := range plan.Gone {
+		w, err := s.recordDeleting(ctx, cluster, m, now, func(h *capnv1.NodeHealth) bool { return mergeNodeDeleted(h, now) })
+		wrote = wrote || w
+		errs = append(errs, err)
+	}
 	if a := s.work.cache.Answered(cluster); a.Changed {
 		log.Info().Str("server", a.Server).Int("nodes", len(nodes)).Msg("workload API server answers; reading its Nodes")
 	}
-	var errs []error
-	wrote := false
 	seen := map[string]bool{}
 	for machine, n := range plan.Match {
 		key := cluster + "." + machine
@@ -284,6 +301,9 @@ func (s *Service) workloadMachines(cluster string, cl *capnv1.Cluster) ([]Worklo
 		addScheme(m.GetSpec().GetProvider())
 		wm := WorkloadMachine{Name: name, ProviderID: st.GetProviderId(),
 			Deleting: m.GetMetadata().GetDeletionTimestamp() != nil || st.GetPhaseValue() == capnv1.MachineDeleting || st.GetPhaseValue() == capnv1.MachineDeleted}
+		if wm.Deleting {
+			wm.HoldNode, wm.Drain = NodeDeletionHold(m, st)
+		}
 		if p := m.GetSpec().GetProvider(); p != "" && !wm.Deleting {
 			// The provider's record may name the machine's providerID before
 			// its status does: such a Node is never taken for an orphan.
@@ -403,6 +423,24 @@ func deleteNode(ctx context.Context, c *kubeapi.Client, n WorkloadNode) error {
 		return nil
 	}
 	return fmt.Errorf("delete Node %s: %w", n.Name, err)
+}
+
+// drain makes one drain pass over the Node of a deleting machine and
+// records its progress (one write, only when it changed). A pass that
+// fails is logged and retried at the next read.
+func (s *Service) drain(ctx context.Context, log *zerolog.Logger, c *kubeapi.Client, cluster string, d NodeDeletion, now time.Time) (bool, error) {
+	pass, err := drainPass(ctx, c, d.Node)
+	if err != nil {
+		log.Warn().Err(err).Str("machine", d.Machine).Str("node", d.Node.Name).Msg("drain pass failed; retrying at the next read")
+		return false, nil
+	}
+	sum := pass.Summary()
+	wrote, err := s.recordDeleting(ctx, cluster, d.Machine, now, func(h *capnv1.NodeHealth) bool { return mergeDrain(h, sum, now) })
+	if wrote {
+		log.Info().Str("machine", d.Machine).Str("node", d.Node.Name).Str("state", sum.GetState()).Int32("pods_remaining", sum.GetPodsRemaining()).
+			Int("evicted", len(pass.Evicted)).Str("message", sum.GetMessage()).Msg("draining the Node of a machine being deleted")
+	}
+	return wrote, err
 }
 
 func newAnnouncement() *capnv1.ProviderAnnouncement { return new(capnv1.ProviderAnnouncement) }

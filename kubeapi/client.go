@@ -76,6 +76,25 @@ type StatusError struct {
 	Code         int
 	// Reason and Message of the API's Status, when it sent one.
 	Reason, Message string
+	// Causes are the Status's details.causes.
+	Causes []StatusCause
+}
+
+// StatusCause is one of a Status's details.causes.
+type StatusCause struct {
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+	Field   string `json:"field"`
+}
+
+// Cause is the message of the first cause with reason ("" if none).
+func (e *StatusError) Cause(reason string) string {
+	for _, c := range e.Causes {
+		if c.Reason == reason {
+			return c.Message
+		}
+	}
+	return ""
 }
 
 func (e *StatusError) Error() string {
@@ -129,9 +148,14 @@ func (c *Client) Do(ctx context.Context, method, path, contentType string, body,
 	}
 	if resp.StatusCode/100 != 2 {
 		se := &StatusError{Method: method, Path: path, Code: resp.StatusCode}
-		var st struct{ Reason, Message string }
+		var st struct {
+			Reason, Message string
+			Details         struct {
+				Causes []StatusCause `json:"causes"`
+			} `json:"details"`
+		}
 		if json.Unmarshal(data, &st) == nil {
-			se.Reason, se.Message = st.Reason, st.Message
+			se.Reason, se.Message, se.Causes = st.Reason, st.Message, st.Details.Causes
 		} else {
 			se.Message = strings.TrimSpace(string(data))
 		}

@@ -8,8 +8,10 @@ package kubeapitest
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +22,7 @@ import (
 	"time"
 
 	"github.com/capn-dev/capn/kubeapi"
+	"github.com/capn-dev/capn/secrets/kubeconfig"
 	"github.com/capn-dev/capn/secrets/pki"
 )
 
@@ -33,6 +36,9 @@ type Server struct {
 	// the CA issued.
 	Admin     *kubeapi.Client
 	AdminPair pki.KeyPair
+
+	bin, dir string
+	caPEM    []byte
 }
 
 // Start runs them with the cluster CA ca and the service-account key pair
@@ -74,7 +80,7 @@ func Start(t *testing.T, ca pki.KeyPair, saPub, saKey []byte, extraArgs ...strin
 		"--service-account-key-file=" + file("sa.pub"), "--service-account-signing-key-file=" + file("sa.key"),
 		"--client-ca-file=" + file("ca.crt"), "--tls-cert-file=" + file("apiserver.crt"), "--tls-private-key-file=" + file("apiserver.key"),
 		"--authorization-mode=Node,RBAC", "--cert-dir=" + file("certs")}, extraArgs...)...)
-	s := &Server{URL: fmt.Sprintf("https://127.0.0.1:%d", apiPort), Port: apiPort, AdminPair: admin}
+	s := &Server{URL: fmt.Sprintf("https://127.0.0.1:%d", apiPort), Port: apiPort, AdminPair: admin, bin: bin, dir: dir, caPEM: ca.CertPEM}
 	if s.Admin, err = kubeapi.NewClient(s.URL, ca.CertPEM, admin.CertPEM, admin.KeyPEM); err != nil {
 		t.Fatal(err)
 	}
@@ -88,6 +94,49 @@ func Start(t *testing.T, ca pki.KeyPair, saPub, saKey []byte, extraArgs ...strin
 	})
 	t.Logf("etcd and kube-apiserver ready in %s", time.Since(begin).Round(100*time.Millisecond))
 	return s
+}
+
+// StartControllerManager runs kube-controller-manager against s with
+// only the given controllers (e.g. "disruption", which computes a
+// PodDisruptionBudget's status.disruptionsAllowed), as the admin, until
+// the test ends. It returns once the process serves (its /healthz on
+// the secure port it picked answers); a controller's work is waited for
+// by the test. Without the binary the test is skipped.
+func (s *Server) StartControllerManager(t *testing.T, controllers ...string) {
+	t.Helper()
+	path := filepath.Join(s.bin, "kube-controller-manager")
+	if _, err := os.Stat(path); err != nil {
+		t.Skipf("CAPN_KUBE_BIN=%s: %v", s.bin, err)
+	}
+	kc, err := kubeconfig.Render(kubeconfig.Input{ClusterName: "test", Host: "127.0.0.1", Port: int32(s.Port),
+		CACertPEM: s.caPEM, ClientCertPEM: s.AdminPair.CertPEM, ClientKeyPEM: s.AdminPair.KeyPEM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(s.dir, "kcm")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	kcPath := filepath.Join(dir, "admin.kubeconfig")
+	if err := os.WriteFile(kcPath, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	p := startProc(t, dir, path, "--kubeconfig="+kcPath, "--authentication-kubeconfig="+kcPath, "--authorization-kubeconfig="+kcPath,
+		"--controllers="+strings.Join(controllers, ","), "--leader-elect=false", "--use-service-account-credentials=false",
+		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port), "--cert-dir="+filepath.Join(dir, "certs"))
+	insecure := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // a test process's self-signed serving certificate
+	waitProc(t, p, "kube-controller-manager /healthz", time.Minute, func() error {
+		resp, err := insecure.Get(fmt.Sprintf("https://127.0.0.1:%d/healthz", port))
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/healthz: %d", resp.StatusCode)
+		}
+		return nil
+	})
 }
 
 // Require skips the test without etcd and kube-apiserver in

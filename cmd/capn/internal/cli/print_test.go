@@ -262,3 +262,34 @@ func TestGoTemplate(t *testing.T) {
 		t.Errorf("a failing template: %v", err)
 	}
 }
+
+// TestDescribeDrainingMachine: a deleting machine's row says the step its
+// deletion is at and, while it drains, the pods a budget holds.
+func TestDescribeDrainingMachine(t *testing.T) {
+	c, ms := fixture(fixedNow)
+	m := ms[len(ms)-1]
+	m.Metadata.DeletionTimestamp = timestamppb.New(fixedNow.Add(-time.Minute))
+	m.Status.Phase = capnv1.MachineDeleting.Wire()
+	m.Status.FailureReason, m.Status.FailureMessage = "", ""
+	m.Status.Conditions = []*capnv1.Condition{
+		{Type: "Ready", Status: "False", Reason: "Deleting"},
+		{Type: "Deleting", Status: "True", Reason: "DrainingNode", Message: "draining node w-1: 2 pods blocked by PodDisruptionBudget web-pdb (default/web-a, default/web-b)"},
+		{Type: "DrainingSucceeded", Status: "False", Reason: "Draining", Message: "draining node w-1: 2 pods blocked by PodDisruptionBudget web-pdb (default/web-a, default/web-b)"},
+	}
+	var b strings.Builder
+	describeCluster(&b, c, ms, nil, describeOpts{now: fixedNow, loc: time.UTC})
+	var row string
+	for l := range strings.SplitSeq(b.String(), "\n") {
+		if strings.Contains(l, "Machine/"+m.Metadata.Name) {
+			row = l
+		}
+	}
+	if !strings.Contains(row, "DrainingNode") || !strings.Contains(row, "2 pods blocked by PodDisruptionBudget web-pdb (default/web-a, default/web-b)") {
+		t.Errorf("deleting machine's row %q: want the step and the pods the budget holds\n%s", row, b.String())
+	}
+	m.Status.Conditions[1] = &capnv1.Condition{Type: "Deleting", Status: "True", Reason: "WaitingForPreTerminateHook", Message: "waiting for pre-terminate hooks: storage"}
+	m.Status.Conditions[2].Status, m.Status.Conditions[2].Reason = "True", "Drained"
+	if reason, msg := machineTrouble(m); reason != "WaitingForPreTerminateHook" || msg != "waiting for pre-terminate hooks: storage" {
+		t.Errorf("after the drain: %s %q", reason, msg)
+	}
+}

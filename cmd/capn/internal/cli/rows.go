@@ -166,9 +166,22 @@ func machineRow(m *capnv1.Machine, now time.Time, wide, withCluster bool) []stri
 }
 
 // machineTrouble says why a machine is not ready, or "" when it is: its
-// failure, else its first condition that is not True, else its phase.
+// failure, else its first condition that is not True, else its phase. A
+// deleting machine says the step its deletion is at (the Deleting
+// condition), and while it drains, what holds the drain.
 func machineTrouble(m *capnv1.Machine) (reason, message string) {
 	st := m.GetStatus()
+	if st.GetPhaseValue() == capnv1.MachineDeleting {
+		// The step the deletion is at, and while it drains, what holds
+		// the drain (the pods a PodDisruptionBudget keeps).
+		if d := conditions.Get(st.GetConditions(), "Deleting"); d != nil && d.GetReason() != "" {
+			reason, message = d.GetReason(), d.GetMessage()
+			if dr := conditions.Get(st.GetConditions(), "DrainingSucceeded"); dr != nil && dr.GetStatusValue() == capnv1.ConditionFalse && dr.GetReason() == "Draining" {
+				message = dr.GetMessage()
+			}
+			return reason, message
+		}
+	}
 	if st.GetFailureReason() != "" || st.GetFailureMessage() != "" {
 		return orNone(st.GetFailureReason()), st.GetFailureMessage()
 	}

@@ -29,6 +29,8 @@ import (
 
 // DrainPass is what one pass over a Node's pods found and did.
 type DrainPass struct {
+	// Cordoned: the Node is unschedulable (the pass's first step).
+	Cordoned bool
 	// Evicted are the pods whose eviction the API accepted this pass.
 	Evicted []kubeapi.Pod
 	// Blocked are the pods whose eviction a budget refused, by budget
@@ -113,7 +115,8 @@ func list(items []string, max int) string {
 	return strings.Join(items[:max], ", ") + ", …"
 }
 
-// drainPass makes one pass over node n: cordon, list, evict. A budget
+// drainPass makes one pass over node n: cordon, list, evict. A pass that
+// fails after the cordon says so (Cordoned). A budget
 // that refuses is named from the API's answer, or found among the pod
 // namespace's budgets by its selector.
 func drainPass(ctx context.Context, c *kubeapi.Client, n WorkloadNode) (DrainPass, error) {
@@ -122,10 +125,10 @@ func drainPass(ctx context.Context, c *kubeapi.Client, n WorkloadNode) (DrainPas
 	}
 	pods, err := c.ListPodsOnNode(ctx, n.Name)
 	if err != nil {
-		return DrainPass{}, err
+		return DrainPass{Cordoned: true}, err
 	}
 	ready := nodeReady(n)
-	pass := DrainPass{Blocked: map[string][]kubeapi.Pod{}}
+	pass := DrainPass{Cordoned: true, Blocked: map[string][]kubeapi.Pod{}}
 	budgets := map[string][]kubeapi.PDB{} // by namespace, read once a pass
 	for _, p := range pods {
 		switch {

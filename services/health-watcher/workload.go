@@ -430,11 +430,15 @@ func deleteNode(ctx context.Context, c *kubeapi.Client, n WorkloadNode) error {
 // fails is logged and retried at the next read.
 func (s *Service) drain(ctx context.Context, log *zerolog.Logger, c *kubeapi.Client, cluster string, d NodeDeletion, now time.Time) (bool, error) {
 	pass, err := drainPass(ctx, c, d.Node)
+	sum := pass.Summary()
 	if err != nil {
 		log.Warn().Err(err).Str("machine", d.Machine).Str("node", d.Node.Name).Msg("drain pass failed; retrying at the next read")
-		return false, nil
+		if !pass.Cordoned {
+			return false, nil
+		}
+		// Cordoned, but the pods could not be read or evicted: say so.
+		sum = &capnv1.NodeDrain{State: capnv1.NodeDrainCordoned, Message: "cordoned; reading its pods failed: " + err.Error()}
 	}
-	sum := pass.Summary()
 	wrote, err := s.recordDeleting(ctx, cluster, d.Machine, now, func(h *capnv1.NodeHealth) bool { return mergeDrain(h, sum, now) })
 	if wrote {
 		log.Info().Str("machine", d.Machine).Str("node", d.Node.Name).Str("state", sum.GetState()).Int32("pods_remaining", sum.GetPodsRemaining()).

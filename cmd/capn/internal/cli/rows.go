@@ -174,7 +174,7 @@ func machineTrouble(m *capnv1.Machine) (reason, message string) {
 	if st.GetPhaseValue() == capnv1.MachineDeleting {
 		// The step the deletion is at, and while it drains, what holds
 		// the drain (the pods a PodDisruptionBudget keeps).
-		if d := conditions.Get(st.GetConditions(), "Deleting"); d != nil && d.GetReason() != "" {
+		if d := conditions.Get(st.GetConditions(), condDeleting); d != nil && d.GetReason() != "" {
 			reason, message = d.GetReason(), d.GetMessage()
 			if dr := conditions.Get(st.GetConditions(), "DrainingSucceeded"); dr != nil && dr.GetStatusValue() == capnv1.ConditionFalse && dr.GetReason() == "Draining" {
 				message = dr.GetMessage()

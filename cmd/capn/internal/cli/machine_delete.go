@@ -138,9 +138,13 @@ func (f *machineFollower) progress(m *capnv1.Machine, note string) {
 	}
 }
 
-// machineState is a machine's phase, and the condition it waits on.
+// machineState is a machine's phase, and the condition it waits on (or
+// that its deletion is requested, before the machine-manager took it up).
 func machineState(m *capnv1.Machine) string {
 	state := machinePhase(m)
+	if p := capnv1.MachinePhaseOf(state); m.GetMetadata().GetDeletionTimestamp() != nil && p != capnv1.MachineDeleting && p != capnv1.MachineDeleted {
+		return state + " — deletion requested"
+	}
 	if reason, msg := machineTrouble(m); reason != "" && reason != state {
 		state += " — " + reason
 		if msg != "" {

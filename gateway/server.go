@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/gateway/api"
 	"github.com/capn-dev/capn/gateway/ui"
@@ -21,9 +22,11 @@ import (
 // hub: every request reads or writes KV and JetStream. Safe for concurrent
 // use once built.
 type server struct {
-	log     zerolog.Logger
-	nc      *nats.Conn
-	js      jetstream.JetStream
+	log zerolog.Logger
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	// pub publishes the facts the API causes (hook added or released).
+	pub     *events.Publisher
 	auth    *authenticator
 	limiter *rateLimiter
 	// authFailures limits failed authentications per client address.
@@ -93,6 +96,10 @@ func (s *server) routes() {
 	s.handle("POST /v1/clusters/{name}/wake", scopeWrite, s.limits.RequestBytes, s.wakeCluster)
 	s.handle("GET /v1/clusters/{name}/machines", scopeRead, 0, s.listMachines)
 	s.handle("GET /v1/clusters/{name}/machines/{machine}", scopeRead, 0, s.getMachine)
+	s.handle("DELETE /v1/clusters/{name}/machines/{machine}", scopeWrite, s.limits.RequestBytes, s.deleteMachine)
+	s.handle("GET /v1/clusters/{name}/hooks", scopeRead, 0, s.listHooks)
+	s.handle("POST /v1/clusters/{name}/machines/{machine}/hooks", scopeWrite, s.limits.RequestBytes, s.addHook)
+	s.handle("DELETE /v1/clusters/{name}/machines/{machine}/hooks/{phase}/{hook}", scopeWrite, s.limits.RequestBytes, s.releaseHook)
 	s.handle("GET /v1/clusters/{name}/kubeconfig", scopeSecrets, 0, s.getKubeconfig)
 	s.handle("GET /v1/clusters/{name}/events", scopeRead, 0, s.timeline)
 	s.handle("GET /v1/watch", scopeRead, 0, s.watch)

@@ -315,7 +315,7 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	}
 	stopping := make(chan struct{})
 	srv := &server{
-		log: log, nc: d.NC, js: d.JS, auth: auth,
+		log: log, nc: d.NC, js: d.JS, auth: auth, pub: events.NewPublisher(d.JS, "capn/"+Name),
 		limiter:      newRateLimiter(s.opts.RateLimit, s.opts.RateBurst, s.opts.Now),
 		authFailures: newRateLimiter(s.opts.AuthFailureRate, s.opts.AuthFailureBurst, s.opts.Now),
 		streams:      newStreamSlots(s.opts.MaxStreamsPerToken, s.opts.MaxStreams),

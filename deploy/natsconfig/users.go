@@ -135,8 +135,9 @@ func (d Deployment) Users() []User {
 			// Hibernation powers machines off and on.
 			events.Subject(events.SubjectProviders, "*", "machine", "stop", ">"),
 			events.Subject(events.SubjectProviders, "*", "machine", "start", ">"))
-		// Facts that belong to the health-watcher and the remediator.
-		g.deny(ev("machine", "unhealthy", ">"), ev("machine", "remediation", ">"))
+		// Facts that belong to the health-watcher, the remediator and the
+		// gateway (hooks added or released).
+		g.deny(ev("machine", "unhealthy", ">"), ev("machine", "remediation", ">"), ev("machine", "hook", ">"))
 	})
 	add(Bootstrapper, "owns PKI, kubeconfigs and bootstrap data (the secrets bucket)", func(g *grants) {
 		g.read(des, ">")
@@ -168,7 +169,11 @@ func (d Deployment) Users() []User {
 		g.read(obs, ">")
 		g.read(sec, "kubeconfig.>") // sealed; the gateway holds the key to serve them
 		g.write(des, "cluster.>")
-		g.publish(SubjectIngest+".>", events.SubjectHealth+".>")
+		// A second writer of desired machines: lifecycle hook annotations
+		// and deletion_timestamp (capn hook, capn delete machine), each a
+		// compare-and-set; the planner owns the rest of the record.
+		g.write(des, "machine.>")
+		g.publish(SubjectIngest+".>", events.SubjectHealth+".>", ev("machine", "hook", ">"))
 		g.ordered(events.StreamEvents, ev("*", "*", "*", "*"), durablesOn(durables, events.StreamEvents))
 	})
 	for _, p := range d.Providers {

@@ -56,7 +56,8 @@ type Scope string
 const (
 	// ScopeRead: GET clusters, machines, events, watch.
 	ScopeRead Scope = "read"
-	// ScopeWrite: apply, delete, scale, upgrade, pause, resume.
+	// ScopeWrite: apply, delete (clusters, machines), scale, upgrade,
+	// pause, resume, hibernate, wake, add and release lifecycle hooks.
 	ScopeWrite Scope = "write"
 	// ScopeIngest: POST /v1/events.
 	ScopeIngest Scope = "ingest"

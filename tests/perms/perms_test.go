@@ -247,6 +247,8 @@ func TestEachUserDoesItsJob(t *testing.T) {
 	gw.put(events.BucketDesired, "cluster.demo")
 	gw.publish(gateway.SubjectIngest + ".dev.capn.test")
 	gw.publish(events.HealthSubject("demo", "m1", "conditions"))
+	gw.put(events.BucketDesired, "machine.demo.m1") // hooks and capn delete machine
+	gw.publish(events.EventSubject("machine", "hook", "demo", "m1"))
 
 	cp := w.as(t, natsconfig.ClusterPlanner)
 	cp.cache(events.BucketDesired)
@@ -505,9 +507,9 @@ func TestOutsideTheJobIsRefused(t *testing.T) {
 	t.Run("each writes only its own key space", func(t *testing.T) {
 		t.Parallel()
 		for user, subjects := range map[string][]string{
-			natsconfig.Gateway:        {"$KV.desired.machine.demo.m1", "$KV.observed.cluster.demo", "capn.evt.cluster.ready.demo._", "capn.cmd.bootstrap.generate.demo.m1"},
+			natsconfig.Gateway:        {"$KV.observed.machine.demo.m1", "$KV.observed.cluster.demo", "capn.evt.cluster.ready.demo._", "capn.evt.machine.running.demo.m1", "capn.cmd.bootstrap.generate.demo.m1"},
 			natsconfig.ClusterPlanner: {"$KV.observed.machine.demo.m1", "capn.provider.sim.machine.create.demo.m1", "capn.cmd.bootstrap.generate.demo.m1"},
-			natsconfig.MachineManager: {"$KV.desired.machine.demo.m1", "$KV.observed.cluster.demo", "capn.evt.machine.unhealthy.demo.m1", "capn.provider.sim.cluster.delete.demo._", "capn.provider.sim.machine.reboot.demo.m1"},
+			natsconfig.MachineManager: {"$KV.desired.machine.demo.m1", "$KV.observed.cluster.demo", "capn.evt.machine.unhealthy.demo.m1", "capn.evt.machine.hook.demo.m1", "capn.provider.sim.cluster.delete.demo._", "capn.provider.sim.machine.reboot.demo.m1"},
 			natsconfig.HealthWatcher:  {"$KV.observed.machine.demo.m1", "$KV.desired.machine.demo.m1", "capn.provider.sim.machine.reboot.demo.m1"},
 			natsconfig.Remediator:     {"$KV.observed.machine.demo.m1", "$KV.desired.cluster.demo", "capn.evt.machine.unhealthy.demo.m1", "capn.provider.sim.machine.delete.demo.m1"},
 			natsconfig.Bootstrapper:   {"$KV.desired.cluster.demo", "$KV.observed.machine.demo.m1", "capn.provider.sim.machine.create.demo.m1"},

@@ -253,26 +253,43 @@ every deletion is requested; with --wait, once every cluster is gone
 (--timeout bounds the whole wait), showing the machines left and the
 current step.
 
+capn delete machine NAME --cluster CLUSTER chooses which machine goes:
+capn drains its Node and deletes it (its lifecycle hooks hold it, see
+capn hook), and makes a replacement, since the pool's replicas did not
+change (to remove a machine for good, scale its pool down). With --wait
+it returns once the machine is gone and its replacement is Running,
+printing each change of the machine's phase and what it waits for. The
+last control-plane machine is refused: scale the control plane, or
+delete the cluster.
+
 Examples:
   capn delete cluster demo --wait
   capn delete cluster/a cluster/b
   capn delete clusters -l env=dev --wait
   capn get clusters -l env=dev -o name | xargs capn delete
+  capn delete machine demo-md-0-7f9c2-x8k2p --cluster demo --wait
 `
 
 func cmdDelete(ctx context.Context, e env, args []string) int {
-	fs := newFlags(e, "capn delete cluster NAME... | cluster/NAME... | clusters -l SELECTOR [--wait]", deleteHelp)
+	fs := newFlags(e, "capn delete cluster NAME... | cluster/NAME... | clusters -l SELECTOR | machine NAME --cluster CLUSTER [--wait]", deleteHelp)
 	var a apiFlags
 	a.bind(fs)
 	var wf waitFlags
-	wf.bind(fs, "every cluster is gone")
-	var selector string
+	wf.bind(fs, "every cluster is gone (a machine: it is gone and its replacement is Running)")
+	var selector, cluster string
 	fs.StringVar(&selector, "l", "", "delete the clusters with these labels: a `selector`, e.g. env=dev")
 	fs.StringVar(&selector, "selector", "", "`selector`: same as -l")
+	fs.StringVar(&cluster, "cluster", "", "the `cluster` of the machine to delete (capn delete machine NAME --cluster CLUSTER)")
 	const name = "capn delete"
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return exitFor(err)
+	}
+	if r, rerr := parseRefs(pos); rerr == nil && r.res == resMachine {
+		return deleteOneMachine(ctx, e, a, r, cluster, selector, wf)
+	}
+	if cluster != "" {
+		return reportError(e.stderr, name, nil, usagef("--cluster goes with a machine: capn delete machine NAME --cluster CLUSTER"))
 	}
 	names, err := deleteTargets(pos, selector)
 	if err != nil {
@@ -283,6 +300,29 @@ func cmdDelete(ctx context.Context, e env, args []string) int {
 		return reportError(e.stderr, name, nil, err)
 	}
 	if err := s.deleteClusters(ctx, names, selector, wf); err != nil {
+		return s.fail(err)
+	}
+	return daemon.ExitOK
+}
+
+// deleteOneMachine is capn delete machine NAME --cluster CLUSTER.
+func deleteOneMachine(ctx context.Context, e env, a apiFlags, r refs, cluster, selector string, wf waitFlags) int {
+	const name = "capn delete"
+	machine, err := machineTarget(r, cluster)
+	if err == nil && selector != "" {
+		err = usagef("-l selects clusters: capn deletes one machine at a time, by name")
+	}
+	if err == nil {
+		cluster, err = clusterArg(cluster, name)
+	}
+	if err != nil {
+		return reportError(e.stderr, name, nil, err)
+	}
+	s, err := a.connect(e, name)
+	if err != nil {
+		return reportError(e.stderr, name, nil, err)
+	}
+	if err := s.deleteMachine(ctx, cluster, machine, wf); err != nil {
 		return s.fail(err)
 	}
 	return daemon.ExitOK
@@ -302,7 +342,7 @@ func deleteTargets(pos []string, selector string) ([]string, error) {
 	case err != nil:
 		return nil, err
 	case r.res != resCluster:
-		return nil, usagef("cannot delete %s: capn deletes clusters; a machine goes when its pool is scaled down (capn scale) or replaced by capn", r.res.plural)
+		return nil, usagef("cannot delete %s: capn deletes clusters, and machines one at a time (capn delete machine NAME --cluster CLUSTER)", r.res.plural)
 	case selector != "" && len(r.names) > 0:
 		return nil, usagef("-l selects the clusters to delete: it cannot go with names")
 	case selector == "" && len(r.names) == 0:

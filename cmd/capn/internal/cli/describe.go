@@ -326,6 +326,9 @@ func addMachines(parent *treeNode, ms []*capnv1.Machine, o describeOpts) {
 		}
 		n := parent.add(&treeNode{name: "Machine/" + m.GetMetadata().GetName(),
 			cells: []string{machinePhase(m), version, ready.Wire(), reason, since(m.GetStatus().GetPhaseSince(), o.now), msg}})
+		if h := machineHooks(m); h != nil {
+			n.add(h)
+		}
 		if o.showConditions {
 			for _, c := range m.GetStatus().GetConditions() {
 				n.add(&treeNode{name: c.GetType(), cells: []string{"", "", c.GetStatus(), c.GetReason(), since(c.GetLastTransitionTime(), o.now), c.GetMessage()}})

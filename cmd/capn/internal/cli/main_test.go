@@ -112,7 +112,7 @@ func TestEveryCommandsHelp(t *testing.T) {
 	for _, c := range commands() {
 		cmds = append(cmds, []string{c.name})
 	}
-	cmds = append(cmds, []string{"nats-config", "render"}, []string{"nats-config", "provision"}, []string{"nats-config", "users"})
+	cmds = append(cmds, []string{"hook", "add"}, []string{"hook", "release"}, []string{"hook", "list"}, []string{"nats-config", "render"}, []string{"nats-config", "provision"}, []string{"nats-config", "users"})
 	for _, c := range cmds {
 		for _, h := range []string{"-h", "--help"} {
 			t.Run(strings.Join(c, " ")+" "+h, func(t *testing.T) {

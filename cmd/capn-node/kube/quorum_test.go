@@ -17,7 +17,7 @@ var (
 	cp4     = kube.Member{ID: 5, Name: "cp-4", ClientURLs: []string{"https://127.0.0.6:2379"}}
 	ghost   = kube.Member{ID: 9, PeerURLs: []string{"https://127.0.0.9:2380"}, IsLearner: true}
 	joining = kube.Member{ID: 8, Name: "cp-5", IsLearner: true}
-	down    = errors.New("connection refused")
+	errDown = errors.New("connection refused")
 )
 
 func healthOf(dead ...kube.EtcdID) kube.Health {
@@ -26,7 +26,7 @@ func healthOf(dead ...kube.EtcdID) kube.Health {
 		h[m.ID] = nil
 	}
 	for _, id := range dead {
-		h[id] = down
+		h[id] = errDown
 	}
 	return h
 }

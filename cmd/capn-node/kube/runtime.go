@@ -219,8 +219,18 @@ func (r *Runtime) runControlPlane(ctx context.Context) error {
 	}
 	if !r.cfg.FirstControlPlane {
 		peer := url("https", addr, r.opts.Ports.EtcdPeer)
-		if !r.retry(ctx, "promote this etcd learner to a voting member", func() error { return r.promote(ctx, etcd, peer, restart) }) {
+		var removed error
+		if !r.retry(ctx, "promote this etcd learner to a voting member", func() error {
+			err := r.promote(ctx, etcd, peer, restart)
+			if errors.Is(err, errLearnerRemoved) && !restart {
+				removed, err = err, nil // no use retrying: fail the machine
+			}
+			return err
+		}) {
 			return nil
+		}
+		if removed != nil {
+			return fmt.Errorf("kube-local: %w: the other control planes remove a learner that does not start or catch up within their learner timeout; this machine must be replaced", removed)
 		}
 		log.Info().Dur("after", r.mark("etcd-member-promoted")).Msg("etcd member is a voting member")
 	}
@@ -398,6 +408,9 @@ func (r *Runtime) promote(ctx context.Context, etcd *Etcd, peerURL string, resta
 	return promote(ctx, others, peerURL)
 }
 
+// errLearnerRemoved: this machine's member is not in the list (removed).
+var errLearnerRemoved = errors.New("this machine's etcd learner was removed before it was promoted")
+
 func promote(ctx context.Context, etcd *Etcd, peerURL string) error {
 	members, err := etcd.Members(ctx)
 	if err != nil {
@@ -406,7 +419,7 @@ func promote(ctx context.Context, etcd *Etcd, peerURL string) error {
 	m, ok := ByPeerURL(members, peerURL)
 	switch {
 	case !ok:
-		return fmt.Errorf("no etcd member has peer URL %s (removed?)", peerURL)
+		return fmt.Errorf("%w: no etcd member has peer URL %s", errLearnerRemoved, peerURL)
 	case !m.IsLearner:
 		return nil
 	}

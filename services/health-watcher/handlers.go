@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/schemas/annotations"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/health/policy"
 	"github.com/capn-dev/capn/schemas/keys"
@@ -45,6 +47,9 @@ type report struct {
 // errIgnore means the report is about nothing the watcher keeps.
 var errIgnore = errors.New("ignored")
 
+// errDeleting is errIgnore for a machine whose deletion was requested.
+var errDeleting = fmt.Errorf("machine deleting: %w", errIgnore)
+
 // accept checks a report of kind from cluster/machine (as its data says)
 // against its subject and the desired machine.
 func (s *Service) accept(ctx context.Context, m *events.Message, kind, cluster, machine string) (report, error) {
@@ -74,11 +79,13 @@ func (s *Service) accept(ctx context.Context, m *events.Message, kind, cluster, 
 	case !ok:
 		log.Debug().Str("cluster", cluster).Str("machine", machine).Msg("report for an unknown machine ignored")
 		return r, errIgnore
-	case dm.GetMetadata().GetDeletionTimestamp() != nil && kind != "heartbeat" && kind != "conditions":
-		// A deleting machine's heartbeats and conditions still count: its
-		// agent reports EtcdMemberRemoved while it leaves, and the
-		// machine-manager waits for it only while the agent heartbeats.
-		return r, errIgnore
+	case dm.GetMetadata().GetDeletionTimestamp() != nil && kind != "heartbeat":
+		// A deleting machine's heartbeats still count (the machine-manager
+		// waits for a leaving control plane's etcd member only while its
+		// agent heartbeats), and of its conditions EtcdMemberRemoved
+		// (onConditions).
+		r.created = dm.GetMetadata().GetCreationTimestamp().AsTime()
+		return r, errDeleting
 	}
 	r.created = dm.GetMetadata().GetCreationTimestamp().AsTime()
 	if r.at.Before(r.created) {
@@ -184,12 +191,37 @@ func (s *Service) onHeartbeat(ctx context.Context, m *events.Message, hb *capnv1
 }
 
 func (s *Service) onConditions(ctx context.Context, m *events.Message, nc *capnv1.NodeConditions) error {
-	if token, ok := reporter(m); ok {
+	token, ingested := reporter(m)
+	if ingested {
 		nc.Source = policy.IngestSource(token)
 	}
-	return s.handle(ctx, m, "conditions", nc.GetCluster(), nc.GetMachine(), func(h *capnv1.NodeHealth) bool {
-		return mergeConditions(h, nc, streamTime(m, s.cfg.Now()))
-	})
+	merge := func(h *capnv1.NodeHealth) bool { return mergeConditions(h, nc, streamTime(m, s.cfg.Now())) }
+	r, err := s.accept(ctx, m, "conditions", nc.GetCluster(), nc.GetMachine())
+	if errors.Is(err, errDeleting) && !ingested && !r.at.Before(r.created) {
+		// A deleting machine's reports are ignored, but for the one the
+		// machine-manager waits for: a leaving control plane's agent says
+		// its etcd member is removed (annotations.CondEtcdMemberRemoved).
+		nc.Conditions = slices.DeleteFunc(nc.Conditions, func(c *capnv1.NodeCondition) bool {
+			return c.GetType() != annotations.CondEtcdMemberRemoved
+		})
+		if len(nc.Conditions) > 0 {
+			err = nil
+		}
+	}
+	if errors.Is(err, errIgnore) {
+		s.metrics.report("conditions", outcomeIgnored)
+		return nil
+	}
+	if err != nil {
+		s.metrics.report("conditions", outcomeIgnored)
+		return err
+	}
+	wrote, err := s.applyReport(ctx, r, merge)
+	if err != nil {
+		return err
+	}
+	s.metrics.report("conditions", outcome(wrote))
+	return nil
 }
 
 func (s *Service) onProblem(ctx context.Context, m *events.Message, p *capnv1.ProblemEvent) error {

@@ -31,6 +31,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -70,9 +71,9 @@ type Agent struct {
 	kube atomic.Pointer[kubeState]
 	// newKube builds the control-plane runtime (tests replace it).
 	newKube func(*kubelocal.NodeConfig, kube.Options) (KubeRuntime, error)
-	// lastCond is the KubeControlPlane condition published last
-	// (heartbeat goroutine only).
-	lastCond kube.Condition
+	// lastConds are the conditions published last (heartbeat goroutine
+	// only).
+	lastConds []kube.NamedCondition
 }
 
 // New checks cfg and returns its agent.
@@ -285,29 +286,39 @@ func (a *Agent) beat(ctx context.Context, pub *events.Publisher, at time.Time) e
 	_, err := pub.Publish(ctx, events.HealthSubject(c, m, HeartbeatKind), events.TypeNodeHeartbeat,
 		HeartbeatID(c, m, at), hb, events.WithSubject(m))
 	if ks := a.kube.Load(); ks != nil {
-		err = errors.Join(err, a.publishCondition(ctx, pub, ks.condition(), at))
+		err = errors.Join(err, a.publishConditions(ctx, pub, ks.conditions(), at))
 	}
 	return err
 }
 
-// publishCondition sends the control plane's state as node condition
-// KubeControlPlane when it changed since the last one sent.
-func (a *Agent) publishCondition(ctx context.Context, pub *events.Publisher, cond kube.Condition, at time.Time) error {
-	if cond == a.lastCond {
+// publishConditions sends the control plane's state as node condition
+// KubeControlPlane, with the etcd membership's conditions, when any of
+// them changed since the last report sent. A leaving control plane's
+// EtcdMemberRemoved goes this way: the machine-manager waits for it (as
+// the health-watcher merges it into NodeHealth) before deleting the
+// machine's infrastructure.
+func (a *Agent) publishConditions(ctx context.Context, pub *events.Publisher, conds []kube.NamedCondition, at time.Time) error {
+	if slices.Equal(conds, a.lastConds) {
 		return nil
 	}
 	c, m := a.cfg.Cluster, a.cfg.Machine
-	nc := &capnv1.NodeConditions{Cluster: c, Machine: m, Source: "capn-node", Time: timestamppb.New(at),
-		Conditions: []*capnv1.NodeCondition{{
-			Type: ConditionKubeControlPlane, Status: cond.Status, Reason: cond.Reason, Message: cond.Message,
+	nc := &capnv1.NodeConditions{Cluster: c, Machine: m, Source: "capn-node", Time: timestamppb.New(at)}
+	for _, cond := range conds {
+		nc.Conditions = append(nc.Conditions, &capnv1.NodeCondition{
+			Type: cond.Type, Status: cond.Status, Reason: cond.Reason, Message: cond.Message,
 			LastTransitionTime: timestamppb.New(at),
-		}}}
+		})
+	}
 	id := events.Subject("conditions", c, m, strconv.FormatInt(at.UnixMilli(), 10))
 	if _, err := pub.Publish(ctx, events.HealthSubject(c, m, ConditionsKind), events.TypeNodeConditions, id, nc, events.WithSubject(m)); err != nil {
 		return err
 	}
-	a.log.Info().Str("status", cond.Status).Str("reason", cond.Reason).Str("message", cond.Message).Msg("control-plane condition sent")
-	a.lastCond = cond
+	for i, cond := range conds {
+		if i >= len(a.lastConds) || a.lastConds[i] != cond {
+			a.log.Info().Str("type", cond.Type).Str("status", cond.Status).Str("reason", cond.Reason).Str("message", cond.Message).Msg("node condition sent")
+		}
+	}
+	a.lastConds = conds
 	return nil
 }
 
@@ -328,7 +339,7 @@ func (a *Agent) serveHealth() func() {
 			return
 		}
 		if ks := a.kube.Load(); ks != nil {
-			c := ks.condition()
+			c := ks.conditions()[0]
 			if !ks.ready() {
 				w.WriteHeader(http.StatusServiceUnavailable)
 			}

@@ -77,6 +77,10 @@ type Config struct {
 	// name=port,... with names etcd-client, etcd-peer, apiserver,
 	// controller-manager, scheduler (kubeadm's defaults otherwise).
 	KubePorts string
+	// EtcdLearnerTimeout is how long the control plane's membership sweep
+	// lets an etcd learner stay unstarted or unpromoted before removing it
+	// (0: kube.DefaultLearnerTimeout, 2m).
+	EtcdLearnerTimeout time.Duration
 }
 
 // Flags binds the config to --flags and CAPN_NODE_* (CAPN_NATS_* for NATS)
@@ -112,6 +116,7 @@ func (c *Config) Flags() []daemon.Flag {
 		f("provider-id", "CAPN_NODE_PROVIDER_ID", "`id` the infrastructure gives this machine: the Node's spec.providerID (optional)", &c.ProviderID),
 		f("kube-ports", "CAPN_NODE_KUBE_PORTS", "control-plane `ports` as name=port,... (etcd-client, etcd-peer, apiserver, controller-manager, scheduler; default kubeadm's)", &c.KubePorts),
 		{Name: "heartbeat-every", Env: "CAPN_NODE_HEARTBEAT_EVERY", Usage: "heartbeat `interval`", Value: daemon.DurationValue(&c.HeartbeatEvery)},
+		{Name: "etcd-learner-timeout", Env: "CAPN_NODE_ETCD_LEARNER_TIMEOUT", Usage: "how long an etcd learner may stay unstarted or unpromoted before the control planes remove it (`duration`, default 2m)", Value: daemon.DurationValue(&c.EtcdLearnerTimeout)},
 	}
 }
 
@@ -173,6 +178,9 @@ func (c Config) Validate() error {
 	}
 	if a, err := netip.ParseAddr(c.Address); err != nil || a.Zone() != "" {
 		bad("address", "CAPN_NODE_ADDRESS", c.Address, "must be an IP address")
+	}
+	if c.EtcdLearnerTimeout < 0 {
+		bad("etcd-learner-timeout", "CAPN_NODE_ETCD_LEARNER_TIMEOUT", c.EtcdLearnerTimeout.String(), "must not be negative (0: the default 2m)")
 	}
 	if _, err := kube.ParsePorts(c.KubePorts); err != nil {
 		bad("kube-ports", "CAPN_NODE_KUBE_PORTS", c.KubePorts, err.Error())

@@ -25,6 +25,10 @@ type KubeRuntime interface {
 	Run(ctx context.Context) error
 	Ready() bool
 	Condition() (kube.Condition, int)
+	// EtcdConditions are the etcd membership's conditions
+	// (EtcdMemberRemoved while the machine leaves, EtcdMembersHealthy),
+	// sent beside KubeControlPlane.
+	EtcdConditions() []kube.NamedCondition
 }
 
 // kubeState is the machine's control plane as the agent sees it: the
@@ -48,14 +52,15 @@ func (k *kubeState) ready() bool {
 	return !failed && k.rt != nil && k.rt.Ready()
 }
 
-func (k *kubeState) condition() kube.Condition {
+// conditions are KubeControlPlane first, then the etcd ones.
+func (k *kubeState) conditions() []kube.NamedCondition {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.fail != nil {
-		return *k.fail
+		return []kube.NamedCondition{{Type: ConditionKubeControlPlane, Condition: *k.fail}}
 	}
 	c, _ := k.rt.Condition()
-	return c
+	return append([]kube.NamedCondition{{Type: ConditionKubeControlPlane, Condition: c}}, k.rt.EtcdConditions()...)
 }
 
 // startKube runs the control plane when the applied data is kube-local's
@@ -96,7 +101,7 @@ func (a *Agent) startKube(ctx context.Context) <-chan struct{} {
 	}
 	rt, err := a.newKube(cfg, kube.Options{
 		BinDir: a.cfg.KubeBin, DataDir: a.cfg.DataDir, Address: a.cfg.Address, ProviderID: a.cfg.ProviderID,
-		Ports: ports, Log: a.log.With().Str("component", "kube").Logger(),
+		Ports: ports, LearnerTimeout: a.cfg.EtcdLearnerTimeout, Log: a.log.With().Str("component", "kube").Logger(),
 	})
 	if err != nil {
 		return fail("Failed", err)

@@ -16,6 +16,7 @@ import (
 	"github.com/capn-dev/capn/cmd/capn-node/kube"
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/natstest"
+	"github.com/capn-dev/capn/schemas/annotations"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/bootstraptest"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
@@ -26,6 +27,7 @@ type fakeRuntime struct {
 	ready   atomic.Bool
 	ran     atomic.Bool
 	stopped atomic.Bool
+	etcd    atomic.Pointer[kube.NamedCondition]
 }
 
 func (f *fakeRuntime) Run(ctx context.Context) error {
@@ -37,6 +39,13 @@ func (f *fakeRuntime) Run(ctx context.Context) error {
 }
 
 func (f *fakeRuntime) Ready() bool { return f.ready.Load() }
+
+func (f *fakeRuntime) EtcdConditions() []kube.NamedCondition {
+	if c := f.etcd.Load(); c != nil {
+		return []kube.NamedCondition{*c}
+	}
+	return nil
+}
 
 func (f *fakeRuntime) Condition() (kube.Condition, int) {
 	if f.ready.Load() {
@@ -160,6 +169,21 @@ func TestAgentRunsTheKubeLocalControlPlane(t *testing.T) {
 	fake.ready.Store(false)
 	w.waitReady(false)
 
+	// A leaving control plane's EtcdMemberRemoved goes out on the
+	// machine's conditions subject beside KubeControlPlane, from source
+	// capn-node: the machine-manager waits for it in NodeHealth.
+	fake.etcd.Store(&kube.NamedCondition{Type: annotations.CondEtcdMemberRemoved,
+		Condition: kube.Condition{Status: "True", Reason: "MemberRemoved", Message: "etcd member removed"}})
+	natstest.WaitFor(t, 5*time.Second, "EtcdMemberRemoved=True reported", func() bool {
+		nc := w.lastCondition()
+		types := map[string]string{}
+		for _, c := range nc.GetConditions() {
+			types[c.GetType()] = c.GetStatus() + "/" + c.GetReason()
+		}
+		return nc.GetSource() == "capn-node" && len(types) == 2 && types[annotations.CondEtcdMemberRemoved] == "True/MemberRemoved" &&
+			types[agent.ConditionKubeControlPlane] != ""
+	})
+
 	stop()
 	if !fake.stopped.Load() {
 		t.Error("the agent returned before its control plane stopped")
@@ -180,9 +204,9 @@ func TestAgentWithoutKubeBinOnlyBootstraps(t *testing.T) {
 func TestConfigKubeFlags(t *testing.T) {
 	w := newWorld(t)
 	cfg := w.config(t.TempDir())
-	cfg.KubeBin, cfg.Address, cfg.KubePorts = "bin", "localhost", "apiserver=70000"
+	cfg.KubeBin, cfg.Address, cfg.KubePorts, cfg.EtcdLearnerTimeout = "bin", "localhost", "apiserver=70000", -time.Second
 	_, err := agent.New(cfg, zerolog.Nop())
-	for _, want := range []string{"--kube-bin", "--address", "--kube-ports", "apiserver=70000: want a port 1-65535"} {
+	for _, want := range []string{"--kube-bin", "--address", "--kube-ports", "apiserver=70000: want a port 1-65535", "--etcd-learner-timeout"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v, want it to name %s", err, want)
 		}

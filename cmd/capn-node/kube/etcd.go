@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/capn-dev/capn/kubeapi"
 )
@@ -63,7 +65,8 @@ func (id EtcdID) String() string { return strconv.FormatUint(uint64(id), 16) }
 
 // Etcd asks the members at its endpoints (the first that answers).
 type Etcd struct {
-	clients []*kubeapi.Client
+	clients          []*kubeapi.Client
+	caPEM, cert, key []byte
 }
 
 // NewEtcd trusts the etcd CA caPEM and authenticates with a client
@@ -72,7 +75,7 @@ func NewEtcd(endpoints []string, caPEM, certPEM, keyPEM []byte) (*Etcd, error) {
 	if len(endpoints) == 0 {
 		return nil, errors.New("etcd: no endpoint to ask")
 	}
-	e := &Etcd{}
+	e := &Etcd{caPEM: caPEM, cert: certPEM, key: keyPEM}
 	for _, u := range endpoints {
 		c, err := kubeapi.NewClient(u, caPEM, certPEM, keyPEM)
 		if err != nil {
@@ -158,6 +161,90 @@ func (e *Etcd) Promote(ctx context.Context, id EtcdID) error {
 	return e.call(ctx, "/v3/cluster/member/promote", map[string]any{"ID": id}, nil)
 }
 
+// At is a client of the members at endpoints with e's credentials.
+func (e *Etcd) At(endpoints []string) (*Etcd, error) {
+	return NewEtcd(endpoints, e.caPEM, e.cert, e.key)
+}
+
+// HealthTimeout bounds one member's health check.
+var HealthTimeout = 3 * time.Second
+
+// MemberHealth asks one member at its client URLs for GET /health, etcd's
+// own check (a leader, no alarm, a read that commits): nil when healthy.
+// A member that has not started (no client URL) is not healthy.
+func (e *Etcd) MemberHealth(ctx context.Context, m Member) error {
+	if len(m.ClientURLs) == 0 {
+		return errors.New("no client URL: not started")
+	}
+	at, err := e.At(m.ClientURLs)
+	if err != nil {
+		return err
+	}
+	defer at.Close()
+	ctx, cancel := context.WithTimeout(ctx, HealthTimeout)
+	defer cancel()
+	var errs []error
+	for _, c := range at.clients {
+		var out struct {
+			Health string `json:"health"`
+			Reason string `json:"reason"`
+		}
+		err := c.Get(ctx, "/health", &out)
+		if err == nil && out.Health != "true" {
+			err = fmt.Errorf("health %q %s", out.Health, out.Reason)
+		}
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// MembersHealth asks every member but the learners (which serve no
+// linearizable read) for its health, all at once.
+func (e *Etcd) MembersHealth(ctx context.Context, members []Member) Health {
+	h := Health{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, m := range members {
+		if m.IsLearner {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := e.MemberHealth(ctx, m)
+			mu.Lock()
+			h[m.ID] = err
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return h
+}
+
+// Leader is the ID of the leader as the members at e's endpoints know it.
+func (e *Etcd) Leader(ctx context.Context) (EtcdID, error) {
+	var out struct {
+		Leader EtcdID `json:"leader"`
+	}
+	if err := e.call(ctx, "/v3/maintenance/status", map[string]any{}, &out); err != nil {
+		return 0, err
+	}
+	if out.Leader == 0 {
+		return 0, errors.New("etcd: the member knows no leader")
+	}
+	return out.Leader, nil
+}
+
+// MoveLeader asks the leader, which must be at e's endpoints, to hand
+// leadership to the voting member target (etcdctl move-leader; Cluster
+// API's control plane does it before removing the leader's machine).
+func (e *Etcd) MoveLeader(ctx context.Context, target EtcdID) error {
+	return e.call(ctx, "/v3/maintenance/transfer-leadership", map[string]any{"targetID": target}, nil)
+}
+
 // InitialCluster is etcd's --initial-cluster for a member joining
 // members: name=peerURL for every member, the joining one (which has no
 // name yet) under self — as etcdctl member add prints it.
@@ -183,18 +270,4 @@ func ByPeerURL(members []Member, peerURL string) (Member, bool) {
 		return Member{}, false
 	}
 	return members[i], true
-}
-
-// Stale lists the started members, other than self, whose name is not in
-// nodes: control-plane machines that are gone (their Node deleted). A
-// member that has not started yet (no name) is never stale — it is a
-// machine joining right now.
-func Stale(members []Member, self string, nodes []string) []Member {
-	var out []Member
-	for _, m := range members {
-		if m.Started() && m.Name != self && !slices.Contains(nodes, m.Name) {
-			out = append(out, m)
-		}
-	}
-	return out
 }

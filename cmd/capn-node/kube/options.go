@@ -34,6 +34,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/rs/zerolog"
 )
@@ -113,9 +114,17 @@ type Options struct {
 	ProviderID string
 	// Ports default to DefaultPorts.
 	Ports Ports
+	// LearnerTimeout is how long a control plane's sweep lets an etcd
+	// learner stay unstarted or unpromoted before it removes it (default
+	// DefaultLearnerTimeout): a learner whose machine died blocks every
+	// later join, since etcd allows one learner at a time.
+	LearnerTimeout time.Duration
 	// Log receives the runtime's progress.
 	Log zerolog.Logger
 }
+
+// DefaultLearnerTimeout is Options.LearnerTimeout's default.
+const DefaultLearnerTimeout = 2 * time.Minute
 
 // Validate reports every problem at once.
 func (o Options) Validate() error {
@@ -128,6 +137,9 @@ func (o Options) Validate() error {
 	}
 	if a, err := netip.ParseAddr(o.Address); err != nil || a.Zone() != "" {
 		errs = append(errs, fmt.Errorf("address %q: want the machine's IP address", o.Address))
+	}
+	if o.LearnerTimeout < 0 {
+		errs = append(errs, fmt.Errorf("etcd-learner-timeout %s: want a positive duration (0: the default %s)", o.LearnerTimeout, DefaultLearnerTimeout))
 	}
 	return errors.Join(errs...)
 }

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -48,9 +47,13 @@ type Runtime struct {
 	// Now is the clock for certificates and the token's expiry.
 	Now func() time.Time
 
-	ready     atomic.Bool
+	ready atomic.Bool
+	// leaving is set once the machine leaves etcd: the probe no longer
+	// reports the API server's state.
+	leaving   atomic.Bool
 	mu        sync.Mutex
 	cond      Condition
+	etcdConds map[string]Condition
 	condSeq   int
 	milestone map[string]time.Duration
 	started   time.Time
@@ -149,9 +152,18 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 // etcd cluster and registers the join material; another joins the
 // cluster's etcd as a learner (see joinEtcd), waits until it is promoted,
 // and only then starts its API server. Every one keeps the etcd
-// membership in line with the control-plane Nodes (sweepMembers).
+// membership in line with the control-plane Nodes, and leaves etcd once
+// its own Node is deleted (manageMembers, membership.go).
 func (r *Runtime) runControlPlane(ctx context.Context) error {
 	log := r.opts.Log
+	if r.hasLeft() {
+		b, _ := os.ReadFile(r.leftMarker())
+		log.Info().Msg("this machine left the cluster's etcd before: nothing runs here")
+		r.leaving.Store(true)
+		r.left(strings.TrimSpace(string(b)))
+		<-ctx.Done()
+		return nil
+	}
 	if err := CheckBinaries(ctx, r.opts.BinDir, r.cfg.KubernetesVersion); err != nil {
 		return err
 	}
@@ -207,8 +219,18 @@ func (r *Runtime) runControlPlane(ctx context.Context) error {
 	}
 	if !r.cfg.FirstControlPlane {
 		peer := url("https", addr, r.opts.Ports.EtcdPeer)
-		if !r.retry(ctx, "promote this etcd learner to a voting member", func() error { return r.promote(ctx, etcd, peer, restart) }) {
+		var removed error
+		if !r.retry(ctx, "promote this etcd learner to a voting member", func() error {
+			err := r.promote(ctx, etcd, peer, restart)
+			if errors.Is(err, errLearnerRemoved) && !restart {
+				removed, err = err, nil // no use retrying: fail the machine
+			}
+			return err
+		}) {
 			return nil
+		}
+		if removed != nil {
+			return fmt.Errorf("kube-local: %w: the other control planes remove a learner that does not start or catch up within their learner timeout; this machine must be replaced", removed)
 		}
 		log.Info().Dur("after", r.mark("etcd-member-promoted")).Msg("etcd member is a voting member")
 	}
@@ -226,6 +248,12 @@ func (r *Runtime) runControlPlane(ctx context.Context) error {
 		return nil
 	}
 	log.Info().Dur("after", r.mark("apiserver-ready")).Str("server", local).Msg("kube-apiserver ready")
+	if r.ownNodeDeleted(ctx, client) {
+		// Deleted while this agent was down: registering again would
+		// bring back a Node capn removed.
+		r.leave(ctx, etcd)
+		return nil
+	}
 	register := func() error { return RegisterNode(ctx, client, r.node()) }
 	if r.cfg.FirstControlPlane {
 		register = func() error { return r.register(ctx, client) }
@@ -234,11 +262,14 @@ func (r *Runtime) runControlPlane(ctx context.Context) error {
 		return nil
 	}
 	log.Info().Dur("after", r.mark("registered")).Str("node", r.cfg.NodeName).Msg("Node registered")
+	if err := writeFile(r.registeredMarker(), []byte(r.cfg.NodeName+"\n"), 0o600); err != nil {
+		return err
+	}
 	if err := r.sup.Start(plan.Kwok); err != nil {
 		return err
 	}
 	log.Info().Dur("after", r.mark("kwok-started")).Msg("kwok started in place of the kubelet")
-	r.sweepMembers(ctx, client, etcd)
+	r.manageMembers(ctx, client, etcd)
 	return nil
 }
 
@@ -377,6 +408,9 @@ func (r *Runtime) promote(ctx context.Context, etcd *Etcd, peerURL string, resta
 	return promote(ctx, others, peerURL)
 }
 
+// errLearnerRemoved: this machine's member is not in the list (removed).
+var errLearnerRemoved = errors.New("this machine's etcd learner was removed before it was promoted")
+
 func promote(ctx context.Context, etcd *Etcd, peerURL string) error {
 	members, err := etcd.Members(ctx)
 	if err != nil {
@@ -385,7 +419,7 @@ func promote(ctx context.Context, etcd *Etcd, peerURL string) error {
 	m, ok := ByPeerURL(members, peerURL)
 	switch {
 	case !ok:
-		return fmt.Errorf("no etcd member has peer URL %s (removed?)", peerURL)
+		return fmt.Errorf("%w: no etcd member has peer URL %s", errLearnerRemoved, peerURL)
 	case !m.IsLearner:
 		return nil
 	}
@@ -411,61 +445,9 @@ func controlPlaneNodes(ctx context.Context, c *Client) ([]listedNode, error) {
 	return l.Items, nil
 }
 
-// SweepEvery is how often a control plane compares the etcd members with
-// the control-plane Nodes.
+// SweepEvery is how often a control plane checks its own Node and
+// compares the etcd members with the control-plane Nodes.
 var SweepEvery = 5 * time.Second
-
-// sweepMembers removes, until ctx ends, the etcd members of control-plane
-// machines that are gone: a started member, not this one, whose name is no
-// control-plane Node's, seen so on two checks in a row. The health-watcher
-// deletes the Node of a machine capn deletes, so this is how a removed
-// control-plane machine leaves the etcd membership (Cluster API's control
-// plane removes the member itself). A check is skipped while this
-// machine's own Node is not in the list (an answer that cannot be
-// trusted). Every control plane sweeps; removing a member twice is no
-// error.
-func (r *Runtime) sweepMembers(ctx context.Context, c *Client, etcd *Etcd) {
-	misses := map[EtcdID]int{}
-	t := time.NewTicker(SweepEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		nodes, err := controlPlaneNodes(ctx, c)
-		if err != nil {
-			continue
-		}
-		var names []string
-		for _, n := range nodes {
-			names = append(names, n.Metadata.Name)
-		}
-		if !slices.Contains(names, r.cfg.NodeName) {
-			continue
-		}
-		members, err := etcd.Members(ctx)
-		if err != nil {
-			continue
-		}
-		stale := map[EtcdID]int{}
-		for _, m := range Stale(members, r.cfg.NodeName, names) {
-			stale[m.ID] = misses[m.ID] + 1
-			if stale[m.ID] < 2 {
-				continue
-			}
-			if err := etcd.Remove(ctx, m.ID); err != nil {
-				r.opts.Log.Warn().Err(err).Str("member", m.ID.String()).Str("name", m.Name).Msg("cannot remove the etcd member of a control-plane machine that is gone")
-				continue
-			}
-			r.opts.Log.Info().Str("member", m.ID.String()).Str("name", m.Name).Int("members", len(members)-1).
-				Msg("removed the etcd member of a control-plane machine that is gone (its Node was deleted)")
-			delete(stale, m.ID)
-		}
-		misses = stale
-	}
-}
 
 // probe asks /readyz every ReadyEvery and keeps Ready and the condition
 // up to date until ctx ends.
@@ -474,7 +456,7 @@ func (r *Runtime) probe(ctx context.Context, c *Client) {
 	defer t.Stop()
 	for {
 		err := c.Ready(ctx)
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || r.leaving.Load() {
 			return
 		}
 		r.ready.Store(err == nil)

@@ -173,7 +173,9 @@ type KubeMachine struct {
 // `capn apply` a kube-local cluster of 3 control-plane machines and 2
 // workers; with the kubeconfig `capn kubeconfig` hands out, kubectl lists
 // 5 Nodes Ready at the declared version with their machines' providerIDs
-// and runs a Deployment of 3 pods; `capn scale` takes the control plane
+// and runs a Deployment of 3 pods; a label and a taint added to the
+// workers pool reach its Nodes and leave them when removed, no machine
+// replaced; `capn scale` takes the control plane
 // 3 → 5 → 3 and etcd's voting members follow, every endpoint healthy
 // (etcdctl); a worker whose kubelet stops (Kubernetes.StopKubelet; its
 // Node NotReady) is repaired by the remediator — rebooted or replaced —
@@ -200,7 +202,8 @@ func (s *suite) kubernetes(t *testing.T, e *Env) {
 	// --- apply: capn makes the cluster Ready -------------------------------
 	const cps = 3
 	applied := time.Now()
-	k.Apply(fmt.Sprintf(kubeManifest, e.Cluster, k.Version, e.Provider, e.Provider))
+	manifest := fmt.Sprintf(kubeManifest, e.Cluster, k.Version, e.Provider, e.Provider)
+	k.Apply(manifest)
 	k.Clusters.WaitReady(e.Cluster, 6*time.Minute)
 	ready := time.Since(applied)
 	t.Logf("cluster %s Ready in capn %.1fs after capn apply", e.Cluster, ready.Seconds())
@@ -240,6 +243,9 @@ func (s *suite) kubernetes(t *testing.T, e *Env) {
 	})
 	podsUp := time.Since(s0)
 	t.Logf("Deployment pause: 3 pods Running %.1fs after kubectl apply:\n%s", podsUp.Seconds(), pods)
+
+	// --- the workers pool's labels and taints: in place, on the Nodes --------
+	machines = s.poolLabels(t, k, manifest, machines)
 
 	// --- the control plane 3 → 5 → 3: etcd follows ---------------------------
 	var scaled []string

@@ -27,6 +27,8 @@ type metrics struct {
 	writes   *prometheus.CounterVec
 	episodes *prometheus.CounterVec
 	evaluate prometheus.Histogram
+	// nodeSyncs: nodesync_apply.go.
+	nodeSyncs *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -52,6 +54,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg != nil {
 		reg.MustRegister(m.reports, m.writes, m.episodes, m.evaluate)
 	}
+	m.nodeSyncs = nodeSyncCounter(reg)
 	return m
 }
 

@@ -33,6 +33,8 @@ type WorkloadNode struct {
 	// MemoryPressure, ...) and those others write there, such as
 	// node-problem-detector's Kubernetes exporter (KernelDeadlock, ...).
 	Conditions []*capnv1.NodeCondition
+	// Meta: its labels, annotations and taints (nodesync.go).
+	Meta NodeMeta
 }
 
 // WorkloadMachine is one machine of the cluster, for matching Nodes.

@@ -258,6 +258,7 @@ func (s *Service) reconcileWorkload(ctx context.Context, cluster string) (reconc
 		wrote = wrote || w
 		errs = append(errs, err)
 	}
+	s.syncNodes(ctx, &log, cluster, cl, client, plan.Match)
 	s.work.mu.Lock()
 	for k := range s.work.nodes {
 		if strings.HasPrefix(k, cluster+".") && !seen[k] {
@@ -369,9 +370,11 @@ func listNodes(ctx context.Context, c *kubeapi.Client) ([]WorkloadNode, error) {
 				Name              string    `json:"name"`
 				UID               string    `json:"uid"`
 				CreationTimestamp time.Time `json:"creationTimestamp"`
+				nodeMetaFields
 			} `json:"metadata"`
 			Spec struct {
-				ProviderID string `json:"providerID"`
+				ProviderID string      `json:"providerID"`
+				Taints     []NodeTaint `json:"taints"`
 			} `json:"spec"`
 			Status struct {
 				NodeInfo struct {
@@ -394,7 +397,8 @@ func listNodes(ctx context.Context, c *kubeapi.Client) ([]WorkloadNode, error) {
 	out := make([]WorkloadNode, 0, len(list.Items))
 	for _, it := range list.Items {
 		n := WorkloadNode{Name: it.Metadata.Name, UID: it.Metadata.UID, ProviderID: it.Spec.ProviderID,
-			KubeletVersion: it.Status.NodeInfo.KubeletVersion, Created: it.Metadata.CreationTimestamp}
+			KubeletVersion: it.Status.NodeInfo.KubeletVersion, Created: it.Metadata.CreationTimestamp,
+			Meta: it.Metadata.nodeMetaFields.meta(it.Spec.Taints)}
 		for _, c := range it.Status.Conditions {
 			nc := &capnv1.NodeCondition{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message}
 			if !c.LastHeartbeatTime.IsZero() {

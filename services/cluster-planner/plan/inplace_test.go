@@ -2,6 +2,7 @@ package plan_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -31,6 +32,27 @@ func TestLabelsAndTaintsPropagateInPlace(t *testing.T) {
 	}
 	converge(t, h, nil)
 	if after := h.Names("md-0"); len(after) != 3 || after[0] != before[0] || after[2] != before[2] {
+		t.Errorf("machines replaced: %v → %v", before, after)
+	}
+
+	// A changed value and a removal are in place too: the health-watcher
+	// removes from the Nodes what the machines no longer carry.
+	h.Update(func(s *capnv1.ClusterSpec) {
+		s.WorkerPools[0].Labels = map[string]string{"tier": "db"}
+		s.WorkerPools[0].Taints = nil
+	})
+	r, _ = h.Step()
+	ups = of[plan.UpdateMachine](r)
+	if len(ups) != 3 || len(r.Actions) != 3 {
+		t.Fatalf("actions %v, want 3 updates only", r.Actions)
+	}
+	for _, u := range ups {
+		if len(u.Machine.Spec.Labels) != 1 || u.Machine.Spec.Labels["tier"] != "db" || len(u.Machine.Spec.Taints) != 0 || u.Machine.Metadata.Generation != 3 {
+			t.Errorf("update %v", u.Machine)
+		}
+	}
+	converge(t, h, nil)
+	if after := h.Names("md-0"); !slices.Equal(after, before) {
 		t.Errorf("machines replaced: %v → %v", before, after)
 	}
 }

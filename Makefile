@@ -9,7 +9,7 @@ DATA_DIR ?= .capn
 PROGRAMS := $(notdir $(wildcard cmd/*))
 export CGO_ENABLED ?= 0
 
-.PHONY: all build run test test-short mod-check proto proto-check lint vet fmt clean bench npd kube fuzz images chaos
+.PHONY: all build run test test-short mod-check proto proto-check lint vet fmt clean bench npd kube kube-bin fuzz images chaos
 
 all: build
 
@@ -105,6 +105,8 @@ KUBE_ENV := ETCD_VERSION=$(ETCD_VERSION) KWOK_VERSION=$(KWOK_VERSION)
 empty :=
 space := $(empty) $(empty)
 KUBE_BIN = $(or $(CAPN_KUBE_BIN),$(subst $(space),:,$(strip $(foreach v,$(KUBE_VERSIONS),$(shell KUBE_VERSION=$(v) $(KUBE_ENV) hack/kube.sh --print-path)))))
+kube-bin: ## print KUBE_BIN, the bin directories of every KUBE_VERSIONS (CAPN_KUBE_BIN=$$(make -s kube-bin))
+	@echo "$(KUBE_BIN)"
 kube: ## build the Kubernetes binaries of every KUBE_VERSIONS (cached outside the repo by version; ~25 min cold per version on 2 cores, under a minute warm)
 	@set -e; for v in $(KUBE_VERSIONS); do KUBE_VERSION=$$v $(KUBE_ENV) GO=$(GO) hack/kube.sh; done
 

@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes binaries capn's workload clusters run — etcd,
 # etcdctl, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl —
-# and kwok (fake nodes for tests), and prints the directory they are in. They
-# are cached outside the repository, keyed by the three versions, and reused
-# when present:
+# and kwok (fake nodes for tests), of one Kubernetes version (KUBE_VERSION;
+# `make kube` runs it for each of the Makefile's KUBE_VERSIONS), and prints
+# the directory they are in. They are cached outside the repository, one
+# directory per version, keyed by the three versions, and reused when
+# present:
 #
 #   ${CAPN_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/capn/kube}/k8s-<v>_etcd-<v>_kwok-<v>/bin/
+#
+# etcd, etcdctl and kwok are built once: another version's complete
+# directory with the same etcd and kwok versions, built by the same Go,
+# lends them (hard links).
 #
 # As in hack/npd.sh, nothing is installed with `go install …@version` (this
 # machine's module proxy refuses version lists): each project is fetched with

@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/providers/conformance"
 	"github.com/capn-dev/capn/providers/process"
 	"github.com/capn-dev/capn/providers/sdk/sdktest"
@@ -50,8 +52,12 @@ func TestUnbuiltKubernetesVersionFailsTheMachine(t *testing.T) {
 		have = strings.Join(vs, ", ")
 	}
 	env.Run(process.NewService(opts, conformance.SDKOptions()))
-	if a, _ := env.Announcement(process.Name); a.GetKubernetesVersions() == nil && have != "none" {
-		t.Errorf("the announcement lists no Kubernetes versions; %s are built", have)
+	natstest.WaitFor(t, 30*time.Second, "the provider's announcement", func() bool {
+		_, ok := env.Announcement(process.Name)
+		return ok
+	})
+	if a, _ := env.Announcement(process.Name); !slices.Equal(a.GetKubernetesVersions(), p.KubernetesVersions()) {
+		t.Errorf("the announcement lists Kubernetes versions %v; %s are built", a.GetKubernetesVersions(), have)
 	}
 
 	const cluster, version = "old", "v1.35.0"

@@ -9,7 +9,7 @@ DATA_DIR ?= .capn
 PROGRAMS := $(notdir $(wildcard cmd/*))
 export CGO_ENABLED ?= 0
 
-.PHONY: all build run test test-short mod-check proto proto-check lint vet fmt clean bench npd kube fuzz images chaos
+.PHONY: all build run test test-short mod-check proto proto-check lint vet fmt clean bench npd kube kube-bin fuzz images chaos
 
 all: build
 
@@ -84,18 +84,31 @@ NPD_BIN = $(or $(CAPN_NPD_BIN),$(shell NPD_VERSION=$(NPD_VERSION) hack/npd.sh --
 
 # The Kubernetes binaries workload clusters run, and tests/kube's smoke test
 # of them: etcd, etcdctl, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl, and kwok for fake nodes.
-KUBE_VERSION ?= v1.37.2
+# kube-scheduler, kubectl, and kwok for fake nodes. KUBE_VERSIONS are every
+# Kubernetes version built, oldest first (each cached in its own directory;
+# etcd and kwok are built once and shared); KUBE_VERSION, the newest, is the
+# default one (hack/kube.sh --print-path, the quickstart). To add a version:
+# make kube KUBE_VERSIONS="v1.35.x v1.36.5 v1.37.2" (k8s.io/kubernetes and
+# its staging modules at v0.<minor>.<patch> must be on the module proxy).
+KUBE_VERSIONS ?= v1.36.5 v1.37.2
+KUBE_VERSION ?= $(lastword $(KUBE_VERSIONS))
 ETCD_VERSION ?= v3.7.0
 KWOK_VERSION ?= v0.8.0
-KUBE_ENV := KUBE_VERSION=$(KUBE_VERSION) ETCD_VERSION=$(ETCD_VERSION) KWOK_VERSION=$(KWOK_VERSION)
-# Where they are (or will be): `make test` hands it to tests/kube, which skips
-# without the binaries (fails under CAPN_REQUIRE_KUBE=1). --print-path builds
-# nothing; it runs only when a test target needs the path, and `make run`
-# never gets it. CAPN_KUBE_BIN overrides it.
-KUBE_BIN = $(or $(CAPN_KUBE_BIN),$(shell $(KUBE_ENV) hack/kube.sh --print-path))
-kube: ## build the Kubernetes binaries for tests/kube (cached outside the repo by version; ~20 min cold on 2 cores)
-	$(KUBE_ENV) GO=$(GO) hack/kube.sh
+KUBE_ENV := ETCD_VERSION=$(ETCD_VERSION) KWOK_VERSION=$(KWOK_VERSION)
+# Where they are (or will be): a colon-separated list of bin directories, one
+# per version in KUBE_VERSIONS' order (a single directory is a list of one).
+# `make test` hands it to the tests that run Kubernetes as CAPN_KUBE_BIN; they
+# skip without the binaries (fail under CAPN_REQUIRE_KUBE=1) and use the
+# newest version unless they need several. --print-path builds nothing; it
+# runs only when a test target needs the path, and `make run` never gets it.
+# CAPN_KUBE_BIN overrides it.
+empty :=
+space := $(empty) $(empty)
+KUBE_BIN = $(or $(CAPN_KUBE_BIN),$(subst $(space),:,$(strip $(foreach v,$(KUBE_VERSIONS),$(shell KUBE_VERSION=$(v) $(KUBE_ENV) hack/kube.sh --print-path)))))
+kube-bin: ## print KUBE_BIN, the bin directories of every KUBE_VERSIONS (CAPN_KUBE_BIN=$$(make -s kube-bin))
+	@echo "$(KUBE_BIN)"
+kube: ## build the Kubernetes binaries of every KUBE_VERSIONS (cached outside the repo by version; ~25 min cold per version on 2 cores, under a minute warm)
+	@set -e; for v in $(KUBE_VERSIONS); do KUBE_VERSION=$$v $(KUBE_ENV) GO=$(GO) hack/kube.sh; done
 
 BENCH_CLUSTERS ?= 100,300,1000
 BENCH_RUNS ?= 3

@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes binaries capn's workload clusters run — etcd,
 # etcdctl, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl —
-# and kwok (fake nodes for tests), and prints the directory they are in. They
-# are cached outside the repository, keyed by the three versions, and reused
-# when present:
+# and kwok (fake nodes for tests), of one Kubernetes version (KUBE_VERSION;
+# `make kube` runs it for each of the Makefile's KUBE_VERSIONS), and prints
+# the directory they are in. They are cached outside the repository, one
+# directory per version, keyed by the three versions, and reused when
+# present:
 #
 #   ${CAPN_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/capn/kube}/k8s-<v>_etcd-<v>_kwok-<v>/bin/
+#
+# etcd, etcdctl and kwok are built once: another version's complete
+# directory with the same etcd and kwok versions, built by the same Go,
+# lends them (hard links).
 #
 # As in hack/npd.sh, nothing is installed with `go install …@version` (this
 # machine's module proxy refuses version lists): each project is fetched with
@@ -140,7 +146,21 @@ build() {
 }
 
 go_version=$("$go" env GOVERSION)
-log "building into $tmp with $go_version (a cold build takes about 20 minutes on 2 cores, a warm Go build cache under a minute)"
+log "building into $tmp with $go_version (a cold build takes about 25 minutes on 2 cores, a warm Go build cache under a minute)"
+
+# etcd, etcdctl and kwok depend only on their own versions and Go's, not on
+# Kubernetes': a complete cache directory of another Kubernetes version with
+# the same etcd and kwok versions, built with the same Go, lends them (hard
+# links, or copies across file systems) instead of a rebuild.
+shared=(etcd etcdctl kwok)
+donor=
+for d in "$cache"/k8s-*_etcd-"${etcd_version}"_kwok-"${kwok_version}"; do
+  [[ $d != "$dir" && -f $d/BUILD-INFO ]] || continue
+  grep -q "^built with $go_version," "$d/BUILD-INFO" || continue
+  ok=1
+  for b in "${shared[@]}"; do [[ -x $d/bin/$b ]] || ok=; done
+  [[ -n $ok ]] && { donor=$d; break; }
+done
 
 # --- modules ---------------------------------------------------------------
 t=$(date +%s)
@@ -186,15 +206,24 @@ kube_cmds=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
 kube_pkgs=()
 for c in "${kube_cmds[@]}"; do kube_pkgs+=("k8s.io/kubernetes/cmd/$c"); done
 # Loading every package fetches what the builds need and writes go.sum.
-gorun -C "$work/etcd" list -deps go.etcd.io/etcd/server/v3 go.etcd.io/etcd/etcdctl/v3 >/dev/null
-gorun -C "$work/kwok" list -deps sigs.k8s.io/kwok/cmd/kwok >/dev/null
+if [[ -z $donor ]]; then
+  gorun -C "$work/etcd" list -deps go.etcd.io/etcd/server/v3 go.etcd.io/etcd/etcdctl/v3 >/dev/null
+  gorun -C "$work/kwok" list -deps sigs.k8s.io/kwok/cmd/kwok >/dev/null
+fi
 gorun -C "$work/kube" list -deps "${kube_pkgs[@]}" >/dev/null
 note "$(printf '%-24s %4ss  %s' "modules" "$(since "$t")" "download and resolve ($(wc -w <<<"$staging") staging modules at $staging_version)")"
 
 # --- binaries --------------------------------------------------------------
-build "$work/etcd" etcd go.etcd.io/etcd/server/v3
-build "$work/etcd" etcdctl go.etcd.io/etcd/etcdctl/v3
-build "$work/kwok" kwok sigs.k8s.io/kwok/cmd/kwok "-X sigs.k8s.io/kwok/pkg/consts.Version=${kwok_version#v}"
+if [[ -n $donor ]]; then
+  for b in "${shared[@]}"; do
+    ln "$donor/bin/$b" "$tmp/bin/$b" 2>/dev/null || cp -p "$donor/bin/$b" "$tmp/bin/$b"
+    note "$(printf '%-24s %4ss  %s' "$b" 0 "from $donor (same version, same Go)")"
+  done
+else
+  build "$work/etcd" etcd go.etcd.io/etcd/server/v3
+  build "$work/etcd" etcdctl go.etcd.io/etcd/etcdctl/v3
+  build "$work/kwok" kwok sigs.k8s.io/kwok/cmd/kwok "-X sigs.k8s.io/kwok/pkg/consts.Version=${kwok_version#v}"
+fi
 stamp=()
 for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   stamp+=("-X $p.gitVersion=$kube_version" "-X $p.gitMajor=1" "-X $p.gitMinor=$kube_minor"

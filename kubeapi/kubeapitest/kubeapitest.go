@@ -139,19 +139,15 @@ func (s *Server) StartControllerManager(t *testing.T, controllers ...string) {
 	})
 }
 
-// Require skips the test without etcd and kube-apiserver in
-// $CAPN_KUBE_BIN, or with -short, and returns the directory: a test calls
-// it first, before it sets up what Start's server is for.
+// Require skips the test without etcd and kube-apiserver in a directory
+// of $CAPN_KUBE_BIN, or with -short, and returns the directory of the
+// newest version (see Bins): a test calls it first, before it sets up
+// what Start's server is for.
 func Require(t *testing.T) string {
 	t.Helper()
-	bin := os.Getenv("CAPN_KUBE_BIN")
+	bin, why := Newest("etcd", "kube-apiserver")
 	if bin == "" {
-		t.Skip("CAPN_KUBE_BIN is not set (`make kube` builds the binaries; hack/kube.sh --print-path says where)")
-	}
-	for _, b := range []string{"etcd", "kube-apiserver"} {
-		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
-			t.Skipf("CAPN_KUBE_BIN=%s: %v", bin, err)
-		}
+		t.Skipf("%s (`make kube` builds the binaries; make prints the directories: make -s kube-bin)", why)
 	}
 	if testing.Short() {
 		t.Skip("starts etcd and kube-apiserver; skipped with -short")

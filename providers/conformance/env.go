@@ -33,9 +33,10 @@ type Env struct {
 	Cluster string
 	// SDK are the SDK options New should run the provider with.
 	SDK sdk.Options
-	// KubeBin, set by the Kubernetes check, is the directory of Kubernetes
-	// binaries New must run the provider's machines with (the process
-	// provider's --kube-bin).
+	// KubeBin, set by the Kubernetes checks, lists the directories of
+	// Kubernetes binaries, one per version, colon-separated, that New must
+	// run the provider's machines with (the process provider's
+	// --kube-bin): each machine runs those of its version.
 	KubeBin string
 
 	t       *testing.T

@@ -21,6 +21,7 @@ import (
 	"github.com/capn-dev/capn/providers/sdk"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
+	"github.com/capn-dev/capn/schemas/manifest"
 )
 
 // Kubernetes turns on the suite's Kubernetes conformance check, for a
@@ -28,9 +29,12 @@ import (
 // conformance check, made concrete — create a cluster, run pods on it,
 // change it, delete it.
 type Kubernetes struct {
-	// Bin holds KubeBinaries at one version (`make kube`). Empty:
-	// $CAPN_KUBE_BIN. Without them the check is skipped — or fails when
-	// CAPN_REQUIRE_KUBE=1 (CI).
+	// Bin lists directories of KubeBinaries, one per Kubernetes version,
+	// separated by ':' (`make kube` builds them; a single directory is a
+	// list of one). Empty: $CAPN_KUBE_BIN. Without them the check is
+	// skipped — or fails when CAPN_REQUIRE_KUBE=1 (CI). The provider gets
+	// the whole list (Env.KubeBin); the check runs the newest version, and
+	// KubernetesVersions the oldest beside it.
 	Bin string
 	// StopKubelet freezes the kubelet of a machine of cluster (for
 	// kube-local: its kwok) while the machine and its capn-node go on, so
@@ -44,17 +48,30 @@ type Kubernetes struct {
 // kube-local machine runs, and kubectl and etcdctl to look at it.
 var KubeBinaries = []string{"etcd", "etcdctl", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok"}
 
-// KubeBin is dir (or $CAPN_KUBE_BIN) when it holds KubeBinaries;
-// otherwise the test is skipped, or failed under CAPN_REQUIRE_KUBE=1.
-func KubeBin(t testing.TB, dir string) string {
+// KubeBinDir is one directory of KubeBinaries and their Kubernetes
+// version.
+type KubeBinDir struct {
+	Dir, Version string
+}
+
+// KubeBins are the directories of list (colon-separated; empty:
+// $CAPN_KUBE_BIN) that hold KubeBinaries, with their versions, sorted
+// oldest first: bins[0] is the older minor an upgrade starts from,
+// bins[len-1] the newest. A directory that lacks binaries is left out
+// with a log line (fatal under CAPN_REQUIRE_KUBE=1); with none, the test
+// is skipped, or failed under CAPN_REQUIRE_KUBE=1.
+func KubeBins(t testing.TB, list string) []KubeBinDir {
 	t.Helper()
-	if dir == "" {
-		dir = os.Getenv("CAPN_KUBE_BIN")
+	if list == "" {
+		list = os.Getenv("CAPN_KUBE_BIN")
 	}
-	why := ""
-	if dir == "" {
-		why = "CAPN_KUBE_BIN is not set"
-	} else {
+	require := os.Getenv("CAPN_REQUIRE_KUBE") == "1"
+	var out []KubeBinDir
+	var whys []string
+	for _, dir := range filepath.SplitList(list) {
+		if dir == "" {
+			continue
+		}
 		var missing []string
 		for _, b := range KubeBinaries {
 			if fi, err := os.Stat(filepath.Join(dir, b)); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
@@ -62,17 +79,63 @@ func KubeBin(t testing.TB, dir string) string {
 			}
 		}
 		if len(missing) > 0 {
-			why = fmt.Sprintf("%s has no %s", dir, strings.Join(missing, ", "))
+			why := fmt.Sprintf("%s has no %s", dir, strings.Join(missing, ", "))
+			if require {
+				t.Fatalf("CAPN_REQUIRE_KUBE=1 but %s: build the binaries with `make kube`", why)
+			}
+			t.Logf("left out: %s", why)
+			whys = append(whys, why)
+			continue
 		}
+		out = append(out, KubeBinDir{Dir: dir, Version: KubeVersion(t, dir)})
 	}
-	if why == "" {
-		return dir
+	if len(out) > 0 {
+		slices.SortStableFunc(out, func(a, b KubeBinDir) int { return compareVersions(a.Version, b.Version) })
+		return out
 	}
-	if os.Getenv("CAPN_REQUIRE_KUBE") == "1" {
+	why := "CAPN_KUBE_BIN is not set"
+	if len(whys) > 0 {
+		why = strings.Join(whys, "; ")
+	}
+	if require {
 		t.Fatalf("CAPN_REQUIRE_KUBE=1 but %s: build the binaries with `make kube`", why)
 	}
-	t.Skipf("%s: build the binaries with `make kube` and set CAPN_KUBE_BIN=$(hack/kube.sh --print-path)", why)
-	return ""
+	t.Skipf("%s: build the binaries with `make kube` and set CAPN_KUBE_BIN to the bin directories (make prints them: make -s kube-bin)", why)
+	return nil
+}
+
+// KubeBin is the directory of the newest version of list (or
+// $CAPN_KUBE_BIN): see KubeBins.
+func KubeBin(t testing.TB, list string) string {
+	t.Helper()
+	bins := KubeBins(t, list)
+	return bins[len(bins)-1].Dir
+}
+
+// JoinKubeBins is the colon-separated list of bins' directories, what a
+// provider's --kube-bin takes.
+func JoinKubeBins(bins []KubeBinDir) string {
+	dirs := make([]string, len(bins))
+	for i, b := range bins {
+		dirs[i] = b.Dir
+	}
+	return strings.Join(dirs, string(filepath.ListSeparator))
+}
+
+// compareVersions orders Kubernetes versions (manifest.Version.Compare);
+// anything else sorts after, by text.
+func compareVersions(a, b string) int {
+	va, erra := manifest.ParseVersion(a)
+	vb, errb := manifest.ParseVersion(b)
+	switch {
+	case erra == nil && errb == nil:
+		return va.Compare(vb)
+	case erra == nil:
+		return -1
+	case errb == nil:
+		return 1
+	}
+	return strings.Compare(a, b)
 }
 
 var kubeVersionRe = regexp.MustCompile(`Kubernetes (v[0-9]+\.[0-9]+\.[0-9]+)`)
@@ -188,12 +251,13 @@ func (s *suite) kubernetes(t *testing.T, e *Env) {
 		t.Fatal("the Kubernetes check needs Features.OutOfBandDelete, Leftovers and Disk")
 	}
 	begin := time.Now()
-	bin := KubeBin(t, s.f.Kubernetes.Bin)
-	e.KubeBin = bin
+	bins := KubeBins(t, s.f.Kubernetes.Bin)
+	bin := bins[len(bins)-1].Dir
+	e.KubeBin = JoinKubeBins(bins)
 	c := StartCapn(t, e.NATSURL)
 	e.StartProvider()
 	if a, _ := e.Announcement(e.Provider); !slices.Contains(a.GetCapabilities(), sdk.CapabilityRealKubernetes) {
-		t.Fatalf("Features.Kubernetes is set, but %s started with Env.KubeBin=%s announces %v, not %s", e.Provider, bin, a.GetCapabilities(), sdk.CapabilityRealKubernetes)
+		t.Fatalf("Features.Kubernetes is set, but %s started with Env.KubeBin=%s announces %v, not %s", e.Provider, e.KubeBin, a.GetCapabilities(), sdk.CapabilityRealKubernetes)
 	}
 	k := NewKubeCluster(t, c, e.JS, bin, e.Cluster)
 	readFile := func(machine, path string) ([]byte, bool) { return s.f.Disk.Read(t, e, e.Cluster, machine, path) }

@@ -9,13 +9,16 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/capn-dev/capn/events/natstest"
+	"github.com/capn-dev/capn/providers/conformance"
 	"github.com/capn-dev/capn/providers/process"
+	"github.com/capn-dev/capn/providers/sdk"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
@@ -154,35 +157,94 @@ func freeTestPort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// A machine of a provider with --kube-bin runs: its capn-node takes
-// --kube-bin, --address and --provider-id, and the record says so.
+// A machine of a provider with --kube-bin runs on the binaries of its own
+// version: its capn-node takes --kube-bin with that one directory of the
+// list, --address and --provider-id, and the record says so. Real
+// binaries ($CAPN_KUBE_BIN: every version make kube built), each version a
+// machine.
 func TestMachineWithKubeBinRuns(t *testing.T) {
-	kubeBin := t.TempDir()
-	p, opts := newProvider(t, func(o *process.Options) { o.KubeBin = kubeBin })
-	m := createRole(t, p, "c1", "cp1", process.RoleControlPlane)
-	// Past its flags' checks (a node that refuses them exits 2 at once).
-	nodeLog := filepath.Join(machineDir(opts.StateDir, "c1", "cp1"), "node.log")
-	natstest.WaitFor(t, 10*time.Second, "capn-node to start", func() bool {
-		b, _ := os.ReadFile(nodeLog)
-		return strings.Contains(string(b), "node agent starting") || strings.Contains(string(b), "usage:") ||
-			strings.Contains(string(b), "flag provided but not defined")
+	bins := conformance.KubeBins(t, "")
+	p, opts := newProvider(t, func(o *process.Options) { o.KubeBin = conformance.JoinKubeBins(bins) })
+	if got, want := p.KubernetesVersions(), kubeVersions(bins); !slices.Equal(got, want) {
+		t.Errorf("KubernetesVersions %v, want %v", got, want)
+	}
+	for i, b := range bins {
+		name := fmt.Sprintf("cp%d", i)
+		m, err := p.CreateMachine(context.Background(), &capnv1.CreateMachine{
+			Cluster: "c1", Machine: name, Role: process.RoleControlPlane, Version: b.Version, BootstrapChecksum: "sha256:00",
+			BootstrapProvider: process.BootstrapKubeLocal,
+		})
+		if err != nil || m.GetStateValue() != sdk.StateRunning {
+			t.Fatalf("create %s at %s: %v %v", name, b.Version, m, err)
+		}
+		// Past its flags' checks (a node that refuses them exits 2 at once).
+		nodeLog := filepath.Join(machineDir(opts.StateDir, "c1", name), "node.log")
+		natstest.WaitFor(t, 10*time.Second, "capn-node to start", func() bool {
+			b, _ := os.ReadFile(nodeLog)
+			return strings.Contains(string(b), "node agent starting") || strings.Contains(string(b), "usage:") ||
+				strings.Contains(string(b), "flag provided but not defined")
+		})
+		got, err := p.Describe(context.Background(), "c1", name)
+		if err != nil {
+			log, _ := os.ReadFile(nodeLog)
+			t.Fatalf("Describe: %v; node.log:\n%s", err, log)
+		}
+		if !strings.Contains(got.GetMessage(), "with --kube-bin") {
+			t.Errorf("message %q", got.GetMessage())
+		}
+		var procs []string
+		for _, proc := range nodeProcesses(opts.StateDir, "c1") {
+			if strings.Contains(proc, "--machine="+name+" ") {
+				procs = append(procs, proc)
+			}
+		}
+		if len(procs) != 1 {
+			t.Fatalf("processes %v, want %s's", procs, name)
+		}
+		for _, w := range []string{"--kube-bin=" + b.Dir + " ", "--address=" + internalIP(m), "--provider-id=" + m.GetProviderId()} {
+			if !strings.Contains(procs[0]+" ", w) {
+				t.Errorf("%s (%s) runs without %s: %s", name, b.Version, w, procs[0])
+			}
+		}
+	}
+}
+
+func kubeVersions(bins []conformance.KubeBinDir) []string {
+	out := make([]string, len(bins))
+	for i, b := range bins {
+		out[i] = b.Version
+	}
+	return out
+}
+
+// With --kube-bin, a kube-local machine of a version no directory holds is
+// refused before anything is made (state Failed, the message naming the
+// version and make kube); a machine of another bootstrap provider runs no
+// Kubernetes, so its version needs no binaries: it runs, without
+// --kube-bin. No binaries needed: the list is an empty directory.
+func TestKubeLocalMachineOfAnUnbuiltVersionIsRefused(t *testing.T) {
+	p, opts := newProvider(t, func(o *process.Options) { o.KubeBin = t.TempDir() })
+	m, err := p.CreateMachine(context.Background(), &capnv1.CreateMachine{
+		Cluster: "c1", Machine: "cp0", Role: process.RoleControlPlane, Version: "v1.35.0", BootstrapChecksum: "sha256:00",
+		BootstrapProvider: process.BootstrapKubeLocal,
 	})
-	got, err := p.Describe(context.Background(), "c1", "cp1")
-	if err != nil {
-		log, _ := os.ReadFile(nodeLog)
-		t.Fatalf("Describe: %v; node.log:\n%s", err, log)
+	want := `Kubernetes v1.35.0 binaries are not built here (have none): run make kube KUBE_VERSIONS="v1.35.0"`
+	if err != nil || m.GetStateValue() != sdk.StateFailed || !strings.HasPrefix(m.GetMessage(), want) {
+		t.Fatalf("create: %v (%v), want state Failed with %q", m, err, want)
 	}
-	if !strings.Contains(got.GetMessage(), "with --kube-bin") {
-		t.Errorf("message %q", got.GetMessage())
+	if _, err := os.Stat(machineDir(opts.StateDir, "c1", "cp0")); !os.IsNotExist(err) {
+		t.Errorf("the refused machine has a directory: %v", err)
 	}
-	procs := nodeProcesses(opts.StateDir, "c1")
-	want := []string{"--kube-bin=" + kubeBin, "--address=" + internalIP(m), "--provider-id=" + m.GetProviderId()}
-	if len(procs) != 1 {
-		t.Fatalf("processes %v, want the machine's", procs)
+	if _, err := p.Describe(context.Background(), "c1", "cp0"); err != sdk.ErrNotFound {
+		t.Errorf("Describe of the refused machine: %v, want ErrNotFound", err)
 	}
-	for _, w := range want {
-		if !strings.Contains(procs[0], w) {
-			t.Errorf("capn-node runs without %s: %s", w, procs[0])
+	w := create(t, p, "c1", "w0") // kubeadm's (no bootstrap provider), v1.33.4
+	if w.GetStateValue() != sdk.StateRunning {
+		t.Fatalf("a kubeadm machine at v1.33.4: %v", w)
+	}
+	for _, proc := range nodeProcesses(opts.StateDir, "c1") {
+		if strings.Contains(proc, "--kube-bin") {
+			t.Errorf("a machine that runs no Kubernetes got --kube-bin: %s", proc)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package process
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -18,8 +19,10 @@ func (p *Provider) identity(rec *machineRecord) []string {
 		"--data-dir=" + p.dirs.nodeDir(rec.Cluster, rec.Machine)}
 }
 
-// nodeArgs is the machine's whole capn-node command line.
-func (p *Provider) nodeArgs(rec *machineRecord) []string {
+// nodeArgs is the machine's whole capn-node command line; kubeDir is the
+// directory of the Kubernetes binaries of its version (p.kubeDir), "" for
+// none.
+func (p *Provider) nodeArgs(rec *machineRecord, kubeDir string) []string {
 	args := append(p.identity(rec),
 		"--version="+rec.Version,
 		"--bootstrap-checksum="+rec.Checksum,
@@ -47,10 +50,11 @@ func (p *Provider) nodeArgs(rec *machineRecord) []string {
 	if p.opts.HealthPort > 0 {
 		args = append(args, "--health-addr="+net.JoinHostPort(rec.Address, strconv.Itoa(p.opts.HealthPort)))
 	}
-	// What the node needs to run Kubernetes: the binaries, the address its
-	// components bind, and the provider id its Node carries.
-	if p.opts.KubeBin != "" {
-		args = append(args, "--kube-bin="+p.opts.KubeBin, "--address="+rec.Address, "--provider-id="+rec.ProviderID)
+	// What the node needs to run Kubernetes: the binaries of its version,
+	// the address its components bind, and the provider id its Node
+	// carries. capn-node checks the binaries are its version again.
+	if kubeDir != "" {
+		args = append(args, "--kube-bin="+kubeDir, "--address="+rec.Address, "--provider-id="+rec.ProviderID)
 	}
 	return args
 }
@@ -68,9 +72,13 @@ func (p *Provider) running(rec *machineRecord) (procRef, bool) {
 // outlives this provider and its terminal) with an empty environment (so
 // it inherits none of the provider's credentials), output appended to
 // node.log, and records its pid.
-func (p *Provider) startNode(rec *machineRecord) error {
+func (p *Provider) startNode(ctx context.Context, rec *machineRecord) error {
 	dir := p.dirs.machine(rec.Cluster, rec.Machine)
-	args := p.nodeArgs(rec)
+	kubeDir, err := p.kubeDir(ctx, rec)
+	if err != nil {
+		return fmt.Errorf("start capn-node of %s/%s: %w", rec.Cluster, rec.Machine, err)
+	}
+	args := p.nodeArgs(rec, kubeDir)
 	ref, exited, err := p.spawn(dir, filepath.Join(dir, nodeLogFile), args)
 	if err != nil {
 		return fmt.Errorf("start capn-node of %s/%s: %w", rec.Cluster, rec.Machine, err)

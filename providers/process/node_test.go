@@ -17,7 +17,7 @@ func TestNodeArgsCarryTheNodeUsersNATSSettings(t *testing.T) {
 	p := &Provider{opts: Options{NodeBinary: "/bin/capn-node", NodeNATSURL: "tls://127.0.0.1:4222", NodeNATSNKey: "/u/nats.nk",
 		NodeNATSTLSCA: "/u/ca.pem", NodeNATSTLSCert: "/u/nats.pem", NodeNATSTLSKey: "/u/nats-key.pem", NodeNATSInboxPrefix: "_INBOX_custom"}}
 	rec := &machineRecord{Cluster: "c1", Machine: "m1", Version: "v1.33.4", Checksum: "sha256:00"}
-	args := p.nodeArgs(rec)
+	args := p.nodeArgs(rec, "")
 	for _, want := range []string{"--nats-nkey=/u/nats.nk", "--nats-tls-ca=/u/ca.pem", "--nats-tls-cert=/u/nats.pem",
 		"--nats-tls-key=/u/nats-key.pem", "--nats-inbox-prefix=_INBOX_custom"} {
 		if !slices.Contains(args, want) {
@@ -28,19 +28,20 @@ func TestNodeArgsCarryTheNodeUsersNATSSettings(t *testing.T) {
 		t.Errorf("the identity head changed: %v", args)
 	}
 	p.opts = Options{NodeBinary: "/bin/capn-node"}
-	for _, a := range p.nodeArgs(rec) {
+	for _, a := range p.nodeArgs(rec, "") {
 		if a == "--nats-inbox-prefix=" || a == "--nats-tls-ca=" {
 			t.Errorf("an empty setting became a flag: %v", a)
 		}
 	}
 }
 
-// With --kube-bin the node gets what it needs to run Kubernetes: the
-// binaries, its address and its provider id; without, nothing of it.
+// With the binaries of its version the node gets what it needs to run
+// Kubernetes: that one directory, its address and its provider id;
+// without, nothing of it.
 func TestNodeArgsCarryKubeBinAddressAndProviderID(t *testing.T) {
 	rec := &machineRecord{Cluster: "c1", Machine: "m1", ProviderID: "process://c1/m1", Address: "127.0.0.7", Version: "v1.33.4", Checksum: "sha256:00"}
-	p := &Provider{opts: Options{NodeBinary: "/bin/capn-node", KubeBin: "/opt/kube/bin"}}
-	args := p.nodeArgs(rec)
+	p := &Provider{opts: Options{NodeBinary: "/bin/capn-node", KubeBin: "/opt/kube/v1.32/bin:/opt/kube/bin"}}
+	args := p.nodeArgs(rec, "/opt/kube/bin")
 	for _, want := range []string{"--kube-bin=/opt/kube/bin", "--address=127.0.0.7", "--provider-id=process://c1/m1"} {
 		if !slices.Contains(args, want) {
 			t.Errorf("capn-node args lack %s: %v", want, args)
@@ -49,8 +50,7 @@ func TestNodeArgsCarryKubeBinAddressAndProviderID(t *testing.T) {
 	if !slices.Equal(args[:len(p.identity(rec))], p.identity(rec)) {
 		t.Errorf("the identity head changed: %v", args)
 	}
-	p.opts.KubeBin = ""
-	for _, a := range p.nodeArgs(rec) {
+	for _, a := range p.nodeArgs(rec, "") {
 		if strings.HasPrefix(a, "--kube-bin") || strings.HasPrefix(a, "--address") || strings.HasPrefix(a, "--provider-id") {
 			t.Errorf("without --kube-bin the node got %s", a)
 		}
@@ -96,6 +96,8 @@ func TestKubeBinOption(t *testing.T) {
 	for _, tt := range []struct{ dir, want string }{
 		{"/nonexistent/kube", "--kube-bin (CAPN_KUBE_BIN) \"/nonexistent/kube\""},
 		{file, "not a directory"},
+		// Every directory of a list is checked, and named.
+		{t.TempDir() + ":/nonexistent/v1.36", "--kube-bin (CAPN_KUBE_BIN) \"/nonexistent/v1.36\""},
 	} {
 		err := Options{StateDir: t.TempDir(), KubeBin: tt.dir}.Validate()
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -107,9 +109,47 @@ func TestKubeBinOption(t *testing.T) {
 	if got := (Options{KubeBin: "bin"}).withDefaults().KubeBin; got != filepath.Join(wd, "bin") {
 		t.Errorf("relative --kube-bin became %q", got)
 	}
+	if got, want := (Options{KubeBin: "v1/bin::/opt/v2/bin"}).withDefaults().KubeBin, filepath.Join(wd, "v1/bin")+":/opt/v2/bin"; got != want {
+		t.Errorf("--kube-bin list became %q, want %q", got, want)
+	}
 	if i := slices.IndexFunc((&Options{}).Flags(), func(f daemon.Flag) bool { return f.Name == "kube-bin" }); i < 0 {
 		t.Error("no --kube-bin flag")
 	} else if env := (&Options{}).Flags()[i].Env; env != "CAPN_KUBE_BIN" {
 		t.Errorf("--kube-bin reads %s, want CAPN_KUBE_BIN", env)
+	}
+}
+
+func TestCompareVersions(t *testing.T) {
+	sorted := []string{"v1.9.0", "v1.36.5", "v1.37.0-rc.1", "v1.37.0", "v1.37.2", "v2.0.0", "latest"}
+	for i := range sorted {
+		for j := range sorted {
+			got := compareVersions(sorted[i], sorted[j])
+			want := 0
+			if i < j {
+				want = -1
+			} else if i > j {
+				want = 1
+			}
+			if got != want {
+				t.Errorf("compareVersions(%s, %s) = %d, want %d", sorted[i], sorted[j], got, want)
+			}
+		}
+	}
+}
+
+// The refusal names the version, what is built and the make kube that
+// builds it.
+func TestMissingVersionError(t *testing.T) {
+	for _, tt := range []struct {
+		err  MissingVersionError
+		want string
+	}{
+		{MissingVersionError{Version: "v1.35.0", Have: []string{"v1.36.5", "v1.37.2"}},
+			`Kubernetes v1.35.0 binaries are not built here (have v1.36.5, v1.37.2): run make kube KUBE_VERSIONS="v1.35.0 v1.36.5 v1.37.2"`},
+		{MissingVersionError{Version: "v1.37.2"}, `Kubernetes v1.37.2 binaries are not built here (have none): run make kube KUBE_VERSIONS="v1.37.2"`},
+	} {
+		if got := tt.err.Error(); !strings.HasPrefix(got, tt.want) {
+			t.Errorf("got  %s\nwant %s…", got, tt.want)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/capn-dev/capn/services/daemon"
@@ -59,12 +60,17 @@ type Options struct {
 	// HealthPort is the port of each machine's /healthz on its own address
 	// (default 10248; -1: none).
 	HealthPort int
-	// KubeBin is the directory of the Kubernetes binaries (etcd,
+	// KubeBin lists the directories of the Kubernetes binaries (etcd,
 	// kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
-	// kwok; `make kube` builds them) that machines run when their
-	// bootstrap data asks for real Kubernetes. It goes to each machine's
-	// capn-node as --kube-bin with the machine's --address and
-	// --provider-id. Empty: no Kubernetes runs on these machines.
+	// kwok; `make kube` builds them, one directory per version),
+	// separated by ':' as PATH; a single directory is a list of one.
+	// Machines run them when their bootstrap data asks for real
+	// Kubernetes: each machine's capn-node gets the one directory whose
+	// kube-apiserver is the machine's version as --kube-bin, with the
+	// machine's --address and --provider-id. A kube-local machine of a
+	// version no directory holds is refused at create (state Failed, the
+	// message names the version and make kube). Empty: no Kubernetes
+	// runs on these machines.
 	KubeBin string
 
 	// apiServerPort is the port of the endpoint's backends (default
@@ -93,10 +99,14 @@ func (o Options) withDefaults() Options {
 	}
 	// Machines run in directories of their own: a relative path would
 	// name another directory there.
-	if o.KubeBin != "" && !filepath.IsAbs(o.KubeBin) {
-		if abs, err := filepath.Abs(o.KubeBin); err == nil {
-			o.KubeBin = abs
+	if o.KubeBin != "" {
+		dirs := SplitKubeBin(o.KubeBin)
+		for i, d := range dirs {
+			if abs, err := filepath.Abs(d); err == nil && !filepath.IsAbs(d) {
+				dirs[i] = abs
+			}
 		}
+		o.KubeBin = strings.Join(dirs, string(filepath.ListSeparator))
 	}
 	return o
 }
@@ -151,11 +161,11 @@ func (o Options) Validate() error {
 	if o.HealthPort < -1 || o.HealthPort > 65535 {
 		bad("process-health-port", fmt.Sprint(o.HealthPort), "must be a port, or -1 for none")
 	}
-	if o.KubeBin != "" {
-		if fi, err := os.Stat(o.KubeBin); err != nil {
-			bad("kube-bin", o.KubeBin, err.Error())
+	for _, d := range SplitKubeBin(o.KubeBin) {
+		if fi, err := os.Stat(d); err != nil {
+			bad("kube-bin", d, err.Error())
 		} else if !fi.IsDir() {
-			bad("kube-bin", o.KubeBin, "not a directory: give the directory of the Kubernetes binaries (hack/kube.sh --print-path)")
+			bad("kube-bin", d, "not a directory: give the directories of the Kubernetes binaries, colon-separated (make kube; hack/kube.sh --print-path prints one)")
 		}
 	}
 	return errors.Join(errs...)
@@ -183,7 +193,7 @@ func (o *Options) Flags() []daemon.Flag {
 		f("process-watch-every", "`interval` of the check for machine processes that exited (0: 1s)", daemon.DurationValue(&o.WatchEvery)),
 		f("process-stop-timeout", "`time` a machine gets after SIGTERM before SIGKILL (0: 10s)", daemon.DurationValue(&o.StopTimeout)),
 		f("process-health-port", "`port` of each machine's /healthz on its own address (0: 10248, -1: none)", daemon.IntValue(&o.HealthPort)),
-		f("kube-bin", "`dir` of the Kubernetes binaries machines run when their bootstrap data asks (make kube; empty: no Kubernetes)", daemon.StringValue(&o.KubeBin)),
+		f("kube-bin", "`dirs` of the Kubernetes binaries, one per version, colon-separated: each machine whose bootstrap data asks runs those of its version (make kube; empty: no Kubernetes)", daemon.StringValue(&o.KubeBin)),
 	}
 }
 

@@ -29,7 +29,7 @@ func (p *Provider) Stop(_ context.Context, cluster, machine string) error {
 // Start starts a stopped machine's capn-node again, on the same address
 // and data dir; its node skips the bootstrap it already applied. Starting
 // a running machine succeeds.
-func (p *Provider) Start(_ context.Context, cluster, machine string) error {
+func (p *Provider) Start(ctx context.Context, cluster, machine string) error {
 	rec, err := p.record(cluster, machine)
 	if err != nil {
 		return err
@@ -37,7 +37,7 @@ func (p *Provider) Start(_ context.Context, cluster, machine string) error {
 	if _, ok := p.running(rec); ok && !exists(p.stoppedPath(cluster, machine)) {
 		return nil
 	}
-	if err := p.startNode(rec); err != nil {
+	if err := p.startNode(ctx, rec); err != nil {
 		return err
 	}
 	if err := os.Remove(p.stoppedPath(cluster, machine)); err != nil && !os.IsNotExist(err) {

@@ -45,6 +45,8 @@ type Provider struct {
 	reporter sdk.Reporter // set while Run runs
 	log      zerolog.Logger
 	secrets  *store.Bucket[*capnv1.ClusterSecretsStatus] // optional: the CA pin
+
+	kube kubeBins // the versions of the --kube-bin directories
 }
 
 // child is a process this provider started: it reaps it, and knows at once
@@ -59,6 +61,8 @@ var (
 	_ sdk.PowerController = (*Provider)(nil)
 	_ sdk.Runner          = (*Provider)(nil)
 	_ sdk.Adopter         = (*Provider)(nil)
+
+	_ sdk.KubernetesVersioner = (*Provider)(nil)
 )
 
 // New returns a process provider with opts.
@@ -87,14 +91,50 @@ func (p *Provider) Capabilities() []string {
 	return caps
 }
 
-// runsKubernetes reports whether KubeBin holds an executable
+// runsKubernetes reports whether a KubeBin directory holds an executable
 // kube-apiserver.
 func (p *Provider) runsKubernetes() bool {
-	if p.opts.KubeBin == "" {
-		return false
+	for _, d := range SplitKubeBin(p.opts.KubeBin) {
+		fi, err := os.Stat(filepath.Join(d, "kube-apiserver"))
+		if err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+			return true
+		}
 	}
-	fi, err := os.Stat(filepath.Join(p.opts.KubeBin, "kube-apiserver"))
-	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
+	return false
+}
+
+// KubeBins are the KubeBin directories whose kube-apiserver answers, with
+// their versions, oldest first (read again when a binary changes).
+func (p *Provider) KubeBins(ctx context.Context) []KubeBin {
+	return p.kube.list(ctx, SplitKubeBin(p.opts.KubeBin))
+}
+
+// KubernetesVersions implements sdk.KubernetesVersioner: the versions of
+// KubeBins, announced with the provider.
+func (p *Provider) KubernetesVersions() []string {
+	var out []string
+	for _, b := range p.KubeBins(context.Background()) {
+		if !slices.Contains(out, b.Version) {
+			out = append(out, b.Version)
+		}
+	}
+	return out
+}
+
+// kubeDir is the KubeBin directory of the machine's version; "" when the
+// provider runs no Kubernetes, or for a machine that is not kube-local
+// when no directory has its version (its node runs no Kubernetes
+// anyway). A kube-local machine of a version not built gets
+// *MissingVersionError.
+func (p *Provider) kubeDir(ctx context.Context, rec *machineRecord) (string, error) {
+	if p.opts.KubeBin == "" {
+		return "", nil
+	}
+	dir, err := p.kube.forVersion(ctx, SplitKubeBin(p.opts.KubeBin), rec.Version)
+	if err != nil && rec.Bootstrap != BootstrapKubeLocal {
+		return "", nil
+	}
+	return dir, err
 }
 
 // ProviderID is the provider id of a process machine: process://<cluster>/<machine>.
@@ -113,6 +153,14 @@ func (p *Provider) CreateMachine(ctx context.Context, req *capnv1.CreateMachine)
 		if req.GetBootstrapChecksum() == "" {
 			return nil, sdk.Permanent(errors.New("process: the create carries no bootstrap checksum; the machine could not fetch its bootstrap data"))
 		}
+		// A kube-local machine runs the binaries of its own version:
+		// refused before anything is made when they are not built.
+		if _, err := p.kubeDir(ctx, &machineRecord{Version: req.GetVersion(), Bootstrap: req.GetBootstrapProvider()}); err != nil {
+			p.log.Warn().Str("cluster", c).Str("machine", m).Str("version", req.GetVersion()).Err(err).Msg("machine refused")
+			im := &capnv1.InfraMachine{Provider: Name, Cluster: c, Machine: m, Message: err.Error(), Updated: timestamppb.New(p.now())}
+			im.SetStateValue(sdk.StateFailed)
+			return im, nil
+		}
 		if rec, err = p.newRecord(ctx, req); err != nil {
 			return nil, err
 		}
@@ -130,7 +178,7 @@ func (p *Provider) CreateMachine(ctx context.Context, req *capnv1.CreateMachine)
 		return p.Describe(ctx, c, m)
 	}
 	if _, ok := p.running(rec); !ok {
-		if err := p.startNode(rec); err != nil {
+		if err := p.startNode(ctx, rec); err != nil {
 			return nil, err
 		}
 	}
@@ -148,7 +196,7 @@ func (p *Provider) newRecord(ctx context.Context, req *capnv1.CreateMachine) (*m
 	now := p.now().UTC()
 	rec := &machineRecord{
 		Cluster: req.GetCluster(), Machine: req.GetMachine(), ProviderID: ProviderID(req.GetCluster(), req.GetMachine()),
-		Role: req.GetRole(), Address: addr, Version: req.GetVersion(), Checksum: req.GetBootstrapChecksum(),
+		Role: req.GetRole(), Address: addr, Version: req.GetVersion(), Bootstrap: req.GetBootstrapProvider(), Checksum: req.GetBootstrapChecksum(),
 		CACertHash: p.caPin(ctx, req.GetCluster()), Failure: req.GetTemplate().GetFailureDomain(),
 		Created: now, Changed: now,
 	}

@@ -48,9 +48,13 @@ type machineRecord struct {
 	// Role is CreateMachine.role (control-plane or worker): the cluster
 	// endpoint's backends are its control-plane machines. Records written
 	// before roles were kept have none, and are no backend.
-	Role       string    `json:"role,omitempty"`
-	Address    string    `json:"address"`
-	Version    string    `json:"version"`
+	Role    string `json:"role,omitempty"`
+	Address string `json:"address"`
+	Version string `json:"version"`
+	// Bootstrap is CreateMachine.bootstrap_provider: a kube-local
+	// machine must run binaries of its version (records written before
+	// it was kept have none).
+	Bootstrap  string    `json:"bootstrap_provider,omitempty"`
 	Checksum   string    `json:"bootstrap_checksum"`
 	CACertHash string    `json:"ca_cert_hash,omitempty"`
 	Failure    string    `json:"failure_domain,omitempty"`

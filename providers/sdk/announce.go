@@ -27,6 +27,9 @@ func (s *server) announce(ctx context.Context) error {
 		Time:         timestamppb.New(s.obs.now()),
 		Instance:     s.opts.Instance,
 	}
+	if kv, ok := s.p.(KubernetesVersioner); ok {
+		a.KubernetesVersions = kv.KubernetesVersions()
+	}
 	_, _, err := s.obs.announcements.Mutate(ctx, AnnouncementKey(s.name), func(*capnv1.ProviderAnnouncement, bool) (*capnv1.ProviderAnnouncement, error) {
 		return a, nil
 	})

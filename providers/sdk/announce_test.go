@@ -38,6 +38,41 @@ func TestAnnouncement(t *testing.T) {
 	}
 }
 
+// versioned is a provider whose machines run Kubernetes binaries of
+// their own.
+type versioned struct {
+	*fake
+	versions []string
+}
+
+func (v versioned) KubernetesVersions() []string { return v.versions }
+
+// A provider with sdk.KubernetesVersioner announces its versions; one
+// without announces none.
+func TestAnnouncementListsKubernetesVersions(t *testing.T) {
+	env := sdktest.New(t)
+	stop := env.Run(sdk.NewService(versioned{newFake(), []string{"v1.36.5", "v1.37.2"}}, fastOptions()))
+	var a *capnv1.ProviderAnnouncement
+	natstest.WaitFor(t, sdktest.Timeout, "announcement", func() bool {
+		var ok bool
+		a, ok = env.Announcement("fake")
+		return ok
+	})
+	if !slices.Equal(a.GetKubernetesVersions(), []string{"v1.36.5", "v1.37.2"}) {
+		t.Errorf("kubernetes_versions %v", a.GetKubernetesVersions())
+	}
+	stop()
+	stop = env.Run(sdk.NewService(newFake(), fastOptions()))
+	defer stop()
+	natstest.WaitFor(t, sdktest.Timeout, "announcement", func() bool {
+		a, _ = env.Announcement("fake")
+		return a != nil
+	})
+	if a.GetKubernetesVersions() != nil {
+		t.Errorf("a provider without KubernetesVersions announces %v", a.GetKubernetesVersions())
+	}
+}
+
 func TestAlive(t *testing.T) {
 	now := time.Now()
 	tests := []struct {

@@ -140,6 +140,16 @@ type CommandHandler interface {
 	Commands() map[string]events.Handler
 }
 
+// KubernetesVersioner is implemented by a provider whose machines run
+// Kubernetes binaries of their own (CapabilityRealKubernetes): the
+// versions it has, oldest first, announced in
+// ProviderAnnouncement.kubernetes_versions and read at every
+// announcement (binaries built after the start count). A machine of
+// another version is refused at create (InfraMachine state Failed).
+type KubernetesVersioner interface {
+	KubernetesVersions() []string
+}
+
 // Capabilities a provider may announce.
 const (
 	CapabilityStopStart = "stop-start"

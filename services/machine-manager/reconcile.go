@@ -117,7 +117,7 @@ func (s *Service) send(ctx context.Context, c Command, cluster, name string, m *
 		return err
 	case CmdCreate:
 		cmd := &capnv1.CreateMachine{Cluster: cluster, Machine: name, Role: spec.GetRole(), Version: spec.GetVersion(), Template: spec.GetTemplate(),
-			BootstrapSecretKey: keys.Bootstrap(cluster, name), Labels: spec.GetLabels()}
+			BootstrapSecretKey: keys.Bootstrap(cluster, name), Labels: spec.GetLabels(), BootstrapProvider: spec.GetBootstrap().GetProvider()}
 		cmd.BootstrapChecksum = st.GetBootstrapDataChecksum()
 		_, err := s.pub.Publish(ctx, events.ProviderSubject(spec.GetProvider(), "machine", "create", cluster, name), events.TypeProviderCommand+".machine.create", c.ID, cmd)
 		return err

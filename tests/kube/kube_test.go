@@ -3,9 +3,10 @@
 // one-member etcd, kube-apiserver, kube-controller-manager, kube-scheduler
 // and kwok, all on 127.0.0.1 in a temporary directory, driven with kubectl.
 //
-// It finds the binaries in $CAPN_KUBE_BIN (the Makefile sets it to
-// `hack/kube.sh --print-path`). Without them it is skipped with a message,
-// unless CAPN_REQUIRE_KUBE=1 (CI), which makes that a failure.
+// It finds the binaries in $CAPN_KUBE_BIN (the Makefile sets it to the bin
+// directories of every KUBE_VERSIONS, colon-separated) and smoke-tests
+// each version. Without them it is skipped with a message, unless
+// CAPN_REQUIRE_KUBE=1 (CI), which makes that a failure.
 package kube_test
 
 import (
@@ -37,21 +38,23 @@ import (
 	"github.com/capn-dev/capn/internal/testkit"
 )
 
-// KubeVersion is the Kubernetes release `make kube` builds (KUBE_VERSION in
+// KubeVersion is the newest Kubernetes release `make kube` builds (KUBE_VERSION in
 // the Makefile); a bin directory named by hack/kube.sh says its own.
 const KubeVersion = "v1.37.2"
 
 var binaries = []string{"etcd", "etcdctl", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok"}
 
-// kubeBin returns the directory with the binaries, or skips the test —
-// fails it under CAPN_REQUIRE_KUBE=1.
-func kubeBin(t *testing.T) string {
+// kubeBins returns the directories of $CAPN_KUBE_BIN (one per version
+// make kube built, colon-separated), each with every binary, or skips the
+// test — fails it under CAPN_REQUIRE_KUBE=1.
+func kubeBins(t *testing.T) []string {
 	t.Helper()
-	dir := os.Getenv("CAPN_KUBE_BIN")
-	why := ""
-	if dir == "" {
-		why = "CAPN_KUBE_BIN is not set"
-	} else {
+	list := os.Getenv("CAPN_KUBE_BIN")
+	var whys, dirs []string
+	if list == "" {
+		whys = append(whys, "CAPN_KUBE_BIN is not set")
+	}
+	for _, dir := range filepath.SplitList(list) {
 		var missing []string
 		for _, b := range binaries {
 			if fi, err := os.Stat(filepath.Join(dir, b)); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
@@ -59,17 +62,20 @@ func kubeBin(t *testing.T) string {
 			}
 		}
 		if len(missing) > 0 {
-			why = fmt.Sprintf("CAPN_KUBE_BIN=%s has no %s", dir, strings.Join(missing, ", "))
+			whys = append(whys, fmt.Sprintf("%s has no %s", dir, strings.Join(missing, ", ")))
+			continue
 		}
+		dirs = append(dirs, dir)
 	}
-	if why == "" {
-		return dir
+	if len(whys) == 0 {
+		return dirs
 	}
+	why := "CAPN_KUBE_BIN: " + strings.Join(whys, "; ")
 	if os.Getenv("CAPN_REQUIRE_KUBE") == "1" {
 		t.Fatalf("CAPN_REQUIRE_KUBE=1 but %s: build the binaries with `make kube` (hack/kube.sh)", why)
 	}
 	t.Skipf("Kubernetes smoke test skipped: %s; run `make kube` to build the binaries (set CAPN_REQUIRE_KUBE=1 to fail instead)", why)
-	return ""
+	return nil
 }
 
 // wantVersion is the version in the bin directory's name
@@ -81,11 +87,18 @@ func wantVersion(bin string) string {
 	return KubeVersion
 }
 
+// TestControlPlaneSmoke runs the smoke test on every version built.
 func TestControlPlaneSmoke(t *testing.T) {
-	bin := kubeBin(t)
+	bins := kubeBins(t)
 	if testing.Short() {
 		t.Skip("starts a whole control plane; skipped with -short")
 	}
+	for _, bin := range bins {
+		t.Run(wantVersion(bin), func(t *testing.T) { smoke(t, bin) })
+	}
+}
+
+func smoke(t *testing.T, bin string) {
 	version := wantVersion(bin)
 	dir := t.TempDir()
 	begin := time.Now()

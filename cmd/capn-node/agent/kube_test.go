@@ -16,6 +16,7 @@ import (
 	"github.com/capn-dev/capn/cmd/capn-node/kube"
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/natstest"
+	"github.com/capn-dev/capn/kubeapi/kubeapitest"
 	"github.com/capn-dev/capn/schemas/annotations"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/bootstraptest"
@@ -221,12 +222,12 @@ func TestConfigKubeFlags(t *testing.T) {
 // CAPN_REQUIRE_KUBE=1); cmd/capn-node/kube's TestControlPlane checks the
 // cluster itself.
 func TestAgentWithRealBinaries(t *testing.T) {
-	bin := os.Getenv("CAPN_KUBE_BIN")
-	if _, err := os.Stat(filepath.Join(bin, "kube-apiserver")); bin == "" || err != nil {
+	bin, why := kubeapitest.Newest("kube-apiserver")
+	if bin == "" {
 		if os.Getenv("CAPN_REQUIRE_KUBE") == "1" {
-			t.Fatalf("CAPN_KUBE_BIN=%q has no kube-apiserver, and CAPN_REQUIRE_KUBE=1: build them with make kube", bin)
+			t.Fatalf("%s, and CAPN_REQUIRE_KUBE=1: build them with make kube", why)
 		}
-		t.Skipf("CAPN_KUBE_BIN=%q has no kube-apiserver: build the binaries with make kube", bin)
+		t.Skipf("%s: build the binaries with make kube", why)
 	}
 	version, err := kube.BinaryVersion(t.Context(), filepath.Join(bin, "kube-apiserver"))
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/capn-dev/capn/cmd/capn-node/kube"
 	"github.com/capn-dev/capn/internal/testkit"
+	"github.com/capn-dev/capn/kubeapi/kubeapitest"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/secrets/pki"
 	"github.com/capn-dev/capn/secrets/token"
@@ -24,29 +26,19 @@ import (
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
 )
 
-// kubeBin is $CAPN_KUBE_BIN with every binary the test runs, or the test
-// is skipped — failed under CAPN_REQUIRE_KUBE=1 (CI builds them).
+// kubeBin is the directory of $CAPN_KUBE_BIN's newest version with every
+// binary the test runs, or the test is skipped — failed under
+// CAPN_REQUIRE_KUBE=1 (CI builds them).
 func kubeBin(t *testing.T) string {
 	t.Helper()
-	dir := os.Getenv("CAPN_KUBE_BIN")
-	why := ""
-	if dir == "" {
-		why = "CAPN_KUBE_BIN is not set"
-	} else {
-		for _, b := range append(slices.Clone(kube.Binaries), "kubectl") {
-			if fi, err := os.Stat(filepath.Join(dir, b)); err != nil || fi.Mode()&0o111 == 0 {
-				why = fmt.Sprintf("CAPN_KUBE_BIN=%s has no %s", dir, b)
-				break
-			}
-		}
-	}
+	dir, why := kubeapitest.Newest(append(slices.Clone(kube.Binaries), "kubectl")...)
 	if why == "" {
 		return dir
 	}
 	if os.Getenv("CAPN_REQUIRE_KUBE") == "1" {
 		t.Fatalf("%s, and CAPN_REQUIRE_KUBE=1: build them with make kube", why)
 	}
-	t.Skipf("%s: build the binaries with make kube and set CAPN_KUBE_BIN=$(hack/kube.sh --print-path)", why)
+	t.Skipf("%s: build the binaries with make kube and set CAPN_KUBE_BIN=$(make -s kube-bin)", why)
 	return ""
 }
 
@@ -116,6 +108,37 @@ type nodeList struct {
 			Addresses []struct{ Type, Address string } `json:"addresses"`
 		} `json:"status"`
 	} `json:"items"`
+}
+
+// olderVersion is a version a minor behind version: the older one make
+// kube built, if any ($CAPN_KUBE_BIN), else vMAJOR.(MINOR-1).0 (a worker
+// runs only kwok, which takes any version).
+func olderVersion(t *testing.T, version string) string {
+	t.Helper()
+	if bins, _ := kubeapitest.Bins(os.Getenv("CAPN_KUBE_BIN"), "kwok"); len(bins) > 1 && bins[0].Version != version {
+		return bins[0].Version
+	}
+	var major, minor, patch int
+	if _, err := fmt.Sscanf(version, "v%d.%d.%d", &major, &minor, &patch); err != nil || minor == 0 {
+		t.Fatalf("version %q: want vMAJOR.MINOR.PATCH with MINOR > 0", version)
+	}
+	return fmt.Sprintf("v%d.%d.0", major, minor-1)
+}
+
+// nodeVersions is `kubectl get nodes`' VERSION column, by Node name.
+func nodeVersions(t *testing.T, k kubectl) map[string]string {
+	t.Helper()
+	out, err := k.run("", "get", "nodes", "--no-headers", "-o", "custom-columns=NAME:.metadata.name,VERSION:.status.nodeInfo.kubeletVersion")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for line := range strings.Lines(out) {
+		if f := strings.Fields(line); len(f) == 2 {
+			got[f[0]] = f[1]
+		}
+	}
+	return got
 }
 
 // nodeReady reads the Node's Ready condition.
@@ -287,10 +310,13 @@ spec:
 	})
 
 	// A worker joins as a kubelet's TLS bootstrap does. Its token is its
-	// own, registered in the cluster as the bootstrapper would.
+	// own, registered in the cluster as the bootstrapper would. It is a
+	// minor behind the control plane, as a pool is in the middle of an
+	// upgrade: its Node reports its own version.
 	wtok := token.Token{ID: "wrkr01", Secret: "0123456789wrkr01"}
+	wversion := olderVersion(t, version)
 	wcfg, wdir := machine{
-		Name: "kl-md-0", Role: bootstrap.RoleWorker, Version: version, Host: "127.0.0.1", Port: p.APIServer, Token: wtok,
+		Name: "kl-md-0", Role: bootstrap.RoleWorker, Version: wversion, Host: "127.0.0.1", Port: p.APIServer, Token: wtok,
 		Labels: map[string]string{"node.kubernetes.io/pool": "md-0"},
 	}.render(t, set)
 	secret, _ := json.Marshal(map[string]any{
@@ -330,7 +356,7 @@ spec:
 	}
 	var wn nodeList
 	k.json(&wn, "get", "nodes", "--field-selector=metadata.name=kl-md-0")
-	if len(wn.Items) != 1 || wn.Items[0].Spec.ProviderID != "process://kl/kl-md-0" || wn.Items[0].Status.NodeInfo.KubeletVersion != version ||
+	if len(wn.Items) != 1 || wn.Items[0].Spec.ProviderID != "process://kl/kl-md-0" || wn.Items[0].Status.NodeInfo.KubeletVersion != wversion ||
 		wn.Items[0].Metadata.Labels["node.kubernetes.io/pool"] != "md-0" || wn.Items[0].Metadata.Labels["node-role.kubernetes.io/control-plane"] != "" {
 		t.Errorf("worker node %+v", wn.Items)
 	} else if _, cp := wn.Items[0].Metadata.Labels["node-role.kubernetes.io/control-plane"]; cp || !slices.Contains(wn.Items[0].Status.Addresses, struct{ Type, Address string }{"InternalIP", "127.0.0.2"}) {
@@ -357,6 +383,13 @@ spec:
 		s, err := k.run("", "get", "pods", "-l", "app=md", "-o", "jsonpath={range .items[*]}{.status.phase}/{.spec.nodeName} {end}")
 		return err == nil && strings.Count(s, "Running/kl-md-0") == 2, s
 	})
+	// kubectl get nodes shows each Node at its machine's version, kwok
+	// having made them Ready and run their pods.
+	if got, want := nodeVersions(t, k), map[string]string{"kl-cp-0": version, "kl-md-0": wversion}; !maps.Equal(got, want) {
+		t.Errorf("kubectl get nodes: VERSION %v, want %v", got, want)
+	} else {
+		t.Logf("kubectl get nodes: VERSION %v", got)
+	}
 	// The node's own credentials are enough for kwok: nothing forbidden.
 	if b, _ := os.ReadFile(wrt.Supervisor().LogPath("kwok")); bytes.Contains(b, []byte("forbidden")) {
 		t.Errorf("the worker's kwok was refused something:\n%s", b)

@@ -244,14 +244,18 @@ func (n NodeSpec) taints(existing []kubelocal.Taint) []map[string]string {
 }
 
 // Status is the merge patch of the Node's status subresource: the
-// version a kubelet would report and the machine's addresses (kwok keeps
-// what is there and fills conditions, capacity and the rest).
+// versions a kubelet would report — the machine's kubernetesVersion, so
+// `kubectl get nodes` shows each Node's during a rollout — and the
+// machine's addresses (kwok's node-initialize stage keeps what is there
+// and fills conditions, capacity and the rest; without these it would
+// report its own version, kwok-v0.8.0).
 func (n NodeSpec) Status() map[string]any {
 	return map[string]any{"status": map[string]any{
 		"nodeInfo": map[string]any{
-			"kubeletVersion":  n.Version,
-			"operatingSystem": "linux",
-			"architecture":    runtime.GOARCH,
+			"kubeletVersion":   n.Version,
+			"kubeProxyVersion": n.Version,
+			"operatingSystem":  "linux",
+			"architecture":     runtime.GOARCH,
 		},
 		"addresses": []map[string]string{
 			{"type": "InternalIP", "address": n.Address},

@@ -132,6 +132,9 @@ func TestNodeFor(t *testing.T) {
 		t.Errorf("spec %v", spec)
 	}
 	status := m["status"].(map[string]any)
+	if ni := status["nodeInfo"].(map[string]any); ni["kubeProxyVersion"] != "v1.37.2" {
+		t.Errorf("nodeInfo %v: kubeProxyVersion is not the machine's version", ni)
+	}
 	if status["nodeInfo"].(map[string]any)["kubeletVersion"] != "v1.37.2" || fmt.Sprint(status["addresses"]) != "[map[address:127.0.0.7 type:InternalIP] map[address:kl-cp-0 type:Hostname]]" {
 		t.Errorf("status %v", status)
 	}

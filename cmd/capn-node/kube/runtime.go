@@ -601,7 +601,8 @@ var versionRe = regexp.MustCompile(`Kubernetes (v[0-9]+\.[0-9]+\.[0-9]+\S*)`)
 
 // CheckBinaries makes sure every binary is in dir and that the
 // Kubernetes ones are version want: a machine that says v1.33.2 must not
-// run v1.37.2.
+// run v1.37.2. The process provider hands each machine the directory of
+// its version; this is the node's own check of what it runs.
 func CheckBinaries(ctx context.Context, dir, want string) error {
 	if err := checkPresent(dir, Binaries); err != nil {
 		return err
@@ -612,7 +613,7 @@ func CheckBinaries(ctx context.Context, dir, want string) error {
 			return err
 		}
 		if got != want {
-			return fmt.Errorf("kube-local: %s is Kubernetes %s, but the machine's kubernetesVersion is %s", filepath.Join(dir, b), got, want)
+			return fmt.Errorf("kube-local: %s is Kubernetes %s, but the machine's kubernetesVersion is %s: give --kube-bin the directory of %s's binaries (make kube KUBE_VERSIONS=\"… %s\" builds them)", filepath.Join(dir, b), got, want, want, want)
 		}
 	}
 	return nil

@@ -204,8 +204,14 @@ type CreateMachine struct {
 	// agent, and the provider hands it to the machine the way it hands user
 	// data. The bootstrap fetch needs it.
 	BootstrapCredential string `protobuf:"bytes,9,opt,name=bootstrap_credential,json=bootstrapCredential,proto3" json:"bootstrap_credential,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// bootstrap_provider is the machine's bootstrap provider (kubeadm,
+	// kube-local, script; empty: kubeadm). A provider that runs the
+	// Kubernetes its bootstrap data asks for (the process provider's
+	// kube-local machines) checks it has binaries of `version` before it
+	// creates anything.
+	BootstrapProvider string `protobuf:"bytes,10,opt,name=bootstrap_provider,json=bootstrapProvider,proto3" json:"bootstrap_provider,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *CreateMachine) Reset() {
@@ -297,6 +303,13 @@ func (x *CreateMachine) GetLabels() map[string]string {
 func (x *CreateMachine) GetBootstrapCredential() string {
 	if x != nil {
 		return x.BootstrapCredential
+	}
+	return ""
+}
+
+func (x *CreateMachine) GetBootstrapProvider() string {
+	if x != nil {
+		return x.BootstrapProvider
 	}
 	return ""
 }
@@ -708,11 +721,16 @@ type ProviderAnnouncement struct {
 	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Version string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
 	// capabilities: stop-start, reboot, real-kubernetes, failure-domains.
-	Capabilities  []string               `protobuf:"bytes,3,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
-	Time          *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=time,proto3" json:"time,omitempty"`
-	Instance      string                 `protobuf:"bytes,5,opt,name=instance,proto3" json:"instance,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Capabilities []string               `protobuf:"bytes,3,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
+	Time         *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=time,proto3" json:"time,omitempty"`
+	Instance     string                 `protobuf:"bytes,5,opt,name=instance,proto3" json:"instance,omitempty"`
+	// kubernetes_versions are the Kubernetes versions whose binaries the
+	// provider's machines can run, oldest first (with real-kubernetes; the
+	// process provider's --kube-bin directories). Empty: the provider runs
+	// no Kubernetes of its own, any version is accepted.
+	KubernetesVersions []string `protobuf:"bytes,6,rep,name=kubernetes_versions,json=kubernetesVersions,proto3" json:"kubernetes_versions,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ProviderAnnouncement) Reset() {
@@ -780,6 +798,13 @@ func (x *ProviderAnnouncement) GetInstance() string {
 	return ""
 }
 
+func (x *ProviderAnnouncement) GetKubernetesVersions() []string {
+	if x != nil {
+		return x.KubernetesVersions
+	}
+	return nil
+}
+
 var File_capn_v1alpha1_provider_proto protoreflect.FileDescriptor
 
 const file_capn_v1alpha1_provider_proto_rawDesc = "" +
@@ -794,7 +819,7 @@ const file_capn_v1alpha1_provider_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\".\n" +
 	"\x12DeleteClusterInfra\x12\x18\n" +
-	"\acluster\x18\x01 \x01(\tR\acluster\"\xbe\x03\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\"\xed\x03\n" +
 	"\rCreateMachine\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x18\n" +
 	"\amachine\x18\x02 \x01(\tR\amachine\x12\x12\n" +
@@ -804,7 +829,9 @@ const file_capn_v1alpha1_provider_proto_rawDesc = "" +
 	"\x14bootstrap_secret_key\x18\x06 \x01(\tR\x12bootstrapSecretKey\x12-\n" +
 	"\x12bootstrap_checksum\x18\a \x01(\tR\x11bootstrapChecksum\x12@\n" +
 	"\x06labels\x18\b \x03(\v2(.capn.v1alpha1.CreateMachine.LabelsEntryR\x06labels\x121\n" +
-	"\x14bootstrap_credential\x18\t \x01(\tR\x13bootstrapCredential\x1a9\n" +
+	"\x14bootstrap_credential\x18\t \x01(\tR\x13bootstrapCredential\x12-\n" +
+	"\x12bootstrap_provider\x18\n" +
+	" \x01(\tR\x11bootstrapProvider\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"C\n" +
@@ -839,13 +866,14 @@ const file_capn_v1alpha1_provider_proto_rawDesc = "" +
 	"\amachine\x18\x03 \x01(\tR\amachine\x12\x12\n" +
 	"\x04kind\x18\x04 \x01(\tR\x04kind\x12\x18\n" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x12.\n" +
-	"\x04time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xb4\x01\n" +
+	"\x04time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xe5\x01\n" +
 	"\x14ProviderAnnouncement\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\"\n" +
 	"\fcapabilities\x18\x03 \x03(\tR\fcapabilities\x12.\n" +
 	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1a\n" +
-	"\binstance\x18\x05 \x01(\tR\binstance*\xc0\x01\n" +
+	"\binstance\x18\x05 \x01(\tR\binstance\x12/\n" +
+	"\x13kubernetes_versions\x18\x06 \x03(\tR\x12kubernetesVersions*\xc0\x01\n" +
 	"\n" +
 	"InfraState\x12\x1b\n" +
 	"\x17INFRA_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,8 +43,9 @@ type Config struct {
 	ProcessNodeBinary string
 	// DockerImage is the docker provider's machine image ("": capn-node:latest).
 	DockerImage string
-	// KubeBin is the directory of the Kubernetes binaries the process
-	// provider's machines run when their bootstrap data asks (make kube;
+	// KubeBin lists the directories of the Kubernetes binaries, one per
+	// version, separated by ':', that the process provider's machines run
+	// (those of their version) when their bootstrap data asks (make kube;
 	// "": no Kubernetes runs on them).
 	KubeBin string
 	// Extra are services to run after capn dev's own; no flag sets them:
@@ -81,7 +83,7 @@ func (c *Config) Flags() []daemon.Flag {
 		{Name: "providers", Env: "CAPN_PROVIDERS", Usage: "infrastructure `providers` to run, comma-separated: sim always runs; process and docker run when they can (capn dev says why not)", Value: daemon.StringValue(&c.Providers)},
 		{Name: "process-node-binary", Env: "CAPN_PROCESS_NODE_BINARY", Usage: "capn-node `path` the process provider's machines run (default: beside this program, else on PATH)", Value: daemon.StringValue(&c.ProcessNodeBinary)},
 		{Name: "docker-image", Env: "CAPN_DOCKER_IMAGE", Usage: "the docker provider's machine `image`, built locally by 'make images' (default capn-node:latest)", Value: daemon.StringValue(&c.DockerImage)},
-		{Name: "kube-bin", Env: "CAPN_KUBE_BIN", Usage: "`dir` of the Kubernetes binaries the process provider's machines run when their bootstrap data asks ('make kube'; default: none, no Kubernetes)", Value: daemon.StringValue(&c.KubeBin)},
+		{Name: "kube-bin", Env: "CAPN_KUBE_BIN", Usage: "`dirs` of the Kubernetes binaries, one per version, colon-separated: the process provider's machines run those of their version when their bootstrap data asks ('make kube'; default: none, no Kubernetes)", Value: daemon.StringValue(&c.KubeBin)},
 	}
 }
 
@@ -104,10 +106,10 @@ func (c Config) Validate() error {
 		errs = append(errs, &daemon.FieldError{Flag: "gateway-addr", Env: "CAPN_GATEWAY_ADDR", Value: c.GatewayAddr,
 			Problem: "must be host:port (port 0..65535): " + err.Error(), Err: err})
 	}
-	if c.KubeBin != "" {
-		if fi, err := os.Stat(c.KubeBin); err != nil || !fi.IsDir() {
-			errs = append(errs, &daemon.FieldError{Flag: "kube-bin", Env: "CAPN_KUBE_BIN", Value: c.KubeBin,
-				Problem: "must be the directory of the Kubernetes binaries ('make kube'; hack/kube.sh --print-path prints it)"})
+	for _, dir := range filepath.SplitList(c.KubeBin) {
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			errs = append(errs, &daemon.FieldError{Flag: "kube-bin", Env: "CAPN_KUBE_BIN", Value: dir,
+				Problem: "must be the directory of the Kubernetes binaries, or several separated by ':' ('make kube'; hack/kube.sh --print-path prints the default one, make -s kube-bin all)"})
 		}
 	}
 	seen := map[string]bool{}

@@ -277,13 +277,13 @@ func (o *watchObj) exists(kind string) bool {
 // values.
 func render(kind, name string, o *watchObj) (json.RawMessage, error) {
 	if kind == api.KindCluster {
-		c, err := store.Decode(o.desired, newCluster)
+		c, err := store.Decode(o.desired, store.New[capnv1.Cluster]())
 		if err != nil {
 			return nil, err
 		}
 		var st *capnv1.ClusterStatus
 		if o.observed != nil {
-			if st, err = store.Decode(o.observed, newClusterStatus); err != nil {
+			if st, err = store.Decode(o.observed, store.New[capnv1.ClusterStatus]()); err != nil {
 				return nil, err
 			}
 		}
@@ -293,12 +293,12 @@ func render(kind, name string, o *watchObj) (json.RawMessage, error) {
 	var st *capnv1.MachineStatus
 	var err error
 	if o.desired != nil {
-		if m, err = store.Decode(o.desired, newMachine); err != nil {
+		if m, err = store.Decode(o.desired, store.New[capnv1.Machine]()); err != nil {
 			return nil, err
 		}
 	}
 	if o.observed != nil {
-		if st, err = store.Decode(o.observed, newMachineStatus); err != nil {
+		if st, err = store.Decode(o.observed, store.New[capnv1.MachineStatus]()); err != nil {
 			return nil, err
 		}
 	}

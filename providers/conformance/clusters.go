@@ -41,10 +41,10 @@ func NewClusters(t testing.TB, js jetstream.JetStream) *Clusters {
 		return b
 	}
 	c := &Clusters{t: t, desired: kv(events.BucketDesired), observed: kv(events.BucketObserved), secrets: kv(events.BucketSecrets)}
-	c.clusters = store.NewBucket(c.desired, func() *capnv1.Cluster { return new(capnv1.Cluster) })
-	c.status = store.NewBucket(c.observed, func() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) })
-	c.machines = store.NewBucket(c.observed, func() *capnv1.MachineStatus { return new(capnv1.MachineStatus) })
-	c.wanted = store.NewBucket(c.desired, func() *capnv1.Machine { return new(capnv1.Machine) })
+	c.clusters = store.NewBucket(c.desired, store.New[capnv1.Cluster]())
+	c.status = store.NewBucket(c.observed, store.New[capnv1.ClusterStatus]())
+	c.machines = store.NewBucket(c.observed, store.New[capnv1.MachineStatus]())
+	c.wanted = store.NewBucket(c.desired, store.New[capnv1.Machine]())
 	return c
 }
 
@@ -151,7 +151,7 @@ func (c *Clusters) Left(name string, providers []string) []string {
 	c.t.Helper()
 	var out []string
 	listKeys := func(kv jetstream.KeyValue, prefixes ...string) {
-		b := store.NewBucket(kv, func() *capnv1.Cluster { return new(capnv1.Cluster) })
+		b := store.NewBucket(kv, store.New[capnv1.Cluster]())
 		for _, p := range prefixes {
 			k, err := b.Keys(context.Background(), p)
 			if err != nil {

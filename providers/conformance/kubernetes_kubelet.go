@@ -74,8 +74,8 @@ func (s *suite) kubeletStops(t *testing.T, e *Env, parent *KubeCluster, machines
 
 func kubeletStopsStep(t *testing.T, e *Env, k *KubeCluster, machines map[string]KubeMachine, stop func(*testing.T, *Env, string, string)) map[string]KubeMachine {
 	ctx := context.Background()
-	healths := store.NewBucket(k.Clusters.observed, func() *capnv1.NodeHealth { return new(capnv1.NodeHealth) })
-	rems := store.NewBucket(k.Clusters.observed, func() *capnv1.RemediationStatus { return new(capnv1.RemediationStatus) })
+	healths := store.NewBucket(k.Clusters.observed, store.New[capnv1.NodeHealth]())
+	rems := store.NewBucket(k.Clusters.observed, store.New[capnv1.RemediationStatus]())
 	var victim string
 	for name, m := range machines {
 		if m.Pool == kubeWorkerPool && (victim == "" || name < victim) {

@@ -61,9 +61,9 @@ func New(t testing.TB) *Env {
 	}
 	return &Env{
 		T: t, Server: srv, JS: js, Pub: events.NewPublisher(js, "capn/test"),
-		machines:      store.NewBucket(kv, func() *capnv1.InfraMachine { return new(capnv1.InfraMachine) }),
-		clusters:      store.NewBucket(kv, func() *capnv1.InfraCluster { return new(capnv1.InfraCluster) }),
-		announcements: store.NewBucket(kv, func() *capnv1.ProviderAnnouncement { return new(capnv1.ProviderAnnouncement) }),
+		machines:      store.NewBucket(kv, store.New[capnv1.InfraMachine]()),
+		clusters:      store.NewBucket(kv, store.New[capnv1.InfraCluster]()),
+		announcements: store.NewBucket(kv, store.New[capnv1.ProviderAnnouncement]()),
 	}
 }
 

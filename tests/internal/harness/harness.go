@@ -149,11 +149,11 @@ func New(t testing.TB, o Options) *System {
 	if s.Observed, err = js.KeyValue(ctx, events.BucketObserved); err != nil {
 		t.Fatal(err)
 	}
-	s.Clusters = store.NewBucket(s.Desired, func() *capnv1.Cluster { return new(capnv1.Cluster) })
-	s.Machines = store.NewBucket(s.Desired, func() *capnv1.Machine { return new(capnv1.Machine) })
-	s.MachineStatuses = store.NewBucket(s.Observed, func() *capnv1.MachineStatus { return new(capnv1.MachineStatus) })
-	s.ClusterStatuses = store.NewBucket(s.Observed, func() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) })
-	s.Infra = store.NewBucket(s.Observed, func() *capnv1.InfraMachine { return new(capnv1.InfraMachine) })
+	s.Clusters = store.NewBucket(s.Desired, store.New[capnv1.Cluster]())
+	s.Machines = store.NewBucket(s.Desired, store.New[capnv1.Machine]())
+	s.MachineStatuses = store.NewBucket(s.Observed, store.New[capnv1.MachineStatus]())
+	s.ClusterStatuses = store.NewBucket(s.Observed, store.New[capnv1.ClusterStatus]())
+	s.Infra = store.NewBucket(s.Observed, store.New[capnv1.InfraMachine]())
 	// Registered after natstest's cleanups, so it runs before them: the
 	// services stop while the server is still up.
 	t.Cleanup(s.StopAll)

@@ -163,7 +163,7 @@ func measureIdle(ctx context.Context, binDir string, n int, heartbeat, settle, w
 	running := countRunning(wctx, observed)
 	ready := countReadyClusters(wctx, observed)
 	time.Sleep(time.Second) // let every program connect and bind its consumers
-	clusters := store.NewBucket(desired, func() *capnv1.Cluster { return new(capnv1.Cluster) })
+	clusters := store.NewBucket(desired, store.New[capnv1.Cluster]())
 	for i := range n {
 		c := fleetCluster(i)
 		if _, err := clusters.Create(ctx, keys.Cluster(c.GetMetadata().GetName()), c); err != nil {
@@ -211,7 +211,7 @@ func measureIdle(ctx context.Context, binDir string, n int, heartbeat, settle, w
 
 // countReadyClusters counts clusters whose observed phase is Ready.
 func countReadyClusters(ctx context.Context, kv jetstream.KeyValue) *atomic.Int64 {
-	return countPhase(ctx, kv, "cluster.*", func() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) }, capnv1.ClusterReady.Wire())
+	return countPhase(ctx, kv, "cluster.*", store.New[capnv1.ClusterStatus](), capnv1.ClusterReady.Wire())
 }
 
 // cpuSeconds is the user+system CPU time of a process so far.

@@ -88,10 +88,10 @@ func measureRepair(ctx context.Context, machines int, settle time.Duration, flee
 	}
 	desired, _ := js.KeyValue(ctx, events.BucketDesired)
 	observed, _ := js.KeyValue(ctx, events.BucketObserved)
-	if _, err := store.NewBucket(desired, func() *capnv1.Cluster { return new(capnv1.Cluster) }).Create(ctx, keys.Cluster("repair"), c); err != nil {
+	if _, err := store.NewBucket(desired, store.New[capnv1.Cluster]()).Create(ctx, keys.Cluster("repair"), c); err != nil {
 		return repairResult{}, err
 	}
-	statuses := store.NewBucket(observed, func() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) })
+	statuses := store.NewBucket(observed, store.New[capnv1.ClusterStatus]())
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		st, _, err := statuses.Get(ctx, keys.Cluster("repair"))
@@ -103,7 +103,7 @@ func measureRepair(ctx context.Context, machines int, settle time.Duration, flee
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	workers, err := store.NewBucket(desired, func() *capnv1.Machine { return new(capnv1.Machine) }).List(ctx, keys.MachinesOf("repair"))
+	workers, err := store.NewBucket(desired, store.New[capnv1.Machine]()).List(ctx, keys.MachinesOf("repair"))
 	if err != nil {
 		return repairResult{}, err
 	}
@@ -122,7 +122,7 @@ func measureRepair(ctx context.Context, machines int, settle time.Duration, flee
 	var running *atomic.Int64
 	if fleet > 0 {
 		running = countRunning(ctx, observed)
-		clusters := store.NewBucket(desired, func() *capnv1.Cluster { return new(capnv1.Cluster) })
+		clusters := store.NewBucket(desired, store.New[capnv1.Cluster]())
 		go func() {
 			for i := range fleet {
 				c := fleetCluster(i)

@@ -50,8 +50,8 @@ func measureUpgrade(ctx context.Context, pool int, boot, timeout time.Duration) 
 	if err != nil {
 		return upgradeRun{}, err
 	}
-	clusters := store.NewBucket(e.kv(ctx, events.BucketDesired), func() *capnv1.Cluster { return new(capnv1.Cluster) })
-	statuses := store.NewBucket(e.kv(ctx, events.BucketObserved), func() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) })
+	clusters := store.NewBucket(e.kv(ctx, events.BucketDesired), store.New[capnv1.Cluster]())
+	statuses := store.NewBucket(e.kv(ctx, events.BucketObserved), store.New[capnv1.ClusterStatus]())
 	if _, err := clusters.Create(ctx, keys.Cluster("upgrade"), c); err != nil {
 		return upgradeRun{}, err
 	}

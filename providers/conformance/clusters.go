@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/providers/sdk"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
@@ -187,15 +189,12 @@ func (c *Clusters) machineSummary(name string) string {
 
 func (c *Clusters) waitFor(timeout time.Duration, what string, cond func() (bool, string)) {
 	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, state := cond()
-		if ok {
-			return
+	if err := natstest.Poll(timeout, 50*time.Millisecond, func() error {
+		if ok, state := cond(); !ok {
+			return errors.New(state)
 		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("timed out after %s waiting for %s (%s)", timeout, what, state)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
+	}); err != nil {
+		c.t.Fatalf("timed out after %s waiting for %s (%v)", timeout, what, err)
 	}
 }

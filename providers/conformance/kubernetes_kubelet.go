@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
@@ -105,17 +106,10 @@ func kubeletStopsStep(t *testing.T, e *Env, k *KubeCluster, machines map[string]
 	}
 	until := func(what string, timeout, every time.Duration, check func() error) time.Time {
 		t.Helper()
-		deadline := time.Now().Add(timeout)
-		for {
-			err := check()
-			if err == nil {
-				return time.Now()
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within %s; last: %v", what, timeout, err)
-			}
-			time.Sleep(every)
+		if err := natstest.Poll(timeout, every, check); err != nil {
+			t.Fatalf("%s: not within %s; last: %v", what, timeout, err)
 		}
+		return time.Now()
 	}
 	// The health-watcher reads the worker's Node: its Ready is in the record.
 	until("the health-watcher recording Node "+victim+"'s Ready=True", time.Minute, 250*time.Millisecond, func() error {

@@ -108,7 +108,6 @@ func measureFleet(ctx context.Context, n int, timeout time.Duration) (fleetRun, 
 	js := e.js
 	observed, desired := e.kv(ctx, events.BucketObserved), e.kv(ctx, events.BucketDesired)
 	running := countRunning(ctx, observed)
-	time.Sleep(500 * time.Millisecond) // let every service finish starting
 	tap, err := startTap(e.nc)
 	if err != nil {
 		return fleetRun{}, err

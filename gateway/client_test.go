@@ -112,7 +112,7 @@ func TestClient(t *testing.T) {
 	if _, err := c.Kubeconfig(ctx, "demo"); !client.IsNotFound(err) {
 		t.Errorf("Kubeconfig before it exists: %v", err)
 	}
-	sealed := store.NewBucket(e.secrets, newAdminKubeconfig, store.WithSealer(e.ring))
+	sealed := store.NewBucket(e.secrets, store.New[capnv1.AdminKubeconfig](), store.WithSealer(e.ring))
 	if _, err := sealed.Create(ctx, "kubeconfig.demo", &capnv1.AdminKubeconfig{Kubeconfig: []byte("kind: Config\n")}); err != nil {
 		t.Fatal(err)
 	}

@@ -118,7 +118,7 @@ func newEnv(t *testing.T, mods ...func(*Options)) *env {
 			t.Fatal(err)
 		}
 	}
-	e.clusters = store.NewBucket(e.desired, newCluster)
+	e.clusters = store.NewBucket(e.desired, store.New[capnv1.Cluster]())
 	return e
 }
 

@@ -129,34 +129,37 @@ func newHub(desired, observed *store.Cache, log zerolog.Logger, ringSize, bufSiz
 	}
 }
 
-// run applies the caches' changes until ctx ends; then every stream's
-// channel is closed.
+// run applies the caches' changes until ctx ends or a cache stops; then
+// every stream's channel is closed. Each bucket is followed on its own
+// goroutine (store.Subscription.Each, the loop a controller's watch uses);
+// apply holds h.mu, so events are still emitted one at a time, each
+// bucket's in revision order.
 func (h *hub) run(ctx context.Context) {
-	ds, os := h.desired.Subscribe(""), h.observed.Subscribe("")
-	defer ds.Unsubscribe()
-	defer os.Unsubscribe()
+	defer h.stop()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	// A subscription replays the current state, then goes live, with no
 	// marker in between. A resync marker is one: it comes after every change
 	// up to its revision, the replay included.
+	subs := [...]*store.Subscription{bucketDesired: h.desired.Subscribe(""), bucketObserved: h.observed.Subscribe("")}
 	h.desired.Resync()
 	h.observed.Resync()
+	var wg sync.WaitGroup
+	for bucket, sub := range subs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer cancel() // a stopped cache ends the hub
+			sub.Each(ctx, func(ch store.Change) { h.apply(bucket, ch) })
+		}()
+	}
+	defer wg.Wait()
 	tick := time.NewTicker(h.bookmarkEvery)
 	defer tick.Stop()
-	defer h.stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case ch, ok := <-ds.C():
-			if !ok {
-				return
-			}
-			h.apply(bucketDesired, ch)
-		case ch, ok := <-os.C():
-			if !ok {
-				return
-			}
-			h.apply(bucketObserved, ch)
 		case <-tick.C:
 			h.bookmark()
 		}
@@ -274,13 +277,13 @@ func (o *watchObj) exists(kind string) bool {
 // values.
 func render(kind, name string, o *watchObj) (json.RawMessage, error) {
 	if kind == api.KindCluster {
-		c, err := store.Decode(o.desired, newCluster)
+		c, err := store.Decode(o.desired, store.New[capnv1.Cluster]())
 		if err != nil {
 			return nil, err
 		}
 		var st *capnv1.ClusterStatus
 		if o.observed != nil {
-			if st, err = store.Decode(o.observed, newClusterStatus); err != nil {
+			if st, err = store.Decode(o.observed, store.New[capnv1.ClusterStatus]()); err != nil {
 				return nil, err
 			}
 		}
@@ -290,12 +293,12 @@ func render(kind, name string, o *watchObj) (json.RawMessage, error) {
 	var st *capnv1.MachineStatus
 	var err error
 	if o.desired != nil {
-		if m, err = store.Decode(o.desired, newMachine); err != nil {
+		if m, err = store.Decode(o.desired, store.New[capnv1.Machine]()); err != nil {
 			return nil, err
 		}
 	}
 	if o.observed != nil {
-		if st, err = store.Decode(o.observed, newMachineStatus); err != nil {
+		if st, err = store.Decode(o.observed, store.New[capnv1.MachineStatus]()); err != nil {
 			return nil, err
 		}
 	}

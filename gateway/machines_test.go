@@ -89,7 +89,7 @@ func TestKubeconfig(t *testing.T) {
 
 	// The bootstrapper seals it under kubeconfig.demo.
 	const kc = "apiVersion: v1\nkind: Config\nclusters: [{name: demo}]\n"
-	sealed := store.NewBucket(e.secrets, newAdminKubeconfig, store.WithSealer(e.ring))
+	sealed := store.NewBucket(e.secrets, store.New[capnv1.AdminKubeconfig](), store.WithSealer(e.ring))
 	if _, err := sealed.Create(context.Background(), "kubeconfig.demo", &capnv1.AdminKubeconfig{Kubeconfig: []byte(kc), Server: "https://10.0.0.1:6443"}); err != nil {
 		t.Fatal(err)
 	}

@@ -16,12 +16,6 @@ import (
 	"github.com/capn-dev/capn/schemas/manifest"
 )
 
-func newCluster() *capnv1.Cluster                    { return new(capnv1.Cluster) }
-func newMachine() *capnv1.Machine                    { return new(capnv1.Machine) }
-func newClusterStatus() *capnv1.ClusterStatus        { return new(capnv1.ClusterStatus) }
-func newMachineStatus() *capnv1.MachineStatus        { return new(capnv1.MachineStatus) }
-func newSecretsStatus() *capnv1.ClusterSecretsStatus { return new(capnv1.ClusterSecretsStatus) }
-func newAdminKubeconfig() *capnv1.AdminKubeconfig    { return new(capnv1.AdminKubeconfig) }
 func resourceVersion(rev uint64) string              { return strconv.FormatUint(rev, 10) }
 func cloneCluster(c *capnv1.Cluster) *capnv1.Cluster { return proto.Clone(c).(*capnv1.Cluster) }
 

@@ -321,11 +321,11 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 		streams:      newStreamSlots(s.opts.MaxStreamsPerToken, s.opts.MaxStreams),
 		limits:       s.opts.Limits, now: s.opts.Now, heartbeat: s.opts.Heartbeat, metrics: m,
 		validator:       manifest.Validator{MaxPoolReplicas: s.opts.MaxPoolReplicas, MaxClusterReplicas: s.opts.MaxClusterReplicas},
-		clusters:        store.NewBucket(desiredKV, newCluster),
-		machines:        store.NewBucket(desiredKV, newMachine),
-		clusterStatuses: store.NewBucket(observedKV, newClusterStatus),
-		machineStatuses: store.NewBucket(observedKV, newMachineStatus),
-		secretsStatuses: store.NewBucket(observedKV, newSecretsStatus),
+		clusters:        store.NewBucket(desiredKV, store.New[capnv1.Cluster]()),
+		machines:        store.NewBucket(desiredKV, store.New[capnv1.Machine]()),
+		clusterStatuses: store.NewBucket(observedKV, store.New[capnv1.ClusterStatus]()),
+		machineStatuses: store.NewBucket(observedKV, store.New[capnv1.MachineStatus]()),
+		secretsStatuses: store.NewBucket(observedKV, store.New[capnv1.ClusterSecretsStatus]()),
 		stopping:        stopping,
 		desiredKV:       desiredKV,
 	}
@@ -334,7 +334,7 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 		if err != nil {
 			return fmt.Errorf("bucket %s: %w", events.BucketSecrets, err)
 		}
-		srv.kubeconfigs = store.NewBucket[*capnv1.AdminKubeconfig](secretsKV, newAdminKubeconfig, store.WithSealer(ring))
+		srv.kubeconfigs = store.NewBucket[*capnv1.AdminKubeconfig](secretsKV, store.New[capnv1.AdminKubeconfig](), store.WithSealer(ring))
 	} else {
 		log.Warn().Msg("no secrets key (--secrets-key-file or " + seal.KeyEnv + "): kubeconfigs cannot be served")
 	}

@@ -91,3 +91,10 @@ func WaitFor(t testing.TB, timeout time.Duration, msg string, cond func() bool) 
 	t.Helper()
 	testkit.WaitFor(t, timeout, msg, cond)
 }
+
+// Poll calls check at once and then every interval until it returns nil;
+// once timeout has passed it returns check's last error. It is
+// testkit.Poll, here for the same helpers as WaitFor.
+func Poll(timeout, every time.Duration, check func() error) error {
+	return testkit.Poll(timeout, every, check)
+}

@@ -12,18 +12,7 @@ import (
 // It returns when ctx is cancelled or the subscription ends, and
 // unsubscribes. Every controller's watch-to-queue loop is this one.
 func watch(ctx context.Context, q *Queue, sub *store.Subscription, keysOf func(ch store.Change, add func(string))) {
-	defer sub.Unsubscribe()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ch, ok := <-sub.C():
-			if !ok {
-				return
-			}
-			keysOf(ch, q.Add)
-		}
-	}
+	sub.Each(ctx, func(ch store.Change) { keysOf(ch, q.Add) })
 }
 
 // tick enqueues the keys f returns every d until ctx is cancelled.

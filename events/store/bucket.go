@@ -449,6 +449,15 @@ func Encode[T proto.Message](v T) ([]byte, error) {
 	return data, nil
 }
 
+// New returns the constructor of message M that NewBucket, NewView and
+// Decode take: store.New[capnv1.Machine]() makes a new(capnv1.Machine).
+func New[M any, PM interface {
+	*M
+	proto.Message
+}]() func() PM {
+	return func() PM { return new(M) }
+}
+
 // Decode unmarshals protobuf binary data into a new T from newT.
 func Decode[T proto.Message](data []byte, newT func() T) (T, error) {
 	v := newT()

@@ -525,3 +525,19 @@ func TestBucketDefaultTimeout(t *testing.T) {
 		t.Fatalf("get with an expired default timeout: %v, want DeadlineExceeded", err)
 	}
 }
+
+func TestNew(t *testing.T) {
+	newT := New[capnv1.PoolStatus]()
+	a, b := newT(), newT()
+	if a == nil || a == b {
+		t.Fatalf("New's constructor made %p and %p; want two distinct messages", a, b)
+	}
+	data, err := Encode(&capnv1.PoolStatus{Name: "workers", Replicas: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Decode(data, New[capnv1.PoolStatus]())
+	if err != nil || got.GetName() != "workers" || got.GetReplicas() != 2 {
+		t.Fatalf("Decode with New = %v, %v; want workers with 2 replicas", got, err)
+	}
+}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"slices"
 	"sync"
 )
@@ -43,6 +44,27 @@ func newSubscription(c *Cache, prefix string, limit int) *Subscription {
 // C returns the channel of changes. It is closed after Unsubscribe or when
 // the cache stops; changes still queued then are discarded.
 func (s *Subscription) C() <-chan Change { return s.ch }
+
+// Each calls f with every change, in order, until ctx is cancelled or the
+// channel closes (Unsubscribe, or the cache stopped), then unsubscribes.
+// f runs on the caller's goroutine;
+// it should not block for long, or changes queue up (and are compacted,
+// see [Cache.Subscribe]). Every loop that follows a subscription — a
+// controller's watch, the gateway's watch hub — is this one.
+func (s *Subscription) Each(ctx context.Context, f func(Change)) {
+	defer s.Unsubscribe()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ch, ok := <-s.ch:
+			if !ok {
+				return
+			}
+			f(ch)
+		}
+	}
+}
 
 // Prefix returns the key prefix the subscription was made for.
 func (s *Subscription) Prefix() string { return s.prefix }

@@ -178,7 +178,7 @@ type ListOptions struct {
 
 // List returns the clusters (with their status) sorted by name.
 func (c *Client) List(ctx context.Context, opts ListOptions) ([]*capnv1.Cluster, error) {
-	return listOf(ctx, c, "/v1/clusters", opts, func() *capnv1.Cluster { return new(capnv1.Cluster) })
+	return listOf[capnv1.Cluster](ctx, c, "/v1/clusters", opts)
 }
 
 // Delete requests a cluster's deletion (202): it returns the cluster with
@@ -235,7 +235,7 @@ func (c *Client) action(ctx context.Context, name, verb string, req any) (*capnv
 // Machines returns a cluster's machines (desired spec and observed status)
 // sorted by name.
 func (c *Client) Machines(ctx context.Context, cluster string, opts ListOptions) ([]*capnv1.Machine, error) {
-	return listOf(ctx, c, "/v1/clusters/"+url.PathEscape(cluster)+"/machines", opts, func() *capnv1.Machine { return new(capnv1.Machine) })
+	return listOf[capnv1.Machine](ctx, c, "/v1/clusters/"+url.PathEscape(cluster)+"/machines", opts)
 }
 
 // Machine returns one machine of a cluster.
@@ -297,8 +297,11 @@ func (c *Client) Ingest(ctx context.Context, events ...event.Event) (*api.Ingest
 	return &out, err
 }
 
-// listOf reads a Kubernetes-style list of T.
-func listOf[T proto.Message](ctx context.Context, c *Client, path string, opts ListOptions, newT func() T) ([]T, error) {
+// listOf reads a Kubernetes-style list of M.
+func listOf[M any, PM interface {
+	*M
+	proto.Message
+}](ctx context.Context, c *Client, path string, opts ListOptions) ([]PM, error) {
 	q := url.Values{}
 	if opts.LabelSelector != "" {
 		q.Set("labelSelector", opts.LabelSelector)
@@ -307,9 +310,9 @@ func listOf[T proto.Message](ctx context.Context, c *Client, path string, opts L
 	if _, err := c.call(ctx, http.MethodGet, path, q, nil, "", &l); err != nil {
 		return nil, err
 	}
-	out := make([]T, 0, len(l.Items))
+	out := make([]PM, 0, len(l.Items))
 	for i, raw := range l.Items {
-		v := newT()
+		v := PM(new(M))
 		if err := unmarshal.Unmarshal(raw, v); err != nil {
 			return nil, fmt.Errorf("%s: item %d: %w", l.Kind, i, err)
 		}

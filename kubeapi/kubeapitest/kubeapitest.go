@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capn-dev/capn/internal/testkit"
 	"github.com/capn-dev/capn/kubeapi"
 	"github.com/capn-dev/capn/secrets/kubeconfig"
 	"github.com/capn-dev/capn/secrets/pki"
@@ -209,23 +210,21 @@ func startProc(t *testing.T, dir, path string, args ...string) *proc {
 // tail of p's log, when p exits or timeout passes first.
 func waitProc(t *testing.T, p *proc, what string, timeout time.Duration, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		last := check()
-		if last == nil {
-			return
+	last := testkit.Poll(timeout, 500*time.Millisecond, func() error {
+		err := check()
+		if err != nil {
+			select {
+			case <-p.done:
+				log, _ := os.ReadFile(p.log)
+				t.Fatalf("%s: %s exited (%v); last check: %v\n%s", what, p.name, p.err, err, tail(string(log)))
+			default:
+			}
 		}
-		select {
-		case <-p.done:
-			log, _ := os.ReadFile(p.log)
-			t.Fatalf("%s: %s exited (%v); last check: %v\n%s", what, p.name, p.err, last, tail(string(log)))
-		default:
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(p.log)
-			t.Fatalf("%s: not within %s; last check: %v\n%s", what, timeout, last, tail(string(log)))
-		}
-		time.Sleep(500 * time.Millisecond)
+		return err
+	})
+	if last != nil {
+		log, _ := os.ReadFile(p.log)
+		t.Fatalf("%s: not within %s; last check: %v\n%s", what, timeout, last, tail(string(log)))
 	}
 }
 

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/capn-dev/capn/events/natstest"
 )
 
 // DeploymentProgramNames are the programs of a capn deployment a user
@@ -121,16 +123,8 @@ func (c *Capn) CLI(args ...string) string {
 // fails with the last error.
 func Poll(t testing.TB, what string, timeout time.Duration, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; last: %v", what, timeout, err)
-		}
-		time.Sleep(time.Second)
+	if err := natstest.Poll(timeout, time.Second, check); err != nil {
+		t.Fatalf("%s: not within %s; last: %v", what, timeout, err)
 	}
 }
 

@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/providers/sdk"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
@@ -41,10 +43,10 @@ func NewClusters(t testing.TB, js jetstream.JetStream) *Clusters {
 		return b
 	}
 	c := &Clusters{t: t, desired: kv(events.BucketDesired), observed: kv(events.BucketObserved), secrets: kv(events.BucketSecrets)}
-	c.clusters = store.NewBucket(c.desired, func() *capnv1.Cluster { return new(capnv1.Cluster) })
-	c.status = store.NewBucket(c.observed, func() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) })
-	c.machines = store.NewBucket(c.observed, func() *capnv1.MachineStatus { return new(capnv1.MachineStatus) })
-	c.wanted = store.NewBucket(c.desired, func() *capnv1.Machine { return new(capnv1.Machine) })
+	c.clusters = store.NewBucket(c.desired, store.New[capnv1.Cluster]())
+	c.status = store.NewBucket(c.observed, store.New[capnv1.ClusterStatus]())
+	c.machines = store.NewBucket(c.observed, store.New[capnv1.MachineStatus]())
+	c.wanted = store.NewBucket(c.desired, store.New[capnv1.Machine]())
 	return c
 }
 
@@ -151,7 +153,7 @@ func (c *Clusters) Left(name string, providers []string) []string {
 	c.t.Helper()
 	var out []string
 	listKeys := func(kv jetstream.KeyValue, prefixes ...string) {
-		b := store.NewBucket(kv, func() *capnv1.Cluster { return new(capnv1.Cluster) })
+		b := store.NewBucket(kv, store.New[capnv1.Cluster]())
 		for _, p := range prefixes {
 			k, err := b.Keys(context.Background(), p)
 			if err != nil {
@@ -187,15 +189,12 @@ func (c *Clusters) machineSummary(name string) string {
 
 func (c *Clusters) waitFor(timeout time.Duration, what string, cond func() (bool, string)) {
 	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, state := cond()
-		if ok {
-			return
+	if err := natstest.Poll(timeout, 50*time.Millisecond, func() error {
+		if ok, state := cond(); !ok {
+			return errors.New(state)
 		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("timed out after %s waiting for %s (%s)", timeout, what, state)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
+	}); err != nil {
+		c.t.Fatalf("timed out after %s waiting for %s (%v)", timeout, what, err)
 	}
 }

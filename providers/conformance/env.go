@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -165,14 +166,12 @@ func (e *Env) waitNoLeftovers(cluster string) {
 		return
 	}
 	var left []string
-	deadline := time.Now().Add(e.s.f.Timeout)
-	for {
-		if left = e.leftovers(cluster); len(left) == 0 {
-			return
+	if natstest.Poll(e.s.f.Timeout, 50*time.Millisecond, func() error {
+		if left = e.leftovers(cluster); len(left) > 0 {
+			return errors.New("leftovers")
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("after %s the provider still holds for %s: %v", e.s.f.Timeout, cluster, left)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
+	}) != nil {
+		e.t.Fatalf("after %s the provider still holds for %s: %v", e.s.f.Timeout, cluster, left)
 	}
 }

@@ -71,7 +71,7 @@ func (e *Env) bootstrapFixture() *fixture {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	statuses := store.NewBucket(kv, func() *capnv1.ClusterSecretsStatus { return new(capnv1.ClusterSecretsStatus) })
+	statuses := store.NewBucket(kv, store.New[capnv1.ClusterSecretsStatus]())
 	if _, err := statuses.Create(context.Background(), keys.Secrets(e.Cluster),
 		&capnv1.ClusterSecretsStatus{Cluster: e.Cluster, PkiReady: true, CaCertHash: f.caHash}); err != nil {
 		e.t.Fatal(err)

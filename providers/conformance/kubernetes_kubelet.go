@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
@@ -74,8 +75,8 @@ func (s *suite) kubeletStops(t *testing.T, e *Env, parent *KubeCluster, machines
 
 func kubeletStopsStep(t *testing.T, e *Env, k *KubeCluster, machines map[string]KubeMachine, stop func(*testing.T, *Env, string, string)) map[string]KubeMachine {
 	ctx := context.Background()
-	healths := store.NewBucket(k.Clusters.observed, func() *capnv1.NodeHealth { return new(capnv1.NodeHealth) })
-	rems := store.NewBucket(k.Clusters.observed, func() *capnv1.RemediationStatus { return new(capnv1.RemediationStatus) })
+	healths := store.NewBucket(k.Clusters.observed, store.New[capnv1.NodeHealth]())
+	rems := store.NewBucket(k.Clusters.observed, store.New[capnv1.RemediationStatus]())
 	var victim string
 	for name, m := range machines {
 		if m.Pool == kubeWorkerPool && (victim == "" || name < victim) {
@@ -105,17 +106,10 @@ func kubeletStopsStep(t *testing.T, e *Env, k *KubeCluster, machines map[string]
 	}
 	until := func(what string, timeout, every time.Duration, check func() error) time.Time {
 		t.Helper()
-		deadline := time.Now().Add(timeout)
-		for {
-			err := check()
-			if err == nil {
-				return time.Now()
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within %s; last: %v", what, timeout, err)
-			}
-			time.Sleep(every)
+		if err := natstest.Poll(timeout, every, check); err != nil {
+			t.Fatalf("%s: not within %s; last: %v", what, timeout, err)
 		}
+		return time.Now()
 	}
 	// The health-watcher reads the worker's Node: its Ready is in the record.
 	until("the health-watcher recording Node "+victim+"'s Ready=True", time.Minute, 250*time.Millisecond, func() error {

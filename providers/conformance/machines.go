@@ -2,12 +2,14 @@ package conformance
 
 import (
 	"bytes"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/providers/sdk"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
@@ -220,15 +222,12 @@ func sameIdentity(a, b *capnv1.InfraMachine) bool {
 func (e *Env) waitDrift(machine, kind string) *capnv1.DriftReport {
 	e.t.Helper()
 	var got *capnv1.DriftReport
-	deadline := time.Now().Add(e.s.f.Timeout)
-	for {
-		if d, ok := e.LastDrift(e.Cluster, machine); ok && d.GetKind() == kind {
+	natstest.WaitFor(e.t, e.s.f.Timeout, fmt.Sprintf("a drift report %s of %s/%s", kind, e.Cluster, machine), func() bool {
+		d, ok := e.LastDrift(e.Cluster, machine)
+		if ok && d.GetKind() == kind {
 			got = d
-			return got
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("no drift report %s of %s/%s within %s", kind, e.Cluster, machine, e.s.f.Timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return got != nil
+	})
+	return got
 }

@@ -2,8 +2,8 @@ package conformance
 
 import (
 	"testing"
-	"time"
 
+	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/providers/sdk"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
@@ -43,7 +43,12 @@ func (s *suite) restart(t *testing.T, e *Env) {
 		e.waitDrift("m2", sdk.DriftGone)
 		e.WaitState("m2", sdk.StateDeleted)
 	}
-	time.Sleep(3 * e.SDK.ReconcileEvery) // a few drift passes over the adopted machines
+	// A few drift passes over the adopted machines (the SDK counts them),
+	// then none may have reported drift.
+	passes := e.Counter(sdk.MetricDriftPasses)
+	natstest.WaitFor(t, e.s.f.Timeout, "three more drift passes", func() bool {
+		return e.Counter(sdk.MetricDriftPasses) >= passes+3
+	})
 	for _, m := range names {
 		if m == "m2" && s.f.OutOfBandDelete != nil {
 			continue

@@ -67,7 +67,7 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 		return fmt.Errorf("docker: bucket %s: %w", events.BucketObserved, err)
 	}
 	p.log = d.Log.With().Str("provider", Name).Logger()
-	p.secrets = store.NewBucket(kv, func() *capnv1.ClusterSecretsStatus { return new(capnv1.ClusterSecretsStatus) })
+	p.secrets = store.NewBucket(kv, store.New[capnv1.ClusterSecretsStatus]())
 	p.log.Info().Str("docker_host", p.api.Host()).Str("image", p.opts.Image).Str("deployment", p.opts.Deployment).
 		Bool("relay", p.opts.ContainerNATSURL == "").Msg("docker provider: machines are capn-node containers (no kubelet)")
 	return sdk.NewService(p, s.Provider).Run(ctx, d)

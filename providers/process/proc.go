@@ -112,39 +112,43 @@ func terminate(r procRef, want []string, grace time.Duration, exited <-chan stru
 }
 
 func waitGone(r procRef, want []string, d time.Duration, exited <-chan struct{}) bool {
-	deadline := time.Now().Add(d)
-	for {
-		select {
-		case <-exited: // a nil channel never fires
-			return true
-		default:
-		}
-		if !alive(r, want) { // gone, or a zombie its parent reaps
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	gone, exitedFirst := until(d, 10*time.Millisecond, exited, func() bool { return !alive(r, want) }) // gone, or a zombie its parent reaps
+	return gone || exitedFirst
 }
 
 // waitExecuted waits (up to 5s) until r's argv is visible in /proc, i.e.
 // its exec finished.
 func waitExecuted(r procRef, exited <-chan struct{}) error {
-	deadline := time.Now().Add(5 * time.Second)
+	ok, exitedFirst := until(5*time.Second, time.Millisecond, exited, func() bool {
+		args, err := cmdline(r.PID)
+		return err == nil && len(args) > 0 && args[0] != ""
+	})
+	switch {
+	case ok:
+		return nil
+	case exitedFirst:
+		return errors.New("it exited at once")
+	}
+	return errors.New("its command line did not show in /proc within 5s")
+}
+
+// until checks cond at once and then every interval until it holds (ok),
+// exited closes first (a nil channel never does), or d passes.
+func until(d, every time.Duration, exited <-chan struct{}, cond func() bool) (ok, exitedFirst bool) {
+	timeout := time.NewTimer(d)
+	defer timeout.Stop()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
 	for {
-		if args, err := cmdline(r.PID); err == nil && len(args) > 0 && args[0] != "" {
-			return nil
+		if cond() {
+			return true, false
 		}
 		select {
 		case <-exited:
-			return errors.New("it exited at once")
-		default:
+			return false, true
+		case <-timeout.C:
+			return false, false
+		case <-tick.C:
 		}
-		if time.Now().After(deadline) {
-			return errors.New("its command line did not show in /proc within 5s")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }

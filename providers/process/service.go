@@ -63,7 +63,7 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 		return fmt.Errorf("process: bucket %s: %w", events.BucketObserved, err)
 	}
 	p.log = d.Log.With().Str("provider", Name).Logger()
-	p.secrets = store.NewBucket(kv, func() *capnv1.ClusterSecretsStatus { return new(capnv1.ClusterSecretsStatus) })
+	p.secrets = store.NewBucket(kv, store.New[capnv1.ClusterSecretsStatus]())
 	p.log.Info().Str("state_dir", opts.StateDir).Str("node_binary", p.opts.NodeBinary).Str("node_nats_url", opts.NodeNATSURL).
 		Msg("process provider: machines are capn-node processes (no kubelet)")
 	return sdk.NewService(p, s.Provider).Run(ctx, d)

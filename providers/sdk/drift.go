@@ -148,6 +148,7 @@ func (s *server) reconcileAll(ctx context.Context) error {
 	ev.Int("observed", len(rec.machines)).Int("real", len(real)).Int("gone", counts[DriftGone]).
 		Int("stopped", counts[DriftStopped]).Int("changed", counts[DriftChanged]).
 		Int("orphan", counts[DriftOrphan]).Int("repair", counts[""]).Msg("drift reconcile")
+	s.passes.WithLabelValues(s.name).Inc()
 	return nil
 }
 

@@ -35,9 +35,9 @@ func newObserved(name string, js jetstream.JetStream, kv jetstream.KeyValue) *ob
 		name:          name,
 		js:            js,
 		kv:            kv,
-		machines:      store.NewBucket(kv, func() *capnv1.InfraMachine { return new(capnv1.InfraMachine) }),
-		clusters:      store.NewBucket(kv, func() *capnv1.InfraCluster { return new(capnv1.InfraCluster) }),
-		announcements: store.NewBucket(kv, func() *capnv1.ProviderAnnouncement { return new(capnv1.ProviderAnnouncement) }),
+		machines:      store.NewBucket(kv, store.New[capnv1.InfraMachine]()),
+		clusters:      store.NewBucket(kv, store.New[capnv1.InfraCluster]()),
+		announcements: store.NewBucket(kv, store.New[capnv1.ProviderAnnouncement]()),
 		now:           time.Now,
 	}
 }
@@ -227,14 +227,14 @@ func (o *observed) list(ctx context.Context) (infraRecords, error) {
 				delete(out.machines, key)
 				delete(out.clusters, key)
 			} else if strings.HasSuffix(key, "."+events.ClusterObject) {
-				v, err := store.Decode(m.Data(), func() *capnv1.InfraCluster { return new(capnv1.InfraCluster) })
+				v, err := store.Decode(m.Data(), store.New[capnv1.InfraCluster]())
 				if err != nil {
 					out.bad = append(out.bad, fmt.Errorf("key %s: %w", key, err))
 				} else {
 					out.clusters[key] = store.Entry[*capnv1.InfraCluster]{Key: key, Value: v, Revision: md.Sequence.Stream}
 				}
 			} else {
-				v, err := store.Decode(m.Data(), func() *capnv1.InfraMachine { return new(capnv1.InfraMachine) })
+				v, err := store.Decode(m.Data(), store.New[capnv1.InfraMachine]())
 				if err != nil {
 					out.bad = append(out.bad, fmt.Errorf("key %s: %w", key, err))
 				} else {

@@ -80,6 +80,7 @@ type server struct {
 	locks  keyLocks
 	checks *reconcile.Queue
 	drift  *prometheus.CounterVec
+	passes *prometheus.CounterVec
 
 	handlers map[string]events.Handler
 
@@ -104,7 +105,10 @@ func newServer(ctx context.Context, p Provider, opts Options, d *daemon.Deps) (*
 		checks:  reconcile.NewQueue(),
 		orphans: map[string]string{},
 	}
-	s.drift = driftCounter(d.Metrics)
+	s.drift = counter(d.Metrics, "capn_provider_drift_reports_total",
+		"Drift reports published, by provider and kind (Gone, Stopped, Changed, Orphan).", "provider", "kind")
+	s.passes = counter(d.Metrics, MetricDriftPasses,
+		"Drift reconciles that compared every observed record with the provider's List.", "provider")
 	s.handlers = s.builtinHandlers()
 	if ch, ok := p.(CommandHandler); ok {
 		for typ, h := range ch.Commands() {
@@ -244,11 +248,15 @@ func (s *server) withdraw() {
 	}
 }
 
-func driftCounter(reg prometheus.Registerer) *prometheus.CounterVec {
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "capn_provider_drift_reports_total",
-		Help: "Drift reports published, by provider and kind (Gone, Stopped, Changed, Orphan).",
-	}, []string{"provider", "kind"})
+// MetricDriftPasses counts the drift reconciles that compared every
+// observed record with List (label provider): a test waits on it for a
+// pass, rather than for ReconcileEvery.
+const MetricDriftPasses = "capn_provider_drift_passes_total"
+
+// counter registers a counter on reg, or returns the one registered
+// before under the same name (a provider restarted in one process).
+func counter(reg prometheus.Registerer, name, help string, labels ...string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 	if reg == nil {
 		return c
 	}

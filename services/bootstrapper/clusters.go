@@ -93,7 +93,7 @@ func (s *Service) cluster(name string) (*capnv1.Cluster, bool, error) {
 	if !ok {
 		return nil, false, nil
 	}
-	c, err := store.Decode(e.Value, func() *capnv1.Cluster { return new(capnv1.Cluster) })
+	c, err := store.Decode(e.Value, store.New[capnv1.Cluster]())
 	if err != nil {
 		return nil, false, fmt.Errorf("decode cluster %s: %w", name, err)
 	}
@@ -104,7 +104,7 @@ func (s *Service) cluster(name string) (*capnv1.Cluster, bool, error) {
 // provider (observed infra.<provider>.<cluster>._).
 func (s *Service) endpoint(c *capnv1.Cluster) (bootstrap.Endpoint, bool) {
 	p := c.GetSpec().GetControlPlane().GetProvider()
-	ic, _, ok := store.NewView(s.observed, newInfraCluster).Get(keys.InfraCluster(p, c.GetMetadata().GetName()))
+	ic, _, ok := store.NewView(s.observed, store.New[capnv1.InfraCluster]()).Get(keys.InfraCluster(p, c.GetMetadata().GetName()))
 	if !ok || ic.GetControlPlaneEndpoint().GetHost() == "" || ic.GetControlPlaneEndpoint().GetPort() == 0 {
 		return bootstrap.Endpoint{}, false
 	}
@@ -411,7 +411,7 @@ func (s *Service) clusterOfJoined(key string) string {
 }
 
 func (s *Service) machineJoined(cluster, machine string) bool {
-	st, _, ok := store.NewView(s.observed, newMachineStatus).Get(keys.Machine(cluster, machine))
+	st, _, ok := store.NewView(s.observed, store.New[capnv1.MachineStatus]()).Get(keys.Machine(cluster, machine))
 	return ok && st.GetPhaseValue() == capnv1.MachineRunning
 }
 
@@ -450,6 +450,3 @@ func toProto(s pki.Set) *capnv1.ClusterPKI {
 		ServiceAccount: &capnv1.KeyPairPEM{CertPem: string(s.ServiceAccount.PublicPEM), KeyPem: string(s.ServiceAccount.PrivatePEM)},
 	}
 }
-
-func newInfraCluster() *capnv1.InfraCluster   { return new(capnv1.InfraCluster) }
-func newMachineStatus() *capnv1.MachineStatus { return new(capnv1.MachineStatus) }

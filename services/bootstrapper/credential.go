@@ -130,7 +130,7 @@ func (s *Service) wanted(cluster, machine string) (*capnv1.Machine, int, error) 
 	if !ok {
 		return nil, 404, fmt.Errorf("machine %s/%s is not wanted", cluster, machine)
 	}
-	want, err := store.Decode(e.Value, func() *capnv1.Machine { return new(capnv1.Machine) })
+	want, err := store.Decode(e.Value, store.New[capnv1.Machine]())
 	if err != nil || want.GetMetadata().GetDeletionTimestamp() != nil {
 		return nil, 404, fmt.Errorf("machine %s/%s is being deleted", cluster, machine)
 	}

@@ -259,7 +259,7 @@ func (s *Service) joinPlan(ctx context.Context, cluster string, now time.Time) (
 	machines := map[string]*capnv1.Machine{}
 	prefix := keys.MachinesOf(cluster)
 	for _, e := range s.desired.List(prefix) {
-		m, err := store.Decode(e.Value, func() *capnv1.Machine { return new(capnv1.Machine) })
+		m, err := store.Decode(e.Value, store.New[capnv1.Machine]())
 		if err != nil {
 			return nil, nil, fmt.Errorf("decode %s: %w", e.Key, err)
 		}

@@ -193,10 +193,10 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 		return fmt.Errorf("bucket %s: %w", events.BucketSecrets, err)
 	}
 	s.desiredKV = desiredKV
-	s.clusters = store.NewBucket(desiredKV, func() *capnv1.Cluster { return new(capnv1.Cluster) })
+	s.clusters = store.NewBucket(desiredKV, store.New[capnv1.Cluster]())
 	sealer := store.WithSealer(s.cfg.Keyring)
-	s.pkis = store.NewBucket(s.secretsKV, func() *capnv1.ClusterPKI { return new(capnv1.ClusterPKI) }, sealer)
-	s.kubeconfs = store.NewBucket(s.secretsKV, func() *capnv1.AdminKubeconfig { return new(capnv1.AdminKubeconfig) }, sealer)
+	s.pkis = store.NewBucket(s.secretsKV, store.New[capnv1.ClusterPKI](), sealer)
+	s.kubeconfs = store.NewBucket(s.secretsKV, store.New[capnv1.AdminKubeconfig](), sealer)
 	s.workload = kubeapi.NewClusterCache(kubeapi.ClusterCacheConfig{
 		Kubeconfig: func(ctx context.Context, cluster string) ([]byte, uint64, error) {
 			kc, rev, err := s.kubeconfs.Get(ctx, keys.Kubeconfig(cluster))
@@ -205,8 +205,8 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 		Timeout: s.cfg.KubeAPITimeout, BackoffBase: s.cfg.JoinTokenBackoff.Base, BackoffMax: s.cfg.JoinTokenBackoff.Max,
 	})
 	defer s.workload.Close()
-	s.boots = store.NewBucket(s.secretsKV, func() *capnv1.BootstrapData { return new(capnv1.BootstrapData) }, sealer)
-	s.statuses = store.NewBucket(observedKV, func() *capnv1.ClusterSecretsStatus { return new(capnv1.ClusterSecretsStatus) })
+	s.boots = store.NewBucket(s.secretsKV, store.New[capnv1.BootstrapData](), sealer)
+	s.statuses = store.NewBucket(observedKV, store.New[capnv1.ClusterSecretsStatus]())
 	s.pub = events.NewPublisher(d.JS, "capn/"+Name)
 
 	if n, err := s.resealAll(ctx); err != nil {

@@ -31,7 +31,7 @@ func TestKVApplierConforms(t *testing.T) {
 	}
 	plantest.TestApplier(t, func(t *testing.T, c *capnv1.Cluster) plantest.ApplierWorld {
 		s := New(Config{})
-		s.machines = store.NewBucket(desiredKV, newMachine)
+		s.machines = store.NewBucket(desiredKV, store.New[capnv1.Machine]())
 		prefix := keys.MachinesOf(c.GetMetadata().GetName())
 		return plantest.ApplierWorld{
 			Next: func(now time.Time) plan.Applier {

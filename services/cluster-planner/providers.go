@@ -20,10 +20,6 @@ import (
 // clusters are planned again then.
 const providerRecheckEvery = time.Second
 
-func newAnnouncement() *capnv1.ProviderAnnouncement {
-	return new(capnv1.ProviderAnnouncement)
-}
-
 // clusterProviders are the providers a cluster's control plane and worker
 // pools name.
 func clusterProviders(c *capnv1.Cluster) []string {
@@ -92,7 +88,7 @@ func (w *providerWatch) changed(ch store.Change) []string {
 	if ch.Op == store.OpDelete {
 		return w.wake(provider, providerState{}, false)
 	}
-	a, err := store.Decode(ch.Value, newAnnouncement)
+	a, err := store.Decode(ch.Value, store.New[capnv1.ProviderAnnouncement]())
 	if err != nil {
 		return w.wake(provider, providerState{}, false)
 	}
@@ -143,7 +139,7 @@ func (w *providerWatch) wake(provider string, st providerState, present bool) []
 func (w *providerWatch) clustersNaming(provider string) []string {
 	var out []string
 	for _, e := range w.s.desired.List(keys.ClusterPrefix) {
-		c, err := store.Decode(e.Value, func() *capnv1.Cluster { return new(capnv1.Cluster) })
+		c, err := store.Decode(e.Value, store.New[capnv1.Cluster]())
 		if err == nil && slices.Contains(clusterProviders(c), provider) {
 			out = append(out, strings.TrimPrefix(e.Key, keys.ClusterPrefix))
 		}

@@ -133,10 +133,10 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 		return fmt.Errorf("bucket %s: %w", events.BucketObserved, err)
 	}
 	s.pub = events.NewPublisher(d.JS, "capn/"+Name)
-	s.clusters = store.NewBucket(desiredKV, func() *capnv1.Cluster { return new(capnv1.Cluster) })
-	s.machines = store.NewBucket(desiredKV, func() *capnv1.Machine { return new(capnv1.Machine) })
-	s.statuses = store.NewBucket(observedKV, func() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) })
-	s.announcements = store.NewBucket(observedKV, newAnnouncement)
+	s.clusters = store.NewBucket(desiredKV, store.New[capnv1.Cluster]())
+	s.machines = store.NewBucket(desiredKV, store.New[capnv1.Machine]())
+	s.statuses = store.NewBucket(observedKV, store.New[capnv1.ClusterStatus]())
+	s.announcements = store.NewBucket(observedKV, store.New[capnv1.ProviderAnnouncement]())
 	s.desired = store.NewCache(desiredKV, s.cfg.Cache)
 	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, d.JS, keys.ClusterPrefix, keys.MachinePrefix, keys.InfraPrefix, keys.SecretsPrefix, keys.ProviderPrefix))
 	if s.observedRev == nil {
@@ -161,9 +161,6 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	}
 	return c.Run(ctx, reconcile.Env{JS: d.JS, Log: d.Log, Events: d.Events, Ready: d.Ready.Set})
 }
-
-func newMachine() *capnv1.Machine             { return new(capnv1.Machine) }
-func newClusterStatus() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) }
 
 // reconcile plans one cluster and applies the plan.
 func (s *Service) reconcile(ctx context.Context, name string) (reconcile.Result, error) {

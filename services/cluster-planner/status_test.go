@@ -26,7 +26,7 @@ func TestStatusNeverWrittenFromAnOlderView(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	statuses := store.NewBucket(kv, newClusterStatus)
+	statuses := store.NewBucket(kv, store.New[capnv1.ClusterStatus]())
 	status := func(ready int32) *capnv1.ClusterStatus {
 		return &capnv1.ClusterStatus{Phase: capnv1.ClusterProvisioning.Wire(), WorkerPools: []*capnv1.PoolStatus{{Name: "md-0", Desired: 8, Ready: ready}}}
 	}

@@ -141,13 +141,13 @@ func minHealthy(m Machine, p Pool, history []recordRef, period time.Duration, no
 // severity ranks an unhealthy reason: lower is more broken.
 func severity(typ, reason string) int {
 	switch {
-	case typ == "InfrastructureGone":
+	case typ == policy.ReasonInfrastructureGone:
 		return 0
-	case typ == "NodeStartupTimeout":
+	case typ == policy.ReasonNodeStartupTimeout:
 		return 1
-	case typ == "Ready" && reason == "NodeStatusUnknown":
+	case typ == policy.ConditionReady && reason == policy.ReasonNodeStatusUnknown:
 		return 2
-	case typ == "Ready":
+	case typ == policy.ConditionReady:
 		return 3
 	}
 	return 4
@@ -181,7 +181,7 @@ func rebootable(m Machine) bool {
 	}
 	for _, r := range m.Reasons {
 		switch r.GetType() {
-		case "InfrastructureGone", "NodeStartupTimeout", "MachineFailed":
+		case policy.ReasonInfrastructureGone, policy.ReasonNodeStartupTimeout, policy.ReasonMachineFailed:
 			return false
 		}
 	}

@@ -78,7 +78,7 @@ func (s *Service) snapshot(ctx context.Context, cluster string) (Snapshot, map[s
 	}
 	snap := Snapshot{Cluster: cluster, Paused: cl.GetSpec().GetPaused(), ControlPlaneInitialized: state.Status.GetControlPlaneInitialized(), Now: s.cfg.Now()}
 	byPool := map[string][]Machine{}
-	announcements := store.NewView(s.observed, newAnnouncement)
+	announcements := store.NewView(s.observed, store.New[capnv1.ProviderAnnouncement]())
 	reboot := map[string]bool{}
 	for _, sm := range state.Machines {
 		m := sm.Desired
@@ -213,5 +213,3 @@ func (s *Service) forget(ctx context.Context, cluster string) error {
 	}
 	return errors.Join(errs...)
 }
-
-func newAnnouncement() *capnv1.ProviderAnnouncement { return new(capnv1.ProviderAnnouncement) }

@@ -127,8 +127,8 @@ func (s *Service) open(ctx context.Context, d *daemon.Deps) error {
 	s.cfg.Timing = s.cfg.Timing.withDefaults() // flags may have zeroed a field
 	s.cfg.Policy = s.cfg.Policy.Fill()
 	s.pub = events.NewPublisher(d.JS, "capn/"+Name)
-	s.machines = store.NewBucket(desiredKV, func() *capnv1.Machine { return new(capnv1.Machine) })
-	s.statuses = store.NewBucket(observedKV, func() *capnv1.RemediationStatus { return new(capnv1.RemediationStatus) })
+	s.machines = store.NewBucket(desiredKV, store.New[capnv1.Machine]())
+	s.statuses = store.NewBucket(observedKV, store.New[capnv1.RemediationStatus]())
 	s.desired = store.NewCache(desiredKV, s.cfg.Cache)
 	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, d.JS, keys.ClusterPrefix, keys.MachinePrefix, keys.NodePrefix, keys.ProviderPrefix, keys.RemediationPrefix))
 	s.queue = reconcile.NewQueue()

@@ -47,7 +47,7 @@ func (v *verdicts) changed(key string, value []byte, exists bool) bool {
 		delete(v.m, key)
 		return seen
 	}
-	h, err := store.Decode(value, func() *capnv1.NodeHealth { return new(capnv1.NodeHealth) })
+	h, err := store.Decode(value, store.New[capnv1.NodeHealth]())
 	if err != nil {
 		delete(v.m, key)
 		return true

@@ -8,6 +8,7 @@ package natsconfigtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -26,6 +27,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/capn-dev/capn/deploy/natsconfig"
+	"github.com/capn-dev/capn/internal/testkit"
 	"github.com/capn-dev/capn/services/daemon"
 )
 
@@ -158,20 +160,20 @@ func (c *Cluster) MetaLeader() int {
 // and every running node is current with it.
 func (c *Cluster) WaitMetaLeader(timeout time.Duration) {
 	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		ok := c.MetaLeader() >= 0
+	err := testkit.Poll(timeout, 50*time.Millisecond, func() error {
+		if c.MetaLeader() < 0 {
+			return errors.New("no JetStream meta leader")
+		}
 		for i := range c.servers {
-			if s := c.Server(i); ok && s != nil && !s.JetStreamIsCurrent() {
-				ok = false
+			if s := c.Server(i); s != nil && !s.JetStreamIsCurrent() {
+				return fmt.Errorf("node %d is not current with the meta leader", i)
 			}
 		}
-		if ok {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		c.t.Fatalf("after %s: %v", timeout, err)
 	}
-	c.t.Fatalf("no JetStream meta leader within %s", timeout)
 }
 
 // URLs are the client URLs of every node, node first first (the rest in
@@ -276,18 +278,14 @@ func (v *Violations) All() []string {
 // one came. subject may hold '*' tokens, each matching any one token of the
 // violation's subject (a consumer's random name, say).
 func (v *Violations) Wait(subject string, timeout time.Duration) bool {
-	deadline := time.Now().Add(timeout)
-	for {
+	return testkit.Poll(timeout, 10*time.Millisecond, func() error {
 		for _, e := range v.All() {
 			if m := subjectRe.FindStringSubmatch(e); m != nil && matches(subject, m[1]) {
-				return true
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return errors.New("no violation yet")
+	}) == nil
 }
 
 // subjectRe finds the subject a server's violation names.

@@ -105,15 +105,15 @@ func Read(desired, observed *store.Cache, q Query) State {
 	st := State{Name: q.Cluster}
 	r := reader{q: q, st: &st}
 	var ok bool
-	st.Cluster, st.ClusterRevision, ok = store.NewView(desired, newCluster).Get(keys.Cluster(q.Cluster))
+	st.Cluster, st.ClusterRevision, ok = store.NewView(desired, store.New[capnv1.Cluster]()).Get(keys.Cluster(q.Cluster))
 	if !ok {
 		return st
 	}
 	if q.Parts&ClusterStatus != 0 {
-		st.Status = get(&r, observed, keys.Cluster(q.Cluster), newClusterStatus)
+		st.Status = get(&r, observed, keys.Cluster(q.Cluster), store.New[capnv1.ClusterStatus]())
 	}
 	if q.Parts&Secrets != 0 {
-		st.Secrets = get(&r, observed, keys.Secrets(q.Cluster), newSecretsStatus)
+		st.Secrets = get(&r, observed, keys.Secrets(q.Cluster), store.New[capnv1.ClusterSecretsStatus]())
 	}
 	if q.Parts&ClusterInfra != 0 {
 		r.clusterInfra(observed)
@@ -125,7 +125,7 @@ func Read(desired, observed *store.Cache, q Query) State {
 		if _, ok := q.Only[name]; q.Only != nil && !ok {
 			continue
 		}
-		m, err := store.Decode(e.Value, newMachine)
+		m, err := store.Decode(e.Value, store.New[capnv1.Machine]())
 		if err != nil {
 			st.Unreadable = append(st.Unreadable, store.Undecodable{Key: e.Key, Revision: e.Revision, Err: err})
 			continue
@@ -162,7 +162,7 @@ func (r *reader) clusterInfra(observed *store.Cache) {
 		providers = observed.KeysUnder(keys.ProviderPrefix)
 	}
 	for _, p := range providers {
-		if ic, ok := getOK(r, observed, keys.InfraCluster(p, r.q.Cluster), newInfraCluster); ok {
+		if ic, ok := getOK(r, observed, keys.InfraCluster(p, r.q.Cluster), store.New[capnv1.InfraCluster]()); ok {
 			r.st.Infra, r.st.InfraProvider = ic, p
 			return
 		}
@@ -173,17 +173,17 @@ func (r *reader) machine(observed *store.Cache, name string, m *capnv1.Machine, 
 	out := Machine{Name: name, Desired: m, Revision: rev}
 	c := r.q.Cluster
 	if r.q.Parts&MachineStatuses != 0 {
-		out.Status = get(r, observed, keys.Machine(c, name), newMachineStatus)
+		out.Status = get(r, observed, keys.Machine(c, name), store.New[capnv1.MachineStatus]())
 	}
 	if r.q.Parts&Nodes != 0 {
 		var ok bool
-		out.Node, out.NodeRevision, ok = store.NewView(observed, newNodeHealth).Get(keys.Node(c, name))
+		out.Node, out.NodeRevision, ok = store.NewView(observed, store.New[capnv1.NodeHealth]()).Get(keys.Node(c, name))
 		if !ok && out.NodeRevision != 0 {
 			r.st.Garbled = append(r.st.Garbled, keys.Node(c, name))
 		}
 	}
 	if p := m.GetSpec().GetProvider(); p != "" && r.q.Parts&MachineInfra != 0 {
-		out.Infra = get(r, observed, keys.Infra(p, c, name), newInfraMachine)
+		out.Infra = get(r, observed, keys.Infra(p, c, name), store.New[capnv1.InfraMachine]())
 	}
 	return out
 }
@@ -196,12 +196,3 @@ func (s State) Machine(name string) (Machine, bool) {
 	}
 	return s.Machines[i], true
 }
-
-func newCluster() *capnv1.Cluster                    { return new(capnv1.Cluster) }
-func newClusterStatus() *capnv1.ClusterStatus        { return new(capnv1.ClusterStatus) }
-func newSecretsStatus() *capnv1.ClusterSecretsStatus { return new(capnv1.ClusterSecretsStatus) }
-func newInfraCluster() *capnv1.InfraCluster          { return new(capnv1.InfraCluster) }
-func newMachine() *capnv1.Machine                    { return new(capnv1.Machine) }
-func newMachineStatus() *capnv1.MachineStatus        { return new(capnv1.MachineStatus) }
-func newNodeHealth() *capnv1.NodeHealth              { return new(capnv1.NodeHealth) }
-func newInfraMachine() *capnv1.InfraMachine          { return new(capnv1.InfraMachine) }

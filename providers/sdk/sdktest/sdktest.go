@@ -9,11 +9,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
 
@@ -43,6 +45,9 @@ type Env struct {
 	machines      *store.Bucket[*capnv1.InfraMachine]
 	clusters      *store.Bucket[*capnv1.InfraCluster]
 	announcements *store.Bucket[*capnv1.ProviderAnnouncement]
+
+	mu      sync.Mutex
+	metrics *prometheus.Registry // the last Run's
 }
 
 // New starts a server, provisions events.DefaultTopology(1) and connects.
@@ -61,9 +66,9 @@ func New(t testing.TB) *Env {
 	}
 	return &Env{
 		T: t, Server: srv, JS: js, Pub: events.NewPublisher(js, "capn/test"),
-		machines:      store.NewBucket(kv, func() *capnv1.InfraMachine { return new(capnv1.InfraMachine) }),
-		clusters:      store.NewBucket(kv, func() *capnv1.InfraCluster { return new(capnv1.InfraCluster) }),
-		announcements: store.NewBucket(kv, func() *capnv1.ProviderAnnouncement { return new(capnv1.ProviderAnnouncement) }),
+		machines:      store.NewBucket(kv, store.New[capnv1.InfraMachine]()),
+		clusters:      store.NewBucket(kv, store.New[capnv1.InfraCluster]()),
+		announcements: store.NewBucket(kv, store.New[capnv1.ProviderAnnouncement]()),
 	}
 }
 
@@ -82,8 +87,14 @@ func (e *Env) Run(svc daemon.Service) (stop func()) {
 	e.T.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	cfg := daemon.Config{Name: svc.Name(), NATS: daemon.NATSConfig{URL: e.Server.URL()}, SkipProvision: true}
+	reg := prometheus.NewRegistry()
+	e.mu.Lock()
+	e.metrics = reg
+	e.mu.Unlock()
 	done := make(chan error, 1)
-	go func() { done <- daemon.Run(ctx, cfg, svc, daemon.WithoutHTTP(), daemon.WithLogger(Logger(e.T))) }()
+	go func() {
+		done <- daemon.Run(ctx, cfg, svc, daemon.WithoutHTTP(), daemon.WithRegistry(reg), daemon.WithLogger(Logger(e.T)))
+	}()
 	stopped := false
 	stop = func() {
 		e.T.Helper()
@@ -103,6 +114,32 @@ func (e *Env) Run(svc daemon.Service) (stop func()) {
 	}
 	e.T.Cleanup(stop)
 	return stop
+}
+
+// Counter is the sum of the counter name over all its labels in the
+// metrics of the service the last Run started (a restarted service counts
+// from 0); 0 before it registered the counter.
+func (e *Env) Counter(name string) float64 {
+	e.T.Helper()
+	e.mu.Lock()
+	reg := e.metrics
+	e.mu.Unlock()
+	if reg == nil {
+		return 0
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		e.T.Fatalf("gather metrics: %v", err)
+	}
+	var n float64
+	for _, f := range fams {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				n += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return n
 }
 
 // target is what every provider command names.

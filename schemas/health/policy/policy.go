@@ -23,6 +23,19 @@ import (
 // MachineSpec.pool). The control plane takes the cluster-wide policy.
 const ControlPlanePool = "control-plane"
 
+// The words of an unhealthy verdict, which the health-watcher writes (each
+// reason's Type on NodeHealth) and the remediator ranks. A failed node
+// condition is reported under its own type (e.g. KernelDeadlock).
+const (
+	ReasonInfrastructureGone = "InfrastructureGone"
+	ReasonNodeStartupTimeout = "NodeStartupTimeout"
+	ReasonMachineFailed      = "MachineFailed"
+	// ConditionReady is the node's Ready condition, derived from
+	// heartbeats; ReasonNodeStatusUnknown is its reason once they stop.
+	ConditionReady          = "Ready"
+	ReasonNodeStatusUnknown = "NodeStatusUnknown"
+)
+
 // Condition is one unhealthy condition: a node condition of Type at Status
 // for at least Timeout makes the machine unhealthy (Cluster API's
 // MachineHealthCheck unhealthyConditions).

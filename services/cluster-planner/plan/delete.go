@@ -95,15 +95,15 @@ func (p *planner) deletionStep() (reason, message string) {
 	}
 	switch {
 	case workers > 0:
-		return "DeletingWorkers", "deleting " + plural(workers, "worker machine")
+		return ReasonDeletingWorkers, "deleting " + plural(workers, "worker machine")
 	case cps > 0:
-		return "DeletingControlPlane", "deleting " + plural(cps, "control-plane machine")
+		return ReasonDeletingControlPlane, "deleting " + plural(cps, "control-plane machine")
 	case len(p.all) > 0:
-		return "RemovingMachineRecords", "removing " + plural(len(p.all), "deleted machine record")
+		return ReasonRemovingMachineRecords, "removing " + plural(len(p.all), "deleted machine record")
 	case p.in.Infra.Exists:
-		return "DeletingInfrastructure", "waiting for the cluster infrastructure to be deleted"
+		return ReasonDeletingInfrastructure, "waiting for the cluster infrastructure to be deleted"
 	case p.in.PKIExists:
-		return "DeletingPKI", "waiting for the cluster's PKI to be deleted"
+		return ReasonDeletingPKI, "waiting for the cluster's PKI to be deleted"
 	}
-	return "DeletingCluster", "removing the cluster record"
+	return ReasonDeletingCluster, "removing the cluster record"
 }

@@ -50,6 +50,51 @@ const (
 	ConditionNodeHealthy             = "NodeHealthy"
 )
 
+// Reasons of the planner's conditions, by condition (ProvidersReady's are
+// in providers.go). ReasonReady is also a ready pool's, on
+// ControlPlaneReady and WorkersReady.
+const (
+	// ControlPlaneInitialized.
+	ReasonInitialized            = "Initialized"
+	ReasonWaitingForFirstMachine = "WaitingForFirstMachine"
+	// Ready.
+	ReasonReady                = "Ready"
+	ReasonInvalidSpec          = "InvalidSpec"
+	ReasonDeleting             = "Deleting"
+	ReasonControlPlaneNotReady = "ControlPlaneNotReady"
+	ReasonWorkersNotReady      = "WorkersNotReady"
+	// ControlPlaneReady and WorkersReady: a pool's.
+	ReasonNotInitialized         = "NotInitialized"
+	ReasonWaitingForControlPlane = "WaitingForControlPlane"
+	ReasonRollingOut             = "RollingOut"
+	ReasonScalingUp              = "ScalingUp"
+	ReasonScalingDown            = "ScalingDown"
+	ReasonMachinesNotAvailable   = "MachinesNotAvailable"
+	ReasonMachinesDeleting       = "MachinesDeleting"
+	ReasonNoWorkerPools          = "NoWorkerPools"
+	// Paused.
+	ReasonPaused    = "Paused"
+	ReasonNotPaused = "NotPaused"
+	// Hibernated.
+	ReasonHibernated  = "Hibernated"
+	ReasonHibernating = "Hibernating"
+	// Deleting: what the deletion waits for.
+	ReasonDeletingWorkers        = "DeletingWorkers"
+	ReasonDeletingControlPlane   = "DeletingControlPlane"
+	ReasonRemovingMachineRecords = "RemovingMachineRecords"
+	ReasonDeletingInfrastructure = "DeletingInfrastructure"
+	ReasonDeletingPKI            = "DeletingPKI"
+	ReasonDeletingCluster        = "DeletingCluster"
+	ReasonDeletionPaused         = "DeletionPaused"
+)
+
+// Severities of a False condition.
+const (
+	SeverityError   = "Error"
+	SeverityWarning = "Warning"
+	SeverityInfo    = "Info"
+)
+
 // ProgressResync is the RequeueAfter of a plan that is waiting on other
 // services (machines booting, infrastructure going away). Their events
 // should wake the planner first; this bounds the wait if one is lost.

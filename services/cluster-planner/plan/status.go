@@ -34,9 +34,9 @@ func (p *planner) status() *capnv1.ClusterStatus {
 		conds = append(conds, p.condition(typ, ok, reason, msg))
 	}
 	if p.initialized {
-		add(ConditionControlPlaneInitialized, true, "Initialized", "the first control-plane machine has run")
+		add(ConditionControlPlaneInitialized, true, ReasonInitialized, "the first control-plane machine has run")
 	} else {
-		add(ConditionControlPlaneInitialized, false, "WaitingForFirstMachine", p.firstMachineMessage())
+		add(ConditionControlPlaneInitialized, false, ReasonWaitingForFirstMachine, p.firstMachineMessage())
 	}
 	cpOK, cpReason, cpMsg := p.poolReady(p.cp)
 	add(ConditionControlPlaneReady, cpOK, cpReason, cpMsg)
@@ -49,30 +49,30 @@ func (p *planner) status() *capnv1.ClusterStatus {
 	provOK, provReason, provMsg := p.providersCondition()
 	switch {
 	case p.invalid != nil:
-		add(ConditionReady, false, "InvalidSpec", "the spec does not validate: "+strings.ReplaceAll(p.invalid.Error(), "\n", "; "))
+		add(ConditionReady, false, ReasonInvalidSpec, "the spec does not validate: "+strings.ReplaceAll(p.invalid.Error(), "\n", "; "))
 	case deleting:
-		add(ConditionReady, false, "Deleting", "the cluster is being deleted")
+		add(ConditionReady, false, ReasonDeleting, "the cluster is being deleted")
 	case p.refused && !paused:
 		add(ConditionReady, false, provReason, provMsg)
 	case !cpOK:
-		add(ConditionReady, false, "ControlPlaneNotReady", readyMessage(cpMsg, wOK, wMsg))
+		add(ConditionReady, false, ReasonControlPlaneNotReady, readyMessage(cpMsg, wOK, wMsg))
 	case !wOK:
-		add(ConditionReady, false, "WorkersNotReady", readyMessage(cpMsg, wOK, wMsg))
+		add(ConditionReady, false, ReasonWorkersNotReady, readyMessage(cpMsg, wOK, wMsg))
 	default:
-		add(ConditionReady, true, "Ready", "the control plane and every worker pool are ready")
+		add(ConditionReady, true, ReasonReady, "the control plane and every worker pool are ready")
 	}
 	if p.in.Providers != nil {
 		add(ConditionProvidersReady, provOK, provReason, provMsg)
 	}
 	if paused {
-		add(ConditionPaused, true, "Paused", "spec.paused is true: capn takes no action on this cluster until it is unpaused")
+		add(ConditionPaused, true, ReasonPaused, "spec.paused is true: capn takes no action on this cluster until it is unpaused")
 	} else {
-		add(ConditionPaused, false, "NotPaused", "")
+		add(ConditionPaused, false, ReasonNotPaused, "")
 	}
 	if deleting {
 		reason, msg := p.deletionStep()
 		if paused {
-			reason, msg = "DeletionPaused", "the cluster is paused: its deletion waits until it is unpaused (next: "+msg+")"
+			reason, msg = ReasonDeletionPaused, "the cluster is paused: its deletion waits until it is unpaused (next: "+msg+")"
 		}
 		add(ConditionDeleting, true, reason, msg)
 	}
@@ -89,9 +89,9 @@ func (p *planner) status() *capnv1.ClusterStatus {
 			add(ConditionHibernated, false, ReasonProviderLacksCapability, fmt.Sprintf("%d of %d machines that can stop are stopped; the machines of %s keep running: their provider cannot stop (see ProvidersReady)",
 				stopped, total, strings.Join(cannot, ", ")))
 		case stopped == total:
-			add(ConditionHibernated, true, "Hibernated", fmt.Sprintf("all %d machines stopped", total))
+			add(ConditionHibernated, true, ReasonHibernated, fmt.Sprintf("all %d machines stopped", total))
 		default:
-			add(ConditionHibernated, false, "Hibernating", fmt.Sprintf("%d of %d machines stopped", stopped, total))
+			add(ConditionHibernated, false, ReasonHibernating, fmt.Sprintf("%d of %d machines stopped", stopped, total))
 		}
 	}
 	st.Conditions = conds
@@ -233,21 +233,21 @@ func (p *planner) poolReadiness(pl *pool) (bool, string, string) {
 	counts := pl.progress()
 	switch {
 	case pl.controlPlane && !p.initialized:
-		return false, "NotInitialized", p.firstMachineMessage()
+		return false, ReasonNotInitialized, p.firstMachineMessage()
 	case pl.hold != "" && o.replicas < pl.replicas:
-		return false, "WaitingForControlPlane", counts + " (" + pl.hold + ")"
+		return false, ReasonWaitingForControlPlane, counts + " (" + pl.hold + ")"
 	case o.updated < o.replicas:
-		return false, "RollingOut", counts
+		return false, ReasonRollingOut, counts
 	case o.replicas < pl.replicas:
-		return false, "ScalingUp", counts
+		return false, ReasonScalingUp, counts
 	case o.replicas > pl.replicas:
-		return false, "ScalingDown", counts
+		return false, ReasonScalingDown, counts
 	case o.available < pl.replicas:
-		return false, "MachinesNotAvailable", counts
+		return false, ReasonMachinesNotAvailable, counts
 	case o.deleting > 0:
-		return false, "MachinesDeleting", counts
+		return false, ReasonMachinesDeleting, counts
 	}
-	return true, "Ready", counts
+	return true, ReasonReady, counts
 }
 
 // progress says where a pool stands the way kubectl rollout status does:
@@ -312,7 +312,7 @@ func (p *planner) poolReady(pl *pool) (bool, string, string) {
 
 func (p *planner) workersReady() (bool, string, string) {
 	if len(p.pools) == 0 {
-		return true, "NoWorkerPools", "the cluster has no worker pools"
+		return true, ReasonNoWorkerPools, "the cluster has no worker pools"
 	}
 	reason := ""
 	var msgs []string
@@ -327,7 +327,7 @@ func (p *planner) workersReady() (bool, string, string) {
 		msgs = append(msgs, "pool "+pl.name+": "+msg)
 	}
 	if reason == "" {
-		return true, "Ready", fmt.Sprintf("all %d worker pools ready", len(p.pools))
+		return true, ReasonReady, fmt.Sprintf("all %d worker pools ready", len(p.pools))
 	}
 	return false, reason, strings.Join(msgs, "; ")
 }
@@ -377,12 +377,12 @@ func (p *planner) condition(typ string, ok bool, reason, msg string) *capnv1.Con
 	if !ok {
 		c.Status = capnv1.ConditionFalse.Wire()
 		switch reason {
-		case "InvalidSpec", ReasonProviderLacksCapability:
-			c.Severity = "Error"
-		case "MachinesNotAvailable", ReasonProviderNotRunning:
-			c.Severity = "Warning"
+		case ReasonInvalidSpec, ReasonProviderLacksCapability:
+			c.Severity = SeverityError
+		case ReasonMachinesNotAvailable, ReasonProviderNotRunning:
+			c.Severity = SeverityWarning
 		default:
-			c.Severity = "Info"
+			c.Severity = SeverityInfo
 		}
 	}
 	if typ == ConditionPaused && !ok {

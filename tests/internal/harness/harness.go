@@ -149,11 +149,11 @@ func New(t testing.TB, o Options) *System {
 	if s.Observed, err = js.KeyValue(ctx, events.BucketObserved); err != nil {
 		t.Fatal(err)
 	}
-	s.Clusters = store.NewBucket(s.Desired, func() *capnv1.Cluster { return new(capnv1.Cluster) })
-	s.Machines = store.NewBucket(s.Desired, func() *capnv1.Machine { return new(capnv1.Machine) })
-	s.MachineStatuses = store.NewBucket(s.Observed, func() *capnv1.MachineStatus { return new(capnv1.MachineStatus) })
-	s.ClusterStatuses = store.NewBucket(s.Observed, func() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) })
-	s.Infra = store.NewBucket(s.Observed, func() *capnv1.InfraMachine { return new(capnv1.InfraMachine) })
+	s.Clusters = store.NewBucket(s.Desired, store.New[capnv1.Cluster]())
+	s.Machines = store.NewBucket(s.Desired, store.New[capnv1.Machine]())
+	s.MachineStatuses = store.NewBucket(s.Observed, store.New[capnv1.MachineStatus]())
+	s.ClusterStatuses = store.NewBucket(s.Observed, store.New[capnv1.ClusterStatus]())
+	s.Infra = store.NewBucket(s.Observed, store.New[capnv1.InfraMachine]())
 	// Registered after natstest's cleanups, so it runs before them: the
 	// services stop while the server is still up.
 	t.Cleanup(s.StopAll)
@@ -251,19 +251,17 @@ func (f *Factory) Builtin(name string) daemon.Service {
 // most); a restarted gateway keeps it.
 func (f *Factory) GatewayURL() string {
 	f.T.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var url string
+	testkit.WaitFor(f.T, 30*time.Second, "harness: the gateway listens", func() bool {
 		f.mu.Lock()
 		gw := f.gw
 		f.mu.Unlock()
-		if gw != nil && gw.URL() != "" {
-			return gw.URL()
+		if gw != nil {
+			url = gw.URL()
 		}
-		if time.Now().After(deadline) {
-			f.T.Fatal("harness: the gateway did not listen within 30s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return url != ""
+	})
+	return url
 }
 
 // Client is the gateway's Go client with the admin token.
@@ -501,13 +499,7 @@ func (s *System) KillAll() {
 func (s *System) RestartServer() {
 	s.T.Helper()
 	s.Srv.Restart()
-	deadline := time.Now().Add(30 * time.Second)
-	for !s.NC.IsConnected() {
-		if time.Now().After(deadline) {
-			s.T.Fatal("harness: the test connection did not reconnect within 30s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.WaitFor(s.T, 30*time.Second, "harness: the test connection reconnects", s.NC.IsConnected)
 }
 
 // Apply writes a cluster manifest as the gateway does: decoded, defaulted,

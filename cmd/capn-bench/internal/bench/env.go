@@ -2,13 +2,19 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/capn-dev/capn/events"
@@ -45,17 +51,78 @@ func startEnv(ctx context.Context, topo events.Topology, svcs ...daemon.Service)
 	sctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	quiet := zerolog.New(io.Discard)
+	// The services share one ops handler (as capn dev's do), served to no
+	// one: its /readyz says when every service finished starting.
+	ops := daemon.NewOpsHandler(prometheus.NewRegistry())
 	for _, svc := range svcs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			cfg := daemon.Config{Name: svc.Name(), LogLevel: "error", SkipProvision: true}
-			if err := daemon.Run(sctx, cfg, svc, daemon.WithInProcess(srv), daemon.WithoutHTTP(), daemon.WithLogger(quiet)); err != nil {
+			if err := daemon.Run(sctx, cfg, svc, daemon.WithInProcess(srv), daemon.WithoutHTTP(), daemon.WithOps(ops), daemon.WithLogger(quiet)); err != nil {
 				fmt.Printf("%s: %v\n", svc.Name(), err)
 			}
 		}()
 	}
-	return &env{srv: srv, nc: nc, js: js, stop: func() { cancel(); wg.Wait(); nc.Close(); stopSrv() }}, nil
+	e := &env{srv: srv, nc: nc, js: js, stop: func() { cancel(); wg.Wait(); nc.Close(); stopSrv() }}
+	if err := waitReady(ctx, time.Minute, len(svcs), func() *http.Response {
+		rec := httptest.NewRecorder()
+		ops.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		return rec.Result()
+	}); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// waitReady polls readyz until its answer is 200 and names n services
+// (each of them ready), or timeout passes.
+func waitReady(ctx context.Context, timeout time.Duration, n int, readyz func() *http.Response) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last daemon.HealthBody
+	err := poll(ctx, 20*time.Millisecond, func() (bool, error) {
+		resp := readyz()
+		if resp == nil {
+			return false, nil
+		}
+		defer resp.Body.Close()
+		last = daemon.HealthBody{}
+		_ = json.NewDecoder(resp.Body).Decode(&last)
+		return resp.StatusCode == http.StatusOK && len(last.Services) == n, nil
+	})
+	if err != nil {
+		return fmt.Errorf("services not ready (%s %v): %w", last.Status, last.Services, err)
+	}
+	return nil
+}
+
+// poll calls check at once and then every interval until it returns true
+// or an error, or ctx ends (its error then).
+func poll(ctx context.Context, every time.Duration, check func() (bool, error)) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if ok, err := check(); ok || err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// freeAddr is a free loopback address for a program to listen on.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
 }
 
 func (e *env) Close() { e.stop() }

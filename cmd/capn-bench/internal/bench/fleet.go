@@ -108,7 +108,6 @@ func measureFleet(ctx context.Context, n int, timeout time.Duration) (fleetRun, 
 	js := e.js
 	observed, desired := e.kv(ctx, events.BucketObserved), e.kv(ctx, events.BucketDesired)
 	running := countRunning(ctx, observed)
-	time.Sleep(500 * time.Millisecond) // let every service finish starting
 	tap, err := startTap(e.nc)
 	if err != nil {
 		return fleetRun{}, err
@@ -118,7 +117,7 @@ func measureFleet(ctx context.Context, n int, timeout time.Duration) (fleetRun, 
 	if err != nil {
 		return fleetRun{}, err
 	}
-	clusters := store.NewBucket(desired, func() *capnv1.Cluster { return new(capnv1.Cluster) })
+	clusters := store.NewBucket(desired, store.New[capnv1.Cluster]())
 	want := n * 10
 	cpu0, err := cpuSeconds(os.Getpid())
 	if err != nil {
@@ -173,7 +172,7 @@ func measureFleet(ctx context.Context, n int, timeout time.Duration) (fleetRun, 
 // countRunning counts machines whose observed phase is Running, from one
 // watcher on observed.
 func countRunning(ctx context.Context, kv jetstream.KeyValue) *atomic.Int64 {
-	return countPhase(ctx, kv, "machine.>", func() *capnv1.MachineStatus { return new(capnv1.MachineStatus) }, capnv1.MachineRunning.Wire())
+	return countPhase(ctx, kv, "machine.>", store.New[capnv1.MachineStatus](), capnv1.MachineRunning.Wire())
 }
 
 // countPhase counts the keys matching pattern whose value's phase is

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -127,8 +128,14 @@ func measureIdle(ctx context.Context, binDir string, n int, heartbeat, settle, w
 			_ = p.Wait()
 		}
 	}()
+	var opsAddrs []string // each program's /readyz
 	for _, p := range idlePrograms {
-		args := append([]string{"--nats-url", srv.ClientURL(), "--http-addr", "off", "--log-level", "warn", "--log-format", "json", "--skip-provision"}, p.Args...)
+		opsAddr, err := freeAddr()
+		if err != nil {
+			return idleRun{}, err
+		}
+		opsAddrs = append(opsAddrs, opsAddr)
+		args := append([]string{"--nats-url", srv.ClientURL(), "--http-addr", opsAddr, "--log-level", "warn", "--log-format", "json", "--skip-provision"}, p.Args...)
 		switch p.Name {
 		case "bootstrapper":
 			args = append(args, "--secrets-key-file", keyFile)
@@ -162,8 +169,17 @@ func measureIdle(ctx context.Context, binDir string, n int, heartbeat, settle, w
 	defer stopWatch()
 	running := countRunning(wctx, observed)
 	ready := countReadyClusters(wctx, observed)
-	time.Sleep(time.Second) // let every program connect and bind its consumers
-	clusters := store.NewBucket(desired, func() *capnv1.Cluster { return new(capnv1.Cluster) })
+	// Every program connected and bound its consumers once it says ready.
+	hc := &http.Client{Timeout: 2 * time.Second}
+	for i, addr := range opsAddrs {
+		if err := waitReady(ctx, time.Minute, 1, func() *http.Response {
+			resp, _ := hc.Get("http://" + addr + "/readyz") // not listening yet: nil
+			return resp
+		}); err != nil {
+			return idleRun{}, fmt.Errorf("%s: %w (logs in %s)", idlePrograms[i].Name, err, dir)
+		}
+	}
+	clusters := store.NewBucket(desired, store.New[capnv1.Cluster]())
 	for i := range n {
 		c := fleetCluster(i)
 		if _, err := clusters.Create(ctx, keys.Cluster(c.GetMetadata().GetName()), c); err != nil {
@@ -171,20 +187,25 @@ func measureIdle(ctx context.Context, binDir string, n int, heartbeat, settle, w
 		}
 	}
 	deadline := time.Now().Add(timeout)
-	for running.Load() < int64(n*10) || ready.Load() < int64(n) {
+	if err := poll(ctx, 100*time.Millisecond, func() (bool, error) {
+		if running.Load() >= int64(n*10) && ready.Load() >= int64(n) {
+			return true, nil
+		}
 		if time.Now().After(deadline) {
-			return idleRun{}, fmt.Errorf("idle %d clusters: %d of %d machines Running, %d of %d clusters Ready after %s (logs in %s)",
+			return false, fmt.Errorf("idle %d clusters: %d of %d machines Running, %d of %d clusters Ready after %s (logs in %s)",
 				n, running.Load(), n*10, ready.Load(), n, timeout, dir)
 		}
 		for i, p := range procs {
 			if p.ProcessState != nil {
-				return idleRun{}, fmt.Errorf("%s exited: %s", idlePrograms[i].Name, p.ProcessState)
+				return false, fmt.Errorf("%s exited: %s", idlePrograms[i].Name, p.ProcessState)
 			}
 		}
-		time.Sleep(100 * time.Millisecond)
+		return false, nil
+	}); err != nil {
+		return idleRun{}, err
 	}
-	stopWatch() // the benchmark's own watchers are not part of the idle cost
-	time.Sleep(settle)
+	stopWatch()        // the benchmark's own watchers are not part of the idle cost
+	time.Sleep(settle) //sleep-ok: the settle time the benchmark measures after, not a wait
 	before := make([]float64, len(procs))
 	for i, p := range procs {
 		if before[i], err = cpuSeconds(p.Process.Pid); err != nil {
@@ -192,7 +213,7 @@ func measureIdle(ctx context.Context, binDir string, n int, heartbeat, settle, w
 		}
 	}
 	t0 := time.Now()
-	time.Sleep(window)
+	time.Sleep(window) //sleep-ok: the measurement window
 	el := time.Since(t0).Seconds()
 	r := idleRun{Clusters: n, Heartbeat: heartbeat, Window: window}
 	for i, p := range procs {
@@ -211,7 +232,7 @@ func measureIdle(ctx context.Context, binDir string, n int, heartbeat, settle, w
 
 // countReadyClusters counts clusters whose observed phase is Ready.
 func countReadyClusters(ctx context.Context, kv jetstream.KeyValue) *atomic.Int64 {
-	return countPhase(ctx, kv, "cluster.*", func() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) }, capnv1.ClusterReady.Wire())
+	return countPhase(ctx, kv, "cluster.*", store.New[capnv1.ClusterStatus](), capnv1.ClusterReady.Wire())
 }
 
 // cpuSeconds is the user+system CPU time of a process so far.

@@ -88,22 +88,24 @@ func measureRepair(ctx context.Context, machines int, settle time.Duration, flee
 	}
 	desired, _ := js.KeyValue(ctx, events.BucketDesired)
 	observed, _ := js.KeyValue(ctx, events.BucketObserved)
-	if _, err := store.NewBucket(desired, func() *capnv1.Cluster { return new(capnv1.Cluster) }).Create(ctx, keys.Cluster("repair"), c); err != nil {
+	if _, err := store.NewBucket(desired, store.New[capnv1.Cluster]()).Create(ctx, keys.Cluster("repair"), c); err != nil {
 		return repairResult{}, err
 	}
-	statuses := store.NewBucket(observed, func() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) })
+	statuses := store.NewBucket(observed, store.New[capnv1.ClusterStatus]())
 	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	if err := poll(ctx, 50*time.Millisecond, func() (bool, error) {
 		st, _, err := statuses.Get(ctx, keys.Cluster("repair"))
 		if err == nil && st.GetPhaseValue() == capnv1.ClusterReady {
-			break
+			return true, nil
 		}
 		if time.Now().After(deadline) {
-			return repairResult{}, fmt.Errorf("repair cluster not Ready within 2 minutes (phase %q)", st.GetPhase())
+			return false, fmt.Errorf("repair cluster not Ready within 2 minutes (phase %q)", st.GetPhase())
 		}
-		time.Sleep(50 * time.Millisecond)
+		return false, nil
+	}); err != nil {
+		return repairResult{}, err
 	}
-	workers, err := store.NewBucket(desired, func() *capnv1.Machine { return new(capnv1.Machine) }).List(ctx, keys.MachinesOf("repair"))
+	workers, err := store.NewBucket(desired, store.New[capnv1.Machine]()).List(ctx, keys.MachinesOf("repair"))
 	if err != nil {
 		return repairResult{}, err
 	}
@@ -122,7 +124,7 @@ func measureRepair(ctx context.Context, machines int, settle time.Duration, flee
 	var running *atomic.Int64
 	if fleet > 0 {
 		running = countRunning(ctx, observed)
-		clusters := store.NewBucket(desired, func() *capnv1.Cluster { return new(capnv1.Cluster) })
+		clusters := store.NewBucket(desired, store.New[capnv1.Cluster]())
 		go func() {
 			for i := range fleet {
 				c := fleetCluster(i)
@@ -131,12 +133,12 @@ func measureRepair(ctx context.Context, machines int, settle time.Duration, flee
 				}
 			}
 		}()
-		time.Sleep(time.Second) // into the create
+		time.Sleep(time.Second) //sleep-ok: the samples are taken a second into the create, by design
 	}
 	inProgress := func() bool { return running != nil && running.Load() < int64(fleet*10) }
 	for _, w := range workers {
 		if fleet > 0 {
-			time.Sleep(250 * time.Millisecond) // spread the samples over the create
+			time.Sleep(250 * time.Millisecond) //sleep-ok: spreads the samples over the create, by design
 		}
 		if w.Value.GetSpec().GetRole() != "worker" {
 			continue

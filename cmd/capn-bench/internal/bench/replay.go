@@ -294,14 +294,19 @@ func measureReplay(ctx context.Context, tr traffic) (replayRun, error) {
 	}
 	// The clock stops once the watchers have taken their last delivery
 	// (none for 200ms), or at the last store if they already had.
-	for n := deliveries.Load(); ; {
-		time.Sleep(200 * time.Millisecond)
+	quiet := time.NewTicker(200 * time.Millisecond)
+	for n := deliveries.Load(); ctx.Err() == nil; {
+		select {
+		case <-ctx.Done():
+		case <-quiet.C:
+		}
 		m := deliveries.Load()
 		if m == n || time.Since(stored) > time.Minute {
 			break
 		}
 		n = m
 	}
+	quiet.Stop()
 	end := stored
 	if t := time.Unix(0, lastDelivery.Load()); t.After(end) {
 		end = t

@@ -50,8 +50,8 @@ func measureUpgrade(ctx context.Context, pool int, boot, timeout time.Duration) 
 	if err != nil {
 		return upgradeRun{}, err
 	}
-	clusters := store.NewBucket(e.kv(ctx, events.BucketDesired), func() *capnv1.Cluster { return new(capnv1.Cluster) })
-	statuses := store.NewBucket(e.kv(ctx, events.BucketObserved), func() *capnv1.ClusterStatus { return new(capnv1.ClusterStatus) })
+	clusters := store.NewBucket(e.kv(ctx, events.BucketDesired), store.New[capnv1.Cluster]())
+	statuses := store.NewBucket(e.kv(ctx, events.BucketObserved), store.New[capnv1.ClusterStatus]())
 	if _, err := clusters.Create(ctx, keys.Cluster("upgrade"), c); err != nil {
 		return upgradeRun{}, err
 	}
@@ -67,7 +67,7 @@ func measureUpgrade(ctx context.Context, pool int, boot, timeout time.Duration) 
 	wait := func(what string, gen int64, version string, onCP func()) error {
 		deadline := time.Now().Add(timeout)
 		cpDone := false
-		for {
+		return poll(ctx, 50*time.Millisecond, func() (bool, error) {
 			st, _, err := statuses.Get(ctx, keys.Cluster("upgrade"))
 			if err == nil {
 				cp, all := upgraded(st, gen, version)
@@ -76,14 +76,14 @@ func measureUpgrade(ctx context.Context, pool int, boot, timeout time.Duration) 
 					onCP()
 				}
 				if all {
-					return nil
+					return true, nil
 				}
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("upgrade benchmark: %s not done within %s (phase %q, control plane %v, pools %v)", what, timeout, st.GetPhase(), st.GetControlPlane(), st.GetWorkerPools())
+				return false, fmt.Errorf("upgrade benchmark: %s not done within %s (phase %q, control plane %v, pools %v)", what, timeout, st.GetPhase(), st.GetControlPlane(), st.GetWorkerPools())
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return false, nil
+		})
 	}
 	if err := wait("the create", 1, "v1.34.2", nil); err != nil {
 		return upgradeRun{}, err

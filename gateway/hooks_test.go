@@ -40,7 +40,7 @@ func hookWorld(t *testing.T) *env {
 
 func (e *env) machine(name string) *capnv1.Machine {
 	e.t.Helper()
-	m, _, err := store.NewBucket(e.desired, newMachine).Get(context.Background(), "machine.demo."+name)
+	m, _, err := store.NewBucket(e.desired, store.New[capnv1.Machine]()).Get(context.Background(), "machine.demo."+name)
 	if err != nil {
 		e.t.Fatal(err)
 	}

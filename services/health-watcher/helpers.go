@@ -87,10 +87,11 @@ func decodeCached[T proto.Message](c *store.Cache, key string, newT func() T) (T
 	return v, true
 }
 
-func newCluster() *capnv1.Cluster                { return new(capnv1.Cluster) }
-func newClusterStatus() *capnv1.ClusterStatus    { return new(capnv1.ClusterStatus) }
-func newMachine() *capnv1.Machine                { return new(capnv1.Machine) }
-func newMachineStatus() *capnv1.MachineStatus    { return new(capnv1.MachineStatus) }
-func newNodeHealth() *capnv1.NodeHealth          { return new(capnv1.NodeHealth) }
-func newInfraMachine() *capnv1.InfraMachine      { return new(capnv1.InfraMachine) }
+var newCluster = store.New[capnv1.Cluster]()
+var newClusterStatus = store.New[capnv1.ClusterStatus]()
+var newMachine = store.New[capnv1.Machine]()
+var newMachineStatus = store.New[capnv1.MachineStatus]()
+var newNodeHealth = store.New[capnv1.NodeHealth]()
+var newInfraMachine = store.New[capnv1.InfraMachine]()
+
 func tsNow(now time.Time) *timestamppb.Timestamp { return timestamppb.New(now) }

@@ -153,7 +153,7 @@ func TestNodesOfARealAPIServer(t *testing.T) {
 			t.Error("health-watcher did not stop")
 		}
 	})
-	nodes := store.NewBucket(observed, func() *capnv1.NodeHealth { return new(capnv1.NodeHealth) })
+	nodes := store.NewBucket(observed, store.New[capnv1.NodeHealth]())
 	record := func(m string) (*capnv1.NodeHealth, uint64) {
 		h, rev, err := nodes.Get(ctx, keys.Node(c, m))
 		if err != nil {
@@ -228,7 +228,7 @@ func TestNodesOfARealAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	mb := store.NewBucket(desired, func() *capnv1.Machine { return new(capnv1.Machine) })
+	mb := store.NewBucket(desired, store.New[capnv1.Machine]())
 	if _, _, err := mb.Mutate(ctx, "machine."+c+".w-2", func(m *capnv1.Machine, _ bool) (*capnv1.Machine, error) {
 		m.Metadata.DeletionTimestamp = timestamppb.Now()
 		return m, nil

@@ -185,7 +185,7 @@ func TestPoolLabelsAndTaintsReachTheNodes(t *testing.T) {
 	// saw w-0 in sync. The kube-apiserver bumps resourceVersion on any
 	// write, so an unchanged one means none.
 	rv := w0.Metadata.ResourceVersion
-	nodes := store.NewBucket(observed, func() *capnv1.NodeHealth { return new(capnv1.NodeHealth) })
+	nodes := store.NewBucket(observed, store.New[capnv1.NodeHealth]())
 	for _, ver := range []string{"v1.37.1", "v1.37.2"} {
 		if err := kc.MergePatch(ctx, "/api/v1/nodes/w-1/status", map[string]any{"status": map[string]any{"nodeInfo": map[string]any{"kubeletVersion": ver}}}); err != nil {
 			t.Fatal(err)
@@ -204,7 +204,7 @@ func TestPoolLabelsAndTaintsReachTheNodes(t *testing.T) {
 	// records in place (same uid, next generation); the Nodes follow.
 	newLabels := map[string]string{"tier": "db"}
 	newTaints := []*capnv1.Taint{{Key: "dedicated", Value: "db", Effect: "NoExecute"}}
-	machines := store.NewBucket(desired, func() *capnv1.Machine { return new(capnv1.Machine) })
+	machines := store.NewBucket(desired, store.New[capnv1.Machine]())
 	for _, m := range []string{"w-0", "w-1"} {
 		if _, _, err := machines.Mutate(ctx, "machine."+c+"."+m, func(cur *capnv1.Machine, _ bool) (*capnv1.Machine, error) {
 			cur.Spec.Labels, cur.Spec.Taints = newLabels, newTaints

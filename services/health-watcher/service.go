@@ -175,7 +175,7 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 		if err != nil {
 			return fmt.Errorf("bucket %s: %w", events.BucketSecrets, err)
 		}
-		kubeconfigs := store.NewBucket(secretsKV, func() *capnv1.AdminKubeconfig { return new(capnv1.AdminKubeconfig) }, store.WithSealer(ring))
+		kubeconfigs := store.NewBucket(secretsKV, store.New[capnv1.AdminKubeconfig](), store.WithSealer(ring))
 		cache := kubeapi.NewClusterCache(kubeapi.ClusterCacheConfig{
 			Kubeconfig: func(ctx context.Context, cluster string) ([]byte, uint64, error) {
 				kc, rev, err := kubeconfigs.Get(ctx, keys.Kubeconfig(cluster))
@@ -189,7 +189,7 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 		d.Log.Warn().Msg("no secrets key (--secrets-key-file or " + seal.KeyEnv + "): the Nodes of real-kubernetes clusters are not read")
 	}
 	s.pub = events.NewPublisher(d.JS, "capn/"+Name)
-	s.nodes = store.NewBucket(observedKV, func() *capnv1.NodeHealth { return new(capnv1.NodeHealth) })
+	s.nodes = store.NewBucket(observedKV, store.New[capnv1.NodeHealth]())
 	s.desired = store.NewCache(desiredKV, s.cfg.Cache)
 	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, d.JS, keys.ClusterPrefix, keys.MachinePrefix, keys.NodePrefix, keys.InfraPrefix, keys.ProviderPrefix))
 	s.beats = newTracker()

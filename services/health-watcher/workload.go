@@ -451,4 +451,4 @@ func (s *Service) drain(ctx context.Context, log *zerolog.Logger, c *kubeapi.Cli
 	return wrote, err
 }
 
-func newAnnouncement() *capnv1.ProviderAnnouncement { return new(capnv1.ProviderAnnouncement) }
+var newAnnouncement = store.New[capnv1.ProviderAnnouncement]()

@@ -153,7 +153,7 @@ func TestNodeReadsAskOnlyRealKubernetesClustersAndBackOff(t *testing.T) {
 		"spec":{"providerID":"process://real/cp-0"},"status":{"nodeInfo":{"kubeletVersion":"v1.37.2"},
 		"conditions":[{"type":"KernelDeadlock","status":"False","reason":"KernelHasNoDeadlock","lastHeartbeatTime":"2026-01-01T00:00:00Z","lastTransitionTime":"2026-01-01T00:00:00Z"}]}}]}`)
 	apis["real"].mu.Unlock()
-	nodes := store.NewBucket(observed, func() *capnv1.NodeHealth { return new(capnv1.NodeHealth) })
+	nodes := store.NewBucket(observed, store.New[capnv1.NodeHealth]())
 	natstest.WaitFor(t, 10*time.Second, "cp-0's Node recorded", func() bool {
 		h, _, err := nodes.Get(ctx, keys.Node("real", "cp-0"))
 		return err == nil && h.GetNodeName() == "cp-0" && h.GetKubeletVersion() == "v1.37.2" && len(h.GetConditions()) == 1

@@ -47,7 +47,7 @@ func (s *Service) reconcile(ctx context.Context, key string) (reconcile.Result, 
 			}
 		}
 	}
-	node, _, _ := store.Lookup(s.observedView, keys.NodePrefix+key, func() *capnv1.NodeHealth { return new(capnv1.NodeHealth) })
+	node, _, _ := store.Lookup(s.observedView, keys.NodePrefix+key, store.New[capnv1.NodeHealth]())
 	out := Step(Input{Cluster: cluster, Name: name, Desired: desired, Status: status, Infra: infra, Node: node, Now: s.cfg.Now()}, s.cfg.Timeouts)
 	log := zerolog.Ctx(ctx).With().Str("cluster", cluster).Str("machine", name).Logger()
 	for _, c := range out.Commands {
@@ -78,9 +78,9 @@ func (s *Service) reconcile(ctx context.Context, key string) (reconcile.Result, 
 	return reconcile.Result{RequeueAfter: out.RequeueAfter}, nil
 }
 
-func newStatus() *capnv1.MachineStatus { return new(capnv1.MachineStatus) }
-func newMachine() *capnv1.Machine      { return new(capnv1.Machine) }
-func newInfra() *capnv1.InfraMachine   { return new(capnv1.InfraMachine) }
+var newStatus = store.New[capnv1.MachineStatus]()
+var newMachine = store.New[capnv1.Machine]()
+var newInfra = store.New[capnv1.InfraMachine]()
 
 // restsOnInfraAbsence tells whether Step decides something because a
 // machine's infrastructure key is absent: a Running machine fails as

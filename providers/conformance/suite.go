@@ -138,6 +138,7 @@ func Run(t *testing.T, p Provider, f Features) {
 		{"ClusterThroughCapn", s.throughCapn, when(f.Capn == nil, "no Capn: give Features.Capn (e.g. CorePrograms(t))")},
 		{"Kubernetes", s.kubernetes, when(f.Kubernetes == nil, "no Kubernetes: for a provider whose machines run real Kubernetes (real-kubernetes)")},
 		{"KubernetesVersions", s.kubernetesVersions, when(f.Kubernetes == nil, "no Kubernetes: for a provider whose machines run real Kubernetes (real-kubernetes)")},
+		{"KubernetesDay2", s.kubernetesDay2, when(f.Kubernetes == nil, "no Kubernetes: for a provider whose machines run real Kubernetes (real-kubernetes)")},
 	}
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) {

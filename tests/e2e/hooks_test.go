@@ -172,7 +172,6 @@ func TestHookSurvivesThePlanner(t *testing.T) {
 // WaitingExternalHook, listed as holding — until the holder releases the
 // hook; then both go.
 func TestHookHoldsDeletionUntilReleased(t *testing.T) {
-	t.Skip("needs i18-drain: machine-manager hook gate")
 	w, c := hookWorld(t)
 	ctx := context.Background()
 	held := map[string]string{ // machine → phase

@@ -131,7 +131,7 @@ func (s *suite) kubernetesDay2(t *testing.T, e *Env) {
 	var wg sync.WaitGroup
 	defer func() { stop(); wg.Wait() }()
 	pods := k.WatchPods(ctx, &wg, "app=web")
-	nodes := k.WatchNodes(ctx, &wg, pods)
+	nodes := k.WatchNodes(ctx, &wg, "app=web")
 	Poll(t, "6 pods of Deployment web Ready", 3*time.Minute, func() error {
 		if n := pods.Ready(); n != 6 {
 			return fmt.Errorf("%d Ready", n)
@@ -253,7 +253,7 @@ func (s *suite) day2Hook(t *testing.T, k *KubeCluster, nodes *NodeWitness, figur
 		}
 	}
 	k.Capn.CLI("hook", "add", k.Name, victim, "--phase", "pre-drain", "--name", "conformance", "--holder", "conformance-suite")
-	k.Capn.CLI("delete", "machine", k.Name, victim)
+	k.Capn.CLI("delete", "machine", victim, "--cluster", k.Name)
 	held := time.Now()
 	status := func() *capnv1.MachineStatus { return k.Clusters.Machines(k.Name)[victim] }
 	Poll(t, victim+" Deleting, held by the pre-drain hook", 2*time.Minute, func() error {

@@ -57,15 +57,25 @@ func (o kubeObject) condition(typ string) string {
 	return ""
 }
 
-// kubeWatch runs `kubectl get KIND -w` until stop, again after each exit
-// (an API endpoint that goes away ends a watch; the next one lists
-// afresh), and hands every event to on, one at a time.
-func (k *KubeCluster) kubeWatch(ctx context.Context, wg *sync.WaitGroup, on func(typ string, o kubeObject), args ...string) {
+// kubeWatch follows KIND until stop as a user's `kubectl get -w` would, in
+// two steps each time: a list (`kubectl get -o json`), handed to reset
+// whole, then `kubectl get -w --watch-only` whose events go to on, one at a
+// time. An API endpoint that goes away ends a watch; the next round lists
+// afresh, so an object deleted meanwhile is not remembered.
+func (k *KubeCluster) kubeWatch(ctx context.Context, wg *sync.WaitGroup, reset func([]kubeObject), on func(typ string, o kubeObject), args ...string) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		for ctx.Err() == nil {
-			cmd := exec.CommandContext(ctx, filepath.Join(k.Bin, "kubectl"), append([]string{"--kubeconfig=" + k.Kubeconfig, "get", "-w", "--output-watch-events", "-o", "json"}, args...)...)
+			if out, err := k.Kubectl(append([]string{"get", "-o", "json"}, args...)...); err == nil {
+				var l struct {
+					Items []kubeObject `json:"items"`
+				}
+				if json.Unmarshal([]byte(out), &l) == nil {
+					reset(l.Items)
+				}
+			}
+			cmd := exec.CommandContext(ctx, filepath.Join(k.Bin, "kubectl"), append([]string{"--kubeconfig=" + k.Kubeconfig, "get", "-w", "--watch-only", "--output-watch-events", "-o", "json"}, args...)...)
 			cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + k.Capn.Home}
 			out, err := cmd.StdoutPipe()
 			if err != nil {
@@ -112,6 +122,18 @@ func (w *PodWitness) on(typ string, o kubeObject) {
 	if typ == "DELETED" {
 		delete(w.pods, o.Metadata.UID)
 	} else {
+		w.pods[o.Metadata.UID] = o
+	}
+	if n := w.readyLocked(); w.Min < 0 || n < w.Min {
+		w.Min, w.minAt = n, time.Now()
+	}
+}
+
+func (w *PodWitness) reset(items []kubeObject) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.pods = map[string]kubeObject{}
+	for _, o := range items {
 		w.pods[o.Metadata.UID] = o
 	}
 	if n := w.readyLocked(); w.Min < 0 || n < w.Min {
@@ -167,15 +189,16 @@ func (w *PodWitness) On(node string) []string {
 // WatchPods starts a PodWitness of selector in namespace default.
 func (k *KubeCluster) WatchPods(ctx context.Context, wg *sync.WaitGroup, selector string) *PodWitness {
 	w := &PodWitness{pods: map[string]kubeObject{}, Min: -1}
-	k.kubeWatch(ctx, wg, w.on, "pods", "-n", "default", "-l", selector)
+	k.kubeWatch(ctx, wg, w.reset, w.on, "pods", "-n", "default", "-l", selector)
 	return w
 }
 
 // NodeWitness follows the Nodes: when each was cordoned and deleted, and
-// which pods of a PodWitness were still bound to it when it went.
+// which pods were still bound to it when it went.
 type NodeWitness struct {
 	mu       sync.Mutex
-	pods     *PodWitness
+	k        *KubeCluster
+	selector string
 	Cordoned map[string]time.Time
 	Deleted  map[string]time.Time
 	// Stranded are the pods still bound to a Node when its deletion was
@@ -187,7 +210,12 @@ func (w *NodeWitness) on(typ string, o kubeObject) {
 	name := o.Metadata.Name
 	var left []string
 	if typ == "DELETED" {
-		left = w.pods.On(name)
+		// Asked of the API server, not of a witness: the pods that
+		// still exist bound to the Node just deleted.
+		out, err := w.k.Kubectl("get", "pods", "-n", "default", "-l", w.selector, "--field-selector", "spec.nodeName="+name, "-o", "name")
+		if err == nil {
+			left = strings.Fields(out)
+		}
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -229,10 +257,15 @@ func (w *NodeWitness) StrandedPods() map[string][]string {
 	return out
 }
 
-// WatchNodes starts a NodeWitness whose stranded pods are pods'.
-func (k *KubeCluster) WatchNodes(ctx context.Context, wg *sync.WaitGroup, pods *PodWitness) *NodeWitness {
-	w := &NodeWitness{pods: pods, Cordoned: map[string]time.Time{}, Deleted: map[string]time.Time{}, Stranded: map[string][]string{}}
-	k.kubeWatch(ctx, wg, w.on, "nodes")
+// WatchNodes starts a NodeWitness whose stranded pods are those of
+// selector in namespace default.
+func (k *KubeCluster) WatchNodes(ctx context.Context, wg *sync.WaitGroup, selector string) *NodeWitness {
+	w := &NodeWitness{k: k, selector: selector, Cordoned: map[string]time.Time{}, Deleted: map[string]time.Time{}, Stranded: map[string][]string{}}
+	k.kubeWatch(ctx, wg, func(items []kubeObject) {
+		for _, o := range items {
+			w.on("ADDED", o)
+		}
+	}, w.on, "nodes")
 	return w
 }
 

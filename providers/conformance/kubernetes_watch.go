@@ -7,11 +7,11 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
+	"net/url"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -35,6 +35,7 @@ type kubeObject struct {
 	Metadata struct {
 		Name              string  `json:"name"`
 		UID               string  `json:"uid"`
+		ResourceVersion   string  `json:"resourceVersion"`
 		DeletionTimestamp *string `json:"deletionTimestamp"`
 	} `json:"metadata"`
 	Spec struct {
@@ -57,51 +58,102 @@ func (o kubeObject) condition(typ string) string {
 	return ""
 }
 
-// kubeWatch follows KIND until stop as a user's `kubectl get -w` would, in
-// two steps each time: a list (`kubectl get -o json`), handed to reset
-// whole, then `kubectl get -w --watch-only` whose events go to on, one at a
-// time. An API endpoint that goes away ends a watch; the next round lists
-// afresh, so an object deleted meanwhile is not remembered.
-func (k *KubeCluster) kubeWatch(ctx context.Context, wg *sync.WaitGroup, reset func([]kubeObject), on func(typ string, o kubeObject), args ...string) {
+// kubeWatch follows the collection at path (e.g. /api/v1/nodes) until
+// stop the way an informer does, with the kubeconfig's credentials: a list
+// handed to reset whole, then watches that each resume from the last
+// resourceVersion seen (so nothing is missed between two watches), each
+// ended by the server after 15 s (timeoutSeconds) and bounded by the
+// client at 30 s — a connection left half open when an API server behind
+// the cluster's endpoint goes away cannot stall it. A watch that cannot
+// resume (410 Gone, an error) lists again.
+func (k *KubeCluster) kubeWatch(ctx context.Context, wg *sync.WaitGroup, reset func([]kubeObject), on func(typ string, o kubeObject), path string) {
+	client, server := k.kubeconfigClient()
+	client.Timeout = 30 * time.Second
+	sep := "?"
+	if strings.Contains(path, "?") {
+		sep = "&"
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		for ctx.Err() == nil {
-			if out, err := k.Kubectl(append([]string{"get", "-o", "json"}, args...)...); err == nil {
-				var l struct {
-					Items []kubeObject `json:"items"`
-				}
-				if json.Unmarshal([]byte(out), &l) == nil {
-					reset(l.Items)
-				}
+			rv, err := listInto(ctx, client, server+path, reset)
+			for err == nil && ctx.Err() == nil {
+				rv, err = watchFrom(ctx, client, server+path+sep+"watch=1&allowWatchBookmarks=true&timeoutSeconds=15&resourceVersion="+rv, rv, on)
 			}
-			cmd := exec.CommandContext(ctx, filepath.Join(k.Bin, "kubectl"), append([]string{"--kubeconfig=" + k.Kubeconfig, "get", "-w", "--watch-only", "--output-watch-events", "-o", "json"}, args...)...)
-			cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + k.Capn.Home}
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				return
-			}
-			if cmd.Start() != nil {
-				return
-			}
-			dec := json.NewDecoder(bufio.NewReader(out))
-			for {
-				var ev watchEvent
-				if err := dec.Decode(&ev); err != nil {
-					break
-				}
-				var o kubeObject
-				if json.Unmarshal(ev.Object, &o) == nil {
-					on(ev.Type, o)
-				}
-			}
-			_ = cmd.Wait()
 			select {
 			case <-ctx.Done():
-			case <-time.After(500 * time.Millisecond): // a watch that ended: list again
+			case <-time.After(500 * time.Millisecond): // an API server gone: list again
 			}
 		}
 	}()
+}
+
+func listInto(ctx context.Context, c *http.Client, url string, reset func([]kubeObject)) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	var l struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+		Items []kubeObject `json:"items"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&l); err != nil {
+		return "", err
+	}
+	reset(l.Items)
+	return l.Metadata.ResourceVersion, nil
+}
+
+// watchFrom runs one watch and returns the resourceVersion to resume
+// from; an error means list again.
+func watchFrom(ctx context.Context, c *http.Client, url, rv string, on func(string, kubeObject)) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return rv, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return rv, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return rv, fmt.Errorf("watch %s: %s", url, resp.Status)
+	}
+	dec := json.NewDecoder(bufio.NewReader(resp.Body))
+	for {
+		var ev watchEvent
+		if err := dec.Decode(&ev); err != nil {
+			if errors.Is(err, io.EOF) {
+				return rv, nil // the server ended it (timeoutSeconds)
+			}
+			return rv, err
+		}
+		var o kubeObject
+		if err := json.Unmarshal(ev.Object, &o); err != nil {
+			return rv, err
+		}
+		switch ev.Type {
+		case "ERROR":
+			return rv, fmt.Errorf("watch %s: %s", url, ev.Object)
+		case "BOOKMARK":
+		default:
+			on(ev.Type, o)
+		}
+		if o.Metadata.ResourceVersion != "" {
+			rv = o.Metadata.ResourceVersion
+		}
+	}
 }
 
 // PodWitness follows the pods of a label selector: how many are Ready and
@@ -189,7 +241,7 @@ func (w *PodWitness) On(node string) []string {
 // WatchPods starts a PodWitness of selector in namespace default.
 func (k *KubeCluster) WatchPods(ctx context.Context, wg *sync.WaitGroup, selector string) *PodWitness {
 	w := &PodWitness{pods: map[string]kubeObject{}, Min: -1}
-	k.kubeWatch(ctx, wg, w.reset, w.on, "pods", "-n", "default", "-l", selector)
+	k.kubeWatch(ctx, wg, w.reset, w.on, "/api/v1/namespaces/default/pods?labelSelector="+url.QueryEscape(selector))
 	return w
 }
 
@@ -261,11 +313,30 @@ func (w *NodeWitness) StrandedPods() map[string][]string {
 // selector in namespace default.
 func (k *KubeCluster) WatchNodes(ctx context.Context, wg *sync.WaitGroup, selector string) *NodeWitness {
 	w := &NodeWitness{k: k, selector: selector, Cordoned: map[string]time.Time{}, Deleted: map[string]time.Time{}, Stranded: map[string][]string{}}
+	known := map[string]kubeObject{}
 	k.kubeWatch(ctx, wg, func(items []kubeObject) {
+		// A list after a lost watch: a Node known before and absent now
+		// was deleted meanwhile.
+		now := map[string]bool{}
 		for _, o := range items {
+			now[o.Metadata.Name] = true
+			known[o.Metadata.Name] = o
 			w.on("ADDED", o)
 		}
-	}, w.on, "nodes")
+		for name, o := range known {
+			if !now[name] {
+				delete(known, name)
+				w.on("DELETED", o)
+			}
+		}
+	}, func(typ string, o kubeObject) {
+		if typ == "DELETED" {
+			delete(known, o.Metadata.Name)
+		} else {
+			known[o.Metadata.Name] = o
+		}
+		w.on(typ, o)
+	}, "/api/v1/nodes")
 	return w
 }
 

@@ -157,27 +157,24 @@ func watchFrom(ctx context.Context, c *http.Client, url, rv string, on func(stri
 }
 
 // PodWitness follows the pods of a label selector: how many are Ready and
-// not being deleted (what a PodDisruptionBudget counts as healthy), the
-// fewest seen, and which pods each Node holds.
+// not being deleted (what a PodDisruptionBudget counts as healthy), and the
+// fewest seen.
 type PodWitness struct {
-	mu     sync.Mutex
-	pods   map[string]kubeObject
-	Min    int
-	minAt  time.Time
-	events int
+	mu   sync.Mutex
+	pods map[string]kubeObject
+	Min  int
 }
 
 func (w *PodWitness) on(typ string, o kubeObject) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.events++
 	if typ == "DELETED" {
 		delete(w.pods, o.Metadata.UID)
 	} else {
 		w.pods[o.Metadata.UID] = o
 	}
 	if n := w.readyLocked(); w.Min < 0 || n < w.Min {
-		w.Min, w.minAt = n, time.Now()
+		w.Min = n
 	}
 }
 
@@ -189,7 +186,7 @@ func (w *PodWitness) reset(items []kubeObject) {
 		w.pods[o.Metadata.UID] = o
 	}
 	if n := w.readyLocked(); w.Min < 0 || n < w.Min {
-		w.Min, w.minAt = n, time.Now()
+		w.Min = n
 	}
 }
 
@@ -222,20 +219,6 @@ func (w *PodWitness) Minimum() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.Min
-}
-
-// On are the pods bound to node that still exist.
-func (w *PodWitness) On(node string) []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var out []string
-	for _, p := range w.pods {
-		if p.Spec.NodeName == node {
-			out = append(out, p.Metadata.Name)
-		}
-	}
-	sort.Strings(out)
-	return out
 }
 
 // WatchPods starts a PodWitness of selector in namespace default.

@@ -9,7 +9,7 @@ DATA_DIR ?= .capn
 PROGRAMS := $(notdir $(wildcard cmd/*))
 export CGO_ENABLED ?= 0
 
-.PHONY: all build run test day2 test-short mod-check proto proto-check lint vet fmt clean bench npd kube kube-bin fuzz images chaos
+.PHONY: all build run test day2 test-short mod-check proto proto-check lint vet fmt clean bench npd kube kube-bin autoscaler autoscaler-bin fuzz images chaos
 
 all: build
 
@@ -27,7 +27,7 @@ run: build ## run capn dev: embedded JetStream and every service on 127.0.0.1
 
 # The tests that run NPD or the Kubernetes binaries get where they are (or
 # will be), and skip without them; nothing else does.
-TEST_ENV = CAPN_NPD_BIN="$(NPD_BIN)" CAPN_KUBE_BIN="$(KUBE_BIN)"
+TEST_ENV = CAPN_NPD_BIN="$(NPD_BIN)" CAPN_KUBE_BIN="$(KUBE_BIN)" CAPN_AUTOSCALER_BIN="$(AUTOSCALER_BIN)"
 
 test: mod-check proto-check lint ## everything CI runs
 	$(TEST_ENV) $(GO) test -count=1 -timeout 30m ./...
@@ -39,12 +39,13 @@ mod-check: ## fail if go.mod or go.sum (or tools/go.mod, tools/go.sum) is not wh
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy and commit the result"; exit 1; }
 	@cd tools && $(GO) mod tidy -diff || { echo "tools/go.mod/go.sum are not tidy: run go mod tidy in tools/ and commit the result"; exit 1; }
 
-proto: ## regenerate Go from schemas/ with the pinned buf and protoc-gen-go
+proto: ## regenerate Go from schemas/ with the pinned buf, protoc-gen-go and protoc-gen-go-grpc
 	cd schemas && $(TOOL) buf lint && $(TOOL) buf generate
 
+GENERATED := schemas/capn schemas/externalgrpc
 proto-check: proto ## fail if generated code is not what the schemas give
-	@git diff --exit-code --stat -- schemas/capn || { echo "make proto changed generated code: commit the result"; exit 1; }
-	@test -z "$$(git status --porcelain --untracked-files=all -- schemas/capn)" || { git status --short -- schemas/capn; echo "make proto left untracked files"; exit 1; }
+	@git diff --exit-code --stat -- $(GENERATED) || { echo "make proto changed generated code: commit the result"; exit 1; }
+	@test -z "$$(git status --porcelain --untracked-files=all -- $(GENERATED))" || { git status --short -- $(GENERATED); echo "make proto left untracked files"; exit 1; }
 
 vet:
 	$(GO) vet ./...
@@ -109,6 +110,23 @@ kube-bin: ## print KUBE_BIN, the bin directories of every KUBE_VERSIONS (CAPN_KU
 	@echo "$(KUBE_BIN)"
 kube: ## build the Kubernetes binaries of every KUBE_VERSIONS (cached outside the repo by version; ~25 min cold per version on 2 cores, under a minute warm)
 	@set -e; for v in $(KUBE_VERSIONS); do KUBE_VERSION=$$v $(KUBE_ENV) GO=$(GO) hack/kube.sh; done
+
+# The upstream cluster-autoscaler, externalgrpc cloud provider only, that
+# tests/autoscaler runs against capn's autoscaler-provider: release
+# cluster-autoscaler-1.36.1 of github.com/kubernetes/autoscaler (its
+# Kubernetes libraries are v0.36.2; it runs against the v1.36 and v1.37 API
+# servers of KUBE_VERSIONS). hack/autoscaler.sh takes the commit's source
+# from the module proxy, or from git (CAPN_AUTOSCALER_GIT) where the proxy
+# does not serve it, and its dependencies from the module proxy.
+AUTOSCALER_COMMIT ?= 35e8a280425c76a4040f57ae0fa232a952c02024
+# Where it is (or will be): `make test` hands it to tests/autoscaler as
+# CAPN_AUTOSCALER_BIN; the test skips without it (fails under
+# CAPN_REQUIRE_AUTOSCALER=1). CAPN_AUTOSCALER_BIN overrides it.
+AUTOSCALER_BIN = $(or $(CAPN_AUTOSCALER_BIN),$(shell AUTOSCALER_COMMIT=$(AUTOSCALER_COMMIT) hack/autoscaler.sh --print-path))
+autoscaler: ## build the cluster-autoscaler with -tags externalgrpc (cached outside the repo by commit; ~8 min of CPU cold, under a minute warm)
+	AUTOSCALER_COMMIT=$(AUTOSCALER_COMMIT) GO=$(GO) hack/autoscaler.sh
+autoscaler-bin: ## print AUTOSCALER_BIN, the cluster-autoscaler binary (CAPN_AUTOSCALER_BIN=$$(make -s autoscaler-bin))
+	@echo "$(AUTOSCALER_BIN)"
 
 BENCH_CLUSTERS ?= 100,300,1000
 BENCH_RUNS ?= 3

@@ -17,6 +17,14 @@ const (
 	// cluster being deleted (nothing is left to reschedule onto).
 	ExcludeNodeDraining = "capn.dev/exclude-node-draining"
 
+	// DeleteMachine on a machine makes it the first its pool removes when
+	// the pool scales down (Cluster API's cluster.x-k8s.io/delete-machine);
+	// it does not by itself delete the machine. The autoscaler-provider
+	// sets it on the machines the cluster autoscaler names before it
+	// lowers the pool's replicas by their number, so the planner deletes
+	// those machines and no other; users set it before capn scale.
+	DeleteMachine = "capn.dev/delete-machine"
+
 	// PreDrainHookPrefix + <hook name> (value: the holder) holds a
 	// deleting machine before its Node is drained, until the holder
 	// removes the annotation.
@@ -45,6 +53,12 @@ func Hooks(annotations map[string]string, prefix string) []string {
 func IsHook(key string) bool {
 	return strings.HasPrefix(key, PreDrainHookPrefix) || strings.HasPrefix(key, PreTerminateHookPrefix)
 }
+
+// IsHeld reports whether key is an annotation that its setter holds and
+// the planner never takes off when it rewrites a machine's annotations: a
+// lifecycle hook, or DeleteMachine (set by the autoscaler-provider or a
+// user, between the planner's read and its write).
+func IsHeld(key string) bool { return IsHook(key) || key == DeleteMachine }
 
 // Condition types that cross services during a machine's deletion.
 const (

@@ -22,4 +22,7 @@ func TestHooksAreTheNamesUnderThePrefixSorted(t *testing.T) {
 	if !IsHook(PreTerminateHookPrefix+"storage") || IsHook("capn.dev/pool") || IsHook(ExcludeNodeDraining) {
 		t.Error("IsHook misjudges a key")
 	}
+	if !IsHeld(DeleteMachine) || !IsHeld(PreDrainHookPrefix+"backup") || IsHeld(ExcludeNodeDraining) || IsHeld("capn.dev/unhealthy") {
+		t.Error("IsHeld misjudges a key")
+	}
 }

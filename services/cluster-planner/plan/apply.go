@@ -116,8 +116,8 @@ func NewMachineRecord(a CreateMachine, uid string, now time.Time) *capnv1.Machin
 // UpdatedMachineRecord is what an UpdateMachine makes of the current
 // record cur: a copy with a.Machine's spec, labels and annotations and the
 // generation bumped, everything else of cur kept. Lifecycle hook
-// annotations (annotations.IsHook) are their holders', not the plan's:
-// cur's are kept and a.Machine's ignored. It returns false, and no
+// annotations and capn.dev/delete-machine (annotations.IsHeld) are their
+// holders', not the plan's: cur's are kept and a.Machine's ignored. It returns false, and no
 // record, when cur is nil or already has them.
 func UpdatedMachineRecord(cur *capnv1.Machine, a UpdateMachine) (*capnv1.Machine, bool) {
 	want := a.Machine
@@ -141,17 +141,17 @@ func UpdatedMachineRecord(cur *capnv1.Machine, a UpdateMachine) (*capnv1.Machine
 	return m, true
 }
 
-// keepHooks is want without hook annotations, plus cur's hook
-// annotations (nil when empty).
+// keepHooks is want without held annotations (hooks, delete-machine),
+// plus cur's held annotations (nil when empty).
 func keepHooks(cur, want map[string]string) map[string]string {
 	out := map[string]string{}
 	for k, v := range want {
-		if !annotations.IsHook(k) {
+		if !annotations.IsHeld(k) {
 			out[k] = v
 		}
 	}
 	for k, v := range cur {
-		if annotations.IsHook(k) {
+		if annotations.IsHeld(k) {
 			out[k] = v
 		}
 	}

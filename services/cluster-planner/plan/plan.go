@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/capn-dev/capn/schemas/annotations"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/manifest"
 )
@@ -19,9 +20,8 @@ import (
 // Annotations and labels the planner reads or writes on machines.
 const (
 	// AnnotationDeleteMachine marks a machine to be picked first when its pool
-	// scales down (Cluster API's delete-machine annotation). It does not by
-	// itself delete the machine.
-	AnnotationDeleteMachine = "capn.dev/delete-machine"
+	// scales down (annotations.DeleteMachine).
+	AnnotationDeleteMachine = annotations.DeleteMachine
 	// AnnotationUnhealthy marks a machine unhealthy (set by health checks);
 	// an unhealthy machine is not available.
 	AnnotationUnhealthy = "capn.dev/unhealthy"

@@ -86,7 +86,7 @@ func TestApplier(t *testing.T, newWorld func(t *testing.T, c *capnv1.Cluster) Ap
 			want.Spec.Stopped = true
 			want.Spec.Labels = map[string]string{"tier": "db"}
 			want.Metadata.Labels["extra"] = "1"
-			want.Metadata.Annotations = map[string]string{plan.AnnotationDeleteMachine: ""}
+			want.Metadata.Annotations = map[string]string{annotations.ExcludeNodeDraining: "cluster is being deleted"}
 			for range 2 {
 				must(t, w.Next(t1).UpdateMachine(ctx, plan.UpdateMachine{Machine: want}))
 			}
@@ -102,17 +102,20 @@ func TestApplier(t *testing.T, newWorld func(t *testing.T, c *capnv1.Cluster) Ap
 				t.Errorf("uid %q created %v, want the record's %q and %v", got.GetMetadata().GetUid(), got.GetMetadata().GetCreationTimestamp().AsTime(), created.GetMetadata().GetUid(), t0)
 			}
 		}},
-		{"update keeps the lifecycle hooks their holders set", func(t *testing.T, w ApplierWorld, c string) {
+		{"update keeps the lifecycle hooks and the delete-machine mark their holders set", func(t *testing.T, w ApplierWorld, c string) {
 			must(t, w.Next(t0).CreateMachine(ctx, plan.CreateMachine{Machine: machine(c, "m0")}))
 			pre, term := annotations.PreDrainHookPrefix+"backup", annotations.PreTerminateHookPrefix+"storage"
 			w.Annotate("m0", pre, "velero")
 			w.Annotate("m0", term, "csi")
+			// The autoscaler-provider marks a machine between a plan's
+			// read and its write: the plan's view lacks the mark.
+			w.Annotate("m0", annotations.DeleteMachine, "cluster-autoscaler")
 			want := machine(c, "m0") // the plan's view: no hooks, one planner annotation
 			want.Spec.Stopped = true
 			want.Metadata.Annotations = map[string]string{annotations.ExcludeNodeDraining: "yes", annotations.PreDrainHookPrefix + "forged": "plan"}
 			must(t, w.Next(t1).UpdateMachine(ctx, plan.UpdateMachine{Machine: want}))
 			got := read(t, w, "m0").GetMetadata().GetAnnotations()
-			wantAnn := map[string]string{annotations.ExcludeNodeDraining: "yes", pre: "velero", term: "csi"}
+			wantAnn := map[string]string{annotations.ExcludeNodeDraining: "yes", pre: "velero", term: "csi", annotations.DeleteMachine: "cluster-autoscaler"}
 			if !maps.Equal(got, wantAnn) {
 				t.Errorf("annotations %v, want %v: the holders' hooks kept, the plan's own hooks ignored", got, wantAnn)
 			}

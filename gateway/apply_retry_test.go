@@ -27,7 +27,7 @@ func TestApplyRetryAfterLostRace(t *testing.T) {
 		t.Fatal(err)
 	}
 	checked := s.validator.Check(in)
-	mutate := applyChecked(checked, "demo", "")
+	mutate := applyChecked(s.validator, checked, "demo", "")
 	calls := 0
 	res, err := s.writeCluster(context.Background(), writeOp{
 		name: "demo", create: true, replace: true,
@@ -78,7 +78,7 @@ func TestApplyRetryChecksUpdateRulesAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mutate := applyChecked(s.validator.Check(in), "demo", "")
+	mutate := applyChecked(s.validator, s.validator.Check(in), "demo", "")
 	calls := 0
 	_, err = s.writeCluster(context.Background(), writeOp{
 		name: "demo", create: true, replace: true,

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/capn-dev/capn/events/store"
@@ -127,7 +128,7 @@ func (s *server) apply(w http.ResponseWriter, r *http.Request, pathName string) 
 		create:       true,
 		replace:      true,
 		dryRun:       dryRun,
-		mutate:       applyChecked(checked, name, uid),
+		mutate:       applyChecked(s.validator, checked, name, uid),
 	})
 	if err != nil {
 		return err
@@ -146,18 +147,38 @@ func (s *server) apply(w http.ResponseWriter, r *http.Request, pathName string) 
 // stored cluster (cur, nil on create) when its uid, if any, is cur's and
 // the update rules allow the change. It returns the checked cluster itself,
 // not a copy: writeCluster sets only server-owned fields on it (none that
-// Validate looks at, and all of them again on a retry).
-func applyChecked(checked manifest.Checked, name, uid string) func(cur, _ *capnv1.Cluster) (*capnv1.Cluster, error) {
+// Validate looks at, and all of them again on a retry). The one exception:
+// an autoscaled pool whose replicas the manifest leaves out (or gives as
+// stored) keeps the stored replicas (manifest.KeepAutoscaledReplicas) —
+// then a copy, checked again, against the cluster this attempt read.
+func applyChecked(v manifest.Validator, checked manifest.Checked, name, uid string) func(cur, _ *capnv1.Cluster) (*capnv1.Cluster, error) {
 	return func(cur, _ *capnv1.Cluster) (*capnv1.Cluster, error) {
 		if cur != nil && uid != "" && uid != cur.GetMetadata().GetUid() {
 			return nil, conflict("metadata.uid %s is not the uid of cluster %s (%s): the cluster was deleted and created again since the manifest was read",
 				uid, name, cur.GetMetadata().GetUid())
 		}
-		if err := invalidSpec(checked.ValidateUpdate(cur), ""); err != nil {
+		k := checked
+		if autoscaled(checked.Cluster()) {
+			next := proto.CloneOf(checked.Cluster())
+			if manifest.KeepAutoscaledReplicas(cur, next) {
+				k = v.Check(next)
+			}
+		}
+		if err := invalidSpec(k.ValidateUpdate(cur), ""); err != nil {
 			return nil, err
 		}
-		return checked.Cluster(), nil
+		return k.Cluster(), nil
 	}
+}
+
+// autoscaled is true when a pool of c has autoscaling.
+func autoscaled(c *capnv1.Cluster) bool {
+	for _, p := range c.GetSpec().GetWorkerPools() {
+		if p.GetAutoscaling() != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // deleteCluster is DELETE /v1/clusters/{name}[?resourceVersion=][&dryRun=All]:

@@ -16,6 +16,7 @@ const (
 	KindInfra       Kind = "infra"       // observed InfraMachine / InfraCluster: infra.<provider>.<cluster>.<machine or _>
 	KindNode        Kind = "node"        // observed NodeHealth: node.<cluster>.<machine>
 	KindRemediation Kind = "remediation" // observed RemediationStatus: remediation.<cluster>.<pool>
+	KindAutoscaler  Kind = "autoscaler"  // observed AutoscalerStatus: autoscaler.<cluster>.<pool>
 	KindProvider    Kind = "provider"    // observed ProviderAnnouncement: provider.<provider>
 	KindSecrets     Kind = "secrets"     // observed ClusterSecretsStatus: secrets.<cluster>
 	KindPKI         Kind = "pki"         // secrets ClusterPKI: pki.<cluster>
@@ -31,6 +32,7 @@ const (
 	InfraPrefix       = string(KindInfra) + "."
 	NodePrefix        = string(KindNode) + "."
 	RemediationPrefix = string(KindRemediation) + "."
+	AutoscalerPrefix  = string(KindAutoscaler) + "."
 	ProviderPrefix    = string(KindProvider) + "."
 	SecretsPrefix     = string(KindSecrets) + "."
 	PKIPrefix         = string(KindPKI) + "."
@@ -72,6 +74,10 @@ func Node(cluster, machine string) string { return join(string(KindNode), cluste
 // Remediation is remediation.<cluster>.<pool>.
 func Remediation(cluster, pool string) string { return join(string(KindRemediation), cluster, pool) }
 
+// Autoscaler is autoscaler.<cluster>.<pool>: what the autoscaler-provider
+// last did to the pool.
+func Autoscaler(cluster, pool string) string { return join(string(KindAutoscaler), cluster, pool) }
+
 // Provider is provider.<provider>, its announcement.
 func Provider(provider string) string { return join(string(KindProvider), provider) }
 
@@ -104,7 +110,7 @@ func InfraOf(provider string) string { return join(string(KindInfra), provider, 
 
 // shapes: the tokens after the kind, by kind.
 var shapes = map[Kind]int{
-	KindCluster: 1, KindMachine: 2, KindInfra: 3, KindNode: 2, KindRemediation: 2,
+	KindCluster: 1, KindMachine: 2, KindInfra: 3, KindNode: 2, KindRemediation: 2, KindAutoscaler: 2,
 	KindProvider: 1, KindSecrets: 1, KindPKI: 1, KindKubeconfig: 1, KindBootstrap: 2,
 }
 

@@ -19,6 +19,7 @@ func TestKeys(t *testing.T) {
 		{keys.InfraCluster("sim", "c1"), keys.Key{Kind: keys.KindInfra, Provider: "sim", Cluster: "c1", Name: "_"}},
 		{keys.Node("c1", "m1"), keys.Key{Kind: keys.KindNode, Cluster: "c1", Name: "m1"}},
 		{keys.Remediation("c1", "md-0"), keys.Key{Kind: keys.KindRemediation, Cluster: "c1", Name: "md-0"}},
+		{keys.Autoscaler("c1", "md-0"), keys.Key{Kind: keys.KindAutoscaler, Cluster: "c1", Name: "md-0"}},
 		{keys.Provider("docker"), keys.Key{Kind: keys.KindProvider, Provider: "docker"}},
 		{keys.Secrets("c1"), keys.Key{Kind: keys.KindSecrets, Cluster: "c1"}},
 		{keys.PKI("c1"), keys.Key{Kind: keys.KindPKI, Cluster: "c1"}},
@@ -26,7 +27,7 @@ func TestKeys(t *testing.T) {
 		{keys.Bootstrap("c1", "m1"), keys.Key{Kind: keys.KindBootstrap, Cluster: "c1", Name: "m1"}},
 	}
 	wantKeys := []string{"cluster.c1", "machine.c1.m1", "infra.sim.c1.m1", "infra.sim.c1._", "node.c1.m1",
-		"remediation.c1.md-0", "provider.docker", "secrets.c1", "pki.c1", "kubeconfig.c1", "bootstrap.c1.m1"}
+		"remediation.c1.md-0", "autoscaler.c1.md-0", "provider.docker", "secrets.c1", "pki.c1", "kubeconfig.c1", "bootstrap.c1.m1"}
 	for i, tt := range tests {
 		t.Run(tt.key, func(t *testing.T) {
 			if tt.key != wantKeys[i] {

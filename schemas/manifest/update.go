@@ -19,6 +19,8 @@ import (
 //   - a pool's version: no downgrade (a pool may skip minor versions: its
 //     machines are replaced, not upgraded in place); never newer than the
 //     control plane (Validate);
+//   - a pool autoscaled before and after: its replicas are the
+//     autoscaler's (autoscaling.go);
 //   - immutable: metadata.name, the control plane's provider, a pool's
 //     provider (pools are matched by name; remove the pool and add a new one
 //     instead), the network's CIDRs and service domain.
@@ -70,6 +72,7 @@ func updateRules(o, n *capnv1.Cluster, errs *fieldErrors) {
 			errs.add(pp.child("provider"), np.Provider, "immutable (was %q): to move pool %s to another provider, add a new pool and remove this one", op.Provider, np.Name)
 		}
 		validateUpgrade(op.Version, np.Version, pp.child("version"), false, errs)
+		autoscalingUpdate(op, np, pp, errs)
 	}
 	if on, nn := os.Network, ns.Network; on != nil && nn != nil {
 		np := sp.child("network")

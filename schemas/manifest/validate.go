@@ -225,6 +225,7 @@ func (v Validator) validatePool(pool *capnv1.WorkerPool, p path, cpRaw string, c
 	v.validateBootstrap(pool.Bootstrap, p.child("bootstrap"), errs)
 	validateHealth(pool.Health, p.child("health"), errs)
 	validateNodeTimeouts(pool.NodeDrainTimeout, pool.NodeDeletionTimeout, p, errs)
+	v.validateAutoscaling(pool, p, errs)
 }
 
 // validateTotal bounds the cluster's machines: the control plane's and the

@@ -476,8 +476,11 @@ type WorkerPool struct {
 	// for the pool's machines.
 	NodeDrainTimeout    *durationpb.Duration `protobuf:"bytes,12,opt,name=node_drain_timeout,json=nodeDrainTimeout,proto3" json:"node_drain_timeout,omitempty"`
 	NodeDeletionTimeout *durationpb.Duration `protobuf:"bytes,13,opt,name=node_deletion_timeout,json=nodeDeletionTimeout,proto3" json:"node_deletion_timeout,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// autoscaling hands the pool's size to the cluster autoscaler
+	// (docs/autoscaling.md): replicas then belongs to it, between min and max.
+	Autoscaling   *Autoscaling `protobuf:"bytes,14,opt,name=autoscaling,proto3" json:"autoscaling,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkerPool) Reset() {
@@ -601,6 +604,67 @@ func (x *WorkerPool) GetNodeDeletionTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *WorkerPool) GetAutoscaling() *Autoscaling {
+	if x != nil {
+		return x.Autoscaling
+	}
+	return nil
+}
+
+// Autoscaling bounds a pool the cluster autoscaler sizes:
+// 0 <= min <= max <= the pool bound.
+type Autoscaling struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Min           int32                  `protobuf:"varint,1,opt,name=min,proto3" json:"min,omitempty"`
+	Max           int32                  `protobuf:"varint,2,opt,name=max,proto3" json:"max,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Autoscaling) Reset() {
+	*x = Autoscaling{}
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Autoscaling) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Autoscaling) ProtoMessage() {}
+
+func (x *Autoscaling) ProtoReflect() protoreflect.Message {
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Autoscaling.ProtoReflect.Descriptor instead.
+func (*Autoscaling) Descriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Autoscaling) GetMin() int32 {
+	if x != nil {
+		return x.Min
+	}
+	return 0
+}
+
+func (x *Autoscaling) GetMax() int32 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
 type RolloutStrategy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// type is RollingUpdate (default) or OnDelete.
@@ -615,7 +679,7 @@ type RolloutStrategy struct {
 
 func (x *RolloutStrategy) Reset() {
 	*x = RolloutStrategy{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[5]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -627,7 +691,7 @@ func (x *RolloutStrategy) String() string {
 func (*RolloutStrategy) ProtoMessage() {}
 
 func (x *RolloutStrategy) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[5]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -640,7 +704,7 @@ func (x *RolloutStrategy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutStrategy.ProtoReflect.Descriptor instead.
 func (*RolloutStrategy) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{5}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RolloutStrategy) GetType() string {
@@ -675,7 +739,7 @@ type NetworkSpec struct {
 
 func (x *NetworkSpec) Reset() {
 	*x = NetworkSpec{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[6]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -687,7 +751,7 @@ func (x *NetworkSpec) String() string {
 func (*NetworkSpec) ProtoMessage() {}
 
 func (x *NetworkSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[6]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -700,7 +764,7 @@ func (x *NetworkSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkSpec.ProtoReflect.Descriptor instead.
 func (*NetworkSpec) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{6}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *NetworkSpec) GetPodCidrs() []string {
@@ -747,7 +811,7 @@ type BootstrapSpec struct {
 
 func (x *BootstrapSpec) Reset() {
 	*x = BootstrapSpec{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[7]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -759,7 +823,7 @@ func (x *BootstrapSpec) String() string {
 func (*BootstrapSpec) ProtoMessage() {}
 
 func (x *BootstrapSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[7]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -772,7 +836,7 @@ func (x *BootstrapSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootstrapSpec.ProtoReflect.Descriptor instead.
 func (*BootstrapSpec) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{7}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *BootstrapSpec) GetProvider() string {
@@ -845,7 +909,7 @@ type File struct {
 
 func (x *File) Reset() {
 	*x = File{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[8]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -857,7 +921,7 @@ func (x *File) String() string {
 func (*File) ProtoMessage() {}
 
 func (x *File) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[8]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -870,7 +934,7 @@ func (x *File) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use File.ProtoReflect.Descriptor instead.
 func (*File) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{8}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *File) GetPath() string {
@@ -912,7 +976,7 @@ type CertificateAuthority struct {
 
 func (x *CertificateAuthority) Reset() {
 	*x = CertificateAuthority{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[9]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +988,7 @@ func (x *CertificateAuthority) String() string {
 func (*CertificateAuthority) ProtoMessage() {}
 
 func (x *CertificateAuthority) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[9]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1001,7 @@ func (x *CertificateAuthority) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertificateAuthority.ProtoReflect.Descriptor instead.
 func (*CertificateAuthority) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{9}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CertificateAuthority) GetCertificatePem() string {
@@ -977,7 +1041,7 @@ type HealthPolicy struct {
 
 func (x *HealthPolicy) Reset() {
 	*x = HealthPolicy{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[10]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1053,7 @@ func (x *HealthPolicy) String() string {
 func (*HealthPolicy) ProtoMessage() {}
 
 func (x *HealthPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[10]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1066,7 @@ func (x *HealthPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthPolicy.ProtoReflect.Descriptor instead.
 func (*HealthPolicy) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{10}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *HealthPolicy) GetUnhealthyConditions() []*UnhealthyCondition {
@@ -1058,7 +1122,7 @@ type UnhealthyCondition struct {
 
 func (x *UnhealthyCondition) Reset() {
 	*x = UnhealthyCondition{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[11]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1070,7 +1134,7 @@ func (x *UnhealthyCondition) String() string {
 func (*UnhealthyCondition) ProtoMessage() {}
 
 func (x *UnhealthyCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[11]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1083,7 +1147,7 @@ func (x *UnhealthyCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnhealthyCondition.ProtoReflect.Descriptor instead.
 func (*UnhealthyCondition) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{11}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *UnhealthyCondition) GetType() string {
@@ -1127,7 +1191,7 @@ type ClusterStatus struct {
 
 func (x *ClusterStatus) Reset() {
 	*x = ClusterStatus{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[12]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1139,7 +1203,7 @@ func (x *ClusterStatus) String() string {
 func (*ClusterStatus) ProtoMessage() {}
 
 func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[12]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1152,7 +1216,7 @@ func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatus.ProtoReflect.Descriptor instead.
 func (*ClusterStatus) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{12}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ClusterStatus) GetPhase() string {
@@ -1212,21 +1276,27 @@ func (x *ClusterStatus) GetControlPlaneInitialized() bool {
 }
 
 type PoolStatus struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Desired       int32                  `protobuf:"varint,2,opt,name=desired,proto3" json:"desired,omitempty"`
-	Replicas      int32                  `protobuf:"varint,3,opt,name=replicas,proto3" json:"replicas,omitempty"`
-	Ready         int32                  `protobuf:"varint,4,opt,name=ready,proto3" json:"ready,omitempty"`
-	Updated       int32                  `protobuf:"varint,5,opt,name=updated,proto3" json:"updated,omitempty"`
-	Available     int32                  `protobuf:"varint,6,opt,name=available,proto3" json:"available,omitempty"`
-	Version       string                 `protobuf:"bytes,7,opt,name=version,proto3" json:"version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Name      string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Desired   int32                  `protobuf:"varint,2,opt,name=desired,proto3" json:"desired,omitempty"`
+	Replicas  int32                  `protobuf:"varint,3,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	Ready     int32                  `protobuf:"varint,4,opt,name=ready,proto3" json:"ready,omitempty"`
+	Updated   int32                  `protobuf:"varint,5,opt,name=updated,proto3" json:"updated,omitempty"`
+	Available int32                  `protobuf:"varint,6,opt,name=available,proto3" json:"available,omitempty"`
+	Version   string                 `protobuf:"bytes,7,opt,name=version,proto3" json:"version,omitempty"`
+	// autoscaling is the pool's spec.autoscaling; absent when the pool is
+	// not autoscaled.
+	Autoscaling *Autoscaling `protobuf:"bytes,8,opt,name=autoscaling,proto3" json:"autoscaling,omitempty"`
+	// last_autoscaler_action is the autoscaler's last change of the pool
+	// through capn's autoscaler-provider (observed autoscaler.<c>.<pool>).
+	LastAutoscalerAction *AutoscalerAction `protobuf:"bytes,9,opt,name=last_autoscaler_action,json=lastAutoscalerAction,proto3" json:"last_autoscaler_action,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *PoolStatus) Reset() {
 	*x = PoolStatus{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[13]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1308,7 @@ func (x *PoolStatus) String() string {
 func (*PoolStatus) ProtoMessage() {}
 
 func (x *PoolStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[13]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1321,7 @@ func (x *PoolStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStatus.ProtoReflect.Descriptor instead.
 func (*PoolStatus) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{13}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PoolStatus) GetName() string {
@@ -1303,6 +1373,174 @@ func (x *PoolStatus) GetVersion() string {
 	return ""
 }
 
+func (x *PoolStatus) GetAutoscaling() *Autoscaling {
+	if x != nil {
+		return x.Autoscaling
+	}
+	return nil
+}
+
+func (x *PoolStatus) GetLastAutoscalerAction() *AutoscalerAction {
+	if x != nil {
+		return x.LastAutoscalerAction
+	}
+	return nil
+}
+
+// AutoscalerAction is one change the cluster autoscaler made to a pool
+// through capn's autoscaler-provider.
+type AutoscalerAction struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Time  *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
+	// reason is ScaledUp (NodeGroupIncreaseSize), DeletedNodes
+	// (NodeGroupDeleteNodes) or DecreasedTargetSize
+	// (NodeGroupDecreaseTargetSize).
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// message says it in a sentence: "autoscaler scaled md-0 2 → 4".
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// from and to are the pool's replicas before and after.
+	From int32 `protobuf:"varint,4,opt,name=from,proto3" json:"from,omitempty"`
+	To   int32 `protobuf:"varint,5,opt,name=to,proto3" json:"to,omitempty"`
+	// machines are the machines the autoscaler named (DeletedNodes).
+	Machines      []string `protobuf:"bytes,6,rep,name=machines,proto3" json:"machines,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AutoscalerAction) Reset() {
+	*x = AutoscalerAction{}
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AutoscalerAction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AutoscalerAction) ProtoMessage() {}
+
+func (x *AutoscalerAction) ProtoReflect() protoreflect.Message {
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AutoscalerAction.ProtoReflect.Descriptor instead.
+func (*AutoscalerAction) Descriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *AutoscalerAction) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *AutoscalerAction) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *AutoscalerAction) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *AutoscalerAction) GetFrom() int32 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *AutoscalerAction) GetTo() int32 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+func (x *AutoscalerAction) GetMachines() []string {
+	if x != nil {
+		return x.Machines
+	}
+	return nil
+}
+
+// AutoscalerStatus is what the autoscaler-provider last did to one pool
+// (observed autoscaler.<cluster>.<pool>; its only writer).
+type AutoscalerStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Pool          string                 `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	LastAction    *AutoscalerAction      `protobuf:"bytes,3,opt,name=last_action,json=lastAction,proto3" json:"last_action,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AutoscalerStatus) Reset() {
+	*x = AutoscalerStatus{}
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AutoscalerStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AutoscalerStatus) ProtoMessage() {}
+
+func (x *AutoscalerStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AutoscalerStatus.ProtoReflect.Descriptor instead.
+func (*AutoscalerStatus) Descriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *AutoscalerStatus) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *AutoscalerStatus) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *AutoscalerStatus) GetLastAction() *AutoscalerAction {
+	if x != nil {
+		return x.LastAction
+	}
+	return nil
+}
+
 var File_capn_v1alpha1_cluster_proto protoreflect.FileDescriptor
 
 const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
@@ -1343,7 +1581,7 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\x12node_drain_timeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x10nodeDrainTimeout\x12M\n" +
 	"\x15node_deletion_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\x13nodeDeletionTimeoutB\f\n" +
 	"\n" +
-	"_max_surge\"\xc2\x05\n" +
+	"_max_surge\"\x80\x06\n" +
 	"\n" +
 	"WorkerPool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
@@ -1359,10 +1597,14 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	" \x01(\v2\x1c.capn.v1alpha1.BootstrapSpecR\tbootstrap\x123\n" +
 	"\x06health\x18\v \x01(\v2\x1b.capn.v1alpha1.HealthPolicyR\x06health\x12G\n" +
 	"\x12node_drain_timeout\x18\f \x01(\v2\x19.google.protobuf.DurationR\x10nodeDrainTimeout\x12M\n" +
-	"\x15node_deletion_timeout\x18\r \x01(\v2\x19.google.protobuf.DurationR\x13nodeDeletionTimeout\x1a9\n" +
+	"\x15node_deletion_timeout\x18\r \x01(\v2\x19.google.protobuf.DurationR\x13nodeDeletionTimeout\x12<\n" +
+	"\vautoscaling\x18\x0e \x01(\v2\x1a.capn.v1alpha1.AutoscalingR\vautoscaling\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"k\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"1\n" +
+	"\vAutoscaling\x12\x10\n" +
+	"\x03min\x18\x01 \x01(\x05R\x03min\x12\x10\n" +
+	"\x03max\x18\x02 \x01(\x05R\x03max\"k\n" +
 	"\x0fRolloutStrategy\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x1b\n" +
 	"\tmax_surge\x18\x02 \x01(\tR\bmaxSurge\x12'\n" +
@@ -1412,7 +1654,7 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\rcontrol_plane\x18\x05 \x01(\v2\x19.capn.v1alpha1.PoolStatusR\fcontrolPlane\x12<\n" +
 	"\fworker_pools\x18\x06 \x03(\v2\x19.capn.v1alpha1.PoolStatusR\vworkerPools\x124\n" +
 	"\aupdated\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\aupdated\x12:\n" +
-	"\x19control_plane_initialized\x18\b \x01(\bR\x17controlPlaneInitialized\"\xbe\x01\n" +
+	"\x19control_plane_initialized\x18\b \x01(\bR\x17controlPlaneInitialized\"\xd3\x02\n" +
 	"\n" +
 	"PoolStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
@@ -1421,7 +1663,21 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\x05ready\x18\x04 \x01(\x05R\x05ready\x12\x18\n" +
 	"\aupdated\x18\x05 \x01(\x05R\aupdated\x12\x1c\n" +
 	"\tavailable\x18\x06 \x01(\x05R\tavailable\x12\x18\n" +
-	"\aversion\x18\a \x01(\tR\aversion*\x9e\x03\n" +
+	"\aversion\x18\a \x01(\tR\aversion\x12<\n" +
+	"\vautoscaling\x18\b \x01(\v2\x1a.capn.v1alpha1.AutoscalingR\vautoscaling\x12U\n" +
+	"\x16last_autoscaler_action\x18\t \x01(\v2\x1f.capn.v1alpha1.AutoscalerActionR\x14lastAutoscalerAction\"\xb4\x01\n" +
+	"\x10AutoscalerAction\x12.\n" +
+	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x12\n" +
+	"\x04from\x18\x04 \x01(\x05R\x04from\x12\x0e\n" +
+	"\x02to\x18\x05 \x01(\x05R\x02to\x12\x1a\n" +
+	"\bmachines\x18\x06 \x03(\tR\bmachines\"\x82\x01\n" +
+	"\x10AutoscalerStatus\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\tR\x04pool\x12@\n" +
+	"\vlast_action\x18\x03 \x01(\v2\x1f.capn.v1alpha1.AutoscalerActionR\n" +
+	"lastAction*\x9e\x03\n" +
 	"\fClusterPhase\x12\x1d\n" +
 	"\x19CLUSTER_PHASE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15CLUSTER_PHASE_PENDING\x10\x01\x12\x1e\n" +
@@ -1452,7 +1708,7 @@ func file_capn_v1alpha1_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_capn_v1alpha1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_capn_v1alpha1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_capn_v1alpha1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_capn_v1alpha1_cluster_proto_goTypes = []any{
 	(ClusterPhase)(0),             // 0: capn.v1alpha1.ClusterPhase
 	(*Cluster)(nil),               // 1: capn.v1alpha1.Cluster
@@ -1460,65 +1716,73 @@ var file_capn_v1alpha1_cluster_proto_goTypes = []any{
 	(*MachineTemplate)(nil),       // 3: capn.v1alpha1.MachineTemplate
 	(*ControlPlaneSpec)(nil),      // 4: capn.v1alpha1.ControlPlaneSpec
 	(*WorkerPool)(nil),            // 5: capn.v1alpha1.WorkerPool
-	(*RolloutStrategy)(nil),       // 6: capn.v1alpha1.RolloutStrategy
-	(*NetworkSpec)(nil),           // 7: capn.v1alpha1.NetworkSpec
-	(*BootstrapSpec)(nil),         // 8: capn.v1alpha1.BootstrapSpec
-	(*File)(nil),                  // 9: capn.v1alpha1.File
-	(*CertificateAuthority)(nil),  // 10: capn.v1alpha1.CertificateAuthority
-	(*HealthPolicy)(nil),          // 11: capn.v1alpha1.HealthPolicy
-	(*UnhealthyCondition)(nil),    // 12: capn.v1alpha1.UnhealthyCondition
-	(*ClusterStatus)(nil),         // 13: capn.v1alpha1.ClusterStatus
-	(*PoolStatus)(nil),            // 14: capn.v1alpha1.PoolStatus
-	nil,                           // 15: capn.v1alpha1.MachineTemplate.ParametersEntry
-	nil,                           // 16: capn.v1alpha1.WorkerPool.LabelsEntry
-	nil,                           // 17: capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
-	(*ObjectMeta)(nil),            // 18: capn.v1alpha1.ObjectMeta
-	(*durationpb.Duration)(nil),   // 19: google.protobuf.Duration
-	(*Taint)(nil),                 // 20: capn.v1alpha1.Taint
-	(*Condition)(nil),             // 21: capn.v1alpha1.Condition
-	(*Endpoint)(nil),              // 22: capn.v1alpha1.Endpoint
-	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
+	(*Autoscaling)(nil),           // 6: capn.v1alpha1.Autoscaling
+	(*RolloutStrategy)(nil),       // 7: capn.v1alpha1.RolloutStrategy
+	(*NetworkSpec)(nil),           // 8: capn.v1alpha1.NetworkSpec
+	(*BootstrapSpec)(nil),         // 9: capn.v1alpha1.BootstrapSpec
+	(*File)(nil),                  // 10: capn.v1alpha1.File
+	(*CertificateAuthority)(nil),  // 11: capn.v1alpha1.CertificateAuthority
+	(*HealthPolicy)(nil),          // 12: capn.v1alpha1.HealthPolicy
+	(*UnhealthyCondition)(nil),    // 13: capn.v1alpha1.UnhealthyCondition
+	(*ClusterStatus)(nil),         // 14: capn.v1alpha1.ClusterStatus
+	(*PoolStatus)(nil),            // 15: capn.v1alpha1.PoolStatus
+	(*AutoscalerAction)(nil),      // 16: capn.v1alpha1.AutoscalerAction
+	(*AutoscalerStatus)(nil),      // 17: capn.v1alpha1.AutoscalerStatus
+	nil,                           // 18: capn.v1alpha1.MachineTemplate.ParametersEntry
+	nil,                           // 19: capn.v1alpha1.WorkerPool.LabelsEntry
+	nil,                           // 20: capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
+	(*ObjectMeta)(nil),            // 21: capn.v1alpha1.ObjectMeta
+	(*durationpb.Duration)(nil),   // 22: google.protobuf.Duration
+	(*Taint)(nil),                 // 23: capn.v1alpha1.Taint
+	(*Condition)(nil),             // 24: capn.v1alpha1.Condition
+	(*Endpoint)(nil),              // 25: capn.v1alpha1.Endpoint
+	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
 }
 var file_capn_v1alpha1_cluster_proto_depIdxs = []int32{
-	18, // 0: capn.v1alpha1.Cluster.metadata:type_name -> capn.v1alpha1.ObjectMeta
+	21, // 0: capn.v1alpha1.Cluster.metadata:type_name -> capn.v1alpha1.ObjectMeta
 	2,  // 1: capn.v1alpha1.Cluster.spec:type_name -> capn.v1alpha1.ClusterSpec
-	13, // 2: capn.v1alpha1.Cluster.status:type_name -> capn.v1alpha1.ClusterStatus
+	14, // 2: capn.v1alpha1.Cluster.status:type_name -> capn.v1alpha1.ClusterStatus
 	4,  // 3: capn.v1alpha1.ClusterSpec.control_plane:type_name -> capn.v1alpha1.ControlPlaneSpec
 	5,  // 4: capn.v1alpha1.ClusterSpec.worker_pools:type_name -> capn.v1alpha1.WorkerPool
-	7,  // 5: capn.v1alpha1.ClusterSpec.network:type_name -> capn.v1alpha1.NetworkSpec
-	8,  // 6: capn.v1alpha1.ClusterSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	11, // 7: capn.v1alpha1.ClusterSpec.health:type_name -> capn.v1alpha1.HealthPolicy
-	15, // 8: capn.v1alpha1.MachineTemplate.parameters:type_name -> capn.v1alpha1.MachineTemplate.ParametersEntry
+	8,  // 5: capn.v1alpha1.ClusterSpec.network:type_name -> capn.v1alpha1.NetworkSpec
+	9,  // 6: capn.v1alpha1.ClusterSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
+	12, // 7: capn.v1alpha1.ClusterSpec.health:type_name -> capn.v1alpha1.HealthPolicy
+	18, // 8: capn.v1alpha1.MachineTemplate.parameters:type_name -> capn.v1alpha1.MachineTemplate.ParametersEntry
 	3,  // 9: capn.v1alpha1.ControlPlaneSpec.template:type_name -> capn.v1alpha1.MachineTemplate
-	8,  // 10: capn.v1alpha1.ControlPlaneSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	19, // 11: capn.v1alpha1.ControlPlaneSpec.node_drain_timeout:type_name -> google.protobuf.Duration
-	19, // 12: capn.v1alpha1.ControlPlaneSpec.node_deletion_timeout:type_name -> google.protobuf.Duration
+	9,  // 10: capn.v1alpha1.ControlPlaneSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
+	22, // 11: capn.v1alpha1.ControlPlaneSpec.node_drain_timeout:type_name -> google.protobuf.Duration
+	22, // 12: capn.v1alpha1.ControlPlaneSpec.node_deletion_timeout:type_name -> google.protobuf.Duration
 	3,  // 13: capn.v1alpha1.WorkerPool.template:type_name -> capn.v1alpha1.MachineTemplate
-	16, // 14: capn.v1alpha1.WorkerPool.labels:type_name -> capn.v1alpha1.WorkerPool.LabelsEntry
-	20, // 15: capn.v1alpha1.WorkerPool.taints:type_name -> capn.v1alpha1.Taint
-	6,  // 16: capn.v1alpha1.WorkerPool.strategy:type_name -> capn.v1alpha1.RolloutStrategy
-	8,  // 17: capn.v1alpha1.WorkerPool.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	11, // 18: capn.v1alpha1.WorkerPool.health:type_name -> capn.v1alpha1.HealthPolicy
-	19, // 19: capn.v1alpha1.WorkerPool.node_drain_timeout:type_name -> google.protobuf.Duration
-	19, // 20: capn.v1alpha1.WorkerPool.node_deletion_timeout:type_name -> google.protobuf.Duration
-	9,  // 21: capn.v1alpha1.BootstrapSpec.files:type_name -> capn.v1alpha1.File
-	17, // 22: capn.v1alpha1.BootstrapSpec.kubelet_extra_args:type_name -> capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
-	19, // 23: capn.v1alpha1.BootstrapSpec.token_ttl:type_name -> google.protobuf.Duration
-	10, // 24: capn.v1alpha1.BootstrapSpec.ca:type_name -> capn.v1alpha1.CertificateAuthority
-	12, // 25: capn.v1alpha1.HealthPolicy.unhealthy_conditions:type_name -> capn.v1alpha1.UnhealthyCondition
-	19, // 26: capn.v1alpha1.HealthPolicy.node_startup_timeout:type_name -> google.protobuf.Duration
-	19, // 27: capn.v1alpha1.HealthPolicy.heartbeat_grace:type_name -> google.protobuf.Duration
-	19, // 28: capn.v1alpha1.UnhealthyCondition.timeout:type_name -> google.protobuf.Duration
-	21, // 29: capn.v1alpha1.ClusterStatus.conditions:type_name -> capn.v1alpha1.Condition
-	22, // 30: capn.v1alpha1.ClusterStatus.control_plane_endpoint:type_name -> capn.v1alpha1.Endpoint
-	14, // 31: capn.v1alpha1.ClusterStatus.control_plane:type_name -> capn.v1alpha1.PoolStatus
-	14, // 32: capn.v1alpha1.ClusterStatus.worker_pools:type_name -> capn.v1alpha1.PoolStatus
-	23, // 33: capn.v1alpha1.ClusterStatus.updated:type_name -> google.protobuf.Timestamp
-	34, // [34:34] is the sub-list for method output_type
-	34, // [34:34] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	19, // 14: capn.v1alpha1.WorkerPool.labels:type_name -> capn.v1alpha1.WorkerPool.LabelsEntry
+	23, // 15: capn.v1alpha1.WorkerPool.taints:type_name -> capn.v1alpha1.Taint
+	7,  // 16: capn.v1alpha1.WorkerPool.strategy:type_name -> capn.v1alpha1.RolloutStrategy
+	9,  // 17: capn.v1alpha1.WorkerPool.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
+	12, // 18: capn.v1alpha1.WorkerPool.health:type_name -> capn.v1alpha1.HealthPolicy
+	22, // 19: capn.v1alpha1.WorkerPool.node_drain_timeout:type_name -> google.protobuf.Duration
+	22, // 20: capn.v1alpha1.WorkerPool.node_deletion_timeout:type_name -> google.protobuf.Duration
+	6,  // 21: capn.v1alpha1.WorkerPool.autoscaling:type_name -> capn.v1alpha1.Autoscaling
+	10, // 22: capn.v1alpha1.BootstrapSpec.files:type_name -> capn.v1alpha1.File
+	20, // 23: capn.v1alpha1.BootstrapSpec.kubelet_extra_args:type_name -> capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
+	22, // 24: capn.v1alpha1.BootstrapSpec.token_ttl:type_name -> google.protobuf.Duration
+	11, // 25: capn.v1alpha1.BootstrapSpec.ca:type_name -> capn.v1alpha1.CertificateAuthority
+	13, // 26: capn.v1alpha1.HealthPolicy.unhealthy_conditions:type_name -> capn.v1alpha1.UnhealthyCondition
+	22, // 27: capn.v1alpha1.HealthPolicy.node_startup_timeout:type_name -> google.protobuf.Duration
+	22, // 28: capn.v1alpha1.HealthPolicy.heartbeat_grace:type_name -> google.protobuf.Duration
+	22, // 29: capn.v1alpha1.UnhealthyCondition.timeout:type_name -> google.protobuf.Duration
+	24, // 30: capn.v1alpha1.ClusterStatus.conditions:type_name -> capn.v1alpha1.Condition
+	25, // 31: capn.v1alpha1.ClusterStatus.control_plane_endpoint:type_name -> capn.v1alpha1.Endpoint
+	15, // 32: capn.v1alpha1.ClusterStatus.control_plane:type_name -> capn.v1alpha1.PoolStatus
+	15, // 33: capn.v1alpha1.ClusterStatus.worker_pools:type_name -> capn.v1alpha1.PoolStatus
+	26, // 34: capn.v1alpha1.ClusterStatus.updated:type_name -> google.protobuf.Timestamp
+	6,  // 35: capn.v1alpha1.PoolStatus.autoscaling:type_name -> capn.v1alpha1.Autoscaling
+	16, // 36: capn.v1alpha1.PoolStatus.last_autoscaler_action:type_name -> capn.v1alpha1.AutoscalerAction
+	26, // 37: capn.v1alpha1.AutoscalerAction.time:type_name -> google.protobuf.Timestamp
+	16, // 38: capn.v1alpha1.AutoscalerStatus.last_action:type_name -> capn.v1alpha1.AutoscalerAction
+	39, // [39:39] is the sub-list for method output_type
+	39, // [39:39] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_capn_v1alpha1_cluster_proto_init() }
@@ -1534,7 +1798,7 @@ func file_capn_v1alpha1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_capn_v1alpha1_cluster_proto_rawDesc), len(file_capn_v1alpha1_cluster_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -919,6 +919,102 @@ func (x *DeleteClusterSecrets) GetCluster() string {
 	return ""
 }
 
+// AutoscalerEvent is a change the cluster autoscaler made to a pool through
+// capn's autoscaler-provider (capn.evt.autoscaler.<what>.<cluster>._), kept
+// for the cluster's timeline.
+type AutoscalerEvent struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Pool    string                 `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	// reason and message: the AutoscalerAction's.
+	Reason        string   `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Message       string   `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	From          int32    `protobuf:"varint,5,opt,name=from,proto3" json:"from,omitempty"`
+	To            int32    `protobuf:"varint,6,opt,name=to,proto3" json:"to,omitempty"`
+	Machines      []string `protobuf:"bytes,7,rep,name=machines,proto3" json:"machines,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AutoscalerEvent) Reset() {
+	*x = AutoscalerEvent{}
+	mi := &file_capn_v1alpha1_events_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AutoscalerEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AutoscalerEvent) ProtoMessage() {}
+
+func (x *AutoscalerEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_capn_v1alpha1_events_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AutoscalerEvent.ProtoReflect.Descriptor instead.
+func (*AutoscalerEvent) Descriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_events_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *AutoscalerEvent) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *AutoscalerEvent) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *AutoscalerEvent) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *AutoscalerEvent) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *AutoscalerEvent) GetFrom() int32 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *AutoscalerEvent) GetTo() int32 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+func (x *AutoscalerEvent) GetMachines() []string {
+	if x != nil {
+		return x.Machines
+	}
+	return nil
+}
+
 var File_capn_v1alpha1_events_proto protoreflect.FileDescriptor
 
 const file_capn_v1alpha1_events_proto_rawDesc = "" +
@@ -1000,7 +1096,15 @@ const file_capn_v1alpha1_events_proto_rawDesc = "" +
 	"\areasons\x18\x04 \x03(\v2\x18.capn.v1alpha1.ConditionR\areasons\x120\n" +
 	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"0\n" +
 	"\x14DeleteClusterSecrets\x12\x18\n" +
-	"\acluster\x18\x01 \x01(\tR\aclusterB=Z;github.com/capn-dev/capn/schemas/capn/v1alpha1;capnv1alpha1b\x06proto3"
+	"\acluster\x18\x01 \x01(\tR\acluster\"\xb1\x01\n" +
+	"\x0fAutoscalerEvent\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12\x12\n" +
+	"\x04from\x18\x05 \x01(\x05R\x04from\x12\x0e\n" +
+	"\x02to\x18\x06 \x01(\x05R\x02to\x12\x1a\n" +
+	"\bmachines\x18\a \x03(\tR\bmachinesB=Z;github.com/capn-dev/capn/schemas/capn/v1alpha1;capnv1alpha1b\x06proto3"
 
 var (
 	file_capn_v1alpha1_events_proto_rawDescOnce sync.Once
@@ -1014,7 +1118,7 @@ func file_capn_v1alpha1_events_proto_rawDescGZIP() []byte {
 	return file_capn_v1alpha1_events_proto_rawDescData
 }
 
-var file_capn_v1alpha1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_capn_v1alpha1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_capn_v1alpha1_events_proto_goTypes = []any{
 	(*GenerateBootstrap)(nil),     // 0: capn.v1alpha1.GenerateBootstrap
 	(*BootstrapReady)(nil),        // 1: capn.v1alpha1.BootstrapReady
@@ -1027,24 +1131,25 @@ var file_capn_v1alpha1_events_proto_goTypes = []any{
 	(*ProblemEvent)(nil),          // 8: capn.v1alpha1.ProblemEvent
 	(*MachineUnhealthy)(nil),      // 9: capn.v1alpha1.MachineUnhealthy
 	(*DeleteClusterSecrets)(nil),  // 10: capn.v1alpha1.DeleteClusterSecrets
-	nil,                           // 11: capn.v1alpha1.GenerateBootstrap.LabelsEntry
-	(*BootstrapSpec)(nil),         // 12: capn.v1alpha1.BootstrapSpec
-	(*Taint)(nil),                 // 13: capn.v1alpha1.Taint
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
-	(*Condition)(nil),             // 15: capn.v1alpha1.Condition
+	(*AutoscalerEvent)(nil),       // 11: capn.v1alpha1.AutoscalerEvent
+	nil,                           // 12: capn.v1alpha1.GenerateBootstrap.LabelsEntry
+	(*BootstrapSpec)(nil),         // 13: capn.v1alpha1.BootstrapSpec
+	(*Taint)(nil),                 // 14: capn.v1alpha1.Taint
+	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
+	(*Condition)(nil),             // 16: capn.v1alpha1.Condition
 }
 var file_capn_v1alpha1_events_proto_depIdxs = []int32{
-	12, // 0: capn.v1alpha1.GenerateBootstrap.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	11, // 1: capn.v1alpha1.GenerateBootstrap.labels:type_name -> capn.v1alpha1.GenerateBootstrap.LabelsEntry
-	13, // 2: capn.v1alpha1.GenerateBootstrap.taints:type_name -> capn.v1alpha1.Taint
-	14, // 3: capn.v1alpha1.NodeHeartbeat.time:type_name -> google.protobuf.Timestamp
+	13, // 0: capn.v1alpha1.GenerateBootstrap.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
+	12, // 1: capn.v1alpha1.GenerateBootstrap.labels:type_name -> capn.v1alpha1.GenerateBootstrap.LabelsEntry
+	14, // 2: capn.v1alpha1.GenerateBootstrap.taints:type_name -> capn.v1alpha1.Taint
+	15, // 3: capn.v1alpha1.NodeHeartbeat.time:type_name -> google.protobuf.Timestamp
 	7,  // 4: capn.v1alpha1.NodeConditions.conditions:type_name -> capn.v1alpha1.NodeCondition
-	14, // 5: capn.v1alpha1.NodeConditions.time:type_name -> google.protobuf.Timestamp
-	14, // 6: capn.v1alpha1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	14, // 7: capn.v1alpha1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	14, // 8: capn.v1alpha1.ProblemEvent.time:type_name -> google.protobuf.Timestamp
-	15, // 9: capn.v1alpha1.MachineUnhealthy.reasons:type_name -> capn.v1alpha1.Condition
-	14, // 10: capn.v1alpha1.MachineUnhealthy.since:type_name -> google.protobuf.Timestamp
+	15, // 5: capn.v1alpha1.NodeConditions.time:type_name -> google.protobuf.Timestamp
+	15, // 6: capn.v1alpha1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	15, // 7: capn.v1alpha1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	15, // 8: capn.v1alpha1.ProblemEvent.time:type_name -> google.protobuf.Timestamp
+	16, // 9: capn.v1alpha1.MachineUnhealthy.reasons:type_name -> capn.v1alpha1.Condition
+	15, // 10: capn.v1alpha1.MachineUnhealthy.since:type_name -> google.protobuf.Timestamp
 	11, // [11:11] is the sub-list for method output_type
 	11, // [11:11] is the sub-list for method input_type
 	11, // [11:11] is the sub-list for extension type_name
@@ -1065,7 +1170,7 @@ func file_capn_v1alpha1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_capn_v1alpha1_events_proto_rawDesc), len(file_capn_v1alpha1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -55,6 +55,9 @@ func (p *Provider) nodeArgs(rec *machineRecord, kubeDir string) []string {
 	// carries. capn-node checks the binaries are its version again.
 	if kubeDir != "" {
 		args = append(args, "--kube-bin="+kubeDir, "--address="+rec.Address, "--provider-id="+rec.ProviderID)
+		if rec.Capacity != "" {
+			args = append(args, "--node-capacity="+rec.Capacity)
+		}
 	}
 	return args
 }

@@ -55,6 +55,13 @@ func TestNodeArgsCarryKubeBinAddressAndProviderID(t *testing.T) {
 			t.Errorf("without --kube-bin the node got %s", a)
 		}
 	}
+	if slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--node-capacity") }) {
+		t.Errorf("a record without capacity (written before it was kept) passes one: %v", args)
+	}
+	rec.Capacity = "cpu=2,memory=4Gi,pods=110"
+	if args := p.nodeArgs(rec, "/opt/kube/bin"); !slices.Contains(args, "--node-capacity=cpu=2,memory=4Gi,pods=110") {
+		t.Errorf("capn-node args lack the template's node capacity: %v", args)
+	}
 }
 
 // real-kubernetes is announced only while --kube-bin holds an executable

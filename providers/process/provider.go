@@ -19,6 +19,7 @@ import (
 	"github.com/capn-dev/capn/providers/sdk"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
+	"github.com/capn-dev/capn/schemas/nodecapacity"
 )
 
 // Name is the provider's name: it consumes capn.provider.process.> and
@@ -154,8 +155,13 @@ func (p *Provider) CreateMachine(ctx context.Context, req *capnv1.CreateMachine)
 			return nil, sdk.Permanent(errors.New("process: the create carries no bootstrap checksum; the machine could not fetch its bootstrap data"))
 		}
 		// A kube-local machine runs the binaries of its own version:
-		// refused before anything is made when they are not built.
-		if _, err := p.kubeDir(ctx, &machineRecord{Version: req.GetVersion(), Bootstrap: req.GetBootstrapProvider()}); err != nil {
+		// refused before anything is made when they are not built; and
+		// its Node's capacity is the template's (nodecapacity).
+		_, capErr := nodecapacity.FromParameters(req.GetTemplate().GetParameters())
+		if _, err := p.kubeDir(ctx, &machineRecord{Version: req.GetVersion(), Bootstrap: req.GetBootstrapProvider()}); err != nil || capErr != nil {
+			if err == nil {
+				err = capErr
+			}
 			p.log.Warn().Str("cluster", c).Str("machine", m).Str("version", req.GetVersion()).Err(err).Msg("machine refused")
 			im := &capnv1.InfraMachine{Provider: Name, Cluster: c, Machine: m, Message: err.Error(), Updated: timestamppb.New(p.now())}
 			im.SetStateValue(sdk.StateFailed)
@@ -199,6 +205,9 @@ func (p *Provider) newRecord(ctx context.Context, req *capnv1.CreateMachine) (*m
 		Role: req.GetRole(), Address: addr, Version: req.GetVersion(), Bootstrap: req.GetBootstrapProvider(), Checksum: req.GetBootstrapChecksum(),
 		CACertHash: p.caPin(ctx, req.GetCluster()), Failure: req.GetTemplate().GetFailureDomain(),
 		Created: now, Changed: now,
+	}
+	if capacity, err := nodecapacity.FromParameters(req.GetTemplate().GetParameters()); err == nil {
+		rec.Capacity = capacity.String()
 	}
 	if err := os.MkdirAll(p.dirs.nodeDir(rec.Cluster, rec.Machine), stateDirMode); err != nil {
 		return nil, err

@@ -54,11 +54,15 @@ type machineRecord struct {
 	// Bootstrap is CreateMachine.bootstrap_provider: a kube-local
 	// machine must run binaries of its version (records written before
 	// it was kept have none).
-	Bootstrap  string    `json:"bootstrap_provider,omitempty"`
-	Checksum   string    `json:"bootstrap_checksum"`
-	CACertHash string    `json:"ca_cert_hash,omitempty"`
-	Failure    string    `json:"failure_domain,omitempty"`
-	Created    time.Time `json:"created"`
+	Bootstrap  string `json:"bootstrap_provider,omitempty"`
+	Checksum   string `json:"bootstrap_checksum"`
+	CACertHash string `json:"ca_cert_hash,omitempty"`
+	Failure    string `json:"failure_domain,omitempty"`
+	// Capacity is its Node's capacity, from the template parameters cpu,
+	// memory and pods (nodecapacity's String; records written before it
+	// was kept have none: kwok's defaults).
+	Capacity string    `json:"capacity,omitempty"`
+	Created  time.Time `json:"created"`
 	// Changed is when the machine last started or stopped: the updated
 	// time of its observed record.
 	Changed time.Time `json:"changed"`

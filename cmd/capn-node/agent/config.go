@@ -11,6 +11,7 @@ import (
 
 	"github.com/capn-dev/capn/cmd/capn-node/kube"
 	"github.com/capn-dev/capn/providers/sdk"
+	"github.com/capn-dev/capn/schemas/nodecapacity"
 	"github.com/capn-dev/capn/services/daemon"
 )
 
@@ -73,6 +74,10 @@ type Config struct {
 	// ProviderID, when set, is the Node's spec.providerID, as the
 	// infrastructure reports it.
 	ProviderID string
+	// NodeCapacity, when set, is the Node's capacity as
+	// cpu=2,memory=8Gi,pods=110 (nodecapacity; its provider passes the
+	// machine template's); kwok's defaults otherwise.
+	NodeCapacity string
 	// KubePorts overrides the control plane's ports:
 	// name=port,... with names etcd-client, etcd-peer, apiserver,
 	// controller-manager, scheduler (kubeadm's defaults otherwise).
@@ -114,6 +119,7 @@ func (c *Config) Flags() []daemon.Flag {
 		f("kube-bin", "CAPN_KUBE_BIN", "`dir` of the Kubernetes binaries (make kube): kube-local bootstrap data then runs a real control plane (optional)", &c.KubeBin),
 		f("address", "CAPN_NODE_ADDRESS", "this machine's own IP `address`, which its control plane binds to (default 127.0.0.1)", &c.Address),
 		f("provider-id", "CAPN_NODE_PROVIDER_ID", "`id` the infrastructure gives this machine: the Node's spec.providerID (optional)", &c.ProviderID),
+		f("node-capacity", "CAPN_NODE_CAPACITY", "the Node's `capacity` as cpu=2,memory=8Gi,pods=110 (optional; kwok's 1k CPUs, 1Ti, 1M pods otherwise)", &c.NodeCapacity),
 		f("kube-ports", "CAPN_NODE_KUBE_PORTS", "control-plane `ports` as name=port,... (etcd-client, etcd-peer, apiserver, controller-manager, scheduler; default kubeadm's)", &c.KubePorts),
 		{Name: "heartbeat-every", Env: "CAPN_NODE_HEARTBEAT_EVERY", Usage: "heartbeat `interval`", Value: daemon.DurationValue(&c.HeartbeatEvery)},
 		{Name: "etcd-learner-timeout", Env: "CAPN_NODE_ETCD_LEARNER_TIMEOUT", Usage: "how long an etcd learner may stay unstarted or unpromoted before the control planes remove it (`duration`, default 2m)", Value: daemon.DurationValue(&c.EtcdLearnerTimeout)},
@@ -175,6 +181,9 @@ func (c Config) Validate() error {
 	}
 	if c.KubeBin != "" && !filepath.IsAbs(c.KubeBin) {
 		bad("kube-bin", "CAPN_KUBE_BIN", c.KubeBin, "must be an absolute path")
+	}
+	if _, err := nodecapacity.Parse(c.NodeCapacity); err != nil {
+		bad("node-capacity", "CAPN_NODE_CAPACITY", c.NodeCapacity, err.Error())
 	}
 	if a, err := netip.ParseAddr(c.Address); err != nil || a.Zone() != "" {
 		bad("address", "CAPN_NODE_ADDRESS", c.Address, "must be an IP address")

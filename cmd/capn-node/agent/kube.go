@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/capn-dev/capn/cmd/capn-node/kube"
+	"github.com/capn-dev/capn/schemas/nodecapacity"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
 )
 
@@ -99,8 +100,12 @@ func (a *Agent) startKube(ctx context.Context) <-chan struct{} {
 	if err != nil {
 		return fail("InvalidConfig", err)
 	}
+	var capacity map[string]string
+	if a.cfg.NodeCapacity != "" {
+		capacity, _ = nodecapacity.Parse(a.cfg.NodeCapacity) // Validate refused a bad one
+	}
 	rt, err := a.newKube(cfg, kube.Options{
-		BinDir: a.cfg.KubeBin, DataDir: a.cfg.DataDir, Address: a.cfg.Address, ProviderID: a.cfg.ProviderID,
+		BinDir: a.cfg.KubeBin, DataDir: a.cfg.DataDir, Address: a.cfg.Address, ProviderID: a.cfg.ProviderID, Capacity: capacity,
 		Ports: ports, LearnerTimeout: a.cfg.EtcdLearnerTimeout, Log: a.log.With().Str("component", "kube").Logger(),
 	})
 	if err != nil {

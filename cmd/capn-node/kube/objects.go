@@ -160,6 +160,9 @@ type NodeSpec struct {
 	// Annotations are added to the Node's own (a control plane's etcd
 	// client URLs).
 	Annotations map[string]string
+	// Capacity, when set, is the Node's capacity and allocatable (kwok's
+	// node-initialize stage keeps them); kwok's defaults otherwise.
+	Capacity map[string]string
 }
 
 // NodeFor is the Node of this machine from its config.
@@ -250,7 +253,7 @@ func (n NodeSpec) taints(existing []kubelocal.Taint) []map[string]string {
 // and fills conditions, capacity and the rest; without these it would
 // report its own version, kwok-v0.8.0).
 func (n NodeSpec) Status() map[string]any {
-	return map[string]any{"status": map[string]any{
+	st := map[string]any{
 		"nodeInfo": map[string]any{
 			"kubeletVersion":   n.Version,
 			"kubeProxyVersion": n.Version,
@@ -261,7 +264,11 @@ func (n NodeSpec) Status() map[string]any {
 			{"type": "InternalIP", "address": n.Address},
 			{"type": "Hostname", "address": n.Name},
 		},
-	}}
+	}
+	if len(n.Capacity) > 0 {
+		st["capacity"], st["allocatable"] = n.Capacity, n.Capacity
+	}
+	return map[string]any{"status": st}
 }
 
 func (n NodeSpec) String() string { return fmt.Sprintf("Node %s", n.Name) }

@@ -139,6 +139,18 @@ func TestNodeFor(t *testing.T) {
 		t.Errorf("status %v", status)
 	}
 
+	if _, ok := status["capacity"]; ok {
+		t.Errorf("capacity %v without one given: kwok's defaults are left to kwok", status["capacity"])
+	}
+	n.Capacity = map[string]string{"cpu": "2", "memory": "4Gi", "pods": "110"}
+	st := roundTrip(t, n.Object())["status"].(map[string]any)
+	for _, f := range []string{"capacity", "allocatable"} {
+		if got := fmt.Sprint(st[f]); got != "map[cpu:2 memory:4Gi pods:110]" {
+			t.Errorf("status.%s = %s, want the machine's capacity", f, got)
+		}
+	}
+	n.Capacity = nil
+
 	// A worker has no role label; no providerID means none set; it sets
 	// its taints when it creates its Node, never after (NodeRestriction).
 	w := kube.NodeFor(&kubelocal.NodeConfig{NodeName: "w", Role: "worker", KubernetesVersion: "v1.37.2", Taints: []kubelocal.Taint{{Key: "a", Effect: "NoSchedule"}}}, "127.0.0.8", "")

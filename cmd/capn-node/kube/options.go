@@ -112,6 +112,9 @@ type Options struct {
 	Address string
 	// ProviderID, when set, becomes the Node's spec.providerID.
 	ProviderID string
+	// Capacity, when set, is the Node's capacity and allocatable
+	// (nodecapacity: cpu, memory, pods); kwok's defaults otherwise.
+	Capacity map[string]string
 	// Ports default to DefaultPorts.
 	Ports Ports
 	// LearnerTimeout is how long a control plane's sweep lets an etcd

@@ -277,6 +277,7 @@ func (r *Runtime) runControlPlane(ctx context.Context) error {
 // URL, for machines joining later.
 func (r *Runtime) node() NodeSpec {
 	n := NodeFor(r.cfg, r.opts.Address, r.opts.ProviderID)
+	n.Capacity = r.opts.Capacity
 	if r.cfg.IsControlPlane() {
 		n.Annotations = map[string]string{EtcdClientURLsAnnotation: url("https", netip.MustParseAddr(r.opts.Address), r.opts.Ports.EtcdClient)}
 	}

@@ -76,7 +76,9 @@ func (r *Runtime) runWorker(ctx context.Context) error {
 	}
 	r.mark("apiserver-ready")
 	if !r.retry(ctx, "register the Node", func() error {
-		return RegisterNode(ctx, client, NodeFor(r.cfg, r.opts.Address, r.opts.ProviderID))
+		n := NodeFor(r.cfg, r.opts.Address, r.opts.ProviderID)
+		n.Capacity = r.opts.Capacity
+		return RegisterNode(ctx, client, n)
 	}) {
 		return nil
 	}

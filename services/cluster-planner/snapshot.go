@@ -7,6 +7,7 @@ import (
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/events/store/clusterstate"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
@@ -60,8 +61,28 @@ func (s *Service) snapshot(ctx context.Context, name string) (in plan.Input, rev
 	if st.Infra != nil {
 		in.Infra = plan.Infra{Exists: true, Ready: st.Infra.GetReady(), Endpoint: st.Infra.GetControlPlaneEndpoint(), Provider: st.InfraProvider}
 	}
+	in.Autoscaler = s.autoscalerActions(name, st.Cluster)
 	if in.Providers, err = s.readProviders(ctx, st.Cluster); err != nil {
 		return plan.Input{}, nil, false, err
 	}
 	return in, revs, true, nil
+}
+
+// autoscalerActions are the autoscaler's last actions on c's autoscaled
+// pools (observed autoscaler.<c>.<pool>), for the pools' status.
+func (s *Service) autoscalerActions(name string, c *capnv1.Cluster) map[string]*capnv1.AutoscalerAction {
+	var out map[string]*capnv1.AutoscalerAction
+	view := store.NewView(s.observed, store.New[capnv1.AutoscalerStatus]())
+	for _, p := range c.GetSpec().GetWorkerPools() {
+		if p.GetAutoscaling() == nil {
+			continue
+		}
+		if st, _, ok := view.Get(keys.Autoscaler(name, p.GetName())); ok && st.GetLastAction() != nil {
+			if out == nil {
+				out = map[string]*capnv1.AutoscalerAction{}
+			}
+			out[p.GetName()] = st.GetLastAction()
+		}
+	}
+	return out
 }

@@ -102,7 +102,9 @@ type pool struct {
 	// drainTimeout and deletionTimeout are the pool's nodeDrainTimeout and
 	// nodeDeletionTimeout, copied to its machines in place.
 	drainTimeout, deletionTimeout *durationpb.Duration
-	machines                      []*machine // not gone, sorted by name
+	// autoscaling is the pool's spec.autoscaling (nil: not autoscaled).
+	autoscaling *capnv1.Autoscaling
+	machines    []*machine // not gone, sorted by name
 	// next is the lowest ordinal freeName may find free: every one below
 	// it is taken (names are only added during a plan).
 	next int

@@ -151,6 +151,11 @@ type Input struct {
 	// not checked and no ProvidersReady condition is written (tests of the
 	// other rules); the service always passes a map.
 	Providers map[string]*capnv1.ProviderAnnouncement
+	// Autoscaler is the cluster autoscaler's last action on each pool, by
+	// pool (observed autoscaler.<c>.<pool>, the autoscaler-provider's): the
+	// status shows it beside the pool's autoscaling bounds. It changes
+	// nothing the planner does.
+	Autoscaler map[string]*capnv1.AutoscalerAction
 	// Status is the status last written (may be nil): it keeps conditions'
 	// transition times and control_plane_initialized across plans.
 	Status *capnv1.ClusterStatus

@@ -139,6 +139,7 @@ func (p *planner) workerPool(wp *capnv1.WorkerPool) *pool {
 
 		drainTimeout:    wp.GetNodeDrainTimeout(),
 		deletionTimeout: wp.GetNodeDeletionTimeout(),
+		autoscaling:     wp.GetAutoscaling(),
 	}
 	if pl.version == "" {
 		pl.version = s.GetKubernetesVersion()

@@ -26,7 +26,12 @@ func (p *planner) status() *capnv1.ClusterStatus {
 		st.ControlPlaneEndpoint = p.in.Status.GetControlPlaneEndpoint()
 	}
 	for _, pl := range p.pools {
-		st.WorkerPools = append(st.WorkerPools, poolStatus(pl))
+		ps := poolStatus(pl)
+		if pl.autoscaling != nil {
+			ps.Autoscaling = proto.CloneOf(pl.autoscaling)
+			ps.LastAutoscalerAction = proto.CloneOf(p.in.Autoscaler[pl.name])
+		}
+		st.WorkerPools = append(st.WorkerPools, ps)
 	}
 
 	var conds []*capnv1.Condition

@@ -218,3 +218,22 @@ func TestPoolProgressMessages(t *testing.T) {
 		t.Errorf("scaling down, deleting: %q", w.Message)
 	}
 }
+
+// An autoscaled pool's status carries its bounds and the autoscaler's last
+// action on it (Input.Autoscaler); a pool without autoscaling neither.
+func TestStatusAutoscaledPool(t *testing.T) {
+	c := cluster(1, 2, 1)
+	c.Spec.WorkerPools[0].Autoscaling = &capnv1.Autoscaling{Min: 1, Max: 5}
+	h := plantest.New(c)
+	in := h.Input()
+	act := &capnv1.AutoscalerAction{Reason: "ScaledUp", From: 1, To: 2, Message: "autoscaler scaled md-0 1 → 2"}
+	in.Autoscaler = map[string]*capnv1.AutoscalerAction{"md-0": act, "md-1": act}
+	st := plan.Plan(in).Status
+	md0, md1 := st.GetWorkerPools()[0], st.GetWorkerPools()[1]
+	if md0.GetAutoscaling().GetMin() != 1 || md0.GetAutoscaling().GetMax() != 5 || !proto.Equal(md0.GetLastAutoscalerAction(), act) {
+		t.Errorf("md-0 status %v, want autoscaling 1..5 and the last action", md0)
+	}
+	if md1.GetAutoscaling() != nil || md1.GetLastAutoscalerAction() != nil {
+		t.Errorf("md-1 is not autoscaled, yet its status says %v", md1)
+	}
+}

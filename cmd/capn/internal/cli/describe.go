@@ -144,6 +144,7 @@ func describeCluster(w io.Writer, c *capnv1.Cluster, ms []*capnv1.Machine, evs [
 	rows := [][]string{{"NAME", "PHASE", "VERSION", "READY", "REASON", "SINCE", "MESSAGE"}}
 	clusterTree(c, ms, o).rows("", true, true, &rows)
 	writeTable(w, rows)
+	describeAutoscaling(w, c, o)
 
 	if len(st.GetConditions()) > 0 {
 		fmt.Fprint(w, "\nConditions:\n")
@@ -343,4 +344,31 @@ func since(t *timestamppb.Timestamp, now time.Time) string {
 		return ""
 	}
 	return age(t, now)
+}
+
+// describeAutoscaling lists the autoscaled pools: their bounds, replicas
+// and the cluster autoscaler's last action on them (docs/autoscaling.md).
+func describeAutoscaling(w io.Writer, c *capnv1.Cluster, o describeOpts) {
+	statuses := map[string]*capnv1.PoolStatus{}
+	for _, ps := range c.GetStatus().GetWorkerPools() {
+		statuses[ps.GetName()] = ps
+	}
+	rows := [][]string{{"  POOL", "MIN", "MAX", "REPLICAS", "LAST ACTION", "SINCE", "MESSAGE"}}
+	for _, p := range c.GetSpec().GetWorkerPools() {
+		a := p.GetAutoscaling()
+		if a == nil {
+			continue
+		}
+		last := statuses[p.GetName()].GetLastAutoscalerAction()
+		action, when := "none yet", ""
+		if last != nil {
+			action, when = last.GetReason(), age(last.GetTime(), o.now)+" ago"
+		}
+		rows = append(rows, []string{"  " + p.GetName(), fmt.Sprint(a.GetMin()), fmt.Sprint(a.GetMax()), fmt.Sprint(p.GetReplicas()), action, when, last.GetMessage()})
+	}
+	if len(rows) == 1 {
+		return
+	}
+	fmt.Fprint(w, "\nAutoscaling (the cluster autoscaler sizes these pools):\n")
+	writeTable(w, rows)
 }

@@ -18,6 +18,8 @@ const (
 	HealthWatcher  = "health-watcher"
 	Remediator     = "remediator"
 	Gateway        = "gateway"
+	// AutoscalerProvider serves the cluster autoscaler's externalgrpc API.
+	AutoscalerProvider = "autoscaler-provider"
 	// Init provisions streams and buckets, and may do nothing else.
 	Init = "capn-init"
 )
@@ -163,6 +165,18 @@ func (d Deployment) Users() []User {
 		g.write(des, "machine.>") // a machine's deletion timestamp
 		g.write(obs, "remediation.>")
 		g.publish(ev("machine", "remediation", ">"), events.Subject(events.SubjectProviders, "*", "machine", "reboot", ">"))
+	})
+	add(AutoscalerProvider, "the cluster autoscaler's cloud provider: sizes autoscaled pools", func(g *grants) {
+		// Its caches watch two prefixes of each bucket (one watcher, several
+		// filters), which only a grant of the whole bucket allows.
+		g.read(des, ">")
+		g.read(obs, ">")
+		// A pool's replicas (the same compare-and-set write as the API's)
+		// and the delete-machine mark of the machines the autoscaler names.
+		g.write(des, "cluster.>")
+		g.write(des, "machine.>")
+		g.write(obs, "autoscaler.>")
+		g.publish(ev("autoscaler", ">"))
 	})
 	add(Gateway, "the HTTP API: writes desired clusters, serves state, timelines, kubeconfigs, ingest", func(g *grants) {
 		g.read(des, ">")

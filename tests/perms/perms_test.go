@@ -356,6 +356,16 @@ func TestEachUserDoesItsJob(t *testing.T) {
 	rm.publish(events.EventSubject("machine", "remediation", "demo", "m1"))
 	rm.publish(events.ProviderSubject("sim", "machine", "reboot", "demo", "m1"))
 
+	// The autoscaler-provider: its caches, a pool's replicas, a machine's
+	// delete-machine mark, its own status key and its timeline events.
+	ap := w.as(t, natsconfig.AutoscalerProvider)
+	ap.cache(events.BucketDesired)
+	ap.cache(events.BucketObserved)
+	ap.put(events.BucketDesired, "cluster.demo")
+	ap.put(events.BucketDesired, "machine.demo.m1")
+	ap.put(events.BucketObserved, "autoscaler.demo.md-0")
+	ap.publish(events.EventSubject("autoscaler", "scaled-up", "demo", "_"))
+
 	// The gateway: a kubeconfig (sealed in secrets) and a timeline through
 	// an ordered consumer of CAPN_EVENTS.
 	gw.get(events.BucketSecrets, "kubeconfig.demo")
@@ -369,7 +379,7 @@ func TestEachUserDoesItsJob(t *testing.T) {
 		t.Errorf("gateway: timeline got %s", m.Subject())
 	}
 
-	for _, a := range []*actor{gw, cp, mm, bs, sim, dk, hw, rm} {
+	for _, a := range []*actor{gw, cp, mm, bs, sim, dk, hw, rm, ap} {
 		a.clean()
 	}
 	for _, v := range w.c.ServerViolations() {
@@ -498,7 +508,7 @@ func TestOutsideTheJobIsRefused(t *testing.T) {
 			a.refusedPublish("$KV.secrets.kubeconfig.demo")
 		}
 		for _, user := range []string{natsconfig.ClusterPlanner, natsconfig.MachineManager,
-			natsconfig.Remediator, natsconfig.Init, natsconfig.ProviderUser("docker")} {
+			natsconfig.Remediator, natsconfig.Init, natsconfig.ProviderUser("docker"), natsconfig.AutoscalerProvider} {
 			a := w.as(t, user)
 			a.refused("$JS.API.DIRECT.GET.KV_secrets.$KV.secrets.pki.demo", a.kvGet(events.BucketSecrets, "pki.demo"))
 			a.refusedPublish("$KV.secrets.pki.demo")
@@ -512,8 +522,15 @@ func TestOutsideTheJobIsRefused(t *testing.T) {
 			natsconfig.MachineManager: {"$KV.desired.machine.demo.m1", "$KV.observed.cluster.demo", "capn.evt.machine.unhealthy.demo.m1", "capn.evt.machine.hook.demo.m1", "capn.provider.sim.cluster.delete.demo._", "capn.provider.sim.machine.reboot.demo.m1"},
 			natsconfig.HealthWatcher:  {"$KV.observed.machine.demo.m1", "$KV.desired.machine.demo.m1", "capn.provider.sim.machine.reboot.demo.m1"},
 			natsconfig.Remediator:     {"$KV.observed.machine.demo.m1", "$KV.desired.cluster.demo", "capn.evt.machine.unhealthy.demo.m1", "capn.provider.sim.machine.delete.demo.m1"},
-			natsconfig.Bootstrapper:   {"$KV.desired.cluster.demo", "$KV.observed.machine.demo.m1", "capn.provider.sim.machine.create.demo.m1"},
-			natsconfig.Init:           {"$KV.desired.cluster.demo", "capn.evt.cluster.ready.demo._", "$JS.API.CONSUMER.CREATE.CAPN_PROVIDERS.provider-sim.capn.provider.sim.>", "$JS.API.STREAM.DELETE.CAPN_EVENTS", "$JS.API.STREAM.PURGE.KV_desired"},
+			// The autoscaler-provider scales through the desired cluster
+			// and marks; it cannot fake another service's facts or status,
+			// command a provider or a worker, or ingest.
+			natsconfig.AutoscalerProvider: {"$KV.observed.cluster.demo", "$KV.observed.machine.demo.m1", "$KV.observed.infra.process.demo.m1",
+				"$KV.observed.remediation.demo.md-0", "capn.evt.cluster.ready.demo._", "capn.evt.machine.running.demo.m1",
+				"capn.provider.process.machine.delete.demo.m1", "capn.cmd.bootstrap.generate.demo.m1", "capn.ingest.dev.capn.test",
+				"capn.health.demo.m1.heartbeat"},
+			natsconfig.Bootstrapper: {"$KV.desired.cluster.demo", "$KV.observed.machine.demo.m1", "capn.provider.sim.machine.create.demo.m1"},
+			natsconfig.Init:         {"$KV.desired.cluster.demo", "capn.evt.cluster.ready.demo._", "$JS.API.CONSUMER.CREATE.CAPN_PROVIDERS.provider-sim.capn.provider.sim.>", "$JS.API.STREAM.DELETE.CAPN_EVENTS", "$JS.API.STREAM.PURGE.KV_desired"},
 		} {
 			a := w.as(t, user)
 			for _, s := range subjects {

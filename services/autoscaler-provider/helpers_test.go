@@ -44,7 +44,7 @@ type world struct {
 	stop     func()
 }
 
-func newWorld(t *testing.T) *world {
+func newWorld(t *testing.T, mods ...func(*autoscalerprovider.Config)) *world {
 	t.Helper()
 	w := &world{t: t, ns: natstest.Start(t), tlsDir: t.TempDir()}
 	_, w.js = w.ns.Connect(t)
@@ -64,21 +64,25 @@ func newWorld(t *testing.T) *world {
 	if _, err := autoscalertls.Ensure(w.tlsDir, []string{"127.0.0.1"}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	w.start()
+	w.start(mods...)
 	return w
 }
 
 // start runs the service on a new port; stop (also at cleanup) ends it.
-func (w *world) start() {
+func (w *world) start(mods ...func(*autoscalerprovider.Config)) {
 	t := w.t
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	w.addr = ln.Addr().String()
-	svc := autoscalerprovider.New(autoscalerprovider.Config{Listener: ln,
+	cfg := autoscalerprovider.Config{Listener: ln,
 		TLSCert: filepath.Join(w.tlsDir, autoscalertls.ServerCertFile), TLSKey: filepath.Join(w.tlsDir, autoscalertls.ServerKeyFile),
-		TLSClientCA: filepath.Join(w.tlsDir, autoscalertls.CACertFile), Cache: store.CacheOptions{ResyncEvery: store.NoResync}})
+		TLSClientCA: filepath.Join(w.tlsDir, autoscalertls.CACertFile), Cache: store.CacheOptions{ResyncEvery: store.NoResync}}
+	for _, m := range mods {
+		m(&cfg)
+	}
+	svc := autoscalerprovider.New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)

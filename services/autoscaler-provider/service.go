@@ -56,6 +56,16 @@ type Config struct {
 	// OnListen, when set, is called with the gRPC API's address once it
 	// listens (capn dev, tests).
 	OnListen func(addr string)
+	// ServeWhenAsked listens only once a cluster has an autoscaled pool
+	// (capn dev: no port is opened for clusters that do not ask).
+	ServeWhenAsked bool
+	// ClientsDir, when set, is an autoscalertls directory (its CA):
+	// for every cluster with an autoscaled pool the service writes the
+	// autoscaler's client certificate and --cloud-config there
+	// (clients/<cluster>/), pointing at the address it listens on (capn
+	// dev; a deployment issues them with capn-nats-config
+	// autoscaler-client).
+	ClientsDir string
 }
 
 // Service is the autoscaler-provider.
@@ -139,18 +149,24 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 			return err
 		}
 	}
+	lctx := d.Log.WithContext(ctx)
+	for _, c := range []*store.Cache{s.desired, s.observed} {
+		if err := c.Start(lctx); err != nil {
+			return err
+		}
+	}
+	if s.cfg.ServeWhenAsked {
+		d.Ready.Set(true)
+		d.Log.Info().Msg("the autoscaler API listens once a cluster asks for autoscaling")
+		if !s.waitForAutoscaling(ctx) {
+			return nil
+		}
+	}
 	ln := s.cfg.Listener
 	if ln == nil {
 		var err error
 		if ln, err = net.Listen("tcp", s.cfg.Listen); err != nil {
 			return fmt.Errorf("autoscaler API: %w", err)
-		}
-	}
-	lctx := d.Log.WithContext(ctx)
-	for _, c := range []*store.Cache{s.desired, s.observed} {
-		if err := c.Start(lctx); err != nil {
-			ln.Close()
-			return err
 		}
 	}
 	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(creds)), grpc.ChainUnaryInterceptor(s.intercept))
@@ -160,6 +176,9 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	d.Log.Info().Str("addr", ln.Addr().String()).Msg("serving the cluster autoscaler's externalgrpc API (mutual TLS)")
 	if s.cfg.OnListen != nil {
 		s.cfg.OnListen(ln.Addr().String())
+	}
+	if s.cfg.ClientsDir != "" {
+		go s.issueClients(ctx, ln.Addr().String())
 	}
 	d.Ready.Set(true)
 	select {

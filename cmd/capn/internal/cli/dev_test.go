@@ -22,7 +22,9 @@ import (
 	"github.com/capn-dev/capn/cmd/capn/internal/dev"
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/natstest"
+	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/internal/testkit"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/daemon"
 )
 
@@ -99,7 +101,7 @@ func startDevWith(t *testing.T, dataDir string, vars map[string]string, extra ..
 	e, _, stderr := testEnv(vars)
 	r := &devRun{cancel: cancel, done: make(chan int, 1), out: stderr, dataDir: dataDir}
 	args := append([]string{"dev", "--data-dir", dataDir, "--nats-listen", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-		"--gateway-addr", "127.0.0.1:0", "--log-format", "json", "--providers", "sim"}, extra...)
+		"--gateway-addr", "127.0.0.1:0", "--autoscaler-listen", "127.0.0.1:0", "--log-format", "json", "--providers", "sim"}, extra...)
 	go func() { r.done <- run(ctx, e, args) }()
 	t.Cleanup(func() {
 		cancel()
@@ -179,8 +181,9 @@ func TestDevEndToEnd(t *testing.T) {
 	noImage := "capn-node:absent-" + strconv.Itoa(os.Getpid())
 	first := startDev(t, dataDir, "--providers", "sim,process,docker", "--process-node-binary", buildNode(t), "--docker-image", noImage)
 	for _, want := range []string{"capn dev is running", "data dir  " + dataDir,
-		"services  cluster-planner, machine-manager, bootstrapper, health-watcher, remediator, provider-sim, provider-process, gateway, alpha, beta",
-		"\n  providers sim, process\n  off       docker provider: ",
+		"services  cluster-planner, machine-manager, bootstrapper, health-watcher, remediator, autoscaler-provider, provider-sim, provider-process, gateway, alpha, beta",
+		"\n  providers sim, process\n  autoscaler 127.0.0.1:0 once a cluster asks for autoscaling (mutual TLS; cluster-autoscaler --cloud-provider=externalgrpc --cloud-config=" +
+			filepath.Join(dataDir, "autoscaler", "clients", "<cluster>", "cloud-config") + ")\n  off       docker provider: ",
 		"\n              turn on: make images IMAGES=capn-node (with a Docker daemon running)\n",
 		"\n            Kubernetes on process machines: no --kube-bin, so their control planes are placeholders\n" +
 			`              turn on: make kube, then bin/capn dev --kube-bin "$(hack/kube.sh --print-path)"` + "\nPress Ctrl-C"} {
@@ -280,6 +283,25 @@ func TestDevEndToEnd(t *testing.T) {
 			t.Errorf("stream %s has %d messages after a restart, want %d", stream, got, want)
 		}
 	}
+	// A cluster asks for autoscaling: the autoscaler-provider listens and
+	// writes the cluster's cloud config (docs/autoscaling.md).
+	desired, err := js.KeyValue(ctx, events.BucketDesired)
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked, err := store.Encode(&capnv1.Cluster{Metadata: &capnv1.ObjectMeta{Name: "as1"}, Spec: &capnv1.ClusterSpec{
+		WorkerPools: []*capnv1.WorkerPool{{Name: "md-0", Provider: "sim", Replicas: 1, Autoscaling: &capnv1.Autoscaling{Min: 1, Max: 3}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := desired.Put(ctx, "cluster.as1", asked); err != nil {
+		t.Fatal(err)
+	}
+	cloudConfig := filepath.Join(dataDir, dev.AutoscalerDir, "clients", "as1", "cloud-config")
+	natstest.WaitFor(t, 20*time.Second, "as1's autoscaler cloud config", func() bool {
+		b, err := os.ReadFile(cloudConfig)
+		return err == nil && strings.Contains(string(b), `address: "127.0.0.1:`) && !strings.Contains(string(b), `:0"`)
+	})
 	if code := second.stop(t); code != 0 {
 		t.Fatalf("second run exited with %d:\n%s", code, second.out)
 	}
@@ -335,9 +357,9 @@ func TestDevProvidersNeedTCP(t *testing.T) {
 	}
 	out := stderr.String()
 	for _, want := range []string{
-		"services  cluster-planner, machine-manager, bootstrapper, health-watcher, remediator, provider-sim, gateway, probe\n",
-		"\n  providers sim\n" +
-			"  off       process provider: its node agents (capn-node processes) connect over TCP and NATS is in-process only (--nats-listen none)\n" +
+		"services  cluster-planner, machine-manager, bootstrapper, health-watcher, remediator, autoscaler-provider, provider-sim, gateway, probe\n",
+		"\n  providers sim\n  autoscaler 127.0.0.1:8086 once a cluster asks for autoscaling (mutual TLS; ",
+		"\n  off       process provider: its node agents (capn-node processes) connect over TCP and NATS is in-process only (--nats-listen none)\n" +
 			"              turn on: restart capn dev without --nats-listen none\n" +
 			"            docker provider: its machines reach NATS through a relay to a TCP listener and NATS is in-process only (--nats-listen none)\n" +
 			"              turn on: restart capn dev without --nats-listen none\n" +

@@ -21,6 +21,16 @@ type banner struct {
 	clientNotes []string
 	kubeBin     string    // --kube-bin, "" for none
 	off         []offPart // the optional parts that are off
+	autoscaler  string
+}
+
+// autoscalerLine says where the cluster autoscaler finds capn.
+func autoscalerLine(cfg Config, dataDir string) string {
+	if cfg.AutoscalerListen == natsListenNone {
+		return "off (--autoscaler-listen none)"
+	}
+	return fmt.Sprintf("%s once a cluster asks for autoscaling (mutual TLS; cluster-autoscaler --cloud-provider=externalgrpc --cloud-config=%s)",
+		cfg.AutoscalerListen, filepath.Join(dataDir, AutoscalerDir, "clients", "<cluster>", "cloud-config"))
 }
 
 func printBanner(w io.Writer, b banner) {
@@ -46,11 +56,12 @@ capn dev is running
   data dir  %s
   services  %s
   providers %s
+  autoscaler %s
   off       %s
 Press Ctrl-C to stop.
 
 `, b.gateway.URL(), shortToken(b.gateway.token), tokenPath, client, natsLine, b.opsURL, b.dataDir, svc,
-		providersLine(b.providers, b.kubeBin), offLines(b.off))
+		providersLine(b.providers, b.kubeBin), b.autoscaler, offLines(b.off))
 }
 
 // shortToken is enough of a token to tell it from another, and too little

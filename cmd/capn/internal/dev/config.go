@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	autoscalerprovider "github.com/capn-dev/capn/services/autoscaler-provider"
 	"github.com/capn-dev/capn/services/daemon"
 )
 
@@ -48,6 +49,11 @@ type Config struct {
 	// (those of their version) when their bootstrap data asks (make kube;
 	// "": no Kubernetes runs on them).
 	KubeBin string
+	// AutoscalerListen is where the autoscaler-provider serves the
+	// cluster autoscaler's externalgrpc API (mutual TLS, certificates in
+	// <data-dir>/autoscaler), once a cluster asks for autoscaling; "none"
+	// runs no autoscaler-provider.
+	AutoscalerListen string
 	// Extra are services to run after capn dev's own; no flag sets them:
 	// tests add theirs to prove the wiring.
 	Extra []daemon.Service
@@ -65,6 +71,7 @@ func DefaultConfig() Config {
 		LogFormat:         daemon.DefaultLogFormat,
 		ShutdownTimeout:   daemon.DefaultShutdownTimeout,
 		GatewayAddr:       "127.0.0.1:8080",
+		AutoscalerListen:  autoscalerprovider.DefaultListen,
 		WriteClientConfig: true,
 		Providers:         strings.Join(devProviderNames, ","),
 	}
@@ -83,6 +90,7 @@ func (c *Config) Flags() []daemon.Flag {
 		{Name: "providers", Env: "CAPN_PROVIDERS", Usage: "infrastructure `providers` to run, comma-separated: sim always runs; process and docker run when they can (capn dev says why not)", Value: daemon.StringValue(&c.Providers)},
 		{Name: "process-node-binary", Env: "CAPN_PROCESS_NODE_BINARY", Usage: "capn-node `path` the process provider's machines run (default: beside this program, else on PATH)", Value: daemon.StringValue(&c.ProcessNodeBinary)},
 		{Name: "docker-image", Env: "CAPN_DOCKER_IMAGE", Usage: "the docker provider's machine `image`, built locally by 'make images' (default capn-node:latest)", Value: daemon.StringValue(&c.DockerImage)},
+		{Name: "autoscaler-listen", Env: "CAPN_AUTOSCALER_LISTEN", Usage: "`address` of the cluster autoscaler's externalgrpc API (host:port; mutual TLS, certificates in <data-dir>/autoscaler), opened once a cluster asks for autoscaling, or \"none\"", Value: daemon.StringValue(&c.AutoscalerListen)},
 		{Name: "kube-bin", Env: "CAPN_KUBE_BIN", Usage: "`dirs` of the Kubernetes binaries, one per version, colon-separated: the process provider's machines run those of their version when their bootstrap data asks ('make kube'; default: none, no Kubernetes)", Value: daemon.StringValue(&c.KubeBin)},
 	}
 }
@@ -105,6 +113,12 @@ func (c Config) Validate() error {
 	if _, _, err := splitListen(c.GatewayAddr); err != nil {
 		errs = append(errs, &daemon.FieldError{Flag: "gateway-addr", Env: "CAPN_GATEWAY_ADDR", Value: c.GatewayAddr,
 			Problem: "must be host:port (port 0..65535): " + err.Error(), Err: err})
+	}
+	if c.AutoscalerListen != natsListenNone {
+		if _, _, err := splitListen(c.AutoscalerListen); err != nil {
+			errs = append(errs, &daemon.FieldError{Flag: "autoscaler-listen", Env: "CAPN_AUTOSCALER_LISTEN", Value: c.AutoscalerListen,
+				Problem: `must be host:port (port 0..65535) or "none": ` + err.Error(), Err: err})
+		}
 	}
 	for _, dir := range filepath.SplitList(c.KubeBin) {
 		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {

@@ -78,7 +78,7 @@ func dev(ctx context.Context, cfg Config, out io.Writer, lookup func(string) (st
 	defer cancel()
 	results := startServices(svcCtx, cfg, n, p.services, ops, base)
 	printBanner(out, banner{srv: n.srv, natsContext: n.context, opsURL: ops.url, dataDir: dataDir, services: p.names, providers: provs, gateway: p.gw, clientNotes: p.clientNotes,
-		kubeBin: cfg.KubeBin, off: offParts(cfg, provs)})
+		kubeBin: cfg.KubeBin, off: offParts(cfg, provs), autoscaler: autoscalerLine(cfg, dataDir)})
 
 	running, failed := waitForEnd(ctx, results, p.names, log)
 	fmt.Fprintln(out, "capn dev: stopping")

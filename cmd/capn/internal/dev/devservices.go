@@ -5,11 +5,15 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"time"
 
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/gateway"
 	"github.com/capn-dev/capn/gateway/api"
+	"github.com/capn-dev/capn/secrets/autoscalertls"
 	"github.com/capn-dev/capn/secrets/seal"
+	autoscalerprovider "github.com/capn-dev/capn/services/autoscaler-provider"
 	"github.com/capn-dev/capn/services/bootstrapper"
 	"github.com/capn-dev/capn/services/cluster-planner"
 	"github.com/capn-dev/capn/services/daemon"
@@ -46,6 +50,13 @@ func devServices(cfg Config, gw devGateway, auth *devAuth, providers []daemon.Se
 		bootstrapper.New(bootstrapper.Config{Keyring: ring, CalloutIssuerSeedFile: auth.issuerSeedPath()}),
 		healthwatcher.New(healthwatcher.Config{Keyring: ring}), // opens kubeconfigs to read real-kubernetes clusters' Nodes
 		remediator.New(remediator.Config{}),
+	}
+	as, err := devAutoscaler(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if as != nil {
+		services = append(services, as)
 	}
 	services = append(services, providers...)
 	services = append(services,
@@ -85,4 +96,37 @@ func devKeyring(dataDir string) (*seal.Keyring, error) {
 		return nil, fmt.Errorf("secrets key: %w", err)
 	}
 	return seal.NewKeyring(key)
+}
+
+// AutoscalerDir is where capn dev keeps the autoscaler's mutual TLS
+// (secrets/autoscalertls): the CA, the server certificate, and
+// clients/<cluster>/ with each autoscaled cluster's client certificate and
+// --cloud-config.
+const AutoscalerDir = "autoscaler"
+
+// devAutoscaler is the autoscaler-provider capn dev runs (nil with
+// --autoscaler-listen none): its API listens only once a cluster asks for
+// autoscaling, and it writes each such cluster's cloud config.
+func devAutoscaler(cfg Config) (daemon.Service, error) {
+	if cfg.AutoscalerListen == natsListenNone {
+		return nil, nil
+	}
+	dir := filepath.Join(cfg.DataDir, AutoscalerDir)
+	host, _, err := net.SplitHostPort(cfg.AutoscalerListen)
+	if err != nil {
+		return nil, err
+	}
+	hosts := []string{"127.0.0.1", "localhost"}
+	if host != "" && !slices.Contains(hosts, host) && host != "0.0.0.0" && host != "::" {
+		hosts = append(hosts, host)
+	}
+	if _, err := autoscalertls.Ensure(dir, hosts, time.Now()); err != nil {
+		return nil, fmt.Errorf("autoscaler TLS: %w", err)
+	}
+	return autoscalerprovider.New(autoscalerprovider.Config{
+		Listen:  cfg.AutoscalerListen,
+		TLSCert: filepath.Join(dir, autoscalertls.ServerCertFile), TLSKey: filepath.Join(dir, autoscalertls.ServerKeyFile),
+		TLSClientCA:    filepath.Join(dir, autoscalertls.CACertFile),
+		ServeWhenAsked: true, ClientsDir: dir,
+	}), nil
 }

@@ -28,11 +28,20 @@ const (
 	// machines' logins with; CalloutIssuerPubFile its public key, the
 	// nodes' auth_callout issuer.
 	CalloutIssuerSeedFile = "auth-callout-issuer.nk"
-	CalloutIssuerPubFile  = "auth-callout-issuer.pub"
-	certsDir              = "certs"
-	machinesDir           = "machines"
-	caKeyFile             = "ca-key.pem"
-	routeCAKeyFile        = "route-ca-key.pem"
+	// AutoscalerCertFile, AutoscalerKeyFile and AutoscalerCAFile (in the
+	// autoscaler-provider's directory) are its gRPC server certificate and
+	// key and the CA of the autoscalers' client certificates; the render's
+	// AutoscalerDir holds that CA and each cluster's client files
+	// (secrets/autoscalertls).
+	AutoscalerCertFile   = "autoscaler-server.crt"
+	AutoscalerKeyFile    = "autoscaler-server.key"
+	AutoscalerCAFile     = "autoscaler-ca.crt"
+	AutoscalerDir        = "autoscaler"
+	CalloutIssuerPubFile = "auth-callout-issuer.pub"
+	certsDir             = "certs"
+	machinesDir          = "machines"
+	caKeyFile            = "ca-key.pem"
+	routeCAKeyFile       = "route-ca-key.pem"
 )
 
 // Layout names the files of a render in Dir.
@@ -282,6 +291,11 @@ func (d Deployment) Env(user string, l Layout) string {
 		// It answers the servers' auth callout: machines log in as themselves.
 		set("CAPN_AUTH_CALLOUT_ISSUER_SEED_FILE", filepath.ToSlash(filepath.Join(udir, CalloutIssuerSeedFile)))
 		set("CAPN_AUTH_CALLOUT_ACCOUNT", d.Account)
+	}
+	if user == AutoscalerProvider {
+		set("CAPN_AUTOSCALER_TLS_CERT", filepath.ToSlash(filepath.Join(udir, AutoscalerCertFile)))
+		set("CAPN_AUTOSCALER_TLS_KEY", filepath.ToSlash(filepath.Join(udir, AutoscalerKeyFile)))
+		set("CAPN_AUTOSCALER_TLS_CLIENT_CA", filepath.ToSlash(filepath.Join(udir, AutoscalerCAFile)))
 	}
 	return b.String()
 }

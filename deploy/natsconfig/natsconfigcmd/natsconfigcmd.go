@@ -38,6 +38,7 @@ import (
 
 	"github.com/capn-dev/capn/deploy/natsconfig"
 	"github.com/capn-dev/capn/gateway"
+	"github.com/capn-dev/capn/secrets/autoscalertls"
 	"github.com/capn-dev/capn/secrets/seal"
 	"github.com/capn-dev/capn/services/daemon"
 )
@@ -61,6 +62,7 @@ commands:
   render     write node configs, users, certificates and env files (default --out deploy/local)
   provision  create capn's streams and buckets as the init user and wait until they are ready
   users      print every user's permissions
+  autoscaler-client  write a cluster's cluster-autoscaler client certificate and --cloud-config
 `
 
 // Run runs the command with args (the command name first: render,
@@ -79,6 +81,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = provision(ctx, args[1:], stdout, stderr)
 	case "users":
 		err = users(args[1:], stdout, stderr)
+	case "autoscaler-client":
+		err = autoscalerClient(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return daemon.ExitOK
@@ -184,6 +188,11 @@ func render(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	created = append(created, more...)
+	if made, err := renderAutoscaler(r.Layout); err != nil {
+		return err
+	} else if made {
+		created = append(created, natsconfig.AutoscalerDir)
+	}
 	if err := writeFile(filepath.Join(r.Dir, ComposeEnvFile), []byte(composeEnv(r.Dir)), 0o644); err != nil {
 		return err
 	}
@@ -341,5 +350,57 @@ func users(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "machine.<cluster>.<machine> — each machine, no static user: logged in by the bootstrapper's auth callout\n"+
 			"  with its own secret, to its own health, fetch and inbox (services/bootstrapper MachinePermissions)\n")
 	}
+	return nil
+}
+
+// autoscalerHosts are the names the autoscaler-provider's server
+// certificate is for: its compose service name and the host's loopback.
+var autoscalerHosts = []string{natsconfig.AutoscalerProvider, "localhost", "127.0.0.1"}
+
+// renderAutoscaler makes the autoscaler's mutual TLS in <dir>/autoscaler
+// (kept while good) and copies the server's files into the
+// autoscaler-provider's user directory.
+func renderAutoscaler(l natsconfig.Layout) (bool, error) {
+	dir := filepath.Join(l.Dir, natsconfig.AutoscalerDir)
+	made, err := autoscalertls.Ensure(dir, autoscalerHosts, time.Now())
+	if err != nil {
+		return false, err
+	}
+	for src, dst := range map[string]string{
+		autoscalertls.ServerCertFile: natsconfig.AutoscalerCertFile,
+		autoscalertls.ServerKeyFile:  natsconfig.AutoscalerKeyFile,
+		autoscalertls.CACertFile:     natsconfig.AutoscalerCAFile,
+	} {
+		b, err := os.ReadFile(filepath.Join(dir, src))
+		if err != nil {
+			return false, err
+		}
+		if err := writeFile(l.UserFile(natsconfig.AutoscalerProvider, dst), b, 0o600); err != nil {
+			return false, err
+		}
+	}
+	return made, nil
+}
+
+// autoscalerClient is `autoscaler-client --out DIR --cluster NAME --address
+// HOST:PORT`: the cluster's client certificate and --cloud-config, signed
+// by the CA the render made.
+func autoscalerClient(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("autoscaler-client", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("out", "deploy/local", "`directory` of the render")
+	cluster := fs.String("cluster", "", "the workload `cluster` the autoscaler sizes (required)")
+	address := fs.String("address", "127.0.0.1:8086", "`host:port` of the autoscaler-provider, as the autoscaler reaches it")
+	if err := parse(fs, args, stdout); err != nil {
+		return err
+	}
+	if *cluster == "" || fs.NArg() > 0 {
+		return usageError{errors.New("give --cluster NAME (and no other argument)")}
+	}
+	c, err := autoscalertls.IssueClient(filepath.Join(*out, natsconfig.AutoscalerDir), *cluster, *address, time.Now())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s\nrun: cluster-autoscaler --cloud-provider=externalgrpc --cloud-config=%s --kubeconfig=<the cluster's kubeconfig>\n", c.Dir, c.CloudConfig)
 	return nil
 }

@@ -92,3 +92,38 @@ func TestUsage(t *testing.T) {
 		}
 	}
 }
+
+// The render makes the autoscaler's mutual TLS and gives the
+// autoscaler-provider its files and env; autoscaler-client issues a
+// cluster's client files with that CA.
+func TestRenderAutoscaler(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "deploy")
+	var out, errb bytes.Buffer
+	if code := Run(context.Background(), []string{"render", "--out", dir}, &out, &errb); code != daemon.ExitOK {
+		t.Fatalf("render: exit %d: %s", code, errb.String())
+	}
+	l := natsconfig.Layout{Dir: dir}
+	env, err := os.ReadFile(l.UserFile(natsconfig.AutoscalerProvider, natsconfig.UserEnvFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{natsconfig.AutoscalerCertFile, natsconfig.AutoscalerKeyFile, natsconfig.AutoscalerCAFile} {
+		if _, err := os.Stat(l.UserFile(natsconfig.AutoscalerProvider, f)); err != nil {
+			t.Errorf("the autoscaler-provider's %s: %v", f, err)
+		}
+		if !strings.Contains(string(env), f) {
+			t.Errorf("its env does not name %s:\n%s", f, env)
+		}
+	}
+	out.Reset()
+	if code := Run(context.Background(), []string{"autoscaler-client", "--out", dir, "--cluster", "demo", "--address", "10.0.0.5:8086"}, &out, &errb); code != daemon.ExitOK {
+		t.Fatalf("autoscaler-client: exit %d: %s", code, errb.String())
+	}
+	cc, err := os.ReadFile(filepath.Join(dir, natsconfig.AutoscalerDir, "clients", "demo", "cloud-config"))
+	if err != nil || !strings.Contains(string(cc), `address: "10.0.0.5:8086"`) {
+		t.Fatalf("cloud-config (%v):\n%s", err, cc)
+	}
+	if code := Run(context.Background(), []string{"autoscaler-client", "--out", dir}, &out, &errb); code != daemon.ExitUsage {
+		t.Errorf("autoscaler-client without --cluster: exit %d", code)
+	}
+}

@@ -179,7 +179,7 @@ func TestClusterAutoscaler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	startAutoscaler(t, caBin, k.Kubeconfig, client.CloudConfig)
+	stopAutoscaler := startAutoscaler(t, caBin, k.Kubeconfig, client.CloudConfig)
 
 	// 1. Scale up for pods that do not fit.
 	before := running("md-0")
@@ -218,6 +218,26 @@ func TestClusterAutoscaler(t *testing.T) {
 			t.Fatalf("machine %s was replaced during the scale-up", n)
 		}
 	}
+
+	// The autoscaler restarts: capn kept nothing in the provider, so the
+	// new one reads the same sizes (its status ConfigMap, written afresh)
+	// and changes nothing.
+	stopAutoscaler()
+	if _, err := k.Kubectl("delete", "configmap", "cluster-autoscaler-status", "-n", "kube-system", "--ignore-not-found"); err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Now()
+	startAutoscaler(t, caBin, k.Kubeconfig, client.CloudConfig) // stopped at cleanup
+	conformance.Poll(t, "the restarted autoscaler seeing md-0 at 4 of 4 ready Nodes", 3*time.Minute, func() error {
+		if target, ready, ok := groupStatus(k, "md-0"); !ok || target != 4 || ready != 4 {
+			return fmt.Errorf("md-0 in the autoscaler's status: target %d, ready %d (found %v)", target, ready, ok)
+		}
+		return nil
+	})
+	if r, n := replicas("md-0"), len(records("md-0")); r != 4 || n != 4 {
+		t.Fatalf("after the autoscaler's restart md-0 has replicas %d, %d machines; want 4", r, n)
+	}
+	t.Logf("autoscaler restarted: it read md-0's target 4 and 4 ready Nodes %.1fs later, nothing changed", time.Since(restarted).Seconds())
 
 	// 2. Scale down the empty Nodes.
 	if _, err := k.Kubectl("delete", "deployment", "big", "-n", "default", "--wait=false"); err != nil {

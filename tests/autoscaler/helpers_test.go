@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"sigs.k8s.io/yaml"
 
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/providers/conformance"
@@ -82,8 +83,9 @@ func startPrograms(t *testing.T, kubeBin, natsURL, tlsDir, addr string) {
 
 // startAutoscaler runs the cluster-autoscaler against the workload
 // cluster (kubeconfig) and capn (cloudConfig), with the scale-down delays
-// short, until the test ends. Its log is printed when the test fails.
-func startAutoscaler(t *testing.T, bin, kubeconfig, cloudConfig string) {
+// short, until the test ends or stop is called. Its log is printed when
+// the test fails.
+func startAutoscaler(t *testing.T, bin, kubeconfig, cloudConfig string) (stop func()) {
 	t.Helper()
 	logPath := filepath.Join(t.TempDir(), "cluster-autoscaler.log")
 	logf, err := os.Create(logPath)
@@ -108,7 +110,12 @@ func startAutoscaler(t *testing.T, bin, kubeconfig, cloudConfig string) {
 	logf.Close()
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-done:
@@ -124,7 +131,44 @@ func startAutoscaler(t *testing.T, bin, kubeconfig, cloudConfig string) {
 				t.Logf("cluster-autoscaler log (last 24 KiB):\n%s", b)
 			}
 		}
-	})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// autoscalerStatus is the part of the autoscaler's status ConfigMap
+// (kube-system/cluster-autoscaler-status, data.status) the test reads.
+type autoscalerStatus struct {
+	NodeGroups []struct {
+		Name   string `json:"name"`
+		Health struct {
+			CloudProviderTarget int `json:"cloudProviderTarget"`
+			NodeCounts          struct {
+				Registered struct {
+					Ready int `json:"ready"`
+				} `json:"registered"`
+			} `json:"nodeCounts"`
+		} `json:"health"`
+	} `json:"nodeGroups"`
+}
+
+// groupStatus is what the autoscaler's status says of node group id:
+// its target size (from capn) and ready Nodes; ok is false without one.
+func groupStatus(k *conformance.KubeCluster, id string) (target, ready int, ok bool) {
+	out, err := k.Kubectl("get", "configmap", "cluster-autoscaler-status", "-n", "kube-system", "-o", "jsonpath={.data.status}")
+	if err != nil {
+		return 0, 0, false
+	}
+	var st autoscalerStatus
+	if err := yaml.Unmarshal([]byte(out), &st); err != nil {
+		return 0, 0, false
+	}
+	for _, g := range st.NodeGroups {
+		if g.Name == id {
+			return g.Health.CloudProviderTarget, g.Health.NodeCounts.Registered.Ready, true
+		}
+	}
+	return 0, 0, false
 }
 
 func freeAddr(t *testing.T) string {

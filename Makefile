@@ -116,15 +116,20 @@ kube: ## build the Kubernetes binaries of every KUBE_VERSIONS (cached outside th
 # cluster-autoscaler-1.36.1 of github.com/kubernetes/autoscaler (its
 # Kubernetes libraries are v0.36.2; it runs against the v1.36 and v1.37 API
 # servers of KUBE_VERSIONS). hack/autoscaler.sh takes the commit's source
-# from the module proxy, or from git (CAPN_AUTOSCALER_GIT) where the proxy
-# does not serve it, and its dependencies from the module proxy.
+# from the module proxy, or where the proxy does not serve it (403, here and
+# in CI) from the repository's snapshot (below), or else from git
+# (CAPN_AUTOSCALER_GIT); its dependencies come from the module proxy.
 AUTOSCALER_COMMIT ?= 35e8a280425c76a4040f57ae0fa232a952c02024
+# The sha256 of third_party/cluster-autoscaler/cluster-autoscaler-<commit>.tar.gz,
+# the pruned snapshot of the commit hack/autoscaler.sh builds from when the
+# module proxy refuses it (regenerate both: hack/autoscaler-snapshot.sh <mirror>).
+AUTOSCALER_SNAPSHOT_SHA256 ?= 659262a6ed99241fb9f9ce74b542e7173c0f5c7381fecb12addd3956ff7cbb2d
 # Where it is (or will be): `make test` hands it to tests/autoscaler as
 # CAPN_AUTOSCALER_BIN; the test skips without it (fails under
 # CAPN_REQUIRE_AUTOSCALER=1). CAPN_AUTOSCALER_BIN overrides it.
 AUTOSCALER_BIN = $(or $(CAPN_AUTOSCALER_BIN),$(shell AUTOSCALER_COMMIT=$(AUTOSCALER_COMMIT) hack/autoscaler.sh --print-path))
 autoscaler: ## build the cluster-autoscaler with -tags externalgrpc (cached outside the repo by commit; ~8 min of CPU cold, under a minute warm)
-	AUTOSCALER_COMMIT=$(AUTOSCALER_COMMIT) GO=$(GO) hack/autoscaler.sh
+	AUTOSCALER_COMMIT=$(AUTOSCALER_COMMIT) AUTOSCALER_SNAPSHOT_SHA256=$(AUTOSCALER_SNAPSHOT_SHA256) GO=$(GO) hack/autoscaler.sh
 autoscaler-bin: ## print AUTOSCALER_BIN, the cluster-autoscaler binary (CAPN_AUTOSCALER_BIN=$$(make -s autoscaler-bin))
 	@echo "$(AUTOSCALER_BIN)"
 

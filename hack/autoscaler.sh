@@ -15,8 +15,13 @@
 # k8s.io/autoscaler/cluster-autoscaler@<commit> and of its nested module
 # k8s.io/autoscaler/cluster-autoscaler/apis@<commit> (the module's go.mod
 # replaces it with ./apis, which is not in the module zip). A proxy that
-# refuses the commit (this development machine's answers 403 "This module
-# version is not available") leaves the git repository: the commit alone
+# refuses the commit (this development machine's and CI's answer 403 "This
+# module version is not available") leaves the snapshot in the repository:
+# third_party/cluster-autoscaler/cluster-autoscaler-<commit>.tar.gz, a
+# pruned, unmodified `git archive` of the commit holding only what the
+# build compiles (hack/autoscaler-snapshot.sh regenerates it), used only
+# if its sha256 is AUTOSCALER_SNAPSHOT_SHA256 (the Makefile pins it).
+# Without it (another commit), the git repository: the commit alone
 # is fetched (`git fetch --depth 1`) from CAPN_AUTOSCALER_GIT (default
 # https://github.com/kubernetes/autoscaler.git; a local clone or bare
 # mirror works too) and its cluster-autoscaler/ directory exported with
@@ -40,6 +45,9 @@ if [[ ! $commit =~ ^[0-9a-f]{40}$ ]]; then
   exit 2
 fi
 git_url=${CAPN_AUTOSCALER_GIT:-https://github.com/kubernetes/autoscaler.git}
+root=$(cd "$(dirname "$0")/.." && pwd)
+snapshot=$root/third_party/cluster-autoscaler/cluster-autoscaler-$commit.tar.gz
+snapshot_sha256=${AUTOSCALER_SNAPSHOT_SHA256:-}
 cache=${CAPN_AUTOSCALER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/capn/autoscaler}
 dir=$cache/$commit
 out=$dir/bin/cluster-autoscaler
@@ -133,6 +141,27 @@ from_proxy() {
   chmod -R u+w "$src"
 }
 
+# --- source: the snapshot in the repository -------------------------------
+# from_snapshot unpacks third_party's tarball of the commit, once its sha256
+# is the pinned one; it fails, saying why, otherwise.
+from_snapshot() {
+  if [[ ! -f $snapshot ]]; then
+    log "no snapshot of $commit in the repository ($snapshot)"
+    return 1
+  fi
+  if [[ ! $snapshot_sha256 =~ ^[0-9a-f]{64}$ ]]; then
+    log "AUTOSCALER_SNAPSHOT_SHA256 is not set (the Makefile pins it); not using $snapshot"
+    return 1
+  fi
+  local got
+  got=$(sha256sum "$snapshot" | cut -d' ' -f1)
+  if [[ $got != "$snapshot_sha256" ]]; then
+    log "$snapshot has sha256 $got, not the pinned $snapshot_sha256; not using it"
+    return 1
+  fi
+  tar -xzf "$snapshot" -C "$work/src"
+}
+
 # --- source: the git repository --------------------------------------------
 from_git() {
   command -v git >/dev/null || { log "git is not installed"; return 1; }
@@ -149,16 +178,14 @@ t=$(date +%s)
 source_from=
 if from_proxy; then
   source_from="module proxy ($module@$commit)"
+elif rm -rf "$src" && from_snapshot; then
+  source_from="snapshot (${snapshot#"$root"/}, sha256 $snapshot_sha256)"
+elif rm -rf "$src" && log "fetching the commit from $git_url instead" && from_git; then
+  source_from="git ($git_url)"
 else
-  rm -rf "$src"
-  log "fetching the commit from $git_url instead"
-  if from_git; then
-    source_from="git ($git_url)"
-  else
-    log "no source for commit $commit: the module proxy refuses it and $git_url cannot be fetched."
-    log "Give CAPN_AUTOSCALER_GIT a clone or mirror of github.com/kubernetes/autoscaler holding the commit."
-    exit 1
-  fi
+  log "no source for commit $commit: the module proxy refuses it, the repository has no snapshot of it, and $git_url cannot be fetched."
+  log "Give CAPN_AUTOSCALER_GIT a clone or mirror of github.com/kubernetes/autoscaler holding the commit."
+  exit 1
 fi
 if [[ ! -f $src/go.mod || ! -f $src/apis/go.mod ]]; then
   log "the source of $commit has no cluster-autoscaler/go.mod or apis/go.mod"

@@ -288,6 +288,7 @@ func (h *Harness) Advance() {
 			if h.FailBoot != nil && h.FailBoot(name) {
 				st.SetPhaseValue(capnv1.MachineFailed)
 				st.FailureReason = "BootFailed"
+				st.PhaseSince = timestamppb.New(h.Now)
 				continue
 			}
 			st.SetPhaseValue(capnv1.MachineRunning)

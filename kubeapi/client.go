@@ -2,13 +2,15 @@
 // encoding/json — no client-go. It knows just enough of the REST
 // conventions for capn's own objects: GET, create, merge-patch, delete and
 // create-or-update of whole objects, authenticated with a client
-// certificate or a bearer (bootstrap) token.
+// certificate or a bearer (bootstrap) token; and server-side apply of any
+// object, its REST path found through the API's discovery (apply.go).
 //
 // The node side (cmd/capn-node/kube) registers a control plane's join
 // material and Nodes with it. Services reach workload clusters through a
 // ClusterCache (one client per cluster, one backoff): the bootstrapper
 // registers every joining machine's bootstrap-token Secret, the
-// health-watcher reads and deletes Nodes.
+// health-watcher reads and deletes Nodes, the addon-manager applies
+// add-ons.
 package kubeapi
 
 import (
@@ -22,6 +24,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -35,6 +38,8 @@ type Client struct {
 	HTTP   *http.Client
 	// Token, when set, is sent as a bearer token (a bootstrap token).
 	Token string
+
+	disc atomic.Pointer[discovery] // what ResourceFor read (apply.go)
 }
 
 // NewClient trusts caPEM for server and authenticates with the client

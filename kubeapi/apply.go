@@ -139,15 +139,16 @@ type ApplyOptions struct {
 // when it has none) with server-side apply as field manager capn: PATCH
 // with application/apply-patch+yaml (JSON is YAML) to the object's path,
 // which creates it or merges the fields it names, and owns them. The
-// result is the object as stored (out, when not nil).
-func (c *Client) ServerSideApply(ctx context.Context, obj map[string]any, opts ApplyOptions, out any) error {
+// result is the object as stored (out, when not nil); created says the
+// apply created it (201: it did not exist).
+func (c *Client) ServerSideApply(ctx context.Context, obj map[string]any, opts ApplyOptions, out any) (created bool, err error) {
 	apiVersion, kind, namespace, name := identity(obj)
 	if apiVersion == "" || kind == "" || name == "" {
-		return fmt.Errorf("server-side apply: the object needs apiVersion, kind and metadata.name")
+		return false, fmt.Errorf("server-side apply: the object needs apiVersion, kind and metadata.name")
 	}
 	r, err := c.ResourceFor(ctx, apiVersion, kind)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if r.Namespaced && namespace == "" {
 		namespace = "default"
@@ -158,10 +159,11 @@ func (c *Client) ServerSideApply(ctx context.Context, obj map[string]any, opts A
 		q.Set("force", "true")
 	}
 	p := r.ObjectPath(namespace, name) + "?" + q.Encode()
-	if err := c.Do(ctx, http.MethodPatch, p, MediaApplyPatch, obj, out); err != nil {
-		return fmt.Errorf("apply %s %s: %w", kind, objectName(r, namespace, name), err)
+	code, err := c.do(ctx, http.MethodPatch, p, MediaApplyPatch, obj, out)
+	if err != nil {
+		return false, fmt.Errorf("apply %s %s: %w", kind, objectName(r, namespace, name), err)
 	}
-	return nil
+	return code == http.StatusCreated, nil
 }
 
 // DeleteObject deletes the object of apiVersion and kind named name (in

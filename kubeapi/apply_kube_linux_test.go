@@ -58,9 +58,12 @@ func TestServerSideApplyAgainstKubeAPIServer(t *testing.T) {
 			"template": map[string]any{"metadata": map[string]any{"labels": map[string]any{"app": "web"}},
 				"spec": map[string]any{"containers": []any{map[string]any{"name": "web", "image": "registry.k8s.io/pause:3.10"}}}}}}
 	for _, o := range []map[string]any{ns, cm("1450"), deploy} {
-		if err := c.ServerSideApply(ctx, o, kubeapi.ApplyOptions{Force: true}, nil); err != nil {
-			t.Fatal(err)
+		if created, err := c.ServerSideApply(ctx, o, kubeapi.ApplyOptions{Force: true}, nil); err != nil || !created {
+			t.Fatalf("first apply: created %v, %v", created, err)
 		}
+	}
+	if created, err := c.ServerSideApply(ctx, cm("1450"), kubeapi.ApplyOptions{Force: true}, nil); err != nil || created {
+		t.Fatalf("apply again: created %v, %v", created, err)
 	}
 	var got applied
 	if err := c.GetObject(ctx, "v1", "ConfigMap", "addons", "settings", &got); err != nil {
@@ -81,29 +84,30 @@ func TestServerSideApplyAgainstKubeAPIServer(t *testing.T) {
 		map[string]any{"data": map[string]any{"mtu": "9000"}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	err := c.ServerSideApply(ctx, cm("1450"), kubeapi.ApplyOptions{}, nil)
+	_, err := c.ServerSideApply(ctx, cm("1450"), kubeapi.ApplyOptions{}, nil)
 	if !kubeapi.IsStatus(err, http.StatusConflict) {
 		t.Fatalf("apply over another manager's field without force: %v, want 409", err)
 	}
-	if err := c.ServerSideApply(ctx, cm("1450"), kubeapi.ApplyOptions{Force: true}, &got); err != nil || got.Data["mtu"] != "1450" {
+	if _, err := c.ServerSideApply(ctx, cm("1450"), kubeapi.ApplyOptions{Force: true}, &got); err != nil || got.Data["mtu"] != "1450" {
 		t.Fatalf("forced apply: %+v, %v", got, err)
 	}
 
 	// A kind that is not served yet, then served once its CRD is
 	// established: discovery is read again on a miss.
 	widget := map[string]any{"apiVersion": "example.com/v1", "kind": "Widget", "metadata": map[string]any{"name": "w1", "namespace": "addons"}, "spec": map[string]any{"size": 3}}
-	if err := c.ServerSideApply(ctx, widget, kubeapi.ApplyOptions{Force: true}, nil); !errors.Is(err, kubeapi.ErrNoKind) {
+	if _, err := c.ServerSideApply(ctx, widget, kubeapi.ApplyOptions{Force: true}, nil); !errors.Is(err, kubeapi.ErrNoKind) {
 		t.Fatalf("a kind not served: %v, want ErrNoKind", err)
 	}
 	crd := map[string]any{"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": map[string]any{"name": "widgets.example.com"},
 		"spec": map[string]any{"group": "example.com", "scope": "Namespaced",
 			"names":    map[string]any{"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
 			"versions": []any{map[string]any{"name": "v1", "served": true, "storage": true, "schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}}
-	if err := c.ServerSideApply(ctx, crd, kubeapi.ApplyOptions{Force: true}, nil); err != nil {
+	if _, err := c.ServerSideApply(ctx, crd, kubeapi.ApplyOptions{Force: true}, nil); err != nil {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 30*time.Second, "the CRD's kind served", func() bool {
-		return c.ServerSideApply(ctx, widget, kubeapi.ApplyOptions{Force: true}, nil) == nil
+		_, err := c.ServerSideApply(ctx, widget, kubeapi.ApplyOptions{Force: true}, nil)
+		return err == nil
 	})
 
 	for _, o := range []struct{ apiVersion, kind, ns, name string }{{"v1", "ConfigMap", "addons", "settings"}, {"apps/v1", "Deployment", "", "web"}, {"example.com/v1", "Widget", "addons", "w1"}} {

@@ -615,8 +615,10 @@ type ClusterAddonStatus struct {
 	Mode     string `protobuf:"bytes,11,opt,name=mode,proto3" json:"mode,omitempty"`
 	Order    int32  `protobuf:"varint,12,opt,name=order,proto3" json:"order,omitempty"`
 	OnRemove string `protobuf:"bytes,13,opt,name=on_remove,json=onRemove,proto3" json:"on_remove,omitempty"`
-	// attempts counts failed applies since the last success (the backoff).
-	Attempts      int32 `protobuf:"varint,14,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// attempts counts failed applies since the last success; last_attempt
+	// is when the last apply started (the backoff counts from it).
+	Attempts      int32                  `protobuf:"varint,14,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	LastAttempt   *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=last_attempt,json=lastAttempt,proto3" json:"last_attempt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -749,6 +751,102 @@ func (x *ClusterAddonStatus) GetAttempts() int32 {
 	return 0
 }
 
+func (x *ClusterAddonStatus) GetLastAttempt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastAttempt
+	}
+	return nil
+}
+
+// AddonEvent is a fact about one set on one cluster
+// (capn.evt.addon.<what>.<cluster>.<set>: applied, failed, removed),
+// for the cluster's timeline.
+type AddonEvent struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Cluster  string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	AddonSet string                 `protobuf:"bytes,2,opt,name=addon_set,json=addonSet,proto3" json:"addon_set,omitempty"`
+	// reason is CamelCase (Applied, ApplyFailed, Removed); message says what
+	// happened, with numbers.
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	Generation    int64  `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
+	Objects       int32  `protobuf:"varint,6,opt,name=objects,proto3" json:"objects,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddonEvent) Reset() {
+	*x = AddonEvent{}
+	mi := &file_capn_v1alpha1_addons_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddonEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddonEvent) ProtoMessage() {}
+
+func (x *AddonEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_capn_v1alpha1_addons_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddonEvent.ProtoReflect.Descriptor instead.
+func (*AddonEvent) Descriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_addons_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *AddonEvent) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *AddonEvent) GetAddonSet() string {
+	if x != nil {
+		return x.AddonSet
+	}
+	return ""
+}
+
+func (x *AddonEvent) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *AddonEvent) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *AddonEvent) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *AddonEvent) GetObjects() int32 {
+	if x != nil {
+		return x.Objects
+	}
+	return 0
+}
+
 // AddonsSpec is a cluster's add-on settings.
 type AddonsSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -761,7 +859,7 @@ type AddonsSpec struct {
 
 func (x *AddonsSpec) Reset() {
 	*x = AddonsSpec{}
-	mi := &file_capn_v1alpha1_addons_proto_msgTypes[9]
+	mi := &file_capn_v1alpha1_addons_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -773,7 +871,7 @@ func (x *AddonsSpec) String() string {
 func (*AddonsSpec) ProtoMessage() {}
 
 func (x *AddonsSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_addons_proto_msgTypes[9]
+	mi := &file_capn_v1alpha1_addons_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -786,7 +884,7 @@ func (x *AddonsSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddonsSpec.ProtoReflect.Descriptor instead.
 func (*AddonsSpec) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_addons_proto_rawDescGZIP(), []int{9}
+	return file_capn_v1alpha1_addons_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AddonsSpec) GetDisableDefaults() bool {
@@ -842,7 +940,7 @@ const file_capn_v1alpha1_addons_proto_rawDesc = "" +
 	"apiVersion\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1c\n" +
 	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12\x12\n" +
-	"\x04name\x18\x04 \x01(\tR\x04name\"\x83\x04\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\"\xc2\x04\n" +
 	"\x12ClusterAddonStatus\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1b\n" +
 	"\taddon_set\x18\x02 \x01(\tR\baddonSet\x12\x17\n" +
@@ -861,7 +959,18 @@ const file_capn_v1alpha1_addons_proto_rawDesc = "" +
 	"\x04mode\x18\v \x01(\tR\x04mode\x12\x14\n" +
 	"\x05order\x18\f \x01(\x05R\x05order\x12\x1b\n" +
 	"\ton_remove\x18\r \x01(\tR\bonRemove\x12\x1a\n" +
-	"\battempts\x18\x0e \x01(\x05R\battempts\"7\n" +
+	"\battempts\x18\x0e \x01(\x05R\battempts\x12=\n" +
+	"\flast_attempt\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\vlastAttempt\"\xaf\x01\n" +
+	"\n" +
+	"AddonEvent\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1b\n" +
+	"\taddon_set\x18\x02 \x01(\tR\baddonSet\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x05 \x01(\x03R\n" +
+	"generation\x12\x18\n" +
+	"\aobjects\x18\x06 \x01(\x05R\aobjects\"7\n" +
 	"\n" +
 	"AddonsSpec\x12)\n" +
 	"\x10disable_defaults\x18\x01 \x01(\bR\x0fdisableDefaultsB=Z;github.com/capn-dev/capn/schemas/capn/v1alpha1;capnv1alpha1b\x06proto3"
@@ -878,7 +987,7 @@ func file_capn_v1alpha1_addons_proto_rawDescGZIP() []byte {
 	return file_capn_v1alpha1_addons_proto_rawDescData
 }
 
-var file_capn_v1alpha1_addons_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_capn_v1alpha1_addons_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_capn_v1alpha1_addons_proto_goTypes = []any{
 	(*AddonSet)(nil),                 // 0: capn.v1alpha1.AddonSet
 	(*AddonSetSpec)(nil),             // 1: capn.v1alpha1.AddonSetSpec
@@ -889,32 +998,34 @@ var file_capn_v1alpha1_addons_proto_goTypes = []any{
 	(*AddonSetStatus)(nil),           // 6: capn.v1alpha1.AddonSetStatus
 	(*AddonObject)(nil),              // 7: capn.v1alpha1.AddonObject
 	(*ClusterAddonStatus)(nil),       // 8: capn.v1alpha1.ClusterAddonStatus
-	(*AddonsSpec)(nil),               // 9: capn.v1alpha1.AddonsSpec
-	nil,                              // 10: capn.v1alpha1.LabelSelector.MatchLabelsEntry
-	(*ObjectMeta)(nil),               // 11: capn.v1alpha1.ObjectMeta
-	(*durationpb.Duration)(nil),      // 12: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 13: google.protobuf.Timestamp
-	(*Condition)(nil),                // 14: capn.v1alpha1.Condition
+	(*AddonEvent)(nil),               // 9: capn.v1alpha1.AddonEvent
+	(*AddonsSpec)(nil),               // 10: capn.v1alpha1.AddonsSpec
+	nil,                              // 11: capn.v1alpha1.LabelSelector.MatchLabelsEntry
+	(*ObjectMeta)(nil),               // 12: capn.v1alpha1.ObjectMeta
+	(*durationpb.Duration)(nil),      // 13: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 14: google.protobuf.Timestamp
+	(*Condition)(nil),                // 15: capn.v1alpha1.Condition
 }
 var file_capn_v1alpha1_addons_proto_depIdxs = []int32{
-	11, // 0: capn.v1alpha1.AddonSet.metadata:type_name -> capn.v1alpha1.ObjectMeta
+	12, // 0: capn.v1alpha1.AddonSet.metadata:type_name -> capn.v1alpha1.ObjectMeta
 	1,  // 1: capn.v1alpha1.AddonSet.spec:type_name -> capn.v1alpha1.AddonSetSpec
 	6,  // 2: capn.v1alpha1.AddonSet.status:type_name -> capn.v1alpha1.AddonSetStatus
 	2,  // 3: capn.v1alpha1.AddonSetSpec.cluster_selector:type_name -> capn.v1alpha1.LabelSelector
 	4,  // 4: capn.v1alpha1.AddonSetSpec.manifests:type_name -> capn.v1alpha1.AddonManifest
-	12, // 5: capn.v1alpha1.AddonSetSpec.reconcile_interval:type_name -> google.protobuf.Duration
-	10, // 6: capn.v1alpha1.LabelSelector.match_labels:type_name -> capn.v1alpha1.LabelSelector.MatchLabelsEntry
+	13, // 5: capn.v1alpha1.AddonSetSpec.reconcile_interval:type_name -> google.protobuf.Duration
+	11, // 6: capn.v1alpha1.LabelSelector.match_labels:type_name -> capn.v1alpha1.LabelSelector.MatchLabelsEntry
 	3,  // 7: capn.v1alpha1.LabelSelector.match_expressions:type_name -> capn.v1alpha1.LabelSelectorRequirement
-	13, // 8: capn.v1alpha1.AddonSecret.updated:type_name -> google.protobuf.Timestamp
+	14, // 8: capn.v1alpha1.AddonSecret.updated:type_name -> google.protobuf.Timestamp
 	8,  // 9: capn.v1alpha1.AddonSetStatus.clusters:type_name -> capn.v1alpha1.ClusterAddonStatus
 	7,  // 10: capn.v1alpha1.ClusterAddonStatus.objects:type_name -> capn.v1alpha1.AddonObject
-	13, // 11: capn.v1alpha1.ClusterAddonStatus.last_applied:type_name -> google.protobuf.Timestamp
-	14, // 12: capn.v1alpha1.ClusterAddonStatus.conditions:type_name -> capn.v1alpha1.Condition
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	14, // 11: capn.v1alpha1.ClusterAddonStatus.last_applied:type_name -> google.protobuf.Timestamp
+	15, // 12: capn.v1alpha1.ClusterAddonStatus.conditions:type_name -> capn.v1alpha1.Condition
+	14, // 13: capn.v1alpha1.ClusterAddonStatus.last_attempt:type_name -> google.protobuf.Timestamp
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_capn_v1alpha1_addons_proto_init() }
@@ -929,7 +1040,7 @@ func file_capn_v1alpha1_addons_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_capn_v1alpha1_addons_proto_rawDesc), len(file_capn_v1alpha1_addons_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

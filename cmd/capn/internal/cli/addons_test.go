@@ -97,6 +97,36 @@ func TestAddonSetsOnCapnDev(t *testing.T) {
 		t.Errorf("get a deleted set: %d %s", code, stderr)
 	}
 
+	// A Cluster API ClusterResourceSet, imported and applied.
+	crs := a.file("crs.yaml", `apiVersion: addons.cluster.x-k8s.io/v1beta1
+kind: ClusterResourceSet
+metadata: {name: calico, namespace: default}
+spec:
+  clusterSelector: {matchLabels: {cni: calico}}
+  strategy: Reconcile
+  resources: [{kind: ConfigMap, name: calico-addon}]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: calico-addon, namespace: default}
+data:
+  calico.yaml: |
+    apiVersion: v1
+    kind: Namespace
+    metadata: {name: calico-system}
+`)
+	code, stdout, stderr = a.run("", "import", "-f", crs)
+	if code != 0 || !strings.Contains(stdout, "kind: AddonSet") {
+		t.Fatalf("import of a ClusterResourceSet: %d\n%s%s", code, stdout, stderr)
+	}
+	code, out, stderr := a.run(stdout, "apply", "-f", "-")
+	a.want("apply the imported set", code, out, stderr, 0, "addonset/calico created\n", "")
+	set, err := c.AddonSet(t.Context(), "calico")
+	if err != nil || set.GetSpec().GetMode() != "Reconcile" || set.GetSpec().GetClusterSelector().GetMatchLabels()["cni"] != "calico" ||
+		len(set.GetSpec().GetManifests()) != 1 || set.GetSpec().GetManifests()[0].GetName() != "calico-addon-calico-yaml" {
+		t.Errorf("the imported set as stored: %v, %v", set, err)
+	}
+
 	// Add-on secrets: sealed, the content never printed.
 	code, stdout, stderr = a.run("apiVersion: v1\nkind: Secret\nmetadata: {name: s, namespace: kube-system}\nstringData: {token: x}\n",
 		"addon-secret", "set", "creds", "-f", "-")

@@ -148,7 +148,7 @@ func (c *Client) ServerSideApply(ctx context.Context, obj map[string]any, opts A
 	}
 	r, err := c.ResourceFor(ctx, apiVersion, kind)
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("apply %s %s: %w", kind, name, err)
 	}
 	if r.Namespaced && namespace == "" {
 		namespace = "default"

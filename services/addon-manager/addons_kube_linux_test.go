@@ -223,9 +223,13 @@ func cniSet(mtu string, withDeployment bool) *capnv1.AddonSet {
 }
 
 func configMapSet(name, mode, onRemove string, order int32, sel map[string]string, value string) *capnv1.AddonSet {
-	return &capnv1.AddonSet{Metadata: &capnv1.ObjectMeta{Name: name}, Spec: &capnv1.AddonSetSpec{
+	s := &capnv1.AddonSet{Metadata: &capnv1.ObjectMeta{Name: name}, Spec: &capnv1.AddonSetSpec{
 		ClusterSelector: &capnv1.LabelSelector{MatchLabels: sel}, Mode: mode, OnRemove: onRemove, Order: order,
 		Manifests: []*capnv1.AddonManifest{{Yaml: "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: " + name + "\n  namespace: default\ndata:\n  v: \"" + value + "\"\n"}}}}
+	if mode == manifest.AddonReconcile {
+		s.Spec.ReconcileInterval = durationpb.New(5 * time.Second)
+	}
+	return s
 }
 
 // The proof of issue 25's add-ons against a real kube-apiserver: a

@@ -21,8 +21,13 @@ import (
 
 // moreAfter is the RequeueAfter of a reconcile that applied a set: at
 // once, so that the sets of the next order go next (from the records it
-// just wrote).
-const moreAfter = time.Millisecond
+// just wrote); cacheBehindWait how soon a reconcile held back by a cache
+// that has not seen this replica's last write is tried again (the cache
+// is normally milliseconds behind).
+const (
+	moreAfter       = time.Millisecond
+	cacheBehindWait = 20 * time.Millisecond
+)
 
 var (
 	newCluster       = store.New[capnv1.Cluster]()
@@ -38,6 +43,9 @@ var (
 // with the pure Plan, and carries out the steps in order — each record
 // write a compare-and-set on the revision read.
 func (s *Service) reconcile(ctx context.Context, cluster string) (reconcile.Result, error) {
+	if w, ok := s.written.Load(cluster); ok && s.observed.Revision() < w.(uint64) {
+		return reconcile.Result{RequeueAfter: cacheBehindWait}, nil // plan once the cache has our last write
+	}
 	log := zerolog.Ctx(ctx).With().Str("cluster", cluster).Logger()
 	ctx = log.WithContext(ctx)
 	in, revs, contents, err := s.input(ctx, cluster)
@@ -170,10 +178,35 @@ func (s *Service) readSecret(name string) (string, bool, error) {
 // rev.
 func (s *Service) write(ctx context.Context, key string, rec *capnv1.ClusterAddonStatus, rev uint64) error {
 	var err error
+	var newRev uint64
 	if rev == 0 {
-		_, err = s.records.Create(ctx, key, rec)
+		newRev, err = s.records.Create(ctx, key, rec)
 	} else {
-		_, err = s.records.Update(ctx, key, rec, rev)
+		newRev, err = s.records.Update(ctx, key, rec, rev)
+	}
+	if err == nil {
+		s.wrote(rec.GetCluster(), newRev)
+	}
+	return err
+}
+
+// wrote notes a record write of cluster at rev (see Service.written).
+func (s *Service) wrote(cluster string, rev uint64) {
+	if cluster != "" {
+		s.written.Store(cluster, rev)
+	}
+}
+
+// deleteRecord deletes a record at rev (gone already is done).
+func (s *Service) deleteRecord(ctx context.Context, cluster, set string, rev uint64) error {
+	err := s.records.Delete(ctx, keys.Addon(cluster, set), rev)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err == nil {
+		// A delete's revision is not returned: wait for the cache to pass
+		// the revision read, at least.
+		s.wrote(cluster, rev+1)
 	}
 	return err
 }
@@ -181,11 +214,11 @@ func (s *Service) write(ctx context.Context, key string, rec *capnv1.ClusterAddo
 // forget deletes a record (compare-and-set). While the cluster is there,
 // the set left its objects: the timeline says so.
 func (s *Service) forget(ctx context.Context, log *zerolog.Logger, cluster string, st Step, rev uint64, clusterExists bool) error {
-	if err := s.records.Delete(ctx, keys.Addon(cluster, st.Set), rev); err != nil && !errors.Is(err, store.ErrNotFound) {
+	if err := s.deleteRecord(ctx, cluster, st.Set, rev); err != nil {
 		return err
 	}
 	if clusterExists && len(st.Record.GetObjects()) > 0 {
-		msg := fmt.Sprintf("set %s no longer selects the cluster; its %d objects are left in place (onRemove %s)", st.Set, len(st.Record.GetObjects()), manifest.AddonRemoveLeave)
+		msg := fmt.Sprintf("set %s no longer selects the cluster; its %s left in place (onRemove %s)", st.Set, objects(len(st.Record.GetObjects()), "is", "are"), manifest.AddonRemoveLeave)
 		log.Info().Str("addon_set", st.Set).Int("objects", len(st.Record.GetObjects())).Msg(msg)
 		s.event(ctx, cluster, st.Set, "left", st.Record.GetSetUid(), &capnv1.AddonEvent{Reason: "Left", Message: msg, Objects: int32(len(st.Record.GetObjects()))})
 	}
@@ -219,10 +252,10 @@ func (s *Service) remove(ctx context.Context, log *zerolog.Logger, c *kubeapi.Cl
 		log.Warn().Err(err).Str("addon_set", st.Set).Int32("attempt", rec.GetAttempts()).Msg("deleting an add-on set's objects failed; retrying after a backoff")
 		return s.write(ctx, key, rec, rev)
 	}
-	if err := s.records.Delete(ctx, key, rev); err != nil && !errors.Is(err, store.ErrNotFound) {
+	if err := s.deleteRecord(ctx, cluster, st.Set, rev); err != nil {
 		return err
 	}
-	msg := fmt.Sprintf("set %s no longer selects the cluster: its %d objects were deleted (%d still there)", st.Set, len(objs), deleted)
+	msg := fmt.Sprintf("set %s no longer selects the cluster: its %s deleted (%d still existed)", st.Set, objects(len(objs), "was", "were"), deleted)
 	log.Info().Str("addon_set", st.Set).Int("deleted", deleted).Msg(msg)
 	s.event(ctx, cluster, st.Set, "removed", st.Record.GetSetUid(), &capnv1.AddonEvent{Reason: "Removed", Message: msg, Objects: int32(len(objs))})
 	return nil
@@ -285,17 +318,28 @@ func (s *Service) apply(ctx context.Context, log *zerolog.Logger, c *kubeapi.Cli
 	gen := set.GetMetadata().GetGeneration()
 	switch {
 	case prev == nil || prev.GetAppliedHash() != cont.hash || prev.GetAppliedGeneration() != gen || prev.GetAttempts() > 0:
-		msg := fmt.Sprintf("set %s applied: %d objects (generation %d)", st.Set, len(objs), gen)
+		msg := fmt.Sprintf("set %s applied: %s (generation %d)", st.Set, strings.TrimSuffix(objects(len(objs), "", ""), " "), gen)
 		s.event(ctx, cluster, st.Set, "applied", fmt.Sprintf("%s.%d.%s", set.GetMetadata().GetUid(), gen, cont.hash),
 			&capnv1.AddonEvent{Reason: ReasonApplied, Message: msg, Generation: gen, Objects: int32(len(objs))})
 	case created > 0:
 		s.metrics.recreate(created)
 		msg := fmt.Sprintf("set %s applied again: %d of its %d objects were missing and were created again", st.Set, created, len(objs))
+		if created == 1 {
+			msg = fmt.Sprintf("set %s applied again: 1 of its %d objects was missing and was created again", st.Set, len(objs))
+		}
 		log.Info().Str("addon_set", st.Set).Int("recreated", created).Msg(msg)
 		s.event(ctx, cluster, st.Set, "restored", fmt.Sprintf("%s.%d", set.GetMetadata().GetUid(), now.UnixNano()),
 			&capnv1.AddonEvent{Reason: "Restored", Message: msg, Generation: gen, Objects: int32(created)})
 	}
 	return true, nil
+}
+
+// objects is "1 object was", "3 objects were" (verbs singular, plural).
+func objects(n int, one, many string) string {
+	if n == 1 {
+		return "1 object " + one
+	}
+	return fmt.Sprintf("%d objects %s", n, many)
 }
 
 // event publishes a fact about one set on one cluster:

@@ -108,6 +108,11 @@ type Service struct {
 
 	mu   sync.Mutex
 	real map[string]bool // providers announcing real-kubernetes
+	// written is, per cluster, the observed revision of this replica's
+	// last record write: a reconcile waits until the cache has it, so
+	// that it never plans from a record older than its own last write
+	// (which would apply a set again and lose the compare-and-set).
+	written sync.Map // cluster → uint64
 }
 
 var (

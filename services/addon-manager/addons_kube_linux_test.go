@@ -290,8 +290,10 @@ func TestAddonSetsAgainstKubeAPIServer(t *testing.T) {
 	})
 	back := time.Since(deleted)
 	t.Logf("the deleted ConfigMap came back after %s (reconcile interval 5s)", back.Round(10*time.Millisecond))
-	if back > 6*time.Second {
-		t.Errorf("the ConfigMap took %s to come back: more than the reconcile interval", back)
+	// The interval counts from the last apply, before the deletion; the
+	// slack is for the apply itself on a loaded machine.
+	if back > 5*time.Second+2500*time.Millisecond {
+		t.Errorf("the ConfigMap took %s to come back: more than the 5s reconcile interval (and 2.5s of slack)", back)
 	}
 	// kept (Reconcile, 5s) is applied again after the deletion too: by
 	// then the ApplyOnce set had every chance.

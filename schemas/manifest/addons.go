@@ -90,6 +90,13 @@ func DecodeAddonSet(data []byte) (*capnv1.AddonSet, error) {
 	s := &capnv1.AddonSet{}
 	f := &filler{}
 	f.message(top, s.ProtoReflect(), "")
+	// Values that were not strings (apiVersion: 1) are checked as filled.
+	if s.ApiVersion != "" && s.ApiVersion != APIVersion {
+		f.errs.add("apiVersion", s.ApiVersion, "unsupported: must be %s", APIVersion)
+	}
+	if s.Kind != "" && s.Kind != KindAddonSet {
+		f.errs.add("kind", s.Kind, "unsupported: must be %s", KindAddonSet)
+	}
 	if len(f.errs) > 0 {
 		return nil, errors.Join(f.errs...)
 	}

@@ -176,6 +176,11 @@ type Input struct {
 	// not checked and no ProvidersReady condition is written (tests of the
 	// other rules); the service always passes a map.
 	Providers map[string]*capnv1.ProviderAnnouncement
+	// Addons are the add-on sets that select the cluster with the
+	// addon-manager's records of them: the AddonsApplied condition, and
+	// Ready held False while a blocking set is not applied. None: no
+	// AddonsApplied condition.
+	Addons []Addon
 	// Status is the status last written (may be nil): it keeps conditions'
 	// transition times and control_plane_initialized across plans.
 	Status *capnv1.ClusterStatus

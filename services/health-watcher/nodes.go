@@ -51,6 +51,11 @@ type WorkloadMachine struct {
 	// Drain: deleting, and the machine-manager asks for its Node to be
 	// drained now (DrainingSucceeded False, reason Draining).
 	Drain bool
+	// Drained: deleting, and this deletion drained its Node (the status
+	// has a drain start time): the Node is deleted as soon as it is
+	// released, however young (the grace is for Nodes that may not be
+	// the machine's: an orphan's, a previous incarnation's).
+	Drained bool
 }
 
 // NodeDeletion is a Node to delete from the workload cluster, and why.
@@ -95,7 +100,8 @@ type NodePlan struct {
 //     record of a machine not in the caches yet);
 //   - no Node younger than grace is deleted (by its creationTimestamp): a
 //     Node that registers before its machine's record lands, or before
-//     this replica's caches show it, is never taken for an orphan.
+//     this replica's caches show it, is never taken for an orphan; only
+//     the Node a deletion drained (Drained) goes at once.
 //
 // Two Nodes claiming one machine: the older is its Node; neither is
 // deleted. The result is sorted (deletions by Node name).
@@ -122,7 +128,7 @@ func PlanNodes(nodes []WorkloadNode, machines []WorkloadMachine, live map[string
 		case ok && m.Deleting && m.HoldNode:
 			plan.Found = append(plan.Found, NodeDeletion{Node: n, Machine: m.Name})
 		case ok && m.Deleting:
-			if old {
+			if old || m.Drained {
 				plan.Delete = append(plan.Delete, NodeDeletion{Node: n, Machine: m.Name})
 			}
 		case ok:

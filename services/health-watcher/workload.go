@@ -316,6 +316,7 @@ func (s *Service) workloadMachines(cluster string, cl *capnv1.Cluster) ([]Worklo
 			Deleting: m.GetMetadata().GetDeletionTimestamp() != nil || st.GetPhaseValue() == capnv1.MachineDeleting || st.GetPhaseValue() == capnv1.MachineDeleted}
 		if wm.Deleting {
 			wm.HoldNode, wm.Drain = NodeDeletionHold(m, st)
+			wm.Drained = m.GetMetadata().GetDeletionTimestamp() != nil && st.GetPhaseValue() == capnv1.MachineDeleting && st.GetDrainStartTime() != nil
 		}
 		if p := m.GetSpec().GetProvider(); p != "" && !wm.Deleting {
 			// The provider's record may name the machine's providerID before

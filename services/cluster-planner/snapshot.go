@@ -65,6 +65,7 @@ func (s *Service) snapshot(ctx context.Context, name string) (in plan.Input, rev
 	if in.Providers, err = s.readProviders(ctx, st.Cluster); err != nil {
 		return plan.Input{}, nil, false, err
 	}
+	in.Addons = s.addons(name, st.Cluster)
 	return in, revs, true, nil
 }
 
@@ -86,3 +87,23 @@ func (s *Service) autoscalerActions(name string, c *capnv1.Cluster) map[string]*
 	}
 	return out
 }
+
+// addons are the add-on sets that select the cluster, each with the
+// addon-manager's record of it on this cluster (nil before it has one).
+func (s *Service) addons(name string, c *capnv1.Cluster) []plan.Addon {
+	var out []plan.Addon
+	for _, e := range s.desired.List(keys.AddonSetPrefix) {
+		set, err := store.Decode(e.Value, newAddonSet)
+		if err != nil || !manifest.AddonSetSelects(set, c) {
+			continue
+		}
+		rec, _, _ := store.Lookup(s.observed, keys.Addon(name, set.GetMetadata().GetName()), newAddonRecord)
+		out = append(out, plan.Addon{Set: set, Record: rec})
+	}
+	return out
+}
+
+var (
+	newAddonSet    = store.New[capnv1.AddonSet]()
+	newAddonRecord = store.New[capnv1.ClusterAddonStatus]()
+)

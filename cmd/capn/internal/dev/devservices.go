@@ -13,6 +13,7 @@ import (
 	"github.com/capn-dev/capn/gateway/api"
 	"github.com/capn-dev/capn/secrets/autoscalertls"
 	"github.com/capn-dev/capn/secrets/seal"
+	"github.com/capn-dev/capn/services/addon-manager"
 	autoscalerprovider "github.com/capn-dev/capn/services/autoscaler-provider"
 	"github.com/capn-dev/capn/services/bootstrapper"
 	"github.com/capn-dev/capn/services/cluster-planner"
@@ -50,6 +51,7 @@ func devServices(cfg Config, gw devGateway, auth *devAuth, providers []daemon.Se
 		bootstrapper.New(bootstrapper.Config{Keyring: ring, CalloutIssuerSeedFile: auth.issuerSeedPath()}),
 		healthwatcher.New(healthwatcher.Config{Keyring: ring}), // opens kubeconfigs to read real-kubernetes clusters' Nodes
 		remediator.New(remediator.Config{}),
+		addonmanager.New(addonmanager.Config{Keyring: ring}), // opens kubeconfigs and add-on secrets
 	}
 	as, err := devAutoscaler(cfg)
 	if err != nil {

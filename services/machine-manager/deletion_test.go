@@ -55,7 +55,9 @@ func nodeDeleted(n *capnv1.NodeHealth) { n.NodeDeleted = true }
 // and no read matched this machine's Node yet.
 func unmatched(n *capnv1.NodeHealth) { n.NodeExpected, n.NodeUid, n.NodeName = true, "", "" }
 
-func infraReady(s *capnv1.MachineStatus) { s.InfrastructureReadyTime = timestamppb.New(t0.Add(-time.Hour)) }
+func infraReady(s *capnv1.MachineStatus) {
+	s.InfrastructureReadyTime = timestamppb.New(t0.Add(-time.Hour))
+}
 
 // deletedAt is a deleting machine whose deletion was requested at at.
 func deletedAt(at time.Time) *capnv1.Machine {

@@ -183,7 +183,7 @@ elif rm -rf "$src" && from_snapshot; then
 elif rm -rf "$src" && log "fetching the commit from $git_url instead" && from_git; then
   source_from="git ($git_url)"
 else
-  log "no source for commit $commit: the module proxy refuses it, the repository has no snapshot of it, and $git_url cannot be fetched."
+  log "no source for commit $commit: the module proxy refuses it, the repository has no usable snapshot of it, and $git_url cannot be fetched."
   log "Give CAPN_AUTOSCALER_GIT a clone or mirror of github.com/kubernetes/autoscaler holding the commit."
   exit 1
 fi

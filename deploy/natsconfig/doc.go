@@ -44,6 +44,9 @@
 //	                 sends machine.remediation events and provider reboots
 //	addon-manager    reads desired, observed and only kubeconfig.> and addonsecret.> of secrets;
 //	                 writes observed addon.>; sends capn.evt.addon.>
+//	autoscaler-provider reads desired, observed; writes desired cluster.> and machine.>
+//	                 (an autoscaled pool's replicas, the delete-machine mark) and
+//	                 observed autoscaler.>; sends capn.evt.autoscaler.>
 //	gateway          reads desired, observed and only kubeconfig.> of secrets; writes desired
 //	                 cluster.>, machine.> and addonset.>, and secrets addonsecret.> (nothing
 //	                 else of secrets); publishes capn.ingest.> and capn.health.>; timelines

@@ -92,6 +92,7 @@ type pool struct {
 	provider     string
 	template     *capnv1.MachineTemplate
 	bootstrap    *capnv1.BootstrapSpec // effective: cluster's, then the pool's
+	os           string                // linux or windows (never empty)
 	labels       map[string]string
 	taints       []*capnv1.Taint
 	hash         string
@@ -108,8 +109,9 @@ type pool struct {
 	next int
 	// hold says why this pool may not create machines now ("" if it may).
 	hold string
-	// blocked is the reason (ReasonProviderNotRunning) this pool may not
-	// change at all now, and blockedMsg says it in words; "" if it may.
+	// blocked is the reason (ReasonProviderNotRunning, or
+	// ReasonProviderLacksOS) this pool may not change at all now, and
+	// blockedMsg says it in words; "" if it may.
 	blocked, blockedMsg string
 	// cannotStop: the cluster hibernates but the pool's provider does not
 	// announce stop-start, so its machines are not marked stopped.

@@ -110,6 +110,7 @@ func (p *planner) controlPlanePool() *pool {
 		provider:     cp.GetProvider(),
 		template:     cp.GetTemplate(),
 		bootstrap:    effectiveBootstrap(s.GetBootstrap(), cp.GetBootstrap()),
+		os:           manifest.OSOf(cp.GetOs()),
 		maxSurge:     int(cp.GetMaxSurge()),
 		order:        manifest.DeletionOrderOldest,
 
@@ -119,7 +120,7 @@ func (p *planner) controlPlanePool() *pool {
 	if pl.maxSurge == 0 && pl.replicas < 3 {
 		pl.maxSurge = 1 // validation refuses this; never risk quorum anyway
 	}
-	pl.hash = TemplateHash(RoleControlPlane, pl.provider, pl.version, pl.template, pl.bootstrap)
+	pl.hash = TemplateHash(RoleControlPlane, pl.provider, pl.version, pl.os, pl.template, pl.bootstrap)
 	return pl
 }
 
@@ -132,6 +133,7 @@ func (p *planner) workerPool(wp *capnv1.WorkerPool) *pool {
 		provider:  wp.GetProvider(),
 		template:  wp.GetTemplate(),
 		bootstrap: effectiveBootstrap(s.GetBootstrap(), wp.GetBootstrap()),
+		os:        manifest.OSOf(wp.GetOs()),
 		labels:    wp.GetLabels(),
 		taints:    wp.GetTaints(),
 		strategy:  wp.GetStrategy().GetType(),
@@ -158,7 +160,7 @@ func (p *planner) workerPool(wp *capnv1.WorkerPool) *pool {
 		}
 		pl.maxSurge, pl.maxUnav = surge, unav
 	}
-	pl.hash = TemplateHash(RoleWorker, pl.provider, pl.version, pl.template, pl.bootstrap)
+	pl.hash = TemplateHash(RoleWorker, pl.provider, pl.version, pl.os, pl.template, pl.bootstrap)
 	return pl
 }
 
@@ -215,6 +217,7 @@ func (p *planner) create(pl *pool, first bool, reason string) {
 			Role:              role,
 			Provider:          pl.provider,
 			Version:           pl.version,
+			Os:                pl.os,
 			Template:          cloneOrNil(pl.template),
 			Labels:            cloneMap(pl.labels),
 			Taints:            cloneTaints(pl.taints),

@@ -66,20 +66,6 @@ func (s *psScanner) peek(k int) byte {
 	return 0
 }
 
-// atLineStart: only blanks between the last line break and i.
-func (s *psScanner) atLineStart(i int) bool {
-	for j := i - 1; j >= 0; j-- {
-		switch s.src[j] {
-		case '\n':
-			return true
-		case ' ', '\t', '\r':
-		default:
-			return false
-		}
-	}
-	return true
-}
-
 // code scans code until the end, or until the ) that closes a $( of a
 // double-quoted string (depth is the stack's size at that $().
 func (s *psScanner) code(depth int) {

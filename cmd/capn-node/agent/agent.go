@@ -131,10 +131,15 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	// The commands run while the agent heartbeats, so that what they do
-	// is seen as it happens.
+	// Commands run while the agent heartbeats, so that what they do is
+	// seen as it happens; without any, the steps are done before the
+	// first heartbeat, which then tells how the node is at once.
 	steps := make(chan (<-chan struct{}), 1)
-	go func() { steps <- a.runSteps(ctx) }()
+	if a.commandsPending() {
+		go func() { steps <- a.runSteps(ctx) }()
+	} else {
+		steps <- a.runSteps(ctx)
+	}
 	a.heartbeats(ctx, events.NewPublisher(js, "capn/node/"+a.cfg.Cluster+"/"+a.cfg.Machine))
 	<-<-steps // every command and child stopped before the agent says it stopped
 	a.log.Info().Msg("node agent stopped")

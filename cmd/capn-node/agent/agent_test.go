@@ -188,8 +188,8 @@ func TestAgentBootstrapsOnceThenHeartbeats(t *testing.T) {
 	dir := t.TempDir()
 	cfg := w.config(dir)
 	a, stop := w.start(cfg)
-	w.waitReady(true) // the first beat may come before the (empty) commands are done
-	hb, id := w.lastBeat()
+	id := w.waitBeatAfter("")
+	hb, _ := w.lastBeat()
 	if !hb.GetReady() || hb.GetKubeletVersion() != "v1.33.2" || hb.GetNodeName() != "w-0" || hb.GetCluster() != "c1" {
 		t.Errorf("heartbeat = %v", hb)
 	}

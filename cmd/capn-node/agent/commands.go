@@ -193,6 +193,22 @@ func (a *Agent) runSteps(ctx context.Context) <-chan struct{} {
 	return kubeDone
 }
 
+// commandsPending reports whether runSteps has commands to run (and so
+// may take a while): none recorded, all done, or a failure recorded mean
+// it returns at once.
+func (a *Agent) commandsPending() bool {
+	if a.cmds.failed() != nil {
+		return false
+	}
+	state := filepath.Join(a.cfg.DataDir, StateDir)
+	var plan commandPlan
+	var st commandState
+	if readJSON(filepath.Join(state, CommandsPlanFile), &plan) != nil || readJSON(filepath.Join(state, CommandsStateFile), &st) != nil {
+		return true // runSteps says what is wrong
+	}
+	return st.Failed == nil && (!st.PreDone && len(plan.Pre) > 0 || !st.PostDone && len(plan.Post) > 0)
+}
+
 // runner runs the commands in the machine's root, with $CAPN_ROOT,
 // $CAPN_CLUSTER and $CAPN_MACHINE set, every output line to the agent's
 // log and CommandsLog.

@@ -26,6 +26,11 @@ const (
 	KindMachine     = "Machine"
 	KindClusterList = "ClusterList"
 	KindMachineList = "MachineList"
+	// Add-ons: sets, their lists, and the per-cluster records of a
+	// cluster (GET /v1/clusters/{name}/addons).
+	KindAddonSet               = "AddonSet"
+	KindAddonSetList           = "AddonSetList"
+	KindClusterAddonStatusList = "ClusterAddonStatusList"
 	// ControlPlanePool names the control plane in a ScaleRequest.
 	ControlPlanePool = "control-plane"
 )
@@ -138,6 +143,17 @@ const (
 	ProblemInternal         = "urn:capn:problem:internal"        // 500
 	ProblemCorruptRecord    = "urn:capn:problem:corrupt-record"  // 500: the stored record does not decode
 )
+
+// AddonSecretInfo is the answer to PUT /v1/addonsecrets/{name}: what was
+// stored, without the content (the API never gives it back).
+type AddonSecretInfo struct {
+	Name string `json:"name"`
+	// Hash is a digest of the content (sha256, 16 hex digits): a Reconcile
+	// set naming the secret is applied again when it changes.
+	Hash    string    `json:"hash"`
+	Objects int       `json:"objects"`
+	Updated time.Time `json:"updated"`
+}
 
 // List is a Kubernetes-style list: {"apiVersion", "kind": "ClusterList" or
 // "MachineList", "items": [...]}. Items are protojson Cluster or Machine

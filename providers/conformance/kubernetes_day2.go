@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -93,10 +92,6 @@ data:
 // (The pool's labels and taints changing in place is the Kubernetes
 // check's step.)
 func (s *suite) kubernetesDay2(t *testing.T, e *Env) {
-	if os.Getenv("CAPN_KUBE_DAY2") != "1" {
-		// Opt-in until it has passed repeatedly here: `make day2`.
-		t.Skip("the day-2 check runs with CAPN_KUBE_DAY2=1 (make day2): about 4 minutes on 2 cores")
-	}
 	begin := time.Now()
 	bins := KubeBins(t, s.f.Kubernetes.Bin)
 	if len(bins) < 2 {

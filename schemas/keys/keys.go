@@ -21,6 +21,7 @@ const (
 	KindPKI         Kind = "pki"         // secrets ClusterPKI: pki.<cluster>
 	KindKubeconfig  Kind = "kubeconfig"  // secrets AdminKubeconfig: kubeconfig.<cluster>
 	KindBootstrap   Kind = "bootstrap"   // secrets BootstrapData: bootstrap.<cluster>.<machine>
+	KindBackup      Kind = "backup"      // observed BackupScheduleStatus: backup.<name> (backup.schedule)
 )
 
 // Prefixes of every key of a kind, for caches and watchers (store.Keep,
@@ -36,6 +37,7 @@ const (
 	PKIPrefix         = string(KindPKI) + "."
 	KubeconfigPrefix  = string(KindKubeconfig) + "."
 	BootstrapPrefix   = string(KindBootstrap) + "."
+	BackupPrefix      = string(KindBackup) + "."
 )
 
 // ClusterObject stands in the object token of a cluster-level key or
@@ -43,8 +45,9 @@ const (
 const ClusterObject = "_"
 
 // Key is a parsed key. Provider is set for infra and provider keys,
-// Cluster for all others and infra, Name for the machine (ClusterObject
-// for a cluster's infrastructure) or the pool.
+// Cluster for all others and infra but backup, Name for the machine
+// (ClusterObject for a cluster's infrastructure), the pool or the backup
+// record.
 type Key struct {
 	Kind     Kind
 	Provider string
@@ -87,6 +90,13 @@ func Kubeconfig(cluster string) string { return join(string(KindKubeconfig), clu
 // Bootstrap is bootstrap.<cluster>.<machine>.
 func Bootstrap(cluster, machine string) string { return join(string(KindBootstrap), cluster, machine) }
 
+// Backup is backup.<name>, a record of the backup service: backup.schedule
+// is the scheduled backups' state. It belongs to no cluster.
+func Backup(name string) string { return join(string(KindBackup), name) }
+
+// BackupSchedule is backup.schedule.
+var BackupSchedule = Backup("schedule")
+
 // MachinesOf is the prefix of a cluster's machine keys: machine.<cluster>.
 func MachinesOf(cluster string) string { return Machine(cluster, "") }
 
@@ -106,6 +116,7 @@ func InfraOf(provider string) string { return join(string(KindInfra), provider, 
 var shapes = map[Kind]int{
 	KindCluster: 1, KindMachine: 2, KindInfra: 3, KindNode: 2, KindRemediation: 2,
 	KindProvider: 1, KindSecrets: 1, KindPKI: 1, KindKubeconfig: 1, KindBootstrap: 2,
+	KindBackup: 1,
 }
 
 // ErrMalformed is wrapped by every error of Parse and ParseSubject.
@@ -124,6 +135,8 @@ func Parse(key string) (Key, error) {
 	switch kind {
 	case KindProvider:
 		k.Provider = toks[1]
+	case KindBackup:
+		k.Name = toks[1]
 	case KindInfra:
 		k.Provider, k.Cluster, k.Name = toks[1], toks[2], toks[3]
 	default:
@@ -140,6 +153,8 @@ func (k Key) String() string {
 	switch k.Kind {
 	case KindProvider:
 		return join(string(k.Kind), k.Provider)
+	case KindBackup:
+		return join(string(k.Kind), k.Name)
 	case KindInfra:
 		return join(string(k.Kind), k.Provider, k.Cluster, k.Name)
 	}
@@ -162,7 +177,8 @@ func (k Key) Machine() bool {
 }
 
 // ClusterOf is the cluster a key belongs to, for watchers that queue
-// clusters: "" for a provider's announcement or a malformed key.
+// clusters: "" for a provider's announcement, a backup record or a
+// malformed key.
 func ClusterOf(key string) string {
 	k, err := Parse(key)
 	if err != nil {

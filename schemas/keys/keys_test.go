@@ -24,9 +24,10 @@ func TestKeys(t *testing.T) {
 		{keys.PKI("c1"), keys.Key{Kind: keys.KindPKI, Cluster: "c1"}},
 		{keys.Kubeconfig("c1"), keys.Key{Kind: keys.KindKubeconfig, Cluster: "c1"}},
 		{keys.Bootstrap("c1", "m1"), keys.Key{Kind: keys.KindBootstrap, Cluster: "c1", Name: "m1"}},
+		{keys.BackupSchedule, keys.Key{Kind: keys.KindBackup, Name: "schedule"}},
 	}
 	wantKeys := []string{"cluster.c1", "machine.c1.m1", "infra.sim.c1.m1", "infra.sim.c1._", "node.c1.m1",
-		"remediation.c1.md-0", "provider.docker", "secrets.c1", "pki.c1", "kubeconfig.c1", "bootstrap.c1.m1"}
+		"remediation.c1.md-0", "provider.docker", "secrets.c1", "pki.c1", "kubeconfig.c1", "bootstrap.c1.m1", "backup.schedule"}
 	for i, tt := range tests {
 		t.Run(tt.key, func(t *testing.T) {
 			if tt.key != wantKeys[i] {
@@ -47,7 +48,7 @@ func TestKeys(t *testing.T) {
 	prefixes := map[string]string{
 		keys.MachinesOf("c1"): "machine.c1.", keys.NodesOf("c1"): "node.c1.", keys.RemediationsOf("c1"): "remediation.c1.",
 		keys.BootstrapsOf("c1"): "bootstrap.c1.", keys.InfraOf("sim"): "infra.sim.", keys.ClusterPrefix: "cluster.",
-		keys.InfraPrefix: "infra.", keys.ProviderPrefix: "provider.",
+		keys.InfraPrefix: "infra.", keys.ProviderPrefix: "provider.", keys.BackupPrefix: "backup.",
 	}
 	for got, want := range prefixes {
 		if got != want {
@@ -60,7 +61,7 @@ func TestParseRefuses(t *testing.T) {
 	for _, key := range []string{
 		"", "cluster", "cluster.", "cluster.c1.extra", "machine.c1", "machine.c1.", "machine..m1",
 		"infra.sim.c1", "infra.sim.c1.m1.x", "node.c1.*", "machine.c1.>", "provider.", "unknown.c1",
-		"Cluster.c1", "pki.c1.ca", "bootstrap.c1", "secrets.c 1",
+		"Cluster.c1", "pki.c1.ca", "bootstrap.c1", "secrets.c 1", "backup.", "backup.a.b",
 	} {
 		if k, err := keys.Parse(key); !errors.Is(err, keys.ErrMalformed) {
 			t.Errorf("Parse(%q) = %+v, %v; want ErrMalformed", key, k, err)
@@ -135,4 +136,17 @@ func FuzzParse(f *testing.F) {
 			t.Errorf("ParseSubject(Drift(%q, %q, %q)) = %+v, %v", c, c, m, s, err)
 		}
 	})
+}
+
+// A backup record belongs to no cluster: a watcher that queues clusters
+// by ClusterOf must not take "schedule" for one.
+func TestClusterOf(t *testing.T) {
+	for key, want := range map[string]string{
+		"cluster.c1": "c1", "machine.c1.m1": "c1", "infra.sim.c1._": "c1",
+		"provider.sim": "", keys.BackupSchedule: "", "bad": "",
+	} {
+		if got := keys.ClusterOf(key); got != want {
+			t.Errorf("ClusterOf(%q) = %q, want %q", key, got, want)
+		}
+	}
 }

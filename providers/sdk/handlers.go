@@ -23,6 +23,10 @@ func (s *server) builtinHandlers() map[string]events.Handler {
 		TypeStopMachine:   events.Typed(s.power),
 		TypeStartMachine:  events.Typed(s.power),
 		TypeRebootMachine: events.Typed(s.power),
+		TypeAdoptMachine:  events.Typed(s.adoptMachine),
+		TypeOrphanMachine: events.Typed(s.orphanMachine),
+		TypeAdoptCluster:  events.Typed(s.adoptCluster),
+		TypeOrphanCluster: events.Typed(s.orphanCluster),
 	}
 }
 

@@ -39,6 +39,17 @@ const (
 	DryRunAll   = "All"
 )
 
+// DELETE /v1/clusters/{name}?propagationPolicy=Orphan deletes the cluster
+// from capn without touching it in the world (Kubernetes' parameter): its
+// machines keep running and its providers only drop their records, for
+// another capn deployment to adopt (capn move). Background (the default)
+// tears it down.
+const (
+	ParamPropagationPolicy = "propagationPolicy"
+	PropagationOrphan      = "Orphan"
+	PropagationBackground  = "Background"
+)
+
 // Media types the API speaks.
 const (
 	MediaJSON        = "application/json"

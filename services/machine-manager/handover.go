@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
@@ -42,8 +44,16 @@ const adoptionRecheck = 30 * time.Second
 // adoption holds or releases a restored machine. It reports true when the
 // machine is held (out is complete: the status with its Adopted
 // condition); false when it may go on (st's adoption cleared, Adopted
-// True).
-func adoption(out *Output, st *capnv1.MachineStatus, in Input) bool {
+// True). On release, the command the machine was waiting on when the
+// backup was read is sent again — it was in the other deployment's
+// streams, which a restore does not bring: the bootstrap request of a
+// machine Bootstrapping, the create of one Provisioning whose provider
+// had not recorded it yet (ids are per machine incarnation, so a provider
+// that did handle the create is asked for what it has). The clock of a
+// phase that times out (Bootstrapping, Provisioning, Provisioned) starts
+// again at the release: the time the backup spent on a shelf is not the
+// machine's.
+func adoption(out *Output, st *capnv1.MachineStatus, in Input, id func(string) string) bool {
 	a := st.GetAdoption()
 	if a == nil {
 		return false
@@ -66,6 +76,17 @@ func adoption(out *Output, st *capnv1.MachineStatus, in Input) bool {
 		}
 		st.Adoption = nil
 		setCondition(st, CondAdopted, capnv1.ConditionTrue, ReasonAdopted, msg, in.Now)
+		switch st.GetPhaseValue() {
+		case capnv1.MachineBootstrapping, capnv1.MachineProvisioning, capnv1.MachineProvisioned:
+			st.PhaseSince = timestamppb.New(in.Now)
+		}
+		switch {
+		case in.Desired.GetMetadata().GetDeletionTimestamp() != nil:
+		case st.GetPhaseValue() == capnv1.MachineBootstrapping && st.GetBootstrapDataChecksum() == "":
+			out.Commands = append(out.Commands, Command{CmdBootstrap, id(CmdBootstrap)})
+		case st.GetPhaseValue() == capnv1.MachineProvisioning && in.Infra == nil:
+			out.Commands = append(out.Commands, Command{CmdCreate, id(CmdCreate)})
+		}
 		return false
 	}
 	out.Status, out.RequeueAfter = st, adoptionRecheck

@@ -41,6 +41,12 @@ func TestAdoptionHoldsARestoredMachine(t *testing.T) {
 		{"adopted: goes on Running", Input{Desired: machine(false), Status: restored("Running", "sim://c1/m1"), Infra: infra("Running")}, false, ReasonAdopted, capnv1.MachineRunning, nil},
 		{"adopt found nothing: the infrastructure is gone", Input{Desired: machine(false), Status: restored("Running", "sim://c1/m1"), Infra: infra("Deleted")}, false, ReasonAdopted, capnv1.MachineFailed, nil},
 		{"no infrastructure was recorded: goes on at once", Input{Desired: machine(false), Status: restored("Bootstrapping", "")}, false, ReasonAdopted, capnv1.MachineProvisioning, []string{CmdCreate}},
+		{"bootstrapping: the bootstrap request is sent again", Input{Desired: machine(false), Status: status("Bootstrapping", func(s *capnv1.MachineStatus) {
+			s.Adoption = &capnv1.Adoption{Source: "backup-1"}
+		})}, false, ReasonAdopted, capnv1.MachineBootstrapping, []string{CmdBootstrap}},
+		{"provisioning, its create never handled: sent again", Input{Desired: machine(false), Status: restored("Provisioning", "")}, false, ReasonAdopted, capnv1.MachineProvisioning, []string{CmdCreate}},
+		{"restored long after the backup: no phase timeout", Input{Desired: machine(false), Status: restored("Provisioning", "sim://c1/m1"), Infra: infra("Creating"), Now: t0.Add(3 * time.Hour)}, false, ReasonAdopted, capnv1.MachineProvisioning, nil},
+		{"provisioning, adopted: nothing sent", Input{Desired: machine(false), Status: restored("Provisioning", "sim://c1/m1"), Infra: infra("Creating")}, false, ReasonAdopted, capnv1.MachineProvisioning, nil},
 		{"a restored deletion goes on once adopted", Input{Desired: machine(true), Status: restored("Deleting", "sim://c1/m1"), Infra: infra("Running")}, false, ReasonAdopted, capnv1.MachineDeleting, []string{CmdDelete}},
 	}
 	for _, tt := range tests {

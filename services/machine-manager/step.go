@@ -102,7 +102,7 @@ func Step(in Input, t Timeouts) (out Output) {
 		}
 	}()
 	// A restored machine waits for what it needs (handover.go).
-	if adoption(&out, st, in) {
+	if adoption(&out, st, in, id) {
 		return out
 	}
 	if in.Desired != nil {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/capn-dev/capn/services/backup"
 	"github.com/capn-dev/capn/services/daemon"
 )
 
@@ -48,6 +49,10 @@ type Config struct {
 	// (those of their version) when their bootstrap data asks (make kube;
 	// "": no Kubernetes runs on them).
 	KubeBin string
+	// BackupEvery and BackupKeep schedule the backup service's backups
+	// (0: none) and bound how many the data dir's object store keeps.
+	BackupEvery time.Duration
+	BackupKeep  int
 	// Extra are services to run after capn dev's own; no flag sets them:
 	// tests add theirs to prove the wiring.
 	Extra []daemon.Service
@@ -67,6 +72,7 @@ func DefaultConfig() Config {
 		GatewayAddr:       "127.0.0.1:8080",
 		WriteClientConfig: true,
 		Providers:         strings.Join(devProviderNames, ","),
+		BackupKeep:        backup.DefaultKeep,
 	}
 }
 
@@ -83,6 +89,8 @@ func (c *Config) Flags() []daemon.Flag {
 		{Name: "providers", Env: "CAPN_PROVIDERS", Usage: "infrastructure `providers` to run, comma-separated: sim always runs; process and docker run when they can (capn dev says why not)", Value: daemon.StringValue(&c.Providers)},
 		{Name: "process-node-binary", Env: "CAPN_PROCESS_NODE_BINARY", Usage: "capn-node `path` the process provider's machines run (default: beside this program, else on PATH)", Value: daemon.StringValue(&c.ProcessNodeBinary)},
 		{Name: "docker-image", Env: "CAPN_DOCKER_IMAGE", Usage: "the docker provider's machine `image`, built locally by 'make images' (default capn-node:latest)", Value: daemon.StringValue(&c.DockerImage)},
+		{Name: "backup-every", Env: "CAPN_BACKUP_EVERY", Usage: "take a scheduled backup of the management plane this `often` into the data dir (0: none; capn backup takes one at any time)", Value: daemon.DurationValue(&c.BackupEvery)},
+		{Name: "backup-keep", Env: "CAPN_BACKUP_KEEP", Usage: "how many backups to keep (the newest)", Value: daemon.IntValue(&c.BackupKeep)},
 		{Name: "kube-bin", Env: "CAPN_KUBE_BIN", Usage: "`dirs` of the Kubernetes binaries, one per version, colon-separated: the process provider's machines run those of their version when their bootstrap data asks ('make kube'; default: none, no Kubernetes)", Value: daemon.StringValue(&c.KubeBin)},
 	}
 }
@@ -112,6 +120,7 @@ func (c Config) Validate() error {
 				Problem: "must be the directory of the Kubernetes binaries, or several separated by ':' ('make kube'; hack/kube.sh --print-path prints the default one, make -s kube-bin all)"})
 		}
 	}
+	errs = append(errs, backup.New(backup.Config{Every: c.BackupEvery, Keep: c.BackupKeep}).Validate())
 	seen := map[string]bool{}
 	for _, p := range c.providerList() {
 		switch {

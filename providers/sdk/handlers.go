@@ -61,7 +61,13 @@ func (s *server) handle(ctx context.Context, m *events.Message) error {
 		return err
 	}
 	defer unlock()
-	return h(ctx, m)
+	err = h(ctx, m)
+	outcome := "done"
+	if err != nil && !events.IsPermanent(err) {
+		outcome = "retry"
+	}
+	s.commands.WithLabelValues(s.name, subj.Entity, subj.Verb, outcome).Inc()
+	return err
 }
 
 // target checks that a command's data names what its subject names.

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capn-dev/capn/internal/testkit"
+	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/providers/sdk"
 	"github.com/capn-dev/capn/providers/sdk/sdktest"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
@@ -49,7 +49,7 @@ func TestAdoptMachine(t *testing.T) {
 	// No drift once adopted: the record is what the provider has (before
 	// the adopt, the machine may have been reported as an orphan).
 	passes := env.Counter(sdk.MetricDriftPasses)
-	testkit.WaitFor(t, 10*time.Second, "two drift passes", func() bool { return env.Counter(sdk.MetricDriftPasses) >= passes+2 })
+	natstest.WaitFor(t, 10*time.Second, "two drift passes", func() bool { return env.Counter(sdk.MetricDriftPasses) >= passes+2 })
 	if d, ok := env.LastDrift("c1", "m1"); ok && d.GetKind() != sdk.DriftOrphan {
 		t.Errorf("drift %s reported for an adopted machine: %s", d.GetKind(), d.GetMessage())
 	}
@@ -75,12 +75,12 @@ func TestOrphanLeavesTheInfrastructure(t *testing.T) {
 	env.Send("fake", sdk.KindCluster, "ensure", "ensure-1", &capnv1.EnsureClusterInfra{Cluster: "c1"})
 	env.Send("fake", sdk.KindMachine, "create", "create-1", create("c1", "m1"))
 	env.WaitState("fake", "c1", "m1", sdk.StateRunning)
-	testkit.WaitFor(t, 10*time.Second, "the cluster record", func() bool { _, ok := env.Cluster("fake", "c1"); return ok })
+	natstest.WaitFor(t, 10*time.Second, "the cluster record", func() bool { _, ok := env.Cluster("fake", "c1"); return ok })
 
 	env.Send("fake", sdk.KindMachine, "orphan", "orphan-1", &capnv1.DeleteMachine{Cluster: "c1", Machine: "m1"})
 	env.Send("fake", sdk.KindCluster, "orphan", "orphan-c1", &capnv1.DeleteClusterInfra{Cluster: "c1"})
 	env.WaitNoMachine("fake", "c1", "m1")
-	testkit.WaitFor(t, 10*time.Second, "the cluster record removed", func() bool { _, ok := env.Cluster("fake", "c1"); return !ok })
+	natstest.WaitFor(t, 10*time.Second, "the cluster record removed", func() bool { _, ok := env.Cluster("fake", "c1"); return !ok })
 	if d := env.WaitDrift("c1", "m1", sdk.DriftOrphan); d.GetMessage() == "" {
 		t.Errorf("orphan drift report without a message: %v", d)
 	}
@@ -103,7 +103,7 @@ func TestOrphanLeavesTheInfrastructure(t *testing.T) {
 	env.Send("fake", sdk.KindMachine, "adopt", "adopt-m1", &capnv1.AdoptMachine{Cluster: "c1", Machine: "m1",
 		Record: &capnv1.InfraMachine{ProviderId: "fake://c1/m1", State: sdk.StateRunning.Wire()}})
 	env.WaitState("fake", "c1", "m1", sdk.StateRunning)
-	testkit.WaitFor(t, 10*time.Second, "the cluster adopted", func() bool {
+	natstest.WaitFor(t, 10*time.Second, "the cluster adopted", func() bool {
 		c, ok := env.Cluster("fake", "c1")
 		return ok && c.GetProvider() == "fake" && c.GetControlPlaneEndpoint().GetPort() == 6443
 	})

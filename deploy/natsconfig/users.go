@@ -137,6 +137,8 @@ func (d Deployment) Users() []User {
 		g.publish(ev("machine", ">"), events.Subject(events.SubjectCommands, "bootstrap", "generate", ">"),
 			events.Subject(events.SubjectProviders, "*", "machine", "create", ">"),
 			events.Subject(events.SubjectProviders, "*", "machine", "delete", ">"),
+			// A machine deleted with the Orphan policy is let go of.
+			events.Subject(events.SubjectProviders, "*", "machine", "orphan", ">"),
 			// Hibernation powers machines off and on.
 			events.Subject(events.SubjectProviders, "*", "machine", "stop", ">"),
 			events.Subject(events.SubjectProviders, "*", "machine", "start", ">"))

@@ -285,6 +285,7 @@ func TestEachUserDoesItsJob(t *testing.T) {
 	cp.put(events.BucketDesired, "cluster.demo") // its delete of a deleted cluster's key
 	cp.publish(events.EventSubject("cluster", "ready", "demo", "_"))
 	cp.publish(events.ProviderSubject("sim", "cluster", "ensure", "demo", "_"))
+	cp.publish(events.ProviderSubject("sim", "cluster", "orphan", "demo", "_")) // capn move
 	cp.publish(events.CommandSubject("bootstrap", "cleanup", "demo", "_"))
 
 	mm := w.as(t, natsconfig.MachineManager)
@@ -295,6 +296,7 @@ func TestEachUserDoesItsJob(t *testing.T) {
 	mm.publish(events.ProviderSubject("sim", "machine", "create", "demo", "m1"))
 	mm.publish(events.ProviderSubject("docker", "machine", "create", "demo", "m2"))
 	mm.publish(events.ProviderSubject("sim", "machine", "delete", "demo", "m1"))
+	mm.publish(events.ProviderSubject("sim", "machine", "orphan", "demo", "m1")) // capn move
 	mm.publish(events.EventSubject("machine", "running", "demo", "m1"))
 
 	bs := w.as(t, natsconfig.Bootstrapper)

@@ -180,31 +180,45 @@ func (s *Service) sendAdopt(ctx context.Context, restoreID string, a Adopt) erro
 // adoptPoll is how often a restore looks for adopted infrastructure.
 const adoptPoll = 100 * time.Millisecond
 
-// waitAdopted waits until the providers wrote back the records of what
-// they were asked to adopt, or until deadline, and returns what is still
-// missing (provider/cluster/machine). One read of observed per look.
+// waitAdopted waits until the providers answered every adoption — wrote
+// back the record of what they adopted, or recorded it Deleted because
+// they have no such machine — or until deadline. It returns what is not
+// adopted (provider/cluster/machine, with why when the provider said).
+// One read of observed per look.
 func (s *Service) waitAdopted(ctx context.Context, plan Plan, deadline time.Time) []string {
 	var missing []string
 	for {
 		snaps, err := store.ReadSnapshots(ctx, s.nc, store.SnapshotOptions{MaxBytes: s.cfg.MaxBytes}, backupfile.BucketObserved)
-		present := map[string]bool{}
+		present := map[string][]byte{}
 		if err == nil {
 			for _, e := range snaps[0].Entries {
 				if k, perr := keys.Parse(e.Key); perr == nil && k.Kind == keys.KindInfra {
-					present[e.Key] = true
+					present[e.Key] = e.Value
 				}
 			}
 		}
 		missing = missing[:0]
+		answered := true
 		for _, c := range plan.Clusters {
 			for _, a := range c.Adopt {
-				if !present[a.Key] {
-					missing = append(missing, a.Provider+"/"+a.Cluster+"/"+a.Machine)
+				what := a.Provider + "/" + a.Cluster + "/" + a.Machine
+				v, ok := present[a.Key]
+				if !ok {
+					answered = false
+					missing = append(missing, what)
+					continue
+				}
+				if a.Record == nil {
+					continue
+				}
+				im := &capnv1.InfraMachine{}
+				if proto.Unmarshal(v, im) == nil && im.GetStateValue() == capnv1.InfraDeleted {
+					missing = append(missing, what+" ("+im.GetMessage()+")")
 				}
 			}
 		}
-		if err == nil && len(missing) == 0 {
-			return nil
+		if err == nil && answered {
+			return missing
 		}
 		if !s.cfg.Now().Add(adoptPoll).Before(deadline) {
 			return missing

@@ -682,7 +682,9 @@ type RestoreReport struct {
 	Written map[string]uint64 `protobuf:"bytes,5,rep,name=written,proto3" json:"written,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// adoptions is how many machines (and cluster infrastructures) were
 	// handed to providers; adopted how many they took back before the
-	// answer; waiting the machines still held (provider/cluster/machine).
+	// answer; waiting those not adopted (provider/cluster/machine): still
+	// unanswered (held until their provider adopts them), or, with why in
+	// parentheses, one the provider has no such machine of.
 	Adoptions uint64   `protobuf:"varint,6,opt,name=adoptions,proto3" json:"adoptions,omitempty"`
 	Adopted   uint64   `protobuf:"varint,7,opt,name=adopted,proto3" json:"adopted,omitempty"`
 	Waiting   []string `protobuf:"bytes,8,rep,name=waiting,proto3" json:"waiting,omitempty"`

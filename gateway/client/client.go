@@ -132,6 +132,11 @@ type WriteOption func(q url.Values)
 // nothing, and answers with the cluster as it would be stored.
 func DryRun(q url.Values) { q.Set(api.ParamDryRun, api.DryRunAll) }
 
+// Orphan makes a cluster's delete use the Orphan policy
+// (?propagationPolicy=Orphan): capn lets go of the cluster without
+// touching its machines or infrastructure (capn move).
+func Orphan(q url.Values) { q.Set(api.ParamPropagationPolicy, api.PropagationOrphan) }
+
 func writeQuery(opts []WriteOption) url.Values {
 	q := url.Values{}
 	for _, o := range opts {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/capn-dev/capn/events/natstest"
 )
 
 func TestSnapshotFoldsHistoryDeletesAndPurges(t *testing.T) {
@@ -172,5 +174,87 @@ func TestSnapshotOfAMissingBucketFails(t *testing.T) {
 	defer cancel()
 	if _, err := ReadSnapshots(ctx, js.Conn(), SnapshotOptions{}, "no_such_bucket"); err == nil {
 		t.Fatal("read a bucket that does not exist")
+	}
+}
+
+// BenchmarkReadSnapshot reads a history-1 bucket of n keys (500-byte
+// values) at one point while a writer puts as fast as it can, and reports
+// the read's time and the longest put seen meanwhile: the writers' stall
+// the isolated read costs.
+func BenchmarkReadSnapshot(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			js, _ := newJSKV(b)
+			ctx := context.Background()
+			name := fmt.Sprintf("snapshot_bench_%d", bucketSeq.Add(1))
+			kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name, History: 1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			value := make([]byte, 500)
+			for i := range n {
+				if _, err := kv.Put(ctx, fmt.Sprintf("machine.c%d.m%d", i/10, i%10), value); err != nil {
+					b.Fatal(err)
+				}
+			}
+			// The writer on a connection of its own, as a service has.
+			wjs, _ := newJSKV(b)
+			wkv, err := wjs.KeyValue(ctx, name)
+			if err != nil {
+				b.Fatal(err)
+			}
+			put := func(stop <-chan struct{}) time.Duration {
+				var worst time.Duration
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return worst
+					default:
+					}
+					start := time.Now()
+					if _, err := wkv.Put(ctx, fmt.Sprintf("machine.c%d.m%d", (i%n)/10, i%10), value); err != nil {
+						b.Error(err)
+						return worst
+					}
+					worst = max(worst, time.Since(start))
+				}
+			}
+			// The longest put without reads, for comparison.
+			idle := make(chan struct{})
+			var baseline time.Duration
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() { defer wg.Done(); baseline = put(idle) }()
+			deadline := time.Now().Add(500 * time.Millisecond)
+			natstest.WaitFor(b, time.Second, "half a second of puts", func() bool { return time.Now().After(deadline) })
+			close(idle)
+			wg.Wait()
+			wctx, stop := context.WithCancel(ctx)
+			var worst atomic.Int64
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; wctx.Err() == nil; i++ {
+					start := time.Now()
+					if _, err := wkv.Put(wctx, fmt.Sprintf("machine.c%d.m%d", (i%n)/10, i%10), value); err != nil {
+						return
+					}
+					if d := int64(time.Since(start)); d > worst.Load() {
+						worst.Store(d)
+					}
+				}
+			}()
+			b.ResetTimer()
+			for range b.N {
+				if _, err := ReadSnapshots(ctx, js.Conn(), SnapshotOptions{}, name); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			stop()
+			wg.Wait()
+			b.ReportMetric(float64(worst.Load())/1e6, "max-put-ms")
+			b.ReportMetric(float64(baseline)/1e6, "max-put-idle-ms")
+		})
 	}
 }

@@ -20,17 +20,21 @@ type metrics struct {
 
 // Metric names.
 const (
-	MetricBackups           = "capn_backups_total"
-	MetricLastSuccess       = "capn_backup_last_success_timestamp_seconds"
-	MetricScheduleFailing   = "capn_backup_schedule_failing"
-	MetricBackupDuration    = "capn_backup_duration_seconds"
-	MetricBackupBytes       = "capn_backup_bytes"
-	MetricRestores          = "capn_restores_total"
-	outcomeSucceeded        = "succeeded"
-	outcomeFailed           = "failed"
-	outcomeDryRun           = "dry_run"
-	labelTrigger, labelOut  = "trigger", "outcome"
-	backupDurationBucketMin = 0.005
+	MetricBackups         = "capn_backups_total"
+	MetricLastSuccess     = "capn_backup_last_success_timestamp_seconds"
+	MetricScheduleFailing = "capn_backup_schedule_failing"
+	MetricBackupDuration  = "capn_backup_duration_seconds"
+	MetricBackupBytes     = "capn_backup_bytes"
+	MetricRestores        = "capn_restores_total"
+)
+
+// Labels and outcomes.
+const (
+	labelTrigger, labelOut = "trigger", "outcome"
+
+	outcomeSucceeded = "succeeded"
+	outcomeFailed    = "failed"
+	outcomeDryRun    = "dry_run"
 )
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -41,7 +45,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "When the last backup of a trigger succeeded (Unix seconds): alert on its age."}, []string{labelTrigger}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: MetricBackupDuration,
 			Help:    "Time to read, encode and store a backup, by trigger.",
-			Buckets: prometheus.ExponentialBuckets(backupDurationBucketMin, 2, 14)}, []string{labelTrigger}),
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}, []string{labelTrigger}),
 		size: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: MetricBackupBytes,
 			Help: "Size of the last backup of a trigger, in bytes."}, []string{labelTrigger}),
 		failing: prometheus.NewGauge(prometheus.GaugeOpts{Name: MetricScheduleFailing,

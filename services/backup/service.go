@@ -132,10 +132,22 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 		return fmt.Errorf("metrics: %w", err)
 	}
 
+	// Each request is answered in a goroutine of its own (a restore waits
+	// for adoptions); stopping waits for those in flight, and a request
+	// that arrives while stopping is not taken (its caller times out and
+	// may ask again).
 	var wg sync.WaitGroup
+	var mu sync.Mutex
+	stopping := false
 	serve := func(subject string, h func(context.Context, []byte) proto.Message) (*nats.Subscription, error) {
 		return d.NC.QueueSubscribe(subject, Name, func(m *nats.Msg) {
+			mu.Lock()
+			if stopping {
+				mu.Unlock()
+				return
+			}
 			wg.Add(1)
+			mu.Unlock()
 			go func() {
 				defer wg.Done()
 				reply := h(ctx, m.Data)
@@ -174,6 +186,9 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	for _, sub := range subs {
 		_ = sub.Unsubscribe()
 	}
+	mu.Lock()
+	stopping = true
+	mu.Unlock()
 	wg.Wait()
 	return nil
 }

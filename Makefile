@@ -73,6 +73,7 @@ fuzz: ## run every fuzz test for FUZZTIME executions (CI: a short run; the corpo
 	$(FUZZ) -fuzz '^FuzzImport$$' ./schemas/capi
 	$(FUZZ) -fuzz '^FuzzParse$$' ./schemas/keys
 	$(FUZZ) -fuzz '^FuzzDecodeMatchesReference$$' ./schemas/manifest
+	$(FUZZ) -fuzz '^FuzzDecodeAddonSet$$' ./schemas/manifest
 	$(FUZZ) -fuzz '^FuzzDecode$$' ./schemas/backupfile
 
 NPD_VERSION ?= v1.36.0
@@ -116,8 +117,8 @@ BENCH_RUNS ?= 3
 bench: ## fleet-scale benchmarks against the same-run NATS baseline → docs/benchmarks.md
 	$(GO) run ./cmd/capn-bench --clusters $(BENCH_CLUSTERS) --runs $(BENCH_RUNS) --out docs/benchmarks.md
 
-day2: ## issue 18's day-2 check on a real cluster (process provider, two Kubernetes versions; ~4 min): upgrade with a PDB, drain, hooks, hibernate
-	CAPN_KUBE_DAY2=1 CAPN_REQUIRE_KUBE=1 CAPN_KUBE_BIN="$(KUBE_BIN)" $(GO) test -count=1 -timeout 20m -v -run '^TestConformance/KubernetesDay2$$' ./providers/process
+day2: ## the day-2 check alone on a real cluster (process provider, two Kubernetes versions; ~4 min): upgrade with a PDB, drain, hooks, hibernate
+	CAPN_REQUIRE_KUBE=1 CAPN_KUBE_BIN="$(KUBE_BIN)" $(GO) test -count=1 -timeout 20m -v -run '^TestConformance/KubernetesDay2$$' ./providers/process
 
 chaos: ## chaos tests at fleet scale: 1,000 sim machines, services killed, messages duplicated and replayed, a whole-system restart (the short version runs in make test)
 	CAPN_CHAOS=full $(GO) test -count=1 -timeout 30m -v -run '^TestChaos$$' ./tests/chaos

@@ -10,6 +10,7 @@ const (
 	TypeBootstrapFailed      = "dev.capn.bootstrap.failed"      // BootstrapFailed
 	TypeMachineEvent         = "dev.capn.machine"               // MachineEvent, suffixed .<what>
 	TypeClusterEvent         = "dev.capn.cluster"               // ClusterEvent, suffixed .<what>
+	TypeAddonEvent           = "dev.capn.addon"                 // AddonEvent, suffixed .<what>
 	TypeMachineUnhealthy     = "dev.capn.machine.unhealthy"     // MachineUnhealthy
 	TypeNodeHeartbeat        = "dev.capn.health.heartbeat"      // NodeHeartbeat
 	TypeNodeConditions       = "dev.capn.health.conditions"     // NodeConditions

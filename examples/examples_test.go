@@ -3,6 +3,7 @@
 package examples
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"testing"
@@ -20,6 +21,17 @@ func TestExamplesAreValid(t *testing.T) {
 			b, err := os.ReadFile(f)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if bytes.Contains(b, []byte("\nkind: "+manifest.KindAddonSet+"\n")) {
+				s, err := manifest.DecodeAddonSet(b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				manifest.DefaultAddonSet(s)
+				if err := manifest.ValidateAddonSet(s); err != nil {
+					t.Fatalf("%s: %v", f, err)
+				}
+				return
 			}
 			cs, err := manifest.DecodeAll(b)
 			if err != nil {

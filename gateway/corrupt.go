@@ -38,6 +38,7 @@ const AnnotationCorruptRecord = "capn.dev/corrupt-record"
 const (
 	kindClusterStatus = "ClusterStatus"
 	kindMachineStatus = "MachineStatus"
+	kindAddonRecord   = "ClusterAddonStatus"
 )
 
 // maxWarnings bounds the Warning headers of one response.
@@ -70,6 +71,10 @@ func corruptText(kind string, ce *store.CorruptError) string {
 		return fmt.Sprintf("cluster %s listed without its status: %s", name, where)
 	case kindMachineStatus:
 		return fmt.Sprintf("machine %s listed without its status: %s", name, where)
+	case api.KindAddonSet:
+		return fmt.Sprintf("add-on set %s left out: %s; DELETE /v1/addonsets/%s removes it", name, where, name)
+	case kindAddonRecord:
+		return fmt.Sprintf("the add-on record %s left out: %s (the addon-manager replaces it)", name, where)
 	}
 	return fmt.Sprintf("machine %s left out: %s", name, where)
 }

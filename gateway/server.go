@@ -50,6 +50,11 @@ type server struct {
 	secretsStatuses *store.Bucket[*capnv1.ClusterSecretsStatus]
 	// kubeconfigs opens sealed kubeconfigs; nil without a secrets key.
 	kubeconfigs *store.Bucket[*capnv1.AdminKubeconfig]
+	// Add-on sets (desired), their records (observed) and add-on secrets
+	// (sealed; nil without a secrets key).
+	addonSets     *store.Bucket[*capnv1.AddonSet]
+	addonStatuses *store.Bucket[*capnv1.ClusterAddonStatus]
+	addonSecrets  *store.Bucket[*capnv1.AddonSecret]
 
 	// scheduleStatuses reads the scheduled backups' state (observed
 	// backup.schedule); objects is the backups object store (objectStore:
@@ -112,6 +117,15 @@ func (s *server) routes() {
 	s.handle("DELETE /v1/clusters/{name}/machines/{machine}/hooks/{phase}/{hook}", scopeWrite, s.limits.RequestBytes, s.releaseHook)
 	s.handle("GET /v1/clusters/{name}/kubeconfig", scopeSecrets, 0, s.getKubeconfig)
 	s.handle("GET /v1/clusters/{name}/events", scopeRead, 0, s.timeline)
+	s.handle("GET /v1/clusters/{name}/addons", scopeRead, 0, s.clusterAddons)
+	s.handle("GET /v1/addonsets", scopeRead, 0, s.listAddonSets)
+	s.handle("POST /v1/addonsets", scopeWrite, s.limits.ManifestBytes, s.applyAddonSet)
+	s.handle("GET /v1/addonsets/{name}", scopeRead, 0, s.getAddonSet)
+	s.handle("PUT /v1/addonsets/{name}", scopeWrite, s.limits.ManifestBytes, s.putAddonSet)
+	s.handle("DELETE /v1/addonsets/{name}", scopeWrite, s.limits.RequestBytes, s.deleteAddonSet)
+	// Add-on secrets are written, never read back: write and secrets.
+	s.handle("PUT /v1/addonsecrets/{name}", scopeWrite|scopeSecrets, s.limits.ManifestBytes, s.putAddonSecret)
+	s.handle("DELETE /v1/addonsecrets/{name}", scopeWrite|scopeSecrets, s.limits.RequestBytes, s.deleteAddonSecret)
 	s.handle("GET /v1/watch", scopeRead, 0, s.watch)
 	s.handle("POST /v1/backups", scopeSecrets, s.limits.RequestBytes, s.createBackup)
 	s.handle("GET /v1/backups", scopeRead, 0, s.listBackups)

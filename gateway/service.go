@@ -330,6 +330,8 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 		clusterStatuses:  store.NewBucket(observedKV, store.New[capnv1.ClusterStatus]()),
 		machineStatuses:  store.NewBucket(observedKV, store.New[capnv1.MachineStatus]()),
 		secretsStatuses:  store.NewBucket(observedKV, store.New[capnv1.ClusterSecretsStatus]()),
+		addonSets:        store.NewBucket(desiredKV, store.New[capnv1.AddonSet]()),
+		addonStatuses:    store.NewBucket(observedKV, store.New[capnv1.ClusterAddonStatus]()),
 		scheduleStatuses: store.NewBucket(observedKV, store.New[capnv1.BackupScheduleStatus]()),
 		stopping:         stopping,
 		desiredKV:        desiredKV,
@@ -341,6 +343,7 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 			return fmt.Errorf("bucket %s: %w", events.BucketSecrets, err)
 		}
 		srv.kubeconfigs = store.NewBucket[*capnv1.AdminKubeconfig](secretsKV, store.New[capnv1.AdminKubeconfig](), store.WithSealer(ring))
+		srv.addonSecrets = store.NewBucket(secretsKV, store.New[capnv1.AddonSecret](), store.WithSealer(ring))
 	} else {
 		log.Warn().Msg("no secrets key (--secrets-key-file or " + seal.KeyEnv + "): kubeconfigs cannot be served")
 	}

@@ -2,13 +2,15 @@
 // encoding/json — no client-go. It knows just enough of the REST
 // conventions for capn's own objects: GET, create, merge-patch, delete and
 // create-or-update of whole objects, authenticated with a client
-// certificate or a bearer (bootstrap) token.
+// certificate or a bearer (bootstrap) token; and server-side apply of any
+// object, its REST path found through the API's discovery (apply.go).
 //
 // The node side (cmd/capn-node/kube) registers a control plane's join
 // material and Nodes with it. Services reach workload clusters through a
 // ClusterCache (one client per cluster, one backoff): the bootstrapper
 // registers every joining machine's bootstrap-token Secret, the
-// health-watcher reads and deletes Nodes.
+// health-watcher reads and deletes Nodes, the addon-manager applies
+// add-ons.
 package kubeapi
 
 import (
@@ -22,6 +24,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -35,6 +38,8 @@ type Client struct {
 	HTTP   *http.Client
 	// Token, when set, is sent as a bearer token (a bootstrap token).
 	Token string
+
+	disc atomic.Pointer[discovery] // what ResourceFor read (apply.go)
 }
 
 // NewClient trusts caPEM for server and authenticates with the client
@@ -114,6 +119,13 @@ func IsStatus(err error, code int) bool {
 // Do sends body (JSON-encoded unless it is []byte) with contentType and
 // decodes a 2xx answer into out (when not nil).
 func (c *Client) Do(ctx context.Context, method, path, contentType string, body, out any) error {
+	_, err := c.do(ctx, method, path, contentType, body, out)
+	return err
+}
+
+// do is Do that also returns the answer's status code (0 when there was
+// none).
+func (c *Client) do(ctx context.Context, method, path, contentType string, body, out any) (int, error) {
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -122,13 +134,13 @@ func (c *Client) Do(ctx context.Context, method, path, contentType string, body,
 	default:
 		enc, err := json.Marshal(body)
 		if err != nil {
-			return fmt.Errorf("%s %s: %w", method, path, err)
+			return 0, fmt.Errorf("%s %s: %w", method, path, err)
 		}
 		rd = bytes.NewReader(enc)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.Server+path, rd)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	req.Header.Set("Accept", "application/json")
 	if c.Token != "" {
@@ -139,12 +151,12 @@ func (c *Client) Do(ctx context.Context, method, path, contentType string, body,
 	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 32<<20))
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
+		return resp.StatusCode, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	if resp.StatusCode/100 != 2 {
 		se := &StatusError{Method: method, Path: path, Code: resp.StatusCode}
@@ -159,14 +171,14 @@ func (c *Client) Do(ctx context.Context, method, path, contentType string, body,
 		} else {
 			se.Message = strings.TrimSpace(string(data))
 		}
-		return se
+		return resp.StatusCode, se
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
-			return fmt.Errorf("%s %s: decode: %w", method, path, err)
+			return resp.StatusCode, fmt.Errorf("%s %s: decode: %w", method, path, err)
 		}
 	}
-	return nil
+	return resp.StatusCode, nil
 }
 
 // Get decodes the object (or list) at path into out.

@@ -42,9 +42,12 @@
 //	                 node.>; consumes health and drift
 //	remediator       reads desired, observed; writes desired machine.>, observed remediation.>;
 //	                 sends machine.remediation events and provider reboots
+//	addon-manager    reads desired, observed and only kubeconfig.> and addonsecret.> of secrets;
+//	                 writes observed addon.>; sends capn.evt.addon.>
 //	gateway          reads desired, observed and only kubeconfig.> of secrets; writes desired
-//	                 cluster.>; publishes capn.ingest.> and capn.health.>; timelines through
-//	                 ordered consumers on CAPN_EVENTS, never through another's durable
+//	                 cluster.>, machine.> and addonset.>, and secrets addonsecret.> (nothing
+//	                 else of secrets); publishes capn.ingest.> and capn.health.>; timelines
+//	                 through ordered consumers on CAPN_EVENTS, never through another's durable
 //	provider-<p>     consumes capn.provider.<p>.> through durable provider-<p> only; reads and
 //	                 writes observed infra.<p>.> and provider.<p> only; sends drift reports
 //	                 (and, for a simulated provider, node heartbeats); never secrets

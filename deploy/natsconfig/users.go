@@ -17,6 +17,7 @@ const (
 	Bootstrapper   = "bootstrapper"
 	HealthWatcher  = "health-watcher"
 	Remediator     = "remediator"
+	AddonManager   = "addon-manager"
 	Gateway        = "gateway"
 	// Backup takes and restores backups (services/backup).
 	Backup = "backup"
@@ -171,11 +172,26 @@ func (d Deployment) Users() []User {
 		g.write(obs, "remediation.>")
 		g.publish(ev("machine", "remediation", ">"), events.Subject(events.SubjectProviders, "*", "machine", "reboot", ">"))
 	})
-	add(Gateway, "the HTTP API: writes desired clusters, serves state, timelines, kubeconfigs, ingest", func(g *grants) {
+	add(AddonManager, "applies add-on sets to workload clusters and records each set's outcome per cluster", func(g *grants) {
+		g.read(des, ">")
+		g.read(obs, ">")
+		// Sealed; it holds the key: the admin kubeconfigs to reach workload
+		// API servers, and the add-on secrets sets name. Never PKI or
+		// bootstrap data.
+		g.read(sec, "kubeconfig.>")
+		g.read(sec, "addonsecret.>")
+		g.write(obs, "addon.>")
+		g.publish(ev("addon", ">"))
+	})
+	add(Gateway, "the HTTP API: writes desired clusters and add-on sets, serves state, timelines, kubeconfigs, ingest", func(g *grants) {
 		g.read(des, ">")
 		g.read(obs, ">")
 		g.read(sec, "kubeconfig.>") // sealed; the gateway holds the key to serve them
 		g.write(des, "cluster.>")
+		g.write(des, "addonset.>")
+		// Add-on secrets (capn addon-secret): sealed with the key it holds,
+		// written and deleted only; no other key of secrets.
+		g.write(sec, "addonsecret.>")
 		// A second writer of desired machines: lifecycle hook annotations
 		// and deletion_timestamp (capn hook, capn delete machine), each a
 		// compare-and-set; the planner owns the rest of the record.

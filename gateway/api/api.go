@@ -26,6 +26,11 @@ const (
 	KindMachine     = "Machine"
 	KindClusterList = "ClusterList"
 	KindMachineList = "MachineList"
+	// Add-ons: sets, their lists, and the per-cluster records of a
+	// cluster (GET /v1/clusters/{name}/addons).
+	KindAddonSet               = "AddonSet"
+	KindAddonSetList           = "AddonSetList"
+	KindClusterAddonStatusList = "ClusterAddonStatusList"
 	// ControlPlanePool names the control plane in a ScaleRequest.
 	ControlPlanePool = "control-plane"
 )
@@ -154,6 +159,17 @@ const (
 	ProblemNotEmpty         = "urn:capn:problem:not-empty"       // 409: a restore into a deployment with state, without merge
 	ProblemSealKeys         = "urn:capn:problem:seal-keys"       // 409: a backup sealed with a key the deployment does not hold
 )
+
+// AddonSecretInfo is the answer to PUT /v1/addonsecrets/{name}: what was
+// stored, without the content (the API never gives it back).
+type AddonSecretInfo struct {
+	Name string `json:"name"`
+	// Hash is a digest of the content (sha256, 16 hex digits): a Reconcile
+	// set naming the secret is applied again when it changes.
+	Hash    string    `json:"hash"`
+	Objects int       `json:"objects"`
+	Updated time.Time `json:"updated"`
+}
 
 // List is a Kubernetes-style list: {"apiVersion", "kind": "ClusterList" or
 // "MachineList", "items": [...]}. Items are protojson Cluster or Machine

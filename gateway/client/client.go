@@ -428,6 +428,58 @@ func withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, DefaultTimeout)
 }
 
+// ApplyAddonSet creates or updates the add-on set a manifest (YAML or JSON)
+// declares, as Apply does a cluster: the stored set (with its records as
+// status) and whether it was created.
+func (c *Client) ApplyAddonSet(ctx context.Context, manifest []byte, opts ...WriteOption) (*capnv1.AddonSet, bool, error) {
+	ct := api.MediaYAML
+	if t := bytes.TrimSpace(manifest); len(t) > 0 && t[0] == '{' {
+		ct = api.MediaJSON
+	}
+	out := new(capnv1.AddonSet)
+	status, err := c.call(ctx, http.MethodPost, "/v1/addonsets", writeQuery(opts), bytes.NewReader(manifest), ct, out)
+	return out, status == http.StatusCreated, err
+}
+
+// AddonSet returns an add-on set with its records on each cluster.
+func (c *Client) AddonSet(ctx context.Context, name string) (*capnv1.AddonSet, error) {
+	out := new(capnv1.AddonSet)
+	_, err := c.call(ctx, http.MethodGet, "/v1/addonsets/"+url.PathEscape(name), nil, nil, "", out)
+	return out, err
+}
+
+// AddonSets returns the add-on sets, sorted by name.
+func (c *Client) AddonSets(ctx context.Context, opts ListOptions) ([]*capnv1.AddonSet, error) {
+	return listOf[capnv1.AddonSet](ctx, c, "/v1/addonsets", opts)
+}
+
+// DeleteAddonSet deletes an add-on set (at once: the addon-manager then
+// leaves or deletes its objects as the set said).
+func (c *Client) DeleteAddonSet(ctx context.Context, name string, opts ...WriteOption) (*capnv1.AddonSet, error) {
+	out := new(capnv1.AddonSet)
+	_, err := c.call(ctx, http.MethodDelete, "/v1/addonsets/"+url.PathEscape(name), writeQuery(opts), nil, "", out)
+	return out, err
+}
+
+// ClusterAddons returns the records of every add-on set on a cluster.
+func (c *Client) ClusterAddons(ctx context.Context, cluster string) ([]*capnv1.ClusterAddonStatus, error) {
+	return listOf[capnv1.ClusterAddonStatus](ctx, c, "/v1/clusters/"+url.PathEscape(cluster)+"/addons", ListOptions{})
+}
+
+// SetAddonSecret seals content (Kubernetes objects in YAML or JSON) as the
+// add-on secret name; created says it did not exist.
+func (c *Client) SetAddonSecret(ctx context.Context, name string, content []byte) (api.AddonSecretInfo, bool, error) {
+	var out api.AddonSecretInfo
+	status, err := c.call(ctx, http.MethodPut, "/v1/addonsecrets/"+url.PathEscape(name), nil, bytes.NewReader(content), api.MediaYAML, &out)
+	return out, status == http.StatusCreated, err
+}
+
+// DeleteAddonSecret deletes the add-on secret name.
+func (c *Client) DeleteAddonSecret(ctx context.Context, name string) error {
+	_, err := c.call(ctx, http.MethodDelete, "/v1/addonsecrets/"+url.PathEscape(name), nil, nil, "", nil)
+	return err
+}
+
 // Backup asks for a backup (of clusters, else of everything; trigger "" is
 // api) and returns its file: the caller reads and closes it. name is the
 // backup's name. Backups take their time: without a deadline on ctx the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -93,10 +92,6 @@ data:
 // (The pool's labels and taints changing in place is the Kubernetes
 // check's step.)
 func (s *suite) kubernetesDay2(t *testing.T, e *Env) {
-	if os.Getenv("CAPN_KUBE_DAY2") != "1" {
-		// Opt-in until it has passed repeatedly here: `make day2`.
-		t.Skip("the day-2 check runs with CAPN_KUBE_DAY2=1 (make day2): about 4 minutes on 2 cores")
-	}
 	begin := time.Now()
 	bins := KubeBins(t, s.f.Kubernetes.Bin)
 	if len(bins) < 2 {
@@ -178,7 +173,7 @@ func (s *suite) kubernetesDay2(t *testing.T, e *Env) {
 	figures["drain per node"] = "median " + median(drains)
 
 	// --- scale the workers 3 → 2: the removed Node is drained first --------
-	before := len(nodes.Drains())
+	before, deletedBefore := len(nodes.Drains()), nodes.DeletedCount()
 	pods.ResetMin()
 	sc := time.Now()
 	k.Capn.CLI("scale", e.Cluster, "--pool", kubeWorkerPool, "--replicas", "2", "--wait")
@@ -190,6 +185,12 @@ func (s *suite) kubernetesDay2(t *testing.T, e *Env) {
 		return nil
 	})
 	k.WaitNodes(machines, 3*time.Minute)
+	Poll(t, "the Node witness saw the removed worker's Node deleted", 2*time.Minute, func() error {
+		if n := nodes.DeletedCount(); n < deletedBefore+1 {
+			return fmt.Errorf("%d Nodes deleted, want %d", n, deletedBefore+1)
+		}
+		return nil
+	})
 	if after := nodes.Drains(); len(after) != before+1 {
 		t.Errorf("scale 3 → 2: %d Nodes cordoned and deleted, want 1 more than %d", len(after), before)
 	}
@@ -293,6 +294,14 @@ func (s *suite) day2Hook(t *testing.T, k *KubeCluster, nodes *NodeWitness, figur
 	Poll(t, victim+" gone after the hook's release", 5*time.Minute, func() error {
 		if st, ok := k.Clusters.Machines(k.Name)[victim]; ok {
 			return fmt.Errorf("%s is %s", victim, st.GetPhase())
+		}
+		return nil
+	})
+	// The witness records a deletion after asking which pods were left on
+	// the Node: wait for it to have seen the deletion.
+	Poll(t, "the Node witness saw "+victim+"'s Node deleted", time.Minute, func() error {
+		if !nodes.SawDeleted(victim) {
+			return fmt.Errorf("not yet")
 		}
 		return nil
 	})

@@ -281,6 +281,21 @@ func (w *NodeWitness) Drains() map[string]time.Duration {
 	return out
 }
 
+// SawDeleted reports whether the witness saw Node name deleted.
+func (w *NodeWitness) SawDeleted(name string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.Deleted[name]
+	return ok
+}
+
+// DeletedCount is how many Nodes the witness saw deleted.
+func (w *NodeWitness) DeletedCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.Deleted)
+}
+
 // StrandedPods are the Nodes deleted with pods still bound to them.
 func (w *NodeWitness) StrandedPods() map[string][]string {
 	w.mu.Lock()

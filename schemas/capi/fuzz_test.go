@@ -10,8 +10,8 @@ import (
 	"github.com/capn-dev/capn/schemas/manifest"
 )
 
-// FuzzImport: Import never panics, and whatever cluster it makes encodes
-// to a manifest that decodes back to the same cluster. The seeds are the
+// FuzzImport: Import never panics, and whatever cluster and add-on sets
+// it makes encode to manifests that decode back to the same. The seeds are the
 // testdata manifests and the corpus under testdata/fuzz/FuzzImport.
 func FuzzImport(f *testing.F) {
 	files, _ := filepath.Glob("testdata/*.yaml")
@@ -23,9 +23,26 @@ func FuzzImport(f *testing.F) {
 		f.Add(b, "")
 		f.Add(b, "sim")
 	}
+	f.Add([]byte(crsOnly), "")
 	f.Fuzz(func(t *testing.T, data []byte, provider string) {
 		res, err := Import(data, Options{Provider: provider})
 		if err != nil {
+			return
+		}
+		for _, set := range res.AddonSets {
+			y, err := manifest.EncodeAddonSet(set)
+			if err != nil {
+				t.Fatalf("EncodeAddonSet: %v", err)
+			}
+			back, err := manifest.DecodeAddonSet(y)
+			if err != nil || !proto.Equal(back, set) {
+				t.Fatalf("the imported add-on set does not round-trip (%v):\n%s", err, y)
+			}
+		}
+		if res.Cluster == nil {
+			if len(res.AddonSets) == 0 {
+				t.Fatal("neither a cluster nor an add-on set")
+			}
 			return
 		}
 		y, err := manifest.Encode(res.Cluster)

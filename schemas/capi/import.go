@@ -79,13 +79,18 @@ func (n Note) String() string {
 // Result is what Import made.
 type Result struct {
 	// Cluster is the capn Cluster, not defaulted (print it with
-	// manifest.Encode).
+	// manifest.Encode); nil when the input holds ClusterResourceSets
+	// only.
 	Cluster *capnv1.Cluster
+	// AddonSets are the input's ClusterResourceSets as capn AddonSets,
+	// not defaulted (manifest.EncodeAddonSet), in the input's order.
+	AddonSets []*capnv1.AddonSet
 	// Notes list, one per field, what was not mapped, in the input's
 	// order.
 	Notes []Note
-	// Invalid is manifest.Validate's verdict on the defaulted Cluster: nil,
-	// or errors.Join of *manifest.FieldError.
+	// Invalid is manifest.Validate's verdict on the defaulted Cluster and
+	// manifest.ValidateAddonSet's on each set (paths prefixed
+	// "AddonSet/<name> "): nil, or errors.Join of *manifest.FieldError.
 	Invalid error
 }
 
@@ -93,7 +98,8 @@ type Result struct {
 // v1beta2: a Cluster and the KubeadmControlPlane, MachineDeployments,
 // MachineHealthChecks, KubeadmConfigTemplates and infrastructure objects
 // it references, or the ClusterClass and templates of its topology) into
-// one capn Cluster. It is pure: no I/O.
+// one capn Cluster, and every ClusterResourceSet into an AddonSet (an
+// input of ClusterResourceSets only is converted too). It is pure: no I/O.
 func Import(data []byte, opts Options) (*Result, error) {
 	if opts.Provider != "" && !manifest.IsDNSLabel(opts.Provider) {
 		return nil, fmt.Errorf("provider %q: %w: it must be a DNS-1123 label, e.g. sim", opts.Provider, ErrBadProvider)
@@ -107,17 +113,24 @@ func Import(data []byte, opts Options) (*Result, error) {
 		c.byRef[o.ref()] = o
 	}
 	cl, err := c.pickCluster()
+	if errors.Is(err, ErrNoCluster) && hasCRS(objs) {
+		// Add-ons only: the sets, and what else the input has noted.
+		c.addonSets()
+		c.reportLeftovers()
+		return &Result{AddonSets: c.sets, Notes: c.notes, Invalid: validateSets(c.sets)}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
 	if err := c.convert(cl); err != nil {
 		return nil, err
 	}
+	c.addonSets()
 	c.reportLeftovers()
-	res := &Result{Cluster: c.out, Notes: c.notes}
+	res := &Result{Cluster: c.out, AddonSets: c.sets, Notes: c.notes}
 	d := proto.Clone(c.out).(*capnv1.Cluster)
 	manifest.Default(d)
-	res.Invalid = manifest.Validate(d)
+	res.Invalid = errors.Join(manifest.Validate(d), validateSets(c.sets))
 	return res, nil
 }
 
@@ -151,6 +164,8 @@ type converter struct {
 	// fdDefinedIn where ("DockerCluster/a spec.failureDomains").
 	fdNames     []string
 	fdDefinedIn string
+	// sets are the ClusterResourceSets converted (addons.go).
+	sets []*capnv1.AddonSet
 }
 
 // pool is one worker pool being built from a MachineDeployment.

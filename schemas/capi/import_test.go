@@ -23,6 +23,14 @@ func render(t *testing.T, res *Result) string {
 	}
 	var b strings.Builder
 	b.Write(y)
+	for _, set := range res.AddonSets {
+		sy, err := manifest.EncodeAddonSet(set)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.WriteString("---\n")
+		b.Write(sy)
+	}
 	b.WriteString("# not mapped:\n")
 	for _, n := range res.Notes {
 		b.WriteString("#   " + n.String() + "\n")

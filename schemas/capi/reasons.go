@@ -146,8 +146,8 @@ func (c *converter) leftoverReason(o *object) string {
 		return "not imported: it does not belong to cluster " + c.name
 	case o.kind == "MachinePool":
 		return "not imported: " + reasonMachinePools
-	case o.kind == "ClusterResourceSet" || o.kind == "ClusterResourceSetBinding":
-		return "not imported: capn does not apply add-ons; apply them to the workload cluster with its kubeconfig (capn kubeconfig)"
+	case o.kind == "ClusterResourceSetBinding":
+		return "not imported: the addon-manager records which add-on sets are applied to which cluster itself (capn get addonsets)"
 	}
 	if why := c.classUse(o); why != "" {
 		return "not imported: " + why

@@ -21,6 +21,9 @@ const (
 	KindPKI         Kind = "pki"         // secrets ClusterPKI: pki.<cluster>
 	KindKubeconfig  Kind = "kubeconfig"  // secrets AdminKubeconfig: kubeconfig.<cluster>
 	KindBootstrap   Kind = "bootstrap"   // secrets BootstrapData: bootstrap.<cluster>.<machine>
+	KindAddonSet    Kind = "addonset"    // desired AddonSet: addonset.<set>
+	KindAddon       Kind = "addon"       // observed ClusterAddonStatus: addon.<cluster>.<set>
+	KindAddonSecret Kind = "addonsecret" // secrets AddonSecret: addonsecret.<secret>
 	KindBackup      Kind = "backup"      // observed BackupScheduleStatus: backup.<name> (backup.schedule)
 )
 
@@ -37,6 +40,9 @@ const (
 	PKIPrefix         = string(KindPKI) + "."
 	KubeconfigPrefix  = string(KindKubeconfig) + "."
 	BootstrapPrefix   = string(KindBootstrap) + "."
+	AddonSetPrefix    = string(KindAddonSet) + "."
+	AddonPrefix       = string(KindAddon) + "."
+	AddonSecretPrefix = string(KindAddonSecret) + "."
 	BackupPrefix      = string(KindBackup) + "."
 )
 
@@ -45,9 +51,10 @@ const (
 const ClusterObject = "_"
 
 // Key is a parsed key. Provider is set for infra and provider keys,
-// Cluster for all others and infra but backup, Name for the machine
-// (ClusterObject for a cluster's infrastructure), the pool or the backup
-// record.
+// Cluster for all others but addonset, addonsecret and backup (which
+// belong to no cluster), Name for the machine (ClusterObject for a
+// cluster's infrastructure), the pool, the add-on set or secret, or the
+// backup record.
 type Key struct {
 	Kind     Kind
 	Provider string
@@ -90,6 +97,19 @@ func Kubeconfig(cluster string) string { return join(string(KindKubeconfig), clu
 // Bootstrap is bootstrap.<cluster>.<machine>.
 func Bootstrap(cluster, machine string) string { return join(string(KindBootstrap), cluster, machine) }
 
+// AddonSet is addonset.<set>, an add-on set (desired).
+func AddonSet(set string) string { return join(string(KindAddonSet), set) }
+
+// Addon is addon.<cluster>.<set>, one add-on set's record on one cluster
+// (observed).
+func Addon(cluster, set string) string { return join(string(KindAddon), cluster, set) }
+
+// AddonSecret is addonsecret.<secret>, a sealed add-on manifest (secrets).
+func AddonSecret(secret string) string { return join(string(KindAddonSecret), secret) }
+
+// AddonsOf is the prefix of a cluster's add-on records: addon.<cluster>.
+func AddonsOf(cluster string) string { return Addon(cluster, "") }
+
 // Backup is backup.<name>, a record of the backup service: backup.schedule
 // is the scheduled backups' state. It belongs to no cluster.
 func Backup(name string) string { return join(string(KindBackup), name) }
@@ -116,6 +136,7 @@ func InfraOf(provider string) string { return join(string(KindInfra), provider, 
 var shapes = map[Kind]int{
 	KindCluster: 1, KindMachine: 2, KindInfra: 3, KindNode: 2, KindRemediation: 2,
 	KindProvider: 1, KindSecrets: 1, KindPKI: 1, KindKubeconfig: 1, KindBootstrap: 2,
+	KindAddonSet: 1, KindAddon: 2, KindAddonSecret: 1,
 	KindBackup: 1,
 }
 
@@ -135,7 +156,7 @@ func Parse(key string) (Key, error) {
 	switch kind {
 	case KindProvider:
 		k.Provider = toks[1]
-	case KindBackup:
+	case KindAddonSet, KindAddonSecret, KindBackup:
 		k.Name = toks[1]
 	case KindInfra:
 		k.Provider, k.Cluster, k.Name = toks[1], toks[2], toks[3]
@@ -157,6 +178,8 @@ func (k Key) String() string {
 		return join(string(k.Kind), k.Name)
 	case KindInfra:
 		return join(string(k.Kind), k.Provider, k.Cluster, k.Name)
+	case KindAddonSet, KindAddonSecret:
+		return join(string(k.Kind), k.Name)
 	}
 	if shapes[k.Kind] == 2 {
 		return join(string(k.Kind), k.Cluster, k.Name)
@@ -177,8 +200,8 @@ func (k Key) Machine() bool {
 }
 
 // ClusterOf is the cluster a key belongs to, for watchers that queue
-// clusters: "" for a provider's announcement, a backup record or a
-// malformed key.
+// clusters: "" for a provider's announcement, an add-on set or secret, a
+// backup record, or a malformed key.
 func ClusterOf(key string) string {
 	k, err := Parse(key)
 	if err != nil {

@@ -24,10 +24,14 @@ func TestKeys(t *testing.T) {
 		{keys.PKI("c1"), keys.Key{Kind: keys.KindPKI, Cluster: "c1"}},
 		{keys.Kubeconfig("c1"), keys.Key{Kind: keys.KindKubeconfig, Cluster: "c1"}},
 		{keys.Bootstrap("c1", "m1"), keys.Key{Kind: keys.KindBootstrap, Cluster: "c1", Name: "m1"}},
+		{keys.AddonSet("cni"), keys.Key{Kind: keys.KindAddonSet, Name: "cni"}},
+		{keys.Addon("c1", "cni"), keys.Key{Kind: keys.KindAddon, Cluster: "c1", Name: "cni"}},
+		{keys.AddonSecret("creds"), keys.Key{Kind: keys.KindAddonSecret, Name: "creds"}},
 		{keys.BackupSchedule, keys.Key{Kind: keys.KindBackup, Name: "schedule"}},
 	}
 	wantKeys := []string{"cluster.c1", "machine.c1.m1", "infra.sim.c1.m1", "infra.sim.c1._", "node.c1.m1",
-		"remediation.c1.md-0", "provider.docker", "secrets.c1", "pki.c1", "kubeconfig.c1", "bootstrap.c1.m1", "backup.schedule"}
+		"remediation.c1.md-0", "provider.docker", "secrets.c1", "pki.c1", "kubeconfig.c1", "bootstrap.c1.m1",
+		"addonset.cni", "addon.c1.cni", "addonsecret.creds", "backup.schedule"}
 	for i, tt := range tests {
 		t.Run(tt.key, func(t *testing.T) {
 			if tt.key != wantKeys[i] {
@@ -48,7 +52,19 @@ func TestKeys(t *testing.T) {
 	prefixes := map[string]string{
 		keys.MachinesOf("c1"): "machine.c1.", keys.NodesOf("c1"): "node.c1.", keys.RemediationsOf("c1"): "remediation.c1.",
 		keys.BootstrapsOf("c1"): "bootstrap.c1.", keys.InfraOf("sim"): "infra.sim.", keys.ClusterPrefix: "cluster.",
-		keys.InfraPrefix: "infra.", keys.ProviderPrefix: "provider.", keys.BackupPrefix: "backup.",
+		keys.InfraPrefix: "infra.", keys.ProviderPrefix: "provider.", keys.AddonsOf("c1"): "addon.c1.",
+		keys.AddonSetPrefix: "addonset.", keys.AddonPrefix: "addon.", keys.AddonSecretPrefix: "addonsecret.",
+		keys.BackupPrefix: "backup.",
+	}
+	// An add-on set or secret belongs to no cluster: a watcher queueing
+	// clusters skips it.
+	for _, k := range []string{keys.AddonSet("cni"), keys.AddonSecret("creds")} {
+		if c := keys.ClusterOf(k); c != "" {
+			t.Errorf("ClusterOf(%q) = %q, want none", k, c)
+		}
+	}
+	if c := keys.ClusterOf(keys.Addon("c1", "cni")); c != "c1" {
+		t.Errorf("ClusterOf(addon.c1.cni) = %q", c)
 	}
 	for got, want := range prefixes {
 		if got != want {
@@ -61,7 +77,8 @@ func TestParseRefuses(t *testing.T) {
 	for _, key := range []string{
 		"", "cluster", "cluster.", "cluster.c1.extra", "machine.c1", "machine.c1.", "machine..m1",
 		"infra.sim.c1", "infra.sim.c1.m1.x", "node.c1.*", "machine.c1.>", "provider.", "unknown.c1",
-		"Cluster.c1", "pki.c1.ca", "bootstrap.c1", "secrets.c 1", "backup.", "backup.a.b",
+		"Cluster.c1", "pki.c1.ca", "bootstrap.c1", "secrets.c 1",
+		"addonset", "addonset.a.b", "addon.c1", "addon.c1.", "addon..cni", "addonsecret.a.b", "addonsecret.*", "backup.", "backup.a.b",
 	} {
 		if k, err := keys.Parse(key); !errors.Is(err, keys.ErrMalformed) {
 			t.Errorf("Parse(%q) = %+v, %v; want ErrMalformed", key, k, err)
@@ -116,7 +133,8 @@ func TestSubjects(t *testing.T) {
 // exactly, and a key built from valid names parses to those names.
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{"cluster.c1", "machine.c1.m1", "infra.sim.c1._", "provider.p", "capn.evt.drift.sim.c1.m1",
-		"capn.health.c1.m1.heartbeat", "capn.provider.sim.machine.create.c1.m1", "machine.c1.m1.x", "capn.bootstrap.fetch.a.b"} {
+		"capn.health.c1.m1.heartbeat", "capn.provider.sim.machine.create.c1.m1", "machine.c1.m1.x", "capn.bootstrap.fetch.a.b",
+		"addonset.cni", "addon.c1.cni", "addonsecret.creds", "addonset.a.b"} {
 		f.Add(s, "c1", "m1")
 	}
 	f.Fuzz(func(t *testing.T, s, c, m string) {
@@ -131,6 +149,12 @@ func FuzzParse(f *testing.F) {
 		}
 		if k, err := keys.Parse(keys.Infra(c, c, m)); err != nil || k != (keys.Key{Kind: keys.KindInfra, Provider: c, Cluster: c, Name: m}) {
 			t.Errorf("Parse(Infra(%q, %q, %q)) = %+v, %v", c, c, m, k, err)
+		}
+		if k, err := keys.Parse(keys.Addon(c, m)); err != nil || k != (keys.Key{Kind: keys.KindAddon, Cluster: c, Name: m}) {
+			t.Errorf("Parse(Addon(%q, %q)) = %+v, %v", c, m, k, err)
+		}
+		if k, err := keys.Parse(keys.AddonSet(m)); err != nil || k != (keys.Key{Kind: keys.KindAddonSet, Name: m}) || keys.ClusterOf(keys.AddonSet(m)) != "" {
+			t.Errorf("Parse(AddonSet(%q)) = %+v, %v", m, k, err)
 		}
 		if s, err := keys.ParseSubject(keys.Drift(c, c, m)); err != nil || s.Provider != c || s.Cluster != c || s.Object != m {
 			t.Errorf("ParseSubject(Drift(%q, %q, %q)) = %+v, %v", c, c, m, s, err)

@@ -113,7 +113,11 @@ func checkKind(top yaml.MapSlice) error {
 			}
 		case "kind":
 			if s, ok := it.Value.(string); ok && s != KindCluster {
-				errs.add("kind", s, "unsupported: must be %s", KindCluster)
+				hint := ""
+				if s == KindAddonSet {
+					hint = " (an AddonSet is applied through /v1/addonsets: capn apply sends it there)"
+				}
+				errs.add("kind", s, "unsupported: must be %s%s", KindCluster, hint)
 			}
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"go.yaml.in/yaml/v2"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
@@ -17,19 +18,25 @@ import (
 // Encode writes a Cluster as a YAML manifest that Decode reads back: fields in
 // schema order with their lowerCamelCase names, durations as Go durations
 // ("15m"), 64-bit integers as numbers, empty fields left out.
-func Encode(c *capnv1.Cluster) ([]byte, error) {
-	j, err := protojson.Marshal(c)
+func Encode(c *capnv1.Cluster) ([]byte, error) { return encode(c, "cluster") }
+
+// EncodeAddonSet writes an AddonSet as Encode writes a Cluster (its
+// manifests' YAML as block strings); DecodeAddonSet reads it back.
+func EncodeAddonSet(s *capnv1.AddonSet) ([]byte, error) { return encode(s, "add-on set") }
+
+func encode(m proto.Message, what string) ([]byte, error) {
+	j, err := protojson.Marshal(m)
 	if err != nil {
-		return nil, fmt.Errorf("encode cluster: %w", err)
+		return nil, fmt.Errorf("encode %s: %w", what, err)
 	}
 	docs, err := parseJSON(j)
 	if err != nil || len(docs) != 1 {
-		return nil, fmt.Errorf("encode cluster: re-read protojson: %v", err)
+		return nil, fmt.Errorf("encode %s: re-read protojson: %v", what, err)
 	}
-	tree := denormalize(docs[0], c.ProtoReflect().Descriptor())
+	tree := denormalize(docs[0], m.ProtoReflect().Descriptor())
 	out, err := yaml.Marshal(tree)
 	if err != nil {
-		return nil, fmt.Errorf("encode cluster: %w", err)
+		return nil, fmt.Errorf("encode %s: %w", what, err)
 	}
 	return out, nil
 }

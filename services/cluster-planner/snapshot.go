@@ -7,6 +7,7 @@ import (
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/events/store/clusterstate"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
@@ -63,5 +64,26 @@ func (s *Service) snapshot(ctx context.Context, name string) (in plan.Input, rev
 	if in.Providers, err = s.readProviders(ctx, st.Cluster); err != nil {
 		return plan.Input{}, nil, false, err
 	}
+	in.Addons = s.addons(name, st.Cluster)
 	return in, revs, true, nil
 }
+
+// addons are the add-on sets that select the cluster, each with the
+// addon-manager's record of it on this cluster (nil before it has one).
+func (s *Service) addons(name string, c *capnv1.Cluster) []plan.Addon {
+	var out []plan.Addon
+	for _, e := range s.desired.List(keys.AddonSetPrefix) {
+		set, err := store.Decode(e.Value, newAddonSet)
+		if err != nil || !manifest.AddonSetSelects(set, c) {
+			continue
+		}
+		rec, _, _ := store.Lookup(s.observed, keys.Addon(name, set.GetMetadata().GetName()), newAddonRecord)
+		out = append(out, plan.Addon{Set: set, Record: rec})
+	}
+	return out
+}
+
+var (
+	newAddonSet    = store.New[capnv1.AddonSet]()
+	newAddonRecord = store.New[capnv1.ClusterAddonStatus]()
+)

@@ -189,15 +189,17 @@ func mergeDrain(h *capnv1.NodeHealth, d *capnv1.NodeDrain, at time.Time) bool {
 	return true
 }
 
-// mergeNodeDeleted records that the machine's Node is gone: deleted by
-// the watcher (seen: true), or not found on a read after the record
-// named one (node_uid). A Node that is gone is drained, too.
+// mergeNodeDeleted records that the deleting machine's Node is gone:
+// deleted by the watcher, or not found on a read. With no node_uid the
+// machine never had a Node this watcher saw: it has none to drain (the
+// machine-manager waits for this answer, node_expected). A Node that is
+// gone is drained, too.
 func mergeNodeDeleted(h *capnv1.NodeHealth, at time.Time) bool {
-	if h.GetNodeDeleted() || h.GetNodeUid() == "" {
+	if h.GetNodeDeleted() {
 		return false
 	}
 	h.NodeDeleted = true
-	if h.GetDrain().GetState() != capnv1.NodeDrainDrained {
+	if h.GetNodeUid() != "" && h.GetDrain().GetState() != capnv1.NodeDrainDrained {
 		h.Drain = &capnv1.NodeDrain{State: capnv1.NodeDrainDrained, Message: "the Node is gone", Updated: timestamppb.New(at)}
 	}
 	return true

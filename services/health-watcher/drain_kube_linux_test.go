@@ -250,4 +250,36 @@ func TestDrainOfARealNode(t *testing.T) {
 	if !exists("w-0") {
 		t.Error("w-0's Node deleted")
 	}
+
+	// Deleted before any read matched its Node (a scale-down in the
+	// seconds after a new machine's Node registered): w-2's deletion and
+	// its Node arrive together. The watcher records the Node as w-2's
+	// while the machine-manager looks for it (WaitingForNodeRef), and
+	// keeps it; w-3, deleted with no Node, is answered "none".
+	for _, name := range []string{"w-2", "w-3"} {
+		put(t, desired, "machine."+c+"."+name, &capnv1.Machine{Metadata: &capnv1.ObjectMeta{Name: name, Uid: "u-" + name, CreationTimestamp: timestamppb.Now(), DeletionTimestamp: timestamppb.Now()},
+			Spec: &capnv1.MachineSpec{Cluster: c, Pool: "md-0", Role: "worker", Provider: "process", Version: "v1.37.2"}})
+	}
+	apply("/api/v1/nodes", "w-2", map[string]any{"apiVersion": "v1", "kind": "Node", "metadata": map[string]any{"name": "w-2"},
+		"spec": map[string]any{"providerID": "process://" + c + "/w-2"}})
+	for _, name := range []string{"w-2", "w-3"} {
+		put(t, observed, "machine."+c+"."+name, &capnv1.MachineStatus{Phase: "Deleting", ProviderId: "process://" + c + "/" + name, Provider: "process",
+			PhaseSince: timestamppb.Now(), InfrastructureReadyTime: timestamppb.Now(),
+			Conditions: []*capnv1.Condition{{Type: "Deleting", Status: "True", Reason: "WaitingForNodeRef"}}})
+	}
+	natstest.WaitFor(t, 10*time.Second, "w-2's Node recorded, w-3 answered none", func() bool {
+		w2, w3 := record("w-2"), record("w-3")
+		return w2.GetNodeUid() != "" && w2.GetNodeName() == "w-2" && w3.GetNodeDeleted() && w3.GetNodeUid() == ""
+	})
+	if w2 := record("w-2"); !w2.GetNodeExpected() || w2.GetNodeDeleted() {
+		t.Errorf("w-2's record: node_expected %v node_deleted %v, want true false", w2.GetNodeExpected(), w2.GetNodeDeleted())
+	}
+	// Kept past the watcher's grace for young Nodes (1s), several polls.
+	deadline = time.Now().Add(2 * time.Second)
+	natstest.WaitFor(t, 5*time.Second, "two seconds with w-2's Node kept", func() bool {
+		if !exists("w-2") {
+			t.Fatal("w-2's Node deleted while the machine-manager was looking for it")
+		}
+		return time.Now().After(deadline)
+	})
 }

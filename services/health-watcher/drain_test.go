@@ -34,6 +34,7 @@ func TestNodeDeletionHold(t *testing.T) {
 		hold, drain bool
 	}{
 		{"deletion not looked at yet", m, &capnv1.MachineStatus{Phase: "Running"}, true, false},
+		{"waiting for this watcher to find its Node", m, deletingStatus("WaitingForNodeRef"), true, false},
 		{"pre-drain hook holds", m, deletingStatus("WaitingForPreDrainHook"), true, false},
 		{"draining", m, deletingStatus("DrainingNode", "False", "Draining"), true, true},
 		{"drained", m, deletingStatus("WaitingForNodeDeletion", "True", "Drained"), false, false},
@@ -82,6 +83,9 @@ func TestPlanNodesDrainsHoldsAndFindsGone(t *testing.T) {
 	}
 	if !slices.Equal(plan.Gone, []string{"w-4"}) {
 		t.Errorf("gone %v, want w-4", plan.Gone)
+	}
+	if got := names(plan.Found); !slices.Equal(got, []string{"w-1/w-1", "w-2/w-2"}) {
+		t.Errorf("found %v, want w-1 and w-2 (kept: their records may not name them yet)", got)
 	}
 	if _, ok := plan.Match["w-1"]; ok || len(plan.Match) != 1 {
 		t.Errorf("match %v, want w-0 only", plan.Match)
@@ -139,13 +143,38 @@ func TestDrainPassSkipsAndSummarises(t *testing.T) {
 	if !mergeDrain(h, (DrainPass{}).Summary(), t0.Add(2*time.Minute)) || h.GetDrain().GetState() != capnv1.NodeDrainDrained {
 		t.Errorf("drained not recorded: %v", h.GetDrain())
 	}
-	// A Node found gone is deleted and drained; only once, and only for a
-	// machine that had one.
+	// A Node found gone is deleted and drained; only once. A machine that
+	// never had one: TestNodeRefOfADeletingMachine.
 	h = &capnv1.NodeHealth{NodeUid: "u", Drain: &capnv1.NodeDrain{State: capnv1.NodeDrainEvicting}}
 	if !mergeNodeDeleted(h, t0) || !h.GetNodeDeleted() || h.GetDrain().GetState() != capnv1.NodeDrainDrained || mergeNodeDeleted(h, t0) {
 		t.Errorf("Node gone: %v", h)
 	}
-	if mergeNodeDeleted(&capnv1.NodeHealth{}, t0) {
-		t.Error("a machine that never had a Node recorded its Node deleted")
+}
+
+// TestNodeRefOfADeletingMachine: a deleting machine's record learns its
+// Node from a read (mergeNodeRef) or that it has none (mergeNodeDeleted
+// with no node_uid), once.
+func TestNodeRefOfADeletingMachine(t *testing.T) {
+	at := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	h := &capnv1.NodeHealth{NodeExpected: true}
+	if !mergeNodeRef(h, WorkloadNode{Name: "w-1", UID: "u1"}) || h.GetNodeUid() != "u1" || h.GetNodeName() != "w-1" {
+		t.Fatalf("mergeNodeRef: %v", h)
+	}
+	if mergeNodeRef(h, WorkloadNode{Name: "w-1", UID: "u2"}) || h.GetNodeUid() != "u1" {
+		t.Errorf("a second Node replaced the first: %v", h)
+	}
+	none := &capnv1.NodeHealth{NodeExpected: true}
+	if !mergeNodeDeleted(none, at) || !none.GetNodeDeleted() || none.GetDrain() != nil {
+		t.Errorf("no Node: %v, want node_deleted and no drain record", none)
+	}
+	if mergeNodeDeleted(none, at) {
+		t.Error("recorded twice")
+	}
+	if mergeNodeRef(none, WorkloadNode{Name: "w-1", UID: "u1"}) {
+		t.Error("a Node found after \"none\" was recorded: the deletion went past its Node steps")
+	}
+	seen := &capnv1.NodeHealth{NodeUid: "u1"}
+	if !mergeNodeDeleted(seen, at) || seen.GetDrain().GetState() != capnv1.NodeDrainDrained {
+		t.Errorf("a seen Node gone: %v, want drained", seen)
 	}
 }

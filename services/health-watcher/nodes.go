@@ -51,6 +51,11 @@ type WorkloadMachine struct {
 	// Drain: deleting, and the machine-manager asks for its Node to be
 	// drained now (DrainingSucceeded False, reason Draining).
 	Drain bool
+	// Drained: deleting, and this deletion drained its Node (the status
+	// has a drain start time): the Node is deleted as soon as it is
+	// released, however young (the grace is for Nodes that may not be
+	// the machine's: an orphan's, a previous incarnation's).
+	Drained bool
 }
 
 // NodeDeletion is a Node to delete from the workload cluster, and why.
@@ -69,6 +74,11 @@ type NodePlan struct {
 	Delete []NodeDeletion
 	// Drain are the Nodes of deleting machines to drain (Machine set).
 	Drain []NodeDeletion
+	// Found are the Nodes of deleting machines that are kept (held or
+	// draining), to record as the machine's Node (node_uid) if its record
+	// does not name it yet: a machine deleted before a read matched its
+	// Node is drained all the same.
+	Found []NodeDeletion
 	// Gone are the deleting machines (with a provider id) that no Node
 	// has: their Node was deleted, if they ever had one.
 	Gone []string
@@ -90,7 +100,8 @@ type NodePlan struct {
 //     record of a machine not in the caches yet);
 //   - no Node younger than grace is deleted (by its creationTimestamp): a
 //     Node that registers before its machine's record lands, or before
-//     this replica's caches show it, is never taken for an orphan.
+//     this replica's caches show it, is never taken for an orphan; only
+//     the Node a deletion drained (Drained) goes at once.
 //
 // Two Nodes claiming one machine: the older is its Node; neither is
 // deleted. The result is sorted (deletions by Node name).
@@ -113,9 +124,11 @@ func PlanNodes(nodes []WorkloadNode, machines []WorkloadMachine, live map[string
 		switch {
 		case ok && m.Deleting && m.Drain:
 			plan.Drain = append(plan.Drain, NodeDeletion{Node: n, Machine: m.Name})
+			plan.Found = append(plan.Found, NodeDeletion{Node: n, Machine: m.Name})
 		case ok && m.Deleting && m.HoldNode:
+			plan.Found = append(plan.Found, NodeDeletion{Node: n, Machine: m.Name})
 		case ok && m.Deleting:
-			if old {
+			if old || m.Drained {
 				plan.Delete = append(plan.Delete, NodeDeletion{Node: n, Machine: m.Name})
 			}
 		case ok:
@@ -134,6 +147,7 @@ func PlanNodes(nodes []WorkloadNode, machines []WorkloadMachine, live map[string
 	byNode := func(a, b NodeDeletion) int { return strings.Compare(a.Node.Name, b.Node.Name) }
 	slices.SortFunc(plan.Delete, byNode)
 	slices.SortFunc(plan.Drain, byNode)
+	slices.SortFunc(plan.Found, byNode)
 	slices.Sort(plan.Gone)
 	return plan
 }
@@ -147,14 +161,15 @@ const (
 	reasonDraining           = "Draining"
 	reasonWaitingForPreDrain = "WaitingForPreDrainHook"
 	reasonDrainingNode       = "DrainingNode"
+	reasonWaitingForNodeRef  = "WaitingForNodeRef"
 )
 
 // NodeDeletionHold says, for a deleting machine (dm its desired record,
 // nil when gone; st its status), whether its Node must be kept (hold) and
 // whether it is to be drained now (drain). The Node is kept until the
 // machine-manager's deletion got past the drain: while the deletion was
-// not looked at yet, while a pre-drain hook holds it, and while it
-// drains. A machine excluded from draining (annotations.ExcludeNodeDraining),
+// not looked at yet, while it waits for this watcher to find the Node,
+// while a pre-drain hook holds it, and while it drains. A machine excluded from draining (annotations.ExcludeNodeDraining),
 // Deleted or gone holds nothing.
 func NodeDeletionHold(dm *capnv1.Machine, st *capnv1.MachineStatus) (hold, drain bool) {
 	if dm == nil || st.GetPhaseValue() == capnv1.MachineDeleted {
@@ -171,7 +186,7 @@ func NodeDeletionHold(dm *capnv1.Machine, st *capnv1.MachineStatus) (hold, drain
 		return true, true
 	}
 	switch deleting.GetReason() {
-	case reasonWaitingForPreDrain, reasonDrainingNode:
+	case reasonWaitingForNodeRef, reasonWaitingForPreDrain, reasonDrainingNode:
 		return true, false
 	}
 	return false, false
@@ -184,6 +199,16 @@ func scheme(providerID string) string {
 		return ""
 	}
 	return s
+}
+
+// mergeNodeRef records n as a deleting machine's Node (its name and
+// uid), which no read had matched while the machine was live.
+func mergeNodeRef(h *capnv1.NodeHealth, n WorkloadNode) bool {
+	if n.UID == "" || h.GetNodeUid() != "" || h.GetNodeDeleted() {
+		return false
+	}
+	h.NodeUid, h.NodeName = n.UID, n.Name
+	return true
 }
 
 // mergeNode folds what the machine's Node says into its record: node_name

@@ -20,6 +20,7 @@ func TestPlanNodesMatchesByProviderIDAndDeletesOnlyWhatIsCapnsToDelete(t *testin
 		{Name: "w-0", ProviderID: "process://c/w-0", Created: old},
 		{Name: "w-1", ProviderID: "process://c/w-1", Created: old},          // its machine is Deleting
 		{Name: "w-1-young", ProviderID: "process://c/w-1b", Created: young}, // Deleting too, but registered just now
+		{Name: "w-4-young", ProviderID: "process://c/w-4", Created: young},  // Deleting, and drained by this deletion
 		{Name: "gone", ProviderID: "process://c/gone", Created: old},        // no machine has it
 		{Name: "early", ProviderID: "process://c/new", Created: young},      // no machine yet: registering first
 		{Name: "infra-only", ProviderID: "process://c/w-2", Created: old},   // the status has no id yet, the infra record does
@@ -34,6 +35,7 @@ func TestPlanNodesMatchesByProviderIDAndDeletesOnlyWhatIsCapnsToDelete(t *testin
 		{Name: "w-1b", ProviderID: "process://c/w-1b", Deleting: true},
 		{Name: "w-2"},
 		{Name: "w-3", ProviderID: "process://c/w-3"}, // no Node yet
+		{Name: "w-4", ProviderID: "process://c/w-4", Deleting: true, Drained: true},
 	}
 	live := map[string]bool{"process://c/w-2": true}
 	plan := PlanNodes(nodes, machines, live, []string{"process"}, grace, now)
@@ -45,7 +47,7 @@ func TestPlanNodesMatchesByProviderIDAndDeletesOnlyWhatIsCapnsToDelete(t *testin
 	for _, d := range plan.Delete {
 		deleted = append(deleted, d.Node.Name+"/"+d.Machine)
 	}
-	if want := []string{"gone/", "w-1/w-1"}; !equal(deleted, want) {
+	if want := []string{"gone/", "w-1/w-1", "w-4-young/w-4"}; !equal(deleted, want) {
 		t.Errorf("deletions %v, want %v", deleted, want)
 	}
 
@@ -56,7 +58,7 @@ func TestPlanNodesMatchesByProviderIDAndDeletesOnlyWhatIsCapnsToDelete(t *testin
 	for _, d := range plan.Delete {
 		deleted = append(deleted, d.Node.Name)
 	}
-	if want := []string{"early", "gone", "w-1", "w-1-young"}; !equal(deleted, want) {
+	if want := []string{"early", "gone", "w-1", "w-1-young", "w-4-young"}; !equal(deleted, want) {
 		t.Errorf("deletions a minute later %v, want %v", deleted, want)
 	}
 

@@ -123,6 +123,13 @@ func (s *Service) polled(cl *capnv1.Cluster) bool {
 	return ok && slices.Contains(a.GetCapabilities(), capabilityRealKubernetes)
 }
 
+// nodeExpected: the cluster's Nodes are read (polled), so its machines
+// have Nodes there once their agents are up (NodeHealth.node_expected).
+func (s *Service) nodeExpected(cluster string) bool {
+	cl, ok := decodeCached(s.desired, keys.Cluster(cluster), newCluster)
+	return ok && s.polled(cl)
+}
+
 // workloadChanged wakes the Node reads: a cluster whose spec or machines
 // changed is read now (only if it is polled: sim clusters cost a map
 // lookup), and every cluster when a provider starts or stops announcing
@@ -239,6 +246,11 @@ func (s *Service) reconcileWorkload(ctx context.Context, cluster string) (reconc
 			ev.Msg("deleted a Node whose machine is gone from the workload cluster")
 		}
 	}
+	for _, d := range plan.Found {
+		w, err := s.recordDeleting(ctx, cluster, d.Machine, now, func(h *capnv1.NodeHealth) bool { return mergeNodeRef(h, d.Node) })
+		wrote = wrote || w
+		errs = append(errs, err)
+	}
 	for _, m := range plan.Gone {
 		w, err := s.recordDeleting(ctx, cluster, m, now, func(h *capnv1.NodeHealth) bool { return mergeNodeDeleted(h, now) })
 		wrote = wrote || w
@@ -304,6 +316,7 @@ func (s *Service) workloadMachines(cluster string, cl *capnv1.Cluster) ([]Worklo
 			Deleting: m.GetMetadata().GetDeletionTimestamp() != nil || st.GetPhaseValue() == capnv1.MachineDeleting || st.GetPhaseValue() == capnv1.MachineDeleted}
 		if wm.Deleting {
 			wm.HoldNode, wm.Drain = NodeDeletionHold(m, st)
+			wm.Drained = m.GetMetadata().GetDeletionTimestamp() != nil && st.GetPhaseValue() == capnv1.MachineDeleting && st.GetDrainStartTime() != nil
 		}
 		if p := m.GetSpec().GetProvider(); p != "" && !wm.Deleting {
 			// The provider's record may name the machine's providerID before

@@ -131,6 +131,8 @@ func (s *Service) applyReport(ctx context.Context, r report, merge func(*capnv1.
 			if !merge(h) {
 				return nil, nil, store.ErrNoChange
 			}
+			// Looked up only on a write: the record's first write sets it.
+			h.NodeExpected = s.nodeExpected(r.cluster)
 			next, ep := h, (*episode)(nil)
 			if j, ok := s.judge(r.cluster, r.machine, h, now); ok {
 				next, _ = view(h, r.cluster, j.target, j.beat, j.v, j.policy, s.cfg.PersistEvery, now)

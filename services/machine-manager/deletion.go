@@ -27,6 +27,7 @@ const (
 	ReasonDraining            = "Draining"
 	ReasonDrainingFailed      = "DrainingFailed"
 
+	ReasonWaitingForNodeRef                = "WaitingForNodeRef"
 	ReasonWaitingForPreDrainHook           = "WaitingForPreDrainHook"
 	ReasonDrainingNode                     = "DrainingNode"
 	ReasonWaitingForNodeDeletion           = "WaitingForNodeDeletion"
@@ -46,6 +47,13 @@ const (
 	// etcdRequeue bounds the wait for the etcd member's removal between
 	// reports.
 	etcdRequeue = 10 * time.Second
+	// nodeLookupTimeout bounds the wait for the health-watcher to find a
+	// deleting machine's Node, or to find none, when the machine's cluster
+	// has Nodes it reads (NodeHealth.node_expected). A deletion wakes the
+	// watcher's read of the cluster's Nodes, so it answers within a
+	// second while the API server answers; one that does not answer
+	// cannot be drained through either.
+	nodeLookupTimeout = 30 * time.Second
 	// agentSilence: a machine whose agent sent no heartbeat for this long
 	// is unreachable (the health policy's default heartbeat grace).
 	agentSilence = policy.DefaultHeartbeatGrace
@@ -99,6 +107,15 @@ func deleteStep(out *Output, st *capnv1.MachineStatus, in Input, deleteID string
 	}
 	releaseHold(st, CondPreDrainDeleteHookSucceeded, now)
 
+	if left := nodeLookup(st, node, ann, in.Desired, now); left > 0 {
+		deleting(ReasonWaitingForNodeRef, fmt.Sprintf("looking for the Node of machine %s in the workload cluster (at most %s)", in.Name, nodeLookupTimeout))
+		requeue(left)
+		return
+	}
+	if c := conditions.Get(st.GetConditions(), CondDeleting); c.GetReason() == ReasonWaitingForNodeRef && node.GetNodeUid() == "" && !node.GetNodeDeleted() {
+		out.Events = append(out.Events, Event{Phase: capnv1.MachineDeleting.Wire(), Reason: "NodeNotFound", At: now,
+			Message: fmt.Sprintf("machine %s: the health-watcher found no Node of it within %s (is the workload API server answering?); deleting it without a drain", in.Name, nodeLookupTimeout)})
+	}
 	if nodeSteps(st, node, ann) {
 		if !drained(out, st, in, node, nodeName, deleting, requeue) {
 			return
@@ -186,6 +203,35 @@ func nodeSteps(st *capnv1.MachineStatus, node *capnv1.NodeHealth, ann map[string
 		}
 	}
 	return true
+}
+
+// nodeLookup is how much longer the deletion waits for the
+// health-watcher's answer on whether the machine has a Node: its cluster's
+// Nodes are read (node_expected), its infrastructure came up (so its agent
+// may have registered one), and the watcher has neither matched a Node
+// (node_uid) nor found none (node_deleted). Without the wait, a machine
+// deleted in the seconds between its Node's registration and the watcher's
+// next read would lose its Node undrained. 0: no wait (the answer is in,
+// no Node is possible, or the lookup timed out).
+func nodeLookup(st *capnv1.MachineStatus, node *capnv1.NodeHealth, ann map[string]string, dm *capnv1.Machine, now time.Time) time.Duration {
+	if _, excluded := ann[annotations.ExcludeNodeDraining]; excluded {
+		return 0
+	}
+	if dm == nil || !node.GetNodeExpected() || node.GetNodeUid() != "" || node.GetNodeDeleted() ||
+		st.GetInfrastructureReadyTime() == nil || st.GetDrainStartTime() != nil {
+		return 0
+	}
+	if c := conditions.Get(st.GetConditions(), CondDeleting); c != nil {
+		switch c.GetReason() {
+		case ReasonWaitingForPreTerminateHook, ReasonWaitingForInfrastructureDeletion:
+			return 0 // past the Node steps: never back
+		}
+	}
+	since := now
+	if dt := dm.GetMetadata().GetDeletionTimestamp(); dt != nil {
+		since = dt.AsTime()
+	}
+	return max(0, since.Add(nodeLookupTimeout).Sub(now))
 }
 
 // drained runs the drain step: it records when the drain started (the

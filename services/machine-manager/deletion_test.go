@@ -51,6 +51,19 @@ func drain(state, msg string) func(*capnv1.NodeHealth) {
 
 func nodeDeleted(n *capnv1.NodeHealth) { n.NodeDeleted = true }
 
+// unmatched: the machine's cluster has Nodes the health-watcher reads,
+// and no read matched this machine's Node yet.
+func unmatched(n *capnv1.NodeHealth) { n.NodeExpected, n.NodeUid, n.NodeName = true, "", "" }
+
+func infraReady(s *capnv1.MachineStatus) { s.InfrastructureReadyTime = timestamppb.New(t0.Add(-time.Hour)) }
+
+// deletedAt is a deleting machine whose deletion was requested at at.
+func deletedAt(at time.Time) *capnv1.Machine {
+	m := deletingWith(nil)
+	m.Metadata.DeletionTimestamp = timestamppb.New(at)
+	return m
+}
+
 func etcd(status, msg string) func(*capnv1.NodeHealth) {
 	return func(n *capnv1.NodeHealth) {
 		n.Conditions = append(n.Conditions, &capnv1.NodeCondition{Type: annotations.CondEtcdMemberRemoved, Status: status, Reason: "QuorumAtRisk", Message: msg})
@@ -100,6 +113,26 @@ func TestDeletionSequence(t *testing.T) {
 			in:     Input{Desired: deletingWith(nil), Status: status(capnv1.MachineRunning.Wire(), withBootstrap), Infra: infra("Running"), Node: nodeAt(true, now)},
 			reason: ReasonWaitingForInfrastructureDeletion, msg: "waiting for provider sim to delete the infrastructure", cmds: []string{CmdDelete}, phase: capnv1.MachineDeleting,
 			events: []string{"Deleting"}},
+		{name: "real cluster, Node not matched yet: waits for the health-watcher's lookup",
+			in:     Input{Desired: deletedAt(now.Add(-10 * time.Second)), Status: status(capnv1.MachineRunning.Wire(), withBootstrap, infraReady), Infra: infra("Running"), Node: kubeNode(now, unmatched)},
+			reason: ReasonWaitingForNodeRef, msg: "looking for the Node of machine m1", phase: capnv1.MachineDeleting,
+			events: []string{"Deleting"}, requeue: 20 * time.Second},
+		{name: "real cluster, the lookup found the Node: the drain starts",
+			in: Input{Desired: deletedAt(now.Add(-10 * time.Second)), Status: deletingSince(infraReady, func(s *capnv1.MachineStatus) {
+				setCondition(s, CondDeleting, capnv1.ConditionTrue, ReasonWaitingForNodeRef, "", t0)
+			}), Infra: infra("Running"), Node: kubeNode(now, func(n *capnv1.NodeHealth) { n.NodeExpected = true })},
+			reason: ReasonDrainingNode, msg: "draining node w-1", phase: capnv1.MachineDeleting, events: []string{"DrainStarted"}},
+		{name: "real cluster, the lookup found no Node: the delete command",
+			in:     Input{Desired: deletedAt(now.Add(-10 * time.Second)), Status: status(capnv1.MachineRunning.Wire(), withBootstrap, infraReady), Infra: infra("Running"), Node: kubeNode(now, unmatched, nodeDeleted)},
+			reason: ReasonWaitingForInfrastructureDeletion, cmds: []string{CmdDelete}, phase: capnv1.MachineDeleting, events: []string{"Deleting"}},
+		{name: "real cluster, no answer within the lookup timeout: NodeNotFound, the delete command",
+			in: Input{Desired: deletedAt(now.Add(-nodeLookupTimeout)), Status: deletingSince(infraReady, func(s *capnv1.MachineStatus) {
+				setCondition(s, CondDeleting, capnv1.ConditionTrue, ReasonWaitingForNodeRef, "", t0)
+			}), Infra: infra("Running"), Node: kubeNode(now, unmatched)},
+			reason: ReasonWaitingForInfrastructureDeletion, cmds: []string{CmdDelete}, phase: capnv1.MachineDeleting, events: []string{"NodeNotFound"}},
+		{name: "real cluster, infrastructure never came up: no lookup",
+			in:     Input{Desired: deletedAt(now), Status: status(capnv1.MachineProvisioning.Wire(), withBootstrap), Infra: infra("Creating"), Node: kubeNode(now, unmatched)},
+			reason: ReasonWaitingForInfrastructureDeletion, cmds: []string{CmdDelete}, phase: capnv1.MachineDeleting, events: []string{"Deleting"}},
 		{name: "pre-drain hooks hold, even without a Node",
 			in:     Input{Desired: deletingWith(pre), Status: status(capnv1.MachineRunning.Wire(), withBootstrap), Infra: infra("Running")},
 			reason: ReasonWaitingForPreDrainHook, msg: "waiting for pre-drain hooks: audit, backup", phase: capnv1.MachineDeleting,
@@ -334,6 +367,55 @@ func TestDeletionNeverSkipsTheNode(t *testing.T) {
 			}
 		case !preHook && !termHook && (!hasNode || excluded) && !sent:
 			t.Fatal("a machine without a Node to drain did not get its delete command at once")
+		}
+	})
+}
+
+// TestDeletionDrainsANodeMatchedLate: a property over a machine of a real
+// cluster deleted before the health-watcher matched its Node (the gap of
+// a scale-down right after a new machine came up): when the watcher
+// matches it within the lookup timeout, the delete command never comes
+// before the drain; when it answers "no Node", or never, the deletion
+// goes on, and in the latter case only after the timeout with an event.
+func TestDeletionDrainsANodeMatchedLate(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		answer := time.Duration(rapid.IntRange(0, 60).Draw(t, "answerS")) * time.Second
+		found := rapid.Bool().Draw(t, "found")
+		requested := t0
+		in := Input{Cluster: "c1", Name: "m1", Desired: deletedAt(requested), Status: status(capnv1.MachineRunning.Wire(), withBootstrap, infraReady),
+			Infra: infra("Running")}
+		var events []string
+		for at := requested; at.Before(requested.Add(2 * time.Minute)); at = at.Add(time.Second) {
+			node := kubeNode(at, unmatched)
+			if at.Sub(requested) >= answer {
+				if found {
+					node.NodeUid, node.NodeName = "uid", "w-1"
+				} else {
+					node.NodeDeleted = true
+				}
+			}
+			in.Now, in.Node = at, node
+			out := Step(in, Timeouts{})
+			in.Status = out.Status
+			for _, ev := range out.Events {
+				events = append(events, ev.Reason)
+			}
+			if len(out.Commands) == 0 {
+				continue
+			}
+			waited := at.Sub(requested)
+			switch {
+			case found && answer < nodeLookupTimeout && out.Status.GetDrainStartTime() == nil:
+				t.Fatalf("delete command at +%s without a drain; the Node was matched at +%s", waited, answer)
+			case answer >= nodeLookupTimeout && waited < nodeLookupTimeout:
+				t.Fatalf("delete command at +%s, before the lookup timed out", waited)
+			case answer >= nodeLookupTimeout && !slices.Contains(events, "NodeNotFound"):
+				t.Fatalf("lookup timed out without a NodeNotFound event: %v", events)
+			}
+			return
+		}
+		if !found || answer >= nodeLookupTimeout {
+			t.Fatalf("no delete command within 2 minutes (answer at +%s, found %v)", answer, found)
 		}
 	})
 }

@@ -76,6 +76,7 @@ var components = []struct {
 	{natsconfig.Bootstrapper, true},
 	{natsconfig.HealthWatcher, true},
 	{natsconfig.Remediator, true},
+	{natsconfig.AddonManager, true},
 	{natsconfig.ProviderUser("sim"), false},
 	{natsconfig.Gateway, false},
 }

@@ -124,7 +124,7 @@ func TestComposeMatchesTheRender(t *testing.T) {
 			t.Errorf("service %s: image %q is not a local capn image", name, s.Image)
 		}
 	}
-	for _, name := range []string{natsconfig.ClusterPlanner, natsconfig.MachineManager, natsconfig.Bootstrapper, natsconfig.HealthWatcher, natsconfig.Remediator} {
+	for _, name := range []string{natsconfig.ClusterPlanner, natsconfig.MachineManager, natsconfig.Bootstrapper, natsconfig.HealthWatcher, natsconfig.Remediator, natsconfig.AddonManager} {
 		if f.Services[name].Scale != 2 {
 			t.Errorf("service %s runs %d replicas, want 2", name, f.Services[name].Scale)
 		}

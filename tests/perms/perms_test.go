@@ -199,6 +199,18 @@ func (a *actor) cache(bucket string) {
 	}
 }
 
+// cacheKeep starts a watch cache over bucket keeping only prefixes (a
+// filtered watcher), as a service does with store.Keep.
+func (a *actor) cacheKeep(bucket string, prefixes ...string) {
+	a.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	a.t.Cleanup(cancel)
+	c := store.NewCache(a.bucket(bucket), store.Keep(store.CacheOptions{}, a.js, prefixes...))
+	if err := c.Start(ctx); err != nil {
+		a.t.Fatalf("%s: watch %s %v: %v", a.user, bucket, prefixes, err)
+	}
+}
+
 // put writes key with compare-and-set through store.Bucket (create, then
 // update on the revision read).
 func (a *actor) put(bucket, key string) {
@@ -276,6 +288,8 @@ func TestEachUserDoesItsJob(t *testing.T) {
 	gw.publish(events.HealthSubject("demo", "m1", "conditions"))
 	gw.put(events.BucketDesired, "machine.demo.m1") // hooks and capn delete machine
 	gw.publish(events.EventSubject("machine", "hook", "demo", "m1"))
+	gw.put(events.BucketDesired, "addonset.cni")      // capn apply of an AddonSet
+	gw.put(events.BucketSecrets, "addonsecret.creds") // capn addon-secret set
 
 	cp := w.as(t, natsconfig.ClusterPlanner)
 	cp.cache(events.BucketDesired)
@@ -376,6 +390,15 @@ func TestEachUserDoesItsJob(t *testing.T) {
 
 	mm.consume(durable(d, natsconfig.MachineManager, natsconfig.MachineManager+"-bootstrap"))
 
+	am := w.as(t, natsconfig.AddonManager)
+	am.cacheKeep(events.BucketDesired, "cluster.", "addonset.")
+	am.cacheKeep(events.BucketObserved, "cluster.", "addon.", "provider.")
+	am.cacheKeep(events.BucketSecrets, "addonsecret.") // the add-on secrets sets name
+	am.get(events.BucketSecrets, "kubeconfig.demo")    // to reach the workload API server
+	am.get(events.BucketSecrets, "addonsecret.creds")
+	am.put(events.BucketObserved, "addon.demo.cni")
+	am.publish(events.EventSubject("addon", "applied", "demo", "cni"))
+
 	rm := w.as(t, natsconfig.Remediator)
 	rm.cache(events.BucketDesired)
 	rm.cache(events.BucketObserved)
@@ -434,7 +457,7 @@ func TestEachUserDoesItsJob(t *testing.T) {
 	}
 	gw.objectStore("upload-1")
 
-	for _, a := range []*actor{gw, cp, mm, bs, sim, dk, hw, rm, bk} {
+	for _, a := range []*actor{gw, cp, mm, bs, sim, dk, hw, rm, am, bk} {
 		a.clean()
 	}
 	for _, v := range w.c.ServerViolations() {
@@ -554,13 +577,15 @@ func TestOutsideTheJobIsRefused(t *testing.T) {
 		}
 		gw.refusedPublish("$JS.API.CONSUMER.CREATE.CAPN_EVENTS.machine-manager-bootstrap.capn.evt.bootstrap.ready.>")
 	})
-	t.Run("only the bootstrapper writes secrets; the gateway and the health-watcher read kubeconfigs only", func(t *testing.T) {
+	t.Run("only the bootstrapper writes secrets; the gateway, the health-watcher and the addon-manager read kubeconfigs only", func(t *testing.T) {
 		t.Parallel()
-		for _, user := range []string{natsconfig.Gateway, natsconfig.HealthWatcher} {
+		for _, user := range []string{natsconfig.Gateway, natsconfig.HealthWatcher, natsconfig.AddonManager} {
 			a := w.as(t, user)
 			a.refused("$JS.API.DIRECT.GET.KV_secrets.$KV.secrets.pki.demo", a.kvGet(events.BucketSecrets, "pki.demo"))
 			a.refused("$JS.API.DIRECT.GET.KV_secrets.$KV.secrets.bootstrap.demo.m1", a.kvGet(events.BucketSecrets, "bootstrap.demo.m1"))
 			a.refusedPublish("$KV.secrets.kubeconfig.demo")
+			a.refusedPublish("$KV.secrets.pki.demo")
+			a.refusedPublish("$KV.secrets.bootstrap.demo.m1")
 		}
 		for _, user := range []string{natsconfig.ClusterPlanner, natsconfig.MachineManager,
 			natsconfig.Remediator, natsconfig.Init, natsconfig.ProviderUser("docker")} {
@@ -573,9 +598,9 @@ func TestOutsideTheJobIsRefused(t *testing.T) {
 		t.Parallel()
 		for user, subjects := range map[string][]string{
 			natsconfig.Gateway:        {"$KV.observed.machine.demo.m1", "$KV.observed.cluster.demo", "capn.evt.cluster.ready.demo._", "capn.evt.machine.running.demo.m1", "capn.cmd.bootstrap.generate.demo.m1"},
-			natsconfig.ClusterPlanner: {"$KV.observed.machine.demo.m1", "capn.provider.sim.machine.create.demo.m1", "capn.cmd.bootstrap.generate.demo.m1"},
+			natsconfig.ClusterPlanner: {"$KV.observed.machine.demo.m1", "capn.provider.sim.machine.create.demo.m1", "capn.cmd.bootstrap.generate.demo.m1", "$KV.observed.addon.demo.cni", "$KV.desired.addonset.cni"},
 			natsconfig.MachineManager: {"$KV.desired.machine.demo.m1", "$KV.observed.cluster.demo", "capn.evt.machine.unhealthy.demo.m1", "capn.evt.machine.hook.demo.m1", "capn.provider.sim.cluster.delete.demo._", "capn.provider.sim.machine.reboot.demo.m1"},
-			natsconfig.HealthWatcher:  {"$KV.observed.machine.demo.m1", "$KV.desired.machine.demo.m1", "capn.provider.sim.machine.reboot.demo.m1"},
+			natsconfig.HealthWatcher:  {"$KV.observed.machine.demo.m1", "$KV.desired.machine.demo.m1", "capn.provider.sim.machine.reboot.demo.m1", "$KV.observed.addon.demo.cni", "capn.evt.addon.applied.demo.cni"},
 			natsconfig.Remediator:     {"$KV.observed.machine.demo.m1", "$KV.desired.cluster.demo", "capn.evt.machine.unhealthy.demo.m1", "capn.provider.sim.machine.delete.demo.m1"},
 			natsconfig.Bootstrapper:   {"$KV.desired.cluster.demo", "$KV.observed.machine.demo.m1", "capn.provider.sim.machine.create.demo.m1"},
 			natsconfig.Init:           {"$KV.desired.cluster.demo", "capn.evt.cluster.ready.demo._", "$JS.API.CONSUMER.CREATE.CAPN_PROVIDERS.provider-sim.capn.provider.sim.>", "$JS.API.STREAM.DELETE.CAPN_EVENTS", "$JS.API.STREAM.PURGE.KV_desired"},
@@ -619,6 +644,32 @@ func TestOutsideTheJobIsRefused(t *testing.T) {
 			a.refusedSubscribe("$O.backups.>")
 			a.refusedPublish("capn.backup.restore")
 		}
+	})
+	t.Run("the addon-manager: its records and events only; secrets it does not need are out of reach", func(t *testing.T) {
+		t.Parallel()
+		am := w.as(t, natsconfig.AddonManager)
+		// It holds the secrets key: it must not watch or read the PKI and
+		// bootstrap data it could open (the subtest above reads them by
+		// key), nor write any secret, add-on secrets included.
+		am.refusedPublish("$JS.API.CONSUMER.CREATE.KV_secrets.x.$KV.secrets.>")
+		am.refusedPublish("$JS.API.CONSUMER.CREATE.KV_secrets.x.$KV.secrets.pki.>")
+		am.refusedPublish("$JS.API.CONSUMER.CREATE.KV_secrets.x")
+		am.refusedPublish("$JS.API.DIRECT.GET.KV_secrets.$KV.secrets.>")
+		am.refusedPublish("$KV.secrets.addonsecret.creds")
+		// Nor change what users declare, nor others' records, nor act as
+		// another service.
+		for _, s := range []string{"$KV.desired.addonset.cni", "$KV.desired.cluster.demo", "$KV.observed.cluster.demo", "$KV.observed.node.demo.m1",
+			"capn.evt.cluster.ready.demo._", "capn.evt.machine.unhealthy.demo.m1", "capn.cmd.bootstrap.generate.demo.m1",
+			"capn.provider.sim.machine.create.demo.m1", "capn.health.demo.m1.heartbeat"} {
+			am.refusedPublish(s)
+		}
+		am.refusedSubscribe("capn.>")
+		// The gateway writes add-on secrets, and no other secret.
+		gw := w.as(t, natsconfig.Gateway)
+		gw.refusedPublish("$KV.secrets.pki.demo")
+		gw.refusedPublish("$KV.secrets.bootstrap.demo.m1")
+		gw.refusedPublish("$KV.observed.addon.demo.cni")
+		gw.refusedPublish("$JS.API.CONSUMER.CREATE.KV_secrets.x.$KV.secrets.>")
 	})
 	t.Run("no one but the init job manages streams", func(t *testing.T) {
 		t.Parallel()

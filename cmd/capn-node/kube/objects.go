@@ -2,6 +2,7 @@ package kube
 
 import (
 	"fmt"
+	"maps"
 	"runtime"
 	"slices"
 	"strings"
@@ -151,8 +152,16 @@ type NodeSpec struct {
 	ProviderID string
 	Address    string
 	Version    string
-	Labels     map[string]string
-	Taints     []kubelocal.Taint
+	// Labels are the well-known labels the node side keeps (hostname, os,
+	// arch, the control-plane role), set on every registration, as a
+	// kubelet keeps its default labels.
+	Labels map[string]string
+	// LabelsOnCreate are the machine's pool labels: set when the Node is
+	// created only, as a kubelet's --node-labels. Later changes are the
+	// health-watcher's label sync's, which also removes a label a pool
+	// dropped; a restarted node never brings one back.
+	LabelsOnCreate map[string]string
+	Taints         []kubelocal.Taint
 	// TaintsOnCreate leaves taints out of updates: a node registering
 	// itself may set taints when it creates its Node but never change
 	// them (NodeRestriction), as a kubelet's --register-with-taints.
@@ -171,15 +180,12 @@ func NodeFor(cfg *kubelocal.NodeConfig, address, providerID string) NodeSpec {
 		"beta.kubernetes.io/os":   "linux",
 		"beta.kubernetes.io/arch": runtime.GOARCH,
 	}
-	for k, v := range cfg.Labels {
-		labels[k] = v
-	}
 	if cfg.IsControlPlane() {
 		labels[ControlPlaneRoleLabel] = ""
 		labels[ExcludeFromLBLabel] = ""
 	}
-	return NodeSpec{Name: cfg.NodeName, ProviderID: providerID, Address: address, Version: cfg.KubernetesVersion, Labels: labels, Taints: cfg.Taints,
-		TaintsOnCreate: !cfg.IsControlPlane()}
+	return NodeSpec{Name: cfg.NodeName, ProviderID: providerID, Address: address, Version: cfg.KubernetesVersion, Labels: labels,
+		LabelsOnCreate: maps.Clone(cfg.Labels), Taints: cfg.Taints, TaintsOnCreate: !cfg.IsControlPlane()}
 }
 
 // Object is the Node as first created, status included.
@@ -190,10 +196,21 @@ func (n NodeSpec) Object() Object {
 	}
 	return Object{Collection: "/api/v1/nodes", Name: n.Name, Body: map[string]any{
 		"apiVersion": "v1", "kind": "Node",
-		"metadata": map[string]any{"name": n.Name, "labels": n.Labels, "annotations": n.annotations()},
+		"metadata": map[string]any{"name": n.Name, "labels": n.createLabels(), "annotations": n.annotations()},
 		"spec":     spec,
 		"status":   n.Status()["status"],
 	}}
+}
+
+// createLabels are the labels of a new Node: the pool's, then the node
+// side's own.
+func (n NodeSpec) createLabels() map[string]string {
+	out := maps.Clone(n.LabelsOnCreate)
+	if out == nil {
+		out = map[string]string{}
+	}
+	maps.Copy(out, n.Labels)
+	return out
 }
 
 func (n NodeSpec) annotations() map[string]string {
@@ -204,8 +221,9 @@ func (n NodeSpec) annotations() map[string]string {
 	return a
 }
 
-// Patch is the merge patch that brings an existing Node to n: labels and
-// annotations added or updated, providerID set (it may only go from empty
+// Patch is the merge patch that brings an existing Node to n: the node
+// side's labels (not the pool's: LabelsOnCreate) and annotations added or
+// updated, providerID set (it may only go from empty
 // to a value), taints replaced by n's plus those the node controllers
 // manage (node.kubernetes.io/..., kept as they are).
 func (n NodeSpec) Patch(existingTaints []kubelocal.Taint) map[string]any {

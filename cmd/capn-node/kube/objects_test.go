@@ -329,7 +329,9 @@ func TestRegisterNode(t *testing.T) {
 	node := f.objects["/api/v1/nodes/kl-cp-0"]
 	node["spec"].(map[string]any)["podCIDR"] = "10.244.0.0/24"
 	node["spec"].(map[string]any)["taints"] = []any{map[string]any{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}}
-	n.Labels["tier"] = "db"
+	// A pool label changed since (the health-watcher's sync applies that,
+	// not a restarted node).
+	n.LabelsOnCreate["tier"] = "db"
 	if err := kube.RegisterNode(ctx, c, n); err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +340,7 @@ func TestRegisterNode(t *testing.T) {
 	}
 	node = f.objects["/api/v1/nodes/kl-cp-0"]
 	spec := node["spec"].(map[string]any)
-	if spec["podCIDR"] != "10.244.0.0/24" || node["metadata"].(map[string]any)["labels"].(map[string]any)["tier"] != "db" {
+	if spec["podCIDR"] != "10.244.0.0/24" || node["metadata"].(map[string]any)["labels"].(map[string]any)["tier"] != "web" {
 		t.Errorf("after update: %v", node)
 	}
 	if taints, _ := json.Marshal(spec["taints"]); string(taints) != `[{"effect":"NoSchedule","key":"node-role.kubernetes.io/control-plane"},{"effect":"NoSchedule","key":"node.kubernetes.io/not-ready"}]` {

@@ -44,8 +44,9 @@ import (
 
 // Files render writes beyond natsconfig's.
 const (
-	// SecretsKeyFile (in the bootstrapper's, the gateway's and the
-	// health-watcher's user directories) seals the secrets bucket.
+	// SecretsKeyFile (in the bootstrapper's, the gateway's, the
+	// health-watcher's and the addon-manager's user directories) seals the
+	// secrets bucket.
 	SecretsKeyFile = "secrets.key"
 	// TokensFile (in the gateway's user directory) holds the hash of the
 	// admin token; AdminTokenFile (at the top) the token itself.
@@ -199,7 +200,8 @@ func render(args []string, stdout, stderr io.Writer) error {
 }
 
 // renderSecrets makes the secrets key (shared by the bootstrapper, the
-// gateway and the health-watcher) and the gateway's admin token, unless
+// gateway, the health-watcher and the addon-manager) and the gateway's
+// admin token, unless
 // they exist.
 func renderSecrets(l natsconfig.Layout) ([]string, error) {
 	var created []string
@@ -213,7 +215,7 @@ func renderSecrets(l natsconfig.Layout) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, user := range []string{natsconfig.Gateway, natsconfig.HealthWatcher} {
+	for _, user := range []string{natsconfig.Gateway, natsconfig.HealthWatcher, natsconfig.AddonManager} {
 		if err := writeFile(l.UserFile(user, SecretsKeyFile), key, 0o600); err != nil {
 			return nil, err
 		}

@@ -40,6 +40,9 @@ func TestRender(t *testing.T) {
 	if k3, err := seal.LoadKey(l.UserFile(natsconfig.HealthWatcher, SecretsKeyFile)); err != nil || k1.ID() != k3.ID() {
 		t.Errorf("the health-watcher's secrets key (%v) is not the bootstrapper's", err)
 	}
+	if k4, err := seal.LoadKey(l.UserFile(natsconfig.AddonManager, SecretsKeyFile)); err != nil || k1.ID() != k4.ID() {
+		t.Errorf("the addon-manager's secrets key (%v) is not the bootstrapper's", err)
+	}
 	toks, err := gateway.LoadTokensFile(l.UserFile(natsconfig.Gateway, TokensFile))
 	if err != nil || len(toks) != 1 {
 		t.Fatalf("tokens file: %v (%d tokens)", err, len(toks))

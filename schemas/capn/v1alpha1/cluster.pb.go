@@ -208,7 +208,10 @@ type ClusterSpec struct {
 	Paused bool          `protobuf:"varint,6,opt,name=paused,proto3" json:"paused,omitempty"`
 	Health *HealthPolicy `protobuf:"bytes,7,opt,name=health,proto3" json:"health,omitempty"`
 	// hibernated stops (but keeps) every machine whose provider can stop.
-	Hibernated    bool `protobuf:"varint,8,opt,name=hibernated,proto3" json:"hibernated,omitempty"`
+	Hibernated bool `protobuf:"varint,8,opt,name=hibernated,proto3" json:"hibernated,omitempty"`
+	// addons: the cluster's add-on settings (opting out of the default
+	// add-on sets).
+	Addons        *AddonsSpec `protobuf:"bytes,9,opt,name=addons,proto3" json:"addons,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -297,6 +300,13 @@ func (x *ClusterSpec) GetHibernated() bool {
 		return x.Hibernated
 	}
 	return false
+}
+
+func (x *ClusterSpec) GetAddons() *AddonsSpec {
+	if x != nil {
+		return x.Addons
+	}
+	return nil
 }
 
 // MachineTemplate describes machines of one control plane or pool. A change
@@ -1307,14 +1317,14 @@ var File_capn_v1alpha1_cluster_proto protoreflect.FileDescriptor
 
 const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x1bcapn/v1alpha1/cluster.proto\x12\rcapn.v1alpha1\x1a\x18capn/v1alpha1/meta.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdb\x01\n" +
+	"\x1bcapn/v1alpha1/cluster.proto\x12\rcapn.v1alpha1\x1a\x1acapn/v1alpha1/addons.proto\x1a\x18capn/v1alpha1/meta.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdb\x01\n" +
 	"\aCluster\x12\x1f\n" +
 	"\vapi_version\x18\x01 \x01(\tR\n" +
 	"apiVersion\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x125\n" +
 	"\bmetadata\x18\x03 \x01(\v2\x19.capn.v1alpha1.ObjectMetaR\bmetadata\x12.\n" +
 	"\x04spec\x18\x04 \x01(\v2\x1a.capn.v1alpha1.ClusterSpecR\x04spec\x124\n" +
-	"\x06status\x18\x05 \x01(\v2\x1c.capn.v1alpha1.ClusterStatusR\x06status\"\x9f\x03\n" +
+	"\x06status\x18\x05 \x01(\v2\x1c.capn.v1alpha1.ClusterStatusR\x06status\"\xd2\x03\n" +
 	"\vClusterSpec\x12-\n" +
 	"\x12kubernetes_version\x18\x01 \x01(\tR\x11kubernetesVersion\x12D\n" +
 	"\rcontrol_plane\x18\x02 \x01(\v2\x1f.capn.v1alpha1.ControlPlaneSpecR\fcontrolPlane\x12<\n" +
@@ -1325,7 +1335,8 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\x06health\x18\a \x01(\v2\x1b.capn.v1alpha1.HealthPolicyR\x06health\x12\x1e\n" +
 	"\n" +
 	"hibernated\x18\b \x01(\bR\n" +
-	"hibernated\"\xc7\x01\n" +
+	"hibernated\x121\n" +
+	"\x06addons\x18\t \x01(\v2\x19.capn.v1alpha1.AddonsSpecR\x06addons\"\xc7\x01\n" +
 	"\x0fMachineTemplate\x12N\n" +
 	"\n" +
 	"parameters\x18\x01 \x03(\v2..capn.v1alpha1.MachineTemplate.ParametersEntryR\n" +
@@ -1473,11 +1484,12 @@ var file_capn_v1alpha1_cluster_proto_goTypes = []any{
 	nil,                           // 16: capn.v1alpha1.WorkerPool.LabelsEntry
 	nil,                           // 17: capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
 	(*ObjectMeta)(nil),            // 18: capn.v1alpha1.ObjectMeta
-	(*durationpb.Duration)(nil),   // 19: google.protobuf.Duration
-	(*Taint)(nil),                 // 20: capn.v1alpha1.Taint
-	(*Condition)(nil),             // 21: capn.v1alpha1.Condition
-	(*Endpoint)(nil),              // 22: capn.v1alpha1.Endpoint
-	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
+	(*AddonsSpec)(nil),            // 19: capn.v1alpha1.AddonsSpec
+	(*durationpb.Duration)(nil),   // 20: google.protobuf.Duration
+	(*Taint)(nil),                 // 21: capn.v1alpha1.Taint
+	(*Condition)(nil),             // 22: capn.v1alpha1.Condition
+	(*Endpoint)(nil),              // 23: capn.v1alpha1.Endpoint
+	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
 }
 var file_capn_v1alpha1_cluster_proto_depIdxs = []int32{
 	18, // 0: capn.v1alpha1.Cluster.metadata:type_name -> capn.v1alpha1.ObjectMeta
@@ -1488,37 +1500,38 @@ var file_capn_v1alpha1_cluster_proto_depIdxs = []int32{
 	7,  // 5: capn.v1alpha1.ClusterSpec.network:type_name -> capn.v1alpha1.NetworkSpec
 	8,  // 6: capn.v1alpha1.ClusterSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
 	11, // 7: capn.v1alpha1.ClusterSpec.health:type_name -> capn.v1alpha1.HealthPolicy
-	15, // 8: capn.v1alpha1.MachineTemplate.parameters:type_name -> capn.v1alpha1.MachineTemplate.ParametersEntry
-	3,  // 9: capn.v1alpha1.ControlPlaneSpec.template:type_name -> capn.v1alpha1.MachineTemplate
-	8,  // 10: capn.v1alpha1.ControlPlaneSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	19, // 11: capn.v1alpha1.ControlPlaneSpec.node_drain_timeout:type_name -> google.protobuf.Duration
-	19, // 12: capn.v1alpha1.ControlPlaneSpec.node_deletion_timeout:type_name -> google.protobuf.Duration
-	3,  // 13: capn.v1alpha1.WorkerPool.template:type_name -> capn.v1alpha1.MachineTemplate
-	16, // 14: capn.v1alpha1.WorkerPool.labels:type_name -> capn.v1alpha1.WorkerPool.LabelsEntry
-	20, // 15: capn.v1alpha1.WorkerPool.taints:type_name -> capn.v1alpha1.Taint
-	6,  // 16: capn.v1alpha1.WorkerPool.strategy:type_name -> capn.v1alpha1.RolloutStrategy
-	8,  // 17: capn.v1alpha1.WorkerPool.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	11, // 18: capn.v1alpha1.WorkerPool.health:type_name -> capn.v1alpha1.HealthPolicy
-	19, // 19: capn.v1alpha1.WorkerPool.node_drain_timeout:type_name -> google.protobuf.Duration
-	19, // 20: capn.v1alpha1.WorkerPool.node_deletion_timeout:type_name -> google.protobuf.Duration
-	9,  // 21: capn.v1alpha1.BootstrapSpec.files:type_name -> capn.v1alpha1.File
-	17, // 22: capn.v1alpha1.BootstrapSpec.kubelet_extra_args:type_name -> capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
-	19, // 23: capn.v1alpha1.BootstrapSpec.token_ttl:type_name -> google.protobuf.Duration
-	10, // 24: capn.v1alpha1.BootstrapSpec.ca:type_name -> capn.v1alpha1.CertificateAuthority
-	12, // 25: capn.v1alpha1.HealthPolicy.unhealthy_conditions:type_name -> capn.v1alpha1.UnhealthyCondition
-	19, // 26: capn.v1alpha1.HealthPolicy.node_startup_timeout:type_name -> google.protobuf.Duration
-	19, // 27: capn.v1alpha1.HealthPolicy.heartbeat_grace:type_name -> google.protobuf.Duration
-	19, // 28: capn.v1alpha1.UnhealthyCondition.timeout:type_name -> google.protobuf.Duration
-	21, // 29: capn.v1alpha1.ClusterStatus.conditions:type_name -> capn.v1alpha1.Condition
-	22, // 30: capn.v1alpha1.ClusterStatus.control_plane_endpoint:type_name -> capn.v1alpha1.Endpoint
-	14, // 31: capn.v1alpha1.ClusterStatus.control_plane:type_name -> capn.v1alpha1.PoolStatus
-	14, // 32: capn.v1alpha1.ClusterStatus.worker_pools:type_name -> capn.v1alpha1.PoolStatus
-	23, // 33: capn.v1alpha1.ClusterStatus.updated:type_name -> google.protobuf.Timestamp
-	34, // [34:34] is the sub-list for method output_type
-	34, // [34:34] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	19, // 8: capn.v1alpha1.ClusterSpec.addons:type_name -> capn.v1alpha1.AddonsSpec
+	15, // 9: capn.v1alpha1.MachineTemplate.parameters:type_name -> capn.v1alpha1.MachineTemplate.ParametersEntry
+	3,  // 10: capn.v1alpha1.ControlPlaneSpec.template:type_name -> capn.v1alpha1.MachineTemplate
+	8,  // 11: capn.v1alpha1.ControlPlaneSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
+	20, // 12: capn.v1alpha1.ControlPlaneSpec.node_drain_timeout:type_name -> google.protobuf.Duration
+	20, // 13: capn.v1alpha1.ControlPlaneSpec.node_deletion_timeout:type_name -> google.protobuf.Duration
+	3,  // 14: capn.v1alpha1.WorkerPool.template:type_name -> capn.v1alpha1.MachineTemplate
+	16, // 15: capn.v1alpha1.WorkerPool.labels:type_name -> capn.v1alpha1.WorkerPool.LabelsEntry
+	21, // 16: capn.v1alpha1.WorkerPool.taints:type_name -> capn.v1alpha1.Taint
+	6,  // 17: capn.v1alpha1.WorkerPool.strategy:type_name -> capn.v1alpha1.RolloutStrategy
+	8,  // 18: capn.v1alpha1.WorkerPool.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
+	11, // 19: capn.v1alpha1.WorkerPool.health:type_name -> capn.v1alpha1.HealthPolicy
+	20, // 20: capn.v1alpha1.WorkerPool.node_drain_timeout:type_name -> google.protobuf.Duration
+	20, // 21: capn.v1alpha1.WorkerPool.node_deletion_timeout:type_name -> google.protobuf.Duration
+	9,  // 22: capn.v1alpha1.BootstrapSpec.files:type_name -> capn.v1alpha1.File
+	17, // 23: capn.v1alpha1.BootstrapSpec.kubelet_extra_args:type_name -> capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
+	20, // 24: capn.v1alpha1.BootstrapSpec.token_ttl:type_name -> google.protobuf.Duration
+	10, // 25: capn.v1alpha1.BootstrapSpec.ca:type_name -> capn.v1alpha1.CertificateAuthority
+	12, // 26: capn.v1alpha1.HealthPolicy.unhealthy_conditions:type_name -> capn.v1alpha1.UnhealthyCondition
+	20, // 27: capn.v1alpha1.HealthPolicy.node_startup_timeout:type_name -> google.protobuf.Duration
+	20, // 28: capn.v1alpha1.HealthPolicy.heartbeat_grace:type_name -> google.protobuf.Duration
+	20, // 29: capn.v1alpha1.UnhealthyCondition.timeout:type_name -> google.protobuf.Duration
+	22, // 30: capn.v1alpha1.ClusterStatus.conditions:type_name -> capn.v1alpha1.Condition
+	23, // 31: capn.v1alpha1.ClusterStatus.control_plane_endpoint:type_name -> capn.v1alpha1.Endpoint
+	14, // 32: capn.v1alpha1.ClusterStatus.control_plane:type_name -> capn.v1alpha1.PoolStatus
+	14, // 33: capn.v1alpha1.ClusterStatus.worker_pools:type_name -> capn.v1alpha1.PoolStatus
+	24, // 34: capn.v1alpha1.ClusterStatus.updated:type_name -> google.protobuf.Timestamp
+	35, // [35:35] is the sub-list for method output_type
+	35, // [35:35] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_capn_v1alpha1_cluster_proto_init() }
@@ -1526,6 +1539,7 @@ func file_capn_v1alpha1_cluster_proto_init() {
 	if File_capn_v1alpha1_cluster_proto != nil {
 		return
 	}
+	file_capn_v1alpha1_addons_proto_init()
 	file_capn_v1alpha1_meta_proto_init()
 	file_capn_v1alpha1_cluster_proto_msgTypes[3].OneofWrappers = []any{}
 	type x struct{}

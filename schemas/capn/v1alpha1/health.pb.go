@@ -51,8 +51,16 @@ type NodeHealth struct {
 	// drain is the drain of the Node of a machine being deleted.
 	Drain *NodeDrain `protobuf:"bytes,15,opt,name=drain,proto3" json:"drain,omitempty"`
 	// node_deleted: the health-watcher deleted the machine's Node, or found
-	// it gone after having seen it.
-	NodeDeleted   bool `protobuf:"varint,16,opt,name=node_deleted,json=nodeDeleted,proto3" json:"node_deleted,omitempty"`
+	// it gone after having seen it, or found none for a machine being
+	// deleted (node_uid empty: the machine has no Node to drain).
+	NodeDeleted bool `protobuf:"varint,16,opt,name=node_deleted,json=nodeDeleted,proto3" json:"node_deleted,omitempty"`
+	// node_expected: the machine's cluster has a workload API server the
+	// health-watcher reads Nodes from (its control plane's provider
+	// announces real-kubernetes), so a machine whose agent is up has a Node
+	// there. The machine-manager's deletion waits for the watcher to find
+	// it (node_uid) or to find none (node_deleted) before it decides
+	// whether to drain.
+	NodeExpected  bool `protobuf:"varint,17,opt,name=node_expected,json=nodeExpected,proto3" json:"node_expected,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -195,6 +203,13 @@ func (x *NodeHealth) GetDrain() *NodeDrain {
 func (x *NodeHealth) GetNodeDeleted() bool {
 	if x != nil {
 		return x.NodeDeleted
+	}
+	return false
+}
+
+func (x *NodeHealth) GetNodeExpected() bool {
+	if x != nil {
+		return x.NodeExpected
 	}
 	return false
 }
@@ -461,7 +476,7 @@ var File_capn_v1alpha1_health_proto protoreflect.FileDescriptor
 
 const file_capn_v1alpha1_health_proto_rawDesc = "" +
 	"\n" +
-	"\x1acapn/v1alpha1/health.proto\x12\rcapn.v1alpha1\x1a\x1acapn/v1alpha1/events.proto\x1a\x18capn/v1alpha1/meta.proto\x1a\x1ccapn/v1alpha1/provider.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd2\x05\n" +
+	"\x1acapn/v1alpha1/health.proto\x12\rcapn.v1alpha1\x1a\x1acapn/v1alpha1/events.proto\x1a\x18capn/v1alpha1/meta.proto\x1a\x1ccapn/v1alpha1/provider.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf7\x05\n" +
 	"\n" +
 	"NodeHealth\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x18\n" +
@@ -482,7 +497,8 @@ const file_capn_v1alpha1_health_proto_rawDesc = "" +
 	"\x0funhealthy_since\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\x0eunhealthySince\x12\x19\n" +
 	"\bnode_uid\x18\x0e \x01(\tR\anodeUid\x12.\n" +
 	"\x05drain\x18\x0f \x01(\v2\x18.capn.v1alpha1.NodeDrainR\x05drain\x12!\n" +
-	"\fnode_deleted\x18\x10 \x01(\bR\vnodeDeleted\"\xbd\x01\n" +
+	"\fnode_deleted\x18\x10 \x01(\bR\vnodeDeleted\x12#\n" +
+	"\rnode_expected\x18\x11 \x01(\bR\fnodeExpected\"\xbd\x01\n" +
 	"\tNodeDrain\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12%\n" +
 	"\x0epods_remaining\x18\x02 \x01(\x05R\rpodsRemaining\x12\x18\n" +

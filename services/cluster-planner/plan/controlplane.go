@@ -24,7 +24,7 @@ func (p *planner) planControlPlane() {
 	if !cp.anyDeleting() {
 		for _, m := range active {
 			if m.failed() {
-				p.delete(m, "replace failed control-plane machine: "+m.why())
+				p.replaceFailed(m, "replace failed control-plane machine: "+m.why())
 				return
 			}
 		}

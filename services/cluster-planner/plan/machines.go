@@ -3,6 +3,8 @@ package plan
 import (
 	"cmp"
 	"slices"
+	"strconv"
+	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -34,6 +36,43 @@ func (m *machine) gone() bool { return m.deleting && m.phase() == capnv1.Machine
 func (m *machine) running() bool { return m.phase() == capnv1.MachineRunning }
 
 func (m *machine) failed() bool { return m.phase() == capnv1.MachineFailed }
+
+// streak is the failure streak the machine was made with
+// (AnnotationFailureStreak; 0 when none or unreadable).
+func (m *machine) streak() int {
+	n, err := strconv.Atoi(m.m.GetMetadata().GetAnnotations()[AnnotationFailureStreak])
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// nextStreak is the failure streak a replacement of m continues: m's own
+// plus one when m failed quickly (quickFailure), otherwise 0.
+func (m *machine) nextStreak(now time.Time) int {
+	if !m.quickFailure(now) {
+		return 0
+	}
+	return m.streak() + 1
+}
+
+// quickFailure: m failed (a failure reason is recorded) within
+// QuickFailure of its creation — failed at its status's phase time while
+// Failed, at its deletion once deleting.
+func (m *machine) quickFailure(now time.Time) bool {
+	created := m.m.GetMetadata().GetCreationTimestamp()
+	if m.status.GetFailureReason() == "" || created == nil {
+		return false
+	}
+	failed := now
+	switch {
+	case m.failed() && m.status.GetPhaseSince() != nil:
+		failed = m.status.GetPhaseSince().AsTime()
+	case m.m.GetMetadata().GetDeletionTimestamp() != nil:
+		failed = m.m.GetMetadata().GetDeletionTimestamp().AsTime()
+	}
+	return failed.Sub(created.AsTime()) <= QuickFailure
+}
 
 // unhealthy: failed, its node reported NodeHealthy=False, or a health check
 // annotated it.
@@ -108,6 +147,10 @@ type pool struct {
 	next int
 	// hold says why this pool may not create machines now ("" if it may).
 	hold string
+	// streak: machines made now carry this failure streak
+	// (AnnotationFailureStreak): the longest a quickly failed machine of
+	// the pool passes on (nextStreak).
+	streak int
 	// blocked is the reason (ReasonProviderNotRunning) this pool may not
 	// change at all now, and blockedMsg says it in words; "" if it may.
 	blocked, blockedMsg string

@@ -22,6 +22,13 @@ const (
 	// scales down (Cluster API's delete-machine annotation). It does not by
 	// itself delete the machine.
 	AnnotationDeleteMachine = "capn.dev/delete-machine"
+	// AnnotationFailureStreak is set on a machine made while its pool had
+	// machines fail soon after they were made (within QuickFailure): how
+	// many such failures in a row. Its own failure is replaced only after
+	// FailureBackoff of it, so a machine that cannot be made (a version
+	// with no binaries, a quota) is retried at a slowing pace instead of
+	// many times a second.
+	AnnotationFailureStreak = "capn.dev/failure-streak"
 	// AnnotationUnhealthy marks a machine unhealthy (set by health checks);
 	// an unhealthy machine is not available.
 	AnnotationUnhealthy = "capn.dev/unhealthy"
@@ -98,6 +105,24 @@ const (
 	SeverityInfo    = "Info"
 )
 
+// QuickFailure: a machine that failed within this of its creation failed
+// to come up at all; its replacement continues the pool's failure streak.
+const QuickFailure = 10 * time.Minute
+
+// FailureBackoff is how long a failed machine of failure streak n waits
+// before it is deleted and replaced: none for the first failure, then
+// 5s, 10s, 20s … up to 5 minutes (the kubelet's CrashLoopBackOff pace).
+func FailureBackoff(n int) time.Duration {
+	if n <= 0 {
+		return 0
+	}
+	d := 5 * time.Second
+	for i := 1; i < n && d < 5*time.Minute; i++ {
+		d *= 2
+	}
+	return min(d, 5*time.Minute)
+}
+
 // ProgressResync is the RequeueAfter of a plan that is waiting on other
 // services (machines booting, infrastructure going away). Their events
 // should wake the planner first; this bounds the wait if one is lost.
@@ -154,6 +179,11 @@ type Input struct {
 	// not checked and no ProvidersReady condition is written (tests of the
 	// other rules); the service always passes a map.
 	Providers map[string]*capnv1.ProviderAnnouncement
+	// Addons are the add-on sets that select the cluster with the
+	// addon-manager's records of them: the AddonsApplied condition, and
+	// Ready held False while a blocking set is not applied. None: no
+	// AddonsApplied condition.
+	Addons []Addon
 	// Status is the status last written (may be nil): it keeps conditions'
 	// transition times and control_plane_initialized across plans.
 	Status *capnv1.ClusterStatus
@@ -324,6 +354,9 @@ func Plan(in Input) Result {
 		if p.invalid == nil {
 			r.RequeueAfter = ProgressResync
 		}
+	}
+	if p.wait > 0 && (r.RequeueAfter == 0 || p.wait < r.RequeueAfter) {
+		r.RequeueAfter = p.wait
 	}
 	if p.truncated {
 		r.RequeueAfter = MoreAfter

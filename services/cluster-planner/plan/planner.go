@@ -4,6 +4,8 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -30,6 +32,8 @@ type planner struct {
 	actions     []Action
 	// truncated: Input.MaxActions cut the plan short.
 	truncated bool
+	// wait: the soonest a failed machine's replacement backoff ends.
+	wait time.Duration
 	// usedProviders are the pools (by name) each checked provider serves.
 	usedProviders map[string][]string
 	// providerProblems: providers that cannot serve the pools naming them.
@@ -78,11 +82,14 @@ func newPlanner(in Input, c *capnv1.Cluster, invalid error) *planner {
 		m := &machine{name: name, m: dm, status: in.Observed[name], deleting: dm.GetMetadata().GetDeletionTimestamp() != nil}
 		p.all[name] = m
 		p.list = append(p.list, m)
+		pl := byName[dm.GetSpec().GetPool()]
+		if pl != nil {
+			pl.streak = max(pl.streak, m.nextStreak(in.Now))
+		}
 		if m.gone() {
 			p.gone = append(p.gone, m)
 			continue
 		}
-		pl := byName[dm.GetSpec().GetPool()]
 		if pl == nil {
 			p.orphans = append(p.orphans, m)
 			continue
@@ -227,10 +234,33 @@ func (p *planner) create(pl *pool, first bool, reason string) {
 			NodeDeletionTimeout: cloneDuration(pl.deletionTimeout),
 		},
 	}
+	if pl.streak > 0 {
+		m.Metadata.Annotations = map[string]string{AnnotationFailureStreak: strconv.Itoa(pl.streak)}
+	}
 	p.add(CreateMachine{Machine: m, Reason: reason})
 	vm := &machine{name: name, m: m}
 	pl.machines = append(pl.machines, vm)
 	p.all[name] = vm
+}
+
+// replaceFailed plans the deletion of the failed machine m (its pool then
+// makes a replacement). One that failed quickly (quickFailure) waits for
+// its failure backoff (FailureBackoff of its streak) since it failed;
+// until then it reports false and the plan is looked at again when the
+// backoff ends.
+func (p *planner) replaceFailed(m *machine, reason string) bool {
+	if !m.quickFailure(p.in.Now) {
+		p.delete(m, reason)
+		return true
+	}
+	if left := m.status.GetPhaseSince().AsTime().Add(FailureBackoff(m.streak())).Sub(p.in.Now); left > 0 {
+		if p.wait == 0 || left < p.wait {
+			p.wait = left
+		}
+		return false
+	}
+	p.delete(m, reason)
+	return true
 }
 
 // delete plans a machine's deletion and counts it as deleting from now on.

@@ -13,7 +13,7 @@ import (
 func (p *planner) planPool(pl *pool) {
 	for _, m := range pl.active() {
 		if m.failed() {
-			p.delete(m, "replace failed machine: "+m.why())
+			p.replaceFailed(m, "replace failed machine: "+m.why())
 		}
 	}
 	if pl.hold != "" {

@@ -47,6 +47,7 @@ func (p *planner) status() *capnv1.ClusterStatus {
 	deleting := p.c.GetMetadata().GetDeletionTimestamp() != nil
 	hibernated := p.c.GetSpec().GetHibernated()
 	provOK, provReason, provMsg := p.providersCondition()
+	addonsOK, addonsBlockOK, addonsReason, addonsMsg, addonsBlockMsg := addonsStatus(p.in.Addons)
 	switch {
 	case p.invalid != nil:
 		add(ConditionReady, false, ReasonInvalidSpec, "the spec does not validate: "+strings.ReplaceAll(p.invalid.Error(), "\n", "; "))
@@ -58,11 +59,16 @@ func (p *planner) status() *capnv1.ClusterStatus {
 		add(ConditionReady, false, ReasonControlPlaneNotReady, readyMessage(cpMsg, wOK, wMsg))
 	case !wOK:
 		add(ConditionReady, false, ReasonWorkersNotReady, readyMessage(cpMsg, wOK, wMsg))
+	case !addonsBlockOK:
+		add(ConditionReady, false, ReasonAddonsNotApplied, addonsBlockMsg)
 	default:
 		add(ConditionReady, true, ReasonReady, "the control plane and every worker pool are ready")
 	}
 	if p.in.Providers != nil {
 		add(ConditionProvidersReady, provOK, provReason, provMsg)
+	}
+	if len(p.in.Addons) > 0 {
+		add(ConditionAddonsApplied, addonsOK, addonsReason, addonsMsg)
 	}
 	if paused {
 		add(ConditionPaused, true, ReasonPaused, "spec.paused is true: capn takes no action on this cluster until it is unpaused")
@@ -95,7 +101,10 @@ func (p *planner) status() *capnv1.ClusterStatus {
 		}
 	}
 	st.Conditions = conds
-	st.SetPhaseValue(p.phase(cpOK && wOK, paused, deleting, hibernated))
+	// A cluster never Ready stays Provisioning until its blocking add-on
+	// sets are applied (the CNI case); one that was Ready is not set back
+	// by a new blocking set (its Ready condition says so).
+	st.SetPhaseValue(p.phase(cpOK && wOK && addonsBlockOK, paused, deleting, hibernated))
 	// Updated is when the status last changed, not when it was last
 	// computed: a plan that changes nothing keeps the previous time, so
 	// the planner has nothing to write (it rewrote every cluster's status
@@ -379,7 +388,7 @@ func (p *planner) condition(typ string, ok bool, reason, msg string) *capnv1.Con
 		switch reason {
 		case ReasonInvalidSpec, ReasonProviderLacksCapability:
 			c.Severity = SeverityError
-		case ReasonMachinesNotAvailable, ReasonProviderNotRunning:
+		case ReasonMachinesNotAvailable, ReasonProviderNotRunning, ReasonAddonsFailed:
 			c.Severity = SeverityWarning
 		default:
 			c.Severity = SeverityInfo

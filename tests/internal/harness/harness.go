@@ -47,6 +47,7 @@ import (
 	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/schemas/manifest"
 	"github.com/capn-dev/capn/secrets/seal"
+	addonmanager "github.com/capn-dev/capn/services/addon-manager"
 	"github.com/capn-dev/capn/services/backup"
 	"github.com/capn-dev/capn/services/bootstrapper"
 	"github.com/capn-dev/capn/services/cluster-planner"
@@ -65,7 +66,7 @@ var Sim = sdk.ServiceName(sim.Name)
 var Core = []string{clusterplanner.Name, machinemanager.Name, bootstrapper.Name, healthwatcher.Name, Sim}
 
 // All are every service of a deployment but the gateway.
-var All = append(append([]string(nil), Core...), remediator.Name)
+var All = append(append([]string(nil), Core...), remediator.Name, addonmanager.Name)
 
 // Gateway is the gateway's service name.
 const Gateway = gateway.Name
@@ -232,6 +233,8 @@ func (f *Factory) Builtin(name string) daemon.Service {
 		return healthwatcher.New(healthwatcher.Config{Cache: c})
 	case remediator.Name:
 		return remediator.New(remediator.Config{Cache: c})
+	case addonmanager.Name:
+		return addonmanager.New(addonmanager.Config{Keyring: f.Ring, Cache: c})
 	case backup.Name:
 		return backup.New(backup.Config{})
 	case Sim:

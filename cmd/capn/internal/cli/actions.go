@@ -299,6 +299,11 @@ func cmdDelete(ctx context.Context, e env, args []string) int {
 			return reportError(e.stderr, name, nil, usagef("--orphan goes with clusters: a machine deleted alone is replaced"))
 		}
 		return deleteOneMachine(ctx, e, a, r, cluster, selector, wf)
+	} else if rerr == nil && r.res == resAddonSet {
+		if cluster != "" || selector != "" || wf.wait {
+			return reportError(e.stderr, "capn delete", nil, usagef("capn delete addonset NAME... takes no --cluster, -l or --wait"))
+		}
+		return deleteAddonSets(ctx, e, a, r.names)
 	}
 	if cluster != "" {
 		return reportError(e.stderr, name, nil, usagef("--cluster goes with a machine: capn delete machine NAME --cluster CLUSTER"))

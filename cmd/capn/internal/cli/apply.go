@@ -19,14 +19,16 @@ import (
 	"github.com/capn-dev/capn/gateway/client"
 	"github.com/capn-dev/capn/schemas/capi"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/manifest"
 	"github.com/capn-dev/capn/services/daemon"
 )
 
 const applyHelp = `
-Creates or updates the clusters the manifests declare (YAML or JSON;
-several documents separated by "---", a JSON array, a directory of *.yaml,
-*.yml and *.json files, several -f). Each is reported as created,
-configured (its spec or labels changed) or unchanged.
+Creates or updates the clusters and add-on sets (kind AddonSet) the
+manifests declare (YAML or JSON; several documents separated by "---", a
+JSON array, a directory of *.yaml, *.yml and *.json files, several -f).
+Each is reported as created, configured (its spec or labels changed) or
+unchanged.
 
 All or nothing: every document is first checked by the gateway with a
 server-side dry run (against the stored cluster: update rules, immutable
@@ -38,7 +40,7 @@ were applied and which not.
 
 A Cluster API manifest is refused: convert it with capn import first.
 
-With --wait, capn apply then waits until every cluster is ready — the
+With --wait, capn apply then waits until every cluster applied is ready — the
 status has caught up with the spec just applied and the Ready condition is
 True — showing machines ready out of desired, the cluster's phase and what
 it is doing. On timeout it exits with 1 and says what blocks.
@@ -102,7 +104,7 @@ func cmdApply(ctx context.Context, e env, args []string) int {
 	}
 	if dryRun == dryRunServer {
 		for _, c := range checked {
-			fmt.Fprintf(e.stdout, "cluster/%s %s (server dry run)\n", c.wouldBe.GetMetadata().GetName(), c.outcome())
+			fmt.Fprintf(e.stdout, "%s %s (server dry run)\n", c.ref(), c.outcome())
 		}
 		return daemon.ExitOK
 	}
@@ -113,6 +115,9 @@ func cmdApply(ctx context.Context, e env, args []string) int {
 	}
 	if wf.wait {
 		for _, d := range done {
+			if d.addonSet {
+				continue // a set has no readiness of its own: its clusters' AddonsApplied says it
+			}
 			if err := s.waitFor(ctx, d.name, untilReady, d.gen, wf.timeout); err != nil {
 				return s.fail(err)
 			}
@@ -129,7 +134,7 @@ func (s *session) applyAll(ctx context.Context, checked []checked) ([]applyResul
 	for i, c := range checked {
 		res, err := s.applyChecked(ctx, c)
 		if err == nil {
-			fmt.Fprintf(s.e.stdout, "cluster/%s %s\n", res.name, res.outcome)
+			fmt.Fprintf(s.e.stdout, "%s %s\n", res.ref(), res.outcome)
 			done = append(done, res)
 			continue
 		}
@@ -195,6 +200,8 @@ func (d *document) label() string {
 		what = d.kind + " " + d.name
 	case d.isCAPI():
 		what = d.kind
+	case d.isAddonSet() && d.name != "":
+		what = "addonset " + d.name
 	case d.name != "":
 		what = "cluster " + d.name
 	}
@@ -212,6 +219,19 @@ func (d *document) label() string {
 func (d *document) isCAPI() bool {
 	g, _, _ := strings.Cut(d.apiVersion, "/")
 	return g == capi.GroupCore || strings.HasSuffix(g, "."+capi.GroupCore)
+}
+
+// isAddonSet reports a capn AddonSet (applied through /v1/addonsets).
+func (d *document) isAddonSet() bool {
+	return d.apiVersion == manifest.APIVersion && d.kind == manifest.KindAddonSet
+}
+
+// key identifies what a document declares, for the declared-twice check.
+func (d *document) key() string {
+	if d.isAddonSet() {
+		return "addonset/" + d.name
+	}
+	return "cluster/" + d.name
 }
 
 // load reads every -f into documents, numbered across the whole input.
@@ -297,13 +317,23 @@ func manifestFiles(dir string, recursive bool) ([]string, error) {
 }
 
 // checked is a document that passed the server-side dry run: the cluster
-// as it would be stored, whether it would be created, and (when asked) the
-// cluster as stored now.
+// (or add-on set) as it would be stored, whether it would be created, and
+// (when asked) as stored now.
 type checked struct {
 	doc     *document
 	wouldBe *capnv1.Cluster
 	created bool
 	current *capnv1.Cluster // nil when it does not exist or was not read
+	// An add-on set's document: wouldBeSet and currentSet instead.
+	wouldBeSet, currentSet *capnv1.AddonSet
+}
+
+// ref is kind/name: cluster/demo, addonset/cni.
+func (c checked) ref() string {
+	if c.wouldBeSet != nil {
+		return "addonset/" + c.wouldBeSet.GetMetadata().GetName()
+	}
+	return "cluster/" + c.wouldBe.GetMetadata().GetName()
 }
 
 // outcome is what applying it would do: created, configured or unchanged.
@@ -313,8 +343,23 @@ func (c checked) outcome() string {
 		return "created"
 	case c.current != nil && sameStored(c.current, c.wouldBe):
 		return "unchanged"
+	case c.currentSet != nil && sameStoredSet(c.currentSet, c.wouldBeSet):
+		return "unchanged"
 	}
 	return "configured"
+}
+
+// sameStoredSet compares two add-on sets as stored: status and
+// resourceVersion aside.
+func sameStoredSet(a, b *capnv1.AddonSet) bool {
+	a, b = proto.CloneOf(a), proto.CloneOf(b)
+	for _, s := range []*capnv1.AddonSet{a, b} {
+		s.Status = nil
+		if s.Metadata != nil {
+			s.Metadata.ResourceVersion = ""
+		}
+	}
+	return proto.Equal(a, b)
 }
 
 // sameStored compares two clusters as stored: status and resourceVersion
@@ -342,15 +387,16 @@ func (s *session) checkAll(ctx context.Context, docs []*document, withCurrent bo
 	seen := map[string]*document{}
 	for _, d := range docs {
 		var err error
-		switch first := seen[d.name]; {
+		switch first := seen[d.key()]; {
 		case d.isCAPI():
 			err = fmt.Errorf("this is a Cluster API manifest: run capn import -f %s", d.file)
 		case first != nil:
-			err = fmt.Errorf("cluster %s is also in %s: declare each cluster once", d.name, first.label())
+			kind, _, _ := strings.Cut(d.key(), "/")
+			err = fmt.Errorf("%s %s is also in %s: declare each %s once", kind, d.name, first.label(), kind)
 		}
 		if err == nil {
 			if d.name != "" {
-				seen[d.name] = d
+				seen[d.key()] = d
 			}
 			var c checked
 			c, err = s.check(ctx, d, withCurrent)
@@ -375,6 +421,20 @@ func (s *session) checkAll(ctx context.Context, docs []*document, withCurrent bo
 // withCurrent).
 func (s *session) check(ctx context.Context, d *document, withCurrent bool) (checked, error) {
 	c := checked{doc: d}
+	if d.isAddonSet() {
+		if withCurrent && d.name != "" {
+			cur, err := s.c.AddonSet(ctx, d.name)
+			switch {
+			case err == nil:
+				c.currentSet = cur
+			case !client.IsNotFound(err):
+				return c, err
+			}
+		}
+		var err error
+		c.wouldBeSet, c.created, err = s.c.ApplyAddonSet(ctx, d.data, client.DryRun)
+		return c, err
+	}
 	if withCurrent && d.name != "" {
 		cur, err := s.c.Get(ctx, d.name)
 		switch {
@@ -439,12 +499,35 @@ func docList(cs []checked) string {
 type applyResult struct {
 	name, outcome string // created, configured, unchanged
 	gen           int64
+	addonSet      bool
+}
+
+func (r applyResult) ref() string {
+	if r.addonSet {
+		return "addonset/" + r.name
+	}
+	return "cluster/" + r.name
 }
 
 // applyChecked applies a document that passed its dry run. Whether an
 // update changed anything is read from the resourceVersion of the dry run
 // and of the apply (the gateway writes nothing for an unchanged cluster).
 func (s *session) applyChecked(ctx context.Context, c checked) (applyResult, error) {
+	if c.wouldBeSet != nil {
+		out, created, err := s.c.ApplyAddonSet(ctx, c.doc.data)
+		if err != nil {
+			return applyResult{}, err
+		}
+		md := out.GetMetadata()
+		res := applyResult{name: md.GetName(), outcome: "configured", gen: md.GetGeneration(), addonSet: true}
+		switch {
+		case created:
+			res.outcome = "created"
+		case c.wouldBeSet.GetMetadata().GetResourceVersion() == md.GetResourceVersion():
+			res.outcome = "unchanged"
+		}
+		return res, nil
+	}
 	out, created, err := s.c.Apply(ctx, c.doc.data)
 	if err != nil {
 		return applyResult{}, err

@@ -56,7 +56,8 @@ func cmdDescribe(ctx context.Context, e env, args []string) int {
 		return s.fail(err)
 	}
 	evs, _ := s.c.Events(ctx, cluster, client.EventsOptions{Limit: 10}) // best effort: the tree is what matters
-	describeCluster(e.stdout, c, ms, evs, describeOpts{now: time.Now(), loc: time.Local, showConditions: showConds})
+	addons, _ := s.c.ClusterAddons(ctx, cluster)                        // best effort too
+	describeCluster(e.stdout, c, ms, evs, describeOpts{now: time.Now(), loc: time.Local, showConditions: showConds, addons: addons})
 	return daemon.ExitOK
 }
 
@@ -87,6 +88,8 @@ type describeOpts struct {
 	now            time.Time
 	loc            *time.Location
 	showConditions bool
+	// addons are the cluster's add-on records (the Add-ons section).
+	addons []*capnv1.ClusterAddonStatus
 }
 
 // treeNode is one line of the tree and what hangs under it.
@@ -153,6 +156,7 @@ func describeCluster(w io.Writer, c *capnv1.Cluster, ms []*capnv1.Machine, evs [
 		}
 		writeTable(w, crows)
 	}
+	describeAddons(w, o.addons, o.now)
 	if len(evs) > 0 {
 		fmt.Fprint(w, "\nEvents (latest first):\n")
 		p := &eventPrinter{loc: o.loc}

@@ -179,7 +179,7 @@ func TestDevEndToEnd(t *testing.T) {
 	noImage := "capn-node:absent-" + strconv.Itoa(os.Getpid())
 	first := startDev(t, dataDir, "--providers", "sim,process,docker", "--process-node-binary", buildNode(t), "--docker-image", noImage)
 	for _, want := range []string{"capn dev is running", "data dir  " + dataDir,
-		"services  cluster-planner, machine-manager, bootstrapper, health-watcher, remediator, backup, provider-sim, provider-process, gateway, alpha, beta",
+		"services  cluster-planner, machine-manager, bootstrapper, health-watcher, remediator, addon-manager, backup, provider-sim, provider-process, gateway, alpha, beta",
 		"\n  providers sim, process\n  off       docker provider: ",
 		"\n              turn on: make images IMAGES=capn-node (with a Docker daemon running)\n",
 		"\n            Kubernetes on process machines: no --kube-bin, so their control planes are placeholders\n" +
@@ -335,7 +335,7 @@ func TestDevProvidersNeedTCP(t *testing.T) {
 	}
 	out := stderr.String()
 	for _, want := range []string{
-		"services  cluster-planner, machine-manager, bootstrapper, health-watcher, remediator, backup, provider-sim, gateway, probe\n",
+		"services  cluster-planner, machine-manager, bootstrapper, health-watcher, remediator, addon-manager, backup, provider-sim, gateway, probe\n",
 		"\n  providers sim\n" +
 			"  off       process provider: its node agents (capn-node processes) connect over TCP and NATS is in-process only (--nats-listen none)\n" +
 			"              turn on: restart capn dev without --nats-listen none\n" +

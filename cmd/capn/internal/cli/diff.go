@@ -88,6 +88,21 @@ func cmdDiff(ctx context.Context, e env, args []string) int {
 // against the cluster as it would be stored, and reports whether there is
 // one.
 func (c checked) diff(w io.Writer) (bool, error) {
+	if c.wouldBeSet != nil {
+		live, err := setDiffView(c.currentSet)
+		if err != nil {
+			return false, err
+		}
+		merged, err := setDiffView(c.wouldBeSet)
+		if err != nil {
+			return false, err
+		}
+		from := c.ref() + " (stored)"
+		if c.currentSet == nil {
+			from = c.ref() + " (not found)"
+		}
+		return writeUnified(w, from, c.ref()+" (after apply)", live, merged), nil
+	}
 	live, err := diffView(c.current)
 	if err != nil {
 		return false, err
@@ -118,6 +133,24 @@ func diffView(c *capnv1.Cluster) ([]string, error) {
 		Spec:     c.GetSpec(),
 	}
 	b, err := manifest.Encode(v)
+	if err != nil {
+		return nil, err
+	}
+	return splitLines(string(b)), nil
+}
+
+// setDiffView is diffView for an add-on set.
+func setDiffView(s *capnv1.AddonSet) ([]string, error) {
+	if s == nil {
+		return nil, nil
+	}
+	md := s.GetMetadata()
+	v := &capnv1.AddonSet{
+		ApiVersion: s.GetApiVersion(), Kind: s.GetKind(),
+		Metadata: &capnv1.ObjectMeta{Name: md.GetName(), Labels: md.GetLabels(), Annotations: md.GetAnnotations()},
+		Spec:     s.GetSpec(),
+	}
+	b, err := manifest.EncodeAddonSet(v)
 	if err != nil {
 		return nil, err
 	}

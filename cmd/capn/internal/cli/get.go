@@ -19,7 +19,7 @@ import (
 )
 
 const getHelp = `
-Lists clusters, or machines, or shows those named (TYPE NAME... or
+Lists clusters, machines or add-on sets, or shows those named (TYPE NAME... or
 TYPE/NAME..., as -o name prints them). The table shows what capn is doing
 (PHASE) and how many machines are ready out of desired; -o wide adds more
 columns, -o json and -o yaml print Kubernetes-style lists ({"kind":
@@ -29,6 +29,12 @@ go-template=TEMPLATE runs a Go text/template on the JSON of the list (or
 of the one object named). A machine named without --cluster is looked up
 in every cluster. capn has no namespaces: -A is accepted and ignored.
 
+capn get addonsets shows each add-on set's mode, order, whether it blocks
+its clusters' readiness and on how many of the clusters it selects it is
+applied; -o wide adds its selector, what happens to its objects when it
+stops selecting a cluster, its generation and the clusters where it is not
+applied, with why (capn describe cluster NAME shows one cluster's sets).
+
 With -w the list is followed by a line for each change (Ctrl-C stops).
 
 Examples:
@@ -37,12 +43,14 @@ Examples:
   capn get cluster/demo -o yaml
   capn get machines --cluster demo -w
   capn get machine/demo-md-0-5d4c9-0
+  capn get addonsets -o wide
   capn get clusters -o go-template='{{range .items}}{{.metadata.name}} {{.status.phase}}{{"\n"}}{{end}}'
 `
 
 // getOpts are capn get's settings.
 type getOpts struct {
 	machines       bool
+	addonSets      bool
 	names          []string // none: the list
 	cluster        string
 	output         string
@@ -52,7 +60,7 @@ type getOpts struct {
 }
 
 func cmdGet(ctx context.Context, e env, args []string) int {
-	fs := newFlags(e, "capn get clusters|machines [NAME...] | TYPE/NAME... [flags]", getHelp)
+	fs := newFlags(e, "capn get clusters|machines|addonsets [NAME...] | TYPE/NAME... [flags]", getHelp)
 	var a apiFlags
 	a.bind(fs)
 	var o getOpts
@@ -75,7 +83,9 @@ func cmdGet(ctx context.Context, e env, args []string) int {
 	if err != nil {
 		return reportError(e.stderr, "capn get", nil, err)
 	}
-	if o.watch {
+	if o.addonSets {
+		err = s.getAddonSets(ctx, o)
+	} else if o.watch {
 		err = s.watchGet(ctx, o)
 		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 			return daemon.ExitOK // Ctrl-C ends a watch
@@ -97,12 +107,15 @@ func (o *getOpts) parse(pos []string) error {
 	if err != nil {
 		return err
 	}
-	o.machines, o.names = r.res == resMachine, r.names
+	o.machines, o.addonSets, o.names = r.res == resMachine, r.res == resAddonSet, r.names
 	if len(o.names) > 0 && o.selector != "" {
 		return usagef("-l selects from a list: it cannot go with a name")
 	}
 	if o.cluster != "" && !o.machines {
 		return usagef("--cluster goes with machines")
+	}
+	if o.addonSets && o.watch {
+		return usagef("-w watches clusters and machines; capn get addonsets lists the sets and their clusters once")
 	}
 	if err := checkOutput(o.output); err != nil {
 		return err

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 
@@ -13,7 +14,12 @@ const importHelp = `
 Converts Cluster API manifests (cluster.x-k8s.io v1beta1 and v1beta2: a
 Cluster with its KubeadmControlPlane, MachineDeployments,
 KubeadmConfigTemplates, MachineHealthChecks and infrastructure objects) into
-one capn Cluster manifest, printed on standard output.
+one capn Cluster manifest, printed on standard output, followed by an
+AddonSet for each ClusterResourceSet (addons.cluster.x-k8s.io; an input of
+ClusterResourceSets only gives the sets alone). A ClusterResourceSet's
+ConfigMaps (in the input) become inline manifests, one per data key in key
+order; its Secrets become references to add-on secrets of their names,
+whose content is never printed: store it with capn addon-secret set.
 
 The infrastructure kinds choose the capn provider: Docker* kinds → docker,
 Cluster API's in-memory kinds (InMemory*, Dev* with the inMemory backend)
@@ -38,6 +44,7 @@ Examples:
   capn import -f capi-quickstart.yaml > demo.yaml
   capn import -f capi-quickstart.yaml --strict | capn apply -f -
   clusterctl generate cluster demo --flavor development | capn import -f - --provider sim | capn apply -f -
+  capn import -f calico-crs.yaml > calico-addonset.yaml
 `
 
 func cmdImport(_ context.Context, e env, args []string) int {
@@ -81,7 +88,7 @@ func cmdImport(_ context.Context, e env, args []string) int {
 		reportInvalid(e, file, res.Invalid)
 		return daemon.ExitFailed
 	}
-	out, err := manifest.Encode(res.Cluster)
+	out, err := importOutput(res)
 	if err != nil {
 		return reportError(e.stderr, name, nil, err)
 	}
@@ -99,6 +106,27 @@ func cmdImport(_ context.Context, e env, args []string) int {
 	return daemon.ExitOK
 }
 
+// importOutput is the cluster (when the input had one) and every add-on
+// set, as one YAML stream.
+func importOutput(res *capi.Result) ([]byte, error) {
+	var docs [][]byte
+	if res.Cluster != nil {
+		b, err := manifest.Encode(res.Cluster)
+		if err != nil {
+			return nil, err
+		}
+		docs = append(docs, b)
+	}
+	for _, s := range res.AddonSets {
+		b, err := manifest.EncodeAddonSet(s)
+		if err != nil {
+			return nil, err
+		}
+		docs = append(docs, b)
+	}
+	return bytes.Join(docs, []byte("---\n")), nil
+}
+
 func listNotes(e env, notes []capi.Note) {
 	for _, n := range notes {
 		fmt.Fprintf(e.stderr, "  %s\n", n)
@@ -111,7 +139,7 @@ func reportInvalid(e env, file string, invalid error) {
 		return
 	}
 	problems := daemon.Problems(invalid)
-	fmt.Fprintf(e.stderr, "capn import: the cluster made from %s is not valid (%s): fix the manifest before applying it\n", file, plural(len(problems), "problem"))
+	fmt.Fprintf(e.stderr, "capn import: the manifests made from %s are not valid (%s): fix them before applying them\n", file, plural(len(problems), "problem"))
 	for _, p := range problems {
 		fmt.Fprintf(e.stderr, "  %s\n", p)
 	}

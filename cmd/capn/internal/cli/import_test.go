@@ -49,9 +49,10 @@ func TestImportCommand(t *testing.T) {
 	}{
 		{name: "a CAPD quick-start", args: []string{"import", "-f", testdata + "docker-v1beta1.yaml"},
 			wantStdout: "kind: Cluster\nmetadata:\n  name: capi-quickstart\n",
-			wantStderr: []string{"capn import: 17 Cluster API settings not mapped:\n",
-				"  KubeadmControlPlane/capi-quickstart-control-plane: spec.kubeadmConfigSpec.users: capn's bootstrap creates no users",
-				"  ClusterResourceSet/calico: not imported: capn does not apply add-ons"}},
+			wantStderr: []string{"capn import: 15 Cluster API settings not mapped:\n",
+				"  KubeadmControlPlane/capi-quickstart-control-plane: spec.kubeadmConfigSpec.users: capn's bootstrap creates no users"}},
+		{name: "a ClusterResourceSet with its cluster", args: []string{"import", "-f", testdata + "docker-v1beta1.yaml", "--quiet"},
+			wantStdout: "---\napiVersion: capn.dev/v1alpha1\nkind: AddonSet\nmetadata:\n  name: calico\nspec:\n  clusterSelector:\n    matchLabels:\n      cni: calico\n"},
 		{name: "from standard input, quietly", args: []string{"import", "-f", "-", "--quiet"}, stdin: string(v1beta1),
 			wantStdout: "  name: capi-quickstart\n"},
 		{name: "another provider for every machine", args: []string{"import", "-f", testdata + "docker-v1beta2.yaml", "--provider", "sim"},
@@ -61,7 +62,7 @@ func TestImportCommand(t *testing.T) {
 		{name: "a result that does not validate", wantCode: 1, args: []string{"import", "-f", "-"},
 			stdin:      strings.Replace(string(v1beta1), "  replicas: 3\n  version: v1.33.4", "  replicas: 2\n  version: v1.33.4", 1),
 			wantStdout: "    replicas: 2\n",
-			wantStderr: []string{"capn import: the cluster made from - is not valid (1 problem): fix the manifest before applying it\n  spec.controlPlane.replicas: 2: must be odd"}},
+			wantStderr: []string{"capn import: the manifests made from - are not valid (1 problem): fix them before applying them\n  spec.controlPlane.replicas: 2: must be odd"}},
 		{name: "a bad provider name", args: []string{"import", "-f", "x", "--provider", "No"}, wantCode: 2, wantStderr: []string{`capn import: --provider "No": not a provider name: it must be a DNS-1123 label, e.g. sim` + "\nSee 'capn import -h' for help.\n"}},
 		{name: "a ClusterClass with its cluster", args: []string{"import", "-f", testdata + "clusterclass-v1beta2.yaml"},
 			wantStdout: "    provider: docker\n",
@@ -73,7 +74,7 @@ func TestImportCommand(t *testing.T) {
 				"  Cluster/dev: metadata.namespace = \"default\": capn has no namespaces"}},
 		{name: "--strict with a result that does not validate", wantCode: 1, args: []string{"import", "-f", "-", "--strict", "--quiet"},
 			stdin:      strings.Replace(complete, "replicas: 1", "replicas: 2", 1),
-			wantStderr: []string{"capn import: the cluster made from - is not valid (1 problem)"}},
+			wantStderr: []string{"capn import: the manifests made from - are not valid (1 problem)"}},
 		{name: "--strict with everything mapped", args: []string{"import", "-f", "-", "--strict"}, stdin: complete,
 			wantStdout: "  name: whole\n"},
 		{name: "no -f", args: []string{"import"}, wantCode: 2, wantStderr: []string{"capn import: -f is required"}},
@@ -96,8 +97,14 @@ func TestImportCommand(t *testing.T) {
 				}
 			}
 			if tt.wantCode == 0 || tt.wantStdout != "" {
-				if _, err := manifest.Decode([]byte(stdout.String())); err != nil {
+				docs := strings.Split(stdout.String(), "\n---\n")
+				if _, err := manifest.Decode([]byte(docs[0])); err != nil {
 					t.Errorf("the printed manifest does not decode: %v", err)
+				}
+				for _, d := range docs[1:] {
+					if _, err := manifest.DecodeAddonSet([]byte(d)); err != nil {
+						t.Errorf("a printed add-on set does not decode: %v", err)
+					}
 				}
 			}
 		})

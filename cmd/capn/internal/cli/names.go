@@ -7,9 +7,10 @@ import "strings"
 type resource struct{ singular, plural, short string }
 
 var (
-	resCluster = resource{"cluster", "clusters", "cl"}
-	resMachine = resource{"machine", "machines", "ma"}
-	resources  = []resource{resCluster, resMachine}
+	resCluster  = resource{"cluster", "clusters", "cl"}
+	resMachine  = resource{"machine", "machines", "ma"}
+	resAddonSet = resource{"addonset", "addonsets", "as"}
+	resources   = []resource{resCluster, resMachine, resAddonSet}
 )
 
 func resourceOf(word string) (resource, bool) {
@@ -33,12 +34,12 @@ type refs struct {
 // time.
 func parseRefs(pos []string) (refs, error) {
 	if len(pos) == 0 {
-		return refs{}, usagef("missing what: clusters, machines, or TYPE/NAME")
+		return refs{}, usagef("missing what: clusters, machines, addonsets, or TYPE/NAME")
 	}
 	if !strings.Contains(pos[0], "/") {
 		res, ok := resourceOf(pos[0])
 		if !ok {
-			return refs{}, usagef("unknown type %q: capn has clusters and machines", pos[0])
+			return refs{}, usagef("unknown type %q: capn has clusters, machines and addonsets", pos[0])
 		}
 		for _, p := range pos[1:] {
 			if strings.Contains(p, "/") {
@@ -68,7 +69,7 @@ func splitRef(arg string) (resource, string, error) {
 	res, ok := resourceOf(typ)
 	switch {
 	case !ok:
-		return resource{}, "", usagef("%q: unknown type %q: capn has clusters and machines (cluster/NAME, machine/NAME)", arg, typ)
+		return resource{}, "", usagef("%q: unknown type %q: capn has clusters, machines and addonsets (cluster/NAME, machine/NAME, addonset/NAME)", arg, typ)
 	case name == "" || strings.Contains(name, "/"):
 		return resource{}, "", usagef("%q: want TYPE/NAME, e.g. cluster/demo", arg)
 	}

@@ -21,9 +21,9 @@ func TestParseRefs(t *testing.T) {
 		{pos: []string{"clusters/a", "cl/b"}, wantRes: resCluster, wantNames: []string{"a", "b"}},
 		{pos: []string{"machine/demo-md-0-abc12-0"}, wantRes: resMachine, wantNames: []string{"demo-md-0-abc12-0"}},
 		{pos: []string{"machines", "m-1"}, wantRes: resMachine, wantNames: []string{"m-1"}},
-		{pos: nil, wantErr: "missing what: clusters, machines, or TYPE/NAME"},
-		{pos: []string{"pods"}, wantErr: `unknown type "pods": capn has clusters and machines`},
-		{pos: []string{"pod/x"}, wantErr: `"pod/x": unknown type "pod": capn has clusters and machines (cluster/NAME, machine/NAME)`},
+		{pos: nil, wantErr: "missing what: clusters, machines, addonsets, or TYPE/NAME"},
+		{pos: []string{"pods"}, wantErr: `unknown type "pods": capn has clusters, machines and addonsets`},
+		{pos: []string{"pod/x"}, wantErr: `"pod/x": unknown type "pod": capn has clusters, machines and addonsets (cluster/NAME, machine/NAME, addonset/NAME)`},
 		{pos: []string{"cluster/"}, wantErr: `"cluster/": want TYPE/NAME, e.g. cluster/demo`},
 		{pos: []string{"cluster/a/b"}, wantErr: `"cluster/a/b": want TYPE/NAME, e.g. cluster/demo`},
 		{pos: []string{"cluster/a", "machine/b"}, wantErr: `"machine/b": one type at a time (cluster/... first)`},
@@ -53,7 +53,7 @@ func TestTypeSlashNameErrors(t *testing.T) {
 	}{
 		{[]string{"scale", "machine/m-1", "--pool", "md-0", "--replicas", "1"}, `capn scale: "machine/m-1" is a machine: capn scale takes a cluster (NAME or cluster/NAME)`},
 		{[]string{"upgrade", "machines/m-1", "--version", "v1.34.0"}, `capn upgrade: "machines/m-1" is a machine: capn upgrade takes a cluster (NAME or cluster/NAME)`},
-		{[]string{"pause", "pod/x"}, `capn pause: "pod/x": unknown type "pod": capn has clusters and machines (cluster/NAME, machine/NAME)`},
+		{[]string{"pause", "pod/x"}, `capn pause: "pod/x": unknown type "pod": capn has clusters, machines and addonsets (cluster/NAME, machine/NAME, addonset/NAME)`},
 		{[]string{"kubeconfig", "machine/m-1"}, `capn kubeconfig: "machine/m-1" is a machine: capn kubeconfig takes a cluster (NAME or cluster/NAME)`},
 		{[]string{"events", "machine/m-1"}, `capn events: "machine/m-1" is a machine: capn events takes a cluster (NAME or cluster/NAME)`},
 		{[]string{"describe", "machine/m-1"}, `capn describe: cannot describe machines: capn describes clusters, their machines in the tree (capn get machine NAME -o yaml shows one)`},
@@ -77,7 +77,7 @@ func TestTypeSlashNameErrors(t *testing.T) {
 		{[]string{"delete", "cluster/a", "-l", "env=dev"}, `capn delete: -l selects the clusters to delete: it cannot go with names`},
 		{[]string{"delete", "clusters", "-l", "env in (dev"}, `capn delete: -l "env in (dev": `},
 		{[]string{"get", "cluster/a", "-l", "env=dev"}, `capn get: -l selects from a list: it cannot go with a name`},
-		{[]string{"get", "nodes"}, `capn get: unknown type "nodes": capn has clusters and machines`},
+		{[]string{"get", "nodes"}, `capn get: unknown type "nodes": capn has clusters, machines and addonsets`},
 		{[]string{"upgrade", "demo", "--version", "bogus"}, `capn upgrade: --version: must be vMAJOR.MINOR.PATCH, e.g. v1.34.2, got "bogus"` + "\nSee 'capn upgrade -h' for help.\n"},
 	}
 	for _, tt := range tests {

@@ -187,6 +187,12 @@ func objectJSON(m proto.Message) (json.RawMessage, error) {
 		return protojson.Marshal(v) // api_version and kind are its first fields
 	case *capnv1.Machine:
 		kind = api.KindMachine
+	case *capnv1.AddonSet:
+		if v.GetApiVersion() == "" || v.GetKind() == "" {
+			v = proto.CloneOf(v)
+			v.ApiVersion, v.Kind = api.APIVersion, api.KindAddonSet
+		}
+		return protojson.Marshal(v)
 	default:
 		return nil, fmt.Errorf("cannot print %T", m)
 	}
@@ -301,6 +307,8 @@ func nameOf(m proto.Message) string {
 		return "cluster/" + v.GetMetadata().GetName()
 	case *capnv1.Machine:
 		return "machine/" + v.GetMetadata().GetName()
+	case *capnv1.AddonSet:
+		return "addonset/" + v.GetMetadata().GetName()
 	}
 	return fmt.Sprintf("%T", m)
 }

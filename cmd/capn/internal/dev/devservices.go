@@ -10,6 +10,7 @@ import (
 	"github.com/capn-dev/capn/gateway"
 	"github.com/capn-dev/capn/gateway/api"
 	"github.com/capn-dev/capn/secrets/seal"
+	"github.com/capn-dev/capn/services/addon-manager"
 	"github.com/capn-dev/capn/services/backup"
 	"github.com/capn-dev/capn/services/bootstrapper"
 	"github.com/capn-dev/capn/services/cluster-planner"
@@ -47,6 +48,7 @@ func devServices(cfg Config, gw devGateway, auth *devAuth, providers []daemon.Se
 		bootstrapper.New(bootstrapper.Config{Keyring: ring, CalloutIssuerSeedFile: auth.issuerSeedPath()}),
 		healthwatcher.New(healthwatcher.Config{Keyring: ring}), // opens kubeconfigs to read real-kubernetes clusters' Nodes
 		remediator.New(remediator.Config{}),
+		addonmanager.New(addonmanager.Config{Keyring: ring}), // opens kubeconfigs and add-on secrets
 		// Backups into <data-dir>/jetstream's backups object store; no key:
 		// the secrets stay sealed.
 		backup.New(backup.Config{Every: cfg.BackupEvery, Keep: cfg.BackupKeep}),

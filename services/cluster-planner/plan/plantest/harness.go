@@ -38,6 +38,9 @@ type Harness struct {
 	// announce: each is announced at Now on every plan. nil: providers are
 	// not checked (plan.Input.Providers nil).
 	Providers map[string][]string
+	// Addons are plan.Input.Addons: the add-on sets selecting the cluster
+	// and their records, as a test sets them.
+	Addons []plan.Addon
 	// MaxActions is plan.Input.MaxActions: at most that many actions a
 	// plan (0: no bound).
 	MaxActions int
@@ -110,6 +113,7 @@ func (h *Harness) Input() plan.Input {
 		Status:     h.Status,
 		Now:        h.Now,
 		MaxActions: h.MaxActions,
+		Addons:     h.Addons,
 	}
 	if h.Providers != nil {
 		in.Providers = map[string]*capnv1.ProviderAnnouncement{}
@@ -288,6 +292,7 @@ func (h *Harness) Advance() {
 			if h.FailBoot != nil && h.FailBoot(name) {
 				st.SetPhaseValue(capnv1.MachineFailed)
 				st.FailureReason = "BootFailed"
+				st.PhaseSince = timestamppb.New(h.Now)
 				continue
 			}
 			st.SetPhaseValue(capnv1.MachineRunning)

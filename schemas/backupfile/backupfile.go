@@ -318,6 +318,8 @@ func Record(bucket string, k keys.Key) (func() proto.Message, bool) {
 			return msg(&capnv1.Cluster{}), true
 		case keys.KindMachine:
 			return msg(&capnv1.Machine{}), true
+		case keys.KindAddonSet:
+			return msg(&capnv1.AddonSet{}), true
 		}
 	case BucketObserved:
 		switch k.Kind {
@@ -340,10 +342,12 @@ func Record(bucket string, k keys.Key) (func() proto.Message, bool) {
 			return msg(&capnv1.ClusterSecretsStatus{}), true
 		case keys.KindBackup:
 			return msg(&capnv1.BackupScheduleStatus{}), true
+		case keys.KindAddon:
+			return msg(&capnv1.ClusterAddonStatus{}), true
 		}
 	case BucketSecrets:
 		switch k.Kind {
-		case keys.KindPKI, keys.KindKubeconfig, keys.KindBootstrap:
+		case keys.KindPKI, keys.KindKubeconfig, keys.KindBootstrap, keys.KindAddonSecret:
 			return nil, true
 		}
 	}

@@ -99,7 +99,7 @@ func (s *Service) restore(ctx context.Context, req *capnv1.RestoreBackup) *capnv
 		r.Restored = append(r.Restored, c.Name)
 		r.Adoptions += uint64(len(c.Adopt))
 	}
-	if req.GetDryRun() || len(plan.Clusters) == 0 {
+	if req.GetDryRun() || (len(plan.Clusters) == 0 && len(plan.Wide) == 0) {
 		return r
 	}
 	if err := s.write(ctx, plan); err != nil {
@@ -127,7 +127,8 @@ func (s *Service) restore(ctx context.Context, req *capnv1.RestoreBackup) *capnv
 	return r
 }
 
-// write creates every key of the plan, cluster by cluster: secrets,
+// write creates every key of the plan: the deployment-wide records, then
+// cluster by cluster: secrets,
 // observed (statuses held for adoption), desired machines, and the
 // cluster's record last. No machine takes a step yet: every restored
 // status is held until its provider adopts it. If one write fails,
@@ -141,8 +142,12 @@ func (s *Service) write(ctx context.Context, plan Plan) error {
 		rev         uint64
 	}
 	var done []written
+	batches := [][]Write{plan.Wide}
 	for _, c := range plan.Clusters {
-		for _, w := range append(c.Writes, c.Cluster) {
+		batches = append(batches, append(c.Writes, c.Cluster))
+	}
+	for _, batch := range batches {
+		for _, w := range batch {
 			rev, err := s.kv[w.Bucket].Create(ctx, w.Key, w.Value)
 			if err == nil {
 				done = append(done, written{w.Bucket, w.Key, rev})

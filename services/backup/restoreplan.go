@@ -65,6 +65,9 @@ type ClusterPlan struct {
 // Plan is a restore's plan: the clusters to restore, those a merge leaves
 // alone, and the records not restored, each with why.
 type Plan struct {
+	// Wide are the deployment-wide records (add-on sets, add-on secrets:
+	// they belong to no cluster), written before the clusters.
+	Wide        []Write
 	Clusters    []ClusterPlan
 	Conflicts   []*capnv1.RestoreConflict
 	Dropped     []string
@@ -74,6 +77,9 @@ type Plan struct {
 // Keys counts the keys the plan writes per bucket.
 func (p Plan) Keys() map[string]uint64 {
 	out := map[string]uint64{}
+	for _, w := range p.Wide {
+		out[w.Bucket]++
+	}
 	for _, c := range p.Clusters {
 		for _, w := range c.Writes {
 			out[w.Bucket]++
@@ -104,8 +110,11 @@ const maxConflictKeys = 20
 // have passed backupfile's Check.
 //
 //   - A deployment that holds any cluster state (a key of any cluster in
-//     any bucket) is refused unless Merge; with Merge a cluster any of
-//     whose keys the deployment holds is a conflict, left alone.
+//     any bucket) or deployment-wide record (an add-on set or secret) is
+//     refused unless Merge; with Merge a cluster any of whose keys the
+//     deployment holds is a conflict, left alone, and so is each
+//     deployment-wide record it holds. Deployment-wide records are
+//     restored only with the whole file (no Clusters).
 //   - Secrets sealed with a key the deployment does not hold are refused.
 //   - Records that belong to no desired record of the backup are dropped:
 //     a cluster's keys without its desired cluster (a leftover), a
@@ -139,27 +148,39 @@ func PlanRestore(f *backupfile.File, target Target, o PlanOptions) (Plan, *capnv
 		wanted[c] = true
 	}
 
-	// What the deployment holds, by cluster.
+	// What the deployment holds, by cluster, and deployment-wide.
 	held := map[string][]string{}
-	var heldClusters []string
+	var heldClusters, heldWide []string
 	for _, b := range backupfile.Buckets {
 		for k := range target[b] {
-			if c := keys.ClusterOf(k); c != "" {
-				if held[c] == nil {
-					heldClusters = append(heldClusters, c)
+			pk, err := keys.Parse(k)
+			switch {
+			case err != nil:
+			case pk.Cluster != "":
+				if held[pk.Cluster] == nil {
+					heldClusters = append(heldClusters, pk.Cluster)
 				}
-				held[c] = append(held[c], b+"/"+k)
+				held[pk.Cluster] = append(held[pk.Cluster], b+"/"+k)
+			case deploymentWide(pk):
+				heldWide = append(heldWide, b+"/"+k)
 			}
 		}
 	}
 	sort.Strings(heldClusters)
-	if len(heldClusters) > 0 && !o.Merge {
+	sort.Strings(heldWide)
+	if (len(heldClusters) > 0 || len(heldWide) > 0) && !o.Merge {
 		n := 0
 		for _, ks := range held {
 			n += len(ks)
 		}
-		return Plan{}, refuse(CodeNotEmpty, fmt.Sprintf("the deployment is not empty: it holds %d keys of %d clusters (%s); restore into an empty deployment, or merge to add only the clusters it does not have",
-			n, len(heldClusters), strings.Join(first(heldClusters, 10), ", ")))
+		what := fmt.Sprintf("%d keys of %d clusters (%s)", n, len(heldClusters), strings.Join(first(heldClusters, 10), ", "))
+		if len(heldClusters) == 0 {
+			what = "no cluster"
+		}
+		if len(heldWide) > 0 {
+			what += fmt.Sprintf(" and %d deployment-wide records (%s)", len(heldWide), strings.Join(first(heldWide, 5), ", "))
+		}
+		return Plan{}, refuse(CodeNotEmpty, fmt.Sprintf("the deployment is not empty: it holds %s; restore into an empty deployment, or merge to add only what it does not have", what))
 	}
 
 	// The backup's desired machines, by cluster.
@@ -187,11 +208,24 @@ func PlanRestore(f *backupfile.File, target Target, o PlanOptions) (Plan, *capnv
 	// Live infrastructure to adopt, by machine key, and its provider id.
 	adopted := map[string]string{}
 	var secrets, statuses, others, desired []*capnv1.BackupEntry
+	var wideConflicts []string
 	for _, e := range f.Entries {
 		k, _ := keys.Parse(e.GetKey())
 		where := e.GetBucket() + "/" + e.GetKey()
 		c := k.Cluster
 		switch {
+		case deploymentWide(k):
+			switch {
+			case len(o.Clusters) > 0: // only the clusters asked for
+			case target[e.GetBucket()][e.GetKey()]:
+				wideConflicts = append(wideConflicts, where)
+			default:
+				p.Wide = append(p.Wide, Write{Bucket: e.GetBucket(), Key: e.GetKey(), Value: e.GetValue()})
+				if e.GetBucket() == backupfile.BucketSecrets {
+					secrets = append(secrets, e) // for the key check only
+				}
+			}
+			continue
 		case k.Kind == keys.KindProvider:
 			p.Dropped = append(p.Dropped, where+": a running provider's announcement (its lease), not state")
 			continue
@@ -251,12 +285,18 @@ func PlanRestore(f *backupfile.File, target Target, o PlanOptions) (Plan, *capnv
 		}
 	}
 
+	if len(wideConflicts) > 0 {
+		p.Conflicts = append(p.Conflicts, &capnv1.RestoreConflict{Keys: first(wideConflicts, maxConflictKeys),
+			Message: fmt.Sprintf("the deployment already holds %d deployment-wide records (add-on sets, add-on secrets) of the backup: left alone", len(wideConflicts))})
+	}
 	add := func(e *capnv1.BackupEntry, value []byte) {
 		c := keys.ClusterOf(e.GetKey())
 		plans[c].Writes = append(plans[c].Writes, Write{Bucket: e.GetBucket(), Key: e.GetKey(), Value: value})
 	}
 	for _, e := range secrets {
-		add(e, e.GetValue())
+		if k, _ := keys.Parse(e.GetKey()); !deploymentWide(k) {
+			add(e, e.GetValue())
+		}
 	}
 	for _, e := range statuses {
 		st := &capnv1.MachineStatus{}
@@ -294,6 +334,13 @@ func PlanRestore(f *backupfile.File, target Target, o PlanOptions) (Plan, *capnv
 		}
 	}
 	return p, nil
+}
+
+// deploymentWide reports whether k is a record of the whole deployment
+// (an add-on set, an add-on secret): state that belongs to no cluster,
+// unlike a provider's lease or the backup service's own record.
+func deploymentWide(k keys.Key) bool {
+	return k.Cluster == "" && k.Kind != keys.KindProvider && k.Kind != keys.KindBackup
 }
 
 // adoptionOf is the adopt an infra record asks for, or why there is none.

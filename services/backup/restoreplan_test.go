@@ -245,3 +245,47 @@ func TestPlanRestoreMerge(t *testing.T) {
 		t.Fatalf("only c3: %+v, %v", p, berr)
 	}
 }
+
+// Add-on sets and add-on secrets belong to no cluster: restored before
+// the clusters with the whole file, a conflict each under merge, and the
+// reason a deployment is not empty; a cluster's add-on records go with it.
+func TestPlanRestoreDeploymentWideRecords(t *testing.T) {
+	f := newFixture(t)
+	f.cluster(t, "c1", "m1")
+	f.add(t, "desired", "addonset.cni", &capnv1.AddonSet{Metadata: &capnv1.ObjectMeta{Name: "cni"}})
+	f.add(t, "secrets", "addonsecret.creds", &capnv1.AddonSecret{})
+	f.add(t, "observed", "addon.c1.cni", &capnv1.ClusterAddonStatus{Cluster: "c1", AddonSet: "cni"})
+	file := f.file(t)
+
+	p, berr := PlanRestore(file, Target{}, PlanOptions{Now: now, KeyIDs: f.ring.KeyIDs()})
+	if berr != nil {
+		t.Fatal(berr)
+	}
+	if got := keysOf(p.Wide); !slices.Equal(got, []string{"desired/addonset.cni", "secrets/addonsecret.creds"}) {
+		t.Errorf("deployment-wide writes %v", got)
+	}
+	if !slices.Contains(keysOf(p.Clusters[0].Writes), "observed/addon.c1.cni") {
+		t.Errorf("c1's add-on record not restored with it: %v", keysOf(p.Clusters[0].Writes))
+	}
+	if len(p.Dropped) != 0 {
+		t.Errorf("dropped %v", p.Dropped)
+	}
+
+	held := Target{"desired": {"addonset.cni": true}}
+	if _, berr := PlanRestore(file, held, PlanOptions{Now: now}); berr.GetCode() != CodeNotEmpty ||
+		!strings.Contains(berr.GetMessage(), "it holds no cluster and 1 deployment-wide records (desired/addonset.cni)") {
+		t.Errorf("into a deployment with an add-on set: %v", berr)
+	}
+	p, berr = PlanRestore(file, held, PlanOptions{Merge: true, Now: now})
+	if berr != nil {
+		t.Fatal(berr)
+	}
+	if got := keysOf(p.Wide); !slices.Equal(got, []string{"secrets/addonsecret.creds"}) || len(p.Conflicts) != 1 ||
+		p.Conflicts[0].GetCluster() != "" || !slices.Equal(p.Conflicts[0].GetKeys(), []string{"desired/addonset.cni"}) {
+		t.Errorf("merge: wide %v, conflicts %v", got, p.Conflicts)
+	}
+	p, berr = PlanRestore(file, Target{}, PlanOptions{Clusters: []string{"c1"}, Now: now})
+	if berr != nil || len(p.Wide) != 0 || len(p.Clusters) != 1 {
+		t.Errorf("only c1: wide %v, %v", keysOf(p.Wide), berr)
+	}
+}

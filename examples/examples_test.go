@@ -7,8 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/capn-dev/capn/schemas/manifest"
+	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/builtin"
 )
 
 func TestExamplesAreValid(t *testing.T) {
@@ -41,6 +43,10 @@ func TestExamplesAreValid(t *testing.T) {
 				manifest.Default(c)
 				if err := manifest.Validate(c); err != nil {
 					t.Fatalf("%s: %v", f, err)
+				}
+				// And as the bootstrapper will render it, per pool and os.
+				if err := builtin.Registry().ValidateCluster(c.GetSpec(), time.Now()); err != nil {
+					t.Fatalf("%s: bootstrap: %v", f, err)
 				}
 			}
 		})

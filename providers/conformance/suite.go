@@ -22,6 +22,9 @@
 //     takes them back with the same identity (a restore, capn move);
 //   - a whole cluster on the provider goes Ready and deletes cleanly
 //     through capn's core services (a capn release: CorePrograms);
+//   - on machines that run their bootstrap commands (Features.Commands):
+//     files, preCommands and postCommands run, and a failing command
+//     fails its machine as BootstrapCommandFailed;
 //   - for a provider that runs real Kubernetes (Features.Kubernetes): the
 //     seed's conformance check — a kube-local cluster of 3 control planes
 //     and 2 workers applied with the capn CLI, kubectl with the kubeconfig
@@ -69,6 +72,11 @@ type Features struct {
 	// Heartbeats: a running machine's node publishes NodeHeartbeat with
 	// the machine's version.
 	Heartbeats bool
+	// Commands: a machine's node runs its bootstrap commands with
+	// /bin/sh (capn-node on a host or image with a shell). With Capn and
+	// Disk, a cluster checks files, preCommands and postCommands, and a
+	// failing command.
+	Commands bool
 	// EndpointListens: the cluster's control-plane endpoint accepts TCP
 	// connections.
 	EndpointListens bool
@@ -140,6 +148,7 @@ func Run(t *testing.T, p Provider, f Features) {
 		{"ClusterInfrastructure", s.clusterInfra, ""},
 		{"HandsOverWithoutTouching", s.handover, ""},
 		{"ClusterThroughCapn", s.throughCapn, when(f.Capn == nil, "no Capn: give Features.Capn (e.g. CorePrograms(t))")},
+		{"BootstrapCommands", s.bootstrapCommands, when(!f.Commands || f.Capn == nil || f.Disk == nil, "needs Commands, Capn and Disk")},
 		{"Kubernetes", s.kubernetes, when(f.Kubernetes == nil, "no Kubernetes: for a provider whose machines run real Kubernetes (real-kubernetes)")},
 		{"KubernetesVersions", s.kubernetesVersions, when(f.Kubernetes == nil, "no Kubernetes: for a provider whose machines run real Kubernetes (real-kubernetes)")},
 		{"KubernetesDay2", s.kubernetesDay2, when(f.Kubernetes == nil, "no Kubernetes: for a provider whose machines run real Kubernetes (real-kubernetes)")},

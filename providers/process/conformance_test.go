@@ -143,7 +143,7 @@ func TestConformance(t *testing.T) {
 			return process.NewService(opts, env.SDK)
 		},
 	}, conformance.Features{
-		StopStart: true, Reboot: true, RestartSafe: true, NodeAgent: true, Heartbeats: true, EndpointListens: true,
+		StopStart: true, Reboot: true, RestartSafe: true, NodeAgent: true, Heartbeats: true, EndpointListens: true, Commands: true,
 		OutOfBandDelete: func(t *testing.T, env *conformance.Env, cluster, machine string) {
 			killNode(t, env.Dir, cluster, machine)
 		},

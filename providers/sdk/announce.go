@@ -30,6 +30,9 @@ func (s *server) announce(ctx context.Context) error {
 	if kv, ok := s.p.(KubernetesVersioner); ok {
 		a.KubernetesVersions = kv.KubernetesVersions()
 	}
+	if o, ok := s.p.(OperatingSystemer); ok {
+		a.OperatingSystems = o.OperatingSystems()
+	}
 	_, _, err := s.obs.announcements.Mutate(ctx, AnnouncementKey(s.name), func(*capnv1.ProviderAnnouncement, bool) (*capnv1.ProviderAnnouncement, error) {
 		return a, nil
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
@@ -128,6 +129,10 @@ func (s *server) createMachine(ctx context.Context, m *events.Message, req *capn
 			return fmt.Errorf("describe %s/%s: %w", c, name, derr)
 		}
 		log.Info().Msg("machine recorded as existing is gone; creating it again")
+	}
+	if !RunsOS(s.p, req.GetOs()) {
+		log.Warn().Str("os", req.GetOs()).Msg("create refused: the provider does not run this operating system")
+		return s.obs.failMachine(ctx, c, name, fmt.Sprintf("create refused: provider %s does not run %s machines (it announces %s)", s.name, req.GetOs(), strings.Join(s.operatingSystems(), ", ")))
 	}
 	if err := s.withCredential(ctx, req); err != nil {
 		if !s.giveUp(m, err) {
@@ -289,4 +294,12 @@ func (s *server) withCredential(ctx context.Context, req *capnv1.CreateMachine) 
 	}
 	req.BootstrapCredential = cred
 	return nil
+}
+
+// operatingSystems are what the provider announces it runs.
+func (s *server) operatingSystems() []string {
+	if o, ok := s.p.(OperatingSystemer); ok {
+		return o.OperatingSystems()
+	}
+	return []string{OSLinux}
 }

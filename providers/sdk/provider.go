@@ -3,6 +3,7 @@ package sdk
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -151,6 +152,34 @@ type CommandHandler interface {
 // another version is refused at create (InfraMachine state Failed).
 type KubernetesVersioner interface {
 	KubernetesVersions() []string
+}
+
+// OperatingSystemer is implemented by a provider whose machines run other
+// operating systems than linux: the ones it runs, announced in
+// ProviderAnnouncement.operating_systems. A provider without it runs
+// linux only. A machine of another os is refused at create (InfraMachine
+// state Failed); the cluster-planner holds such a pool before.
+type OperatingSystemer interface {
+	OperatingSystems() []string
+}
+
+// OSLinux and OSWindows are the operating systems of CreateMachine.os
+// (empty: linux).
+const (
+	OSLinux   = "linux"
+	OSWindows = "windows"
+)
+
+// RunsOS reports whether p runs machines of os ("" is linux).
+func RunsOS(p Provider, os string) bool {
+	if os == "" {
+		os = OSLinux
+	}
+	systems := []string{OSLinux}
+	if o, ok := p.(OperatingSystemer); ok {
+		systems = o.OperatingSystems()
+	}
+	return slices.Contains(systems, os)
 }
 
 // Capabilities a provider may announce.

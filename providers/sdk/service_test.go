@@ -242,3 +242,50 @@ func TestReportOrdersByUpdated(t *testing.T) {
 		t.Errorf("report with an invalid name: %v", err)
 	}
 }
+
+// windowsFake runs linux and windows machines.
+type windowsFake struct{ *fake }
+
+func (windowsFake) OperatingSystems() []string { return []string{sdk.OSLinux, sdk.OSWindows} }
+
+// TestCreateRefusesAnOSNotRun: a provider runs linux unless it says more
+// (sdk.OperatingSystemer), and announces what it runs; a machine of an
+// os it does not run is recorded Failed without reaching CreateMachine.
+func TestCreateRefusesAnOSNotRun(t *testing.T) {
+	env := sdktest.New(t)
+	f := newFake()
+	stop := env.Run(sdk.NewService(f, fastOptions()))
+	win := create("c1", "w1")
+	win.Os = sdk.OSWindows
+	env.Send("fake", sdk.KindMachine, "create", "create-w1", win)
+	m := env.WaitState("fake", "c1", "w1", sdk.StateFailed)
+	if want := "create refused: provider fake does not run windows machines (it announces linux)"; m.GetMessage() != want {
+		t.Errorf("message %q, want %q", m.GetMessage(), want)
+	}
+	env.Send("fake", sdk.KindMachine, "create", "create-l1", create("c1", "l1"))
+	env.WaitState("fake", "c1", "l1", sdk.StateRunning)
+	env.WaitDrained()
+	if n := f.createCalls("c1", "w1"); n != 0 {
+		t.Errorf("CreateMachine called %d times for a windows machine", n)
+	}
+	var a *capnv1.ProviderAnnouncement
+	natstest.WaitFor(t, sdktest.Timeout, "announcement", func() bool {
+		var ok bool
+		a, ok = env.Announcement("fake")
+		return ok
+	})
+	if len(a.GetOperatingSystems()) != 0 {
+		t.Errorf("a linux-only provider announces %v", a.GetOperatingSystems())
+	}
+	stop()
+
+	env2 := sdktest.New(t)
+	f2 := newFake()
+	env2.Run(sdk.NewService(windowsFake{f2}, fastOptions()))
+	env2.Send("fake", sdk.KindMachine, "create", "create-w1", win)
+	env2.WaitState("fake", "c1", "w1", sdk.StateRunning)
+	natstest.WaitFor(t, sdktest.Timeout, "announcement with operating systems", func() bool {
+		a, ok := env2.Announcement("fake")
+		return ok && strings.Join(a.GetOperatingSystems(), ",") == "linux,windows"
+	})
+}

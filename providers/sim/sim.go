@@ -80,6 +80,12 @@ func (p *Provider) Capabilities() []string {
 	return []string{sdk.CapabilityStopStart, sdk.CapabilityReboot}
 }
 
+// OperatingSystems implements sdk.OperatingSystemer: a simulated machine
+// runs nothing, so it stands in for a machine of any os.
+func (p *Provider) OperatingSystems() []string {
+	return []string{sdk.OSLinux, sdk.OSWindows}
+}
+
 func key(cluster, machine string) string { return cluster + "/" + machine }
 
 // ProviderID is the provider id of a simulated machine: sim://<cluster>/<machine>.

@@ -291,7 +291,8 @@ func TestAnnouncement(t *testing.T) {
 	env := sdktest.New(t)
 	_, stop := start(t, env, Options{})
 	a, _ := env.Announcement(Name)
-	if a.GetName() != Name || strings.Join(a.GetCapabilities(), ",") != "stop-start,reboot" || !sdk.Alive(a, time.Now()) {
+	if a.GetName() != Name || strings.Join(a.GetCapabilities(), ",") != "stop-start,reboot" || !sdk.Alive(a, time.Now()) ||
+		strings.Join(a.GetOperatingSystems(), ",") != "linux,windows" {
 		t.Errorf("announcement = %v", a)
 	}
 	stop()

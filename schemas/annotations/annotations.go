@@ -56,3 +56,25 @@ const (
 	// the infrastructure.
 	CondEtcdMemberRemoved = "EtcdMemberRemoved"
 )
+
+// The condition a machine's agent (capn-node) reports about its bootstrap
+// commands — the files written, the preCommands, the join and the
+// postCommands — on its health subject; the health-watcher merges it into
+// the machine's NodeHealth, and the machine-manager shows it on the
+// machine and fails the machine when it is False.
+const (
+	CondBootstrapCommands = "BootstrapCommands"
+
+	// Its reasons. Running (Unknown): a command runs (the message names
+	// it). Succeeded (True): every command ran; the message holds the
+	// last lines of the last one's output. CommandFailed and
+	// CommandTimedOut (False): the message names the command, its exit
+	// code or timeout and the tail of its stderr. CommandsNotRun (False):
+	// the commands could not be run at all (no shell, a bootstrap format
+	// the agent cannot run).
+	ReasonCommandsRunning   = "Running"
+	ReasonCommandsSucceeded = "Succeeded"
+	ReasonCommandFailed     = "CommandFailed"
+	ReasonCommandTimedOut   = "CommandTimedOut"
+	ReasonCommandsNotRun    = "CommandsNotRun"
+)

@@ -21,7 +21,13 @@ func (c *converter) kubeadmSpec(o *object, n node, controlPlane bool) (*capnv1.B
 	b.PreCommands, _ = n.field("preKubeadmCommands").strings()
 	b.PostCommands, _ = n.field("postKubeadmCommands").strings()
 	if f := n.field("format"); f.exists() {
-		if s, _ := f.v.(string); s == "cloud-config" {
+		switch s, _ := f.v.(string); s {
+		case "cloud-config":
+			f.use()
+		case "ignition":
+			// Ignition v3, rendered by capn's kubeadm bootstrap; the
+			// ignition field's additional config is not (reported).
+			b.Format = s
 			f.use()
 		}
 	}
@@ -46,7 +52,7 @@ func (c *converter) kubeadmSpec(o *object, n node, controlPlane bool) (*capnv1.B
 		}
 		taints = append(taints, init.field("taints").items()...)
 	}
-	if len(b.Files)+len(b.PreCommands)+len(b.PostCommands)+len(b.KubeletExtraArgs) == 0 {
+	if len(b.Files)+len(b.PreCommands)+len(b.PostCommands)+len(b.KubeletExtraArgs) == 0 && b.Format == "" {
 		return nil, taints
 	}
 	return b, taints

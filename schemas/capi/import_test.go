@@ -222,3 +222,41 @@ func TestImportPicksCluster(t *testing.T) {
 		}
 	}
 }
+
+// TestImportIgnitionFormat: a KubeadmConfigSpec with format: ignition
+// (Cluster API's Flatcar flavours) maps to bootstrap.format ignition.
+func TestImportIgnitionFormat(t *testing.T) {
+	const in = `apiVersion: cluster.x-k8s.io/v1beta1
+kind: Cluster
+metadata: {name: flat}
+spec:
+  controlPlaneRef: {kind: KubeadmControlPlane, name: flat-cp}
+  infrastructureRef: {kind: DockerCluster, name: flat}
+---
+apiVersion: controlplane.cluster.x-k8s.io/v1beta1
+kind: KubeadmControlPlane
+metadata: {name: flat-cp}
+spec:
+  replicas: 1
+  version: v1.33.0
+  machineTemplate:
+    infrastructureRef: {kind: DockerMachineTemplate, name: flat-cp}
+  kubeadmConfigSpec:
+    format: ignition
+`
+	res, err := Import([]byte(in), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Cluster.GetSpec().GetControlPlane().GetBootstrap().GetFormat(); got != "ignition" {
+		t.Fatalf("controlPlane.bootstrap.format = %q, want ignition\n%s", got, render(t, res))
+	}
+	for _, n := range res.Notes {
+		if strings.Contains(n.String(), "format") {
+			t.Errorf("format reported as not mapped: %s", n)
+		}
+	}
+	if res.Invalid != nil {
+		t.Errorf("the imported cluster does not validate: %v", res.Invalid)
+	}
+}

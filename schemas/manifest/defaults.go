@@ -1,6 +1,8 @@
 package manifest
 
 import (
+	"time"
+
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
@@ -29,7 +31,38 @@ const (
 	DefaultServiceCIDR          = "10.96.0.0/12"
 	DefaultServiceDomain        = "cluster.local"
 	DefaultBootstrapProvider    = "kubeadm"
+
+	// Operating systems of machines (os; empty is linux, and Default
+	// leaves it empty so that no stored spec changes).
+	OSLinux   = "linux"
+	OSWindows = "windows"
+
+	// Bootstrap data formats (bootstrap.format; empty: the provider's).
+	FormatCloudConfig = "cloud-config"
+	FormatScript      = "script"
+	FormatIgnition    = "ignition"
+
+	// Bounds of bootstrap.commandTimeout (unset: 5m).
+	MinCommandTimeout = time.Second
+	MaxCommandTimeout = 24 * time.Hour
 )
+
+// WindowsBootstrapProviders are the bootstrap providers that render
+// windows machines, IgnitionBootstrapProviders those that render
+// format: ignition. A deployment with more providers may append to them
+// at start-up, as to KnownBootstrapProviders.
+var (
+	WindowsBootstrapProviders  = []string{"kubeadm"}
+	IgnitionBootstrapProviders = []string{"kubeadm"}
+)
+
+// OSOf is an os as written: "" is linux.
+func OSOf(os string) string {
+	if os == "" {
+		return OSLinux
+	}
+	return os
+}
 
 // KnownBootstrapProviders are the bootstrap providers Validate accepts unless
 // a Validator is given its own list. A deployment with more providers may

@@ -14,6 +14,7 @@ var (
 	fileModeRE       = regexp.MustCompile(`^0?[0-7]{3,4}$`)
 	intOrPercentRE   = regexp.MustCompile(`^(0|[1-9][0-9]*)(%?)$`)
 	unhealthyRangeRE = regexp.MustCompile(`^\[(0|[1-9][0-9]*)-(0|[1-9][0-9]*)\]$`)
+	windowsPathRE    = regexp.MustCompile(`^[A-Za-z]:[\\/][^\x00-\x1f<>:"|?*]*$`)
 )
 
 const (

@@ -104,6 +104,9 @@ func (v Validator) validate(c *capnv1.Cluster, errs *fieldErrors) {
 		cpVersionOK = err == nil
 	}
 	v.validateControlPlane(s.ControlPlane, sp.child("controlPlane"), errs)
+	if s.ControlPlane != nil {
+		validateFormat(s.Bootstrap, s.ControlPlane.Bootstrap, sp.child("controlPlane"), errs)
+	}
 	names := map[string]int{}
 	for i, p := range s.WorkerPools {
 		pp := sp.child("workerPools").index(i)
@@ -117,10 +120,12 @@ func (v Validator) validate(c *capnv1.Cluster, errs *fieldErrors) {
 			names[p.Name] = i
 		}
 		v.validatePool(p, pp, s.KubernetesVersion, cpVersion, cpVersionOK, errs)
+		validateOS(p.Os, s.Bootstrap, p.Bootstrap, pp, errs)
+		validateFormat(s.Bootstrap, p.Bootstrap, pp, errs)
 	}
 	v.validateTotal(s, sp, errs)
 	validateNetwork(s.Network, sp.child("network"), errs)
-	v.validateBootstrap(s.Bootstrap, sp.child("bootstrap"), errs)
+	v.validateBootstrap(s.Bootstrap, sp.child("bootstrap"), OSLinux, errs)
 	validateHealth(s.Health, sp.child("health"), errs)
 }
 
@@ -161,8 +166,15 @@ func (v Validator) validateControlPlane(cp *capnv1.ControlPlaneSpec, p path, err
 			errs.add(p.child("maxSurge"), s, "0 needs 3 or more replicas (have %d): removing a machine before adding one would lose etcd quorum; use 1", r)
 		}
 	}
+	switch cp.Os {
+	case "", OSLinux:
+	case OSWindows:
+		errs.add(p.child("os"), cp.Os, "the control plane runs on %s only (as in Cluster API): put %s nodes in a worker pool", OSLinux, OSWindows)
+	default:
+		errs.add(p.child("os"), cp.Os, "must be %s (empty: %s); the control plane runs on %s only", OSLinux, OSLinux, OSLinux)
+	}
 	validateTemplate(cp.Template, p.child("template"), errs)
-	v.validateBootstrap(cp.Bootstrap, p.child("bootstrap"), errs)
+	v.validateBootstrap(cp.Bootstrap, p.child("bootstrap"), OSLinux, errs)
 	validateNodeTimeouts(cp.NodeDrainTimeout, cp.NodeDeletionTimeout, p, errs)
 }
 
@@ -222,7 +234,7 @@ func (v Validator) validatePool(pool *capnv1.WorkerPool, p path, cpRaw string, c
 	default:
 		errs.add(p.child("deletionOrder"), pool.DeletionOrder, "must be %s, %s or %s", DeletionOrderRandom, DeletionOrderNewest, DeletionOrderOldest)
 	}
-	v.validateBootstrap(pool.Bootstrap, p.child("bootstrap"), errs)
+	v.validateBootstrap(pool.Bootstrap, p.child("bootstrap"), OSOf(pool.Os), errs)
 	validateHealth(pool.Health, p.child("health"), errs)
 	validateNodeTimeouts(pool.NodeDrainTimeout, pool.NodeDeletionTimeout, p, errs)
 }

@@ -8,7 +8,9 @@ import (
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
-func (v Validator) validateBootstrap(b *capnv1.BootstrapSpec, p path, errs *fieldErrors) {
+// validateBootstrap checks one bootstrap spec as written, for machines of
+// os (file paths are that system's).
+func (v Validator) validateBootstrap(b *capnv1.BootstrapSpec, p path, os string, errs *fieldErrors) {
 	if b == nil {
 		return
 	}
@@ -29,7 +31,9 @@ func (v Validator) validateBootstrap(b *capnv1.BootstrapSpec, p path, errs *fiel
 		switch {
 		case f.Path == "":
 			errs.add(fp.child("path"), nil, "required")
-		case !strings.HasPrefix(f.Path, "/"):
+		case os == OSWindows && !windowsPathRE.MatchString(f.Path):
+			errs.add(fp.child("path"), f.Path, "must be an absolute windows path such as C:\\k\\config.yaml (the pool's os is windows)")
+		case os != OSWindows && !strings.HasPrefix(f.Path, "/"):
 			errs.add(fp.child("path"), f.Path, "must be an absolute path")
 		}
 		if j, dup := paths[f.Path]; dup && f.Path != "" {
@@ -47,6 +51,16 @@ func (v Validator) validateBootstrap(b *capnv1.BootstrapSpec, p path, errs *fiel
 	}
 	if d := b.TokenTtl; d != nil && d.AsDuration() <= 0 {
 		errs.add(p.child("tokenTtl"), d.AsDuration(), "must be positive, e.g. 15m")
+	}
+	switch b.Format {
+	case "", FormatCloudConfig, FormatScript, FormatIgnition:
+	default:
+		errs.add(p.child("format"), b.Format, "must be %s, %s or %s (empty: the bootstrap provider's own)", FormatCloudConfig, FormatScript, FormatIgnition)
+	}
+	if d := b.CommandTimeout; d != nil {
+		if t := d.AsDuration(); t < MinCommandTimeout || t > MaxCommandTimeout {
+			errs.add(p.child("commandTimeout"), t, "must be between %s and %s, e.g. 5m (unset: 5m)", MinCommandTimeout, MaxCommandTimeout)
+		}
 	}
 	if ca := b.Ca; ca != nil {
 		if (ca.CertificatePem == "") != (ca.PrivateKeyPem == "") {
@@ -109,5 +123,61 @@ func validateHealth(h *capnv1.HealthPolicy, p path, errs *fieldErrors) {
 		if s == "" || strings.ContainsAny(s, " \t\r\n") {
 			errs.add(p.child("trustedSources").index(i), s, "must be the name of a gateway token (not empty, no white space)")
 		}
+	}
+}
+
+// validateOS checks a pool's os and what it needs: the bootstrap provider
+// that renders it, a format its machines read, and no Linux files or
+// commands inherited from spec.bootstrap. cluster is spec.bootstrap,
+// pool the pool's own bootstrap (either may be nil).
+func validateOS(os string, cluster, pool *capnv1.BootstrapSpec, p path, errs *fieldErrors) {
+	switch os {
+	case "", OSLinux:
+	case OSWindows:
+		provider := pool.GetProvider()
+		if provider == "" {
+			provider = cluster.GetProvider()
+		}
+		if provider == "" {
+			provider = DefaultBootstrapProvider
+		}
+		if !slices.Contains(WindowsBootstrapProviders, provider) {
+			errs.add(p.child("os"), os, "needs the %s bootstrap provider (bootstrap.provider is %s, which renders linux machines only)", strings.Join(WindowsBootstrapProviders, " or "), provider)
+		}
+		format := pool.GetFormat()
+		if format == "" {
+			format = cluster.GetFormat()
+		}
+		if format != "" && format != FormatCloudConfig {
+			errs.add(p.child("os"), os, "windows machines take bootstrap.format %s (cloudbase-init), not %s", FormatCloudConfig, format)
+		}
+		if len(cluster.GetFiles())+len(cluster.GetPreCommands())+len(cluster.GetPostCommands()) > 0 {
+			errs.add(p.child("os"), os, "the pool would inherit the files, preCommands and postCommands of spec.bootstrap, which are written for linux; move them to spec.controlPlane.bootstrap and the linux pools' bootstrap")
+		}
+	default:
+		errs.add(p.child("os"), os, "must be %s or %s (empty: %s)", OSLinux, OSWindows, OSLinux)
+	}
+}
+
+// validateFormat checks that the bootstrap provider a level takes renders
+// the format it asks for (ignition is kubeadm's).
+func validateFormat(cluster, level *capnv1.BootstrapSpec, p path, errs *fieldErrors) {
+	format := level.GetFormat()
+	if format == "" {
+		format = cluster.GetFormat()
+	}
+	provider := level.GetProvider()
+	if provider == "" {
+		provider = cluster.GetProvider()
+	}
+	if provider == "" {
+		provider = DefaultBootstrapProvider
+	}
+	if format == FormatIgnition && !slices.Contains(IgnitionBootstrapProviders, provider) {
+		at := p.child("bootstrap").child("format")
+		if level.GetFormat() == "" {
+			at = "spec.bootstrap.format"
+		}
+		errs.add(at, format, "is rendered by the %s bootstrap provider only (this level's is %s)", strings.Join(IgnitionBootstrapProviders, " or "), provider)
 	}
 }

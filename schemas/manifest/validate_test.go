@@ -130,6 +130,34 @@ func TestValidate(t *testing.T) {
 			`spec.bootstrap.tokenTtl: 0s: must be positive`,
 			`spec.workerPools[0].bootstrap.ca: needs both certificatePem and privateKeyPem`,
 		}},
+		{"bootstrap format and command timeout", func(c *capnv1.Cluster) {
+			c.Spec.Bootstrap.Format = "yaml"
+			c.Spec.Bootstrap.CommandTimeout = durationpb.New(0)
+			c.Spec.WorkerPools[0].Bootstrap = &capnv1.BootstrapSpec{Provider: "script", Format: "ignition", CommandTimeout: durationpb.New(25 * time.Hour)}
+		}, []string{
+			`spec.bootstrap.format: "yaml": must be cloud-config, script or ignition`,
+			"spec.bootstrap.commandTimeout: 0s: must be between 1s and 24h0m0s",
+			"spec.workerPools[0].bootstrap.commandTimeout: 25h0m0s: must be between 1s and 24h0m0s",
+			`spec.workerPools[0].bootstrap.format: "ignition": is rendered by the kubeadm bootstrap provider only (this level's is script)`,
+		}},
+		{"operating systems", func(c *capnv1.Cluster) {
+			c.Spec.ControlPlane.Os = "windows"
+			c.Spec.WorkerPools[0].Os = "darwin"
+			c.Spec.WorkerPools = append(c.Spec.WorkerPools,
+				&capnv1.WorkerPool{Name: "win-script", Provider: "sim", Os: "windows", Bootstrap: &capnv1.BootstrapSpec{Provider: "script", Files: []*capnv1.File{{Path: "/etc/x"}}}},
+				&capnv1.WorkerPool{Name: "win-ignition", Provider: "sim", Os: "windows", Bootstrap: &capnv1.BootstrapSpec{Format: "ignition", Files: []*capnv1.File{{Path: `C:\k\x`}}}},
+			)
+		}, []string{
+			`spec.controlPlane.os: "windows": the control plane runs on linux only (as in Cluster API): put windows nodes in a worker pool`,
+			`spec.workerPools[0].os: "darwin": must be linux or windows`,
+			`spec.workerPools[2].bootstrap.files[0].path: "/etc/x": must be an absolute windows path such as C:\k\config.yaml`,
+			`spec.workerPools[2].os: "windows": needs the kubeadm bootstrap provider (bootstrap.provider is script`,
+			`spec.workerPools[3].os: "windows": windows machines take bootstrap.format cloud-config (cloudbase-init), not ignition`,
+		}},
+		{"windows pool inherits linux files", func(c *capnv1.Cluster) {
+			c.Spec.Bootstrap.PostCommands = []string{"echo done"}
+			c.Spec.WorkerPools[0].Os = "windows"
+		}, []string{`spec.workerPools[0].os: "windows": the pool would inherit the files, preCommands and postCommands of spec.bootstrap`}},
 		{"node timeouts", func(c *capnv1.Cluster) {
 			c.Spec.ControlPlane.NodeDrainTimeout = durationpb.New(-time.Second)
 			c.Spec.WorkerPools[0].NodeDeletionTimeout = durationpb.New(-2 * time.Second)

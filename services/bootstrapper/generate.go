@@ -70,7 +70,7 @@ func (s *Service) generate(ctx context.Context, m *events.Message, cmd *capnv1.G
 		return s.fail(ctx, cmd, ReasonClusterNotFound, fmt.Sprintf("cluster %q does not exist or is being deleted", cmd.GetCluster()))
 	}
 	spec := cmd.GetBootstrap()
-	if err := s.cfg.Registry.ValidateEffective("bootstrap", spec); err != nil {
+	if err := s.cfg.Registry.ValidateFor("bootstrap", "os", bootstrap.OSOf(cmd.GetOs()), spec); err != nil {
 		return s.fail(ctx, cmd, ReasonInvalidBootstrap, err.Error())
 	}
 	set, err := s.ensurePKI(ctx, cluster)

@@ -59,14 +59,16 @@ func (s *Service) readProviders(ctx context.Context, cluster *capnv1.Cluster) (m
 type providerState struct {
 	alive bool
 	caps  string
+	os    string    // the operating systems it runs, sorted
 	at    time.Time // the announcement's time
 }
 
 // providerWatch plans again the clusters that name a provider whenever
 // what its announcement says changes: it appears, is withdrawn, changes its
 // capabilities, or goes stale without a write (a provider that crashed;
-// found by recheck every providerRecheckEvery). A refresh that changes
-// nothing but the time wakes no cluster. It is the Source of the planner's
+// found by recheck every providerRecheckEvery), or changes the operating
+// systems it runs. A refresh that changes nothing but the time wakes no
+// cluster. It is the Source of the planner's
 // provider.* watch: changed and recheck run in goroutines of their own.
 type providerWatch struct {
 	s     *Service
@@ -94,7 +96,10 @@ func (w *providerWatch) changed(ch store.Change) []string {
 	}
 	caps := slices.Clone(a.GetCapabilities())
 	slices.Sort(caps)
-	return w.wake(provider, providerState{alive: plan.ProviderAlive(a, w.s.cfg.Now()), caps: strings.Join(caps, ","), at: a.GetTime().AsTime()}, true)
+	systems := slices.Clone(a.GetOperatingSystems())
+	slices.Sort(systems)
+	return w.wake(provider, providerState{alive: plan.ProviderAlive(a, w.s.cfg.Now()), caps: strings.Join(caps, ","),
+		os: strings.Join(systems, ","), at: a.GetTime().AsTime()}, true)
 }
 
 // recheck returns the clusters of providers whose announcement went stale
@@ -129,7 +134,7 @@ func (w *providerWatch) wake(provider string, st providerState, present bool) []
 		delete(w.known, provider)
 	}
 	w.mu.Unlock()
-	if had == present && old.alive == st.alive && old.caps == st.caps {
+	if had == present && old.alive == st.alive && old.caps == st.caps && old.os == st.os {
 		return nil
 	}
 	return w.clustersNaming(provider)

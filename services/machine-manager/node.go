@@ -70,3 +70,26 @@ func takeNode(st *capnv1.MachineStatus, node *capnv1.NodeHealth, created time.Ti
 		}
 	}
 }
+
+// takeCommands shows the agent's report of the machine's bootstrap
+// commands (condition BootstrapCommands of this incarnation's node
+// record) on the machine, and fails the machine when it is False: a
+// command that failed or timed out is a failed bootstrap, and the planner
+// replaces the machine (Cluster API's bootstrap failure). It reports
+// whether it failed the machine.
+func takeCommands(st *capnv1.MachineStatus, node *capnv1.NodeHealth, created, now time.Time) bool {
+	if node == nil || node.GetUpdated() == nil || node.GetUpdated().AsTime().Before(created) {
+		return false
+	}
+	for _, c := range node.GetConditions() {
+		if c.GetType() != CondBootstrapCommands || policy.Ingested(c.GetSource()) {
+			continue
+		}
+		setCondition(st, CondBootstrapCommands, c.GetStatusValue(), c.GetReason(), c.GetMessage(), now)
+		if c.GetStatusValue() == capnv1.ConditionFalse {
+			fail(st, ReasonBootstrapCommandFailed, c.GetMessage(), now)
+			return true
+		}
+	}
+	return false
+}

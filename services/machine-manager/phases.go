@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/capn-dev/capn/schemas/annotations"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/conditions"
 )
@@ -17,16 +18,23 @@ const (
 	CondNodeReady           = "NodeReady"
 	CondReady               = "Ready"
 	CondDeleting            = "Deleting"
+	// CondBootstrapCommands mirrors what the machine's agent reports of
+	// its bootstrap commands (annotations.CondBootstrapCommands).
+	CondBootstrapCommands = annotations.CondBootstrapCommands
 )
 
 // Failure reasons a user reads in status.failureReason.
 const (
-	ReasonBootstrapFailed      = "BootstrapFailed"
-	ReasonBootstrapTimeout     = "BootstrapTimeout"
-	ReasonInfrastructureFailed = "InfrastructureFailed"
-	ReasonProvisioningTimeout  = "ProvisioningTimeout"
-	ReasonNodeStartupTimeout   = "NodeStartupTimeout"
-	ReasonInfrastructureGone   = "InfrastructureGone"
+	ReasonBootstrapFailed = "BootstrapFailed"
+	// ReasonBootstrapCommandFailed: a file, preCommand or postCommand
+	// failed or timed out on the machine (a failed bootstrap, on the
+	// node's side).
+	ReasonBootstrapCommandFailed = "BootstrapCommandFailed"
+	ReasonBootstrapTimeout       = "BootstrapTimeout"
+	ReasonInfrastructureFailed   = "InfrastructureFailed"
+	ReasonProvisioningTimeout    = "ProvisioningTimeout"
+	ReasonNodeStartupTimeout     = "NodeStartupTimeout"
+	ReasonInfrastructureGone     = "InfrastructureGone"
 )
 
 // Timeouts bounds how long a machine may stay in a phase before it is

@@ -112,12 +112,12 @@ func (s *Service) send(ctx context.Context, c Command, cluster, name string, m *
 			b.Ca = nil // the bootstrapper holds the CA; no key travels in a command
 		}
 		cmd := &capnv1.GenerateBootstrap{Cluster: cluster, Machine: name, MachineUid: m.GetMetadata().GetUid(), Role: spec.GetRole(), FirstControlPlane: spec.GetFirstControlPlane(),
-			Version: spec.GetVersion(), Bootstrap: b, Labels: spec.GetLabels(), Taints: spec.GetTaints()}
+			Version: spec.GetVersion(), Bootstrap: b, Labels: spec.GetLabels(), Taints: spec.GetTaints(), Os: spec.GetOs()}
 		_, err := s.pub.Publish(ctx, events.CommandSubject("bootstrap", "generate", cluster, name), events.TypeGenerateBootstrap, c.ID, cmd)
 		return err
 	case CmdCreate:
 		cmd := &capnv1.CreateMachine{Cluster: cluster, Machine: name, Role: spec.GetRole(), Version: spec.GetVersion(), Template: spec.GetTemplate(),
-			BootstrapSecretKey: keys.Bootstrap(cluster, name), Labels: spec.GetLabels(), BootstrapProvider: spec.GetBootstrap().GetProvider()}
+			BootstrapSecretKey: keys.Bootstrap(cluster, name), Labels: spec.GetLabels(), BootstrapProvider: spec.GetBootstrap().GetProvider(), Os: spec.GetOs()}
 		cmd.BootstrapChecksum = st.GetBootstrapDataChecksum()
 		_, err := s.pub.Publish(ctx, events.ProviderSubject(spec.GetProvider(), "machine", "create", cluster, name), events.TypeProviderCommand+".machine.create", c.ID, cmd)
 		return err

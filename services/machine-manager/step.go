@@ -132,7 +132,9 @@ func Step(in Input, t Timeouts) (out Output) {
 		st.Addresses = in.Infra.GetAddresses()
 	}
 	if st.GetPhaseValue() != capnv1.MachineFailed {
-		takeNode(st, in.Node, in.Desired.GetMetadata().GetCreationTimestamp().AsTime())
+		created := in.Desired.GetMetadata().GetCreationTimestamp().AsTime()
+		takeNode(st, in.Node, created)
+		takeCommands(st, in.Node, created, in.Now)
 	}
 	switch st.GetPhaseValue() {
 	case capnv1.MachinePending:

@@ -194,3 +194,78 @@ func TestStepEvents(t *testing.T) {
 		})
 	}
 }
+
+// commandsNode is a node record whose agent reported its bootstrap
+// commands with status and reason, at at.
+func commandsNode(ready bool, status, reason, msg string, at time.Time) *capnv1.NodeHealth {
+	n := nodeAt(ready, at)
+	n.Conditions = []*capnv1.NodeCondition{{Type: CondBootstrapCommands, Status: status, Reason: reason, Message: msg, Source: "capn-node",
+		LastTransitionTime: timestamppb.New(at)}}
+	return n
+}
+
+// TestBootstrapCommands: the agent's report of the bootstrap commands is
+// shown on the machine; a failed or timed-out command fails it (the
+// planner replaces it) with the command, exit code and stderr in the
+// failure message, at any phase the node reports in; a report of an
+// earlier machine of the same name, or of a gateway token, does not.
+func TestBootstrapCommands(t *testing.T) {
+	const failed = "preCommands[1] `exit 3` exited with code 3 after 12ms; stderr (last 2 lines): no disk\nreally"
+	provisioned := func() *capnv1.MachineStatus { return status(capnv1.MachineProvisioned.Wire(), withBootstrap) }
+	running := func() *capnv1.MachineStatus {
+		return status(capnv1.MachineRunning.Wire(), withBootstrap, func(s *capnv1.MachineStatus) { s.NodeReadyTime = timestamppb.New(t0) })
+	}
+	created := machine(false)
+	created.Metadata.CreationTimestamp = timestamppb.New(t0)
+	tests := []struct {
+		name       string
+		st         *capnv1.MachineStatus
+		node       *capnv1.NodeHealth
+		wantPhase  capnv1.MachinePhase
+		wantReason string // the BootstrapCommands condition's, "" none
+	}{
+		{"running commands", provisioned(), commandsNode(false, "Unknown", "Running", "running preCommands[0]: sysctl --system", t0.Add(time.Second)),
+			capnv1.MachineProvisioned, "Running"},
+		{"succeeded", provisioned(), commandsNode(true, "True", "Succeeded", "ran 2 commands", t0.Add(time.Second)), capnv1.MachineRunning, "Succeeded"},
+		{"pre-command failed", provisioned(), commandsNode(false, "False", "CommandFailed", failed, t0.Add(time.Second)), capnv1.MachineFailed, "CommandFailed"},
+		{"post-command timed out after the node was ready", running(), commandsNode(true, "False", "CommandTimedOut", "postCommands[0] `sleep 60` timed out after 1s", t0.Add(time.Second)),
+			capnv1.MachineFailed, "CommandTimedOut"},
+		{"an earlier machine's report", provisioned(), commandsNode(false, "False", "CommandFailed", failed, t0.Add(-time.Second)), capnv1.MachineProvisioned, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out := Step(Input{Cluster: "c1", Name: "m1", Desired: created, Status: tt.st, Infra: infra("Running"), Node: tt.node, Now: t0.Add(2 * time.Second)}, Timeouts{})
+			if got := out.Status.GetPhaseValue(); got != tt.wantPhase {
+				t.Fatalf("phase %s, want %s", got, tt.wantPhase)
+			}
+			c := conditionOf(out.Status, CondBootstrapCommands)
+			if (c == nil) != (tt.wantReason == "") || (c != nil && c.GetReason() != tt.wantReason) {
+				t.Fatalf("BootstrapCommands condition %v, want reason %q", c, tt.wantReason)
+			}
+			if tt.wantPhase == capnv1.MachineFailed {
+				if out.Status.GetFailureReason() != ReasonBootstrapCommandFailed || out.Status.GetFailureMessage() != c.GetMessage() {
+					t.Errorf("failure %s: %q", out.Status.GetFailureReason(), out.Status.GetFailureMessage())
+				}
+				if len(out.Events) != 1 || out.Events[0].Reason != ReasonBootstrapCommandFailed || !strings.Contains(out.Events[0].Message, c.GetMessage()) {
+					t.Errorf("events %+v", out.Events)
+				}
+			}
+		})
+	}
+	// A gateway token's report never fails a machine.
+	n := commandsNode(false, "False", "CommandFailed", failed, t0.Add(time.Second))
+	n.Conditions[0].Source = "ingest:ci"
+	out := Step(Input{Cluster: "c1", Name: "m1", Desired: created, Status: provisioned(), Infra: infra("Running"), Node: n, Now: t0.Add(2 * time.Second)}, Timeouts{})
+	if out.Status.GetPhaseValue() == capnv1.MachineFailed {
+		t.Fatal("a report through the gateway failed the machine")
+	}
+}
+
+func conditionOf(st *capnv1.MachineStatus, typ string) *capnv1.Condition {
+	for _, c := range st.GetConditions() {
+		if c.GetType() == typ {
+			return c
+		}
+	}
+	return nil
+}

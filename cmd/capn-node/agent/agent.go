@@ -10,16 +10,19 @@
 //	      ─► bootstrap (once per checksum): request capn.bootstrap.fetch.<c>.<m>
 //	         with the machine's checksum ─► check the checksum ─► parse the
 //	         cloud-config or script ─► verify the join material's CA (and the
-//	         pin) ─► write the files under <data-dir>/rootfs (commands are
-//	         listed, not run) ─► record the checksum as applied
+//	         pin) ─► write the files under <data-dir>/rootfs (mode, owner as
+//	         far as it may) ─► record the commands and the checksum as applied
+//	      ─► the preCommands, each under its timeout (package runcmd); the
+//	         first failure fails the machine (condition BootstrapCommands)
 //	      ─► with --kube-bin and /etc/capn/kube-local.json in the data: run
-//	         the control plane, or join as a worker (package kube); a
-//	         second control plane is refused ("... is not built yet")
+//	         the control plane, or join as a worker (package kube)
+//	      ─► once joined, the postCommands
 //	      ─► heartbeat now and every interval on capn.health.<c>.<m>.heartbeat
-//	         (ready: bootstrapped, or with a control plane, its API server
-//	         answers /readyz; kubelet version = the machine's version), id
-//	         heartbeat.<c>.<m>.<unix ms>; the control plane's state as node
-//	         condition KubeControlPlane on capn.health.<c>.<m>.conditions
+//	         (ready: bootstrapped and every command ran, and with a control
+//	         plane, its API server answers /readyz; kubelet version = the
+//	         machine's version), id heartbeat.<c>.<m>.<unix ms>; the control
+//	         plane's state as node condition KubeControlPlane and the
+//	         commands' as BootstrapCommands on capn.health.<c>.<m>.conditions
 //	SIGTERM ─► stop heartbeats and the control plane, flush, close: exit 0.
 package agent
 
@@ -74,6 +77,8 @@ type Agent struct {
 	// lastConds are the conditions published last (heartbeat goroutine
 	// only).
 	lastConds []kube.NamedCondition
+	// cmds is how the bootstrap commands are doing.
+	cmds commandsStatus
 }
 
 // New checks cfg and returns its agent.
@@ -126,16 +131,28 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	kubeDone := a.startKube(ctx)
+	// Commands run while the agent heartbeats, so that what they do is
+	// seen as it happens; without any, the steps are done before the
+	// first heartbeat, which then tells how the node is at once.
+	steps := make(chan (<-chan struct{}), 1)
+	if a.commandsPending() {
+		go func() { steps <- a.runSteps(ctx) }()
+	} else {
+		steps <- a.runSteps(ctx)
+	}
 	a.heartbeats(ctx, events.NewPublisher(js, "capn/node/"+a.cfg.Cluster+"/"+a.cfg.Machine))
-	<-kubeDone // every child stopped before the agent says it stopped
+	<-<-steps // every command and child stopped before the agent says it stopped
 	a.log.Info().Msg("node agent stopped")
 	return nil
 }
 
-// Ready is what heartbeats report: with a control plane, whether its API
-// server answers /readyz; otherwise whether the bootstrap data is applied.
+// Ready is what heartbeats report: never before every bootstrap command
+// ran; then with a control plane, whether its API server answers /readyz;
+// otherwise whether the bootstrap data is applied.
 func (a *Agent) Ready() bool {
+	if _, done := a.cmds.get(); !done {
+		return false
+	}
 	if ks := a.kube.Load(); ks != nil {
 		return ks.ready()
 	}
@@ -209,6 +226,13 @@ func (a *Agent) bootstrap(ctx context.Context, nc *nats.Conn) error {
 			a.bootstrapped.Store(true)
 			return nil
 		}
+		if errors.Is(err, ErrUnsupportedFormat) {
+			// Fetching again gives the same data: say so and let the
+			// machine be replaced.
+			a.log.Error().Err(err).Msg("bootstrap data this agent does not run")
+			a.unsupported(err)
+			return nil
+		}
 		var fe *sdk.FetchError
 		final := errors.Is(err, ErrJoinMaterial) || (errors.As(err, &fe) && !fe.Retryable())
 		if final {
@@ -245,6 +269,9 @@ func (a *Agent) bootstrapOnce(ctx context.Context, nc *nats.Conn) error {
 		}
 	}
 	plan, err := Parse(data.GetFormat(), data.GetData())
+	if errors.Is(err, ErrUnsupportedFormat) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrJoinMaterial, err)
 	}
@@ -255,7 +282,11 @@ func (a *Agent) bootstrapOnce(ctx context.Context, nc *nats.Conn) error {
 	if err := Apply(a.cfg.DataDir, plan, a.cfg.BootstrapChecksum); err != nil {
 		return fmt.Errorf("apply bootstrap data: %w", err)
 	}
-	a.log.Info().Str("format", plan.Format).Int("files", len(plan.Files)).Int("commands_not_run", len(plan.Commands)).
+	for _, u := range plan.Unowned {
+		a.log.Warn().Str("file", u).Msg("file written without its owner")
+	}
+	a.log.Info().Str("format", plan.Format).Int("files", len(plan.Files)).Int("pre_commands", len(plan.Pre)).
+		Int("post_commands", len(plan.Post)).Int("commands_not_run", len(plan.NotRun())).
 		Str("ca_cert_hash", ca).Bool("ca_pinned", a.cfg.CACertHash != "").Msg("bootstrap data applied")
 	return nil
 }
@@ -285,10 +316,23 @@ func (a *Agent) beat(ctx context.Context, pub *events.Publisher, at time.Time) e
 	}
 	_, err := pub.Publish(ctx, events.HealthSubject(c, m, HeartbeatKind), events.TypeNodeHeartbeat,
 		HeartbeatID(c, m, at), hb, events.WithSubject(m))
-	if ks := a.kube.Load(); ks != nil {
-		err = errors.Join(err, a.publishConditions(ctx, pub, ks.conditions(), at))
+	if conds := a.conditions(); len(conds) > 0 {
+		err = errors.Join(err, a.publishConditions(ctx, pub, conds, at))
 	}
 	return err
+}
+
+// conditions are the control plane's (KubeControlPlane first, then the
+// etcd ones) and the bootstrap commands', when there is something to say.
+func (a *Agent) conditions() []kube.NamedCondition {
+	var out []kube.NamedCondition
+	if ks := a.kube.Load(); ks != nil {
+		out = ks.conditions()
+	}
+	if c, _ := a.cmds.get(); c != nil {
+		out = append(out, kube.NamedCondition{Type: ConditionBootstrapCommands, Condition: *c})
+	}
+	return out
 }
 
 // publishConditions sends the control plane's state as node condition
@@ -333,9 +377,23 @@ func (a *Agent) serveHealth() func() {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if !a.bootstrapped.Load() {
+		c, done := a.cmds.get()
+		switch {
+		case c != nil && c.Status == "False":
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "capn-node %s: bootstrap commands failed (%s): %s\n", a.cfg, c.Reason, c.Message)
+			return
+		case !a.bootstrapped.Load():
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintf(w, "capn-node %s: waiting for bootstrap data\n", a.cfg)
+			return
+		case !done:
+			w.WriteHeader(http.StatusServiceUnavailable)
+			msg := "starting"
+			if c != nil {
+				msg = c.Message
+			}
+			fmt.Fprintf(w, "capn-node %s: bootstrap commands: %s\n", a.cfg, msg)
 			return
 		}
 		if ks := a.kube.Load(); ks != nil {

@@ -1,11 +1,14 @@
 package agent
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -20,9 +23,19 @@ const (
 	// a restarted agent (a rebooted machine) does not fetch again, as
 	// cloud-init runs once per instance.
 	AppliedFile = "applied"
-	// CommandsFile lists the commands the data asks for, one a line. The
-	// agent does not run them (no kubeadm, no kubelet).
+	// CommandsFile lists the commands of the data the agent does not run,
+	// one a line: kubeadm's join (no kubeadm here), or the commands of
+	// data it does not know the shape of (the script provider's).
 	CommandsFile = "commands-not-run"
+	// CommandsPlanFile holds the user's commands the agent runs (JSON:
+	// pre and post, each with its name and timeout), written with the
+	// files; CommandsStateFile records how far they ran, so a restarted
+	// agent neither runs a finished stage again nor forgets a failure.
+	CommandsPlanFile  = "bootstrap-commands.json"
+	CommandsStateFile = "bootstrap-commands.state"
+	// CommandsLog (under the data dir) gets every output line of the
+	// commands.
+	CommandsLog = "logs/bootstrap-commands.log"
 	// IdentityFile holds <cluster>/<machine>: a data dir belongs to one machine.
 	IdentityFile = "identity"
 	// BootsFile counts the agent's starts on this data dir.
@@ -35,10 +48,13 @@ const (
 )
 
 // Apply writes a verified plan into dataDir: every file under
-// <dataDir>/rootfs with its mode, the commands (not run) and, last, the
-// checksum as applied. It never writes outside dataDir.
+// <dataDir>/rootfs with its mode and, as far as the agent may, its owner
+// (p.Unowned lists those it could not give theirs), the commands to run
+// and those not run, and, last, the checksum as applied. It never writes
+// outside dataDir.
 func Apply(dataDir string, p *Plan, checksum string) error {
 	root := filepath.Join(dataDir, RootFS)
+	p.Unowned = nil
 	for _, f := range p.Files {
 		dst, err := under(root, f.Path)
 		if err != nil {
@@ -47,16 +63,92 @@ func Apply(dataDir string, p *Plan, checksum string) error {
 		if err := writeFile(dst, f.Content, f.Mode); err != nil {
 			return fmt.Errorf("write %s: %w", f.Path, err)
 		}
+		if f.Owner != "" {
+			if err := chown(dst, f.Owner); err != nil {
+				p.Unowned = append(p.Unowned, fmt.Sprintf("%s (owner %s): %v", f.Path, f.Owner, err))
+			}
+		}
 	}
 	state := filepath.Join(dataDir, StateDir)
-	cmds := strings.Join(p.Commands, "\n")
+	cmds := strings.Join(p.NotRun(), "\n")
 	if cmds != "" {
 		cmds += "\n"
 	}
 	if err := writeFile(filepath.Join(state, CommandsFile), []byte(cmds), 0o600); err != nil {
 		return err
 	}
+	plan, err := json.MarshalIndent(commandPlan{Pre: p.Pre, Post: p.Post}, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(state, CommandsPlanFile), append(plan, '\n'), 0o600); err != nil {
+		return err
+	}
+	// New data: its commands have not run.
+	if err := os.Remove(filepath.Join(state, CommandsStateFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
 	return writeFile(filepath.Join(state, AppliedFile), []byte(checksum+"\n"), 0o600)
+}
+
+// chown gives dst the owner "user[:group]" (names or numeric ids). Only
+// root may give a file away: an agent that is not root stands for the
+// machine's root itself (root's files stay the agent's), can set its own
+// groups, and says so for the rest.
+func chown(dst, owner string) error {
+	name, group, _ := strings.Cut(owner, ":")
+	uid, err := lookupID(name, func(n string) (string, error) {
+		u, err := user.Lookup(n)
+		if err != nil {
+			return "", err
+		}
+		return u.Uid, nil
+	})
+	if err != nil {
+		return err
+	}
+	gid := -1
+	if group != "" {
+		if gid, err = lookupID(group, func(n string) (string, error) {
+			g, err := user.LookupGroup(n)
+			if err != nil {
+				return "", err
+			}
+			return g.Gid, nil
+		}); err != nil {
+			return err
+		}
+	}
+	if os.Geteuid() != 0 {
+		if uid == 0 {
+			uid = -1 // the agent's user is the machine's root
+		}
+		if gid == 0 {
+			gid = -1
+		}
+		if uid == -1 && gid == -1 {
+			return nil
+		}
+	}
+	if err := os.Lchown(dst, uid, gid); err != nil {
+		if errors.Is(err, fs.ErrPermission) {
+			return fmt.Errorf("not set: the agent runs as uid %d, and only root gives files away", os.Geteuid())
+		}
+		return err
+	}
+	return nil
+}
+
+// lookupID is a numeric id as is, or a name's id.
+func lookupID(name string, lookup func(string) (string, error)) (int, error) {
+	if n, err := strconv.Atoi(name); err == nil && n >= 0 {
+		return n, nil
+	}
+	id, err := lookup(name)
+	if err != nil {
+		return 0, fmt.Errorf("not set: %w", err)
+	}
+	return strconv.Atoi(id)
 }
 
 // Applied is the checksum of the data applied last in dataDir ("" if none).

@@ -8,10 +8,16 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	yaml "go.yaml.in/yaml/v2"
+
+	"github.com/capn-dev/capn/cmd/capn-node/runcmd"
+	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
+	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
 )
 
 // Bootstrap data formats (BootstrapData.format).
@@ -31,12 +37,27 @@ type File struct {
 }
 
 // Plan is what a machine's bootstrap data asks for: files to write and
-// commands to run (never run by this agent: there is no kubeadm).
+// commands to run. Commands lists every command the data holds, in order;
+// of them the agent runs the user's (Pre before the join, Post after it)
+// when it knows the data's shape — kubeadm's runcmd (user commands under
+// bootstrap.TimeoutArgv around the kubeadm line) or kube-local's node
+// config — and never the join itself (Join: there is no kubeadm here).
+// Data of the script provider is the user's own: listed, not run.
 type Plan struct {
 	Format   string
 	Files    []File
 	Commands []string
+	Pre      []runcmd.Command
+	Post     []runcmd.Command
+	// Join is the kubeadm line of kubeadm data ("" otherwise).
+	Join string
+	// Unowned lists the files whose owner Apply could not set, and why.
+	Unowned []string
 }
+
+// ErrUnsupportedFormat: the data is in a format this agent does not run
+// (ignition: Flatcar and Fedora CoreOS machines run Ignition itself).
+var ErrUnsupportedFormat = errors.New("bootstrap format not run by capn-node")
 
 // File returns the file written at p, if any (the last one wins, as
 // when the commands run in order).
@@ -56,11 +77,54 @@ func (p *Plan) File(at string) (File, bool) {
 func Parse(format string, data []byte) (*Plan, error) {
 	switch format {
 	case FormatCloudConfig:
-		return parseCloudConfig(data)
+		p, err := parseCloudConfig(data)
+		if err != nil {
+			return p, err
+		}
+		return p, p.kubeLocalCommands()
 	case FormatScript:
 		return parseScript(data)
+	case string(bootstrap.FormatIgnition):
+		return nil, fmt.Errorf("%w: %s is for machines that boot with Ignition (Flatcar, Fedora CoreOS); capn-node runs %s (kubeadm, kube-local) and %s data", ErrUnsupportedFormat, format, FormatCloudConfig, FormatScript)
 	}
 	return nil, fmt.Errorf("unknown bootstrap format %q (want %s or %s)", format, FormatCloudConfig, FormatScript)
+}
+
+// kubeLocalCommands takes the commands of kube-local data from its node
+// config, which the agent runs around the control plane's start.
+func (p *Plan) kubeLocalCommands() error {
+	f, ok := p.File(kubelocal.ConfigPath)
+	if !ok {
+		return nil
+	}
+	cfg, err := kubelocal.Parse(f.Content)
+	if err != nil {
+		return err
+	}
+	p.Pre = commandList("preCommands", cfg.PreCommands, cfg.Timeout())
+	p.Post = commandList("postCommands", cfg.PostCommands, cfg.Timeout())
+	p.Commands = slices.Concat(cfg.PreCommands, cfg.PostCommands, p.Commands)
+	return nil
+}
+
+// NotRun are the commands of the data the agent does not run: kubeadm's
+// join line, or every command of data whose shape it does not know.
+func (p *Plan) NotRun() []string {
+	switch {
+	case p.Join != "":
+		return []string{p.Join}
+	case len(p.Pre)+len(p.Post) > 0:
+		return nil
+	}
+	return p.Commands
+}
+
+func commandList(list string, lines []string, timeout time.Duration) []runcmd.Command {
+	var out []runcmd.Command
+	for i, l := range lines {
+		out = append(out, runcmd.Command{Name: fmt.Sprintf("%s[%d]", list, i), Line: l, Timeout: timeout})
+	}
+	return out
 }
 
 type cloudConfig struct {
@@ -84,6 +148,10 @@ func parseCloudConfig(data []byte) (*Plan, error) {
 	}
 	p := &Plan{Format: FormatCloudConfig}
 	var errs []error
+	// kubeadm's runcmd: user commands as bootstrap.TimeoutArgv lists
+	// around the kubeadm line; anything else is the user's own data.
+	var user []runcmd.Command
+	joinAt := -1
 	for i, w := range cc.WriteFiles {
 		f, err := cloudFile(w.Path, w.Content, w.Encoding, w.Permissions)
 		if err != nil {
@@ -93,19 +161,47 @@ func parseCloudConfig(data []byte) (*Plan, error) {
 		f.Owner = w.Owner
 		p.Files = append(p.Files, f)
 	}
+	ours := true // every entry is one kubeadm's runcmd has
 	for i, c := range cc.RunCmd {
 		switch v := c.(type) {
 		case string:
 			p.Commands = append(p.Commands, v)
+			if joinAt < 0 && (strings.HasPrefix(v, "kubeadm init --config ") || strings.HasPrefix(v, "kubeadm join --config ")) {
+				joinAt, p.Join = len(user), v
+			} else {
+				ours = false
+			}
 		case []any:
 			words := make([]string, len(v))
 			for j, w := range v {
 				words[j] = fmt.Sprint(w)
 			}
-			p.Commands = append(p.Commands, strings.Join(words, " "))
+			if line, d, ok := bootstrap.ParseTimeoutArgv(words); ok {
+				p.Commands = append(p.Commands, line)
+				user = append(user, runcmd.Command{Line: line, Timeout: d})
+			} else {
+				p.Commands = append(p.Commands, strings.Join(words, " "))
+				ours = false
+			}
 		default:
 			errs = append(errs, fmt.Errorf("cloud-config: runcmd[%d]: want a string or a list", i))
 		}
+	}
+	if joinAt >= 0 && ours {
+		for i, c := range user {
+			list, n := "preCommands", i
+			if i >= joinAt {
+				list, n = "postCommands", i-joinAt
+			}
+			c.Name = fmt.Sprintf("%s[%d]", list, n)
+			if i < joinAt {
+				p.Pre = append(p.Pre, c)
+			} else {
+				p.Post = append(p.Post, c)
+			}
+		}
+	} else {
+		p.Join = ""
 	}
 	return p, errors.Join(errs...)
 }

@@ -143,7 +143,8 @@ func TestParseRefusesMalformedData(t *testing.T) {
 	tests := []struct {
 		name, format, data, want string
 	}{
-		{"unknown format", "ignition", "{}", "unknown bootstrap format"},
+		{"unknown format", "yaml", "{}", "unknown bootstrap format"},
+		{"ignition", "ignition", `{"ignition":{"version":"3.4.0"}}`, "bootstrap format not run by capn-node: ignition is for machines that boot with Ignition"},
 		{"no header", "cloud-config", "write_files: []\n", "not #cloud-config"},
 		{"bad yaml", "cloud-config", "#cloud-config\nwrite_files: [\n", "cloud-config"},
 		{"relative path", "cloud-config", "#cloud-config\nwrite_files:\n- path: etc/x\n  content: a\n", "clean absolute path"},

@@ -108,10 +108,10 @@ func (w *world) waitCondition(status, reason string) *capnv1.NodeCondition {
 	var c *capnv1.NodeCondition
 	natstest.WaitFor(w.t, 5*time.Second, "condition "+status+"/"+reason, func() bool {
 		nc := w.lastCondition()
-		if nc == nil || len(nc.GetConditions()) != 1 {
+		if nc == nil || len(nc.GetConditions()) == 0 {
 			return false
 		}
-		c = nc.GetConditions()[0]
+		c = nc.GetConditions()[0] // KubeControlPlane comes first
 		return c.GetType() == agent.ConditionKubeControlPlane && c.GetStatus() == status && c.GetReason() == reason
 	})
 	return c
@@ -233,7 +233,13 @@ func TestAgentWithRealBinaries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := bootstraptest.NewInput(t, bootstraptest.Init, kubeLocalSpec, nil, nil)
+	// A preCommand before the control plane, and a postCommand that asks
+	// the API server it started (with the admin kubeconfig the agent
+	// issued): the commands run around the real control plane.
+	spec := &capnv1.BootstrapSpec{Provider: "kube-local",
+		PreCommands:  []string{`echo pre > "$CAPN_ROOT/pre-ran"`},
+		PostCommands: []string{filepath.Join(bin, "kubectl") + ` --kubeconfig "$CAPN_ROOT/etc/kubernetes/admin.conf" get --raw /readyz > "$CAPN_ROOT/readyz"`}}
+	in := bootstraptest.NewInput(t, bootstraptest.Init, spec, nil, nil)
 	in.KubernetesVersion = version
 	out, err := kubelocal.New().Render(in)
 	if err != nil {
@@ -261,6 +267,12 @@ func TestAgentWithRealBinaries(t *testing.T) {
 	})
 	t.Logf("heartbeat ready %s after the agent started", time.Since(began).Round(time.Millisecond))
 	w.waitCondition("True", "APIServerReady")
+	w.commandsCondition("True", "Succeeded")
+	for file, want := range map[string]string{"pre-ran": "pre\n", "readyz": "ok"} {
+		if b, _ := os.ReadFile(filepath.Join(cfg.DataDir, agent.RootFS, file)); strings.TrimSpace(string(b)) != strings.TrimSpace(want) {
+			t.Errorf("%s: %q, want %q", file, b, want)
+		}
+	}
 	began = time.Now()
 	stop()
 	t.Logf("the agent and its control plane stopped in %s", time.Since(began).Round(time.Millisecond))

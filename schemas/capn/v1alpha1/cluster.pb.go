@@ -383,8 +383,12 @@ type ControlPlaneSpec struct {
 	// node_deletion_timeout bounds how long a deleting machine waits for
 	// its Node to be deleted from the workload cluster (unset: 10s).
 	NodeDeletionTimeout *durationpb.Duration `protobuf:"bytes,7,opt,name=node_deletion_timeout,json=nodeDeletionTimeout,proto3" json:"node_deletion_timeout,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// os is the machines' operating system: linux (default, also when
+	// empty). windows is refused here: a Windows control plane is not
+	// supported (as in Cluster API).
+	Os            string `protobuf:"bytes,8,opt,name=os,proto3" json:"os,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ControlPlaneSpec) Reset() {
@@ -466,6 +470,13 @@ func (x *ControlPlaneSpec) GetNodeDeletionTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *ControlPlaneSpec) GetOs() string {
+	if x != nil {
+		return x.Os
+	}
+	return ""
+}
+
 type WorkerPool struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Name     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -486,8 +497,12 @@ type WorkerPool struct {
 	// for the pool's machines.
 	NodeDrainTimeout    *durationpb.Duration `protobuf:"bytes,12,opt,name=node_drain_timeout,json=nodeDrainTimeout,proto3" json:"node_drain_timeout,omitempty"`
 	NodeDeletionTimeout *durationpb.Duration `protobuf:"bytes,13,opt,name=node_deletion_timeout,json=nodeDeletionTimeout,proto3" json:"node_deletion_timeout,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// os is the machines' operating system: linux (default, also when
+	// empty) or windows. windows needs the kubeadm bootstrap provider and an
+	// infrastructure provider that announces it (operating_systems).
+	Os            string `protobuf:"bytes,15,opt,name=os,proto3" json:"os,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkerPool) Reset() {
@@ -609,6 +624,13 @@ func (x *WorkerPool) GetNodeDeletionTimeout() *durationpb.Duration {
 		return x.NodeDeletionTimeout
 	}
 	return nil
+}
+
+func (x *WorkerPool) GetOs() string {
+	if x != nil {
+		return x.Os
+	}
+	return ""
 }
 
 type RolloutStrategy struct {
@@ -750,9 +772,16 @@ type BootstrapSpec struct {
 	// user_data is the whole user data for the script provider.
 	UserData string `protobuf:"bytes,7,opt,name=user_data,json=userData,proto3" json:"user_data,omitempty"`
 	// ca is a user-supplied cluster CA; capn then never generates one.
-	Ca            *CertificateAuthority `protobuf:"bytes,8,opt,name=ca,proto3" json:"ca,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Ca *CertificateAuthority `protobuf:"bytes,8,opt,name=ca,proto3" json:"ca,omitempty"`
+	// format of the bootstrap data: cloud-config, script or ignition. Empty
+	// is the provider's own (kubeadm and kube-local: cloud-config; script:
+	// what its user_data is). ignition (v3, Flatcar and Fedora CoreOS) is
+	// rendered by kubeadm only.
+	Format string `protobuf:"bytes,9,opt,name=format,proto3" json:"format,omitempty"`
+	// command_timeout bounds each pre- and post-command (default 5m).
+	CommandTimeout *durationpb.Duration `protobuf:"bytes,10,opt,name=command_timeout,json=commandTimeout,proto3" json:"command_timeout,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *BootstrapSpec) Reset() {
@@ -837,6 +866,20 @@ func (x *BootstrapSpec) GetUserData() string {
 func (x *BootstrapSpec) GetCa() *CertificateAuthority {
 	if x != nil {
 		return x.Ca
+	}
+	return nil
+}
+
+func (x *BootstrapSpec) GetFormat() string {
+	if x != nil {
+		return x.Format
+	}
+	return ""
+}
+
+func (x *BootstrapSpec) GetCommandTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.CommandTimeout
 	}
 	return nil
 }
@@ -1344,7 +1387,7 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\x0efailure_domain\x18\x02 \x01(\tR\rfailureDomain\x1a=\n" +
 	"\x0fParametersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8a\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9a\x03\n" +
 	"\x10ControlPlaneSpec\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x1a\n" +
 	"\breplicas\x18\x02 \x01(\x05R\breplicas\x12:\n" +
@@ -1352,9 +1395,10 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\tmax_surge\x18\x04 \x01(\x05H\x00R\bmaxSurge\x88\x01\x01\x12:\n" +
 	"\tbootstrap\x18\x05 \x01(\v2\x1c.capn.v1alpha1.BootstrapSpecR\tbootstrap\x12G\n" +
 	"\x12node_drain_timeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x10nodeDrainTimeout\x12M\n" +
-	"\x15node_deletion_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\x13nodeDeletionTimeoutB\f\n" +
+	"\x15node_deletion_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\x13nodeDeletionTimeout\x12\x0e\n" +
+	"\x02os\x18\b \x01(\tR\x02osB\f\n" +
 	"\n" +
-	"_max_surge\"\xc2\x05\n" +
+	"_max_surge\"\xd2\x05\n" +
 	"\n" +
 	"WorkerPool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
@@ -1370,7 +1414,8 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	" \x01(\v2\x1c.capn.v1alpha1.BootstrapSpecR\tbootstrap\x123\n" +
 	"\x06health\x18\v \x01(\v2\x1b.capn.v1alpha1.HealthPolicyR\x06health\x12G\n" +
 	"\x12node_drain_timeout\x18\f \x01(\v2\x19.google.protobuf.DurationR\x10nodeDrainTimeout\x12M\n" +
-	"\x15node_deletion_timeout\x18\r \x01(\v2\x19.google.protobuf.DurationR\x13nodeDeletionTimeout\x1a9\n" +
+	"\x15node_deletion_timeout\x18\r \x01(\v2\x19.google.protobuf.DurationR\x13nodeDeletionTimeout\x12\x0e\n" +
+	"\x02os\x18\x0f \x01(\tR\x02os\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"k\n" +
@@ -1381,7 +1426,7 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\vNetworkSpec\x12\x1b\n" +
 	"\tpod_cidrs\x18\x01 \x03(\tR\bpodCidrs\x12#\n" +
 	"\rservice_cidrs\x18\x02 \x03(\tR\fserviceCidrs\x12%\n" +
-	"\x0eservice_domain\x18\x03 \x01(\tR\rserviceDomain\"\xcf\x03\n" +
+	"\x0eservice_domain\x18\x03 \x01(\tR\rserviceDomain\"\xab\x04\n" +
 	"\rBootstrapSpec\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12)\n" +
 	"\x05files\x18\x02 \x03(\v2\x13.capn.v1alpha1.FileR\x05files\x12!\n" +
@@ -1390,7 +1435,10 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\x12kubelet_extra_args\x18\x05 \x03(\v22.capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntryR\x10kubeletExtraArgs\x126\n" +
 	"\ttoken_ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\btokenTtl\x12\x1b\n" +
 	"\tuser_data\x18\a \x01(\tR\buserData\x123\n" +
-	"\x02ca\x18\b \x01(\v2#.capn.v1alpha1.CertificateAuthorityR\x02ca\x1aC\n" +
+	"\x02ca\x18\b \x01(\v2#.capn.v1alpha1.CertificateAuthorityR\x02ca\x12\x16\n" +
+	"\x06format\x18\t \x01(\tR\x06format\x12B\n" +
+	"\x0fcommand_timeout\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x0ecommandTimeout\x1aC\n" +
 	"\x15KubeletExtraArgsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"l\n" +
@@ -1518,20 +1566,21 @@ var file_capn_v1alpha1_cluster_proto_depIdxs = []int32{
 	17, // 23: capn.v1alpha1.BootstrapSpec.kubelet_extra_args:type_name -> capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
 	20, // 24: capn.v1alpha1.BootstrapSpec.token_ttl:type_name -> google.protobuf.Duration
 	10, // 25: capn.v1alpha1.BootstrapSpec.ca:type_name -> capn.v1alpha1.CertificateAuthority
-	12, // 26: capn.v1alpha1.HealthPolicy.unhealthy_conditions:type_name -> capn.v1alpha1.UnhealthyCondition
-	20, // 27: capn.v1alpha1.HealthPolicy.node_startup_timeout:type_name -> google.protobuf.Duration
-	20, // 28: capn.v1alpha1.HealthPolicy.heartbeat_grace:type_name -> google.protobuf.Duration
-	20, // 29: capn.v1alpha1.UnhealthyCondition.timeout:type_name -> google.protobuf.Duration
-	22, // 30: capn.v1alpha1.ClusterStatus.conditions:type_name -> capn.v1alpha1.Condition
-	23, // 31: capn.v1alpha1.ClusterStatus.control_plane_endpoint:type_name -> capn.v1alpha1.Endpoint
-	14, // 32: capn.v1alpha1.ClusterStatus.control_plane:type_name -> capn.v1alpha1.PoolStatus
-	14, // 33: capn.v1alpha1.ClusterStatus.worker_pools:type_name -> capn.v1alpha1.PoolStatus
-	24, // 34: capn.v1alpha1.ClusterStatus.updated:type_name -> google.protobuf.Timestamp
-	35, // [35:35] is the sub-list for method output_type
-	35, // [35:35] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	20, // 26: capn.v1alpha1.BootstrapSpec.command_timeout:type_name -> google.protobuf.Duration
+	12, // 27: capn.v1alpha1.HealthPolicy.unhealthy_conditions:type_name -> capn.v1alpha1.UnhealthyCondition
+	20, // 28: capn.v1alpha1.HealthPolicy.node_startup_timeout:type_name -> google.protobuf.Duration
+	20, // 29: capn.v1alpha1.HealthPolicy.heartbeat_grace:type_name -> google.protobuf.Duration
+	20, // 30: capn.v1alpha1.UnhealthyCondition.timeout:type_name -> google.protobuf.Duration
+	22, // 31: capn.v1alpha1.ClusterStatus.conditions:type_name -> capn.v1alpha1.Condition
+	23, // 32: capn.v1alpha1.ClusterStatus.control_plane_endpoint:type_name -> capn.v1alpha1.Endpoint
+	14, // 33: capn.v1alpha1.ClusterStatus.control_plane:type_name -> capn.v1alpha1.PoolStatus
+	14, // 34: capn.v1alpha1.ClusterStatus.worker_pools:type_name -> capn.v1alpha1.PoolStatus
+	24, // 35: capn.v1alpha1.ClusterStatus.updated:type_name -> google.protobuf.Timestamp
+	36, // [36:36] is the sub-list for method output_type
+	36, // [36:36] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_capn_v1alpha1_cluster_proto_init() }

@@ -37,7 +37,9 @@ type GenerateBootstrap struct {
 	// machine_uid names the machine's incarnation: a machine re-created under
 	// the same name gets new bootstrap data (and a new join token), never the
 	// answer kept for its predecessor.
-	MachineUid    string `protobuf:"bytes,9,opt,name=machine_uid,json=machineUid,proto3" json:"machine_uid,omitempty"`
+	MachineUid string `protobuf:"bytes,9,opt,name=machine_uid,json=machineUid,proto3" json:"machine_uid,omitempty"`
+	// os is the machine's operating system (linux or windows; empty: linux).
+	Os            string `protobuf:"bytes,10,opt,name=os,proto3" json:"os,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -131,6 +133,13 @@ func (x *GenerateBootstrap) GetTaints() []*Taint {
 func (x *GenerateBootstrap) GetMachineUid() string {
 	if x != nil {
 		return x.MachineUid
+	}
+	return ""
+}
+
+func (x *GenerateBootstrap) GetOs() string {
+	if x != nil {
+		return x.Os
 	}
 	return ""
 }
@@ -923,7 +932,7 @@ var File_capn_v1alpha1_events_proto protoreflect.FileDescriptor
 
 const file_capn_v1alpha1_events_proto_rawDesc = "" +
 	"\n" +
-	"\x1acapn/v1alpha1/events.proto\x12\rcapn.v1alpha1\x1a\x1bcapn/v1alpha1/cluster.proto\x1a\x18capn/v1alpha1/meta.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb1\x03\n" +
+	"\x1acapn/v1alpha1/events.proto\x12\rcapn.v1alpha1\x1a\x1bcapn/v1alpha1/cluster.proto\x1a\x18capn/v1alpha1/meta.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc1\x03\n" +
 	"\x11GenerateBootstrap\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x18\n" +
 	"\amachine\x18\x02 \x01(\tR\amachine\x12\x12\n" +
@@ -934,7 +943,9 @@ const file_capn_v1alpha1_events_proto_rawDesc = "" +
 	"\x06labels\x18\a \x03(\v2,.capn.v1alpha1.GenerateBootstrap.LabelsEntryR\x06labels\x12,\n" +
 	"\x06taints\x18\b \x03(\v2\x14.capn.v1alpha1.TaintR\x06taints\x12\x1f\n" +
 	"\vmachine_uid\x18\t \x01(\tR\n" +
-	"machineUid\x1a9\n" +
+	"machineUid\x12\x0e\n" +
+	"\x02os\x18\n" +
+	" \x01(\tR\x02os\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb3\x01\n" +

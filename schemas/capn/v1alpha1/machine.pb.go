@@ -191,8 +191,11 @@ type MachineSpec struct {
 	// the Node's deletion (unset: 10s).
 	NodeDrainTimeout    *durationpb.Duration `protobuf:"bytes,13,opt,name=node_drain_timeout,json=nodeDrainTimeout,proto3" json:"node_drain_timeout,omitempty"`
 	NodeDeletionTimeout *durationpb.Duration `protobuf:"bytes,14,opt,name=node_deletion_timeout,json=nodeDeletionTimeout,proto3" json:"node_deletion_timeout,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// os is the machine's operating system, from its pool or control plane:
+	// linux or windows (empty: linux, as machines made before the field).
+	Os            string `protobuf:"bytes,15,opt,name=os,proto3" json:"os,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MachineSpec) Reset() {
@@ -321,6 +324,13 @@ func (x *MachineSpec) GetNodeDeletionTimeout() *durationpb.Duration {
 		return x.NodeDeletionTimeout
 	}
 	return nil
+}
+
+func (x *MachineSpec) GetOs() string {
+	if x != nil {
+		return x.Os
+	}
+	return ""
 }
 
 type MachineStatus struct {
@@ -581,7 +591,7 @@ const file_capn_v1alpha1_machine_proto_rawDesc = "" +
 	"\aMachine\x125\n" +
 	"\bmetadata\x18\x01 \x01(\v2\x19.capn.v1alpha1.ObjectMetaR\bmetadata\x12.\n" +
 	"\x04spec\x18\x02 \x01(\v2\x1a.capn.v1alpha1.MachineSpecR\x04spec\x124\n" +
-	"\x06status\x18\x03 \x01(\v2\x1c.capn.v1alpha1.MachineStatusR\x06status\"\xad\x05\n" +
+	"\x06status\x18\x03 \x01(\v2\x1c.capn.v1alpha1.MachineStatusR\x06status\"\xbd\x05\n" +
 	"\vMachineSpec\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x12\n" +
@@ -597,7 +607,8 @@ const file_capn_v1alpha1_machine_proto_rawDesc = "" +
 	"\x13first_control_plane\x18\v \x01(\bR\x11firstControlPlane\x12\x18\n" +
 	"\astopped\x18\f \x01(\bR\astopped\x12G\n" +
 	"\x12node_drain_timeout\x18\r \x01(\v2\x19.google.protobuf.DurationR\x10nodeDrainTimeout\x12M\n" +
-	"\x15node_deletion_timeout\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\x13nodeDeletionTimeout\x1a9\n" +
+	"\x15node_deletion_timeout\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\x13nodeDeletionTimeout\x12\x0e\n" +
+	"\x02os\x18\x0f \x01(\tR\x02os\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfa\x06\n" +

@@ -210,8 +210,10 @@ type CreateMachine struct {
 	// kube-local machines) checks it has binaries of `version` before it
 	// creates anything.
 	BootstrapProvider string `protobuf:"bytes,10,opt,name=bootstrap_provider,json=bootstrapProvider,proto3" json:"bootstrap_provider,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// os is the machine's operating system (linux or windows; empty: linux).
+	Os            string `protobuf:"bytes,11,opt,name=os,proto3" json:"os,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateMachine) Reset() {
@@ -310,6 +312,13 @@ func (x *CreateMachine) GetBootstrapCredential() string {
 func (x *CreateMachine) GetBootstrapProvider() string {
 	if x != nil {
 		return x.BootstrapProvider
+	}
+	return ""
+}
+
+func (x *CreateMachine) GetOs() string {
+	if x != nil {
+		return x.Os
 	}
 	return ""
 }
@@ -850,8 +859,11 @@ type ProviderAnnouncement struct {
 	// process provider's --kube-bin directories). Empty: the provider runs
 	// no Kubernetes of its own, any version is accepted.
 	KubernetesVersions []string `protobuf:"bytes,6,rep,name=kubernetes_versions,json=kubernetesVersions,proto3" json:"kubernetes_versions,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// operating_systems are the machine operating systems the provider can
+	// run (linux, windows). Empty: linux only.
+	OperatingSystems []string `protobuf:"bytes,7,rep,name=operating_systems,json=operatingSystems,proto3" json:"operating_systems,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ProviderAnnouncement) Reset() {
@@ -926,6 +938,13 @@ func (x *ProviderAnnouncement) GetKubernetesVersions() []string {
 	return nil
 }
 
+func (x *ProviderAnnouncement) GetOperatingSystems() []string {
+	if x != nil {
+		return x.OperatingSystems
+	}
+	return nil
+}
+
 var File_capn_v1alpha1_provider_proto protoreflect.FileDescriptor
 
 const file_capn_v1alpha1_provider_proto_rawDesc = "" +
@@ -940,7 +959,7 @@ const file_capn_v1alpha1_provider_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\".\n" +
 	"\x12DeleteClusterInfra\x12\x18\n" +
-	"\acluster\x18\x01 \x01(\tR\acluster\"\xed\x03\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\"\xfd\x03\n" +
 	"\rCreateMachine\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x18\n" +
 	"\amachine\x18\x02 \x01(\tR\amachine\x12\x12\n" +
@@ -952,7 +971,8 @@ const file_capn_v1alpha1_provider_proto_rawDesc = "" +
 	"\x06labels\x18\b \x03(\v2(.capn.v1alpha1.CreateMachine.LabelsEntryR\x06labels\x121\n" +
 	"\x14bootstrap_credential\x18\t \x01(\tR\x13bootstrapCredential\x12-\n" +
 	"\x12bootstrap_provider\x18\n" +
-	" \x01(\tR\x11bootstrapProvider\x1a9\n" +
+	" \x01(\tR\x11bootstrapProvider\x12\x0e\n" +
+	"\x02os\x18\v \x01(\tR\x02os\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"C\n" +
@@ -994,14 +1014,15 @@ const file_capn_v1alpha1_provider_proto_rawDesc = "" +
 	"\amachine\x18\x03 \x01(\tR\amachine\x12\x12\n" +
 	"\x04kind\x18\x04 \x01(\tR\x04kind\x12\x18\n" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x12.\n" +
-	"\x04time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xe5\x01\n" +
+	"\x04time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\x92\x02\n" +
 	"\x14ProviderAnnouncement\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\"\n" +
 	"\fcapabilities\x18\x03 \x03(\tR\fcapabilities\x12.\n" +
 	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1a\n" +
 	"\binstance\x18\x05 \x01(\tR\binstance\x12/\n" +
-	"\x13kubernetes_versions\x18\x06 \x03(\tR\x12kubernetesVersions*\xc0\x01\n" +
+	"\x13kubernetes_versions\x18\x06 \x03(\tR\x12kubernetesVersions\x12+\n" +
+	"\x11operating_systems\x18\a \x03(\tR\x10operatingSystems*\xc0\x01\n" +
 	"\n" +
 	"InfraState\x12\x1b\n" +
 	"\x17INFRA_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +

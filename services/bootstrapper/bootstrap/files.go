@@ -20,6 +20,10 @@ const (
 	SentinelFile = "/run/cluster-api/bootstrap-success.complete"
 	// CapnDir holds the join material the script provider writes.
 	CapnDir = "/run/capn"
+	// CapnEtcDir holds what capn writes to last across reboots: the
+	// kube-local node config, the Ignition bootstrap script and its
+	// kubeadm config.
+	CapnEtcDir = "/etc/capn"
 )
 
 // File is a file a provider writes on the machine.
@@ -75,14 +79,16 @@ func UserFiles(spec *capnv1.BootstrapSpec) []File {
 
 // IsReservedPath is true for paths capn writes itself, which user files may
 // not replace: the PKI files, the kubeadm configs, the sentinel, and
-// anything under CapnDir.
+// anything under CapnDir or CapnEtcDir.
 func IsReservedPath(p string) bool {
 	switch p {
 	case KubeadmInitConfig, KubeadmJoinConfig, SentinelFile:
 		return true
 	}
-	if p == CapnDir || strings.HasPrefix(p, CapnDir+"/") {
-		return true
+	for _, dir := range []string{CapnDir, CapnEtcDir} {
+		if p == dir || strings.HasPrefix(p, dir+"/") {
+			return true
+		}
 	}
 	for _, f := range PKIFiles(PKI{
 		CACert: []byte{1}, CAKey: []byte{1}, EtcdCACert: []byte{1}, EtcdCAKey: []byte{1},

@@ -41,6 +41,7 @@ func NewInput(cmd *capnv1.GenerateBootstrap, c Cluster, tok token.Token) (Input,
 		Role:              Role(cmd.GetRole()),
 		FirstControlPlane: cmd.GetFirstControlPlane(),
 		KubernetesVersion: cmd.GetVersion(),
+		OS:                OSOf(cmd.GetOs()),
 		Endpoint:          c.Endpoint,
 		Network:           c.Network,
 		Spec:              spec,
@@ -107,6 +108,14 @@ func (in Input) Validate() error {
 	}
 	if in.FirstControlPlane && in.Role != RoleControlPlane {
 		add("firstControlPlane: only a %s machine can initialise the cluster", RoleControlPlane)
+	}
+	switch {
+	case in.OS == "":
+		add("os: empty; want %s or %s", OSLinux, OSWindows)
+	case !in.OS.Valid():
+		add("os %q: want %s or %s", in.OS, OSLinux, OSWindows)
+	case in.OS == OSWindows && in.Role == RoleControlPlane:
+		add("os: a %s machine cannot be %s: Windows nodes join as workers only", OSWindows, RoleControlPlane)
 	}
 	if _, _, err := ParseVersion(in.KubernetesVersion); err != nil {
 		add("version: %w", err)

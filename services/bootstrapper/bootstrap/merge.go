@@ -10,7 +10,8 @@ import (
 // Merge returns the effective spec of a pool or the control plane: the
 // cluster-wide base with override applied. Neither argument is changed.
 //
-//   - provider, tokenTtl, userData: override's when set, else base's; but
+//   - provider, tokenTtl, userData, format, commandTimeout: override's
+//     when set, else base's; but
 //     userData is not inherited when override selects another provider
 //     than base (the base's script would not fit it).
 //   - files: base's, with a file of the same path replaced in place by
@@ -38,6 +39,12 @@ func Merge(base, override *capnv1.BootstrapSpec) *capnv1.BootstrapSpec {
 	}
 	if o.UserData != "" {
 		out.UserData = o.UserData
+	}
+	if o.Format != "" {
+		out.Format = o.Format
+	}
+	if o.CommandTimeout != nil {
+		out.CommandTimeout = o.CommandTimeout
 	}
 	byPath := map[string]*capnv1.File{}
 	for _, f := range o.Files {

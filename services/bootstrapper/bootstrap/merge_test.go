@@ -40,6 +40,10 @@ func TestMerge(t *testing.T) {
 			Provider: "kubeadm", Ca: ca, Files: base.Files, PreCommands: base.PreCommands, PostCommands: base.PostCommands,
 			KubeletExtraArgs: base.KubeletExtraArgs, TokenTtl: durationpb.New(time.Minute),
 		}},
+		{"format and command timeout replace", &capnv1.BootstrapSpec{Provider: "kubeadm", Format: "ignition", CommandTimeout: durationpb.New(time.Minute)}, &capnv1.BootstrapSpec{
+			Provider: "kubeadm", Ca: ca, Files: base.Files, PreCommands: base.PreCommands, PostCommands: base.PostCommands,
+			KubeletExtraArgs: base.KubeletExtraArgs, TokenTtl: durationpb.New(time.Hour), Format: "ignition", CommandTimeout: durationpb.New(time.Minute),
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -63,7 +63,13 @@ const (
 	FormatCloudConfig Format = "cloud-config"
 	// FormatScript is an executable script starting with "#!".
 	FormatScript Format = "script"
+	// FormatIgnition is an Ignition v3 JSON config (Flatcar, Fedora
+	// CoreOS).
+	FormatIgnition Format = "ignition"
 )
+
+// Formats are the formats a spec may ask for (BootstrapSpec.format).
+var Formats = []Format{FormatCloudConfig, FormatScript, FormatIgnition}
 
 // Output is one machine's bootstrap data.
 type Output struct {
@@ -97,7 +103,9 @@ type Input struct {
 	FirstControlPlane bool
 	// KubernetesVersion is "v<major>.<minor>.<patch>" (a "v" is added).
 	KubernetesVersion string
-	Endpoint          Endpoint
+	// OS is the machine's operating system (linux or windows).
+	OS       OS
+	Endpoint Endpoint
 	// Network may be nil (kubeadm's defaults then apply).
 	Network *capnv1.NetworkSpec
 	// Spec is the effective bootstrap spec (cluster-wide merged with the

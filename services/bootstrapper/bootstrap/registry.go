@@ -72,7 +72,7 @@ func (r *Registry) Render(in Input) (Output, error) {
 	if err != nil {
 		return Output{}, fmt.Errorf("bootstrap.provider: %w", err)
 	}
-	if err := r.ValidateEffective("bootstrap", in.Spec); err != nil {
+	if err := r.ValidateFor("bootstrap", "os", in.OS, in.Spec); err != nil {
 		return Output{}, err
 	}
 	out, err := p.Render(in)

@@ -26,12 +26,18 @@ var reservedKubeletArgs = map[string]string{
 }
 
 // Validate checks one BootstrapSpec as written at path (e.g.
-// "spec.bootstrap" or "spec.workerPools[0].bootstrap") and reports every
-// problem at once, each prefixed with its field path. It checks what does
-// not depend on inheritance; ValidateEffective adds the provider's own
-// rules on a merged spec. now is the time a user-supplied CA must be valid
-// at. A nil spec is valid.
+// "spec.bootstrap" or "spec.workerPools[0].bootstrap") for linux machines
+// and reports every problem at once, each prefixed with its field path. It
+// checks what does not depend on inheritance; ValidateEffective adds the
+// provider's own rules on a merged spec. now is the time a user-supplied CA
+// must be valid at. A nil spec is valid.
 func (r *Registry) Validate(path string, spec *capnv1.BootstrapSpec, now time.Time) error {
+	return r.validate(path, OSLinux, spec, now)
+}
+
+// validate is Validate for machines of os: file paths are checked as
+// that system's.
+func (r *Registry) validate(path string, os OS, spec *capnv1.BootstrapSpec, now time.Time) error {
 	if spec == nil {
 		return nil
 	}
@@ -44,6 +50,14 @@ func (r *Registry) Validate(path string, spec *capnv1.BootstrapSpec, now time.Ti
 			add("provider", "%v", err)
 		}
 	}
+	if f := spec.GetFormat(); f != "" && !slices.Contains(Formats, Format(f)) {
+		add("format", "%q: want %s, %s or %s", f, FormatCloudConfig, FormatScript, FormatIgnition)
+	}
+	if d := spec.GetCommandTimeout(); d != nil {
+		if v := d.AsDuration(); v < MinCommandTimeout || v > MaxCommandTimeout {
+			add("commandTimeout", "%s: want between %s and %s (unset: %s)", v, MinCommandTimeout, MaxCommandTimeout, DefaultCommandTimeout)
+		}
+	}
 	seen := map[string]int{}
 	for i, f := range spec.Files {
 		field := fmt.Sprintf("files[%d]", i)
@@ -52,24 +66,42 @@ func (r *Registry) Validate(path string, spec *capnv1.BootstrapSpec, now time.Ti
 			continue
 		}
 		p := f.GetPath()
+		key := p
 		switch {
 		case p == "":
 			add(field+".path", "empty")
-		case !strings.HasPrefix(p, "/") || strings.ContainsAny(p, "\x00\n\r") || pathClean(p) != p:
+		case os == OSWindows && !IsWindowsPath(p):
+			add(field+".path", "%q: a windows machine needs a drive path such as C:\\k\\config.yaml", p)
+		case os == OSWindows && IsReservedWindowsPath(p):
+			add(field+".path", "%q is written by capn itself and cannot be replaced", p)
+		case os != OSWindows && (!strings.HasPrefix(p, "/") || strings.ContainsAny(p, "\x00\n\r") || pathClean(p) != p):
 			add(field+".path", "%q: want a clean absolute path", p)
-		case IsReservedPath(p):
+		case os != OSWindows && IsReservedPath(p):
 			add(field+".path", "%q is written by capn itself and cannot be replaced", p)
 		default:
-			if j, dup := seen[p]; dup {
+			if os == OSWindows {
+				key = WindowsPathKey(p)
+			}
+			if j, dup := seen[key]; dup {
 				add(field+".path", "%q already written by files[%d]", p, j)
 			}
-			seen[p] = i
+			seen[key] = i
 		}
-		if perm := f.GetPermissions(); perm != "" && !permissionsRe.MatchString(perm) {
-			add(field+".permissions", "%q: want three or four octal digits like 0644", perm)
+		if perm := f.GetPermissions(); perm != "" {
+			switch {
+			case os == OSWindows:
+				add(field+".permissions", "%q: windows files have ACLs, not modes; remove it", perm)
+			case !permissionsRe.MatchString(perm):
+				add(field+".permissions", "%q: want three or four octal digits like 0644", perm)
+			}
 		}
-		if o := f.GetOwner(); o != "" && !ownerRe.MatchString(o) {
-			add(field+".owner", "%q: want user or user:group", o)
+		if o := f.GetOwner(); o != "" {
+			switch {
+			case os == OSWindows:
+				add(field+".owner", "%q: cloudbase-init writes windows files as its own user; remove it", o)
+			case !ownerRe.MatchString(o):
+				add(field+".owner", "%q: want user or user:group", o)
+			}
 		}
 	}
 	for _, list := range []struct {
@@ -126,21 +158,35 @@ func validateCA(path string, ca *capnv1.CertificateAuthority, now time.Time) []e
 	return errs
 }
 
-// ValidateEffective checks a merged spec (see Merge) at path: the common
-// rules of Validate, then the rules of the provider it selects.
+// ValidateEffective checks a merged spec (see Merge) of linux machines at
+// path: the common rules of Validate, then the rules of the provider it
+// selects.
 func (r *Registry) ValidateEffective(path string, spec *capnv1.BootstrapSpec) error {
+	return r.ValidateFor(path, "os", OSLinux, spec)
+}
+
+// ValidateFor is ValidateEffective for machines of os, whose field is at
+// osPath (spec.workerPools[1].os): the provider must render that os
+// (OSProvider), and checks the spec for it.
+func (r *Registry) ValidateFor(path, osPath string, os OS, spec *capnv1.BootstrapSpec) error {
 	// The CA was checked where it is written (spec.bootstrap.ca).
 	noCA := spec
 	if spec.GetCa() != nil {
 		noCA = Merge(spec, nil)
 		noCA.Ca = nil
 	}
-	if err := r.Validate(path, noCA, time.Time{}); err != nil {
+	if err := r.validate(path, os, noCA, time.Time{}); err != nil {
 		return err
 	}
 	p, err := r.Lookup(spec.GetProvider())
 	if err != nil {
 		return fmt.Errorf("%s.provider: %w", path, err)
+	}
+	if err := validateOS(osPath, os, p); err != nil {
+		return err
+	}
+	if os != OSLinux {
+		return p.(OSProvider).ValidateOS(path, os, spec)
 	}
 	return p.ValidateSpec(path, spec)
 }
@@ -148,37 +194,55 @@ func (r *Registry) ValidateEffective(path string, spec *capnv1.BootstrapSpec) er
 // ValidateCluster checks every BootstrapSpec of a cluster spec as written
 // (spec.bootstrap, spec.controlPlane.bootstrap,
 // spec.workerPools[i].bootstrap), the effective spec of the control plane
-// and of each pool, and the pools' labels and taints. It reports every
-// problem at once; now is the time a user-supplied CA must be valid at.
+// and of each pool for the pool's os, and the pools' labels and taints.
+// It reports every problem at once; now is the time a user-supplied CA
+// must be valid at.
 func (r *Registry) ValidateCluster(spec *capnv1.ClusterSpec, now time.Time) error {
 	var errs []error
 	base := spec.GetBootstrap()
 	baseErr := r.Validate("spec.bootstrap", base, now)
 	errs = append(errs, baseErr)
 	type level struct {
-		path string
-		spec *capnv1.BootstrapSpec
+		path, osPath string
+		os           OS
+		spec         *capnv1.BootstrapSpec
 	}
-	levels := []level{{"spec.controlPlane.bootstrap", spec.GetControlPlane().GetBootstrap()}}
+	cp := spec.GetControlPlane()
+	levels := []level{{"spec.controlPlane.bootstrap", "spec.controlPlane.os", OSOf(cp.GetOs()), cp.GetBootstrap()}}
+	if OSOf(cp.GetOs()) != OSLinux {
+		errs = append(errs, fmt.Errorf("spec.controlPlane.os: %q: the control plane runs on %s only (as in Cluster API); put %s nodes in a worker pool", cp.GetOs(), OSLinux, OSWindows))
+		levels[0].os = OSLinux
+	}
 	for i, p := range spec.GetWorkerPools() {
-		levels = append(levels, level{fmt.Sprintf("spec.workerPools[%d].bootstrap", i), p.GetBootstrap()})
-		errs = append(errs, ValidateLabels(fmt.Sprintf("spec.workerPools[%d].labels", i), p.GetLabels())...)
-		errs = append(errs, ValidateTaints(fmt.Sprintf("spec.workerPools[%d].taints", i), p.GetTaints())...)
+		pp := fmt.Sprintf("spec.workerPools[%d]", i)
+		levels = append(levels, level{pp + ".bootstrap", pp + ".os", OSOf(p.GetOs()), p.GetBootstrap()})
+		errs = append(errs, ValidateLabels(pp+".labels", p.GetLabels())...)
+		errs = append(errs, ValidateTaints(pp+".taints", p.GetTaints())...)
 	}
 	for _, l := range levels {
 		if l.spec.GetCa() != nil {
 			errs = append(errs, fmt.Errorf("%s.ca: the CA is cluster-wide; set it at spec.bootstrap.ca", l.path))
 		}
-		if err := r.Validate(l.path, l.spec, now); err != nil {
+		if !l.os.Valid() {
+			errs = append(errs, fmt.Errorf("%s: %q: want %s or %s", l.osPath, l.os, OSLinux, OSWindows))
+			continue
+		}
+		if err := r.validate(l.path, l.os, l.spec, now); err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		if baseErr != nil {
 			continue // the merged spec would repeat spec.bootstrap's errors
 		}
+		if l.os == OSWindows && len(base.GetFiles())+len(base.GetPreCommands())+len(base.GetPostCommands()) > 0 {
+			// spec.bootstrap's files and commands are the Linux machines':
+			// a windows pool would inherit them.
+			errs = append(errs, fmt.Errorf("%s: windows: the pool would inherit the files, preCommands and postCommands of spec.bootstrap, which are written for linux; move them to spec.controlPlane.bootstrap and the linux pools' bootstrap", l.osPath))
+			continue
+		}
 		// Reported at the pool's (or control plane's) path: that is where
 		// the effective spec is decided.
-		errs = append(errs, r.ValidateEffective(l.path, Merge(base, l.spec)))
+		errs = append(errs, r.ValidateFor(l.path, l.osPath, l.os, Merge(base, l.spec)))
 	}
 	return errors.Join(errs...)
 }

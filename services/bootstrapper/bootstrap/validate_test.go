@@ -75,6 +75,13 @@ func TestValidate(t *testing.T) {
 			`spec.bootstrap.kubeletExtraArgs["node-labels"]: set by capn; set node labels with the pool's labels`,
 			`spec.bootstrap.kubeletExtraArgs["v"]: value contains a line break`,
 		}},
+		{"format and command timeout", &capnv1.BootstrapSpec{Format: "yaml", CommandTimeout: durationpb.New(0)}, []string{
+			`spec.bootstrap.format: "yaml": want cloud-config, script or ignition`,
+			"spec.bootstrap.commandTimeout: 0s: want between 1s and 24h0m0s (unset: 5m0s)",
+		}},
+		{"capn's /etc/capn", &capnv1.BootstrapSpec{Files: []*capnv1.File{{Path: "/etc/capn/bootstrap.sh"}}}, []string{
+			`spec.bootstrap.files[0].path: "/etc/capn/bootstrap.sh" is written by capn itself`,
+		}},
 		{"token ttl", &capnv1.BootstrapSpec{TokenTtl: durationpb.New(time.Second)}, []string{
 			"spec.bootstrap.tokenTtl: token TTL 1s: want between 1m0s and 168h0m0s",
 		}},
@@ -151,6 +158,39 @@ func TestValidateCluster(t *testing.T) {
 		{"kubeadm pool with user data", &capnv1.ClusterSpec{
 			WorkerPools: []*capnv1.WorkerPool{{Name: "a", Bootstrap: &capnv1.BootstrapSpec{UserData: "#!/bin/sh\n"}}},
 		}, []string{"spec.workerPools[0].bootstrap.userData: only the script provider reads userData"}},
+		{"windows pool", &capnv1.ClusterSpec{
+			WorkerPools: []*capnv1.WorkerPool{{Name: "win", Os: "windows", Bootstrap: bootstraptest.WindowsSpec("kubeadm")}},
+		}, nil},
+		{"windows pool, linux paths and modes", &capnv1.ClusterSpec{
+			WorkerPools: []*capnv1.WorkerPool{{Name: "win", Os: "windows", Bootstrap: &capnv1.BootstrapSpec{Files: []*capnv1.File{
+				{Path: "/etc/x"}, {Path: `C:\k\a`, Permissions: "0600", Owner: "root"}, {Path: `c:/K/A`}, {Path: `C:\capn\bootstrap.ps1`}, {Path: `C:\k\..\x`},
+			}}}},
+		}, []string{
+			`spec.workerPools[0].bootstrap.files[0].path: "/etc/x": a windows machine needs a drive path such as C:\k\config.yaml`,
+			`spec.workerPools[0].bootstrap.files[1].permissions: "0600": windows files have ACLs, not modes`,
+			`spec.workerPools[0].bootstrap.files[1].owner: "root": cloudbase-init writes windows files as its own user`,
+			`spec.workerPools[0].bootstrap.files[2].path: "c:/K/A" already written by files[1]`,
+			`spec.workerPools[0].bootstrap.files[3].path: "C:\\capn\\bootstrap.ps1" is written by capn itself`,
+			`spec.workerPools[0].bootstrap.files[4].path: "C:\\k\\..\\x": a windows machine needs a drive path`,
+		}},
+		{"windows pool inherits linux commands", &capnv1.ClusterSpec{
+			Bootstrap:   &capnv1.BootstrapSpec{PreCommands: []string{"sysctl --system"}},
+			WorkerPools: []*capnv1.WorkerPool{{Name: "lin"}, {Name: "win", Os: "windows"}},
+		}, []string{"spec.workerPools[1].os: windows: the pool would inherit the files, preCommands and postCommands of spec.bootstrap"}},
+		{"windows pool on a linux-only provider", &capnv1.ClusterSpec{
+			WorkerPools: []*capnv1.WorkerPool{{Name: "win", Os: "windows", Bootstrap: &capnv1.BootstrapSpec{Provider: "kube-local"}}},
+		}, []string{"spec.workerPools[0].os: windows machines are not rendered by the kube-local bootstrap provider (it renders linux only); use the kubeadm provider"}},
+		{"windows control plane, bad os", &capnv1.ClusterSpec{
+			ControlPlane: &capnv1.ControlPlaneSpec{Os: "windows"},
+			WorkerPools:  []*capnv1.WorkerPool{{Name: "mac", Os: "darwin"}},
+		}, []string{
+			`spec.controlPlane.os: "windows": the control plane runs on linux only (as in Cluster API); put windows nodes in a worker pool`,
+			`spec.workerPools[0].os: "darwin": want linux or windows`,
+		}},
+		{"ignition pool, script format for kubeadm", &capnv1.ClusterSpec{
+			Bootstrap:   &capnv1.BootstrapSpec{Format: "ignition"},
+			WorkerPools: []*capnv1.WorkerPool{{Name: "a", Bootstrap: &capnv1.BootstrapSpec{Format: "script"}}},
+		}, []string{`spec.workerPools[0].bootstrap.format: "script": the kubeadm provider renders cloud-config or ignition`}},
 		{"every level checked", &capnv1.ClusterSpec{
 			Bootstrap:    &capnv1.BootstrapSpec{Provider: "foo"},
 			ControlPlane: &capnv1.ControlPlaneSpec{Bootstrap: &capnv1.BootstrapSpec{Ca: &capnv1.CertificateAuthority{CertificatePem: string(set.CA.CertPEM), PrivateKeyPem: string(set.CA.KeyPEM)}}},

@@ -131,6 +131,7 @@ type pool struct {
 	provider     string
 	template     *capnv1.MachineTemplate
 	bootstrap    *capnv1.BootstrapSpec // effective: cluster's, then the pool's
+	os           string                // linux or windows (never empty)
 	labels       map[string]string
 	taints       []*capnv1.Taint
 	hash         string
@@ -151,8 +152,9 @@ type pool struct {
 	// (AnnotationFailureStreak): the longest a quickly failed machine of
 	// the pool passes on (nextStreak).
 	streak int
-	// blocked is the reason (ReasonProviderNotRunning) this pool may not
-	// change at all now, and blockedMsg says it in words; "" if it may.
+	// blocked is the reason (ReasonProviderNotRunning, or
+	// ReasonProviderLacksOS) this pool may not change at all now, and
+	// blockedMsg says it in words; "" if it may.
 	blocked, blockedMsg string
 	// cannotStop: the cluster hibernates but the pool's provider does not
 	// announce stop-start, so its machines are not marked stopped.

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/manifest"
 )
 
 // Machine names
@@ -41,12 +42,14 @@ const (
 
 // TemplateHash is a short, stable hash of everything that makes a machine
 // what it is and so rolls it when changed: role, provider, version, the
-// template's parameters and failure domain, and the effective bootstrap
-// settings except the token TTL. Labels, taints and stopped are not in it:
+// operating system, the template's parameters and failure domain, and the
+// effective bootstrap settings except the token TTL. Labels, taints and stopped are not in it:
 // they are updated in place. The encoding is written out field by field
 // (not a protobuf marshal), so the hash does not change with a protobuf
-// library release and upgrading capn rolls no machine.
-func TemplateHash(role, provider, version string, t *capnv1.MachineTemplate, b *capnv1.BootstrapSpec) string {
+// library release and upgrading capn rolls no machine. Fields added later
+// (os, bootstrap format and command timeout) are written only when they
+// are not their default, so a machine made before them keeps its hash.
+func TemplateHash(role, provider, version, os string, t *capnv1.MachineTemplate, b *capnv1.BootstrapSpec) string {
 	h := sha256.New()
 	w := func(s string) {
 		var n [8]byte
@@ -92,6 +95,18 @@ func TemplateHash(role, provider, version string, t *capnv1.MachineTemplate, b *
 	w(b.GetUserData())
 	w(b.GetCa().GetCertificatePem())
 	w(b.GetCa().GetPrivateKeyPem())
+	if os != "" && os != manifest.OSLinux {
+		w("os")
+		w(os)
+	}
+	if f := b.GetFormat(); f != "" {
+		w("format")
+		w(f)
+	}
+	if d := b.GetCommandTimeout(); d != nil {
+		w("commandTimeout")
+		w(d.AsDuration().String())
+	}
 	return hex.EncodeToString(h.Sum(nil))[:hashLen]
 }
 

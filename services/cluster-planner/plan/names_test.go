@@ -15,7 +15,7 @@ func TestTemplateHash(t *testing.T) {
 		return &capnv1.MachineTemplate{Parameters: params, FailureDomain: fd}
 	}
 	boot := &capnv1.BootstrapSpec{Provider: "kubeadm"}
-	base := TemplateHash(RoleWorker, "sim", "v1.34.0", tmpl(map[string]string{"a": "1", "b": "2"}, "z1"), boot)
+	base := TemplateHash(RoleWorker, "sim", "v1.34.0", "linux", tmpl(map[string]string{"a": "1", "b": "2"}, "z1"), boot)
 
 	// Pinned: a change of this value rolls every machine of every cluster
 	// on upgrade. Change the encoding only with a migration plan.
@@ -30,9 +30,12 @@ func TestTemplateHash(t *testing.T) {
 		name string
 		hash string
 	}{
-		{"map order", TemplateHash(RoleWorker, "sim", "v1.34.0", tmpl(map[string]string{"b": "2", "a": "1"}, "z1"), boot)},
-		{"token TTL", TemplateHash(RoleWorker, "sim", "v1.34.0", tmpl(map[string]string{"a": "1", "b": "2"}, "z1"),
+		{"map order", TemplateHash(RoleWorker, "sim", "v1.34.0", "linux", tmpl(map[string]string{"b": "2", "a": "1"}, "z1"), boot)},
+		{"token TTL", TemplateHash(RoleWorker, "sim", "v1.34.0", "linux", tmpl(map[string]string{"a": "1", "b": "2"}, "z1"),
 			&capnv1.BootstrapSpec{Provider: "kubeadm", TokenTtl: durationpb.New(3600e9)})},
+		// An os written as empty is linux: machines made before the field
+		// keep their hash.
+		{"empty os", TemplateHash(RoleWorker, "sim", "v1.34.0", "", tmpl(map[string]string{"a": "1", "b": "2"}, "z1"), boot)},
 	}
 	for _, tt := range same {
 		if tt.hash != base {
@@ -43,21 +46,26 @@ func TestTemplateHash(t *testing.T) {
 		name string
 		hash string
 	}{
-		{"version", TemplateHash(RoleWorker, "sim", "v1.34.1", tmpl(map[string]string{"a": "1", "b": "2"}, "z1"), boot)},
-		{"parameter", TemplateHash(RoleWorker, "sim", "v1.34.0", tmpl(map[string]string{"a": "1", "b": "3"}, "z1"), boot)},
-		{"parameter split", TemplateHash(RoleWorker, "sim", "v1.34.0", tmpl(map[string]string{"a": "1b", "": "2"}, "z1"), boot)},
-		{"failure domain", TemplateHash(RoleWorker, "sim", "v1.34.0", tmpl(map[string]string{"a": "1", "b": "2"}, "z2"), boot)},
-		{"role", TemplateHash(RoleControlPlane, "sim", "v1.34.0", tmpl(map[string]string{"a": "1", "b": "2"}, "z1"), boot)},
-		{"bootstrap provider", TemplateHash(RoleWorker, "sim", "v1.34.0", tmpl(map[string]string{"a": "1", "b": "2"}, "z1"), &capnv1.BootstrapSpec{Provider: "script"})},
-		{"bootstrap command", TemplateHash(RoleWorker, "sim", "v1.34.0", tmpl(map[string]string{"a": "1", "b": "2"}, "z1"),
+		{"version", TemplateHash(RoleWorker, "sim", "v1.34.1", "linux", tmpl(map[string]string{"a": "1", "b": "2"}, "z1"), boot)},
+		{"parameter", TemplateHash(RoleWorker, "sim", "v1.34.0", "linux", tmpl(map[string]string{"a": "1", "b": "3"}, "z1"), boot)},
+		{"parameter split", TemplateHash(RoleWorker, "sim", "v1.34.0", "linux", tmpl(map[string]string{"a": "1b", "": "2"}, "z1"), boot)},
+		{"failure domain", TemplateHash(RoleWorker, "sim", "v1.34.0", "linux", tmpl(map[string]string{"a": "1", "b": "2"}, "z2"), boot)},
+		{"role", TemplateHash(RoleControlPlane, "sim", "v1.34.0", "linux", tmpl(map[string]string{"a": "1", "b": "2"}, "z1"), boot)},
+		{"bootstrap provider", TemplateHash(RoleWorker, "sim", "v1.34.0", "linux", tmpl(map[string]string{"a": "1", "b": "2"}, "z1"), &capnv1.BootstrapSpec{Provider: "script"})},
+		{"bootstrap command", TemplateHash(RoleWorker, "sim", "v1.34.0", "linux", tmpl(map[string]string{"a": "1", "b": "2"}, "z1"),
 			&capnv1.BootstrapSpec{Provider: "kubeadm", PreCommands: []string{"echo hi"}})},
+		{"os", TemplateHash(RoleWorker, "sim", "v1.34.0", "windows", tmpl(map[string]string{"a": "1", "b": "2"}, "z1"), boot)},
+		{"bootstrap format", TemplateHash(RoleWorker, "sim", "v1.34.0", "linux", tmpl(map[string]string{"a": "1", "b": "2"}, "z1"),
+			&capnv1.BootstrapSpec{Provider: "kubeadm", Format: "ignition"})},
+		{"command timeout", TemplateHash(RoleWorker, "sim", "v1.34.0", "linux", tmpl(map[string]string{"a": "1", "b": "2"}, "z1"),
+			&capnv1.BootstrapSpec{Provider: "kubeadm", CommandTimeout: durationpb.New(60e9)})},
 	}
 	for _, tt := range differ {
 		if tt.hash == base {
 			t.Errorf("%s did not change the hash", tt.name)
 		}
 	}
-	if TemplateHash(RoleWorker, "sim", "v1.34.0", nil, nil) != TemplateHash(RoleWorker, "sim", "v1.34.0", &capnv1.MachineTemplate{}, &capnv1.BootstrapSpec{}) {
+	if TemplateHash(RoleWorker, "sim", "v1.34.0", "", nil, nil) != TemplateHash(RoleWorker, "sim", "v1.34.0", "linux", &capnv1.MachineTemplate{}, &capnv1.BootstrapSpec{}) {
 		t.Error("nil and empty template/bootstrap hash differently")
 	}
 }

@@ -117,6 +117,7 @@ func (p *planner) controlPlanePool() *pool {
 		provider:     cp.GetProvider(),
 		template:     cp.GetTemplate(),
 		bootstrap:    effectiveBootstrap(s.GetBootstrap(), cp.GetBootstrap()),
+		os:           manifest.OSOf(cp.GetOs()),
 		maxSurge:     int(cp.GetMaxSurge()),
 		order:        manifest.DeletionOrderOldest,
 
@@ -126,7 +127,7 @@ func (p *planner) controlPlanePool() *pool {
 	if pl.maxSurge == 0 && pl.replicas < 3 {
 		pl.maxSurge = 1 // validation refuses this; never risk quorum anyway
 	}
-	pl.hash = TemplateHash(RoleControlPlane, pl.provider, pl.version, pl.template, pl.bootstrap)
+	pl.hash = TemplateHash(RoleControlPlane, pl.provider, pl.version, pl.os, pl.template, pl.bootstrap)
 	return pl
 }
 
@@ -139,6 +140,7 @@ func (p *planner) workerPool(wp *capnv1.WorkerPool) *pool {
 		provider:  wp.GetProvider(),
 		template:  wp.GetTemplate(),
 		bootstrap: effectiveBootstrap(s.GetBootstrap(), wp.GetBootstrap()),
+		os:        manifest.OSOf(wp.GetOs()),
 		labels:    wp.GetLabels(),
 		taints:    wp.GetTaints(),
 		strategy:  wp.GetStrategy().GetType(),
@@ -165,7 +167,7 @@ func (p *planner) workerPool(wp *capnv1.WorkerPool) *pool {
 		}
 		pl.maxSurge, pl.maxUnav = surge, unav
 	}
-	pl.hash = TemplateHash(RoleWorker, pl.provider, pl.version, pl.template, pl.bootstrap)
+	pl.hash = TemplateHash(RoleWorker, pl.provider, pl.version, pl.os, pl.template, pl.bootstrap)
 	return pl
 }
 
@@ -222,6 +224,7 @@ func (p *planner) create(pl *pool, first bool, reason string) {
 			Role:              role,
 			Provider:          pl.provider,
 			Version:           pl.version,
+			Os:                pl.os,
 			Template:          cloneOrNil(pl.template),
 			Labels:            cloneMap(pl.labels),
 			Taints:            cloneTaints(pl.taints),

@@ -18,6 +18,8 @@ const (
 	ProviderStale = 30 * time.Second
 	// CapabilityStopStart is the capability spec.hibernated needs.
 	CapabilityStopStart = "stop-start"
+	// OSLinux is what a provider that announces no operating_systems runs.
+	OSLinux = "linux"
 )
 
 // Reasons of the ProvidersReady condition, also used for the Ready
@@ -26,7 +28,20 @@ const (
 	ReasonProvidersRunning        = "ProvidersRunning"
 	ReasonProviderNotRunning      = "ProviderNotRunning"
 	ReasonProviderLacksCapability = "ProviderLacksCapability"
+	// ReasonProviderLacksOS: a pool's os is not among the operating
+	// systems its provider announces; the pool creates nothing.
+	ReasonProviderLacksOS = "ProviderLacksOperatingSystem"
 )
+
+// ProviderRuns reports whether announcement a lists os among its
+// operating systems (none listed: linux only).
+func ProviderRuns(a *capnv1.ProviderAnnouncement, os string) bool {
+	systems := a.GetOperatingSystems()
+	if len(systems) == 0 {
+		systems = []string{OSLinux}
+	}
+	return slices.Contains(systems, os)
+}
 
 // ProviderAlive reports whether announcement a, read at now, says its
 // provider runs: present, with a time at most ProviderStale old. A provider
@@ -39,7 +54,7 @@ func ProviderAlive(a *capnv1.ProviderAnnouncement, now time.Time) bool {
 // providerProblem is one provider that cannot serve the pools naming it.
 type providerProblem struct {
 	provider string
-	reason   string   // ReasonProviderNotRunning or ReasonProviderLacksCapability
+	reason   string   // ReasonProviderNotRunning, ReasonProviderLacksCapability or ReasonProviderLacksOS
 	pools    []string // the pools that name it, control plane first
 	detail   string   // why, for the message
 }
@@ -49,8 +64,10 @@ type providerProblem struct {
 // provider does not run is blocked: it creates and deletes nothing until
 // the provider announces itself again (its machines stay). A hibernated
 // pool whose provider does not announce stop-start cannot stop: its
-// machines are not marked stopped. A pool that needs no provider — no
-// replicas and no machines — is not checked.
+// machines are not marked stopped. A pool of an os its provider does not
+// announce (operating_systems; none: linux) is blocked the same way: it
+// creates nothing, and its machines stay. A pool that needs no provider —
+// no replicas and no machines — is not checked.
 func (p *planner) checkProviders() {
 	if p.in.Providers == nil {
 		return
@@ -81,6 +98,13 @@ func (p *planner) checkProviders() {
 			}
 			pl.blocked, pl.blockedMsg = ReasonProviderNotRunning, "waiting for provider "+pl.provider+" to run"
 			problem(pl.provider, ReasonProviderNotRunning, detail, pl.name)
+		case !ProviderRuns(a, pl.os):
+			systems := a.GetOperatingSystems()
+			if len(systems) == 0 {
+				systems = []string{OSLinux}
+			}
+			pl.blocked, pl.blockedMsg = ReasonProviderLacksOS, "provider "+pl.provider+" does not run "+pl.os+" machines"
+			problem(pl.provider, ReasonProviderLacksOS, pl.os+" machines (it announces "+strings.Join(systems, ", ")+")", pl.name)
 		case hibernated && !slices.Contains(a.GetCapabilities(), CapabilityStopStart):
 			pl.cannotStop = true
 			problem(pl.provider, ReasonProviderLacksCapability, "spec.hibernated needs", pl.name)
@@ -90,8 +114,11 @@ func (p *planner) checkProviders() {
 		p.providerProblems = append(p.providerProblems, byProvider[k])
 	}
 	// A cluster nothing was made for yet is refused as a whole: no
-	// infrastructure, no machine, until every provider it names can serve it.
-	p.refused = len(p.providerProblems) > 0 && !p.initialized && len(p.list) == 0
+	// infrastructure, no machine, until every provider it names can serve
+	// it — except for a pool of an os its provider does not run, which
+	// alone is held.
+	refuse := slices.ContainsFunc(p.providerProblems, func(pr *providerProblem) bool { return pr.reason != ReasonProviderLacksOS })
+	p.refused = refuse && !p.initialized && len(p.list) == 0
 }
 
 // providersCondition is the ProvidersReady condition's reason and message;
@@ -127,6 +154,12 @@ func (p *planner) providersCondition() (ok bool, reason, msg string) {
 		case ReasonProviderLacksCapability:
 			parts = append(parts, fmt.Sprintf("provider %s (%s %s) does not announce %s, which %s: its machines are not stopped; clear spec.hibernated or move the %s to a provider that can stop",
 				pr.provider, used, strings.Join(pr.pools, ", "), CapabilityStopStart, pr.detail, used))
+		case ReasonProviderLacksOS:
+			if reason != ReasonProviderNotRunning {
+				reason = ReasonProviderLacksOS
+			}
+			parts = append(parts, fmt.Sprintf("provider %s (%s %s) does not run %s: no machine of the %s is created; set the %s's os to one the provider runs or move it to a provider that announces it",
+				pr.provider, used, strings.Join(pr.pools, ", "), pr.detail, used, used))
 		}
 	}
 	switch {

@@ -244,3 +244,46 @@ func TestUnusedPoolNeedsNoProvider(t *testing.T) {
 	converge(t, h, nil)
 	wantCondition(t, h.Status, plan.ConditionProvidersReady, "True", plan.ReasonProvidersRunning, "sim (control-plane, md-0)")
 }
+
+// TestWindowsPoolNeedsAProviderThatRunsWindows: a pool of an os its
+// provider does not announce creates nothing and says why, while the
+// rest of the cluster goes on; once the provider announces it, the pool's
+// machines are made with that os (and a new template hash).
+func TestWindowsPoolNeedsAProviderThatRunsWindows(t *testing.T) {
+	c := cluster(1, 1, 2)
+	c.Spec.WorkerPools[1].Os = "windows"
+	h := plantest.New(c)
+	h.Providers = map[string][]string{"sim": stopStart}
+	for range 40 {
+		if _, err := h.Step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(h.Names("md-1")); n != 0 {
+		t.Fatalf("md-1 (windows) got %d machines on a linux-only provider", n)
+	}
+	if len(h.Names("md-0")) != 1 || len(h.Names(plan.RoleControlPlane)) != 1 {
+		t.Fatalf("the linux pools were held too: %v", h.Names(""))
+	}
+	c2 := wantCondition(t, h.Status, plan.ConditionProvidersReady, "False", plan.ReasonProviderLacksOS,
+		"provider sim (pool md-1) does not run windows machines (it announces linux): no machine of the pool is created", "set the pool's os")
+	if c2.GetSeverity() != "Error" {
+		t.Errorf("severity %q", c2.GetSeverity())
+	}
+	wantCondition(t, h.Status, plan.ConditionWorkersReady, "False", plan.ReasonProviderLacksOS, "provider sim does not run windows machines")
+
+	h.ProviderOS = map[string][]string{"sim": {"linux", "windows"}}
+	converge(t, h, nil)
+	names := h.Names("md-1")
+	if len(names) != 2 {
+		t.Fatalf("md-1 has %v", names)
+	}
+	for _, n := range names {
+		if os := h.Machines[n].GetSpec().GetOs(); os != "windows" {
+			t.Errorf("%s: os %q, want windows", n, os)
+		}
+	}
+	if os := h.Machines[h.Names("md-0")[0]].GetSpec().GetOs(); os != "linux" {
+		t.Errorf("md-0 machine os %q, want linux", os)
+	}
+}

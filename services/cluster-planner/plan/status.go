@@ -386,7 +386,7 @@ func (p *planner) condition(typ string, ok bool, reason, msg string) *capnv1.Con
 	if !ok {
 		c.Status = capnv1.ConditionFalse.Wire()
 		switch reason {
-		case ReasonInvalidSpec, ReasonProviderLacksCapability:
+		case ReasonInvalidSpec, ReasonProviderLacksCapability, ReasonProviderLacksOS:
 			c.Severity = SeverityError
 		case ReasonMachinesNotAvailable, ReasonProviderNotRunning, ReasonAddonsFailed:
 			c.Severity = SeverityWarning

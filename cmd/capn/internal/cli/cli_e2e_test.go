@@ -190,6 +190,32 @@ func TestCLIEndToEnd(t *testing.T) {
 	expect(capn("apply", "-f", slow, "--wait", "--timeout", "500ms"), 1, []string{"cluster/slow created\n"},
 		[]string{"capn apply: timed out after 500ms waiting for cluster slow to be ready\n  state:    ", "\n  blocking: "}, "apply --wait that times out")
 
+	// A windows pool (sim runs any os): each machine records its os, which
+	// -o wide shows; a windows control plane is refused at the edge.
+	win := filepath.Join(t.TempDir(), "win.yaml")
+	winCluster := "apiVersion: capn.dev/v1alpha1\nkind: Cluster\nmetadata: {name: win}\nspec:\n  kubernetesVersion: v1.34.0\n" +
+		"  controlPlane: {provider: sim, replicas: 1}\n  workerPools:\n  - {name: win, provider: sim, replicas: 1, os: windows}\n"
+	if err := os.WriteFile(win, []byte(winCluster), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	expect(capn("apply", "-f", win, "--wait", "--timeout", "60s"), 0, []string{"cluster/win created\n"}, []string{"cluster/win is ready after"}, "apply a windows pool")
+	r = capn("get", "machines", "--cluster", "win", "-o", "wide")
+	expect(r, 0, []string{"   OS        PROVIDER ID"}, nil, "get machines -o wide")
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n")[1:] {
+		want := " linux "
+		if strings.HasPrefix(line, "win-win-") {
+			want = " windows "
+		}
+		if !strings.Contains(line, want) {
+			t.Errorf("get machines -o wide: %q lacks %q", line, want)
+		}
+	}
+	if err := os.WriteFile(win, []byte(strings.Replace(winCluster, "replicas: 1}\n  workerPools", "replicas: 1, os: windows}\n  workerPools", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	expect(capn("apply", "-f", win), 1, nil, []string{`spec.controlPlane.os: "windows": the control plane runs on linux only`}, "a windows control plane")
+	expect(capn("delete", "cluster", "win", "--wait", "--timeout", "60s"), 0, []string{"cluster/win deleted\n"}, nil, "delete the windows cluster")
+
 	// Delete both; the CLI waits until they are gone, and its last
 	// progress line is the deletion's last step.
 	r = capn("delete", "cluster", "demo", "--wait", "--timeout", "60s")

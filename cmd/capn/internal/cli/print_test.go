@@ -116,6 +116,7 @@ func fixture(now time.Time) (*capnv1.Cluster, []*capnv1.Machine) {
 		{Metadata: &capnv1.ObjectMeta{Name: "demo-md-9-a1-0"}, Status: &capnv1.MachineStatus{Phase: "Deleting", Provider: "sim"}},
 	}
 	ms[4].Status.FailureReason, ms[4].Status.FailureMessage = "BootstrapFailed", "cloud-init exited with 1"
+	ms[5].Spec.Os = "windows"
 	ms[4].Status.NodeName = ""
 	return c, ms
 }

@@ -129,9 +129,21 @@ func machineHeader(wide, withCluster bool) []string {
 	}
 	h = append(h, "POOL", "PHASE", "VERSION", "NODE", "AGE")
 	if wide {
-		h = append(h, "PROVIDER", "PROVIDER ID", "ADDRESS", "REASON")
+		h = append(h, "PROVIDER", "OS", "PROVIDER ID", "ADDRESS", "REASON")
 	}
 	return h
+}
+
+// machineOS is the machine's operating system: its spec's, linux when the
+// spec says none (machines made before the field), <none> without a spec.
+func machineOS(m *capnv1.Machine) string {
+	switch {
+	case m.GetSpec() == nil:
+		return orNone("")
+	case m.GetSpec().GetOs() == "":
+		return "linux"
+	}
+	return m.GetSpec().GetOs()
 }
 
 func machinePhase(m *capnv1.Machine) string {
@@ -160,7 +172,7 @@ func machineRow(m *capnv1.Machine, now time.Time, wide, withCluster bool) []stri
 			}
 		}
 		reason, _ := machineTrouble(m)
-		r = append(r, orNone(provider), orNone(m.GetStatus().GetProviderId()), orNone(strings.Join(addrs, ",")), orNone(reason))
+		r = append(r, orNone(provider), machineOS(m), orNone(m.GetStatus().GetProviderId()), orNone(strings.Join(addrs, ",")), orNone(reason))
 	}
 	return r
 }

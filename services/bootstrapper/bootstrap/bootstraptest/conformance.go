@@ -18,6 +18,11 @@ type Features struct {
 	// Check, if set, is called on every successful render for
 	// provider-specific checks.
 	Check func(t *testing.T, in bootstrap.Input, out bootstrap.Output)
+	// Windows are the valid specs of Windows pools, by name, for a
+	// provider that renders Windows machines (bootstrap.OSProvider): each
+	// is rendered for a Windows worker. Empty: the provider must refuse
+	// a Windows machine.
+	Windows map[string]*capnv1.BootstrapSpec
 }
 
 // Run is the conformance suite. A provider passes when, for every spec and
@@ -30,7 +35,12 @@ type Features struct {
 //   - a worker's output holds no private key of the cluster, and a worker
 //     Input that carries one is refused;
 //   - an invalid Input is refused with an error that names the field and
-//     leaks neither the token secret nor a key.
+//     leaks neither the token secret nor a key;
+//   - Windows: every Features.Windows spec passes ValidateOS and renders
+//     for a Windows worker as above (deterministic, known format, no
+//     private key); a provider given no Windows specs refuses a Windows
+//     worker. A Windows control plane never reaches a provider
+//     (Input.Validate refuses it).
 func Run(t *testing.T, p bootstrap.Provider, f Features) {
 	if _, err := bootstrap.NewRegistry(p.Name(), p); err != nil {
 		t.Fatalf("provider name: %v", err)
@@ -40,6 +50,7 @@ func Run(t *testing.T, p bootstrap.Provider, f Features) {
 	}
 	set := PKI(t)
 	secrets := [][]byte{set.CA.KeyPEM, set.EtcdCA.KeyPEM, set.FrontProxyCA.KeyPEM, set.ServiceAccount.PrivatePEM}
+	runWindows(t, p, f, secrets)
 	for specName, spec := range f.Specs {
 		t.Run(specName, func(t *testing.T) {
 			if err := p.ValidateSpec("spec.bootstrap", spec); err != nil {
@@ -95,6 +106,50 @@ func Run(t *testing.T, p bootstrap.Provider, f Features) {
 	}
 }
 
+// runWindows is the Windows part of Run.
+func runWindows(t *testing.T, p bootstrap.Provider, f Features, secrets [][]byte) {
+	op, ok := p.(bootstrap.OSProvider)
+	if len(f.Windows) == 0 {
+		t.Run("refuses windows", func(t *testing.T) {
+			for _, spec := range f.Specs {
+				if _, err := p.Render(NewInput(t, WindowsWorker, spec, nil, nil)); err == nil || !strings.Contains(err.Error(), "windows") {
+					t.Fatalf("Render of a windows worker: error %v, want one naming windows", err)
+				}
+				return
+			}
+		})
+		return
+	}
+	if !ok {
+		t.Fatal("Features.Windows is set but the provider does not implement bootstrap.OSProvider")
+	}
+	for name, spec := range f.Windows {
+		t.Run("windows "+name, func(t *testing.T) {
+			if err := op.ValidateOS("spec.workerPools[0].bootstrap", bootstrap.OSWindows, spec); err != nil {
+				t.Fatalf("ValidateOS rejects the suite's spec: %v", err)
+			}
+			in := NewInput(t, WindowsWorker, spec, Labels, Taints)
+			out, err := p.Render(in)
+			if err != nil {
+				t.Fatalf("Render: %v", err)
+			}
+			checkFormat(t, out)
+			again, err := p.Render(NewInput(t, WindowsWorker, spec, copyLabels(Labels), Taints))
+			if err != nil || !bytes.Equal(again.Data, out.Data) {
+				t.Fatalf("Render is not deterministic (err %v)", err)
+			}
+			for _, s := range secrets {
+				if containsSecret(out.Data, s) {
+					t.Fatal("windows worker bootstrap data contains a cluster private key")
+				}
+			}
+			if f.Check != nil {
+				f.Check(t, in, out)
+			}
+		})
+	}
+}
+
 func checkFormat(t *testing.T, out bootstrap.Output) {
 	t.Helper()
 	switch out.Format {
@@ -107,6 +162,8 @@ func checkFormat(t *testing.T, out bootstrap.Output) {
 		if !bytes.HasPrefix(out.Data, []byte("#!")) {
 			t.Fatalf("format script but data starts %q", head(out.Data))
 		}
+	case bootstrap.FormatIgnition:
+		Ignition(t, out.Data)
 	default:
 		t.Fatalf("unknown format %q", out.Format)
 	}

@@ -36,18 +36,24 @@ var Token = token.Token{ID: "abcdef", Secret: "0123456789abcdef"}
 type Machine struct {
 	Role              bootstrap.Role
 	FirstControlPlane bool
+	// OS is the machine's operating system ("": linux).
+	OS bootstrap.OS
 }
 
-// The three machines every provider renders for.
+// The three machines every provider renders for, and the Windows worker
+// a provider that renders Windows machines renders for too.
 var (
-	Init        = Machine{bootstrap.RoleControlPlane, true}
-	JoinControl = Machine{bootstrap.RoleControlPlane, false}
-	JoinWorker  = Machine{bootstrap.RoleWorker, false}
+	Init          = Machine{Role: bootstrap.RoleControlPlane, FirstControlPlane: true}
+	JoinControl   = Machine{Role: bootstrap.RoleControlPlane}
+	JoinWorker    = Machine{Role: bootstrap.RoleWorker}
+	WindowsWorker = Machine{Role: bootstrap.RoleWorker, OS: bootstrap.OSWindows}
 )
 
 // Name of a machine kind, for subtest names.
 func (m Machine) Name() string {
 	switch {
+	case m.OS == bootstrap.OSWindows:
+		return "windows-worker-join"
 	case m.FirstControlPlane:
 		return "init"
 	case m.Role == bootstrap.RoleControlPlane:
@@ -62,14 +68,18 @@ func (m Machine) Name() string {
 func NewInput(t testing.TB, m Machine, spec *capnv1.BootstrapSpec, labels map[string]string, taints []*capnv1.Taint) bootstrap.Input {
 	t.Helper()
 	name := "prod-1-md-0-abcde"
-	if m.Role == bootstrap.RoleControlPlane {
+	switch {
+	case m.Role == bootstrap.RoleControlPlane:
 		name = "prod-1-cp-abcde"
+	case m.OS == bootstrap.OSWindows:
+		name = "prod-1-win-abcde"
 	}
 	in, err := bootstrap.NewInput(&capnv1.GenerateBootstrap{
 		Cluster:           "prod-1",
 		Machine:           name,
 		Role:              string(m.Role),
 		FirstControlPlane: m.FirstControlPlane,
+		Os:                string(m.OS),
 		Version:           "v1.33.2",
 		Bootstrap:         spec,
 		Labels:            labels,
@@ -101,6 +111,23 @@ func FullSpec(provider string) *capnv1.BootstrapSpec {
 		PreCommands:      []string{"sysctl --system", "echo 'pre: done' > /tmp/pre"},
 		PostCommands:     []string{"echo \"post\" # comment", "touch /tmp/post"},
 		KubeletExtraArgs: map[string]string{"max-pods": "110", "cgroup-driver": "systemd", "eviction-hard": "memory.available<100Mi"},
+	}
+}
+
+// WindowsSpec fills every common field for a Windows pool: files under
+// C:\ (one with content that needs quoting; no owner or permissions, which
+// Windows files do not take), PowerShell pre and post
+// commands (with quotes and braces of their own), kubelet extra args.
+func WindowsSpec(provider string) *capnv1.BootstrapSpec {
+	return &capnv1.BootstrapSpec{
+		Provider: provider,
+		Files: []*capnv1.File{
+			{Path: `C:\k\containerd-config.toml`, Content: "version = 2\n[plugins]\n"},
+			{Path: "C:/k/tricky.ps1", Content: "Write-Output 'it''s \"quoted\"' # { not closed\n"},
+		},
+		PreCommands:      []string{"Set-Content -Path C:\\k\\pre.txt -Value 'pre: done'", "if ($true) { Write-Output \"brace { in a string\" }"},
+		PostCommands:     []string{"Write-Output 'post'", "New-Item -ItemType File -Force -Path C:\\k\\post.txt"},
+		KubeletExtraArgs: map[string]string{"max-pods": "64", "v": "2"},
 	}
 }
 

@@ -28,7 +28,9 @@ type WriteFile struct {
 // Config is the part of cloud-config capn writes.
 type Config struct {
 	WriteFiles []WriteFile `yaml:"write_files,omitempty"`
-	RunCmd     []string    `yaml:"runcmd,omitempty"`
+	// RunCmd entries are a string (a shell line) or a []string (words,
+	// which cloud-init shell-quotes).
+	RunCmd []any `yaml:"runcmd,omitempty"`
 }
 
 // Files converts files to write_files entries, content base64-encoded.

@@ -73,7 +73,10 @@ type bootstrapTokenDiscovery struct {
 }
 
 type nodeRegistration struct {
-	Name             string `yaml:"name"`
+	Name string `yaml:"name"`
+	// CRISocket is set on windows machines (containerd's named pipe);
+	// kubeadm finds the Linux socket itself.
+	CRISocket        string `yaml:"criSocket,omitempty"`
 	KubeletExtraArgs []arg  `yaml:"kubeletExtraArgs,omitempty"`
 	// Taints left out means kubeadm's default: the control-plane taint on
 	// control-plane nodes, none on workers.
@@ -147,6 +150,9 @@ func network(n *capnv1.NetworkSpec) *networking {
 
 func registration(in bootstrap.Input) nodeRegistration {
 	args := map[string]string{}
+	if in.OS == bootstrap.OSWindows {
+		maps.Copy(args, windowsKubeletDefaults)
+	}
 	for k, v := range in.Spec.GetKubeletExtraArgs() {
 		args[k] = v
 	}
@@ -154,6 +160,9 @@ func registration(in bootstrap.Input) nodeRegistration {
 		args["node-labels"] = l
 	}
 	nr := nodeRegistration{Name: in.Machine}
+	if in.OS == bootstrap.OSWindows {
+		nr.CRISocket = WindowsCRISocket
+	}
 	for _, k := range sortedKeys(args) {
 		nr.KubeletExtraArgs = append(nr.KubeletExtraArgs, arg{Name: k, Value: args[k]})
 	}

@@ -5,6 +5,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
@@ -15,12 +18,23 @@ import (
 
 func TestConformance(t *testing.T) {
 	full := bootstraptest.FullSpec("")
+	ignition := bootstraptest.FullSpec("kubeadm")
+	ignition.Format = "ignition"
+	ignition.CommandTimeout = durationpb.New(90 * time.Second)
+	win := bootstraptest.WindowsSpec("kubeadm")
 	bootstraptest.Run(t, kubeadm.New(), bootstraptest.Features{
 		Specs: map[string]*capnv1.BootstrapSpec{
+			"empty":          {},
+			"full":           full,
+			"files only":     {Provider: "kubeadm", Files: full.Files},
+			"commands only":  {PreCommands: full.PreCommands, PostCommands: full.PostCommands},
+			"ignition":       ignition,
+			"ignition empty": {Format: "ignition"},
+		},
+		Windows: map[string]*capnv1.BootstrapSpec{
 			"empty":         {},
-			"full":          full,
-			"files only":    {Provider: "kubeadm", Files: full.Files},
-			"commands only": {PreCommands: full.PreCommands, PostCommands: full.PostCommands},
+			"full":          win,
+			"commands only": {PreCommands: win.PreCommands, PostCommands: win.PostCommands, CommandTimeout: durationpb.New(10 * time.Minute)},
 		},
 		Check: checkDocument,
 	})
@@ -30,12 +44,45 @@ type cloudConfig struct {
 	WriteFiles []struct {
 		Path, Owner, Permissions, Encoding, Content string
 	} `yaml:"write_files"`
-	RunCmd []string `yaml:"runcmd"`
+	RunCmd []any `yaml:"runcmd"`
 }
 
-// checkDocument reads the rendered cloud-config back and checks what
-// kubeadm will see.
+// runcmd reads cloud-config's runcmd back: a string as is, a list as the
+// command and timeout of bootstrap.TimeoutArgv (any other list fails).
+func runcmd(t *testing.T, entries []any) (cmds []string, timeouts []time.Duration) {
+	t.Helper()
+	for _, e := range entries {
+		switch v := e.(type) {
+		case string:
+			cmds = append(cmds, v)
+		case []any:
+			words := make([]string, len(v))
+			for i, w := range v {
+				words[i] = w.(string)
+			}
+			c, d, ok := bootstrap.ParseTimeoutArgv(words)
+			if !ok {
+				t.Fatalf("runcmd entry %q is not a timeout command", words)
+			}
+			cmds, timeouts = append(cmds, c), append(timeouts, d)
+		default:
+			t.Fatalf("runcmd entry %#v", e)
+		}
+	}
+	return cmds, timeouts
+}
+
+// checkDocument reads the rendered data back and checks what kubeadm will
+// see, in each of the provider's renderings.
 func checkDocument(t *testing.T, in bootstrap.Input, out bootstrap.Output) {
+	switch {
+	case in.OS == bootstrap.OSWindows:
+		checkWindows(t, in, out)
+		return
+	case in.Spec.GetFormat() == "ignition":
+		checkIgnition(t, in, out)
+		return
+	}
 	var cc cloudConfig
 	if err := yaml.Unmarshal(out.Data, &cc); err != nil {
 		t.Fatal(err)
@@ -83,8 +130,17 @@ func checkDocument(t *testing.T, in bootstrap.Input, out bootstrap.Output) {
 	wantCmds := slices.Concat(in.Spec.GetPreCommands(),
 		[]string{command + " && mkdir -p /run/cluster-api && echo success > /run/cluster-api/bootstrap-success.complete"},
 		in.Spec.GetPostCommands())
-	if !slices.Equal(cc.RunCmd, wantCmds) {
-		t.Errorf("runcmd\n%q\nwant\n%q", cc.RunCmd, wantCmds)
+	cmds, timeouts := runcmd(t, cc.RunCmd)
+	if !slices.Equal(cmds, wantCmds) {
+		t.Errorf("runcmd\n%q\nwant\n%q", cmds, wantCmds)
+	}
+	if len(timeouts) != len(wantCmds)-1 {
+		t.Errorf("%d commands under a timeout, want every user command (%d)", len(timeouts), len(wantCmds)-1)
+	}
+	for _, d := range timeouts {
+		if d != bootstrap.CommandTimeout(in.Spec) {
+			t.Errorf("timeout %s, want %s", d, bootstrap.CommandTimeout(in.Spec))
+		}
 	}
 	checkKubeadmConfig(t, in, files[configPath])
 }
@@ -167,6 +223,14 @@ func checkKubeadmConfig(t *testing.T, in bootstrap.Input, data []byte) {
 	want := []string{"node-labels=example.com/team=a,node.kubernetes.io/pool=md-0,tier=web"}
 	for k, v := range in.Spec.GetKubeletExtraArgs() {
 		want = append(want, k+"="+v)
+	}
+	if in.OS == bootstrap.OSWindows {
+		want = append(want, "cgroups-per-qos=false", "enforce-node-allocatable=", "resolv-conf=", "windows-priorityclass=ABOVE_NORMAL_PRIORITY_CLASS")
+		if nr["criSocket"] != "npipe:////./pipe/containerd-containerd" {
+			t.Errorf("criSocket %v, want containerd's named pipe", nr["criSocket"])
+		}
+	} else if _, ok := nr["criSocket"]; ok {
+		t.Errorf("criSocket %v on a linux machine (kubeadm finds it)", nr["criSocket"])
 	}
 	slices.Sort(want)
 	if !slices.Equal(args, want) {

@@ -67,6 +67,22 @@ type NodeConfig struct {
 	CACertHash string            `json:"caCertHash"`
 	Labels     map[string]string `json:"labels,omitempty"`
 	Taints     []Taint           `json:"taints,omitempty"`
+	// PreCommands run before the node starts its part of the cluster,
+	// PostCommands once it serves (the API server answers /readyz, the
+	// worker's Node is registered); each under CommandTimeout (a Go
+	// duration; empty: bootstrap.DefaultCommandTimeout).
+	PreCommands    []string `json:"preCommands,omitempty"`
+	PostCommands   []string `json:"postCommands,omitempty"`
+	CommandTimeout string   `json:"commandTimeout,omitempty"`
+}
+
+// Timeout is CommandTimeout, parsed (bootstrap.DefaultCommandTimeout when
+// empty).
+func (c *NodeConfig) Timeout() time.Duration {
+	if d, err := time.ParseDuration(c.CommandTimeout); err == nil && d > 0 {
+		return d
+	}
+	return bootstrap.DefaultCommandTimeout
 }
 
 // Endpoint is host and port of the control-plane endpoint.
@@ -186,6 +202,21 @@ func (c *NodeConfig) Validate() error {
 	}
 	if !strings.HasPrefix(c.CACertHash, "sha256:") || len(c.CACertHash) != len("sha256:")+64 {
 		add("caCertHash", "%q: want sha256:<64 hex digits>", c.CACertHash)
+	}
+	if c.CommandTimeout != "" {
+		if d, err := time.ParseDuration(c.CommandTimeout); err != nil || d < bootstrap.MinCommandTimeout || d > bootstrap.MaxCommandTimeout {
+			add("commandTimeout", "%q: want a Go duration between %s and %s", c.CommandTimeout, bootstrap.MinCommandTimeout, bootstrap.MaxCommandTimeout)
+		}
+	}
+	for _, l := range []struct {
+		field string
+		cmds  []string
+	}{{"preCommands", c.PreCommands}, {"postCommands", c.PostCommands}} {
+		for i, cmd := range l.cmds {
+			if strings.TrimSpace(cmd) == "" || strings.ContainsRune(cmd, 0) {
+				add(fmt.Sprintf("%s[%d]", l.field, i), "want a command (not empty, no NUL byte)")
+			}
+		}
 	}
 	errs = append(errs, prefixed(bootstrap.ValidateLabels("labels", c.Labels))...)
 	taints := make([]*capnv1.Taint, len(c.Taints))

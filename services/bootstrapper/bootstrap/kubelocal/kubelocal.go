@@ -12,9 +12,12 @@
 //   - /etc/capn/kube-local.json (0600: it holds the bootstrap token), the
 //     NodeConfig the node side reads: cluster, node name, role, first
 //     control plane, version, endpoint, service and pod CIDR, DNS domain,
-//     token and its TTL, CA pin, labels and taints.
+//     token and its TTL, CA pin, labels and taints, and the pre- and
+//     post-commands with their timeout.
 //
-// There is no runcmd: the node agent does the work. It issues the leaf
+// There is no runcmd: the node agent does the work, and runs the
+// commands itself (before it starts its part of the cluster, and once it
+// serves). It issues the leaf
 // certificates from the CA keys (the machine's address is only known on the
 // machine), runs etcd, kube-apiserver, kube-controller-manager and
 // kube-scheduler, registers the join material and the Node, and runs kwok in
@@ -53,21 +56,18 @@ func New() Provider { return Provider{} }
 func (Provider) Name() string { return Name }
 
 // ValidateSpec implements bootstrap.Provider. The node side runs no
-// commands and no kubelet, so commands, kubelet arguments and user data
-// are refused rather than silently dropped; files are written, except
-// where the node side writes its own.
+// kubelet, so kubelet arguments and user data are refused rather than
+// silently dropped; files are written, except where the node side writes
+// its own; the commands run on the node (capn-node).
 func (Provider) ValidateSpec(path string, spec *capnv1.BootstrapSpec) error {
 	var errs []error
 	if spec.GetUserData() != "" {
 		errs = append(errs, fmt.Errorf("%s.userData: only the script provider reads userData; remove it or set provider: script", path))
 	}
-	for _, l := range []struct {
-		field string
-		cmds  []string
-	}{{"preCommands", spec.GetPreCommands()}, {"postCommands", spec.GetPostCommands()}} {
-		if len(l.cmds) > 0 {
-			errs = append(errs, fmt.Errorf("%s.%s: the kube-local provider runs no commands (capn-node starts the control plane from %s); remove them (this includes commands inherited from spec.bootstrap)", path, l.field, ConfigPath))
-		}
+	switch bootstrap.Format(spec.GetFormat()) {
+	case "", bootstrap.FormatCloudConfig:
+	default:
+		errs = append(errs, fmt.Errorf("%s.format: %q: the kube-local provider renders %s only (capn-node reads it)", path, spec.GetFormat(), bootstrap.FormatCloudConfig))
 	}
 	if len(spec.GetKubeletExtraArgs()) > 0 {
 		errs = append(errs, fmt.Errorf("%s.kubeletExtraArgs: no kubelet runs under the kube-local provider (kwok stands in for it); remove them", path))
@@ -85,6 +85,9 @@ func (Provider) ValidateSpec(path string, spec *capnv1.BootstrapSpec) error {
 // Render implements bootstrap.Provider.
 func (p Provider) Render(in bootstrap.Input) (bootstrap.Output, error) {
 	if err := in.Validate(); err != nil {
+		return bootstrap.Output{}, err
+	}
+	if err := bootstrap.LinuxOnly(Name, in); err != nil {
 		return bootstrap.Output{}, err
 	}
 	var errs []error
@@ -114,6 +117,11 @@ func (p Provider) Render(in bootstrap.Input) (bootstrap.Output, error) {
 		CACertHash:        in.CACertHash,
 		Labels:            in.Labels,
 		Taints:            taintsFor(in),
+		PreCommands:       in.Spec.GetPreCommands(),
+		PostCommands:      in.Spec.GetPostCommands(),
+	}
+	if d := in.Spec.GetCommandTimeout(); d != nil {
+		cfg.CommandTimeout = d.AsDuration().String()
 	}
 	if err := cfg.Validate(); err != nil {
 		// The Input was valid, so this is a bug here; say so plainly.

@@ -7,6 +7,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
@@ -21,8 +24,9 @@ var filesOnly = &capnv1.BootstrapSpec{Provider: kubelocal.Name, Files: bootstrap
 func TestConformance(t *testing.T) {
 	bootstraptest.Run(t, kubelocal.New(), bootstraptest.Features{
 		Specs: map[string]*capnv1.BootstrapSpec{
-			"minimal": {Provider: kubelocal.Name},
-			"files":   filesOnly,
+			"minimal":  {Provider: kubelocal.Name},
+			"files":    filesOnly,
+			"commands": {Provider: kubelocal.Name, PreCommands: []string{"echo 'pre'"}, PostCommands: []string{"touch /tmp/post"}, CommandTimeout: durationpb.New(42 * time.Second)},
 		},
 		Check: checkDocument,
 	})
@@ -113,6 +117,12 @@ func checkDocument(t *testing.T, in bootstrap.Input, out bootstrap.Output) {
 	if cfg.NodeName != in.Machine || cfg.Role != string(in.Role) || cfg.FirstControlPlane != in.FirstControlPlane ||
 		cfg.Cluster != in.Cluster || cfg.CACertHash != in.CACertHash || cfg.BootstrapToken != in.Token.Value() {
 		t.Errorf("identity or join material differs from the input: %+v", cfg)
+	}
+	// The node side runs the commands itself: they travel in the config.
+	if !slices.Equal(cfg.PreCommands, in.Spec.GetPreCommands()) || !slices.Equal(cfg.PostCommands, in.Spec.GetPostCommands()) ||
+		cfg.Timeout() != bootstrap.CommandTimeout(in.Spec) {
+		t.Errorf("commands %q %q timeout %s, want %q %q %s", cfg.PreCommands, cfg.PostCommands, cfg.Timeout(),
+			in.Spec.GetPreCommands(), in.Spec.GetPostCommands(), bootstrap.CommandTimeout(in.Spec))
 	}
 }
 
@@ -237,6 +247,7 @@ func TestValidateSpecRefuses(t *testing.T) {
 		UserData:         "#!/bin/sh\n",
 		PreCommands:      []string{"echo pre"},
 		PostCommands:     []string{"echo post"},
+		Format:           "ignition",
 		KubeletExtraArgs: map[string]string{"max-pods": "10"},
 		Files: []*capnv1.File{
 			{Path: "/etc/ok.conf", Content: "x"},
@@ -247,8 +258,7 @@ func TestValidateSpecRefuses(t *testing.T) {
 	err := kubelocal.New().ValidateSpec("spec.workerPools[1].bootstrap", spec)
 	for _, want := range []string{
 		"spec.workerPools[1].bootstrap.userData: only the script provider reads userData",
-		"spec.workerPools[1].bootstrap.preCommands: the kube-local provider runs no commands",
-		"spec.workerPools[1].bootstrap.postCommands: the kube-local provider runs no commands",
+		`spec.workerPools[1].bootstrap.format: "ignition": the kube-local provider renders cloud-config only`,
 		"spec.workerPools[1].bootstrap.kubeletExtraArgs: no kubelet runs",
 		`spec.workerPools[1].bootstrap.files[1].path: "/etc/capn/kube-local.json" is under /etc/capn/`,
 		`spec.workerPools[1].bootstrap.files[2].path: "/etc/kubernetes/pki/apiserver.key" is under /etc/kubernetes/pki/`,
@@ -257,13 +267,17 @@ func TestValidateSpecRefuses(t *testing.T) {
 			t.Errorf("ValidateSpec error\n%v\nwant containing %q", err, want)
 		}
 	}
-	if err != nil && strings.Contains(err.Error(), "files[0]") {
-		t.Errorf("a legal file was refused: %v", err)
+	if err != nil && (strings.Contains(err.Error(), "files[0]") || strings.Contains(err.Error(), "Commands")) {
+		t.Errorf("a legal file or command was refused: %v", err)
 	}
 	// The gateway's path goes through the registry with the same messages.
-	err = builtin.Registry().ValidateEffective("spec.bootstrap", &capnv1.BootstrapSpec{Provider: "kube-local", PreCommands: []string{"x"}})
-	if err == nil || !strings.Contains(err.Error(), "spec.bootstrap.preCommands: the kube-local provider runs no commands") {
+	err = builtin.Registry().ValidateEffective("spec.bootstrap", &capnv1.BootstrapSpec{Provider: "kube-local", Format: "script"})
+	if err == nil || !strings.Contains(err.Error(), `spec.bootstrap.format: "script": the kube-local provider renders cloud-config only`) {
 		t.Errorf("registry: %v", err)
+	}
+	err = builtin.Registry().ValidateFor("spec.workerPools[0].bootstrap", "spec.workerPools[0].os", bootstrap.OSWindows, &capnv1.BootstrapSpec{Provider: "kube-local"})
+	if err == nil || !strings.Contains(err.Error(), "spec.workerPools[0].os: windows machines are not rendered by the kube-local bootstrap provider") {
+		t.Errorf("registry, windows: %v", err)
 	}
 }
 
@@ -289,7 +303,13 @@ func TestRenderRefuses(t *testing.T) {
 		{"bad domain", func(in *bootstrap.Input) {
 			in.Network = &capnv1.NetworkSpec{ServiceDomain: "Cluster_Local"}
 		}, `network.serviceDomain "Cluster_Local"`},
-		{"commands", func(in *bootstrap.Input) { in.Spec = &capnv1.BootstrapSpec{PreCommands: []string{"x"}} }, "bootstrap.preCommands: the kube-local provider runs no commands"},
+		{"windows", func(in *bootstrap.Input) {
+			in.OS = bootstrap.OSWindows
+			in.Role = bootstrap.RoleWorker
+			in.FirstControlPlane = false
+			in.PKI = bootstrap.PKI{CACert: in.PKI.CACert}
+		},
+			"os windows: the kube-local bootstrap provider renders linux machines only"},
 		{"no endpoint", func(in *bootstrap.Input) { in.Endpoint = bootstrap.Endpoint{} }, "endpoint.host: empty"},
 	}
 	for _, tt := range tests {

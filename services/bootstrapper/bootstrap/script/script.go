@@ -59,6 +59,14 @@ func (Provider) ValidateSpec(path string, spec *capnv1.BootstrapSpec) error {
 	case !strings.HasPrefix(ud, "#!") && !cloudinit.IsCloudConfig([]byte(ud)):
 		errs = append(errs, fmt.Errorf("%s.userData: must start with #! (a script) or #cloud-config", path))
 	}
+	switch f := bootstrap.Format(spec.GetFormat()); {
+	case f == "":
+	case f == bootstrap.FormatIgnition:
+		errs = append(errs, fmt.Errorf("%s.format: %q: the script provider renders what its userData is (a script or a cloud-config); ignition is the kubeadm provider's", path, f))
+	case f == bootstrap.FormatScript && ud != "" && !strings.HasPrefix(ud, "#!"),
+		f == bootstrap.FormatCloudConfig && ud != "" && !cloudinit.IsCloudConfig([]byte(ud)):
+		errs = append(errs, fmt.Errorf("%s.format: %q does not match userData, which starts with %q", path, f, firstLine(ud)))
+	}
 	for _, l := range []struct {
 		field string
 		cmds  []string
@@ -73,6 +81,9 @@ func (Provider) ValidateSpec(path string, spec *capnv1.BootstrapSpec) error {
 // Render implements bootstrap.Provider.
 func (p Provider) Render(in bootstrap.Input) (bootstrap.Output, error) {
 	if err := in.Validate(); err != nil {
+		return bootstrap.Output{}, err
+	}
+	if err := bootstrap.LinuxOnly(Name, in); err != nil {
 		return bootstrap.Output{}, err
 	}
 	if err := p.ValidateSpec("bootstrap", in.Spec); err != nil {
@@ -96,4 +107,15 @@ func (p Provider) Render(in bootstrap.Input) (bootstrap.Output, error) {
 		return bootstrap.Output{Format: bootstrap.FormatCloudConfig, Data: data}, nil
 	}
 	return bootstrap.Output{Format: bootstrap.FormatScript, Data: wrapScript(files, ud)}, nil
+}
+
+// firstLine is s up to its first line break, at most 40 bytes.
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	if len(s) > 40 {
+		s = s[:40]
+	}
+	return s
 }

@@ -163,6 +163,11 @@ func TestValidateSpec(t *testing.T) {
 		{"not a script", &capnv1.BootstrapSpec{UserData: "echo hi"}, []string{"must start with #! (a script) or #cloud-config"}},
 		{"jinja", &capnv1.BootstrapSpec{UserData: "## template: jinja\n#cloud-config\n"}, []string{"must start with"}},
 		{"cloud-configx", &capnv1.BootstrapSpec{UserData: "#cloud-configx\n"}, []string{"must start with"}},
+		{"format matches", &capnv1.BootstrapSpec{UserData: "#!/bin/sh\n", Format: "script"}, nil},
+		{"format does not match", &capnv1.BootstrapSpec{UserData: "#cloud-config\nruncmd: []\n", Format: "script"},
+			[]string{`spec.bootstrap.format: "script" does not match userData, which starts with "#cloud-config"`}},
+		{"ignition", &capnv1.BootstrapSpec{UserData: "#!/bin/sh\n", Format: "ignition"},
+			[]string{`spec.bootstrap.format: "ignition": the script provider renders what its userData is`}},
 		{"commands", &capnv1.BootstrapSpec{UserData: "#!/bin/sh\n", PreCommands: []string{"a"}, PostCommands: []string{"b"}},
 			[]string{"spec.bootstrap.preCommands: the script provider runs userData as is", "spec.bootstrap.postCommands:"}},
 	}

@@ -38,6 +38,9 @@ type Harness struct {
 	// announce: each is announced at Now on every plan. nil: providers are
 	// not checked (plan.Input.Providers nil).
 	Providers map[string][]string
+	// ProviderOS are the operating systems a running provider announces
+	// (none listed: linux only).
+	ProviderOS map[string][]string
 	// Addons are plan.Input.Addons: the add-on sets selecting the cluster
 	// and their records, as a test sets them.
 	Addons []plan.Addon
@@ -118,7 +121,8 @@ func (h *Harness) Input() plan.Input {
 	if h.Providers != nil {
 		in.Providers = map[string]*capnv1.ProviderAnnouncement{}
 		for name, caps := range h.Providers {
-			in.Providers[name] = &capnv1.ProviderAnnouncement{Name: name, Capabilities: caps, Time: timestamppb.New(h.Now), Instance: "plantest"}
+			in.Providers[name] = &capnv1.ProviderAnnouncement{Name: name, Capabilities: caps, Time: timestamppb.New(h.Now), Instance: "plantest",
+				OperatingSystems: h.ProviderOS[name]}
 		}
 	}
 	return in
@@ -390,11 +394,11 @@ func DesiredHash(c *capnv1.Cluster, pool string) string {
 	}
 	if pool == manifest.ControlPlanePool {
 		cp := s.GetControlPlane()
-		return plan.TemplateHash(plan.RoleControlPlane, cp.GetProvider(), s.GetKubernetesVersion(), cp.GetTemplate(), merge(cp.GetBootstrap()))
+		return plan.TemplateHash(plan.RoleControlPlane, cp.GetProvider(), s.GetKubernetesVersion(), manifest.OSOf(cp.GetOs()), cp.GetTemplate(), merge(cp.GetBootstrap()))
 	}
 	for _, p := range s.GetWorkerPools() {
 		if p.GetName() == pool {
-			return plan.TemplateHash(plan.RoleWorker, p.GetProvider(), p.GetVersion(), p.GetTemplate(), merge(p.GetBootstrap()))
+			return plan.TemplateHash(plan.RoleWorker, p.GetProvider(), p.GetVersion(), manifest.OSOf(p.GetOs()), p.GetTemplate(), merge(p.GetBootstrap()))
 		}
 	}
 	return ""

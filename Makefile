@@ -75,6 +75,7 @@ fuzz: ## run every fuzz test for FUZZTIME executions (CI: a short run; the corpo
 	$(FUZZ) -fuzz '^FuzzParse$$' ./schemas/keys
 	$(FUZZ) -fuzz '^FuzzDecodeMatchesReference$$' ./schemas/manifest
 	$(FUZZ) -fuzz '^FuzzDecodeAddonSet$$' ./schemas/manifest
+	$(FUZZ) -fuzz '^FuzzDecode$$' ./schemas/backupfile
 
 NPD_VERSION ?= v1.36.0
 npd: ## build node-problem-detector for tests/health and tests/kube (cached outside the repo by version)

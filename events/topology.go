@@ -37,6 +37,9 @@ const (
 	BucketDesired  = "desired"
 	BucketObserved = "observed"
 	BucketSecrets  = "secrets"
+	// ObjectBackups is the object store of the management plane's backups
+	// (the backup service's; stream OBJ_backups).
+	ObjectBackups = "backups"
 
 	// ClusterObject stands in the object token of cluster-level subjects.
 	ClusterObject = keys.ClusterObject
@@ -80,9 +83,10 @@ func HealthSubject(cluster, machine, kind string) string {
 // Topology is what a deployment declares in JetStream: streams, KV buckets
 // and durable consumers. Provision creates or updates all of it.
 type Topology struct {
-	Streams   []jetstream.StreamConfig
-	Buckets   []jetstream.KeyValueConfig
-	Consumers []ConsumerSpec
+	Streams      []jetstream.StreamConfig
+	Buckets      []jetstream.KeyValueConfig
+	ObjectStores []jetstream.ObjectStoreConfig
+	Consumers    []ConsumerSpec
 }
 
 // DefaultTopology is capn's own topology with every stream and bucket
@@ -126,6 +130,9 @@ func DefaultTopology(replicas int) Topology {
 			{Bucket: BucketObserved, Description: "what is: status, infrastructure, node health", History: 1, Storage: jetstream.FileStorage, Replicas: replicas, LimitMarkerTTL: time.Minute},
 			{Bucket: BucketSecrets, Description: "sealed PKI, kubeconfigs and bootstrap data", History: 1, Storage: jetstream.FileStorage, Replicas: replicas},
 		},
+		ObjectStores: []jetstream.ObjectStoreConfig{
+			{Bucket: ObjectBackups, Description: "backups of desired, observed and secrets (sealed); the backup service keeps the newest few", Storage: jetstream.FileStorage, Replicas: replicas},
+		},
 	}
 }
 
@@ -143,6 +150,11 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) error {
 	for _, kc := range t.Buckets {
 		if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
 			errs = append(errs, fmt.Errorf("bucket %s: %w", kc.Bucket, err))
+		}
+	}
+	for _, oc := range t.ObjectStores {
+		if _, err := js.CreateOrUpdateObjectStore(ctx, oc); err != nil {
+			errs = append(errs, fmt.Errorf("object store %s: %w", oc.Bucket, err))
 		}
 	}
 	for _, cs := range t.Consumers {

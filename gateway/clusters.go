@@ -184,12 +184,24 @@ func autoscaled(c *capnv1.Cluster) bool {
 // deleteCluster is DELETE /v1/clusters/{name}[?resourceVersion=][&dryRun=All]:
 // it sets metadata.deletion_timestamp (once) and answers 202 with the
 // cluster; the cluster-planner tears the cluster down and removes it.
+// policyName is a deletion policy as the API names it.
+func policyName(p string) string {
+	if p == capnv1.DeletionOrphan {
+		return api.PropagationOrphan
+	}
+	return api.PropagationBackground
+}
+
 func (s *server) deleteCluster(w http.ResponseWriter, r *http.Request) error {
 	name, err := pathName(r, "name")
 	if err != nil {
 		return err
 	}
 	dryRun, err := dryRunFrom(r)
+	if err != nil {
+		return err
+	}
+	policy, err := propagationFrom(r)
 	if err != nil {
 		return err
 	}
@@ -200,11 +212,18 @@ func (s *server) deleteCluster(w http.ResponseWriter, r *http.Request) error {
 		preconditionPath: "resourceVersion",
 		whileDeleting:    true,
 		deleting:         true,
+		deletionPolicy:   policy,
 		dryRun:           dryRun,
-		mutate: func(_, next *capnv1.Cluster) (*capnv1.Cluster, error) {
+		mutate: func(cur, next *capnv1.Cluster) (*capnv1.Cluster, error) {
 			md := ensure(&next.Metadata)
 			if md.DeletionTimestamp == nil {
 				md.DeletionTimestamp = now
+			} else if was := cur.GetMetadata().GetDeletionPolicy(); was != policy {
+				// The first delete decides: tearing down what another
+				// deployment may have adopted, or orphaning what is half
+				// torn down, is never what a second delete means.
+				return nil, conflict("cluster %s is already being deleted with propagationPolicy %s; a delete with %s cannot change that",
+					name, policyName(was), policyName(policy))
 			}
 			return next, nil
 		},

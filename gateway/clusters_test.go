@@ -220,6 +220,45 @@ func TestDelete(t *testing.T) {
 	e.do(http.MethodDelete, "/v1/clusters/demo", tokRead, nil).wantProblem(t, http.StatusForbidden)
 }
 
+// ?propagationPolicy=Orphan (capn move) records the Orphan policy with
+// the deletion; the first delete decides, and apply cannot set it.
+func TestDeleteWithTheOrphanPolicy(t *testing.T) {
+	e := newEnv(t)
+	e.apply(demoYAML)
+	e.do(http.MethodDelete, "/v1/clusters/demo?propagationPolicy=Foreground", tokWrite, nil).wantProblem(t, http.StatusBadRequest, "propagationPolicy")
+	if r := e.do(http.MethodDelete, "/v1/clusters/demo?propagationPolicy=Orphan&dryRun=All", tokWrite, nil); r.status != http.StatusAccepted ||
+		r.cluster(t).GetMetadata().GetDeletionPolicy() != capnv1.DeletionOrphan {
+		t.Fatalf("dry run: %d %s", r.status, r.body)
+	}
+	if c, _, _ := e.clusters.Get(context.Background(), "cluster.demo"); c.GetMetadata().GetDeletionTimestamp() != nil {
+		t.Fatal("a dry run deleted")
+	}
+	r := e.do(http.MethodDelete, "/v1/clusters/demo?propagationPolicy=Orphan", tokWrite, nil)
+	if r.status != http.StatusAccepted || r.cluster(t).GetMetadata().GetDeletionPolicy() != capnv1.DeletionOrphan {
+		t.Fatalf("orphan delete: %d %s", r.status, r.body)
+	}
+	stored, _, err := e.clusters.Get(context.Background(), "cluster.demo")
+	if err != nil || !stored.GetMetadata().Orphaning() {
+		t.Fatalf("stored %v, %v", stored.GetMetadata(), err)
+	}
+	if r := e.do(http.MethodDelete, "/v1/clusters/demo?propagationPolicy=Orphan", tokWrite, nil); r.status != http.StatusAccepted {
+		t.Errorf("the same delete again: %d %s", r.status, r.body)
+	}
+	p := e.do(http.MethodDelete, "/v1/clusters/demo", tokWrite, nil).wantProblem(t, http.StatusConflict)
+	if !strings.Contains(p.Detail, "already being deleted with propagationPolicy Orphan") {
+		t.Errorf("detail %q", p.Detail)
+	}
+	if c, _, _ := e.clusters.Get(context.Background(), "cluster.demo"); !c.GetMetadata().Orphaning() {
+		t.Error("a plain delete turned an orphaning deletion into a teardown")
+	}
+
+	// Apply cannot set the policy.
+	e.apply(strings.Replace(manifestNamed("other", ""), "metadata:\n", "metadata:\n  deletionPolicy: Orphan\n", 1))
+	if c, _, _ := e.clusters.Get(context.Background(), "cluster.other"); c.GetMetadata().GetDeletionPolicy() != "" {
+		t.Errorf("apply set the deletion policy: %v", c.GetMetadata())
+	}
+}
+
 func TestGetAndList(t *testing.T) {
 	e := newEnv(t)
 	e.do(http.MethodGet, "/v1/clusters/demo", tokRead, nil).wantProblem(t, http.StatusNotFound)

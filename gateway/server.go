@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -54,6 +55,15 @@ type server struct {
 	addonSets     *store.Bucket[*capnv1.AddonSet]
 	addonStatuses *store.Bucket[*capnv1.ClusterAddonStatus]
 	addonSecrets  *store.Bucket[*capnv1.AddonSecret]
+
+	// scheduleStatuses reads the scheduled backups' state (observed
+	// backup.schedule); objects is the backups object store (objectStore:
+	// opened on first use); keyIDs are the ids of the secrets keys this
+	// gateway holds, which a restore's sealed secrets must be sealed with.
+	scheduleStatuses *store.Bucket[*capnv1.BackupScheduleStatus]
+	objectsMu        sync.Mutex
+	objects          jetstream.ObjectStore
+	keyIDs           []string
 
 	hub *hub
 	// desiredKV is read for its last revision when a watch opens.
@@ -117,6 +127,10 @@ func (s *server) routes() {
 	s.handle("PUT /v1/addonsecrets/{name}", scopeWrite|scopeSecrets, s.limits.ManifestBytes, s.putAddonSecret)
 	s.handle("DELETE /v1/addonsecrets/{name}", scopeWrite|scopeSecrets, s.limits.RequestBytes, s.deleteAddonSecret)
 	s.handle("GET /v1/watch", scopeRead, 0, s.watch)
+	s.handle("POST /v1/backups", scopeSecrets, s.limits.RequestBytes, s.createBackup)
+	s.handle("GET /v1/backups", scopeRead, 0, s.listBackups)
+	s.handle("GET /v1/backups/{name}", scopeSecrets, 0, s.getBackup)
+	s.handle("POST /v1/restores", scopeSecrets|scopeWrite, s.limits.RestoreBytes, s.restore)
 	s.handle("POST /v1/events", scopeIngest, s.limits.IngestRequestBytes, s.ingest)
 	// Any authenticated principal: the checks are in the handlers.
 	s.handle(loginsRoute, 0, s.limits.RequestBytes, s.createLogin)

@@ -69,6 +69,9 @@ type Limits struct {
 	// IngestEventBytes each event in it (default 256 KiB).
 	IngestRequestBytes int64
 	IngestEventBytes   int64
+	// RestoreBytes bounds a backup file sent to POST /v1/restores
+	// (default 256 MiB).
+	RestoreBytes int64
 }
 
 func (l Limits) withDefaults() Limits {
@@ -81,6 +84,7 @@ func (l Limits) withDefaults() Limits {
 	def(&l.RequestBytes, 64<<10)
 	def(&l.IngestRequestBytes, 1<<20)
 	def(&l.IngestEventBytes, 256<<10)
+	def(&l.RestoreBytes, 256<<20)
 	return l
 }
 
@@ -320,18 +324,20 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 		authFailures: newRateLimiter(s.opts.AuthFailureRate, s.opts.AuthFailureBurst, s.opts.Now),
 		streams:      newStreamSlots(s.opts.MaxStreamsPerToken, s.opts.MaxStreams),
 		limits:       s.opts.Limits, now: s.opts.Now, heartbeat: s.opts.Heartbeat, metrics: m,
-		validator:       manifest.Validator{MaxPoolReplicas: s.opts.MaxPoolReplicas, MaxClusterReplicas: s.opts.MaxClusterReplicas},
-		clusters:        store.NewBucket(desiredKV, store.New[capnv1.Cluster]()),
-		machines:        store.NewBucket(desiredKV, store.New[capnv1.Machine]()),
-		clusterStatuses: store.NewBucket(observedKV, store.New[capnv1.ClusterStatus]()),
-		machineStatuses: store.NewBucket(observedKV, store.New[capnv1.MachineStatus]()),
-		secretsStatuses: store.NewBucket(observedKV, store.New[capnv1.ClusterSecretsStatus]()),
-		addonSets:       store.NewBucket(desiredKV, store.New[capnv1.AddonSet]()),
-		addonStatuses:   store.NewBucket(observedKV, store.New[capnv1.ClusterAddonStatus]()),
-		stopping:        stopping,
-		desiredKV:       desiredKV,
+		validator:        manifest.Validator{MaxPoolReplicas: s.opts.MaxPoolReplicas, MaxClusterReplicas: s.opts.MaxClusterReplicas},
+		clusters:         store.NewBucket(desiredKV, store.New[capnv1.Cluster]()),
+		machines:         store.NewBucket(desiredKV, store.New[capnv1.Machine]()),
+		clusterStatuses:  store.NewBucket(observedKV, store.New[capnv1.ClusterStatus]()),
+		machineStatuses:  store.NewBucket(observedKV, store.New[capnv1.MachineStatus]()),
+		secretsStatuses:  store.NewBucket(observedKV, store.New[capnv1.ClusterSecretsStatus]()),
+		addonSets:        store.NewBucket(desiredKV, store.New[capnv1.AddonSet]()),
+		addonStatuses:    store.NewBucket(observedKV, store.New[capnv1.ClusterAddonStatus]()),
+		scheduleStatuses: store.NewBucket(observedKV, store.New[capnv1.BackupScheduleStatus]()),
+		stopping:         stopping,
+		desiredKV:        desiredKV,
 	}
 	if ring != nil {
+		srv.keyIDs = ring.KeyIDs()
 		secretsKV, err := d.JS.KeyValue(ctx, events.BucketSecrets)
 		if err != nil {
 			return fmt.Errorf("bucket %s: %w", events.BucketSecrets, err)

@@ -34,8 +34,10 @@ type writeOp struct {
 	// whileDeleting allows the change on a cluster whose deletion was
 	// requested (delete, pause, resume); else it is 409.
 	whileDeleting bool
-	// deleting keeps the deletion_timestamp mutate sets.
-	deleting bool
+	// deleting keeps the deletion_timestamp mutate sets, and with it
+	// deletionPolicy (a delete's propagationPolicy, "" or Orphan).
+	deleting       bool
+	deletionPolicy string
 	// replace: mutate returns a new cluster (apply), so it gets no copy of
 	// the stored one (next is nil).
 	replace bool
@@ -160,6 +162,25 @@ func dryRunFrom(r *http.Request) (bool, error) {
 	return true, nil
 }
 
+// propagationFrom reads ?propagationPolicy= of a delete: absent or
+// Background tears the cluster down (""); Orphan lets go of it without
+// touching it (capnv1.DeletionOrphan); anything else is a 400.
+func propagationFrom(r *http.Request) (string, error) {
+	vals := r.URL.Query()[api.ParamPropagationPolicy]
+	policy := ""
+	for _, v := range vals {
+		switch v {
+		case api.PropagationBackground:
+		case api.PropagationOrphan:
+			policy = capnv1.DeletionOrphan
+		default:
+			return "", badRequest("%s %q is not valid", api.ParamPropagationPolicy, v).
+				withField(api.ParamPropagationPolicy, `must be "Orphan" (capn lets go of the cluster and leaves its machines and infrastructure running, for another capn to adopt: capn move) or "Background" (the default: tear it down)`, v)
+		}
+	}
+	return policy, nil
+}
+
 // parseResourceVersion reads a resourceVersion precondition ("" is none).
 func parseResourceVersion(s, path string) (uint64, error) {
 	if s == "" {
@@ -191,6 +212,7 @@ func (s *server) setServerOwned(next, cur *capnv1.Cluster, op writeOp) {
 		md.CreationTimestamp = timestamppb.New(s.now().UTC().Truncate(time.Second))
 		md.Generation = 1
 		md.DeletionTimestamp = nil
+		md.DeletionPolicy = ""
 		return
 	}
 	cm := cur.GetMetadata()
@@ -201,6 +223,9 @@ func (s *server) setServerOwned(next, cur *capnv1.Cluster, op writeOp) {
 	md.CreationTimestamp = cm.GetCreationTimestamp()
 	if !op.deleting || cm.GetDeletionTimestamp() != nil {
 		md.DeletionTimestamp = cm.GetDeletionTimestamp()
+		md.DeletionPolicy = cm.GetDeletionPolicy()
+	} else {
+		md.DeletionPolicy = op.deletionPolicy
 	}
 	md.Generation = max(cm.GetGeneration(), 1)
 	if !proto.Equal(cur.GetSpec(), next.GetSpec()) {

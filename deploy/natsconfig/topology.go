@@ -21,6 +21,7 @@ func Topology(replicas int) events.Topology {
 	g := gateway.Topology(replicas)
 	t.Streams = append(t.Streams, g.Streams...)
 	t.Buckets = append(t.Buckets, g.Buckets...)
+	t.ObjectStores = append(t.ObjectStores, g.ObjectStores...)
 	return t
 }
 
@@ -33,6 +34,9 @@ func StreamNames() []string {
 	}
 	for _, b := range t.Buckets {
 		out = append(out, "KV_"+b.Bucket)
+	}
+	for _, o := range t.ObjectStores {
+		out = append(out, "OBJ_"+o.Bucket)
 	}
 	return out
 }

@@ -21,6 +21,8 @@ const (
 	Gateway        = "gateway"
 	// AutoscalerProvider serves the cluster autoscaler's externalgrpc API.
 	AutoscalerProvider = "autoscaler-provider"
+	// Backup takes and restores backups (services/backup).
+	Backup = "backup"
 	// Init provisions streams and buckets, and may do nothing else.
 	Init = "capn-init"
 )
@@ -39,6 +41,9 @@ const (
 	// their machines' bootstrap credentials (bootstrapper.CredentialSubjectRoot):
 	// capn.bootstrap.credential.<provider>.<cluster>.<machine>.
 	SubjectBootstrapCredential = keys.BootstrapCredentialRoot
+	// SubjectBackup is the root of the backup service's requests
+	// (keys.BackupRoot): capn.backup.create, capn.backup.restore.
+	SubjectBackup = keys.BackupRoot
 	// SubjectAuthCallout is where the server asks the bootstrapper to log
 	// a machine in (bootstrapper.CalloutSubject): node agents have no
 	// static user, each logs in as its own machine (keys.MachineUser).
@@ -135,6 +140,8 @@ func (d Deployment) Users() []User {
 		g.publish(ev("machine", ">"), events.Subject(events.SubjectCommands, "bootstrap", "generate", ">"),
 			events.Subject(events.SubjectProviders, "*", "machine", "create", ">"),
 			events.Subject(events.SubjectProviders, "*", "machine", "delete", ">"),
+			// A machine deleted with the Orphan policy is let go of.
+			events.Subject(events.SubjectProviders, "*", "machine", "orphan", ">"),
 			// Hibernation powers machines off and on.
 			events.Subject(events.SubjectProviders, "*", "machine", "stop", ">"),
 			events.Subject(events.SubjectProviders, "*", "machine", "start", ">"))
@@ -205,6 +212,27 @@ func (d Deployment) Users() []User {
 		g.write(des, "machine.>")
 		g.publish(SubjectIngest+".>", events.SubjectHealth+".>", ev("machine", "hook", ">"))
 		g.ordered(events.StreamEvents, ev("*", "*", "*", "*"), durablesOn(durables, events.StreamEvents))
+		// Backups and restores are the backup service's: the gateway asks
+		// it, and moves files between HTTP and the backups object store.
+		g.publish(events.Subject(SubjectBackup, "*"))
+		g.objects(events.ObjectBackups)
+	})
+	add(Backup, "takes backups (each bucket read at one point, secrets sealed) and restores them; hands infrastructure to providers to adopt", func(g *grants) {
+		for _, b := range []string{des, obs, sec} {
+			g.snapshot(b)
+		}
+		g.write(des, ">")
+		g.write(sec, ">")
+		// Every observed record but the providers' (infra.*, provider.*):
+		// a provider writes back what it adopts.
+		for _, k := range []string{"cluster.>", "machine.>", "node.>", "remediation.>", "secrets.>", "addon.>", "backup.>"} {
+			g.write(obs, k)
+		}
+		// Adoption only: never a create, a delete or an orphan.
+		g.publish(events.Subject(events.SubjectProviders, "*", "machine", "adopt", ">"),
+			events.Subject(events.SubjectProviders, "*", "cluster", "adopt", ">"))
+		g.objects(events.ObjectBackups)
+		g.serve(events.Subject(SubjectBackup, "create"), events.Subject(SubjectBackup, "restore"))
 	})
 	for _, p := range d.Providers {
 		add(ProviderUser(p.Name), "infrastructure provider "+p.Name, func(g *grants) {
@@ -291,6 +319,32 @@ func (g *grants) read(bucket, keys string) {
 		// A watch of several filters names none in its subject.
 		g.pub = append(g.pub, api("CONSUMER", "CREATE", s, "*"))
 	}
+}
+
+// snapshot lets the user read bucket at one point: a direct-get batch
+// over the whole stream, whose subject names no key (store.ReadSnapshots).
+func (g *grants) snapshot(bucket string) {
+	s := kvStream(bucket)
+	g.pub = append(g.pub, api("STREAM", "INFO", s), api("DIRECT", "GET", s))
+}
+
+// objects lets the user put, get, list and delete objects of object store
+// bucket (stream OBJ_<bucket>): its chunks and metadata subjects, direct
+// gets of metadata, the ordered consumers that read chunks and list, and
+// the purge of a deleted object's chunks.
+func (g *grants) objects(bucket string) {
+	s := "OBJ_" + bucket
+	g.pub = append(g.pub,
+		events.Subject("$O", bucket, ">"),
+		api("STREAM", "INFO", s),
+		api("STREAM", "PURGE", s),
+		api("STREAM", "MSG", "GET", s),
+		api("DIRECT", "GET", s, ">"),
+		api("CONSUMER", "CREATE", s, ">"),
+		api("CONSUMER", "INFO", s, ">"),
+		api("CONSUMER", "DELETE", s, ">"),
+		events.Subject("$JS", "FC", s, ">"),
+	)
 }
 
 // noConsumerDeletes takes back the consumer deletes read granted on bucket

@@ -44,6 +44,17 @@ const (
 	DryRunAll   = "All"
 )
 
+// DELETE /v1/clusters/{name}?propagationPolicy=Orphan deletes the cluster
+// from capn without touching it in the world (Kubernetes' parameter): its
+// machines keep running and its providers only drop their records, for
+// another capn deployment to adopt (capn move). Background (the default)
+// tears it down.
+const (
+	ParamPropagationPolicy = "propagationPolicy"
+	PropagationOrphan      = "Orphan"
+	PropagationBackground  = "Background"
+)
+
 // Media types the API speaks.
 const (
 	MediaJSON        = "application/json"
@@ -66,7 +77,9 @@ const (
 	ScopeWrite Scope = "write"
 	// ScopeIngest: POST /v1/events.
 	ScopeIngest Scope = "ingest"
-	// ScopeSecrets: GET /v1/clusters/{name}/kubeconfig.
+	// ScopeSecrets: GET /v1/clusters/{name}/kubeconfig; backups (POST and
+	// GET /v1/backups/{name}: a backup holds the sealed secrets) and, with
+	// write, restores (POST /v1/restores).
 	ScopeSecrets Scope = "secrets"
 	// ScopeAdmin is every scope.
 	ScopeAdmin Scope = "admin"
@@ -142,6 +155,9 @@ const (
 	ProblemUnavailable      = "urn:capn:problem:unavailable"     // 503: JetStream not answering; retry
 	ProblemInternal         = "urn:capn:problem:internal"        // 500
 	ProblemCorruptRecord    = "urn:capn:problem:corrupt-record"  // 500: the stored record does not decode
+	ProblemInvalidBackup    = "urn:capn:problem:invalid-backup"  // 422: a file that is not a valid backup; errors say where
+	ProblemNotEmpty         = "urn:capn:problem:not-empty"       // 409: a restore into a deployment with state, without merge
+	ProblemSealKeys         = "urn:capn:problem:seal-keys"       // 409: a backup sealed with a key the deployment does not hold
 )
 
 // AddonSecretInfo is the answer to PUT /v1/addonsecrets/{name}: what was

@@ -132,6 +132,11 @@ type WriteOption func(q url.Values)
 // nothing, and answers with the cluster as it would be stored.
 func DryRun(q url.Values) { q.Set(api.ParamDryRun, api.DryRunAll) }
 
+// Orphan makes a cluster's delete use the Orphan policy
+// (?propagationPolicy=Orphan): capn lets go of the cluster without
+// touching its machines or infrastructure (capn move).
+func Orphan(q url.Values) { q.Set(api.ParamPropagationPolicy, api.PropagationOrphan) }
+
 func writeQuery(opts []WriteOption) url.Values {
 	q := url.Values{}
 	for _, o := range opts {
@@ -473,4 +478,97 @@ func (c *Client) SetAddonSecret(ctx context.Context, name string, content []byte
 func (c *Client) DeleteAddonSecret(ctx context.Context, name string) error {
 	_, err := c.call(ctx, http.MethodDelete, "/v1/addonsecrets/"+url.PathEscape(name), nil, nil, "", nil)
 	return err
+}
+
+// Backup asks for a backup (of clusters, else of everything; trigger "" is
+// api) and returns its file: the caller reads and closes it. name is the
+// backup's name. Backups take their time: without a deadline on ctx the
+// call gets two minutes.
+func (c *Client) Backup(ctx context.Context, clusters []string, trigger string) (body io.ReadCloser, name string, err error) {
+	cancel := context.CancelFunc(func() {})
+	if _, ok := ctx.Deadline(); !ok {
+		ctx, cancel = context.WithTimeout(ctx, 2*time.Minute)
+	}
+	b, err := json.Marshal(api.BackupRequest{Clusters: clusters, Trigger: trigger})
+	if err != nil {
+		cancel()
+		return nil, "", err
+	}
+	resp, err := c.send(ctx, http.MethodPost, "/v1/backups", nil, bytes.NewReader(b), api.MediaJSON, api.MediaBackup, "")
+	if err != nil {
+		cancel()
+		return nil, "", err
+	}
+	return cancelOnClose{resp.Body, cancel}, resp.Header.Get(api.HeaderBackupName), nil
+}
+
+// cancelOnClose ends a call's context once its body is closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel()
+	return err
+}
+
+// Backups lists the stored backups and the schedule's state.
+func (c *Client) Backups(ctx context.Context) (*api.BackupList, error) {
+	out := &api.BackupList{}
+	_, err := c.call(ctx, http.MethodGet, "/v1/backups", nil, nil, "", out)
+	return out, err
+}
+
+// DownloadBackup returns a stored backup's file; the caller closes it.
+func (c *Client) DownloadBackup(ctx context.Context, name string) (io.ReadCloser, error) {
+	resp, err := c.send(ctx, http.MethodGet, "/v1/backups/"+url.PathEscape(name), nil, nil, "", api.MediaBackup, "")
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// RestoreOptions shape a restore.
+type RestoreOptions struct {
+	// Merge restores into a deployment that has state (the clusters it
+	// does not have).
+	Merge bool
+	// DryRun checks and plans, writing nothing.
+	DryRun bool
+	// Clusters restores only these.
+	Clusters []string
+	// AdoptWait bounds the wait for providers to adopt (0: the gateway's
+	// default, 30s).
+	AdoptWait time.Duration
+}
+
+// Restore sends a backup file to be restored and returns the report. The
+// call lasts the adopt wait plus two minutes when ctx has no deadline.
+func (c *Client) Restore(ctx context.Context, file []byte, o RestoreOptions) (*capnv1.RestoreReport, error) {
+	q := url.Values{}
+	if o.Merge {
+		q.Set(api.ParamMerge, "true")
+	}
+	if o.DryRun {
+		DryRun(q)
+	}
+	if len(o.Clusters) > 0 {
+		q.Set(api.ParamClusters, strings.Join(o.Clusters, ","))
+	}
+	wait := o.AdoptWait
+	if wait > 0 {
+		q.Set(api.ParamAdoptWait, wait.String())
+	} else {
+		wait = 30 * time.Second
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, wait+2*time.Minute)
+		defer cancel()
+	}
+	out := &capnv1.RestoreReport{}
+	_, err := c.call(ctx, http.MethodPost, "/v1/restores", q, bytes.NewReader(file), api.MediaBackup, out)
+	return out, err
 }

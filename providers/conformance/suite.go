@@ -17,6 +17,9 @@
 //     machines, and notices what changed while it was down;
 //   - its cluster infrastructure (endpoint) is idempotent and deletes
 //     cleanly;
+//   - a machine and a cluster's infrastructure it is told to orphan are
+//     left as they are (only its records go), and adopting their records
+//     takes them back with the same identity (a restore, capn move);
 //   - a whole cluster on the provider goes Ready and deletes cleanly
 //     through capn's core services (a capn release: CorePrograms);
 //   - on machines that run their bootstrap commands (Features.Commands):
@@ -143,6 +146,7 @@ func Run(t *testing.T, p Provider, f Features) {
 		{"RebootKeepsIdentityAndDisk", s.reboot, when(!f.Reboot, "no Reboot")},
 		{"SurvivesItsRestart", s.restart, when(!f.RestartSafe, "not RestartSafe")},
 		{"ClusterInfrastructure", s.clusterInfra, ""},
+		{"HandsOverWithoutTouching", s.handover, ""},
 		{"ClusterThroughCapn", s.throughCapn, when(f.Capn == nil, "no Capn: give Features.Capn (e.g. CorePrograms(t))")},
 		{"BootstrapCommands", s.bootstrapCommands, when(!f.Commands || f.Capn == nil || f.Disk == nil, "needs Commands, Capn and Disk")},
 		{"Kubernetes", s.kubernetes, when(f.Kubernetes == nil, "no Kubernetes: for a provider whose machines run real Kubernetes (real-kubernetes)")},

@@ -24,6 +24,10 @@ func (s *server) builtinHandlers() map[string]events.Handler {
 		TypeStopMachine:   events.Typed(s.power),
 		TypeStartMachine:  events.Typed(s.power),
 		TypeRebootMachine: events.Typed(s.power),
+		TypeAdoptMachine:  events.Typed(s.adoptMachine),
+		TypeOrphanMachine: events.Typed(s.orphanMachine),
+		TypeAdoptCluster:  events.Typed(s.adoptCluster),
+		TypeOrphanCluster: events.Typed(s.orphanCluster),
 	}
 }
 
@@ -58,7 +62,13 @@ func (s *server) handle(ctx context.Context, m *events.Message) error {
 		return err
 	}
 	defer unlock()
-	return h(ctx, m)
+	err = h(ctx, m)
+	outcome := "done"
+	if err != nil && !events.IsPermanent(err) {
+		outcome = "retry"
+	}
+	s.commands.WithLabelValues(s.name, subj.Entity, subj.Verb, outcome).Inc()
+	return err
 }
 
 // target checks that a command's data names what its subject names.

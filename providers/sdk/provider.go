@@ -126,7 +126,10 @@ type Runner interface {
 // records (the sim provider). The SDK calls Adopt once at start, before
 // Run and before any command, with every infra record of this provider in
 // observed KV, whatever its state; the provider takes back what it had.
-// An error stops the service.
+// An error stops the service. It is called again, with one record, for
+// each adopt command (a restore or a move hands over a machine or a
+// cluster's infrastructure, handover.go): a machine it already has is
+// kept as it is.
 type Adopter interface {
 	Adopt(ctx context.Context, machines []*capnv1.InfraMachine, clusters []*capnv1.InfraCluster) error
 }

@@ -70,17 +70,18 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 
 // server is one run of a Service.
 type server struct {
-	p      Provider
-	name   string
-	opts   Options
-	log    zerolog.Logger
-	js     jetstream.JetStream
-	obs    *observed
-	pub    *events.Publisher
-	locks  keyLocks
-	checks *reconcile.Queue
-	drift  *prometheus.CounterVec
-	passes *prometheus.CounterVec
+	p        Provider
+	name     string
+	opts     Options
+	log      zerolog.Logger
+	js       jetstream.JetStream
+	obs      *observed
+	pub      *events.Publisher
+	locks    keyLocks
+	checks   *reconcile.Queue
+	drift    *prometheus.CounterVec
+	passes   *prometheus.CounterVec
+	commands *prometheus.CounterVec
 
 	handlers map[string]events.Handler
 
@@ -109,6 +110,9 @@ func newServer(ctx context.Context, p Provider, opts Options, d *daemon.Deps) (*
 		"Drift reports published, by provider and kind (Gone, Stopped, Changed, Orphan).", "provider", "kind")
 	s.passes = counter(d.Metrics, MetricDriftPasses,
 		"Drift reconciles that compared every observed record with the provider's List.", "provider")
+	s.commands = counter(d.Metrics, MetricCommands,
+		"Commands handled, by provider, kind (machine, cluster), verb (create, delete, orphan, adopt, ...) and outcome (done: acked; retry: to be redelivered).",
+		"provider", "kind", "verb", "outcome")
 	s.handlers = s.builtinHandlers()
 	if ch, ok := p.(CommandHandler); ok {
 		for typ, h := range ch.Commands() {
@@ -252,6 +256,11 @@ func (s *server) withdraw() {
 // observed record with List (label provider): a test waits on it for a
 // pass, rather than for ReconcileEvery.
 const MetricDriftPasses = "capn_provider_drift_passes_total"
+
+// MetricCommands counts the commands a provider handled (labels provider,
+// kind, verb, outcome): what an operator reads to see that a move
+// orphaned machines and deleted none.
+const MetricCommands = "capn_provider_commands_total"
 
 // counter registers a counter on reg, or returns the one registered
 // before under the same name (a provider restarted in one process).

@@ -43,6 +43,7 @@ var (
 	_ sdk.PowerController = (*Provider)(nil)
 	_ sdk.Runner          = (*Provider)(nil)
 	_ sdk.Adopter         = (*Provider)(nil)
+	_ sdk.Orphaner        = (*Provider)(nil)
 	_ sdk.CommandHandler  = (*Provider)(nil)
 )
 

@@ -404,3 +404,51 @@ func simGoroutines() int {
 	}
 	return count
 }
+
+// A machine handed over (orphaned here, adopted by the sim of the
+// deployment it moves to — here the same one, after) keeps its identity:
+// orphaning stops its heartbeats and deletes nothing; adopting its record
+// brings it back with the same provider id and address, beating again.
+func TestOrphanThenAdopt(t *testing.T) {
+	env := sdktest.New(t)
+	p, _ := start(t, env, Options{HeartbeatEvery: 50 * time.Millisecond})
+	env.Send(Name, sdk.KindCluster, "ensure", "ensure-c1", &capnv1.EnsureClusterInfra{Cluster: "c1"})
+	create(env, "c1", "m1", "v1.33.1")
+	before := env.WaitState(Name, "c1", "m1", sdk.StateRunning)
+	var cluster *capnv1.InfraCluster
+	natstest.WaitFor(t, sdktest.Timeout, "the cluster's record", func() bool {
+		var ok bool
+		cluster, ok = env.Cluster(Name, "c1")
+		return ok
+	})
+	waitNewBeats(env, "c1", "m1", 1)
+
+	env.Send(Name, sdk.KindMachine, "orphan", "orphan-m1", &capnv1.DeleteMachine{Cluster: "c1", Machine: "m1"})
+	env.Send(Name, sdk.KindCluster, "orphan", "orphan-c1", &capnv1.DeleteClusterInfra{Cluster: "c1"})
+	env.WaitNoMachine(Name, "c1", "m1")
+	env.WaitDrained()
+	if list, _ := p.List(t.Context()); len(list) != 0 {
+		t.Fatalf("the sim still manages %v", list)
+	}
+	if _, ok := env.Cluster(Name, "c1"); ok {
+		t.Error("the orphaned cluster's record is still there")
+	}
+	last := lastBeatID(env, "c1", "m1")
+	// Silent: three heartbeat periods pass without a beat.
+	deadline := time.Now().Add(150 * time.Millisecond)
+	natstest.WaitFor(t, time.Second, "three heartbeat periods", func() bool { return time.Now().After(deadline) })
+	if got := lastBeatID(env, "c1", "m1"); got != last {
+		t.Errorf("an orphaned machine still beats: %s after %s", got, last)
+	}
+
+	env.Send(Name, sdk.KindCluster, "adopt", "adopt-c1", &capnv1.AdoptClusterInfra{Cluster: "c1", Record: cluster})
+	env.Send(Name, sdk.KindMachine, "adopt", "adopt-m1", &capnv1.AdoptMachine{Cluster: "c1", Machine: "m1", Record: before})
+	after := env.WaitState(Name, "c1", "m1", sdk.StateRunning)
+	if after.GetProviderId() != before.GetProviderId() || !hasAddress(after, "InternalIP", before.GetAddresses()[0].GetAddress()) {
+		t.Errorf("adopted %v, had %v", after, before)
+	}
+	waitNewBeats(env, "c1", "m1", 2)
+	if ic, ok := env.Cluster(Name, "c1"); !ok || ic.GetControlPlaneEndpoint().GetPort() != cluster.GetControlPlaneEndpoint().GetPort() {
+		t.Errorf("cluster after the adopt: %v, had %v", ic, cluster)
+	}
+}

@@ -25,6 +25,7 @@ const (
 	KindAddonSet    Kind = "addonset"    // desired AddonSet: addonset.<set>
 	KindAddon       Kind = "addon"       // observed ClusterAddonStatus: addon.<cluster>.<set>
 	KindAddonSecret Kind = "addonsecret" // secrets AddonSecret: addonsecret.<secret>
+	KindBackup      Kind = "backup"      // observed BackupScheduleStatus: backup.<name> (backup.schedule)
 )
 
 // Prefixes of every key of a kind, for caches and watchers (store.Keep,
@@ -44,6 +45,7 @@ const (
 	AddonSetPrefix    = string(KindAddonSet) + "."
 	AddonPrefix       = string(KindAddon) + "."
 	AddonSecretPrefix = string(KindAddonSecret) + "."
+	BackupPrefix      = string(KindBackup) + "."
 )
 
 // ClusterObject stands in the object token of a cluster-level key or
@@ -51,9 +53,10 @@ const (
 const ClusterObject = "_"
 
 // Key is a parsed key. Provider is set for infra and provider keys,
-// Cluster for all others but addonset and addonsecret (which belong to no
-// cluster), Name for the machine (ClusterObject for a cluster's
-// infrastructure), the pool, the add-on set or the add-on secret.
+// Cluster for all others but addonset, addonsecret and backup (which
+// belong to no cluster), Name for the machine (ClusterObject for a
+// cluster's infrastructure), the pool, the add-on set or secret, or the
+// backup record.
 type Key struct {
 	Kind     Kind
 	Provider string
@@ -113,6 +116,13 @@ func AddonSecret(secret string) string { return join(string(KindAddonSecret), se
 // AddonsOf is the prefix of a cluster's add-on records: addon.<cluster>.
 func AddonsOf(cluster string) string { return Addon(cluster, "") }
 
+// Backup is backup.<name>, a record of the backup service: backup.schedule
+// is the scheduled backups' state. It belongs to no cluster.
+func Backup(name string) string { return join(string(KindBackup), name) }
+
+// BackupSchedule is backup.schedule.
+var BackupSchedule = Backup("schedule")
+
 // MachinesOf is the prefix of a cluster's machine keys: machine.<cluster>.
 func MachinesOf(cluster string) string { return Machine(cluster, "") }
 
@@ -133,6 +143,7 @@ var shapes = map[Kind]int{
 	KindCluster: 1, KindMachine: 2, KindInfra: 3, KindNode: 2, KindRemediation: 2, KindAutoscaler: 2,
 	KindProvider: 1, KindSecrets: 1, KindPKI: 1, KindKubeconfig: 1, KindBootstrap: 2,
 	KindAddonSet: 1, KindAddon: 2, KindAddonSecret: 1,
+	KindBackup: 1,
 }
 
 // ErrMalformed is wrapped by every error of Parse and ParseSubject.
@@ -151,7 +162,7 @@ func Parse(key string) (Key, error) {
 	switch kind {
 	case KindProvider:
 		k.Provider = toks[1]
-	case KindAddonSet, KindAddonSecret:
+	case KindAddonSet, KindAddonSecret, KindBackup:
 		k.Name = toks[1]
 	case KindInfra:
 		k.Provider, k.Cluster, k.Name = toks[1], toks[2], toks[3]
@@ -169,6 +180,8 @@ func (k Key) String() string {
 	switch k.Kind {
 	case KindProvider:
 		return join(string(k.Kind), k.Provider)
+	case KindBackup:
+		return join(string(k.Kind), k.Name)
 	case KindInfra:
 		return join(string(k.Kind), k.Provider, k.Cluster, k.Name)
 	case KindAddonSet, KindAddonSecret:
@@ -193,8 +206,8 @@ func (k Key) Machine() bool {
 }
 
 // ClusterOf is the cluster a key belongs to, for watchers that queue
-// clusters: "" for a provider's announcement, an add-on set or secret, or
-// a malformed key.
+// clusters: "" for a provider's announcement, an add-on set or secret, a
+// backup record, or a malformed key.
 func ClusterOf(key string) string {
 	k, err := Parse(key)
 	if err != nil {

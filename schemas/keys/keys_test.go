@@ -28,10 +28,11 @@ func TestKeys(t *testing.T) {
 		{keys.AddonSet("cni"), keys.Key{Kind: keys.KindAddonSet, Name: "cni"}},
 		{keys.Addon("c1", "cni"), keys.Key{Kind: keys.KindAddon, Cluster: "c1", Name: "cni"}},
 		{keys.AddonSecret("creds"), keys.Key{Kind: keys.KindAddonSecret, Name: "creds"}},
+		{keys.BackupSchedule, keys.Key{Kind: keys.KindBackup, Name: "schedule"}},
 	}
 	wantKeys := []string{"cluster.c1", "machine.c1.m1", "infra.sim.c1.m1", "infra.sim.c1._", "node.c1.m1",
 		"remediation.c1.md-0", "autoscaler.c1.md-0", "provider.docker", "secrets.c1", "pki.c1", "kubeconfig.c1", "bootstrap.c1.m1",
-		"addonset.cni", "addon.c1.cni", "addonsecret.creds"}
+		"addonset.cni", "addon.c1.cni", "addonsecret.creds", "backup.schedule"}
 	for i, tt := range tests {
 		t.Run(tt.key, func(t *testing.T) {
 			if tt.key != wantKeys[i] {
@@ -54,6 +55,7 @@ func TestKeys(t *testing.T) {
 		keys.BootstrapsOf("c1"): "bootstrap.c1.", keys.InfraOf("sim"): "infra.sim.", keys.ClusterPrefix: "cluster.",
 		keys.InfraPrefix: "infra.", keys.ProviderPrefix: "provider.", keys.AddonsOf("c1"): "addon.c1.",
 		keys.AddonSetPrefix: "addonset.", keys.AddonPrefix: "addon.", keys.AddonSecretPrefix: "addonsecret.",
+		keys.BackupPrefix: "backup.",
 	}
 	// An add-on set or secret belongs to no cluster: a watcher queueing
 	// clusters skips it.
@@ -77,7 +79,7 @@ func TestParseRefuses(t *testing.T) {
 		"", "cluster", "cluster.", "cluster.c1.extra", "machine.c1", "machine.c1.", "machine..m1",
 		"infra.sim.c1", "infra.sim.c1.m1.x", "node.c1.*", "machine.c1.>", "provider.", "unknown.c1",
 		"Cluster.c1", "pki.c1.ca", "bootstrap.c1", "secrets.c 1",
-		"addonset", "addonset.a.b", "addon.c1", "addon.c1.", "addon..cni", "addonsecret.a.b", "addonsecret.*",
+		"addonset", "addonset.a.b", "addon.c1", "addon.c1.", "addon..cni", "addonsecret.a.b", "addonsecret.*", "backup.", "backup.a.b",
 	} {
 		if k, err := keys.Parse(key); !errors.Is(err, keys.ErrMalformed) {
 			t.Errorf("Parse(%q) = %+v, %v; want ErrMalformed", key, k, err)
@@ -159,4 +161,17 @@ func FuzzParse(f *testing.F) {
 			t.Errorf("ParseSubject(Drift(%q, %q, %q)) = %+v, %v", c, c, m, s, err)
 		}
 	})
+}
+
+// A backup record belongs to no cluster: a watcher that queues clusters
+// by ClusterOf must not take "schedule" for one.
+func TestClusterOf(t *testing.T) {
+	for key, want := range map[string]string{
+		"cluster.c1": "c1", "machine.c1.m1": "c1", "infra.sim.c1._": "c1",
+		"provider.sim": "", keys.BackupSchedule: "", "bad": "",
+	} {
+		if got := keys.ClusterOf(key); got != want {
+			t.Errorf("ClusterOf(%q) = %q, want %q", key, got, want)
+		}
+	}
 }

@@ -23,6 +23,9 @@ const (
 	// BootstrapCredentialRoot: a provider's request for a machine's
 	// credential, capn.bootstrap.credential.<provider>.<cluster>.<machine>.
 	BootstrapCredentialRoot = "capn.bootstrap.credential"
+	// BackupRoot: requests to the backup service (core request-reply):
+	// capn.backup.create, capn.backup.restore.
+	BackupRoot = "capn.backup"
 	// IngestRoot: the gateway's ingest stream, capn.ingest.<event type's
 	// tokens> (any number of them: not parsed here).
 	IngestRoot = "capn.ingest"
@@ -72,6 +75,9 @@ func BootstrapFetch(cluster, machine string) string {
 func BootstrapCredential(provider, cluster, machine string) string {
 	return join(BootstrapCredentialRoot, provider, cluster, machine)
 }
+
+// BackupRequest is capn.backup.<verb> (create, restore).
+func BackupRequest(verb string) string { return join(BackupRoot, verb) }
 
 // Subject is a parsed subject. Object is the machine, or ClusterObject.
 // By root:

@@ -49,7 +49,7 @@ func (a *applier) CreateMachine(ctx context.Context, c plan.CreateMachine) error
 
 func (a *applier) DeleteMachine(ctx context.Context, d plan.DeleteMachine) error {
 	_, _, err := a.s.machines.Mutate(ctx, a.machineKey(d.Name), func(m *capnv1.Machine, exists bool) (*capnv1.Machine, error) {
-		if next, ok := plan.DeletingMachineRecord(m, a.now()); exists && ok {
+		if next, ok := plan.DeletingMachineRecord(m, d, a.now()); exists && ok {
 			return next, nil
 		}
 		return nil, store.ErrNoChange
@@ -85,6 +85,11 @@ func (a *applier) EnsureClusterInfra(ctx context.Context, e plan.EnsureClusterIn
 
 func (a *applier) DeleteClusterInfra(ctx context.Context, d plan.DeleteClusterInfra) error {
 	name := a.name()
+	if d.Orphan {
+		_, err := a.s.pub.Publish(ctx, events.ProviderSubject(d.Provider, "cluster", "orphan", name, events.ClusterObject), events.TypeProviderCommand+".cluster.orphan",
+			"orphan-infra."+name+"."+d.Provider+"."+a.uid(), &capnv1.DeleteClusterInfra{Cluster: name})
+		return err
+	}
 	_, err := a.s.pub.Publish(ctx, events.ProviderSubject(d.Provider, "cluster", "delete", name, events.ClusterObject), events.TypeProviderCommand+".cluster.delete",
 		"delete-infra."+name+"."+d.Provider+"."+a.uid(), &capnv1.DeleteClusterInfra{Cluster: name})
 	return err

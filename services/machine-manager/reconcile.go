@@ -129,6 +129,14 @@ func (s *Service) send(ctx context.Context, c Command, cluster, name string, m *
 		_, err := s.pub.Publish(ctx, events.ProviderSubject(p, "machine", "delete", cluster, name), events.TypeProviderCommand+".machine.delete", c.ID,
 			&capnv1.DeleteMachine{Cluster: cluster, Machine: name})
 		return err
+	case CmdOrphan:
+		p := provider(m, st)
+		if p == "" {
+			return fmt.Errorf("orphan %s.%s: no provider known", cluster, name)
+		}
+		_, err := s.pub.Publish(ctx, events.ProviderSubject(p, "machine", "orphan", cluster, name), events.TypeProviderCommand+".machine.orphan", c.ID,
+			&capnv1.DeleteMachine{Cluster: cluster, Machine: name})
+		return err
 	case CmdStop, CmdStart:
 		_, err := s.pub.Publish(ctx, events.ProviderSubject(provider(m, st), "machine", c.Kind, cluster, name), events.TypeProviderCommand+".machine."+c.Kind, c.ID,
 			&capnv1.MachinePower{Cluster: cluster, Machine: name, Action: c.Kind})

@@ -101,6 +101,10 @@ func Step(in Input, t Timeouts) (out Output) {
 			out.Events = append([]Event{transition(in.Name, before, out.Status)}, out.Events...)
 		}
 	}()
+	// A restored machine waits for what it needs (handover.go).
+	if adoption(&out, st, in, id) {
+		return out
+	}
 	if in.Desired != nil {
 		st.ObservedGeneration = in.Desired.GetMetadata().GetGeneration()
 		st.Provider = in.Desired.GetSpec().GetProvider()
@@ -113,6 +117,10 @@ func Step(in Input, t Timeouts) (out Output) {
 			if in.Desired == nil {
 				out.Status = nil // the planner let go of it: forget it
 			}
+			return out
+		}
+		if in.Desired.GetMetadata().Orphaning() {
+			orphanStep(&out, st, in, id(CmdOrphan))
 			return out
 		}
 		deleteStep(&out, st, in, id(CmdDelete))

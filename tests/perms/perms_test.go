@@ -138,6 +138,33 @@ func (a *actor) refusedSubscribe(subject string) {
 	})
 }
 
+// objectStore puts, gets, lists and deletes an object of the backups
+// object store, as the gateway and the backup service do.
+func (a *actor) objectStore(name string) {
+	a.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	o, err := a.js.ObjectStore(ctx, events.ObjectBackups)
+	if err != nil {
+		a.t.Errorf("%s: object store: %v", a.user, err)
+		return
+	}
+	data := []byte(strings.Repeat("backup ", 40000)) // more than one chunk
+	if _, err := o.PutBytes(ctx, name, data); err != nil {
+		a.t.Errorf("%s: put %s: %v", a.user, name, err)
+		return
+	}
+	if got, err := o.GetBytes(ctx, name); err != nil || len(got) != len(data) {
+		a.t.Errorf("%s: get %s: %d bytes, %v", a.user, name, len(got), err)
+	}
+	if infos, err := o.List(ctx); err != nil || len(infos) == 0 {
+		a.t.Errorf("%s: list: %v", a.user, err)
+	}
+	if err := o.Delete(ctx, name); err != nil {
+		a.t.Errorf("%s: delete %s: %v", a.user, name, err)
+	}
+}
+
 // kvGet is a direct get of key in bucket, the request a KV read makes.
 func (a *actor) kvGet(bucket, key string) func() error {
 	return func() error {
@@ -272,6 +299,7 @@ func TestEachUserDoesItsJob(t *testing.T) {
 	cp.put(events.BucketDesired, "cluster.demo") // its delete of a deleted cluster's key
 	cp.publish(events.EventSubject("cluster", "ready", "demo", "_"))
 	cp.publish(events.ProviderSubject("sim", "cluster", "ensure", "demo", "_"))
+	cp.publish(events.ProviderSubject("sim", "cluster", "orphan", "demo", "_")) // capn move
 	cp.publish(events.CommandSubject("bootstrap", "cleanup", "demo", "_"))
 
 	mm := w.as(t, natsconfig.MachineManager)
@@ -282,6 +310,7 @@ func TestEachUserDoesItsJob(t *testing.T) {
 	mm.publish(events.ProviderSubject("sim", "machine", "create", "demo", "m1"))
 	mm.publish(events.ProviderSubject("docker", "machine", "create", "demo", "m2"))
 	mm.publish(events.ProviderSubject("sim", "machine", "delete", "demo", "m1"))
+	mm.publish(events.ProviderSubject("sim", "machine", "orphan", "demo", "m1")) // capn move
 	mm.publish(events.EventSubject("machine", "running", "demo", "m1"))
 
 	bs := w.as(t, natsconfig.Bootstrapper)
@@ -402,7 +431,45 @@ func TestEachUserDoesItsJob(t *testing.T) {
 		t.Errorf("gateway: timeline got %s", m.Subject())
 	}
 
-	for _, a := range []*actor{gw, cp, mm, bs, sim, dk, hw, rm, ap, am} {
+	// The backup service: each bucket read at one point, its writes,
+	// adoption commands, the backups object store, and its requests.
+	bk := w.as(t, natsconfig.Backup)
+	if snaps, err := store.ReadSnapshots(context.Background(), bk.nc, store.SnapshotOptions{}, events.BucketObserved, events.BucketSecrets, events.BucketDesired); err != nil {
+		t.Errorf("backup: read the buckets at one point: %v", err)
+	} else if len(snaps[1].Entries) == 0 {
+		t.Error("backup: read no secrets")
+	}
+	for _, k := range []string{"cluster.restored", "machine.restored.m1"} {
+		bk.put(events.BucketDesired, k)
+	}
+	for _, k := range []string{"machine.restored.m1", "node.restored.m1", "cluster.restored", "remediation.restored.md-0", "secrets.restored", "addon.restored.cni", "backup.schedule"} {
+		bk.put(events.BucketObserved, k)
+	}
+	bk.put(events.BucketSecrets, "pki.restored")
+	bk.put(events.BucketSecrets, "addonsecret.restored")
+	bk.put(events.BucketDesired, "addonset.restored")
+	bk.publish(events.ProviderSubject("sim", "machine", "adopt", "restored", "m1"))
+	bk.publish(events.ProviderSubject("docker", "cluster", "adopt", "restored", "_"))
+	bk.objectStore("b1")
+	for _, subject := range []string{"capn.backup.create", "capn.backup.restore"} {
+		sub, err := bk.nc.QueueSubscribe(subject, "backup", func(m *nats.Msg) { _ = m.Respond([]byte("ok")) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+	}
+	if err := bk.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// The gateway asks it, and moves files through the object store.
+	for _, verb := range []string{"create", "restore"} {
+		if m, err := gw.nc.Request("capn.backup."+verb, nil, 5*time.Second); err != nil || string(m.Data) != "ok" {
+			t.Errorf("gateway: ask the backup service to %s: %v", verb, err)
+		}
+	}
+	gw.objectStore("upload-1")
+
+	for _, a := range []*actor{gw, cp, mm, bs, sim, dk, hw, rm, ap, am, bk} {
 		a.clean()
 	}
 	for _, v := range w.c.ServerViolations() {
@@ -561,6 +628,40 @@ func TestOutsideTheJobIsRefused(t *testing.T) {
 			for _, s := range subjects {
 				a.refusedPublish(s)
 			}
+		}
+	})
+	t.Run("the backup service writes no provider's record and sends no command but adopt", func(t *testing.T) {
+		t.Parallel()
+		bk := w.as(t, natsconfig.Backup)
+		for _, s := range []string{
+			"$KV.observed.infra.sim.demo.m1", "$KV.observed.infra.sim.demo._", "$KV.observed.provider.sim",
+			"capn.provider.sim.machine.create.demo.m1", "capn.provider.sim.machine.delete.demo.m1",
+			"capn.provider.sim.machine.orphan.demo.m1", "capn.provider.sim.cluster.delete.demo._",
+			"capn.provider.sim.cluster.orphan.demo._", "capn.provider.sim.machine.reboot.demo.m1",
+			"capn.cmd.bootstrap.generate.demo.m1", "capn.evt.cluster.ready.demo._",
+			"$JS.API.CONSUMER.MSG.NEXT.CAPN_PROVIDERS.provider-sim", "$JS.API.STREAM.PURGE.KV_secrets",
+		} {
+			bk.refusedPublish(s)
+		}
+		bk.refusedSubscribe("capn.provider.>")
+	})
+	t.Run("only the backup service answers backups and reads buckets whole; only it and the gateway hold backups", func(t *testing.T) {
+		t.Parallel()
+		for _, user := range []string{natsconfig.Gateway, natsconfig.HealthWatcher, natsconfig.ProviderUser("sim")} {
+			a := w.as(t, user)
+			// Answering a restore would be reading every uploaded file.
+			a.refusedSubscribe("capn.backup.restore")
+			a.refusedSubscribe("capn.backup.>")
+			// A batch read of a whole bucket names no key: every secret.
+			a.refusedPublish("$JS.API.DIRECT.GET.KV_secrets")
+		}
+		for _, user := range []string{natsconfig.HealthWatcher, natsconfig.ProviderUser("sim"), natsconfig.ClusterPlanner} {
+			a := w.as(t, user)
+			a.refusedPublish("$JS.API.STREAM.INFO.OBJ_backups")
+			a.refusedPublish("$JS.API.DIRECT.GET.OBJ_backups.$O.backups.M.x")
+			a.refusedPublish("$O.backups.C.x")
+			a.refusedSubscribe("$O.backups.>")
+			a.refusedPublish("capn.backup.restore")
 		}
 	})
 	t.Run("the addon-manager: its records and events only; secrets it does not need are out of reach", func(t *testing.T) {

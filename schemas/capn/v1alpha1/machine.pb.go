@@ -360,8 +360,13 @@ type MachineStatus struct {
 	// node_deletion_start_time is when the deletion started waiting for
 	// the Node's deletion (node_deletion_timeout counts from it).
 	NodeDeletionStartTime *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=node_deletion_start_time,json=nodeDeletionStartTime,proto3" json:"node_deletion_start_time,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// adoption is set by a restore (or a move) that wrote this status: the
+	// machine-manager takes no step for the machine until its desired
+	// record is back and, when the backup recorded infrastructure, the
+	// provider has adopted it (its infra record is back); then it clears it.
+	Adoption      *Adoption `protobuf:"bytes,17,opt,name=adoption,proto3" json:"adoption,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MachineStatus) Reset() {
@@ -506,6 +511,78 @@ func (x *MachineStatus) GetNodeDeletionStartTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *MachineStatus) GetAdoption() *Adoption {
+	if x != nil {
+		return x.Adoption
+	}
+	return nil
+}
+
+// Adoption holds a restored machine until what it needs is back.
+type Adoption struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// provider_id is the infrastructure the backup recorded (its provider
+	// adopts it by this id); empty when none was recorded yet.
+	ProviderId string `protobuf:"bytes,1,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	// since is when the restore wrote the status.
+	Since *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=since,proto3" json:"since,omitempty"`
+	// source names the backup the machine came from.
+	Source        string `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Adoption) Reset() {
+	*x = Adoption{}
+	mi := &file_capn_v1alpha1_machine_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Adoption) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Adoption) ProtoMessage() {}
+
+func (x *Adoption) ProtoReflect() protoreflect.Message {
+	mi := &file_capn_v1alpha1_machine_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Adoption.ProtoReflect.Descriptor instead.
+func (*Adoption) Descriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_machine_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Adoption) GetProviderId() string {
+	if x != nil {
+		return x.ProviderId
+	}
+	return ""
+}
+
+func (x *Adoption) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *Adoption) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
 var File_capn_v1alpha1_machine_proto protoreflect.FileDescriptor
 
 const file_capn_v1alpha1_machine_proto_rawDesc = "" +
@@ -534,7 +611,7 @@ const file_capn_v1alpha1_machine_proto_rawDesc = "" +
 	"\x02os\x18\x0f \x01(\tR\x02os\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc5\x06\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfa\x06\n" +
 	"\rMachineStatus\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x128\n" +
 	"\n" +
@@ -556,7 +633,13 @@ const file_capn_v1alpha1_machine_proto_rawDesc = "" +
 	"\x17bootstrap_data_checksum\x18\r \x01(\tR\x15bootstrapDataChecksum\x12\x1a\n" +
 	"\bprovider\x18\x0e \x01(\tR\bprovider\x12D\n" +
 	"\x10drain_start_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\x0edrainStartTime\x12S\n" +
-	"\x18node_deletion_start_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\x15nodeDeletionStartTime*\xaf\x02\n" +
+	"\x18node_deletion_start_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\x15nodeDeletionStartTime\x123\n" +
+	"\badoption\x18\x11 \x01(\v2\x17.capn.v1alpha1.AdoptionR\badoption\"u\n" +
+	"\bAdoption\x12\x1f\n" +
+	"\vprovider_id\x18\x01 \x01(\tR\n" +
+	"providerId\x120\n" +
+	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x16\n" +
+	"\x06source\x18\x03 \x01(\tR\x06source*\xaf\x02\n" +
 	"\fMachinePhase\x12\x1d\n" +
 	"\x19MACHINE_PHASE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15MACHINE_PHASE_PENDING\x10\x01\x12\x1f\n" +
@@ -582,44 +665,47 @@ func file_capn_v1alpha1_machine_proto_rawDescGZIP() []byte {
 }
 
 var file_capn_v1alpha1_machine_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_capn_v1alpha1_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_capn_v1alpha1_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_capn_v1alpha1_machine_proto_goTypes = []any{
 	(MachinePhase)(0),             // 0: capn.v1alpha1.MachinePhase
 	(*Machine)(nil),               // 1: capn.v1alpha1.Machine
 	(*MachineSpec)(nil),           // 2: capn.v1alpha1.MachineSpec
 	(*MachineStatus)(nil),         // 3: capn.v1alpha1.MachineStatus
-	nil,                           // 4: capn.v1alpha1.MachineSpec.LabelsEntry
-	(*ObjectMeta)(nil),            // 5: capn.v1alpha1.ObjectMeta
-	(*MachineTemplate)(nil),       // 6: capn.v1alpha1.MachineTemplate
-	(*Taint)(nil),                 // 7: capn.v1alpha1.Taint
-	(*BootstrapSpec)(nil),         // 8: capn.v1alpha1.BootstrapSpec
-	(*durationpb.Duration)(nil),   // 9: google.protobuf.Duration
-	(*Condition)(nil),             // 10: capn.v1alpha1.Condition
-	(*Address)(nil),               // 11: capn.v1alpha1.Address
-	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
+	(*Adoption)(nil),              // 4: capn.v1alpha1.Adoption
+	nil,                           // 5: capn.v1alpha1.MachineSpec.LabelsEntry
+	(*ObjectMeta)(nil),            // 6: capn.v1alpha1.ObjectMeta
+	(*MachineTemplate)(nil),       // 7: capn.v1alpha1.MachineTemplate
+	(*Taint)(nil),                 // 8: capn.v1alpha1.Taint
+	(*BootstrapSpec)(nil),         // 9: capn.v1alpha1.BootstrapSpec
+	(*durationpb.Duration)(nil),   // 10: google.protobuf.Duration
+	(*Condition)(nil),             // 11: capn.v1alpha1.Condition
+	(*Address)(nil),               // 12: capn.v1alpha1.Address
+	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
 }
 var file_capn_v1alpha1_machine_proto_depIdxs = []int32{
-	5,  // 0: capn.v1alpha1.Machine.metadata:type_name -> capn.v1alpha1.ObjectMeta
+	6,  // 0: capn.v1alpha1.Machine.metadata:type_name -> capn.v1alpha1.ObjectMeta
 	2,  // 1: capn.v1alpha1.Machine.spec:type_name -> capn.v1alpha1.MachineSpec
 	3,  // 2: capn.v1alpha1.Machine.status:type_name -> capn.v1alpha1.MachineStatus
-	6,  // 3: capn.v1alpha1.MachineSpec.template:type_name -> capn.v1alpha1.MachineTemplate
-	4,  // 4: capn.v1alpha1.MachineSpec.labels:type_name -> capn.v1alpha1.MachineSpec.LabelsEntry
-	7,  // 5: capn.v1alpha1.MachineSpec.taints:type_name -> capn.v1alpha1.Taint
-	8,  // 6: capn.v1alpha1.MachineSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	9,  // 7: capn.v1alpha1.MachineSpec.node_drain_timeout:type_name -> google.protobuf.Duration
-	9,  // 8: capn.v1alpha1.MachineSpec.node_deletion_timeout:type_name -> google.protobuf.Duration
-	10, // 9: capn.v1alpha1.MachineStatus.conditions:type_name -> capn.v1alpha1.Condition
-	11, // 10: capn.v1alpha1.MachineStatus.addresses:type_name -> capn.v1alpha1.Address
-	12, // 11: capn.v1alpha1.MachineStatus.phase_since:type_name -> google.protobuf.Timestamp
-	12, // 12: capn.v1alpha1.MachineStatus.infrastructure_ready_time:type_name -> google.protobuf.Timestamp
-	12, // 13: capn.v1alpha1.MachineStatus.node_ready_time:type_name -> google.protobuf.Timestamp
-	12, // 14: capn.v1alpha1.MachineStatus.drain_start_time:type_name -> google.protobuf.Timestamp
-	12, // 15: capn.v1alpha1.MachineStatus.node_deletion_start_time:type_name -> google.protobuf.Timestamp
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	7,  // 3: capn.v1alpha1.MachineSpec.template:type_name -> capn.v1alpha1.MachineTemplate
+	5,  // 4: capn.v1alpha1.MachineSpec.labels:type_name -> capn.v1alpha1.MachineSpec.LabelsEntry
+	8,  // 5: capn.v1alpha1.MachineSpec.taints:type_name -> capn.v1alpha1.Taint
+	9,  // 6: capn.v1alpha1.MachineSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
+	10, // 7: capn.v1alpha1.MachineSpec.node_drain_timeout:type_name -> google.protobuf.Duration
+	10, // 8: capn.v1alpha1.MachineSpec.node_deletion_timeout:type_name -> google.protobuf.Duration
+	11, // 9: capn.v1alpha1.MachineStatus.conditions:type_name -> capn.v1alpha1.Condition
+	12, // 10: capn.v1alpha1.MachineStatus.addresses:type_name -> capn.v1alpha1.Address
+	13, // 11: capn.v1alpha1.MachineStatus.phase_since:type_name -> google.protobuf.Timestamp
+	13, // 12: capn.v1alpha1.MachineStatus.infrastructure_ready_time:type_name -> google.protobuf.Timestamp
+	13, // 13: capn.v1alpha1.MachineStatus.node_ready_time:type_name -> google.protobuf.Timestamp
+	13, // 14: capn.v1alpha1.MachineStatus.drain_start_time:type_name -> google.protobuf.Timestamp
+	13, // 15: capn.v1alpha1.MachineStatus.node_deletion_start_time:type_name -> google.protobuf.Timestamp
+	4,  // 16: capn.v1alpha1.MachineStatus.adoption:type_name -> capn.v1alpha1.Adoption
+	13, // 17: capn.v1alpha1.Adoption.since:type_name -> google.protobuf.Timestamp
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_capn_v1alpha1_machine_proto_init() }
@@ -635,7 +721,7 @@ func file_capn_v1alpha1_machine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_capn_v1alpha1_machine_proto_rawDesc), len(file_capn_v1alpha1_machine_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -101,9 +101,17 @@ type ObjectMeta struct {
 	DeletionTimestamp *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=deletion_timestamp,json=deletionTimestamp,proto3" json:"deletion_timestamp,omitempty"`
 	// uid is random per incarnation: a cluster deleted and created again under
 	// the same name gets a new one.
-	Uid           string `protobuf:"bytes,8,opt,name=uid,proto3" json:"uid,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Uid string `protobuf:"bytes,8,opt,name=uid,proto3" json:"uid,omitempty"`
+	// deletion_policy says what a deletion does to what the object holds in
+	// the world. Empty: it is torn down (machines deleted, their Nodes
+	// drained and deleted, the cluster's infrastructure removed). "Orphan":
+	// capn lets go of it without touching it — machines keep running and
+	// providers only drop their records (capn move; DELETE
+	// /v1/clusters/<name>?propagationPolicy=Orphan). Set by the gateway on
+	// a cluster's delete, by the planner on its machines; never by apply.
+	DeletionPolicy string `protobuf:"bytes,9,opt,name=deletion_policy,json=deletionPolicy,proto3" json:"deletion_policy,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ObjectMeta) Reset() {
@@ -188,6 +196,13 @@ func (x *ObjectMeta) GetDeletionTimestamp() *timestamppb.Timestamp {
 func (x *ObjectMeta) GetUid() string {
 	if x != nil {
 		return x.Uid
+	}
+	return ""
+}
+
+func (x *ObjectMeta) GetDeletionPolicy() string {
+	if x != nil {
+		return x.DeletionPolicy
 	}
 	return ""
 }
@@ -454,7 +469,7 @@ var File_capn_v1alpha1_meta_proto protoreflect.FileDescriptor
 
 const file_capn_v1alpha1_meta_proto_rawDesc = "" +
 	"\n" +
-	"\x18capn/v1alpha1/meta.proto\x12\rcapn.v1alpha1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9b\x04\n" +
+	"\x18capn/v1alpha1/meta.proto\x12\rcapn.v1alpha1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc4\x04\n" +
 	"\n" +
 	"ObjectMeta\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12=\n" +
@@ -466,7 +481,8 @@ const file_capn_v1alpha1_meta_proto_rawDesc = "" +
 	"\x10resource_version\x18\x05 \x01(\tR\x0fresourceVersion\x12I\n" +
 	"\x12creation_timestamp\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x11creationTimestamp\x12I\n" +
 	"\x12deletion_timestamp\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x11deletionTimestamp\x12\x10\n" +
-	"\x03uid\x18\b \x01(\tR\x03uid\x1a9\n" +
+	"\x03uid\x18\b \x01(\tR\x03uid\x12'\n" +
+	"\x0fdeletion_policy\x18\t \x01(\tR\x0edeletionPolicy\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +

@@ -377,6 +377,127 @@ func (x *DeleteMachine) GetMachine() string {
 	return ""
 }
 
+// AdoptMachine hands a provider a machine it did not create in this
+// deployment — restored from a backup or moved from another capn — by its
+// record (capn.provider.<p>.machine.adopt): the provider finds the machine
+// by record.provider_id, takes it back under its management without
+// touching it, and writes its own record of it (state Deleted when it has
+// no such machine). Adopting a machine it already manages is a no-op.
+type AdoptMachine struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Machine       string                 `protobuf:"bytes,2,opt,name=machine,proto3" json:"machine,omitempty"`
+	Record        *InfraMachine          `protobuf:"bytes,3,opt,name=record,proto3" json:"record,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdoptMachine) Reset() {
+	*x = AdoptMachine{}
+	mi := &file_capn_v1alpha1_provider_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdoptMachine) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdoptMachine) ProtoMessage() {}
+
+func (x *AdoptMachine) ProtoReflect() protoreflect.Message {
+	mi := &file_capn_v1alpha1_provider_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdoptMachine.ProtoReflect.Descriptor instead.
+func (*AdoptMachine) Descriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_provider_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *AdoptMachine) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *AdoptMachine) GetMachine() string {
+	if x != nil {
+		return x.Machine
+	}
+	return ""
+}
+
+func (x *AdoptMachine) GetRecord() *InfraMachine {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+// AdoptClusterInfra hands a provider a cluster's infrastructure by its
+// record (capn.provider.<p>.cluster.adopt), as AdoptMachine does a
+// machine's.
+type AdoptClusterInfra struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Record        *InfraCluster          `protobuf:"bytes,2,opt,name=record,proto3" json:"record,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdoptClusterInfra) Reset() {
+	*x = AdoptClusterInfra{}
+	mi := &file_capn_v1alpha1_provider_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdoptClusterInfra) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdoptClusterInfra) ProtoMessage() {}
+
+func (x *AdoptClusterInfra) ProtoReflect() protoreflect.Message {
+	mi := &file_capn_v1alpha1_provider_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdoptClusterInfra.ProtoReflect.Descriptor instead.
+func (*AdoptClusterInfra) Descriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_provider_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *AdoptClusterInfra) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *AdoptClusterInfra) GetRecord() *InfraCluster {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
 // MachinePower stops, starts or reboots a machine
 // (capn.provider.<p>.machine.{stop,start,reboot}).
 type MachinePower struct {
@@ -391,7 +512,7 @@ type MachinePower struct {
 
 func (x *MachinePower) Reset() {
 	*x = MachinePower{}
-	mi := &file_capn_v1alpha1_provider_proto_msgTypes[4]
+	mi := &file_capn_v1alpha1_provider_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -403,7 +524,7 @@ func (x *MachinePower) String() string {
 func (*MachinePower) ProtoMessage() {}
 
 func (x *MachinePower) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_provider_proto_msgTypes[4]
+	mi := &file_capn_v1alpha1_provider_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -416,7 +537,7 @@ func (x *MachinePower) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MachinePower.ProtoReflect.Descriptor instead.
 func (*MachinePower) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_provider_proto_rawDescGZIP(), []int{4}
+	return file_capn_v1alpha1_provider_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *MachinePower) GetCluster() string {
@@ -459,7 +580,7 @@ type InfraMachine struct {
 
 func (x *InfraMachine) Reset() {
 	*x = InfraMachine{}
-	mi := &file_capn_v1alpha1_provider_proto_msgTypes[5]
+	mi := &file_capn_v1alpha1_provider_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -471,7 +592,7 @@ func (x *InfraMachine) String() string {
 func (*InfraMachine) ProtoMessage() {}
 
 func (x *InfraMachine) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_provider_proto_msgTypes[5]
+	mi := &file_capn_v1alpha1_provider_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -484,7 +605,7 @@ func (x *InfraMachine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfraMachine.ProtoReflect.Descriptor instead.
 func (*InfraMachine) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_provider_proto_rawDescGZIP(), []int{5}
+	return file_capn_v1alpha1_provider_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *InfraMachine) GetProvider() string {
@@ -565,7 +686,7 @@ type InfraCluster struct {
 
 func (x *InfraCluster) Reset() {
 	*x = InfraCluster{}
-	mi := &file_capn_v1alpha1_provider_proto_msgTypes[6]
+	mi := &file_capn_v1alpha1_provider_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -577,7 +698,7 @@ func (x *InfraCluster) String() string {
 func (*InfraCluster) ProtoMessage() {}
 
 func (x *InfraCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_provider_proto_msgTypes[6]
+	mi := &file_capn_v1alpha1_provider_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -590,7 +711,7 @@ func (x *InfraCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfraCluster.ProtoReflect.Descriptor instead.
 func (*InfraCluster) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_provider_proto_rawDescGZIP(), []int{6}
+	return file_capn_v1alpha1_provider_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *InfraCluster) GetProvider() string {
@@ -653,7 +774,7 @@ type DriftReport struct {
 
 func (x *DriftReport) Reset() {
 	*x = DriftReport{}
-	mi := &file_capn_v1alpha1_provider_proto_msgTypes[7]
+	mi := &file_capn_v1alpha1_provider_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -665,7 +786,7 @@ func (x *DriftReport) String() string {
 func (*DriftReport) ProtoMessage() {}
 
 func (x *DriftReport) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_provider_proto_msgTypes[7]
+	mi := &file_capn_v1alpha1_provider_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -678,7 +799,7 @@ func (x *DriftReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriftReport.ProtoReflect.Descriptor instead.
 func (*DriftReport) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_provider_proto_rawDescGZIP(), []int{7}
+	return file_capn_v1alpha1_provider_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DriftReport) GetProvider() string {
@@ -747,7 +868,7 @@ type ProviderAnnouncement struct {
 
 func (x *ProviderAnnouncement) Reset() {
 	*x = ProviderAnnouncement{}
-	mi := &file_capn_v1alpha1_provider_proto_msgTypes[8]
+	mi := &file_capn_v1alpha1_provider_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -759,7 +880,7 @@ func (x *ProviderAnnouncement) String() string {
 func (*ProviderAnnouncement) ProtoMessage() {}
 
 func (x *ProviderAnnouncement) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_provider_proto_msgTypes[8]
+	mi := &file_capn_v1alpha1_provider_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -772,7 +893,7 @@ func (x *ProviderAnnouncement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProviderAnnouncement.ProtoReflect.Descriptor instead.
 func (*ProviderAnnouncement) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_provider_proto_rawDescGZIP(), []int{8}
+	return file_capn_v1alpha1_provider_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ProviderAnnouncement) GetName() string {
@@ -857,7 +978,14 @@ const file_capn_v1alpha1_provider_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"C\n" +
 	"\rDeleteMachine\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x18\n" +
-	"\amachine\x18\x02 \x01(\tR\amachine\"Z\n" +
+	"\amachine\x18\x02 \x01(\tR\amachine\"w\n" +
+	"\fAdoptMachine\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x18\n" +
+	"\amachine\x18\x02 \x01(\tR\amachine\x123\n" +
+	"\x06record\x18\x03 \x01(\v2\x1b.capn.v1alpha1.InfraMachineR\x06record\"b\n" +
+	"\x11AdoptClusterInfra\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x123\n" +
+	"\x06record\x18\x02 \x01(\v2\x1b.capn.v1alpha1.InfraClusterR\x06record\"Z\n" +
 	"\fMachinePower\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x18\n" +
 	"\amachine\x18\x02 \x01(\tR\amachine\x12\x16\n" +
@@ -918,39 +1046,43 @@ func file_capn_v1alpha1_provider_proto_rawDescGZIP() []byte {
 }
 
 var file_capn_v1alpha1_provider_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_capn_v1alpha1_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_capn_v1alpha1_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_capn_v1alpha1_provider_proto_goTypes = []any{
 	(InfraState)(0),               // 0: capn.v1alpha1.InfraState
 	(*EnsureClusterInfra)(nil),    // 1: capn.v1alpha1.EnsureClusterInfra
 	(*DeleteClusterInfra)(nil),    // 2: capn.v1alpha1.DeleteClusterInfra
 	(*CreateMachine)(nil),         // 3: capn.v1alpha1.CreateMachine
 	(*DeleteMachine)(nil),         // 4: capn.v1alpha1.DeleteMachine
-	(*MachinePower)(nil),          // 5: capn.v1alpha1.MachinePower
-	(*InfraMachine)(nil),          // 6: capn.v1alpha1.InfraMachine
-	(*InfraCluster)(nil),          // 7: capn.v1alpha1.InfraCluster
-	(*DriftReport)(nil),           // 8: capn.v1alpha1.DriftReport
-	(*ProviderAnnouncement)(nil),  // 9: capn.v1alpha1.ProviderAnnouncement
-	nil,                           // 10: capn.v1alpha1.EnsureClusterInfra.ParametersEntry
-	nil,                           // 11: capn.v1alpha1.CreateMachine.LabelsEntry
-	(*MachineTemplate)(nil),       // 12: capn.v1alpha1.MachineTemplate
-	(*Address)(nil),               // 13: capn.v1alpha1.Address
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
-	(*Endpoint)(nil),              // 15: capn.v1alpha1.Endpoint
+	(*AdoptMachine)(nil),          // 5: capn.v1alpha1.AdoptMachine
+	(*AdoptClusterInfra)(nil),     // 6: capn.v1alpha1.AdoptClusterInfra
+	(*MachinePower)(nil),          // 7: capn.v1alpha1.MachinePower
+	(*InfraMachine)(nil),          // 8: capn.v1alpha1.InfraMachine
+	(*InfraCluster)(nil),          // 9: capn.v1alpha1.InfraCluster
+	(*DriftReport)(nil),           // 10: capn.v1alpha1.DriftReport
+	(*ProviderAnnouncement)(nil),  // 11: capn.v1alpha1.ProviderAnnouncement
+	nil,                           // 12: capn.v1alpha1.EnsureClusterInfra.ParametersEntry
+	nil,                           // 13: capn.v1alpha1.CreateMachine.LabelsEntry
+	(*MachineTemplate)(nil),       // 14: capn.v1alpha1.MachineTemplate
+	(*Address)(nil),               // 15: capn.v1alpha1.Address
+	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
+	(*Endpoint)(nil),              // 17: capn.v1alpha1.Endpoint
 }
 var file_capn_v1alpha1_provider_proto_depIdxs = []int32{
-	10, // 0: capn.v1alpha1.EnsureClusterInfra.parameters:type_name -> capn.v1alpha1.EnsureClusterInfra.ParametersEntry
-	12, // 1: capn.v1alpha1.CreateMachine.template:type_name -> capn.v1alpha1.MachineTemplate
-	11, // 2: capn.v1alpha1.CreateMachine.labels:type_name -> capn.v1alpha1.CreateMachine.LabelsEntry
-	13, // 3: capn.v1alpha1.InfraMachine.addresses:type_name -> capn.v1alpha1.Address
-	14, // 4: capn.v1alpha1.InfraMachine.updated:type_name -> google.protobuf.Timestamp
-	15, // 5: capn.v1alpha1.InfraCluster.control_plane_endpoint:type_name -> capn.v1alpha1.Endpoint
-	14, // 6: capn.v1alpha1.DriftReport.time:type_name -> google.protobuf.Timestamp
-	14, // 7: capn.v1alpha1.ProviderAnnouncement.time:type_name -> google.protobuf.Timestamp
-	8,  // [8:8] is the sub-list for method output_type
-	8,  // [8:8] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	12, // 0: capn.v1alpha1.EnsureClusterInfra.parameters:type_name -> capn.v1alpha1.EnsureClusterInfra.ParametersEntry
+	14, // 1: capn.v1alpha1.CreateMachine.template:type_name -> capn.v1alpha1.MachineTemplate
+	13, // 2: capn.v1alpha1.CreateMachine.labels:type_name -> capn.v1alpha1.CreateMachine.LabelsEntry
+	8,  // 3: capn.v1alpha1.AdoptMachine.record:type_name -> capn.v1alpha1.InfraMachine
+	9,  // 4: capn.v1alpha1.AdoptClusterInfra.record:type_name -> capn.v1alpha1.InfraCluster
+	15, // 5: capn.v1alpha1.InfraMachine.addresses:type_name -> capn.v1alpha1.Address
+	16, // 6: capn.v1alpha1.InfraMachine.updated:type_name -> google.protobuf.Timestamp
+	17, // 7: capn.v1alpha1.InfraCluster.control_plane_endpoint:type_name -> capn.v1alpha1.Endpoint
+	16, // 8: capn.v1alpha1.DriftReport.time:type_name -> google.protobuf.Timestamp
+	16, // 9: capn.v1alpha1.ProviderAnnouncement.time:type_name -> google.protobuf.Timestamp
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_capn_v1alpha1_provider_proto_init() }
@@ -966,7 +1098,7 @@ func file_capn_v1alpha1_provider_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_capn_v1alpha1_provider_proto_rawDesc), len(file_capn_v1alpha1_provider_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   11,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -66,6 +66,19 @@ const (
 	NodeDrainDrained = "Drained"
 )
 
+// Deletion policies (ObjectMeta.deletion_policy).
+const (
+	// DeletionOrphan lets go of what the object holds in the world without
+	// touching it: machines keep running, providers only drop their
+	// records (capn move).
+	DeletionOrphan = "Orphan"
+)
+
+// Orphaning reports whether m is being deleted with the Orphan policy.
+func (x *ObjectMeta) Orphaning() bool {
+	return x.GetDeletionTimestamp() != nil && x.GetDeletionPolicy() == DeletionOrphan
+}
+
 var (
 	machinePhases     = newWire[MachinePhase](MachinePhase_name)
 	clusterPhases     = newWire[ClusterPhase](ClusterPhase_name)

@@ -32,8 +32,9 @@ import (
 //     record: spec, labels and annotations from a.Machine, generation + 1,
 //     the rest (uid, creation and deletion timestamps) kept. A record equal
 //     in those fields, or no record, is left alone.
-//   - DeleteMachine writes DeletingMachineRecord(cur, now): the
-//     deletion_timestamp, unless the record has one or is gone.
+//   - DeleteMachine writes DeletingMachineRecord(cur, a, now): the
+//     deletion_timestamp (and the Orphan policy when a says so), unless
+//     the record has one or is gone.
 //   - RemoveMachine removes the record, if it is still the one the plan
 //     read; a record already gone is not an error.
 //   - EnsureClusterInfra, DeleteClusterInfra and DeletePKI ask the provider
@@ -164,7 +165,7 @@ func keepHooks(cur, want map[string]string) map[string]string {
 // DeletingMachineRecord is what a DeleteMachine makes of the current
 // record cur: a copy with deletion_timestamp now. It returns false, and no
 // record, when cur is nil or already being deleted.
-func DeletingMachineRecord(cur *capnv1.Machine, now time.Time) (*capnv1.Machine, bool) {
+func DeletingMachineRecord(cur *capnv1.Machine, a DeleteMachine, now time.Time) (*capnv1.Machine, bool) {
 	if cur == nil || cur.GetMetadata().GetDeletionTimestamp() != nil {
 		return nil, false
 	}
@@ -173,5 +174,8 @@ func DeletingMachineRecord(cur *capnv1.Machine, now time.Time) (*capnv1.Machine,
 		m.Metadata = &capnv1.ObjectMeta{}
 	}
 	m.Metadata.DeletionTimestamp = timestamppb.New(now)
+	if a.Orphan {
+		m.Metadata.DeletionPolicy = capnv1.DeletionOrphan
+	}
 	return m, true
 }

@@ -15,7 +15,16 @@ import (
 //  3. then, once no machine record is left, the cluster infrastructure;
 //  4. then, once it is gone, the PKI;
 //  5. then the cluster record.
+//
+// With the Orphan policy (capn move) nothing in the world is touched:
+// every machine is let go of at once (its provider drops its record and
+// leaves it running), then the cluster infrastructure's record, then the
+// PKI held here, then the cluster record.
 func (p *planner) planDelete() {
+	if p.c.GetMetadata().Orphaning() {
+		p.planOrphan()
+		return
+	}
 	var workers, cps []*machine
 	for _, m := range p.list {
 		if m.gone() {
@@ -60,6 +69,34 @@ func (p *planner) planDelete() {
 	}
 }
 
+// planOrphan is planDelete with the Orphan policy.
+func (p *planner) planOrphan() {
+	left := 0
+	for _, m := range p.list {
+		if m.gone() {
+			continue
+		}
+		left++
+		if !m.deleting && p.add(DeleteMachine{Name: m.name, Orphan: true, Reason: "cluster is being deleted with the Orphan policy: let go of, left running"}) {
+			m.deleting = true
+		}
+	}
+	switch {
+	case left > 0 || len(p.all) > 0:
+		// Machines are being let go of, or their records removed.
+	case p.in.Infra.Exists:
+		provider := p.cp.provider
+		if p.in.Infra.Provider != "" {
+			provider = p.in.Infra.Provider
+		}
+		p.add(DeleteClusterInfra{Provider: provider, Orphan: true})
+	case p.in.PKIExists:
+		p.add(DeletePKI{})
+	default:
+		p.add(DeleteCluster{})
+	}
+}
+
 // excludeDrain marks m with annotations.ExcludeNodeDraining, in place,
 // unless it has it.
 func (p *planner) excludeDrain(m *machine) {
@@ -93,7 +130,13 @@ func (p *planner) deletionStep() (reason, message string) {
 			workers++
 		}
 	}
+	orphan := ""
+	if p.c.GetMetadata().Orphaning() {
+		orphan = " (Orphan policy: let go of, left running)"
+	}
 	switch {
+	case p.c.GetMetadata().Orphaning() && workers+cps > 0:
+		return ReasonOrphaningMachines, "letting go of " + plural(workers+cps, "machine") + orphan
 	case workers > 0:
 		return ReasonDeletingWorkers, "deleting " + plural(workers, "worker machine")
 	case cps > 0:
@@ -101,7 +144,7 @@ func (p *planner) deletionStep() (reason, message string) {
 	case len(p.all) > 0:
 		return ReasonRemovingMachineRecords, "removing " + plural(len(p.all), "deleted machine record")
 	case p.in.Infra.Exists:
-		return ReasonDeletingInfrastructure, "waiting for the cluster infrastructure to be deleted"
+		return ReasonDeletingInfrastructure, "waiting for the cluster infrastructure to be deleted" + orphan
 	case p.in.PKIExists:
 		return ReasonDeletingPKI, "waiting for the cluster's PKI to be deleted"
 	}

@@ -165,3 +165,71 @@ func TestDeleteExcludesDrain(t *testing.T) {
 		t.Errorf("marked again: %v", ups)
 	}
 }
+
+// A deletion with the Orphan policy (capn move) lets go of every machine
+// at once, with the policy on each, drains nothing, asks the provider to
+// orphan the cluster's infrastructure instead of deleting it, and goes on
+// while the cluster is paused.
+func TestOrphanDeletion(t *testing.T) {
+	h := started(t, cluster(3, 2, 2))
+	h.Cluster.Spec.Paused = true
+	h.Delete()
+	h.Cluster.Metadata.DeletionPolicy = capnv1.DeletionOrphan
+	var steps []string
+	first := true
+	converge(t, h, func(rec plantest.Record) error {
+		r := rec.Result
+		if first {
+			first = false
+			if d := of[plan.DeleteMachine](r); len(d) != 7 {
+				return fmt.Errorf("first plan let go of %d machines, want all 7 at once: %v", len(d), r.Actions)
+			}
+			if c := condition(r.Status, plan.ConditionDeleting); c == nil || c.Reason != plan.ReasonOrphaningMachines {
+				return fmt.Errorf("Deleting condition %v", c)
+			}
+		}
+		for _, a := range r.Actions {
+			step := fmt.Sprintf("%T", a)
+			switch a := a.(type) {
+			case plan.DeleteMachine:
+				if !a.Orphan {
+					return fmt.Errorf("machine %s deleted without the Orphan policy", a.Name)
+				}
+			case plan.UpdateMachine:
+				return fmt.Errorf("an orphaning deletion rewrote machine %s (%s)", a.Machine.GetMetadata().GetName(), a.Reason)
+			case plan.DeleteClusterInfra:
+				if !a.Orphan {
+					return fmt.Errorf("the cluster infrastructure deleted, not orphaned")
+				}
+			}
+			if len(steps) == 0 || steps[len(steps)-1] != step {
+				steps = append(steps, step)
+			}
+		}
+		if r.Status.GetPhaseValue() != capnv1.ClusterDeleting {
+			return fmt.Errorf("phase %s while orphaning", r.Status.Phase)
+		}
+		return nil
+	})
+	want := "[plan.DeleteMachine plan.RemoveMachine plan.DeleteClusterInfra plan.DeletePKI plan.DeleteCluster]"
+	if fmt.Sprint(steps) != want {
+		t.Errorf("steps %v\nwant  %s", steps, want)
+	}
+	if !h.ClusterDeleted {
+		t.Error("the cluster record was not removed")
+	}
+}
+
+// Paused, a plain deletion waits; only the Orphan policy goes on.
+func TestPausedDeletionWaits(t *testing.T) {
+	h := started(t, cluster(1, 1))
+	h.Cluster.Spec.Paused = true
+	h.Delete()
+	r := h.Plan()
+	if len(r.Actions) != 0 || r.Status.GetPhaseValue() != capnv1.ClusterPaused {
+		t.Fatalf("a paused deletion planned %v (phase %s)", r.Actions, r.Status.GetPhase())
+	}
+	if c := condition(r.Status, plan.ConditionDeleting); c == nil || c.Reason != plan.ReasonDeletionPaused {
+		t.Errorf("Deleting condition %v", c)
+	}
+}

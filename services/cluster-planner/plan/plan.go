@@ -93,6 +93,9 @@ const (
 	ReasonDeletingPKI            = "DeletingPKI"
 	ReasonDeletingCluster        = "DeletingCluster"
 	ReasonDeletionPaused         = "DeletionPaused"
+	// ReasonOrphaningMachines: a deletion with the Orphan policy is
+	// letting go of the machines (capn move).
+	ReasonOrphaningMachines = "OrphaningMachines"
 )
 
 // Severities of a False condition.
@@ -254,9 +257,13 @@ type CreateMachine struct {
 
 // DeleteMachine asks for a machine to go: the caller sets its
 // metadata.deletion_timestamp (the machine-manager then tears it down).
+// Orphan sets its deletion_policy to Orphan too: the machine-manager lets
+// go of it without touching it (its cluster is deleted with the Orphan
+// policy: capn move).
 type DeleteMachine struct {
 	Name   string
 	Reason string
+	Orphan bool
 }
 
 // UpdateMachine rewrites a machine's in-place fields (labels, taints,
@@ -282,8 +289,10 @@ type EnsureClusterInfra struct {
 
 // DeleteClusterInfra asks the control plane's provider to remove the
 // cluster's infrastructure; planned once every machine record is gone.
+// Orphan asks it to let go of it instead, leaving it in place.
 type DeleteClusterInfra struct {
 	Provider string
+	Orphan   bool
 }
 
 // DeletePKI asks the bootstrapper to drop the cluster's PKI and
@@ -312,8 +321,10 @@ func Plan(in Input) Result {
 	c := spec.Cluster()
 	p := newPlanner(in, c, spec.Err())
 	switch {
-	case c.GetSpec().GetPaused():
+	case c.GetSpec().GetPaused() && !c.GetMetadata().Orphaning():
 		// Nothing at all, not even a deletion's next step (as Cluster API).
+		// An orphaning deletion goes on: it touches nothing in the world,
+		// and capn move pauses a cluster before it lets go of it.
 	case c.GetMetadata().GetDeletionTimestamp() != nil:
 		p.removeGone()
 		p.planDelete()

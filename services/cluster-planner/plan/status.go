@@ -82,7 +82,7 @@ func (p *planner) status() *capnv1.ClusterStatus {
 	}
 	if deleting {
 		reason, msg := p.deletionStep()
-		if paused {
+		if paused && !p.c.GetMetadata().Orphaning() {
 			reason, msg = ReasonDeletionPaused, "the cluster is paused: its deletion waits until it is unpaused (next: "+msg+")"
 		}
 		add(ConditionDeleting, true, reason, msg)
@@ -137,7 +137,7 @@ func (p *planner) phase(ready, paused, deleting, hibernated bool) capnv1.Cluster
 		return false
 	}
 	switch {
-	case paused:
+	case paused && !p.c.GetMetadata().Orphaning():
 		return capnv1.ClusterPaused
 	case deleting:
 		return capnv1.ClusterDeleting

@@ -48,6 +48,7 @@ import (
 	"github.com/capn-dev/capn/schemas/manifest"
 	"github.com/capn-dev/capn/secrets/seal"
 	addonmanager "github.com/capn-dev/capn/services/addon-manager"
+	"github.com/capn-dev/capn/services/backup"
 	"github.com/capn-dev/capn/services/bootstrapper"
 	"github.com/capn-dev/capn/services/cluster-planner"
 	"github.com/capn-dev/capn/services/daemon"
@@ -69,6 +70,10 @@ var All = append(append([]string(nil), Core...), remediator.Name, addonmanager.N
 
 // Gateway is the gateway's service name.
 const Gateway = gateway.Name
+
+// Backup is the backup service's name (not in All: tests that back up
+// start it).
+const Backup = backup.Name
 
 // Demo is the tests' demo cluster on the sim provider: v1.33.4, 3
 // control-plane machines, pools md-0 (3, maxSurge 1, maxUnavailable 0) and
@@ -107,6 +112,9 @@ type Options struct {
 	Cache store.CacheOptions
 	// Token is the gateway's admin token (default: a new one).
 	Token string
+	// Keyring seals the secrets bucket (default: a new key): two
+	// deployments that hand clusters over share one.
+	Keyring *seal.Keyring
 	// Services adds or replaces services by name: each call makes a fresh
 	// instance, as a restarted process would be (Factory.Builtin is the
 	// service it replaces, to wrap).
@@ -182,10 +190,13 @@ type Factory struct {
 // NewFactory makes a Factory with a new keyring.
 func NewFactory(t testing.TB, o Options) *Factory {
 	t.Helper()
-	var ring *seal.Keyring
-	key, err := seal.GenerateKey()
-	if err == nil {
-		ring, err = seal.NewKeyring(key)
+	ring := o.Keyring
+	var err error
+	if ring == nil {
+		var key seal.Key
+		if key, err = seal.GenerateKey(); err == nil {
+			ring, err = seal.NewKeyring(key)
+		}
 	}
 	token := o.Token
 	if err == nil && token == "" {
@@ -224,6 +235,8 @@ func (f *Factory) Builtin(name string) daemon.Service {
 		return remediator.New(remediator.Config{Cache: c})
 	case addonmanager.Name:
 		return addonmanager.New(addonmanager.Config{Keyring: f.Ring, Cache: c})
+	case backup.Name:
+		return backup.New(backup.Config{})
 	case Sim:
 		so := TestSim()
 		if f.opts.Sim != nil {

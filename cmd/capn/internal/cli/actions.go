@@ -253,6 +253,12 @@ every deletion is requested; with --wait, once every cluster is gone
 (--timeout bounds the whole wait), showing the machines left and the
 current step.
 
+With --orphan capn lets go of the clusters without touching them: no
+machine, Node or infrastructure is deleted; their providers only drop
+their records (the Orphan policy: what capn move does once another
+deployment has adopted them). It goes on while a cluster is paused. The
+first delete of a cluster decides its policy.
+
 capn delete machine NAME --cluster CLUSTER chooses which machine goes:
 capn drains its Node and deletes it (its lifecycle hooks hold it, see
 capn hook), and makes a replacement, since the pool's replicas did not
@@ -266,6 +272,7 @@ Examples:
   capn delete cluster demo --wait
   capn delete cluster/a cluster/b
   capn delete clusters -l env=dev --wait
+  capn delete cluster demo --orphan
   capn get clusters -l env=dev -o name | xargs capn delete
   capn delete machine demo-md-0-7f9c2-x8k2p --cluster demo --wait
 `
@@ -277,6 +284,8 @@ func cmdDelete(ctx context.Context, e env, args []string) int {
 	var wf waitFlags
 	wf.bind(fs, "every cluster is gone (a machine: it is gone and its replacement is Running)")
 	var selector, cluster string
+	var orphanPolicy bool
+	fs.BoolVar(&orphanPolicy, "orphan", false, "let go of the clusters without touching them: their machines, Nodes and infrastructure keep running for another capn to adopt (the Orphan policy; capn move uses it)")
 	fs.StringVar(&selector, "l", "", "delete the clusters with these labels: a `selector`, e.g. env=dev")
 	fs.StringVar(&selector, "selector", "", "`selector`: same as -l")
 	fs.StringVar(&cluster, "cluster", "", "the `cluster` of the machine to delete (capn delete machine NAME --cluster CLUSTER)")
@@ -286,6 +295,9 @@ func cmdDelete(ctx context.Context, e env, args []string) int {
 		return exitFor(err)
 	}
 	if r, rerr := parseRefs(pos); rerr == nil && r.res == resMachine {
+		if orphanPolicy {
+			return reportError(e.stderr, name, nil, usagef("--orphan goes with clusters: a machine deleted alone is replaced"))
+		}
 		return deleteOneMachine(ctx, e, a, r, cluster, selector, wf)
 	} else if rerr == nil && r.res == resAddonSet {
 		if cluster != "" || selector != "" || wf.wait {
@@ -304,7 +316,11 @@ func cmdDelete(ctx context.Context, e env, args []string) int {
 	if err != nil {
 		return reportError(e.stderr, name, nil, err)
 	}
-	if err := s.deleteClusters(ctx, names, selector, wf); err != nil {
+	var opts []client.WriteOption
+	if orphanPolicy {
+		opts = append(opts, client.Orphan)
+	}
+	if err := s.deleteClusters(ctx, names, selector, wf, opts...); err != nil {
 		return s.fail(err)
 	}
 	return daemon.ExitOK
@@ -371,7 +387,7 @@ func deleteTargets(pos []string, selector string) ([]string, error) {
 // first it checks that every cluster named exists (if one does not,
 // nothing is deleted), then it deletes each, printing a line for each,
 // then, with --wait, waits until every one is gone.
-func (s *session) deleteClusters(ctx context.Context, names []string, selector string, wf waitFlags) error {
+func (s *session) deleteClusters(ctx context.Context, names []string, selector string, wf waitFlags, opts ...client.WriteOption) error {
 	if selector != "" {
 		cs, err := s.c.List(ctx, client.ListOptions{LabelSelector: selector})
 		if err != nil {
@@ -399,7 +415,7 @@ func (s *session) deleteClusters(ctx context.Context, names []string, selector s
 	}
 	deadline := time.Now().Add(wf.timeout)
 	for _, n := range names {
-		c, err := s.c.Delete(ctx, n)
+		c, err := s.c.Delete(ctx, n, opts...)
 		if err != nil {
 			return err
 		}

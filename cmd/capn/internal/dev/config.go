@@ -12,6 +12,7 @@ import (
 	"time"
 
 	autoscalerprovider "github.com/capn-dev/capn/services/autoscaler-provider"
+	"github.com/capn-dev/capn/services/backup"
 	"github.com/capn-dev/capn/services/daemon"
 )
 
@@ -54,6 +55,10 @@ type Config struct {
 	// <data-dir>/autoscaler), once a cluster asks for autoscaling; "none"
 	// runs no autoscaler-provider.
 	AutoscalerListen string
+	// BackupEvery and BackupKeep schedule the backup service's backups
+	// (0: none) and bound how many the data dir's object store keeps.
+	BackupEvery time.Duration
+	BackupKeep  int
 	// Extra are services to run after capn dev's own; no flag sets them:
 	// tests add theirs to prove the wiring.
 	Extra []daemon.Service
@@ -74,6 +79,7 @@ func DefaultConfig() Config {
 		AutoscalerListen:  autoscalerprovider.DefaultListen,
 		WriteClientConfig: true,
 		Providers:         strings.Join(devProviderNames, ","),
+		BackupKeep:        backup.DefaultKeep,
 	}
 }
 
@@ -91,6 +97,8 @@ func (c *Config) Flags() []daemon.Flag {
 		{Name: "process-node-binary", Env: "CAPN_PROCESS_NODE_BINARY", Usage: "capn-node `path` the process provider's machines run (default: beside this program, else on PATH)", Value: daemon.StringValue(&c.ProcessNodeBinary)},
 		{Name: "docker-image", Env: "CAPN_DOCKER_IMAGE", Usage: "the docker provider's machine `image`, built locally by 'make images' (default capn-node:latest)", Value: daemon.StringValue(&c.DockerImage)},
 		{Name: "autoscaler-listen", Env: "CAPN_AUTOSCALER_LISTEN", Usage: "`address` of the cluster autoscaler's externalgrpc API (host:port; mutual TLS, certificates in <data-dir>/autoscaler), opened once a cluster asks for autoscaling, or \"none\"", Value: daemon.StringValue(&c.AutoscalerListen)},
+		{Name: "backup-every", Env: "CAPN_BACKUP_EVERY", Usage: "take a scheduled backup of the management plane this `often` into the data dir (0: none; capn backup takes one at any time)", Value: daemon.DurationValue(&c.BackupEvery)},
+		{Name: "backup-keep", Env: "CAPN_BACKUP_KEEP", Usage: "how many backups to keep (the newest)", Value: daemon.IntValue(&c.BackupKeep)},
 		{Name: "kube-bin", Env: "CAPN_KUBE_BIN", Usage: "`dirs` of the Kubernetes binaries, one per version, colon-separated: the process provider's machines run those of their version when their bootstrap data asks ('make kube'; default: none, no Kubernetes)", Value: daemon.StringValue(&c.KubeBin)},
 	}
 }
@@ -126,6 +134,7 @@ func (c Config) Validate() error {
 				Problem: "must be the directory of the Kubernetes binaries, or several separated by ':' ('make kube'; hack/kube.sh --print-path prints the default one, make -s kube-bin all)"})
 		}
 	}
+	errs = append(errs, backup.New(backup.Config{Every: c.BackupEvery, Keep: c.BackupKeep}).Validate())
 	seen := map[string]bool{}
 	for _, p := range c.providerList() {
 		switch {

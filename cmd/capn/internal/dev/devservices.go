@@ -15,6 +15,7 @@ import (
 	"github.com/capn-dev/capn/secrets/seal"
 	"github.com/capn-dev/capn/services/addon-manager"
 	autoscalerprovider "github.com/capn-dev/capn/services/autoscaler-provider"
+	"github.com/capn-dev/capn/services/backup"
 	"github.com/capn-dev/capn/services/bootstrapper"
 	"github.com/capn-dev/capn/services/cluster-planner"
 	"github.com/capn-dev/capn/services/daemon"
@@ -52,6 +53,9 @@ func devServices(cfg Config, gw devGateway, auth *devAuth, providers []daemon.Se
 		healthwatcher.New(healthwatcher.Config{Keyring: ring}), // opens kubeconfigs to read real-kubernetes clusters' Nodes
 		remediator.New(remediator.Config{}),
 		addonmanager.New(addonmanager.Config{Keyring: ring}), // opens kubeconfigs and add-on secrets
+		// Backups into <data-dir>/jetstream's backups object store; no key:
+		// the secrets stay sealed.
+		backup.New(backup.Config{Every: cfg.BackupEvery, Keep: cfg.BackupKeep}),
 	}
 	as, err := devAutoscaler(cfg)
 	if err != nil {

@@ -215,7 +215,7 @@ func (h *Harness) UpdateMachine(_ context.Context, a plan.UpdateMachine) error {
 
 // DeleteMachine implements plan.Applier.
 func (h *Harness) DeleteMachine(_ context.Context, a plan.DeleteMachine) error {
-	if m, ok := plan.DeletingMachineRecord(h.Machines[a.Name], h.Now); ok {
+	if m, ok := plan.DeletingMachineRecord(h.Machines[a.Name], a, h.Now); ok {
 		h.Machines[a.Name] = m
 	}
 	return nil

@@ -313,7 +313,13 @@ func TestAddonSetsAgainstKubeAPIServer(t *testing.T) {
 		gone, _ := w.exists("apps/v1", "Deployment", "demo-cni", "cni-controller")
 		return w.applied("cni", 2) && data["mtu"] == "9000" && !gone
 	})
-	if r := w.record("once"); r.GetAppliedGeneration() != 1 || !strings.Contains(r.GetConditions()[0].GetMessage(), "ApplyOnce does not apply it again") {
+	// once (order 1) waited for cni's new generation first; once cni is
+	// applied, once's record says it is not applied again.
+	natstest.WaitFor(t, 30*time.Second, "the ApplyOnce record says its change is not applied", func() bool {
+		r := w.record("once")
+		return len(r.GetConditions()) > 0 && strings.Contains(r.GetConditions()[0].GetMessage(), "ApplyOnce does not apply it again")
+	})
+	if r := w.record("once"); r.GetAppliedGeneration() != 1 {
 		t.Errorf("the ApplyOnce record after its set changed: %v", r)
 	}
 

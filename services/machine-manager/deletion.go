@@ -187,22 +187,30 @@ func deleteStep(out *Output, st *capnv1.MachineStatus, in Input, deleteID string
 // not excluded. A deletion that went past the Node steps without
 // starting them (no Node then) does not come back to them.
 func nodeSteps(st *capnv1.MachineStatus, node *capnv1.NodeHealth, ann map[string]string) bool {
-	if _, excluded := ann[annotations.ExcludeNodeDraining]; excluded {
+	if drainExcluded(ann) {
 		return false
 	}
 	if st.GetDrainStartTime() != nil {
 		return true
 	}
-	if node.GetNodeUid() == "" {
-		return false
+	return node.GetNodeUid() != "" && !pastNodeSteps(st)
+}
+
+// drainExcluded: the machine's annotations exclude its Node from draining
+// (and so from the Node steps and the lookup before them).
+func drainExcluded(ann map[string]string) bool {
+	_, excluded := ann[annotations.ExcludeNodeDraining]
+	return excluded
+}
+
+// pastNodeSteps: the deletion went on to the pre-terminate hooks or the
+// infrastructure's deletion; it never comes back to the Node steps.
+func pastNodeSteps(st *capnv1.MachineStatus) bool {
+	switch conditions.Get(st.GetConditions(), CondDeleting).GetReason() {
+	case ReasonWaitingForPreTerminateHook, ReasonWaitingForInfrastructureDeletion:
+		return true
 	}
-	if c := conditions.Get(st.GetConditions(), CondDeleting); c != nil {
-		switch c.GetReason() {
-		case ReasonWaitingForPreTerminateHook, ReasonWaitingForInfrastructureDeletion:
-			return false
-		}
-	}
-	return true
+	return false
 }
 
 // nodeLookup is how much longer the deletion waits for the
@@ -214,18 +222,9 @@ func nodeSteps(st *capnv1.MachineStatus, node *capnv1.NodeHealth, ann map[string
 // next read would lose its Node undrained. 0: no wait (the answer is in,
 // no Node is possible, or the lookup timed out).
 func nodeLookup(st *capnv1.MachineStatus, node *capnv1.NodeHealth, ann map[string]string, dm *capnv1.Machine, now time.Time) time.Duration {
-	if _, excluded := ann[annotations.ExcludeNodeDraining]; excluded {
+	if dm == nil || drainExcluded(ann) || pastNodeSteps(st) || !node.GetNodeExpected() || node.GetNodeUid() != "" ||
+		node.GetNodeDeleted() || st.GetInfrastructureReadyTime() == nil || st.GetDrainStartTime() != nil {
 		return 0
-	}
-	if dm == nil || !node.GetNodeExpected() || node.GetNodeUid() != "" || node.GetNodeDeleted() ||
-		st.GetInfrastructureReadyTime() == nil || st.GetDrainStartTime() != nil {
-		return 0
-	}
-	if c := conditions.Get(st.GetConditions(), CondDeleting); c != nil {
-		switch c.GetReason() {
-		case ReasonWaitingForPreTerminateHook, ReasonWaitingForInfrastructureDeletion:
-			return 0 // past the Node steps: never back
-		}
 	}
 	since := now
 	if dt := dm.GetMetadata().GetDeletionTimestamp(); dt != nil {

@@ -8,6 +8,7 @@ const (
 	TypeDeleteClusterSecrets = "dev.capn.bootstrap.cleanup"     // DeleteClusterSecrets
 	TypeBootstrapReady       = "dev.capn.bootstrap.ready"       // BootstrapReady
 	TypeBootstrapFailed      = "dev.capn.bootstrap.failed"      // BootstrapFailed
+	TypeBootstrapWaiting     = "dev.capn.bootstrap.waiting"     // BootstrapWaiting
 	TypeMachineEvent         = "dev.capn.machine"               // MachineEvent, suffixed .<what>
 	TypeClusterEvent         = "dev.capn.cluster"               // ClusterEvent, suffixed .<what>
 	TypeAddonEvent           = "dev.capn.addon"                 // AddonEvent, suffixed .<what>

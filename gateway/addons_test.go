@@ -159,3 +159,47 @@ func TestAddonSecretsAPI(t *testing.T) {
 	}
 	e.do(http.MethodDelete, "/v1/addonsecrets/creds", tokAdmin, nil).wantProblem(t, http.StatusNotFound)
 }
+
+// Bootstrap secrets: sealed in the secrets bucket, written only with the
+// write and secrets scopes, keys checked (422 naming data["key"]), the
+// values never given back, deleted.
+func TestBootstrapSecretsAPI(t *testing.T) {
+	e := newEnv(t)
+	const body = `{"data": {"token": "czNjcmV0LXRva2Vu", "ca.crt": "Y2E="}}` // s3cret-token, ca
+	e.do(http.MethodPut, "/v1/bootstrapsecrets/registry", tokWrite, body).wantProblem(t, http.StatusForbidden)
+	e.do(http.MethodPut, "/v1/bootstrapsecrets/registry", tokSecrets, body).wantProblem(t, http.StatusForbidden)
+	r := e.do(http.MethodPut, "/v1/bootstrapsecrets/registry", tokAdmin, body, "Content-Type", api.MediaJSON)
+	var info api.BootstrapSecretInfo
+	if err := json.Unmarshal(r.body, &info); r.status != http.StatusCreated || err != nil || info.Hash == "" || strings.Join(info.Keys, ",") != "ca.crt,token" {
+		t.Fatalf("put: %d %s %v", r.status, r.body, err)
+	}
+	if strings.Contains(string(r.body), "czNjcmV0") || strings.Contains(string(r.body), "s3cret") {
+		t.Error("the answer holds a value")
+	}
+	raw, err := e.secrets.Get(context.Background(), keys.BootstrapSecret("registry"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(raw.Value()), "s3cret-token") {
+		t.Fatal("the bootstrap secret is stored in the clear")
+	}
+	sealed := store.NewBucket(e.secrets, store.New[capnv1.BootstrapSecret](), store.WithSealer(e.ring))
+	if sec, _, err := sealed.Get(context.Background(), keys.BootstrapSecret("registry")); err != nil || string(sec.GetData()["token"]) != "s3cret-token" || sec.GetHash() != info.Hash {
+		t.Fatalf("unsealed: %v %v", sec, err)
+	}
+	if r := e.do(http.MethodPut, "/v1/bootstrapsecrets/registry", tokAdmin, body); r.status != http.StatusOK {
+		t.Errorf("the same data again: %d", r.status)
+	}
+	e.do(http.MethodPut, "/v1/bootstrapsecrets/registry", tokAdmin, `{"data": {"a/b": "eA==", "ok": "eA=="}}`).
+		wantProblem(t, http.StatusUnprocessableEntity, `data["a/b"]`)
+	e.do(http.MethodPut, "/v1/bootstrapsecrets/registry", tokAdmin, `{"data": {}}`).wantProblem(t, http.StatusUnprocessableEntity, "data")
+	e.do(http.MethodPut, "/v1/bootstrapsecrets/registry", tokAdmin, `{"token": "x"}`).wantProblem(t, http.StatusBadRequest)
+	e.do(http.MethodPut, "/v1/bootstrapsecrets/Bad_Name", tokAdmin, body).wantProblem(t, http.StatusBadRequest, "name")
+	if sec, _, err := sealed.Get(context.Background(), keys.BootstrapSecret("registry")); err != nil || len(sec.GetData()) != 2 {
+		t.Fatalf("a refused put changed the secret: %v %v", sec, err)
+	}
+	if r := e.do(http.MethodDelete, "/v1/bootstrapsecrets/registry", tokAdmin, nil); r.status != http.StatusNoContent {
+		t.Fatalf("delete: %d %s", r.status, r.body)
+	}
+	e.do(http.MethodDelete, "/v1/bootstrapsecrets/registry", tokAdmin, nil).wantProblem(t, http.StatusNotFound)
+}

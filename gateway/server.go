@@ -55,6 +55,8 @@ type server struct {
 	addonSets     *store.Bucket[*capnv1.AddonSet]
 	addonStatuses *store.Bucket[*capnv1.ClusterAddonStatus]
 	addonSecrets  *store.Bucket[*capnv1.AddonSecret]
+	// bootstrapSecrets: written and deleted, never read back to a client.
+	bootstrapSecrets *store.Bucket[*capnv1.BootstrapSecret]
 
 	// scheduleStatuses reads the scheduled backups' state (observed
 	// backup.schedule); objects is the backups object store (objectStore:
@@ -126,6 +128,8 @@ func (s *server) routes() {
 	// Add-on secrets are written, never read back: write and secrets.
 	s.handle("PUT /v1/addonsecrets/{name}", scopeWrite|scopeSecrets, s.limits.ManifestBytes, s.putAddonSecret)
 	s.handle("DELETE /v1/addonsecrets/{name}", scopeWrite|scopeSecrets, s.limits.RequestBytes, s.deleteAddonSecret)
+	s.handle("PUT /v1/bootstrapsecrets/{name}", scopeWrite|scopeSecrets, s.limits.ManifestBytes, s.putBootstrapSecret)
+	s.handle("DELETE /v1/bootstrapsecrets/{name}", scopeWrite|scopeSecrets, s.limits.RequestBytes, s.deleteBootstrapSecret)
 	s.handle("GET /v1/watch", scopeRead, 0, s.watch)
 	s.handle("POST /v1/backups", scopeSecrets, s.limits.RequestBytes, s.createBackup)
 	s.handle("GET /v1/backups", scopeRead, 0, s.listBackups)

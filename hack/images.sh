@@ -3,7 +3,8 @@
 # every program is built on this host as a static binary (CGO_ENABLED=0,
 # -trimpath) and copied into an image by deploy/images/Dockerfile; so is
 # nats-server, from the nats-server/v2 module pinned in go.mod. capn-node
-# (the docker provider's machine image) uses deploy/images/capn-node.Dockerfile.
+# (the docker provider's machine image) uses deploy/images/capn-node.Dockerfile,
+# with Debian's busybox-static as its shell (CAPN_BUSYBOX, default /bin/busybox).
 #
 # Images are named capn-<program> (a program already called capn-* keeps its
 # name) and tagged $CAPN_IMAGE_TAG (default latest). An image is rebuilt only
@@ -33,6 +34,13 @@ programs=("$@")
 image_of() { case $1 in capn-*) echo "$1:$tag" ;; *) echo "capn-$1:$tag" ;; esac; }
 
 command -v docker >/dev/null || { echo "images: docker is not installed" >&2; exit 1; }
+# capn-node's shell (deploy/images/capn-node.Dockerfile): Debian's static busybox.
+busybox=${CAPN_BUSYBOX:-/bin/busybox}
+for p in "${programs[@]}"; do
+  if [ "$p" = capn-node ] && ! [ -x "$busybox" ]; then
+    echo "images: capn-node needs a static busybox at $busybox (apt-get install busybox-static, or set CAPN_BUSYBOX)" >&2; exit 1
+  fi
+done
 docker info >/dev/null 2>&1 || { echo "images: the Docker daemon is not reachable" >&2; exit 1; }
 
 # Binaries: the programs that exist (another may not be written yet), one go
@@ -63,7 +71,9 @@ for p in "${built[@]}"; do
   img=$(image_of "$p")
   file=$dockerfile
   [ "$p" = capn-node ] && [ -f "$nodefile" ] && file=$nodefile
-  content=$(cat "$out/bin/$p" "$file" | sha256sum | cut -c1-64)
+  extra=()
+  [ "$file" = "$nodefile" ] && extra=("$busybox")
+  content=$(cat "$out/bin/$p" "$file" "${extra[@]}" | sha256sum | cut -c1-64)
   have=$(docker image inspect "$img" --format '{{ index .Config.Labels "dev.capn.content" }}' 2>/dev/null || true)
   if [ "$have" = "$content" ]; then
     echo "images: $img is up to date"
@@ -74,6 +84,7 @@ for p in "${built[@]}"; do
   if [ "$file" = "$nodefile" ]; then
     mkdir -p "$ctx"
     ln "$out/bin/$p" "$ctx/capn-node" 2>/dev/null || cp "$out/bin/$p" "$ctx/capn-node"
+    cp "$busybox" "$ctx/busybox"
   else
     mkdir -p "$ctx/rootfs/tmp" "$ctx/rootfs/data"
     chmod 1777 "$ctx/rootfs/tmp" "$ctx/rootfs/data"

@@ -71,7 +71,7 @@ func (d Deployment) Durables() map[string][]Durable {
 	out := map[string][]Durable{
 		Bootstrapper: {{Stream: events.StreamCommands, Name: Bootstrapper, Filters: []string{events.SubjectCommands + ".bootstrap.>"}}},
 		MachineManager: {
-			{Stream: events.StreamEvents, Name: MachineManager + "-bootstrap", Filters: []string{ev("bootstrap", "ready", ">"), ev("bootstrap", "failed", ">")}},
+			{Stream: events.StreamEvents, Name: MachineManager + "-bootstrap", Filters: []string{ev("bootstrap", "ready", ">"), ev("bootstrap", "failed", ">"), ev("bootstrap", "waiting", ">")}},
 		},
 		HealthWatcher: {
 			{Stream: events.StreamHealth, Name: HealthWatcher + "-health", Filters: []string{events.SubjectHealth + ".>"}},
@@ -203,9 +203,11 @@ func (d Deployment) Users() []User {
 		g.read(sec, "kubeconfig.>") // sealed; the gateway holds the key to serve them
 		g.write(des, "cluster.>")
 		g.write(des, "addonset.>")
-		// Add-on secrets (capn addon-secret): sealed with the key it holds,
-		// written and deleted only; no other key of secrets.
+		// Add-on secrets (capn addon-secret) and bootstrap secrets (capn
+		// bootstrap-secret): sealed with the key it holds, written and
+		// deleted only; no other key of secrets.
 		g.write(sec, "addonsecret.>")
+		g.write(sec, "bootstrapsecret.>")
 		// A second writer of desired machines: lifecycle hook annotations
 		// and deletion_timestamp (capn hook, capn delete machine), each a
 		// compare-and-set; the planner owns the rest of the record.

@@ -171,6 +171,22 @@ type AddonSecretInfo struct {
 	Updated time.Time `json:"updated"`
 }
 
+// BootstrapSecret is the body of PUT /v1/bootstrapsecrets/{name}: each key
+// and its value (base64 in JSON). Files name a key with
+// files[].secretRef {name, key}.
+type BootstrapSecret struct {
+	Data map[string][]byte `json:"data"`
+}
+
+// BootstrapSecretInfo is the answer to PUT /v1/bootstrapsecrets/{name}:
+// what was stored, without the values (the API never gives them back).
+type BootstrapSecretInfo struct {
+	Name    string    `json:"name"`
+	Keys    []string  `json:"keys"`
+	Hash    string    `json:"hash"`
+	Updated time.Time `json:"updated"`
+}
+
 // List is a Kubernetes-style list: {"apiVersion", "kind": "ClusterList" or
 // "MachineList", "items": [...]}. Items are protojson Cluster or Machine
 // objects with metadata, spec and status.

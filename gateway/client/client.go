@@ -480,6 +480,24 @@ func (c *Client) DeleteAddonSecret(ctx context.Context, name string) error {
 	return err
 }
 
+// SetBootstrapSecret seals data (each key and its value) as the bootstrap
+// secret name, replacing what it held; created says it did not exist.
+func (c *Client) SetBootstrapSecret(ctx context.Context, name string, data map[string][]byte) (api.BootstrapSecretInfo, bool, error) {
+	var out api.BootstrapSecretInfo
+	body, err := json.Marshal(api.BootstrapSecret{Data: data})
+	if err != nil {
+		return out, false, err
+	}
+	status, err := c.call(ctx, http.MethodPut, "/v1/bootstrapsecrets/"+url.PathEscape(name), nil, bytes.NewReader(body), api.MediaJSON, &out)
+	return out, status == http.StatusCreated, err
+}
+
+// DeleteBootstrapSecret deletes the bootstrap secret name.
+func (c *Client) DeleteBootstrapSecret(ctx context.Context, name string) error {
+	_, err := c.call(ctx, http.MethodDelete, "/v1/bootstrapsecrets/"+url.PathEscape(name), nil, nil, "", nil)
+	return err
+}
+
 // Backup asks for a backup (of clusters, else of everything; trigger "" is
 // api) and returns its file: the caller reads and closes it. name is the
 // backup's name. Backups take their time: without a deadline on ctx the

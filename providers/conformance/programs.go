@@ -92,6 +92,13 @@ func CleanupBuilds() {
 // binary (call Main from TestMain to remove them). Each is stopped (SIGTERM, then SIGKILL) when the test ends;
 // its output is logged when the test fails.
 func CorePrograms() func(t *testing.T, natsURL string) {
+	return CoreProgramsWithKey(nil)
+}
+
+// CoreProgramsWithKey is CorePrograms with the secrets bucket sealed by key
+// (32 bytes; nil: a new random one), for a test that seals values of its
+// own there (a bootstrap secret).
+func CoreProgramsWithKey(key []byte) func(t *testing.T, natsURL string) {
 	return func(t *testing.T, natsURL string) {
 		t.Helper()
 		dir := os.Getenv(BinDirEnv)
@@ -102,8 +109,10 @@ func CorePrograms() func(t *testing.T, natsURL string) {
 			}
 			dir = coreDir
 		}
-		key := make([]byte, 32)
-		_, _ = rand.Read(key)
+		if key == nil {
+			key = make([]byte, 32)
+			_, _ = rand.Read(key)
+		}
 		for _, name := range CoreProgramNames {
 			env := []string{"CAPN_LOG_LEVEL=info", "CAPN_LOG_FORMAT=json"}
 			if name == "bootstrapper" || name == "health-watcher" { // the health-watcher opens kubeconfigs to read Nodes

@@ -55,6 +55,10 @@ func leftovers(t *testing.T, api *engine.Client, deployment, cluster string) []s
 	return out
 }
 
+// machineRoot is the machine's disk as its agent sees it: capn-node
+// writes the bootstrap's files and runs its commands there.
+const machineRoot = docker.NodeDataDir + "/rootfs"
+
 func TestConformance(t *testing.T) {
 	api := dockertest.Client(t)
 	image := dockertest.Image(t)
@@ -64,7 +68,8 @@ func TestConformance(t *testing.T) {
 			return docker.NewService(options(t, image, env.Deployment, env.Dir), env.SDK)
 		},
 	}, conformance.Features{
-		StopStart: true, Reboot: true, RestartSafe: true, NodeAgent: true, Heartbeats: true, EndpointListens: true,
+		// Commands: the image's shell is busybox (capn-node.Dockerfile).
+		StopStart: true, Reboot: true, RestartSafe: true, NodeAgent: true, Heartbeats: true, EndpointListens: true, Commands: true,
 		OutOfBandDelete: func(t *testing.T, env *conformance.Env, cluster, machine string) {
 			// docker rm -f
 			if err := api.ContainerRemove(context.Background(), containerName(env, cluster, machine), true); err != nil {
@@ -73,12 +78,12 @@ func TestConformance(t *testing.T) {
 		},
 		Disk: &conformance.Disk{
 			Write: func(t *testing.T, env *conformance.Env, cluster, machine, path string, data []byte) {
-				if err := api.WriteFile(context.Background(), containerName(env, cluster, machine), path, data, 0o644); err != nil {
+				if err := api.WriteFile(context.Background(), containerName(env, cluster, machine), machineRoot+path, data, 0o644); err != nil {
 					t.Fatal(err)
 				}
 			},
 			Read: func(t *testing.T, env *conformance.Env, cluster, machine, path string) ([]byte, bool) {
-				b, err := api.ReadFile(context.Background(), containerName(env, cluster, machine), path)
+				b, err := api.ReadFile(context.Background(), containerName(env, cluster, machine), machineRoot+path)
 				if errors.Is(err, engine.ErrNotFound) {
 					return nil, false
 				}

@@ -92,3 +92,11 @@ const (
 	ReasonCommandTimedOut   = "CommandTimedOut"
 	ReasonCommandsNotRun    = "CommandsNotRun"
 )
+
+// ReasonBootstrapSecretNotFound is the reason of a machine's
+// BootstrapReady condition (False) while its bootstrap data waits for a
+// bootstrap secret, or a key of one, that a file's secretRef names (the
+// message names the file, the secret and the key). The bootstrapper says
+// it (event bootstrap.waiting); the machine-manager waits without a
+// timeout and asks again until the secret exists.
+const ReasonBootstrapSecretNotFound = "BootstrapSecretNotFound"

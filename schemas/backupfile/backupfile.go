@@ -347,7 +347,7 @@ func Record(bucket string, k keys.Key) (func() proto.Message, bool) {
 		}
 	case BucketSecrets:
 		switch k.Kind {
-		case keys.KindPKI, keys.KindKubeconfig, keys.KindBootstrap, keys.KindAddonSecret:
+		case keys.KindPKI, keys.KindKubeconfig, keys.KindBootstrap, keys.KindAddonSecret, keys.KindBootstrapSecret:
 			return nil, true
 		}
 	}

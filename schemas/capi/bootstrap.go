@@ -60,20 +60,35 @@ func (c *converter) kubeadmSpec(o *object, n node, controlPlane bool) (*capnv1.B
 
 // file maps one entry of files, or reports it and returns nil.
 func (c *converter) file(o *object, f node) *capnv1.File {
-	if from := f.field("contentFrom"); from.exists() {
-		c.note(o, f, reasonSecret)
-		return nil
-	}
 	if a, _ := f.field("append").v.(bool); a {
 		c.note(o, f, reasonAppend)
 		return nil
 	}
 	out := &capnv1.File{}
+	if from := f.field("contentFrom"); from.exists() {
+		// A key of a Secret: a key of the bootstrap secret of that name,
+		// which the user stores (capn reads no Kubernetes Secret).
+		name, _ := from.get("secret.name").v.(string)
+		key, _ := from.get("secret.key").v.(string)
+		enc, _ := f.field("encoding").v.(string)
+		if name == "" || key == "" || (enc != "" && enc != "plain" && enc != "text/plain") {
+			c.note(o, f, reasonSecret)
+			return nil
+		}
+		out.SecretRef = &capnv1.FileSecretRef{Name: dnsLabel(name), Key: key}
+		f.field("encoding").use()
+		c.note(o, from, reasonSecretRef(out.SecretRef.Name, key))
+	}
 	out.Path, _ = f.field("path").str()
-	out.Content, _ = f.field("content").str()
+	if out.SecretRef == nil {
+		out.Content, _ = f.field("content").str()
+	}
 	out.Owner, _ = f.field("owner").str()
 	out.Permissions, _ = f.field("permissions").str()
 	f.field("append").use()
+	if out.SecretRef != nil {
+		return out
+	}
 	switch enc, _ := f.field("encoding").v.(string); enc {
 	case "", "plain", "text/plain":
 		f.field("encoding").use()

@@ -66,7 +66,7 @@ var reasons = []struct{ key, reason string }{
 
 // Reasons the conversion gives as it reads.
 const (
-	reasonSecret            = "the content comes from a Secret, which capn cannot read: inline it with content"
+	reasonSecret            = "the content comes from a Secret, which capn cannot read: inline it with content, or name a bootstrap secret's key with secretRef"
 	reasonAppend            = "capn writes whole files; it cannot append"
 	reasonTaint             = "a taint needs a key and an effect"
 	reasonInitArgs          = "capn gives every control-plane machine the joinConfiguration's kubelet arguments; these differ"
@@ -223,4 +223,10 @@ func (c *converter) reasonSelectsNothing(why string) string {
 // already has a health policy.
 func reasonHealthTaken(what, from string) string {
 	return "not applied to " + what + ": it already has the health policy of " + from
+}
+
+// reasonSecretRef: a file's contentFrom.secret imported as a secretRef to
+// the bootstrap secret of that name, which the user stores.
+func reasonSecretRef(name, key string) string {
+	return fmt.Sprintf("imported as secretRef {name: %s, key: %s}: store the Secret's decoded value with capn bootstrap-secret set %s --from-file %s=FILE (the machines wait for it)", name, key, name, key)
 }

@@ -25,7 +25,9 @@ const (
 	KindAddonSet    Kind = "addonset"    // desired AddonSet: addonset.<set>
 	KindAddon       Kind = "addon"       // observed ClusterAddonStatus: addon.<cluster>.<set>
 	KindAddonSecret Kind = "addonsecret" // secrets AddonSecret: addonsecret.<secret>
-	KindBackup      Kind = "backup"      // observed BackupScheduleStatus: backup.<name> (backup.schedule)
+	// KindBootstrapSecret: secrets BootstrapSecret: bootstrapsecret.<secret>
+	KindBootstrapSecret Kind = "bootstrapsecret"
+	KindBackup          Kind = "backup" // observed BackupScheduleStatus: backup.<name> (backup.schedule)
 )
 
 // Prefixes of every key of a kind, for caches and watchers (store.Keep,
@@ -45,7 +47,9 @@ const (
 	AddonSetPrefix    = string(KindAddonSet) + "."
 	AddonPrefix       = string(KindAddon) + "."
 	AddonSecretPrefix = string(KindAddonSecret) + "."
-	BackupPrefix      = string(KindBackup) + "."
+	// BootstrapSecretPrefix is every bootstrap secret's key prefix.
+	BootstrapSecretPrefix = string(KindBootstrapSecret) + "."
+	BackupPrefix          = string(KindBackup) + "."
 )
 
 // ClusterObject stands in the object token of a cluster-level key or
@@ -53,7 +57,7 @@ const (
 const ClusterObject = "_"
 
 // Key is a parsed key. Provider is set for infra and provider keys,
-// Cluster for all others but addonset, addonsecret and backup (which
+// Cluster for all others but addonset, addonsecret, bootstrapsecret and backup (which
 // belong to no cluster), Name for the machine (ClusterObject for a
 // cluster's infrastructure), the pool, the add-on set or secret, or the
 // backup record.
@@ -113,6 +117,10 @@ func Addon(cluster, set string) string { return join(string(KindAddon), cluster,
 // AddonSecret is addonsecret.<secret>, a sealed add-on manifest (secrets).
 func AddonSecret(secret string) string { return join(string(KindAddonSecret), secret) }
 
+// BootstrapSecret is bootstrapsecret.<secret>, sealed named values that
+// bootstrap files take their content from (secrets).
+func BootstrapSecret(secret string) string { return join(string(KindBootstrapSecret), secret) }
+
 // AddonsOf is the prefix of a cluster's add-on records: addon.<cluster>.
 func AddonsOf(cluster string) string { return Addon(cluster, "") }
 
@@ -142,7 +150,7 @@ func InfraOf(provider string) string { return join(string(KindInfra), provider, 
 var shapes = map[Kind]int{
 	KindCluster: 1, KindMachine: 2, KindInfra: 3, KindNode: 2, KindRemediation: 2, KindAutoscaler: 2,
 	KindProvider: 1, KindSecrets: 1, KindPKI: 1, KindKubeconfig: 1, KindBootstrap: 2,
-	KindAddonSet: 1, KindAddon: 2, KindAddonSecret: 1,
+	KindAddonSet: 1, KindAddon: 2, KindAddonSecret: 1, KindBootstrapSecret: 1,
 	KindBackup: 1,
 }
 
@@ -162,7 +170,7 @@ func Parse(key string) (Key, error) {
 	switch kind {
 	case KindProvider:
 		k.Provider = toks[1]
-	case KindAddonSet, KindAddonSecret, KindBackup:
+	case KindAddonSet, KindAddonSecret, KindBootstrapSecret, KindBackup:
 		k.Name = toks[1]
 	case KindInfra:
 		k.Provider, k.Cluster, k.Name = toks[1], toks[2], toks[3]
@@ -184,7 +192,7 @@ func (k Key) String() string {
 		return join(string(k.Kind), k.Name)
 	case KindInfra:
 		return join(string(k.Kind), k.Provider, k.Cluster, k.Name)
-	case KindAddonSet, KindAddonSecret:
+	case KindAddonSet, KindAddonSecret, KindBootstrapSecret:
 		return join(string(k.Kind), k.Name)
 	}
 	if shapes[k.Kind] == 2 {

@@ -28,11 +28,12 @@ func TestKeys(t *testing.T) {
 		{keys.AddonSet("cni"), keys.Key{Kind: keys.KindAddonSet, Name: "cni"}},
 		{keys.Addon("c1", "cni"), keys.Key{Kind: keys.KindAddon, Cluster: "c1", Name: "cni"}},
 		{keys.AddonSecret("creds"), keys.Key{Kind: keys.KindAddonSecret, Name: "creds"}},
+		{keys.BootstrapSecret("tls"), keys.Key{Kind: keys.KindBootstrapSecret, Name: "tls"}},
 		{keys.BackupSchedule, keys.Key{Kind: keys.KindBackup, Name: "schedule"}},
 	}
 	wantKeys := []string{"cluster.c1", "machine.c1.m1", "infra.sim.c1.m1", "infra.sim.c1._", "node.c1.m1",
 		"remediation.c1.md-0", "autoscaler.c1.md-0", "provider.docker", "secrets.c1", "pki.c1", "kubeconfig.c1", "bootstrap.c1.m1",
-		"addonset.cni", "addon.c1.cni", "addonsecret.creds", "backup.schedule"}
+		"addonset.cni", "addon.c1.cni", "addonsecret.creds", "bootstrapsecret.tls", "backup.schedule"}
 	for i, tt := range tests {
 		t.Run(tt.key, func(t *testing.T) {
 			if tt.key != wantKeys[i] {
@@ -54,12 +55,12 @@ func TestKeys(t *testing.T) {
 		keys.MachinesOf("c1"): "machine.c1.", keys.NodesOf("c1"): "node.c1.", keys.RemediationsOf("c1"): "remediation.c1.",
 		keys.BootstrapsOf("c1"): "bootstrap.c1.", keys.InfraOf("sim"): "infra.sim.", keys.ClusterPrefix: "cluster.",
 		keys.InfraPrefix: "infra.", keys.ProviderPrefix: "provider.", keys.AddonsOf("c1"): "addon.c1.",
-		keys.AddonSetPrefix: "addonset.", keys.AddonPrefix: "addon.", keys.AddonSecretPrefix: "addonsecret.",
+		keys.AddonSetPrefix: "addonset.", keys.AddonPrefix: "addon.", keys.AddonSecretPrefix: "addonsecret.", keys.BootstrapSecretPrefix: "bootstrapsecret.",
 		keys.BackupPrefix: "backup.",
 	}
 	// An add-on set or secret belongs to no cluster: a watcher queueing
 	// clusters skips it.
-	for _, k := range []string{keys.AddonSet("cni"), keys.AddonSecret("creds")} {
+	for _, k := range []string{keys.AddonSet("cni"), keys.AddonSecret("creds"), keys.BootstrapSecret("tls")} {
 		if c := keys.ClusterOf(k); c != "" {
 			t.Errorf("ClusterOf(%q) = %q, want none", k, c)
 		}

@@ -1,6 +1,7 @@
 package manifest
 
 import (
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -43,6 +44,7 @@ func (v Validator) validateBootstrap(b *capnv1.BootstrapSpec, p path, os string,
 		if f.Permissions != "" && !fileModeRE.MatchString(f.Permissions) {
 			errs.add(fp.child("permissions"), f.Permissions, "must be an octal mode such as \"0644\"")
 		}
+		validateFileSecretRef(f, fp, errs)
 	}
 	for _, k := range sortedKeys(b.KubeletExtraArgs) {
 		if k == "" || strings.HasPrefix(k, "-") {
@@ -179,5 +181,38 @@ func validateFormat(cluster, level *capnv1.BootstrapSpec, p path, errs *fieldErr
 			at = "spec.bootstrap.format"
 		}
 		errs.add(at, format, "is rendered by the %s bootstrap provider only (this level's is %s)", strings.Join(IgnitionBootstrapProviders, " or "), provider)
+	}
+}
+
+// secretKeyRE is a bootstrap secret's key, as a Kubernetes Secret's data
+// key: letters, digits, '-', '_' and '.'.
+var secretKeyRE = regexp.MustCompile(`^[-._a-zA-Z0-9]{1,253}$`)
+
+// IsSecretKey is true for a bootstrap secret's key (a Kubernetes Secret's
+// data key rule).
+func IsSecretKey(k string) bool { return secretKeyRE.MatchString(k) }
+
+// validateFileSecretRef checks that a file has content or a secretRef,
+// not both, and that a secretRef names a secret and a key.
+func validateFileSecretRef(f *capnv1.File, fp path, errs *fieldErrors) {
+	ref := f.SecretRef
+	if ref == nil {
+		return
+	}
+	rp := fp.child("secretRef")
+	if f.Content != "" {
+		errs.add(fp, nil, "set one of content and secretRef, not both")
+	}
+	switch {
+	case ref.Name == "":
+		errs.add(rp.child("name"), nil, "required: the bootstrap secret (capn bootstrap-secret set NAME)")
+	case !IsDNSLabel(ref.Name):
+		errs.add(rp.child("name"), ref.Name, dnsLabelRule)
+	}
+	switch {
+	case ref.Key == "":
+		errs.add(rp.child("key"), nil, "required: the key of the bootstrap secret whose value is the file's content")
+	case !secretKeyRE.MatchString(ref.Key):
+		errs.add(rp.child("key"), ref.Key, "must be at most 253 letters, digits, '-', '_' or '.'")
 	}
 }

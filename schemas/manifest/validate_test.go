@@ -130,6 +130,20 @@ func TestValidate(t *testing.T) {
 			`spec.bootstrap.tokenTtl: 0s: must be positive`,
 			`spec.workerPools[0].bootstrap.ca: needs both certificatePem and privateKeyPem`,
 		}},
+		{"bootstrap file secret refs", func(c *capnv1.Cluster) {
+			c.Spec.Bootstrap.Files = []*capnv1.File{
+				{Path: "/etc/ok", SecretRef: &capnv1.FileSecretRef{Name: "tls", Key: "tls.key"}},
+				{Path: "/etc/both", Content: "x", SecretRef: &capnv1.FileSecretRef{Name: "tls", Key: "ca"}},
+				{Path: "/etc/none", SecretRef: &capnv1.FileSecretRef{}},
+				{Path: "/etc/bad", SecretRef: &capnv1.FileSecretRef{Name: "TLS!", Key: "a/b"}},
+			}
+		}, []string{
+			"spec.bootstrap.files[1]: set one of content and secretRef, not both",
+			"spec.bootstrap.files[2].secretRef.name: required: the bootstrap secret",
+			"spec.bootstrap.files[2].secretRef.key: required: the key of the bootstrap secret",
+			`spec.bootstrap.files[3].secretRef.name: "TLS!": must be a DNS-1123 label`,
+			`spec.bootstrap.files[3].secretRef.key: "a/b": must be at most 253 letters`,
+		}},
 		{"bootstrap format and command timeout", func(c *capnv1.Cluster) {
 			c.Spec.Bootstrap.Format = "yaml"
 			c.Spec.Bootstrap.CommandTimeout = durationpb.New(0)

@@ -51,10 +51,24 @@ func (s *Service) generate(ctx context.Context, m *events.Message, cmd *capnv1.G
 	if cmd.GetCluster() == "" || cmd.GetMachine() == "" {
 		return s.fail(ctx, cmd, ReasonInvalidCommand, "cluster and machine are required")
 	}
+	spec := cmd.GetBootstrap()
+	if err := s.cfg.Registry.ValidateFor("bootstrap", "os", bootstrap.OSOf(cmd.GetOs()), spec); err != nil {
+		return s.fail(ctx, cmd, ReasonInvalidBootstrap, err.Error())
+	}
+	// Files from bootstrap secrets: read now, rendered as content.
+	resolved, digest, miss, err := s.resolveFiles(ctx, spec)
+	if err != nil {
+		return err
+	}
+	if miss != nil {
+		log.Info().Str("secret", miss.name).Str("key", miss.key).Msg("bootstrap data waits for a bootstrap secret")
+		return s.waiting(ctx, m, cmd, miss)
+	}
 	hash, err := inputHash(cmd)
 	if err != nil {
 		return events.Permanent(err)
 	}
+	hash = withSecrets(hash, digest)
 	key := keys.Bootstrap(cmd.GetCluster(), cmd.GetMachine())
 	if cur, _, err := s.boots.Get(ctx, key); err == nil && cur.GetInputHash() == hash {
 		return s.ready(ctx, m, cmd, key, cur)
@@ -68,10 +82,6 @@ func (s *Service) generate(ctx context.Context, m *events.Message, cmd *capnv1.G
 	}
 	if !ok || cluster.GetMetadata().GetDeletionTimestamp() != nil {
 		return s.fail(ctx, cmd, ReasonClusterNotFound, fmt.Sprintf("cluster %q does not exist or is being deleted", cmd.GetCluster()))
-	}
-	spec := cmd.GetBootstrap()
-	if err := s.cfg.Registry.ValidateFor("bootstrap", "os", bootstrap.OSOf(cmd.GetOs()), spec); err != nil {
-		return s.fail(ctx, cmd, ReasonInvalidBootstrap, err.Error())
 	}
 	set, err := s.ensurePKI(ctx, cluster)
 	if err != nil {
@@ -88,6 +98,10 @@ func (s *Service) generate(ctx context.Context, m *events.Message, cmd *capnv1.G
 	tok, err := token.Generate()
 	if err != nil {
 		return err
+	}
+	if digest != "" {
+		cmd = proto.Clone(cmd).(*capnv1.GenerateBootstrap)
+		cmd.Bootstrap = resolved
 	}
 	in, err := bootstrap.NewInput(cmd, bootstrap.Cluster{Endpoint: ep, Network: cluster.GetSpec().GetNetwork(), PKI: set.set}, tok)
 	if err != nil {

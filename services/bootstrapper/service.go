@@ -86,16 +86,19 @@ type Service struct {
 	pkis      *store.Bucket[*capnv1.ClusterPKI]
 	kubeconfs *store.Bucket[*capnv1.AdminKubeconfig]
 	boots     *store.Bucket[*capnv1.BootstrapData]
-	statuses  *store.Bucket[*capnv1.ClusterSecretsStatus]
-	secretsKV jetstream.KeyValue
-	desiredKV jetstream.KeyValue // authoritative reads (gone.go)
-	queue     *reconcile.Queue
-	tokens    tokenMemo
-	pkiChecks pkiChecks
-	joins     *reconcile.Queue // jointokens.go: tokens in the workload clusters
-	joinMemo  joinMemo
-	issuer    nkeys.KeyPair         // callout.go; nil: no auth callout
-	workload  *kubeapi.ClusterCache // the workload clusters' API clients and backoff
+	// bootSecrets are the bootstrap secrets files take content from
+	// (bootstrapsecret.<name>, written by the gateway).
+	bootSecrets *store.Bucket[*capnv1.BootstrapSecret]
+	statuses    *store.Bucket[*capnv1.ClusterSecretsStatus]
+	secretsKV   jetstream.KeyValue
+	desiredKV   jetstream.KeyValue // authoritative reads (gone.go)
+	queue       *reconcile.Queue
+	tokens      tokenMemo
+	pkiChecks   pkiChecks
+	joins       *reconcile.Queue // jointokens.go: tokens in the workload clusters
+	joinMemo    joinMemo
+	issuer      nkeys.KeyPair         // callout.go; nil: no auth callout
+	workload    *kubeapi.ClusterCache // the workload clusters' API clients and backoff
 }
 
 // New returns the service; its key is loaded by Run unless cfg.Keyring is set.
@@ -206,6 +209,7 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	})
 	defer s.workload.Close()
 	s.boots = store.NewBucket(s.secretsKV, store.New[capnv1.BootstrapData](), sealer)
+	s.bootSecrets = store.NewBucket(s.secretsKV, store.New[capnv1.BootstrapSecret](), sealer)
 	s.statuses = store.NewBucket(observedKV, store.New[capnv1.ClusterSecretsStatus]())
 	s.pub = events.NewPublisher(d.JS, "capn/"+Name)
 

@@ -178,6 +178,15 @@ func (s *Service) onBootstrap(ctx context.Context, m *events.Message) error {
 				}
 			})
 		})(ctx, m)
+	case events.TypeBootstrapWaiting:
+		return events.Typed(func(ctx context.Context, _ *events.Message, w *capnv1.BootstrapWaiting) error {
+			return s.mutateOrWait(ctx, w.GetCluster(), w.GetMachine(), func(st *capnv1.MachineStatus) {
+				if st.GetPhaseValue() == capnv1.MachineBootstrapping && st.GetBootstrapDataChecksum() == "" {
+					setCondition(st, CondBootstrapReady, capnv1.ConditionFalse, w.GetReason(), w.GetMessage(), s.cfg.Now())
+					setCondition(st, CondReady, capnv1.ConditionFalse, "Bootstrapping", "waiting for bootstrap secret "+w.GetSecret(), s.cfg.Now())
+				}
+			})
+		})(ctx, m)
 	case events.TypeBootstrapFailed:
 		return events.Typed(func(ctx context.Context, _ *events.Message, f *capnv1.BootstrapFailed) error {
 			return s.mutateOrWait(ctx, f.GetCluster(), f.GetMachine(), func(st *capnv1.MachineStatus) {

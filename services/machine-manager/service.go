@@ -75,8 +75,9 @@ func (s *Service) Flags() []daemon.Flag {
 // reach it through the health-watcher's node records (node.<cluster>.<machine>).
 func bootstrapConsumer() events.ConsumerSpec {
 	return events.ConsumerSpec{Stream: events.StreamEvents, Durable: Name + "-bootstrap", DeliverNew: true,
-		Filters:     []string{events.SubjectEvents + ".bootstrap.ready.>", events.SubjectEvents + ".bootstrap.failed.>"},
-		Description: "machine-manager: bootstrap data ready or failed"}
+		Filters: []string{events.SubjectEvents + ".bootstrap.ready.>", events.SubjectEvents + ".bootstrap.failed.>",
+			events.SubjectEvents + ".bootstrap.waiting.>"},
+		Description: "machine-manager: bootstrap data ready, failed or waiting for a bootstrap secret"}
 }
 
 // Run implements daemon.Service: a machine's reconcile wakes when its

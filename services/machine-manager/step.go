@@ -7,7 +7,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/capn-dev/capn/schemas/annotations"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/conditions"
 )
 
 // Command kinds a step asks for.
@@ -143,7 +145,7 @@ func Step(in Input, t Timeouts) (out Output) {
 		setCondition(st, CondBootstrapReady, capnv1.ConditionFalse, "Generating", "waiting for the bootstrapper", in.Now)
 		setCondition(st, CondReady, capnv1.ConditionFalse, "Bootstrapping", "waiting for bootstrap data", in.Now)
 	case capnv1.MachineBootstrapping:
-		if waited := in.Now.Sub(st.GetPhaseSince().AsTime()); st.GetBootstrapDataChecksum() == "" && waited < t.Bootstrap {
+		if waited := in.Now.Sub(st.GetPhaseSince().AsTime()); st.GetBootstrapDataChecksum() == "" && (waited < t.Bootstrap || waitingForSecret(st)) {
 			// Ask again every bootstrapReask while no answer came: an
 			// answer the consumer gave up on (its deliveries exhausted
 			// while NATS lost a node) would otherwise leave the machine
@@ -188,7 +190,7 @@ func Step(in Input, t Timeouts) (out Output) {
 	if st.GetPhaseValue() == capnv1.MachineRunning {
 		reflectNode(st, in.Node, in.Desired.GetMetadata().GetCreationTimestamp().AsTime(), in.Now)
 	}
-	if limit := t.of(st.GetPhaseValue()); limit > 0 {
+	if limit := t.of(st.GetPhaseValue()); limit > 0 && !waitingForSecret(st) {
 		left := st.GetPhaseSince().AsTime().Add(limit).Sub(in.Now)
 		if left <= 0 {
 			reason := map[capnv1.MachinePhase]string{capnv1.MachineBootstrapping: ReasonBootstrapTimeout, capnv1.MachineProvisioning: ReasonProvisioningTimeout, capnv1.MachineProvisioned: ReasonNodeStartupTimeout}[st.GetPhaseValue()]
@@ -246,6 +248,16 @@ func power(out *Output, st *capnv1.MachineStatus, in Input, id func(string) stri
 func nodeReadySince(n *capnv1.NodeHealth, since time.Time) bool {
 	hb := n.GetLastHeartbeat()
 	return n.GetReady() && hb != nil && !hb.AsTime().Before(since)
+}
+
+// waitingForSecret is true while a Bootstrapping machine's data waits for
+// a bootstrap secret a user has not written yet: it is not a failure of
+// the machine, so the bootstrap timeout does not run (remediation would
+// only replace it with a machine that waits the same way); it is asked
+// for again every bootstrapReask.
+func waitingForSecret(st *capnv1.MachineStatus) bool {
+	return st.GetPhaseValue() == capnv1.MachineBootstrapping && st.GetBootstrapDataChecksum() == "" &&
+		conditions.Get(st.GetConditions(), CondBootstrapReady).GetReason() == annotations.ReasonBootstrapSecretNotFound
 }
 
 // bootstrapReask is how long a machine waits for its bootstrap answer

@@ -9,7 +9,9 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/capn-dev/capn/schemas/annotations"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/conditions"
 )
 
 var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
@@ -268,4 +270,36 @@ func conditionOf(st *capnv1.MachineStatus, typ string) *capnv1.Condition {
 		}
 	}
 	return nil
+}
+
+// A machine whose bootstrap data waits for a bootstrap secret (the
+// bootstrapper said bootstrap.waiting) is not failed by the bootstrap
+// timeout: it keeps asking every bootstrapReask, and goes on once the data
+// is there. The same machine without the reason times out.
+func TestWaitingForBootstrapSecretHasNoTimeout(t *testing.T) {
+	waiting := func(st *capnv1.MachineStatus) {
+		setCondition(st, CondBootstrapReady, capnv1.ConditionFalse, annotations.ReasonBootstrapSecretNotFound,
+			`file /etc/x: bootstrap secret "registry" not found`, t0)
+	}
+	for _, after := range []time.Duration{6 * time.Minute, 3 * time.Hour} {
+		out := Step(Input{Cluster: "c1", Name: "m1", Desired: machine(false), Status: status(capnv1.MachineBootstrapping.Wire(), waiting), Now: t0.Add(after + time.Second)}, Timeouts{})
+		if got := out.Status.GetPhaseValue(); got != capnv1.MachineBootstrapping {
+			t.Fatalf("after %s waiting for a secret: phase %s (%s), want Bootstrapping", after, got, out.Status.GetFailureReason())
+		}
+		if len(out.Commands) != 1 || out.Commands[0].Kind != CmdBootstrap || out.RequeueAfter <= 0 || out.RequeueAfter > bootstrapReask {
+			t.Fatalf("after %s: commands %v, requeue %s: want a new ask and a requeue within %s", after, out.Commands, out.RequeueAfter, bootstrapReask)
+		}
+		if c := conditions.Get(out.Status.GetConditions(), CondBootstrapReady); c.GetReason() != annotations.ReasonBootstrapSecretNotFound || !strings.Contains(c.GetMessage(), "registry") {
+			t.Fatalf("condition %v: want it kept, naming the secret", c)
+		}
+	}
+	ready := Step(Input{Cluster: "c1", Name: "m1", Desired: machine(false), Now: t0.Add(3 * time.Hour),
+		Status: status(capnv1.MachineBootstrapping.Wire(), waiting, func(s *capnv1.MachineStatus) { s.BootstrapDataChecksum = "sha256:x" })}, Timeouts{})
+	if ready.Status.GetPhaseValue() != capnv1.MachineProvisioning {
+		t.Fatalf("secret written, data ready: phase %s, want Provisioning", ready.Status.GetPhase())
+	}
+	plain := Step(Input{Cluster: "c1", Name: "m1", Desired: machine(false), Status: status(capnv1.MachineBootstrapping.Wire()), Now: t0.Add(6 * time.Minute)}, Timeouts{})
+	if plain.Status.GetFailureReason() != ReasonBootstrapTimeout {
+		t.Fatalf("without the reason: failure %q, want %s", plain.Status.GetFailureReason(), ReasonBootstrapTimeout)
+	}
 }

@@ -288,8 +288,9 @@ func TestEachUserDoesItsJob(t *testing.T) {
 	gw.publish(events.HealthSubject("demo", "m1", "conditions"))
 	gw.put(events.BucketDesired, "machine.demo.m1") // hooks and capn delete machine
 	gw.publish(events.EventSubject("machine", "hook", "demo", "m1"))
-	gw.put(events.BucketDesired, "addonset.cni")      // capn apply of an AddonSet
-	gw.put(events.BucketSecrets, "addonsecret.creds") // capn addon-secret set
+	gw.put(events.BucketDesired, "addonset.cni")        // capn apply of an AddonSet
+	gw.put(events.BucketSecrets, "addonsecret.creds")   // capn addon-secret set
+	gw.put(events.BucketSecrets, "bootstrapsecret.tls") // capn bootstrap-secret set
 
 	cp := w.as(t, natsconfig.ClusterPlanner)
 	cp.cache(events.BucketDesired)
@@ -321,6 +322,7 @@ func TestEachUserDoesItsJob(t *testing.T) {
 		bs.put(events.BucketSecrets, k)
 	}
 	bs.put(events.BucketObserved, "secrets.demo")
+	bs.get(events.BucketSecrets, "bootstrapsecret.tls") // a file's secretRef
 	if m := bs.consume(durable(d, natsconfig.Bootstrapper, natsconfig.Bootstrapper)); m != nil && !strings.HasPrefix(m.Subject, "capn.cmd.bootstrap.") {
 		t.Errorf("bootstrapper got %s", m.Subject)
 	}
@@ -689,6 +691,19 @@ func TestOutsideTheJobIsRefused(t *testing.T) {
 		gw.refusedPublish("$KV.secrets.bootstrap.demo.m1")
 		gw.refusedPublish("$KV.observed.addon.demo.cni")
 		gw.refusedPublish("$JS.API.CONSUMER.CREATE.KV_secrets.x.$KV.secrets.>")
+	})
+	t.Run("only the bootstrapper reads bootstrap secrets; no service but the gateway writes them", func(t *testing.T) {
+		t.Parallel()
+		// The health-watcher and the addon-manager hold the secrets key:
+		// a bootstrap secret (a node's credential) must stay out of their
+		// reach, as must every other user's.
+		for _, user := range []string{natsconfig.AddonManager, natsconfig.HealthWatcher, natsconfig.MachineManager,
+			natsconfig.ClusterPlanner, natsconfig.Remediator, natsconfig.AutoscalerProvider, natsconfig.ProviderUser("docker")} {
+			a := w.as(t, user)
+			a.refused("$JS.API.DIRECT.GET.KV_secrets.$KV.secrets.bootstrapsecret.tls", a.kvGet(events.BucketSecrets, "bootstrapsecret.tls"))
+			a.refusedPublish("$KV.secrets.bootstrapsecret.tls")
+			a.refusedPublish("$JS.API.CONSUMER.CREATE.KV_secrets.x.$KV.secrets.bootstrapsecret.>")
+		}
 	})
 	t.Run("no one but the init job manages streams", func(t *testing.T) {
 		t.Parallel()

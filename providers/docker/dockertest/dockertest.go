@@ -31,6 +31,10 @@ const RequireEnv = "CAPN_REQUIRE_DOCKER"
 // Dockerfile is the image's Dockerfile, relative to the module root.
 const Dockerfile = "deploy/images/capn-node.Dockerfile"
 
+// Busybox is the static busybox the image's shell comes from (Debian's
+// busybox-static), as hack/images.sh takes it.
+const Busybox = "/bin/busybox"
+
 var (
 	imageOnce sync.Once
 	image     string
@@ -111,13 +115,17 @@ func build(api *engine.Client) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	shell, err := os.ReadFile(Busybox)
+	if err != nil {
+		return "", fmt.Errorf("the capn-node image needs a static busybox for its shell: install Debian's busybox-static (%w)", err)
+	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, f := range []struct {
 		name string
 		data []byte
 		mode int64
-	}{{"Dockerfile", dockerfile, 0o644}, {"capn-node", bin, 0o755}} {
+	}{{"Dockerfile", dockerfile, 0o644}, {"capn-node", bin, 0o755}, {"busybox", shell, 0o755}} {
 		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.data)), ModTime: time.Now()}); err != nil {
 			return "", err
 		}

@@ -894,6 +894,80 @@ func (x *AddonsSpec) GetDisableDefaults() bool {
 	return false
 }
 
+// BootstrapSecret is the sealed content of a bootstrap secret (secrets
+// bucket `bootstrapsecret.<name>`, written by the gateway with `capn
+// bootstrap-secret set`, read only by the bootstrapper): named values that
+// machines' bootstrap files take their content from (File.secret_ref).
+type BootstrapSecret struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// data maps a key to its value.
+	Data map[string][]byte `protobuf:"bytes,2,rep,name=data,proto3" json:"data,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// hash is the content's sha256 (set by the gateway).
+	Hash          string                 `protobuf:"bytes,3,opt,name=hash,proto3" json:"hash,omitempty"`
+	Updated       *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=updated,proto3" json:"updated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BootstrapSecret) Reset() {
+	*x = BootstrapSecret{}
+	mi := &file_capn_v1alpha1_addons_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BootstrapSecret) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BootstrapSecret) ProtoMessage() {}
+
+func (x *BootstrapSecret) ProtoReflect() protoreflect.Message {
+	mi := &file_capn_v1alpha1_addons_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BootstrapSecret.ProtoReflect.Descriptor instead.
+func (*BootstrapSecret) Descriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_addons_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *BootstrapSecret) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BootstrapSecret) GetData() map[string][]byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *BootstrapSecret) GetHash() string {
+	if x != nil {
+		return x.Hash
+	}
+	return ""
+}
+
+func (x *BootstrapSecret) GetUpdated() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Updated
+	}
+	return nil
+}
+
 var File_capn_v1alpha1_addons_proto protoreflect.FileDescriptor
 
 const file_capn_v1alpha1_addons_proto_rawDesc = "" +
@@ -973,7 +1047,15 @@ const file_capn_v1alpha1_addons_proto_rawDesc = "" +
 	"\aobjects\x18\x06 \x01(\x05R\aobjects\"7\n" +
 	"\n" +
 	"AddonsSpec\x12)\n" +
-	"\x10disable_defaults\x18\x01 \x01(\bR\x0fdisableDefaultsB=Z;github.com/capn-dev/capn/schemas/capn/v1alpha1;capnv1alpha1b\x06proto3"
+	"\x10disable_defaults\x18\x01 \x01(\bR\x0fdisableDefaults\"\xe6\x01\n" +
+	"\x0fBootstrapSecret\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12<\n" +
+	"\x04data\x18\x02 \x03(\v2(.capn.v1alpha1.BootstrapSecret.DataEntryR\x04data\x12\x12\n" +
+	"\x04hash\x18\x03 \x01(\tR\x04hash\x124\n" +
+	"\aupdated\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aupdated\x1a7\n" +
+	"\tDataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01B=Z;github.com/capn-dev/capn/schemas/capn/v1alpha1;capnv1alpha1b\x06proto3"
 
 var (
 	file_capn_v1alpha1_addons_proto_rawDescOnce sync.Once
@@ -987,7 +1069,7 @@ func file_capn_v1alpha1_addons_proto_rawDescGZIP() []byte {
 	return file_capn_v1alpha1_addons_proto_rawDescData
 }
 
-var file_capn_v1alpha1_addons_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_capn_v1alpha1_addons_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_capn_v1alpha1_addons_proto_goTypes = []any{
 	(*AddonSet)(nil),                 // 0: capn.v1alpha1.AddonSet
 	(*AddonSetSpec)(nil),             // 1: capn.v1alpha1.AddonSetSpec
@@ -1000,32 +1082,36 @@ var file_capn_v1alpha1_addons_proto_goTypes = []any{
 	(*ClusterAddonStatus)(nil),       // 8: capn.v1alpha1.ClusterAddonStatus
 	(*AddonEvent)(nil),               // 9: capn.v1alpha1.AddonEvent
 	(*AddonsSpec)(nil),               // 10: capn.v1alpha1.AddonsSpec
-	nil,                              // 11: capn.v1alpha1.LabelSelector.MatchLabelsEntry
-	(*ObjectMeta)(nil),               // 12: capn.v1alpha1.ObjectMeta
-	(*durationpb.Duration)(nil),      // 13: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 14: google.protobuf.Timestamp
-	(*Condition)(nil),                // 15: capn.v1alpha1.Condition
+	(*BootstrapSecret)(nil),          // 11: capn.v1alpha1.BootstrapSecret
+	nil,                              // 12: capn.v1alpha1.LabelSelector.MatchLabelsEntry
+	nil,                              // 13: capn.v1alpha1.BootstrapSecret.DataEntry
+	(*ObjectMeta)(nil),               // 14: capn.v1alpha1.ObjectMeta
+	(*durationpb.Duration)(nil),      // 15: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 16: google.protobuf.Timestamp
+	(*Condition)(nil),                // 17: capn.v1alpha1.Condition
 }
 var file_capn_v1alpha1_addons_proto_depIdxs = []int32{
-	12, // 0: capn.v1alpha1.AddonSet.metadata:type_name -> capn.v1alpha1.ObjectMeta
+	14, // 0: capn.v1alpha1.AddonSet.metadata:type_name -> capn.v1alpha1.ObjectMeta
 	1,  // 1: capn.v1alpha1.AddonSet.spec:type_name -> capn.v1alpha1.AddonSetSpec
 	6,  // 2: capn.v1alpha1.AddonSet.status:type_name -> capn.v1alpha1.AddonSetStatus
 	2,  // 3: capn.v1alpha1.AddonSetSpec.cluster_selector:type_name -> capn.v1alpha1.LabelSelector
 	4,  // 4: capn.v1alpha1.AddonSetSpec.manifests:type_name -> capn.v1alpha1.AddonManifest
-	13, // 5: capn.v1alpha1.AddonSetSpec.reconcile_interval:type_name -> google.protobuf.Duration
-	11, // 6: capn.v1alpha1.LabelSelector.match_labels:type_name -> capn.v1alpha1.LabelSelector.MatchLabelsEntry
+	15, // 5: capn.v1alpha1.AddonSetSpec.reconcile_interval:type_name -> google.protobuf.Duration
+	12, // 6: capn.v1alpha1.LabelSelector.match_labels:type_name -> capn.v1alpha1.LabelSelector.MatchLabelsEntry
 	3,  // 7: capn.v1alpha1.LabelSelector.match_expressions:type_name -> capn.v1alpha1.LabelSelectorRequirement
-	14, // 8: capn.v1alpha1.AddonSecret.updated:type_name -> google.protobuf.Timestamp
+	16, // 8: capn.v1alpha1.AddonSecret.updated:type_name -> google.protobuf.Timestamp
 	8,  // 9: capn.v1alpha1.AddonSetStatus.clusters:type_name -> capn.v1alpha1.ClusterAddonStatus
 	7,  // 10: capn.v1alpha1.ClusterAddonStatus.objects:type_name -> capn.v1alpha1.AddonObject
-	14, // 11: capn.v1alpha1.ClusterAddonStatus.last_applied:type_name -> google.protobuf.Timestamp
-	15, // 12: capn.v1alpha1.ClusterAddonStatus.conditions:type_name -> capn.v1alpha1.Condition
-	14, // 13: capn.v1alpha1.ClusterAddonStatus.last_attempt:type_name -> google.protobuf.Timestamp
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	16, // 11: capn.v1alpha1.ClusterAddonStatus.last_applied:type_name -> google.protobuf.Timestamp
+	17, // 12: capn.v1alpha1.ClusterAddonStatus.conditions:type_name -> capn.v1alpha1.Condition
+	16, // 13: capn.v1alpha1.ClusterAddonStatus.last_attempt:type_name -> google.protobuf.Timestamp
+	13, // 14: capn.v1alpha1.BootstrapSecret.data:type_name -> capn.v1alpha1.BootstrapSecret.DataEntry
+	16, // 15: capn.v1alpha1.BootstrapSecret.updated:type_name -> google.protobuf.Timestamp
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_capn_v1alpha1_addons_proto_init() }
@@ -1040,7 +1126,7 @@ func file_capn_v1alpha1_addons_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_capn_v1alpha1_addons_proto_rawDesc), len(file_capn_v1alpha1_addons_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

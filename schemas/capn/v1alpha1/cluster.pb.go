@@ -955,7 +955,12 @@ type File struct {
 	Content string                 `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
 	Owner   string                 `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
 	// permissions in octal, e.g. "0644".
-	Permissions   string `protobuf:"bytes,4,opt,name=permissions,proto3" json:"permissions,omitempty"`
+	Permissions string `protobuf:"bytes,4,opt,name=permissions,proto3" json:"permissions,omitempty"`
+	// secret_ref takes the file's content from a bootstrap secret instead of
+	// content (exactly one of the two is set). The bootstrapper reads it when
+	// it renders the machine's bootstrap data, which is sealed like the
+	// secret; a machine whose secret or key does not exist waits for it.
+	SecretRef     *FileSecretRef `protobuf:"bytes,5,opt,name=secret_ref,json=secretRef,proto3" json:"secret_ref,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1018,6 +1023,68 @@ func (x *File) GetPermissions() string {
 	return ""
 }
 
+func (x *File) GetSecretRef() *FileSecretRef {
+	if x != nil {
+		return x.SecretRef
+	}
+	return nil
+}
+
+// FileSecretRef names a key of a bootstrap secret (secrets bucket
+// `bootstrapsecret.<name>`, written with `capn bootstrap-secret set`), as
+// Cluster API's File.contentFrom.secret does.
+type FileSecretRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FileSecretRef) Reset() {
+	*x = FileSecretRef{}
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FileSecretRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FileSecretRef) ProtoMessage() {}
+
+func (x *FileSecretRef) ProtoReflect() protoreflect.Message {
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FileSecretRef.ProtoReflect.Descriptor instead.
+func (*FileSecretRef) Descriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *FileSecretRef) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *FileSecretRef) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
 // CertificateAuthority is a PEM certificate and private key.
 type CertificateAuthority struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -1029,7 +1096,7 @@ type CertificateAuthority struct {
 
 func (x *CertificateAuthority) Reset() {
 	*x = CertificateAuthority{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[10]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1041,7 +1108,7 @@ func (x *CertificateAuthority) String() string {
 func (*CertificateAuthority) ProtoMessage() {}
 
 func (x *CertificateAuthority) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[10]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1054,7 +1121,7 @@ func (x *CertificateAuthority) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertificateAuthority.ProtoReflect.Descriptor instead.
 func (*CertificateAuthority) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{10}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CertificateAuthority) GetCertificatePem() string {
@@ -1094,7 +1161,7 @@ type HealthPolicy struct {
 
 func (x *HealthPolicy) Reset() {
 	*x = HealthPolicy{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[11]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1106,7 +1173,7 @@ func (x *HealthPolicy) String() string {
 func (*HealthPolicy) ProtoMessage() {}
 
 func (x *HealthPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[11]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1119,7 +1186,7 @@ func (x *HealthPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthPolicy.ProtoReflect.Descriptor instead.
 func (*HealthPolicy) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{11}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *HealthPolicy) GetUnhealthyConditions() []*UnhealthyCondition {
@@ -1175,7 +1242,7 @@ type UnhealthyCondition struct {
 
 func (x *UnhealthyCondition) Reset() {
 	*x = UnhealthyCondition{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[12]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1187,7 +1254,7 @@ func (x *UnhealthyCondition) String() string {
 func (*UnhealthyCondition) ProtoMessage() {}
 
 func (x *UnhealthyCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[12]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1200,7 +1267,7 @@ func (x *UnhealthyCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnhealthyCondition.ProtoReflect.Descriptor instead.
 func (*UnhealthyCondition) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{12}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UnhealthyCondition) GetType() string {
@@ -1244,7 +1311,7 @@ type ClusterStatus struct {
 
 func (x *ClusterStatus) Reset() {
 	*x = ClusterStatus{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[13]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1256,7 +1323,7 @@ func (x *ClusterStatus) String() string {
 func (*ClusterStatus) ProtoMessage() {}
 
 func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[13]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1269,7 +1336,7 @@ func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatus.ProtoReflect.Descriptor instead.
 func (*ClusterStatus) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{13}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ClusterStatus) GetPhase() string {
@@ -1349,7 +1416,7 @@ type PoolStatus struct {
 
 func (x *PoolStatus) Reset() {
 	*x = PoolStatus{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[14]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +1428,7 @@ func (x *PoolStatus) String() string {
 func (*PoolStatus) ProtoMessage() {}
 
 func (x *PoolStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[14]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +1441,7 @@ func (x *PoolStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStatus.ProtoReflect.Descriptor instead.
 func (*PoolStatus) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{14}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PoolStatus) GetName() string {
@@ -1462,7 +1529,7 @@ type AutoscalerAction struct {
 
 func (x *AutoscalerAction) Reset() {
 	*x = AutoscalerAction{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[15]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1474,7 +1541,7 @@ func (x *AutoscalerAction) String() string {
 func (*AutoscalerAction) ProtoMessage() {}
 
 func (x *AutoscalerAction) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[15]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1487,7 +1554,7 @@ func (x *AutoscalerAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AutoscalerAction.ProtoReflect.Descriptor instead.
 func (*AutoscalerAction) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{15}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AutoscalerAction) GetTime() *timestamppb.Timestamp {
@@ -1545,7 +1612,7 @@ type AutoscalerStatus struct {
 
 func (x *AutoscalerStatus) Reset() {
 	*x = AutoscalerStatus{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[16]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1557,7 +1624,7 @@ func (x *AutoscalerStatus) String() string {
 func (*AutoscalerStatus) ProtoMessage() {}
 
 func (x *AutoscalerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[16]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1570,7 +1637,7 @@ func (x *AutoscalerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AutoscalerStatus.ProtoReflect.Descriptor instead.
 func (*AutoscalerStatus) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{16}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AutoscalerStatus) GetCluster() string {
@@ -1683,12 +1750,17 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	" \x01(\v2\x19.google.protobuf.DurationR\x0ecommandTimeout\x1aC\n" +
 	"\x15KubeletExtraArgsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"l\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa9\x01\n" +
 	"\x04File\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\tR\acontent\x12\x14\n" +
 	"\x05owner\x18\x03 \x01(\tR\x05owner\x12 \n" +
-	"\vpermissions\x18\x04 \x01(\tR\vpermissions\"g\n" +
+	"\vpermissions\x18\x04 \x01(\tR\vpermissions\x12;\n" +
+	"\n" +
+	"secret_ref\x18\x05 \x01(\v2\x1c.capn.v1alpha1.FileSecretRefR\tsecretRef\"5\n" +
+	"\rFileSecretRef\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\"g\n" +
 	"\x14CertificateAuthority\x12'\n" +
 	"\x0fcertificate_pem\x18\x01 \x01(\tR\x0ecertificatePem\x12&\n" +
 	"\x0fprivate_key_pem\x18\x02 \x01(\tR\rprivateKeyPem\"\xe7\x02\n" +
@@ -1767,7 +1839,7 @@ func file_capn_v1alpha1_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_capn_v1alpha1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_capn_v1alpha1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_capn_v1alpha1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_capn_v1alpha1_cluster_proto_goTypes = []any{
 	(ClusterPhase)(0),             // 0: capn.v1alpha1.ClusterPhase
 	(*Cluster)(nil),               // 1: capn.v1alpha1.Cluster
@@ -1780,71 +1852,73 @@ var file_capn_v1alpha1_cluster_proto_goTypes = []any{
 	(*NetworkSpec)(nil),           // 8: capn.v1alpha1.NetworkSpec
 	(*BootstrapSpec)(nil),         // 9: capn.v1alpha1.BootstrapSpec
 	(*File)(nil),                  // 10: capn.v1alpha1.File
-	(*CertificateAuthority)(nil),  // 11: capn.v1alpha1.CertificateAuthority
-	(*HealthPolicy)(nil),          // 12: capn.v1alpha1.HealthPolicy
-	(*UnhealthyCondition)(nil),    // 13: capn.v1alpha1.UnhealthyCondition
-	(*ClusterStatus)(nil),         // 14: capn.v1alpha1.ClusterStatus
-	(*PoolStatus)(nil),            // 15: capn.v1alpha1.PoolStatus
-	(*AutoscalerAction)(nil),      // 16: capn.v1alpha1.AutoscalerAction
-	(*AutoscalerStatus)(nil),      // 17: capn.v1alpha1.AutoscalerStatus
-	nil,                           // 18: capn.v1alpha1.MachineTemplate.ParametersEntry
-	nil,                           // 19: capn.v1alpha1.WorkerPool.LabelsEntry
-	nil,                           // 20: capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
-	(*ObjectMeta)(nil),            // 21: capn.v1alpha1.ObjectMeta
-	(*AddonsSpec)(nil),            // 22: capn.v1alpha1.AddonsSpec
-	(*durationpb.Duration)(nil),   // 23: google.protobuf.Duration
-	(*Taint)(nil),                 // 24: capn.v1alpha1.Taint
-	(*Condition)(nil),             // 25: capn.v1alpha1.Condition
-	(*Endpoint)(nil),              // 26: capn.v1alpha1.Endpoint
-	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
+	(*FileSecretRef)(nil),         // 11: capn.v1alpha1.FileSecretRef
+	(*CertificateAuthority)(nil),  // 12: capn.v1alpha1.CertificateAuthority
+	(*HealthPolicy)(nil),          // 13: capn.v1alpha1.HealthPolicy
+	(*UnhealthyCondition)(nil),    // 14: capn.v1alpha1.UnhealthyCondition
+	(*ClusterStatus)(nil),         // 15: capn.v1alpha1.ClusterStatus
+	(*PoolStatus)(nil),            // 16: capn.v1alpha1.PoolStatus
+	(*AutoscalerAction)(nil),      // 17: capn.v1alpha1.AutoscalerAction
+	(*AutoscalerStatus)(nil),      // 18: capn.v1alpha1.AutoscalerStatus
+	nil,                           // 19: capn.v1alpha1.MachineTemplate.ParametersEntry
+	nil,                           // 20: capn.v1alpha1.WorkerPool.LabelsEntry
+	nil,                           // 21: capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
+	(*ObjectMeta)(nil),            // 22: capn.v1alpha1.ObjectMeta
+	(*AddonsSpec)(nil),            // 23: capn.v1alpha1.AddonsSpec
+	(*durationpb.Duration)(nil),   // 24: google.protobuf.Duration
+	(*Taint)(nil),                 // 25: capn.v1alpha1.Taint
+	(*Condition)(nil),             // 26: capn.v1alpha1.Condition
+	(*Endpoint)(nil),              // 27: capn.v1alpha1.Endpoint
+	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
 }
 var file_capn_v1alpha1_cluster_proto_depIdxs = []int32{
-	21, // 0: capn.v1alpha1.Cluster.metadata:type_name -> capn.v1alpha1.ObjectMeta
+	22, // 0: capn.v1alpha1.Cluster.metadata:type_name -> capn.v1alpha1.ObjectMeta
 	2,  // 1: capn.v1alpha1.Cluster.spec:type_name -> capn.v1alpha1.ClusterSpec
-	14, // 2: capn.v1alpha1.Cluster.status:type_name -> capn.v1alpha1.ClusterStatus
+	15, // 2: capn.v1alpha1.Cluster.status:type_name -> capn.v1alpha1.ClusterStatus
 	4,  // 3: capn.v1alpha1.ClusterSpec.control_plane:type_name -> capn.v1alpha1.ControlPlaneSpec
 	5,  // 4: capn.v1alpha1.ClusterSpec.worker_pools:type_name -> capn.v1alpha1.WorkerPool
 	8,  // 5: capn.v1alpha1.ClusterSpec.network:type_name -> capn.v1alpha1.NetworkSpec
 	9,  // 6: capn.v1alpha1.ClusterSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	12, // 7: capn.v1alpha1.ClusterSpec.health:type_name -> capn.v1alpha1.HealthPolicy
-	22, // 8: capn.v1alpha1.ClusterSpec.addons:type_name -> capn.v1alpha1.AddonsSpec
-	18, // 9: capn.v1alpha1.MachineTemplate.parameters:type_name -> capn.v1alpha1.MachineTemplate.ParametersEntry
+	13, // 7: capn.v1alpha1.ClusterSpec.health:type_name -> capn.v1alpha1.HealthPolicy
+	23, // 8: capn.v1alpha1.ClusterSpec.addons:type_name -> capn.v1alpha1.AddonsSpec
+	19, // 9: capn.v1alpha1.MachineTemplate.parameters:type_name -> capn.v1alpha1.MachineTemplate.ParametersEntry
 	3,  // 10: capn.v1alpha1.ControlPlaneSpec.template:type_name -> capn.v1alpha1.MachineTemplate
 	9,  // 11: capn.v1alpha1.ControlPlaneSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	23, // 12: capn.v1alpha1.ControlPlaneSpec.node_drain_timeout:type_name -> google.protobuf.Duration
-	23, // 13: capn.v1alpha1.ControlPlaneSpec.node_deletion_timeout:type_name -> google.protobuf.Duration
+	24, // 12: capn.v1alpha1.ControlPlaneSpec.node_drain_timeout:type_name -> google.protobuf.Duration
+	24, // 13: capn.v1alpha1.ControlPlaneSpec.node_deletion_timeout:type_name -> google.protobuf.Duration
 	3,  // 14: capn.v1alpha1.WorkerPool.template:type_name -> capn.v1alpha1.MachineTemplate
-	19, // 15: capn.v1alpha1.WorkerPool.labels:type_name -> capn.v1alpha1.WorkerPool.LabelsEntry
-	24, // 16: capn.v1alpha1.WorkerPool.taints:type_name -> capn.v1alpha1.Taint
+	20, // 15: capn.v1alpha1.WorkerPool.labels:type_name -> capn.v1alpha1.WorkerPool.LabelsEntry
+	25, // 16: capn.v1alpha1.WorkerPool.taints:type_name -> capn.v1alpha1.Taint
 	7,  // 17: capn.v1alpha1.WorkerPool.strategy:type_name -> capn.v1alpha1.RolloutStrategy
 	9,  // 18: capn.v1alpha1.WorkerPool.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	12, // 19: capn.v1alpha1.WorkerPool.health:type_name -> capn.v1alpha1.HealthPolicy
-	23, // 20: capn.v1alpha1.WorkerPool.node_drain_timeout:type_name -> google.protobuf.Duration
-	23, // 21: capn.v1alpha1.WorkerPool.node_deletion_timeout:type_name -> google.protobuf.Duration
+	13, // 19: capn.v1alpha1.WorkerPool.health:type_name -> capn.v1alpha1.HealthPolicy
+	24, // 20: capn.v1alpha1.WorkerPool.node_drain_timeout:type_name -> google.protobuf.Duration
+	24, // 21: capn.v1alpha1.WorkerPool.node_deletion_timeout:type_name -> google.protobuf.Duration
 	6,  // 22: capn.v1alpha1.WorkerPool.autoscaling:type_name -> capn.v1alpha1.Autoscaling
 	10, // 23: capn.v1alpha1.BootstrapSpec.files:type_name -> capn.v1alpha1.File
-	20, // 24: capn.v1alpha1.BootstrapSpec.kubelet_extra_args:type_name -> capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
-	23, // 25: capn.v1alpha1.BootstrapSpec.token_ttl:type_name -> google.protobuf.Duration
-	11, // 26: capn.v1alpha1.BootstrapSpec.ca:type_name -> capn.v1alpha1.CertificateAuthority
-	23, // 27: capn.v1alpha1.BootstrapSpec.command_timeout:type_name -> google.protobuf.Duration
-	13, // 28: capn.v1alpha1.HealthPolicy.unhealthy_conditions:type_name -> capn.v1alpha1.UnhealthyCondition
-	23, // 29: capn.v1alpha1.HealthPolicy.node_startup_timeout:type_name -> google.protobuf.Duration
-	23, // 30: capn.v1alpha1.HealthPolicy.heartbeat_grace:type_name -> google.protobuf.Duration
-	23, // 31: capn.v1alpha1.UnhealthyCondition.timeout:type_name -> google.protobuf.Duration
-	25, // 32: capn.v1alpha1.ClusterStatus.conditions:type_name -> capn.v1alpha1.Condition
-	26, // 33: capn.v1alpha1.ClusterStatus.control_plane_endpoint:type_name -> capn.v1alpha1.Endpoint
-	15, // 34: capn.v1alpha1.ClusterStatus.control_plane:type_name -> capn.v1alpha1.PoolStatus
-	15, // 35: capn.v1alpha1.ClusterStatus.worker_pools:type_name -> capn.v1alpha1.PoolStatus
-	27, // 36: capn.v1alpha1.ClusterStatus.updated:type_name -> google.protobuf.Timestamp
-	6,  // 37: capn.v1alpha1.PoolStatus.autoscaling:type_name -> capn.v1alpha1.Autoscaling
-	16, // 38: capn.v1alpha1.PoolStatus.last_autoscaler_action:type_name -> capn.v1alpha1.AutoscalerAction
-	27, // 39: capn.v1alpha1.AutoscalerAction.time:type_name -> google.protobuf.Timestamp
-	16, // 40: capn.v1alpha1.AutoscalerStatus.last_action:type_name -> capn.v1alpha1.AutoscalerAction
-	41, // [41:41] is the sub-list for method output_type
-	41, // [41:41] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	21, // 24: capn.v1alpha1.BootstrapSpec.kubelet_extra_args:type_name -> capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
+	24, // 25: capn.v1alpha1.BootstrapSpec.token_ttl:type_name -> google.protobuf.Duration
+	12, // 26: capn.v1alpha1.BootstrapSpec.ca:type_name -> capn.v1alpha1.CertificateAuthority
+	24, // 27: capn.v1alpha1.BootstrapSpec.command_timeout:type_name -> google.protobuf.Duration
+	11, // 28: capn.v1alpha1.File.secret_ref:type_name -> capn.v1alpha1.FileSecretRef
+	14, // 29: capn.v1alpha1.HealthPolicy.unhealthy_conditions:type_name -> capn.v1alpha1.UnhealthyCondition
+	24, // 30: capn.v1alpha1.HealthPolicy.node_startup_timeout:type_name -> google.protobuf.Duration
+	24, // 31: capn.v1alpha1.HealthPolicy.heartbeat_grace:type_name -> google.protobuf.Duration
+	24, // 32: capn.v1alpha1.UnhealthyCondition.timeout:type_name -> google.protobuf.Duration
+	26, // 33: capn.v1alpha1.ClusterStatus.conditions:type_name -> capn.v1alpha1.Condition
+	27, // 34: capn.v1alpha1.ClusterStatus.control_plane_endpoint:type_name -> capn.v1alpha1.Endpoint
+	16, // 35: capn.v1alpha1.ClusterStatus.control_plane:type_name -> capn.v1alpha1.PoolStatus
+	16, // 36: capn.v1alpha1.ClusterStatus.worker_pools:type_name -> capn.v1alpha1.PoolStatus
+	28, // 37: capn.v1alpha1.ClusterStatus.updated:type_name -> google.protobuf.Timestamp
+	6,  // 38: capn.v1alpha1.PoolStatus.autoscaling:type_name -> capn.v1alpha1.Autoscaling
+	17, // 39: capn.v1alpha1.PoolStatus.last_autoscaler_action:type_name -> capn.v1alpha1.AutoscalerAction
+	28, // 40: capn.v1alpha1.AutoscalerAction.time:type_name -> google.protobuf.Timestamp
+	17, // 41: capn.v1alpha1.AutoscalerStatus.last_action:type_name -> capn.v1alpha1.AutoscalerAction
+	42, // [42:42] is the sub-list for method output_type
+	42, // [42:42] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_capn_v1alpha1_cluster_proto_init() }
@@ -1861,7 +1935,7 @@ func file_capn_v1alpha1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_capn_v1alpha1_cluster_proto_rawDesc), len(file_capn_v1alpha1_cluster_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

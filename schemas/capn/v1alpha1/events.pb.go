@@ -301,6 +301,88 @@ func (x *BootstrapFailed) GetMessage() string {
 	return ""
 }
 
+// BootstrapWaiting says a machine's bootstrap data cannot be made yet
+// because something a user provides is missing (capn.evt.bootstrap.waiting):
+// a bootstrap secret a file refers to. The machine waits, without a
+// timeout, and is asked for again until the data is made.
+type BootstrapWaiting struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Machine string                 `protobuf:"bytes,2,opt,name=machine,proto3" json:"machine,omitempty"`
+	// reason is BootstrapSecretNotFound.
+	Reason  string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// secret is the missing bootstrap secret's name.
+	Secret        string `protobuf:"bytes,5,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BootstrapWaiting) Reset() {
+	*x = BootstrapWaiting{}
+	mi := &file_capn_v1alpha1_events_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BootstrapWaiting) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BootstrapWaiting) ProtoMessage() {}
+
+func (x *BootstrapWaiting) ProtoReflect() protoreflect.Message {
+	mi := &file_capn_v1alpha1_events_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BootstrapWaiting.ProtoReflect.Descriptor instead.
+func (*BootstrapWaiting) Descriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_events_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *BootstrapWaiting) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *BootstrapWaiting) GetMachine() string {
+	if x != nil {
+		return x.Machine
+	}
+	return ""
+}
+
+func (x *BootstrapWaiting) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *BootstrapWaiting) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *BootstrapWaiting) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
 // MachineEvent is a fact in a machine's life (capn.evt.machine.<what>),
 // kept for the timeline a user sees.
 type MachineEvent struct {
@@ -316,7 +398,7 @@ type MachineEvent struct {
 
 func (x *MachineEvent) Reset() {
 	*x = MachineEvent{}
-	mi := &file_capn_v1alpha1_events_proto_msgTypes[3]
+	mi := &file_capn_v1alpha1_events_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -328,7 +410,7 @@ func (x *MachineEvent) String() string {
 func (*MachineEvent) ProtoMessage() {}
 
 func (x *MachineEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_events_proto_msgTypes[3]
+	mi := &file_capn_v1alpha1_events_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -341,7 +423,7 @@ func (x *MachineEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MachineEvent.ProtoReflect.Descriptor instead.
 func (*MachineEvent) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_events_proto_rawDescGZIP(), []int{3}
+	return file_capn_v1alpha1_events_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *MachineEvent) GetCluster() string {
@@ -392,7 +474,7 @@ type ClusterEvent struct {
 
 func (x *ClusterEvent) Reset() {
 	*x = ClusterEvent{}
-	mi := &file_capn_v1alpha1_events_proto_msgTypes[4]
+	mi := &file_capn_v1alpha1_events_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -404,7 +486,7 @@ func (x *ClusterEvent) String() string {
 func (*ClusterEvent) ProtoMessage() {}
 
 func (x *ClusterEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_events_proto_msgTypes[4]
+	mi := &file_capn_v1alpha1_events_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -417,7 +499,7 @@ func (x *ClusterEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterEvent.ProtoReflect.Descriptor instead.
 func (*ClusterEvent) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_events_proto_rawDescGZIP(), []int{4}
+	return file_capn_v1alpha1_events_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ClusterEvent) GetCluster() string {
@@ -463,7 +545,7 @@ type NodeHeartbeat struct {
 
 func (x *NodeHeartbeat) Reset() {
 	*x = NodeHeartbeat{}
-	mi := &file_capn_v1alpha1_events_proto_msgTypes[5]
+	mi := &file_capn_v1alpha1_events_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -475,7 +557,7 @@ func (x *NodeHeartbeat) String() string {
 func (*NodeHeartbeat) ProtoMessage() {}
 
 func (x *NodeHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_events_proto_msgTypes[5]
+	mi := &file_capn_v1alpha1_events_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -488,7 +570,7 @@ func (x *NodeHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHeartbeat.ProtoReflect.Descriptor instead.
 func (*NodeHeartbeat) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_events_proto_rawDescGZIP(), []int{5}
+	return file_capn_v1alpha1_events_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *NodeHeartbeat) GetCluster() string {
@@ -548,7 +630,7 @@ type NodeConditions struct {
 
 func (x *NodeConditions) Reset() {
 	*x = NodeConditions{}
-	mi := &file_capn_v1alpha1_events_proto_msgTypes[6]
+	mi := &file_capn_v1alpha1_events_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -560,7 +642,7 @@ func (x *NodeConditions) String() string {
 func (*NodeConditions) ProtoMessage() {}
 
 func (x *NodeConditions) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_events_proto_msgTypes[6]
+	mi := &file_capn_v1alpha1_events_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -573,7 +655,7 @@ func (x *NodeConditions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeConditions.ProtoReflect.Descriptor instead.
 func (*NodeConditions) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_events_proto_rawDescGZIP(), []int{6}
+	return file_capn_v1alpha1_events_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *NodeConditions) GetCluster() string {
@@ -634,7 +716,7 @@ type NodeCondition struct {
 
 func (x *NodeCondition) Reset() {
 	*x = NodeCondition{}
-	mi := &file_capn_v1alpha1_events_proto_msgTypes[7]
+	mi := &file_capn_v1alpha1_events_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -646,7 +728,7 @@ func (x *NodeCondition) String() string {
 func (*NodeCondition) ProtoMessage() {}
 
 func (x *NodeCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_events_proto_msgTypes[7]
+	mi := &file_capn_v1alpha1_events_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -659,7 +741,7 @@ func (x *NodeCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCondition.ProtoReflect.Descriptor instead.
 func (*NodeCondition) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_events_proto_rawDescGZIP(), []int{7}
+	return file_capn_v1alpha1_events_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *NodeCondition) GetType() string {
@@ -728,7 +810,7 @@ type ProblemEvent struct {
 
 func (x *ProblemEvent) Reset() {
 	*x = ProblemEvent{}
-	mi := &file_capn_v1alpha1_events_proto_msgTypes[8]
+	mi := &file_capn_v1alpha1_events_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -740,7 +822,7 @@ func (x *ProblemEvent) String() string {
 func (*ProblemEvent) ProtoMessage() {}
 
 func (x *ProblemEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_events_proto_msgTypes[8]
+	mi := &file_capn_v1alpha1_events_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -753,7 +835,7 @@ func (x *ProblemEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProblemEvent.ProtoReflect.Descriptor instead.
 func (*ProblemEvent) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_events_proto_rawDescGZIP(), []int{8}
+	return file_capn_v1alpha1_events_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ProblemEvent) GetCluster() string {
@@ -819,7 +901,7 @@ type MachineUnhealthy struct {
 
 func (x *MachineUnhealthy) Reset() {
 	*x = MachineUnhealthy{}
-	mi := &file_capn_v1alpha1_events_proto_msgTypes[9]
+	mi := &file_capn_v1alpha1_events_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -831,7 +913,7 @@ func (x *MachineUnhealthy) String() string {
 func (*MachineUnhealthy) ProtoMessage() {}
 
 func (x *MachineUnhealthy) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_events_proto_msgTypes[9]
+	mi := &file_capn_v1alpha1_events_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -844,7 +926,7 @@ func (x *MachineUnhealthy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MachineUnhealthy.ProtoReflect.Descriptor instead.
 func (*MachineUnhealthy) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_events_proto_rawDescGZIP(), []int{9}
+	return file_capn_v1alpha1_events_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *MachineUnhealthy) GetCluster() string {
@@ -893,7 +975,7 @@ type DeleteClusterSecrets struct {
 
 func (x *DeleteClusterSecrets) Reset() {
 	*x = DeleteClusterSecrets{}
-	mi := &file_capn_v1alpha1_events_proto_msgTypes[10]
+	mi := &file_capn_v1alpha1_events_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -905,7 +987,7 @@ func (x *DeleteClusterSecrets) String() string {
 func (*DeleteClusterSecrets) ProtoMessage() {}
 
 func (x *DeleteClusterSecrets) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_events_proto_msgTypes[10]
+	mi := &file_capn_v1alpha1_events_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -918,7 +1000,7 @@ func (x *DeleteClusterSecrets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteClusterSecrets.ProtoReflect.Descriptor instead.
 func (*DeleteClusterSecrets) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_events_proto_rawDescGZIP(), []int{10}
+	return file_capn_v1alpha1_events_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DeleteClusterSecrets) GetCluster() string {
@@ -947,7 +1029,7 @@ type AutoscalerEvent struct {
 
 func (x *AutoscalerEvent) Reset() {
 	*x = AutoscalerEvent{}
-	mi := &file_capn_v1alpha1_events_proto_msgTypes[11]
+	mi := &file_capn_v1alpha1_events_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1041,7 @@ func (x *AutoscalerEvent) String() string {
 func (*AutoscalerEvent) ProtoMessage() {}
 
 func (x *AutoscalerEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_events_proto_msgTypes[11]
+	mi := &file_capn_v1alpha1_events_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1054,7 @@ func (x *AutoscalerEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AutoscalerEvent.ProtoReflect.Descriptor instead.
 func (*AutoscalerEvent) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_events_proto_rawDescGZIP(), []int{11}
+	return file_capn_v1alpha1_events_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AutoscalerEvent) GetCluster() string {
@@ -1057,7 +1139,13 @@ const file_capn_v1alpha1_events_proto_rawDesc = "" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x18\n" +
 	"\amachine\x18\x02 \x01(\tR\amachine\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\x8a\x01\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\x90\x01\n" +
+	"\x10BootstrapWaiting\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x18\n" +
+	"\amachine\x18\x02 \x01(\tR\amachine\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12\x16\n" +
+	"\x06secret\x18\x05 \x01(\tR\x06secret\"\x8a\x01\n" +
 	"\fMachineEvent\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x18\n" +
 	"\amachine\x18\x02 \x01(\tR\amachine\x12\x14\n" +
@@ -1129,38 +1217,39 @@ func file_capn_v1alpha1_events_proto_rawDescGZIP() []byte {
 	return file_capn_v1alpha1_events_proto_rawDescData
 }
 
-var file_capn_v1alpha1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_capn_v1alpha1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_capn_v1alpha1_events_proto_goTypes = []any{
 	(*GenerateBootstrap)(nil),     // 0: capn.v1alpha1.GenerateBootstrap
 	(*BootstrapReady)(nil),        // 1: capn.v1alpha1.BootstrapReady
 	(*BootstrapFailed)(nil),       // 2: capn.v1alpha1.BootstrapFailed
-	(*MachineEvent)(nil),          // 3: capn.v1alpha1.MachineEvent
-	(*ClusterEvent)(nil),          // 4: capn.v1alpha1.ClusterEvent
-	(*NodeHeartbeat)(nil),         // 5: capn.v1alpha1.NodeHeartbeat
-	(*NodeConditions)(nil),        // 6: capn.v1alpha1.NodeConditions
-	(*NodeCondition)(nil),         // 7: capn.v1alpha1.NodeCondition
-	(*ProblemEvent)(nil),          // 8: capn.v1alpha1.ProblemEvent
-	(*MachineUnhealthy)(nil),      // 9: capn.v1alpha1.MachineUnhealthy
-	(*DeleteClusterSecrets)(nil),  // 10: capn.v1alpha1.DeleteClusterSecrets
-	(*AutoscalerEvent)(nil),       // 11: capn.v1alpha1.AutoscalerEvent
-	nil,                           // 12: capn.v1alpha1.GenerateBootstrap.LabelsEntry
-	(*BootstrapSpec)(nil),         // 13: capn.v1alpha1.BootstrapSpec
-	(*Taint)(nil),                 // 14: capn.v1alpha1.Taint
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
-	(*Condition)(nil),             // 16: capn.v1alpha1.Condition
+	(*BootstrapWaiting)(nil),      // 3: capn.v1alpha1.BootstrapWaiting
+	(*MachineEvent)(nil),          // 4: capn.v1alpha1.MachineEvent
+	(*ClusterEvent)(nil),          // 5: capn.v1alpha1.ClusterEvent
+	(*NodeHeartbeat)(nil),         // 6: capn.v1alpha1.NodeHeartbeat
+	(*NodeConditions)(nil),        // 7: capn.v1alpha1.NodeConditions
+	(*NodeCondition)(nil),         // 8: capn.v1alpha1.NodeCondition
+	(*ProblemEvent)(nil),          // 9: capn.v1alpha1.ProblemEvent
+	(*MachineUnhealthy)(nil),      // 10: capn.v1alpha1.MachineUnhealthy
+	(*DeleteClusterSecrets)(nil),  // 11: capn.v1alpha1.DeleteClusterSecrets
+	(*AutoscalerEvent)(nil),       // 12: capn.v1alpha1.AutoscalerEvent
+	nil,                           // 13: capn.v1alpha1.GenerateBootstrap.LabelsEntry
+	(*BootstrapSpec)(nil),         // 14: capn.v1alpha1.BootstrapSpec
+	(*Taint)(nil),                 // 15: capn.v1alpha1.Taint
+	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
+	(*Condition)(nil),             // 17: capn.v1alpha1.Condition
 }
 var file_capn_v1alpha1_events_proto_depIdxs = []int32{
-	13, // 0: capn.v1alpha1.GenerateBootstrap.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	12, // 1: capn.v1alpha1.GenerateBootstrap.labels:type_name -> capn.v1alpha1.GenerateBootstrap.LabelsEntry
-	14, // 2: capn.v1alpha1.GenerateBootstrap.taints:type_name -> capn.v1alpha1.Taint
-	15, // 3: capn.v1alpha1.NodeHeartbeat.time:type_name -> google.protobuf.Timestamp
-	7,  // 4: capn.v1alpha1.NodeConditions.conditions:type_name -> capn.v1alpha1.NodeCondition
-	15, // 5: capn.v1alpha1.NodeConditions.time:type_name -> google.protobuf.Timestamp
-	15, // 6: capn.v1alpha1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	15, // 7: capn.v1alpha1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	15, // 8: capn.v1alpha1.ProblemEvent.time:type_name -> google.protobuf.Timestamp
-	16, // 9: capn.v1alpha1.MachineUnhealthy.reasons:type_name -> capn.v1alpha1.Condition
-	15, // 10: capn.v1alpha1.MachineUnhealthy.since:type_name -> google.protobuf.Timestamp
+	14, // 0: capn.v1alpha1.GenerateBootstrap.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
+	13, // 1: capn.v1alpha1.GenerateBootstrap.labels:type_name -> capn.v1alpha1.GenerateBootstrap.LabelsEntry
+	15, // 2: capn.v1alpha1.GenerateBootstrap.taints:type_name -> capn.v1alpha1.Taint
+	16, // 3: capn.v1alpha1.NodeHeartbeat.time:type_name -> google.protobuf.Timestamp
+	8,  // 4: capn.v1alpha1.NodeConditions.conditions:type_name -> capn.v1alpha1.NodeCondition
+	16, // 5: capn.v1alpha1.NodeConditions.time:type_name -> google.protobuf.Timestamp
+	16, // 6: capn.v1alpha1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	16, // 7: capn.v1alpha1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	16, // 8: capn.v1alpha1.ProblemEvent.time:type_name -> google.protobuf.Timestamp
+	17, // 9: capn.v1alpha1.MachineUnhealthy.reasons:type_name -> capn.v1alpha1.Condition
+	16, // 10: capn.v1alpha1.MachineUnhealthy.since:type_name -> google.protobuf.Timestamp
 	11, // [11:11] is the sub-list for method output_type
 	11, // [11:11] is the sub-list for method input_type
 	11, // [11:11] is the sub-list for extension type_name
@@ -1181,7 +1270,7 @@ func file_capn_v1alpha1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_capn_v1alpha1_events_proto_rawDesc), len(file_capn_v1alpha1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

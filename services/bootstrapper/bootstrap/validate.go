@@ -18,6 +18,8 @@ var (
 	permissionsRe = regexp.MustCompile(`^0?[0-7]{3}$`)
 	ownerRe       = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*(:[A-Za-z0-9_][A-Za-z0-9_.-]*)?$`)
 	kubeletArgRe  = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
+	secretNameRe  = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	secretKeyRe   = regexp.MustCompile(`^[-._a-zA-Z0-9]{1,253}$`)
 )
 
 // reservedKubeletArgs are set by capn from other fields.
@@ -101,6 +103,17 @@ func (r *Registry) validate(path string, os OS, spec *capnv1.BootstrapSpec, now 
 				add(field+".owner", "%q: cloudbase-init writes windows files as its own user; remove it", o)
 			case !ownerRe.MatchString(o):
 				add(field+".owner", "%q: want user or user:group", o)
+			}
+		}
+		if ref := f.GetSecretRef(); ref != nil {
+			if f.GetContent() != "" {
+				add(field, "set one of content and secretRef, not both")
+			}
+			if ref.GetName() == "" || !secretNameRe.MatchString(ref.GetName()) {
+				add(field+".secretRef.name", "%q: want a bootstrap secret's name (a DNS-1123 label: a-z, 0-9, '-')", ref.GetName())
+			}
+			if !secretKeyRe.MatchString(ref.GetKey()) {
+				add(field+".secretRef.key", "%q: want the secret's key (letters, digits, '-', '_', '.')", ref.GetKey())
 			}
 		}
 	}

@@ -64,6 +64,17 @@ func TestValidate(t *testing.T) {
 			`spec.bootstrap.files[6].path: "/etc/x" already written by files[5]`,
 			"spec.bootstrap.files[7]: null",
 		}},
+		{"file secret refs", &capnv1.BootstrapSpec{Files: []*capnv1.File{
+			{Path: "/etc/a", SecretRef: &capnv1.FileSecretRef{Name: "tls", Key: "tls.key"}},
+			{Path: "/etc/b", Content: "x", SecretRef: &capnv1.FileSecretRef{Name: "tls", Key: "ca"}},
+			{Path: "/etc/c", SecretRef: &capnv1.FileSecretRef{Name: "", Key: "a b"}},
+			{Path: "/etc/d", SecretRef: &capnv1.FileSecretRef{Name: "Bad_Name", Key: "k"}},
+		}}, []string{
+			"spec.bootstrap.files[1]: set one of content and secretRef, not both",
+			`spec.bootstrap.files[2].secretRef.name: "": want a bootstrap secret's name`,
+			`spec.bootstrap.files[2].secretRef.key: "a b": want the secret's key`,
+			`spec.bootstrap.files[3].secretRef.name: "Bad_Name": want a bootstrap secret's name`,
+		}},
 		{"commands", &capnv1.BootstrapSpec{PreCommands: []string{"ok", " "}, PostCommands: []string{"a\x00b"}}, []string{
 			"spec.bootstrap.preCommands[1]: empty command", "spec.bootstrap.postCommands[0]: contains a NUL byte",
 		}},

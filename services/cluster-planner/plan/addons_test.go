@@ -125,3 +125,66 @@ func TestAddonsAppliedCondition(t *testing.T) {
 		t.Fatalf("a new blocking set on a Ready cluster: %v", r.Status)
 	}
 }
+
+// A blocking set not applied keeps the workers from being counted: the
+// pools' ready and available counts are 0 and WorkersReady is False
+// (AddonsNotApplied) saying how many machines are up and which set they
+// wait for, while the control plane is counted as before and no machine
+// is replaced or added (they are not failed). Applying the set counts them.
+// A set that is not blocking changes nothing.
+func TestBlockingAddonsGateWorkerCounts(t *testing.T) {
+	cni := addonSet("cni", 0, true, manifest.AddonReconcile)
+	metrics := addonSet("metrics", 5, false, manifest.AddonApplyOnce)
+	h := plantest.New(cluster(1, 2))
+	h.Addons = []plan.Addon{{Set: cni, Record: addonRecord(cni, 0, capnv1.ConditionFalse, "ApplyFailed", "attempt 2 failed: 503")}, {Set: metrics}}
+	settle(t, h)
+	machines := len(h.Machines)
+	st := h.Status
+	if cp := st.GetControlPlane(); cp.GetReady() != 1 || cp.GetAvailable() != 1 {
+		t.Errorf("control plane counted %d ready, %d available: want 1, 1 (not gated)", cp.GetReady(), cp.GetAvailable())
+	}
+	for _, ps := range st.GetWorkerPools() {
+		if ps.GetReplicas() != 2 || ps.GetReady() != 0 || ps.GetAvailable() != 0 {
+			t.Errorf("pool %s: %d replicas, %d ready, %d available: want 2, 0, 0", ps.GetName(), ps.GetReplicas(), ps.GetReady(), ps.GetAvailable())
+		}
+	}
+	w := condition(st, plan.ConditionWorkersReady)
+	want := "2 machines up, not counted ready: blocking add-on sets not applied: cni (ApplyFailed: attempt 2 failed: 503)"
+	if w.GetStatus() != "False" || w.GetReason() != plan.ReasonAddonsNotApplied || w.GetMessage() != want {
+		t.Errorf("WorkersReady %v, want False %s %q", w, plan.ReasonAddonsNotApplied, want)
+	}
+	if cp := condition(st, plan.ConditionControlPlaneReady); cp.GetStatus() != "True" {
+		t.Errorf("ControlPlaneReady %v: the control plane is counted as before", cp)
+	}
+	if r := condition(st, plan.ConditionReady); r.GetReason() != plan.ReasonAddonsNotApplied {
+		t.Errorf("Ready %v, want reason %s", r, plan.ReasonAddonsNotApplied)
+	}
+	// Nothing is done about the uncounted workers: no replacement, no
+	// surge, on step after step.
+	for range 3 {
+		h.Now = h.Now.Add(time.Minute)
+		r, err := h.Step()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Actions) != 0 || len(h.Machines) != machines {
+			t.Fatalf("uncounted workers acted on: %d actions, %d machines (were %d)", len(r.Actions), len(h.Machines), machines)
+		}
+	}
+	// The set applied: counted, WorkersReady True, Ready True.
+	h.Addons = []plan.Addon{{Set: cni, Record: addonRecord(cni, 2, capnv1.ConditionTrue, "Applied", "")}, {Set: metrics}}
+	h.Now = h.Now.Add(time.Second)
+	r, err := h.Step()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps := r.Status.GetWorkerPools()[0]; ps.GetReady() != 2 || ps.GetAvailable() != 2 {
+		t.Errorf("after the set applied: pool ready %d, available %d, want 2, 2", ps.GetReady(), ps.GetAvailable())
+	}
+	if w := condition(r.Status, plan.ConditionWorkersReady); w.GetStatus() != "True" {
+		t.Errorf("after the set applied: WorkersReady %v", w)
+	}
+	if rd := condition(r.Status, plan.ConditionReady); rd.GetStatus() != "True" {
+		t.Errorf("after the set applied: Ready %v (the pending set is not blocking)", rd)
+	}
+}

@@ -88,6 +88,12 @@ func TemplateHash(role, provider, version, os string, t *capnv1.MachineTemplate,
 		w(f.GetContent())
 		w(f.GetOwner())
 		w(f.GetPermissions())
+		if r := f.GetSecretRef(); r != nil {
+			// Only when set: files without one hash as before.
+			w("secretRef")
+			w(r.GetName())
+			w(r.GetKey())
+		}
 	}
 	wlist(b.GetPreCommands())
 	wlist(b.GetPostCommands())

@@ -25,8 +25,15 @@ func (p *planner) status() *capnv1.ClusterStatus {
 	if st.ControlPlaneEndpoint == nil {
 		st.ControlPlaneEndpoint = p.in.Status.GetControlPlaneEndpoint()
 	}
+	addonsOK, addonsBlockOK, addonsReason, addonsMsg, addonsBlockMsg := addonsStatus(p.in.Addons)
 	for _, pl := range p.pools {
 		ps := poolStatus(pl)
+		if !addonsBlockOK {
+			// Workers are not counted ready while a blocking add-on set
+			// (the CNI) is not applied: their nodes cannot run pods yet.
+			// WorkersReady says how many are up.
+			ps.Ready, ps.Available = 0, 0
+		}
 		if pl.autoscaling != nil {
 			ps.Autoscaling = proto.CloneOf(pl.autoscaling)
 			ps.LastAutoscalerAction = proto.CloneOf(p.in.Autoscaler[pl.name])
@@ -46,13 +53,18 @@ func (p *planner) status() *capnv1.ClusterStatus {
 	cpOK, cpReason, cpMsg := p.poolReady(p.cp)
 	add(ConditionControlPlaneReady, cpOK, cpReason, cpMsg)
 	wOK, wReason, wMsg := p.workersReady()
-	add(ConditionWorkersReady, wOK, wReason, wMsg)
+	// wCounted: the workers as counted, which waits for the blocking
+	// add-on sets too.
+	wCounted, wcReason, wcMsg := wOK, wReason, wMsg
+	if wOK && !addonsBlockOK && len(p.pools) > 0 {
+		wCounted, wcReason, wcMsg = false, ReasonAddonsNotApplied, p.uncountedWorkers(addonsBlockMsg)
+	}
+	add(ConditionWorkersReady, wCounted, wcReason, wcMsg)
 
 	paused := p.c.GetSpec().GetPaused()
 	deleting := p.c.GetMetadata().GetDeletionTimestamp() != nil
 	hibernated := p.c.GetSpec().GetHibernated()
 	provOK, provReason, provMsg := p.providersCondition()
-	addonsOK, addonsBlockOK, addonsReason, addonsMsg, addonsBlockMsg := addonsStatus(p.in.Addons)
 	switch {
 	case p.invalid != nil:
 		add(ConditionReady, false, ReasonInvalidSpec, "the spec does not validate: "+strings.ReplaceAll(p.invalid.Error(), "\n", "; "))
@@ -322,6 +334,18 @@ func (p *planner) poolReady(pl *pool) (bool, string, string) {
 		return false, pl.blocked, msg + " (" + pl.blockedMsg + ")"
 	}
 	return ok, reason, msg
+}
+
+// uncountedWorkers is WorkersReady's message while the worker pools are
+// ready but not counted because a blocking add-on set is not applied:
+// "2 machines up, not counted ready: blocking add-on sets not applied:
+// cni (…)".
+func (p *planner) uncountedWorkers(blockMsg string) string {
+	up := 0
+	for _, pl := range p.pools {
+		up += pl.obs.ready
+	}
+	return fmt.Sprintf("%s up, not counted ready: %s", plural(up, "machine"), blockMsg)
 }
 
 func (p *planner) workersReady() (bool, string, string) {

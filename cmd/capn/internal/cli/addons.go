@@ -229,3 +229,92 @@ func cmdAddonSecret(ctx context.Context, e env, args []string) int {
 	fmt.Fprintf(e.stdout, "addon-secret/%s %s (%s, hash %s)\n", secret, what, plural(info.Objects, "object"), info.Hash)
 	return daemon.ExitOK
 }
+
+const bootstrapSecretHelp = `
+Stores values machines' bootstrap files take their content from (a TLS key,
+a registry credential) sealed in capn's secrets bucket, as the bootstrap
+secret NAME: a file names one of its keys with
+files[].secretRef: {name: NAME, key: KEY} instead of carrying content. Only
+the bootstrapper reads it, when it renders a machine's bootstrap data
+(itself sealed); a machine whose file names a secret or key that does not
+exist waits for it (condition BootstrapReady, reason
+BootstrapSecretNotFound). set replaces every key of the secret; the API
+never gives the values back. Needs a token with the write and secrets
+scopes.
+
+Examples:
+  capn bootstrap-secret set registry --from-file auth.json=./auth.json
+  capn bootstrap-secret set tls --from-file tls.key=./key.pem --from-literal ca=...
+  capn bootstrap-secret delete registry
+`
+
+// keyValues is a repeatable KEY=VALUE flag.
+type keyValues []string
+
+func (k *keyValues) String() string     { return strings.Join(*k, ",") }
+func (k *keyValues) Set(v string) error { *k = append(*k, v); return nil }
+
+func cmdBootstrapSecret(ctx context.Context, e env, args []string) int {
+	fs := newFlags(e, "capn bootstrap-secret set NAME (--from-file KEY=FILE | --from-literal KEY=VALUE)... | delete NAME", bootstrapSecretHelp)
+	var a apiFlags
+	a.bind(fs)
+	var files, literals keyValues
+	fs.Var(&files, "from-file", "`KEY=FILE`: the key's value is the file's content (repeatable; FILE - is standard input)")
+	fs.Var(&literals, "from-literal", "`KEY=VALUE`: the key's value (repeatable)")
+	const name = "capn bootstrap-secret"
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return exitFor(err)
+	}
+	if len(pos) != 2 || (pos[0] != "set" && pos[0] != "delete") {
+		return reportError(e.stderr, name, nil, usagef("want set NAME --from-file KEY=FILE, or delete NAME"))
+	}
+	verb, secret := pos[0], pos[1]
+	if !manifest.IsDNSLabel(secret) {
+		return reportError(e.stderr, name, nil, usagef("%q is not a name: it must be a DNS-1123 label", secret))
+	}
+	data := map[string][]byte{}
+	switch {
+	case verb == "set" && len(files)+len(literals) == 0:
+		return reportError(e.stderr, name, nil, usagef("set needs at least one --from-file KEY=FILE or --from-literal KEY=VALUE"))
+	case verb == "delete" && len(files)+len(literals) > 0:
+		return reportError(e.stderr, name, nil, usagef("--from-file and --from-literal go with set"))
+	}
+	for _, kv := range append(append([]string{}, files...), literals...) {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || !manifest.IsSecretKey(k) {
+			return reportError(e.stderr, name, nil, usagef("%q: want KEY=VALUE, KEY of letters, digits, '-', '_' or '.'", kv))
+		}
+		if _, dup := data[k]; dup {
+			return reportError(e.stderr, name, nil, usagef("key %q given twice", k))
+		}
+		data[k] = []byte(v)
+	}
+	for _, kv := range files {
+		k, file, _ := strings.Cut(kv, "=")
+		if data[k], err = readInput(e, file); err != nil {
+			return reportError(e.stderr, name, nil, fmt.Errorf("--from-file %s: %w", kv, err))
+		}
+	}
+	s, err := a.connect(e, name)
+	if err != nil {
+		return reportError(e.stderr, name, nil, err)
+	}
+	if verb == "delete" {
+		if err := s.c.DeleteBootstrapSecret(ctx, secret); err != nil {
+			return s.fail(err)
+		}
+		fmt.Fprintf(e.stdout, "bootstrap-secret/%s deleted\n", secret)
+		return daemon.ExitOK
+	}
+	info, created, err := s.c.SetBootstrapSecret(ctx, secret, data)
+	if err != nil {
+		return s.fail(err)
+	}
+	what := "configured"
+	if created {
+		what = "created"
+	}
+	fmt.Fprintf(e.stdout, "bootstrap-secret/%s %s (%s: %s, hash %s)\n", secret, what, plural(len(info.Keys), "key"), strings.Join(info.Keys, ", "), info.Hash)
+	return daemon.ExitOK
+}

@@ -135,4 +135,27 @@ data:
 	}
 	code, stdout, _ = a.run("", "addon-secret", "delete", "creds")
 	a.want("addon-secret delete", code, stdout, "", 0, "addon-secret/creds deleted\n", "")
+
+	// Bootstrap secrets: keys from files, stdin and literals; the values
+	// never printed; usage errors before any request.
+	tokenFile := a.file("token", "s3cret-from-file")
+	code, stdout, stderr = a.run("ca-from-stdin", "bootstrap-secret", "set", "registry",
+		"--from-file", "token="+tokenFile, "--from-file", "ca.crt=-", "--from-literal", "user=admin")
+	if code != 0 || !strings.HasPrefix(stdout, "bootstrap-secret/registry created (3 keys: ca.crt, token, user, hash ") ||
+		strings.Contains(stdout+stderr, "s3cret") {
+		t.Errorf("bootstrap-secret set: %d %s %s", code, stdout, stderr)
+	}
+	for _, bad := range [][]string{
+		{"bootstrap-secret", "set", "registry"},
+		{"bootstrap-secret", "set", "registry", "--from-literal", "a/b=x"},
+		{"bootstrap-secret", "set", "registry", "--from-literal", "k=1", "--from-literal", "k=2"},
+		{"bootstrap-secret", "set", "Bad_Name", "--from-literal", "k=1"},
+		{"bootstrap-secret", "delete", "registry", "--from-literal", "k=1"},
+	} {
+		if code, _, stderr := a.run("", bad...); code == 0 || stderr == "" {
+			t.Errorf("%v: exit %d, stderr %q: want a usage error", bad, code, stderr)
+		}
+	}
+	code, stdout, _ = a.run("", "bootstrap-secret", "delete", "registry")
+	a.want("bootstrap-secret delete", code, stdout, "", 0, "bootstrap-secret/registry deleted\n", "")
 }

@@ -54,6 +54,7 @@ func commands() []command {
 		{"wake", "start a hibernated cluster's machines again", cmdWake},
 		{"kubeconfig", "print a cluster's admin kubeconfig", cmdKubeconfig},
 		{"addon-secret", "seal objects with credentials for add-on sets (set NAME -f FILE | delete NAME)", cmdAddonSecret},
+		{"bootstrap-secret", "seal values bootstrap files take content from (set NAME --from-file KEY=FILE | delete NAME)", cmdBootstrapSecret},
 		{"backup", "back up the management plane to a file, or list the stored backups", cmdBackup},
 		{"restore", "restore a backup into this deployment (--merge, --dry-run)", cmdRestore},
 		{"move", "hand live clusters to another capn deployment (--to CONFIG)", cmdMove},

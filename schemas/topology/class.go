@@ -12,7 +12,7 @@ import (
 )
 
 // KindClusterClass is the ClusterClass resource's kind.
-const KindClusterClass = "ClusterClass"
+const KindClusterClass = manifest.KindClusterClass
 
 var variableNameRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,62}$`)
 

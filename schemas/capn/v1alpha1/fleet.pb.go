@@ -990,6 +990,87 @@ func (x *RolloutCluster) GetMessage() string {
 	return ""
 }
 
+// RolloutEvent is a fact about a rollout
+// (capn.evt.rollout.<what>.<rollout>._: wavestarted, wavefinished,
+// halted, resumed, aborted, completed), published by the fleet-manager.
+type RolloutEvent struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Rollout string                 `protobuf:"bytes,1,opt,name=rollout,proto3" json:"rollout,omitempty"`
+	// reason is CamelCase (WaveStarted, WaveFinished, Halted, Resumed,
+	// Aborted, Completed); message says it with numbers.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	Wave          int32  `protobuf:"varint,4,opt,name=wave,proto3" json:"wave,omitempty"`
+	Generation    int64  `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RolloutEvent) Reset() {
+	*x = RolloutEvent{}
+	mi := &file_capn_v1alpha1_fleet_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RolloutEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RolloutEvent) ProtoMessage() {}
+
+func (x *RolloutEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_capn_v1alpha1_fleet_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RolloutEvent.ProtoReflect.Descriptor instead.
+func (*RolloutEvent) Descriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_fleet_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *RolloutEvent) GetRollout() string {
+	if x != nil {
+		return x.Rollout
+	}
+	return ""
+}
+
+func (x *RolloutEvent) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RolloutEvent) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *RolloutEvent) GetWave() int32 {
+	if x != nil {
+		return x.Wave
+	}
+	return 0
+}
+
+func (x *RolloutEvent) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
 var File_capn_v1alpha1_fleet_proto protoreflect.FileDescriptor
 
 const file_capn_v1alpha1_fleet_proto_rawDesc = "" +
@@ -1084,7 +1165,15 @@ const file_capn_v1alpha1_fleet_proto_rawDesc = "" +
 	"\bmoved_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\amovedAt\x12;\n" +
 	"\vready_since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"readySince\x12\x18\n" +
-	"\amessage\x18\x06 \x01(\tR\amessageB=Z;github.com/capn-dev/capn/schemas/capn/v1alpha1;capnv1alpha1b\x06proto3"
+	"\amessage\x18\x06 \x01(\tR\amessage\"\x8e\x01\n" +
+	"\fRolloutEvent\x12\x18\n" +
+	"\arollout\x18\x01 \x01(\tR\arollout\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x12\n" +
+	"\x04wave\x18\x04 \x01(\x05R\x04wave\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x05 \x01(\x03R\n" +
+	"generationB=Z;github.com/capn-dev/capn/schemas/capn/v1alpha1;capnv1alpha1b\x06proto3"
 
 var (
 	file_capn_v1alpha1_fleet_proto_rawDescOnce sync.Once
@@ -1098,7 +1187,7 @@ func file_capn_v1alpha1_fleet_proto_rawDescGZIP() []byte {
 	return file_capn_v1alpha1_fleet_proto_rawDescData
 }
 
-var file_capn_v1alpha1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_capn_v1alpha1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_capn_v1alpha1_fleet_proto_goTypes = []any{
 	(*ClusterClass)(nil),          // 0: capn.v1alpha1.ClusterClass
 	(*ClusterClassSpec)(nil),      // 1: capn.v1alpha1.ClusterClassSpec
@@ -1111,43 +1200,44 @@ var file_capn_v1alpha1_fleet_proto_goTypes = []any{
 	(*RolloutStatus)(nil),         // 8: capn.v1alpha1.RolloutStatus
 	(*RolloutWave)(nil),           // 9: capn.v1alpha1.RolloutWave
 	(*RolloutCluster)(nil),        // 10: capn.v1alpha1.RolloutCluster
-	nil,                           // 11: capn.v1alpha1.RolloutChange.VariablesEntry
-	(*ObjectMeta)(nil),            // 12: capn.v1alpha1.ObjectMeta
-	(*ClusterSpec)(nil),           // 13: capn.v1alpha1.ClusterSpec
-	(*WorkerPool)(nil),            // 14: capn.v1alpha1.WorkerPool
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
-	(*LabelSelector)(nil),         // 16: capn.v1alpha1.LabelSelector
-	(*durationpb.Duration)(nil),   // 17: google.protobuf.Duration
-	(*Condition)(nil),             // 18: capn.v1alpha1.Condition
+	(*RolloutEvent)(nil),          // 11: capn.v1alpha1.RolloutEvent
+	nil,                           // 12: capn.v1alpha1.RolloutChange.VariablesEntry
+	(*ObjectMeta)(nil),            // 13: capn.v1alpha1.ObjectMeta
+	(*ClusterSpec)(nil),           // 14: capn.v1alpha1.ClusterSpec
+	(*WorkerPool)(nil),            // 15: capn.v1alpha1.WorkerPool
+	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
+	(*LabelSelector)(nil),         // 17: capn.v1alpha1.LabelSelector
+	(*durationpb.Duration)(nil),   // 18: google.protobuf.Duration
+	(*Condition)(nil),             // 19: capn.v1alpha1.Condition
 }
 var file_capn_v1alpha1_fleet_proto_depIdxs = []int32{
-	12, // 0: capn.v1alpha1.ClusterClass.metadata:type_name -> capn.v1alpha1.ObjectMeta
+	13, // 0: capn.v1alpha1.ClusterClass.metadata:type_name -> capn.v1alpha1.ObjectMeta
 	1,  // 1: capn.v1alpha1.ClusterClass.spec:type_name -> capn.v1alpha1.ClusterClassSpec
 	4,  // 2: capn.v1alpha1.ClusterClass.status:type_name -> capn.v1alpha1.ClusterClassStatus
-	13, // 3: capn.v1alpha1.ClusterClassSpec.template:type_name -> capn.v1alpha1.ClusterSpec
+	14, // 3: capn.v1alpha1.ClusterClassSpec.template:type_name -> capn.v1alpha1.ClusterSpec
 	2,  // 4: capn.v1alpha1.ClusterClassSpec.pool_classes:type_name -> capn.v1alpha1.PoolClass
 	3,  // 5: capn.v1alpha1.ClusterClassSpec.variables:type_name -> capn.v1alpha1.ClassVariable
-	14, // 6: capn.v1alpha1.PoolClass.template:type_name -> capn.v1alpha1.WorkerPool
-	15, // 7: capn.v1alpha1.ClusterClassStatus.updated:type_name -> google.protobuf.Timestamp
-	12, // 8: capn.v1alpha1.Rollout.metadata:type_name -> capn.v1alpha1.ObjectMeta
+	15, // 6: capn.v1alpha1.PoolClass.template:type_name -> capn.v1alpha1.WorkerPool
+	16, // 7: capn.v1alpha1.ClusterClassStatus.updated:type_name -> google.protobuf.Timestamp
+	13, // 8: capn.v1alpha1.Rollout.metadata:type_name -> capn.v1alpha1.ObjectMeta
 	6,  // 9: capn.v1alpha1.Rollout.spec:type_name -> capn.v1alpha1.RolloutSpec
 	8,  // 10: capn.v1alpha1.Rollout.status:type_name -> capn.v1alpha1.RolloutStatus
-	16, // 11: capn.v1alpha1.RolloutSpec.cluster_selector:type_name -> capn.v1alpha1.LabelSelector
+	17, // 11: capn.v1alpha1.RolloutSpec.cluster_selector:type_name -> capn.v1alpha1.LabelSelector
 	7,  // 12: capn.v1alpha1.RolloutSpec.change:type_name -> capn.v1alpha1.RolloutChange
-	17, // 13: capn.v1alpha1.RolloutSpec.soak:type_name -> google.protobuf.Duration
-	17, // 14: capn.v1alpha1.RolloutSpec.ready_timeout:type_name -> google.protobuf.Duration
-	11, // 15: capn.v1alpha1.RolloutChange.variables:type_name -> capn.v1alpha1.RolloutChange.VariablesEntry
+	18, // 13: capn.v1alpha1.RolloutSpec.soak:type_name -> google.protobuf.Duration
+	18, // 14: capn.v1alpha1.RolloutSpec.ready_timeout:type_name -> google.protobuf.Duration
+	12, // 15: capn.v1alpha1.RolloutChange.variables:type_name -> capn.v1alpha1.RolloutChange.VariablesEntry
 	9,  // 16: capn.v1alpha1.RolloutStatus.waves:type_name -> capn.v1alpha1.RolloutWave
 	10, // 17: capn.v1alpha1.RolloutStatus.clusters:type_name -> capn.v1alpha1.RolloutCluster
-	15, // 18: capn.v1alpha1.RolloutStatus.halted_at:type_name -> google.protobuf.Timestamp
-	15, // 19: capn.v1alpha1.RolloutStatus.updated:type_name -> google.protobuf.Timestamp
-	15, // 20: capn.v1alpha1.RolloutStatus.next_window:type_name -> google.protobuf.Timestamp
-	18, // 21: capn.v1alpha1.RolloutStatus.conditions:type_name -> capn.v1alpha1.Condition
-	15, // 22: capn.v1alpha1.RolloutWave.started:type_name -> google.protobuf.Timestamp
-	15, // 23: capn.v1alpha1.RolloutWave.soak_until:type_name -> google.protobuf.Timestamp
-	15, // 24: capn.v1alpha1.RolloutWave.finished:type_name -> google.protobuf.Timestamp
-	15, // 25: capn.v1alpha1.RolloutCluster.moved_at:type_name -> google.protobuf.Timestamp
-	15, // 26: capn.v1alpha1.RolloutCluster.ready_since:type_name -> google.protobuf.Timestamp
+	16, // 18: capn.v1alpha1.RolloutStatus.halted_at:type_name -> google.protobuf.Timestamp
+	16, // 19: capn.v1alpha1.RolloutStatus.updated:type_name -> google.protobuf.Timestamp
+	16, // 20: capn.v1alpha1.RolloutStatus.next_window:type_name -> google.protobuf.Timestamp
+	19, // 21: capn.v1alpha1.RolloutStatus.conditions:type_name -> capn.v1alpha1.Condition
+	16, // 22: capn.v1alpha1.RolloutWave.started:type_name -> google.protobuf.Timestamp
+	16, // 23: capn.v1alpha1.RolloutWave.soak_until:type_name -> google.protobuf.Timestamp
+	16, // 24: capn.v1alpha1.RolloutWave.finished:type_name -> google.protobuf.Timestamp
+	16, // 25: capn.v1alpha1.RolloutCluster.moved_at:type_name -> google.protobuf.Timestamp
+	16, // 26: capn.v1alpha1.RolloutCluster.ready_since:type_name -> google.protobuf.Timestamp
 	27, // [27:27] is the sub-list for method output_type
 	27, // [27:27] is the sub-list for method input_type
 	27, // [27:27] is the sub-list for extension type_name
@@ -1170,7 +1260,7 @@ func file_capn_v1alpha1_fleet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_capn_v1alpha1_fleet_proto_rawDesc), len(file_capn_v1alpha1_fleet_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -11,21 +11,21 @@ type Kind string
 
 // Kinds of keys, with their shape.
 const (
-	KindCluster     Kind = "cluster"     // desired Cluster, observed ClusterStatus: cluster.<cluster>
-	KindMachine     Kind = "machine"     // desired Machine, observed MachineStatus: machine.<cluster>.<machine>
-	KindInfra       Kind = "infra"       // observed InfraMachine / InfraCluster: infra.<provider>.<cluster>.<machine or _>
-	KindNode        Kind = "node"        // observed NodeHealth: node.<cluster>.<machine>
-	KindRemediation Kind = "remediation" // observed RemediationStatus: remediation.<cluster>.<pool>
-	KindAutoscaler  Kind = "autoscaler"  // observed AutoscalerStatus: autoscaler.<cluster>.<pool>
-	KindProvider    Kind = "provider"    // observed ProviderAnnouncement: provider.<provider>
-	KindSecrets     Kind = "secrets"     // observed ClusterSecretsStatus: secrets.<cluster>
-	KindPKI         Kind = "pki"         // secrets ClusterPKI: pki.<cluster>
-	KindKubeconfig  Kind = "kubeconfig"  // secrets AdminKubeconfig: kubeconfig.<cluster>
-	KindBootstrap   Kind = "bootstrap"   // secrets BootstrapData: bootstrap.<cluster>.<machine>
-	KindAddonSet    Kind = "addonset"    // desired AddonSet: addonset.<set>
-	KindAddon       Kind = "addon"       // observed ClusterAddonStatus: addon.<cluster>.<set>
-	KindAddonSecret Kind = "addonsecret" // secrets AddonSecret: addonsecret.<secret>
-	KindBackup      Kind = "backup"      // observed BackupScheduleStatus: backup.<name> (backup.schedule)
+	KindCluster     Kind = "cluster"      // desired Cluster, observed ClusterStatus: cluster.<cluster>
+	KindMachine     Kind = "machine"      // desired Machine, observed MachineStatus: machine.<cluster>.<machine>
+	KindInfra       Kind = "infra"        // observed InfraMachine / InfraCluster: infra.<provider>.<cluster>.<machine or _>
+	KindNode        Kind = "node"         // observed NodeHealth: node.<cluster>.<machine>
+	KindRemediation Kind = "remediation"  // observed RemediationStatus: remediation.<cluster>.<pool>
+	KindAutoscaler  Kind = "autoscaler"   // observed AutoscalerStatus: autoscaler.<cluster>.<pool>
+	KindProvider    Kind = "provider"     // observed ProviderAnnouncement: provider.<provider>
+	KindSecrets     Kind = "secrets"      // observed ClusterSecretsStatus: secrets.<cluster>
+	KindPKI         Kind = "pki"          // secrets ClusterPKI: pki.<cluster>
+	KindKubeconfig  Kind = "kubeconfig"   // secrets AdminKubeconfig: kubeconfig.<cluster>
+	KindBootstrap   Kind = "bootstrap"    // secrets BootstrapData: bootstrap.<cluster>.<machine>
+	KindAddonSet    Kind = "addonset"     // desired AddonSet: addonset.<set>
+	KindAddon       Kind = "addon"        // observed ClusterAddonStatus: addon.<cluster>.<set>
+	KindAddonSecret Kind = "addonsecret"  // secrets AddonSecret: addonsecret.<secret>
+	KindBackup      Kind = "backup"       // observed BackupScheduleStatus: backup.<name> (backup.schedule)
 	KindClass       Kind = "clusterclass" // desired ClusterClass: clusterclass.<class>
 	KindClassRev    Kind = "classrev"     // desired ClusterClass, one revision: classrev.<class>.<revision>
 	KindRollout     Kind = "rollout"      // desired Rollout, observed RolloutStatus: rollout.<rollout>

@@ -457,4 +457,3 @@ func (s *server) rolloutAction(action string) apiHandler {
 
 // isTopology reports whether a manifest is a class cluster's.
 func isTopology(c *capnv1.Cluster) bool { return c.GetSpec().GetTopology() != nil }
-

@@ -20,7 +20,7 @@ const (
 	AddonManager   = "addon-manager"
 	// FleetManager runs rollouts (services/fleet-manager).
 	FleetManager = "fleet-manager"
-	Gateway        = "gateway"
+	Gateway      = "gateway"
 	// AutoscalerProvider serves the cluster autoscaler's externalgrpc API.
 	AutoscalerProvider = "autoscaler-provider"
 	// Backup takes and restores backups (services/backup).

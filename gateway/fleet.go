@@ -92,8 +92,13 @@ func (s *server) getClass(w http.ResponseWriter, r *http.Request) error {
 // path); a spec that differs from the stored one (by hash) is a new
 // revision: first its immutable record classrev.<name>.<n> is written,
 // then the class, each with a compare-and-set. Clusters stay pinned to the
-// revision they have. 201 on create, 200 otherwise.
+// revision they have. 201 on create, 200 otherwise; ?dryRun=All writes
+// nothing and answers with the class as it would be stored.
 func (s *server) applyClass(w http.ResponseWriter, r *http.Request) error {
+	dryRun, err := dryRunFrom(r)
+	if err != nil {
+		return err
+	}
 	if err := bodyMediaTypes.check(r); err != nil {
 		return err
 	}
@@ -146,9 +151,17 @@ func (s *server) applyClass(w http.ResponseWriter, r *http.Request) error {
 			next.Status.Revision++
 			next.Status.Hash = hash
 			next.Status.Updated = now
+			if dryRun {
+				out, outRev, created = next, rev, !exists
+				return nil
+			}
 			if err := s.writeClassRevision(ctx, next); err != nil {
 				return err
 			}
+		}
+		if dryRun {
+			out, outRev, created = next, rev, !exists
+			return nil
 		}
 		if exists {
 			outRev, err = s.classes.Update(ctx, keys.Class(name), next, rev)
@@ -167,7 +180,9 @@ func (s *server) applyClass(w http.ResponseWriter, r *http.Request) error {
 	status := http.StatusOK
 	if created {
 		status = http.StatusCreated
-		w.Header().Set("Location", "/v1/clusterclasses/"+name)
+		if !dryRun {
+			w.Header().Set("Location", "/v1/clusterclasses/"+name)
+		}
 	}
 	b, err := marshalObject(withRV(out, outRev))
 	if err != nil {

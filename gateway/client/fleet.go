@@ -21,9 +21,9 @@ func contentType(manifest []byte) string {
 // ApplyClass creates or updates the cluster class a manifest declares: the
 // stored class (its status.revision is new when the spec changed) and
 // whether it was created.
-func (c *Client) ApplyClass(ctx context.Context, manifest []byte) (*capnv1.ClusterClass, bool, error) {
+func (c *Client) ApplyClass(ctx context.Context, manifest []byte, opts ...WriteOption) (*capnv1.ClusterClass, bool, error) {
 	out := new(capnv1.ClusterClass)
-	status, err := c.call(ctx, http.MethodPost, "/v1/clusterclasses", nil, bytes.NewReader(manifest), contentType(manifest), out)
+	status, err := c.call(ctx, http.MethodPost, "/v1/clusterclasses", writeQuery(opts), bytes.NewReader(manifest), contentType(manifest), out)
 	return out, status == http.StatusCreated, err
 }
 

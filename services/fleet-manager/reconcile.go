@@ -245,6 +245,7 @@ func applyChange(c *capnv1.Cluster, ch *capnv1.RolloutChange, class *capnv1.Clus
 		spec.Paused, spec.Hibernated = c.GetSpec().GetPaused(), c.GetSpec().GetHibernated()
 		next.Spec = spec
 	}
+	next.ApiVersion, next.Kind, next.Status = manifest.APIVersion, manifest.KindCluster, nil // as the gateway stores it
 	k := manifest.Validator{}.Check(next)
 	if err := k.ValidateUpdate(c); err != nil {
 		return nil, flattenErr(err)

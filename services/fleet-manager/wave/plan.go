@@ -12,8 +12,9 @@
 // not yet have the change, sorted by name, cut at the cumulative sizes of
 // spec.waves. A wave's clusters are moved (as their maintenance windows
 // allow), must each be Ready at the change within ready_timeout, then all
-// stay Ready and healthy for the soak before the next wave starts. See
-// README.md.
+// stay Ready and healthy for the soak before the next wave starts (a
+// cluster that stops being Ready waits again, with a fresh deadline, and
+// the soak starts over). See README.md.
 package wave
 
 import (
@@ -366,7 +367,19 @@ func (p *planner) observe() bool {
 			p.recheck(deadline)
 		case ClusterReady:
 			if !o.Ready {
-				return p.halt(c, fmt.Sprintf("cluster %s is no longer Ready at the change", c.GetName()))
+				// Not Ready again (a status between two steps of its
+				// roll, or trouble): back to Moving with a fresh ready
+				// deadline, and the wave's soak starts over once all are
+				// Ready again. Trouble that lasts halts at the deadline.
+				c.State = ClusterMoving
+				c.MovedAt = p.now
+				c.ReadySince = nil
+				c.Message = "not Ready at the change again; waiting up to the ready timeout"
+				if w := p.wave(); w != nil && w.GetState() == WaveSoaking {
+					w.State = WaveProgressing
+					w.SoakUntil = nil
+				}
+				p.recheck(p.in.Now.Add(timeout))
 			}
 		}
 	}

@@ -145,6 +145,50 @@ func TestNotReadyInTimeHalts(t *testing.T) {
 	}
 }
 
+// A cluster that stops being Ready during the soak waits again with a
+// fresh deadline and the soak starts over; if it stays down past the
+// deadline the rollout halts.
+func TestNotReadyAgainRestartsTheSoak(t *testing.T) {
+	w := newWorld(3, func(int) bool { return false })
+	spec := &capnv1.RolloutSpec{Waves: []string{"1", "100%"}, Soak: durationpb.New(10 * time.Minute), ReadyTimeout: durationpb.New(5 * time.Minute)}
+	plan := func(st *capnv1.RolloutStatus, now time.Time) Result {
+		res := Plan(Input{Spec: spec, Status: st, Clusters: w.list(), Now: now})
+		w.move(res.Move)
+		return res
+	}
+	res := plan(nil, t0)
+	w.clusters["c000"].Ready = true
+	res = plan(res.Status, t0.Add(time.Minute)) // Ready: soak until +11m
+	if wv := res.Status.GetWaves()[0]; wv.GetState() != WaveSoaking {
+		t.Fatalf("wave %s, want Soaking", wv.GetState())
+	}
+	w.clusters["c000"].Ready = false
+	res = plan(res.Status, t0.Add(8*time.Minute))
+	if st := res.Status; st.GetPhase() != PhaseProgressing || stateOf(st, "c000") != ClusterMoving || st.GetWaves()[0].GetSoakUntil() != nil {
+		t.Fatalf("after a flap: phase %s, c000 %s, soak %v", st.GetPhase(), stateOf(st, "c000"), st.GetWaves()[0].GetSoakUntil())
+	}
+	w.clusters["c000"].Ready = true
+	res = plan(res.Status, t0.Add(9*time.Minute))
+	res = plan(res.Status, t0.Add(18*time.Minute)) // the old soak end: not yet
+	if res.Status.GetCurrentWave() != 0 || len(res.Move) != 0 {
+		t.Fatal("the soak did not start over")
+	}
+	res = plan(res.Status, t0.Add(19*time.Minute))
+	if res.Status.GetCurrentWave() != 1 || len(res.Move) != 2 {
+		t.Fatalf("wave %d, moved %v after the new soak", res.Status.GetCurrentWave(), res.Move)
+	}
+	// Down for longer than the ready timeout: halt.
+	w.clusters["c001"].Ready = true
+	w.clusters["c002"].Ready = true
+	res = plan(res.Status, t0.Add(20*time.Minute))
+	w.clusters["c001"].Ready = false
+	res = plan(res.Status, t0.Add(21*time.Minute))
+	res = plan(res.Status, t0.Add(26*time.Minute))
+	if res.Status.GetPhase() != PhaseHalted || !strings.Contains(res.Status.GetHaltReason(), "c001 not Ready") {
+		t.Fatalf("phase %s halt %q", res.Status.GetPhase(), res.Status.GetHaltReason())
+	}
+}
+
 func TestWindowHoldsMoves(t *testing.T) {
 	w := newWorld(3, func(int) bool { return false })
 	opens := t0.Add(3 * time.Hour)

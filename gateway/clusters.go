@@ -44,6 +44,9 @@ func (s *server) listClusters(w http.ResponseWriter, r *http.Request) error {
 			items = append(items, clusterObject(e.Value, e.Revision, statuses[e.Key]))
 		}
 	}
+	if err := s.topologyStatuses(ctx, items...); err != nil {
+		return err
+	}
 	list, err := listOf(api.KindClusterList, items)
 	if err != nil {
 		return err
@@ -111,24 +114,43 @@ func (s *server) apply(w http.ResponseWriter, r *http.Request, pathName string) 
 		return badRequest("the manifest names another cluster than the path").
 			withField("metadata.name", "must be "+pathName+", the name in the path", md.Name)
 	}
-	// The one default and the one validation of the manifest; each write
-	// attempt below adds only the update rules against what is stored.
-	checked := s.validator.Check(in)
-	if !manifest.IsDNSLabel(md.Name) {
-		// Without a usable name there is no key: report it with the rest.
-		if err := invalidSpec(checked.Err(), ""); err != nil {
-			return err
-		}
-		return badRequest("the cluster has no valid name").withField("metadata.name", "required", md.Name)
-	}
 	name, uid := md.Name, md.Uid
+	var mutate func(cur, _ *capnv1.Cluster) (*capnv1.Cluster, error)
+	if isTopology(in) {
+		// A class cluster: its spec is rendered from the class revision
+		// it pins, which depends on the stored cluster; so the render and
+		// the check run in each write attempt (fleet.go).
+		if !manifest.IsDNSLabel(md.Name) {
+			return badRequest("the cluster has no valid name").withField("metadata.name", "required", md.Name)
+		}
+		ctx := r.Context()
+		mutate = func(cur, _ *capnv1.Cluster) (*capnv1.Cluster, error) {
+			c, err := s.renderCluster(ctx, in, cur)
+			if err != nil {
+				return nil, err
+			}
+			return applyChecked(s.validator, s.validator.Check(c), name, uid)(cur, nil)
+		}
+	} else {
+		// The one default and the one validation of the manifest; each write
+		// attempt below adds only the update rules against what is stored.
+		checked := s.validator.Check(in)
+		if !manifest.IsDNSLabel(md.Name) {
+			// Without a usable name there is no key: report it with the rest.
+			if err := invalidSpec(checked.Err(), ""); err != nil {
+				return err
+			}
+			return badRequest("the cluster has no valid name").withField("metadata.name", "required", md.Name)
+		}
+		mutate = applyChecked(s.validator, checked, name, uid)
+	}
 	res, err := s.writeCluster(r.Context(), writeOp{
 		name:         name,
 		precondition: md.ResourceVersion,
 		create:       true,
 		replace:      true,
 		dryRun:       dryRun,
-		mutate:       applyChecked(s.validator, checked, name, uid),
+		mutate:       mutate,
 	})
 	if err != nil {
 		return err

@@ -57,6 +57,12 @@ type server struct {
 	addonSecrets  *store.Bucket[*capnv1.AddonSecret]
 	// bootstrapSecrets: written and deleted, never read back to a client.
 	bootstrapSecrets *store.Bucket[*capnv1.BootstrapSecret]
+	// Cluster classes and their revisions (desired clusterclass.* and
+	// classrev.*), rollouts (desired) and their statuses (observed, the
+	// fleet-manager's).
+	classes         *store.Bucket[*capnv1.ClusterClass]
+	rollouts        *store.Bucket[*capnv1.Rollout]
+	rolloutStatuses *store.Bucket[*capnv1.RolloutStatus]
 
 	// scheduleStatuses reads the scheduled backups' state (observed
 	// backup.schedule); objects is the backups object store (objectStore:
@@ -130,6 +136,15 @@ func (s *server) routes() {
 	s.handle("DELETE /v1/addonsecrets/{name}", scopeWrite|scopeSecrets, s.limits.RequestBytes, s.deleteAddonSecret)
 	s.handle("PUT /v1/bootstrapsecrets/{name}", scopeWrite|scopeSecrets, s.limits.ManifestBytes, s.putBootstrapSecret)
 	s.handle("DELETE /v1/bootstrapsecrets/{name}", scopeWrite|scopeSecrets, s.limits.RequestBytes, s.deleteBootstrapSecret)
+	s.handle("GET /v1/clusterclasses", scopeRead, 0, s.listClasses)
+	s.handle("POST /v1/clusterclasses", scopeWrite, s.limits.ManifestBytes, s.applyClass)
+	s.handle("GET /v1/clusterclasses/{name}", scopeRead, 0, s.getClass)
+	s.handle("GET /v1/rollouts", scopeRead, 0, s.listRollouts)
+	s.handle("POST /v1/rollouts", scopeWrite, s.limits.ManifestBytes, s.createRollout)
+	s.handle("GET /v1/rollouts/{name}", scopeRead, 0, s.getRollout)
+	s.handle("POST /v1/rollouts/{name}/pause", scopeWrite, s.limits.RequestBytes, s.rolloutAction("pause"))
+	s.handle("POST /v1/rollouts/{name}/resume", scopeWrite, s.limits.RequestBytes, s.rolloutAction("resume"))
+	s.handle("POST /v1/rollouts/{name}/abort", scopeWrite, s.limits.RequestBytes, s.rolloutAction("abort"))
 	s.handle("GET /v1/watch", scopeRead, 0, s.watch)
 	s.handle("POST /v1/backups", scopeSecrets, s.limits.RequestBytes, s.createBackup)
 	s.handle("GET /v1/backups", scopeRead, 0, s.listBackups)

@@ -333,6 +333,9 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 		addonSets:        store.NewBucket(desiredKV, store.New[capnv1.AddonSet]()),
 		addonStatuses:    store.NewBucket(observedKV, store.New[capnv1.ClusterAddonStatus]()),
 		scheduleStatuses: store.NewBucket(observedKV, store.New[capnv1.BackupScheduleStatus]()),
+		classes:          store.NewBucket(desiredKV, store.New[capnv1.ClusterClass]()),
+		rollouts:         store.NewBucket(desiredKV, store.New[capnv1.Rollout]()),
+		rolloutStatuses:  store.NewBucket(observedKV, store.New[capnv1.RolloutStatus]()),
 		stopping:         stopping,
 		desiredKV:        desiredKV,
 	}

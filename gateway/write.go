@@ -259,7 +259,11 @@ func (s *server) respondCluster(ctx context.Context, w http.ResponseWriter, stat
 	if err != nil {
 		return err
 	}
-	b, err := marshalObject(clusterObject(c, rev, st))
+	obj := clusterObject(c, rev, st)
+	if err := s.topologyStatuses(ctx, obj); err != nil {
+		return err
+	}
+	b, err := marshalObject(obj)
 	if err != nil {
 		return err
 	}

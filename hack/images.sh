@@ -26,7 +26,7 @@ go=${GO:-go}
 dockerfile=$root/deploy/images/Dockerfile
 nodefile=$root/deploy/images/capn-node.Dockerfile
 
-default=(nats-server capn-nats-config cluster-planner machine-manager bootstrapper health-watcher remediator addon-manager
+default=(nats-server capn-nats-config cluster-planner machine-manager bootstrapper health-watcher remediator addon-manager fleet-manager
   autoscaler-provider gateway backup capn-provider-sim capn-provider-docker capn-node)
 programs=("$@")
 [ ${#programs[@]} -gt 0 ] || programs=("${default[@]}")

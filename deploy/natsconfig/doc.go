@@ -44,11 +44,14 @@
 //	                 sends machine.remediation events and provider reboots
 //	addon-manager    reads desired, observed and only kubeconfig.> and addonsecret.> of secrets;
 //	                 writes observed addon.>; sends capn.evt.addon.>
+//	fleet-manager    reads desired, observed; writes desired cluster.> (a wave's change) and
+//	                 observed rollout.>; sends capn.evt.rollout.>
 //	autoscaler-provider reads desired, observed; writes desired cluster.> and machine.>
 //	                 (an autoscaled pool's replicas, the delete-machine mark) and
 //	                 observed autoscaler.>; sends capn.evt.autoscaler.>
 //	gateway          reads desired, observed and only kubeconfig.> of secrets; writes desired
-//	                 cluster.>, machine.> and addonset.>, and secrets addonsecret.> (nothing
+//	                 cluster.>, machine.>, addonset.>, clusterclass.>, classrev.> and
+//	                 rollout.>, and secrets addonsecret.> (nothing
 //	                 else of secrets); publishes capn.ingest.> and capn.health.>; timelines
 //	                 through ordered consumers on CAPN_EVENTS, never through another's durable
 //	provider-<p>     consumes capn.provider.<p>.> through durable provider-<p> only; reads and

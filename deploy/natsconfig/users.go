@@ -18,7 +18,9 @@ const (
 	HealthWatcher  = "health-watcher"
 	Remediator     = "remediator"
 	AddonManager   = "addon-manager"
-	Gateway        = "gateway"
+	// FleetManager runs rollouts (services/fleet-manager).
+	FleetManager = "fleet-manager"
+	Gateway      = "gateway"
 	// AutoscalerProvider serves the cluster autoscaler's externalgrpc API.
 	AutoscalerProvider = "autoscaler-provider"
 	// Backup takes and restores backups (services/backup).
@@ -185,6 +187,15 @@ func (d Deployment) Users() []User {
 		g.write(obs, "addon.>")
 		g.publish(ev("addon", ">"))
 	})
+	add(FleetManager, "runs rollouts: moves the clusters of each wave to the change and records the rollout's status", func(g *grants) {
+		g.read(des, ">")
+		g.read(obs, ">")
+		// The change, written to the desired clusters of the current wave
+		// (a compare-and-set); never a class, a rollout or a machine.
+		g.write(des, "cluster.>")
+		g.write(obs, "rollout.>")
+		g.publish(ev("rollout", ">"))
+	})
 	add(AutoscalerProvider, "the cluster autoscaler's cloud provider: sizes autoscaled pools", func(g *grants) {
 		// Its caches watch two prefixes of each bucket (one watcher, several
 		// filters), which only a grant of the whole bucket allows.
@@ -203,6 +214,10 @@ func (d Deployment) Users() []User {
 		g.read(sec, "kubeconfig.>") // sealed; the gateway holds the key to serve them
 		g.write(des, "cluster.>")
 		g.write(des, "addonset.>")
+		// Cluster classes, their immutable revisions and rollouts.
+		g.write(des, "clusterclass.>")
+		g.write(des, "classrev.>")
+		g.write(des, "rollout.>")
 		// Add-on secrets (capn addon-secret) and bootstrap secrets (capn
 		// bootstrap-secret): sealed with the key it holds, written and
 		// deleted only; no other key of secrets.
@@ -227,7 +242,7 @@ func (d Deployment) Users() []User {
 		g.write(sec, ">")
 		// Every observed record but the providers' (infra.*, provider.*):
 		// a provider writes back what it adopts.
-		for _, k := range []string{"cluster.>", "machine.>", "node.>", "remediation.>", "secrets.>", "addon.>", "backup.>"} {
+		for _, k := range []string{"cluster.>", "machine.>", "node.>", "remediation.>", "secrets.>", "addon.>", "backup.>", "rollout.>"} {
 			g.write(obs, k)
 		}
 		// Adoption only: never a create, a delete or an orphan.

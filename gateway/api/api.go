@@ -31,6 +31,11 @@ const (
 	KindAddonSet               = "AddonSet"
 	KindAddonSetList           = "AddonSetList"
 	KindClusterAddonStatusList = "ClusterAddonStatusList"
+	// Fleet: cluster classes and rollouts.
+	KindClusterClass     = "ClusterClass"
+	KindClusterClassList = "ClusterClassList"
+	KindRollout          = "Rollout"
+	KindRolloutList      = "RolloutList"
 	// ControlPlanePool names the control plane in a ScaleRequest.
 	ControlPlanePool = "control-plane"
 )

@@ -320,6 +320,10 @@ func Record(bucket string, k keys.Key) (func() proto.Message, bool) {
 			return msg(&capnv1.Machine{}), true
 		case keys.KindAddonSet:
 			return msg(&capnv1.AddonSet{}), true
+		case keys.KindClass, keys.KindClassRev:
+			return msg(&capnv1.ClusterClass{}), true
+		case keys.KindRollout:
+			return msg(&capnv1.Rollout{}), true
 		}
 	case BucketObserved:
 		switch k.Kind {
@@ -344,6 +348,8 @@ func Record(bucket string, k keys.Key) (func() proto.Message, bool) {
 			return msg(&capnv1.BackupScheduleStatus{}), true
 		case keys.KindAddon:
 			return msg(&capnv1.ClusterAddonStatus{}), true
+		case keys.KindRollout:
+			return msg(&capnv1.RolloutStatus{}), true
 		}
 	case BucketSecrets:
 		switch k.Kind {

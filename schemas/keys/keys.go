@@ -11,23 +11,26 @@ type Kind string
 
 // Kinds of keys, with their shape.
 const (
-	KindCluster     Kind = "cluster"     // desired Cluster, observed ClusterStatus: cluster.<cluster>
-	KindMachine     Kind = "machine"     // desired Machine, observed MachineStatus: machine.<cluster>.<machine>
-	KindInfra       Kind = "infra"       // observed InfraMachine / InfraCluster: infra.<provider>.<cluster>.<machine or _>
-	KindNode        Kind = "node"        // observed NodeHealth: node.<cluster>.<machine>
-	KindRemediation Kind = "remediation" // observed RemediationStatus: remediation.<cluster>.<pool>
-	KindAutoscaler  Kind = "autoscaler"  // observed AutoscalerStatus: autoscaler.<cluster>.<pool>
-	KindProvider    Kind = "provider"    // observed ProviderAnnouncement: provider.<provider>
-	KindSecrets     Kind = "secrets"     // observed ClusterSecretsStatus: secrets.<cluster>
-	KindPKI         Kind = "pki"         // secrets ClusterPKI: pki.<cluster>
-	KindKubeconfig  Kind = "kubeconfig"  // secrets AdminKubeconfig: kubeconfig.<cluster>
-	KindBootstrap   Kind = "bootstrap"   // secrets BootstrapData: bootstrap.<cluster>.<machine>
-	KindAddonSet    Kind = "addonset"    // desired AddonSet: addonset.<set>
-	KindAddon       Kind = "addon"       // observed ClusterAddonStatus: addon.<cluster>.<set>
-	KindAddonSecret Kind = "addonsecret" // secrets AddonSecret: addonsecret.<secret>
+	KindCluster     Kind = "cluster"      // desired Cluster, observed ClusterStatus: cluster.<cluster>
+	KindMachine     Kind = "machine"      // desired Machine, observed MachineStatus: machine.<cluster>.<machine>
+	KindInfra       Kind = "infra"        // observed InfraMachine / InfraCluster: infra.<provider>.<cluster>.<machine or _>
+	KindNode        Kind = "node"         // observed NodeHealth: node.<cluster>.<machine>
+	KindRemediation Kind = "remediation"  // observed RemediationStatus: remediation.<cluster>.<pool>
+	KindAutoscaler  Kind = "autoscaler"   // observed AutoscalerStatus: autoscaler.<cluster>.<pool>
+	KindProvider    Kind = "provider"     // observed ProviderAnnouncement: provider.<provider>
+	KindSecrets     Kind = "secrets"      // observed ClusterSecretsStatus: secrets.<cluster>
+	KindPKI         Kind = "pki"          // secrets ClusterPKI: pki.<cluster>
+	KindKubeconfig  Kind = "kubeconfig"   // secrets AdminKubeconfig: kubeconfig.<cluster>
+	KindBootstrap   Kind = "bootstrap"    // secrets BootstrapData: bootstrap.<cluster>.<machine>
+	KindAddonSet    Kind = "addonset"     // desired AddonSet: addonset.<set>
+	KindAddon       Kind = "addon"        // observed ClusterAddonStatus: addon.<cluster>.<set>
+	KindAddonSecret Kind = "addonsecret"  // secrets AddonSecret: addonsecret.<secret>
+	KindBackup      Kind = "backup"       // observed BackupScheduleStatus: backup.<name> (backup.schedule)
+	KindClass       Kind = "clusterclass" // desired ClusterClass: clusterclass.<class>
+	KindClassRev    Kind = "classrev"     // desired ClusterClass, one revision: classrev.<class>.<revision>
+	KindRollout     Kind = "rollout"      // desired Rollout, observed RolloutStatus: rollout.<rollout>
 	// KindBootstrapSecret: secrets BootstrapSecret: bootstrapsecret.<secret>
 	KindBootstrapSecret Kind = "bootstrapsecret"
-	KindBackup          Kind = "backup" // observed BackupScheduleStatus: backup.<name> (backup.schedule)
 )
 
 // Prefixes of every key of a kind, for caches and watchers (store.Keep,
@@ -50,6 +53,9 @@ const (
 	// BootstrapSecretPrefix is every bootstrap secret's key prefix.
 	BootstrapSecretPrefix = string(KindBootstrapSecret) + "."
 	BackupPrefix          = string(KindBackup) + "."
+	ClassPrefix           = string(KindClass) + "."
+	ClassRevPrefix        = string(KindClassRev) + "."
+	RolloutPrefix         = string(KindRollout) + "."
 )
 
 // ClusterObject stands in the object token of a cluster-level key or
@@ -57,10 +63,11 @@ const (
 const ClusterObject = "_"
 
 // Key is a parsed key. Provider is set for infra and provider keys,
-// Cluster for all others but addonset, addonsecret, bootstrapsecret and backup (which
-// belong to no cluster), Name for the machine (ClusterObject for a
-// cluster's infrastructure), the pool, the add-on set or secret, or the
-// backup record.
+// Cluster for all others but addonset, addonsecret, bootstrapsecret, backup,
+// clusterclass, classrev and rollout (which belong to no cluster), Name for
+// the machine (ClusterObject for a cluster's infrastructure), the pool, the
+// add-on set or secret, the backup record, the class, the rollout, or a
+// class revision's "<class>.<revision>".
 type Key struct {
 	Kind     Kind
 	Provider string
@@ -131,6 +138,22 @@ func Backup(name string) string { return join(string(KindBackup), name) }
 // BackupSchedule is backup.schedule.
 var BackupSchedule = Backup("schedule")
 
+// Class is clusterclass.<class>, a cluster class at its current revision
+// (desired).
+func Class(class string) string { return join(string(KindClass), class) }
+
+// ClassRev is classrev.<class>.<revision>, one revision of a class, kept
+// immutable (desired).
+func ClassRev(class string, revision int64) string {
+	return join(string(KindClassRev), class, fmt.Sprint(revision))
+}
+
+// ClassRevsOf is the prefix of a class's revisions: classrev.<class>.
+func ClassRevsOf(class string) string { return join(string(KindClassRev), class, "") }
+
+// Rollout is rollout.<rollout>: its spec (desired) and status (observed).
+func Rollout(rollout string) string { return join(string(KindRollout), rollout) }
+
 // MachinesOf is the prefix of a cluster's machine keys: machine.<cluster>.
 func MachinesOf(cluster string) string { return Machine(cluster, "") }
 
@@ -151,7 +174,7 @@ var shapes = map[Kind]int{
 	KindCluster: 1, KindMachine: 2, KindInfra: 3, KindNode: 2, KindRemediation: 2, KindAutoscaler: 2,
 	KindProvider: 1, KindSecrets: 1, KindPKI: 1, KindKubeconfig: 1, KindBootstrap: 2,
 	KindAddonSet: 1, KindAddon: 2, KindAddonSecret: 1, KindBootstrapSecret: 1,
-	KindBackup: 1,
+	KindBackup: 1, KindClass: 1, KindClassRev: 2, KindRollout: 1,
 }
 
 // ErrMalformed is wrapped by every error of Parse and ParseSubject.
@@ -170,8 +193,11 @@ func Parse(key string) (Key, error) {
 	switch kind {
 	case KindProvider:
 		k.Provider = toks[1]
-	case KindAddonSet, KindAddonSecret, KindBootstrapSecret, KindBackup:
+	case KindAddonSet, KindAddonSecret, KindBootstrapSecret, KindBackup, KindClass, KindRollout:
 		k.Name = toks[1]
+	case KindClassRev:
+		// Name is "<class>.<revision>".
+		k.Name = toks[1] + "." + toks[2]
 	case KindInfra:
 		k.Provider, k.Cluster, k.Name = toks[1], toks[2], toks[3]
 	default:
@@ -188,7 +214,7 @@ func (k Key) String() string {
 	switch k.Kind {
 	case KindProvider:
 		return join(string(k.Kind), k.Provider)
-	case KindBackup:
+	case KindBackup, KindClass, KindRollout, KindClassRev:
 		return join(string(k.Kind), k.Name)
 	case KindInfra:
 		return join(string(k.Kind), k.Provider, k.Cluster, k.Name)

@@ -24,6 +24,12 @@ func Encode(c *capnv1.Cluster) ([]byte, error) { return encode(c, "cluster") }
 // manifests' YAML as block strings); DecodeAddonSet reads it back.
 func EncodeAddonSet(s *capnv1.AddonSet) ([]byte, error) { return encode(s, "add-on set") }
 
+// EncodeMessage writes any capn resource (a ClusterClass, a Rollout) as
+// Encode does a Cluster.
+func EncodeMessage(m proto.Message) ([]byte, error) {
+	return encode(m, string(m.ProtoReflect().Descriptor().Name()))
+}
+
 func encode(m proto.Message, what string) ([]byte, error) {
 	j, err := protojson.Marshal(m)
 	if err != nil {

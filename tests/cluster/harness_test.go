@@ -77,6 +77,7 @@ var components = []struct {
 	{natsconfig.HealthWatcher, true},
 	{natsconfig.Remediator, true},
 	{natsconfig.AddonManager, true},
+	{natsconfig.FleetManager, true},
 	{natsconfig.ProviderUser("sim"), false},
 	{natsconfig.Gateway, false},
 }

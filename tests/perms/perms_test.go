@@ -401,6 +401,21 @@ func TestEachUserDoesItsJob(t *testing.T) {
 	am.put(events.BucketObserved, "addon.demo.cni")
 	am.publish(events.EventSubject("addon", "applied", "demo", "cni"))
 
+	// The fleet-manager: its caches, a wave's change to a desired
+	// cluster, its rollout status and its events.
+	fm := w.as(t, natsconfig.FleetManager)
+	fm.cacheKeep(events.BucketDesired, "cluster.", "classrev.", "rollout.")
+	fm.cacheKeep(events.BucketObserved, "cluster.", "remediation.", "rollout.")
+	fm.put(events.BucketDesired, "cluster.demo")
+	fm.put(events.BucketObserved, "rollout.r1")
+	fm.publish(events.EventSubject("rollout", "halted", "r1", "_"))
+
+	// The gateway writes classes, their revisions and rollouts.
+	gwf := w.as(t, natsconfig.Gateway)
+	gwf.put(events.BucketDesired, "clusterclass.standard")
+	gwf.put(events.BucketDesired, "classrev.standard.1")
+	gwf.put(events.BucketDesired, "rollout.r1")
+
 	rm := w.as(t, natsconfig.Remediator)
 	rm.cache(events.BucketDesired)
 	rm.cache(events.BucketObserved)
@@ -703,6 +718,26 @@ func TestOutsideTheJobIsRefused(t *testing.T) {
 			a.refused("$JS.API.DIRECT.GET.KV_secrets.$KV.secrets.bootstrapsecret.tls", a.kvGet(events.BucketSecrets, "bootstrapsecret.tls"))
 			a.refusedPublish("$KV.secrets.bootstrapsecret.tls")
 			a.refusedPublish("$JS.API.CONSUMER.CREATE.KV_secrets.x.$KV.secrets.bootstrapsecret.>")
+		}
+	})
+	t.Run("the fleet-manager: moves clusters and records rollouts, nothing else", func(t *testing.T) {
+		t.Parallel()
+		fm := w.as(t, natsconfig.FleetManager)
+		// It must not change what users declare besides a wave's change
+		// to a cluster (no class, revision, rollout, machine or add-on
+		// set), nor others' records or facts, nor any secret.
+		for _, s := range []string{"$KV.desired.clusterclass.standard", "$KV.desired.classrev.standard.1", "$KV.desired.rollout.r1",
+			"$KV.desired.machine.demo.m1", "$KV.desired.addonset.cni", "$KV.observed.cluster.demo", "$KV.observed.remediation.demo.md-0",
+			"$KV.secrets.pki.demo", "capn.evt.cluster.ready.demo._", "capn.evt.machine.unhealthy.demo.m1",
+			"capn.provider.sim.machine.create.demo.m1", "capn.cmd.bootstrap.generate.demo.m1"} {
+			fm.refusedPublish(s)
+		}
+		fm.refused("$JS.API.DIRECT.GET.KV_secrets.$KV.secrets.kubeconfig.demo", fm.kvGet(events.BucketSecrets, "kubeconfig.demo"))
+		// Nobody else writes a rollout's status or its events.
+		for _, user := range []string{natsconfig.Gateway, natsconfig.ClusterPlanner, natsconfig.AddonManager} {
+			a := w.as(t, user)
+			a.refusedPublish("$KV.observed.rollout.r1")
+			a.refusedPublish("capn.evt.rollout.halted.r1._")
 		}
 	})
 	t.Run("no one but the init job manages streams", func(t *testing.T) {

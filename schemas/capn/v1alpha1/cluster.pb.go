@@ -211,7 +211,10 @@ type ClusterSpec struct {
 	Hibernated bool `protobuf:"varint,8,opt,name=hibernated,proto3" json:"hibernated,omitempty"`
 	// addons: the cluster's add-on settings (opting out of the default
 	// add-on sets).
-	Addons        *AddonsSpec `protobuf:"bytes,9,opt,name=addons,proto3" json:"addons,omitempty"`
+	Addons *AddonsSpec `protobuf:"bytes,9,opt,name=addons,proto3" json:"addons,omitempty"`
+	// topology makes the cluster a ClusterClass's (fleet.proto): the rest
+	// of the spec is rendered from the class revision and the variables.
+	Topology      *ClusterTopology `protobuf:"bytes,10,opt,name=topology,proto3" json:"topology,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -305,6 +308,13 @@ func (x *ClusterSpec) GetHibernated() bool {
 func (x *ClusterSpec) GetAddons() *AddonsSpec {
 	if x != nil {
 		return x.Addons
+	}
+	return nil
+}
+
+func (x *ClusterSpec) GetTopology() *ClusterTopology {
+	if x != nil {
+		return x.Topology
 	}
 	return nil
 }
@@ -503,7 +513,10 @@ type WorkerPool struct {
 	// os is the machines' operating system: linux (default, also when
 	// empty) or windows. windows needs the kubeadm bootstrap provider and an
 	// infrastructure provider that announces it (operating_systems).
-	Os            string `protobuf:"bytes,15,opt,name=os,proto3" json:"os,omitempty"`
+	Os string `protobuf:"bytes,15,opt,name=os,proto3" json:"os,omitempty"`
+	// pool_class is the pool class the pool was rendered from (set by the
+	// renderer for a class cluster's pools).
+	PoolClass     string `protobuf:"bytes,16,opt,name=pool_class,json=poolClass,proto3" json:"pool_class,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -639,6 +652,13 @@ func (x *WorkerPool) GetAutoscaling() *Autoscaling {
 func (x *WorkerPool) GetOs() string {
 	if x != nil {
 		return x.Os
+	}
+	return ""
+}
+
+func (x *WorkerPool) GetPoolClass() string {
+	if x != nil {
+		return x.PoolClass
 	}
 	return ""
 }
@@ -1305,8 +1325,11 @@ type ClusterStatus struct {
 	Updated *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=updated,proto3" json:"updated,omitempty"`
 	// control_plane_initialized is true once the first control-plane machine ran.
 	ControlPlaneInitialized bool `protobuf:"varint,8,opt,name=control_plane_initialized,json=controlPlaneInitialized,proto3" json:"control_plane_initialized,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// topology: the cluster's class revision against the class's current
+	// one (filled by the gateway on read).
+	Topology      *TopologyStatus `protobuf:"bytes,9,opt,name=topology,proto3" json:"topology,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterStatus) Reset() {
@@ -1393,6 +1416,13 @@ func (x *ClusterStatus) GetControlPlaneInitialized() bool {
 		return x.ControlPlaneInitialized
 	}
 	return false
+}
+
+func (x *ClusterStatus) GetTopology() *TopologyStatus {
+	if x != nil {
+		return x.Topology
+	}
+	return nil
 }
 
 type PoolStatus struct {
@@ -1661,6 +1691,217 @@ func (x *AutoscalerStatus) GetLastAction() *AutoscalerAction {
 	return nil
 }
 
+// ClusterTopology (ClusterSpec.topology) makes a cluster a class's: its
+// spec is rendered from the class revision and the variables.
+type ClusterTopology struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// class is the ClusterClass's name.
+	Class string `protobuf:"bytes,1,opt,name=class,proto3" json:"class,omitempty"`
+	// revision is the class revision the cluster is pinned to; 0 on apply:
+	// keep the stored cluster's (or, for a new cluster, the class's current
+	// revision).
+	Revision int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// variables are the values of the class's variables, as strings of their
+	// type ("3", "true").
+	Variables map[string]string `protobuf:"bytes,3,rep,name=variables,proto3" json:"variables,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// pools are the cluster's worker pools from the class's pool classes.
+	Pools         []*TopologyPool `protobuf:"bytes,4,rep,name=pools,proto3" json:"pools,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterTopology) Reset() {
+	*x = ClusterTopology{}
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterTopology) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterTopology) ProtoMessage() {}
+
+func (x *ClusterTopology) ProtoReflect() protoreflect.Message {
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterTopology.ProtoReflect.Descriptor instead.
+func (*ClusterTopology) Descriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ClusterTopology) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *ClusterTopology) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *ClusterTopology) GetVariables() map[string]string {
+	if x != nil {
+		return x.Variables
+	}
+	return nil
+}
+
+func (x *ClusterTopology) GetPools() []*TopologyPool {
+	if x != nil {
+		return x.Pools
+	}
+	return nil
+}
+
+type TopologyPool struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the pool's (a DNS label, unique in the cluster).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// class is a pool class of the cluster's class.
+	Class string `protobuf:"bytes,2,opt,name=class,proto3" json:"class,omitempty"`
+	// replicas overrides the pool class's, when set.
+	Replicas      *int32 `protobuf:"varint,3,opt,name=replicas,proto3,oneof" json:"replicas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopologyPool) Reset() {
+	*x = TopologyPool{}
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopologyPool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopologyPool) ProtoMessage() {}
+
+func (x *TopologyPool) ProtoReflect() protoreflect.Message {
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopologyPool.ProtoReflect.Descriptor instead.
+func (*TopologyPool) Descriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *TopologyPool) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TopologyPool) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *TopologyPool) GetReplicas() int32 {
+	if x != nil && x.Replicas != nil {
+		return *x.Replicas
+	}
+	return 0
+}
+
+// TopologyStatus (ClusterStatus.topology) is filled by the gateway on
+// read: the cluster's class revision against the class's current one.
+type TopologyStatus struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Class          string                 `protobuf:"bytes,1,opt,name=class,proto3" json:"class,omitempty"`
+	Revision       int64                  `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	LatestRevision int64                  `protobuf:"varint,3,opt,name=latest_revision,json=latestRevision,proto3" json:"latest_revision,omitempty"`
+	// up_to_date: revision is the class's current revision.
+	UpToDate      bool `protobuf:"varint,4,opt,name=up_to_date,json=upToDate,proto3" json:"up_to_date,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopologyStatus) Reset() {
+	*x = TopologyStatus{}
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopologyStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopologyStatus) ProtoMessage() {}
+
+func (x *TopologyStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopologyStatus.ProtoReflect.Descriptor instead.
+func (*TopologyStatus) Descriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *TopologyStatus) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *TopologyStatus) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *TopologyStatus) GetLatestRevision() int64 {
+	if x != nil {
+		return x.LatestRevision
+	}
+	return 0
+}
+
+func (x *TopologyStatus) GetUpToDate() bool {
+	if x != nil {
+		return x.UpToDate
+	}
+	return false
+}
+
 var File_capn_v1alpha1_cluster_proto protoreflect.FileDescriptor
 
 const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
@@ -1672,7 +1913,7 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x125\n" +
 	"\bmetadata\x18\x03 \x01(\v2\x19.capn.v1alpha1.ObjectMetaR\bmetadata\x12.\n" +
 	"\x04spec\x18\x04 \x01(\v2\x1a.capn.v1alpha1.ClusterSpecR\x04spec\x124\n" +
-	"\x06status\x18\x05 \x01(\v2\x1c.capn.v1alpha1.ClusterStatusR\x06status\"\xd2\x03\n" +
+	"\x06status\x18\x05 \x01(\v2\x1c.capn.v1alpha1.ClusterStatusR\x06status\"\x8e\x04\n" +
 	"\vClusterSpec\x12-\n" +
 	"\x12kubernetes_version\x18\x01 \x01(\tR\x11kubernetesVersion\x12D\n" +
 	"\rcontrol_plane\x18\x02 \x01(\v2\x1f.capn.v1alpha1.ControlPlaneSpecR\fcontrolPlane\x12<\n" +
@@ -1684,7 +1925,9 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"hibernated\x18\b \x01(\bR\n" +
 	"hibernated\x121\n" +
-	"\x06addons\x18\t \x01(\v2\x19.capn.v1alpha1.AddonsSpecR\x06addons\"\xc7\x01\n" +
+	"\x06addons\x18\t \x01(\v2\x19.capn.v1alpha1.AddonsSpecR\x06addons\x12:\n" +
+	"\btopology\x18\n" +
+	" \x01(\v2\x1e.capn.v1alpha1.ClusterTopologyR\btopology\"\xc7\x01\n" +
 	"\x0fMachineTemplate\x12N\n" +
 	"\n" +
 	"parameters\x18\x01 \x03(\v2..capn.v1alpha1.MachineTemplate.ParametersEntryR\n" +
@@ -1703,7 +1946,7 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\x15node_deletion_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\x13nodeDeletionTimeout\x12\x0e\n" +
 	"\x02os\x18\b \x01(\tR\x02osB\f\n" +
 	"\n" +
-	"_max_surge\"\x90\x06\n" +
+	"_max_surge\"\xaf\x06\n" +
 	"\n" +
 	"WorkerPool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
@@ -1721,7 +1964,9 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\x12node_drain_timeout\x18\f \x01(\v2\x19.google.protobuf.DurationR\x10nodeDrainTimeout\x12M\n" +
 	"\x15node_deletion_timeout\x18\r \x01(\v2\x19.google.protobuf.DurationR\x13nodeDeletionTimeout\x12<\n" +
 	"\vautoscaling\x18\x0e \x01(\v2\x1a.capn.v1alpha1.AutoscalingR\vautoscaling\x12\x0e\n" +
-	"\x02os\x18\x0f \x01(\tR\x02os\x1a9\n" +
+	"\x02os\x18\x0f \x01(\tR\x02os\x12\x1d\n" +
+	"\n" +
+	"pool_class\x18\x10 \x01(\tR\tpoolClass\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"1\n" +
@@ -1774,7 +2019,7 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\x12UnhealthyCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x123\n" +
-	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\xcf\x03\n" +
+	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\x8a\x04\n" +
 	"\rClusterStatus\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x128\n" +
 	"\n" +
@@ -1785,7 +2030,8 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\rcontrol_plane\x18\x05 \x01(\v2\x19.capn.v1alpha1.PoolStatusR\fcontrolPlane\x12<\n" +
 	"\fworker_pools\x18\x06 \x03(\v2\x19.capn.v1alpha1.PoolStatusR\vworkerPools\x124\n" +
 	"\aupdated\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\aupdated\x12:\n" +
-	"\x19control_plane_initialized\x18\b \x01(\bR\x17controlPlaneInitialized\"\xd3\x02\n" +
+	"\x19control_plane_initialized\x18\b \x01(\bR\x17controlPlaneInitialized\x129\n" +
+	"\btopology\x18\t \x01(\v2\x1d.capn.v1alpha1.TopologyStatusR\btopology\"\xd3\x02\n" +
 	"\n" +
 	"PoolStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
@@ -1808,7 +2054,26 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12@\n" +
 	"\vlast_action\x18\x03 \x01(\v2\x1f.capn.v1alpha1.AutoscalerActionR\n" +
-	"lastAction*\x9e\x03\n" +
+	"lastAction\"\x81\x02\n" +
+	"\x0fClusterTopology\x12\x14\n" +
+	"\x05class\x18\x01 \x01(\tR\x05class\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x12K\n" +
+	"\tvariables\x18\x03 \x03(\v2-.capn.v1alpha1.ClusterTopology.VariablesEntryR\tvariables\x121\n" +
+	"\x05pools\x18\x04 \x03(\v2\x1b.capn.v1alpha1.TopologyPoolR\x05pools\x1a<\n" +
+	"\x0eVariablesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"f\n" +
+	"\fTopologyPool\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05class\x18\x02 \x01(\tR\x05class\x12\x1f\n" +
+	"\breplicas\x18\x03 \x01(\x05H\x00R\breplicas\x88\x01\x01B\v\n" +
+	"\t_replicas\"\x89\x01\n" +
+	"\x0eTopologyStatus\x12\x14\n" +
+	"\x05class\x18\x01 \x01(\tR\x05class\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x12'\n" +
+	"\x0flatest_revision\x18\x03 \x01(\x03R\x0elatestRevision\x12\x1c\n" +
+	"\n" +
+	"up_to_date\x18\x04 \x01(\bR\bupToDate*\x9e\x03\n" +
 	"\fClusterPhase\x12\x1d\n" +
 	"\x19CLUSTER_PHASE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15CLUSTER_PHASE_PENDING\x10\x01\x12\x1e\n" +
@@ -1839,7 +2104,7 @@ func file_capn_v1alpha1_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_capn_v1alpha1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_capn_v1alpha1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_capn_v1alpha1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_capn_v1alpha1_cluster_proto_goTypes = []any{
 	(ClusterPhase)(0),             // 0: capn.v1alpha1.ClusterPhase
 	(*Cluster)(nil),               // 1: capn.v1alpha1.Cluster
@@ -1860,19 +2125,23 @@ var file_capn_v1alpha1_cluster_proto_goTypes = []any{
 	(*PoolStatus)(nil),            // 16: capn.v1alpha1.PoolStatus
 	(*AutoscalerAction)(nil),      // 17: capn.v1alpha1.AutoscalerAction
 	(*AutoscalerStatus)(nil),      // 18: capn.v1alpha1.AutoscalerStatus
-	nil,                           // 19: capn.v1alpha1.MachineTemplate.ParametersEntry
-	nil,                           // 20: capn.v1alpha1.WorkerPool.LabelsEntry
-	nil,                           // 21: capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
-	(*ObjectMeta)(nil),            // 22: capn.v1alpha1.ObjectMeta
-	(*AddonsSpec)(nil),            // 23: capn.v1alpha1.AddonsSpec
-	(*durationpb.Duration)(nil),   // 24: google.protobuf.Duration
-	(*Taint)(nil),                 // 25: capn.v1alpha1.Taint
-	(*Condition)(nil),             // 26: capn.v1alpha1.Condition
-	(*Endpoint)(nil),              // 27: capn.v1alpha1.Endpoint
-	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
+	(*ClusterTopology)(nil),       // 19: capn.v1alpha1.ClusterTopology
+	(*TopologyPool)(nil),          // 20: capn.v1alpha1.TopologyPool
+	(*TopologyStatus)(nil),        // 21: capn.v1alpha1.TopologyStatus
+	nil,                           // 22: capn.v1alpha1.MachineTemplate.ParametersEntry
+	nil,                           // 23: capn.v1alpha1.WorkerPool.LabelsEntry
+	nil,                           // 24: capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
+	nil,                           // 25: capn.v1alpha1.ClusterTopology.VariablesEntry
+	(*ObjectMeta)(nil),            // 26: capn.v1alpha1.ObjectMeta
+	(*AddonsSpec)(nil),            // 27: capn.v1alpha1.AddonsSpec
+	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
+	(*Taint)(nil),                 // 29: capn.v1alpha1.Taint
+	(*Condition)(nil),             // 30: capn.v1alpha1.Condition
+	(*Endpoint)(nil),              // 31: capn.v1alpha1.Endpoint
+	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
 }
 var file_capn_v1alpha1_cluster_proto_depIdxs = []int32{
-	22, // 0: capn.v1alpha1.Cluster.metadata:type_name -> capn.v1alpha1.ObjectMeta
+	26, // 0: capn.v1alpha1.Cluster.metadata:type_name -> capn.v1alpha1.ObjectMeta
 	2,  // 1: capn.v1alpha1.Cluster.spec:type_name -> capn.v1alpha1.ClusterSpec
 	15, // 2: capn.v1alpha1.Cluster.status:type_name -> capn.v1alpha1.ClusterStatus
 	4,  // 3: capn.v1alpha1.ClusterSpec.control_plane:type_name -> capn.v1alpha1.ControlPlaneSpec
@@ -1880,45 +2149,49 @@ var file_capn_v1alpha1_cluster_proto_depIdxs = []int32{
 	8,  // 5: capn.v1alpha1.ClusterSpec.network:type_name -> capn.v1alpha1.NetworkSpec
 	9,  // 6: capn.v1alpha1.ClusterSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
 	13, // 7: capn.v1alpha1.ClusterSpec.health:type_name -> capn.v1alpha1.HealthPolicy
-	23, // 8: capn.v1alpha1.ClusterSpec.addons:type_name -> capn.v1alpha1.AddonsSpec
-	19, // 9: capn.v1alpha1.MachineTemplate.parameters:type_name -> capn.v1alpha1.MachineTemplate.ParametersEntry
-	3,  // 10: capn.v1alpha1.ControlPlaneSpec.template:type_name -> capn.v1alpha1.MachineTemplate
-	9,  // 11: capn.v1alpha1.ControlPlaneSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	24, // 12: capn.v1alpha1.ControlPlaneSpec.node_drain_timeout:type_name -> google.protobuf.Duration
-	24, // 13: capn.v1alpha1.ControlPlaneSpec.node_deletion_timeout:type_name -> google.protobuf.Duration
-	3,  // 14: capn.v1alpha1.WorkerPool.template:type_name -> capn.v1alpha1.MachineTemplate
-	20, // 15: capn.v1alpha1.WorkerPool.labels:type_name -> capn.v1alpha1.WorkerPool.LabelsEntry
-	25, // 16: capn.v1alpha1.WorkerPool.taints:type_name -> capn.v1alpha1.Taint
-	7,  // 17: capn.v1alpha1.WorkerPool.strategy:type_name -> capn.v1alpha1.RolloutStrategy
-	9,  // 18: capn.v1alpha1.WorkerPool.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	13, // 19: capn.v1alpha1.WorkerPool.health:type_name -> capn.v1alpha1.HealthPolicy
-	24, // 20: capn.v1alpha1.WorkerPool.node_drain_timeout:type_name -> google.protobuf.Duration
-	24, // 21: capn.v1alpha1.WorkerPool.node_deletion_timeout:type_name -> google.protobuf.Duration
-	6,  // 22: capn.v1alpha1.WorkerPool.autoscaling:type_name -> capn.v1alpha1.Autoscaling
-	10, // 23: capn.v1alpha1.BootstrapSpec.files:type_name -> capn.v1alpha1.File
-	21, // 24: capn.v1alpha1.BootstrapSpec.kubelet_extra_args:type_name -> capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
-	24, // 25: capn.v1alpha1.BootstrapSpec.token_ttl:type_name -> google.protobuf.Duration
-	12, // 26: capn.v1alpha1.BootstrapSpec.ca:type_name -> capn.v1alpha1.CertificateAuthority
-	24, // 27: capn.v1alpha1.BootstrapSpec.command_timeout:type_name -> google.protobuf.Duration
-	11, // 28: capn.v1alpha1.File.secret_ref:type_name -> capn.v1alpha1.FileSecretRef
-	14, // 29: capn.v1alpha1.HealthPolicy.unhealthy_conditions:type_name -> capn.v1alpha1.UnhealthyCondition
-	24, // 30: capn.v1alpha1.HealthPolicy.node_startup_timeout:type_name -> google.protobuf.Duration
-	24, // 31: capn.v1alpha1.HealthPolicy.heartbeat_grace:type_name -> google.protobuf.Duration
-	24, // 32: capn.v1alpha1.UnhealthyCondition.timeout:type_name -> google.protobuf.Duration
-	26, // 33: capn.v1alpha1.ClusterStatus.conditions:type_name -> capn.v1alpha1.Condition
-	27, // 34: capn.v1alpha1.ClusterStatus.control_plane_endpoint:type_name -> capn.v1alpha1.Endpoint
-	16, // 35: capn.v1alpha1.ClusterStatus.control_plane:type_name -> capn.v1alpha1.PoolStatus
-	16, // 36: capn.v1alpha1.ClusterStatus.worker_pools:type_name -> capn.v1alpha1.PoolStatus
-	28, // 37: capn.v1alpha1.ClusterStatus.updated:type_name -> google.protobuf.Timestamp
-	6,  // 38: capn.v1alpha1.PoolStatus.autoscaling:type_name -> capn.v1alpha1.Autoscaling
-	17, // 39: capn.v1alpha1.PoolStatus.last_autoscaler_action:type_name -> capn.v1alpha1.AutoscalerAction
-	28, // 40: capn.v1alpha1.AutoscalerAction.time:type_name -> google.protobuf.Timestamp
-	17, // 41: capn.v1alpha1.AutoscalerStatus.last_action:type_name -> capn.v1alpha1.AutoscalerAction
-	42, // [42:42] is the sub-list for method output_type
-	42, // [42:42] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	27, // 8: capn.v1alpha1.ClusterSpec.addons:type_name -> capn.v1alpha1.AddonsSpec
+	19, // 9: capn.v1alpha1.ClusterSpec.topology:type_name -> capn.v1alpha1.ClusterTopology
+	22, // 10: capn.v1alpha1.MachineTemplate.parameters:type_name -> capn.v1alpha1.MachineTemplate.ParametersEntry
+	3,  // 11: capn.v1alpha1.ControlPlaneSpec.template:type_name -> capn.v1alpha1.MachineTemplate
+	9,  // 12: capn.v1alpha1.ControlPlaneSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
+	28, // 13: capn.v1alpha1.ControlPlaneSpec.node_drain_timeout:type_name -> google.protobuf.Duration
+	28, // 14: capn.v1alpha1.ControlPlaneSpec.node_deletion_timeout:type_name -> google.protobuf.Duration
+	3,  // 15: capn.v1alpha1.WorkerPool.template:type_name -> capn.v1alpha1.MachineTemplate
+	23, // 16: capn.v1alpha1.WorkerPool.labels:type_name -> capn.v1alpha1.WorkerPool.LabelsEntry
+	29, // 17: capn.v1alpha1.WorkerPool.taints:type_name -> capn.v1alpha1.Taint
+	7,  // 18: capn.v1alpha1.WorkerPool.strategy:type_name -> capn.v1alpha1.RolloutStrategy
+	9,  // 19: capn.v1alpha1.WorkerPool.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
+	13, // 20: capn.v1alpha1.WorkerPool.health:type_name -> capn.v1alpha1.HealthPolicy
+	28, // 21: capn.v1alpha1.WorkerPool.node_drain_timeout:type_name -> google.protobuf.Duration
+	28, // 22: capn.v1alpha1.WorkerPool.node_deletion_timeout:type_name -> google.protobuf.Duration
+	6,  // 23: capn.v1alpha1.WorkerPool.autoscaling:type_name -> capn.v1alpha1.Autoscaling
+	10, // 24: capn.v1alpha1.BootstrapSpec.files:type_name -> capn.v1alpha1.File
+	24, // 25: capn.v1alpha1.BootstrapSpec.kubelet_extra_args:type_name -> capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
+	28, // 26: capn.v1alpha1.BootstrapSpec.token_ttl:type_name -> google.protobuf.Duration
+	12, // 27: capn.v1alpha1.BootstrapSpec.ca:type_name -> capn.v1alpha1.CertificateAuthority
+	28, // 28: capn.v1alpha1.BootstrapSpec.command_timeout:type_name -> google.protobuf.Duration
+	11, // 29: capn.v1alpha1.File.secret_ref:type_name -> capn.v1alpha1.FileSecretRef
+	14, // 30: capn.v1alpha1.HealthPolicy.unhealthy_conditions:type_name -> capn.v1alpha1.UnhealthyCondition
+	28, // 31: capn.v1alpha1.HealthPolicy.node_startup_timeout:type_name -> google.protobuf.Duration
+	28, // 32: capn.v1alpha1.HealthPolicy.heartbeat_grace:type_name -> google.protobuf.Duration
+	28, // 33: capn.v1alpha1.UnhealthyCondition.timeout:type_name -> google.protobuf.Duration
+	30, // 34: capn.v1alpha1.ClusterStatus.conditions:type_name -> capn.v1alpha1.Condition
+	31, // 35: capn.v1alpha1.ClusterStatus.control_plane_endpoint:type_name -> capn.v1alpha1.Endpoint
+	16, // 36: capn.v1alpha1.ClusterStatus.control_plane:type_name -> capn.v1alpha1.PoolStatus
+	16, // 37: capn.v1alpha1.ClusterStatus.worker_pools:type_name -> capn.v1alpha1.PoolStatus
+	32, // 38: capn.v1alpha1.ClusterStatus.updated:type_name -> google.protobuf.Timestamp
+	21, // 39: capn.v1alpha1.ClusterStatus.topology:type_name -> capn.v1alpha1.TopologyStatus
+	6,  // 40: capn.v1alpha1.PoolStatus.autoscaling:type_name -> capn.v1alpha1.Autoscaling
+	17, // 41: capn.v1alpha1.PoolStatus.last_autoscaler_action:type_name -> capn.v1alpha1.AutoscalerAction
+	32, // 42: capn.v1alpha1.AutoscalerAction.time:type_name -> google.protobuf.Timestamp
+	17, // 43: capn.v1alpha1.AutoscalerStatus.last_action:type_name -> capn.v1alpha1.AutoscalerAction
+	25, // 44: capn.v1alpha1.ClusterTopology.variables:type_name -> capn.v1alpha1.ClusterTopology.VariablesEntry
+	20, // 45: capn.v1alpha1.ClusterTopology.pools:type_name -> capn.v1alpha1.TopologyPool
+	46, // [46:46] is the sub-list for method output_type
+	46, // [46:46] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_capn_v1alpha1_cluster_proto_init() }
@@ -1929,13 +2202,14 @@ func file_capn_v1alpha1_cluster_proto_init() {
 	file_capn_v1alpha1_addons_proto_init()
 	file_capn_v1alpha1_meta_proto_init()
 	file_capn_v1alpha1_cluster_proto_msgTypes[3].OneofWrappers = []any{}
+	file_capn_v1alpha1_cluster_proto_msgTypes[19].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_capn_v1alpha1_cluster_proto_rawDesc), len(file_capn_v1alpha1_cluster_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   21,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -52,6 +52,7 @@ import (
 	"github.com/capn-dev/capn/services/bootstrapper"
 	"github.com/capn-dev/capn/services/cluster-planner"
 	"github.com/capn-dev/capn/services/daemon"
+	fleetmanager "github.com/capn-dev/capn/services/fleet-manager"
 	"github.com/capn-dev/capn/services/health-watcher"
 	"github.com/capn-dev/capn/services/machine-manager"
 	"github.com/capn-dev/capn/services/remediator"
@@ -66,7 +67,7 @@ var Sim = sdk.ServiceName(sim.Name)
 var Core = []string{clusterplanner.Name, machinemanager.Name, bootstrapper.Name, healthwatcher.Name, Sim}
 
 // All are every service of a deployment but the gateway.
-var All = append(append([]string(nil), Core...), remediator.Name, addonmanager.Name)
+var All = append(append([]string(nil), Core...), remediator.Name, addonmanager.Name, fleetmanager.Name)
 
 // Gateway is the gateway's service name.
 const Gateway = gateway.Name
@@ -119,6 +120,11 @@ type Options struct {
 	// instance, as a restarted process would be (Factory.Builtin is the
 	// service it replaces, to wrap).
 	Services map[string]func(*Factory) daemon.Service
+	// Now is the fleet-manager's clock (default time.Now): a fake one
+	// drives soaks and ready deadlines; FleetTick how often it plans
+	// unfinished rollouts with nothing changed (default 5s).
+	Now       func() time.Time
+	FleetTick time.Duration
 }
 
 // System is one capn deployment on one embedded server.
@@ -235,6 +241,8 @@ func (f *Factory) Builtin(name string) daemon.Service {
 		return remediator.New(remediator.Config{Cache: c})
 	case addonmanager.Name:
 		return addonmanager.New(addonmanager.Config{Keyring: f.Ring, Cache: c})
+	case fleetmanager.Name:
+		return fleetmanager.New(fleetmanager.Config{Cache: c, Now: f.opts.Now, Tick: f.opts.FleetTick})
 	case backup.Name:
 		return backup.New(backup.Config{})
 	case Sim:

@@ -115,8 +115,8 @@ func cmdApply(ctx context.Context, e env, args []string) int {
 	}
 	if wf.wait {
 		for _, d := range done {
-			if d.addonSet {
-				continue // a set has no readiness of its own: its clusters' AddonsApplied says it
+			if d.addonSet || d.class {
+				continue // a set or a class has no readiness of its own
 			}
 			if err := s.waitFor(ctx, d.name, untilReady, d.gen, wf.timeout); err != nil {
 				return s.fail(err)
@@ -202,6 +202,8 @@ func (d *document) label() string {
 		what = d.kind
 	case d.isAddonSet() && d.name != "":
 		what = "addonset " + d.name
+	case d.isClass() && d.name != "":
+		what = "clusterclass " + d.name
 	case d.name != "":
 		what = "cluster " + d.name
 	}
@@ -226,10 +228,18 @@ func (d *document) isAddonSet() bool {
 	return d.apiVersion == manifest.APIVersion && d.kind == manifest.KindAddonSet
 }
 
+// isClass reports a capn ClusterClass (applied through /v1/clusterclasses).
+func (d *document) isClass() bool {
+	return d.apiVersion == manifest.APIVersion && d.kind == manifest.KindClusterClass
+}
+
 // key identifies what a document declares, for the declared-twice check.
 func (d *document) key() string {
 	if d.isAddonSet() {
 		return "addonset/" + d.name
+	}
+	if d.isClass() {
+		return "clusterclass/" + d.name
 	}
 	return "cluster/" + d.name
 }
@@ -326,12 +336,17 @@ type checked struct {
 	current *capnv1.Cluster // nil when it does not exist or was not read
 	// An add-on set's document: wouldBeSet and currentSet instead.
 	wouldBeSet, currentSet *capnv1.AddonSet
+	// A class's document: wouldBeClass and currentClass instead.
+	wouldBeClass, currentClass *capnv1.ClusterClass
 }
 
 // ref is kind/name: cluster/demo, addonset/cni.
 func (c checked) ref() string {
 	if c.wouldBeSet != nil {
 		return "addonset/" + c.wouldBeSet.GetMetadata().GetName()
+	}
+	if c.wouldBeClass != nil {
+		return "clusterclass/" + c.wouldBeClass.GetMetadata().GetName()
 	}
 	return "cluster/" + c.wouldBe.GetMetadata().GetName()
 }
@@ -344,6 +359,8 @@ func (c checked) outcome() string {
 	case c.current != nil && sameStored(c.current, c.wouldBe):
 		return "unchanged"
 	case c.currentSet != nil && sameStoredSet(c.currentSet, c.wouldBeSet):
+		return "unchanged"
+	case c.wouldBeClass != nil && c.currentClass != nil && c.currentClass.GetStatus().GetRevision() == c.wouldBeClass.GetStatus().GetRevision():
 		return "unchanged"
 	}
 	return "configured"
@@ -421,6 +438,20 @@ func (s *session) checkAll(ctx context.Context, docs []*document, withCurrent bo
 // withCurrent).
 func (s *session) check(ctx context.Context, d *document, withCurrent bool) (checked, error) {
 	c := checked{doc: d}
+	if d.isClass() {
+		if withCurrent && d.name != "" {
+			cur, err := s.c.Class(ctx, d.name, 0)
+			switch {
+			case err == nil:
+				c.currentClass = cur
+			case !client.IsNotFound(err):
+				return c, err
+			}
+		}
+		var err error
+		c.wouldBeClass, c.created, err = s.c.ApplyClass(ctx, d.data, client.DryRun)
+		return c, err
+	}
 	if d.isAddonSet() {
 		if withCurrent && d.name != "" {
 			cur, err := s.c.AddonSet(ctx, d.name)
@@ -500,11 +531,15 @@ type applyResult struct {
 	name, outcome string // created, configured, unchanged
 	gen           int64
 	addonSet      bool
+	class         bool
 }
 
 func (r applyResult) ref() string {
 	if r.addonSet {
 		return "addonset/" + r.name
+	}
+	if r.class {
+		return "clusterclass/" + r.name
 	}
 	return "cluster/" + r.name
 }
@@ -513,6 +548,21 @@ func (r applyResult) ref() string {
 // update changed anything is read from the resourceVersion of the dry run
 // and of the apply (the gateway writes nothing for an unchanged cluster).
 func (s *session) applyChecked(ctx context.Context, c checked) (applyResult, error) {
+	if c.wouldBeClass != nil {
+		out, created, err := s.c.ApplyClass(ctx, c.doc.data)
+		if err != nil {
+			return applyResult{}, err
+		}
+		md := out.GetMetadata()
+		res := applyResult{name: md.GetName(), outcome: "configured", gen: md.GetGeneration(), class: true}
+		switch {
+		case created:
+			res.outcome = "created"
+		case c.wouldBeClass.GetMetadata().GetResourceVersion() == md.GetResourceVersion():
+			res.outcome = "unchanged"
+		}
+		return res, nil
+	}
 	if c.wouldBeSet != nil {
 		out, created, err := s.c.ApplyAddonSet(ctx, c.doc.data)
 		if err != nil {

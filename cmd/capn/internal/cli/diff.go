@@ -88,6 +88,32 @@ func cmdDiff(ctx context.Context, e env, args []string) int {
 // against the cluster as it would be stored, and reports whether there is
 // one.
 func (c checked) diff(w io.Writer) (bool, error) {
+	if c.wouldBeClass != nil {
+		view := func(cc *capnv1.ClusterClass) ([]string, error) {
+			if cc == nil {
+				return nil, nil
+			}
+			b, err := manifest.EncodeMessage(&capnv1.ClusterClass{ApiVersion: cc.GetApiVersion(), Kind: cc.GetKind(),
+				Metadata: &capnv1.ObjectMeta{Name: cc.GetMetadata().GetName(), Labels: cc.GetMetadata().GetLabels()}, Spec: cc.GetSpec()})
+			if err != nil {
+				return nil, err
+			}
+			return splitLines(string(b)), nil
+		}
+		live, err := view(c.currentClass)
+		if err != nil {
+			return false, err
+		}
+		merged, err := view(c.wouldBeClass)
+		if err != nil {
+			return false, err
+		}
+		from := c.ref() + " (stored)"
+		if c.currentClass == nil {
+			from = c.ref() + " (not found)"
+		}
+		return writeUnified(w, from, c.ref()+" (after apply)", live, merged), nil
+	}
 	if c.wouldBeSet != nil {
 		live, err := setDiffView(c.currentSet)
 		if err != nil {

@@ -57,6 +57,9 @@ type getOpts struct {
 	selector       string
 	watch          bool
 	selectorParsed labels.Selector
+	// classes: a listed cluster belongs to a ClusterClass, so the table
+	// has the CLASS, REVISION and UP-TO-DATE columns.
+	classes bool
 }
 
 func cmdGet(ctx context.Context, e env, args []string) int {
@@ -173,6 +176,11 @@ func (s *session) get(ctx context.Context, o getOpts) error {
 			return nil
 		}
 		now := time.Now()
+		for _, obj := range objs {
+			if c, ok := obj.(*capnv1.Cluster); ok && c.GetSpec().GetTopology() != nil {
+				o.classes = true
+			}
+		}
 		rows := [][]string{o.header()}
 		for _, obj := range objs {
 			rows = append(rows, o.row(obj, now, false))
@@ -248,7 +256,7 @@ func (o getOpts) header() []string {
 	if o.machines {
 		return machineHeader(o.output == outWide, o.cluster == "")
 	}
-	return clusterHeader(o.output == outWide)
+	return clusterHeader(o.output == outWide, o.classes)
 }
 
 // row is an object's table row; deleted (from a watch) shows the phase
@@ -257,7 +265,7 @@ func (o getOpts) row(obj proto.Message, now time.Time, deleted bool) []string {
 	var r []string
 	switch v := obj.(type) {
 	case *capnv1.Cluster:
-		r = clusterRow(v, now, o.output == outWide)
+		r = clusterRow(v, now, o.output == outWide, o.classes)
 	case *capnv1.Machine:
 		r = machineRow(v, now, o.output == outWide, o.cluster == "")
 	}
@@ -286,7 +294,7 @@ func (o getOpts) typicalRow() []string {
 			Status:   &capnv1.MachineStatus{Phase: capnv1.MachineBootstrapping.Wire(), NodeName: name},
 		}, time.Now(), o.output == outWide, o.cluster == "")
 	}
-	return clusterRow(&capnv1.Cluster{Status: &capnv1.ClusterStatus{Phase: capnv1.ClusterProvisioning.Wire()}}, time.Now(), o.output == outWide)
+	return clusterRow(&capnv1.Cluster{Status: &capnv1.ClusterStatus{Phase: capnv1.ClusterProvisioning.Wire()}}, time.Now(), o.output == outWide, o.classes)
 }
 
 // selects says whether a watched object is one the command asked for.

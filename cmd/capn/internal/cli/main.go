@@ -52,6 +52,7 @@ func commands() []command {
 		{"resume", "let capn act on a paused cluster again", cmdResume},
 		{"hibernate", "stop a cluster's machines, keeping them", cmdHibernate},
 		{"wake", "start a hibernated cluster's machines again", cmdWake},
+		{"rollout", "roll a class revision, a version or variables out to clusters in waves (status|list|pause|resume|abort)", cmdRollout},
 		{"kubeconfig", "print a cluster's admin kubeconfig", cmdKubeconfig},
 		{"addon-secret", "seal objects with credentials for add-on sets (set NAME -f FILE | delete NAME)", cmdAddonSecret},
 		{"bootstrap-secret", "seal values bootstrap files take content from (set NAME --from-file KEY=FILE | delete NAME)", cmdBootstrapSecret},

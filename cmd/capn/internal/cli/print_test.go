@@ -131,9 +131,9 @@ func TestGetOutput(t *testing.T) {
 	clusters := []*capnv1.Cluster{c, other}
 	var b strings.Builder
 	for _, wide := range []bool{false, true} {
-		rows := [][]string{clusterHeader(wide)}
+		rows := [][]string{clusterHeader(wide, false)}
 		for _, cl := range clusters {
-			rows = append(rows, clusterRow(cl, fixedNow, wide))
+			rows = append(rows, clusterRow(cl, fixedNow, wide, false))
 		}
 		writeTable(&b, rows)
 		b.WriteString("\n")

@@ -96,18 +96,26 @@ func (k counts) progress() string {
 	return s
 }
 
-func clusterHeader(wide bool) []string {
+// clusterHeader: classes adds CLASS, REVISION and UP-TO-DATE (a listed
+// cluster belongs to a ClusterClass).
+func clusterHeader(wide, classes bool) []string {
 	h := []string{"NAME", "PHASE", "VERSION", "CONTROL PLANE", "WORKERS", "AGE"}
+	if classes {
+		h = append(h, "CLASS", "REVISION", "UP-TO-DATE")
+	}
 	if wide {
 		h = append(h, "PROVIDER", "ENDPOINT", "REASON")
 	}
 	return h
 }
 
-func clusterRow(c *capnv1.Cluster, now time.Time, wide bool) []string {
+func clusterRow(c *capnv1.Cluster, now time.Time, wide, classes bool) []string {
 	cp, w := clusterCounts(c)
 	r := []string{c.GetMetadata().GetName(), clusterPhase(c), c.GetSpec().GetKubernetesVersion(),
 		fmt.Sprintf("%d/%d", cp.ready, cp.desired), fmt.Sprintf("%d/%d", w.ready, w.desired), age(c.GetMetadata().GetCreationTimestamp(), now)}
+	if classes {
+		r = append(r, classColumns(c)...)
+	}
 	if wide {
 		ep := "<none>"
 		if e := c.GetStatus().GetControlPlaneEndpoint(); e.GetHost() != "" {
@@ -214,4 +222,22 @@ func listKind(machines bool) string {
 		return api.KindMachineList
 	}
 	return api.KindClusterList
+}
+
+// classColumns are a cluster's CLASS, REVISION and UP-TO-DATE: "<none>"
+// for a cluster of no class; up to date is the gateway's verdict
+// (status.topology), "2 (latest 3)" says what a rollout would bring.
+func classColumns(c *capnv1.Cluster) []string {
+	t := c.GetSpec().GetTopology()
+	if t == nil {
+		return []string{"<none>", "", ""}
+	}
+	ts := c.GetStatus().GetTopology()
+	rev := fmt.Sprint(t.GetRevision())
+	upToDate := "true"
+	if ts != nil && !ts.GetUpToDate() {
+		upToDate = "false"
+		rev = fmt.Sprintf("%d (latest %d)", t.GetRevision(), ts.GetLatestRevision())
+	}
+	return []string{t.GetClass(), rev, upToDate}
 }

@@ -170,7 +170,7 @@ func TestCountsDuringSurge(t *testing.T) {
 	if out.String() != want {
 		t.Errorf("progress:\n%s\nwant:\n%s", out, want)
 	}
-	row := clusterRow(c, fixedNow, false)
+	row := clusterRow(c, fixedNow, false, false)
 	if row[3] != "3/3" || row[4] != "7/7" {
 		t.Errorf("get row %v: CONTROL PLANE %s, WORKERS %s, want 3/3 and 7/7", row, row[3], row[4])
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/capn-dev/capn/services/bootstrapper"
 	"github.com/capn-dev/capn/services/cluster-planner"
 	"github.com/capn-dev/capn/services/daemon"
+	fleetmanager "github.com/capn-dev/capn/services/fleet-manager"
 	"github.com/capn-dev/capn/services/health-watcher"
 	"github.com/capn-dev/capn/services/machine-manager"
 	"github.com/capn-dev/capn/services/remediator"
@@ -53,6 +54,7 @@ func devServices(cfg Config, gw devGateway, auth *devAuth, providers []daemon.Se
 		healthwatcher.New(healthwatcher.Config{Keyring: ring}), // opens kubeconfigs to read real-kubernetes clusters' Nodes
 		remediator.New(remediator.Config{}),
 		addonmanager.New(addonmanager.Config{Keyring: ring}), // opens kubeconfigs and add-on secrets
+		fleetmanager.New(fleetmanager.Config{}),              // rollouts in waves
 		// Backups into <data-dir>/jetstream's backups object store; no key:
 		// the secrets stay sealed.
 		backup.New(backup.Config{Every: cfg.BackupEvery, Keep: cfg.BackupKeep}),

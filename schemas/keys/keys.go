@@ -11,21 +11,23 @@ type Kind string
 
 // Kinds of keys, with their shape.
 const (
-	KindCluster     Kind = "cluster"     // desired Cluster, observed ClusterStatus: cluster.<cluster>
-	KindMachine     Kind = "machine"     // desired Machine, observed MachineStatus: machine.<cluster>.<machine>
-	KindInfra       Kind = "infra"       // observed InfraMachine / InfraCluster: infra.<provider>.<cluster>.<machine or _>
-	KindNode        Kind = "node"        // observed NodeHealth: node.<cluster>.<machine>
-	KindRemediation Kind = "remediation" // observed RemediationStatus: remediation.<cluster>.<pool>
-	KindAutoscaler  Kind = "autoscaler"  // observed AutoscalerStatus: autoscaler.<cluster>.<pool>
-	KindProvider    Kind = "provider"    // observed ProviderAnnouncement: provider.<provider>
-	KindSecrets     Kind = "secrets"     // observed ClusterSecretsStatus: secrets.<cluster>
-	KindPKI         Kind = "pki"         // secrets ClusterPKI: pki.<cluster>
-	KindKubeconfig  Kind = "kubeconfig"  // secrets AdminKubeconfig: kubeconfig.<cluster>
-	KindBootstrap   Kind = "bootstrap"   // secrets BootstrapData: bootstrap.<cluster>.<machine>
-	KindAddonSet    Kind = "addonset"    // desired AddonSet: addonset.<set>
-	KindAddon       Kind = "addon"       // observed ClusterAddonStatus: addon.<cluster>.<set>
-	KindAddonSecret Kind = "addonsecret" // secrets AddonSecret: addonsecret.<secret>
-	KindBackup      Kind = "backup"      // observed BackupScheduleStatus: backup.<name> (backup.schedule)
+	KindCluster     Kind = "cluster"            // desired Cluster, observed ClusterStatus: cluster.<cluster>
+	KindMachine     Kind = "machine"            // desired Machine, observed MachineStatus: machine.<cluster>.<machine>
+	KindInfra       Kind = "infra"              // observed InfraMachine / InfraCluster: infra.<provider>.<cluster>.<machine or _>
+	KindNode        Kind = "node"               // observed NodeHealth: node.<cluster>.<machine>
+	KindRemediation Kind = "remediation"        // observed RemediationStatus: remediation.<cluster>.<pool>
+	KindAutoscaler  Kind = "autoscaler"         // observed AutoscalerStatus: autoscaler.<cluster>.<pool>
+	KindProvider    Kind = "provider"           // observed ProviderAnnouncement: provider.<provider>
+	KindSecrets     Kind = "secrets"            // observed ClusterSecretsStatus: secrets.<cluster>
+	KindPKI         Kind = "pki"                // secrets ClusterPKI: pki.<cluster>
+	KindKubeconfig  Kind = "kubeconfig"         // secrets AdminKubeconfig: kubeconfig.<cluster>
+	KindBootstrap   Kind = "bootstrap"          // secrets BootstrapData: bootstrap.<cluster>.<machine>
+	KindAddonSet    Kind = "addonset"           // desired AddonSet: addonset.<set>
+	KindAddon       Kind = "addon"              // observed ClusterAddonStatus: addon.<cluster>.<set>
+	KindAddonSecret Kind = "addonsecret"        // secrets AddonSecret: addonsecret.<secret>
+	KindBackup      Kind = "backup"             // observed BackupScheduleStatus: backup.<name> (backup.schedule)
+	KindMaintenance Kind = "maintenance"        // observed MaintenanceRecord: maintenance.<cluster>
+	KindK8sVersions Kind = "kubernetesversions" // desired KubernetesVersions: kubernetesversions.<name>
 )
 
 // Prefixes of every key of a kind, for caches and watchers (store.Keep,
@@ -46,6 +48,8 @@ const (
 	AddonPrefix       = string(KindAddon) + "."
 	AddonSecretPrefix = string(KindAddonSecret) + "."
 	BackupPrefix      = string(KindBackup) + "."
+	MaintenancePrefix = string(KindMaintenance) + "."
+	K8sVersionsPrefix = string(KindK8sVersions) + "."
 )
 
 // ClusterObject stands in the object token of a cluster-level key or
@@ -123,6 +127,18 @@ func Backup(name string) string { return join(string(KindBackup), name) }
 // BackupSchedule is backup.schedule.
 var BackupSchedule = Backup("schedule")
 
+// Maintenance is maintenance.<cluster>: the maintenance service's record
+// of a cluster's windows and hibernation schedules.
+func Maintenance(cluster string) string { return join(string(KindMaintenance), cluster) }
+
+// K8sVersions is kubernetesversions.<name>, a Kubernetes version
+// catalogue; auto-patch reads K8sVersionsDefault.
+func K8sVersions(name string) string { return join(string(KindK8sVersions), name) }
+
+// K8sVersionsDefault is kubernetesversions.default, the catalogue
+// auto-patch picks versions from.
+var K8sVersionsDefault = K8sVersions("default")
+
 // MachinesOf is the prefix of a cluster's machine keys: machine.<cluster>.
 func MachinesOf(cluster string) string { return Machine(cluster, "") }
 
@@ -143,7 +159,7 @@ var shapes = map[Kind]int{
 	KindCluster: 1, KindMachine: 2, KindInfra: 3, KindNode: 2, KindRemediation: 2, KindAutoscaler: 2,
 	KindProvider: 1, KindSecrets: 1, KindPKI: 1, KindKubeconfig: 1, KindBootstrap: 2,
 	KindAddonSet: 1, KindAddon: 2, KindAddonSecret: 1,
-	KindBackup: 1,
+	KindBackup: 1, KindMaintenance: 1, KindK8sVersions: 1,
 }
 
 // ErrMalformed is wrapped by every error of Parse and ParseSubject.
@@ -162,7 +178,7 @@ func Parse(key string) (Key, error) {
 	switch kind {
 	case KindProvider:
 		k.Provider = toks[1]
-	case KindAddonSet, KindAddonSecret, KindBackup:
+	case KindAddonSet, KindAddonSecret, KindBackup, KindK8sVersions:
 		k.Name = toks[1]
 	case KindInfra:
 		k.Provider, k.Cluster, k.Name = toks[1], toks[2], toks[3]
@@ -180,7 +196,7 @@ func (k Key) String() string {
 	switch k.Kind {
 	case KindProvider:
 		return join(string(k.Kind), k.Provider)
-	case KindBackup:
+	case KindBackup, KindK8sVersions:
 		return join(string(k.Kind), k.Name)
 	case KindInfra:
 		return join(string(k.Kind), k.Provider, k.Cluster, k.Name)

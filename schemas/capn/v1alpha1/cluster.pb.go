@@ -211,7 +211,12 @@ type ClusterSpec struct {
 	Hibernated bool `protobuf:"varint,8,opt,name=hibernated,proto3" json:"hibernated,omitempty"`
 	// addons: the cluster's add-on settings (opting out of the default
 	// add-on sets).
-	Addons        *AddonsSpec `protobuf:"bytes,9,opt,name=addons,proto3" json:"addons,omitempty"`
+	Addons *AddonsSpec `protobuf:"bytes,9,opt,name=addons,proto3" json:"addons,omitempty"`
+	// maintenance: windows for the changes capn starts on its own, and
+	// auto-patch (maintenance.proto).
+	Maintenance *MaintenanceSpec `protobuf:"bytes,11,opt,name=maintenance,proto3" json:"maintenance,omitempty"`
+	// hibernation: schedules that hibernate and wake the cluster.
+	Hibernation   *HibernationSpec `protobuf:"bytes,12,opt,name=hibernation,proto3" json:"hibernation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -305,6 +310,20 @@ func (x *ClusterSpec) GetHibernated() bool {
 func (x *ClusterSpec) GetAddons() *AddonsSpec {
 	if x != nil {
 		return x.Addons
+	}
+	return nil
+}
+
+func (x *ClusterSpec) GetMaintenance() *MaintenanceSpec {
+	if x != nil {
+		return x.Maintenance
+	}
+	return nil
+}
+
+func (x *ClusterSpec) GetHibernation() *HibernationSpec {
+	if x != nil {
+		return x.Hibernation
 	}
 	return nil
 }
@@ -1238,8 +1257,13 @@ type ClusterStatus struct {
 	Updated *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=updated,proto3" json:"updated,omitempty"`
 	// control_plane_initialized is true once the first control-plane machine ran.
 	ControlPlaneInitialized bool `protobuf:"varint,8,opt,name=control_plane_initialized,json=controlPlaneInitialized,proto3" json:"control_plane_initialized,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// maintenance: the window and what waits for it (from the maintenance
+	// service's record maintenance.<cluster>).
+	Maintenance *MaintenanceStatus `protobuf:"bytes,10,opt,name=maintenance,proto3" json:"maintenance,omitempty"`
+	// hibernation: the next scheduled transition and any manual override.
+	Hibernation   *HibernationStatus `protobuf:"bytes,11,opt,name=hibernation,proto3" json:"hibernation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterStatus) Reset() {
@@ -1326,6 +1350,20 @@ func (x *ClusterStatus) GetControlPlaneInitialized() bool {
 		return x.ControlPlaneInitialized
 	}
 	return false
+}
+
+func (x *ClusterStatus) GetMaintenance() *MaintenanceStatus {
+	if x != nil {
+		return x.Maintenance
+	}
+	return nil
+}
+
+func (x *ClusterStatus) GetHibernation() *HibernationStatus {
+	if x != nil {
+		return x.Hibernation
+	}
+	return nil
 }
 
 type PoolStatus struct {
@@ -1598,14 +1636,14 @@ var File_capn_v1alpha1_cluster_proto protoreflect.FileDescriptor
 
 const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x1bcapn/v1alpha1/cluster.proto\x12\rcapn.v1alpha1\x1a\x1acapn/v1alpha1/addons.proto\x1a\x18capn/v1alpha1/meta.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdb\x01\n" +
+	"\x1bcapn/v1alpha1/cluster.proto\x12\rcapn.v1alpha1\x1a\x1acapn/v1alpha1/addons.proto\x1a\x1fcapn/v1alpha1/maintenance.proto\x1a\x18capn/v1alpha1/meta.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdb\x01\n" +
 	"\aCluster\x12\x1f\n" +
 	"\vapi_version\x18\x01 \x01(\tR\n" +
 	"apiVersion\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x125\n" +
 	"\bmetadata\x18\x03 \x01(\v2\x19.capn.v1alpha1.ObjectMetaR\bmetadata\x12.\n" +
 	"\x04spec\x18\x04 \x01(\v2\x1a.capn.v1alpha1.ClusterSpecR\x04spec\x124\n" +
-	"\x06status\x18\x05 \x01(\v2\x1c.capn.v1alpha1.ClusterStatusR\x06status\"\xd2\x03\n" +
+	"\x06status\x18\x05 \x01(\v2\x1c.capn.v1alpha1.ClusterStatusR\x06status\"\xd6\x04\n" +
 	"\vClusterSpec\x12-\n" +
 	"\x12kubernetes_version\x18\x01 \x01(\tR\x11kubernetesVersion\x12D\n" +
 	"\rcontrol_plane\x18\x02 \x01(\v2\x1f.capn.v1alpha1.ControlPlaneSpecR\fcontrolPlane\x12<\n" +
@@ -1617,7 +1655,9 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"hibernated\x18\b \x01(\bR\n" +
 	"hibernated\x121\n" +
-	"\x06addons\x18\t \x01(\v2\x19.capn.v1alpha1.AddonsSpecR\x06addons\"\xc7\x01\n" +
+	"\x06addons\x18\t \x01(\v2\x19.capn.v1alpha1.AddonsSpecR\x06addons\x12@\n" +
+	"\vmaintenance\x18\v \x01(\v2\x1e.capn.v1alpha1.MaintenanceSpecR\vmaintenance\x12@\n" +
+	"\vhibernation\x18\f \x01(\v2\x1e.capn.v1alpha1.HibernationSpecR\vhibernation\"\xc7\x01\n" +
 	"\x0fMachineTemplate\x12N\n" +
 	"\n" +
 	"parameters\x18\x01 \x03(\v2..capn.v1alpha1.MachineTemplate.ParametersEntryR\n" +
@@ -1702,7 +1742,7 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\x12UnhealthyCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x123\n" +
-	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\xcf\x03\n" +
+	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\xd7\x04\n" +
 	"\rClusterStatus\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x128\n" +
 	"\n" +
@@ -1713,7 +1753,10 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\rcontrol_plane\x18\x05 \x01(\v2\x19.capn.v1alpha1.PoolStatusR\fcontrolPlane\x12<\n" +
 	"\fworker_pools\x18\x06 \x03(\v2\x19.capn.v1alpha1.PoolStatusR\vworkerPools\x124\n" +
 	"\aupdated\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\aupdated\x12:\n" +
-	"\x19control_plane_initialized\x18\b \x01(\bR\x17controlPlaneInitialized\"\xd3\x02\n" +
+	"\x19control_plane_initialized\x18\b \x01(\bR\x17controlPlaneInitialized\x12B\n" +
+	"\vmaintenance\x18\n" +
+	" \x01(\v2 .capn.v1alpha1.MaintenanceStatusR\vmaintenance\x12B\n" +
+	"\vhibernation\x18\v \x01(\v2 .capn.v1alpha1.HibernationStatusR\vhibernation\"\xd3\x02\n" +
 	"\n" +
 	"PoolStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
@@ -1792,11 +1835,15 @@ var file_capn_v1alpha1_cluster_proto_goTypes = []any{
 	nil,                           // 20: capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
 	(*ObjectMeta)(nil),            // 21: capn.v1alpha1.ObjectMeta
 	(*AddonsSpec)(nil),            // 22: capn.v1alpha1.AddonsSpec
-	(*durationpb.Duration)(nil),   // 23: google.protobuf.Duration
-	(*Taint)(nil),                 // 24: capn.v1alpha1.Taint
-	(*Condition)(nil),             // 25: capn.v1alpha1.Condition
-	(*Endpoint)(nil),              // 26: capn.v1alpha1.Endpoint
-	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
+	(*MaintenanceSpec)(nil),       // 23: capn.v1alpha1.MaintenanceSpec
+	(*HibernationSpec)(nil),       // 24: capn.v1alpha1.HibernationSpec
+	(*durationpb.Duration)(nil),   // 25: google.protobuf.Duration
+	(*Taint)(nil),                 // 26: capn.v1alpha1.Taint
+	(*Condition)(nil),             // 27: capn.v1alpha1.Condition
+	(*Endpoint)(nil),              // 28: capn.v1alpha1.Endpoint
+	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
+	(*MaintenanceStatus)(nil),     // 30: capn.v1alpha1.MaintenanceStatus
+	(*HibernationStatus)(nil),     // 31: capn.v1alpha1.HibernationStatus
 }
 var file_capn_v1alpha1_cluster_proto_depIdxs = []int32{
 	21, // 0: capn.v1alpha1.Cluster.metadata:type_name -> capn.v1alpha1.ObjectMeta
@@ -1808,43 +1855,47 @@ var file_capn_v1alpha1_cluster_proto_depIdxs = []int32{
 	9,  // 6: capn.v1alpha1.ClusterSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
 	12, // 7: capn.v1alpha1.ClusterSpec.health:type_name -> capn.v1alpha1.HealthPolicy
 	22, // 8: capn.v1alpha1.ClusterSpec.addons:type_name -> capn.v1alpha1.AddonsSpec
-	18, // 9: capn.v1alpha1.MachineTemplate.parameters:type_name -> capn.v1alpha1.MachineTemplate.ParametersEntry
-	3,  // 10: capn.v1alpha1.ControlPlaneSpec.template:type_name -> capn.v1alpha1.MachineTemplate
-	9,  // 11: capn.v1alpha1.ControlPlaneSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	23, // 12: capn.v1alpha1.ControlPlaneSpec.node_drain_timeout:type_name -> google.protobuf.Duration
-	23, // 13: capn.v1alpha1.ControlPlaneSpec.node_deletion_timeout:type_name -> google.protobuf.Duration
-	3,  // 14: capn.v1alpha1.WorkerPool.template:type_name -> capn.v1alpha1.MachineTemplate
-	19, // 15: capn.v1alpha1.WorkerPool.labels:type_name -> capn.v1alpha1.WorkerPool.LabelsEntry
-	24, // 16: capn.v1alpha1.WorkerPool.taints:type_name -> capn.v1alpha1.Taint
-	7,  // 17: capn.v1alpha1.WorkerPool.strategy:type_name -> capn.v1alpha1.RolloutStrategy
-	9,  // 18: capn.v1alpha1.WorkerPool.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	12, // 19: capn.v1alpha1.WorkerPool.health:type_name -> capn.v1alpha1.HealthPolicy
-	23, // 20: capn.v1alpha1.WorkerPool.node_drain_timeout:type_name -> google.protobuf.Duration
-	23, // 21: capn.v1alpha1.WorkerPool.node_deletion_timeout:type_name -> google.protobuf.Duration
-	6,  // 22: capn.v1alpha1.WorkerPool.autoscaling:type_name -> capn.v1alpha1.Autoscaling
-	10, // 23: capn.v1alpha1.BootstrapSpec.files:type_name -> capn.v1alpha1.File
-	20, // 24: capn.v1alpha1.BootstrapSpec.kubelet_extra_args:type_name -> capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
-	23, // 25: capn.v1alpha1.BootstrapSpec.token_ttl:type_name -> google.protobuf.Duration
-	11, // 26: capn.v1alpha1.BootstrapSpec.ca:type_name -> capn.v1alpha1.CertificateAuthority
-	23, // 27: capn.v1alpha1.BootstrapSpec.command_timeout:type_name -> google.protobuf.Duration
-	13, // 28: capn.v1alpha1.HealthPolicy.unhealthy_conditions:type_name -> capn.v1alpha1.UnhealthyCondition
-	23, // 29: capn.v1alpha1.HealthPolicy.node_startup_timeout:type_name -> google.protobuf.Duration
-	23, // 30: capn.v1alpha1.HealthPolicy.heartbeat_grace:type_name -> google.protobuf.Duration
-	23, // 31: capn.v1alpha1.UnhealthyCondition.timeout:type_name -> google.protobuf.Duration
-	25, // 32: capn.v1alpha1.ClusterStatus.conditions:type_name -> capn.v1alpha1.Condition
-	26, // 33: capn.v1alpha1.ClusterStatus.control_plane_endpoint:type_name -> capn.v1alpha1.Endpoint
-	15, // 34: capn.v1alpha1.ClusterStatus.control_plane:type_name -> capn.v1alpha1.PoolStatus
-	15, // 35: capn.v1alpha1.ClusterStatus.worker_pools:type_name -> capn.v1alpha1.PoolStatus
-	27, // 36: capn.v1alpha1.ClusterStatus.updated:type_name -> google.protobuf.Timestamp
-	6,  // 37: capn.v1alpha1.PoolStatus.autoscaling:type_name -> capn.v1alpha1.Autoscaling
-	16, // 38: capn.v1alpha1.PoolStatus.last_autoscaler_action:type_name -> capn.v1alpha1.AutoscalerAction
-	27, // 39: capn.v1alpha1.AutoscalerAction.time:type_name -> google.protobuf.Timestamp
-	16, // 40: capn.v1alpha1.AutoscalerStatus.last_action:type_name -> capn.v1alpha1.AutoscalerAction
-	41, // [41:41] is the sub-list for method output_type
-	41, // [41:41] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	23, // 9: capn.v1alpha1.ClusterSpec.maintenance:type_name -> capn.v1alpha1.MaintenanceSpec
+	24, // 10: capn.v1alpha1.ClusterSpec.hibernation:type_name -> capn.v1alpha1.HibernationSpec
+	18, // 11: capn.v1alpha1.MachineTemplate.parameters:type_name -> capn.v1alpha1.MachineTemplate.ParametersEntry
+	3,  // 12: capn.v1alpha1.ControlPlaneSpec.template:type_name -> capn.v1alpha1.MachineTemplate
+	9,  // 13: capn.v1alpha1.ControlPlaneSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
+	25, // 14: capn.v1alpha1.ControlPlaneSpec.node_drain_timeout:type_name -> google.protobuf.Duration
+	25, // 15: capn.v1alpha1.ControlPlaneSpec.node_deletion_timeout:type_name -> google.protobuf.Duration
+	3,  // 16: capn.v1alpha1.WorkerPool.template:type_name -> capn.v1alpha1.MachineTemplate
+	19, // 17: capn.v1alpha1.WorkerPool.labels:type_name -> capn.v1alpha1.WorkerPool.LabelsEntry
+	26, // 18: capn.v1alpha1.WorkerPool.taints:type_name -> capn.v1alpha1.Taint
+	7,  // 19: capn.v1alpha1.WorkerPool.strategy:type_name -> capn.v1alpha1.RolloutStrategy
+	9,  // 20: capn.v1alpha1.WorkerPool.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
+	12, // 21: capn.v1alpha1.WorkerPool.health:type_name -> capn.v1alpha1.HealthPolicy
+	25, // 22: capn.v1alpha1.WorkerPool.node_drain_timeout:type_name -> google.protobuf.Duration
+	25, // 23: capn.v1alpha1.WorkerPool.node_deletion_timeout:type_name -> google.protobuf.Duration
+	6,  // 24: capn.v1alpha1.WorkerPool.autoscaling:type_name -> capn.v1alpha1.Autoscaling
+	10, // 25: capn.v1alpha1.BootstrapSpec.files:type_name -> capn.v1alpha1.File
+	20, // 26: capn.v1alpha1.BootstrapSpec.kubelet_extra_args:type_name -> capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
+	25, // 27: capn.v1alpha1.BootstrapSpec.token_ttl:type_name -> google.protobuf.Duration
+	11, // 28: capn.v1alpha1.BootstrapSpec.ca:type_name -> capn.v1alpha1.CertificateAuthority
+	25, // 29: capn.v1alpha1.BootstrapSpec.command_timeout:type_name -> google.protobuf.Duration
+	13, // 30: capn.v1alpha1.HealthPolicy.unhealthy_conditions:type_name -> capn.v1alpha1.UnhealthyCondition
+	25, // 31: capn.v1alpha1.HealthPolicy.node_startup_timeout:type_name -> google.protobuf.Duration
+	25, // 32: capn.v1alpha1.HealthPolicy.heartbeat_grace:type_name -> google.protobuf.Duration
+	25, // 33: capn.v1alpha1.UnhealthyCondition.timeout:type_name -> google.protobuf.Duration
+	27, // 34: capn.v1alpha1.ClusterStatus.conditions:type_name -> capn.v1alpha1.Condition
+	28, // 35: capn.v1alpha1.ClusterStatus.control_plane_endpoint:type_name -> capn.v1alpha1.Endpoint
+	15, // 36: capn.v1alpha1.ClusterStatus.control_plane:type_name -> capn.v1alpha1.PoolStatus
+	15, // 37: capn.v1alpha1.ClusterStatus.worker_pools:type_name -> capn.v1alpha1.PoolStatus
+	29, // 38: capn.v1alpha1.ClusterStatus.updated:type_name -> google.protobuf.Timestamp
+	30, // 39: capn.v1alpha1.ClusterStatus.maintenance:type_name -> capn.v1alpha1.MaintenanceStatus
+	31, // 40: capn.v1alpha1.ClusterStatus.hibernation:type_name -> capn.v1alpha1.HibernationStatus
+	6,  // 41: capn.v1alpha1.PoolStatus.autoscaling:type_name -> capn.v1alpha1.Autoscaling
+	16, // 42: capn.v1alpha1.PoolStatus.last_autoscaler_action:type_name -> capn.v1alpha1.AutoscalerAction
+	29, // 43: capn.v1alpha1.AutoscalerAction.time:type_name -> google.protobuf.Timestamp
+	16, // 44: capn.v1alpha1.AutoscalerStatus.last_action:type_name -> capn.v1alpha1.AutoscalerAction
+	45, // [45:45] is the sub-list for method output_type
+	45, // [45:45] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_capn_v1alpha1_cluster_proto_init() }
@@ -1853,6 +1904,7 @@ func file_capn_v1alpha1_cluster_proto_init() {
 		return
 	}
 	file_capn_v1alpha1_addons_proto_init()
+	file_capn_v1alpha1_maintenance_proto_init()
 	file_capn_v1alpha1_meta_proto_init()
 	file_capn_v1alpha1_cluster_proto_msgTypes[3].OneofWrappers = []any{}
 	type x struct{}

@@ -26,7 +26,7 @@ dockerfile=$root/deploy/images/Dockerfile
 nodefile=$root/deploy/images/capn-node.Dockerfile
 
 default=(nats-server capn-nats-config cluster-planner machine-manager bootstrapper health-watcher remediator addon-manager
-  autoscaler-provider gateway backup capn-provider-sim capn-provider-docker capn-node)
+  autoscaler-provider gateway backup maintenance capn-provider-sim capn-provider-docker capn-node)
 programs=("$@")
 [ ${#programs[@]} -gt 0 ] || programs=("${default[@]}")
 

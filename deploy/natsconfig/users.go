@@ -23,6 +23,9 @@ const (
 	AutoscalerProvider = "autoscaler-provider"
 	// Backup takes and restores backups (services/backup).
 	Backup = "backup"
+	// Maintenance applies auto-patches and pending upgrades in maintenance
+	// windows, and hibernation schedules (services/maintenance).
+	Maintenance = "maintenance"
 	// Init provisions streams and buckets, and may do nothing else.
 	Init = "capn-init"
 )
@@ -203,6 +206,7 @@ func (d Deployment) Users() []User {
 		g.read(sec, "kubeconfig.>") // sealed; the gateway holds the key to serve them
 		g.write(des, "cluster.>")
 		g.write(des, "addonset.>")
+		g.write(des, "kubernetesversions.>") // the auto-patch catalogue
 		// Add-on secrets (capn addon-secret): sealed with the key it holds,
 		// written and deleted only; no other key of secrets.
 		g.write(sec, "addonsecret.>")
@@ -233,6 +237,17 @@ func (d Deployment) Users() []User {
 			events.Subject(events.SubjectProviders, "*", "cluster", "adopt", ">"))
 		g.objects(events.ObjectBackups)
 		g.serve(events.Subject(SubjectBackup, "create"), events.Subject(SubjectBackup, "restore"))
+	})
+	add(Maintenance, "applies auto-patches and pending upgrades in maintenance windows, and hibernation schedules", func(g *grants) {
+		// Its cache watches two prefixes of desired (cluster.>,
+		// kubernetesversions.>), which only a grant of the whole bucket
+		// allows; of observed only its own records, of secrets nothing.
+		g.read(des, ">")
+		// A cluster's kubernetes_version, its pools' versions that follow
+		// it, spec.maintenance.pending_version and spec.hibernated: the same
+		// compare-and-set write as the API's.
+		g.write(des, "cluster.>")
+		g.write(obs, "maintenance.>")
 	})
 	for _, p := range d.Providers {
 		add(ProviderUser(p.Name), "infrastructure provider "+p.Name, func(g *grants) {

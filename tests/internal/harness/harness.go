@@ -54,6 +54,7 @@ import (
 	"github.com/capn-dev/capn/services/daemon"
 	"github.com/capn-dev/capn/services/health-watcher"
 	"github.com/capn-dev/capn/services/machine-manager"
+	"github.com/capn-dev/capn/services/maintenance"
 	"github.com/capn-dev/capn/services/remediator"
 )
 
@@ -74,6 +75,11 @@ const Gateway = gateway.Name
 // Backup is the backup service's name (not in All: tests that back up
 // start it).
 const Backup = backup.Name
+
+// Maintenance is the maintenance service's name (not in All: tests of
+// windows and schedules start it, with their own clock through
+// Options.Services).
+const Maintenance = maintenance.Name
 
 // Demo is the tests' demo cluster on the sim provider: v1.33.4, 3
 // control-plane machines, pools md-0 (3, maxSurge 1, maxUnavailable 0) and
@@ -237,6 +243,8 @@ func (f *Factory) Builtin(name string) daemon.Service {
 		return addonmanager.New(addonmanager.Config{Keyring: f.Ring, Cache: c})
 	case backup.Name:
 		return backup.New(backup.Config{})
+	case maintenance.Name:
+		return maintenance.New(maintenance.Config{Cache: c})
 	case Sim:
 		so := TestSim()
 		if f.opts.Sim != nil {

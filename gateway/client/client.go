@@ -206,6 +206,12 @@ func (c *Client) Upgrade(ctx context.Context, name, version string) (*capnv1.Clu
 	return c.action(ctx, name, "upgrade", api.UpgradeRequest{Version: version})
 }
 
+// UpgradeInWindow records an upgrade for the cluster's next maintenance
+// window (spec.maintenance.pendingVersion): capn upgrade --respect-window.
+func (c *Client) UpgradeInWindow(ctx context.Context, name, version string) (*capnv1.Cluster, error) {
+	return c.action(ctx, name, "upgrade", api.UpgradeRequest{Version: version, RespectWindow: true})
+}
+
 // Pause stops capn from acting on a cluster.
 func (c *Client) Pause(ctx context.Context, name string) (*capnv1.Cluster, error) {
 	return c.action(ctx, name, "pause", api.PauseRequest{})

@@ -55,6 +55,9 @@ type server struct {
 	addonSets     *store.Bucket[*capnv1.AddonSet]
 	addonStatuses *store.Bucket[*capnv1.ClusterAddonStatus]
 	addonSecrets  *store.Bucket[*capnv1.AddonSecret]
+	// versions are the Kubernetes version catalogues (desired
+	// kubernetesversions.<name>) auto-patch picks from.
+	versions *store.Bucket[*capnv1.KubernetesVersions]
 
 	// scheduleStatuses reads the scheduled backups' state (observed
 	// backup.schedule); objects is the backups object store (objectStore:
@@ -126,6 +129,8 @@ func (s *server) routes() {
 	// Add-on secrets are written, never read back: write and secrets.
 	s.handle("PUT /v1/addonsecrets/{name}", scopeWrite|scopeSecrets, s.limits.ManifestBytes, s.putAddonSecret)
 	s.handle("DELETE /v1/addonsecrets/{name}", scopeWrite|scopeSecrets, s.limits.RequestBytes, s.deleteAddonSecret)
+	s.handle("GET /v1/kubernetesversions/{name}", scopeRead, 0, s.getVersions)
+	s.handle("PUT /v1/kubernetesversions/{name}", scopeWrite, s.limits.ManifestBytes, s.putVersions)
 	s.handle("GET /v1/watch", scopeRead, 0, s.watch)
 	s.handle("POST /v1/backups", scopeSecrets, s.limits.RequestBytes, s.createBackup)
 	s.handle("GET /v1/backups", scopeRead, 0, s.listBackups)

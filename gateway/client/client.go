@@ -447,6 +447,26 @@ func (c *Client) ApplyAddonSet(ctx context.Context, manifest []byte, opts ...Wri
 	return out, status == http.StatusCreated, err
 }
 
+// KubernetesVersions returns a Kubernetes version catalogue (auto-patch
+// reads "default").
+func (c *Client) KubernetesVersions(ctx context.Context, name string) (*capnv1.KubernetesVersions, error) {
+	out := new(capnv1.KubernetesVersions)
+	_, err := c.call(ctx, http.MethodGet, "/v1/kubernetesversions/"+url.PathEscape(name), nil, nil, "", out)
+	return out, err
+}
+
+// PutKubernetesVersions creates or replaces a catalogue from a YAML or
+// JSON manifest; created says it did not exist.
+func (c *Client) PutKubernetesVersions(ctx context.Context, name string, manifest []byte, opts ...WriteOption) (*capnv1.KubernetesVersions, bool, error) {
+	ct := api.MediaYAML
+	if t := bytes.TrimSpace(manifest); len(t) > 0 && t[0] == '{' {
+		ct = api.MediaJSON
+	}
+	out := new(capnv1.KubernetesVersions)
+	status, err := c.call(ctx, http.MethodPut, "/v1/kubernetesversions/"+url.PathEscape(name), writeQuery(opts), bytes.NewReader(manifest), ct, out)
+	return out, status == http.StatusCreated, err
+}
+
 // AddonSet returns an add-on set with its records on each cluster.
 func (c *Client) AddonSet(ctx context.Context, name string) (*capnv1.AddonSet, error) {
 	out := new(capnv1.AddonSet)

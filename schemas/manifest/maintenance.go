@@ -2,7 +2,10 @@ package manifest
 
 import (
 	"errors"
+	"fmt"
 	"strings"
+
+	"go.yaml.in/yaml/v2"
 
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/maintenance"
@@ -126,4 +129,41 @@ func NewestPatch(kv *capnv1.KubernetesVersions, current string) (string, bool) {
 		}
 	}
 	return bestRaw, bestRaw != ""
+}
+
+// DecodeKubernetesVersions reads exactly one KubernetesVersions from YAML
+// or JSON, reporting every unknown field and wrong type with its path.
+func DecodeKubernetesVersions(data []byte) (*capnv1.KubernetesVersions, error) {
+	docs, err := parseDocuments(data)
+	if err != nil {
+		return nil, err
+	}
+	switch len(docs) {
+	case 0:
+		return nil, ErrEmpty
+	case 1:
+	default:
+		return nil, fmt.Errorf("%w: found %d; send one KubernetesVersions per request", ErrMultipleDocuments, len(docs))
+	}
+	top, ok := docs[0].(yaml.MapSlice)
+	if !ok {
+		return nil, &FieldError{Path: "(document)", Reason: "must be a mapping with apiVersion, kind, metadata and spec, not " + describe(docs[0])}
+	}
+	kv := &capnv1.KubernetesVersions{}
+	f := &filler{}
+	f.message(top, kv.ProtoReflect(), "")
+	if len(f.errs) > 0 {
+		return nil, errors.Join(f.errs...)
+	}
+	return kv, nil
+}
+
+// DefaultKubernetesVersions fills apiVersion and kind (idempotent).
+func DefaultKubernetesVersions(kv *capnv1.KubernetesVersions) {
+	if kv.ApiVersion == "" {
+		kv.ApiVersion = APIVersion
+	}
+	if kv.Kind == "" {
+		kv.Kind = KindKubernetesVersions
+	}
 }

@@ -99,7 +99,7 @@ func (k counts) progress() string {
 func clusterHeader(wide bool) []string {
 	h := []string{"NAME", "PHASE", "VERSION", "CONTROL PLANE", "WORKERS", "AGE"}
 	if wide {
-		h = append(h, "PROVIDER", "ENDPOINT", "REASON")
+		h = append(h, "PROVIDER", "ENDPOINT", "REASON", "NEXT WINDOW", "NEXT TRANSITION")
 	}
 	return h
 }
@@ -117,7 +117,7 @@ func clusterRow(c *capnv1.Cluster, now time.Time, wide bool) []string {
 		if rc := conditions.Get(c.GetStatus().GetConditions(), condReady); rc != nil && rc.GetStatusValue() != capnv1.ConditionTrue {
 			reason = rc.GetReason()
 		}
-		r = append(r, orNone(c.GetSpec().GetControlPlane().GetProvider()), ep, orNone(reason))
+		r = append(r, orNone(c.GetSpec().GetControlPlane().GetProvider()), ep, orNone(reason), nextWindow(c, now), nextTransition(c))
 	}
 	return r
 }

@@ -320,6 +320,8 @@ func Record(bucket string, k keys.Key) (func() proto.Message, bool) {
 			return msg(&capnv1.Machine{}), true
 		case keys.KindAddonSet:
 			return msg(&capnv1.AddonSet{}), true
+		case keys.KindK8sVersions:
+			return msg(&capnv1.KubernetesVersions{}), true
 		}
 	case BucketObserved:
 		switch k.Kind {
@@ -344,6 +346,8 @@ func Record(bucket string, k keys.Key) (func() proto.Message, bool) {
 			return msg(&capnv1.BackupScheduleStatus{}), true
 		case keys.KindAddon:
 			return msg(&capnv1.ClusterAddonStatus{}), true
+		case keys.KindMaintenance:
+			return msg(&capnv1.MaintenanceRecord{}), true
 		}
 	case BucketSecrets:
 		switch k.Kind {

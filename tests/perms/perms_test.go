@@ -442,12 +442,13 @@ func TestEachUserDoesItsJob(t *testing.T) {
 	for _, k := range []string{"cluster.restored", "machine.restored.m1"} {
 		bk.put(events.BucketDesired, k)
 	}
-	for _, k := range []string{"machine.restored.m1", "node.restored.m1", "cluster.restored", "remediation.restored.md-0", "secrets.restored", "addon.restored.cni", "backup.schedule"} {
+	for _, k := range []string{"machine.restored.m1", "node.restored.m1", "cluster.restored", "remediation.restored.md-0", "secrets.restored", "addon.restored.cni", "backup.schedule", "maintenance.restored"} {
 		bk.put(events.BucketObserved, k)
 	}
 	bk.put(events.BucketSecrets, "pki.restored")
 	bk.put(events.BucketSecrets, "addonsecret.restored")
 	bk.put(events.BucketDesired, "addonset.restored")
+	bk.put(events.BucketDesired, "kubernetesversions.restored")
 	bk.publish(events.ProviderSubject("sim", "machine", "adopt", "restored", "m1"))
 	bk.publish(events.ProviderSubject("docker", "cluster", "adopt", "restored", "_"))
 	bk.objectStore("b1")

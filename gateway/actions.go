@@ -74,9 +74,19 @@ func (s *server) upgradeCluster(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("version %q is not a Kubernetes version", req.Version).
 			withField("version", "must be vMAJOR.MINOR.PATCH, e.g. v1.35.0", req.Version)
 	}
+	if req.RespectWindow && req.ControlPlaneOnly {
+		return badRequest("respectWindow and controlPlaneOnly do not go together").
+			withField("controlPlaneOnly", "not with respectWindow: the window's upgrade moves the pools that follow the control plane", true)
+	}
 	return s.change(w, r, name, req.ResourceVersion, false, func(cur, next *capnv1.Cluster) (*capnv1.Cluster, error) {
 		spec := ensure(&next.Spec)
 		old := spec.KubernetesVersion
+		if req.RespectWindow {
+			// The wish, validated as the upgrade itself would be; the
+			// maintenance service makes it in the next window.
+			ensure(&spec.Maintenance).PendingVersion = req.Version
+			return next, s.validate(cur, next, fmt.Sprintf("cannot record an upgrade of cluster %s from %s to %s for its maintenance window", name, old, req.Version))
+		}
 		spec.KubernetesVersion = req.Version
 		if !req.ControlPlaneOnly {
 			for _, p := range spec.WorkerPools {

@@ -78,6 +78,17 @@ func TestActions(t *testing.T) {
 			}},
 		{name: "upgrade past the pools' skew", path: "demo/upgrade", body: `{"version":"v1.37.0","controlPlaneOnly":true}`, status: 422,
 			paths: []string{"spec.workerPools[1].version"}, detail: "cannot upgrade"}, // pinned v1.33.1 would lag 4 minors
+		{name: "upgrade in the maintenance window", path: "demo/upgrade", body: `{"version":"v1.37.0","respectWindow":true}`, status: 200,
+			check: func(t *testing.T, c *capnv1.Cluster) {
+				s := c.GetSpec()
+				if s.GetKubernetesVersion() != "v1.36.0" || s.GetMaintenance().GetPendingVersion() != "v1.37.0" {
+					t.Errorf("version %s, pending %q: want v1.36.0 kept and v1.37.0 recorded for the window", s.GetKubernetesVersion(), s.GetMaintenance().GetPendingVersion())
+				}
+			}},
+		{name: "upgrade in the window skipping a minor", path: "demo/upgrade", body: `{"version":"v1.38.0","respectWindow":true}`, status: 422,
+			paths: []string{"spec.maintenance.pendingVersion"}, only: true, detail: "for its maintenance window"},
+		{name: "upgrade in the window, control plane only", path: "demo/upgrade", body: `{"version":"v1.37.0","respectWindow":true,"controlPlaneOnly":true}`,
+			status: 400, paths: []string{"controlPlaneOnly"}},
 		{name: "pause", path: "demo/pause", status: 200,
 			check: func(t *testing.T, c *capnv1.Cluster) {
 				if !c.GetSpec().GetPaused() {

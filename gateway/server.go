@@ -63,6 +63,9 @@ type server struct {
 	classes         *store.Bucket[*capnv1.ClusterClass]
 	rollouts        *store.Bucket[*capnv1.Rollout]
 	rolloutStatuses *store.Bucket[*capnv1.RolloutStatus]
+	// versions are the Kubernetes version catalogues (desired
+	// kubernetesversions.<name>) auto-patch picks from.
+	versions *store.Bucket[*capnv1.KubernetesVersions]
 
 	// scheduleStatuses reads the scheduled backups' state (observed
 	// backup.schedule); objects is the backups object store (objectStore:
@@ -145,6 +148,8 @@ func (s *server) routes() {
 	s.handle("POST /v1/rollouts/{name}/pause", scopeWrite, s.limits.RequestBytes, s.rolloutAction("pause"))
 	s.handle("POST /v1/rollouts/{name}/resume", scopeWrite, s.limits.RequestBytes, s.rolloutAction("resume"))
 	s.handle("POST /v1/rollouts/{name}/abort", scopeWrite, s.limits.RequestBytes, s.rolloutAction("abort"))
+	s.handle("GET /v1/kubernetesversions/{name}", scopeRead, 0, s.getVersions)
+	s.handle("PUT /v1/kubernetesversions/{name}", scopeWrite, s.limits.ManifestBytes, s.putVersions)
 	s.handle("GET /v1/watch", scopeRead, 0, s.watch)
 	s.handle("POST /v1/backups", scopeSecrets, s.limits.RequestBytes, s.createBackup)
 	s.handle("GET /v1/backups", scopeRead, 0, s.listBackups)

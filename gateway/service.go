@@ -331,6 +331,7 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 		machineStatuses:  store.NewBucket(observedKV, store.New[capnv1.MachineStatus]()),
 		secretsStatuses:  store.NewBucket(observedKV, store.New[capnv1.ClusterSecretsStatus]()),
 		addonSets:        store.NewBucket(desiredKV, store.New[capnv1.AddonSet]()),
+		versions:         store.NewBucket(desiredKV, store.New[capnv1.KubernetesVersions]()),
 		addonStatuses:    store.NewBucket(observedKV, store.New[capnv1.ClusterAddonStatus]()),
 		scheduleStatuses: store.NewBucket(observedKV, store.New[capnv1.BackupScheduleStatus]()),
 		classes:          store.NewBucket(desiredKV, store.New[capnv1.ClusterClass]()),

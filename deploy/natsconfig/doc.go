@@ -49,9 +49,12 @@
 //	autoscaler-provider reads desired, observed; writes desired cluster.> and machine.>
 //	                 (an autoscaled pool's replicas, the delete-machine mark) and
 //	                 observed autoscaler.>; sends capn.evt.autoscaler.>
+//	maintenance      reads desired and only its own maintenance.> of observed; writes desired
+//	                 cluster.> (auto-patch, hibernation schedules) and observed maintenance.>;
+//	                 sends nothing
 //	gateway          reads desired, observed and only kubeconfig.> of secrets; writes desired
-//	                 cluster.>, machine.>, addonset.>, clusterclass.>, classrev.> and
-//	                 rollout.>, and secrets addonsecret.> (nothing
+//	                 cluster.>, machine.>, addonset.>, clusterclass.>, classrev.>,
+//	                 rollout.> and kubernetesversions.>, and secrets addonsecret.> (nothing
 //	                 else of secrets); publishes capn.ingest.> and capn.health.>; timelines
 //	                 through ordered consumers on CAPN_EVENTS, never through another's durable
 //	provider-<p>     consumes capn.provider.<p>.> through durable provider-<p> only; reads and

@@ -25,6 +25,9 @@ const (
 	AutoscalerProvider = "autoscaler-provider"
 	// Backup takes and restores backups (services/backup).
 	Backup = "backup"
+	// Maintenance applies auto-patches and pending upgrades in maintenance
+	// windows, and hibernation schedules (services/maintenance).
+	Maintenance = "maintenance"
 	// Init provisions streams and buckets, and may do nothing else.
 	Init = "capn-init"
 )
@@ -218,6 +221,7 @@ func (d Deployment) Users() []User {
 		g.write(des, "clusterclass.>")
 		g.write(des, "classrev.>")
 		g.write(des, "rollout.>")
+		g.write(des, "kubernetesversions.>") // the auto-patch catalogue
 		// Add-on secrets (capn addon-secret) and bootstrap secrets (capn
 		// bootstrap-secret): sealed with the key it holds, written and
 		// deleted only; no other key of secrets.
@@ -242,7 +246,7 @@ func (d Deployment) Users() []User {
 		g.write(sec, ">")
 		// Every observed record but the providers' (infra.*, provider.*):
 		// a provider writes back what it adopts.
-		for _, k := range []string{"cluster.>", "machine.>", "node.>", "remediation.>", "secrets.>", "addon.>", "backup.>", "rollout.>"} {
+		for _, k := range []string{"cluster.>", "machine.>", "node.>", "remediation.>", "secrets.>", "addon.>", "backup.>", "rollout.>", "maintenance.>"} {
 			g.write(obs, k)
 		}
 		// Adoption only: never a create, a delete or an orphan.
@@ -250,6 +254,17 @@ func (d Deployment) Users() []User {
 			events.Subject(events.SubjectProviders, "*", "cluster", "adopt", ">"))
 		g.objects(events.ObjectBackups)
 		g.serve(events.Subject(SubjectBackup, "create"), events.Subject(SubjectBackup, "restore"))
+	})
+	add(Maintenance, "applies auto-patches and pending upgrades in maintenance windows, and hibernation schedules", func(g *grants) {
+		// Its cache watches two prefixes of desired (cluster.>,
+		// kubernetesversions.>), which only a grant of the whole bucket
+		// allows; of observed only its own records, of secrets nothing.
+		g.read(des, ">")
+		// A cluster's kubernetes_version, its pools' versions that follow
+		// it, spec.maintenance.pending_version and spec.hibernated: the same
+		// compare-and-set write as the API's.
+		g.write(des, "cluster.>")
+		g.write(obs, "maintenance.>")
 	})
 	for _, p := range d.Providers {
 		add(ProviderUser(p.Name), "infrastructure provider "+p.Name, func(g *grants) {

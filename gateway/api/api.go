@@ -219,8 +219,12 @@ type UpgradeRequest struct {
 	// it; pools pinned to another version keep theirs.
 	Version string `json:"version"`
 	// ControlPlaneOnly leaves every worker pool's version as it is.
-	ControlPlaneOnly bool   `json:"controlPlaneOnly,omitempty"`
-	ResourceVersion  string `json:"resourceVersion,omitempty"`
+	ControlPlaneOnly bool `json:"controlPlaneOnly,omitempty"`
+	// RespectWindow records the upgrade as spec.maintenance.pendingVersion
+	// instead: the maintenance service applies it in the cluster's next
+	// maintenance window (at once when it has none).
+	RespectWindow   bool   `json:"respectWindow,omitempty"`
+	ResourceVersion string `json:"resourceVersion,omitempty"`
 }
 
 // PauseRequest is the optional body of POST /v1/clusters/{name}/pause,

@@ -206,6 +206,12 @@ func (c *Client) Upgrade(ctx context.Context, name, version string) (*capnv1.Clu
 	return c.action(ctx, name, "upgrade", api.UpgradeRequest{Version: version})
 }
 
+// UpgradeInWindow records an upgrade for the cluster's next maintenance
+// window (spec.maintenance.pendingVersion): capn upgrade --respect-window.
+func (c *Client) UpgradeInWindow(ctx context.Context, name, version string) (*capnv1.Cluster, error) {
+	return c.action(ctx, name, "upgrade", api.UpgradeRequest{Version: version, RespectWindow: true})
+}
+
 // Pause stops capn from acting on a cluster.
 func (c *Client) Pause(ctx context.Context, name string) (*capnv1.Cluster, error) {
 	return c.action(ctx, name, "pause", api.PauseRequest{})
@@ -438,6 +444,26 @@ func (c *Client) ApplyAddonSet(ctx context.Context, manifest []byte, opts ...Wri
 	}
 	out := new(capnv1.AddonSet)
 	status, err := c.call(ctx, http.MethodPost, "/v1/addonsets", writeQuery(opts), bytes.NewReader(manifest), ct, out)
+	return out, status == http.StatusCreated, err
+}
+
+// KubernetesVersions returns a Kubernetes version catalogue (auto-patch
+// reads "default").
+func (c *Client) KubernetesVersions(ctx context.Context, name string) (*capnv1.KubernetesVersions, error) {
+	out := new(capnv1.KubernetesVersions)
+	_, err := c.call(ctx, http.MethodGet, "/v1/kubernetesversions/"+url.PathEscape(name), nil, nil, "", out)
+	return out, err
+}
+
+// PutKubernetesVersions creates or replaces a catalogue from a YAML or
+// JSON manifest; created says it did not exist.
+func (c *Client) PutKubernetesVersions(ctx context.Context, name string, manifest []byte, opts ...WriteOption) (*capnv1.KubernetesVersions, bool, error) {
+	ct := api.MediaYAML
+	if t := bytes.TrimSpace(manifest); len(t) > 0 && t[0] == '{' {
+		ct = api.MediaJSON
+	}
+	out := new(capnv1.KubernetesVersions)
+	status, err := c.call(ctx, http.MethodPut, "/v1/kubernetesversions/"+url.PathEscape(name), writeQuery(opts), bytes.NewReader(manifest), ct, out)
 	return out, status == http.StatusCreated, err
 }
 

@@ -324,6 +324,8 @@ func Record(bucket string, k keys.Key) (func() proto.Message, bool) {
 			return msg(&capnv1.ClusterClass{}), true
 		case keys.KindRollout:
 			return msg(&capnv1.Rollout{}), true
+		case keys.KindK8sVersions:
+			return msg(&capnv1.KubernetesVersions{}), true
 		}
 	case BucketObserved:
 		switch k.Kind {
@@ -350,6 +352,8 @@ func Record(bucket string, k keys.Key) (func() proto.Message, bool) {
 			return msg(&capnv1.ClusterAddonStatus{}), true
 		case keys.KindRollout:
 			return msg(&capnv1.RolloutStatus{}), true
+		case keys.KindMaintenance:
+			return msg(&capnv1.MaintenanceRecord{}), true
 		}
 	case BucketSecrets:
 		switch k.Kind {

@@ -216,3 +216,24 @@ func FuzzDecode(f *testing.F) {
 		_ = file.Check()
 	})
 }
+
+// The maintenance service's records and the auto-patch catalogue are
+// carried: a backup that holds them checks.
+func TestMaintenanceRecordsAreCarried(t *testing.T) {
+	m, entries, _ := sample(t)
+	entries = append(entries,
+		&capnv1.BackupEntry{Bucket: "observed", Key: "maintenance.c1", Value: encode(t, &capnv1.MaintenanceRecord{SeenTransition: timestamppb.Now()}), Revision: 5},
+		&capnv1.BackupEntry{Bucket: "desired", Key: "kubernetesversions.default", Value: encode(t, &capnv1.KubernetesVersions{
+			Spec: &capnv1.KubernetesVersionsSpec{Versions: []*capnv1.KubernetesVersion{{Version: "v1.34.5"}}}}), Revision: 2})
+	data, err := backupfile.Encode(m, entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := backupfile.Decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Check(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -31,6 +31,8 @@ const (
 	KindRollout     Kind = "rollout"      // desired Rollout, observed RolloutStatus: rollout.<rollout>
 	// KindBootstrapSecret: secrets BootstrapSecret: bootstrapsecret.<secret>
 	KindBootstrapSecret Kind = "bootstrapsecret"
+	KindMaintenance     Kind = "maintenance"        // observed MaintenanceRecord: maintenance.<cluster>
+	KindK8sVersions     Kind = "kubernetesversions" // desired KubernetesVersions: kubernetesversions.<name>
 )
 
 // Prefixes of every key of a kind, for caches and watchers (store.Keep,
@@ -56,6 +58,8 @@ const (
 	ClassPrefix           = string(KindClass) + "."
 	ClassRevPrefix        = string(KindClassRev) + "."
 	RolloutPrefix         = string(KindRollout) + "."
+	MaintenancePrefix     = string(KindMaintenance) + "."
+	K8sVersionsPrefix     = string(KindK8sVersions) + "."
 )
 
 // ClusterObject stands in the object token of a cluster-level key or
@@ -154,6 +158,18 @@ func ClassRevsOf(class string) string { return join(string(KindClassRev), class,
 // Rollout is rollout.<rollout>: its spec (desired) and status (observed).
 func Rollout(rollout string) string { return join(string(KindRollout), rollout) }
 
+// Maintenance is maintenance.<cluster>: the maintenance service's record
+// of a cluster's windows and hibernation schedules.
+func Maintenance(cluster string) string { return join(string(KindMaintenance), cluster) }
+
+// K8sVersions is kubernetesversions.<name>, a Kubernetes version
+// catalogue; auto-patch reads K8sVersionsDefault.
+func K8sVersions(name string) string { return join(string(KindK8sVersions), name) }
+
+// K8sVersionsDefault is kubernetesversions.default, the catalogue
+// auto-patch picks versions from.
+var K8sVersionsDefault = K8sVersions("default")
+
 // MachinesOf is the prefix of a cluster's machine keys: machine.<cluster>.
 func MachinesOf(cluster string) string { return Machine(cluster, "") }
 
@@ -174,7 +190,7 @@ var shapes = map[Kind]int{
 	KindCluster: 1, KindMachine: 2, KindInfra: 3, KindNode: 2, KindRemediation: 2, KindAutoscaler: 2,
 	KindProvider: 1, KindSecrets: 1, KindPKI: 1, KindKubeconfig: 1, KindBootstrap: 2,
 	KindAddonSet: 1, KindAddon: 2, KindAddonSecret: 1, KindBootstrapSecret: 1,
-	KindBackup: 1, KindClass: 1, KindClassRev: 2, KindRollout: 1,
+	KindBackup: 1, KindClass: 1, KindClassRev: 2, KindRollout: 1, KindMaintenance: 1, KindK8sVersions: 1,
 }
 
 // ErrMalformed is wrapped by every error of Parse and ParseSubject.
@@ -193,7 +209,7 @@ func Parse(key string) (Key, error) {
 	switch kind {
 	case KindProvider:
 		k.Provider = toks[1]
-	case KindAddonSet, KindAddonSecret, KindBootstrapSecret, KindBackup, KindClass, KindRollout:
+	case KindAddonSet, KindAddonSecret, KindBootstrapSecret, KindBackup, KindClass, KindRollout, KindK8sVersions:
 		k.Name = toks[1]
 	case KindClassRev:
 		// Name is "<class>.<revision>".
@@ -214,7 +230,7 @@ func (k Key) String() string {
 	switch k.Kind {
 	case KindProvider:
 		return join(string(k.Kind), k.Provider)
-	case KindBackup, KindClass, KindRollout, KindClassRev:
+	case KindBackup, KindClass, KindRollout, KindClassRev, KindK8sVersions:
 		return join(string(k.Kind), k.Name)
 	case KindInfra:
 		return join(string(k.Kind), k.Provider, k.Cluster, k.Name)

@@ -30,10 +30,13 @@ func TestKeys(t *testing.T) {
 		{keys.AddonSecret("creds"), keys.Key{Kind: keys.KindAddonSecret, Name: "creds"}},
 		{keys.BootstrapSecret("tls"), keys.Key{Kind: keys.KindBootstrapSecret, Name: "tls"}},
 		{keys.BackupSchedule, keys.Key{Kind: keys.KindBackup, Name: "schedule"}},
+		{keys.Maintenance("c1"), keys.Key{Kind: keys.KindMaintenance, Cluster: "c1"}},
+		{keys.K8sVersionsDefault, keys.Key{Kind: keys.KindK8sVersions, Name: "default"}},
 	}
 	wantKeys := []string{"cluster.c1", "machine.c1.m1", "infra.sim.c1.m1", "infra.sim.c1._", "node.c1.m1",
 		"remediation.c1.md-0", "autoscaler.c1.md-0", "provider.docker", "secrets.c1", "pki.c1", "kubeconfig.c1", "bootstrap.c1.m1",
-		"addonset.cni", "addon.c1.cni", "addonsecret.creds", "bootstrapsecret.tls", "backup.schedule"}
+		"addonset.cni", "addon.c1.cni", "addonsecret.creds", "bootstrapsecret.tls", "backup.schedule",
+		"maintenance.c1", "kubernetesversions.default"}
 	for i, tt := range tests {
 		t.Run(tt.key, func(t *testing.T) {
 			if tt.key != wantKeys[i] {
@@ -56,7 +59,8 @@ func TestKeys(t *testing.T) {
 		keys.BootstrapsOf("c1"): "bootstrap.c1.", keys.InfraOf("sim"): "infra.sim.", keys.ClusterPrefix: "cluster.",
 		keys.InfraPrefix: "infra.", keys.ProviderPrefix: "provider.", keys.AddonsOf("c1"): "addon.c1.",
 		keys.AddonSetPrefix: "addonset.", keys.AddonPrefix: "addon.", keys.AddonSecretPrefix: "addonsecret.", keys.BootstrapSecretPrefix: "bootstrapsecret.",
-		keys.BackupPrefix: "backup.",
+		keys.BackupPrefix:      "backup.",
+		keys.MaintenancePrefix: "maintenance.", keys.K8sVersionsPrefix: "kubernetesversions.",
 	}
 	// An add-on set or secret belongs to no cluster: a watcher queueing
 	// clusters skips it.
@@ -170,6 +174,7 @@ func TestClusterOf(t *testing.T) {
 	for key, want := range map[string]string{
 		"cluster.c1": "c1", "machine.c1.m1": "c1", "infra.sim.c1._": "c1",
 		"provider.sim": "", keys.BackupSchedule: "", "bad": "",
+		keys.Maintenance("c1"): "c1", keys.K8sVersionsDefault: "",
 	} {
 		if got := keys.ClusterOf(key); got != want {
 			t.Errorf("ClusterOf(%q) = %q, want %q", key, got, want)

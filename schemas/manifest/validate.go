@@ -127,6 +127,8 @@ func (v Validator) validate(c *capnv1.Cluster, errs *fieldErrors) {
 	validateNetwork(s.Network, sp.child("network"), errs)
 	v.validateBootstrap(s.Bootstrap, sp.child("bootstrap"), OSLinux, errs)
 	validateHealth(s.Health, sp.child("health"), errs)
+	validateMaintenance(s.Maintenance, cpVersion, cpVersionOK, sp.child("maintenance"), errs)
+	validateHibernation(s.Hibernation, sp.child("hibernation"), errs)
 }
 
 func validateMeta(m *capnv1.ObjectMeta, p path, errs *fieldErrors) {

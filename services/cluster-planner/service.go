@@ -138,7 +138,7 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	s.statuses = store.NewBucket(observedKV, store.New[capnv1.ClusterStatus]())
 	s.announcements = store.NewBucket(observedKV, store.New[capnv1.ProviderAnnouncement]())
 	s.desired = store.NewCache(desiredKV, s.cfg.Cache)
-	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, d.JS, keys.ClusterPrefix, keys.MachinePrefix, keys.InfraPrefix, keys.SecretsPrefix, keys.ProviderPrefix, keys.AutoscalerPrefix, keys.AddonPrefix))
+	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, d.JS, keys.ClusterPrefix, keys.MachinePrefix, keys.InfraPrefix, keys.SecretsPrefix, keys.ProviderPrefix, keys.AutoscalerPrefix, keys.AddonPrefix, keys.MaintenancePrefix))
 	if s.observedRev == nil {
 		s.observedRev = s.observed.Revision
 	}
@@ -147,7 +147,7 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	c := &reconcile.Controller{
 		Watches: []reconcile.Source{
 			{Cache: s.desired, Prefixes: []string{keys.ClusterPrefix, keys.MachinePrefix}, Key: keys.ClusterOf},
-			{Cache: s.observed, Prefixes: []string{keys.MachinePrefix, keys.InfraPrefix, keys.SecretsPrefix, keys.AutoscalerPrefix, keys.AddonPrefix}, Key: keys.ClusterOf},
+			{Cache: s.observed, Prefixes: []string{keys.MachinePrefix, keys.InfraPrefix, keys.SecretsPrefix, keys.AutoscalerPrefix, keys.AddonPrefix, keys.MaintenancePrefix}, Key: keys.ClusterOf},
 			// A set changed: any cluster may be selected or not now.
 			{Cache: s.desired, Prefixes: []string{keys.AddonSetPrefix}, Changed: func(store.Change) []string { return s.desired.KeysUnder(keys.ClusterPrefix) }},
 			{Cache: s.observed, Prefixes: []string{keys.ProviderPrefix}, Changed: providers.changed,

@@ -66,6 +66,9 @@ func (s *Service) snapshot(ctx context.Context, name string) (in plan.Input, rev
 		return plan.Input{}, nil, false, err
 	}
 	in.Addons = s.addons(name, st.Cluster)
+	if rec, _, ok := store.NewView(s.observed, store.New[capnv1.MaintenanceRecord]()).Get(keys.Maintenance(name)); ok {
+		in.Maintenance = rec
+	}
 	return in, revs, true, nil
 }
 

@@ -459,12 +459,13 @@ func TestEachUserDoesItsJob(t *testing.T) {
 	for _, k := range []string{"cluster.restored", "machine.restored.m1"} {
 		bk.put(events.BucketDesired, k)
 	}
-	for _, k := range []string{"machine.restored.m1", "node.restored.m1", "cluster.restored", "remediation.restored.md-0", "secrets.restored", "addon.restored.cni", "backup.schedule"} {
+	for _, k := range []string{"machine.restored.m1", "node.restored.m1", "cluster.restored", "remediation.restored.md-0", "secrets.restored", "addon.restored.cni", "backup.schedule", "maintenance.restored"} {
 		bk.put(events.BucketObserved, k)
 	}
 	bk.put(events.BucketSecrets, "pki.restored")
 	bk.put(events.BucketSecrets, "addonsecret.restored")
 	bk.put(events.BucketDesired, "addonset.restored")
+	bk.put(events.BucketDesired, "kubernetesversions.restored")
 	bk.publish(events.ProviderSubject("sim", "machine", "adopt", "restored", "m1"))
 	bk.publish(events.ProviderSubject("docker", "cluster", "adopt", "restored", "_"))
 	bk.objectStore("b1")
@@ -486,7 +487,18 @@ func TestEachUserDoesItsJob(t *testing.T) {
 	}
 	gw.objectStore("upload-1")
 
-	for _, a := range []*actor{gw, cp, mm, bs, sim, dk, hw, rm, ap, am, bk} {
+	// The maintenance service: watches desired, writes desired clusters
+	// (auto-patch, hibernation schedules) and its own observed records.
+	// The gateway writes the Kubernetes version catalogue it reads.
+	gw.put(events.BucketDesired, "kubernetesversions.default")
+	mt := w.as(t, natsconfig.Maintenance)
+	mt.cache(events.BucketDesired)
+	mt.put(events.BucketDesired, "cluster.demo")
+	mt.get(events.BucketDesired, "kubernetesversions.default")
+	mt.put(events.BucketObserved, "maintenance.demo")
+	mt.get(events.BucketObserved, "maintenance.demo")
+
+	for _, a := range []*actor{gw, cp, mm, bs, sim, dk, hw, rm, ap, am, bk, mt} {
 		a.clean()
 	}
 	for _, v := range w.c.ServerViolations() {
@@ -738,6 +750,27 @@ func TestOutsideTheJobIsRefused(t *testing.T) {
 			a := w.as(t, user)
 			a.refusedPublish("$KV.observed.rollout.r1")
 			a.refusedPublish("capn.evt.rollout.halted.r1._")
+		}
+	})
+	t.Run("the maintenance service: desired clusters and its own records only", func(t *testing.T) {
+		t.Parallel()
+		mt := w.as(t, natsconfig.Maintenance)
+		// Not the machines a cluster plans, not the catalogue users
+		// declare, not another's status, no secret, no command or event.
+		for _, s := range []string{"$KV.desired.machine.demo.m1", "$KV.desired.kubernetesversions.default", "$KV.desired.addonset.cni",
+			"$KV.observed.cluster.demo", "$KV.observed.machine.demo.m1", "$KV.observed.remediation.demo.md-0", "$KV.secrets.pki.demo",
+			"capn.evt.cluster.ready.demo._", "capn.cmd.bootstrap.generate.demo.m1", "capn.provider.sim.machine.create.demo.m1",
+			"capn.provider.sim.machine.power.demo.m1", "capn.health.demo.m1.heartbeat"} {
+			mt.refusedPublish(s)
+		}
+		mt.refused("$JS.API.DIRECT.GET.KV_observed.$KV.observed.cluster.demo", mt.kvGet(events.BucketObserved, "cluster.demo"))
+		mt.refused("$JS.API.DIRECT.GET.KV_secrets.$KV.secrets.kubeconfig.demo", mt.kvGet(events.BucketSecrets, "kubeconfig.demo"))
+		mt.refusedPublish("$JS.API.CONSUMER.CREATE.KV_observed.x")
+		mt.refusedPublish("$JS.API.CONSUMER.CREATE.KV_secrets.x.$KV.secrets.>")
+		mt.refusedSubscribe("capn.>")
+		// Nor may others write its records.
+		for _, user := range []string{natsconfig.Gateway, natsconfig.ClusterPlanner, natsconfig.Remediator} {
+			w.as(t, user).refusedPublish("$KV.observed.maintenance.demo")
 		}
 	})
 	t.Run("no one but the init job manages streams", func(t *testing.T) {

@@ -214,7 +214,12 @@ type ClusterSpec struct {
 	Addons *AddonsSpec `protobuf:"bytes,9,opt,name=addons,proto3" json:"addons,omitempty"`
 	// topology makes the cluster a ClusterClass's (fleet.proto): the rest
 	// of the spec is rendered from the class revision and the variables.
-	Topology      *ClusterTopology `protobuf:"bytes,10,opt,name=topology,proto3" json:"topology,omitempty"`
+	Topology *ClusterTopology `protobuf:"bytes,10,opt,name=topology,proto3" json:"topology,omitempty"`
+	// maintenance: windows for the changes capn starts on its own, and
+	// auto-patch (maintenance.proto).
+	Maintenance *MaintenanceSpec `protobuf:"bytes,11,opt,name=maintenance,proto3" json:"maintenance,omitempty"`
+	// hibernation: schedules that hibernate and wake the cluster.
+	Hibernation   *HibernationSpec `protobuf:"bytes,12,opt,name=hibernation,proto3" json:"hibernation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -315,6 +320,20 @@ func (x *ClusterSpec) GetAddons() *AddonsSpec {
 func (x *ClusterSpec) GetTopology() *ClusterTopology {
 	if x != nil {
 		return x.Topology
+	}
+	return nil
+}
+
+func (x *ClusterSpec) GetMaintenance() *MaintenanceSpec {
+	if x != nil {
+		return x.Maintenance
+	}
+	return nil
+}
+
+func (x *ClusterSpec) GetHibernation() *HibernationSpec {
+	if x != nil {
+		return x.Hibernation
 	}
 	return nil
 }
@@ -1327,7 +1346,12 @@ type ClusterStatus struct {
 	ControlPlaneInitialized bool `protobuf:"varint,8,opt,name=control_plane_initialized,json=controlPlaneInitialized,proto3" json:"control_plane_initialized,omitempty"`
 	// topology: the cluster's class revision against the class's current
 	// one (filled by the gateway on read).
-	Topology      *TopologyStatus `protobuf:"bytes,9,opt,name=topology,proto3" json:"topology,omitempty"`
+	Topology *TopologyStatus `protobuf:"bytes,9,opt,name=topology,proto3" json:"topology,omitempty"`
+	// maintenance: the window and what waits for it (from the maintenance
+	// service's record maintenance.<cluster>).
+	Maintenance *MaintenanceStatus `protobuf:"bytes,10,opt,name=maintenance,proto3" json:"maintenance,omitempty"`
+	// hibernation: the next scheduled transition and any manual override.
+	Hibernation   *HibernationStatus `protobuf:"bytes,11,opt,name=hibernation,proto3" json:"hibernation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1421,6 +1445,20 @@ func (x *ClusterStatus) GetControlPlaneInitialized() bool {
 func (x *ClusterStatus) GetTopology() *TopologyStatus {
 	if x != nil {
 		return x.Topology
+	}
+	return nil
+}
+
+func (x *ClusterStatus) GetMaintenance() *MaintenanceStatus {
+	if x != nil {
+		return x.Maintenance
+	}
+	return nil
+}
+
+func (x *ClusterStatus) GetHibernation() *HibernationStatus {
+	if x != nil {
+		return x.Hibernation
 	}
 	return nil
 }
@@ -1906,14 +1944,14 @@ var File_capn_v1alpha1_cluster_proto protoreflect.FileDescriptor
 
 const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x1bcapn/v1alpha1/cluster.proto\x12\rcapn.v1alpha1\x1a\x1acapn/v1alpha1/addons.proto\x1a\x18capn/v1alpha1/meta.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdb\x01\n" +
+	"\x1bcapn/v1alpha1/cluster.proto\x12\rcapn.v1alpha1\x1a\x1acapn/v1alpha1/addons.proto\x1a\x1fcapn/v1alpha1/maintenance.proto\x1a\x18capn/v1alpha1/meta.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdb\x01\n" +
 	"\aCluster\x12\x1f\n" +
 	"\vapi_version\x18\x01 \x01(\tR\n" +
 	"apiVersion\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x125\n" +
 	"\bmetadata\x18\x03 \x01(\v2\x19.capn.v1alpha1.ObjectMetaR\bmetadata\x12.\n" +
 	"\x04spec\x18\x04 \x01(\v2\x1a.capn.v1alpha1.ClusterSpecR\x04spec\x124\n" +
-	"\x06status\x18\x05 \x01(\v2\x1c.capn.v1alpha1.ClusterStatusR\x06status\"\x8e\x04\n" +
+	"\x06status\x18\x05 \x01(\v2\x1c.capn.v1alpha1.ClusterStatusR\x06status\"\x92\x05\n" +
 	"\vClusterSpec\x12-\n" +
 	"\x12kubernetes_version\x18\x01 \x01(\tR\x11kubernetesVersion\x12D\n" +
 	"\rcontrol_plane\x18\x02 \x01(\v2\x1f.capn.v1alpha1.ControlPlaneSpecR\fcontrolPlane\x12<\n" +
@@ -1927,7 +1965,9 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"hibernated\x121\n" +
 	"\x06addons\x18\t \x01(\v2\x19.capn.v1alpha1.AddonsSpecR\x06addons\x12:\n" +
 	"\btopology\x18\n" +
-	" \x01(\v2\x1e.capn.v1alpha1.ClusterTopologyR\btopology\"\xc7\x01\n" +
+	" \x01(\v2\x1e.capn.v1alpha1.ClusterTopologyR\btopology\x12@\n" +
+	"\vmaintenance\x18\v \x01(\v2\x1e.capn.v1alpha1.MaintenanceSpecR\vmaintenance\x12@\n" +
+	"\vhibernation\x18\f \x01(\v2\x1e.capn.v1alpha1.HibernationSpecR\vhibernation\"\xc7\x01\n" +
 	"\x0fMachineTemplate\x12N\n" +
 	"\n" +
 	"parameters\x18\x01 \x03(\v2..capn.v1alpha1.MachineTemplate.ParametersEntryR\n" +
@@ -2019,7 +2059,7 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\x12UnhealthyCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x123\n" +
-	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\x8a\x04\n" +
+	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\x92\x05\n" +
 	"\rClusterStatus\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x128\n" +
 	"\n" +
@@ -2031,7 +2071,10 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\fworker_pools\x18\x06 \x03(\v2\x19.capn.v1alpha1.PoolStatusR\vworkerPools\x124\n" +
 	"\aupdated\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\aupdated\x12:\n" +
 	"\x19control_plane_initialized\x18\b \x01(\bR\x17controlPlaneInitialized\x129\n" +
-	"\btopology\x18\t \x01(\v2\x1d.capn.v1alpha1.TopologyStatusR\btopology\"\xd3\x02\n" +
+	"\btopology\x18\t \x01(\v2\x1d.capn.v1alpha1.TopologyStatusR\btopology\x12B\n" +
+	"\vmaintenance\x18\n" +
+	" \x01(\v2 .capn.v1alpha1.MaintenanceStatusR\vmaintenance\x12B\n" +
+	"\vhibernation\x18\v \x01(\v2 .capn.v1alpha1.HibernationStatusR\vhibernation\"\xd3\x02\n" +
 	"\n" +
 	"PoolStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
@@ -2134,11 +2177,15 @@ var file_capn_v1alpha1_cluster_proto_goTypes = []any{
 	nil,                           // 25: capn.v1alpha1.ClusterTopology.VariablesEntry
 	(*ObjectMeta)(nil),            // 26: capn.v1alpha1.ObjectMeta
 	(*AddonsSpec)(nil),            // 27: capn.v1alpha1.AddonsSpec
-	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
-	(*Taint)(nil),                 // 29: capn.v1alpha1.Taint
-	(*Condition)(nil),             // 30: capn.v1alpha1.Condition
-	(*Endpoint)(nil),              // 31: capn.v1alpha1.Endpoint
-	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
+	(*MaintenanceSpec)(nil),       // 28: capn.v1alpha1.MaintenanceSpec
+	(*HibernationSpec)(nil),       // 29: capn.v1alpha1.HibernationSpec
+	(*durationpb.Duration)(nil),   // 30: google.protobuf.Duration
+	(*Taint)(nil),                 // 31: capn.v1alpha1.Taint
+	(*Condition)(nil),             // 32: capn.v1alpha1.Condition
+	(*Endpoint)(nil),              // 33: capn.v1alpha1.Endpoint
+	(*timestamppb.Timestamp)(nil), // 34: google.protobuf.Timestamp
+	(*MaintenanceStatus)(nil),     // 35: capn.v1alpha1.MaintenanceStatus
+	(*HibernationStatus)(nil),     // 36: capn.v1alpha1.HibernationStatus
 }
 var file_capn_v1alpha1_cluster_proto_depIdxs = []int32{
 	26, // 0: capn.v1alpha1.Cluster.metadata:type_name -> capn.v1alpha1.ObjectMeta
@@ -2151,47 +2198,51 @@ var file_capn_v1alpha1_cluster_proto_depIdxs = []int32{
 	13, // 7: capn.v1alpha1.ClusterSpec.health:type_name -> capn.v1alpha1.HealthPolicy
 	27, // 8: capn.v1alpha1.ClusterSpec.addons:type_name -> capn.v1alpha1.AddonsSpec
 	19, // 9: capn.v1alpha1.ClusterSpec.topology:type_name -> capn.v1alpha1.ClusterTopology
-	22, // 10: capn.v1alpha1.MachineTemplate.parameters:type_name -> capn.v1alpha1.MachineTemplate.ParametersEntry
-	3,  // 11: capn.v1alpha1.ControlPlaneSpec.template:type_name -> capn.v1alpha1.MachineTemplate
-	9,  // 12: capn.v1alpha1.ControlPlaneSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	28, // 13: capn.v1alpha1.ControlPlaneSpec.node_drain_timeout:type_name -> google.protobuf.Duration
-	28, // 14: capn.v1alpha1.ControlPlaneSpec.node_deletion_timeout:type_name -> google.protobuf.Duration
-	3,  // 15: capn.v1alpha1.WorkerPool.template:type_name -> capn.v1alpha1.MachineTemplate
-	23, // 16: capn.v1alpha1.WorkerPool.labels:type_name -> capn.v1alpha1.WorkerPool.LabelsEntry
-	29, // 17: capn.v1alpha1.WorkerPool.taints:type_name -> capn.v1alpha1.Taint
-	7,  // 18: capn.v1alpha1.WorkerPool.strategy:type_name -> capn.v1alpha1.RolloutStrategy
-	9,  // 19: capn.v1alpha1.WorkerPool.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	13, // 20: capn.v1alpha1.WorkerPool.health:type_name -> capn.v1alpha1.HealthPolicy
-	28, // 21: capn.v1alpha1.WorkerPool.node_drain_timeout:type_name -> google.protobuf.Duration
-	28, // 22: capn.v1alpha1.WorkerPool.node_deletion_timeout:type_name -> google.protobuf.Duration
-	6,  // 23: capn.v1alpha1.WorkerPool.autoscaling:type_name -> capn.v1alpha1.Autoscaling
-	10, // 24: capn.v1alpha1.BootstrapSpec.files:type_name -> capn.v1alpha1.File
-	24, // 25: capn.v1alpha1.BootstrapSpec.kubelet_extra_args:type_name -> capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
-	28, // 26: capn.v1alpha1.BootstrapSpec.token_ttl:type_name -> google.protobuf.Duration
-	12, // 27: capn.v1alpha1.BootstrapSpec.ca:type_name -> capn.v1alpha1.CertificateAuthority
-	28, // 28: capn.v1alpha1.BootstrapSpec.command_timeout:type_name -> google.protobuf.Duration
-	11, // 29: capn.v1alpha1.File.secret_ref:type_name -> capn.v1alpha1.FileSecretRef
-	14, // 30: capn.v1alpha1.HealthPolicy.unhealthy_conditions:type_name -> capn.v1alpha1.UnhealthyCondition
-	28, // 31: capn.v1alpha1.HealthPolicy.node_startup_timeout:type_name -> google.protobuf.Duration
-	28, // 32: capn.v1alpha1.HealthPolicy.heartbeat_grace:type_name -> google.protobuf.Duration
-	28, // 33: capn.v1alpha1.UnhealthyCondition.timeout:type_name -> google.protobuf.Duration
-	30, // 34: capn.v1alpha1.ClusterStatus.conditions:type_name -> capn.v1alpha1.Condition
-	31, // 35: capn.v1alpha1.ClusterStatus.control_plane_endpoint:type_name -> capn.v1alpha1.Endpoint
-	16, // 36: capn.v1alpha1.ClusterStatus.control_plane:type_name -> capn.v1alpha1.PoolStatus
-	16, // 37: capn.v1alpha1.ClusterStatus.worker_pools:type_name -> capn.v1alpha1.PoolStatus
-	32, // 38: capn.v1alpha1.ClusterStatus.updated:type_name -> google.protobuf.Timestamp
-	21, // 39: capn.v1alpha1.ClusterStatus.topology:type_name -> capn.v1alpha1.TopologyStatus
-	6,  // 40: capn.v1alpha1.PoolStatus.autoscaling:type_name -> capn.v1alpha1.Autoscaling
-	17, // 41: capn.v1alpha1.PoolStatus.last_autoscaler_action:type_name -> capn.v1alpha1.AutoscalerAction
-	32, // 42: capn.v1alpha1.AutoscalerAction.time:type_name -> google.protobuf.Timestamp
-	17, // 43: capn.v1alpha1.AutoscalerStatus.last_action:type_name -> capn.v1alpha1.AutoscalerAction
-	25, // 44: capn.v1alpha1.ClusterTopology.variables:type_name -> capn.v1alpha1.ClusterTopology.VariablesEntry
-	20, // 45: capn.v1alpha1.ClusterTopology.pools:type_name -> capn.v1alpha1.TopologyPool
-	46, // [46:46] is the sub-list for method output_type
-	46, // [46:46] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	28, // 10: capn.v1alpha1.ClusterSpec.maintenance:type_name -> capn.v1alpha1.MaintenanceSpec
+	29, // 11: capn.v1alpha1.ClusterSpec.hibernation:type_name -> capn.v1alpha1.HibernationSpec
+	22, // 12: capn.v1alpha1.MachineTemplate.parameters:type_name -> capn.v1alpha1.MachineTemplate.ParametersEntry
+	3,  // 13: capn.v1alpha1.ControlPlaneSpec.template:type_name -> capn.v1alpha1.MachineTemplate
+	9,  // 14: capn.v1alpha1.ControlPlaneSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
+	30, // 15: capn.v1alpha1.ControlPlaneSpec.node_drain_timeout:type_name -> google.protobuf.Duration
+	30, // 16: capn.v1alpha1.ControlPlaneSpec.node_deletion_timeout:type_name -> google.protobuf.Duration
+	3,  // 17: capn.v1alpha1.WorkerPool.template:type_name -> capn.v1alpha1.MachineTemplate
+	23, // 18: capn.v1alpha1.WorkerPool.labels:type_name -> capn.v1alpha1.WorkerPool.LabelsEntry
+	31, // 19: capn.v1alpha1.WorkerPool.taints:type_name -> capn.v1alpha1.Taint
+	7,  // 20: capn.v1alpha1.WorkerPool.strategy:type_name -> capn.v1alpha1.RolloutStrategy
+	9,  // 21: capn.v1alpha1.WorkerPool.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
+	13, // 22: capn.v1alpha1.WorkerPool.health:type_name -> capn.v1alpha1.HealthPolicy
+	30, // 23: capn.v1alpha1.WorkerPool.node_drain_timeout:type_name -> google.protobuf.Duration
+	30, // 24: capn.v1alpha1.WorkerPool.node_deletion_timeout:type_name -> google.protobuf.Duration
+	6,  // 25: capn.v1alpha1.WorkerPool.autoscaling:type_name -> capn.v1alpha1.Autoscaling
+	10, // 26: capn.v1alpha1.BootstrapSpec.files:type_name -> capn.v1alpha1.File
+	24, // 27: capn.v1alpha1.BootstrapSpec.kubelet_extra_args:type_name -> capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
+	30, // 28: capn.v1alpha1.BootstrapSpec.token_ttl:type_name -> google.protobuf.Duration
+	12, // 29: capn.v1alpha1.BootstrapSpec.ca:type_name -> capn.v1alpha1.CertificateAuthority
+	30, // 30: capn.v1alpha1.BootstrapSpec.command_timeout:type_name -> google.protobuf.Duration
+	11, // 31: capn.v1alpha1.File.secret_ref:type_name -> capn.v1alpha1.FileSecretRef
+	14, // 32: capn.v1alpha1.HealthPolicy.unhealthy_conditions:type_name -> capn.v1alpha1.UnhealthyCondition
+	30, // 33: capn.v1alpha1.HealthPolicy.node_startup_timeout:type_name -> google.protobuf.Duration
+	30, // 34: capn.v1alpha1.HealthPolicy.heartbeat_grace:type_name -> google.protobuf.Duration
+	30, // 35: capn.v1alpha1.UnhealthyCondition.timeout:type_name -> google.protobuf.Duration
+	32, // 36: capn.v1alpha1.ClusterStatus.conditions:type_name -> capn.v1alpha1.Condition
+	33, // 37: capn.v1alpha1.ClusterStatus.control_plane_endpoint:type_name -> capn.v1alpha1.Endpoint
+	16, // 38: capn.v1alpha1.ClusterStatus.control_plane:type_name -> capn.v1alpha1.PoolStatus
+	16, // 39: capn.v1alpha1.ClusterStatus.worker_pools:type_name -> capn.v1alpha1.PoolStatus
+	34, // 40: capn.v1alpha1.ClusterStatus.updated:type_name -> google.protobuf.Timestamp
+	21, // 41: capn.v1alpha1.ClusterStatus.topology:type_name -> capn.v1alpha1.TopologyStatus
+	35, // 42: capn.v1alpha1.ClusterStatus.maintenance:type_name -> capn.v1alpha1.MaintenanceStatus
+	36, // 43: capn.v1alpha1.ClusterStatus.hibernation:type_name -> capn.v1alpha1.HibernationStatus
+	6,  // 44: capn.v1alpha1.PoolStatus.autoscaling:type_name -> capn.v1alpha1.Autoscaling
+	17, // 45: capn.v1alpha1.PoolStatus.last_autoscaler_action:type_name -> capn.v1alpha1.AutoscalerAction
+	34, // 46: capn.v1alpha1.AutoscalerAction.time:type_name -> google.protobuf.Timestamp
+	17, // 47: capn.v1alpha1.AutoscalerStatus.last_action:type_name -> capn.v1alpha1.AutoscalerAction
+	25, // 48: capn.v1alpha1.ClusterTopology.variables:type_name -> capn.v1alpha1.ClusterTopology.VariablesEntry
+	20, // 49: capn.v1alpha1.ClusterTopology.pools:type_name -> capn.v1alpha1.TopologyPool
+	50, // [50:50] is the sub-list for method output_type
+	50, // [50:50] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_capn_v1alpha1_cluster_proto_init() }
@@ -2200,6 +2251,7 @@ func file_capn_v1alpha1_cluster_proto_init() {
 		return
 	}
 	file_capn_v1alpha1_addons_proto_init()
+	file_capn_v1alpha1_maintenance_proto_init()
 	file_capn_v1alpha1_meta_proto_init()
 	file_capn_v1alpha1_cluster_proto_msgTypes[3].OneofWrappers = []any{}
 	file_capn_v1alpha1_cluster_proto_msgTypes[19].OneofWrappers = []any{}

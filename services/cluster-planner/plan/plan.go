@@ -184,6 +184,10 @@ type Input struct {
 	// status shows it beside the pool's autoscaling bounds. It changes
 	// nothing the planner does.
 	Autoscaler map[string]*capnv1.AutoscalerAction
+	// Maintenance is the maintenance service's record of the cluster
+	// (observed maintenance.<c>): the status shows its window and
+	// hibernation parts. It changes nothing the planner does.
+	Maintenance *capnv1.MaintenanceRecord
 	// Addons are the add-on sets that select the cluster with the
 	// addon-manager's records of them: the AddonsApplied condition, and
 	// Ready held False while a blocking set is not applied. None: no

@@ -21,6 +21,8 @@ func (p *planner) status() *capnv1.ClusterStatus {
 		ControlPlaneEndpoint:    p.in.Infra.Endpoint,
 		ControlPlane:            poolStatus(p.cp),
 		Updated:                 timestamp(p.in.Now),
+		Maintenance:             proto.CloneOf(p.in.Maintenance.GetMaintenance()),
+		Hibernation:             proto.CloneOf(p.in.Maintenance.GetHibernation()),
 	}
 	if st.ControlPlaneEndpoint == nil {
 		st.ControlPlaneEndpoint = p.in.Status.GetControlPlaneEndpoint()

@@ -237,3 +237,22 @@ func TestStatusAutoscaledPool(t *testing.T) {
 		t.Errorf("md-1 is not autoscaled, yet its status says %v", md1)
 	}
 }
+
+// The maintenance service's record (Input.Maintenance) shows in the
+// status as it is; without one the status has neither part.
+func TestStatusMaintenance(t *testing.T) {
+	h := plantest.New(cluster(1, 2, 1))
+	in := h.Input()
+	if st := plan.Plan(in).Status; st.GetMaintenance() != nil || st.GetHibernation() != nil {
+		t.Fatalf("no record, yet the status says %v %v", st.GetMaintenance(), st.GetHibernation())
+	}
+	rec := &capnv1.MaintenanceRecord{
+		Maintenance: &capnv1.MaintenanceStatus{Waiting: []*capnv1.MaintenanceWait{{Change: "AutoPatch", From: "v1.34.2", To: "v1.34.5"}}},
+		Hibernation: &capnv1.HibernationStatus{Override: true, Message: "woken by hand"},
+	}
+	in.Maintenance = rec
+	st := plan.Plan(in).Status
+	if !proto.Equal(st.GetMaintenance(), rec.Maintenance) || !proto.Equal(st.GetHibernation(), rec.Hibernation) {
+		t.Errorf("status %v %v, want the record's", st.GetMaintenance(), st.GetHibernation())
+	}
+}

@@ -55,6 +55,7 @@ import (
 	fleetmanager "github.com/capn-dev/capn/services/fleet-manager"
 	"github.com/capn-dev/capn/services/health-watcher"
 	"github.com/capn-dev/capn/services/machine-manager"
+	"github.com/capn-dev/capn/services/maintenance"
 	"github.com/capn-dev/capn/services/remediator"
 )
 
@@ -75,6 +76,11 @@ const Gateway = gateway.Name
 // Backup is the backup service's name (not in All: tests that back up
 // start it).
 const Backup = backup.Name
+
+// Maintenance is the maintenance service's name (not in All: tests of
+// windows and schedules start it, with their own clock through
+// Options.Services).
+const Maintenance = maintenance.Name
 
 // Demo is the tests' demo cluster on the sim provider: v1.33.4, 3
 // control-plane machines, pools md-0 (3, maxSurge 1, maxUnavailable 0) and
@@ -245,6 +251,8 @@ func (f *Factory) Builtin(name string) daemon.Service {
 		return fleetmanager.New(fleetmanager.Config{Cache: c, Now: f.opts.Now, Tick: f.opts.FleetTick})
 	case backup.Name:
 		return backup.New(backup.Config{})
+	case maintenance.Name:
+		return maintenance.New(maintenance.Config{Cache: c})
 	case Sim:
 		so := TestSim()
 		if f.opts.Sim != nil {

@@ -89,18 +89,26 @@ moves one minor version at a time and never down.
 With --wait, waits until every machine runs the new version and the
 cluster is ready.
 
+The upgrade starts at once, whatever the cluster's maintenance windows.
+With --respect-window it is recorded instead (spec.maintenance.pendingVersion)
+and the maintenance service starts it when the cluster's next window opens
+(at once for a cluster without windows); capn describe shows it waiting.
+
 Examples:
   capn upgrade demo --version v1.34.2 --wait
+  capn upgrade demo --version v1.35.0 --respect-window
 `
 
 func cmdUpgrade(ctx context.Context, e env, args []string) int {
-	fs := newFlags(e, "capn upgrade NAME --version VERSION [--wait]", upgradeHelp)
+	fs := newFlags(e, "capn upgrade NAME --version VERSION [--wait | --respect-window]", upgradeHelp)
 	var a apiFlags
 	a.bind(fs)
 	var wf waitFlags
 	wf.bind(fs, "every machine runs the new version and the cluster is ready")
 	var version string
 	fs.StringVar(&version, "version", "", "the Kubernetes `version`, e.g. v1.34.2")
+	var inWindow bool
+	fs.BoolVar(&inWindow, "respect-window", false, "record the upgrade for the cluster's next maintenance window instead of starting it now")
 	const name = "capn upgrade"
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -111,6 +119,8 @@ func cmdUpgrade(ctx context.Context, e env, args []string) int {
 	case err != nil:
 	case version == "":
 		err = usagef("--version is required, e.g. v1.34.2")
+	case inWindow && wf.wait:
+		err = usagef("--wait and --respect-window do not go together: the upgrade starts in the cluster's next maintenance window")
 	default:
 		if _, perr := manifest.ParseVersion(version); perr != nil {
 			err = usagef("--version: must be vMAJOR.MINOR.PATCH, e.g. v1.34.2, got %q", version)
@@ -122,6 +132,15 @@ func cmdUpgrade(ctx context.Context, e env, args []string) int {
 	s, err := a.connect(e, name)
 	if err != nil {
 		return reportError(e.stderr, name, nil, err)
+	}
+	if inWindow {
+		c, err := s.c.UpgradeInWindow(ctx, cluster, version)
+		if err != nil {
+			return s.fail(err)
+		}
+		fmt.Fprintf(e.stdout, "cluster/%s will upgrade from %s to %s in its next maintenance window (capn describe cluster %s shows when)\n",
+			cluster, c.GetSpec().GetKubernetesVersion(), version, cluster)
+		return 0
 	}
 	c, err := s.c.Upgrade(ctx, cluster, version)
 	if err != nil {

@@ -148,6 +148,11 @@ func describeCluster(w io.Writer, c *capnv1.Cluster, ms []*capnv1.Machine, evs [
 	clusterTree(c, ms, o).rows("", true, true, &rows)
 	writeTable(w, rows)
 	describeAutoscaling(w, c, o)
+	var mb strings.Builder
+	describeMaintenance(&mb, c, o.now)
+	if mb.Len() > 0 {
+		fmt.Fprint(w, "\n"+mb.String())
+	}
 
 	if len(st.GetConditions()) > 0 {
 		fmt.Fprint(w, "\nConditions:\n")

@@ -61,6 +61,24 @@ func TestNamesRoundTripAgainstTheGateway(t *testing.T) {
 	if r := capn("upgrade", "cluster/a", "--version", "v1.34.1"); r.code != 0 || !strings.HasPrefix(r.stdout, "cluster/a upgrading to v1.34.1") {
 		t.Fatalf("upgrade cluster/a: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
+	// The auto-patch catalogue: set, then shown.
+	vfile := filepath.Join(t.TempDir(), "versions.yaml")
+	if err := os.WriteFile(vfile, []byte("apiVersion: capn.dev/v1alpha1\nkind: KubernetesVersions\nmetadata: {name: default}\nspec:\n  versions:\n  - {version: v1.34.0, classification: deprecated}\n  - {version: v1.34.1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	must(capn("versions", "-f", vfile), 0, "kubernetesversions/default created\n", "versions -f")
+	must(capn("versions"), 0, "VERSION   CLASSIFICATION   EXPIRES\nv1.34.0   deprecated       <none>\nv1.34.1   supported        <none>\n", "versions")
+	// --respect-window records the wish; b has no windows (always open),
+	// so capn dev's maintenance service applies it and clears it.
+	must(capn("upgrade", "b", "--version", "v1.35.0", "--respect-window"), 0,
+		"cluster/b will upgrade from v1.34.0 to v1.35.0 in its next maintenance window (capn describe cluster b shows when)\n", "upgrade --respect-window")
+	natstest.WaitFor(t, 30*time.Second, "the maintenance service to apply b's upgrade", func() bool {
+		r := capn("get", "cluster/b", "-o", "go-template={{.spec.kubernetesVersion}} {{.spec.maintenance.pendingVersion}}")
+		return r.stdout == "v1.35.0 <no value>" || r.stdout == "v1.35.0 "
+	})
+	if r := capn("upgrade", "b", "--version", "v1.35.0", "--respect-window", "--wait"); r.code != 2 || !strings.Contains(r.stderr, "--wait and --respect-window do not go together") {
+		t.Fatalf("--wait --respect-window: exit %d\n%s", r.code, r.stderr)
+	}
 
 	// A machine by the name -o name printed, without --cluster.
 	var machine string

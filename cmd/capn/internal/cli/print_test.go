@@ -128,7 +128,7 @@ func TestGetOutput(t *testing.T) {
 	other := proto.Clone(c).(*capnv1.Cluster)
 	other.Metadata.Name, other.Status = "fresh", nil
 	other.Metadata.DeletionTimestamp = timestamppb.New(fixedNow)
-	clusters := []*capnv1.Cluster{c, other}
+	clusters := []*capnv1.Cluster{c, other, officeHours(c)}
 	var b strings.Builder
 	for _, wide := range []bool{false, true} {
 		rows := [][]string{clusterHeader(wide, false)}
@@ -214,6 +214,24 @@ func TestListJSON(t *testing.T) {
 	}
 }
 
+// officeHours is c with a maintenance window, auto-patch and an office
+// hours schedule, as the maintenance service records them: a patch waits
+// for the window, and a manual wake holds against the schedule.
+func officeHours(c *capnv1.Cluster) *capnv1.Cluster {
+	o := proto.Clone(c).(*capnv1.Cluster)
+	o.Metadata.Name = "office"
+	o.Spec.Maintenance = &capnv1.MaintenanceSpec{AutoPatch: true, Windows: []*capnv1.MaintenanceWindow{
+		{Days: []string{"Sat", "Sun"}, Start: "02:00", End: "04:00", TimeZone: "Europe/Berlin"}}}
+	o.Spec.Hibernation = &capnv1.HibernationSpec{Schedules: []*capnv1.HibernationSchedule{
+		{Start: "0 19 * * MON-FRI", End: "0 7 * * MON-FRI", Location: "Europe/Berlin"}}}
+	o.Status.Maintenance = &capnv1.MaintenanceStatus{NextWindowOpen: timestamppb.New(fixedNow.Add(5 * time.Hour)),
+		Waiting:     []*capnv1.MaintenanceWait{{Change: "AutoPatch", From: "v1.34.2", To: "v1.34.5", Message: "waits for the maintenance window opening at " + fixedNow.Add(5*time.Hour).UTC().Format(time.RFC3339)}},
+		LastApplied: "AutoPatch v1.34.1 → v1.34.2", LastAppliedTime: timestamppb.New(fixedNow.Add(-7 * 24 * time.Hour))}
+	o.Status.Hibernation = &capnv1.HibernationStatus{NextTransition: timestamppb.New(fixedNow.Add(2 * time.Hour)), NextHibernates: true,
+		Override: true, Message: "woken by hand against the schedule, until it hibernates at " + fixedNow.Add(2*time.Hour).UTC().Format(time.RFC3339)}
+	return o
+}
+
 func TestDescribe(t *testing.T) {
 	c, ms := fixture(fixedNow)
 	evs := []api.TimelineEvent{
@@ -224,6 +242,8 @@ func TestDescribe(t *testing.T) {
 	describeCluster(&b, c, ms, evs, describeOpts{now: fixedNow, loc: time.UTC})
 	b.WriteString("\n--- with --show-conditions\n")
 	describeCluster(&b, c, ms[:2], nil, describeOpts{now: fixedNow, loc: time.UTC, showConditions: true})
+	b.WriteString("\n--- with maintenance windows and a hibernation schedule\n")
+	describeCluster(&b, officeHours(c), nil, nil, describeOpts{now: fixedNow, loc: time.UTC})
 	golden(t, "describe.golden", b.String())
 }
 

@@ -104,7 +104,7 @@ func clusterHeader(wide, classes bool) []string {
 		h = append(h, "CLASS", "REVISION", "UP-TO-DATE")
 	}
 	if wide {
-		h = append(h, "PROVIDER", "ENDPOINT", "REASON")
+		h = append(h, "PROVIDER", "ENDPOINT", "REASON", "NEXT WINDOW", "NEXT TRANSITION")
 	}
 	return h
 }
@@ -125,7 +125,7 @@ func clusterRow(c *capnv1.Cluster, now time.Time, wide, classes bool) []string {
 		if rc := conditions.Get(c.GetStatus().GetConditions(), condReady); rc != nil && rc.GetStatusValue() != capnv1.ConditionTrue {
 			reason = rc.GetReason()
 		}
-		r = append(r, orNone(c.GetSpec().GetControlPlane().GetProvider()), ep, orNone(reason))
+		r = append(r, orNone(c.GetSpec().GetControlPlane().GetProvider()), ep, orNone(reason), nextWindow(c, now), nextTransition(c))
 	}
 	return r
 }

@@ -22,6 +22,7 @@ import (
 	fleetmanager "github.com/capn-dev/capn/services/fleet-manager"
 	"github.com/capn-dev/capn/services/health-watcher"
 	"github.com/capn-dev/capn/services/machine-manager"
+	"github.com/capn-dev/capn/services/maintenance"
 	"github.com/capn-dev/capn/services/remediator"
 )
 
@@ -58,6 +59,9 @@ func devServices(cfg Config, gw devGateway, auth *devAuth, providers []daemon.Se
 		// Backups into <data-dir>/jetstream's backups object store; no key:
 		// the secrets stay sealed.
 		backup.New(backup.Config{Every: cfg.BackupEvery, Keep: cfg.BackupKeep}),
+		// Auto-patch and pending upgrades in maintenance windows,
+		// hibernation schedules.
+		maintenance.New(maintenance.Config{}),
 	}
 	as, err := devAutoscaler(cfg)
 	if err != nil {

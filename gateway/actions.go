@@ -79,6 +79,13 @@ func (s *server) upgradeCluster(w http.ResponseWriter, r *http.Request) error {
 			withField("controlPlaneOnly", "not with respectWindow: the window's upgrade moves the pools that follow the control plane", true)
 	}
 	return s.change(w, r, name, req.ResourceVersion, false, func(cur, next *capnv1.Cluster) (*capnv1.Cluster, error) {
+		if t := cur.GetSpec().GetTopology(); t != nil {
+			// Its version is its class revision's: an upgrade here would
+			// be undone by the next apply.
+			return nil, unprocessableField("version", req.Version, fmt.Sprintf(
+				"cluster %s takes its Kubernetes version from class %s revision %d: apply a class revision with the new version and roll it out (capn rollout)",
+				name, t.GetClass(), t.GetRevision()))
+		}
 		spec := ensure(&next.Spec)
 		old := spec.KubernetesVersion
 		if req.RespectWindow {

@@ -213,10 +213,6 @@ func (s *server) writeClassRevision(ctx context.Context, c *capnv1.ClusterClass)
 	return err
 }
 
-// topologyOwned are the spec fields a class cluster's manifest may set
-// beside its topology: the rest is rendered from the class.
-var topologyOwned = []protoreflect.Name{"topology", "paused", "hibernated"}
-
 // renderCluster is a class cluster's manifest with its spec rendered: the
 // topology's revision pinned (the stored cluster's when it has the same
 // class, else the class's current revision), the class revision read and
@@ -225,12 +221,20 @@ var topologyOwned = []protoreflect.Name{"topology", "paused", "hibernated"}
 func (s *server) renderCluster(ctx context.Context, in, cur *capnv1.Cluster) (*capnv1.Cluster, error) {
 	var errs []error
 	in.GetSpec().ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, _ protoreflect.Value) bool {
-		if !slices.Contains(topologyOwned, fd.Name()) {
+		if !slices.Contains(topology.ClusterOwned, string(fd.Name())) {
 			errs = append(errs, &manifest.FieldError{Path: "spec." + fd.JSONName(),
-				Reason: "set by the cluster's class: with spec.topology a manifest sets only topology, paused and hibernated (a class variable sets the rest)"})
+				Reason: "set by the cluster's class: with spec.topology a manifest sets only topology, paused, hibernated, maintenance and hibernation (a class variable sets the rest)"})
 		}
 		return true
 	})
+	if m := in.GetSpec().GetMaintenance(); m.GetAutoPatch() || m.GetPendingVersion() != "" {
+		path := "spec.maintenance.autoPatch"
+		if !m.GetAutoPatch() {
+			path = "spec.maintenance.pendingVersion"
+		}
+		errs = append(errs, &manifest.FieldError{Path: path,
+			Reason: "not for a class cluster: its Kubernetes version is its class revision's; roll out a class revision instead (capn rollout); windows are allowed and hold the rollout"})
+	}
 	topo := proto.CloneOf(in.GetSpec().GetTopology())
 	if !manifest.IsDNSLabel(topo.GetClass()) {
 		errs = append(errs, &manifest.FieldError{Path: "spec.topology.class", Value: topo.GetClass(), Reason: "required: the name of a ClusterClass"})
@@ -266,7 +270,7 @@ func (s *server) renderCluster(ctx context.Context, in, cur *capnv1.Cluster) (*c
 	if err != nil {
 		return nil, fieldProblem(http.StatusUnprocessableEntity, api.ProblemInvalidSpec, "Invalid cluster", err)
 	}
-	spec.Paused, spec.Hibernated = in.GetSpec().GetPaused(), in.GetSpec().GetHibernated()
+	topology.KeepClusterOwned(spec, in.GetSpec())
 	out := proto.CloneOf(in)
 	out.Spec = spec
 	return out, nil

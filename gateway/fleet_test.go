@@ -186,3 +186,35 @@ spec:
 		t.Fatalf("list: %d %s", list.status, list.body)
 	}
 }
+
+// A class cluster owns its maintenance windows and hibernation schedules:
+// accepted beside its topology and kept by the render; auto-patch, a
+// pending version and `capn upgrade` are refused with the field, since its
+// version is its class revision's (a re-render would undo them).
+func TestClassClusterOwnsWindowsNotVersions(t *testing.T) {
+	e := newEnv(t)
+	yaml := []string{"Content-Type", api.MediaYAML}
+	if r := e.do(http.MethodPost, "/v1/clusterclasses", tokWrite, classYAML, yaml...); r.status != http.StatusCreated {
+		t.Fatalf("create class: %d %s", r.status, r.body)
+	}
+	windowed := classClusterYAML + `  maintenance:
+    windows: [{days: [Mon], start: "03:00", end: "04:00", timeZone: Europe/Berlin}]
+  hibernation:
+    schedules: [{start: "0 19 * * 1-5", end: "0 7 * * 1-5", location: Europe/Berlin}]
+`
+	c := e.apply(windowed)
+	if w := c.GetSpec().GetMaintenance().GetWindows(); len(w) != 1 || w[0].GetStart() != "03:00" {
+		t.Fatalf("windows not kept by the render: %v", c.GetSpec().GetMaintenance())
+	}
+	if s := c.GetSpec().GetHibernation().GetSchedules(); len(s) != 1 {
+		t.Fatalf("schedules not kept by the render: %v", c.GetSpec().GetHibernation())
+	}
+	seq := e.lastSeq(e.desired)
+	autoPatch := strings.Replace(windowed, "  maintenance:\n", "  maintenance:\n    autoPatch: true\n", 1)
+	e.do(http.MethodPost, "/v1/clusters", tokWrite, autoPatch, yaml...).wantProblem(t, http.StatusUnprocessableEntity, "spec.maintenance.autoPatch")
+	e.do(http.MethodPost, "/v1/clusters/fleet-1/upgrade", tokWrite, `{"version": "v1.34.3"}`, "Content-Type", "application/json").
+		wantProblem(t, http.StatusUnprocessableEntity, "version")
+	if e.lastSeq(e.desired) != seq {
+		t.Fatal("refused input was written")
+	}
+}

@@ -219,3 +219,23 @@ func sortedKeys(m map[string]string) []string {
 	slices.Sort(out)
 	return out
 }
+
+// ClusterOwned are the spec fields a class cluster sets itself beside its
+// topology; the class renders the rest. paused and hibernated are the
+// cluster's alone; maintenance (windows, auto-patch) and hibernation
+// (schedules) are the cluster's when it sets them, else the class
+// template's.
+var ClusterOwned = []string{"topology", "paused", "hibernated", "maintenance", "hibernation"}
+
+// KeepClusterOwned copies the fields a class cluster owns from its own
+// spec (own) into a freshly rendered spec, so a re-render (an apply, a
+// rollout's move) never drops them.
+func KeepClusterOwned(rendered, own *capnv1.ClusterSpec) {
+	rendered.Paused, rendered.Hibernated = own.GetPaused(), own.GetHibernated()
+	if own.GetMaintenance() != nil {
+		rendered.Maintenance = proto.CloneOf(own.GetMaintenance())
+	}
+	if own.GetHibernation() != nil {
+		rendered.Hibernation = proto.CloneOf(own.GetHibernation())
+	}
+}

@@ -18,7 +18,9 @@ import (
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
+	"github.com/capn-dev/capn/schemas/maintenance"
 	"github.com/capn-dev/capn/schemas/manifest"
+	"github.com/capn-dev/capn/schemas/topology"
 	"github.com/capn-dev/capn/services/fleet-manager/wave"
 )
 
@@ -78,7 +80,16 @@ func (s *Service) reconcile(ctx context.Context, name string) (reconcile.Result,
 		}
 	}
 	obs, desired := s.observe(ro)
-	res := wave.Plan(wave.Input{Spec: ro.GetSpec(), Generation: ro.GetMetadata().GetGeneration(), Status: prev, Clusters: obs, Now: now, Window: s.cfg.Window})
+	window := s.cfg.Window
+	if window == nil {
+		// The clusters' own maintenance windows (spec.maintenance): a
+		// class revision a rollout brings is a change capn starts on its
+		// own, so it waits for them as auto-patch does.
+		window = func(c string, now time.Time) (bool, time.Time) {
+			return maintenance.Open(desired[c].GetSpec().GetMaintenance(), now)
+		}
+	}
+	res := wave.Plan(wave.Input{Spec: ro.GetSpec(), Generation: ro.GetMetadata().GetGeneration(), Status: prev, Clusters: obs, Now: now, Window: window})
 	// A move whose change does not render or validate halts the rollout
 	// before anything is written.
 	for _, c := range res.Move {
@@ -238,11 +249,11 @@ func applyChange(c *capnv1.Cluster, ch *capnv1.RolloutChange, class *capnv1.Clus
 		if class == nil || class.GetMetadata().GetName() != topo.GetClass() || class.GetStatus().GetRevision() != topo.GetRevision() {
 			return nil, fmt.Errorf("class %s revision %d is needed", topo.GetClass(), topo.GetRevision())
 		}
-		spec, err := renderTopology(class, topo)
+		spec, err := topology.Render(class, topo)
 		if err != nil {
 			return nil, err
 		}
-		spec.Paused, spec.Hibernated = c.GetSpec().GetPaused(), c.GetSpec().GetHibernated()
+		topology.KeepClusterOwned(spec, c.GetSpec())
 		next.Spec = spec
 	}
 	next.ApiVersion, next.Kind, next.Status = manifest.APIVersion, manifest.KindCluster, nil // as the gateway stores it

@@ -40,7 +40,8 @@ type Config struct {
 	Tick    time.Duration
 	// Now is the clock every decision reads (default time.Now).
 	Now func() time.Time
-	// Window is the clusters' maintenance windows (default: always open).
+	// Window is the clusters' maintenance windows (default: each
+	// cluster's spec.maintenance, schemas/maintenance.Open).
 	Window wave.Window
 	Cache  store.CacheOptions
 }
@@ -54,9 +55,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
-	}
-	if c.Window == nil {
-		c.Window = wave.AlwaysOpen
 	}
 	return c
 }

@@ -287,3 +287,81 @@ func revisions(t *testing.T, sys *harness.System, names []string) map[int64]int 
 	}
 	return out
 }
+
+// TestRolloutWaitsForMaintenanceWindows: a class revision a rollout brings
+// is a change capn starts on its own, so a cluster with maintenance
+// windows is moved only inside one (the fleet-manager reads each cluster's
+// spec.maintenance); the others move at once, and the status says when the
+// window opens.
+func TestRolloutWaitsForMaintenanceWindows(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test: skipped with -short")
+	}
+	// Sunday noon UTC; the window opens on Monday at 03:00 UTC.
+	clk := &clock{now: time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)}
+	opens := time.Date(2026, 12, 7, 3, 0, 0, 0, time.UTC)
+	sys := harness.New(t, harness.Options{Now: clk.Now, FleetTick: 50 * time.Millisecond})
+	sys.StartAll(harness.All...)
+	sys.Start(harness.Gateway)
+	cl := sys.Client()
+	ctx := context.Background()
+	if _, _, err := cl.ApplyClass(ctx, []byte(classV1)); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"w0", "w1", "w2"}
+	for _, n := range names {
+		m := fmt.Sprintf("apiVersion: capn.dev/v1alpha1\nkind: Cluster\nmetadata: {name: %s, labels: {group: w}}\nspec:\n  topology: {class: standard}\n", n)
+		if n == "w0" {
+			m += "  maintenance:\n    windows: [{days: [Mon], start: \"03:00\", end: \"04:00\"}]\n"
+		}
+		if _, _, err := cl.Apply(ctx, []byte(m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	natstest.WaitFor(t, 60*time.Second, "every cluster Ready", func() bool {
+		for _, n := range names {
+			if !sys.IsReady(n) {
+				return false
+			}
+		}
+		return true
+	})
+	v2 := strings.Replace(classV1, "kubernetesVersion: v1.34.2", "kubernetesVersion: v1.34.3", 1)
+	if _, _, err := cl.ApplyClass(ctx, []byte(v2)); err != nil {
+		t.Fatal(err)
+	}
+	ro := "apiVersion: capn.dev/v1alpha1\nkind: Rollout\nmetadata: {name: windowed}\nspec:\n  clusterSelector: {matchLabels: {group: w}}\n  change: {class: standard}\n  waves: [\"100%\"]\n  soak: 1m\n  readyTimeout: 30m\n"
+	if _, err := cl.CreateRollout(ctx, []byte(ro)); err != nil {
+		t.Fatal(err)
+	}
+	status := func() *capnv1.RolloutStatus {
+		e, err := sys.Observed.Get(ctx, keys.Rollout("windowed"))
+		if err != nil {
+			return nil
+		}
+		st, err := store.Decode(e.Value(), store.New[capnv1.RolloutStatus]())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	natstest.WaitFor(t, 30*time.Second, "w1 and w2 Ready at revision 2, w0 waiting for its window", func() bool {
+		st := status()
+		return stateOf(st, "w1") == wave.ClusterReady && stateOf(st, "w2") == wave.ClusterReady &&
+			stateOf(st, "w0") == wave.ClusterPending && st.GetNextWindow().AsTime().Equal(opens)
+	})
+	if got := revisions(t, sys, names); got[1] != 1 || got[2] != 2 {
+		t.Fatalf("revisions %v outside w0's window, want w0 alone at 1", got)
+	}
+	clk.Advance(opens.Sub(clk.Now()) + 30*time.Second)
+	natstest.WaitFor(t, 30*time.Second, "rollout Completed once the window opened", func() bool {
+		st := status()
+		if w := currentWave(st); w != nil && w.GetState() == wave.WaveSoaking {
+			clk.Advance(2 * time.Minute)
+		}
+		return st.GetPhase() == wave.PhaseCompleted
+	})
+	if got := revisions(t, sys, names); got[2] != 3 {
+		t.Fatalf("revisions %v after the window, want all 3 at 2", got)
+	}
+}

@@ -342,6 +342,8 @@ func Record(bucket string, k keys.Key) (func() proto.Message, bool) {
 			return msg(&capnv1.NodeHealth{}), true
 		case keys.KindRemediation:
 			return msg(&capnv1.RemediationStatus{}), true
+		case keys.KindAutoscaler:
+			return msg(&capnv1.AutoscalerStatus{}), true
 		case keys.KindProvider:
 			return msg(&capnv1.ProviderAnnouncement{}), true
 		case keys.KindSecrets:

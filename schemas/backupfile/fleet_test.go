@@ -29,3 +29,22 @@ func TestRecordFleet(t *testing.T) {
 		t.Error("observed holds class records")
 	}
 }
+
+// Every kind of key is a record of some bucket: a key a backup finds with
+// no record type makes Check refuse the whole backup (observed
+// autoscaler.* had none, so a deployment running the autoscaler-provider
+// could not be backed up).
+func TestEveryKindHasARecord(t *testing.T) {
+	for _, kind := range keys.Kinds() {
+		k := keys.Key{Kind: kind, Provider: "p", Cluster: "c", Name: "n"}
+		found := false
+		for _, b := range []string{BucketDesired, BucketObserved, BucketSecrets} {
+			if _, ok := Record(b, k); ok {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("keys of kind %s have no record in any bucket", kind)
+		}
+	}
+}

@@ -3,6 +3,8 @@ package keys
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -184,6 +186,11 @@ func BootstrapsOf(cluster string) string { return Bootstrap(cluster, "") }
 
 // InfraOf is the prefix of every infra key of a provider: infra.<provider>.
 func InfraOf(provider string) string { return join(string(KindInfra), provider, "") }
+
+// Kinds is every kind of key, sorted.
+func Kinds() []Kind {
+	return slices.Sorted(maps.Keys(shapes))
+}
 
 // shapes: the tokens after the kind, by kind.
 var shapes = map[Kind]int{

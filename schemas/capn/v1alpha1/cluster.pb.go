@@ -211,7 +211,10 @@ type ClusterSpec struct {
 	Hibernated bool `protobuf:"varint,8,opt,name=hibernated,proto3" json:"hibernated,omitempty"`
 	// addons: the cluster's add-on settings (opting out of the default
 	// add-on sets).
-	Addons        *AddonsSpec `protobuf:"bytes,9,opt,name=addons,proto3" json:"addons,omitempty"`
+	Addons *AddonsSpec `protobuf:"bytes,9,opt,name=addons,proto3" json:"addons,omitempty"`
+	// etcd_snapshots: scheduled snapshots of the cluster's etcd, for a
+	// control plane capn runs (kube-local); unset takes none.
+	EtcdSnapshots *EtcdSnapshotPolicy `protobuf:"bytes,13,opt,name=etcd_snapshots,json=etcdSnapshots,proto3" json:"etcd_snapshots,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -309,6 +312,71 @@ func (x *ClusterSpec) GetAddons() *AddonsSpec {
 	return nil
 }
 
+func (x *ClusterSpec) GetEtcdSnapshots() *EtcdSnapshotPolicy {
+	if x != nil {
+		return x.EtcdSnapshots
+	}
+	return nil
+}
+
+// EtcdSnapshotPolicy schedules etcd snapshots of a workload cluster
+// (docs/operations.md, etcd snapshots). Snapshots are stored sealed in the
+// etcd-snapshots object store by the backup service.
+type EtcdSnapshotPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// every is the interval between scheduled snapshots (at least 1m).
+	Every *durationpb.Duration `protobuf:"bytes,1,opt,name=every,proto3" json:"every,omitempty"`
+	// keep is how many of the cluster's snapshots are kept, the newest
+	// (default 5; 1..100). Snapshots asked for count too.
+	Keep          int32 `protobuf:"varint,2,opt,name=keep,proto3" json:"keep,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EtcdSnapshotPolicy) Reset() {
+	*x = EtcdSnapshotPolicy{}
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EtcdSnapshotPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EtcdSnapshotPolicy) ProtoMessage() {}
+
+func (x *EtcdSnapshotPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EtcdSnapshotPolicy.ProtoReflect.Descriptor instead.
+func (*EtcdSnapshotPolicy) Descriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *EtcdSnapshotPolicy) GetEvery() *durationpb.Duration {
+	if x != nil {
+		return x.Every
+	}
+	return nil
+}
+
+func (x *EtcdSnapshotPolicy) GetKeep() int32 {
+	if x != nil {
+		return x.Keep
+	}
+	return 0
+}
+
 // MachineTemplate describes machines of one control plane or pool. A change
 // of anything but labels and taints rolls the machines.
 type MachineTemplate struct {
@@ -323,7 +391,7 @@ type MachineTemplate struct {
 
 func (x *MachineTemplate) Reset() {
 	*x = MachineTemplate{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[2]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -335,7 +403,7 @@ func (x *MachineTemplate) String() string {
 func (*MachineTemplate) ProtoMessage() {}
 
 func (x *MachineTemplate) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[2]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -348,7 +416,7 @@ func (x *MachineTemplate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MachineTemplate.ProtoReflect.Descriptor instead.
 func (*MachineTemplate) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{2}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *MachineTemplate) GetParameters() map[string]string {
@@ -393,7 +461,7 @@ type ControlPlaneSpec struct {
 
 func (x *ControlPlaneSpec) Reset() {
 	*x = ControlPlaneSpec{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[3]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -405,7 +473,7 @@ func (x *ControlPlaneSpec) String() string {
 func (*ControlPlaneSpec) ProtoMessage() {}
 
 func (x *ControlPlaneSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[3]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -418,7 +486,7 @@ func (x *ControlPlaneSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlPlaneSpec.ProtoReflect.Descriptor instead.
 func (*ControlPlaneSpec) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{3}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ControlPlaneSpec) GetProvider() string {
@@ -510,7 +578,7 @@ type WorkerPool struct {
 
 func (x *WorkerPool) Reset() {
 	*x = WorkerPool{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[4]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -522,7 +590,7 @@ func (x *WorkerPool) String() string {
 func (*WorkerPool) ProtoMessage() {}
 
 func (x *WorkerPool) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[4]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -535,7 +603,7 @@ func (x *WorkerPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerPool.ProtoReflect.Descriptor instead.
 func (*WorkerPool) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{4}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *WorkerPool) GetName() string {
@@ -655,7 +723,7 @@ type Autoscaling struct {
 
 func (x *Autoscaling) Reset() {
 	*x = Autoscaling{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[5]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -667,7 +735,7 @@ func (x *Autoscaling) String() string {
 func (*Autoscaling) ProtoMessage() {}
 
 func (x *Autoscaling) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[5]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -680,7 +748,7 @@ func (x *Autoscaling) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Autoscaling.ProtoReflect.Descriptor instead.
 func (*Autoscaling) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{5}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Autoscaling) GetMin() int32 {
@@ -711,7 +779,7 @@ type RolloutStrategy struct {
 
 func (x *RolloutStrategy) Reset() {
 	*x = RolloutStrategy{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[6]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -723,7 +791,7 @@ func (x *RolloutStrategy) String() string {
 func (*RolloutStrategy) ProtoMessage() {}
 
 func (x *RolloutStrategy) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[6]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -736,7 +804,7 @@ func (x *RolloutStrategy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutStrategy.ProtoReflect.Descriptor instead.
 func (*RolloutStrategy) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{6}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RolloutStrategy) GetType() string {
@@ -771,7 +839,7 @@ type NetworkSpec struct {
 
 func (x *NetworkSpec) Reset() {
 	*x = NetworkSpec{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[7]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -783,7 +851,7 @@ func (x *NetworkSpec) String() string {
 func (*NetworkSpec) ProtoMessage() {}
 
 func (x *NetworkSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[7]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -796,7 +864,7 @@ func (x *NetworkSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkSpec.ProtoReflect.Descriptor instead.
 func (*NetworkSpec) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{7}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *NetworkSpec) GetPodCidrs() []string {
@@ -850,7 +918,7 @@ type BootstrapSpec struct {
 
 func (x *BootstrapSpec) Reset() {
 	*x = BootstrapSpec{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[8]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -862,7 +930,7 @@ func (x *BootstrapSpec) String() string {
 func (*BootstrapSpec) ProtoMessage() {}
 
 func (x *BootstrapSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[8]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -875,7 +943,7 @@ func (x *BootstrapSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootstrapSpec.ProtoReflect.Descriptor instead.
 func (*BootstrapSpec) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{8}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *BootstrapSpec) GetProvider() string {
@@ -962,7 +1030,7 @@ type File struct {
 
 func (x *File) Reset() {
 	*x = File{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[9]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -974,7 +1042,7 @@ func (x *File) String() string {
 func (*File) ProtoMessage() {}
 
 func (x *File) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[9]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -987,7 +1055,7 @@ func (x *File) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use File.ProtoReflect.Descriptor instead.
 func (*File) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{9}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *File) GetPath() string {
@@ -1029,7 +1097,7 @@ type CertificateAuthority struct {
 
 func (x *CertificateAuthority) Reset() {
 	*x = CertificateAuthority{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[10]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1041,7 +1109,7 @@ func (x *CertificateAuthority) String() string {
 func (*CertificateAuthority) ProtoMessage() {}
 
 func (x *CertificateAuthority) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[10]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1054,7 +1122,7 @@ func (x *CertificateAuthority) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertificateAuthority.ProtoReflect.Descriptor instead.
 func (*CertificateAuthority) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{10}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CertificateAuthority) GetCertificatePem() string {
@@ -1094,7 +1162,7 @@ type HealthPolicy struct {
 
 func (x *HealthPolicy) Reset() {
 	*x = HealthPolicy{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[11]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1106,7 +1174,7 @@ func (x *HealthPolicy) String() string {
 func (*HealthPolicy) ProtoMessage() {}
 
 func (x *HealthPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[11]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1119,7 +1187,7 @@ func (x *HealthPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthPolicy.ProtoReflect.Descriptor instead.
 func (*HealthPolicy) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{11}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *HealthPolicy) GetUnhealthyConditions() []*UnhealthyCondition {
@@ -1175,7 +1243,7 @@ type UnhealthyCondition struct {
 
 func (x *UnhealthyCondition) Reset() {
 	*x = UnhealthyCondition{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[12]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1187,7 +1255,7 @@ func (x *UnhealthyCondition) String() string {
 func (*UnhealthyCondition) ProtoMessage() {}
 
 func (x *UnhealthyCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[12]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1200,7 +1268,7 @@ func (x *UnhealthyCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnhealthyCondition.ProtoReflect.Descriptor instead.
 func (*UnhealthyCondition) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{12}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UnhealthyCondition) GetType() string {
@@ -1244,7 +1312,7 @@ type ClusterStatus struct {
 
 func (x *ClusterStatus) Reset() {
 	*x = ClusterStatus{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[13]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1256,7 +1324,7 @@ func (x *ClusterStatus) String() string {
 func (*ClusterStatus) ProtoMessage() {}
 
 func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[13]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1269,7 +1337,7 @@ func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatus.ProtoReflect.Descriptor instead.
 func (*ClusterStatus) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{13}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ClusterStatus) GetPhase() string {
@@ -1349,7 +1417,7 @@ type PoolStatus struct {
 
 func (x *PoolStatus) Reset() {
 	*x = PoolStatus{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[14]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +1429,7 @@ func (x *PoolStatus) String() string {
 func (*PoolStatus) ProtoMessage() {}
 
 func (x *PoolStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[14]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +1442,7 @@ func (x *PoolStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStatus.ProtoReflect.Descriptor instead.
 func (*PoolStatus) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{14}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PoolStatus) GetName() string {
@@ -1462,7 +1530,7 @@ type AutoscalerAction struct {
 
 func (x *AutoscalerAction) Reset() {
 	*x = AutoscalerAction{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[15]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1474,7 +1542,7 @@ func (x *AutoscalerAction) String() string {
 func (*AutoscalerAction) ProtoMessage() {}
 
 func (x *AutoscalerAction) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[15]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1487,7 +1555,7 @@ func (x *AutoscalerAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AutoscalerAction.ProtoReflect.Descriptor instead.
 func (*AutoscalerAction) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{15}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AutoscalerAction) GetTime() *timestamppb.Timestamp {
@@ -1545,7 +1613,7 @@ type AutoscalerStatus struct {
 
 func (x *AutoscalerStatus) Reset() {
 	*x = AutoscalerStatus{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[16]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1557,7 +1625,7 @@ func (x *AutoscalerStatus) String() string {
 func (*AutoscalerStatus) ProtoMessage() {}
 
 func (x *AutoscalerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[16]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1570,7 +1638,7 @@ func (x *AutoscalerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AutoscalerStatus.ProtoReflect.Descriptor instead.
 func (*AutoscalerStatus) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{16}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AutoscalerStatus) GetCluster() string {
@@ -1605,7 +1673,7 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x125\n" +
 	"\bmetadata\x18\x03 \x01(\v2\x19.capn.v1alpha1.ObjectMetaR\bmetadata\x12.\n" +
 	"\x04spec\x18\x04 \x01(\v2\x1a.capn.v1alpha1.ClusterSpecR\x04spec\x124\n" +
-	"\x06status\x18\x05 \x01(\v2\x1c.capn.v1alpha1.ClusterStatusR\x06status\"\xd2\x03\n" +
+	"\x06status\x18\x05 \x01(\v2\x1c.capn.v1alpha1.ClusterStatusR\x06status\"\x9c\x04\n" +
 	"\vClusterSpec\x12-\n" +
 	"\x12kubernetes_version\x18\x01 \x01(\tR\x11kubernetesVersion\x12D\n" +
 	"\rcontrol_plane\x18\x02 \x01(\v2\x1f.capn.v1alpha1.ControlPlaneSpecR\fcontrolPlane\x12<\n" +
@@ -1617,7 +1685,11 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"hibernated\x18\b \x01(\bR\n" +
 	"hibernated\x121\n" +
-	"\x06addons\x18\t \x01(\v2\x19.capn.v1alpha1.AddonsSpecR\x06addons\"\xc7\x01\n" +
+	"\x06addons\x18\t \x01(\v2\x19.capn.v1alpha1.AddonsSpecR\x06addons\x12H\n" +
+	"\x0eetcd_snapshots\x18\r \x01(\v2!.capn.v1alpha1.EtcdSnapshotPolicyR\retcdSnapshots\"Y\n" +
+	"\x12EtcdSnapshotPolicy\x12/\n" +
+	"\x05every\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x05every\x12\x12\n" +
+	"\x04keep\x18\x02 \x01(\x05R\x04keep\"\xc7\x01\n" +
 	"\x0fMachineTemplate\x12N\n" +
 	"\n" +
 	"parameters\x18\x01 \x03(\v2..capn.v1alpha1.MachineTemplate.ParametersEntryR\n" +
@@ -1767,84 +1839,87 @@ func file_capn_v1alpha1_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_capn_v1alpha1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_capn_v1alpha1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_capn_v1alpha1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_capn_v1alpha1_cluster_proto_goTypes = []any{
 	(ClusterPhase)(0),             // 0: capn.v1alpha1.ClusterPhase
 	(*Cluster)(nil),               // 1: capn.v1alpha1.Cluster
 	(*ClusterSpec)(nil),           // 2: capn.v1alpha1.ClusterSpec
-	(*MachineTemplate)(nil),       // 3: capn.v1alpha1.MachineTemplate
-	(*ControlPlaneSpec)(nil),      // 4: capn.v1alpha1.ControlPlaneSpec
-	(*WorkerPool)(nil),            // 5: capn.v1alpha1.WorkerPool
-	(*Autoscaling)(nil),           // 6: capn.v1alpha1.Autoscaling
-	(*RolloutStrategy)(nil),       // 7: capn.v1alpha1.RolloutStrategy
-	(*NetworkSpec)(nil),           // 8: capn.v1alpha1.NetworkSpec
-	(*BootstrapSpec)(nil),         // 9: capn.v1alpha1.BootstrapSpec
-	(*File)(nil),                  // 10: capn.v1alpha1.File
-	(*CertificateAuthority)(nil),  // 11: capn.v1alpha1.CertificateAuthority
-	(*HealthPolicy)(nil),          // 12: capn.v1alpha1.HealthPolicy
-	(*UnhealthyCondition)(nil),    // 13: capn.v1alpha1.UnhealthyCondition
-	(*ClusterStatus)(nil),         // 14: capn.v1alpha1.ClusterStatus
-	(*PoolStatus)(nil),            // 15: capn.v1alpha1.PoolStatus
-	(*AutoscalerAction)(nil),      // 16: capn.v1alpha1.AutoscalerAction
-	(*AutoscalerStatus)(nil),      // 17: capn.v1alpha1.AutoscalerStatus
-	nil,                           // 18: capn.v1alpha1.MachineTemplate.ParametersEntry
-	nil,                           // 19: capn.v1alpha1.WorkerPool.LabelsEntry
-	nil,                           // 20: capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
-	(*ObjectMeta)(nil),            // 21: capn.v1alpha1.ObjectMeta
-	(*AddonsSpec)(nil),            // 22: capn.v1alpha1.AddonsSpec
-	(*durationpb.Duration)(nil),   // 23: google.protobuf.Duration
-	(*Taint)(nil),                 // 24: capn.v1alpha1.Taint
-	(*Condition)(nil),             // 25: capn.v1alpha1.Condition
-	(*Endpoint)(nil),              // 26: capn.v1alpha1.Endpoint
-	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
+	(*EtcdSnapshotPolicy)(nil),    // 3: capn.v1alpha1.EtcdSnapshotPolicy
+	(*MachineTemplate)(nil),       // 4: capn.v1alpha1.MachineTemplate
+	(*ControlPlaneSpec)(nil),      // 5: capn.v1alpha1.ControlPlaneSpec
+	(*WorkerPool)(nil),            // 6: capn.v1alpha1.WorkerPool
+	(*Autoscaling)(nil),           // 7: capn.v1alpha1.Autoscaling
+	(*RolloutStrategy)(nil),       // 8: capn.v1alpha1.RolloutStrategy
+	(*NetworkSpec)(nil),           // 9: capn.v1alpha1.NetworkSpec
+	(*BootstrapSpec)(nil),         // 10: capn.v1alpha1.BootstrapSpec
+	(*File)(nil),                  // 11: capn.v1alpha1.File
+	(*CertificateAuthority)(nil),  // 12: capn.v1alpha1.CertificateAuthority
+	(*HealthPolicy)(nil),          // 13: capn.v1alpha1.HealthPolicy
+	(*UnhealthyCondition)(nil),    // 14: capn.v1alpha1.UnhealthyCondition
+	(*ClusterStatus)(nil),         // 15: capn.v1alpha1.ClusterStatus
+	(*PoolStatus)(nil),            // 16: capn.v1alpha1.PoolStatus
+	(*AutoscalerAction)(nil),      // 17: capn.v1alpha1.AutoscalerAction
+	(*AutoscalerStatus)(nil),      // 18: capn.v1alpha1.AutoscalerStatus
+	nil,                           // 19: capn.v1alpha1.MachineTemplate.ParametersEntry
+	nil,                           // 20: capn.v1alpha1.WorkerPool.LabelsEntry
+	nil,                           // 21: capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
+	(*ObjectMeta)(nil),            // 22: capn.v1alpha1.ObjectMeta
+	(*AddonsSpec)(nil),            // 23: capn.v1alpha1.AddonsSpec
+	(*durationpb.Duration)(nil),   // 24: google.protobuf.Duration
+	(*Taint)(nil),                 // 25: capn.v1alpha1.Taint
+	(*Condition)(nil),             // 26: capn.v1alpha1.Condition
+	(*Endpoint)(nil),              // 27: capn.v1alpha1.Endpoint
+	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
 }
 var file_capn_v1alpha1_cluster_proto_depIdxs = []int32{
-	21, // 0: capn.v1alpha1.Cluster.metadata:type_name -> capn.v1alpha1.ObjectMeta
+	22, // 0: capn.v1alpha1.Cluster.metadata:type_name -> capn.v1alpha1.ObjectMeta
 	2,  // 1: capn.v1alpha1.Cluster.spec:type_name -> capn.v1alpha1.ClusterSpec
-	14, // 2: capn.v1alpha1.Cluster.status:type_name -> capn.v1alpha1.ClusterStatus
-	4,  // 3: capn.v1alpha1.ClusterSpec.control_plane:type_name -> capn.v1alpha1.ControlPlaneSpec
-	5,  // 4: capn.v1alpha1.ClusterSpec.worker_pools:type_name -> capn.v1alpha1.WorkerPool
-	8,  // 5: capn.v1alpha1.ClusterSpec.network:type_name -> capn.v1alpha1.NetworkSpec
-	9,  // 6: capn.v1alpha1.ClusterSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	12, // 7: capn.v1alpha1.ClusterSpec.health:type_name -> capn.v1alpha1.HealthPolicy
-	22, // 8: capn.v1alpha1.ClusterSpec.addons:type_name -> capn.v1alpha1.AddonsSpec
-	18, // 9: capn.v1alpha1.MachineTemplate.parameters:type_name -> capn.v1alpha1.MachineTemplate.ParametersEntry
-	3,  // 10: capn.v1alpha1.ControlPlaneSpec.template:type_name -> capn.v1alpha1.MachineTemplate
-	9,  // 11: capn.v1alpha1.ControlPlaneSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	23, // 12: capn.v1alpha1.ControlPlaneSpec.node_drain_timeout:type_name -> google.protobuf.Duration
-	23, // 13: capn.v1alpha1.ControlPlaneSpec.node_deletion_timeout:type_name -> google.protobuf.Duration
-	3,  // 14: capn.v1alpha1.WorkerPool.template:type_name -> capn.v1alpha1.MachineTemplate
-	19, // 15: capn.v1alpha1.WorkerPool.labels:type_name -> capn.v1alpha1.WorkerPool.LabelsEntry
-	24, // 16: capn.v1alpha1.WorkerPool.taints:type_name -> capn.v1alpha1.Taint
-	7,  // 17: capn.v1alpha1.WorkerPool.strategy:type_name -> capn.v1alpha1.RolloutStrategy
-	9,  // 18: capn.v1alpha1.WorkerPool.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	12, // 19: capn.v1alpha1.WorkerPool.health:type_name -> capn.v1alpha1.HealthPolicy
-	23, // 20: capn.v1alpha1.WorkerPool.node_drain_timeout:type_name -> google.protobuf.Duration
-	23, // 21: capn.v1alpha1.WorkerPool.node_deletion_timeout:type_name -> google.protobuf.Duration
-	6,  // 22: capn.v1alpha1.WorkerPool.autoscaling:type_name -> capn.v1alpha1.Autoscaling
-	10, // 23: capn.v1alpha1.BootstrapSpec.files:type_name -> capn.v1alpha1.File
-	20, // 24: capn.v1alpha1.BootstrapSpec.kubelet_extra_args:type_name -> capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
-	23, // 25: capn.v1alpha1.BootstrapSpec.token_ttl:type_name -> google.protobuf.Duration
-	11, // 26: capn.v1alpha1.BootstrapSpec.ca:type_name -> capn.v1alpha1.CertificateAuthority
-	23, // 27: capn.v1alpha1.BootstrapSpec.command_timeout:type_name -> google.protobuf.Duration
-	13, // 28: capn.v1alpha1.HealthPolicy.unhealthy_conditions:type_name -> capn.v1alpha1.UnhealthyCondition
-	23, // 29: capn.v1alpha1.HealthPolicy.node_startup_timeout:type_name -> google.protobuf.Duration
-	23, // 30: capn.v1alpha1.HealthPolicy.heartbeat_grace:type_name -> google.protobuf.Duration
-	23, // 31: capn.v1alpha1.UnhealthyCondition.timeout:type_name -> google.protobuf.Duration
-	25, // 32: capn.v1alpha1.ClusterStatus.conditions:type_name -> capn.v1alpha1.Condition
-	26, // 33: capn.v1alpha1.ClusterStatus.control_plane_endpoint:type_name -> capn.v1alpha1.Endpoint
-	15, // 34: capn.v1alpha1.ClusterStatus.control_plane:type_name -> capn.v1alpha1.PoolStatus
-	15, // 35: capn.v1alpha1.ClusterStatus.worker_pools:type_name -> capn.v1alpha1.PoolStatus
-	27, // 36: capn.v1alpha1.ClusterStatus.updated:type_name -> google.protobuf.Timestamp
-	6,  // 37: capn.v1alpha1.PoolStatus.autoscaling:type_name -> capn.v1alpha1.Autoscaling
-	16, // 38: capn.v1alpha1.PoolStatus.last_autoscaler_action:type_name -> capn.v1alpha1.AutoscalerAction
-	27, // 39: capn.v1alpha1.AutoscalerAction.time:type_name -> google.protobuf.Timestamp
-	16, // 40: capn.v1alpha1.AutoscalerStatus.last_action:type_name -> capn.v1alpha1.AutoscalerAction
-	41, // [41:41] is the sub-list for method output_type
-	41, // [41:41] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	15, // 2: capn.v1alpha1.Cluster.status:type_name -> capn.v1alpha1.ClusterStatus
+	5,  // 3: capn.v1alpha1.ClusterSpec.control_plane:type_name -> capn.v1alpha1.ControlPlaneSpec
+	6,  // 4: capn.v1alpha1.ClusterSpec.worker_pools:type_name -> capn.v1alpha1.WorkerPool
+	9,  // 5: capn.v1alpha1.ClusterSpec.network:type_name -> capn.v1alpha1.NetworkSpec
+	10, // 6: capn.v1alpha1.ClusterSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
+	13, // 7: capn.v1alpha1.ClusterSpec.health:type_name -> capn.v1alpha1.HealthPolicy
+	23, // 8: capn.v1alpha1.ClusterSpec.addons:type_name -> capn.v1alpha1.AddonsSpec
+	3,  // 9: capn.v1alpha1.ClusterSpec.etcd_snapshots:type_name -> capn.v1alpha1.EtcdSnapshotPolicy
+	24, // 10: capn.v1alpha1.EtcdSnapshotPolicy.every:type_name -> google.protobuf.Duration
+	19, // 11: capn.v1alpha1.MachineTemplate.parameters:type_name -> capn.v1alpha1.MachineTemplate.ParametersEntry
+	4,  // 12: capn.v1alpha1.ControlPlaneSpec.template:type_name -> capn.v1alpha1.MachineTemplate
+	10, // 13: capn.v1alpha1.ControlPlaneSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
+	24, // 14: capn.v1alpha1.ControlPlaneSpec.node_drain_timeout:type_name -> google.protobuf.Duration
+	24, // 15: capn.v1alpha1.ControlPlaneSpec.node_deletion_timeout:type_name -> google.protobuf.Duration
+	4,  // 16: capn.v1alpha1.WorkerPool.template:type_name -> capn.v1alpha1.MachineTemplate
+	20, // 17: capn.v1alpha1.WorkerPool.labels:type_name -> capn.v1alpha1.WorkerPool.LabelsEntry
+	25, // 18: capn.v1alpha1.WorkerPool.taints:type_name -> capn.v1alpha1.Taint
+	8,  // 19: capn.v1alpha1.WorkerPool.strategy:type_name -> capn.v1alpha1.RolloutStrategy
+	10, // 20: capn.v1alpha1.WorkerPool.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
+	13, // 21: capn.v1alpha1.WorkerPool.health:type_name -> capn.v1alpha1.HealthPolicy
+	24, // 22: capn.v1alpha1.WorkerPool.node_drain_timeout:type_name -> google.protobuf.Duration
+	24, // 23: capn.v1alpha1.WorkerPool.node_deletion_timeout:type_name -> google.protobuf.Duration
+	7,  // 24: capn.v1alpha1.WorkerPool.autoscaling:type_name -> capn.v1alpha1.Autoscaling
+	11, // 25: capn.v1alpha1.BootstrapSpec.files:type_name -> capn.v1alpha1.File
+	21, // 26: capn.v1alpha1.BootstrapSpec.kubelet_extra_args:type_name -> capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
+	24, // 27: capn.v1alpha1.BootstrapSpec.token_ttl:type_name -> google.protobuf.Duration
+	12, // 28: capn.v1alpha1.BootstrapSpec.ca:type_name -> capn.v1alpha1.CertificateAuthority
+	24, // 29: capn.v1alpha1.BootstrapSpec.command_timeout:type_name -> google.protobuf.Duration
+	14, // 30: capn.v1alpha1.HealthPolicy.unhealthy_conditions:type_name -> capn.v1alpha1.UnhealthyCondition
+	24, // 31: capn.v1alpha1.HealthPolicy.node_startup_timeout:type_name -> google.protobuf.Duration
+	24, // 32: capn.v1alpha1.HealthPolicy.heartbeat_grace:type_name -> google.protobuf.Duration
+	24, // 33: capn.v1alpha1.UnhealthyCondition.timeout:type_name -> google.protobuf.Duration
+	26, // 34: capn.v1alpha1.ClusterStatus.conditions:type_name -> capn.v1alpha1.Condition
+	27, // 35: capn.v1alpha1.ClusterStatus.control_plane_endpoint:type_name -> capn.v1alpha1.Endpoint
+	16, // 36: capn.v1alpha1.ClusterStatus.control_plane:type_name -> capn.v1alpha1.PoolStatus
+	16, // 37: capn.v1alpha1.ClusterStatus.worker_pools:type_name -> capn.v1alpha1.PoolStatus
+	28, // 38: capn.v1alpha1.ClusterStatus.updated:type_name -> google.protobuf.Timestamp
+	7,  // 39: capn.v1alpha1.PoolStatus.autoscaling:type_name -> capn.v1alpha1.Autoscaling
+	17, // 40: capn.v1alpha1.PoolStatus.last_autoscaler_action:type_name -> capn.v1alpha1.AutoscalerAction
+	28, // 41: capn.v1alpha1.AutoscalerAction.time:type_name -> google.protobuf.Timestamp
+	17, // 42: capn.v1alpha1.AutoscalerStatus.last_action:type_name -> capn.v1alpha1.AutoscalerAction
+	43, // [43:43] is the sub-list for method output_type
+	43, // [43:43] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_capn_v1alpha1_cluster_proto_init() }
@@ -1854,14 +1929,14 @@ func file_capn_v1alpha1_cluster_proto_init() {
 	}
 	file_capn_v1alpha1_addons_proto_init()
 	file_capn_v1alpha1_meta_proto_init()
-	file_capn_v1alpha1_cluster_proto_msgTypes[3].OneofWrappers = []any{}
+	file_capn_v1alpha1_cluster_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_capn_v1alpha1_cluster_proto_rawDesc), len(file_capn_v1alpha1_cluster_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -216,8 +216,8 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	}
 	var subs []*nats.Subscription
 	for subject, h := range map[string]func(context.Context, []byte) proto.Message{
-		keys.BackupRequest("create"):  s.onCreate,
-		keys.BackupRequest("restore"): s.onRestore,
+		keys.BackupRequest("create"):         s.onCreate,
+		keys.BackupRequest("restore"):        s.onRestore,
 		keys.BackupRequest(VerbEtcdSnapshot): s.onEtcdSnapshot,
 		keys.BackupRequest(VerbEtcdList):     s.onEtcdList,
 		keys.BackupRequest(VerbEtcdRestore):  s.onEtcdRestore,

@@ -48,7 +48,9 @@ var restoreIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 const RestoreBumpRevision = 1_000_000_000
 
 // RestoreDir is where a restore's files are.
-func (r *Runtime) RestoreDir() string { return filepath.Join(r.opts.DataDir, "capn-node", "etcd-restore") }
+func (r *Runtime) RestoreDir() string {
+	return filepath.Join(r.opts.DataDir, "capn-node", "etcd-restore")
+}
 
 func (r *Runtime) restoreFile(id string) string { return filepath.Join(r.RestoreDir(), id+".db") }
 func (r *Runtime) restoredDir(id string) string { return r.layout.EtcdDataDir() + ".restore-" + id }

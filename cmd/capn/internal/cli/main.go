@@ -56,6 +56,7 @@ func commands() []command {
 		{"addon-secret", "seal objects with credentials for add-on sets (set NAME -f FILE | delete NAME)", cmdAddonSecret},
 		{"backup", "back up the management plane to a file, or list the stored backups", cmdBackup},
 		{"restore", "restore a backup into this deployment (--merge, --dry-run)", cmdRestore},
+		{"etcd", "snapshot a kube-local cluster's etcd, list its snapshots, restore one (snapshot|snapshots|restore)", cmdEtcd},
 		{"move", "hand live clusters to another capn deployment (--to CONFIG)", cmdMove},
 		{"events", "print a cluster's timeline (--follow)", cmdEvents},
 		{"dashboard", "open the dashboard in a browser, logged in by a one-time link", cmdDashboard},

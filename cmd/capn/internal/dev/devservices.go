@@ -53,9 +53,10 @@ func devServices(cfg Config, gw devGateway, auth *devAuth, providers []daemon.Se
 		healthwatcher.New(healthwatcher.Config{Keyring: ring}), // opens kubeconfigs to read real-kubernetes clusters' Nodes
 		remediator.New(remediator.Config{}),
 		addonmanager.New(addonmanager.Config{Keyring: ring}), // opens kubeconfigs and add-on secrets
-		// Backups into <data-dir>/jetstream's backups object store; no key:
-		// the secrets stay sealed.
-		backup.New(backup.Config{Every: cfg.BackupEvery, Keep: cfg.BackupKeep}),
+		// Backups into <data-dir>/jetstream's backups object store (the
+		// secrets stay sealed); the key seals workload clusters' etcd
+		// snapshots only.
+		backup.New(backup.Config{Every: cfg.BackupEvery, Keep: cfg.BackupKeep, Keyring: ring}),
 	}
 	as, err := devAutoscaler(cfg)
 	if err != nil {

@@ -303,3 +303,61 @@ func TestInitialCluster(t *testing.T) {
 		t.Errorf("InitialCluster = %s, want %s", got, want)
 	}
 }
+
+// Scheduled etcd snapshots: taken every interval from the cluster's
+// policy, recorded in observed backup.etcd-<cluster> with
+// EtcdSnapshotSucceeded True; when the machines cannot give one, the
+// condition turns False with the failures counted.
+func TestScheduledEtcdSnapshots(t *testing.T) {
+	if testing.Short() {
+		t.Skip("scheduled every second: skipped with -short")
+	}
+	key, _ := seal.GenerateKey()
+	ring, _ := seal.NewKeyring(key)
+	js, _ := run(t, Config{Keyring: ring, EtcdWait: 5 * time.Second, EtcdScheduleTick: 100 * time.Millisecond})
+	nc := js.Conn()
+	putProto(t, js, events.BucketDesired, keys.Cluster("c1"), &capnv1.Cluster{Metadata: &capnv1.ObjectMeta{Name: "c1"},
+		Spec: &capnv1.ClusterSpec{Bootstrap: &capnv1.BootstrapSpec{Provider: KubeLocal},
+			EtcdSnapshots: &capnv1.EtcdSnapshotPolicy{Every: durationpb.New(time.Second), Keep: 2}}})
+	putProto(t, js, events.BucketDesired, keys.Machine("c1", "cp-0"), &capnv1.Machine{Spec: &capnv1.MachineSpec{Cluster: "c1", Role: "control-plane"}})
+	cp0 := &agent{name: "cp-0", peer: "https://127.0.0.1:2380", snapshot: bytes.Repeat([]byte("db"), 1000)}
+	cp0.serve(t, nc, "c1")
+	kv, err := js.KeyValue(context.Background(), events.BucketObserved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := func() *capnv1.EtcdSnapshotStatus {
+		st := &capnv1.EtcdSnapshotStatus{}
+		if e, err := kv.Get(context.Background(), keys.EtcdSnapshotStatus("c1")); err == nil {
+			_ = proto.Unmarshal(e.Value(), st)
+		}
+		return st
+	}
+	cond := func(st *capnv1.EtcdSnapshotStatus) *capnv1.Condition {
+		for _, c := range st.GetConditions() {
+			if c.GetType() == ConditionEtcdSnapshotSucceeded {
+				return c
+			}
+		}
+		return nil
+	}
+	var st *capnv1.EtcdSnapshotStatus
+	natstest.WaitFor(t, 20*time.Second, "two scheduled snapshots, recorded", func() bool {
+		st = status()
+		list := ask(t, nc, VerbEtcdList, &capnv1.EtcdSnapshotListRequest{Cluster: "c1"}, &capnv1.EtcdSnapshotList{}).GetSnapshots()
+		return len(list) == 2 && st.GetLastSnapshot() == list[1].GetName() && list[1].GetTrigger() == TriggerSchedule
+	})
+	if c := cond(st); c.GetStatus() != "True" || st.GetKeep() != 2 || st.GetEvery().AsDuration() != time.Second || st.GetNext() == nil {
+		t.Errorf("status %v", st)
+	}
+	cp0.mu.Lock()
+	cp0.failOp = opSnapshot
+	cp0.mu.Unlock()
+	natstest.WaitFor(t, 20*time.Second, "EtcdSnapshotSucceeded False after two failures", func() bool {
+		st = status()
+		return cond(st).GetStatus() == "False" && st.GetConsecutiveFailures() >= 2
+	})
+	if c := cond(st); c.GetReason() != ReasonEtcdSnapshotFailed || !strings.Contains(c.GetMessage(), "snapshot failed here") || st.GetLastError() == "" {
+		t.Errorf("failed status %v", st)
+	}
+}

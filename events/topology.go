@@ -40,6 +40,9 @@ const (
 	// ObjectBackups is the object store of the management plane's backups
 	// (the backup service's; stream OBJ_backups).
 	ObjectBackups = "backups"
+	// ObjectEtcdSnapshots is the object store of workload clusters' etcd
+	// snapshots (sealed), <cluster>/<name>: the backup service's.
+	ObjectEtcdSnapshots = "etcd-snapshots"
 
 	// ClusterObject stands in the object token of cluster-level subjects.
 	ClusterObject = keys.ClusterObject
@@ -132,6 +135,7 @@ func DefaultTopology(replicas int) Topology {
 		},
 		ObjectStores: []jetstream.ObjectStoreConfig{
 			{Bucket: ObjectBackups, Description: "backups of desired, observed and secrets (sealed); the backup service keeps the newest few", Storage: jetstream.FileStorage, Replicas: replicas},
+			{Bucket: ObjectEtcdSnapshots, Description: "workload clusters' etcd snapshots (sealed), <cluster>/<name>; the backup service keeps each cluster's newest few", Storage: jetstream.FileStorage, Replicas: replicas},
 		},
 	}
 }

@@ -155,6 +155,9 @@ func (s *server) routes() {
 	s.handle("GET /v1/backups", scopeRead, 0, s.listBackups)
 	s.handle("GET /v1/backups/{name}", scopeSecrets, 0, s.getBackup)
 	s.handle("POST /v1/restores", scopeSecrets|scopeWrite, s.limits.RestoreBytes, s.restore)
+	s.handle("POST /v1/clusters/{name}/etcd-snapshots", scopeSecrets, s.limits.RequestBytes, s.createEtcdSnapshot)
+	s.handle("GET /v1/clusters/{name}/etcd-snapshots", scopeRead, 0, s.listEtcdSnapshots)
+	s.handle("POST /v1/clusters/{name}/etcd-restores", scopeSecrets|scopeWrite, s.limits.RequestBytes, s.restoreEtcd)
 	s.handle("POST /v1/events", scopeIngest, s.limits.IngestRequestBytes, s.ingest)
 	// Any authenticated principal: the checks are in the handlers.
 	s.handle(loginsRoute, 0, s.limits.RequestBytes, s.createLogin)

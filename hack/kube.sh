@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes binaries capn's workload clusters run — etcd,
-# etcdctl, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl —
+# etcdctl, etcdutl (etcd restores), kube-apiserver, kube-controller-manager, kube-scheduler, kubectl —
 # and kwok (fake nodes for tests), of one Kubernetes version (KUBE_VERSION;
 # `make kube` runs it for each of the Makefile's KUBE_VERSIONS), and prints
 # the directory they are in. They are cached outside the repository, one
@@ -48,7 +48,7 @@ kwok_version=${KWOK_VERSION:-v0.8.0}
 cache=${CAPN_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/capn/kube}
 dir=$cache/k8s-${kube_version}_etcd-${etcd_version}_kwok-${kwok_version}
 bin=$dir/bin
-binaries=(etcd etcdctl kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
+binaries=(etcd etcdctl etcdutl kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
 
 complete() {
   local b
@@ -146,13 +146,30 @@ build() {
 }
 
 go_version=$("$go" env GOVERSION)
+
+# A cache directory built before etcdutl was added (everything else there)
+# gets etcdutl alone, built in place (about a minute), not a whole rebuild.
+missing=()
+for b in "${binaries[@]}"; do [[ -x $bin/$b ]] || missing+=("$b"); done
+if [[ ${missing[*]} == etcdutl ]]; then
+  t=$(date +%s)
+  mkdir -p "$work/etcdutl"
+  printf 'module capn.local/etcdutlbuild\n\ngo 1.26.0\n\nrequire go.etcd.io/etcd/etcdutl/v3 %s\n' "$etcd_version" >"$work/etcdutl/go.mod"
+  gorun -C "$work/etcdutl" list -deps go.etcd.io/etcd/etcdutl/v3 >/dev/null
+  gorun -C "$work/etcdutl" build -trimpath -ldflags "-s -w" -o "$bin/etcdutl.tmp" go.etcd.io/etcd/etcdutl/v3
+  mv "$bin/etcdutl.tmp" "$bin/etcdutl"
+  printf '%-24s %4ss  %s\n' etcdutl "$(since "$t")" "go.etcd.io/etcd/etcdutl/v3 (added to this directory later)" >>"$dir/BUILD-INFO"
+  log "added etcdutl to $bin in $(since "$t")s"
+  echo "$bin"
+  exit 0
+fi
 log "building into $tmp with $go_version (a cold build takes about 25 minutes on 2 cores, a warm Go build cache under a minute)"
 
 # etcd, etcdctl and kwok depend only on their own versions and Go's, not on
 # Kubernetes': a complete cache directory of another Kubernetes version with
 # the same etcd and kwok versions, built with the same Go, lends them (hard
 # links, or copies across file systems) instead of a rebuild.
-shared=(etcd etcdctl kwok)
+shared=(etcd etcdctl etcdutl kwok)
 donor=
 for d in "$cache"/k8s-*_etcd-"${etcd_version}"_kwok-"${kwok_version}"; do
   [[ $d != "$dir" && -f $d/BUILD-INFO ]] || continue
@@ -198,8 +215,8 @@ mkdir -p "$work/kube" "$work/etcd" "$work/kwok"
   done
   echo ")"
 } >"$work/kube/go.mod"
-printf 'module capn.local/etcdbuild\n\ngo 1.26.0\n\nrequire (\n\tgo.etcd.io/etcd/server/v3 %s\n\tgo.etcd.io/etcd/etcdctl/v3 %s\n)\n' \
-  "$etcd_version" "$etcd_version" >"$work/etcd/go.mod"
+printf 'module capn.local/etcdbuild\n\ngo 1.26.0\n\nrequire (\n\tgo.etcd.io/etcd/server/v3 %s\n\tgo.etcd.io/etcd/etcdctl/v3 %s\n\tgo.etcd.io/etcd/etcdutl/v3 %s\n)\n' \
+  "$etcd_version" "$etcd_version" "$etcd_version" >"$work/etcd/go.mod"
 printf 'module capn.local/kwokbuild\n\ngo 1.26.0\n\nrequire sigs.k8s.io/kwok %s\n' "$kwok_version" >"$work/kwok/go.mod"
 
 kube_cmds=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
@@ -207,7 +224,7 @@ kube_pkgs=()
 for c in "${kube_cmds[@]}"; do kube_pkgs+=("k8s.io/kubernetes/cmd/$c"); done
 # Loading every package fetches what the builds need and writes go.sum.
 if [[ -z $donor ]]; then
-  gorun -C "$work/etcd" list -deps go.etcd.io/etcd/server/v3 go.etcd.io/etcd/etcdctl/v3 >/dev/null
+  gorun -C "$work/etcd" list -deps go.etcd.io/etcd/server/v3 go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3 >/dev/null
   gorun -C "$work/kwok" list -deps sigs.k8s.io/kwok/cmd/kwok >/dev/null
 fi
 gorun -C "$work/kube" list -deps "${kube_pkgs[@]}" >/dev/null
@@ -222,6 +239,7 @@ if [[ -n $donor ]]; then
 else
   build "$work/etcd" etcd go.etcd.io/etcd/server/v3
   build "$work/etcd" etcdctl go.etcd.io/etcd/etcdctl/v3
+  build "$work/etcd" etcdutl go.etcd.io/etcd/etcdutl/v3
   build "$work/kwok" kwok sigs.k8s.io/kwok/cmd/kwok "-X sigs.k8s.io/kwok/pkg/consts.Version=${kwok_version#v}"
 fi
 stamp=()

@@ -47,8 +47,12 @@ const (
 	// capn.bootstrap.credential.<provider>.<cluster>.<machine>.
 	SubjectBootstrapCredential = keys.BootstrapCredentialRoot
 	// SubjectBackup is the root of the backup service's requests
-	// (keys.BackupRoot): capn.backup.create, capn.backup.restore.
+	// (keys.BackupRoot): capn.backup.create, capn.backup.restore and the
+	// etcd snapshots' etcd-snapshot, etcd-list, etcd-restore.
 	SubjectBackup = keys.BackupRoot
+	// SubjectEtcd is the root of the backup service's etcd commands to a
+	// machine's node agent (keys.EtcdRoot): capn.etcd.<cluster>.<machine>.<op>.
+	SubjectEtcd = keys.EtcdRoot
 	// SubjectAuthCallout is where the server asks the bootstrapper to log
 	// a machine in (bootstrapper.CalloutSubject): node agents have no
 	// static user, each logs in as its own machine (keys.MachineUser).
@@ -254,6 +258,12 @@ func (d Deployment) Users() []User {
 			events.Subject(events.SubjectProviders, "*", "cluster", "adopt", ">"))
 		g.objects(events.ObjectBackups)
 		g.serve(events.Subject(SubjectBackup, "create"), events.Subject(SubjectBackup, "restore"))
+		// Workload clusters' etcd snapshots: commands to the control-plane
+		// machines' node agents (each subscribes only its own), the sealed
+		// snapshots in their own object store, and the requests for them.
+		g.publish(events.Subject(SubjectEtcd, "*", "*", "*"))
+		g.objects(events.ObjectEtcdSnapshots)
+		g.serve(events.Subject(SubjectBackup, "etcd-snapshot"), events.Subject(SubjectBackup, "etcd-list"), events.Subject(SubjectBackup, "etcd-restore"))
 	})
 	add(Maintenance, "applies auto-patches and pending upgrades in maintenance windows, and hibernation schedules", func(g *grants) {
 		// Its cache watches two prefixes of desired (cluster.>,

@@ -85,3 +85,9 @@ type Condition struct {
 	Message            string     `json:"message,omitempty"`
 	LastTransitionTime *time.Time `json:"lastTransitionTime,omitempty"`
 }
+
+// EtcdRestoreRequest is the body of POST /v1/clusters/{name}/etcd-restores.
+type EtcdRestoreRequest struct {
+	// Snapshot is the name of one of the cluster's snapshots.
+	Snapshot string `json:"snapshot"`
+}

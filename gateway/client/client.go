@@ -616,3 +616,42 @@ func (c *Client) Restore(ctx context.Context, file []byte, o RestoreOptions) (*c
 	_, err := c.call(ctx, http.MethodPost, "/v1/restores", q, bytes.NewReader(file), api.MediaBackup, out)
 	return out, err
 }
+
+// EtcdSnapshot asks for a snapshot of cluster's etcd now (kube-local
+// clusters); the answer describes the stored snapshot.
+func (c *Client) EtcdSnapshot(ctx context.Context, cluster string) (*capnv1.EtcdSnapshotInfo, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 6*time.Minute)
+		defer cancel()
+	}
+	out := &capnv1.EtcdSnapshotInfo{}
+	_, err := c.call(ctx, http.MethodPost, "/v1/clusters/"+url.PathEscape(cluster)+"/etcd-snapshots", nil, nil, "", out)
+	return out, err
+}
+
+// EtcdSnapshots lists cluster's etcd snapshots, oldest first, and its
+// schedule's state.
+func (c *Client) EtcdSnapshots(ctx context.Context, cluster string) (*capnv1.EtcdSnapshotList, error) {
+	out := &capnv1.EtcdSnapshotList{}
+	_, err := c.call(ctx, http.MethodGet, "/v1/clusters/"+url.PathEscape(cluster)+"/etcd-snapshots", nil, nil, "", out)
+	return out, err
+}
+
+// EtcdRestore restores cluster's etcd on every control-plane member from
+// snapshot; it answers once every member is healthy and every API server
+// ready.
+func (c *Client) EtcdRestore(ctx context.Context, cluster, snapshot string) (*capnv1.EtcdRestoreResult, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 16*time.Minute)
+		defer cancel()
+	}
+	b, err := json.Marshal(api.EtcdRestoreRequest{Snapshot: snapshot})
+	if err != nil {
+		return nil, err
+	}
+	out := &capnv1.EtcdRestoreResult{}
+	_, err = c.call(ctx, http.MethodPost, "/v1/clusters/"+url.PathEscape(cluster)+"/etcd-restores", nil, bytes.NewReader(b), api.MediaJSON, out)
+	return out, err
+}

@@ -21,8 +21,9 @@ import (
 )
 
 // DeploymentProgramNames are the programs of a capn deployment a user
-// drives: the core services, the addon-manager, the gateway and the CLI.
-var DeploymentProgramNames = append(append([]string(nil), CoreProgramNames...), "addon-manager", "gateway", "capn")
+// drives: the core services, the addon-manager, the backup service, the
+// gateway and the CLI.
+var DeploymentProgramNames = append(append([]string(nil), CoreProgramNames...), "addon-manager", "backup", "gateway", "capn")
 
 var (
 	deployOnce sync.Once
@@ -31,7 +32,7 @@ var (
 )
 
 // Capn is a capn deployment for one test: the core programs, the
-// addon-manager and the gateway as processes on the test's NATS server,
+// addon-manager, the backup service and the gateway as processes on the test's NATS server,
 // sharing one secrets key, and the CLI pointed at the gateway with an
 // admin token.
 type Capn struct {
@@ -73,6 +74,8 @@ func StartCapn(t *testing.T, natsURL string) *Capn {
 	}
 	// Add-on sets (none unless a test applies one); it opens kubeconfigs.
 	StartProgram(t, filepath.Join(dir, "addon-manager"), []string{"CAPN_LOG_LEVEL=info", "CAPN_LOG_FORMAT=json", secretsKey}, nats, "--http-addr=off")
+	// Backups, and workload clusters' etcd snapshots (sealed with the key).
+	StartProgram(t, filepath.Join(dir, "backup"), []string{"CAPN_LOG_LEVEL=info", "CAPN_LOG_FORMAT=json", secretsKey}, nats, "--http-addr=off")
 	// An admin token as `capn-gateway` takes them (32 random bytes, hex);
 	// the suite runs the gateway only as a program, never imports it.
 	tok := make([]byte, 32)

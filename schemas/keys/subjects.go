@@ -26,6 +26,10 @@ const (
 	// BackupRoot: requests to the backup service (core request-reply):
 	// capn.backup.create, capn.backup.restore.
 	BackupRoot = "capn.backup"
+	// EtcdRoot: the backup service's commands to a control-plane
+	// machine's node agent (core request-reply),
+	// capn.etcd.<cluster>.<machine>.<op>.
+	EtcdRoot = "capn.etcd"
 	// IngestRoot: the gateway's ingest stream, capn.ingest.<event type's
 	// tokens> (any number of them: not parsed here).
 	IngestRoot = "capn.ingest"
@@ -78,6 +82,14 @@ func BootstrapCredential(provider, cluster, machine string) string {
 
 // BackupRequest is capn.backup.<verb> (create, restore).
 func BackupRequest(verb string) string { return join(BackupRoot, verb) }
+
+// EtcdCommand is capn.etcd.<cluster>.<machine>.<op>: an etcd snapshot or
+// restore step asked of machine's node agent.
+func EtcdCommand(cluster, machine, op string) string { return join(EtcdRoot, cluster, machine, op) }
+
+// EtcdSnapshotStatus is backup.etcd-<cluster> (observed): the cluster's
+// scheduled etcd snapshots' state.
+func EtcdSnapshotStatus(cluster string) string { return Backup("etcd-" + cluster) }
 
 // Subject is a parsed subject. Object is the machine, or ClusterObject.
 // By root:

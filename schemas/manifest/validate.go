@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"google.golang.org/protobuf/types/known/durationpb"
+	"time"
 
 	"errors"
 	"slices"
@@ -129,6 +130,34 @@ func (v Validator) validate(c *capnv1.Cluster, errs *fieldErrors) {
 	validateHealth(s.Health, sp.child("health"), errs)
 	validateMaintenance(s.Maintenance, cpVersion, cpVersionOK, sp.child("maintenance"), errs)
 	validateHibernation(s.Hibernation, sp.child("hibernation"), errs)
+	validateEtcdSnapshots(s.EtcdSnapshots, s.Bootstrap.GetProvider(), sp.child("etcdSnapshots"), errs)
+}
+
+// Bounds of spec.etcdSnapshots.
+const (
+	MinEtcdSnapshotEvery = time.Minute
+	MaxEtcdSnapshotKeep  = 100
+)
+
+// validateEtcdSnapshots checks the scheduled etcd snapshots: only for a
+// control plane capn runs (kube-local), every at least a minute, keep
+// from 1 to 100 (0: the default, 5).
+func validateEtcdSnapshots(e *capnv1.EtcdSnapshotPolicy, provider string, p path, errs *fieldErrors) {
+	if e == nil {
+		return
+	}
+	if provider != "kube-local" {
+		if provider == "" {
+			provider = "kubeadm"
+		}
+		errs.add(p, nil, "only for a control plane capn runs (spec.bootstrap.provider kube-local), not %s: capn has no access to that etcd", provider)
+	}
+	if d := e.GetEvery().AsDuration(); e.GetEvery() != nil && d < MinEtcdSnapshotEvery {
+		errs.add(p.child("every"), d, "must be at least %s (unset: snapshots only on demand, capn etcd snapshot)", MinEtcdSnapshotEvery)
+	}
+	if k := e.GetKeep(); k < 0 || k > MaxEtcdSnapshotKeep {
+		errs.add(p.child("keep"), k, "must be from 1 to %d (0 or unset: 5)", MaxEtcdSnapshotKeep)
+	}
 }
 
 func validateMeta(m *capnv1.ObjectMeta, p path, errs *fieldErrors) {

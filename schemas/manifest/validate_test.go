@@ -190,6 +190,13 @@ func TestValidate(t *testing.T) {
 			"spec.health.nodeStartupTimeout: 10s: must be 0 (disabled) or at least 30s",
 			`spec.health.maxUnhealthy: "[5-2]": a range [a-b] needs a <= b`,
 		}},
+		{"etcd snapshots", func(c *capnv1.Cluster) {
+			c.Spec.EtcdSnapshots = &capnv1.EtcdSnapshotPolicy{Every: durationpb.New(30 * time.Second), Keep: 101}
+		}, []string{
+			"spec.etcdSnapshots: only for a control plane capn runs (spec.bootstrap.provider kube-local), not",
+			"spec.etcdSnapshots.every: 30s: must be at least 1m0s",
+			"spec.etcdSnapshots.keep: 101: must be from 1 to 100",
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

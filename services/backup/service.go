@@ -25,6 +25,7 @@ import (
 	"github.com/capn-dev/capn/schemas/backupfile"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
+	"github.com/capn-dev/capn/secrets/seal"
 	"github.com/capn-dev/capn/services/daemon"
 )
 
@@ -48,6 +49,26 @@ type Config struct {
 	MaxBytes int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+
+	// Keyring seals and opens workload clusters' etcd snapshots (the
+	// secrets bucket's key: a snapshot holds the cluster's Secrets). Without
+	// one (and no KeyFile or CAPN_SECRETS_KEY), etcd snapshots are refused;
+	// management-plane backups need no key.
+	Keyring *seal.Keyring
+	// KeyFile and OldKeyFiles load Keyring (--secrets-key-file,
+	// --secrets-old-key-files).
+	KeyFile, OldKeyFiles string
+	// EtcdWait bounds each step of an etcd snapshot or restore asked of a
+	// node agent (default 30s; a restore's prepare gets twice as long).
+	EtcdWait time.Duration
+	// EtcdRestoreWait bounds the wait for a restored cluster's members and
+	// API servers to be healthy again (default 5m).
+	EtcdRestoreWait time.Duration
+	// EtcdMaxBytes bounds one etcd snapshot (default 1 GiB).
+	EtcdMaxBytes int64
+	// EtcdScheduleTick is how often the clusters' snapshot policies are
+	// looked at (default 10s).
+	EtcdScheduleTick time.Duration
 }
 
 // Service is the backup service.
@@ -65,6 +86,13 @@ type Service struct {
 	// restoring serialises restores: two at once would race for the same
 	// keys and report each other's writes as conflicts.
 	restoring sync.Mutex
+
+	etcdObjects jetstream.ObjectStore
+	clusters    *store.Bucket[*capnv1.Cluster]
+	machines    *store.Bucket[*capnv1.Machine]
+	etcdStatus  *store.Bucket[*capnv1.EtcdSnapshotStatus]
+	// etcdRestoring serialises etcd restores.
+	etcdRestoring sync.Mutex
 }
 
 var (
@@ -81,6 +109,18 @@ func New(cfg Config) *Service {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.EtcdWait == 0 {
+		cfg.EtcdWait = 30 * time.Second
+	}
+	if cfg.EtcdRestoreWait == 0 {
+		cfg.EtcdRestoreWait = 5 * time.Minute
+	}
+	if cfg.EtcdMaxBytes == 0 {
+		cfg.EtcdMaxBytes = 1 << 30
+	}
+	if cfg.EtcdScheduleTick == 0 {
+		cfg.EtcdScheduleTick = DefaultEtcdScheduleTick
+	}
 	return &Service{cfg: cfg}
 }
 
@@ -92,6 +132,8 @@ func (s *Service) Flags() []daemon.Flag {
 	return []daemon.Flag{
 		{Name: "backup-every", Env: "CAPN_BACKUP_EVERY", Usage: "take a scheduled backup this often (0: no scheduled backups)", Value: daemon.DurationValue(&s.cfg.Every)},
 		{Name: "backup-keep", Env: "CAPN_BACKUP_KEEP", Usage: "how many backups the backups object store keeps (the newest)", Value: daemon.IntValue(&s.cfg.Keep)},
+		{Name: "secrets-key-file", Env: "CAPN_SECRETS_KEY_FILE", Usage: "file with the secrets bucket's key, to seal workload clusters' etcd snapshots (or set " + seal.KeyEnv + "); without one, etcd snapshots are refused", Value: daemon.StringValue(&s.cfg.KeyFile)},
+		{Name: "secrets-old-key-files", Env: "CAPN_SECRETS_OLD_KEY_FILES", Usage: "comma-separated files with older keys, to open etcd snapshots sealed before a rotation", Value: daemon.StringValue(&s.cfg.OldKeyFiles)},
 	}
 }
 
@@ -117,6 +159,14 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	}
 	s.log, s.nc, s.js = d.Log, d.NC, d.JS
 	var err error
+	if s.cfg.Keyring == nil {
+		if s.cfg.Keyring, err = seal.LoadKeyring(s.cfg.KeyFile, s.cfg.OldKeyFiles); err != nil {
+			return err
+		}
+	}
+	if s.etcdObjects, err = d.JS.ObjectStore(ctx, events.ObjectEtcdSnapshots); err != nil {
+		return fmt.Errorf("object store %s: %w", events.ObjectEtcdSnapshots, err)
+	}
 	if s.objects, err = d.JS.ObjectStore(ctx, events.ObjectBackups); err != nil {
 		return fmt.Errorf("object store %s: %w", events.ObjectBackups, err)
 	}
@@ -127,6 +177,9 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 		}
 	}
 	s.schedule = store.NewBucket(s.kv[backupfile.BucketObserved], store.New[capnv1.BackupScheduleStatus]())
+	s.etcdStatus = store.NewBucket(s.kv[backupfile.BucketObserved], store.New[capnv1.EtcdSnapshotStatus]())
+	s.clusters = store.NewBucket(s.kv[backupfile.BucketDesired], store.New[capnv1.Cluster]())
+	s.machines = store.NewBucket(s.kv[backupfile.BucketDesired], store.New[capnv1.Machine]())
 	s.pub = events.NewPublisher(d.JS, "capn/"+Name)
 	if s.metrics, err = newMetrics(d.Metrics); err != nil {
 		return fmt.Errorf("metrics: %w", err)
@@ -163,8 +216,11 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	}
 	var subs []*nats.Subscription
 	for subject, h := range map[string]func(context.Context, []byte) proto.Message{
-		keys.BackupRequest("create"):  s.onCreate,
-		keys.BackupRequest("restore"): s.onRestore,
+		keys.BackupRequest("create"):         s.onCreate,
+		keys.BackupRequest("restore"):        s.onRestore,
+		keys.BackupRequest(VerbEtcdSnapshot): s.onEtcdSnapshot,
+		keys.BackupRequest(VerbEtcdList):     s.onEtcdList,
+		keys.BackupRequest(VerbEtcdRestore):  s.onEtcdRestore,
 	} {
 		sub, err := serve(subject, h)
 		if err != nil {
@@ -180,6 +236,8 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); s.runSchedule(ctx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); s.runEtcdSchedule(ctx) }()
 	d.Ready.Set(true)
 	s.log.Info().Dur("every", s.cfg.Every).Int("keep", s.cfg.Keep).Msg("backup service serving")
 	<-ctx.Done()

@@ -42,6 +42,9 @@ const (
 	CalloutSubject = "$SYS.REQ.USER.AUTH"
 	// DefaultMachineJWTTTL bounds how long a login outlives its secret.
 	DefaultMachineJWTTTL = 15 * time.Minute
+	// MachineEtcdReplyWindow is how long a machine may answer an etcd
+	// command (a snapshot's chunks) after it arrived.
+	MachineEtcdReplyWindow = 10 * time.Minute
 	// DefaultCalloutAccount is the account machines are placed in: the
 	// global account, as capn dev runs. A rendered deployment names its own.
 	DefaultCalloutAccount = "$G"
@@ -56,6 +59,11 @@ func MachinePermissions(cluster, machine string, fetch bool) jwt.Permissions {
 		p.Pub.Allow.Add(keys.BootstrapFetch(cluster, machine))
 	}
 	p.Sub.Allow.Add(keys.MachineInboxPrefix(cluster, machine) + ".>")
+	// The backup service's etcd commands to this machine, each answered
+	// with as many replies as a snapshot's chunks (to the asker's reply
+	// subject only, within MachineEtcdReplyWindow).
+	p.Sub.Allow.Add(keys.EtcdCommand(cluster, machine, "*"))
+	p.Resp = &jwt.ResponsePermission{MaxMsgs: -1, Expires: MachineEtcdReplyWindow}
 	return p
 }
 

@@ -2,10 +2,12 @@ package perms
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/capn-dev/capn/deploy/natsconfig"
@@ -116,6 +118,74 @@ func TestMachinesReachOnlyTheirOwnSubjects(t *testing.T) {
 			_, err := natsconfigtest.Fetch(rctx, withSecret.nc, a)
 			return err
 		})
+	})
+
+	// etcd snapshots (issue 22): a's agent answers the backup service's
+	// etcd commands to a (a snapshot is many replies to one request), and
+	// nothing of another machine's or cluster's: it cannot read b's or
+	// another cluster's commands (a restore's chunks are a snapshot), send
+	// one, ask the backup service for a snapshot or restore, or touch the
+	// snapshots' object store.
+	t.Run("etcd: its own commands only; no other cluster's snapshots", func(t *testing.T) {
+		bk, _, _ := c.Connect(natsconfig.Backup, 1)
+		for _, m := range in(t, withCred, withSecret) {
+			sub, err := m.nc.Subscribe(keys.EtcdCommand("c1", "a", "*"), func(msg *nats.Msg) {
+				for i := range 3 {
+					_ = msg.Respond([]byte{byte('0' + i)})
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			inbox := bk.NewInbox()
+			replies, err := bk.SubscribeSync(inbox)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// a is on another server than the backup service: its interest
+			// reaches nats-1 a moment after its flush (no responders until).
+			var got []byte
+			deadline := time.Now().Add(10 * time.Second)
+			for len(got) < 3 {
+				if len(got) == 0 {
+					if err := bk.PublishRequest(keys.EtcdCommand("c1", "a", "snapshot"), inbox, nil); err != nil {
+						t.Fatal(err)
+					}
+				}
+				r, err := replies.NextMsg(5 * time.Second)
+				if err == nil && r.Header.Get("Status") == "503" && time.Now().Before(deadline) {
+					continue
+				}
+				if err == nil && r.Header.Get("Status") != "" {
+					err = errors.New("status " + r.Header.Get("Status"))
+				}
+				if err != nil {
+					t.Errorf("%s: the backup service got %q of a's 3 replies: %v (violations %v)", m.user, got, err, m.v.All())
+					break
+				}
+				got = append(got, r.Data...)
+			}
+			if string(got) != "012" {
+				t.Errorf("%s: a's replies to its own etcd command: %q, want %q", m.user, got, "012")
+			}
+			_ = replies.Unsubscribe()
+			_ = sub.Unsubscribe()
+			m.refusedSubscribe(keys.EtcdCommand("c1", "b", "*"))
+			m.refusedSubscribe(keys.EtcdCommand("c2", "a", "restore-chunk"))
+			m.refusedSubscribe(natsconfig.SubjectEtcd + ".>")
+			m.refusedPublish(keys.EtcdCommand("c1", "b", "restore-prepare"))
+			m.refusedPublish(keys.EtcdCommand("c2", "x", "snapshot"))
+			m.refusedPublish(keys.BackupRequest("etcd-snapshot"))
+			m.refusedPublish(keys.BackupRequest("etcd-restore"))
+			m.refusedPublish(keys.BackupRequest("etcd-list"))
+			m.refusedPublish("$JS.API.STREAM.INFO.OBJ_" + events.ObjectEtcdSnapshots)
+			m.refusedPublish("$JS.API.DIRECT.GET.OBJ_" + events.ObjectEtcdSnapshots + ".$O." + events.ObjectEtcdSnapshots + ".M.x")
+			m.refusedPublish("$O." + events.ObjectEtcdSnapshots + ".C.x")
+			m.refusedSubscribe("$O." + events.ObjectEtcdSnapshots + ".>")
+		}
 	})
 
 	t.Run("nothing else", func(t *testing.T) {

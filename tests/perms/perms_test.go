@@ -140,11 +140,14 @@ func (a *actor) refusedSubscribe(subject string) {
 
 // objectStore puts, gets, lists and deletes an object of the backups
 // object store, as the gateway and the backup service do.
-func (a *actor) objectStore(name string) {
+func (a *actor) objectStore(name string) { a.t.Helper(); a.objectStoreIn(events.ObjectBackups, name) }
+
+// objectStoreIn puts, gets, lists and deletes an object of bucket.
+func (a *actor) objectStoreIn(bucket, name string) {
 	a.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	o, err := a.js.ObjectStore(ctx, events.ObjectBackups)
+	o, err := a.js.ObjectStore(ctx, bucket)
 	if err != nil {
 		a.t.Errorf("%s: object store: %v", a.user, err)
 		return
@@ -469,7 +472,13 @@ func TestEachUserDoesItsJob(t *testing.T) {
 	bk.publish(events.ProviderSubject("sim", "machine", "adopt", "restored", "m1"))
 	bk.publish(events.ProviderSubject("docker", "cluster", "adopt", "restored", "_"))
 	bk.objectStore("b1")
-	for _, subject := range []string{"capn.backup.create", "capn.backup.restore"} {
+	// Workload clusters' etcd snapshots: their object store, commands to
+	// a control-plane machine's agent, and the gateway's requests.
+	bk.objectStoreIn(events.ObjectEtcdSnapshots, "demo/s1")
+	if err := bk.nc.PublishRequest("capn.etcd.demo.m1.snapshot", bk.nc.NewInbox(), nil); err != nil { // core: a violation shows in clean
+		t.Errorf("backup: command an agent: %v", err)
+	}
+	for _, subject := range []string{"capn.backup.create", "capn.backup.restore", "capn.backup.etcd-snapshot", "capn.backup.etcd-list", "capn.backup.etcd-restore"} {
 		sub, err := bk.nc.QueueSubscribe(subject, "backup", func(m *nats.Msg) { _ = m.Respond([]byte("ok")) })
 		if err != nil {
 			t.Fatal(err)
@@ -480,7 +489,7 @@ func TestEachUserDoesItsJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The gateway asks it, and moves files through the object store.
-	for _, verb := range []string{"create", "restore"} {
+	for _, verb := range []string{"create", "restore", "etcd-snapshot", "etcd-list", "etcd-restore"} {
 		if m, err := gw.nc.Request("capn.backup."+verb, nil, 5*time.Second); err != nil || string(m.Data) != "ok" {
 			t.Errorf("gateway: ask the backup service to %s: %v", verb, err)
 		}
@@ -691,6 +700,16 @@ func TestOutsideTheJobIsRefused(t *testing.T) {
 			a.refusedPublish("$O.backups.C.x")
 			a.refusedSubscribe("$O.backups.>")
 			a.refusedPublish("capn.backup.restore")
+		}
+		// etcd snapshots (every Secret of a workload cluster, sealed): only
+		// the backup service holds them and commands the agents.
+		for _, user := range []string{natsconfig.Gateway, natsconfig.HealthWatcher, natsconfig.ProviderUser("sim")} {
+			a := w.as(t, user)
+			a.refusedPublish("$JS.API.STREAM.INFO.OBJ_etcd-snapshots")
+			a.refusedPublish("$O.etcd-snapshots.C.x")
+			a.refusedSubscribe("$O.etcd-snapshots.>")
+			a.refusedPublish("capn.etcd.demo.m1.restore-start")
+			a.refusedSubscribe("capn.etcd.>")
 		}
 	})
 	t.Run("the addon-manager: its records and events only; secrets it does not need are out of reach", func(t *testing.T) {

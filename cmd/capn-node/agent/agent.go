@@ -131,6 +131,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	stopEtcd, err := a.serveEtcd(ctx, nc)
+	if err != nil {
+		return fmt.Errorf("serve the etcd commands: %w", err)
+	}
+	defer stopEtcd()
 	// Commands run while the agent heartbeats, so that what they do is
 	// seen as it happens; without any, the steps are done before the
 	// first heartbeat, which then tells how the node is at once.

@@ -149,6 +149,9 @@ func (r *Runtime) manageMembers(ctx context.Context, c *Client, etcd *Etcd) {
 			return
 		case <-t.C:
 		}
+		if r.restoring.Load() {
+			continue // the members and Nodes are being replaced (restore.go)
+		}
 		if r.ownNodeDeleted(ctx, c) {
 			r.leave(ctx, etcd)
 			return

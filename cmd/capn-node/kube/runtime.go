@@ -57,6 +57,12 @@ type Runtime struct {
 	condSeq   int
 	milestone map[string]time.Duration
 	started   time.Time
+	// restoring is set from an etcd restore's prepare until the Node is
+	// registered again (restore.go); halted are the children a restore
+	// stopped; client is the API server's (once connected).
+	restoring atomic.Bool
+	halted    []Process
+	client    *Client
 }
 
 // New checks the config and the options and returns the machine's
@@ -244,6 +250,9 @@ func (r *Runtime) runControlPlane(ctx context.Context) error {
 		return err
 	}
 	defer stop()
+	r.mu.Lock()
+	r.client = client
+	r.mu.Unlock()
 	if !r.waitReady(ctx) {
 		return nil
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -108,6 +109,32 @@ func (s *Supervisor) Stop() {
 		children[i].cancel()
 		<-children[i].done
 	}
+}
+
+// Halt stops the children named (every one when none is named), the last
+// started first, forgets them, and returns their processes in start order
+// so that they can be started again (an etcd restore stops the whole
+// control plane). Children not running are skipped.
+func (s *Supervisor) Halt(names ...string) []Process {
+	s.mu.Lock()
+	var halted []*child
+	kept := s.children[:0:0]
+	for _, c := range s.children {
+		if len(names) == 0 || slices.Contains(names, c.p.Name) {
+			halted = append(halted, c)
+		} else {
+			kept = append(kept, c)
+		}
+	}
+	s.children = kept
+	s.mu.Unlock()
+	out := make([]Process, len(halted))
+	for i := len(halted) - 1; i >= 0; i-- {
+		halted[i].cancel()
+		<-halted[i].done
+		out[i] = halted[i].p
+	}
+	return out
 }
 
 // Status of one child.

@@ -255,3 +255,48 @@ func TestSupervisorChildrenDieWithTheAgent(t *testing.T) {
 	_ = cmd.Wait()
 	testkit.WaitFor(t, 5*time.Second, fmt.Sprintf("pid %d to die with its agent", child), func() bool { return !alive(t, child) })
 }
+
+// Halt stops the named children (what an etcd restore does to the whole
+// control plane), forgets them and hands back their processes, in start
+// order, to be started again; the others keep running.
+func TestSupervisorHalt(t *testing.T) {
+	requireLinux(t)
+	s := newSupervisor(t)
+	for _, n := range []string{"etcd", "apiserver", "kwok"} {
+		if err := s.Start(kube.Process{Name: n, Path: "/bin/sleep", Args: []string{"1000"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testkit.WaitFor(t, 10*time.Second, "three children running", func() bool {
+		return status(s, "etcd").PID != 0 && status(s, "apiserver").PID != 0 && status(s, "kwok").PID != 0
+	})
+	etcd, kwok := status(s, "etcd").PID, status(s, "kwok").PID
+	halted := s.Halt("kwok", "etcd")
+	if len(halted) != 2 || halted[0].Name != "etcd" || halted[1].Name != "kwok" {
+		t.Fatalf("halted %+v, want etcd then kwok", halted)
+	}
+	for _, pid := range []int{etcd, kwok} {
+		if testkit.Poll(2*time.Second, 10*time.Millisecond, func() error {
+			if alive(t, pid) {
+				return errors.New("alive")
+			}
+			return nil
+		}) != nil {
+			t.Errorf("pid %d still running after Halt", pid)
+		}
+	}
+	if st := s.Status(); len(st) != 1 || st[0].Name != "apiserver" || st[0].PID == 0 {
+		t.Errorf("after Halt: %+v, want apiserver alone, running", st)
+	}
+	for _, p := range halted {
+		if err := s.Start(p); err != nil {
+			t.Fatalf("start %s again: %v", p.Name, err)
+		}
+	}
+	testkit.WaitFor(t, 10*time.Second, "etcd and kwok running again", func() bool {
+		return status(s, "etcd").PID != 0 && status(s, "kwok").PID != 0
+	})
+	if all := s.Halt(); len(all) != 3 || len(s.Status()) != 0 {
+		t.Errorf("Halt of every child: %d halted, %d left", len(all), len(s.Status()))
+	}
+}

@@ -209,7 +209,7 @@ func render(args []string, stdout, stderr io.Writer) error {
 }
 
 // renderSecrets makes the secrets key (shared by the bootstrapper, the
-// gateway, the health-watcher and the addon-manager) and the gateway's
+// gateway, the health-watcher, the addon-manager and the backup service) and the gateway's
 // admin token, unless
 // they exist.
 func renderSecrets(l natsconfig.Layout) ([]string, error) {
@@ -224,7 +224,8 @@ func renderSecrets(l natsconfig.Layout) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, user := range []string{natsconfig.Gateway, natsconfig.HealthWatcher, natsconfig.AddonManager} {
+	// The backup service seals workload clusters' etcd snapshots with it.
+	for _, user := range []string{natsconfig.Gateway, natsconfig.HealthWatcher, natsconfig.AddonManager, natsconfig.Backup} {
 		if err := writeFile(l.UserFile(user, SecretsKeyFile), key, 0o600); err != nil {
 			return nil, err
 		}

@@ -43,6 +43,9 @@ func TestRender(t *testing.T) {
 	if k4, err := seal.LoadKey(l.UserFile(natsconfig.AddonManager, SecretsKeyFile)); err != nil || k1.ID() != k4.ID() {
 		t.Errorf("the addon-manager's secrets key (%v) is not the bootstrapper's", err)
 	}
+	if k5, err := seal.LoadKey(l.UserFile(natsconfig.Backup, SecretsKeyFile)); err != nil || k1.ID() != k5.ID() {
+		t.Errorf("the backup service's secrets key (%v) is not the bootstrapper's", err)
+	}
 	toks, err := gateway.LoadTokensFile(l.UserFile(natsconfig.Gateway, TokensFile))
 	if err != nil || len(toks) != 1 {
 		t.Fatalf("tokens file: %v (%d tokens)", err, len(toks))

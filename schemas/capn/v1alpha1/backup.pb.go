@@ -981,6 +981,899 @@ func (x *BackupScheduleStatus) GetConditions() []*Condition {
 	return nil
 }
 
+// EtcdMemberInfo is one etcd member.
+type EtcdMemberInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the member's name (the machine's Node name).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// id is the member ID in hex, as etcdctl prints it.
+	Id            string   `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	PeerUrls      []string `protobuf:"bytes,3,rep,name=peer_urls,json=peerUrls,proto3" json:"peer_urls,omitempty"`
+	IsLearner     bool     `protobuf:"varint,4,opt,name=is_learner,json=isLearner,proto3" json:"is_learner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EtcdMemberInfo) Reset() {
+	*x = EtcdMemberInfo{}
+	mi := &file_capn_v1alpha1_backup_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EtcdMemberInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EtcdMemberInfo) ProtoMessage() {}
+
+func (x *EtcdMemberInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_capn_v1alpha1_backup_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EtcdMemberInfo.ProtoReflect.Descriptor instead.
+func (*EtcdMemberInfo) Descriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_backup_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *EtcdMemberInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *EtcdMemberInfo) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *EtcdMemberInfo) GetPeerUrls() []string {
+	if x != nil {
+		return x.PeerUrls
+	}
+	return nil
+}
+
+func (x *EtcdMemberInfo) GetIsLearner() bool {
+	if x != nil {
+		return x.IsLearner
+	}
+	return false
+}
+
+// EtcdSnapshotInfo describes one stored snapshot.
+type EtcdSnapshotInfo struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// name is <UTC time>-<trigger>, e.g. 20260102T030405.000Z-schedule.
+	Name    string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Created *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=created,proto3" json:"created,omitempty"`
+	// trigger is api or schedule.
+	Trigger string `protobuf:"bytes,4,opt,name=trigger,proto3" json:"trigger,omitempty"`
+	// size is the snapshot's size in bytes (before sealing).
+	Size uint64 `protobuf:"varint,5,opt,name=size,proto3" json:"size,omitempty"`
+	// revision is etcd's revision at the snapshot (the header of the
+	// member's status when it was taken).
+	Revision int64 `protobuf:"varint,6,opt,name=revision,proto3" json:"revision,omitempty"`
+	// members are the etcd members when it was taken.
+	Members []*EtcdMemberInfo `protobuf:"bytes,7,rep,name=members,proto3" json:"members,omitempty"`
+	// machine took it.
+	Machine string `protobuf:"bytes,8,opt,name=machine,proto3" json:"machine,omitempty"`
+	// sha256 of the snapshot (before sealing), hex.
+	Sha256 string `protobuf:"bytes,9,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// seal_key_id is the id of the key it is sealed with.
+	SealKeyId     string `protobuf:"bytes,10,opt,name=seal_key_id,json=sealKeyId,proto3" json:"seal_key_id,omitempty"`
+	RequestedBy   string `protobuf:"bytes,11,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EtcdSnapshotInfo) Reset() {
+	*x = EtcdSnapshotInfo{}
+	mi := &file_capn_v1alpha1_backup_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EtcdSnapshotInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EtcdSnapshotInfo) ProtoMessage() {}
+
+func (x *EtcdSnapshotInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_capn_v1alpha1_backup_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EtcdSnapshotInfo.ProtoReflect.Descriptor instead.
+func (*EtcdSnapshotInfo) Descriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_backup_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *EtcdSnapshotInfo) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *EtcdSnapshotInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *EtcdSnapshotInfo) GetCreated() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Created
+	}
+	return nil
+}
+
+func (x *EtcdSnapshotInfo) GetTrigger() string {
+	if x != nil {
+		return x.Trigger
+	}
+	return ""
+}
+
+func (x *EtcdSnapshotInfo) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *EtcdSnapshotInfo) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *EtcdSnapshotInfo) GetMembers() []*EtcdMemberInfo {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *EtcdSnapshotInfo) GetMachine() string {
+	if x != nil {
+		return x.Machine
+	}
+	return ""
+}
+
+func (x *EtcdSnapshotInfo) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *EtcdSnapshotInfo) GetSealKeyId() string {
+	if x != nil {
+		return x.SealKeyId
+	}
+	return ""
+}
+
+func (x *EtcdSnapshotInfo) GetRequestedBy() string {
+	if x != nil {
+		return x.RequestedBy
+	}
+	return ""
+}
+
+// EtcdSnapshotRequest asks the backup service for a snapshot
+// (capn.backup.etcd-snapshot).
+type EtcdSnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	RequestedBy   string                 `protobuf:"bytes,2,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EtcdSnapshotRequest) Reset() {
+	*x = EtcdSnapshotRequest{}
+	mi := &file_capn_v1alpha1_backup_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EtcdSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EtcdSnapshotRequest) ProtoMessage() {}
+
+func (x *EtcdSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_capn_v1alpha1_backup_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EtcdSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*EtcdSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_backup_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *EtcdSnapshotRequest) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *EtcdSnapshotRequest) GetRequestedBy() string {
+	if x != nil {
+		return x.RequestedBy
+	}
+	return ""
+}
+
+// EtcdSnapshotResult answers EtcdSnapshotRequest.
+type EtcdSnapshotResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot      *EtcdSnapshotInfo      `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Error         *BackupError           `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EtcdSnapshotResult) Reset() {
+	*x = EtcdSnapshotResult{}
+	mi := &file_capn_v1alpha1_backup_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EtcdSnapshotResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EtcdSnapshotResult) ProtoMessage() {}
+
+func (x *EtcdSnapshotResult) ProtoReflect() protoreflect.Message {
+	mi := &file_capn_v1alpha1_backup_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EtcdSnapshotResult.ProtoReflect.Descriptor instead.
+func (*EtcdSnapshotResult) Descriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_backup_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *EtcdSnapshotResult) GetSnapshot() *EtcdSnapshotInfo {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+func (x *EtcdSnapshotResult) GetError() *BackupError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+// EtcdSnapshotListRequest asks for a cluster's snapshots
+// (capn.backup.etcd-list).
+type EtcdSnapshotListRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EtcdSnapshotListRequest) Reset() {
+	*x = EtcdSnapshotListRequest{}
+	mi := &file_capn_v1alpha1_backup_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EtcdSnapshotListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EtcdSnapshotListRequest) ProtoMessage() {}
+
+func (x *EtcdSnapshotListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_capn_v1alpha1_backup_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EtcdSnapshotListRequest.ProtoReflect.Descriptor instead.
+func (*EtcdSnapshotListRequest) Descriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_backup_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *EtcdSnapshotListRequest) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+// EtcdSnapshotList answers EtcdSnapshotListRequest, oldest first.
+type EtcdSnapshotList struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshots     []*EtcdSnapshotInfo    `protobuf:"bytes,1,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
+	Status        *EtcdSnapshotStatus    `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	Error         *BackupError           `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EtcdSnapshotList) Reset() {
+	*x = EtcdSnapshotList{}
+	mi := &file_capn_v1alpha1_backup_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EtcdSnapshotList) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EtcdSnapshotList) ProtoMessage() {}
+
+func (x *EtcdSnapshotList) ProtoReflect() protoreflect.Message {
+	mi := &file_capn_v1alpha1_backup_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EtcdSnapshotList.ProtoReflect.Descriptor instead.
+func (*EtcdSnapshotList) Descriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_backup_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *EtcdSnapshotList) GetSnapshots() []*EtcdSnapshotInfo {
+	if x != nil {
+		return x.Snapshots
+	}
+	return nil
+}
+
+func (x *EtcdSnapshotList) GetStatus() *EtcdSnapshotStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *EtcdSnapshotList) GetError() *BackupError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+// EtcdRestoreRequest asks for a restore of the cluster's etcd on every
+// control-plane member (capn.backup.etcd-restore).
+type EtcdRestoreRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Snapshot      string                 `protobuf:"bytes,2,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	RequestedBy   string                 `protobuf:"bytes,3,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EtcdRestoreRequest) Reset() {
+	*x = EtcdRestoreRequest{}
+	mi := &file_capn_v1alpha1_backup_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EtcdRestoreRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EtcdRestoreRequest) ProtoMessage() {}
+
+func (x *EtcdRestoreRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_capn_v1alpha1_backup_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EtcdRestoreRequest.ProtoReflect.Descriptor instead.
+func (*EtcdRestoreRequest) Descriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_backup_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *EtcdRestoreRequest) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *EtcdRestoreRequest) GetSnapshot() string {
+	if x != nil {
+		return x.Snapshot
+	}
+	return ""
+}
+
+func (x *EtcdRestoreRequest) GetRequestedBy() string {
+	if x != nil {
+		return x.RequestedBy
+	}
+	return ""
+}
+
+// EtcdRestoreResult answers EtcdRestoreRequest.
+type EtcdRestoreResult struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot *EtcdSnapshotInfo      `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	// members are the members restored (name, new ID, peer URLs).
+	Members       []*EtcdMemberInfo    `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"`
+	Took          *durationpb.Duration `protobuf:"bytes,3,opt,name=took,proto3" json:"took,omitempty"`
+	Error         *BackupError         `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EtcdRestoreResult) Reset() {
+	*x = EtcdRestoreResult{}
+	mi := &file_capn_v1alpha1_backup_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EtcdRestoreResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EtcdRestoreResult) ProtoMessage() {}
+
+func (x *EtcdRestoreResult) ProtoReflect() protoreflect.Message {
+	mi := &file_capn_v1alpha1_backup_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EtcdRestoreResult.ProtoReflect.Descriptor instead.
+func (*EtcdRestoreResult) Descriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_backup_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *EtcdRestoreResult) GetSnapshot() *EtcdSnapshotInfo {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+func (x *EtcdRestoreResult) GetMembers() []*EtcdMemberInfo {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *EtcdRestoreResult) GetTook() *durationpb.Duration {
+	if x != nil {
+		return x.Took
+	}
+	return nil
+}
+
+func (x *EtcdRestoreResult) GetError() *BackupError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+// EtcdSnapshotStatus is the scheduled snapshots' state of one cluster:
+// observed backup.etcd-<cluster>, written by the backup service.
+type EtcdSnapshotStatus struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	Cluster             string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Every               *durationpb.Duration   `protobuf:"bytes,2,opt,name=every,proto3" json:"every,omitempty"`
+	Keep                int32                  `protobuf:"varint,3,opt,name=keep,proto3" json:"keep,omitempty"`
+	LastAttempt         *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=last_attempt,json=lastAttempt,proto3" json:"last_attempt,omitempty"`
+	LastSuccess         *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=last_success,json=lastSuccess,proto3" json:"last_success,omitempty"`
+	LastSnapshot        string                 `protobuf:"bytes,6,opt,name=last_snapshot,json=lastSnapshot,proto3" json:"last_snapshot,omitempty"`
+	LastError           string                 `protobuf:"bytes,7,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	ConsecutiveFailures int32                  `protobuf:"varint,8,opt,name=consecutive_failures,json=consecutiveFailures,proto3" json:"consecutive_failures,omitempty"`
+	Next                *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=next,proto3" json:"next,omitempty"`
+	// conditions: EtcdSnapshotSucceeded (False when the last scheduled
+	// snapshot failed).
+	Conditions    []*Condition `protobuf:"bytes,10,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EtcdSnapshotStatus) Reset() {
+	*x = EtcdSnapshotStatus{}
+	mi := &file_capn_v1alpha1_backup_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EtcdSnapshotStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EtcdSnapshotStatus) ProtoMessage() {}
+
+func (x *EtcdSnapshotStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_capn_v1alpha1_backup_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EtcdSnapshotStatus.ProtoReflect.Descriptor instead.
+func (*EtcdSnapshotStatus) Descriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_backup_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *EtcdSnapshotStatus) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *EtcdSnapshotStatus) GetEvery() *durationpb.Duration {
+	if x != nil {
+		return x.Every
+	}
+	return nil
+}
+
+func (x *EtcdSnapshotStatus) GetKeep() int32 {
+	if x != nil {
+		return x.Keep
+	}
+	return 0
+}
+
+func (x *EtcdSnapshotStatus) GetLastAttempt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastAttempt
+	}
+	return nil
+}
+
+func (x *EtcdSnapshotStatus) GetLastSuccess() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastSuccess
+	}
+	return nil
+}
+
+func (x *EtcdSnapshotStatus) GetLastSnapshot() string {
+	if x != nil {
+		return x.LastSnapshot
+	}
+	return ""
+}
+
+func (x *EtcdSnapshotStatus) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *EtcdSnapshotStatus) GetConsecutiveFailures() int32 {
+	if x != nil {
+		return x.ConsecutiveFailures
+	}
+	return 0
+}
+
+func (x *EtcdSnapshotStatus) GetNext() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Next
+	}
+	return nil
+}
+
+func (x *EtcdSnapshotStatus) GetConditions() []*Condition {
+	if x != nil {
+		return x.Conditions
+	}
+	return nil
+}
+
+// EtcdNodeCommand is what the backup service asks a control-plane
+// machine's node agent on capn.etcd.<cluster>.<machine>.<op>.
+//
+//	snapshot: the agent answers with the snapshot in chunks (raw bytes,
+//	  header Capn-Etcd-Seq), then an EtcdNodeReply (header
+//	  Capn-Etcd-Final) with its size, sha256, revision and members.
+//	restore-chunk: one chunk of a snapshot to restore (offset, chunk),
+//	  written to the restore's file; answered with an EtcdNodeReply.
+//	restore-prepare: check the file (size, sha256), stop the control
+//	  plane's processes, and `etcdutl snapshot restore` it into a fresh
+//	  data dir with this member's name and peer URL, initial_cluster and
+//	  token.
+//	restore-start: swap the fresh data dir in (the old one kept aside)
+//	  and start the processes again.
+//	restore-abort: drop the restore's files; start the processes again
+//	  if they were stopped and the old data dir is still in place.
+//	health: this member's etcd health and its API server's readiness.
+type EtcdNodeCommand struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RestoreId      string                 `protobuf:"bytes,1,opt,name=restore_id,json=restoreId,proto3" json:"restore_id,omitempty"`
+	Offset         uint64                 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Chunk          []byte                 `protobuf:"bytes,3,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	Size           uint64                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	Sha256         string                 `protobuf:"bytes,5,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	InitialCluster string                 `protobuf:"bytes,6,opt,name=initial_cluster,json=initialCluster,proto3" json:"initial_cluster,omitempty"`
+	Token          string                 `protobuf:"bytes,7,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *EtcdNodeCommand) Reset() {
+	*x = EtcdNodeCommand{}
+	mi := &file_capn_v1alpha1_backup_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EtcdNodeCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EtcdNodeCommand) ProtoMessage() {}
+
+func (x *EtcdNodeCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_capn_v1alpha1_backup_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EtcdNodeCommand.ProtoReflect.Descriptor instead.
+func (*EtcdNodeCommand) Descriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_backup_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *EtcdNodeCommand) GetRestoreId() string {
+	if x != nil {
+		return x.RestoreId
+	}
+	return ""
+}
+
+func (x *EtcdNodeCommand) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *EtcdNodeCommand) GetChunk() []byte {
+	if x != nil {
+		return x.Chunk
+	}
+	return nil
+}
+
+func (x *EtcdNodeCommand) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *EtcdNodeCommand) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *EtcdNodeCommand) GetInitialCluster() string {
+	if x != nil {
+		return x.InitialCluster
+	}
+	return ""
+}
+
+func (x *EtcdNodeCommand) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+// EtcdNodeReply answers an EtcdNodeCommand.
+type EtcdNodeReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Error string                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	// member is this machine's member (name and peer URL; its ID once
+	// started).
+	Member   *EtcdMemberInfo   `protobuf:"bytes,2,opt,name=member,proto3" json:"member,omitempty"`
+	Size     uint64            `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Sha256   string            `protobuf:"bytes,4,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Revision int64             `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	Members  []*EtcdMemberInfo `protobuf:"bytes,6,rep,name=members,proto3" json:"members,omitempty"`
+	// etcd_healthy: the member answers /health; api_ready: the API server
+	// answers /readyz.
+	EtcdHealthy   bool   `protobuf:"varint,7,opt,name=etcd_healthy,json=etcdHealthy,proto3" json:"etcd_healthy,omitempty"`
+	ApiReady      bool   `protobuf:"varint,8,opt,name=api_ready,json=apiReady,proto3" json:"api_ready,omitempty"`
+	Message       string `protobuf:"bytes,9,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EtcdNodeReply) Reset() {
+	*x = EtcdNodeReply{}
+	mi := &file_capn_v1alpha1_backup_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EtcdNodeReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EtcdNodeReply) ProtoMessage() {}
+
+func (x *EtcdNodeReply) ProtoReflect() protoreflect.Message {
+	mi := &file_capn_v1alpha1_backup_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EtcdNodeReply.ProtoReflect.Descriptor instead.
+func (*EtcdNodeReply) Descriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_backup_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *EtcdNodeReply) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *EtcdNodeReply) GetMember() *EtcdMemberInfo {
+	if x != nil {
+		return x.Member
+	}
+	return nil
+}
+
+func (x *EtcdNodeReply) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *EtcdNodeReply) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *EtcdNodeReply) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *EtcdNodeReply) GetMembers() []*EtcdMemberInfo {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *EtcdNodeReply) GetEtcdHealthy() bool {
+	if x != nil {
+		return x.EtcdHealthy
+	}
+	return false
+}
+
+func (x *EtcdNodeReply) GetApiReady() bool {
+	if x != nil {
+		return x.ApiReady
+	}
+	return false
+}
+
+func (x *EtcdNodeReply) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 var File_capn_v1alpha1_backup_proto protoreflect.FileDescriptor
 
 const file_capn_v1alpha1_backup_proto_rawDesc = "" +
@@ -1071,7 +1964,81 @@ const file_capn_v1alpha1_backup_proto_rawDesc = "" +
 	"\x04next\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x04next\x128\n" +
 	"\n" +
 	"conditions\x18\t \x03(\v2\x18.capn.v1alpha1.ConditionR\n" +
-	"conditionsB=Z;github.com/capn-dev/capn/schemas/capn/v1alpha1;capnv1alpha1b\x06proto3"
+	"conditions\"p\n" +
+	"\x0eEtcdMemberInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1b\n" +
+	"\tpeer_urls\x18\x03 \x03(\tR\bpeerUrls\x12\x1d\n" +
+	"\n" +
+	"is_learner\x18\x04 \x01(\bR\tisLearner\"\xee\x02\n" +
+	"\x10EtcdSnapshotInfo\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x124\n" +
+	"\acreated\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\acreated\x12\x18\n" +
+	"\atrigger\x18\x04 \x01(\tR\atrigger\x12\x12\n" +
+	"\x04size\x18\x05 \x01(\x04R\x04size\x12\x1a\n" +
+	"\brevision\x18\x06 \x01(\x03R\brevision\x127\n" +
+	"\amembers\x18\a \x03(\v2\x1d.capn.v1alpha1.EtcdMemberInfoR\amembers\x12\x18\n" +
+	"\amachine\x18\b \x01(\tR\amachine\x12\x16\n" +
+	"\x06sha256\x18\t \x01(\tR\x06sha256\x12\x1e\n" +
+	"\vseal_key_id\x18\n" +
+	" \x01(\tR\tsealKeyId\x12!\n" +
+	"\frequested_by\x18\v \x01(\tR\vrequestedBy\"R\n" +
+	"\x13EtcdSnapshotRequest\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12!\n" +
+	"\frequested_by\x18\x02 \x01(\tR\vrequestedBy\"\x83\x01\n" +
+	"\x12EtcdSnapshotResult\x12;\n" +
+	"\bsnapshot\x18\x01 \x01(\v2\x1f.capn.v1alpha1.EtcdSnapshotInfoR\bsnapshot\x120\n" +
+	"\x05error\x18\x02 \x01(\v2\x1a.capn.v1alpha1.BackupErrorR\x05error\"3\n" +
+	"\x17EtcdSnapshotListRequest\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\"\xbe\x01\n" +
+	"\x10EtcdSnapshotList\x12=\n" +
+	"\tsnapshots\x18\x01 \x03(\v2\x1f.capn.v1alpha1.EtcdSnapshotInfoR\tsnapshots\x129\n" +
+	"\x06status\x18\x02 \x01(\v2!.capn.v1alpha1.EtcdSnapshotStatusR\x06status\x120\n" +
+	"\x05error\x18\x03 \x01(\v2\x1a.capn.v1alpha1.BackupErrorR\x05error\"m\n" +
+	"\x12EtcdRestoreRequest\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1a\n" +
+	"\bsnapshot\x18\x02 \x01(\tR\bsnapshot\x12!\n" +
+	"\frequested_by\x18\x03 \x01(\tR\vrequestedBy\"\xea\x01\n" +
+	"\x11EtcdRestoreResult\x12;\n" +
+	"\bsnapshot\x18\x01 \x01(\v2\x1f.capn.v1alpha1.EtcdSnapshotInfoR\bsnapshot\x127\n" +
+	"\amembers\x18\x02 \x03(\v2\x1d.capn.v1alpha1.EtcdMemberInfoR\amembers\x12-\n" +
+	"\x04took\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x04took\x120\n" +
+	"\x05error\x18\x04 \x01(\v2\x1a.capn.v1alpha1.BackupErrorR\x05error\"\xd2\x03\n" +
+	"\x12EtcdSnapshotStatus\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12/\n" +
+	"\x05every\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05every\x12\x12\n" +
+	"\x04keep\x18\x03 \x01(\x05R\x04keep\x12=\n" +
+	"\flast_attempt\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\vlastAttempt\x12=\n" +
+	"\flast_success\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vlastSuccess\x12#\n" +
+	"\rlast_snapshot\x18\x06 \x01(\tR\flastSnapshot\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\a \x01(\tR\tlastError\x121\n" +
+	"\x14consecutive_failures\x18\b \x01(\x05R\x13consecutiveFailures\x12.\n" +
+	"\x04next\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x04next\x128\n" +
+	"\n" +
+	"conditions\x18\n" +
+	" \x03(\v2\x18.capn.v1alpha1.ConditionR\n" +
+	"conditions\"\xc9\x01\n" +
+	"\x0fEtcdNodeCommand\x12\x1d\n" +
+	"\n" +
+	"restore_id\x18\x01 \x01(\tR\trestoreId\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x14\n" +
+	"\x05chunk\x18\x03 \x01(\fR\x05chunk\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x04R\x04size\x12\x16\n" +
+	"\x06sha256\x18\x05 \x01(\tR\x06sha256\x12'\n" +
+	"\x0finitial_cluster\x18\x06 \x01(\tR\x0einitialCluster\x12\x14\n" +
+	"\x05token\x18\a \x01(\tR\x05token\"\xb7\x02\n" +
+	"\rEtcdNodeReply\x12\x14\n" +
+	"\x05error\x18\x01 \x01(\tR\x05error\x125\n" +
+	"\x06member\x18\x02 \x01(\v2\x1d.capn.v1alpha1.EtcdMemberInfoR\x06member\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x04R\x04size\x12\x16\n" +
+	"\x06sha256\x18\x04 \x01(\tR\x06sha256\x12\x1a\n" +
+	"\brevision\x18\x05 \x01(\x03R\brevision\x127\n" +
+	"\amembers\x18\x06 \x03(\v2\x1d.capn.v1alpha1.EtcdMemberInfoR\amembers\x12!\n" +
+	"\fetcd_healthy\x18\a \x01(\bR\vetcdHealthy\x12\x1b\n" +
+	"\tapi_ready\x18\b \x01(\bR\bapiReady\x12\x18\n" +
+	"\amessage\x18\t \x01(\tR\amessageB=Z;github.com/capn-dev/capn/schemas/capn/v1alpha1;capnv1alpha1b\x06proto3"
 
 var (
 	file_capn_v1alpha1_backup_proto_rawDescOnce sync.Once
@@ -1085,47 +2052,76 @@ func file_capn_v1alpha1_backup_proto_rawDescGZIP() []byte {
 	return file_capn_v1alpha1_backup_proto_rawDescData
 }
 
-var file_capn_v1alpha1_backup_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_capn_v1alpha1_backup_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_capn_v1alpha1_backup_proto_goTypes = []any{
-	(*BackupManifest)(nil),        // 0: capn.v1alpha1.BackupManifest
-	(*BackupBucket)(nil),          // 1: capn.v1alpha1.BackupBucket
-	(*BackupEntry)(nil),           // 2: capn.v1alpha1.BackupEntry
-	(*CreateBackup)(nil),          // 3: capn.v1alpha1.CreateBackup
-	(*BackupResult)(nil),          // 4: capn.v1alpha1.BackupResult
-	(*BackupError)(nil),           // 5: capn.v1alpha1.BackupError
-	(*RestoreBackup)(nil),         // 6: capn.v1alpha1.RestoreBackup
-	(*RestoreReport)(nil),         // 7: capn.v1alpha1.RestoreReport
-	(*RestoreConflict)(nil),       // 8: capn.v1alpha1.RestoreConflict
-	(*BackupScheduleStatus)(nil),  // 9: capn.v1alpha1.BackupScheduleStatus
-	nil,                           // 10: capn.v1alpha1.RestoreReport.WrittenEntry
-	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 12: google.protobuf.Duration
-	(*Condition)(nil),             // 13: capn.v1alpha1.Condition
+	(*BackupManifest)(nil),          // 0: capn.v1alpha1.BackupManifest
+	(*BackupBucket)(nil),            // 1: capn.v1alpha1.BackupBucket
+	(*BackupEntry)(nil),             // 2: capn.v1alpha1.BackupEntry
+	(*CreateBackup)(nil),            // 3: capn.v1alpha1.CreateBackup
+	(*BackupResult)(nil),            // 4: capn.v1alpha1.BackupResult
+	(*BackupError)(nil),             // 5: capn.v1alpha1.BackupError
+	(*RestoreBackup)(nil),           // 6: capn.v1alpha1.RestoreBackup
+	(*RestoreReport)(nil),           // 7: capn.v1alpha1.RestoreReport
+	(*RestoreConflict)(nil),         // 8: capn.v1alpha1.RestoreConflict
+	(*BackupScheduleStatus)(nil),    // 9: capn.v1alpha1.BackupScheduleStatus
+	(*EtcdMemberInfo)(nil),          // 10: capn.v1alpha1.EtcdMemberInfo
+	(*EtcdSnapshotInfo)(nil),        // 11: capn.v1alpha1.EtcdSnapshotInfo
+	(*EtcdSnapshotRequest)(nil),     // 12: capn.v1alpha1.EtcdSnapshotRequest
+	(*EtcdSnapshotResult)(nil),      // 13: capn.v1alpha1.EtcdSnapshotResult
+	(*EtcdSnapshotListRequest)(nil), // 14: capn.v1alpha1.EtcdSnapshotListRequest
+	(*EtcdSnapshotList)(nil),        // 15: capn.v1alpha1.EtcdSnapshotList
+	(*EtcdRestoreRequest)(nil),      // 16: capn.v1alpha1.EtcdRestoreRequest
+	(*EtcdRestoreResult)(nil),       // 17: capn.v1alpha1.EtcdRestoreResult
+	(*EtcdSnapshotStatus)(nil),      // 18: capn.v1alpha1.EtcdSnapshotStatus
+	(*EtcdNodeCommand)(nil),         // 19: capn.v1alpha1.EtcdNodeCommand
+	(*EtcdNodeReply)(nil),           // 20: capn.v1alpha1.EtcdNodeReply
+	nil,                             // 21: capn.v1alpha1.RestoreReport.WrittenEntry
+	(*timestamppb.Timestamp)(nil),   // 22: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),     // 23: google.protobuf.Duration
+	(*Condition)(nil),               // 24: capn.v1alpha1.Condition
 }
 var file_capn_v1alpha1_backup_proto_depIdxs = []int32{
-	11, // 0: capn.v1alpha1.BackupManifest.created:type_name -> google.protobuf.Timestamp
+	22, // 0: capn.v1alpha1.BackupManifest.created:type_name -> google.protobuf.Timestamp
 	1,  // 1: capn.v1alpha1.BackupManifest.buckets:type_name -> capn.v1alpha1.BackupBucket
-	12, // 2: capn.v1alpha1.BackupManifest.spread:type_name -> google.protobuf.Duration
-	11, // 3: capn.v1alpha1.BackupBucket.read_at:type_name -> google.protobuf.Timestamp
-	12, // 4: capn.v1alpha1.BackupBucket.read_took:type_name -> google.protobuf.Duration
-	11, // 5: capn.v1alpha1.BackupEntry.created:type_name -> google.protobuf.Timestamp
+	23, // 2: capn.v1alpha1.BackupManifest.spread:type_name -> google.protobuf.Duration
+	22, // 3: capn.v1alpha1.BackupBucket.read_at:type_name -> google.protobuf.Timestamp
+	23, // 4: capn.v1alpha1.BackupBucket.read_took:type_name -> google.protobuf.Duration
+	22, // 5: capn.v1alpha1.BackupEntry.created:type_name -> google.protobuf.Timestamp
 	0,  // 6: capn.v1alpha1.BackupResult.manifest:type_name -> capn.v1alpha1.BackupManifest
 	5,  // 7: capn.v1alpha1.BackupResult.error:type_name -> capn.v1alpha1.BackupError
-	12, // 8: capn.v1alpha1.RestoreBackup.adopt_wait:type_name -> google.protobuf.Duration
+	23, // 8: capn.v1alpha1.RestoreBackup.adopt_wait:type_name -> google.protobuf.Duration
 	0,  // 9: capn.v1alpha1.RestoreReport.manifest:type_name -> capn.v1alpha1.BackupManifest
 	8,  // 10: capn.v1alpha1.RestoreReport.conflicts:type_name -> capn.v1alpha1.RestoreConflict
-	10, // 11: capn.v1alpha1.RestoreReport.written:type_name -> capn.v1alpha1.RestoreReport.WrittenEntry
+	21, // 11: capn.v1alpha1.RestoreReport.written:type_name -> capn.v1alpha1.RestoreReport.WrittenEntry
 	5,  // 12: capn.v1alpha1.RestoreReport.error:type_name -> capn.v1alpha1.BackupError
-	12, // 13: capn.v1alpha1.BackupScheduleStatus.every:type_name -> google.protobuf.Duration
-	11, // 14: capn.v1alpha1.BackupScheduleStatus.last_attempt:type_name -> google.protobuf.Timestamp
-	11, // 15: capn.v1alpha1.BackupScheduleStatus.last_success:type_name -> google.protobuf.Timestamp
-	11, // 16: capn.v1alpha1.BackupScheduleStatus.next:type_name -> google.protobuf.Timestamp
-	13, // 17: capn.v1alpha1.BackupScheduleStatus.conditions:type_name -> capn.v1alpha1.Condition
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	23, // 13: capn.v1alpha1.BackupScheduleStatus.every:type_name -> google.protobuf.Duration
+	22, // 14: capn.v1alpha1.BackupScheduleStatus.last_attempt:type_name -> google.protobuf.Timestamp
+	22, // 15: capn.v1alpha1.BackupScheduleStatus.last_success:type_name -> google.protobuf.Timestamp
+	22, // 16: capn.v1alpha1.BackupScheduleStatus.next:type_name -> google.protobuf.Timestamp
+	24, // 17: capn.v1alpha1.BackupScheduleStatus.conditions:type_name -> capn.v1alpha1.Condition
+	22, // 18: capn.v1alpha1.EtcdSnapshotInfo.created:type_name -> google.protobuf.Timestamp
+	10, // 19: capn.v1alpha1.EtcdSnapshotInfo.members:type_name -> capn.v1alpha1.EtcdMemberInfo
+	11, // 20: capn.v1alpha1.EtcdSnapshotResult.snapshot:type_name -> capn.v1alpha1.EtcdSnapshotInfo
+	5,  // 21: capn.v1alpha1.EtcdSnapshotResult.error:type_name -> capn.v1alpha1.BackupError
+	11, // 22: capn.v1alpha1.EtcdSnapshotList.snapshots:type_name -> capn.v1alpha1.EtcdSnapshotInfo
+	18, // 23: capn.v1alpha1.EtcdSnapshotList.status:type_name -> capn.v1alpha1.EtcdSnapshotStatus
+	5,  // 24: capn.v1alpha1.EtcdSnapshotList.error:type_name -> capn.v1alpha1.BackupError
+	11, // 25: capn.v1alpha1.EtcdRestoreResult.snapshot:type_name -> capn.v1alpha1.EtcdSnapshotInfo
+	10, // 26: capn.v1alpha1.EtcdRestoreResult.members:type_name -> capn.v1alpha1.EtcdMemberInfo
+	23, // 27: capn.v1alpha1.EtcdRestoreResult.took:type_name -> google.protobuf.Duration
+	5,  // 28: capn.v1alpha1.EtcdRestoreResult.error:type_name -> capn.v1alpha1.BackupError
+	23, // 29: capn.v1alpha1.EtcdSnapshotStatus.every:type_name -> google.protobuf.Duration
+	22, // 30: capn.v1alpha1.EtcdSnapshotStatus.last_attempt:type_name -> google.protobuf.Timestamp
+	22, // 31: capn.v1alpha1.EtcdSnapshotStatus.last_success:type_name -> google.protobuf.Timestamp
+	22, // 32: capn.v1alpha1.EtcdSnapshotStatus.next:type_name -> google.protobuf.Timestamp
+	24, // 33: capn.v1alpha1.EtcdSnapshotStatus.conditions:type_name -> capn.v1alpha1.Condition
+	10, // 34: capn.v1alpha1.EtcdNodeReply.member:type_name -> capn.v1alpha1.EtcdMemberInfo
+	10, // 35: capn.v1alpha1.EtcdNodeReply.members:type_name -> capn.v1alpha1.EtcdMemberInfo
+	36, // [36:36] is the sub-list for method output_type
+	36, // [36:36] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_capn_v1alpha1_backup_proto_init() }
@@ -1140,7 +2136,7 @@ func file_capn_v1alpha1_backup_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_capn_v1alpha1_backup_proto_rawDesc), len(file_capn_v1alpha1_backup_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

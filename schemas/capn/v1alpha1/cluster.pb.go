@@ -219,7 +219,10 @@ type ClusterSpec struct {
 	// auto-patch (maintenance.proto).
 	Maintenance *MaintenanceSpec `protobuf:"bytes,11,opt,name=maintenance,proto3" json:"maintenance,omitempty"`
 	// hibernation: schedules that hibernate and wake the cluster.
-	Hibernation   *HibernationSpec `protobuf:"bytes,12,opt,name=hibernation,proto3" json:"hibernation,omitempty"`
+	Hibernation *HibernationSpec `protobuf:"bytes,12,opt,name=hibernation,proto3" json:"hibernation,omitempty"`
+	// etcd_snapshots: scheduled snapshots of the cluster's etcd, for a
+	// control plane capn runs (kube-local); unset takes none.
+	EtcdSnapshots *EtcdSnapshotPolicy `protobuf:"bytes,13,opt,name=etcd_snapshots,json=etcdSnapshots,proto3" json:"etcd_snapshots,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -338,6 +341,71 @@ func (x *ClusterSpec) GetHibernation() *HibernationSpec {
 	return nil
 }
 
+func (x *ClusterSpec) GetEtcdSnapshots() *EtcdSnapshotPolicy {
+	if x != nil {
+		return x.EtcdSnapshots
+	}
+	return nil
+}
+
+// EtcdSnapshotPolicy schedules etcd snapshots of a workload cluster
+// (docs/operations.md, etcd snapshots). Snapshots are stored sealed in the
+// etcd-snapshots object store by the backup service.
+type EtcdSnapshotPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// every is the interval between scheduled snapshots (at least 1m).
+	Every *durationpb.Duration `protobuf:"bytes,1,opt,name=every,proto3" json:"every,omitempty"`
+	// keep is how many of the cluster's snapshots are kept, the newest
+	// (default 5; 1..100). Snapshots asked for count too.
+	Keep          int32 `protobuf:"varint,2,opt,name=keep,proto3" json:"keep,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EtcdSnapshotPolicy) Reset() {
+	*x = EtcdSnapshotPolicy{}
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EtcdSnapshotPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EtcdSnapshotPolicy) ProtoMessage() {}
+
+func (x *EtcdSnapshotPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EtcdSnapshotPolicy.ProtoReflect.Descriptor instead.
+func (*EtcdSnapshotPolicy) Descriptor() ([]byte, []int) {
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *EtcdSnapshotPolicy) GetEvery() *durationpb.Duration {
+	if x != nil {
+		return x.Every
+	}
+	return nil
+}
+
+func (x *EtcdSnapshotPolicy) GetKeep() int32 {
+	if x != nil {
+		return x.Keep
+	}
+	return 0
+}
+
 // MachineTemplate describes machines of one control plane or pool. A change
 // of anything but labels and taints rolls the machines.
 type MachineTemplate struct {
@@ -352,7 +420,7 @@ type MachineTemplate struct {
 
 func (x *MachineTemplate) Reset() {
 	*x = MachineTemplate{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[2]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -364,7 +432,7 @@ func (x *MachineTemplate) String() string {
 func (*MachineTemplate) ProtoMessage() {}
 
 func (x *MachineTemplate) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[2]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -377,7 +445,7 @@ func (x *MachineTemplate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MachineTemplate.ProtoReflect.Descriptor instead.
 func (*MachineTemplate) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{2}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *MachineTemplate) GetParameters() map[string]string {
@@ -422,7 +490,7 @@ type ControlPlaneSpec struct {
 
 func (x *ControlPlaneSpec) Reset() {
 	*x = ControlPlaneSpec{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[3]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -434,7 +502,7 @@ func (x *ControlPlaneSpec) String() string {
 func (*ControlPlaneSpec) ProtoMessage() {}
 
 func (x *ControlPlaneSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[3]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -447,7 +515,7 @@ func (x *ControlPlaneSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlPlaneSpec.ProtoReflect.Descriptor instead.
 func (*ControlPlaneSpec) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{3}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ControlPlaneSpec) GetProvider() string {
@@ -542,7 +610,7 @@ type WorkerPool struct {
 
 func (x *WorkerPool) Reset() {
 	*x = WorkerPool{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[4]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -554,7 +622,7 @@ func (x *WorkerPool) String() string {
 func (*WorkerPool) ProtoMessage() {}
 
 func (x *WorkerPool) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[4]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -567,7 +635,7 @@ func (x *WorkerPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerPool.ProtoReflect.Descriptor instead.
 func (*WorkerPool) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{4}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *WorkerPool) GetName() string {
@@ -694,7 +762,7 @@ type Autoscaling struct {
 
 func (x *Autoscaling) Reset() {
 	*x = Autoscaling{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[5]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -706,7 +774,7 @@ func (x *Autoscaling) String() string {
 func (*Autoscaling) ProtoMessage() {}
 
 func (x *Autoscaling) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[5]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -719,7 +787,7 @@ func (x *Autoscaling) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Autoscaling.ProtoReflect.Descriptor instead.
 func (*Autoscaling) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{5}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Autoscaling) GetMin() int32 {
@@ -750,7 +818,7 @@ type RolloutStrategy struct {
 
 func (x *RolloutStrategy) Reset() {
 	*x = RolloutStrategy{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[6]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -762,7 +830,7 @@ func (x *RolloutStrategy) String() string {
 func (*RolloutStrategy) ProtoMessage() {}
 
 func (x *RolloutStrategy) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[6]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -775,7 +843,7 @@ func (x *RolloutStrategy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutStrategy.ProtoReflect.Descriptor instead.
 func (*RolloutStrategy) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{6}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RolloutStrategy) GetType() string {
@@ -810,7 +878,7 @@ type NetworkSpec struct {
 
 func (x *NetworkSpec) Reset() {
 	*x = NetworkSpec{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[7]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -822,7 +890,7 @@ func (x *NetworkSpec) String() string {
 func (*NetworkSpec) ProtoMessage() {}
 
 func (x *NetworkSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[7]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -835,7 +903,7 @@ func (x *NetworkSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkSpec.ProtoReflect.Descriptor instead.
 func (*NetworkSpec) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{7}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *NetworkSpec) GetPodCidrs() []string {
@@ -889,7 +957,7 @@ type BootstrapSpec struct {
 
 func (x *BootstrapSpec) Reset() {
 	*x = BootstrapSpec{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[8]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -901,7 +969,7 @@ func (x *BootstrapSpec) String() string {
 func (*BootstrapSpec) ProtoMessage() {}
 
 func (x *BootstrapSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[8]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -914,7 +982,7 @@ func (x *BootstrapSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootstrapSpec.ProtoReflect.Descriptor instead.
 func (*BootstrapSpec) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{8}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *BootstrapSpec) GetProvider() string {
@@ -1006,7 +1074,7 @@ type File struct {
 
 func (x *File) Reset() {
 	*x = File{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[9]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1018,7 +1086,7 @@ func (x *File) String() string {
 func (*File) ProtoMessage() {}
 
 func (x *File) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[9]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1031,7 +1099,7 @@ func (x *File) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use File.ProtoReflect.Descriptor instead.
 func (*File) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{9}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *File) GetPath() string {
@@ -1082,7 +1150,7 @@ type FileSecretRef struct {
 
 func (x *FileSecretRef) Reset() {
 	*x = FileSecretRef{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[10]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1094,7 +1162,7 @@ func (x *FileSecretRef) String() string {
 func (*FileSecretRef) ProtoMessage() {}
 
 func (x *FileSecretRef) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[10]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1107,7 +1175,7 @@ func (x *FileSecretRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileSecretRef.ProtoReflect.Descriptor instead.
 func (*FileSecretRef) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{10}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FileSecretRef) GetName() string {
@@ -1135,7 +1203,7 @@ type CertificateAuthority struct {
 
 func (x *CertificateAuthority) Reset() {
 	*x = CertificateAuthority{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[11]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1147,7 +1215,7 @@ func (x *CertificateAuthority) String() string {
 func (*CertificateAuthority) ProtoMessage() {}
 
 func (x *CertificateAuthority) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[11]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1160,7 +1228,7 @@ func (x *CertificateAuthority) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertificateAuthority.ProtoReflect.Descriptor instead.
 func (*CertificateAuthority) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{11}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CertificateAuthority) GetCertificatePem() string {
@@ -1200,7 +1268,7 @@ type HealthPolicy struct {
 
 func (x *HealthPolicy) Reset() {
 	*x = HealthPolicy{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[12]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1212,7 +1280,7 @@ func (x *HealthPolicy) String() string {
 func (*HealthPolicy) ProtoMessage() {}
 
 func (x *HealthPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[12]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1225,7 +1293,7 @@ func (x *HealthPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthPolicy.ProtoReflect.Descriptor instead.
 func (*HealthPolicy) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{12}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *HealthPolicy) GetUnhealthyConditions() []*UnhealthyCondition {
@@ -1281,7 +1349,7 @@ type UnhealthyCondition struct {
 
 func (x *UnhealthyCondition) Reset() {
 	*x = UnhealthyCondition{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[13]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1293,7 +1361,7 @@ func (x *UnhealthyCondition) String() string {
 func (*UnhealthyCondition) ProtoMessage() {}
 
 func (x *UnhealthyCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[13]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1306,7 +1374,7 @@ func (x *UnhealthyCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnhealthyCondition.ProtoReflect.Descriptor instead.
 func (*UnhealthyCondition) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{13}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *UnhealthyCondition) GetType() string {
@@ -1358,7 +1426,7 @@ type ClusterStatus struct {
 
 func (x *ClusterStatus) Reset() {
 	*x = ClusterStatus{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[14]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1370,7 +1438,7 @@ func (x *ClusterStatus) String() string {
 func (*ClusterStatus) ProtoMessage() {}
 
 func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[14]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1383,7 +1451,7 @@ func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatus.ProtoReflect.Descriptor instead.
 func (*ClusterStatus) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{14}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ClusterStatus) GetPhase() string {
@@ -1484,7 +1552,7 @@ type PoolStatus struct {
 
 func (x *PoolStatus) Reset() {
 	*x = PoolStatus{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[15]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1496,7 +1564,7 @@ func (x *PoolStatus) String() string {
 func (*PoolStatus) ProtoMessage() {}
 
 func (x *PoolStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[15]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1509,7 +1577,7 @@ func (x *PoolStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStatus.ProtoReflect.Descriptor instead.
 func (*PoolStatus) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{15}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PoolStatus) GetName() string {
@@ -1597,7 +1665,7 @@ type AutoscalerAction struct {
 
 func (x *AutoscalerAction) Reset() {
 	*x = AutoscalerAction{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[16]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1609,7 +1677,7 @@ func (x *AutoscalerAction) String() string {
 func (*AutoscalerAction) ProtoMessage() {}
 
 func (x *AutoscalerAction) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[16]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1622,7 +1690,7 @@ func (x *AutoscalerAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AutoscalerAction.ProtoReflect.Descriptor instead.
 func (*AutoscalerAction) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{16}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AutoscalerAction) GetTime() *timestamppb.Timestamp {
@@ -1680,7 +1748,7 @@ type AutoscalerStatus struct {
 
 func (x *AutoscalerStatus) Reset() {
 	*x = AutoscalerStatus{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[17]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1692,7 +1760,7 @@ func (x *AutoscalerStatus) String() string {
 func (*AutoscalerStatus) ProtoMessage() {}
 
 func (x *AutoscalerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[17]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1705,7 +1773,7 @@ func (x *AutoscalerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AutoscalerStatus.ProtoReflect.Descriptor instead.
 func (*AutoscalerStatus) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{17}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AutoscalerStatus) GetCluster() string {
@@ -1750,7 +1818,7 @@ type ClusterTopology struct {
 
 func (x *ClusterTopology) Reset() {
 	*x = ClusterTopology{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[18]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1762,7 +1830,7 @@ func (x *ClusterTopology) String() string {
 func (*ClusterTopology) ProtoMessage() {}
 
 func (x *ClusterTopology) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[18]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1775,7 +1843,7 @@ func (x *ClusterTopology) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterTopology.ProtoReflect.Descriptor instead.
 func (*ClusterTopology) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{18}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ClusterTopology) GetClass() string {
@@ -1820,7 +1888,7 @@ type TopologyPool struct {
 
 func (x *TopologyPool) Reset() {
 	*x = TopologyPool{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[19]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1832,7 +1900,7 @@ func (x *TopologyPool) String() string {
 func (*TopologyPool) ProtoMessage() {}
 
 func (x *TopologyPool) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[19]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1845,7 +1913,7 @@ func (x *TopologyPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopologyPool.ProtoReflect.Descriptor instead.
 func (*TopologyPool) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{19}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TopologyPool) GetName() string {
@@ -1884,7 +1952,7 @@ type TopologyStatus struct {
 
 func (x *TopologyStatus) Reset() {
 	*x = TopologyStatus{}
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[20]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1896,7 +1964,7 @@ func (x *TopologyStatus) String() string {
 func (*TopologyStatus) ProtoMessage() {}
 
 func (x *TopologyStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[20]
+	mi := &file_capn_v1alpha1_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1909,7 +1977,7 @@ func (x *TopologyStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopologyStatus.ProtoReflect.Descriptor instead.
 func (*TopologyStatus) Descriptor() ([]byte, []int) {
-	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{20}
+	return file_capn_v1alpha1_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TopologyStatus) GetClass() string {
@@ -1951,7 +2019,7 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x125\n" +
 	"\bmetadata\x18\x03 \x01(\v2\x19.capn.v1alpha1.ObjectMetaR\bmetadata\x12.\n" +
 	"\x04spec\x18\x04 \x01(\v2\x1a.capn.v1alpha1.ClusterSpecR\x04spec\x124\n" +
-	"\x06status\x18\x05 \x01(\v2\x1c.capn.v1alpha1.ClusterStatusR\x06status\"\x92\x05\n" +
+	"\x06status\x18\x05 \x01(\v2\x1c.capn.v1alpha1.ClusterStatusR\x06status\"\xdc\x05\n" +
 	"\vClusterSpec\x12-\n" +
 	"\x12kubernetes_version\x18\x01 \x01(\tR\x11kubernetesVersion\x12D\n" +
 	"\rcontrol_plane\x18\x02 \x01(\v2\x1f.capn.v1alpha1.ControlPlaneSpecR\fcontrolPlane\x12<\n" +
@@ -1967,7 +2035,11 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\btopology\x18\n" +
 	" \x01(\v2\x1e.capn.v1alpha1.ClusterTopologyR\btopology\x12@\n" +
 	"\vmaintenance\x18\v \x01(\v2\x1e.capn.v1alpha1.MaintenanceSpecR\vmaintenance\x12@\n" +
-	"\vhibernation\x18\f \x01(\v2\x1e.capn.v1alpha1.HibernationSpecR\vhibernation\"\xc7\x01\n" +
+	"\vhibernation\x18\f \x01(\v2\x1e.capn.v1alpha1.HibernationSpecR\vhibernation\x12H\n" +
+	"\x0eetcd_snapshots\x18\r \x01(\v2!.capn.v1alpha1.EtcdSnapshotPolicyR\retcdSnapshots\"Y\n" +
+	"\x12EtcdSnapshotPolicy\x12/\n" +
+	"\x05every\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x05every\x12\x12\n" +
+	"\x04keep\x18\x02 \x01(\x05R\x04keep\"\xc7\x01\n" +
 	"\x0fMachineTemplate\x12N\n" +
 	"\n" +
 	"parameters\x18\x01 \x03(\v2..capn.v1alpha1.MachineTemplate.ParametersEntryR\n" +
@@ -2147,102 +2219,105 @@ func file_capn_v1alpha1_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_capn_v1alpha1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_capn_v1alpha1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_capn_v1alpha1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_capn_v1alpha1_cluster_proto_goTypes = []any{
 	(ClusterPhase)(0),             // 0: capn.v1alpha1.ClusterPhase
 	(*Cluster)(nil),               // 1: capn.v1alpha1.Cluster
 	(*ClusterSpec)(nil),           // 2: capn.v1alpha1.ClusterSpec
-	(*MachineTemplate)(nil),       // 3: capn.v1alpha1.MachineTemplate
-	(*ControlPlaneSpec)(nil),      // 4: capn.v1alpha1.ControlPlaneSpec
-	(*WorkerPool)(nil),            // 5: capn.v1alpha1.WorkerPool
-	(*Autoscaling)(nil),           // 6: capn.v1alpha1.Autoscaling
-	(*RolloutStrategy)(nil),       // 7: capn.v1alpha1.RolloutStrategy
-	(*NetworkSpec)(nil),           // 8: capn.v1alpha1.NetworkSpec
-	(*BootstrapSpec)(nil),         // 9: capn.v1alpha1.BootstrapSpec
-	(*File)(nil),                  // 10: capn.v1alpha1.File
-	(*FileSecretRef)(nil),         // 11: capn.v1alpha1.FileSecretRef
-	(*CertificateAuthority)(nil),  // 12: capn.v1alpha1.CertificateAuthority
-	(*HealthPolicy)(nil),          // 13: capn.v1alpha1.HealthPolicy
-	(*UnhealthyCondition)(nil),    // 14: capn.v1alpha1.UnhealthyCondition
-	(*ClusterStatus)(nil),         // 15: capn.v1alpha1.ClusterStatus
-	(*PoolStatus)(nil),            // 16: capn.v1alpha1.PoolStatus
-	(*AutoscalerAction)(nil),      // 17: capn.v1alpha1.AutoscalerAction
-	(*AutoscalerStatus)(nil),      // 18: capn.v1alpha1.AutoscalerStatus
-	(*ClusterTopology)(nil),       // 19: capn.v1alpha1.ClusterTopology
-	(*TopologyPool)(nil),          // 20: capn.v1alpha1.TopologyPool
-	(*TopologyStatus)(nil),        // 21: capn.v1alpha1.TopologyStatus
-	nil,                           // 22: capn.v1alpha1.MachineTemplate.ParametersEntry
-	nil,                           // 23: capn.v1alpha1.WorkerPool.LabelsEntry
-	nil,                           // 24: capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
-	nil,                           // 25: capn.v1alpha1.ClusterTopology.VariablesEntry
-	(*ObjectMeta)(nil),            // 26: capn.v1alpha1.ObjectMeta
-	(*AddonsSpec)(nil),            // 27: capn.v1alpha1.AddonsSpec
-	(*MaintenanceSpec)(nil),       // 28: capn.v1alpha1.MaintenanceSpec
-	(*HibernationSpec)(nil),       // 29: capn.v1alpha1.HibernationSpec
-	(*durationpb.Duration)(nil),   // 30: google.protobuf.Duration
-	(*Taint)(nil),                 // 31: capn.v1alpha1.Taint
-	(*Condition)(nil),             // 32: capn.v1alpha1.Condition
-	(*Endpoint)(nil),              // 33: capn.v1alpha1.Endpoint
-	(*timestamppb.Timestamp)(nil), // 34: google.protobuf.Timestamp
-	(*MaintenanceStatus)(nil),     // 35: capn.v1alpha1.MaintenanceStatus
-	(*HibernationStatus)(nil),     // 36: capn.v1alpha1.HibernationStatus
+	(*EtcdSnapshotPolicy)(nil),    // 3: capn.v1alpha1.EtcdSnapshotPolicy
+	(*MachineTemplate)(nil),       // 4: capn.v1alpha1.MachineTemplate
+	(*ControlPlaneSpec)(nil),      // 5: capn.v1alpha1.ControlPlaneSpec
+	(*WorkerPool)(nil),            // 6: capn.v1alpha1.WorkerPool
+	(*Autoscaling)(nil),           // 7: capn.v1alpha1.Autoscaling
+	(*RolloutStrategy)(nil),       // 8: capn.v1alpha1.RolloutStrategy
+	(*NetworkSpec)(nil),           // 9: capn.v1alpha1.NetworkSpec
+	(*BootstrapSpec)(nil),         // 10: capn.v1alpha1.BootstrapSpec
+	(*File)(nil),                  // 11: capn.v1alpha1.File
+	(*FileSecretRef)(nil),         // 12: capn.v1alpha1.FileSecretRef
+	(*CertificateAuthority)(nil),  // 13: capn.v1alpha1.CertificateAuthority
+	(*HealthPolicy)(nil),          // 14: capn.v1alpha1.HealthPolicy
+	(*UnhealthyCondition)(nil),    // 15: capn.v1alpha1.UnhealthyCondition
+	(*ClusterStatus)(nil),         // 16: capn.v1alpha1.ClusterStatus
+	(*PoolStatus)(nil),            // 17: capn.v1alpha1.PoolStatus
+	(*AutoscalerAction)(nil),      // 18: capn.v1alpha1.AutoscalerAction
+	(*AutoscalerStatus)(nil),      // 19: capn.v1alpha1.AutoscalerStatus
+	(*ClusterTopology)(nil),       // 20: capn.v1alpha1.ClusterTopology
+	(*TopologyPool)(nil),          // 21: capn.v1alpha1.TopologyPool
+	(*TopologyStatus)(nil),        // 22: capn.v1alpha1.TopologyStatus
+	nil,                           // 23: capn.v1alpha1.MachineTemplate.ParametersEntry
+	nil,                           // 24: capn.v1alpha1.WorkerPool.LabelsEntry
+	nil,                           // 25: capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
+	nil,                           // 26: capn.v1alpha1.ClusterTopology.VariablesEntry
+	(*ObjectMeta)(nil),            // 27: capn.v1alpha1.ObjectMeta
+	(*AddonsSpec)(nil),            // 28: capn.v1alpha1.AddonsSpec
+	(*MaintenanceSpec)(nil),       // 29: capn.v1alpha1.MaintenanceSpec
+	(*HibernationSpec)(nil),       // 30: capn.v1alpha1.HibernationSpec
+	(*durationpb.Duration)(nil),   // 31: google.protobuf.Duration
+	(*Taint)(nil),                 // 32: capn.v1alpha1.Taint
+	(*Condition)(nil),             // 33: capn.v1alpha1.Condition
+	(*Endpoint)(nil),              // 34: capn.v1alpha1.Endpoint
+	(*timestamppb.Timestamp)(nil), // 35: google.protobuf.Timestamp
+	(*MaintenanceStatus)(nil),     // 36: capn.v1alpha1.MaintenanceStatus
+	(*HibernationStatus)(nil),     // 37: capn.v1alpha1.HibernationStatus
 }
 var file_capn_v1alpha1_cluster_proto_depIdxs = []int32{
-	26, // 0: capn.v1alpha1.Cluster.metadata:type_name -> capn.v1alpha1.ObjectMeta
+	27, // 0: capn.v1alpha1.Cluster.metadata:type_name -> capn.v1alpha1.ObjectMeta
 	2,  // 1: capn.v1alpha1.Cluster.spec:type_name -> capn.v1alpha1.ClusterSpec
-	15, // 2: capn.v1alpha1.Cluster.status:type_name -> capn.v1alpha1.ClusterStatus
-	4,  // 3: capn.v1alpha1.ClusterSpec.control_plane:type_name -> capn.v1alpha1.ControlPlaneSpec
-	5,  // 4: capn.v1alpha1.ClusterSpec.worker_pools:type_name -> capn.v1alpha1.WorkerPool
-	8,  // 5: capn.v1alpha1.ClusterSpec.network:type_name -> capn.v1alpha1.NetworkSpec
-	9,  // 6: capn.v1alpha1.ClusterSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	13, // 7: capn.v1alpha1.ClusterSpec.health:type_name -> capn.v1alpha1.HealthPolicy
-	27, // 8: capn.v1alpha1.ClusterSpec.addons:type_name -> capn.v1alpha1.AddonsSpec
-	19, // 9: capn.v1alpha1.ClusterSpec.topology:type_name -> capn.v1alpha1.ClusterTopology
-	28, // 10: capn.v1alpha1.ClusterSpec.maintenance:type_name -> capn.v1alpha1.MaintenanceSpec
-	29, // 11: capn.v1alpha1.ClusterSpec.hibernation:type_name -> capn.v1alpha1.HibernationSpec
-	22, // 12: capn.v1alpha1.MachineTemplate.parameters:type_name -> capn.v1alpha1.MachineTemplate.ParametersEntry
-	3,  // 13: capn.v1alpha1.ControlPlaneSpec.template:type_name -> capn.v1alpha1.MachineTemplate
-	9,  // 14: capn.v1alpha1.ControlPlaneSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	30, // 15: capn.v1alpha1.ControlPlaneSpec.node_drain_timeout:type_name -> google.protobuf.Duration
-	30, // 16: capn.v1alpha1.ControlPlaneSpec.node_deletion_timeout:type_name -> google.protobuf.Duration
-	3,  // 17: capn.v1alpha1.WorkerPool.template:type_name -> capn.v1alpha1.MachineTemplate
-	23, // 18: capn.v1alpha1.WorkerPool.labels:type_name -> capn.v1alpha1.WorkerPool.LabelsEntry
-	31, // 19: capn.v1alpha1.WorkerPool.taints:type_name -> capn.v1alpha1.Taint
-	7,  // 20: capn.v1alpha1.WorkerPool.strategy:type_name -> capn.v1alpha1.RolloutStrategy
-	9,  // 21: capn.v1alpha1.WorkerPool.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	13, // 22: capn.v1alpha1.WorkerPool.health:type_name -> capn.v1alpha1.HealthPolicy
-	30, // 23: capn.v1alpha1.WorkerPool.node_drain_timeout:type_name -> google.protobuf.Duration
-	30, // 24: capn.v1alpha1.WorkerPool.node_deletion_timeout:type_name -> google.protobuf.Duration
-	6,  // 25: capn.v1alpha1.WorkerPool.autoscaling:type_name -> capn.v1alpha1.Autoscaling
-	10, // 26: capn.v1alpha1.BootstrapSpec.files:type_name -> capn.v1alpha1.File
-	24, // 27: capn.v1alpha1.BootstrapSpec.kubelet_extra_args:type_name -> capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
-	30, // 28: capn.v1alpha1.BootstrapSpec.token_ttl:type_name -> google.protobuf.Duration
-	12, // 29: capn.v1alpha1.BootstrapSpec.ca:type_name -> capn.v1alpha1.CertificateAuthority
-	30, // 30: capn.v1alpha1.BootstrapSpec.command_timeout:type_name -> google.protobuf.Duration
-	11, // 31: capn.v1alpha1.File.secret_ref:type_name -> capn.v1alpha1.FileSecretRef
-	14, // 32: capn.v1alpha1.HealthPolicy.unhealthy_conditions:type_name -> capn.v1alpha1.UnhealthyCondition
-	30, // 33: capn.v1alpha1.HealthPolicy.node_startup_timeout:type_name -> google.protobuf.Duration
-	30, // 34: capn.v1alpha1.HealthPolicy.heartbeat_grace:type_name -> google.protobuf.Duration
-	30, // 35: capn.v1alpha1.UnhealthyCondition.timeout:type_name -> google.protobuf.Duration
-	32, // 36: capn.v1alpha1.ClusterStatus.conditions:type_name -> capn.v1alpha1.Condition
-	33, // 37: capn.v1alpha1.ClusterStatus.control_plane_endpoint:type_name -> capn.v1alpha1.Endpoint
-	16, // 38: capn.v1alpha1.ClusterStatus.control_plane:type_name -> capn.v1alpha1.PoolStatus
-	16, // 39: capn.v1alpha1.ClusterStatus.worker_pools:type_name -> capn.v1alpha1.PoolStatus
-	34, // 40: capn.v1alpha1.ClusterStatus.updated:type_name -> google.protobuf.Timestamp
-	21, // 41: capn.v1alpha1.ClusterStatus.topology:type_name -> capn.v1alpha1.TopologyStatus
-	35, // 42: capn.v1alpha1.ClusterStatus.maintenance:type_name -> capn.v1alpha1.MaintenanceStatus
-	36, // 43: capn.v1alpha1.ClusterStatus.hibernation:type_name -> capn.v1alpha1.HibernationStatus
-	6,  // 44: capn.v1alpha1.PoolStatus.autoscaling:type_name -> capn.v1alpha1.Autoscaling
-	17, // 45: capn.v1alpha1.PoolStatus.last_autoscaler_action:type_name -> capn.v1alpha1.AutoscalerAction
-	34, // 46: capn.v1alpha1.AutoscalerAction.time:type_name -> google.protobuf.Timestamp
-	17, // 47: capn.v1alpha1.AutoscalerStatus.last_action:type_name -> capn.v1alpha1.AutoscalerAction
-	25, // 48: capn.v1alpha1.ClusterTopology.variables:type_name -> capn.v1alpha1.ClusterTopology.VariablesEntry
-	20, // 49: capn.v1alpha1.ClusterTopology.pools:type_name -> capn.v1alpha1.TopologyPool
-	50, // [50:50] is the sub-list for method output_type
-	50, // [50:50] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	16, // 2: capn.v1alpha1.Cluster.status:type_name -> capn.v1alpha1.ClusterStatus
+	5,  // 3: capn.v1alpha1.ClusterSpec.control_plane:type_name -> capn.v1alpha1.ControlPlaneSpec
+	6,  // 4: capn.v1alpha1.ClusterSpec.worker_pools:type_name -> capn.v1alpha1.WorkerPool
+	9,  // 5: capn.v1alpha1.ClusterSpec.network:type_name -> capn.v1alpha1.NetworkSpec
+	10, // 6: capn.v1alpha1.ClusterSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
+	14, // 7: capn.v1alpha1.ClusterSpec.health:type_name -> capn.v1alpha1.HealthPolicy
+	28, // 8: capn.v1alpha1.ClusterSpec.addons:type_name -> capn.v1alpha1.AddonsSpec
+	20, // 9: capn.v1alpha1.ClusterSpec.topology:type_name -> capn.v1alpha1.ClusterTopology
+	29, // 10: capn.v1alpha1.ClusterSpec.maintenance:type_name -> capn.v1alpha1.MaintenanceSpec
+	30, // 11: capn.v1alpha1.ClusterSpec.hibernation:type_name -> capn.v1alpha1.HibernationSpec
+	3,  // 12: capn.v1alpha1.ClusterSpec.etcd_snapshots:type_name -> capn.v1alpha1.EtcdSnapshotPolicy
+	31, // 13: capn.v1alpha1.EtcdSnapshotPolicy.every:type_name -> google.protobuf.Duration
+	23, // 14: capn.v1alpha1.MachineTemplate.parameters:type_name -> capn.v1alpha1.MachineTemplate.ParametersEntry
+	4,  // 15: capn.v1alpha1.ControlPlaneSpec.template:type_name -> capn.v1alpha1.MachineTemplate
+	10, // 16: capn.v1alpha1.ControlPlaneSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
+	31, // 17: capn.v1alpha1.ControlPlaneSpec.node_drain_timeout:type_name -> google.protobuf.Duration
+	31, // 18: capn.v1alpha1.ControlPlaneSpec.node_deletion_timeout:type_name -> google.protobuf.Duration
+	4,  // 19: capn.v1alpha1.WorkerPool.template:type_name -> capn.v1alpha1.MachineTemplate
+	24, // 20: capn.v1alpha1.WorkerPool.labels:type_name -> capn.v1alpha1.WorkerPool.LabelsEntry
+	32, // 21: capn.v1alpha1.WorkerPool.taints:type_name -> capn.v1alpha1.Taint
+	8,  // 22: capn.v1alpha1.WorkerPool.strategy:type_name -> capn.v1alpha1.RolloutStrategy
+	10, // 23: capn.v1alpha1.WorkerPool.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
+	14, // 24: capn.v1alpha1.WorkerPool.health:type_name -> capn.v1alpha1.HealthPolicy
+	31, // 25: capn.v1alpha1.WorkerPool.node_drain_timeout:type_name -> google.protobuf.Duration
+	31, // 26: capn.v1alpha1.WorkerPool.node_deletion_timeout:type_name -> google.protobuf.Duration
+	7,  // 27: capn.v1alpha1.WorkerPool.autoscaling:type_name -> capn.v1alpha1.Autoscaling
+	11, // 28: capn.v1alpha1.BootstrapSpec.files:type_name -> capn.v1alpha1.File
+	25, // 29: capn.v1alpha1.BootstrapSpec.kubelet_extra_args:type_name -> capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
+	31, // 30: capn.v1alpha1.BootstrapSpec.token_ttl:type_name -> google.protobuf.Duration
+	13, // 31: capn.v1alpha1.BootstrapSpec.ca:type_name -> capn.v1alpha1.CertificateAuthority
+	31, // 32: capn.v1alpha1.BootstrapSpec.command_timeout:type_name -> google.protobuf.Duration
+	12, // 33: capn.v1alpha1.File.secret_ref:type_name -> capn.v1alpha1.FileSecretRef
+	15, // 34: capn.v1alpha1.HealthPolicy.unhealthy_conditions:type_name -> capn.v1alpha1.UnhealthyCondition
+	31, // 35: capn.v1alpha1.HealthPolicy.node_startup_timeout:type_name -> google.protobuf.Duration
+	31, // 36: capn.v1alpha1.HealthPolicy.heartbeat_grace:type_name -> google.protobuf.Duration
+	31, // 37: capn.v1alpha1.UnhealthyCondition.timeout:type_name -> google.protobuf.Duration
+	33, // 38: capn.v1alpha1.ClusterStatus.conditions:type_name -> capn.v1alpha1.Condition
+	34, // 39: capn.v1alpha1.ClusterStatus.control_plane_endpoint:type_name -> capn.v1alpha1.Endpoint
+	17, // 40: capn.v1alpha1.ClusterStatus.control_plane:type_name -> capn.v1alpha1.PoolStatus
+	17, // 41: capn.v1alpha1.ClusterStatus.worker_pools:type_name -> capn.v1alpha1.PoolStatus
+	35, // 42: capn.v1alpha1.ClusterStatus.updated:type_name -> google.protobuf.Timestamp
+	22, // 43: capn.v1alpha1.ClusterStatus.topology:type_name -> capn.v1alpha1.TopologyStatus
+	36, // 44: capn.v1alpha1.ClusterStatus.maintenance:type_name -> capn.v1alpha1.MaintenanceStatus
+	37, // 45: capn.v1alpha1.ClusterStatus.hibernation:type_name -> capn.v1alpha1.HibernationStatus
+	7,  // 46: capn.v1alpha1.PoolStatus.autoscaling:type_name -> capn.v1alpha1.Autoscaling
+	18, // 47: capn.v1alpha1.PoolStatus.last_autoscaler_action:type_name -> capn.v1alpha1.AutoscalerAction
+	35, // 48: capn.v1alpha1.AutoscalerAction.time:type_name -> google.protobuf.Timestamp
+	18, // 49: capn.v1alpha1.AutoscalerStatus.last_action:type_name -> capn.v1alpha1.AutoscalerAction
+	26, // 50: capn.v1alpha1.ClusterTopology.variables:type_name -> capn.v1alpha1.ClusterTopology.VariablesEntry
+	21, // 51: capn.v1alpha1.ClusterTopology.pools:type_name -> capn.v1alpha1.TopologyPool
+	52, // [52:52] is the sub-list for method output_type
+	52, // [52:52] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_capn_v1alpha1_cluster_proto_init() }
@@ -2253,15 +2328,15 @@ func file_capn_v1alpha1_cluster_proto_init() {
 	file_capn_v1alpha1_addons_proto_init()
 	file_capn_v1alpha1_maintenance_proto_init()
 	file_capn_v1alpha1_meta_proto_init()
-	file_capn_v1alpha1_cluster_proto_msgTypes[3].OneofWrappers = []any{}
-	file_capn_v1alpha1_cluster_proto_msgTypes[19].OneofWrappers = []any{}
+	file_capn_v1alpha1_cluster_proto_msgTypes[4].OneofWrappers = []any{}
+	file_capn_v1alpha1_cluster_proto_msgTypes[20].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_capn_v1alpha1_cluster_proto_rawDesc), len(file_capn_v1alpha1_cluster_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -59,6 +59,7 @@ func commands() []command {
 		{"bootstrap-secret", "seal values bootstrap files take content from (set NAME --from-file KEY=FILE | delete NAME)", cmdBootstrapSecret},
 		{"backup", "back up the management plane to a file, or list the stored backups", cmdBackup},
 		{"restore", "restore a backup into this deployment (--merge, --dry-run)", cmdRestore},
+		{"etcd", "snapshot a kube-local cluster's etcd, list its snapshots, restore one (snapshot|snapshots|restore)", cmdEtcd},
 		{"move", "hand live clusters to another capn deployment (--to CONFIG)", cmdMove},
 		{"events", "print a cluster's timeline (--follow)", cmdEvents},
 		{"dashboard", "open the dashboard in a browser, logged in by a one-time link", cmdDashboard},

@@ -56,9 +56,10 @@ func devServices(cfg Config, gw devGateway, auth *devAuth, providers []daemon.Se
 		remediator.New(remediator.Config{}),
 		addonmanager.New(addonmanager.Config{Keyring: ring}), // opens kubeconfigs and add-on secrets
 		fleetmanager.New(fleetmanager.Config{}),              // rollouts in waves
-		// Backups into <data-dir>/jetstream's backups object store; no key:
-		// the secrets stay sealed.
-		backup.New(backup.Config{Every: cfg.BackupEvery, Keep: cfg.BackupKeep}),
+		// Backups into <data-dir>/jetstream's backups object store (the
+		// secrets stay sealed); the key seals workload clusters' etcd
+		// snapshots only.
+		backup.New(backup.Config{Every: cfg.BackupEvery, Keep: cfg.BackupKeep, Keyring: ring}),
 		// Auto-patch and pending upgrades in maintenance windows,
 		// hibernation schedules.
 		maintenance.New(maintenance.Config{}),

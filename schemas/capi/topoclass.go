@@ -67,6 +67,12 @@ func (c *converter) makeClass(cl *object) (*capnv1.ClusterClass, error) {
 			if err := c.classPool(entries[cls], p, map[string]string{}); err != nil {
 				return nil, err
 			}
+			if h := healthNode(entries[cls]); h.exists() { // the class's, as topologyHealth reads it
+				if hp := c.healthPolicy(c.class, h); hp != nil {
+					hp.MaxInFlight = c.maxInFlight(c.class, h)
+					p.Health = hp
+				}
+			}
 			class.Spec.PoolClasses = append(class.Spec.PoolClasses, &capnv1.PoolClass{Name: cls, Template: p})
 		}
 		tp := &capnv1.TopologyPool{Name: name, Class: cls}

@@ -371,4 +371,24 @@ func TestImportClassesV1beta1(t *testing.T) {
 	if strings.Contains(all, "team") {
 		t.Errorf("notes list the mapped variable team:\n%s", all)
 	}
+
+	// team read by a patch capn cannot follow too: neither it nor its
+	// label patch maps, and both stay listed.
+	res, err = Import([]byte(strings.Replace(in, "path: /spec/template/spec/extraMounts, valueFrom: {variable: size}", "path: /spec/template/spec/extraMounts, valueFrom: {variable: team}", 1)), Options{Classes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vs := res.Class.GetSpec().GetVariables(); len(vs) != 0 {
+		t.Errorf("variables %v, want none", vs)
+	}
+	notes = notes[:0]
+	for _, n := range res.Notes {
+		notes = append(notes, n.String())
+	}
+	all = strings.Join(notes, "\n")
+	for _, w := range []string{"ClusterClass/small: spec.variables[0]: variable team: read by a patch", "ClusterClass/small: spec.patches[0]: patch teamLabel: "} {
+		if !strings.Contains(all, w) {
+			t.Errorf("notes lack %q:\n%s", w, all)
+		}
+	}
 }

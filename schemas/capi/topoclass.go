@@ -96,11 +96,17 @@ func (c *converter) makeClass(cl *object) (*capnv1.ClusterClass, error) {
 
 	// Variables, and the patches that read them.
 	vars := c.classVariables(spec)
-	mappedPatch := map[string]bool{}
+	patchVars := map[string][]string{} // the patches that map, with the variables they read
 	for i, p := range spec.field("patches").items() {
-		if c.mapPatch(p, vars) {
-			mappedPatch[fmt.Sprintf("spec.patches[%d]", i)] = true
+		if vs, ok := c.mapPatch(p, vars); ok {
+			patchVars[fmt.Sprintf("spec.patches[%d]", i)] = vs
 		}
+	}
+	// A patch is mapped when every variable it reads is: another patch
+	// may have made one of them not map.
+	mappedPatch := map[string]bool{}
+	for at, vs := range patchVars {
+		mappedPatch[at] = !slices.ContainsFunc(vs, func(v string) bool { return vars[v].why != "" })
 	}
 	mappedVar := map[string]bool{}
 	for _, cv := range vars {
@@ -198,8 +204,9 @@ func (c *converter) classVariables(spec node) map[string]*classVar {
 // mapPatch turns patch p into variable paths when every JSON patch of it
 // is an add or replace of a machine label of every machine deployment
 // class, from a variable; it says whether it did. A patch that does not
-// map makes the variables it reads not map either.
-func (c *converter) mapPatch(p node, vars map[string]*classVar) bool {
+// map makes the variables it reads not map either. It returns the
+// variables the patch reads.
+func (c *converter) mapPatch(p node, vars map[string]*classVar) ([]string, bool) {
 	var all []string
 	for _, e := range c.class.at().get("spec.workers.machineDeployments").items() {
 		n, _ := e.field("class").v.(string)
@@ -239,7 +246,7 @@ func (c *converter) mapPatch(p node, vars map[string]*classVar) bool {
 				cv.why, cv.paths = "read by a patch that sets what capn does not have", nil
 			}
 		}
-		return false
+		return nil, false
 	}
 	for _, w := range writes {
 		cv := vars[w.v]
@@ -250,7 +257,7 @@ func (c *converter) mapPatch(p node, vars map[string]*classVar) bool {
 			cv.paths = append(cv.paths, w.path)
 		}
 	}
-	return true
+	return read, true
 }
 
 // scalarString is a YAML scalar as a capn variable value.

@@ -90,7 +90,7 @@ func (c *converter) makeClass(cl *object) (*capnv1.ClusterClass, error) {
 				return n.Object == cl.ref() && strings.HasPrefix(n.Path, at+".")
 			})
 			c.notes = append(c.notes, Note{Object: cl.ref(), Path: at,
-				Reason: "its own settings (labels, failure domain, rollout, health check) are not imported: a capn topology pool sets only its name, class and replicas; pool class " + cls + " gives the rest"})
+				Reason: reasonTopologyPoolOwn(cls)})
 		}
 	}
 
@@ -144,7 +144,7 @@ func (c *converter) makeClass(cl *object) (*capnv1.ClusterClass, error) {
 		if cv.why != "" && cv.why != whyNoPatch {
 			for i, n := range c.notes {
 				if n.Object == c.class.ref() && n.Path == cv.node.path {
-					c.notes[i].Reason = "variable " + cv.v.Name + ": " + cv.why
+					c.notes[i].Reason = reasonClassVariable(cv.v.Name, cv.why)
 				}
 			}
 		}
@@ -152,8 +152,6 @@ func (c *converter) makeClass(cl *object) (*capnv1.ClusterClass, error) {
 	c.out.Spec = &capnv1.ClusterSpec{Topology: topo}
 	return class, nil
 }
-
-const whyNoPatch = "no patch sets a field capn has"
 
 func poolClassOf(cc *capnv1.ClusterClass, name string) *capnv1.PoolClass {
 	for _, p := range cc.Spec.PoolClasses {
@@ -180,7 +178,7 @@ func (c *converter) classVariables(spec node) map[string]*classVar {
 		case "string", "integer", "boolean":
 			cv.v.Type = typ
 		default:
-			cv.why = fmt.Sprintf("schema type %q: capn variables are string, integer or boolean", typ)
+			cv.why = whyVariableType(typ)
 			continue
 		}
 		if d := s.field("default"); d.exists() && !cv.v.Required {
@@ -243,7 +241,7 @@ func (c *converter) mapPatch(p node, vars map[string]*classVar) ([]string, bool)
 	if !ok {
 		for _, v := range read {
 			if cv := vars[v]; cv != nil {
-				cv.why, cv.paths = "read by a patch that sets what capn does not have", nil
+				cv.why, cv.paths = whyVariablePatch, nil
 			}
 		}
 		return nil, false

@@ -26,6 +26,9 @@ func (c *converter) topology(cl *object, topo node) error {
 		c.class, c.claimed[cc] = cc, true
 		ref.use()
 	} else {
+		if c.opts.Classes {
+			return fmt.Errorf("%s: %s: ClusterClass %q is not in the input: importing classes needs the Cluster API ClusterClass the topology names (and its templates) in the same input", cl.ref(), ref.path, c.className)
+		}
 		if c.opts.Provider == "" {
 			return fmt.Errorf("%w: %s uses ClusterClass %s, which is not in the input: add it, or pass --provider NAME", ErrNeedProvider, cl.ref(), c.className)
 		}

@@ -2,8 +2,13 @@ package capi
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/capn-dev/capn/schemas/topology"
 )
 
 func importFile(t *testing.T, file string, opts Options) *Result {
@@ -190,8 +195,8 @@ func listedOnce(t *testing.T, res *Result) {
 // TestImportClusterClassV1beta1: the v1beta1 shape of a class (ref,
 // template.bootstrap.ref, template.metadata, machineHealthCheck) and of
 // a topology (class: NAME).
-func TestImportClusterClassV1beta1(t *testing.T) {
-	const in = `apiVersion: cluster.x-k8s.io/v1beta1
+// smallV1beta1 is a v1beta1 ClusterClass capn maps whole, with its cluster.
+const smallV1beta1 = `apiVersion: cluster.x-k8s.io/v1beta1
 kind: ClusterClass
 metadata: {name: small}
 spec:
@@ -257,6 +262,9 @@ spec:
       machineDeployments:
       - {class: worker, name: md-0, replicas: 4}
 `
+
+func TestImportClusterClassV1beta1(t *testing.T) {
+	in := smallV1beta1
 	res, err := Import([]byte(in), Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -276,5 +284,111 @@ spec:
 		p.GetStrategy().GetType() != "OnDelete" || p.GetHealth().GetMaxUnhealthy() != "33%" ||
 		len(p.GetBootstrap().GetPreCommands()) != 1 {
 		t.Errorf("pool %v lacks its v1beta1 class's settings", p)
+	}
+}
+
+// TestImportClassesV1beta1: with Classes, a v1beta1 class becomes a capn
+// ClusterClass whose label variable renders, for the topology, the pool
+// the flat import makes; a variable of a patch capn cannot follow is
+// listed with why.
+func TestImportClassesV1beta1(t *testing.T) {
+	in := strings.Replace(smallV1beta1, "  infrastructure:\n    ref: {apiVersion: infrastructure.cluster.x-k8s.io/v1beta1, kind: DockerClusterTemplate", `  variables:
+  - name: team
+    required: false
+    schema: {openAPIV3Schema: {type: string, default: infra}}
+  - name: size
+    required: false
+    schema: {openAPIV3Schema: {type: integer, default: 2, minimum: 1, maximum: 5}}
+  patches:
+  - name: teamLabel
+    definitions:
+    - selector:
+        apiVersion: infrastructure.cluster.x-k8s.io/v1beta1
+        kind: DockerMachineTemplate
+        matchResources: {machineDeploymentClass: {names: [worker]}}
+      jsonPatches:
+      - {op: add, path: /spec/template/metadata/labels/team, valueFrom: {variable: team}}
+  - name: size
+    definitions:
+    - selector:
+        apiVersion: infrastructure.cluster.x-k8s.io/v1beta1
+        kind: DockerMachineTemplate
+        matchResources: {machineDeploymentClass: {names: [worker]}}
+      jsonPatches:
+      - {op: replace, path: /spec/template/spec/extraMounts, valueFrom: {variable: size}}
+  infrastructure:
+    ref: {apiVersion: infrastructure.cluster.x-k8s.io/v1beta1, kind: DockerClusterTemplate`, 1)
+	in = strings.Replace(in, "    controlPlane: {replicas: 1}\n", "    controlPlane: {replicas: 1}\n    variables:\n    - {name: team, value: web}\n    - {name: size, value: 3}\n", 1)
+	flat, err := Import([]byte(in), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Import([]byte(in), Options{Classes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Invalid != nil {
+		t.Errorf("invalid: %v", res.Invalid)
+	}
+	cs := res.Class.GetSpec()
+	if len(cs.GetVariables()) != 1 || cs.GetVariables()[0].GetName() != "team" || cs.GetVariables()[0].GetDefault() != "infra" ||
+		!slices.Equal(cs.GetVariables()[0].GetPaths(), []string{"/workerPools/*/labels/team"}) {
+		t.Errorf("variables %v, want team only, to /workerPools/*/labels/team", cs.GetVariables())
+	}
+	if v := cs.GetTemplate().GetKubernetesVersion(); v != "v1.33.4" {
+		t.Errorf("template version %q, want the topology's v1.33.4", v)
+	}
+	topo := res.Cluster.GetSpec().GetTopology()
+	if topo.GetClass() != "small" || topo.GetVariables()["team"] != "web" || len(topo.GetVariables()) != 1 ||
+		len(topo.GetPools()) != 1 || topo.GetPools()[0].GetReplicas() != 4 {
+		t.Errorf("topology %v, want class small, team=web, pool md-0 of 4", topo)
+	}
+	spec, err := topology.Render(res.Class, topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := spec.GetWorkerPools()[0]
+	want := proto.CloneOf(flat.Cluster.GetSpec().GetWorkerPools()[0])
+	want.PoolClass = "worker"
+	want.Labels["team"] = "web"
+	if got.GetLabels()["team"] != "web" || !proto.Equal(got, want) {
+		t.Errorf("rendered pool %v, want the flat import's %v with label team=web", got, want)
+	}
+	var notes []string
+	for _, n := range res.Notes {
+		notes = append(notes, n.String())
+	}
+	all := strings.Join(notes, "\n")
+	for _, w := range []string{
+		"ClusterClass/small: spec.variables[1]: variable size: read by a patch that sets what capn does not have",
+		"ClusterClass/small: spec.patches[1]: patch size: ",
+		"Cluster/small: spec.topology.variables[1]: variable size: ",
+	} {
+		if !strings.Contains(all, w) {
+			t.Errorf("notes lack %q:\n%s", w, all)
+		}
+	}
+	if strings.Contains(all, "team") {
+		t.Errorf("notes list the mapped variable team:\n%s", all)
+	}
+
+	// team read by a patch capn cannot follow too: neither it nor its
+	// label patch maps, and both stay listed.
+	res, err = Import([]byte(strings.Replace(in, "path: /spec/template/spec/extraMounts, valueFrom: {variable: size}", "path: /spec/template/spec/extraMounts, valueFrom: {variable: team}", 1)), Options{Classes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vs := res.Class.GetSpec().GetVariables(); len(vs) != 0 {
+		t.Errorf("variables %v, want none", vs)
+	}
+	notes = notes[:0]
+	for _, n := range res.Notes {
+		notes = append(notes, n.String())
+	}
+	all = strings.Join(notes, "\n")
+	for _, w := range []string{"ClusterClass/small: spec.variables[0]: variable team: read by a patch", "ClusterClass/small: spec.patches[0]: patch teamLabel: "} {
+		if !strings.Contains(all, w) {
+			t.Errorf("notes lack %q:\n%s", w, all)
+		}
 	}
 }

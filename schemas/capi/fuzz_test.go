@@ -10,8 +10,8 @@ import (
 	"github.com/capn-dev/capn/schemas/manifest"
 )
 
-// FuzzImport: Import never panics, and whatever cluster and add-on sets
-// it makes encode to manifests that decode back to the same. The seeds are the
+// FuzzImport: Import never panics (with Classes or not), and whatever
+// cluster, class and add-on sets it makes encode to manifests that decode back to the same. The seeds are the
 // testdata manifests and the corpus under testdata/fuzz/FuzzImport.
 func FuzzImport(f *testing.F) {
 	files, _ := filepath.Glob("testdata/*.yaml")
@@ -25,6 +25,17 @@ func FuzzImport(f *testing.F) {
 	}
 	f.Add([]byte(crsOnly), "")
 	f.Fuzz(func(t *testing.T, data []byte, provider string) {
+		// With Classes, the ClusterClass made round-trips too.
+		if res, err := Import(data, Options{Provider: provider, Classes: true}); err == nil && res.Class != nil {
+			y, err := manifest.EncodeMessage(res.Class)
+			if err != nil {
+				t.Fatalf("EncodeMessage: %v", err)
+			}
+			back, err := manifest.DecodeClusterClass(y)
+			if err != nil || !proto.Equal(back, res.Class) {
+				t.Fatalf("the imported class does not round-trip (%v):\n%s", err, y)
+			}
+		}
 		res, err := Import(data, Options{Provider: provider})
 		if err != nil {
 			return

@@ -46,6 +46,10 @@ type Options struct {
 	Provider string
 	// Cluster names the Cluster to import when the input holds several.
 	Cluster string
+	// Classes imports a topology cluster as a capn ClusterClass
+	// (Result.Class) and a Cluster with spec.topology, rather than one
+	// flat Cluster; its ClusterClass must be in the input (topoclass.go).
+	Classes bool
 }
 
 // Note is something of the input that Import did not carry over.
@@ -82,6 +86,9 @@ type Result struct {
 	// manifest.Encode); nil when the input holds ClusterResourceSets
 	// only.
 	Cluster *capnv1.Cluster
+	// Class is the capn ClusterClass of a topology cluster, with
+	// Options.Classes (nil otherwise); Cluster then has spec.topology.
+	Class *capnv1.ClusterClass
 	// AddonSets are the input's ClusterResourceSets as capn AddonSets,
 	// not defaulted (manifest.EncodeAddonSet), in the input's order.
 	AddonSets []*capnv1.AddonSet
@@ -125,8 +132,18 @@ func Import(data []byte, opts Options) (*Result, error) {
 	if err := c.convert(cl); err != nil {
 		return nil, err
 	}
+	var class *capnv1.ClusterClass
+	if c.opts.Classes && c.class != nil {
+		if class, err = c.makeClass(cl); err != nil {
+			return nil, err
+		}
+	}
 	c.addonSets()
 	c.reportLeftovers()
+	if class != nil {
+		return &Result{Cluster: c.out, Class: class, AddonSets: c.sets, Notes: c.notes,
+			Invalid: errors.Join(validateClass(class, c.out), validateSets(c.sets))}, nil
+	}
 	res := &Result{Cluster: c.out, AddonSets: c.sets, Notes: c.notes}
 	d := proto.Clone(c.out).(*capnv1.Cluster)
 	manifest.Default(d)

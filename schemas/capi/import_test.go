@@ -22,6 +22,14 @@ func render(t *testing.T, res *Result) string {
 		t.Fatal(err)
 	}
 	var b strings.Builder
+	if res.Class != nil {
+		cy, err := manifest.EncodeMessage(res.Class)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Write(cy)
+		b.WriteString("---\n")
+	}
 	b.Write(y)
 	for _, set := range res.AddonSets {
 		sy, err := manifest.EncodeAddonSet(set)
@@ -68,6 +76,7 @@ func TestImportGolden(t *testing.T) {
 		{name: "inmemory-v1beta1", file: "inmemory-v1beta1.yaml"},
 		{name: "topology-v1beta2", file: "topology-v1beta2.yaml", opts: Options{Provider: "sim"}},
 		{name: "clusterclass-v1beta2", file: "clusterclass-v1beta2.yaml"},
+		{name: "clusterclass-v1beta2-classes", file: "clusterclass-v1beta2.yaml", opts: Options{Classes: true}},
 		{name: "classic-v1beta1", file: "classic-v1beta1.yaml"},
 	}
 	for _, tt := range tests {
@@ -112,7 +121,7 @@ func TestImportValid(t *testing.T) {
 	}{
 		{"docker-v1beta1.yaml", Options{}}, {"docker-v1beta2.yaml", Options{}}, {"aws-v1beta1.yaml", Options{Provider: "aws"}},
 		{"inmemory-v1beta1.yaml", Options{}}, {"topology-v1beta2.yaml", Options{Provider: "sim"}},
-		{"clusterclass-v1beta2.yaml", Options{}}, {"classic-v1beta1.yaml", Options{}},
+		{"clusterclass-v1beta2.yaml", Options{}}, {"clusterclass-v1beta2.yaml", Options{Classes: true}}, {"classic-v1beta1.yaml", Options{}},
 	} {
 		in, _ := os.ReadFile(filepath.Join("testdata", tt.file))
 		res, err := Import(in, tt.opts)
@@ -161,6 +170,8 @@ spec:
 		{name: "unknown provider", in: cluster, wantIs: ErrNeedProvider, wantMsg: "VSphereMachineTemplate (VSphereMachineTemplate/a-cp, referenced by KubeadmControlPlane/a-cp): capn knows Docker* (docker) and InMemory*/Dev* in-memory (sim) kinds; pass --provider NAME"},
 		{name: "aws without --provider", in: string(aws), wantIs: ErrNeedProvider, wantMsg: "AWSMachineTemplate"},
 		{name: "topology without --provider", in: string(topo), wantIs: ErrNeedProvider, wantMsg: "uses ClusterClass quick-start, which is not in the input: add it, or pass --provider NAME"},
+		{name: "classes without the ClusterClass", in: string(topo), opts: Options{Classes: true, Provider: "sim"},
+			wantMsg: `Cluster/capi-quickstart: spec.topology.classRef: ClusterClass "quick-start" is not in the input: importing classes needs the Cluster API ClusterClass the topology names (and its templates) in the same input`},
 		{name: "a ClusterClass without a control plane", in: strings.Replace(string(class), "    templateRef:\n      apiVersion: controlplane.cluster.x-k8s.io/v1beta2\n      kind: KubeadmControlPlaneTemplate\n      name: quick-start-control-plane\n", "", 1),
 			wantMsg: "ClusterClass/quick-start: spec.controlPlane.templateRef: required: capn needs the class's KubeadmControlPlaneTemplate"},
 		{name: "a ClusterClass with another control plane", in: strings.Replace(string(class), "kind: KubeadmControlPlaneTemplate\n      name: quick-start-control-plane", "kind: K3sControlPlaneTemplate\n      name: quick-start-control-plane", 1),

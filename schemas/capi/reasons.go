@@ -230,3 +230,24 @@ func reasonHealthTaken(what, from string) string {
 func reasonSecretRef(name, key string) string {
 	return fmt.Sprintf("imported as secretRef {name: %s, key: %s}: store the Secret's decoded value with capn bootstrap-secret set %s --from-file %s=FILE (the machines wait for it)", name, key, name, key)
 }
+
+// Why a ClusterClass variable does not map with Options.Classes
+// (topoclass.go): whyNoPatch leaves the note of the flat import.
+const (
+	whyNoPatch       = "no patch sets a field capn has"
+	whyVariablePatch = "read by a patch that sets what capn does not have"
+)
+
+// whyVariableType: a variable of a schema type capn has no variables of.
+func whyVariableType(typ string) string {
+	return fmt.Sprintf("schema type %q: capn variables are string, integer or boolean", typ)
+}
+
+// reasonClassVariable is the note on a class variable that does not map.
+func reasonClassVariable(name, why string) string { return "variable " + name + ": " + why }
+
+// reasonTopologyPoolOwn is the note on a topology machine deployment with
+// settings of its own, which a capn topology pool cannot carry.
+func reasonTopologyPoolOwn(class string) string {
+	return "its own settings (labels, failure domain, rollout, health check) are not imported: a capn topology pool sets only its name, class and replicas; pool class " + class + " gives the rest"
+}

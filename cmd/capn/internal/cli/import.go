@@ -36,6 +36,15 @@ when the input holds it: the class's templates give the provider, the
 bootstrap settings and the health checks; its variables and patches are
 listed by name (capn cannot evaluate patches).
 
+--classes imports such a cluster as a capn ClusterClass (printed first)
+and a Cluster with spec.topology instead: the class's template is the
+cluster's spec without pools, the machine deployment classes the topology
+uses become pool classes, and a variable (string, integer or boolean)
+maps when every patch reading it sets a machine label of every machine
+deployment class (path /workerPools/*/labels/KEY); the topology's
+machine deployments become pools (name, class, replicas) and its values of
+mapped variables are kept. The ClusterClass must be in the input.
+
 --strict makes any of this an error: when something is not mapped, or the
 result does not validate, the list goes to standard error, nothing is
 printed on standard output, and the exit code is 1.
@@ -48,7 +57,7 @@ Examples:
 `
 
 func cmdImport(_ context.Context, e env, args []string) int {
-	fs := newFlags(e, "capn import -f FILE|- [--provider NAME] [--cluster NAME] [--strict] [--quiet]", importHelp)
+	fs := newFlags(e, "capn import -f FILE|- [--provider NAME] [--cluster NAME] [--classes] [--strict] [--quiet]", importHelp)
 	var file string
 	var opts capi.Options
 	var quiet, strict bool
@@ -56,6 +65,7 @@ func cmdImport(_ context.Context, e env, args []string) int {
 	fs.StringVar(&file, "filename", "", "`file`: same as -f")
 	fs.StringVar(&opts.Provider, "provider", "", "capn provider `name` of every machine (required for kinds capn has no provider for)")
 	fs.StringVar(&opts.Cluster, "cluster", "", "the Cluster to import when the input holds several (its `name`)")
+	fs.BoolVar(&opts.Classes, "classes", false, "import a topology cluster as a capn ClusterClass and a Cluster with spec.topology")
 	fs.BoolVar(&quiet, "quiet", false, "do not list what could not be mapped")
 	fs.BoolVar(&strict, "strict", false, "fail (exit 1, nothing on standard output) when anything is not mapped or the result does not validate")
 	const name = "capn import"
@@ -106,10 +116,17 @@ func cmdImport(_ context.Context, e env, args []string) int {
 	return daemon.ExitOK
 }
 
-// importOutput is the cluster (when the input had one) and every add-on
+// importOutput is the class (with --classes), the cluster (when the input had one) and every add-on
 // set, as one YAML stream.
 func importOutput(res *capi.Result) ([]byte, error) {
 	var docs [][]byte
+	if res.Class != nil {
+		b, err := manifest.EncodeMessage(res.Class)
+		if err != nil {
+			return nil, err
+		}
+		docs = append(docs, b)
+	}
 	if res.Cluster != nil {
 		b, err := manifest.Encode(res.Cluster)
 		if err != nil {

@@ -66,11 +66,17 @@ func TestImportCommand(t *testing.T) {
 		{name: "a bad provider name", args: []string{"import", "-f", "x", "--provider", "No"}, wantCode: 2, wantStderr: []string{`capn import: --provider "No": not a provider name: it must be a DNS-1123 label, e.g. sim` + "\nSee 'capn import -h' for help.\n"}},
 		{name: "a ClusterClass with its cluster", args: []string{"import", "-f", testdata + "clusterclass-v1beta2.yaml"},
 			wantStdout: "    provider: docker\n",
-			wantStderr: []string{"capn import: 19 Cluster API settings not mapped:\n",
+			wantStderr: []string{"capn import: 22 Cluster API settings not mapped:\n",
 				"  ClusterClass/quick-start: spec.patches[1]: patch customImage: capn cannot evaluate ClusterClass patches",
 				"  Cluster/dev: spec.topology.variables[0]: variable imageRepository: "}},
+		{name: "a ClusterClass as a class", args: []string{"import", "-f", testdata + "clusterclass-v1beta2.yaml", "--classes"},
+			wantStdout: "kind: ClusterClass\nmetadata:\n  name: quick-start\n",
+			wantStderr: []string{"capn import: 19 Cluster API settings not mapped:\n",
+				"  ClusterClass/quick-start: spec.variables[1]: variable podSecurityStandard: schema type \"object\": capn variables are string, integer or boolean"}},
+		{name: "--classes without the class", args: []string{"import", "-f", testdata + "topology-v1beta2.yaml", "--classes", "--provider", "sim"}, wantCode: 1,
+			wantStderr: []string{`ClusterClass "quick-start" is not in the input`}},
 		{name: "--strict with settings not mapped", args: []string{"import", "-f", testdata + "clusterclass-v1beta2.yaml", "--strict"}, wantCode: 1,
-			wantStderr: []string{"capn import: --strict: 19 Cluster API settings not mapped, so nothing is printed:\n",
+			wantStderr: []string{"capn import: --strict: 22 Cluster API settings not mapped, so nothing is printed:\n",
 				"  Cluster/dev: metadata.namespace = \"default\": capn has no namespaces"}},
 		{name: "--strict with a result that does not validate", wantCode: 1, args: []string{"import", "-f", "-", "--strict", "--quiet"},
 			stdin:      strings.Replace(complete, "replicas: 1", "replicas: 2", 1),
@@ -98,6 +104,12 @@ func TestImportCommand(t *testing.T) {
 			}
 			if tt.wantCode == 0 || tt.wantStdout != "" {
 				docs := strings.Split(stdout.String(), "\n---\n")
+				if strings.Contains(docs[0], "\nkind: ClusterClass\n") {
+					if _, err := manifest.DecodeClusterClass([]byte(docs[0])); err != nil {
+						t.Errorf("the printed class does not decode: %v", err)
+					}
+					docs = docs[1:]
+				}
 				if _, err := manifest.Decode([]byte(docs[0])); err != nil {
 					t.Errorf("the printed manifest does not decode: %v", err)
 				}

@@ -146,21 +146,9 @@ func (s *server) applySet(w http.ResponseWriter, r *http.Request, pathName strin
 	if err != nil {
 		return err
 	}
-	if err := bodyMediaTypes.check(r); err != nil {
-		return err
-	}
-	body, err := readBody(r)
+	in, err := readOne(r, "AddonSet", manifest.DecodeAddonSet)
 	if err != nil {
 		return err
-	}
-	in, err := manifest.DecodeAddonSet(body)
-	switch {
-	case errors.Is(err, manifest.ErrEmpty):
-		return invalidManifest("the manifest is empty: send one AddonSet in YAML or JSON")
-	case errors.Is(err, manifest.ErrMultipleDocuments):
-		return invalidManifest("the manifest has more than one document: send one AddonSet per request")
-	case err != nil:
-		return fieldProblem(http.StatusBadRequest, api.ProblemInvalidManifest, "Invalid manifest", err)
 	}
 	md := ensure(&in.Metadata)
 	switch {
@@ -373,22 +361,28 @@ func (s *server) putAddonSecret(w http.ResponseWriter, r *http.Request) error {
 
 // deleteAddonSecret is DELETE /v1/addonsecrets/{name}.
 func (s *server) deleteAddonSecret(w http.ResponseWriter, r *http.Request) error {
-	if s.addonSecrets == nil {
+	return deleteSecret(w, r, s.addonSecrets, keys.AddonSecret, "add-on secret")
+}
+
+// deleteSecret deletes a write-only secret (an add-on or bootstrap
+// secret) named by the path: 204, or 404 naming it; a compare-and-set on
+// the revision read.
+func deleteSecret[T proto.Message](w http.ResponseWriter, r *http.Request, b *store.Bucket[T], key func(string) string, what string) error {
+	if b == nil {
 		return unavailableSecrets()
 	}
 	name, err := pathName(r, "name")
 	if err != nil {
 		return err
 	}
-	key := keys.AddonSecret(name)
-	_, rev, err := s.addonSecrets.Get(r.Context(), key)
+	_, rev, err := b.Get(r.Context(), key(name))
 	if errors.Is(err, store.ErrNotFound) {
-		return notFound("add-on secret %s not found", name)
+		return notFound("%s %s not found", what, name)
 	}
 	if err != nil {
 		return err
 	}
-	if err := s.addonSecrets.Delete(r.Context(), key, rev); err != nil {
+	if err := b.Delete(r.Context(), key(name), rev); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -88,6 +88,30 @@ func decodeApply(body []byte) (*capnv1.Cluster, error) {
 	return nil, p
 }
 
+// readOne reads a request's body as one manifest of kind, decoded by
+// decode: the media type checked, an empty or multi-document body a 400
+// that names the kind, a bad one a 400 with the field.
+func readOne[T any](r *http.Request, kind string, decode func([]byte) (T, error)) (T, error) {
+	var zero T
+	if err := bodyMediaTypes.check(r); err != nil {
+		return zero, err
+	}
+	body, err := readBody(r)
+	if err != nil {
+		return zero, err
+	}
+	in, err := decode(body)
+	switch {
+	case err == nil:
+		return in, nil
+	case errors.Is(err, manifest.ErrEmpty):
+		return zero, invalidManifest("the manifest is empty: send one %s in YAML or JSON", kind)
+	case errors.Is(err, manifest.ErrMultipleDocuments):
+		return zero, invalidManifest("the manifest has more than one document: send one %s per request", kind)
+	}
+	return zero, fieldProblem(http.StatusBadRequest, api.ProblemInvalidManifest, "Invalid manifest", err)
+}
+
 func invalidManifest(format string, args ...any) *problemError {
 	return problem(http.StatusBadRequest, api.ProblemInvalidManifest, "Invalid manifest", format, args...)
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"time"
@@ -106,36 +107,12 @@ func bootstrapSecretHash(data map[string][]byte) string {
 }
 
 func secretKeys(data map[string][]byte) []string {
-	ks := make([]string, 0, len(data))
-	for k := range data {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
+	return slices.Sorted(maps.Keys(data))
 }
 
 // deleteBootstrapSecret is DELETE /v1/bootstrapsecrets/{name}. Machines
 // already bootstrapped keep their files; a machine created later whose
 // file names the secret waits for it.
 func (s *server) deleteBootstrapSecret(w http.ResponseWriter, r *http.Request) error {
-	if s.bootstrapSecrets == nil {
-		return unavailableSecrets()
-	}
-	name, err := pathName(r, "name")
-	if err != nil {
-		return err
-	}
-	key := keys.BootstrapSecret(name)
-	_, rev, err := s.bootstrapSecrets.Get(r.Context(), key)
-	if errors.Is(err, store.ErrNotFound) {
-		return notFound("bootstrap secret %s not found", name)
-	}
-	if err != nil {
-		return err
-	}
-	if err := s.bootstrapSecrets.Delete(r.Context(), key, rev); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return deleteSecret(w, r, s.bootstrapSecrets, keys.BootstrapSecret, "bootstrap secret")
 }

@@ -99,21 +99,9 @@ func (s *server) applyClass(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := bodyMediaTypes.check(r); err != nil {
-		return err
-	}
-	body, err := readBody(r)
+	in, err := readOne(r, "ClusterClass", manifest.DecodeClusterClass)
 	if err != nil {
 		return err
-	}
-	in, err := manifest.DecodeClusterClass(body)
-	switch {
-	case errors.Is(err, manifest.ErrEmpty):
-		return invalidManifest("the manifest is empty: send one ClusterClass in YAML or JSON")
-	case errors.Is(err, manifest.ErrMultipleDocuments):
-		return invalidManifest("the manifest has more than one document: send one ClusterClass per request")
-	case err != nil:
-		return fieldProblem(http.StatusBadRequest, api.ProblemInvalidManifest, "Invalid manifest", err)
 	}
 	in.ApiVersion, in.Kind = manifest.APIVersion, manifest.KindClusterClass
 	if err := topology.ValidateClass(in); err != nil {
@@ -364,21 +352,9 @@ func (s *server) getRollout(w http.ResponseWriter, r *http.Request) error {
 // current revision now, so that a class changed during the rollout does
 // not change what it rolls.
 func (s *server) createRollout(w http.ResponseWriter, r *http.Request) error {
-	if err := bodyMediaTypes.check(r); err != nil {
-		return err
-	}
-	body, err := readBody(r)
+	in, err := readOne(r, "Rollout", manifest.DecodeRollout)
 	if err != nil {
 		return err
-	}
-	in, err := manifest.DecodeRollout(body)
-	switch {
-	case errors.Is(err, manifest.ErrEmpty):
-		return invalidManifest("the manifest is empty: send one Rollout in YAML or JSON")
-	case errors.Is(err, manifest.ErrMultipleDocuments):
-		return invalidManifest("the manifest has more than one document: send one Rollout per request")
-	case err != nil:
-		return fieldProblem(http.StatusBadRequest, api.ProblemInvalidManifest, "Invalid manifest", err)
 	}
 	manifest.DefaultRollout(in)
 	if err := manifest.ValidateRollout(in); err != nil {

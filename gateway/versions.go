@@ -67,21 +67,9 @@ func (s *server) putVersions(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := bodyMediaTypes.check(r); err != nil {
-		return err
-	}
-	body, err := readBody(r)
+	in, err := readOne(r, "KubernetesVersions", manifest.DecodeKubernetesVersions)
 	if err != nil {
 		return err
-	}
-	in, err := manifest.DecodeKubernetesVersions(body)
-	switch {
-	case errors.Is(err, manifest.ErrEmpty):
-		return invalidManifest("the manifest is empty: send one KubernetesVersions in YAML or JSON")
-	case errors.Is(err, manifest.ErrMultipleDocuments):
-		return invalidManifest("the manifest has more than one document: send one KubernetesVersions per request")
-	case err != nil:
-		return fieldProblem(http.StatusBadRequest, api.ProblemInvalidManifest, "Invalid manifest", err)
 	}
 	md := ensure(&in.Metadata)
 	switch {

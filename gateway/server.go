@@ -142,6 +142,7 @@ func (s *server) routes() {
 	s.handle("GET /v1/clusterclasses", scopeRead, 0, s.listClasses)
 	s.handle("POST /v1/clusterclasses", scopeWrite, s.limits.ManifestBytes, s.applyClass)
 	s.handle("GET /v1/clusterclasses/{name}", scopeRead, 0, s.getClass)
+	s.handle("DELETE /v1/clusterclasses/{name}", scopeWrite, s.limits.RequestBytes, s.deleteClass)
 	s.handle("GET /v1/rollouts", scopeRead, 0, s.listRollouts)
 	s.handle("POST /v1/rollouts", scopeWrite, s.limits.ManifestBytes, s.createRollout)
 	s.handle("GET /v1/rollouts/{name}", scopeRead, 0, s.getRollout)

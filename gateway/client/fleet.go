@@ -77,3 +77,11 @@ func (c *Client) RolloutAction(ctx context.Context, name, action string) (*capnv
 	_, err := c.call(ctx, http.MethodPost, "/v1/rollouts/"+url.PathEscape(name)+"/"+url.PathEscape(action), nil, nil, "", out)
 	return out, err
 }
+
+// DeleteClass deletes a cluster class and its revision records; refused
+// (409, naming them) while clusters use it.
+func (c *Client) DeleteClass(ctx context.Context, name string, opts ...WriteOption) (*capnv1.ClusterClass, error) {
+	out := new(capnv1.ClusterClass)
+	_, err := c.call(ctx, http.MethodDelete, "/v1/clusterclasses/"+url.PathEscape(name), writeQuery(opts), nil, "", out)
+	return out, err
+}

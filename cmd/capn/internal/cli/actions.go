@@ -278,6 +278,10 @@ their records (the Orphan policy: what capn move does once another
 deployment has adopted them). It goes on while a cluster is paused. The
 first delete of a cluster decides its policy.
 
+capn delete clusterclass NAME deletes a cluster class with its revisions;
+it is refused while clusters use it (the error names them): delete those
+clusters first.
+
 capn delete machine NAME --cluster CLUSTER chooses which machine goes:
 capn drains its Node and deletes it (its lifecycle hooks hold it, see
 capn hook), and makes a replacement, since the pool's replicas did not
@@ -294,10 +298,11 @@ Examples:
   capn delete cluster demo --orphan
   capn get clusters -l env=dev -o name | xargs capn delete
   capn delete machine demo-md-0-7f9c2-x8k2p --cluster demo --wait
+  capn delete clusterclass standard
 `
 
 func cmdDelete(ctx context.Context, e env, args []string) int {
-	fs := newFlags(e, "capn delete cluster NAME... | cluster/NAME... | clusters -l SELECTOR | machine NAME --cluster CLUSTER [--wait]", deleteHelp)
+	fs := newFlags(e, "capn delete cluster NAME... | cluster/NAME... | clusters -l SELECTOR | machine NAME --cluster CLUSTER [--wait] | addonset NAME... | clusterclass NAME...", deleteHelp)
 	var a apiFlags
 	a.bind(fs)
 	var wf waitFlags
@@ -323,6 +328,11 @@ func cmdDelete(ctx context.Context, e env, args []string) int {
 			return reportError(e.stderr, "capn delete", nil, usagef("capn delete addonset NAME... takes no --cluster, -l or --wait"))
 		}
 		return deleteAddonSets(ctx, e, a, r.names)
+	} else if rerr == nil && r.res == resClass {
+		if cluster != "" || selector != "" || wf.wait || orphanPolicy {
+			return reportError(e.stderr, name, nil, usagef("capn delete clusterclass NAME... takes no --cluster, -l, --wait or --orphan"))
+		}
+		return deleteClasses(ctx, e, a, r.names)
 	}
 	if cluster != "" {
 		return reportError(e.stderr, name, nil, usagef("--cluster goes with a machine: capn delete machine NAME --cluster CLUSTER"))

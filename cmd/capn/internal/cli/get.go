@@ -19,7 +19,7 @@ import (
 )
 
 const getHelp = `
-Lists clusters, machines or add-on sets, or shows those named (TYPE NAME... or
+Lists clusters, machines, add-on sets or cluster classes, or shows those named (TYPE NAME... or
 TYPE/NAME..., as -o name prints them). The table shows what capn is doing
 (PHASE) and how many machines are ready out of desired; -o wide adds more
 columns, -o json and -o yaml print Kubernetes-style lists ({"kind":
@@ -35,6 +35,13 @@ applied; -o wide adds its selector, what happens to its objects when it
 stops selecting a cluster, its generation and the clusters where it is not
 applied, with why (capn describe cluster NAME shows one cluster's sets).
 
+capn get clusterclasses shows each class's current revision, its variables
+(how many, how many required), its pool classes, how many clusters use it
+and how many of those are at its current revision (UP-TO-DATE); -o wide
+adds the template's Kubernetes version, the age of the current revision and
+its hash. capn get clusters shows each class cluster's CLASS, REVISION and
+UP-TO-DATE.
+
 With -w the list is followed by a line for each change (Ctrl-C stops).
 
 Examples:
@@ -44,6 +51,8 @@ Examples:
   capn get machines --cluster demo -w
   capn get machine/demo-md-0-5d4c9-0
   capn get addonsets -o wide
+  capn get clusterclasses
+  capn get clusterclass standard -o yaml
   capn get clusters -o go-template='{{range .items}}{{.metadata.name}} {{.status.phase}}{{"\n"}}{{end}}'
 `
 
@@ -51,6 +60,7 @@ Examples:
 type getOpts struct {
 	machines       bool
 	addonSets      bool
+	clusterClasses bool
 	names          []string // none: the list
 	cluster        string
 	output         string
@@ -63,7 +73,7 @@ type getOpts struct {
 }
 
 func cmdGet(ctx context.Context, e env, args []string) int {
-	fs := newFlags(e, "capn get clusters|machines|addonsets [NAME...] | TYPE/NAME... [flags]", getHelp)
+	fs := newFlags(e, "capn get clusters|machines|addonsets|clusterclasses [NAME...] | TYPE/NAME... [flags]", getHelp)
 	var a apiFlags
 	a.bind(fs)
 	var o getOpts
@@ -88,6 +98,8 @@ func cmdGet(ctx context.Context, e env, args []string) int {
 	}
 	if o.addonSets {
 		err = s.getAddonSets(ctx, o)
+	} else if o.clusterClasses {
+		err = s.getClasses(ctx, o)
 	} else if o.watch {
 		err = s.watchGet(ctx, o)
 		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
@@ -110,7 +122,7 @@ func (o *getOpts) parse(pos []string) error {
 	if err != nil {
 		return err
 	}
-	o.machines, o.addonSets, o.names = r.res == resMachine, r.res == resAddonSet, r.names
+	o.machines, o.addonSets, o.clusterClasses, o.names = r.res == resMachine, r.res == resAddonSet, r.res == resClass, r.names
 	if len(o.names) > 0 && o.selector != "" {
 		return usagef("-l selects from a list: it cannot go with a name")
 	}
@@ -119,6 +131,9 @@ func (o *getOpts) parse(pos []string) error {
 	}
 	if o.addonSets && o.watch {
 		return usagef("-w watches clusters and machines; capn get addonsets lists the sets and their clusters once")
+	}
+	if o.clusterClasses && (o.watch || o.selector != "") {
+		return usagef("capn get clusterclasses lists the classes once: it takes no -w or -l")
 	}
 	if err := checkOutput(o.output); err != nil {
 		return err

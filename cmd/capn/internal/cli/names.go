@@ -10,7 +10,8 @@ var (
 	resCluster  = resource{"cluster", "clusters", "cl"}
 	resMachine  = resource{"machine", "machines", "ma"}
 	resAddonSet = resource{"addonset", "addonsets", "as"}
-	resources   = []resource{resCluster, resMachine, resAddonSet}
+	resClass    = resource{"clusterclass", "clusterclasses", "cc"}
+	resources   = []resource{resCluster, resMachine, resAddonSet, resClass}
 )
 
 func resourceOf(word string) (resource, bool) {
@@ -34,12 +35,12 @@ type refs struct {
 // time.
 func parseRefs(pos []string) (refs, error) {
 	if len(pos) == 0 {
-		return refs{}, usagef("missing what: clusters, machines, addonsets, or TYPE/NAME")
+		return refs{}, usagef("missing what: clusters, machines, addonsets, clusterclasses, or TYPE/NAME")
 	}
 	if !strings.Contains(pos[0], "/") {
 		res, ok := resourceOf(pos[0])
 		if !ok {
-			return refs{}, usagef("unknown type %q: capn has clusters, machines and addonsets", pos[0])
+			return refs{}, usagef("unknown type %q: capn has clusters, machines, addonsets and clusterclasses", pos[0])
 		}
 		for _, p := range pos[1:] {
 			if strings.Contains(p, "/") {
@@ -69,7 +70,7 @@ func splitRef(arg string) (resource, string, error) {
 	res, ok := resourceOf(typ)
 	switch {
 	case !ok:
-		return resource{}, "", usagef("%q: unknown type %q: capn has clusters, machines and addonsets (cluster/NAME, machine/NAME, addonset/NAME)", arg, typ)
+		return resource{}, "", usagef("%q: unknown type %q: capn has clusters, machines, addonsets and clusterclasses (cluster/NAME, machine/NAME, addonset/NAME, clusterclass/NAME)", arg, typ)
 	case name == "" || strings.Contains(name, "/"):
 		return resource{}, "", usagef("%q: want TYPE/NAME, e.g. cluster/demo", arg)
 	}

@@ -174,8 +174,9 @@ func orNone(s string) string {
 	return s
 }
 
-// objectJSON is the protojson form of a Cluster or Machine with its
-// apiVersion and kind first, as Kubernetes objects have them.
+// objectJSON is the protojson form of a Cluster, Machine, AddonSet or
+// ClusterClass with its apiVersion and kind first, as Kubernetes objects
+// have them.
 func objectJSON(m proto.Message) (json.RawMessage, error) {
 	var kind string
 	switch v := m.(type) {
@@ -191,6 +192,12 @@ func objectJSON(m proto.Message) (json.RawMessage, error) {
 		if v.GetApiVersion() == "" || v.GetKind() == "" {
 			v = proto.CloneOf(v)
 			v.ApiVersion, v.Kind = api.APIVersion, api.KindAddonSet
+		}
+		return protojson.Marshal(v)
+	case *capnv1.ClusterClass:
+		if v.GetApiVersion() == "" || v.GetKind() == "" {
+			v = proto.CloneOf(v)
+			v.ApiVersion, v.Kind = api.APIVersion, api.KindClusterClass
 		}
 		return protojson.Marshal(v)
 	default:
@@ -309,6 +316,8 @@ func nameOf(m proto.Message) string {
 		return "machine/" + v.GetMetadata().GetName()
 	case *capnv1.AddonSet:
 		return "addonset/" + v.GetMetadata().GetName()
+	case *capnv1.ClusterClass:
+		return "clusterclass/" + v.GetMetadata().GetName()
 	}
 	return fmt.Sprintf("%T", m)
 }

@@ -1,6 +1,8 @@
 // capn dashboard: plain JavaScript, no framework. State comes from the
 // gateway's watch stream (/v1/watch) and, for the selected cluster, its
-// event timeline (/v1/clusters/{name}/events?follow=true). Streams are read
+// event timeline (/v1/clusters/{name}/events?follow=true). Rollouts are
+// not on the watch stream: the page re-reads /v1/rollouts every
+// ROLLOUT_POLL_MS while it is live and visible. Streams are read
 // with fetch() and a ReadableStream parser because EventSource cannot send
 // the Authorization header. The page authenticates with a pasted token
 // (kept in localStorage, sent as Authorization) or, without one, with the
@@ -10,12 +12,16 @@
 
 const TOKEN_KEY = "capn.token";
 const MAX_EVENTS = 50;
+const ROLLOUT_POLL_MS = 3000;
 
 const state = {
   clusters: new Map(), // name -> Cluster
   machines: new Map(), // name -> Machine
   machineCluster: new Map(), // name -> cluster name (kept when a spec goes away)
   selected: null,
+  rollouts: new Map(), // name -> Rollout (spec and the fleet-manager's status)
+  rolloutsLoaded: false,
+  selectedRollout: null,
   events: [], // newest first
   synced: false,
   expanded: new Set(), // keys of nodes whose conditions are shown in full
@@ -124,6 +130,7 @@ async function watchLoop(signal) {
     } catch (err) {
       if (signal.aborted) return;
       if (err instanceof AuthError) {
+        stopRolloutPolling();
         setConn("token", (token() ? "token rejected: " + err.message : LOGIN_HINT));
         showWho(null);
         if (!token()) $("#token").focus();
@@ -150,6 +157,7 @@ function onWatchEvent(e) {
       state.synced = true;
       setConn("live", "live");
       whoAmI();
+      startRolloutPolling();
       break;
     case "ADDED":
     case "MODIFIED":
@@ -228,6 +236,45 @@ async function eventsLoop(cluster, signal) {
   }
 }
 
+// ---- rollouts (polled) ----
+
+let rolloutsTimer = null;
+let rolloutsBusy = false;
+
+function startRolloutPolling() {
+  if (rolloutsTimer) return;
+  loadRollouts();
+  rolloutsTimer = setInterval(() => {
+    if (document.visibilityState !== "hidden") loadRollouts();
+  }, ROLLOUT_POLL_MS);
+}
+
+function stopRolloutPolling() {
+  if (rolloutsTimer) clearInterval(rolloutsTimer);
+  rolloutsTimer = null;
+}
+
+// loadRollouts reads every rollout with its status; a failed read keeps
+// what the page shows and says why.
+async function loadRollouts() {
+  if (rolloutsBusy) return;
+  rolloutsBusy = true;
+  try {
+    const res = await fetch("/v1/rollouts", { headers: { Accept: "application/json", ...authHeaders() }, cache: "no-store" });
+    if (res.status === 401 || res.status === 403) stopRolloutPolling();
+    if (!res.ok) throw new Error(await problemText(res));
+    const list = await res.json();
+    state.rollouts = new Map((list.items || []).filter((r) => r.metadata && r.metadata.name).map((r) => [r.metadata.name, r]));
+    state.rolloutsLoaded = true;
+    $("#rollouts-state").textContent = "";
+  } catch (err) {
+    $("#rollouts-state").textContent = "(" + err.message + ")";
+  } finally {
+    rolloutsBusy = false;
+  }
+  renderRollouts();
+}
+
 // ---- rendering ----
 
 let renderPending = false;
@@ -296,6 +343,7 @@ function workers(c) {
 
 function render() {
   renderFleet();
+  renderRollouts();
   renderDetail();
 }
 
@@ -467,6 +515,129 @@ function renderDetail() {
   renderEvents();
 }
 
+// describeChange says what a rollout applies, as capn rollout list does.
+function describeChange(ch) {
+  ch = ch || {};
+  if (ch.class) return `class ${ch.class} revision ${ch.classRevision || "current"}`;
+  if (ch.kubernetesVersion) return "Kubernetes " + ch.kubernetesVersion;
+  const vars = Object.entries(ch.variables || {}).map(([k, v]) => `${k}=${v}`).sort();
+  return vars.length ? "variables " + vars.join(",") : "";
+}
+
+function rolloutPhaseClass(phase) {
+  switch (phase) {
+    case "Completed": return "ok";
+    case "Halted": return "bad";
+    case "Paused": case "Aborted": return "warn";
+    default: return "";
+  }
+}
+
+const CLUSTER_STATES = ["Pending", "Moving", "Ready", "Done", "Skipped"];
+
+// rolloutCounts counts a rollout's clusters per state, in all and per
+// wave index.
+function rolloutCounts(st) {
+  const all = Object.fromEntries(CLUSTER_STATES.map((s) => [s, 0]));
+  const byWave = new Map();
+  for (const c of st.clusters || []) {
+    const s = c.state || "Pending";
+    all[s] = (all[s] || 0) + 1;
+    const w = n(c.wave);
+    if (!byWave.has(w)) byWave.set(w, Object.fromEntries(CLUSTER_STATES.map((x) => [x, 0])));
+    const m = byWave.get(w);
+    m[s] = (m[s] || 0) + 1;
+  }
+  return { all, byWave };
+}
+
+function renderRollouts() {
+  const names = [...state.rollouts.keys()].sort();
+  $("#rollouts").hidden = names.length === 0;
+  $("#rollouts-empty").hidden = names.length > 0 || !state.rolloutsLoaded;
+  $("#rollouts tbody").replaceChildren(...names.map((name) => {
+    const ro = state.rollouts.get(name);
+    const st = ro.status || {};
+    const phase = st.phase || "Pending";
+    const waves = (st.waves || []).length;
+    const { all } = rolloutCounts(st);
+    const total = (st.clusters || []).length - all.Skipped;
+    const moved = total - all.Pending;
+    return el("tr", { "data-rollout": name, "data-phase": phase, "aria-selected": String(name === state.selectedRollout) },
+      el("td", {}, el("button", { class: "linkish", type: "button", "aria-label": "show rollout " + name, onclick: () => selectRollout(name) }, name)),
+      el("td", {}, describeChange(ro.spec && ro.spec.change)),
+      el("td", {}, el("span", { class: "badge " + rolloutPhaseClass(phase), "data-phase": phase }, phase),
+        ro.spec && ro.spec.paused && phase !== "Paused" ? el("span", { class: "badge warn" }, "paused") : null),
+      el("td", { class: "mono", "data-wave": waves ? String(n(st.currentWave) + 1) : "" }, waves ? `${n(st.currentWave) + 1} / ${waves}` : "–"),
+      el("td", { class: "mono", "data-done": String(all.Done), "data-total": String(total), title: `${moved} moved, ${all.Done} done, ${all.Skipped} skipped` }, `${all.Done} / ${total}`),
+      el("td", { class: st.haltReason ? "why" : "" }, st.haltReason || ""));
+  }));
+  renderRolloutDetail();
+}
+
+// when shows a timestamp in the reader's time zone, the exact one on hover.
+function when(ts) {
+  if (!ts) return "";
+  const d = new Date(ts);
+  if (isNaN(d)) return "";
+  return el("time", { datetime: ts, title: ts }, d.toLocaleString());
+}
+
+function renderRolloutDetail() {
+  const panel = $("#rollout-detail");
+  const name = state.selectedRollout;
+  if (!name) {
+    panel.hidden = true;
+    return;
+  }
+  panel.hidden = false;
+  const ro = state.rollouts.get(name);
+  $("#rollout-detail-h").textContent = "Rollout " + name;
+  const halt = $("#rollout-halt");
+  if (!ro) {
+    $("#rollout-summary").textContent = state.rolloutsLoaded ? `No rollout named ${name}.` : "loading…";
+    halt.hidden = true;
+    $("#waves").hidden = true;
+    $("#waves-empty").hidden = true;
+    $("#rollout-notes").replaceChildren();
+    return;
+  }
+  const st = ro.status || {};
+  const spec = ro.spec || {};
+  const phase = st.phase || "Pending";
+  panel.dataset.phase = phase;
+  const summary = [describeChange(spec.change), "phase " + phase];
+  if (spec.paused) summary.push("paused (capn rollout resume " + name + ")");
+  if (st.nextWindow) summary.push("the next cluster waits for its maintenance window, which opens " + new Date(st.nextWindow).toLocaleString());
+  $("#rollout-summary").textContent = summary.join(" · ");
+  halt.hidden = !st.haltReason;
+  halt.textContent = st.haltReason ? "Halted: " + st.haltReason + (st.haltedAt ? " (" + new Date(st.haltedAt).toLocaleString() + ")" : "") : "";
+
+  const waves = st.waves || [];
+  const { byWave } = rolloutCounts(st);
+  $("#waves").hidden = waves.length === 0;
+  $("#waves-empty").hidden = waves.length > 0;
+  $("#waves tbody").replaceChildren(...waves.map((w) => {
+    const i = n(w.index);
+    const counts = byWave.get(i) || {};
+    const wstate = w.state || "Pending";
+    const current = i === n(st.currentWave) && phase !== "Completed";
+    return el("tr", { "data-wave": String(i), "data-state": wstate, "aria-current": current ? "step" : null },
+      el("td", {}, String(i + 1), i === 0 ? el("span", { class: "sub" }, " canary") : null),
+      el("td", { class: "mono", "data-size": String((w.clusters || []).length) }, String((w.clusters || []).length)),
+      el("td", {}, el("span", { class: "badge " + (wstate === "Done" ? "ok" : ""), "data-phase": wstate }, wstate)),
+      el("td", {}, el("div", { class: "counts" }, CLUSTER_STATES.map((s) =>
+        el("span", { class: "count" + (counts[s] ? "" : " zero"), ["data-" + s.toLowerCase()]: String(counts[s] || 0) }, `${s} ${counts[s] || 0}`)))),
+      el("td", {}, when(w.started)),
+      el("td", {}, when(w.soakUntil)),
+      el("td", {}, when(w.finished)));
+  }));
+  const notes = (st.clusters || []).filter((c) => c.message);
+  $("#rollout-notes").replaceChildren(notes.length ? el("ul", { class: "notes" }, notes.map((c) =>
+    el("li", { "data-cluster": c.name },
+      el("span", { class: "name mono" }, c.name), " ", el("span", { class: "sub" }, `wave ${n(c.wave) + 1}, ${c.state || "Pending"}`), ": ", c.message))) : "");
+}
+
 // renderHint says what to do while no cluster is shown: select one, or
 // (when the fleet is empty, which the fleet panel already says) nothing.
 function renderHint(shown) {
@@ -503,18 +674,40 @@ function renderEvents() {
 function select(name) {
   if (state.selected === name) return;
   state.selected = name;
-  const hash = name ? "#cluster=" + encodeURIComponent(name) : "";
-  if (location.hash !== hash) history.replaceState(null, "", hash || location.pathname + location.search);
+  writeHash();
   followEvents(name);
   render();
 }
 
-// hashCluster is the cluster #cluster=NAME names, or null.
-function hashCluster() {
-  const m = /^#cluster=(.+)$/.exec(location.hash);
-  if (!m) return null;
-  try { return decodeURIComponent(m[1]); } catch (_) { return null; }
+function selectRollout(name) {
+  if (state.selectedRollout === name) return;
+  state.selectedRollout = name;
+  writeHash();
+  renderRollouts();
 }
+
+// writeHash keeps the selection in the URL: #cluster=NAME&rollout=NAME.
+function writeHash() {
+  const parts = [];
+  if (state.selected) parts.push("cluster=" + encodeURIComponent(state.selected));
+  if (state.selectedRollout) parts.push("rollout=" + encodeURIComponent(state.selectedRollout));
+  const hash = parts.length ? "#" + parts.join("&") : "";
+  if (location.hash !== hash) history.replaceState(null, "", hash || location.pathname + location.search);
+}
+
+// hashParam is what #...&KEY=VALUE&... names, or null.
+function hashParam(key) {
+  for (const part of location.hash.replace(/^#/, "").split("&")) {
+    const eq = part.indexOf("=");
+    if (eq > 0 && part.slice(0, eq) === key && eq < part.length - 1) {
+      try { return decodeURIComponent(part.slice(eq + 1)); } catch (_) { return null; }
+    }
+  }
+  return null;
+}
+
+// hashCluster is the cluster #cluster=NAME names, or null.
+function hashCluster() { return hashParam("cluster"); }
 
 // ---- who is logged in ----
 
@@ -542,6 +735,9 @@ function showWho(s) {
 
 async function logOut() {
   localStorage.removeItem(TOKEN_KEY);
+  stopRolloutPolling();
+  state.rollouts.clear();
+  state.rolloutsLoaded = false;
   if (watchAbort) watchAbort.abort();
   if (eventsAbort) eventsAbort.abort();
   try {
@@ -560,7 +756,12 @@ async function logOut() {
 
 function init() {
   state.selected = hashCluster();
-  window.addEventListener("hashchange", () => select(hashCluster()));
+  state.selectedRollout = hashParam("rollout");
+  window.addEventListener("hashchange", () => {
+    state.selectedRollout = hashParam("rollout");
+    select(hashCluster());
+    renderRollouts();
+  });
   $("#token-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
     const v = $("#token").value.trim();
@@ -571,6 +772,7 @@ function init() {
     state.clusters.clear();
     state.machines.clear();
     state.synced = false;
+    stopRolloutPolling();
     startWatch();
     followEvents(state.selected);
   });

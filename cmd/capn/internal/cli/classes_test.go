@@ -65,7 +65,7 @@ func TestClusterClassesGetAndDelete(t *testing.T) {
 
 	// Refused while k0 and k1 use it; spare goes at once.
 	code, stdout, stderr = a.run("", "delete", "clusterclass", "small")
-	if code == 0 || !strings.Contains(stderr, "used by 2 clusters: k0, k1") {
+	if code == 0 || !strings.Contains(stderr, "capn delete: Conflict (409): cluster class small is used by 2 clusters: k0, k1: delete those clusters") {
 		t.Fatalf("delete a class in use: %d\n%s\n%s", code, stdout, stderr)
 	}
 	code, stdout, stderr = a.run("", "delete", "clusterclass/spare")

@@ -119,7 +119,9 @@ func TestConfinedRolloutInProgressCompletes(t *testing.T) {
 	h := plantest.New(confined(1, 4, "1", "0"))
 	h.Now = insideWindow
 	converge(t, h, nil)
-	h.Update(func(s *capnv1.ClusterSpec) { s.WorkerPools[0].Template = &capnv1.MachineTemplate{Parameters: map[string]string{"size": "xl"}} })
+	h.Update(func(s *capnv1.ClusterSpec) {
+		s.WorkerPools[0].Template = &capnv1.MachineTemplate{Parameters: map[string]string{"size": "xl"}}
+	})
 	// Plan until the pool surged its first new machine, then close the
 	// window.
 	for h.Counts()["md-0"].Active <= 4 {

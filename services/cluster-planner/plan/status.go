@@ -74,7 +74,7 @@ func (p *planner) status() *capnv1.ClusterStatus {
 		add(ConditionReady, false, ReasonDeleting, "the cluster is being deleted")
 	case p.refused && !paused:
 		add(ConditionReady, false, provReason, provMsg)
-	case !cpOK && cpReason == ReasonWaitingForMaintenanceWindow && (wOK || wReason == cpReason):
+	case !cpOK && cpReason == ReasonWaitingForMaintenanceWindow && (wOK || p.onlyHeld()):
 		add(ConditionReady, false, ReasonWaitingForMaintenanceWindow, readyMessage(cpMsg, wOK, wMsg))
 	case !cpOK:
 		add(ConditionReady, false, ReasonControlPlaneNotReady, readyMessage(cpMsg, wOK, wMsg))

@@ -55,6 +55,7 @@ func TestConfinedSpecRolloutWaitsForWindow(t *testing.T) {
 		},
 	}})
 	sys.StartAll(harness.All...)
+	sys.Start(maintenance.Name)
 	sys.Start(harness.Gateway)
 	cl := sys.Client()
 	ctx := context.Background()
@@ -104,6 +105,7 @@ func TestConfinedSpecRolloutWaitsForWindow(t *testing.T) {
 	}
 
 	// An explicit upgrade of the other confined cluster runs at once.
+	upgraded := time.Now()
 	if _, err := cl.Upgrade(ctx, "forced", "v1.34.3"); err != nil {
 		t.Fatal(err)
 	}
@@ -111,6 +113,7 @@ func TestConfinedSpecRolloutWaitsForWindow(t *testing.T) {
 		s := sys.ClusterStatus("forced")
 		return sys.IsReady("forced") && s.GetControlPlane().GetVersion() == "v1.34.3" && s.GetWorkerPools()[0].GetVersion() == "v1.34.3"
 	})
+	t.Logf("forced: upgraded and Ready %s after capn upgrade", time.Since(upgraded).Round(time.Millisecond))
 	// By now the held cluster has been planned many times over (the
 	// planner's resync and the maintenance service's record, every
 	// 100ms): still its machines of generation 1.
@@ -122,10 +125,13 @@ func TestConfinedSpecRolloutWaitsForWindow(t *testing.T) {
 	}
 
 	clk.Advance(opens.Sub(clk.Now()) + 30*time.Second)
+	opened := time.Now()
 	natstest.WaitFor(t, 60*time.Second, "held: rolled out once the window opened", func() bool {
 		s := sys.ClusterStatus("held")
-		return sys.IsReady("held") && s.GetWorkerPools()[0].GetUpdated() == 2 && len(s.GetMaintenance().GetWaiting()) == 0
+		return sys.IsReady("held") && s.GetWorkerPools()[0].GetUpdated() == 2 && len(s.GetMaintenance().GetWaiting()) == 0 &&
+			s.GetMaintenance().GetWindowOpen() // the maintenance service's record, copied
 	})
+	t.Logf("held: rolled out %s (wall time) after the clock entered the window", time.Since(opened).Round(time.Millisecond))
 	after := machinesOf("held")
 	for name := range before {
 		if _, left := after[name]; left {

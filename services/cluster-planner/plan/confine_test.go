@@ -312,3 +312,35 @@ func TestPropConfinedNeverStartsReplacement(t *testing.T) {
 		}
 	})
 }
+
+// TestConfinedRepairsAreNotHeld: while a template change waits for the
+// window, a failed machine is still deleted and its slot refilled (with
+// the new template: the pool's only template), and nothing else moves.
+func TestConfinedRepairsAreNotHeld(t *testing.T) {
+	h := started(t, confined(1, 3, "1", "0"))
+	h.Update(changeTemplates)
+	for range 5 {
+		if _, err := h.Step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	failed := h.Names("md-0")[0]
+	h.SetPhase(failed, capnv1.MachineFailed)
+	deleted := false
+	for range 20 {
+		r, err := h.Step()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range of[plan.DeleteMachine](r) {
+			if d.Name != failed {
+				t.Fatalf("deleted %s while the window is closed: only the failed %s may go", d.Name, failed)
+			}
+			deleted = true
+		}
+	}
+	c := h.Counts()["md-0"]
+	if !deleted || c.Active != 3 || c.Available != 3 || c.Outdated != 2 {
+		t.Fatalf("md-0 after its failed machine was repaired while closed: %+v (deleted %v), want 3 available, 2 outdated", c, deleted)
+	}
+}

@@ -137,7 +137,7 @@ autoscaler-bin: ## print AUTOSCALER_BIN, the cluster-autoscaler binary (CAPN_AUT
 
 BENCH_CLUSTERS ?= 100,300,1000
 BENCH_RUNS ?= 3
-bench: ## fleet-scale benchmarks against the same-run NATS baseline → docs/benchmarks.md
+bench: ## fleet-scale benchmarks (fleet create, repair, upgrade, ingest, a class rollout in waves to 1,000 clusters, idle) against the same-run NATS baseline → docs/benchmarks.md
 	$(GO) run ./cmd/capn-bench --clusters $(BENCH_CLUSTERS) --runs $(BENCH_RUNS) --out docs/benchmarks.md
 
 day2: ## the day-2 check alone on a real cluster (process provider, two Kubernetes versions; ~4 min): upgrade with a PDB, drain, hooks, hibernate

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/capn-dev/capn/gateway/api"
+	"github.com/capn-dev/capn/schemas/annotations"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/manifest"
 )
@@ -95,6 +96,14 @@ func (s *server) upgradeCluster(w http.ResponseWriter, r *http.Request) error {
 			return next, s.validate(cur, next, fmt.Sprintf("cannot record an upgrade of cluster %s from %s to %s for its maintenance window", name, old, req.Version))
 		}
 		spec.KubernetesVersion = req.Version
+		// The user's explicit upgrade: the planner rolls it at once even
+		// when spec.maintenance.confineSpecRollouts holds rollouts for
+		// the window.
+		md := ensure(&next.Metadata)
+		if md.Annotations == nil {
+			md.Annotations = map[string]string{}
+		}
+		md.Annotations[annotations.UpgradeAtOnce] = req.Version
 		if !req.ControlPlaneOnly {
 			for _, p := range spec.WorkerPools {
 				if p != nil && (p.Version == "" || p.Version == old) {

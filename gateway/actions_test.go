@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/capn-dev/capn/gateway/api"
+	"github.com/capn-dev/capn/schemas/annotations"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
@@ -64,6 +65,9 @@ func TestActions(t *testing.T) {
 				if s.GetKubernetesVersion() != "v1.35.0" || s.GetWorkerPools()[0].GetVersion() != "v1.35.0" || s.GetWorkerPools()[1].GetVersion() != "v1.33.1" {
 					t.Errorf("versions: cp %s, md-0 %s, pinned %s (md-0 follows, pinned stays)", s.GetKubernetesVersion(), s.GetWorkerPools()[0].GetVersion(), s.GetWorkerPools()[1].GetVersion())
 				}
+				if a := c.GetMetadata().GetAnnotations()[annotations.UpgradeAtOnce]; a != "v1.35.0" {
+					t.Errorf("%s = %q, want v1.35.0: an explicit upgrade is not confined to windows", annotations.UpgradeAtOnce, a)
+				}
 			}},
 		{name: "upgrade skipping a minor", path: "demo/upgrade", body: `{"version":"v1.37.1"}`,
 			status: 422, paths: []string{"spec.kubernetesVersion"}, detail: "cannot upgrade cluster demo from v1.35.0 to v1.37.1"},
@@ -83,6 +87,9 @@ func TestActions(t *testing.T) {
 				s := c.GetSpec()
 				if s.GetKubernetesVersion() != "v1.36.0" || s.GetMaintenance().GetPendingVersion() != "v1.37.0" {
 					t.Errorf("version %s, pending %q: want v1.36.0 kept and v1.37.0 recorded for the window", s.GetKubernetesVersion(), s.GetMaintenance().GetPendingVersion())
+				}
+				if a := c.GetMetadata().GetAnnotations()[annotations.UpgradeAtOnce]; a != "v1.36.0" {
+					t.Errorf("%s = %q, want v1.36.0 (the last explicit upgrade's): one for the window is not marked", annotations.UpgradeAtOnce, a)
 				}
 			}},
 		{name: "upgrade in the window skipping a minor", path: "demo/upgrade", body: `{"version":"v1.38.0","respectWindow":true}`, status: 422,
@@ -158,5 +165,28 @@ func TestActions(t *testing.T) {
 				tt.check(t, c)
 			}
 		})
+	}
+}
+
+// TestUpgradeMarkOutlivesApply: capn upgrade's mark (annotations.
+// UpgradeAtOnce, which exempts the upgrade from confineSpecRollouts) is
+// kept by an apply of a manifest that does not carry it, so a re-apply
+// in the middle of the upgrade does not hold the rest of it for the
+// window.
+func TestUpgradeMarkOutlivesApply(t *testing.T) {
+	e := newEnv(t)
+	e.apply(demoYAML)
+	r := e.do(http.MethodPost, "/v1/clusters/demo/upgrade", tokWrite, `{"version":"v1.35.0"}`, "Content-Type", api.MediaJSON)
+	if r.status != http.StatusOK {
+		t.Fatalf("upgrade: %d %s", r.status, r.body)
+	}
+	m := strings.Replace(demoYAML, "kubernetesVersion: v1.34.2", "kubernetesVersion: v1.35.0", 1)
+	m = strings.Replace(m, "{name: md-0, provider: sim, replicas: 2}", "{name: md-0, provider: sim, replicas: 3, version: v1.35.0}", 1)
+	c := e.apply(m)
+	if a := c.GetMetadata().GetAnnotations()[annotations.UpgradeAtOnce]; a != "v1.35.0" {
+		t.Errorf("after an apply %s = %q, want v1.35.0 kept", annotations.UpgradeAtOnce, a)
+	}
+	if c.GetSpec().GetWorkerPools()[0].GetReplicas() != 3 {
+		t.Errorf("the apply was not stored: %v", c.GetSpec())
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/gateway/api"
+	"github.com/capn-dev/capn/schemas/annotations"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/schemas/manifest"
@@ -226,6 +227,16 @@ func (s *server) setServerOwned(next, cur *capnv1.Cluster, op writeOp) {
 		md.DeletionPolicy = cm.GetDeletionPolicy()
 	} else {
 		md.DeletionPolicy = op.deletionPolicy
+	}
+	if v, ok := cm.GetAnnotations()[annotations.UpgradeAtOnce]; ok {
+		// capn upgrade's mark outlives an apply of a manifest without
+		// it: an explicit upgrade in progress is not confined by it.
+		if _, set := md.GetAnnotations()[annotations.UpgradeAtOnce]; !set {
+			if md.Annotations == nil {
+				md.Annotations = map[string]string{}
+			}
+			md.Annotations[annotations.UpgradeAtOnce] = v
+		}
 	}
 	md.Generation = max(cm.GetGeneration(), 1)
 	if !proto.Equal(cur.GetSpec(), next.GetSpec()) {

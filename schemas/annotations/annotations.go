@@ -33,6 +33,14 @@ const (
 	// deleting machine after its Node is drained and deleted, before its
 	// infrastructure is deleted.
 	PreTerminateHookPrefix = "pre-terminate.delete.hook.machine.capn.dev/"
+
+	// UpgradeAtOnce on a cluster is the Kubernetes version a user's
+	// `capn upgrade` (without --respect-window) set: the gateway writes
+	// it. The cluster-planner does not confine the rollout to that
+	// version to the maintenance windows
+	// (spec.maintenance.confineSpecRollouts): an explicit upgrade runs at
+	// once. It is inert once the machines run that version.
+	UpgradeAtOnce = "capn.dev/upgrade-at-once"
 )
 
 // Hooks are the names of the hooks with prefix in annotations, sorted.

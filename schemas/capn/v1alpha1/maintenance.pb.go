@@ -37,8 +37,16 @@ type MaintenanceSpec struct {
 	// `capn upgrade --respect-window`: the maintenance service sets
 	// kubernetes_version to it in the next window and clears it.
 	PendingVersion string `protobuf:"bytes,3,opt,name=pending_version,json=pendingVersion,proto3" json:"pending_version,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// confine_spec_rollouts (Gardener's confineSpecUpdateRollout) holds
+	// rolling replacements of machines for a template, version or
+	// bootstrap change until a window is open: the cluster-planner starts
+	// no new replacement while every window is closed, and one in progress
+	// when a window closes completes. Scaling, new pools, deletion,
+	// hibernation and repairs are never held; `capn upgrade` without
+	// --respect-window runs at once. Without windows it changes nothing.
+	ConfineSpecRollouts bool `protobuf:"varint,4,opt,name=confine_spec_rollouts,json=confineSpecRollouts,proto3" json:"confine_spec_rollouts,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *MaintenanceSpec) Reset() {
@@ -90,6 +98,13 @@ func (x *MaintenanceSpec) GetPendingVersion() string {
 		return x.PendingVersion
 	}
 	return ""
+}
+
+func (x *MaintenanceSpec) GetConfineSpecRollouts() bool {
+	if x != nil {
+		return x.ConfineSpecRollouts
+	}
+	return false
 }
 
 // MaintenanceWindow is a weekly time range in a time zone.
@@ -371,7 +386,9 @@ func (x *MaintenanceStatus) GetLastAppliedTime() *timestamppb.Timestamp {
 // MaintenanceWait is one change held for a window.
 type MaintenanceWait struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// change is AutoPatch or Upgrade (capn upgrade --respect-window).
+	// change is AutoPatch, Upgrade (capn upgrade --respect-window) or
+	// SpecRollout (a machine rollout held by confine_spec_rollouts; from
+	// and to are then empty).
 	Change string `protobuf:"bytes,1,opt,name=change,proto3" json:"change,omitempty"`
 	// from and to are the Kubernetes versions.
 	From          string `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
@@ -772,12 +789,13 @@ var File_capn_v1alpha1_maintenance_proto protoreflect.FileDescriptor
 
 const file_capn_v1alpha1_maintenance_proto_rawDesc = "" +
 	"\n" +
-	"\x1fcapn/v1alpha1/maintenance.proto\x12\rcapn.v1alpha1\x1a\x18capn/v1alpha1/meta.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x95\x01\n" +
+	"\x1fcapn/v1alpha1/maintenance.proto\x12\rcapn.v1alpha1\x1a\x18capn/v1alpha1/meta.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc9\x01\n" +
 	"\x0fMaintenanceSpec\x12:\n" +
 	"\awindows\x18\x01 \x03(\v2 .capn.v1alpha1.MaintenanceWindowR\awindows\x12\x1d\n" +
 	"\n" +
 	"auto_patch\x18\x02 \x01(\bR\tautoPatch\x12'\n" +
-	"\x0fpending_version\x18\x03 \x01(\tR\x0ependingVersion\"l\n" +
+	"\x0fpending_version\x18\x03 \x01(\tR\x0ependingVersion\x122\n" +
+	"\x15confine_spec_rollouts\x18\x04 \x01(\bR\x13confineSpecRollouts\"l\n" +
 	"\x11MaintenanceWindow\x12\x12\n" +
 	"\x04days\x18\x01 \x03(\tR\x04days\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\tR\x05start\x12\x10\n" +

@@ -14,7 +14,11 @@ import "fmt"
 //     it runs, maxSurge 0 (3 or more replicas) deletes an old one first and
 //     then adds; scale down one at a time, outdated machines first, then
 //     oldest;
-//   - a failed machine is deleted (one deletion at a time) and replaced.
+//   - a failed machine is deleted (one deletion at a time) and replaced;
+//   - confined (the maintenance window is closed): no new replacement of
+//     an outdated machine starts — a surge machine already made is
+//     followed by the deletion of an outdated one, a deleted one is
+//     refilled —, scaling goes on.
 func (p *planner) planControlPlane() {
 	cp := p.cp
 	if cp.blocked != "" {
@@ -47,6 +51,10 @@ func (p *planner) planControlPlane() {
 	switch {
 	case n < cp.replicas:
 		p.create(cp, false, fmt.Sprintf("scale up the control plane: %d of %d machines", n, cp.replicas))
+	case outdated > 0 && cp.confined && n == cp.replicas:
+		// No new replacement while the window is closed (one in
+		// progress, a surge machine or a missing one, completes above
+		// and below).
 	case outdated > 0 && cp.maxSurge > 0 && n < cp.replicas+cp.maxSurge:
 		p.create(cp, false, fmt.Sprintf("roll out the control plane: add a new machine before removing one of %d outdated", outdated))
 	case outdated > 0 || n > cp.replicas:

@@ -150,6 +150,10 @@ type pool struct {
 	next int
 	// hold says why this pool may not create machines now ("" if it may).
 	hold string
+	// confined: rollouts wait for the maintenance window (setConfinement):
+	// no new replacement of an outdated machine starts; one in progress
+	// completes. Scaling goes on.
+	confined bool
 	// streak: machines made now carry this failure streak
 	// (AnnotationFailureStreak): the longest a quickly failed machine of
 	// the pool passes on (nextStreak).

@@ -364,6 +364,13 @@ func Plan(in Input) Result {
 			r.RequeueAfter = ProgressResync
 		}
 	}
+	if p.windowOpens.After(p.in.Now) && p.waiting() != nil {
+		// A safety net: the maintenance service's record changes when the
+		// window opens, which wakes the planner first.
+		if d := p.windowOpens.Sub(p.in.Now); p.wait == 0 || d < p.wait {
+			p.wait = d
+		}
+	}
 	if p.wait > 0 && (r.RequeueAfter == 0 || p.wait < r.RequeueAfter) {
 		r.RequeueAfter = p.wait
 	}

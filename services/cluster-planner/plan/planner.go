@@ -41,6 +41,10 @@ type planner struct {
 	// refused: nothing was made for the cluster yet and a provider it
 	// names cannot serve it, so nothing is made.
 	refused bool
+	// windowOpens: rollouts are confined (spec.maintenance.
+	// confineSpecRollouts, every window closed) until then
+	// (setConfinement); zero when they are not, or no window opens.
+	windowOpens time.Time
 }
 
 // newPlanner starts a plan of c, defaulted and checked by the caller;
@@ -101,6 +105,7 @@ func newPlanner(in Input, c *capnv1.Cluster, invalid error) *planner {
 	for _, pl := range append([]*pool{p.cp}, p.pools...) {
 		pl.obs = pl.count()
 	}
+	p.setConfinement()
 	p.setHolds()
 	p.checkProviders()
 	return p
@@ -187,12 +192,20 @@ func effectiveBootstrap(cluster, override *capnv1.BootstrapSpec) *capnv1.Bootstr
 
 // setHolds decides which pools may create machines: none before the control
 // plane is initialized, none while it rolls (a new-version worker must not
-// join an old control plane).
+// join an old control plane). While the control plane's rollout waits for
+// the maintenance window (confined, nothing of it in progress), only the
+// pools whose machines would be newer than its own wait with it
+// (confinedPoolHold): scaling is never held by a window.
 func (p *planner) setHolds() {
 	hold := ""
 	switch {
 	case !p.initialized:
 		hold = "waiting for the control plane to initialize"
+	case p.cp.anyOutdated() && p.cp.confined && !p.cp.anyDeleting() && len(p.cp.active()) == p.cp.replicas:
+		for _, pl := range p.pools {
+			pl.hold = p.confinedPoolHold(pl)
+		}
+		return
 	case p.cp.anyOutdated():
 		hold = "waiting for the control plane to finish rolling out"
 	}

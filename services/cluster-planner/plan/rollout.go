@@ -71,7 +71,14 @@ func (p *planner) rollingUpdate(pl *pool) {
 			p.delete(m, fmt.Sprintf("scale down: %d up-to-date machines, %d wanted", len(newMs), pl.replicas))
 		}
 	}
-	p.scaleUp(pl, pl.replicas, pl.replicas+pl.maxSurge, "rollout: surge a machine of the new template")
+	if pl.confined {
+		// The window is closed: no surge; only machines missing from
+		// replicas are made (a scale-up, or refilling an old machine
+		// deleted before the window closed).
+		p.scaleUp(pl, pl.replicas-len(oldMs), pl.replicas+pl.maxSurge, "scale up")
+	} else {
+		p.scaleUp(pl, pl.replicas, pl.replicas+pl.maxSurge, "rollout: surge a machine of the new template")
+	}
 
 	minAvailable := max(0, pl.replicas-pl.maxUnav)
 	active = pl.active()
@@ -87,6 +94,15 @@ func (p *planner) rollingUpdate(pl *pool) {
 	// API's cleanup allows: a pool whose machines are all briefly down must
 	// not lose them all to a rollout.
 	budget := len(active) - minAvailable - newUnavailable
+	// spare (below) and excess bound the old available machines deleted.
+	excess := len(active)
+	if pl.confined {
+		// The window is closed: old machines go only as far as the pool
+		// is above replicas (a surge machine made before it closed, a
+		// scale-down); the others wait for the window.
+		excess = len(active) - pl.replicas
+		budget = min(budget, excess)
+	}
 	for _, m := range pickForDeletion(oldMs, len(oldMs), pl.order) {
 		if budget <= 0 {
 			break
@@ -94,10 +110,11 @@ func (p *planner) rollingUpdate(pl *pool) {
 		if !m.deleting && !m.available() {
 			p.delete(m, "rollout: replace outdated machine ("+m.why()+")")
 			budget--
+			excess--
 		}
 	}
 	// Then old available machines while enough stay available.
-	spare := available - minAvailable
+	spare := min(available-minAvailable, excess)
 	for _, m := range pickForDeletion(oldMs, len(oldMs), pl.order) {
 		if spare <= 0 {
 			break

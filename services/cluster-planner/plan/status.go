@@ -74,8 +74,12 @@ func (p *planner) status() *capnv1.ClusterStatus {
 		add(ConditionReady, false, ReasonDeleting, "the cluster is being deleted")
 	case p.refused && !paused:
 		add(ConditionReady, false, provReason, provMsg)
+	case !cpOK && cpReason == ReasonWaitingForMaintenanceWindow && (wOK || p.onlyHeld()):
+		add(ConditionReady, false, ReasonWaitingForMaintenanceWindow, readyMessage(cpMsg, wOK, wMsg))
 	case !cpOK:
 		add(ConditionReady, false, ReasonControlPlaneNotReady, readyMessage(cpMsg, wOK, wMsg))
+	case !wOK && wReason == ReasonWaitingForMaintenanceWindow && p.onlyHeld():
+		add(ConditionReady, false, ReasonWaitingForMaintenanceWindow, readyMessage(cpMsg, wOK, wMsg))
 	case !wOK:
 		add(ConditionReady, false, ReasonWorkersNotReady, readyMessage(cpMsg, wOK, wMsg))
 	case !addonsBlockOK:
@@ -120,6 +124,17 @@ func (p *planner) status() *capnv1.ClusterStatus {
 		}
 	}
 	st.Conditions = conds
+	if w := p.waiting(); w != nil && !paused && !deleting && !hibernated && p.invalid == nil {
+		if st.Maintenance == nil {
+			// No record of the maintenance service yet: the window as
+			// the planner read it.
+			st.Maintenance = &capnv1.MaintenanceStatus{}
+			if !p.windowOpens.IsZero() {
+				st.Maintenance.NextWindowOpen = timestamp(p.windowOpens)
+			}
+		}
+		st.Maintenance.Waiting = append(st.Maintenance.Waiting, w)
+	}
 	// A cluster never Ready stays Provisioning until its blocking add-on
 	// sets are applied (the CNI case); one that was Ready is not set back
 	// by a new blocking set (its Ready condition says so).
@@ -264,6 +279,8 @@ func (p *planner) poolReadiness(pl *pool) (bool, string, string) {
 		return false, ReasonNotInitialized, p.firstMachineMessage()
 	case pl.hold != "" && o.replicas < pl.replicas:
 		return false, ReasonWaitingForControlPlane, counts + " (" + pl.hold + ")"
+	case o.updated < o.replicas && pl.held():
+		return false, ReasonWaitingForMaintenanceWindow, counts + " (" + p.heldMessage() + ")"
 	case o.updated < o.replicas:
 		return false, ReasonRollingOut, counts
 	case o.replicas < pl.replicas:

@@ -25,6 +25,9 @@ type Config struct {
 	IdleHeartbeat  time.Duration
 	IdleWindow     time.Duration
 	ReplayClients  int
+	// RolloutClusters and RolloutSoak shape the rollout benchmark.
+	RolloutClusters int
+	RolloutSoak     time.Duration
 }
 
 // BindFlags defines capn-bench's flags on fs, with their defaults, into
@@ -40,13 +43,15 @@ func BindFlags(fs *flag.FlagSet) *Config {
 	fs.BoolVar(&c.Trace, "trace", false, "print each fleet create's progress every second")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run here")
 	fs.IntVar(&c.RepairFleet, "repair-fleet", 300, "clusters created in the background of the busy repair-latency runs (0 skips them)")
-	fs.StringVar(&c.Bench, "bench", "fleet,repair,idle,upgrade,ingest", "comma-separated benchmarks to run: fleet, repair, idle, upgrade, ingest")
+	fs.StringVar(&c.Bench, "bench", "fleet,repair,idle,upgrade,ingest,rollout", "comma-separated benchmarks to run: fleet, repair, idle, upgrade, ingest, rollout")
 	fs.StringVar(&c.IdleClusters, "idle-clusters", "100,1000", "comma-separated fleet sizes of the idle-cost benchmark")
 	fs.IntVar(&c.UpgradePool, "upgrade-pool", 500, "machines in the pool of the rolling-upgrade benchmark")
 	fs.DurationVar(&c.UpgradeBoot, "upgrade-boot", 5*time.Second, "the sim provider's boot latency in the rolling-upgrade benchmark")
 	fs.DurationVar(&c.IdleHeartbeat, "idle-heartbeat", 30*time.Second, "heartbeat interval of each simulated node in the idle benchmark (the sim provider's default)")
 	fs.DurationVar(&c.IdleWindow, "idle-window", 30*time.Second, "how long the idle benchmark reads each program's CPU time")
 	fs.IntVar(&c.ReplayClients, "replay-clients", replayClients, "clients publishing the replayed traffic")
+	fs.IntVar(&c.RolloutClusters, "rollout-clusters", 1000, "clusters (1 control-plane + 1 worker machine) of the class a rollout moves in waves in the rollout benchmark")
+	fs.DurationVar(&c.RolloutSoak, "rollout-soak", time.Second, "soak between the rollout benchmark's waves")
 	return c
 }
 
@@ -68,12 +73,15 @@ func (c Config) options() (options, error) {
 	if o.idleSizes, err = sizesFlag("--idle-clusters", c.IdleClusters); err != nil {
 		return options{}, err
 	}
+	if c.RolloutClusters < 1 {
+		return options{}, usageError{fmt.Errorf("--rollout-clusters: %d is not a positive number", c.RolloutClusters)}
+	}
 	for _, b := range strings.Split(c.Bench, ",") {
 		switch b = strings.TrimSpace(b); b {
-		case "fleet", "repair", "idle", "upgrade", "ingest":
+		case "fleet", "repair", "idle", "upgrade", "ingest", "rollout":
 			o.want[b] = true
 		default:
-			return options{}, usageError{fmt.Errorf("--bench: %q is not a benchmark (fleet, repair, idle, upgrade, ingest)", b)}
+			return options{}, usageError{fmt.Errorf("--bench: %q is not a benchmark (fleet, repair, idle, upgrade, ingest, rollout)", b)}
 		}
 	}
 	return o, nil

@@ -18,7 +18,8 @@ func TestOptions(t *testing.T) {
 		{name: "defaults"},
 		{name: "a size that is no number", args: []string{"--clusters", "100,x"}, wantErr: `--clusters: "x" is not a positive number`},
 		{name: "an idle size of 0", args: []string{"--idle-clusters", "0"}, wantErr: `--idle-clusters: "0" is not a positive number`},
-		{name: "an unknown benchmark", args: []string{"--bench", "fleet,nope"}, wantErr: `--bench: "nope" is not a benchmark (fleet, repair, idle, upgrade, ingest)`},
+		{name: "an unknown benchmark", args: []string{"--bench", "fleet,nope"}, wantErr: `--bench: "nope" is not a benchmark (fleet, repair, idle, upgrade, ingest, rollout)`},
+		{name: "a rollout fleet of 0", args: []string{"--rollout-clusters", "0"}, wantErr: `--rollout-clusters: 0 is not a positive number`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

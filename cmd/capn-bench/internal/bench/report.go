@@ -30,6 +30,7 @@ type report struct {
 	Ingest        []ingestRun
 	// RepairBusy: runs with the 1ms hold during a fleet create.
 	RepairBusy []repairResult
+	Rollout    []rolloutRun
 }
 
 func median(xs []float64) float64 {
@@ -116,6 +117,9 @@ func (r report) Markdown() string {
 	}
 	if len(r.Ingest) > 0 {
 		r.ingestMarkdown(&b)
+	}
+	if len(r.Rollout) > 0 {
+		r.rolloutMarkdown(&b)
 	}
 	if len(r.Idle) > 0 {
 		r.idleMarkdown(&b)

@@ -63,7 +63,23 @@ var benchmarks = []struct {
 	{"repair", runRepair},
 	{"upgrade", runUpgrade},
 	{"ingest", runIngest},
+	{"rollout", runRollout},
 	{"idle", runIdle},
+}
+
+// runRollout measures a class revision rolled out in waves across
+// o.RolloutClusters clusters, o.Runs times.
+func runRollout(ctx context.Context, o options, rep *report, w io.Writer) error {
+	for r := 1; r <= o.Runs; r++ {
+		fmt.Fprintf(w, "class revision rolled out in waves to %d clusters (soak %s), run %d/%d…\n", o.RolloutClusters, o.RolloutSoak, r, o.Runs)
+		res, err := measureRollout(ctx, o.RolloutClusters, o.RolloutSoak, o.Timeout, w)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "  completed in %s; median time beyond soak per wave %s\n", res.Elapsed.Round(time.Millisecond), res.medianOverhead().Round(time.Millisecond))
+		rep.Rollout = append(rep.Rollout, res)
+	}
+	return nil
 }
 
 // runFleet measures the baseline, a fleet create and its replay, for each

@@ -89,7 +89,8 @@ moves one minor version at a time and never down.
 With --wait, waits until every machine runs the new version and the
 cluster is ready.
 
-The upgrade starts at once, whatever the cluster's maintenance windows.
+The upgrade starts at once, whatever the cluster's maintenance windows
+(also with spec.maintenance.confineSpecRollouts).
 With --respect-window it is recorded instead (spec.maintenance.pendingVersion)
 and the maintenance service starts it when the cluster's next window opens
 (at once for a cluster without windows); capn describe shows it waiting.

@@ -42,7 +42,11 @@ func nextWindow(c *capnv1.Cluster, now time.Time) string {
 	}
 	if n := len(m.GetWaiting()); n > 0 {
 		w := m.GetWaiting()[0]
-		s += fmt.Sprintf(" (%s %s waits)", w.GetChange(), w.GetTo())
+		if w.GetTo() == "" { // SpecRollout: a machine rollout
+			s += fmt.Sprintf(" (%s waits)", w.GetChange())
+		} else {
+			s += fmt.Sprintf(" (%s %s waits)", w.GetChange(), w.GetTo())
+		}
 	}
 	return s
 }
@@ -89,6 +93,9 @@ func describeMaintenance(b *strings.Builder, c *capnv1.Cluster, now time.Time) {
 		if p := m.GetPendingVersion(); p != "" {
 			fmt.Fprintf(b, "  Pending:      upgrade to %s in the next window\n", p)
 		}
+		if m.GetConfineSpecRollouts() {
+			b.WriteString("  Confined:     machine rollouts start only in a window (confineSpecRollouts)\n")
+		}
 		ms := st.GetMaintenance()
 		switch {
 		case ms == nil:
@@ -101,6 +108,10 @@ func describeMaintenance(b *strings.Builder, c *capnv1.Cluster, now time.Time) {
 			fmt.Fprintf(b, "  Next window:  %s\n", when(ms.GetNextWindowOpen().AsTime(), now))
 		}
 		for _, w := range ms.GetWaiting() {
+			if w.GetFrom() == "" && w.GetTo() == "" { // SpecRollout: a machine rollout
+				fmt.Fprintf(b, "  Waiting:      %s: %s\n", w.GetChange(), w.GetMessage())
+				continue
+			}
 			fmt.Fprintf(b, "  Waiting:      %s %s → %s: %s\n", w.GetChange(), w.GetFrom(), w.GetTo(), w.GetMessage())
 		}
 		if la := ms.GetLastApplied(); la != "" {

@@ -220,12 +220,13 @@ func TestListJSON(t *testing.T) {
 func officeHours(c *capnv1.Cluster) *capnv1.Cluster {
 	o := proto.Clone(c).(*capnv1.Cluster)
 	o.Metadata.Name = "office"
-	o.Spec.Maintenance = &capnv1.MaintenanceSpec{AutoPatch: true, Windows: []*capnv1.MaintenanceWindow{
+	o.Spec.Maintenance = &capnv1.MaintenanceSpec{AutoPatch: true, ConfineSpecRollouts: true, Windows: []*capnv1.MaintenanceWindow{
 		{Days: []string{"Sat", "Sun"}, Start: "02:00", End: "04:00", TimeZone: "Europe/Berlin"}}}
 	o.Spec.Hibernation = &capnv1.HibernationSpec{Schedules: []*capnv1.HibernationSchedule{
 		{Start: "0 19 * * MON-FRI", End: "0 7 * * MON-FRI", Location: "Europe/Berlin"}}}
 	o.Status.Maintenance = &capnv1.MaintenanceStatus{NextWindowOpen: timestamppb.New(fixedNow.Add(5 * time.Hour)),
-		Waiting:     []*capnv1.MaintenanceWait{{Change: "AutoPatch", From: "v1.34.2", To: "v1.34.5", Message: "waits for the maintenance window opening at " + fixedNow.Add(5*time.Hour).UTC().Format(time.RFC3339)}},
+		Waiting: []*capnv1.MaintenanceWait{{Change: "AutoPatch", From: "v1.34.2", To: "v1.34.5", Message: "waits for the maintenance window opening at " + fixedNow.Add(5*time.Hour).UTC().Format(time.RFC3339)},
+			{Change: "SpecRollout", Message: "rolling out pool md-0 (2 machines outdated) waits for the maintenance window opening at " + fixedNow.Add(5*time.Hour).UTC().Format(time.RFC3339) + " (spec.maintenance.confineSpecRollouts)"}},
 		LastApplied: "AutoPatch v1.34.1 → v1.34.2", LastAppliedTime: timestamppb.New(fixedNow.Add(-7 * 24 * time.Hour))}
 	o.Status.Hibernation = &capnv1.HibernationStatus{NextTransition: timestamppb.New(fixedNow.Add(2 * time.Hour)), NextHibernates: true,
 		Override: true, Message: "woken by hand against the schedule, until it hibernates at " + fixedNow.Add(2*time.Hour).UTC().Format(time.RFC3339)}

@@ -129,7 +129,9 @@ func (r report) idleMarkdown(b *strings.Builder) {
 	fmt.Fprintf(b, "\n## Idle cost\n\n")
 	fmt.Fprintf(b, "Each program runs as its own process (built from cmd/, as deployed) against an embedded server on\n")
 	fmt.Fprintf(b, "loopback. N clusters of 10 machines are created on the sim provider; once every machine is Running\n")
-	fmt.Fprintf(b, "and every cluster Ready, and 10 s more, each process's CPU time (user + system, /proc/<pid>/stat) is\n")
+	fmt.Fprintf(b, "and every cluster Ready, and once the create's follow-up work has ended (no KV write nor command or\n")
+	fmt.Fprintf(b, "event for %s, heartbeats and provider announcements aside: the last came %s after the last machine was\n", r.Idle[0].Quiet, idleSettled(r.Idle))
+	fmt.Fprintf(b, "Running), each process's CPU time (user + system, /proc/<pid>/stat) is\n")
 	fmt.Fprintf(b, "read over a window of %s and its resident set (VmRSS) at the end. The sim provider is listed apart:\n", r.Idle[0].Window)
 	fmt.Fprintf(b, "it also plays every node, publishing a heartbeat per machine every %s, which a real provider does not.\n", r.Idle[0].Heartbeat)
 	fmt.Fprintf(b, "Those heartbeats (machines / %s a second) are most of the idle work: the health-watcher consumes\n", r.Idle[0].Heartbeat)
@@ -174,6 +176,18 @@ func (r report) idleMarkdown(b *strings.Builder) {
 		fmt.Fprintf(b, "\n")
 	}
 	fmt.Fprintf(b, "\nMedians of %d runs per size.\n", len(r.Idle)/len(sizes))
+}
+
+// idleSettled is the range of the runs' settle times ("0.4–2.1 s").
+func idleSettled(runs []idleRun) string {
+	lo, hi := runs[0].Settled, runs[0].Settled
+	for _, x := range runs {
+		lo, hi = min(lo, x.Settled), max(hi, x.Settled)
+	}
+	if lo.Round(100*time.Millisecond) == hi.Round(100*time.Millisecond) {
+		return fmt.Sprintf("%.1f s", hi.Seconds())
+	}
+	return fmt.Sprintf("%.1f–%.1f s", lo.Seconds(), hi.Seconds())
 }
 
 // byKindMarkdown lists what one fleet create published per machine, by

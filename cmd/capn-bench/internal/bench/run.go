@@ -182,11 +182,12 @@ func runIdle(ctx context.Context, o options, rep *report, w io.Writer) error {
 	for _, n := range o.idleSizes {
 		for r := 1; r <= o.Runs; r++ {
 			fmt.Fprintf(w, "idle cost, %d clusters, run %d/%d…\n", n, r, o.Runs)
-			res, err := measureIdle(ctx, bin, n, o.IdleHeartbeat, 10*time.Second, o.IdleWindow, o.Timeout)
+			res, err := measureIdle(ctx, bin, n, o.IdleHeartbeat, o.IdleQuiet, o.IdleWindow, o.Timeout)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(w, "  capn services %.1f mCPU, %.0f MiB RSS; with the sim provider %.1f mCPU, %.0f MiB\n",
+			fmt.Fprintf(w, "  settled %s after every machine was Running (no write for %s); ", res.Settled.Round(100*time.Millisecond), res.Quiet)
+			fmt.Fprintf(w, "capn services %.1f mCPU, %.0f MiB RSS; with the sim provider %.1f mCPU, %.0f MiB\n",
 				res.sum(true, idleSample.cpu), res.sum(true, idleSample.rss), res.sum(false, idleSample.cpu), res.sum(false, idleSample.rss))
 			rep.Idle = append(rep.Idle, res)
 		}

@@ -274,7 +274,38 @@ func (r report) fleetMarkdown(b *strings.Builder) {
 	fmt.Fprintf(b, "\n")
 	if last := r.Fleet[len(r.Fleet)-1]; len(last.Runs) > 0 && last.Runs[0].ByKind != nil {
 		byKindMarkdown(b, last)
+		cpuByServiceMarkdown(b, last)
 	}
+}
+
+// cpuByServiceMarkdown lists the CPU per machine of each service in one
+// fleet create (its last run), from a CPU profile of the create.
+func cpuByServiceMarkdown(b *strings.Builder, f fleetResult) {
+	run := f.Runs[len(f.Runs)-1]
+	if len(run.CPUByService) == 0 {
+		return // --cpuprofile: the run's own profile is the whole run's
+	}
+	type row struct {
+		name string
+		d    time.Duration
+	}
+	var rows []row
+	var total time.Duration
+	for k, d := range run.CPUByService {
+		if k == "" {
+			k = "NATS server and the benchmark's watchers (no service label)"
+		}
+		rows = append(rows, row{k, d})
+		total += d
+	}
+	slices.SortFunc(rows, func(a, b row) int { return int(b.d - a.d) })
+	fmt.Fprintf(b, "\nWhere the %d-cluster create's CPU went, per machine (a CPU profile of the create; every service's\n", f.Clusters)
+	fmt.Fprintf(b, "goroutines carry the pprof label `service=<name>` that services/daemon gives them; sampled at 100 Hz):\n\n")
+	fmt.Fprintf(b, "| service | CPU / machine | share |\n| --- | --- | --- |\n")
+	for _, r := range rows {
+		fmt.Fprintf(b, "| %s | %.2f ms | %.0f%% |\n", r.name, 1000*r.d.Seconds()/float64(run.Machines), 100*float64(r.d)/float64(total))
+	}
+	fmt.Fprintf(b, "| **all** | %.2f ms | |\n", 1000*total.Seconds()/float64(run.Machines))
 }
 
 func (r report) upgradeMarkdown(b *strings.Builder) {

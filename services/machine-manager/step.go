@@ -44,6 +44,12 @@ type Input struct {
 	// there is none.
 	Node *capnv1.NodeHealth
 	Now  time.Time
+	// HoldProvisioned, when positive, is how much longer a Provisioning
+	// machine whose infrastructure runs waits for its node before it is
+	// written Provisioned: a node ready by then takes it to Running in the
+	// same write (one write and one event fewer). The reconcile loop
+	// counts it from when it first saw the infrastructure running.
+	HoldProvisioned time.Duration
 }
 
 // Output is the next status (nil: delete the status key), the commands to
@@ -168,6 +174,8 @@ func Step(in Input, t Timeouts) (out Output) {
 		case in.Infra != nil && in.Infra.GetStateValue() == capnv1.InfraFailed:
 			fail(st, ReasonInfrastructureFailed, in.Infra.GetMessage(), in.Now)
 			setCondition(st, CondInfrastructureReady, capnv1.ConditionFalse, ReasonInfrastructureFailed, in.Infra.GetMessage(), in.Now)
+		case infraUp && in.HoldProvisioned > 0 && st.GetNodeReadyTime() == nil:
+			out.RequeueAfter = in.HoldProvisioned // Provisioned, or Running with the node, then
 		case infraUp:
 			setPhase(st, capnv1.MachineProvisioned, in.Now)
 			st.InfrastructureReadyTime = timestamppb.New(in.Now)

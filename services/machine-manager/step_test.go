@@ -303,3 +303,34 @@ func TestWaitingForBootstrapSecretHasNoTimeout(t *testing.T) {
 		t.Fatalf("without the reason: failure %q, want %s", plain.Status.GetFailureReason(), ReasonBootstrapTimeout)
 	}
 }
+
+// A Provisioning machine whose infrastructure runs waits HoldProvisioned
+// for its node: nothing is written meanwhile; a node ready within it
+// takes the machine to Running in one step (one event), and once the
+// hold is over without one it is Provisioned.
+func TestStepHoldsProvisionedForTheNode(t *testing.T) {
+	in := Input{Cluster: "c1", Name: "m1", Desired: machine(false), Status: status(capnv1.MachineProvisioning.Wire(), withBootstrap),
+		Infra: started(t0), Now: t0.Add(time.Second), HoldProvisioned: 400 * time.Millisecond}
+	out := Step(in, Timeouts{})
+	if out.Status.GetPhaseValue() != capnv1.MachineProvisioning || len(out.Events) != 0 || out.RequeueAfter != 400*time.Millisecond {
+		t.Fatalf("held: phase %s, events %v, requeue %s; want Provisioning, none, 400ms", out.Status.GetPhase(), out.Events, out.RequeueAfter)
+	}
+	if out.Status.GetInfrastructureReadyTime() != nil {
+		t.Fatal("held: infrastructure ready time stamped")
+	}
+
+	in.Node = nodeAt(true, t0.Add(time.Second))
+	out = Step(in, Timeouts{})
+	if out.Status.GetPhaseValue() != capnv1.MachineRunning || len(out.Events) != 1 || out.Events[0].Reason != "Running" {
+		t.Fatalf("node ready within the hold: phase %s, events %v; want Running and one Running event", out.Status.GetPhase(), out.Events)
+	}
+	if out.Status.GetInfrastructureReadyTime() == nil || conditionOf(out.Status, CondInfrastructureReady).GetStatus() != "True" {
+		t.Fatalf("node ready within the hold: infrastructure ready time %v, condition %v", out.Status.GetInfrastructureReadyTime(), conditionOf(out.Status, CondInfrastructureReady))
+	}
+
+	in.Node, in.HoldProvisioned = nil, 0 // the hold is over
+	out = Step(in, Timeouts{})
+	if out.Status.GetPhaseValue() != capnv1.MachineProvisioned || len(out.Events) != 1 {
+		t.Fatalf("after the hold: phase %s, events %v; want Provisioned", out.Status.GetPhase(), out.Events)
+	}
+}

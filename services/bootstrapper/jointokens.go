@@ -115,6 +115,51 @@ func (s *Service) clusterJoinsWithTokens(c *capnv1.Cluster) bool {
 	return false
 }
 
+// capabilityRealKubernetes is the provider SDK's
+// sdk.CapabilityRealKubernetes (services do not import the SDK).
+const capabilityRealKubernetes = "real-kubernetes"
+
+// realKubernetes says whether the cluster's control-plane provider
+// announces real Kubernetes: only then does its endpoint serve a
+// Kubernetes API server that join tokens are registered in (the
+// health-watcher reads Nodes by the same rule).
+func (s *Service) realKubernetes(c *capnv1.Cluster) bool {
+	p := c.GetSpec().GetControlPlane().GetProvider()
+	if p == "" {
+		return false
+	}
+	a, _, ok := store.NewView(s.observed, store.New[capnv1.ProviderAnnouncement]()).Get(keys.Provider(p))
+	return ok && slices.Contains(a.GetCapabilities(), capabilityRealKubernetes)
+}
+
+// realKubernetesChanged wakes every cluster's join-token pass when a
+// provider starts or stops announcing real-kubernetes (announcements are
+// rewritten every few seconds: only a change of that capability counts),
+// and on a resync.
+func (s *Service) realKubernetesChanged(all func() []string) func(store.Change) []string {
+	real := map[string]bool{} // called from one goroutine (reconcile.Source)
+	return func(ch store.Change) []string {
+		if ch.Resync {
+			return all()
+		}
+		p, ok := strings.CutPrefix(ch.Key, keys.ProviderPrefix)
+		if !ok {
+			return nil
+		}
+		is := false
+		if ch.Op == store.OpPut {
+			if a, err := store.Decode(ch.Value, store.New[capnv1.ProviderAnnouncement]()); err == nil {
+				is = slices.Contains(a.GetCapabilities(), capabilityRealKubernetes)
+			}
+		}
+		if real[p] == is {
+			return nil
+		}
+		real[p] = is
+		return all()
+	}
+}
+
 // kickJoins asks for a join-token pass over cluster now, even while it
 // waits out a backoff: something it works from changed (a new record, a
 // renewed or joined token, a new kubeconfig).
@@ -147,9 +192,11 @@ func (s *Service) reconcileJoinTokens(ctx context.Context, name string) (reconci
 	if _, err := s.purgeGone(ctx, name); err != nil {
 		return reconcile.Result{}, err
 	}
-	if !s.clusterJoinsWithTokens(cluster) {
-		// script: nodes join by their own means; nothing to register, and
-		// no condition.
+	if !s.clusterJoinsWithTokens(cluster) || !s.realKubernetes(cluster) {
+		// script: nodes join by their own means; a control plane whose
+		// provider does not announce real Kubernetes (sim, process without
+		// Kubernetes binaries) has no API server to register them in.
+		// Nothing to register, and no condition.
 		return reconcile.Result{}, s.setJoinCondition(ctx, name, nil)
 	}
 	now := s.cfg.Now()

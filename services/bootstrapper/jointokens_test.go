@@ -223,12 +223,37 @@ func (f *fakeAPI) names() []string {
 
 // --- cluster helpers ------------------------------------------------------
 
+// realProvider is the control-plane provider of applyClusterWith's
+// clusters: it announces real-kubernetes (as the process provider with
+// Kubernetes binaries does), so their API servers are asked.
+const realProvider = "kube"
+
+// announce writes provider's announcement with caps, as the provider SDK
+// does.
+func (e *env) announce(provider string, caps ...string) {
+	e.t.Helper()
+	b := store.NewBucket(e.kv(events.BucketObserved), func() *capnv1.ProviderAnnouncement { return new(capnv1.ProviderAnnouncement) })
+	if _, _, err := b.Mutate(context.Background(), "provider."+provider, func(*capnv1.ProviderAnnouncement, bool) (*capnv1.ProviderAnnouncement, error) {
+		return &capnv1.ProviderAnnouncement{Name: provider, Capabilities: caps, Time: timestamppb.Now(), Instance: "test"}, nil
+	}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 func (e *env) applyClusterWith(name, provider, userData string) {
 	e.t.Helper()
+	e.applyClusterOn(name, realProvider, provider, userData)
+}
+
+// applyClusterOn applies a cluster whose control plane is on cpProvider,
+// announcing realProvider's real-kubernetes first.
+func (e *env) applyClusterOn(name, cpProvider, provider, userData string) {
+	e.t.Helper()
+	e.announce(realProvider, "stop-start", "real-kubernetes")
 	c := &capnv1.Cluster{ApiVersion: "capn.dev/v1alpha1", Kind: "Cluster",
 		Metadata: &capnv1.ObjectMeta{Name: name, CreationTimestamp: timestamppb.Now()},
 		Spec: &capnv1.ClusterSpec{KubernetesVersion: "v1.34.2",
-			ControlPlane: &capnv1.ControlPlaneSpec{Provider: "sim", Replicas: 1},
+			ControlPlane: &capnv1.ControlPlaneSpec{Provider: cpProvider, Replicas: 1},
 			WorkerPools:  []*capnv1.WorkerPool{{Name: "w", Provider: "sim", Replicas: 2}},
 			Network:      &capnv1.NetworkSpec{PodCidrs: []string{"192.168.0.0/16"}, ServiceCidrs: []string{"10.96.0.0/12"}, ServiceDomain: "cluster.local"},
 			Bootstrap:    &capnv1.BootstrapSpec{Provider: provider, UserData: userData}}}
@@ -240,9 +265,14 @@ func (e *env) applyClusterWith(name, provider, userData string) {
 
 func (e *env) reportEndpointAt(cluster string, port int32) {
 	e.t.Helper()
+	e.reportEndpointOn(realProvider, cluster, port)
+}
+
+func (e *env) reportEndpointOn(provider, cluster string, port int32) {
+	e.t.Helper()
 	b := store.NewBucket(e.kv(events.BucketObserved), func() *capnv1.InfraCluster { return new(capnv1.InfraCluster) })
-	ic := &capnv1.InfraCluster{Provider: "sim", Cluster: cluster, Ready: true, ControlPlaneEndpoint: &capnv1.Endpoint{Host: "127.0.0.1", Port: port}}
-	if _, err := b.Create(context.Background(), "infra.sim."+cluster+"._", ic); err != nil {
+	ic := &capnv1.InfraCluster{Provider: provider, Cluster: cluster, Ready: true, ControlPlaneEndpoint: &capnv1.Endpoint{Host: "127.0.0.1", Port: port}}
+	if _, err := b.Create(context.Background(), "infra."+provider+"."+cluster+"._", ic); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -586,4 +616,53 @@ func TestJoinTokenSecretDeletedAfterRestart(t *testing.T) {
 		rec := e.record(ring, c, "rs-w-0")
 		return api.secret(secret) == nil && rec.GetJoined() && rec.GetTokenSecret() == ""
 	})
+}
+
+// A cluster whose control-plane provider does not announce real
+// Kubernetes (sim) has no API server to register tokens in: its endpoint
+// is never asked and its status has no join-token condition. Once the
+// provider announces real-kubernetes, the pass runs without any other
+// change to kick it; once it stops, the condition goes again.
+func TestJoinTokensSkipClustersWithoutRealKubernetes(t *testing.T) {
+	e := newEnv(t)
+	ring := keyring(t, newKey(t))
+	e.startWith(bootstrapper.Config{Keyring: ring, Workers: 2,
+		JoinTokenBackoff: reconcile.Backoff{Base: 100 * time.Millisecond, Max: 500 * time.Millisecond}, KubeAPITimeout: 5 * time.Second})
+	const c = "simc"
+	e.announce("sim", "stop-start", "reboot")
+	e.applyClusterOn(c, "sim", "kube-local", "")
+	api := newFakeAPI(t, e.waitPKI(ring, c), nil)
+	e.reportEndpointOn("sim", c, api.port())
+	spec := &capnv1.BootstrapSpec{Provider: "kube-local"}
+	got := e.collect(c)
+	e.generate(got, c, "simc-w-0", "worker", false, spec)
+	natstest.WaitFor(t, 10*time.Second, "the kubeconfig written", func() bool { return e.status(c).GetKubeconfigReady() })
+	// A second machine's pass (woken by its desired record) runs after the
+	// first's: once its record exists, both passes are done.
+	e.generate(got, c, "simc-w-1", "worker", false, spec)
+	natstest.WaitFor(t, 10*time.Second, "the second record", func() bool { return e.record(ring, c, "simc-w-1").GetToken() != "" })
+	// Without the skip, the passes those writes wake would register both
+	// tokens within milliseconds (as in the tests above); nothing must
+	// happen, so there is no event to wait for.
+	time.Sleep(time.Second) //sleep-ok: checking that nothing happens
+	if n := api.conns.Load(); n != 0 {
+		t.Fatalf("sim cluster: %d connections to its endpoint, want none", n)
+	}
+	if cond := e.joinCondition(c); cond != nil {
+		t.Fatalf("sim cluster: join-token condition %v, want none", cond)
+	}
+
+	// The provider now announces real Kubernetes: the tokens are registered.
+	e.announce("sim", "stop-start", "reboot", "real-kubernetes")
+	natstest.WaitFor(t, 10*time.Second, "the token Secrets once the provider announces real-kubernetes", func() bool {
+		return wantSecret(t, api, e.record(ring, c, "simc-w-0"), c, "simc-w-0") && wantSecret(t, api, e.record(ring, c, "simc-w-1"), c, "simc-w-1")
+	})
+	natstest.WaitFor(t, 5*time.Second, "condition Registered", func() bool {
+		cond := e.joinCondition(c)
+		return cond.GetStatus() == "True" && cond.GetReason() == bootstrapper.ReasonRegistered
+	})
+
+	// It stops announcing it: the condition goes.
+	e.announce("sim", "stop-start", "reboot")
+	natstest.WaitFor(t, 10*time.Second, "the condition removed", func() bool { return e.joinCondition(c) == nil })
 }

@@ -220,7 +220,7 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	}
 
 	s.desired = store.NewCache(desiredKV, s.cfg.Cache)
-	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, d.JS, keys.InfraPrefix, keys.MachinePrefix))
+	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, d.JS, keys.InfraPrefix, keys.MachinePrefix, keys.ProviderPrefix))
 	for _, c := range []*store.Cache{s.desired, s.observed} {
 		if err := c.Start(ctx); err != nil {
 			return err
@@ -287,7 +287,12 @@ func (s *Service) controllers(log zerolog.Logger) []*reconcile.Controller {
 	// cluster's desired machines (one wanted or being deleted); every
 	// cluster is looked at once at start.
 	joins := &reconcile.Controller{
-		Watches:   []reconcile.Source{{Cache: s.desired, Prefixes: []string{keys.MachinePrefix}, Key: keys.ClusterOf}},
+		Watches: []reconcile.Source{
+			{Cache: s.desired, Prefixes: []string{keys.MachinePrefix}, Key: keys.ClusterOf},
+			// A provider starting or ceasing to announce real-kubernetes
+			// changes which clusters have an API server to ask.
+			{Cache: s.observed, Prefixes: []string{keys.ProviderPrefix}, Changed: s.realKubernetesChanged(all)},
+		},
 		Resync:    all,
 		Initial:   all,
 		Reconcile: s.reconcileJoinTokens,

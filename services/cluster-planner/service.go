@@ -43,6 +43,11 @@ type Config struct {
 	// MaxActionsPerPlan bounds one plan (0: DefaultMaxActionsPerPlan); a
 	// cluster with more to do is planned again after the clusters waiting.
 	MaxActionsPerPlan int
+	// StatusCoalesce is how often at most a cluster's status is rewritten
+	// when only its counts, condition messages or change time moved (0:
+	// DefaultStatusCoalesce; negative: every change at once). Phase,
+	// generation, conditions' status and the like are written at once.
+	StatusCoalesce time.Duration
 }
 
 // Service is the cluster-planner.
@@ -66,6 +71,9 @@ type Service struct {
 	// expectations do: a plan from a cache that misses a machine this
 	// replica just created would create another one in the next free slot.
 	written sync.Map // cluster name → uint64
+	// statusWritten: cluster name → time.Time of this process's last
+	// write of its status (coalesceWait).
+	statusWritten sync.Map
 }
 
 // New returns the service.
@@ -185,13 +193,22 @@ func (s *Service) reconcile(ctx context.Context, name string) (reconcile.Result,
 		log.Info().Fields(res.Fields()).Msg("plan")
 	}
 	// Status first: it says what the plan is about to do.
+	requeue := res.RequeueAfter
+	var later coalesced
 	if err := s.writeStatus(ctx, name, in.Status, res.Status, res.PhaseMessage); errors.Is(err, errCacheBehind) {
 		return reconcile.Result{RequeueAfter: cacheBehindWait}, nil // plan again once the cache caught up
+	} else if errors.As(err, &later) {
+		// The counts are written by the plan after later.wait (or sooner,
+		// with news): the latest requeue replaces the pending one, so it
+		// is the sooner of the two.
+		if requeue <= 0 || later.wait < requeue {
+			requeue = later.wait
+		}
 	} else if err != nil {
 		return reconcile.Result{}, err
 	}
 	if err := plan.Apply(ctx, s.applier(in.Cluster, revs), res.Actions); err != nil {
 		return reconcile.Result{}, err
 	}
-	return reconcile.Result{RequeueAfter: res.RequeueAfter}, nil
+	return reconcile.Result{RequeueAfter: requeue}, nil
 }

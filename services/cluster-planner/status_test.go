@@ -3,7 +3,11 @@ package clusterplanner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/natstest"
@@ -52,5 +56,81 @@ func TestStatusNeverWrittenFromAnOlderView(t *testing.T) {
 	}
 	if got, _, _ := statuses.Get(ctx, keys.Cluster("c1")); got.GetWorkerPools()[0].GetReady() != 5 {
 		t.Fatalf("status has %d ready, want 5", got.GetWorkerPools()[0].GetReady())
+	}
+}
+
+// Counts alone are rewritten at most every StatusCoalesce; news (here the
+// phase) is written at once, and the counts with it.
+func TestStatusCountsCoalesced(t *testing.T) {
+	srv := natstest.Start(t)
+	_, js := srv.Connect(t)
+	ctx := context.Background()
+	if err := events.Provision(ctx, js, events.DefaultTopology(1)); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, events.BucketObserved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	statuses := store.NewBucket(kv, store.New[capnv1.ClusterStatus]())
+	now := time.Date(2026, 12, 6, 5, 0, 0, 0, time.UTC)
+	cfg := New(Config{StatusCoalesce: time.Second, Now: func() time.Time { return now }}).cfg
+	s := &Service{cfg: cfg, pub: events.NewPublisher(js, "capn/test"), statuses: statuses, observedRev: func() uint64 { return 1 << 62 }}
+	status := func(phase capnv1.ClusterPhase, ready int32) *capnv1.ClusterStatus {
+		return &capnv1.ClusterStatus{Phase: phase.Wire(), Updated: timestamppb.New(now),
+			Conditions:  []*capnv1.Condition{{Type: "Ready", Status: "False", Reason: "MachinesNotReady", Message: fmt.Sprintf("%d of 8 ready", ready)}},
+			WorkerPools: []*capnv1.PoolStatus{{Name: "md-0", Desired: 8, Replicas: 8, Ready: ready}}}
+	}
+	stored := func() int32 {
+		got, _, err := statuses.Get(ctx, keys.Cluster("c1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.GetWorkerPools()[0].GetReady()
+	}
+	prov := capnv1.ClusterProvisioning
+	if err := s.writeStatus(ctx, "c1", nil, status(prov, 1), ""); err != nil {
+		t.Fatal(err)
+	}
+	// 300 ms later, one more machine ready: held for the rest of the second.
+	now = now.Add(300 * time.Millisecond)
+	var later coalesced
+	if err := s.writeStatus(ctx, "c1", status(prov, 1), status(prov, 2), ""); !errors.As(err, &later) || later.wait != 700*time.Millisecond {
+		t.Fatalf("a counts-only change 300ms after the last write: %v, want coalesced for 700ms", err)
+	}
+	if n := stored(); n != 1 {
+		t.Fatalf("stored %d ready, want 1 (held)", n)
+	}
+	// A condition's reason is news: written at once.
+	newsWith := func(ready int32) *capnv1.ClusterStatus {
+		st := status(prov, ready)
+		st.Conditions[0].Reason = "ControlPlaneNotReady"
+		return st
+	}
+	news := newsWith(3)
+	if err := s.writeStatus(ctx, "c1", status(prov, 1), news, ""); err != nil {
+		t.Fatalf("a condition's new reason: %v, want written at once", err)
+	}
+	if n := stored(); n != 3 {
+		t.Fatalf("stored %d ready, want 3", n)
+	}
+	// Counts again, then the phase: the phase goes at once.
+	now = now.Add(100 * time.Millisecond)
+	if err := s.writeStatus(ctx, "c1", news, newsWith(4), ""); !errors.As(err, &later) {
+		t.Fatalf("counts-only: %v, want coalesced", err)
+	}
+	if err := s.writeStatus(ctx, "c1", news, status(capnv1.ClusterReady, 8), ""); err != nil {
+		t.Fatalf("a new phase: %v, want written at once", err)
+	}
+	if n := stored(); n != 8 {
+		t.Fatalf("stored %d ready, want 8", n)
+	}
+	// Once the interval passed, counts are written.
+	now = now.Add(time.Second)
+	if err := s.writeStatus(ctx, "c1", status(capnv1.ClusterReady, 8), status(capnv1.ClusterReady, 7), ""); err != nil {
+		t.Fatalf("counts a second after the last write: %v, want written", err)
+	}
+	if n := stored(); n != 7 {
+		t.Fatalf("stored %d ready, want 7", n)
 	}
 }

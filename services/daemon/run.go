@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"runtime/debug"
+	"runtime/pprof"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -16,6 +17,32 @@ import (
 
 	"github.com/capn-dev/capn/events"
 )
+
+// ProfileLabel is the pprof label Run puts on every goroutine of a
+// service, with the service's name as its value.
+const ProfileLabel = "service"
+
+// labelled makes an in-process connection with the labels of ctx: the
+// server's goroutines for it are started from the goroutine that asks.
+type labelled struct {
+	nats.InProcessConnProvider
+	ctx context.Context
+}
+
+func (l labelled) InProcessConn() (net.Conn, error) {
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		pprof.SetGoroutineLabels(l.ctx)
+		c, err := l.InProcessConnProvider.InProcessConn()
+		ch <- result{c, err}
+	}()
+	r := <-ch
+	return r.c, r.err
+}
 
 // ErrShutdownTimeout is returned (wrapped) by Run when the service did not
 // stop within Config.ShutdownTimeout of its context's cancellation.
@@ -99,6 +126,18 @@ func Run(ctx context.Context, cfg Config, svc Service, opts ...Option) error {
 		return fmt.Errorf("service %s: invalid config: %w", cfg.Name, err)
 	}
 	name := cfg.Name
+	// Every goroutine of the service — its own, its connection's and its
+	// subscriptions' — carries the pprof label service=<name>, so that a
+	// CPU profile of a process running several (capn dev, capn-bench)
+	// says which spends what. The in-process server's side of the
+	// connection is the server's work: it keeps the caller's labels.
+	outer := ctx
+	ctx = pprof.WithLabels(ctx, pprof.Labels(ProfileLabel, name))
+	pprof.SetGoroutineLabels(ctx)
+	defer pprof.SetGoroutineLabels(outer)
+	if o.inProcess != nil {
+		o.inProcess = labelled{o.inProcess, outer}
+	}
 	var log zerolog.Logger
 	if o.log != nil {
 		log = *o.log

@@ -3,6 +3,7 @@ package machinemanager
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -223,7 +224,7 @@ func TestDecisionsOnAbsenceAreConfirmed(t *testing.T) {
 	w.put("m5", machine(false), nil, nil)
 	w.desired.forget(keys.MachinePrefix + "c1.m5")
 	set := func(st *capnv1.MachineStatus) { st.BootstrapDataChecksum = "sha256:x" }
-	if err := w.s.mutateOrWait(context.Background(), "c1", "m5", set); !errors.Is(err, errNoStatus) {
+	if err := w.s.stepOrWait(context.Background(), "c1", "m5", set); !errors.Is(err, errNoStatus) {
 		t.Errorf("answer for a wanted machine without status yet: %v, want errNoStatus (retry)", err)
 	}
 
@@ -243,7 +244,47 @@ func TestDecisionsOnAbsenceAreConfirmed(t *testing.T) {
 	if got := w.phase("m8"); got != capnv1.MachineDeleted.Wire()+"/" {
 		t.Errorf("deleting machine without infrastructure: %s, want Deleted", got)
 	}
-	if err := w.s.mutateOrWait(context.Background(), "c1", "m9", set); err != nil {
+	if err := w.s.stepOrWait(context.Background(), "c1", "m9", set); err != nil {
 		t.Errorf("answer for a machine that is not wanted: %v, want nil (dropped)", err)
+	}
+}
+
+// The bootstrapper's answer and the step it allows are one write: the
+// checksum, Provisioning and the create command (with that checksum) from
+// one compare-and-set, not a write of the checksum and then another of the
+// phase.
+func TestBootstrapAnswerStepsInOneWrite(t *testing.T) {
+	w := newConfirmWorld(t)
+	ctx := context.Background()
+	w.put("m1", machine(false), status(capnv1.MachineBootstrapping.Wire()), nil)
+	_, before, err := w.statuses.Get(ctx, keys.MachinePrefix+"c1.m1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.s.stepOrWait(ctx, "c1", "m1", func(st *capnv1.MachineStatus) { st.BootstrapDataChecksum = "sha256:answer" }); err != nil {
+		t.Fatal(err)
+	}
+	st, after, err := w.statuses.Get(ctx, keys.MachinePrefix+"c1.m1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetPhaseValue() != capnv1.MachineProvisioning || st.GetBootstrapDataChecksum() != "sha256:answer" {
+		t.Fatalf("after the answer: phase %s, checksum %q; want Provisioning, sha256:answer", st.GetPhase(), st.GetBootstrapDataChecksum())
+	}
+	// One write: nothing else writes the bucket here (no loop runs), and
+	// its revisions are the stream's sequence.
+	if after != before+1 {
+		t.Fatalf("status revision %d after %d: %d writes, want one", after, before, after-before)
+	}
+	s, err := w.js.Stream(ctx, events.StreamProviders)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := s.GetLastMsgForSubject(ctx, events.ProviderSubject("sim", "machine", "create", "c1", "m1"))
+	if err != nil {
+		t.Fatalf("no create command: %v", err)
+	}
+	if !strings.Contains(string(msg.Data), "sha256:answer") {
+		t.Fatalf("the create command does not carry the answer's checksum: %q", msg.Data)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
@@ -21,6 +22,14 @@ import (
 // JetStream), then compare-and-sets the status; a lost race is retried from
 // a fresh read by the loop.
 func (s *Service) reconcile(ctx context.Context, key string) (reconcile.Result, error) {
+	return s.step(ctx, key, nil)
+}
+
+// step is reconcile with answer, when set, applied first to the status it
+// read (the bootstrapper's answer, onBootstrap): the answer and the step it
+// allows are one compare-and-set, not two writes. With answer set, a
+// missing status is errNoStatus.
+func (s *Service) step(ctx context.Context, key string, answer func(*capnv1.MachineStatus)) (reconcile.Result, error) {
 	cluster, name, ok := strings.Cut(key, ".")
 	if !ok {
 		return reconcile.Result{}, nil
@@ -35,6 +44,14 @@ func (s *Service) reconcile(ctx context.Context, key string) (reconcile.Result, 
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return reconcile.Result{}, err
 	}
+	read := status // what the compare-and-set compares with
+	if answer != nil {
+		if status == nil {
+			return reconcile.Result{}, errNoStatus
+		}
+		status = proto.Clone(status).(*capnv1.MachineStatus)
+		answer(status)
+	}
 	var infra *capnv1.InfraMachine
 	if p := provider(desired, status); p != "" {
 		infraKey := keys.InfraPrefix + p + "." + key
@@ -48,7 +65,9 @@ func (s *Service) reconcile(ctx context.Context, key string) (reconcile.Result, 
 		}
 	}
 	node, _, _ := store.Lookup(s.observedView, keys.NodePrefix+key, store.New[capnv1.NodeHealth]())
-	out := Step(Input{Cluster: cluster, Name: name, Desired: desired, Status: status, Infra: infra, Node: node, Now: s.cfg.Now()}, s.cfg.Timeouts)
+	now := s.cfg.Now()
+	out := Step(Input{Cluster: cluster, Name: name, Desired: desired, Status: status, Infra: infra, Node: node, Now: now,
+		HoldProvisioned: s.holdProvisioned(key, status, infra, now)}, s.cfg.Timeouts)
 	log := zerolog.Ctx(ctx).With().Str("cluster", cluster).Str("machine", name).Logger()
 	for _, c := range out.Commands {
 		if err := s.send(ctx, c, cluster, name, desired, status); err != nil {
@@ -56,13 +75,13 @@ func (s *Service) reconcile(ctx context.Context, key string) (reconcile.Result, 
 		}
 	}
 	switch {
-	case out.Status == nil && status != nil:
+	case out.Status == nil && read != nil:
 		if err := s.statuses.Delete(ctx, keys.MachinePrefix+key, rev); err != nil {
 			return reconcile.Result{}, err
 		}
 		log.Info().Msg("machine forgotten")
-	case out.Status != nil && (status == nil || !proto.Equal(out.Status, status)):
-		if status == nil {
+	case out.Status != nil && (read == nil || !proto.Equal(out.Status, read)):
+		if read == nil {
 			_, err = s.statuses.Create(ctx, keys.MachinePrefix+key, out.Status)
 		} else {
 			_, err = s.statuses.Update(ctx, keys.MachinePrefix+key, out.Status, rev)
@@ -76,6 +95,23 @@ func (s *Service) reconcile(ctx context.Context, key string) (reconcile.Result, 
 		}
 	}
 	return reconcile.Result{RequeueAfter: out.RequeueAfter}, nil
+}
+
+// holdProvisioned is how much longer the machine's Provisioned write waits
+// for its node (Input.HoldProvisioned): Config.HoldProvisioned from when
+// this process first saw its infrastructure running while it was
+// Provisioning. A restart starts the wait anew: it is bounded all the same.
+func (s *Service) holdProvisioned(key string, st *capnv1.MachineStatus, infra *capnv1.InfraMachine, now time.Time) time.Duration {
+	hold := s.cfg.HoldProvisioned
+	if hold == 0 {
+		hold = DefaultHoldProvisioned
+	}
+	if hold < 0 || st.GetPhaseValue() != capnv1.MachineProvisioning || infra.GetStateValue() != capnv1.InfraRunning {
+		s.infraUp.Delete(key)
+		return 0
+	}
+	seen, _ := s.infraUp.LoadOrStore(key, now)
+	return max(0, hold-now.Sub(seen.(time.Time)))
 }
 
 var newStatus = store.New[capnv1.MachineStatus]()
@@ -172,7 +208,10 @@ func (s *Service) onBootstrap(ctx context.Context, m *events.Message) error {
 	switch m.Event.Type() {
 	case events.TypeBootstrapReady:
 		return events.Typed(func(ctx context.Context, _ *events.Message, r *capnv1.BootstrapReady) error {
-			return s.mutateOrWait(ctx, r.GetCluster(), r.GetMachine(), func(st *capnv1.MachineStatus) {
+			// The checksum and the step it allows (→ Provisioning, the
+			// create command) in one write; the loop, woken by it, does
+			// the rest.
+			return s.stepOrWait(ctx, r.GetCluster(), r.GetMachine(), func(st *capnv1.MachineStatus) {
 				if st.GetPhaseValue() == capnv1.MachineBootstrapping || st.GetPhaseValue() == capnv1.MachinePending {
 					st.BootstrapDataChecksum = r.GetChecksum()
 				}
@@ -204,10 +243,36 @@ func (s *Service) onBootstrap(ctx context.Context, m *events.Message) error {
 // written (commands go out first); the message is retried.
 var errNoStatus = errors.New("no machine status yet")
 
+// answerAttempts bounds stepOrWait's compare-and-sets; past it the
+// message is redelivered.
+const answerAttempts = 5
+
+// stepOrWait is step for an answer to our own commands, with
+// mutateOrWait's handling of a missing status.
+func (s *Service) stepOrWait(ctx context.Context, cluster, machine string, answer func(*capnv1.MachineStatus)) error {
+	if cluster == "" || machine == "" {
+		return events.Permanent(errors.New("cluster and machine are required"))
+	}
+	var err error
+	for range answerAttempts {
+		// A lost compare-and-set (the loop stepped the machine meanwhile)
+		// is tried again from a fresh read, as Mutate does.
+		if _, err = s.step(ctx, cluster+"."+machine, answer); !errors.Is(err, store.ErrConflict) {
+			break
+		}
+	}
+	return s.orWait(ctx, cluster, machine, err)
+}
+
 // mutateOrWait is mutate for answers to our own commands: a missing status
 // is retried, unless the machine is no longer wanted.
 func (s *Service) mutateOrWait(ctx context.Context, cluster, machine string, fn func(*capnv1.MachineStatus)) error {
-	err := s.mutate(ctx, cluster, machine, fn)
+	return s.orWait(ctx, cluster, machine, s.mutate(ctx, cluster, machine, fn))
+}
+
+// orWait is err, but nil for a missing status (errNoStatus) of a machine
+// no longer wanted.
+func (s *Service) orWait(ctx context.Context, cluster, machine string, err error) error {
 	if errors.Is(err, errNoStatus) {
 		// Dropping the answer rests on the machine's absence: confirmed.
 		_, _, wanted, cerr := store.LookupConfirmed(ctx, s.desiredView, s.machines, keys.Machine(cluster, machine))

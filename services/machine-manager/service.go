@@ -7,6 +7,7 @@ package machinemanager
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -28,7 +29,15 @@ type Config struct {
 	Workers  int
 	Now      func() time.Time
 	Cache    store.CacheOptions
+	// HoldProvisioned is how long a machine whose infrastructure came up
+	// waits for its node before it is written Provisioned (0:
+	// DefaultHoldProvisioned; negative: not at all). A node ready within
+	// it takes the machine from Provisioning to Running in one write.
+	HoldProvisioned time.Duration
 }
+
+// DefaultHoldProvisioned is Config.HoldProvisioned's default.
+const DefaultHoldProvisioned = time.Second
 
 // Service is the machine-manager.
 type Service struct {
@@ -46,6 +55,9 @@ type Service struct {
 	// desiredView and observedView are what reconcile reads the caches
 	// through (the caches themselves; a test's may miss keys).
 	desiredView, observedView store.Getter
+	// infraUp: "<cluster>.<machine>" → when this process first saw the
+	// infrastructure of a Provisioning machine running (HoldProvisioned).
+	infraUp sync.Map
 }
 
 // New returns the service.

@@ -44,6 +44,12 @@ type Input struct {
 	// there is none.
 	Node *capnv1.NodeHealth
 	Now  time.Time
+	// HoldProvisioned, when positive, is how much longer a Provisioning
+	// machine whose infrastructure runs waits for its node before it is
+	// written Provisioned: a node ready by then takes it to Running in the
+	// same write (one write and one event fewer). The reconcile loop
+	// counts it from when it first saw the infrastructure running.
+	HoldProvisioned time.Duration
 }
 
 // Output is the next status (nil: delete the status key), the commands to
@@ -125,11 +131,20 @@ func Step(in Input, t Timeouts) (out Output) {
 			orphanStep(&out, st, in, id(CmdOrphan))
 			return out
 		}
+		if in.Infra != nil && st.GetProviderId() == "" {
+			// Deleted before its infrastructure ran: the status names it
+			// (the health-watcher finds the machine's Node by it).
+			st.ProviderId, st.Addresses = in.Infra.GetProviderId(), in.Infra.GetAddresses()
+		}
 		deleteStep(&out, st, in, id(CmdDelete))
 		return out
 	}
 
-	if in.Infra != nil {
+	if in.Infra != nil && (infraUp || in.Infra.GetStateValue() == capnv1.InfraFailed || !beforeInfra(st.GetPhaseValue())) {
+		// What the provider reports of a machine still being created is
+		// its own record's (infra.<p>.<c>.<m>): the status takes it with
+		// the phase change the infrastructure's state brings, not in a
+		// write of its own.
 		st.ProviderId = in.Infra.GetProviderId()
 		st.Addresses = in.Infra.GetAddresses()
 	}
@@ -168,6 +183,11 @@ func Step(in Input, t Timeouts) (out Output) {
 		case in.Infra != nil && in.Infra.GetStateValue() == capnv1.InfraFailed:
 			fail(st, ReasonInfrastructureFailed, in.Infra.GetMessage(), in.Now)
 			setCondition(st, CondInfrastructureReady, capnv1.ConditionFalse, ReasonInfrastructureFailed, in.Infra.GetMessage(), in.Now)
+		case infraUp && in.HoldProvisioned > 0 && st.GetNodeReadyTime() == nil:
+			// Provisioned, or Running with the node, then: nothing is
+			// written meanwhile, not even the provider id.
+			st.ProviderId, st.Addresses = in.Status.GetProviderId(), in.Status.GetAddresses()
+			out.RequeueAfter = in.HoldProvisioned
 		case infraUp:
 			setPhase(st, capnv1.MachineProvisioned, in.Now)
 			st.InfrastructureReadyTime = timestamppb.New(in.Now)
@@ -200,6 +220,11 @@ func Step(in Input, t Timeouts) (out Output) {
 		}
 	}
 	return out
+}
+
+// beforeInfra: phases before the infrastructure runs.
+func beforeInfra(p capnv1.MachinePhase) bool {
+	return p == capnv1.MachinePending || p == capnv1.MachineBootstrapping || p == capnv1.MachineProvisioning
 }
 
 // power hibernates and wakes a Running or Stopped machine: it asks the

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/capn-dev/capn/schemas/annotations"
@@ -301,5 +302,71 @@ func TestWaitingForBootstrapSecretHasNoTimeout(t *testing.T) {
 	plain := Step(Input{Cluster: "c1", Name: "m1", Desired: machine(false), Status: status(capnv1.MachineBootstrapping.Wire()), Now: t0.Add(6 * time.Minute)}, Timeouts{})
 	if plain.Status.GetFailureReason() != ReasonBootstrapTimeout {
 		t.Fatalf("without the reason: failure %q, want %s", plain.Status.GetFailureReason(), ReasonBootstrapTimeout)
+	}
+}
+
+// A Provisioning machine whose infrastructure runs waits HoldProvisioned
+// for its node: nothing is written meanwhile; a node ready within it
+// takes the machine to Running in one step (one event), and once the
+// hold is over without one it is Provisioned.
+func TestStepHoldsProvisionedForTheNode(t *testing.T) {
+	in := Input{Cluster: "c1", Name: "m1", Desired: machine(false), Status: status(capnv1.MachineProvisioning.Wire(), withBootstrap),
+		Infra: started(t0), Now: t0.Add(time.Second), HoldProvisioned: 400 * time.Millisecond}
+	in.Status.ObservedGeneration, in.Status.Provider = 1, "sim" // as Step keeps them
+	out := Step(in, Timeouts{})
+	if out.Status.GetPhaseValue() != capnv1.MachineProvisioning || len(out.Events) != 0 || out.RequeueAfter != 400*time.Millisecond {
+		t.Fatalf("held: phase %s, events %v, requeue %s; want Provisioning, none, 400ms", out.Status.GetPhase(), out.Events, out.RequeueAfter)
+	}
+	if !proto.Equal(out.Status, in.Status) {
+		t.Fatalf("held: status changed to %v; want no write", out.Status)
+	}
+	if out.Status.GetInfrastructureReadyTime() != nil {
+		t.Fatal("held: infrastructure ready time stamped")
+	}
+
+	in.Node = nodeAt(true, t0.Add(time.Second))
+	out = Step(in, Timeouts{})
+	if out.Status.GetPhaseValue() != capnv1.MachineRunning || len(out.Events) != 1 || out.Events[0].Reason != "Running" {
+		t.Fatalf("node ready within the hold: phase %s, events %v; want Running and one Running event", out.Status.GetPhase(), out.Events)
+	}
+	if out.Status.GetInfrastructureReadyTime() == nil || conditionOf(out.Status, CondInfrastructureReady).GetStatus() != "True" {
+		t.Fatalf("node ready within the hold: infrastructure ready time %v, condition %v", out.Status.GetInfrastructureReadyTime(), conditionOf(out.Status, CondInfrastructureReady))
+	}
+
+	in.Node, in.HoldProvisioned = nil, 0 // the hold is over
+	out = Step(in, Timeouts{})
+	if out.Status.GetPhaseValue() != capnv1.MachineProvisioned || len(out.Events) != 1 {
+		t.Fatalf("after the hold: phase %s, events %v; want Provisioned", out.Status.GetPhase(), out.Events)
+	}
+}
+
+// The provider's record of a machine still being created is not copied
+// into the status in a write of its own: the status takes its provider id
+// and addresses with the phase change the infrastructure brings (or with
+// the deletion, so that the machine's Node can be found by it).
+func TestStepTakesTheProviderIDWithAPhaseChange(t *testing.T) {
+	creating := infra("Creating")
+	creating.Addresses = []*capnv1.Address{{Type: "InternalIP", Address: "10.0.0.9"}}
+	for _, phase := range []capnv1.MachinePhase{capnv1.MachineBootstrapping, capnv1.MachineProvisioning} {
+		st := status(phase.Wire())
+		if phase == capnv1.MachineProvisioning {
+			st = status(phase.Wire(), withBootstrap)
+		}
+		st.ObservedGeneration, st.Provider = 1, "sim" // as Step keeps them
+		in := Input{Cluster: "c1", Name: "m1", Desired: machine(false), Status: st, Infra: creating, Now: t0.Add(time.Second)}
+		out := Step(in, Timeouts{})
+		if !proto.Equal(out.Status, st) {
+			t.Errorf("%s with the infrastructure being created: status changed to %v; want no write", phase.Wire(), out.Status)
+		}
+	}
+	running := infra("Running")
+	running.Addresses = creating.Addresses
+	out := Step(Input{Cluster: "c1", Name: "m1", Desired: machine(false), Status: status(capnv1.MachineProvisioning.Wire(), withBootstrap), Infra: running, Now: t0.Add(time.Second)}, Timeouts{})
+	if out.Status.GetPhaseValue() != capnv1.MachineProvisioned || out.Status.GetProviderId() != "sim://c1/m1" || len(out.Status.GetAddresses()) != 1 {
+		t.Errorf("infrastructure running: phase %s, provider id %q, addresses %v; want Provisioned with both", out.Status.GetPhase(), out.Status.GetProviderId(), out.Status.GetAddresses())
+	}
+	out = Step(Input{Cluster: "c1", Name: "m1", Desired: machine(true), Status: status(capnv1.MachineProvisioning.Wire(), withBootstrap), Infra: creating, Now: t0.Add(time.Second)}, Timeouts{})
+	if out.Status.GetPhaseValue() != capnv1.MachineDeleting || out.Status.GetProviderId() != "sim://c1/m1" {
+		t.Errorf("deleted while being created: phase %s, provider id %q; want Deleting with it", out.Status.GetPhase(), out.Status.GetProviderId())
 	}
 }

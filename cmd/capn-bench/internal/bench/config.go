@@ -24,6 +24,7 @@ type Config struct {
 	UpgradeBoot    time.Duration
 	IdleHeartbeat  time.Duration
 	IdleWindow     time.Duration
+	IdleQuiet      time.Duration
 	ReplayClients  int
 	// RolloutClusters and RolloutSoak shape the rollout benchmark.
 	RolloutClusters int
@@ -48,6 +49,7 @@ func BindFlags(fs *flag.FlagSet) *Config {
 	fs.IntVar(&c.UpgradePool, "upgrade-pool", 500, "machines in the pool of the rolling-upgrade benchmark")
 	fs.DurationVar(&c.UpgradeBoot, "upgrade-boot", 5*time.Second, "the sim provider's boot latency in the rolling-upgrade benchmark")
 	fs.DurationVar(&c.IdleHeartbeat, "idle-heartbeat", 30*time.Second, "heartbeat interval of each simulated node in the idle benchmark (the sim provider's default)")
+	fs.DurationVar(&c.IdleQuiet, "idle-quiet", 5*time.Second, "the idle benchmark's window starts once the create's follow-up work has written nothing for this long (heartbeats and provider announcements aside)")
 	fs.DurationVar(&c.IdleWindow, "idle-window", 30*time.Second, "how long the idle benchmark reads each program's CPU time")
 	fs.IntVar(&c.ReplayClients, "replay-clients", replayClients, "clients publishing the replayed traffic")
 	fs.IntVar(&c.RolloutClusters, "rollout-clusters", 1000, "clusters (1 control-plane + 1 worker machine) of the class a rollout moves in waves in the rollout benchmark")

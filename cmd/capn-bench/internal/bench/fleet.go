@@ -1,9 +1,11 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -31,6 +33,10 @@ import (
 // good defaults); 0 keeps each service's default.
 var benchWorkers = 0
 
+// benchProfiling: the whole run is profiled (--cpuprofile), so a create
+// cannot profile itself for its CPU by service.
+var benchProfiling = false
+
 // benchTrace prints a fleet create's progress every second (--trace).
 var benchTrace = false
 
@@ -47,6 +53,10 @@ type fleetRun struct {
 	// CPU is the process's CPU time during the create (server, services
 	// and the benchmark's own watchers together), in seconds.
 	CPU float64
+	// CPUByService is the create's CPU by the pprof label service (""
+	// for the server and the benchmark), from a CPU profile of the
+	// create; empty when the whole run is profiled (--cpuprofile).
+	CPUByService map[string]time.Duration
 	// Replay is the same traffic stored by NATS alone (see replay.go).
 	Replay replayRun
 
@@ -123,6 +133,8 @@ func measureFleet(ctx context.Context, n int, timeout time.Duration) (fleetRun, 
 	if err != nil {
 		return fleetRun{}, err
 	}
+	var prof bytes.Buffer
+	profiling := !benchProfiling && pprof.StartCPUProfile(&prof) == nil
 	start := time.Now()
 	for i := range n {
 		if _, err := clusters.Create(ctx, keys.Cluster(fleetCluster(i).GetMetadata().GetName()), fleetCluster(i)); err != nil {
@@ -145,6 +157,9 @@ func measureFleet(ctx context.Context, n int, timeout time.Duration) (fleetRun, 
 		}
 	}
 	elapsed := time.Since(start)
+	if profiling {
+		pprof.StopCPUProfile()
+	}
 	cpu1, err := cpuSeconds(os.Getpid())
 	if err != nil {
 		return fleetRun{}, err
@@ -155,6 +170,11 @@ func measureFleet(ctx context.Context, n int, timeout time.Duration) (fleetRun, 
 	}
 	r := fleetRun{Machines: want, Elapsed: elapsed, CPU: cpu1 - cpu0, traffic: traffic{msgs: tap.stop()}}
 	r.ByKind = byKind(r.traffic.msgs)
+	if profiling {
+		if r.CPUByService, err = cpuByLabel(prof.Bytes(), daemon.ProfileLabel); err != nil {
+			return fleetRun{}, err
+		}
+	}
 	if r.traffic.watches, r.traffic.durables, err = readers(ctx, js); err != nil {
 		return fleetRun{}, err
 	}
@@ -232,8 +252,12 @@ func byKind(msgs []tapped) map[string]int {
 	for _, m := range msgs {
 		toks := strings.SplitN(m.subject, ".", 5)
 		kind := strings.Join(toks[:min(3, len(toks))], ".")
-		if toks[0] == "$KV" && len(toks) > 2 {
+		switch {
+		case toks[0] == "$KV" && len(toks) > 2:
 			kind = "KV " + toks[1] + " " + toks[2]
+		case m.subject == events.SubjectHealth || strings.HasPrefix(m.subject, events.SubjectHealth+"."):
+			// capn.health.<cluster>.<machine>.<kind>: one kind, not one a cluster.
+			kind = events.SubjectHealth + " (heartbeats and health reports)"
 		}
 		by[kind]++
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -55,7 +56,11 @@ type idleRun struct {
 	Clusters  int
 	Heartbeat time.Duration // every simulated node's heartbeat interval
 	Window    time.Duration
-	Programs  []idleSample
+	// Quiet is how long no follow-up write must be seen before the window
+	// starts; Settled is how long after every machine was Running and
+	// every cluster Ready the last one was.
+	Quiet, Settled time.Duration
+	Programs       []idleSample
 }
 
 func (r idleRun) sum(core bool, f func(idleSample) float64) float64 {
@@ -85,9 +90,10 @@ func buildPrograms(ctx context.Context, dir string) error {
 
 // measureIdle runs each program as its own process against an embedded
 // server on loopback, creates n clusters, waits until every machine is
-// Running and every cluster Ready, lets the fleet settle, then reads each
+// Running and every cluster Ready, lets the fleet settle — until no
+// follow-up write was seen for quiet (lastWrite) — then reads each
 // process's CPU time over window and its resident set at the end.
-func measureIdle(ctx context.Context, binDir string, n int, heartbeat, settle, window, timeout time.Duration) (idleRun, error) {
+func measureIdle(ctx context.Context, binDir string, n int, heartbeat, quiet, window, timeout time.Duration) (idleRun, error) {
 	dir, err := os.MkdirTemp("", "capn-bench-idle-")
 	if err != nil {
 		return idleRun{}, err
@@ -179,6 +185,11 @@ func measureIdle(ctx context.Context, binDir string, n int, heartbeat, settle, w
 			return idleRun{}, fmt.Errorf("%s: %w (logs in %s)", idlePrograms[i].Name, err, dir)
 		}
 	}
+	last, err := watchWrites(nc)
+	if err != nil {
+		return idleRun{}, err
+	}
+	defer last.stop()
 	clusters := store.NewBucket(desired, store.New[capnv1.Cluster]())
 	for i := range n {
 		c := fleetCluster(i)
@@ -204,8 +215,24 @@ func measureIdle(ctx context.Context, binDir string, n int, heartbeat, settle, w
 	}); err != nil {
 		return idleRun{}, err
 	}
-	stopWatch()        // the benchmark's own watchers are not part of the idle cost
-	time.Sleep(settle) //sleep-ok: the settle time the benchmark measures after, not a wait
+	stopWatch() // the benchmark's own watchers are not part of the idle cost
+	// The create's follow-up work (status rewrites, timers a reconcile
+	// asked for) ends some time after the last machine is Running: the
+	// window starts once no write was seen for quiet.
+	readyAt := time.Now()
+	if err := poll(ctx, 100*time.Millisecond, func() (bool, error) {
+		if time.Since(last.at()) >= quiet {
+			return true, nil
+		}
+		if time.Now().After(deadline) {
+			return false, fmt.Errorf("idle %d clusters: still writing %s after every machine was Running (last: %s)", n, time.Since(readyAt).Round(time.Second), last.subject())
+		}
+		return false, nil
+	}); err != nil {
+		return idleRun{}, err
+	}
+	settled := max(0, last.at().Sub(readyAt))
+	last.stop()
 	before := make([]float64, len(procs))
 	for i, p := range procs {
 		if before[i], err = cpuSeconds(p.Process.Pid); err != nil {
@@ -215,7 +242,7 @@ func measureIdle(ctx context.Context, binDir string, n int, heartbeat, settle, w
 	t0 := time.Now()
 	time.Sleep(window) //sleep-ok: the measurement window
 	el := time.Since(t0).Seconds()
-	r := idleRun{Clusters: n, Heartbeat: heartbeat, Window: window}
+	r := idleRun{Clusters: n, Heartbeat: heartbeat, Window: window, Quiet: quiet, Settled: settled}
 	for i, p := range procs {
 		after, err := cpuSeconds(p.Process.Pid)
 		if err != nil {
@@ -276,3 +303,60 @@ func rssMiB(pid int) (float64, error) {
 
 func (s idleSample) cpu() float64 { return s.MilliC }
 func (s idleSample) rss() float64 { return s.RSSMiB }
+
+// writeWatch is when the last write of the fleet's follow-up work was seen.
+type writeWatch struct {
+	subs []*nats.Subscription
+	mu   sync.Mutex
+	last time.Time
+	subj string
+}
+
+// watchWrites follows every KV write and every message to capn's streams,
+// from core subscriptions, but what recurs for as long as the fleet runs:
+// the heartbeats (capn.health.>) and the providers' announcements and
+// leases (observed provider.*), which a settled fleet keeps making.
+func watchWrites(nc *nats.Conn) (*writeWatch, error) {
+	w := &writeWatch{last: time.Now()}
+	for _, subj := range []string{"$KV.>", "capn.>"} {
+		sub, err := nc.Subscribe(subj, func(m *nats.Msg) {
+			if !followUp(m.Subject) {
+				return
+			}
+			w.mu.Lock()
+			w.last, w.subj = time.Now(), m.Subject
+			w.mu.Unlock()
+		})
+		if err != nil {
+			w.stop()
+			return nil, err
+		}
+		w.subs = append(w.subs, sub)
+	}
+	return w, nil
+}
+
+// followUp says whether a message on subj is a write of the create's
+// follow-up work, not one of those a settled fleet keeps making.
+func followUp(subj string) bool {
+	return !strings.HasPrefix(subj, "capn.health.") && !strings.HasPrefix(subj, "$KV."+events.BucketObserved+"."+keys.ProviderPrefix)
+}
+
+func (w *writeWatch) at() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.last
+}
+
+func (w *writeWatch) subject() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.subj
+}
+
+func (w *writeWatch) stop() {
+	for _, s := range w.subs {
+		_ = s.Unsubscribe()
+	}
+	w.subs = nil
+}

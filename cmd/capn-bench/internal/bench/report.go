@@ -133,7 +133,9 @@ func (r report) idleMarkdown(b *strings.Builder) {
 	fmt.Fprintf(b, "\n## Idle cost\n\n")
 	fmt.Fprintf(b, "Each program runs as its own process (built from cmd/, as deployed) against an embedded server on\n")
 	fmt.Fprintf(b, "loopback. N clusters of 10 machines are created on the sim provider; once every machine is Running\n")
-	fmt.Fprintf(b, "and every cluster Ready, and 10 s more, each process's CPU time (user + system, /proc/<pid>/stat) is\n")
+	fmt.Fprintf(b, "and every cluster Ready, and once the create's follow-up work has ended (no KV write nor command or\n")
+	fmt.Fprintf(b, "event for %s, heartbeats and provider announcements aside: the last came %s after the last machine was\n", r.Idle[0].Quiet, idleSettled(r.Idle))
+	fmt.Fprintf(b, "Running), each process's CPU time (user + system, /proc/<pid>/stat) is\n")
 	fmt.Fprintf(b, "read over a window of %s and its resident set (VmRSS) at the end. The sim provider is listed apart:\n", r.Idle[0].Window)
 	fmt.Fprintf(b, "it also plays every node, publishing a heartbeat per machine every %s, which a real provider does not.\n", r.Idle[0].Heartbeat)
 	fmt.Fprintf(b, "Those heartbeats (machines / %s a second) are most of the idle work: the health-watcher consumes\n", r.Idle[0].Heartbeat)
@@ -178,6 +180,18 @@ func (r report) idleMarkdown(b *strings.Builder) {
 		fmt.Fprintf(b, "\n")
 	}
 	fmt.Fprintf(b, "\nMedians of %d runs per size.\n", len(r.Idle)/len(sizes))
+}
+
+// idleSettled is the range of the runs' settle times ("0.4–2.1 s").
+func idleSettled(runs []idleRun) string {
+	lo, hi := runs[0].Settled, runs[0].Settled
+	for _, x := range runs {
+		lo, hi = min(lo, x.Settled), max(hi, x.Settled)
+	}
+	if lo.Round(100*time.Millisecond) == hi.Round(100*time.Millisecond) {
+		return fmt.Sprintf("%.1f s", hi.Seconds())
+	}
+	return fmt.Sprintf("%.1f–%.1f s", lo.Seconds(), hi.Seconds())
 }
 
 // byKindMarkdown lists what one fleet create published per machine, by
@@ -264,7 +278,38 @@ func (r report) fleetMarkdown(b *strings.Builder) {
 	fmt.Fprintf(b, "\n")
 	if last := r.Fleet[len(r.Fleet)-1]; len(last.Runs) > 0 && last.Runs[0].ByKind != nil {
 		byKindMarkdown(b, last)
+		cpuByServiceMarkdown(b, last)
 	}
+}
+
+// cpuByServiceMarkdown lists the CPU per machine of each service in one
+// fleet create (its last run), from a CPU profile of the create.
+func cpuByServiceMarkdown(b *strings.Builder, f fleetResult) {
+	run := f.Runs[len(f.Runs)-1]
+	if len(run.CPUByService) == 0 {
+		return // --cpuprofile: the run's own profile is the whole run's
+	}
+	type row struct {
+		name string
+		d    time.Duration
+	}
+	var rows []row
+	var total time.Duration
+	for k, d := range run.CPUByService {
+		if k == "" {
+			k = "NATS server and the benchmark's watchers (no service label)"
+		}
+		rows = append(rows, row{k, d})
+		total += d
+	}
+	slices.SortFunc(rows, func(a, b row) int { return int(b.d - a.d) })
+	fmt.Fprintf(b, "\nWhere the %d-cluster create's CPU went, per machine (a CPU profile of the create; every service's\n", f.Clusters)
+	fmt.Fprintf(b, "goroutines carry the pprof label `service=<name>` that services/daemon gives them; sampled at 100 Hz):\n\n")
+	fmt.Fprintf(b, "| service | CPU / machine | share |\n| --- | --- | --- |\n")
+	for _, r := range rows {
+		fmt.Fprintf(b, "| %s | %.2f ms | %.0f%% |\n", r.name, 1000*r.d.Seconds()/float64(run.Machines), 100*float64(r.d)/float64(total))
+	}
+	fmt.Fprintf(b, "| **all** | %.2f ms | |\n", 1000*total.Seconds()/float64(run.Machines))
 }
 
 func (r report) upgradeMarkdown(b *strings.Builder) {

@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -29,7 +31,7 @@ func Run(ctx context.Context, cfg Config, stdout, w io.Writer) error {
 		defer stop()
 	}
 	zerolog.SetGlobalLevel(zerolog.WarnLevel)
-	benchWorkers, benchTrace, replayClients = cfg.Workers, cfg.Trace, cfg.ReplayClients
+	benchWorkers, benchTrace, replayClients, benchProfiling = cfg.Workers, cfg.Trace, cfg.ReplayClients, cfg.CPUProfile != ""
 	o, err := cfg.options()
 	if err != nil {
 		return err
@@ -104,6 +106,17 @@ func runFleet(ctx context.Context, o options, rep *report, w io.Writer) error {
 			}
 			fmt.Fprintf(w, "  %d machines Running in %s (%.0f machines/s, %.1f KV writes and %.1f messages per machine, KV write rate %.0f/s; %.2f cores, %.2f ms CPU per machine); replay…\n",
 				c.Machines, c.Elapsed.Round(time.Millisecond), c.MachinesPerSec(), c.KVWritesPerMachine(), c.MsgsPerMachine(), c.KVWriteRate(), c.Cores(), c.CPUPerMachine())
+			if len(c.CPUByService) > 0 {
+				fmt.Fprintf(w, "  CPU per machine by service:")
+				for _, k := range slices.Sorted(maps.Keys(c.CPUByService)) {
+					name := k
+					if name == "" {
+						name = "(server and benchmark)"
+					}
+					fmt.Fprintf(w, " %s %.2f ms;", name, 1000*c.CPUByService[k].Seconds()/float64(c.Machines))
+				}
+				fmt.Fprintln(w)
+			}
 			pprof.Do(ctx, pprof.Labels("bench", "replay"), func(ctx context.Context) { c.Replay, err = measureReplay(ctx, c.traffic) })
 			if err != nil {
 				return err
@@ -198,11 +211,12 @@ func runIdle(ctx context.Context, o options, rep *report, w io.Writer) error {
 	for _, n := range o.idleSizes {
 		for r := 1; r <= o.Runs; r++ {
 			fmt.Fprintf(w, "idle cost, %d clusters, run %d/%d…\n", n, r, o.Runs)
-			res, err := measureIdle(ctx, bin, n, o.IdleHeartbeat, 10*time.Second, o.IdleWindow, o.Timeout)
+			res, err := measureIdle(ctx, bin, n, o.IdleHeartbeat, o.IdleQuiet, o.IdleWindow, o.Timeout)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(w, "  capn services %.1f mCPU, %.0f MiB RSS; with the sim provider %.1f mCPU, %.0f MiB\n",
+			fmt.Fprintf(w, "  settled %s after every machine was Running (no write for %s); ", res.Settled.Round(100*time.Millisecond), res.Quiet)
+			fmt.Fprintf(w, "capn services %.1f mCPU, %.0f MiB RSS; with the sim provider %.1f mCPU, %.0f MiB\n",
 				res.sum(true, idleSample.cpu), res.sum(true, idleSample.rss), res.sum(false, idleSample.cpu), res.sum(false, idleSample.rss))
 			rep.Idle = append(rep.Idle, res)
 		}

@@ -178,7 +178,7 @@ func TestCLIEndToEnd(t *testing.T) {
 	expect(capn("events", "demo"), 0, []string{
 		" Hibernated ", "hibernated: 9 machines stopped, their disks kept; capn wake demo starts them\n",
 		" Waking ", "waking: starting 9 stopped machines\n",
-		" Provisioned ", " provisioned: its infrastructure runs, waiting for its node to report ready\n",
+		" Provisioning ", " bootstrapped: its bootstrap data is ready, provider sim is creating it\n", " Running ", " running: node ",
 		" Stopped ", " stopped for hibernation, its disk kept\n", " Started ", " started again after hibernation: node ",
 	}, nil, "events after hibernate and wake")
 

@@ -63,6 +63,9 @@ type Runtime struct {
 	restoring atomic.Bool
 	halted    []Process
 	client    *Client
+	// rotating serialises CA rotation phases and leaf renewals
+	// (rotate.go).
+	rotating sync.Mutex
 }
 
 // New checks the config and the options and returns the machine's
@@ -179,6 +182,9 @@ func (r *Runtime) runControlPlane(ctx context.Context) error {
 		return err
 	}
 	local := serverURL(r.opts.Address, r.opts.Ports.APIServer)
+	if err := ensureBundle(r.layout); err != nil {
+		return fmt.Errorf("kube-local trust bundle: %w", err)
+	}
 	res, err := IssueAll(r.layout, r.cfg.Cluster, local, leaves, r.Now())
 	if err != nil {
 		return fmt.Errorf("kube-local certificates: %w", err)

@@ -74,6 +74,9 @@ func (r *Runtime) runWorker(ctx context.Context) error {
 		return err
 	}
 	defer stop()
+	r.mu.Lock()
+	r.client = client // a CA rotation reloads its credentials (rotate.go)
+	r.mu.Unlock()
 	if !r.waitReady(ctx) {
 		return nil
 	}

@@ -106,6 +106,10 @@ type IssueResult struct {
 func IssueAll(l Layout, cluster, server string, leaves []Leaf, now time.Time) (IssueResult, error) {
 	var res IssueResult
 	cas := map[string]*pki.CA{}
+	// The trust bundle is ca.crt until a CA rotation writes one.
+	if err := ensureBundle(l); err != nil {
+		return res, fmt.Errorf("trust bundle: %w", err)
+	}
 	trust, err := trustBundle(l)
 	if err != nil {
 		return res, fmt.Errorf("trust bundle: %w", err)

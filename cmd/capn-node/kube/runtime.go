@@ -182,9 +182,6 @@ func (r *Runtime) runControlPlane(ctx context.Context) error {
 		return err
 	}
 	local := serverURL(r.opts.Address, r.opts.Ports.APIServer)
-	if err := ensureBundle(r.layout); err != nil {
-		return fmt.Errorf("kube-local trust bundle: %w", err)
-	}
 	res, err := IssueAll(r.layout, r.cfg.Cluster, local, leaves, r.Now())
 	if err != nil {
 		return fmt.Errorf("kube-local certificates: %w", err)

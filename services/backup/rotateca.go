@@ -278,7 +278,9 @@ func (s *Service) advance(ctx context.Context, cc *caCluster, state *capnv1.CARo
 		// From here on the new CA signs: the cluster CA is the new one
 		// (bootstrap data of machines made from now on, the kubeconfig the
 		// bootstrapper renews), and the admin kubeconfig trusts both.
-		pkiChange = func(p *capnv1.ClusterPKI) { p.Ca = &capnv1.KeyPairPEM{CertPem: string(next.CertPEM), KeyPem: string(next.KeyPEM)} }
+		pkiChange = func(p *capnv1.ClusterPKI) {
+			p.Ca = &capnv1.KeyPairPEM{CertPem: string(next.CertPEM), KeyPem: string(next.KeyPEM)}
+		}
 		if err := s.rewriteKubeconfig(ctx, cc.name, next, pki.Bundle(old.CertPEM, next.CertPEM), now); err != nil {
 			return err
 		}

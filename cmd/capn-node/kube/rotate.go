@@ -3,8 +3,10 @@ package kube
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -264,6 +266,9 @@ func (r *Runtime) ApplyCAPhase(ctx context.Context, p CAPhase) (CAPhaseResult, e
 	}) {
 		return res, fmt.Errorf("phase %s: the API server did not accept this machine's new credentials within 2m", p.Phase)
 	}
+	if cp && !r.retry(wctx, "see the API server serve its new certificate", r.servesOwnCertificate) {
+		return res, fmt.Errorf("phase %s: the API server did not serve its new certificate within 2m", p.Phase)
+	}
 	r.opts.Log.Info().Str("phase", p.Phase).Strs("issued", res.Issued).Strs("restarted", res.Restarted).Msg("CA rotation phase applied")
 	return res, nil
 }
@@ -458,3 +463,34 @@ func removeLeaf(l Layout, leaf Leaf) error {
 
 // mustAddr parses an address Options.Validate checked.
 func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// servesOwnCertificate is nil once the API server serves the certificate
+// chain of pki/apiserver.crt (it reloads the file by itself).
+func (r *Runtime) servesOwnCertificate() error {
+	want, err := os.ReadFile(filepath.Join(r.layout.PKIDir(), "apiserver.crt"))
+	if err != nil {
+		return err
+	}
+	certs, err := pki.BundleCertificates(want)
+	if err != nil {
+		return err
+	}
+	d := &net.Dialer{Timeout: 5 * time.Second}
+	// Only the bytes served are compared: nothing is sent on this
+	// connection, so it needs no verification.
+	conn, err := tls.DialWithDialer(d, "tcp", net.JoinHostPort(r.opts.Address, fmt.Sprint(r.opts.Ports.APIServer)), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // compared byte for byte below, nothing sent
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	got := conn.ConnectionState().PeerCertificates
+	if len(got) != len(certs) {
+		return fmt.Errorf("the API server serves %d certificates, apiserver.crt has %d", len(got), len(certs))
+	}
+	for i := range got {
+		if !got[i].Equal(certs[i]) {
+			return fmt.Errorf("the API server serves another certificate than apiserver.crt (%s)", got[i].Subject)
+		}
+	}
+	return nil
+}

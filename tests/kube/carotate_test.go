@@ -181,6 +181,37 @@ func TestRotateCAThroughCapn(t *testing.T) {
 		}
 		return nil
 	})
+	// The old client certificate with the new CA as trust: the TLS
+	// handshake succeeds and the API server refuses the certificate (its
+	// client CA file no longer has the old CA).
+	mixed := k.Kubeconfig + ".old-client"
+	{
+		var oldDoc, newDoc map[string]any
+		for path, doc := range map[string]*map[string]any{old: &oldDoc, k.Kubeconfig: &newDoc} {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := yaml.Unmarshal(b, doc); err != nil {
+				t.Fatal(err)
+			}
+		}
+		oldDoc["clusters"] = newDoc["clusters"]
+		b, err := yaml.Marshal(oldDoc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(mixed, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conformance.Poll(t, "the old client certificate refused (401) after RemoveOld", 2*time.Minute, func() error {
+		_, err := readyWith(mixed)
+		if err == nil || !(strings.Contains(err.Error(), "Unauthorized") || strings.Contains(err.Error(), "provide credentials")) {
+			return fmt.Errorf("not refused with 401: %v", err)
+		}
+		return nil
+	})
 	conformance.Poll(t, "two Ready Nodes after the rotation", 2*time.Minute, twoReady(k.Kubeconfig))
 	desc := c.CLI("describe", "cluster", k.Name)
 	if !strings.Contains(desc, "CA rotation:") || !strings.Contains(desc, "Complete") || !strings.Contains(desc, "Earliest expiry:") {

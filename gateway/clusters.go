@@ -47,6 +47,9 @@ func (s *server) listClusters(w http.ResponseWriter, r *http.Request) error {
 	if err := s.topologyStatuses(ctx, items...); err != nil {
 		return err
 	}
+	if err := s.certificateStatuses(ctx, items...); err != nil {
+		return err
+	}
 	list, err := listOf(api.KindClusterList, items)
 	if err != nil {
 		return err

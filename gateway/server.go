@@ -76,6 +76,11 @@ type server struct {
 	objects          jetstream.ObjectStore
 	keyIDs           []string
 
+	// caStatuses and certStatuses read the CA rotations' and leaf
+	// certificates' state (observed backup.ca-<c>, backup.certs-<c>).
+	caStatuses   *store.Bucket[*capnv1.CARotationStatus]
+	certStatuses *store.Bucket[*capnv1.CertificatesStatus]
+
 	hub *hub
 	// desiredKV is read for its last revision when a watch opens.
 	desiredKV jetstream.KeyValue
@@ -159,6 +164,7 @@ func (s *server) routes() {
 	s.handle("POST /v1/clusters/{name}/etcd-snapshots", scopeSecrets, s.limits.RequestBytes, s.createEtcdSnapshot)
 	s.handle("GET /v1/clusters/{name}/etcd-snapshots", scopeRead, 0, s.listEtcdSnapshots)
 	s.handle("POST /v1/clusters/{name}/etcd-restores", scopeSecrets|scopeWrite, s.limits.RequestBytes, s.restoreEtcd)
+	s.handle("POST /v1/clusters/{name}/rotate-ca", scopeSecrets|scopeWrite, s.limits.RequestBytes, s.rotateCA)
 	s.handle("POST /v1/events", scopeIngest, s.limits.IngestRequestBytes, s.ingest)
 	// Any authenticated principal: the checks are in the handlers.
 	s.handle(loginsRoute, 0, s.limits.RequestBytes, s.createLogin)

@@ -334,6 +334,8 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 		versions:         store.NewBucket(desiredKV, store.New[capnv1.KubernetesVersions]()),
 		addonStatuses:    store.NewBucket(observedKV, store.New[capnv1.ClusterAddonStatus]()),
 		scheduleStatuses: store.NewBucket(observedKV, store.New[capnv1.BackupScheduleStatus]()),
+		caStatuses:       store.NewBucket(observedKV, store.New[capnv1.CARotationStatus]()),
+		certStatuses:     store.NewBucket(observedKV, store.New[capnv1.CertificatesStatus]()),
 		classes:          store.NewBucket(desiredKV, store.New[capnv1.ClusterClass]()),
 		rollouts:         store.NewBucket(desiredKV, store.New[capnv1.Rollout]()),
 		rolloutStatuses:  store.NewBucket(observedKV, store.New[capnv1.RolloutStatus]()),

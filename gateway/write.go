@@ -271,6 +271,9 @@ func (s *server) respondCluster(ctx context.Context, w http.ResponseWriter, stat
 		return err
 	}
 	obj := clusterObject(c, rev, st)
+	if err := s.certificateStatuses(ctx, obj); err != nil {
+		return err
+	}
 	if err := s.topologyStatuses(ctx, obj); err != nil {
 		return err
 	}

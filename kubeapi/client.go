@@ -53,12 +53,51 @@ func NewClient(server string, caPEM, certPEM, keyPEM []byte) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig client certificate: %w", err)
 	}
-	tr := &http.Transport{
+	st := &swapTransport{}
+	st.cur.Store(certTransport(pool, cert))
+	return &Client{Server: strings.TrimSuffix(server, "/"), HTTP: &http.Client{Transport: st, Timeout: DefaultTimeout}}, nil
+}
+
+func certTransport(pool *x509.CertPool, cert tls.Certificate) *http.Transport {
+	return &http.Transport{
 		TLSClientConfig:     &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
 		MaxIdleConnsPerHost: 4,
 		IdleConnTimeout:     30 * time.Second,
 	}
-	return &Client{Server: strings.TrimSuffix(server, "/"), HTTP: &http.Client{Transport: tr, Timeout: DefaultTimeout}}, nil
+}
+
+// swapTransport is a client certificate's transport that Reload replaces
+// while requests run (a cluster CA rotation changes both the CA and the
+// certificate under a running node agent).
+type swapTransport struct {
+	cur atomic.Pointer[http.Transport]
+}
+
+func (s *swapTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	return s.cur.Load().RoundTrip(r)
+}
+
+func (s *swapTransport) CloseIdleConnections() { s.cur.Load().CloseIdleConnections() }
+
+// Reload makes a client of NewClient trust caPEM and authenticate with
+// certPEM/keyPEM from its next connection on; requests in flight finish
+// on the old connections, which are then closed.
+func (c *Client) Reload(caPEM, certPEM, keyPEM []byte) error {
+	st, ok := c.HTTP.Transport.(*swapTransport)
+	if !ok {
+		return errors.New("reload: not a client-certificate client (NewClient)")
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return errors.New("reload: no CA certificate")
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return fmt.Errorf("reload: client certificate: %w", err)
+	}
+	old := st.cur.Swap(certTransport(pool, cert))
+	old.CloseIdleConnections()
+	return nil
 }
 
 // NewTokenClient trusts caPEM for server and authenticates with a bearer

@@ -53,6 +53,9 @@ const (
 	// SubjectEtcd is the root of the backup service's etcd commands to a
 	// machine's node agent (keys.EtcdRoot): capn.etcd.<cluster>.<machine>.<op>.
 	SubjectEtcd = keys.EtcdRoot
+	// SubjectPKI is the root of the backup service's certificates commands
+	// to a machine's node agent (keys.PKIRoot): capn.pki.<cluster>.<machine>.<op>.
+	SubjectPKI = keys.PKIRoot
 	// SubjectAuthCallout is where the server asks the bootstrapper to log
 	// a machine in (bootstrapper.CalloutSubject): node agents have no
 	// static user, each logs in as its own machine (keys.MachineUser).
@@ -264,6 +267,10 @@ func (d Deployment) Users() []User {
 		g.publish(events.Subject(SubjectEtcd, "*", "*", "*"))
 		g.objects(events.ObjectEtcdSnapshots)
 		g.serve(events.Subject(SubjectBackup, "etcd-snapshot"), events.Subject(SubjectBackup, "etcd-list"), events.Subject(SubjectBackup, "etcd-restore"))
+		// Cluster CA rotation and leaf expiry: commands to every machine's
+		// node agent (each subscribes only its own) and the request.
+		g.publish(events.Subject(SubjectPKI, "*", "*", "*"), ev("certificates", ">"))
+		g.serve(events.Subject(SubjectBackup, "rotate-ca"))
 	})
 	add(Maintenance, "applies auto-patches and pending upgrades in maintenance windows, and hibernation schedules", func(g *grants) {
 		// Its cache watches two prefixes of desired (cluster.>,

@@ -91,3 +91,13 @@ type EtcdRestoreRequest struct {
 	// Snapshot is the name of one of the cluster's snapshots.
 	Snapshot string `json:"snapshot"`
 }
+
+// RotateCARequest is the body of POST /v1/clusters/{name}/rotate-ca (an
+// empty body runs a new rotation to the end).
+type RotateCARequest struct {
+	// Until stops after this phase: TrustBoth, Reissue (empty or Done: run
+	// to the end).
+	Until string `json:"until,omitempty"`
+	// Continue resumes a rotation that is held or stopped.
+	Continue bool `json:"continue,omitempty"`
+}

@@ -655,3 +655,20 @@ func (c *Client) EtcdRestore(ctx context.Context, cluster, snapshot string) (*ca
 	_, err = c.call(ctx, http.MethodPost, "/v1/clusters/"+url.PathEscape(cluster)+"/etcd-restores", nil, bytes.NewReader(b), api.MediaJSON, out)
 	return out, err
 }
+
+// RotateCA rotates cluster's CA (POST /v1/clusters/{name}/rotate-ca): it
+// answers once the rotation is done, held after until, or stopped.
+func (c *Client) RotateCA(ctx context.Context, cluster, until string, cont bool) (*capnv1.CARotationStatus, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 31*time.Minute)
+		defer cancel()
+	}
+	b, err := json.Marshal(api.RotateCARequest{Until: until, Continue: cont})
+	if err != nil {
+		return nil, err
+	}
+	out := &capnv1.CARotationStatus{}
+	_, err = c.call(ctx, http.MethodPost, "/v1/clusters/"+url.PathEscape(cluster)+"/rotate-ca", nil, bytes.NewReader(b), api.MediaJSON, out)
+	return out, err
+}

@@ -30,6 +30,10 @@ const (
 	// machine's node agent (core request-reply),
 	// capn.etcd.<cluster>.<machine>.<op>.
 	EtcdRoot = "capn.etcd"
+	// PKIRoot: the backup service's certificates commands to a machine's
+	// node agent (core request-reply; CA rotation phases, leaf expiry),
+	// capn.pki.<cluster>.<machine>.<op>.
+	PKIRoot = "capn.pki"
 	// IngestRoot: the gateway's ingest stream, capn.ingest.<event type's
 	// tokens> (any number of them: not parsed here).
 	IngestRoot = "capn.ingest"
@@ -86,6 +90,19 @@ func BackupRequest(verb string) string { return join(BackupRoot, verb) }
 // EtcdCommand is capn.etcd.<cluster>.<machine>.<op>: an etcd snapshot or
 // restore step asked of machine's node agent.
 func EtcdCommand(cluster, machine, op string) string { return join(EtcdRoot, cluster, machine, op) }
+
+// PKICommand is capn.pki.<cluster>.<machine>.<op>: a CA rotation phase
+// or a leaf check asked of machine's node agent. The command of a phase
+// carries the signing CA's key: only that machine may read it.
+func PKICommand(cluster, machine, op string) string { return join(PKIRoot, cluster, machine, op) }
+
+// CARotationStatus is backup.ca-<cluster> (observed): the cluster's CA
+// rotation as an operator sees it.
+func CARotationStatus(cluster string) string { return Backup("ca-" + cluster) }
+
+// CertificatesStatus is backup.certs-<cluster> (observed): the cluster's
+// leaf certificates' earliest expiry.
+func CertificatesStatus(cluster string) string { return Backup("certs-" + cluster) }
 
 // EtcdSnapshotStatus is backup.etcd-<cluster> (observed): the cluster's
 // scheduled etcd snapshots' state.

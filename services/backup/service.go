@@ -66,6 +66,9 @@ type Config struct {
 	EtcdRestoreWait time.Duration
 	// EtcdMaxBytes bounds one etcd snapshot (default 1 GiB).
 	EtcdMaxBytes int64
+	// CertCheckEvery is how often every kube-local cluster's leaf
+	// certificates are checked and those due renewed (default 1h).
+	CertCheckEvery time.Duration
 	// EtcdScheduleTick is how often the clusters' snapshot policies are
 	// looked at (default 10s).
 	EtcdScheduleTick time.Duration
@@ -93,6 +96,11 @@ type Service struct {
 	etcdStatus  *store.Bucket[*capnv1.EtcdSnapshotStatus]
 	// etcdRestoring serialises etcd restores.
 	etcdRestoring sync.Mutex
+
+	// caRotating holds the clusters whose CA rotation runs now.
+	caRotating sync.Map
+	caStatus   *store.Bucket[*capnv1.CARotationStatus]
+	certStatus *store.Bucket[*capnv1.CertificatesStatus]
 }
 
 var (
@@ -179,6 +187,8 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	s.schedule = store.NewBucket(s.kv[backupfile.BucketObserved], store.New[capnv1.BackupScheduleStatus]())
 	s.etcdStatus = store.NewBucket(s.kv[backupfile.BucketObserved], store.New[capnv1.EtcdSnapshotStatus]())
 	s.clusters = store.NewBucket(s.kv[backupfile.BucketDesired], store.New[capnv1.Cluster]())
+	s.caStatus = store.NewBucket(s.kv[backupfile.BucketObserved], store.New[capnv1.CARotationStatus]())
+	s.certStatus = store.NewBucket(s.kv[backupfile.BucketObserved], store.New[capnv1.CertificatesStatus]())
 	s.machines = store.NewBucket(s.kv[backupfile.BucketDesired], store.New[capnv1.Machine]())
 	s.pub = events.NewPublisher(d.JS, "capn/"+Name)
 	if s.metrics, err = newMetrics(d.Metrics); err != nil {
@@ -221,6 +231,7 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 		keys.BackupRequest(VerbEtcdSnapshot): s.onEtcdSnapshot,
 		keys.BackupRequest(VerbEtcdList):     s.onEtcdList,
 		keys.BackupRequest(VerbEtcdRestore):  s.onEtcdRestore,
+		keys.BackupRequest(VerbRotateCA):     s.onRotateCA,
 	} {
 		sub, err := serve(subject, h)
 		if err != nil {
@@ -238,6 +249,10 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	go func() { defer wg.Done(); s.runSchedule(ctx) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); s.runEtcdSchedule(ctx) }()
+	if s.cfg.Keyring != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.runCertSchedule(ctx) }()
+	}
 	d.Ready.Set(true)
 	s.log.Info().Dur("every", s.cfg.Every).Int("keep", s.cfg.Keep).Msg("backup service serving")
 	<-ctx.Done()

@@ -63,6 +63,9 @@ func MachinePermissions(cluster, machine string, fetch bool) jwt.Permissions {
 	// with as many replies as a snapshot's chunks (to the asker's reply
 	// subject only, within MachineEtcdReplyWindow).
 	p.Sub.Allow.Add(keys.EtcdCommand(cluster, machine, "*"))
+	// Its certificates commands (a CA rotation phase carries the signing
+	// CA's key): this machine's only.
+	p.Sub.Allow.Add(keys.PKICommand(cluster, machine, "*"))
 	p.Resp = &jwt.ResponsePermission{MaxMsgs: -1, Expires: MachineEtcdReplyWindow}
 	return p
 }

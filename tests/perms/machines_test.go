@@ -188,6 +188,52 @@ func TestMachinesReachOnlyTheirOwnSubjects(t *testing.T) {
 		}
 	})
 
+	// CA rotation (issue 22): a phase's command carries the cluster's
+	// signing CA key. a's agent reads and answers its own certificates
+	// commands from the backup service, and cannot read another machine's
+	// or cluster's (it would get their CA key), send one, or ask for a
+	// rotation.
+	t.Run("pki: its own certificates commands only", func(t *testing.T) {
+		bk, _, _ := c.Connect(natsconfig.Backup, 1)
+		for _, m := range in(t, withCred, withSecret) {
+			sub, err := m.nc.Subscribe(keys.PKICommand("c1", "a", "*"), func(msg *nats.Msg) {
+				_ = msg.Respond(append([]byte("a got "), msg.Data...))
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			var got []byte
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				r, err := bk.Request(keys.PKICommand("c1", "a", "ca-phase"), []byte("key"), 5*time.Second)
+				if errors.Is(err, nats.ErrNoResponders) && time.Now().Before(deadline) {
+					continue // a's interest reaches the backup user's server a moment later
+				}
+				if err != nil {
+					t.Errorf("%s: the backup service's command to a: %v (violations %v)", m.user, err, m.v.All())
+					break
+				}
+				got = r.Data
+				break
+			}
+			if string(got) != "a got key" {
+				t.Errorf("%s: a's answer to its own certificates command: %q", m.user, got)
+			}
+			_ = sub.Unsubscribe()
+			m.refusedSubscribe(keys.PKICommand("c1", "b", "*"))
+			m.refusedSubscribe(keys.PKICommand("c1", "b", "ca-phase"))
+			m.refusedSubscribe(keys.PKICommand("c2", "a", "ca-phase"))
+			m.refusedSubscribe(natsconfig.SubjectPKI + ".>")
+			m.refusedSubscribe(natsconfig.SubjectPKI + ".c1.*.ca-phase")
+			m.refusedPublish(keys.PKICommand("c1", "b", "ca-phase"))
+			m.refusedPublish(keys.PKICommand("c1", "a", "ca-phase"))
+			m.refusedPublish(keys.BackupRequest("rotate-ca"))
+		}
+	})
+
 	t.Run("nothing else", func(t *testing.T) {
 		for _, m := range in(t, withCred, withSecret) {
 			m.refusedPublish("$KV.desired.machine.c1.b")

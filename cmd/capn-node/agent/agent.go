@@ -136,6 +136,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("serve the etcd commands: %w", err)
 	}
 	defer stopEtcd()
+	stopPKI, err := a.servePKI(ctx, nc)
+	if err != nil {
+		return fmt.Errorf("serve the certificates commands: %w", err)
+	}
+	defer stopPKI()
 	// Commands run while the agent heartbeats, so that what they do is
 	// seen as it happens; without any, the steps are done before the
 	// first heartbeat, which then tells how the node is at once.

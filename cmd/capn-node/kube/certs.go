@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -105,6 +106,18 @@ type IssueResult struct {
 func IssueAll(l Layout, cluster, server string, leaves []Leaf, now time.Time) (IssueResult, error) {
 	var res IssueResult
 	cas := map[string]*pki.CA{}
+	// The trust bundle is ca.crt until a CA rotation writes one.
+	if err := ensureBundle(l); err != nil {
+		return res, fmt.Errorf("trust bundle: %w", err)
+	}
+	trust, err := trustBundle(l)
+	if err != nil {
+		return res, fmt.Errorf("trust bundle: %w", err)
+	}
+	chain, err := intermediate(l)
+	if err != nil {
+		return res, fmt.Errorf("intermediate: %w", err)
+	}
 	for _, leaf := range leaves {
 		ca, ok := cas[leaf.CA]
 		if !ok {
@@ -115,7 +128,7 @@ func IssueAll(l Layout, cluster, server string, leaves []Leaf, now time.Time) (I
 			}
 			cas[leaf.CA] = ca
 		}
-		kept, err := ensureLeaf(l, cluster, server, ca, leaf, now)
+		kept, err := ensureLeaf(l, cluster, server, ca, trustFor(leaf, ca, trust), chainFor(leaf, chain), leaf, now)
 		if err != nil {
 			return res, fmt.Errorf("%s: %w", leaf.Name, err)
 		}
@@ -141,19 +154,40 @@ func loadCA(dir, name string, now time.Time) (*pki.CA, error) {
 	return ca, nil
 }
 
+// trustFor is the CA data a kubeconfig leaf carries: the cluster CA's
+// trust bundle (both CAs during a rotation), the signer's alone for the
+// other CAs.
+func trustFor(leaf Leaf, ca *pki.CA, bundle []byte) []byte {
+	if leaf.CA == "ca" && len(bundle) > 0 {
+		return bundle
+	}
+	return ca.Pair.CertPEM
+}
+
+// chainFor is what the API server's serving certificate file carries
+// after the certificate: the rotation's intermediate, if any.
+func chainFor(leaf Leaf, chain []byte) []byte {
+	if leaf.Name == "apiserver" {
+		return chain
+	}
+	return nil
+}
+
 // ensureLeaf keeps a good existing leaf (true) or writes a new one.
-func ensureLeaf(l Layout, cluster, server string, ca *pki.CA, leaf Leaf, now time.Time) (bool, error) {
+// Kubeconfigs carry trust as CA data; a certificate file carries chain
+// after the certificate.
+func ensureLeaf(l Layout, cluster, server string, ca *pki.CA, trust, chain []byte, leaf Leaf, now time.Time) (bool, error) {
 	if leaf.Kubeconfig {
 		path := l.KubeconfigPath(leaf.Name)
 		if kc, err := readKubeconfig(path); err == nil && kc.server() == server &&
-			bytes.Equal(kc.caData(), ca.Pair.CertPEM) && Satisfies(kc.certData(), kc.keyData(), ca, leaf, now) == nil {
+			bytes.Equal(kc.caData(), trust) && Satisfies(kc.certData(), kc.keyData(), ca, leaf, now) == nil {
 			return true, nil
 		}
 		kp, err := issue(ca, leaf, now)
 		if err != nil {
 			return false, err
 		}
-		data, err := RenderKubeconfig(cluster, leaf.CommonName, server, ca.Pair.CertPEM, kp)
+		data, err := RenderKubeconfig(cluster, leaf.CommonName, server, trust, kp)
 		if err != nil {
 			return false, err
 		}
@@ -164,7 +198,12 @@ func ensureLeaf(l Layout, cluster, server string, ca *pki.CA, leaf Leaf, now tim
 	certPEM, err1 := os.ReadFile(crt)
 	keyPEM, err2 := os.ReadFile(key)
 	if err1 == nil && err2 == nil && Satisfies(certPEM, keyPEM, ca, leaf, now) == nil {
-		return true, nil
+		// The same certificate; only the chain after it may differ.
+		want := append(firstPEM(certPEM), chain...)
+		if bytes.Equal(certPEM, want) {
+			return true, nil
+		}
+		return true, writeFile(crt, want, 0o644)
 	}
 	kp, err := issue(ca, leaf, now)
 	if err != nil {
@@ -175,7 +214,16 @@ func ensureLeaf(l Layout, cluster, server string, ca *pki.CA, leaf Leaf, now tim
 	if err := writeFile(key, kp.KeyPEM, 0o600); err != nil {
 		return false, err
 	}
-	return false, writeFile(crt, kp.CertPEM, 0o644)
+	return false, writeFile(crt, append(kp.CertPEM, chain...), 0o644)
+}
+
+// firstPEM is the first PEM block of b, encoded again.
+func firstPEM(b []byte) []byte {
+	block, _ := pem.Decode(b)
+	if block == nil {
+		return nil
+	}
+	return pem.EncodeToMemory(block)
 }
 
 func issue(ca *pki.CA, leaf Leaf, now time.Time) (pki.KeyPair, error) {

@@ -78,7 +78,7 @@ func TestCommands(t *testing.T) {
 			"controllers": "*,bootstrapsigner,tokencleaner", "use-service-account-credentials": "true",
 			"allocate-node-cidrs": "true", "cluster-cidr": "10.32.0.0/16", "service-cluster-ip-range": "10.112.0.0/16", "cluster-name": "kl",
 			"cluster-signing-cert-file": l.PKIDir() + "/ca.crt", "cluster-signing-key-file": l.PKIDir() + "/ca.key",
-			"root-ca-file": l.PKIDir() + "/ca.crt", "service-account-private-key-file": l.PKIDir() + "/sa.key",
+			"root-ca-file": l.PKIDir() + "/ca-bundle.crt", "service-account-private-key-file": l.PKIDir() + "/sa.key",
 			"kubeconfig": l.KubeconfigPath("controller-manager"),
 		},
 		"kube-scheduler": {"bind-address": "127.0.0.5", "secure-port": "11259", "kubeconfig": l.KubeconfigPath("scheduler"), "leader-elect": "true"},

@@ -63,6 +63,9 @@ type Runtime struct {
 	restoring atomic.Bool
 	halted    []Process
 	client    *Client
+	// rotating serialises CA rotation phases and leaf renewals
+	// (rotate.go).
+	rotating sync.Mutex
 }
 
 // New checks the config and the options and returns the machine's

@@ -50,8 +50,11 @@ func (r *Runtime) runWorker(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kube-local: the cluster CA certificate: %w", err)
 	}
-	if h, err := pki.CACertHash(caPEM); err != nil || h != r.cfg.CACertHash {
-		return fmt.Errorf("kube-local: %s/ca.crt is not the CA %s pinned by the node config (%s, %v)", r.layout.PKIDir(), r.cfg.CACertHash, h, err)
+	if h, err := pki.CACertHash(caPEM); err != nil || (h != r.cfg.CACertHash && h != r.rotatedPin()) {
+		return fmt.Errorf("kube-local: %s/ca.crt is not the CA %s pinned by the node config, nor one a CA rotation installed (%s, %v)", r.layout.PKIDir(), r.cfg.CACertHash, h, err)
+	}
+	if err := ensureBundle(r.layout); err != nil {
+		return fmt.Errorf("kube-local trust bundle: %w", err)
 	}
 	if err := writeFile(r.layout.KwokConfig(), KwokStages, 0o644); err != nil {
 		return err
@@ -71,6 +74,9 @@ func (r *Runtime) runWorker(ctx context.Context) error {
 		return err
 	}
 	defer stop()
+	r.mu.Lock()
+	r.client = client // a CA rotation reloads its credentials (rotate.go)
+	r.mu.Unlock()
 	if !r.waitReady(ctx) {
 		return nil
 	}
@@ -102,8 +108,12 @@ func (r *Runtime) ensureNodeCredentials(ctx context.Context, server string, caPE
 	ca := &pki.CA{Cert: caCert}
 	leaf := nodeLeaf(r.cfg.NodeName)
 	now := r.Now()
+	trust, err := trustBundle(r.layout)
+	if err != nil {
+		return err
+	}
 	var c *Client
-	if kc, err := readKubeconfig(path); err == nil && kc.server() == server && bytes.Equal(kc.caData(), caPEM) {
+	if kc, err := readKubeconfig(path); err == nil && kc.server() == server && bytes.Equal(kc.caData(), trust) {
 		why := Satisfies(kc.certData(), kc.keyData(), ca, leaf, now)
 		if why == nil {
 			return nil
@@ -117,7 +127,7 @@ func (r *Runtime) ensureNodeCredentials(ctx context.Context, server string, caPE
 		}
 	}
 	if c == nil {
-		if c, err = NewTokenClient(server, caPEM, r.cfg.BootstrapToken); err != nil {
+		if c, err = NewTokenClient(server, trust, r.cfg.BootstrapToken); err != nil {
 			return err
 		}
 	}
@@ -129,7 +139,7 @@ func (r *Runtime) ensureNodeCredentials(ctx context.Context, server string, caPE
 	if err := Satisfies(kp.CertPEM, kp.KeyPEM, ca, leaf, now); err != nil {
 		return fmt.Errorf("the signed node certificate: %w", err)
 	}
-	data, err := RenderKubeconfig(r.cfg.Cluster, NodeUser(r.cfg.NodeName), server, caPEM, kp)
+	data, err := RenderKubeconfig(r.cfg.Cluster, NodeUser(r.cfg.NodeName), server, trust, kp)
 	if err != nil {
 		return err
 	}

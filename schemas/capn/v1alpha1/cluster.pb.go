@@ -223,6 +223,8 @@ type ClusterSpec struct {
 	// etcd_snapshots: scheduled snapshots of the cluster's etcd, for a
 	// control plane capn runs (kube-local); unset takes none.
 	EtcdSnapshots *EtcdSnapshotPolicy `protobuf:"bytes,13,opt,name=etcd_snapshots,json=etcdSnapshots,proto3" json:"etcd_snapshots,omitempty"`
+	// certificates: leaf renewal of a control plane capn runs (kube-local).
+	Certificates  *CertificatesSpec `protobuf:"bytes,14,opt,name=certificates,proto3" json:"certificates,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -344,6 +346,13 @@ func (x *ClusterSpec) GetHibernation() *HibernationSpec {
 func (x *ClusterSpec) GetEtcdSnapshots() *EtcdSnapshotPolicy {
 	if x != nil {
 		return x.EtcdSnapshots
+	}
+	return nil
+}
+
+func (x *ClusterSpec) GetCertificates() *CertificatesSpec {
+	if x != nil {
+		return x.Certificates
 	}
 	return nil
 }
@@ -1419,7 +1428,12 @@ type ClusterStatus struct {
 	// service's record maintenance.<cluster>).
 	Maintenance *MaintenanceStatus `protobuf:"bytes,10,opt,name=maintenance,proto3" json:"maintenance,omitempty"`
 	// hibernation: the next scheduled transition and any manual override.
-	Hibernation   *HibernationStatus `protobuf:"bytes,11,opt,name=hibernation,proto3" json:"hibernation,omitempty"`
+	Hibernation *HibernationStatus `protobuf:"bytes,11,opt,name=hibernation,proto3" json:"hibernation,omitempty"`
+	// ca_rotation: the last or running cluster CA rotation (filled by the
+	// gateway on read from observed backup.ca-<cluster>).
+	CaRotation *CARotationStatus `protobuf:"bytes,12,opt,name=ca_rotation,json=caRotation,proto3" json:"ca_rotation,omitempty"`
+	// certificates: the earliest leaf expiry (observed backup.certs-<cluster>).
+	Certificates  *CertificatesStatus `protobuf:"bytes,13,opt,name=certificates,proto3" json:"certificates,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1527,6 +1541,20 @@ func (x *ClusterStatus) GetMaintenance() *MaintenanceStatus {
 func (x *ClusterStatus) GetHibernation() *HibernationStatus {
 	if x != nil {
 		return x.Hibernation
+	}
+	return nil
+}
+
+func (x *ClusterStatus) GetCaRotation() *CARotationStatus {
+	if x != nil {
+		return x.CaRotation
+	}
+	return nil
+}
+
+func (x *ClusterStatus) GetCertificates() *CertificatesStatus {
+	if x != nil {
+		return x.Certificates
 	}
 	return nil
 }
@@ -2012,14 +2040,14 @@ var File_capn_v1alpha1_cluster_proto protoreflect.FileDescriptor
 
 const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x1bcapn/v1alpha1/cluster.proto\x12\rcapn.v1alpha1\x1a\x1acapn/v1alpha1/addons.proto\x1a\x1fcapn/v1alpha1/maintenance.proto\x1a\x18capn/v1alpha1/meta.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdb\x01\n" +
+	"\x1bcapn/v1alpha1/cluster.proto\x12\rcapn.v1alpha1\x1a\x1acapn/v1alpha1/addons.proto\x1a capn/v1alpha1/certificates.proto\x1a\x1fcapn/v1alpha1/maintenance.proto\x1a\x18capn/v1alpha1/meta.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdb\x01\n" +
 	"\aCluster\x12\x1f\n" +
 	"\vapi_version\x18\x01 \x01(\tR\n" +
 	"apiVersion\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x125\n" +
 	"\bmetadata\x18\x03 \x01(\v2\x19.capn.v1alpha1.ObjectMetaR\bmetadata\x12.\n" +
 	"\x04spec\x18\x04 \x01(\v2\x1a.capn.v1alpha1.ClusterSpecR\x04spec\x124\n" +
-	"\x06status\x18\x05 \x01(\v2\x1c.capn.v1alpha1.ClusterStatusR\x06status\"\xdc\x05\n" +
+	"\x06status\x18\x05 \x01(\v2\x1c.capn.v1alpha1.ClusterStatusR\x06status\"\xa1\x06\n" +
 	"\vClusterSpec\x12-\n" +
 	"\x12kubernetes_version\x18\x01 \x01(\tR\x11kubernetesVersion\x12D\n" +
 	"\rcontrol_plane\x18\x02 \x01(\v2\x1f.capn.v1alpha1.ControlPlaneSpecR\fcontrolPlane\x12<\n" +
@@ -2036,7 +2064,8 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	" \x01(\v2\x1e.capn.v1alpha1.ClusterTopologyR\btopology\x12@\n" +
 	"\vmaintenance\x18\v \x01(\v2\x1e.capn.v1alpha1.MaintenanceSpecR\vmaintenance\x12@\n" +
 	"\vhibernation\x18\f \x01(\v2\x1e.capn.v1alpha1.HibernationSpecR\vhibernation\x12H\n" +
-	"\x0eetcd_snapshots\x18\r \x01(\v2!.capn.v1alpha1.EtcdSnapshotPolicyR\retcdSnapshots\"Y\n" +
+	"\x0eetcd_snapshots\x18\r \x01(\v2!.capn.v1alpha1.EtcdSnapshotPolicyR\retcdSnapshots\x12C\n" +
+	"\fcertificates\x18\x0e \x01(\v2\x1f.capn.v1alpha1.CertificatesSpecR\fcertificates\"Y\n" +
 	"\x12EtcdSnapshotPolicy\x12/\n" +
 	"\x05every\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x05every\x12\x12\n" +
 	"\x04keep\x18\x02 \x01(\x05R\x04keep\"\xc7\x01\n" +
@@ -2131,7 +2160,7 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\x12UnhealthyCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x123\n" +
-	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\x92\x05\n" +
+	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\x9b\x06\n" +
 	"\rClusterStatus\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x128\n" +
 	"\n" +
@@ -2146,7 +2175,10 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\btopology\x18\t \x01(\v2\x1d.capn.v1alpha1.TopologyStatusR\btopology\x12B\n" +
 	"\vmaintenance\x18\n" +
 	" \x01(\v2 .capn.v1alpha1.MaintenanceStatusR\vmaintenance\x12B\n" +
-	"\vhibernation\x18\v \x01(\v2 .capn.v1alpha1.HibernationStatusR\vhibernation\"\xd3\x02\n" +
+	"\vhibernation\x18\v \x01(\v2 .capn.v1alpha1.HibernationStatusR\vhibernation\x12@\n" +
+	"\vca_rotation\x18\f \x01(\v2\x1f.capn.v1alpha1.CARotationStatusR\n" +
+	"caRotation\x12E\n" +
+	"\fcertificates\x18\r \x01(\v2!.capn.v1alpha1.CertificatesStatusR\fcertificates\"\xd3\x02\n" +
 	"\n" +
 	"PoolStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
@@ -2252,13 +2284,16 @@ var file_capn_v1alpha1_cluster_proto_goTypes = []any{
 	(*AddonsSpec)(nil),            // 28: capn.v1alpha1.AddonsSpec
 	(*MaintenanceSpec)(nil),       // 29: capn.v1alpha1.MaintenanceSpec
 	(*HibernationSpec)(nil),       // 30: capn.v1alpha1.HibernationSpec
-	(*durationpb.Duration)(nil),   // 31: google.protobuf.Duration
-	(*Taint)(nil),                 // 32: capn.v1alpha1.Taint
-	(*Condition)(nil),             // 33: capn.v1alpha1.Condition
-	(*Endpoint)(nil),              // 34: capn.v1alpha1.Endpoint
-	(*timestamppb.Timestamp)(nil), // 35: google.protobuf.Timestamp
-	(*MaintenanceStatus)(nil),     // 36: capn.v1alpha1.MaintenanceStatus
-	(*HibernationStatus)(nil),     // 37: capn.v1alpha1.HibernationStatus
+	(*CertificatesSpec)(nil),      // 31: capn.v1alpha1.CertificatesSpec
+	(*durationpb.Duration)(nil),   // 32: google.protobuf.Duration
+	(*Taint)(nil),                 // 33: capn.v1alpha1.Taint
+	(*Condition)(nil),             // 34: capn.v1alpha1.Condition
+	(*Endpoint)(nil),              // 35: capn.v1alpha1.Endpoint
+	(*timestamppb.Timestamp)(nil), // 36: google.protobuf.Timestamp
+	(*MaintenanceStatus)(nil),     // 37: capn.v1alpha1.MaintenanceStatus
+	(*HibernationStatus)(nil),     // 38: capn.v1alpha1.HibernationStatus
+	(*CARotationStatus)(nil),      // 39: capn.v1alpha1.CARotationStatus
+	(*CertificatesStatus)(nil),    // 40: capn.v1alpha1.CertificatesStatus
 }
 var file_capn_v1alpha1_cluster_proto_depIdxs = []int32{
 	27, // 0: capn.v1alpha1.Cluster.metadata:type_name -> capn.v1alpha1.ObjectMeta
@@ -2274,50 +2309,53 @@ var file_capn_v1alpha1_cluster_proto_depIdxs = []int32{
 	29, // 10: capn.v1alpha1.ClusterSpec.maintenance:type_name -> capn.v1alpha1.MaintenanceSpec
 	30, // 11: capn.v1alpha1.ClusterSpec.hibernation:type_name -> capn.v1alpha1.HibernationSpec
 	3,  // 12: capn.v1alpha1.ClusterSpec.etcd_snapshots:type_name -> capn.v1alpha1.EtcdSnapshotPolicy
-	31, // 13: capn.v1alpha1.EtcdSnapshotPolicy.every:type_name -> google.protobuf.Duration
-	23, // 14: capn.v1alpha1.MachineTemplate.parameters:type_name -> capn.v1alpha1.MachineTemplate.ParametersEntry
-	4,  // 15: capn.v1alpha1.ControlPlaneSpec.template:type_name -> capn.v1alpha1.MachineTemplate
-	10, // 16: capn.v1alpha1.ControlPlaneSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	31, // 17: capn.v1alpha1.ControlPlaneSpec.node_drain_timeout:type_name -> google.protobuf.Duration
-	31, // 18: capn.v1alpha1.ControlPlaneSpec.node_deletion_timeout:type_name -> google.protobuf.Duration
-	4,  // 19: capn.v1alpha1.WorkerPool.template:type_name -> capn.v1alpha1.MachineTemplate
-	24, // 20: capn.v1alpha1.WorkerPool.labels:type_name -> capn.v1alpha1.WorkerPool.LabelsEntry
-	32, // 21: capn.v1alpha1.WorkerPool.taints:type_name -> capn.v1alpha1.Taint
-	8,  // 22: capn.v1alpha1.WorkerPool.strategy:type_name -> capn.v1alpha1.RolloutStrategy
-	10, // 23: capn.v1alpha1.WorkerPool.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	14, // 24: capn.v1alpha1.WorkerPool.health:type_name -> capn.v1alpha1.HealthPolicy
-	31, // 25: capn.v1alpha1.WorkerPool.node_drain_timeout:type_name -> google.protobuf.Duration
-	31, // 26: capn.v1alpha1.WorkerPool.node_deletion_timeout:type_name -> google.protobuf.Duration
-	7,  // 27: capn.v1alpha1.WorkerPool.autoscaling:type_name -> capn.v1alpha1.Autoscaling
-	11, // 28: capn.v1alpha1.BootstrapSpec.files:type_name -> capn.v1alpha1.File
-	25, // 29: capn.v1alpha1.BootstrapSpec.kubelet_extra_args:type_name -> capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
-	31, // 30: capn.v1alpha1.BootstrapSpec.token_ttl:type_name -> google.protobuf.Duration
-	13, // 31: capn.v1alpha1.BootstrapSpec.ca:type_name -> capn.v1alpha1.CertificateAuthority
-	31, // 32: capn.v1alpha1.BootstrapSpec.command_timeout:type_name -> google.protobuf.Duration
-	12, // 33: capn.v1alpha1.File.secret_ref:type_name -> capn.v1alpha1.FileSecretRef
-	15, // 34: capn.v1alpha1.HealthPolicy.unhealthy_conditions:type_name -> capn.v1alpha1.UnhealthyCondition
-	31, // 35: capn.v1alpha1.HealthPolicy.node_startup_timeout:type_name -> google.protobuf.Duration
-	31, // 36: capn.v1alpha1.HealthPolicy.heartbeat_grace:type_name -> google.protobuf.Duration
-	31, // 37: capn.v1alpha1.UnhealthyCondition.timeout:type_name -> google.protobuf.Duration
-	33, // 38: capn.v1alpha1.ClusterStatus.conditions:type_name -> capn.v1alpha1.Condition
-	34, // 39: capn.v1alpha1.ClusterStatus.control_plane_endpoint:type_name -> capn.v1alpha1.Endpoint
-	17, // 40: capn.v1alpha1.ClusterStatus.control_plane:type_name -> capn.v1alpha1.PoolStatus
-	17, // 41: capn.v1alpha1.ClusterStatus.worker_pools:type_name -> capn.v1alpha1.PoolStatus
-	35, // 42: capn.v1alpha1.ClusterStatus.updated:type_name -> google.protobuf.Timestamp
-	22, // 43: capn.v1alpha1.ClusterStatus.topology:type_name -> capn.v1alpha1.TopologyStatus
-	36, // 44: capn.v1alpha1.ClusterStatus.maintenance:type_name -> capn.v1alpha1.MaintenanceStatus
-	37, // 45: capn.v1alpha1.ClusterStatus.hibernation:type_name -> capn.v1alpha1.HibernationStatus
-	7,  // 46: capn.v1alpha1.PoolStatus.autoscaling:type_name -> capn.v1alpha1.Autoscaling
-	18, // 47: capn.v1alpha1.PoolStatus.last_autoscaler_action:type_name -> capn.v1alpha1.AutoscalerAction
-	35, // 48: capn.v1alpha1.AutoscalerAction.time:type_name -> google.protobuf.Timestamp
-	18, // 49: capn.v1alpha1.AutoscalerStatus.last_action:type_name -> capn.v1alpha1.AutoscalerAction
-	26, // 50: capn.v1alpha1.ClusterTopology.variables:type_name -> capn.v1alpha1.ClusterTopology.VariablesEntry
-	21, // 51: capn.v1alpha1.ClusterTopology.pools:type_name -> capn.v1alpha1.TopologyPool
-	52, // [52:52] is the sub-list for method output_type
-	52, // [52:52] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	31, // 13: capn.v1alpha1.ClusterSpec.certificates:type_name -> capn.v1alpha1.CertificatesSpec
+	32, // 14: capn.v1alpha1.EtcdSnapshotPolicy.every:type_name -> google.protobuf.Duration
+	23, // 15: capn.v1alpha1.MachineTemplate.parameters:type_name -> capn.v1alpha1.MachineTemplate.ParametersEntry
+	4,  // 16: capn.v1alpha1.ControlPlaneSpec.template:type_name -> capn.v1alpha1.MachineTemplate
+	10, // 17: capn.v1alpha1.ControlPlaneSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
+	32, // 18: capn.v1alpha1.ControlPlaneSpec.node_drain_timeout:type_name -> google.protobuf.Duration
+	32, // 19: capn.v1alpha1.ControlPlaneSpec.node_deletion_timeout:type_name -> google.protobuf.Duration
+	4,  // 20: capn.v1alpha1.WorkerPool.template:type_name -> capn.v1alpha1.MachineTemplate
+	24, // 21: capn.v1alpha1.WorkerPool.labels:type_name -> capn.v1alpha1.WorkerPool.LabelsEntry
+	33, // 22: capn.v1alpha1.WorkerPool.taints:type_name -> capn.v1alpha1.Taint
+	8,  // 23: capn.v1alpha1.WorkerPool.strategy:type_name -> capn.v1alpha1.RolloutStrategy
+	10, // 24: capn.v1alpha1.WorkerPool.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
+	14, // 25: capn.v1alpha1.WorkerPool.health:type_name -> capn.v1alpha1.HealthPolicy
+	32, // 26: capn.v1alpha1.WorkerPool.node_drain_timeout:type_name -> google.protobuf.Duration
+	32, // 27: capn.v1alpha1.WorkerPool.node_deletion_timeout:type_name -> google.protobuf.Duration
+	7,  // 28: capn.v1alpha1.WorkerPool.autoscaling:type_name -> capn.v1alpha1.Autoscaling
+	11, // 29: capn.v1alpha1.BootstrapSpec.files:type_name -> capn.v1alpha1.File
+	25, // 30: capn.v1alpha1.BootstrapSpec.kubelet_extra_args:type_name -> capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
+	32, // 31: capn.v1alpha1.BootstrapSpec.token_ttl:type_name -> google.protobuf.Duration
+	13, // 32: capn.v1alpha1.BootstrapSpec.ca:type_name -> capn.v1alpha1.CertificateAuthority
+	32, // 33: capn.v1alpha1.BootstrapSpec.command_timeout:type_name -> google.protobuf.Duration
+	12, // 34: capn.v1alpha1.File.secret_ref:type_name -> capn.v1alpha1.FileSecretRef
+	15, // 35: capn.v1alpha1.HealthPolicy.unhealthy_conditions:type_name -> capn.v1alpha1.UnhealthyCondition
+	32, // 36: capn.v1alpha1.HealthPolicy.node_startup_timeout:type_name -> google.protobuf.Duration
+	32, // 37: capn.v1alpha1.HealthPolicy.heartbeat_grace:type_name -> google.protobuf.Duration
+	32, // 38: capn.v1alpha1.UnhealthyCondition.timeout:type_name -> google.protobuf.Duration
+	34, // 39: capn.v1alpha1.ClusterStatus.conditions:type_name -> capn.v1alpha1.Condition
+	35, // 40: capn.v1alpha1.ClusterStatus.control_plane_endpoint:type_name -> capn.v1alpha1.Endpoint
+	17, // 41: capn.v1alpha1.ClusterStatus.control_plane:type_name -> capn.v1alpha1.PoolStatus
+	17, // 42: capn.v1alpha1.ClusterStatus.worker_pools:type_name -> capn.v1alpha1.PoolStatus
+	36, // 43: capn.v1alpha1.ClusterStatus.updated:type_name -> google.protobuf.Timestamp
+	22, // 44: capn.v1alpha1.ClusterStatus.topology:type_name -> capn.v1alpha1.TopologyStatus
+	37, // 45: capn.v1alpha1.ClusterStatus.maintenance:type_name -> capn.v1alpha1.MaintenanceStatus
+	38, // 46: capn.v1alpha1.ClusterStatus.hibernation:type_name -> capn.v1alpha1.HibernationStatus
+	39, // 47: capn.v1alpha1.ClusterStatus.ca_rotation:type_name -> capn.v1alpha1.CARotationStatus
+	40, // 48: capn.v1alpha1.ClusterStatus.certificates:type_name -> capn.v1alpha1.CertificatesStatus
+	7,  // 49: capn.v1alpha1.PoolStatus.autoscaling:type_name -> capn.v1alpha1.Autoscaling
+	18, // 50: capn.v1alpha1.PoolStatus.last_autoscaler_action:type_name -> capn.v1alpha1.AutoscalerAction
+	36, // 51: capn.v1alpha1.AutoscalerAction.time:type_name -> google.protobuf.Timestamp
+	18, // 52: capn.v1alpha1.AutoscalerStatus.last_action:type_name -> capn.v1alpha1.AutoscalerAction
+	26, // 53: capn.v1alpha1.ClusterTopology.variables:type_name -> capn.v1alpha1.ClusterTopology.VariablesEntry
+	21, // 54: capn.v1alpha1.ClusterTopology.pools:type_name -> capn.v1alpha1.TopologyPool
+	55, // [55:55] is the sub-list for method output_type
+	55, // [55:55] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_capn_v1alpha1_cluster_proto_init() }
@@ -2326,6 +2364,7 @@ func file_capn_v1alpha1_cluster_proto_init() {
 		return
 	}
 	file_capn_v1alpha1_addons_proto_init()
+	file_capn_v1alpha1_certificates_proto_init()
 	file_capn_v1alpha1_maintenance_proto_init()
 	file_capn_v1alpha1_meta_proto_init()
 	file_capn_v1alpha1_cluster_proto_msgTypes[4].OneofWrappers = []any{}

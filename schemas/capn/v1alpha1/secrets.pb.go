@@ -88,8 +88,11 @@ type ClusterPKI struct {
 	// user_supplied_ca is true when the cluster CA came from the user.
 	UserSuppliedCa bool                   `protobuf:"varint,5,opt,name=user_supplied_ca,json=userSuppliedCa,proto3" json:"user_supplied_ca,omitempty"`
 	Created        *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created,proto3" json:"created,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// ca_rotation is the cluster CA's rotation, while one runs and after
+	// (the backup service's; field ≥ 100: issue 22's CA rotation).
+	CaRotation    *CARotationState `protobuf:"bytes,100,opt,name=ca_rotation,json=caRotation,proto3" json:"ca_rotation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterPKI) Reset() {
@@ -160,6 +163,13 @@ func (x *ClusterPKI) GetUserSuppliedCa() bool {
 func (x *ClusterPKI) GetCreated() *timestamppb.Timestamp {
 	if x != nil {
 		return x.Created
+	}
+	return nil
+}
+
+func (x *ClusterPKI) GetCaRotation() *CARotationState {
+	if x != nil {
+		return x.CaRotation
 	}
 	return nil
 }
@@ -488,11 +498,11 @@ var File_capn_v1alpha1_secrets_proto protoreflect.FileDescriptor
 
 const file_capn_v1alpha1_secrets_proto_rawDesc = "" +
 	"\n" +
-	"\x1bcapn/v1alpha1/secrets.proto\x12\rcapn.v1alpha1\x1a\x18capn/v1alpha1/meta.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"@\n" +
+	"\x1bcapn/v1alpha1/secrets.proto\x12\rcapn.v1alpha1\x1a capn/v1alpha1/certificates.proto\x1a\x18capn/v1alpha1/meta.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"@\n" +
 	"\n" +
 	"KeyPairPEM\x12\x19\n" +
 	"\bcert_pem\x18\x01 \x01(\tR\acertPem\x12\x17\n" +
-	"\akey_pem\x18\x02 \x01(\tR\x06keyPem\"\xd0\x02\n" +
+	"\akey_pem\x18\x02 \x01(\tR\x06keyPem\"\x91\x03\n" +
 	"\n" +
 	"ClusterPKI\x12)\n" +
 	"\x02ca\x18\x01 \x01(\v2\x19.capn.v1alpha1.KeyPairPEMR\x02ca\x122\n" +
@@ -500,7 +510,9 @@ const file_capn_v1alpha1_secrets_proto_rawDesc = "" +
 	"\x0efront_proxy_ca\x18\x03 \x01(\v2\x19.capn.v1alpha1.KeyPairPEMR\ffrontProxyCa\x12B\n" +
 	"\x0fservice_account\x18\x04 \x01(\v2\x19.capn.v1alpha1.KeyPairPEMR\x0eserviceAccount\x12(\n" +
 	"\x10user_supplied_ca\x18\x05 \x01(\bR\x0euserSuppliedCa\x124\n" +
-	"\acreated\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\acreated\"\x98\x01\n" +
+	"\acreated\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\acreated\x12?\n" +
+	"\vca_rotation\x18d \x01(\v2\x1e.capn.v1alpha1.CARotationStateR\n" +
+	"caRotation\"\x98\x01\n" +
 	"\x0fAdminKubeconfig\x12\x1e\n" +
 	"\n" +
 	"kubeconfig\x18\x01 \x01(\fR\n" +
@@ -555,8 +567,9 @@ var file_capn_v1alpha1_secrets_proto_goTypes = []any{
 	(*BootstrapData)(nil),         // 3: capn.v1alpha1.BootstrapData
 	(*ClusterSecretsStatus)(nil),  // 4: capn.v1alpha1.ClusterSecretsStatus
 	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 6: google.protobuf.Duration
-	(*Condition)(nil),             // 7: capn.v1alpha1.Condition
+	(*CARotationState)(nil),       // 6: capn.v1alpha1.CARotationState
+	(*durationpb.Duration)(nil),   // 7: google.protobuf.Duration
+	(*Condition)(nil),             // 8: capn.v1alpha1.Condition
 }
 var file_capn_v1alpha1_secrets_proto_depIdxs = []int32{
 	0,  // 0: capn.v1alpha1.ClusterPKI.ca:type_name -> capn.v1alpha1.KeyPairPEM
@@ -564,16 +577,17 @@ var file_capn_v1alpha1_secrets_proto_depIdxs = []int32{
 	0,  // 2: capn.v1alpha1.ClusterPKI.front_proxy_ca:type_name -> capn.v1alpha1.KeyPairPEM
 	0,  // 3: capn.v1alpha1.ClusterPKI.service_account:type_name -> capn.v1alpha1.KeyPairPEM
 	5,  // 4: capn.v1alpha1.ClusterPKI.created:type_name -> google.protobuf.Timestamp
-	5,  // 5: capn.v1alpha1.AdminKubeconfig.client_cert_not_after:type_name -> google.protobuf.Timestamp
-	5,  // 6: capn.v1alpha1.BootstrapData.token_expires:type_name -> google.protobuf.Timestamp
-	6,  // 7: capn.v1alpha1.BootstrapData.token_ttl:type_name -> google.protobuf.Duration
-	5,  // 8: capn.v1alpha1.ClusterSecretsStatus.admin_cert_not_after:type_name -> google.protobuf.Timestamp
-	7,  // 9: capn.v1alpha1.ClusterSecretsStatus.conditions:type_name -> capn.v1alpha1.Condition
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	6,  // 5: capn.v1alpha1.ClusterPKI.ca_rotation:type_name -> capn.v1alpha1.CARotationState
+	5,  // 6: capn.v1alpha1.AdminKubeconfig.client_cert_not_after:type_name -> google.protobuf.Timestamp
+	5,  // 7: capn.v1alpha1.BootstrapData.token_expires:type_name -> google.protobuf.Timestamp
+	7,  // 8: capn.v1alpha1.BootstrapData.token_ttl:type_name -> google.protobuf.Duration
+	5,  // 9: capn.v1alpha1.ClusterSecretsStatus.admin_cert_not_after:type_name -> google.protobuf.Timestamp
+	8,  // 10: capn.v1alpha1.ClusterSecretsStatus.conditions:type_name -> capn.v1alpha1.Condition
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_capn_v1alpha1_secrets_proto_init() }
@@ -581,6 +595,7 @@ func file_capn_v1alpha1_secrets_proto_init() {
 	if File_capn_v1alpha1_secrets_proto != nil {
 		return
 	}
+	file_capn_v1alpha1_certificates_proto_init()
 	file_capn_v1alpha1_meta_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{

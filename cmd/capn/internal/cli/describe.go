@@ -150,6 +150,7 @@ func describeCluster(w io.Writer, c *capnv1.Cluster, ms []*capnv1.Machine, evs [
 	describeAutoscaling(w, c, o)
 	var mb strings.Builder
 	describeMaintenance(&mb, c, o.now)
+	describeCertificates(&mb, c, o.now)
 	if mb.Len() > 0 {
 		fmt.Fprint(w, "\n"+mb.String())
 	}

@@ -60,6 +60,7 @@ func commands() []command {
 		{"backup", "back up the management plane to a file, or list the stored backups", cmdBackup},
 		{"restore", "restore a backup into this deployment (--merge, --dry-run)", cmdRestore},
 		{"etcd", "snapshot a kube-local cluster's etcd, list its snapshots, restore one (snapshot|snapshots|restore)", cmdEtcd},
+		{"rotate-ca", "rotate a kube-local cluster's CA without downtime (--until PHASE, --continue)", cmdRotateCA},
 		{"move", "hand live clusters to another capn deployment (--to CONFIG)", cmdMove},
 		{"events", "print a cluster's timeline (--follow)", cmdEvents},
 		{"dashboard", "open the dashboard in a browser, logged in by a one-time link", cmdDashboard},

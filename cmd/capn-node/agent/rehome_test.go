@@ -13,6 +13,7 @@ import (
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/natstest"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // lastBeatIn is the id of the last heartbeat of c1/w-0 in js ("" for none).
@@ -159,4 +160,49 @@ func lastTargetBeat(t *testing.T, js jetstream.JetStream) *capnv1.NodeHeartbeat 
 		t.Fatal(err)
 	}
 	return hb
+}
+
+// No NATS message moves an agent: the subjects it serves (its etcd
+// commands, its inbox) have no rehome, whoever publishes there — here a
+// client with every permission, more than another machine's credential
+// has (tests/perms: a machine may publish only its own health). Only its
+// data dir and a signal do, which its provider's OS user alone reaches.
+func TestNoNATSMessageRehomesTheAgent(t *testing.T) {
+	w := newWorld(t)
+	dir := t.TempDir()
+	a, _ := w.start(w.config(dir))
+	natstest.WaitFor(t, 10*time.Second, "bootstrapped", a.Bootstrapped)
+	prev := beats(t, w.js, "", 1, "the source")
+
+	target := natstest.Start(t)
+	_, tjs := target.Connect(t)
+	if err := events.Provision(context.Background(), tjs, events.DefaultTopology(1)); err != nil {
+		t.Fatal(err)
+	}
+	nc, _ := w.srv.Connect(t)
+	body := []byte(`{"url":"` + target.URL() + `"}`)
+	for _, op := range []string{"rehome", "connect", "nats-connection"} {
+		msg, err := nc.Request(keys.EtcdCommand("c1", "w-0", op), body, 5*time.Second)
+		if err != nil {
+			t.Fatalf("%s: %v", op, err)
+		}
+		t.Logf("etcd command %q answered %d bytes", op, len(msg.Data))
+	}
+	if err := nc.Publish(keys.MachineInboxPrefix("c1", "w-0")+".rehome", body); err != nil {
+		t.Fatal(err)
+	}
+	// Another machine's connection request is in its own data dir: this
+	// agent's signal does not read it.
+	other := t.TempDir()
+	if err := rehome.WriteConnection(other, rehome.Connection{URL: target.URL()}); err != nil {
+		t.Fatal(err)
+	}
+	a.Rehome()
+	prev = beats(t, w.js, prev, 3, "the source")
+	if c, err := rehome.ReadConnected(dir); err != nil || c.URL != w.srv.URL() {
+		t.Errorf("connected report %+v, %v: want still %s", c, err, w.srv.URL())
+	}
+	if id := lastBeatIn(t, tjs); id != "" {
+		t.Errorf("the target got heartbeat %s", id)
+	}
 }

@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/capn-dev/capn/cmd/capn-node/rehome"
+	"github.com/capn-dev/capn/providers/process/rehome"
 	"github.com/capn-dev/capn/providers/sdk"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/capn-dev/capn/cmd/capn-node/rehome"
+	"github.com/capn-dev/capn/providers/process/rehome"
 )
 
 // identity is the head of a machine's capn-node argv, which the provider

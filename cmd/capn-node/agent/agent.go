@@ -47,8 +47,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/capn-dev/capn/cmd/capn-node/kube"
-	"github.com/capn-dev/capn/cmd/capn-node/rehome"
 	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/providers/process/rehome"
 	"github.com/capn-dev/capn/providers/sdk"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"

@@ -9,9 +9,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/capn-dev/capn/cmd/capn-node/agent"
-	"github.com/capn-dev/capn/cmd/capn-node/rehome"
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/natstest"
+	"github.com/capn-dev/capn/providers/process/rehome"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
 )

@@ -14,12 +14,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capn-dev/capn/cmd/capn-node/rehome"
 	"github.com/capn-dev/capn/cmd/capn/internal/dev"
 	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/gateway/client"
 	"github.com/capn-dev/capn/providers/conformance"
 	"github.com/capn-dev/capn/providers/process"
+	"github.com/capn-dev/capn/providers/process/rehome"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/secrets/seal"
 )

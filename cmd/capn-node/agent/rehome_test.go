@@ -61,7 +61,7 @@ func TestAgentRehomesToAnotherNATSWithoutRestarting(t *testing.T) {
 	cfg := w.config(dir)
 	a, _ := w.start(cfg)
 	natstest.WaitFor(t, 10*time.Second, "bootstrapped", a.Bootstrapped)
-	src := beats(t, w.js, "", 2, "the source")
+	beats(t, w.js, "", 2, "the source")
 	if c, err := rehome.ReadConnected(dir); err != nil || c.URL != w.srv.URL() {
 		t.Fatalf("connected report %+v, %v: want %s", c, err, w.srv.URL())
 	}
@@ -80,7 +80,7 @@ func TestAgentRehomesToAnotherNATSWithoutRestarting(t *testing.T) {
 		return err == nil && c.URL == target.URL()
 	})
 	beats(t, tjs, "", 3, "the target")
-	src = lastBeatIn(t, w.js)
+	src := lastBeatIn(t, w.js)
 	beats(t, tjs, lastBeatIn(t, tjs), 3, "the target")
 	if now := lastBeatIn(t, w.js); now != src {
 		t.Errorf("the source still gets heartbeats after the rehome (%s after %s)", now, src)
@@ -198,7 +198,7 @@ func TestNoNATSMessageRehomesTheAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.Rehome()
-	prev = beats(t, w.js, prev, 3, "the source")
+	beats(t, w.js, prev, 3, "the source")
 	if c, err := rehome.ReadConnected(dir); err != nil || c.URL != w.srv.URL() {
 		t.Errorf("connected report %+v, %v: want still %s", c, err, w.srv.URL())
 	}

@@ -218,6 +218,10 @@ func moveProcessCluster(t *testing.T, kubeBin string) {
 		t.Fatalf("want 2 agents running under the source's state dir, found %v", procs)
 	}
 	t.Logf("%d processes of the cluster before the move: %v", len(procs), procs)
+	endpointBefore, err := os.ReadFile(filepath.Join(stateA, "clusters", "shop", "endpoint.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	began := time.Now()
 	code, out := capn(cfgA, "move", "--to", cfgB, "shop")
@@ -257,6 +261,9 @@ func moveProcessCluster(t *testing.T, kubeBin string) {
 		if err != nil || c.URL != b.natsURL {
 			t.Errorf("the agent of %s reports %+v, %v; want connected to the target's %s", name, c, err, b.natsURL)
 		}
+	}
+	if now, err := os.ReadFile(filepath.Join(stateB, "clusters", "shop", "endpoint.pid")); err != nil || string(now) != string(endpointBefore) {
+		t.Errorf("the cluster's endpoint is %q (%v), was %q: restarted", now, err, endpointBefore)
 	}
 	if to, err := os.Readlink(filepath.Join(stateA, "clusters", "shop")); err != nil || to != filepath.Join(stateB, "clusters", "shop") {
 		t.Errorf("the source's state dir holds %q, %v for the cluster; want only a link to the target's", to, err)
@@ -301,12 +308,13 @@ func moveProcessCluster(t *testing.T, kubeBin string) {
 			t.Errorf("%s (pid %d) did not survive the scale", name, p.pid)
 		}
 	}
+	if now, _ := os.ReadFile(filepath.Join(stateB, "clusters", "shop", "endpoint.pid")); string(now) != string(endpointBefore) {
+		t.Errorf("the cluster's endpoint is %q after the scale, was %q: restarted", now, endpointBefore)
+	}
 	// Nothing of the cluster is left at the source: no records, no
 	// machine its provider lists.
-	if _, err := ca.Machines(ctx, "shop", client.ListOptions{}); err == nil {
-		if left, _ := ca.Machines(ctx, "shop", client.ListOptions{}); len(left) > 0 {
-			t.Errorf("the source still lists %d machines of the cluster", len(left))
-		}
+	if left, err := ca.Machines(ctx, "shop", client.ListOptions{}); len(left) > 0 || (err != nil && !client.IsNotFound(err)) {
+		t.Errorf("the source still lists %d machines of the cluster (%v)", len(left), err)
 	}
 	if names, _ := os.ReadDir(filepath.Join(stateA, "clusters")); len(names) != 1 || names[0].Type()&os.ModeSymlink == 0 {
 		t.Errorf("the source's process state dir holds %v; want only the link of the moved cluster", names)

@@ -20,7 +20,9 @@
 // Every agent flag also reads its CAPN_NODE_* (or CAPN_NATS_*) variable; the
 // NATS flags are the services' (services/daemon), so the rendered env file
 // of a deployment's node user configures it.
-// SIGINT or SIGTERM stops it cleanly (exit 0); bad flags exit 2.
+// SIGINT or SIGTERM stops it cleanly (exit 0); bad flags exit 2. SIGHUP moves
+// the agent to the NATS its data dir names (package rehome), its processes
+// left running.
 package main
 
 import (
@@ -90,6 +92,11 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 }
 
 func runAgent(ctx context.Context, args []string, lookup func(string) (string, bool), stderr io.Writer) int {
+	// SIGHUP asks the agent to move to the NATS its data dir names
+	// (package rehome); caught from the start, so it never kills it.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	var cfg agent.Config
 	logCfg := daemon.Config{LogLevel: daemon.DefaultLogLevel, LogFormat: daemon.LogFormatJSON}
 	fs := flag.NewFlagSet("capn-node agent", flag.ContinueOnError)
@@ -118,6 +125,16 @@ func runAgent(ctx context.Context, args []string, lookup func(string) (string, b
 		daemon.PrintProblems(stderr, "capn-node agent", err)
 		return daemon.ExitUsage
 	}
+	go func() {
+		for {
+			select {
+			case <-hup:
+				a.Rehome()
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
 	if err := a.Run(ctx); err != nil {
 		log.Error().Err(err).Msg("exiting")
 		return daemon.ExitFailed

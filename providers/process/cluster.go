@@ -40,6 +40,7 @@ func (p *Provider) EnsureCluster(ctx context.Context, cluster string, _ map[stri
 	return &capnv1.InfraCluster{
 		Provider: Name, Cluster: cluster, Ready: true, Message: EndpointMessage,
 		ControlPlaneEndpoint: &capnv1.Endpoint{Host: "127.0.0.1", Port: int32(rec.Port)},
+		Location:             p.dirs.cluster(cluster),
 	}, nil
 }
 
@@ -72,7 +73,11 @@ func (p *Provider) endpointArgs(rec *clusterRecord) []string {
 // endpointCommand is the endpoint process's whole command line: its
 // backends are the cluster's control-plane machines in the state dir.
 func (p *Provider) endpointCommand(rec *clusterRecord) []string {
-	return append(p.endpointArgs(rec), "--process-state-dir="+p.opts.StateDir,
+	state := p.opts.StateDir
+	if rec.EndpointStateDir != "" {
+		state = rec.EndpointStateDir
+	}
+	return append(p.endpointArgs(rec), "--process-state-dir="+state,
 		"--backend-port="+strconv.Itoa(p.opts.apiServerPort))
 }
 
@@ -90,6 +95,13 @@ func (p *Provider) ensureEndpoint(rec *clusterRecord) error {
 		p.log.Info().Str("cluster", rec.Cluster).Int("pid", ref.PID).Msg("replacing the cluster endpoint started with another command line")
 		if err := terminate(ref, p.endpointArgs(rec), p.opts.StopTimeout, p.exitedChan(pidPath, ref)); err != nil {
 			return fmt.Errorf("stop the old endpoint of %s: %w", rec.Cluster, err)
+		}
+	}
+	if rec.EndpointStateDir != "" {
+		// Started here, an adopted cluster's endpoint reads this state dir.
+		rec.EndpointStateDir = ""
+		if err := writeJSON(filepath.Join(dir, clusterFile), rec); err != nil {
+			return err
 		}
 	}
 	ref, exited, err := p.spawn(dir, filepath.Join(dir, endpointLog), p.endpointCommand(rec))

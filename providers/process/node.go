@@ -10,13 +10,19 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/capn-dev/capn/providers/process/rehome"
 )
 
 // identity is the head of a machine's capn-node argv, which the provider
 // checks in /proc/<pid>/cmdline before it takes a pid for the machine's.
 func (p *Provider) identity(rec *machineRecord) []string {
+	dir := rec.NodeDir
+	if dir == "" {
+		dir = p.dirs.nodeDir(rec.Cluster, rec.Machine)
+	}
 	return []string{p.opts.NodeBinary, "agent", "--cluster=" + rec.Cluster, "--machine=" + rec.Machine,
-		"--data-dir=" + p.dirs.nodeDir(rec.Cluster, rec.Machine)}
+		"--data-dir=" + dir}
 }
 
 // nodeArgs is the machine's whole capn-node command line; kubeDir is the
@@ -80,6 +86,17 @@ func (p *Provider) startNode(ctx context.Context, rec *machineRecord) error {
 	kubeDir, err := p.kubeDir(ctx, rec)
 	if err != nil {
 		return fmt.Errorf("start capn-node of %s/%s: %w", rec.Cluster, rec.Machine, err)
+	}
+	// Started here, a machine adopted from another state dir runs from
+	// this one, connected where its command line says.
+	if rec.NodeDir != "" {
+		rec.NodeDir = ""
+		if err := writeJSON(p.machineJSON(rec.Cluster, rec.Machine), rec); err != nil {
+			return err
+		}
+	}
+	if err := rehome.RemoveConnection(p.dirs.nodeDir(rec.Cluster, rec.Machine)); err != nil {
+		return err
 	}
 	args := p.nodeArgs(rec, kubeDir)
 	ref, exited, err := p.spawn(dir, filepath.Join(dir, nodeLogFile), args)

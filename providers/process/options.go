@@ -57,6 +57,10 @@ type Options struct {
 	// StopTimeout is how long a machine gets to exit after SIGTERM before
 	// SIGKILL (default 10s).
 	StopTimeout time.Duration
+	// RehomeWait bounds how long an adopt from another state dir waits
+	// for a machine's agent to log in at NodeNATSURL (0:
+	// DefaultRehomeWait). Not a flag.
+	RehomeWait time.Duration
 	// HealthPort is the port of each machine's /healthz on its own address
 	// (default 10248; -1: none).
 	HealthPort int

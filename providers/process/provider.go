@@ -261,6 +261,7 @@ func (p *Provider) describe(rec *machineRecord) (*capnv1.InfraMachine, error) {
 		},
 		FailureDomain: rec.Failure,
 		Updated:       timestamppb.New(rec.Changed),
+		Location:      p.dirs.machine(rec.Cluster, rec.Machine),
 	}
 	if exists(p.stoppedPath(rec.Cluster, rec.Machine)) {
 		im.State, im.Message = sdk.StateStopped.Wire(), "capn-node stopped; its data dir is kept"
@@ -296,24 +297,6 @@ func (p *Provider) List(context.Context) ([]*capnv1.InfraMachine, error) {
 		out = append(out, im)
 	}
 	return out, nil
-}
-
-// Adopt logs what a restarted provider finds: its machines are on disk,
-// so there is nothing to take back; a live record whose machine is gone
-// is reported Gone by the SDK's drift check.
-func (p *Provider) Adopt(_ context.Context, machines []*capnv1.InfraMachine, _ []*capnv1.InfraCluster) error {
-	recs, err := p.records()
-	if err != nil {
-		return err
-	}
-	running := 0
-	for _, rec := range recs {
-		if _, ok := p.running(rec); ok {
-			running++
-		}
-	}
-	p.log.Info().Int("observed", len(machines)).Int("on_disk", len(recs)).Int("running", running).Msg("machines read back from the state dir")
-	return nil
 }
 
 // record reads machine.json, or sdk.ErrNotFound.

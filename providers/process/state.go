@@ -61,8 +61,13 @@ type machineRecord struct {
 	// Capacity is its Node's capacity, from the template parameters cpu,
 	// memory and pods (nodecapacity's String; records written before it
 	// was kept have none: kwok's defaults).
-	Capacity string    `json:"capacity,omitempty"`
-	Created  time.Time `json:"created"`
+	Capacity string `json:"capacity,omitempty"`
+	// NodeDir is the --data-dir its running capn-node was started with
+	// when that is not this state dir's (a machine adopted from another
+	// state dir keeps the paths it was started with, through the link
+	// left there); empty otherwise, and cleared when it starts here.
+	NodeDir string    `json:"node_dir,omitempty"`
+	Created time.Time `json:"created"`
 	// Changed is when the machine last started or stopped: the updated
 	// time of its observed record.
 	Changed time.Time `json:"changed"`
@@ -70,9 +75,14 @@ type machineRecord struct {
 
 // clusterRecord is cluster.json.
 type clusterRecord struct {
-	Cluster string    `json:"cluster"`
-	Port    int       `json:"port"`
-	Created time.Time `json:"created"`
+	Cluster string `json:"cluster"`
+	Port    int    `json:"port"`
+	// EndpointStateDir is the --process-state-dir its running endpoint
+	// was started with when that is not this state dir (a cluster adopted
+	// from another state dir: its endpoint reads its machines through the
+	// link left there); empty otherwise, and cleared when it starts here.
+	EndpointStateDir string    `json:"endpoint_state_dir,omitempty"`
+	Created          time.Time `json:"created"`
 }
 
 // layout resolves paths in the state directory.

@@ -30,6 +30,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -47,6 +48,7 @@ import (
 
 	"github.com/capn-dev/capn/cmd/capn-node/kube"
 	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/providers/process/rehome"
 	"github.com/capn-dev/capn/providers/sdk"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
@@ -79,6 +81,8 @@ type Agent struct {
 	lastConds []kube.NamedCondition
 	// cmds is how the bootstrap commands are doing.
 	cmds commandsStatus
+	// rehomeCh carries Rehome requests (one kept).
+	rehomeCh chan struct{}
 }
 
 // New checks cfg and returns its agent.
@@ -89,7 +93,8 @@ func New(cfg Config, log zerolog.Logger) (*Agent, error) {
 	cfg = cfg.withDefaults()
 	return &Agent{
 		cfg: cfg, log: log.With().Str("cluster", cfg.Cluster).Str("machine", cfg.Machine).Logger(),
-		newKube: func(c *kubelocal.NodeConfig, o kube.Options) (KubeRuntime, error) { return kube.New(c, o) },
+		newKube:  func(c *kubelocal.NodeConfig, o kube.Options) (KubeRuntime, error) { return kube.New(c, o) },
+		rehomeCh: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -121,6 +126,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		_ = nc.FlushTimeout(2 * time.Second)
 		nc.Close()
 	}()
+	a.reportConnected(nc, a.cfg.NATS.URL)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
@@ -131,16 +137,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	stopEtcd, err := a.serveEtcd(ctx, nc)
-	if err != nil {
-		return fmt.Errorf("serve the etcd commands: %w", err)
-	}
-	defer stopEtcd()
-	stopPKI, err := a.servePKI(ctx, nc)
-	if err != nil {
-		return fmt.Errorf("serve the certificates commands: %w", err)
-	}
-	defer stopPKI()
 	// Commands run while the agent heartbeats, so that what they do is
 	// seen as it happens; without any, the steps are done before the
 	// first heartbeat, which then tells how the node is at once.
@@ -150,10 +146,145 @@ func (a *Agent) Run(ctx context.Context) error {
 	} else {
 		steps <- a.runSteps(ctx)
 	}
-	a.heartbeats(ctx, events.NewPublisher(js, "capn/node/"+a.cfg.Cluster+"/"+a.cfg.Machine))
+	// The connection's work (heartbeats, etcd commands) runs in a
+	// session; a rehome ends it on the old connection and starts it on
+	// the new one. The steps and the processes they supervise run on.
+	cur := a.cfg.NATS
+	for {
+		next, nextCfg, err := a.session(ctx, nc, js, cur)
+		if err != nil {
+			nc.Close()
+			<-<-steps
+			return err
+		}
+		if next == nil {
+			break
+		}
+		_ = nc.FlushTimeout(2 * time.Second)
+		nc.Close()
+		nc, cur = next, nextCfg
+		if js, err = jetstream.New(nc); err != nil {
+			nc.Close()
+			<-<-steps
+			return err
+		}
+	}
 	<-<-steps // every command and child stopped before the agent says it stopped
 	a.log.Info().Msg("node agent stopped")
 	return nil
+}
+
+// session serves the connection nc (heartbeats, etcd and certificates
+// commands) until
+// ctx ends (nil, nil) or a rehome to another server succeeded: then it
+// returns the new connection, already logged in, with its settings, and
+// the caller closes nc. A rehome that fails leaves nc in use.
+func (a *Agent) session(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cur daemon.NATSConfig) (*nats.Conn, daemon.NATSConfig, error) {
+	sctx, stop := context.WithCancel(ctx)
+	stopEtcd, err := a.serveEtcd(sctx, nc)
+	if err != nil {
+		stop()
+		return nil, cur, fmt.Errorf("serve the etcd commands: %w", err)
+	}
+	stopPKI, err := a.servePKI(sctx, nc)
+	if err != nil {
+		stop()
+		stopEtcd()
+		return nil, cur, fmt.Errorf("serve the certificates commands: %w", err)
+	}
+	beating := make(chan struct{})
+	go func() {
+		defer close(beating)
+		a.heartbeats(sctx, events.NewPublisher(js, "capn/node/"+a.cfg.Cluster+"/"+a.cfg.Machine))
+	}()
+	end := func() {
+		stop()
+		<-beating
+		stopEtcd()
+		stopPKI()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			end()
+			return nil, cur, nil
+		case <-a.rehomeCh:
+		}
+		next, cfg, ok := a.rehome(ctx, cur)
+		if !ok {
+			continue
+		}
+		end()
+		// The new deployment hears of the node at once: its conditions
+		// too, not only what changed since the last report to the old.
+		a.lastConds = nil
+		a.reportConnected(next, cfg.URL)
+		return next, cfg, nil
+	}
+}
+
+// Rehome asks the agent to read its data dir's connection request
+// (package rehome) and move to that server: what SIGHUP does. It does not
+// block; a request while one is handled is kept for after it.
+func (a *Agent) Rehome() {
+	select {
+	case a.rehomeCh <- struct{}{}:
+	default:
+	}
+}
+
+// RehomeTimeout bounds how long the agent tries the new server (its login
+// may be refused until the adopting deployment's records are read).
+const RehomeTimeout = 30 * time.Second
+
+// rehome dials the connection the data dir asks for, logging in as
+// before, and returns it once the server accepted the login. No request,
+// the connection in use, a bad request or a server that keeps refusing
+// (within RehomeTimeout) keep the current connection: ok is false.
+// Without a request the agent goes back to its command line's
+// connection (the request was withdrawn: a move undone).
+func (a *Agent) rehome(ctx context.Context, cur daemon.NATSConfig) (*nats.Conn, daemon.NATSConfig, bool) {
+	cfg := a.cfg.NATS
+	req, err := rehome.ReadConnection(a.cfg.DataDir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		a.log.Warn().Err(err).Msg("rehome: bad connection request; staying connected where it is")
+		return nil, cur, false
+	default:
+		cfg.URL, cfg.CredsFile, cfg.NKeySeedFile = req.URL, req.CredsFile, req.NKeyFile
+		cfg.TLSCA, cfg.TLSCert, cfg.TLSKey, cfg.InboxPrefix = req.TLSCA, req.TLSCert, req.TLSKey, req.InboxPrefix
+	}
+	if cfg == cur {
+		a.log.Info().Str("nats_url", cfg.URL).Msg("rehome: already connected there")
+		return nil, cur, false
+	}
+	a.log.Info().Str("from", cur.URL).Str("to", cfg.URL).Msg("rehome: connecting to another NATS")
+	rctx, cancel := context.WithTimeout(ctx, RehomeTimeout)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		nc, err := a.connectTo(rctx, cfg)
+		if err == nil {
+			a.log.Info().Str("nats_url", cfg.URL).Int("attempts", attempt).Msg("rehome: logged in at the new NATS; leaving the old")
+			return nc, cfg, true
+		}
+		// A refused login is retried too: the adopting deployment may not
+		// have read the machine's records yet.
+		select {
+		case <-rctx.Done():
+			a.log.Warn().Err(err).Str("nats_url", cfg.URL).Msg("rehome: the new NATS did not accept the machine; staying connected where it is")
+			return nil, cur, false
+		case <-time.After(min(time.Duration(attempt)*200*time.Millisecond, 2*time.Second)):
+		}
+	}
+}
+
+// reportConnected records where the agent is connected (rehome.Connected):
+// what an adopting provider waits for.
+func (a *Agent) reportConnected(nc *nats.Conn, url string) {
+	if err := rehome.WriteConnected(a.cfg.DataDir, rehome.Connected{URL: url, ServerID: nc.ConnectedServerId(), At: time.Now().UTC()}); err != nil {
+		a.log.Warn().Err(err).Msg("cannot record the NATS connection")
+	}
 }
 
 // Ready is what heartbeats report: never before every bootstrap command
@@ -176,11 +307,15 @@ func (a *Agent) Ready() bool {
 // bootstrapper's auth callout checks either and grants the machine's own
 // subjects only, under its own inbox prefix.
 func (a *Agent) connect(ctx context.Context) (*nats.Conn, error) {
+	return a.connectTo(ctx, a.cfg.NATS)
+}
+
+// connectTo is connect with the NATS settings cfg.
+func (a *Agent) connectTo(ctx context.Context, cfg daemon.NATSConfig) (*nats.Conn, error) {
 	var extra []nats.Option
 	if a.cfg.NATSSocket != "" {
 		extra = append(extra, nats.SetCustomDialer(socketDialer{path: a.cfg.NATSSocket}))
 	}
-	cfg := a.cfg.NATS
 	if machineLogin(cfg) {
 		c, m := a.cfg.Cluster, a.cfg.Machine
 		extra = append(extra, nats.UserInfoHandler(func() (string, string) {

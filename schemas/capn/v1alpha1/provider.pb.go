@@ -574,6 +574,11 @@ type InfraMachine struct {
 	Message       string                 `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
 	Updated       *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=updated,proto3" json:"updated,omitempty"`
 	FailureDomain string                 `protobuf:"bytes,9,opt,name=failure_domain,json=failureDomain,proto3" json:"failure_domain,omitempty"`
+	// location is where the provider keeps the machine on its host, for a
+	// handover to another deployment's provider of the same kind on the same
+	// host (capn move): the process provider's machine directory. Empty when
+	// the provider's machines are found by provider id alone.
+	Location      string `protobuf:"bytes,100,opt,name=location,proto3" json:"location,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -671,6 +676,13 @@ func (x *InfraMachine) GetFailureDomain() string {
 	return ""
 }
 
+func (x *InfraMachine) GetLocation() string {
+	if x != nil {
+		return x.Location
+	}
+	return ""
+}
+
 // InfraCluster is what a provider really has for a cluster.
 type InfraCluster struct {
 	state                protoimpl.MessageState `protogen:"open.v1"`
@@ -680,8 +692,12 @@ type InfraCluster struct {
 	FailureDomains       []string               `protobuf:"bytes,4,rep,name=failure_domains,json=failureDomains,proto3" json:"failure_domains,omitempty"`
 	Ready                bool                   `protobuf:"varint,5,opt,name=ready,proto3" json:"ready,omitempty"`
 	Message              string                 `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// location is where the provider keeps the cluster's infrastructure on
+	// its host, for a handover (capn move): the process provider's cluster
+	// directory. Empty when not needed.
+	Location      string `protobuf:"bytes,100,opt,name=location,proto3" json:"location,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InfraCluster) Reset() {
@@ -752,6 +768,13 @@ func (x *InfraCluster) GetReady() bool {
 func (x *InfraCluster) GetMessage() string {
 	if x != nil {
 		return x.Message
+	}
+	return ""
+}
+
+func (x *InfraCluster) GetLocation() string {
+	if x != nil {
+		return x.Location
 	}
 	return ""
 }
@@ -989,7 +1012,7 @@ const file_capn_v1alpha1_provider_proto_rawDesc = "" +
 	"\fMachinePower\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x18\n" +
 	"\amachine\x18\x02 \x01(\tR\amachine\x12\x16\n" +
-	"\x06action\x18\x03 \x01(\tR\x06action\"\xc2\x02\n" +
+	"\x06action\x18\x03 \x01(\tR\x06action\"\xde\x02\n" +
 	"\fInfraMachine\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x18\n" +
@@ -1000,14 +1023,16 @@ const file_capn_v1alpha1_provider_proto_rawDesc = "" +
 	"\x05state\x18\x06 \x01(\tR\x05state\x12\x18\n" +
 	"\amessage\x18\a \x01(\tR\amessage\x124\n" +
 	"\aupdated\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\aupdated\x12%\n" +
-	"\x0efailure_domain\x18\t \x01(\tR\rfailureDomain\"\xec\x01\n" +
+	"\x0efailure_domain\x18\t \x01(\tR\rfailureDomain\x12\x1a\n" +
+	"\blocation\x18d \x01(\tR\blocation\"\x88\x02\n" +
 	"\fInfraCluster\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12M\n" +
 	"\x16control_plane_endpoint\x18\x03 \x01(\v2\x17.capn.v1alpha1.EndpointR\x14controlPlaneEndpoint\x12'\n" +
 	"\x0ffailure_domains\x18\x04 \x03(\tR\x0efailureDomains\x12\x14\n" +
 	"\x05ready\x18\x05 \x01(\bR\x05ready\x12\x18\n" +
-	"\amessage\x18\x06 \x01(\tR\amessage\"\xbb\x01\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\x12\x1a\n" +
+	"\blocation\x18d \x01(\tR\blocation\"\xbb\x01\n" +
 	"\vDriftReport\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x18\n" +

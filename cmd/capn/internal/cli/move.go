@@ -38,6 +38,11 @@ For each cluster, in order:
 If a step before 4 fails, what was done is undone: the other deployment
 lets go of what it adopted and the cluster is resumed here.
 
+Process machines move only to a deployment on this host: its process
+provider takes their directories over (a link stays in this data dir:
+keep it until they restart there) and their node agents move to its
+NATS; nothing restarts (docs/operations.md).
+
 Examples:
   capn move --to ~/other-capn/client.yaml demo
   capn move --to prod.yaml web-1 web-2

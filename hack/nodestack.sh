@@ -118,6 +118,7 @@ mkdir -p "$tmp/bin"
 export CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false" GOWORK=off GO111MODULE=on
 
 start=$(date +%s)
+load=$(cut -d' ' -f1-3 /proc/loadavg)
 log() { echo "nodestack: $*" >&2; }
 info=()
 note() { info+=("$*"); log "$*"; }
@@ -132,7 +133,7 @@ build() {
 }
 
 go_version=$("$go" env GOVERSION)
-log "building into $tmp with $go_version (load: $(cut -d' ' -f1-3 /proc/loadavg))"
+log "building into $tmp with $go_version (load average $load on $(nproc) cores; measured cold: about 13 minutes under a load of 20)"
 
 containerd=github.com/containerd/containerd/v2
 runc=github.com/opencontainers/runc
@@ -167,7 +168,7 @@ for b in "${binaries[@]}"; do
 done
 {
   echo "containerd $containerd_version, runc $runc_version (seccomp, libseccomp $(pkg-config --modversion libseccomp), no libpathrs), CNI plugins $cni_version"
-  echo "built with $go_version, -trimpath -ldflags '-s -w', by hack/nodestack.sh on $(date -u +%Y-%m-%dT%H:%M:%SZ), load average at start $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
+  echo "built with $go_version, -trimpath -ldflags '-s -w', by hack/nodestack.sh on $(date -u +%Y-%m-%dT%H:%M:%SZ), load average at start $load, at end $(cut -d' ' -f1-3 /proc/loadavg), on $(nproc) cores"
   echo
   printf '%s\n' "${info[@]}"
   printf '%-24s %4ss\n' total "$(since "$start")"

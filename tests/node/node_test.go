@@ -476,9 +476,9 @@ func (n *node) addPod(t *testing.T, s stack, name string) *pod {
 func buildImage(t *testing.T, dir, ref string, entrypoint ...string) string {
 	t.Helper()
 	bin := filepath.Join(dir, "web")
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	// go test puts its own go first on PATH.
 	run(t, nil, []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=" + runtime.GOARCH, "GOFLAGS=-mod=readonly"},
-		gobin, "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./testdata/web")
+		"go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./testdata/web")
 	web, err := os.ReadFile(bin)
 	if err != nil {
 		t.Fatal(err)

@@ -113,6 +113,7 @@ evictionHard:
 	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	restoreKernelTunables(t)
 	log := &testkit.Buffer{}
 	cmd := exec.Command("nsenter", n.inNode(kubelet, "--config", cfg,
 		"--root-dir", filepath.Join(n.dir, "kubelet"), "--hostname-override", n.ns, "--node-ip", n.nodeIP, "-v", "2")...)
@@ -209,4 +210,26 @@ evictionHard:
 		t.Fatalf("answer is not from the static pod's container (no token %s):\n%s", token, body)
 	}
 	t.Logf("static pod answered after %s:\n%s", time.Since(start).Round(time.Millisecond), body)
+}
+
+// restoreKernelTunables puts back, when the test ends, the host-wide
+// sysctls a kubelet sets at start (setupKernelTunables: it sets them unless
+// protectKernelDefaults, which makes it refuse to start instead). They are
+// not per network namespace, so the test's kubelet changes them on the host
+// for as long as it runs.
+func restoreKernelTunables(t *testing.T) {
+	for _, f := range []string{"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops", "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes"} {
+		path := "/proc/sys/" + f
+		old, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("kernel tunable %s: %v", f, err)
+		}
+		t.Cleanup(func() {
+			if cur, _ := os.ReadFile(path); string(cur) != string(old) {
+				if err := os.WriteFile(path, old, 0o644); err != nil {
+					t.Errorf("restoring %s to %s: %v", f, strings.TrimSpace(string(old)), err)
+				}
+			}
+		})
+	}
 }

@@ -86,11 +86,14 @@ if complete; then
 fi
 
 mkdir -p "$cache"
-# One build at a time per cache (CI and a developer may share it).
+# One build at a time per cache (CI and a developer may share it); the node
+# flavour has its own lock, so that it need not wait for a control build.
+lock=$cache/.lock
+[[ $flavour == node ]] && lock=$cache/.lock-node
 if command -v flock >/dev/null; then
-  exec 9>"$cache/.lock"
+  exec 9>"$lock"
   if ! flock -n 9; then
-    echo "kube: another build holds $cache/.lock; waiting for it" >&2
+    echo "kube: another build holds $lock; waiting for it" >&2
     flock 9
   fi
   if complete; then

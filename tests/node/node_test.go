@@ -236,12 +236,18 @@ func startContainerd(t *testing.T, n *node, s stack, cri *criConfig) *containerd
     sandbox = %q
 
 [plugins."io.containerd.cri.v1.runtime"]
+  # This host drops CAP_SYS_RESOURCE: runc may not lower a sandbox's
+  # oom_score_adj to -998 (runc init: "failed to update
+  # /proc/self/oom_score_adj: Permission denied"), so keep it at
+  # containerd's own.
+  restrict_oom_score_adj = true
   [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
         BinaryName = %q
+        Root = %q
         SystemdCgroup = false
   [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = [%q]
@@ -249,7 +255,7 @@ func startContainerd(t *testing.T, n *node, s stack, cri *criConfig) *containerd
 
 [plugins."io.containerd.grpc.v1.cri"]
   stream_server_address = "127.0.0.1"
-`, cri.pauseImage, filepath.Join(s.bin, "runc"), s.bin, cri.cniConfDir)
+`, cri.pauseImage, filepath.Join(s.bin, "runc"), filepath.Join(dir, "runc"), s.bin, cri.cniConfDir)
 	}
 	config := fmt.Sprintf(`version = 3
 root = %q

@@ -9,7 +9,7 @@ DATA_DIR ?= .capn
 PROGRAMS := $(notdir $(wildcard cmd/*))
 export CGO_ENABLED ?= 0
 
-.PHONY: all build run test day2 test-short mod-check proto proto-check lint vet fmt clean bench npd kube kube-bin autoscaler autoscaler-bin fuzz images chaos
+.PHONY: all build run test day2 test-short mod-check proto proto-check lint vet fmt clean bench npd kube kube-bin autoscaler autoscaler-bin nodestack nodestack-bin fuzz images chaos
 
 all: build
 
@@ -27,7 +27,7 @@ run: build ## run capn dev: embedded JetStream and every service on 127.0.0.1
 
 # The tests that run NPD or the Kubernetes binaries get where they are (or
 # will be), and skip without them; nothing else does.
-TEST_ENV = CAPN_NPD_BIN="$(NPD_BIN)" CAPN_KUBE_BIN="$(KUBE_BIN)" CAPN_AUTOSCALER_BIN="$(AUTOSCALER_BIN)"
+TEST_ENV = CAPN_NPD_BIN="$(NPD_BIN)" CAPN_KUBE_BIN="$(KUBE_BIN)" CAPN_AUTOSCALER_BIN="$(AUTOSCALER_BIN)" CAPN_NODESTACK_BIN="$(NODESTACK_BIN)"
 
 test: mod-check proto-check lint ## everything CI runs
 	$(TEST_ENV) $(GO) test -count=1 -timeout 30m ./...
@@ -134,6 +134,18 @@ autoscaler: ## build the cluster-autoscaler with -tags externalgrpc (cached outs
 	AUTOSCALER_COMMIT=$(AUTOSCALER_COMMIT) AUTOSCALER_SNAPSHOT_SHA256=$(AUTOSCALER_SNAPSHOT_SHA256) GO=$(GO) hack/autoscaler.sh
 autoscaler-bin: ## print AUTOSCALER_BIN, the cluster-autoscaler binary (CAPN_AUTOSCALER_BIN=$$(make -s autoscaler-bin))
 	@echo "$(AUTOSCALER_BIN)"
+
+# A real node's stack (issue 26): containerd v2, runc (seccomp), the CNI
+# plugins bridge/host-local/loopback/portmap (hack/nodestack.sh), and
+# kubelet, kubeadm, kube-proxy of KUBE_VERSION (hack/kube.sh's node
+# flavour), cached outside the repo by version. NODESTACK_BIN is
+# "<stack bin>:<kube node bin>"; tests/node gets it as CAPN_NODESTACK_BIN and
+# skips without it (fails under CAPN_REQUIRE_NODESTACK=1).
+NODESTACK_BIN = $(or $(CAPN_NODESTACK_BIN),$(shell KUBE_VERSION=$(KUBE_VERSION) hack/nodestack.sh --print-path))
+nodestack: ## build a real node's stack: containerd, runc, CNI plugins, kubelet/kubeadm/kube-proxy (cached outside the repo by version)
+	KUBE_VERSION=$(KUBE_VERSION) GO=$(GO) hack/nodestack.sh --kube
+nodestack-bin: ## print NODESTACK_BIN, "<containerd/runc/CNI bin>:<kubelet/kubeadm/kube-proxy bin>" (CAPN_NODESTACK_BIN=$$(make -s nodestack-bin))
+	@echo "$(NODESTACK_BIN)"
 
 BENCH_CLUSTERS ?= 100,300,1000
 BENCH_RUNS ?= 3

@@ -38,6 +38,12 @@
 # Progress and timings go to stderr (and <dir>/BUILD-INFO); the last line on
 # stdout is the bin directory.
 #
+# KUBE_FLAVOUR=node builds, with the same plumbing (generated module,
+# stamps, .tmp then rename), a real node's Kubernetes binaries instead —
+# kubelet, kubeadm, kube-proxy (issue 26; hack/nodestack.sh --kube) — into
+# their own directory k8s-<v>_node, so that neither flavour's cache makes
+# the other look incomplete.
+#
 # Usage: hack/kube.sh [--print-path]
 #   --print-path  print where the binaries are (or would be) and exit 0.
 set -euo pipefail
@@ -49,6 +55,18 @@ cache=${CAPN_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/capn/kube}
 dir=$cache/k8s-${kube_version}_etcd-${etcd_version}_kwok-${kwok_version}
 bin=$dir/bin
 binaries=(etcd etcdctl etcdutl kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
+kube_cmds=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+flavour=${KUBE_FLAVOUR:-control}
+case $flavour in
+  control) ;;
+  node)
+    dir=$cache/k8s-${kube_version}_node
+    bin=$dir/bin
+    binaries=(kubelet kubeadm kube-proxy)
+    kube_cmds=("${binaries[@]}")
+    ;;
+  *) echo "kube: KUBE_FLAVOUR is \"$flavour\"; allowed: control, node" >&2; exit 2 ;;
+esac
 
 complete() {
   local b
@@ -68,11 +86,14 @@ if complete; then
 fi
 
 mkdir -p "$cache"
-# One build at a time per cache (CI and a developer may share it).
+# One build at a time per cache (CI and a developer may share it); the node
+# flavour has its own lock, so that it need not wait for a control build.
+lock=$cache/.lock
+[[ $flavour == node ]] && lock=$cache/.lock-node
 if command -v flock >/dev/null; then
-  exec 9>"$cache/.lock"
+  exec 9>"$lock"
   if ! flock -n 9; then
-    echo "kube: another build holds $cache/.lock; waiting for it" >&2
+    echo "kube: another build holds $lock; waiting for it" >&2
     flock 9
   fi
   if complete; then
@@ -151,7 +172,7 @@ go_version=$("$go" env GOVERSION)
 # gets etcdutl alone, built in place (about a minute), not a whole rebuild.
 missing=()
 for b in "${binaries[@]}"; do [[ -x $bin/$b ]] || missing+=("$b"); done
-if [[ ${missing[*]} == etcdutl ]]; then
+if [[ $flavour == control && ${missing[*]} == etcdutl ]]; then
   t=$(date +%s)
   mkdir -p "$work/etcdutl"
   printf 'module capn.local/etcdutlbuild\n\ngo 1.26.0\n\nrequire go.etcd.io/etcd/etcdutl/v3 %s\n' "$etcd_version" >"$work/etcdutl/go.mod"
@@ -172,7 +193,7 @@ log "building into $tmp with $go_version (a cold build takes about 25 minutes on
 shared=(etcd etcdctl etcdutl kwok)
 donor=
 for d in "$cache"/k8s-*_etcd-"${etcd_version}"_kwok-"${kwok_version}"; do
-  [[ $d != "$dir" && -f $d/BUILD-INFO ]] || continue
+  [[ $flavour == control && $d != "$dir" && -f $d/BUILD-INFO ]] || continue
   grep -q "^built with $go_version," "$d/BUILD-INFO" || continue
   ok=1
   for b in "${shared[@]}"; do [[ -x $d/bin/$b ]] || ok=; done
@@ -219,11 +240,10 @@ printf 'module capn.local/etcdbuild\n\ngo 1.26.0\n\nrequire (\n\tgo.etcd.io/etcd
   "$etcd_version" "$etcd_version" "$etcd_version" >"$work/etcd/go.mod"
 printf 'module capn.local/kwokbuild\n\ngo 1.26.0\n\nrequire sigs.k8s.io/kwok %s\n' "$kwok_version" >"$work/kwok/go.mod"
 
-kube_cmds=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
 kube_pkgs=()
 for c in "${kube_cmds[@]}"; do kube_pkgs+=("k8s.io/kubernetes/cmd/$c"); done
 # Loading every package fetches what the builds need and writes go.sum.
-if [[ -z $donor ]]; then
+if [[ $flavour == control && -z $donor ]]; then
   gorun -C "$work/etcd" list -deps go.etcd.io/etcd/server/v3 go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3 >/dev/null
   gorun -C "$work/kwok" list -deps sigs.k8s.io/kwok/cmd/kwok >/dev/null
 fi
@@ -236,7 +256,7 @@ if [[ -n $donor ]]; then
     ln "$donor/bin/$b" "$tmp/bin/$b" 2>/dev/null || cp -p "$donor/bin/$b" "$tmp/bin/$b"
     note "$(printf '%-24s %4ss  %s' "$b" 0 "from $donor (same version, same Go)")"
   done
-else
+elif [[ $flavour == control ]]; then
   build "$work/etcd" etcd go.etcd.io/etcd/server/v3
   build "$work/etcd" etcdctl go.etcd.io/etcd/etcdctl/v3
   build "$work/etcd" etcdutl go.etcd.io/etcd/etcdutl/v3
@@ -256,7 +276,11 @@ for b in "${binaries[@]}"; do
   [[ -x $tmp/bin/$b ]] || { log "$b was not built"; exit 1; }
 done
 {
-  echo "kubernetes $kube_version (staging modules $staging_version), etcd $etcd_version, kwok $kwok_version"
+  if [[ $flavour == node ]]; then
+    echo "kubernetes $kube_version (staging modules $staging_version), node binaries"
+  else
+    echo "kubernetes $kube_version (staging modules $staging_version), etcd $etcd_version, kwok $kwok_version"
+  fi
   echo "built with $go_version, CGO_ENABLED=0, -trimpath -ldflags '-s -w', by hack/kube.sh on $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo
   printf '%s\n' "${info[@]}"

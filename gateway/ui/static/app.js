@@ -2,7 +2,9 @@
 // gateway's watch stream (/v1/watch) and, for the selected cluster, its
 // event timeline (/v1/clusters/{name}/events?follow=true). Rollouts are
 // not on the watch stream: the page re-reads /v1/rollouts every
-// ROLLOUT_POLL_MS while it is live and visible. Streams are read
+// ROLLOUT_POLL_MS while it is live and visible, and with them the selected
+// class cluster (GET /v1/clusters/{name}) for status.topology, which the
+// gateway adds on reads but the watch stream does not carry. Streams are read
 // with fetch() and a ReadableStream parser because EventSource cannot send
 // the Authorization header. The page authenticates with a pasted token
 // (kept in localStorage, sent as Authorization) or, without one, with the
@@ -22,6 +24,7 @@ const state = {
   rollouts: new Map(), // name -> Rollout (spec and the fleet-manager's status)
   rolloutsLoaded: false,
   selectedRollout: null,
+  topology: new Map(), // cluster name -> status.topology from a read
   events: [], // newest first
   synced: false,
   expanded: new Set(), // keys of nodes whose conditions are shown in full
@@ -177,6 +180,9 @@ function applyChange(type, msg) {
   if (msg.kind === "Cluster") {
     if (type === "DELETED") state.clusters.delete(name);
     else state.clusters.set(name, obj);
+    const known = state.topology.get(name);
+    const pinned = obj.spec && obj.spec.topology;
+    if (name === state.selected && pinned && (!known || n(known.revision) !== n(pinned.revision))) loadTopology(name);
   } else if (msg.kind === "Machine") {
     if (obj.spec && obj.spec.cluster) state.machineCluster.set(name, obj.spec.cluster);
     if (type === "DELETED") {
@@ -245,7 +251,9 @@ function startRolloutPolling() {
   if (rolloutsTimer) return;
   loadRollouts();
   rolloutsTimer = setInterval(() => {
-    if (document.visibilityState !== "hidden") loadRollouts();
+    if (document.visibilityState === "hidden") return;
+    loadRollouts();
+    if (state.selected) loadTopology(state.selected);
   }, ROLLOUT_POLL_MS);
 }
 
@@ -273,6 +281,28 @@ async function loadRollouts() {
     rolloutsBusy = false;
   }
   renderRollouts();
+}
+
+// loadTopology reads a class cluster for its status.topology (its pinned
+// revision against the class's current one); other clusters are not read.
+const topologyBusy = new Set();
+async function loadTopology(name) {
+  const c = state.clusters.get(name);
+  if (!c || !c.spec || !c.spec.topology || topologyBusy.has(name)) return;
+  topologyBusy.add(name);
+  try {
+    const res = await fetch(`/v1/clusters/${encodeURIComponent(name)}`, { headers: { Accept: "application/json", ...authHeaders() }, cache: "no-store" });
+    if (!res.ok) return; // the block shows the spec's revision meanwhile
+    const got = await res.json();
+    if (got.status && got.status.topology) {
+      state.topology.set(name, got.status.topology);
+      scheduleRender();
+    }
+  } catch (_) {
+    // kept: the next poll reads it again
+  } finally {
+    topologyBusy.delete(name);
+  }
 }
 
 // ---- rendering ----
@@ -512,7 +542,87 @@ function renderDetail() {
       el("progress", { max: String(desired || 1), value: String(desired ? updated : 0), "aria-label": label, title: label }),
       el("span", { class: "mono" }, `${updated} / ${desired}`));
   }));
+  renderMaintenance(c);
   renderEvents();
+}
+
+// renderMaintenance shows the selected cluster's class (as capn get
+// clusters: class, pinned revision, up to date), its maintenance (window,
+// auto-patch, confined rollouts, the changes waiting for a window) and its
+// hibernation schedule. Only what is set is shown; a cluster with none of
+// it hides the block.
+function renderMaintenance(c) {
+  const st = c.status || {};
+  const spec = c.spec || {};
+  const rows = [];
+  const row = (key, label, ...value) => rows.push(el("div", { class: "kv", "data-maint": key }, el("dt", {}, label), el("dd", {}, ...value)));
+
+  const topo = st.topology || state.topology.get(c.metadata.name) || {};
+  const class_ = topo.class || (spec.topology && spec.topology.class);
+  if (class_) {
+    const rev = topo.revision || (spec.topology && spec.topology.revision);
+    row("class", "class", el("span", { class: "name" }, class_));
+    if (rev) {
+      row("revision", "revision", el("span", { class: "mono", "data-revision": String(rev) }, String(rev)),
+        topo.latestRevision ? el("span", { class: "sub" }, ` of ${topo.latestRevision}`) : null);
+    }
+    if (topo.class) {
+      row("up-to-date", "up to date", el("span", { class: "badge " + (topo.upToDate ? "ok" : "warn"), "data-up-to-date": String(!!topo.upToDate) },
+        topo.upToDate ? "yes" : `no: revision ${topo.latestRevision || "?"} is current`));
+    }
+  }
+
+  const ms = spec.maintenance || {};
+  const mst = st.maintenance || {};
+  const windows = ms.windows || [];
+  if (windows.length) {
+    row("windows", "windows", windows.map((w) =>
+      `${(w.days && w.days.length) ? w.days.join(",") : "every day"} ${w.start || ""}–${w.end || ""} ${w.timeZone || "UTC"}`).join("; "));
+  }
+  if (st.maintenance && windows.length) {
+    if (mst.windowOpen) {
+      row("window", "window", el("span", { class: "badge ok", "data-window": "open" }, "open"),
+        mst.windowCloses ? [" closes ", when(mst.windowCloses)] : null);
+    } else {
+      row("window", "window", el("span", { class: "badge", "data-window": "closed" }, "closed"),
+        mst.nextWindowOpen ? [" next opens ", when(mst.nextWindowOpen)] : null);
+    }
+  }
+  if (spec.maintenance) {
+    row("auto-patch", "auto-patch", el("span", { "data-on": String(!!ms.autoPatch) }, ms.autoPatch ? "on" : "off"));
+    row("confine", "confine spec rollouts", el("span", { "data-on": String(!!ms.confineSpecRollouts) }, ms.confineSpecRollouts ? "on" : "off"));
+  }
+  if (ms.pendingVersion) row("pending", "pending version", el("span", { class: "mono" }, ms.pendingVersion));
+  const waiting = mst.waiting || [];
+  if (waiting.length) {
+    row("waiting", "waiting", el("ul", { class: "notes" }, waiting.map((w) =>
+      el("li", { "data-change": w.change || "" },
+        el("strong", {}, w.change || "change"),
+        w.from || w.to ? el("span", { class: "mono" }, ` ${w.from || "?"} → ${w.to || "?"}`) : null,
+        w.message ? [": ", el("span", { class: "msg" }, w.message)] : null))));
+  }
+  if (mst.lastApplied) row("last-applied", "last applied", mst.lastApplied, mst.lastAppliedTime ? [" ", when(mst.lastAppliedTime)] : null);
+
+  const schedules = (spec.hibernation && spec.hibernation.schedules) || [];
+  const hst = st.hibernation || {};
+  const hibernated = spec.hibernated || st.phase === "Hibernated" || st.phase === "Hibernating";
+  if (hibernated || schedules.length || hst.nextTransition || hst.override) {
+    row("hibernated", "hibernated", el("span", { class: "badge " + (hibernated ? "warn" : ""), "data-hibernated": String(!!hibernated) },
+      hibernated ? (st.phase === "Hibernating" ? "hibernating" : "yes") : "no"));
+  }
+  if (schedules.length) {
+    row("schedules", "schedules", schedules.map((s) =>
+      `${s.start ? "hibernate " + s.start : ""}${s.start && s.end ? ", " : ""}${s.end ? "wake " + s.end : ""} ${s.location || "UTC"}`).join("; "));
+  }
+  if (hst.nextTransition) {
+    row("next-transition", "next", el("span", { "data-transition": hst.nextHibernates ? "hibernate" : "wake" }, hst.nextHibernates ? "hibernate" : "wake"),
+      " ", when(hst.nextTransition));
+  }
+  if (hst.override) row("override", "override", el("span", { class: "badge warn", "data-override": "true" }, "manual, holds until the next transition"));
+  if (hst.message) row("hibernation-message", "", el("span", { class: "sub" }, hst.message));
+
+  $("#maint").hidden = rows.length === 0;
+  $("#maint-body").replaceChildren(rows.length ? el("dl", { class: "maint" }, rows) : "");
 }
 
 // describeChange says what a rollout applies, as capn rollout list does.
@@ -676,6 +786,7 @@ function select(name) {
   state.selected = name;
   writeHash();
   followEvents(name);
+  if (name) loadTopology(name);
   render();
 }
 
@@ -738,6 +849,7 @@ async function logOut() {
   stopRolloutPolling();
   state.rollouts.clear();
   state.rolloutsLoaded = false;
+  state.topology.clear();
   if (watchAbort) watchAbort.abort();
   if (eventsAbort) eventsAbort.abort();
   try {

@@ -21,7 +21,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
 )
@@ -98,42 +97,11 @@ type etcdCluster struct {
 // etcdClusterOf reads the cluster and its control-plane machines, and
 // refuses a cluster whose control plane capn does not run.
 func (s *Service) etcdClusterOf(ctx context.Context, cluster string) (*etcdCluster, *capnv1.BackupError) {
-	if s.cfg.Keyring == nil {
-		return nil, refuse(CodeUnavailable, "the backup service has no key to seal etcd snapshots: give it --secrets-key-file (or "+"CAPN_SECRETS_KEY), the key of the secrets bucket")
+	c, cps, _, berr := s.kubeLocalCluster(ctx, cluster, "to seal etcd snapshots", "etcd snapshots need")
+	if berr != nil {
+		return nil, berr
 	}
-	if err := checkClusterName(cluster); err != nil {
-		return nil, refuse(CodeInvalid, fmt.Sprintf("cluster %q: %v", cluster, err))
-	}
-	c, _, err := s.clusters.Get(ctx, keys.Cluster(cluster))
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, refuse(CodeNotFound, "no cluster "+cluster)
-	}
-	if err != nil {
-		return nil, refuse(CodeInternal, err.Error())
-	}
-	if p := c.GetSpec().GetBootstrap().GetProvider(); p != KubeLocal {
-		if p == "" {
-			p = "kubeadm"
-		}
-		return nil, refuse(CodeInvalid, fmt.Sprintf("cluster %s: its control plane is not run by capn (bootstrap provider %s): etcd snapshots need the %s bootstrap provider", cluster, p, KubeLocal))
-	}
-	ms, err := s.machines.List(ctx, keys.MachinesOf(cluster))
-	if err != nil {
-		return nil, refuse(CodeInternal, err.Error())
-	}
-	ec := &etcdCluster{name: cluster, policy: c.GetSpec().GetEtcdSnapshots()}
-	for _, m := range ms {
-		if m.Value.GetSpec().GetRole() == "control-plane" && m.Value.GetMetadata().GetDeletionTimestamp() == nil {
-			if k, err := keys.Parse(m.Key); err == nil {
-				ec.machines = append(ec.machines, k.Name)
-			}
-		}
-	}
-	slices.Sort(ec.machines)
-	if len(ec.machines) == 0 {
-		return nil, refuse(CodeUnavailable, "cluster "+cluster+" has no control-plane machine")
-	}
-	return ec, nil
+	return &etcdCluster{name: cluster, policy: c.GetSpec().GetEtcdSnapshots(), machines: cps}, nil
 }
 
 // onEtcdSnapshot answers capn.backup.etcd-snapshot.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -78,52 +77,14 @@ type caCluster struct {
 }
 
 func (s *Service) caClusterOf(ctx context.Context, cluster string) (*caCluster, *capnv1.BackupError) {
-	if s.cfg.Keyring == nil {
-		return nil, refuse(CodeUnavailable, "the backup service has no key to open the cluster's PKI: give it --secrets-key-file (or CAPN_SECRETS_KEY), the key of the secrets bucket")
+	c, cps, ws, berr := s.kubeLocalCluster(ctx, cluster, "to open the cluster's PKI", "CA rotation needs")
+	if berr != nil {
+		return nil, berr
 	}
-	if err := checkClusterName(cluster); err != nil {
-		return nil, refuse(CodeInvalid, fmt.Sprintf("cluster %q: %v", cluster, err))
+	cc := &caCluster{name: cluster, workers: map[string]bool{}, spec: c.GetSpec().GetCertificates(), machines: append(cps, ws...)}
+	for _, w := range ws {
+		cc.workers[w] = true
 	}
-	c, _, err := s.clusters.Get(ctx, keys.Cluster(cluster))
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, refuse(CodeNotFound, "no cluster "+cluster)
-	}
-	if err != nil {
-		return nil, refuse(CodeInternal, err.Error())
-	}
-	if p := c.GetSpec().GetBootstrap().GetProvider(); p != KubeLocal {
-		if p == "" {
-			p = "kubeadm"
-		}
-		return nil, refuse(CodeInvalid, fmt.Sprintf("cluster %s: its control plane is not run by capn (bootstrap provider %s): CA rotation needs the %s bootstrap provider, whose node agents hold the certificates", cluster, p, KubeLocal))
-	}
-	ms, err := s.machines.List(ctx, keys.MachinesOf(cluster))
-	if err != nil {
-		return nil, refuse(CodeInternal, err.Error())
-	}
-	cc := &caCluster{name: cluster, workers: map[string]bool{}, spec: c.GetSpec().GetCertificates()}
-	var cps, ws []string
-	for _, m := range ms {
-		if m.Value.GetMetadata().GetDeletionTimestamp() != nil {
-			continue
-		}
-		k, err := keys.Parse(m.Key)
-		if err != nil {
-			continue
-		}
-		if m.Value.GetSpec().GetRole() == "control-plane" {
-			cps = append(cps, k.Name)
-		} else {
-			ws = append(ws, k.Name)
-			cc.workers[k.Name] = true
-		}
-	}
-	slices.Sort(cps)
-	slices.Sort(ws)
-	if len(cps) == 0 {
-		return nil, refuse(CodeUnavailable, "cluster "+cluster+" has no control-plane machine")
-	}
-	cc.machines = append(cps, ws...)
 	return cc, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -19,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/capn-dev/capn/events"
@@ -642,9 +644,20 @@ func TestJoinTokensSkipClustersWithoutRealKubernetes(t *testing.T) {
 	e.generate(got, c, "simc-w-1", "worker", false, spec)
 	natstest.WaitFor(t, 10*time.Second, "the second record", func() bool { return e.record(ring, c, "simc-w-1").GetToken() != "" })
 	// Without the skip, the passes those writes wake would register both
-	// tokens within milliseconds (as in the tests above); nothing must
-	// happen, so there is no event to wait for.
-	time.Sleep(time.Second) //sleep-ok: checking that nothing happens
+	// tokens (as in the tests above). Nothing must happen, so wait for two
+	// whole passes instead: each purges a machine generated and then
+	// deleted, and one cluster's passes run one at a time, so once the
+	// second purge is seen, the pass that saw both tokens wanted returned.
+	for _, m := range []string{"simc-b-0", "simc-b-1"} {
+		e.generate(got, c, m, "worker", false, spec)
+		if err := e.kv(events.BucketDesired).Delete(context.Background(), "machine."+c+"."+m); err != nil {
+			t.Fatal(err)
+		}
+		natstest.WaitFor(t, 10*time.Second, m+"'s data purged by a pass", func() bool {
+			_, err := e.kv(events.BucketSecrets).Get(context.Background(), "bootstrap."+c+"."+m)
+			return errors.Is(err, jetstream.ErrKeyNotFound)
+		})
+	}
 	if n := api.conns.Load(); n != 0 {
 		t.Fatalf("sim cluster: %d connections to its endpoint, want none", n)
 	}

@@ -33,6 +33,11 @@ const (
 	// (capn.health.<cluster>.<machine>.<kind>).
 	StreamHealth  = "CAPN_HEALTH"
 	SubjectHealth = keys.HealthRoot
+	// StreamControlPlanes is a work queue of commands to control-plane
+	// implementations (capn.controlplane.<implementation>.<verb>.<cluster>);
+	// each implementation consumes capn.controlplane.<its name>.>.
+	StreamControlPlanes  = "CAPN_CONTROLPLANES"
+	SubjectControlPlanes = keys.ControlPlaneRoot
 
 	BucketDesired  = "desired"
 	BucketObserved = "observed"
@@ -116,6 +121,12 @@ func DefaultTopology(replicas int) Topology {
 			{
 				Name: StreamProviders, Subjects: []string{SubjectProviders + ".>"},
 				Description: "capn commands to infrastructure providers",
+				Retention:   jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Replicas: replicas,
+				MaxAge: 24 * time.Hour, Duplicates: DuplicateWindow,
+			},
+			{
+				Name: StreamControlPlanes, Subjects: []string{SubjectControlPlanes + ".>"},
+				Description: "capn commands to control-plane implementations",
 				Retention:   jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Replicas: replicas,
 				MaxAge: 24 * time.Hour, Duplicates: DuplicateWindow,
 			},

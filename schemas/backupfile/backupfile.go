@@ -356,6 +356,8 @@ func Record(bucket string, k keys.Key) (func() proto.Message, bool) {
 			return msg(&capnv1.RolloutStatus{}), true
 		case keys.KindMaintenance:
 			return msg(&capnv1.MaintenanceRecord{}), true
+		case keys.KindControlPlane:
+			return msg(&capnv1.ControlPlaneRecord{}), true
 		}
 	case BucketSecrets:
 		switch k.Kind {

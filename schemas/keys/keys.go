@@ -35,6 +35,7 @@ const (
 	KindBootstrapSecret Kind = "bootstrapsecret"
 	KindMaintenance     Kind = "maintenance"        // observed MaintenanceRecord: maintenance.<cluster>
 	KindK8sVersions     Kind = "kubernetesversions" // desired KubernetesVersions: kubernetesversions.<name>
+	KindControlPlane    Kind = "controlplane"       // observed ControlPlaneRecord: controlplane.<cluster>
 )
 
 // Prefixes of every key of a kind, for caches and watchers (store.Keep,
@@ -62,6 +63,7 @@ const (
 	RolloutPrefix         = string(KindRollout) + "."
 	MaintenancePrefix     = string(KindMaintenance) + "."
 	K8sVersionsPrefix     = string(KindK8sVersions) + "."
+	ControlPlanePrefix    = string(KindControlPlane) + "."
 )
 
 // ClusterObject stands in the object token of a cluster-level key or
@@ -168,6 +170,10 @@ func Maintenance(cluster string) string { return join(string(KindMaintenance), c
 // catalogue; auto-patch reads K8sVersionsDefault.
 func K8sVersions(name string) string { return join(string(KindK8sVersions), name) }
 
+// ControlPlane is controlplane.<cluster>: the cluster's control-plane record,
+// written by its implementation.
+func ControlPlane(cluster string) string { return join(string(KindControlPlane), cluster) }
+
 // K8sVersionsDefault is kubernetesversions.default, the catalogue
 // auto-patch picks versions from.
 var K8sVersionsDefault = K8sVersions("default")
@@ -198,6 +204,7 @@ var shapes = map[Kind]int{
 	KindProvider: 1, KindSecrets: 1, KindPKI: 1, KindKubeconfig: 1, KindBootstrap: 2,
 	KindAddonSet: 1, KindAddon: 2, KindAddonSecret: 1, KindBootstrapSecret: 1,
 	KindBackup: 1, KindClass: 1, KindClassRev: 2, KindRollout: 1, KindMaintenance: 1, KindK8sVersions: 1,
+	KindControlPlane: 1,
 }
 
 // ErrMalformed is wrapped by every error of Parse and ParseSubject.

@@ -32,11 +32,12 @@ func TestKeys(t *testing.T) {
 		{keys.BackupSchedule, keys.Key{Kind: keys.KindBackup, Name: "schedule"}},
 		{keys.Maintenance("c1"), keys.Key{Kind: keys.KindMaintenance, Cluster: "c1"}},
 		{keys.K8sVersionsDefault, keys.Key{Kind: keys.KindK8sVersions, Name: "default"}},
+		{keys.ControlPlane("c1"), keys.Key{Kind: keys.KindControlPlane, Cluster: "c1"}},
 	}
 	wantKeys := []string{"cluster.c1", "machine.c1.m1", "infra.sim.c1.m1", "infra.sim.c1._", "node.c1.m1",
 		"remediation.c1.md-0", "autoscaler.c1.md-0", "provider.docker", "secrets.c1", "pki.c1", "kubeconfig.c1", "bootstrap.c1.m1",
 		"addonset.cni", "addon.c1.cni", "addonsecret.creds", "bootstrapsecret.tls", "backup.schedule",
-		"maintenance.c1", "kubernetesversions.default"}
+		"maintenance.c1", "kubernetesversions.default", "controlplane.c1"}
 	for i, tt := range tests {
 		t.Run(tt.key, func(t *testing.T) {
 			if tt.key != wantKeys[i] {
@@ -61,6 +62,7 @@ func TestKeys(t *testing.T) {
 		keys.AddonSetPrefix: "addonset.", keys.AddonPrefix: "addon.", keys.AddonSecretPrefix: "addonsecret.", keys.BootstrapSecretPrefix: "bootstrapsecret.",
 		keys.BackupPrefix:      "backup.",
 		keys.MaintenancePrefix: "maintenance.", keys.K8sVersionsPrefix: "kubernetesversions.",
+		keys.ControlPlanePrefix: "controlplane.",
 	}
 	// An add-on set or secret belongs to no cluster: a watcher queueing
 	// clusters skips it.
@@ -111,6 +113,8 @@ func TestSubjects(t *testing.T) {
 			keys.Subject{Root: keys.BootstrapFetchRoot, Cluster: "c1", Object: "m1"}},
 		{keys.BootstrapCredential("sim", "c1", "m1"), "capn.bootstrap.credential.sim.c1.m1",
 			keys.Subject{Root: keys.BootstrapCredentialRoot, Provider: "sim", Cluster: "c1", Object: "m1"}},
+		{keys.ControlPlaneCommand("hosted", keys.ControlPlaneEnsure, "c1"), "capn.controlplane.hosted.ensure.c1",
+			keys.Subject{Root: keys.ControlPlaneRoot, Entity: "hosted", Verb: "ensure", Cluster: "c1"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.exact, func(t *testing.T) {

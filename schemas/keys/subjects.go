@@ -37,7 +37,23 @@ const (
 	// IngestRoot: the gateway's ingest stream, capn.ingest.<event type's
 	// tokens> (any number of them: not parsed here).
 	IngestRoot = "capn.ingest"
+	// ControlPlaneRoot: commands to a control-plane implementation,
+	// capn.controlplane.<implementation>.<verb>.<cluster>
+	// (controlplane.proto).
+	ControlPlaneRoot = "capn.controlplane"
 )
+
+// Control-plane command verbs (ControlPlaneCommand).
+const (
+	ControlPlaneEnsure = "ensure"
+	ControlPlaneDelete = "delete"
+)
+
+// ControlPlaneCommand is the subject of a command to a control-plane
+// implementation: capn.controlplane.<implementation>.<verb>.<cluster>.
+func ControlPlaneCommand(implementation, verb, cluster string) string {
+	return join(ControlPlaneRoot, implementation, verb, cluster)
+}
 
 // EntityDrift is the entity of drift reports, the one fact whose <what>
 // token is the provider: capn.evt.drift.<provider>.<cluster>.<machine>.
@@ -117,6 +133,7 @@ func EtcdSnapshotStatus(cluster string) string { return Backup("etcd-" + cluster
 //	capn.health.<Cluster>.<Object>.<Entity>               Entity is the report's kind
 //	capn.bootstrap.fetch.<Cluster>.<Object>
 //	capn.bootstrap.credential.<Provider>.<Cluster>.<Object>
+//	capn.controlplane.<Entity>.<Verb>.<Cluster>              Entity is the implementation
 type Subject struct {
 	Root     string
 	Provider string
@@ -129,7 +146,7 @@ type Subject struct {
 // subjectShapes: the tokens after each root.
 var subjectShapes = map[string]int{
 	EventsRoot: 4, CommandsRoot: 4, ProvidersRoot: 5, HealthRoot: 3,
-	BootstrapFetchRoot: 2, BootstrapCredentialRoot: 3,
+	BootstrapFetchRoot: 2, BootstrapCredentialRoot: 3, ControlPlaneRoot: 3,
 }
 
 // ParseSubject reads a subject back. One of another shape (unknown root,
@@ -160,6 +177,8 @@ func ParseSubject(subject string) (Subject, error) {
 			s.Cluster, s.Object = t[0], t[1]
 		case BootstrapCredentialRoot:
 			s.Provider, s.Cluster, s.Object = t[0], t[1], t[2]
+		case ControlPlaneRoot:
+			s.Entity, s.Verb, s.Cluster = t[0], t[1], t[2]
 		}
 		return s, nil
 	}
@@ -181,6 +200,8 @@ func (s Subject) String() string {
 		return BootstrapFetch(s.Cluster, s.Object)
 	case BootstrapCredentialRoot:
 		return BootstrapCredential(s.Provider, s.Cluster, s.Object)
+	case ControlPlaneRoot:
+		return ControlPlaneCommand(s.Entity, s.Verb, s.Cluster)
 	}
 	return ""
 }

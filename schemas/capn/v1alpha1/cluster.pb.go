@@ -492,7 +492,11 @@ type ControlPlaneSpec struct {
 	// os is the machines' operating system: linux (default, also when
 	// empty). windows is refused here: a Windows control plane is not
 	// supported (as in Cluster API).
-	Os            string `protobuf:"bytes,8,opt,name=os,proto3" json:"os,omitempty"`
+	Os string `protobuf:"bytes,8,opt,name=os,proto3" json:"os,omitempty"`
+	// type is the control plane's implementation (controlplane.proto):
+	// "machines" (default, also when empty), "hosted" or "external". It is
+	// chosen at creation: changing it on a live cluster is refused.
+	Type          string `protobuf:"bytes,9,opt,name=type,proto3" json:"type,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -579,6 +583,13 @@ func (x *ControlPlaneSpec) GetNodeDeletionTimeout() *durationpb.Duration {
 func (x *ControlPlaneSpec) GetOs() string {
 	if x != nil {
 		return x.Os
+	}
+	return ""
+}
+
+func (x *ControlPlaneSpec) GetType() string {
+	if x != nil {
+		return x.Type
 	}
 	return ""
 }
@@ -2076,7 +2087,7 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\x0efailure_domain\x18\x02 \x01(\tR\rfailureDomain\x1a=\n" +
 	"\x0fParametersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9a\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xae\x03\n" +
 	"\x10ControlPlaneSpec\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x1a\n" +
 	"\breplicas\x18\x02 \x01(\x05R\breplicas\x12:\n" +
@@ -2085,7 +2096,8 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\tbootstrap\x18\x05 \x01(\v2\x1c.capn.v1alpha1.BootstrapSpecR\tbootstrap\x12G\n" +
 	"\x12node_drain_timeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x10nodeDrainTimeout\x12M\n" +
 	"\x15node_deletion_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\x13nodeDeletionTimeout\x12\x0e\n" +
-	"\x02os\x18\b \x01(\tR\x02osB\f\n" +
+	"\x02os\x18\b \x01(\tR\x02os\x12\x12\n" +
+	"\x04type\x18\t \x01(\tR\x04typeB\f\n" +
 	"\n" +
 	"_max_surge\"\xaf\x06\n" +
 	"\n" +

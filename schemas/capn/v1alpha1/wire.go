@@ -156,3 +156,23 @@ func newWire[E ~int32](names map[int32]string) wire[E] {
 	}
 	return w
 }
+
+// Control-plane implementations (ControlPlaneSpec.type, ControlPlaneRecord.implementation).
+const (
+	ControlPlaneMachines = "machines"
+	ControlPlaneHosted   = "hosted"
+	ControlPlaneExternal = "external"
+)
+
+// ControlPlaneTypes are the implementations a cluster may name, in the
+// order errors list them.
+var ControlPlaneTypes = []string{ControlPlaneMachines, ControlPlaneHosted, ControlPlaneExternal}
+
+// Implementation is the control plane's implementation: its type, or
+// "machines" when the type is empty.
+func (x *ControlPlaneSpec) Implementation() string {
+	if t := x.GetType(); t != "" {
+		return t
+	}
+	return ControlPlaneMachines
+}

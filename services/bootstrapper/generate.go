@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
@@ -111,9 +112,16 @@ func (s *Service) generate(ctx context.Context, m *events.Message, cmd *capnv1.G
 	if err != nil {
 		return s.fail(ctx, cmd, ReasonInvalidBootstrap, err.Error())
 	}
-	cred, err := newCredential()
-	if err != nil {
-		return err
+	// The bootstrap credential is minted with the data only for a machine
+	// whose provider runs node agents (or does not say): the others never
+	// ask for it, and a record without one has nothing to forget at the
+	// join (tendTokens: one write fewer). A provider that asks all the
+	// same gets one minted then (credential.go).
+	cred := ""
+	if s.mintsCredential(cmd.GetCluster(), cmd.GetMachine()) {
+		if cred, err = newCredential(); err != nil {
+			return err
+		}
 	}
 	secret, err := newCredential()
 	if err != nil {
@@ -146,6 +154,22 @@ func (s *Service) generate(ctx context.Context, m *events.Message, cmd *capnv1.G
 	s.kickJoins(cmd.GetCluster())
 	log.Info().Str("format", stored.GetFormat()).Str("checksum", stored.GetChecksum()).Msg("bootstrap data ready")
 	return s.ready(ctx, m, cmd, key, stored)
+}
+
+// capabilityNodeAgent is the provider SDK's sdk.CapabilityNodeAgent
+// (services do not import the SDK).
+const capabilityNodeAgent = "node-agent"
+
+// mintsCredential says whether a machine's bootstrap credential is minted
+// with its data: unless its provider's announcement is there and does not
+// name node-agent (a machine or announcement not in the cache: minted).
+func (s *Service) mintsCredential(cluster, machine string) bool {
+	m, _, ok := store.NewView(s.desired, store.New[capnv1.Machine]()).Get(keys.Machine(cluster, machine))
+	if !ok || m.GetSpec().GetProvider() == "" {
+		return true
+	}
+	a, _, ok := store.NewView(s.observed, store.New[capnv1.ProviderAnnouncement]()).Get(keys.Provider(m.GetSpec().GetProvider()))
+	return !ok || slices.Contains(a.GetCapabilities(), capabilityNodeAgent)
 }
 
 func providerName(spec *capnv1.BootstrapSpec, r *bootstrap.Registry) string {

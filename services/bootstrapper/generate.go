@@ -48,6 +48,12 @@ func (s *Service) handleCommand(ctx context.Context, m *events.Message) error {
 // A repeated command (same content) gets the same data and the same
 // bootstrap.ready event id, so JetStream drops the repeat.
 func (s *Service) generate(ctx context.Context, m *events.Message, cmd *capnv1.GenerateBootstrap) error {
+	return s.generateFor(ctx, m.Event.ID(), cmd)
+}
+
+// generateFor is generate for one request: request (the command's id, or
+// levelRequest for the machines loop) makes the answer's id.
+func (s *Service) generateFor(ctx context.Context, request string, cmd *capnv1.GenerateBootstrap) error {
 	log := zerolog.Ctx(ctx).With().Str("cluster", cmd.GetCluster()).Str("machine", cmd.GetMachine()).Logger()
 	if cmd.GetCluster() == "" || cmd.GetMachine() == "" {
 		return s.fail(ctx, cmd, ReasonInvalidCommand, "cluster and machine are required")
@@ -63,7 +69,7 @@ func (s *Service) generate(ctx context.Context, m *events.Message, cmd *capnv1.G
 	}
 	if miss != nil {
 		log.Info().Str("secret", miss.name).Str("key", miss.key).Msg("bootstrap data waits for a bootstrap secret")
-		return s.waiting(ctx, m, cmd, miss)
+		return s.waiting(ctx, request, cmd, miss)
 	}
 	hash, err := inputHash(cmd)
 	if err != nil {
@@ -72,7 +78,7 @@ func (s *Service) generate(ctx context.Context, m *events.Message, cmd *capnv1.G
 	hash = withSecrets(hash, digest)
 	key := keys.Bootstrap(cmd.GetCluster(), cmd.GetMachine())
 	if cur, _, err := s.boots.Get(ctx, key); err == nil && cur.GetInputHash() == hash {
-		return s.ready(ctx, m, cmd, key, cur)
+		return s.ready(ctx, request, cmd, key, cur)
 	} else if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
@@ -153,7 +159,7 @@ func (s *Service) generate(ctx context.Context, m *events.Message, cmd *capnv1.G
 	s.joinMemo.unsettle(key)
 	s.kickJoins(cmd.GetCluster())
 	log.Info().Str("format", stored.GetFormat()).Str("checksum", stored.GetChecksum()).Msg("bootstrap data ready")
-	return s.ready(ctx, m, cmd, key, stored)
+	return s.ready(ctx, request, cmd, key, stored)
 }
 
 // capabilityNodeAgent is the provider SDK's sdk.CapabilityNodeAgent
@@ -183,10 +189,10 @@ func providerName(spec *capnv1.BootstrapSpec, r *bootstrap.Registry) string {
 // data and per request: a redelivered command gets an answer JetStream
 // de-duplicates, while a machine-manager asking again (a new command id,
 // because it never got the first answer) gets a new one.
-func (s *Service) ready(ctx context.Context, m *events.Message, cmd *capnv1.GenerateBootstrap, key string, rec *capnv1.BootstrapData) error {
+func (s *Service) ready(ctx context.Context, request string, cmd *capnv1.GenerateBootstrap, key string, rec *capnv1.BootstrapData) error {
 	ev := &capnv1.BootstrapReady{Cluster: cmd.GetCluster(), Machine: cmd.GetMachine(), SecretKey: key,
 		Format: rec.GetFormat(), Checksum: rec.GetChecksum(), Provider: rec.GetProvider()}
-	id := "bootstrap-ready." + cmd.GetCluster() + "." + cmd.GetMachine() + "." + shortHash(rec.GetChecksum()+"\n"+m.Event.ID())
+	id := "bootstrap-ready." + cmd.GetCluster() + "." + cmd.GetMachine() + "." + shortHash(rec.GetChecksum()+"\n"+request)
 	_, err := s.pub.Publish(ctx, events.EventSubject("bootstrap", "ready", cmd.GetCluster(), cmd.GetMachine()),
 		events.TypeBootstrapReady, id, ev, events.WithSubject(cmd.GetMachine()))
 	return err

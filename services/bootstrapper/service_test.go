@@ -480,22 +480,22 @@ func TestCredentialMintedOnlyForNodeAgentProviders(t *testing.T) {
 	announce("agents", "stop-start", "node-agent")
 	machines := store.NewBucket(e.kv(events.BucketDesired), func() *capnv1.Machine { return new(capnv1.Machine) })
 	for m, p := range map[string]string{"a-plain": "plain", "b-agent": "agents"} {
-		if _, err := machines.Create(context.Background(), "machine.c1."+m, &capnv1.Machine{Metadata: &capnv1.ObjectMeta{Name: m}, Spec: &capnv1.MachineSpec{Provider: p}}); err != nil {
+		if _, err := machines.Create(context.Background(), "machine.c1."+m, &capnv1.Machine{Metadata: &capnv1.ObjectMeta{Name: m}, Spec: &capnv1.MachineSpec{Provider: p, Role: "worker", Version: "v1.34.2"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
+	got := e.collect("c1")
 	e.start(ring)
 	e.applyCluster("c1", nil)
 	e.reportEndpoint("c1")
-	got := e.collect("c1")
 	boots := store.NewBucket(e.kv(events.BucketSecrets), func() *capnv1.BootstrapData { return new(capnv1.BootstrapData) }, store.WithSealer(ring))
 	revs := map[string]uint64{}
-	for _, m := range []string{"a-plain", "b-agent"} {
-		cmd := &capnv1.GenerateBootstrap{Cluster: "c1", Machine: m, Role: "worker", Version: "v1.34.2"}
-		if _, err := e.pub.Publish(context.Background(), events.CommandSubject("bootstrap", "generate", "c1", m), events.TypeGenerateBootstrap, "g-"+m, cmd); err != nil {
-			t.Fatal(err)
+	for range 2 { // generated from the desired machines, no command
+		if m := next(t, got); m.Event.Type() != events.TypeBootstrapReady {
+			t.Fatalf("got %s, want bootstrap.ready", m.Event.Type())
 		}
-		next(t, got)
+	}
+	for _, m := range []string{"a-plain", "b-agent"} {
 		rec, rev, err := boots.Get(context.Background(), "bootstrap.c1."+m)
 		if err != nil || rec.GetToken() == "" {
 			t.Fatalf("%s: record %v: want data with a token", m, err)
@@ -532,5 +532,65 @@ func TestCredentialMintedOnlyForNodeAgentProviders(t *testing.T) {
 	}
 	if rec, _, _ := boots.Get(context.Background(), "bootstrap.c1.a-plain"); rec.GetFetchCredential() != "" {
 		t.Fatal("a credential was minted after the join")
+	}
+}
+
+// A new desired machine with no status gets its bootstrap data and
+// bootstrap.ready with no command (the machine-manager sends none at
+// first). The machine-manager's ask for it later (its command, built by
+// the same capnv1.NewGenerateBootstrap) is answered from the same data,
+// not generated again. A machine that has a status, or is being deleted,
+// gets nothing by itself.
+func TestNewDesiredMachineGetsDataWithoutCommand(t *testing.T) {
+	e := newEnv(t)
+	ring := keyring(t, newKey(t))
+	e.start(ring)
+	e.applyCluster("c1", nil)
+	e.reportEndpoint("c1")
+	got := e.collect("c1")
+	machines := store.NewBucket(e.kv(events.BucketDesired), func() *capnv1.Machine { return new(capnv1.Machine) })
+	statuses := store.NewBucket(e.kv(events.BucketObserved), func() *capnv1.MachineStatus { return new(capnv1.MachineStatus) })
+	if _, err := statuses.Create(context.Background(), "machine.c1.w-known", &capnv1.MachineStatus{Phase: "Bootstrapping"}); err != nil {
+		t.Fatal(err)
+	}
+	spec := func(name string, deleting bool) *capnv1.Machine {
+		m := &capnv1.Machine{Metadata: &capnv1.ObjectMeta{Name: name, Uid: "uid-" + name},
+			Spec: &capnv1.MachineSpec{Provider: "sim", Role: "worker", Version: "v1.34.2", Labels: map[string]string{"pool": "md-0"}}}
+		if deleting {
+			m.Metadata.DeletionTimestamp = timestamppb.Now()
+		}
+		return m
+	}
+	for _, m := range []*capnv1.Machine{spec("w-known", false), spec("w-gone", true), spec("w-new", false)} {
+		if _, err := machines.Create(context.Background(), "machine.c1."+m.GetMetadata().GetName(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := next(t, got)
+	var r capnv1.BootstrapReady
+	if first.Event.Type() != events.TypeBootstrapReady || events.DataAs(first.Event, &r) != nil || r.GetMachine() != "w-new" {
+		t.Fatalf("got %s for %q, want bootstrap.ready for w-new", first.Event.Type(), r.GetMachine())
+	}
+	boots := store.NewBucket(e.kv(events.BucketSecrets), func() *capnv1.BootstrapData { return new(capnv1.BootstrapData) }, store.WithSealer(ring))
+	rec, rev, err := boots.Get(context.Background(), "bootstrap.c1.w-new")
+	if err != nil || rec.GetChecksum() != r.GetChecksum() {
+		t.Fatalf("record %v: want the answered data", err)
+	}
+	for _, m := range []string{"w-known", "w-gone"} {
+		if _, _, err := boots.Get(context.Background(), "bootstrap.c1."+m); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("%s got data by itself (%v), want none", m, err)
+		}
+	}
+	// The machine-manager's ask: the same request, the same data.
+	cmd := capnv1.NewGenerateBootstrap("c1", "w-new", spec("w-new", false))
+	if _, err := e.pub.Publish(context.Background(), events.CommandSubject("bootstrap", "generate", "c1", "w-new"), events.TypeGenerateBootstrap, "ask1", cmd); err != nil {
+		t.Fatal(err)
+	}
+	var again capnv1.BootstrapReady
+	if m := next(t, got); events.DataAs(m.Event, &again) != nil || again.GetChecksum() != r.GetChecksum() {
+		t.Fatalf("the ask got checksum %q, want the data generated by itself (%q)", again.GetChecksum(), r.GetChecksum())
+	}
+	if _, rev2, _ := boots.Get(context.Background(), "bootstrap.c1.w-new"); rev2 != rev {
+		t.Fatalf("the ask rewrote the record (revision %d, was %d)", rev2, rev)
 	}
 }

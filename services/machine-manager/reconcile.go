@@ -164,12 +164,7 @@ func (s *Service) send(ctx context.Context, c Command, cluster, name string, m *
 	spec := m.GetSpec()
 	switch c.Kind {
 	case CmdBootstrap:
-		b := proto.Clone(spec.GetBootstrap()).(*capnv1.BootstrapSpec)
-		if b != nil {
-			b.Ca = nil // the bootstrapper holds the CA; no key travels in a command
-		}
-		cmd := &capnv1.GenerateBootstrap{Cluster: cluster, Machine: name, MachineUid: m.GetMetadata().GetUid(), Role: spec.GetRole(), FirstControlPlane: spec.GetFirstControlPlane(),
-			Version: spec.GetVersion(), Bootstrap: b, Labels: spec.GetLabels(), Taints: spec.GetTaints(), Os: spec.GetOs()}
+		cmd := capnv1.NewGenerateBootstrap(cluster, name, m) // the bootstrapper's own request for m is the same
 		_, err := s.pub.Publish(ctx, events.CommandSubject("bootstrap", "generate", cluster, name), events.TypeGenerateBootstrap, c.ID, cmd)
 		return err
 	case CmdCreate:

@@ -252,10 +252,14 @@ func bootstrapped(out *Output, st *capnv1.MachineStatus, now time.Time, createID
 }
 
 // pending is the step of a new machine that has no status yet and waits
-// for its bootstrap data (Input.PendingSince): it asks for the data (again
-// every bootstrapReask, under a new id, as a Bootstrapping machine does)
-// and writes nothing, until the answer (onBootstrap) takes it to
-// Provisioning in its first write, or the bootstrap timeout fails it.
+// for its bootstrap data (Input.PendingSince). It writes nothing and sends
+// nothing at first: the bootstrapper generates a new desired machine's
+// data by itself and answers bootstrap.ready. With no answer after
+// bootstrapReask it asks (capn.cmd.bootstrap.generate, a new id every
+// bootstrapReask, as a Bootstrapping machine does): an answer lost, or a
+// bootstrapper that does not generate by itself. The answer (onBootstrap)
+// takes it to Provisioning in its first write; the bootstrap timeout
+// fails it.
 func pending(out *Output, st *capnv1.MachineStatus, in Input, t Timeouts, bootstrapID string) {
 	waited := max(0, in.Now.Sub(in.PendingSince))
 	if waited >= t.Bootstrap {
@@ -263,11 +267,9 @@ func pending(out *Output, st *capnv1.MachineStatus, in Input, t Timeouts, bootst
 		setCondition(st, CondBootstrapReady, capnv1.ConditionFalse, ReasonBootstrapTimeout, "the bootstrapper did not answer", in.Now)
 		return
 	}
-	cmd := Command{CmdBootstrap, bootstrapID}
 	if n := int(waited / bootstrapReask); n > 0 {
-		cmd.ID = fmt.Sprintf("%s.ask%d", bootstrapID, n)
+		out.Commands = append(out.Commands, Command{CmdBootstrap, fmt.Sprintf("%s.ask%d", bootstrapID, n)})
 	}
-	out.Commands = append(out.Commands, cmd)
 	out.Status = nil // nothing to write: the status is absent, and stays so
 	out.RequeueAfter = min(bootstrapReask-waited%bootstrapReask, t.Bootstrap-waited)
 }

@@ -372,9 +372,11 @@ func TestStepTakesTheProviderIDWithAPhaseChange(t *testing.T) {
 }
 
 // A new machine with Input.PendingSince (the service sets it) is not
-// written while it waits for its bootstrap data: it asks, asks again
-// under a new id every bootstrapReask, fails at the bootstrap timeout, and
-// the answer takes it from Pending to Provisioning in its first write.
+// written while it waits for its bootstrap data: it sends nothing at first
+// (the bootstrapper generates from the desired machine), asks under a new
+// id every bootstrapReask without an answer, fails at the bootstrap
+// timeout, and the answer takes it from Pending to Provisioning in its
+// first write.
 func TestPendingMachineIsNotWritten(t *testing.T) {
 	in := func(after time.Duration) Input {
 		return Input{Cluster: "c1", Name: "m1", Desired: machine(false), PendingSince: t0, Now: t0.Add(after)}
@@ -383,8 +385,12 @@ func TestPendingMachineIsNotWritten(t *testing.T) {
 	if out.Status != nil || len(out.Events) != 0 {
 		t.Fatalf("waiting: status %v, events %v; want nothing written", out.Status, out.Events)
 	}
-	if len(out.Commands) != 1 || out.Commands[0] != (Command{CmdBootstrap, "bootstrap.c1.m1.u1"}) || out.RequeueAfter != bootstrapReask-time.Second {
-		t.Fatalf("waiting: commands %v, requeue %s; want the ask, and a look again at the re-ask", out.Commands, out.RequeueAfter)
+	if len(out.Commands) != 0 || out.RequeueAfter != bootstrapReask-time.Second {
+		t.Fatalf("waiting: commands %v, requeue %s; want none, and a look again at the first ask", out.Commands, out.RequeueAfter)
+	}
+	out = Step(in(31*time.Second), Timeouts{})
+	if out.Status != nil || len(out.Commands) != 1 || out.Commands[0] != (Command{CmdBootstrap, "bootstrap.c1.m1.u1.ask1"}) {
+		t.Fatalf("no answer for 31s: status %v, commands %v; want nothing written and ask1", out.Status, out.Commands)
 	}
 	out = Step(in(65*time.Second), Timeouts{})
 	if out.Status != nil || len(out.Commands) != 1 || out.Commands[0].ID != "bootstrap.c1.m1.u1.ask2" {

@@ -55,7 +55,10 @@ func clusterObject(c *capnv1.Cluster, rev uint64, st *capnv1.ClusterStatus) *cap
 
 // machineObject is what the API shows of a machine: the desired Machine (nil
 // when only its status is left, e.g. while its infrastructure is deleted)
-// read at rev, with the observed status merged in.
+// read at rev, with the observed status merged in. A machine the
+// machine-manager has not written yet — it writes nothing while a new
+// machine waits for its bootstrap data — shows phase Pending, as a cluster
+// without a status does.
 func machineObject(name string, m *capnv1.Machine, rev uint64, st *capnv1.MachineStatus) *capnv1.Machine {
 	out := &capnv1.Machine{}
 	if m != nil {
@@ -69,6 +72,9 @@ func machineObject(name string, m *capnv1.Machine, rev uint64, st *capnv1.Machin
 		md.ResourceVersion = resourceVersion(rev)
 	}
 	out.Status = st
+	if st == nil && m != nil && m.GetMetadata().GetDeletionTimestamp() == nil {
+		out.Status = &capnv1.MachineStatus{Phase: capnv1.MachinePending.Wire()}
+	}
 	return out
 }
 

@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -23,7 +24,7 @@ func (s *server) announce(ctx context.Context) error {
 	a := &capnv1.ProviderAnnouncement{
 		Name:         s.name,
 		Version:      s.opts.Version,
-		Capabilities: s.p.Capabilities(),
+		Capabilities: s.capabilities(),
 		Time:         timestamppb.New(s.obs.now()),
 		Instance:     s.opts.Instance,
 	}
@@ -37,6 +38,16 @@ func (s *server) announce(ctx context.Context) error {
 		return a, nil
 	})
 	return err
+}
+
+// capabilities are the provider's, with CapabilityNodeAgent for a
+// NodeAgentProvider.
+func (s *server) capabilities() []string {
+	caps := s.p.Capabilities()
+	if _, ok := s.p.(NodeAgentProvider); ok && !slices.Contains(caps, CapabilityNodeAgent) {
+		caps = append(slices.Clone(caps), CapabilityNodeAgent)
+	}
+	return caps
 }
 
 // keepAnnouncing refreshes the announcement every AnnounceEvery until ctx

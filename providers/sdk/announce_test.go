@@ -73,6 +73,29 @@ func TestAnnouncementListsKubernetesVersions(t *testing.T) {
 	}
 }
 
+// agents is a provider whose machines run node agents.
+type agents struct{ *fake }
+
+func (agents) RunsNodeAgents() {}
+
+// A NodeAgentProvider announces node-agent (the bootstrapper mints
+// bootstrap credentials with the data only for such providers); the
+// fake, which is none, does not (TestAnnouncement).
+func TestAnnouncementNamesNodeAgents(t *testing.T) {
+	env := sdktest.New(t)
+	stop := env.Run(sdk.NewService(agents{newFake()}, fastOptions()))
+	defer stop()
+	var a *capnv1.ProviderAnnouncement
+	natstest.WaitFor(t, sdktest.Timeout, "announcement", func() bool {
+		var ok bool
+		a, ok = env.Announcement("fake")
+		return ok
+	})
+	if !slices.Equal(a.GetCapabilities(), []string{sdk.CapabilityStopStart, sdk.CapabilityNodeAgent}) {
+		t.Errorf("capabilities %v, want stop-start and node-agent", a.GetCapabilities())
+	}
+}
+
 func TestAlive(t *testing.T) {
 	now := time.Now()
 	tests := []struct {

@@ -193,6 +193,12 @@ const (
 	// process provider does while its --kube-bin holds a kube-apiserver.
 	CapabilityRealKubernetes = "real-kubernetes"
 	CapabilityFailureDomains = "failure-domains"
+	// CapabilityNodeAgent: the provider's machines run a node agent that
+	// fetches its bootstrap data with a bootstrap credential (a
+	// NodeAgentProvider; the SDK announces it). The bootstrapper mints
+	// the credential with the data only for such providers; a provider
+	// without it gets one minted at its first credential request.
+	CapabilityNodeAgent = "node-agent"
 )
 
 // InfraMachine states: the schema's InfraState, under the names providers

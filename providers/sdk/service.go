@@ -193,7 +193,7 @@ func (s *server) run(ctx context.Context, d *daemon.Deps) error {
 		d.Ready.Set(true)
 	}
 	s.log.Info().Int("concurrency", s.opts.Concurrency).Dur("reconcile_every", s.opts.ReconcileEvery).
-		Strs("capabilities", s.p.Capabilities()).Msg("provider serving")
+		Strs("capabilities", s.capabilities()).Msg("provider serving")
 	<-runCtx.Done()
 	if d.Ready != nil {
 		d.Ready.SetNotReady("stopping")

@@ -304,6 +304,14 @@ func (s *Service) tendTokens(ctx context.Context, cluster string) (time.Duration
 			case cur.GetJoined() || cur.GetToken() == "":
 				s.tokens.done(key)
 				return nil, store.ErrNoChange
+			case joined && cur.GetFetchCredential() == "":
+				// Nothing to forget: no credential was minted (its
+				// provider runs no node agent) and the token, which its
+				// data holds too, is dead once its Secret is deleted
+				// (the join-token pass) or expired. The status says it
+				// joined (machineJoined): no write.
+				s.tokens.done(key)
+				return nil, store.ErrNoChange
 			case joined:
 				s.tokens.done(key)
 				cur.Joined, cur.Token, cur.TokenExpires, cur.FetchCredential = true, "", nil, ""
@@ -410,9 +418,15 @@ func (s *Service) clusterOfJoined(key string) string {
 	return k.Cluster
 }
 
+// machineJoined says whether a machine joined: its observed phase is
+// Running, or its node was ready once (the status keeps its first ready
+// time: a machine stopped for hibernation, or failed since, joined all
+// the same). A bootstrap record with no credential is not rewritten at the
+// join, so this, not the record's joined flag, is what keeps its token
+// from being renewed or registered again.
 func (s *Service) machineJoined(cluster, machine string) bool {
 	st, _, ok := store.NewView(s.observed, store.New[capnv1.MachineStatus]()).Get(keys.Machine(cluster, machine))
-	return ok && st.GetPhaseValue() == capnv1.MachineRunning
+	return ok && (st.GetPhaseValue() == capnv1.MachineRunning || st.GetNodeReadyTime() != nil)
 }
 
 // writeStatus writes the cluster's secrets status, keeping the conditions

@@ -26,17 +26,13 @@ func TestFetchAnswersOnlyTheCurrentDataOfAWantedMachine(t *testing.T) {
 	e.reportEndpoint("c1")
 	machines := store.NewBucket(e.kv(events.BucketDesired), func() *capnv1.Machine { return new(capnv1.Machine) })
 	for _, m := range []string{"w-0", "w-1"} {
-		if _, err := machines.Create(context.Background(), "machine.c1."+m, &capnv1.Machine{Metadata: &capnv1.ObjectMeta{Name: m}, Spec: &capnv1.MachineSpec{Provider: "sim"}}); err != nil {
+		if _, err := machines.Create(context.Background(), "machine.c1."+m, &capnv1.Machine{Metadata: &capnv1.ObjectMeta{Name: m}, Spec: &capnv1.MachineSpec{Provider: "sim", Role: "worker", Version: "v1.34.2"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
+	// No command: the bootstrapper generates a new desired machine's data
+	// by itself (machines.go).
 	got := e.collect("c1")
-	for _, m := range []string{"w-0", "w-1"} {
-		cmd := &capnv1.GenerateBootstrap{Cluster: "c1", Machine: m, Role: "worker", Version: "v1.34.2"}
-		if _, err := e.pub.Publish(context.Background(), events.CommandSubject("bootstrap", "generate", "c1", m), events.TypeGenerateBootstrap, "gen-"+m, cmd); err != nil {
-			t.Fatal(err)
-		}
-	}
 	ready := map[string]*capnv1.BootstrapReady{}
 	for range 2 {
 		var r capnv1.BootstrapReady

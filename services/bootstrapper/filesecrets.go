@@ -83,10 +83,10 @@ func (s *Service) resolveFiles(ctx context.Context, spec *capnv1.BootstrapSpec) 
 // waits for a bootstrap secret, and ends the command: the machine-manager
 // asks again while the machine waits. The event's id is per ask, so each
 // ask is answered once.
-func (s *Service) waiting(ctx context.Context, m *events.Message, cmd *capnv1.GenerateBootstrap, miss *missingSecret) error {
+func (s *Service) waiting(ctx context.Context, request string, cmd *capnv1.GenerateBootstrap, miss *missingSecret) error {
 	ev := &capnv1.BootstrapWaiting{Cluster: cmd.GetCluster(), Machine: cmd.GetMachine(),
 		Reason: annotations.ReasonBootstrapSecretNotFound, Message: miss.message(), Secret: miss.name}
-	id := "bootstrap-waiting." + cmd.GetCluster() + "." + cmd.GetMachine() + "." + shortHash(miss.message()+"\n"+m.Event.ID())
+	id := "bootstrap-waiting." + cmd.GetCluster() + "." + cmd.GetMachine() + "." + shortHash(miss.message()+"\n"+request)
 	_, err := s.pub.Publish(ctx, events.EventSubject("bootstrap", "waiting", cmd.GetCluster(), cmd.GetMachine()),
 		events.TypeBootstrapWaiting, id, ev, events.WithSubject(cmd.GetMachine()))
 	return err

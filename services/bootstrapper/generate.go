@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
@@ -47,6 +48,12 @@ func (s *Service) handleCommand(ctx context.Context, m *events.Message) error {
 // A repeated command (same content) gets the same data and the same
 // bootstrap.ready event id, so JetStream drops the repeat.
 func (s *Service) generate(ctx context.Context, m *events.Message, cmd *capnv1.GenerateBootstrap) error {
+	return s.generateFor(ctx, m.Event.ID(), cmd)
+}
+
+// generateFor is generate for one request: request (the command's id, or
+// levelRequest for the machines loop) makes the answer's id.
+func (s *Service) generateFor(ctx context.Context, request string, cmd *capnv1.GenerateBootstrap) error {
 	log := zerolog.Ctx(ctx).With().Str("cluster", cmd.GetCluster()).Str("machine", cmd.GetMachine()).Logger()
 	if cmd.GetCluster() == "" || cmd.GetMachine() == "" {
 		return s.fail(ctx, cmd, ReasonInvalidCommand, "cluster and machine are required")
@@ -62,7 +69,7 @@ func (s *Service) generate(ctx context.Context, m *events.Message, cmd *capnv1.G
 	}
 	if miss != nil {
 		log.Info().Str("secret", miss.name).Str("key", miss.key).Msg("bootstrap data waits for a bootstrap secret")
-		return s.waiting(ctx, m, cmd, miss)
+		return s.waiting(ctx, request, cmd, miss)
 	}
 	hash, err := inputHash(cmd)
 	if err != nil {
@@ -71,7 +78,7 @@ func (s *Service) generate(ctx context.Context, m *events.Message, cmd *capnv1.G
 	hash = withSecrets(hash, digest)
 	key := keys.Bootstrap(cmd.GetCluster(), cmd.GetMachine())
 	if cur, _, err := s.boots.Get(ctx, key); err == nil && cur.GetInputHash() == hash {
-		return s.ready(ctx, m, cmd, key, cur)
+		return s.ready(ctx, request, cmd, key, cur)
 	} else if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
@@ -111,9 +118,16 @@ func (s *Service) generate(ctx context.Context, m *events.Message, cmd *capnv1.G
 	if err != nil {
 		return s.fail(ctx, cmd, ReasonInvalidBootstrap, err.Error())
 	}
-	cred, err := newCredential()
-	if err != nil {
-		return err
+	// The bootstrap credential is minted with the data only for a machine
+	// whose provider runs node agents (or does not say): the others never
+	// ask for it, and a record without one has nothing to forget at the
+	// join (tendTokens: one write fewer). A provider that asks all the
+	// same gets one minted then (credential.go).
+	cred := ""
+	if s.mintsCredential(cmd.GetCluster(), cmd.GetMachine()) {
+		if cred, err = newCredential(); err != nil {
+			return err
+		}
 	}
 	secret, err := newCredential()
 	if err != nil {
@@ -145,7 +159,23 @@ func (s *Service) generate(ctx context.Context, m *events.Message, cmd *capnv1.G
 	s.joinMemo.unsettle(key)
 	s.kickJoins(cmd.GetCluster())
 	log.Info().Str("format", stored.GetFormat()).Str("checksum", stored.GetChecksum()).Msg("bootstrap data ready")
-	return s.ready(ctx, m, cmd, key, stored)
+	return s.ready(ctx, request, cmd, key, stored)
+}
+
+// capabilityNodeAgent is the provider SDK's sdk.CapabilityNodeAgent
+// (services do not import the SDK).
+const capabilityNodeAgent = "node-agent"
+
+// mintsCredential says whether a machine's bootstrap credential is minted
+// with its data: unless its provider's announcement is there and does not
+// name node-agent (a machine or announcement not in the cache: minted).
+func (s *Service) mintsCredential(cluster, machine string) bool {
+	m, _, ok := store.NewView(s.desired, store.New[capnv1.Machine]()).Get(keys.Machine(cluster, machine))
+	if !ok || m.GetSpec().GetProvider() == "" {
+		return true
+	}
+	a, _, ok := store.NewView(s.observed, store.New[capnv1.ProviderAnnouncement]()).Get(keys.Provider(m.GetSpec().GetProvider()))
+	return !ok || slices.Contains(a.GetCapabilities(), capabilityNodeAgent)
 }
 
 func providerName(spec *capnv1.BootstrapSpec, r *bootstrap.Registry) string {
@@ -159,10 +189,10 @@ func providerName(spec *capnv1.BootstrapSpec, r *bootstrap.Registry) string {
 // data and per request: a redelivered command gets an answer JetStream
 // de-duplicates, while a machine-manager asking again (a new command id,
 // because it never got the first answer) gets a new one.
-func (s *Service) ready(ctx context.Context, m *events.Message, cmd *capnv1.GenerateBootstrap, key string, rec *capnv1.BootstrapData) error {
+func (s *Service) ready(ctx context.Context, request string, cmd *capnv1.GenerateBootstrap, key string, rec *capnv1.BootstrapData) error {
 	ev := &capnv1.BootstrapReady{Cluster: cmd.GetCluster(), Machine: cmd.GetMachine(), SecretKey: key,
 		Format: rec.GetFormat(), Checksum: rec.GetChecksum(), Provider: rec.GetProvider()}
-	id := "bootstrap-ready." + cmd.GetCluster() + "." + cmd.GetMachine() + "." + shortHash(rec.GetChecksum()+"\n"+m.Event.ID())
+	id := "bootstrap-ready." + cmd.GetCluster() + "." + cmd.GetMachine() + "." + shortHash(rec.GetChecksum()+"\n"+request)
 	_, err := s.pub.Publish(ctx, events.EventSubject("bootstrap", "ready", cmd.GetCluster(), cmd.GetMachine()),
 		events.TypeBootstrapReady, id, ev, events.WithSubject(cmd.GetMachine()))
 	return err

@@ -344,7 +344,7 @@ func (s *Service) joinPlan(ctx context.Context, cluster string, now time.Time) (
 			wanted = append(wanted, it)
 		case rec.GetTokenSecret() != "":
 			stale = append(stale, it)
-		case rec.GetJoined() || rec.GetToken() == "" || !tokenJoins(rec.GetProvider()):
+		case rec.GetJoined() || rec.GetToken() == "" || !tokenJoins(rec.GetProvider()) || s.machineJoined(cluster, machine):
 			s.joinMemo.settle(key)
 		}
 		if rec.GetTokenSecret() != "" {

@@ -302,7 +302,20 @@ func (s *Service) controllers(log zerolog.Logger) []*reconcile.Controller {
 		},
 		Queue: s.joins,
 	}
-	return []*reconcile.Controller{clusters, joins}
+	// New machines' bootstrap data, from their desired spec: no command
+	// needed (machines.go).
+	machines := &reconcile.Controller{
+		Watches:   []reconcile.Source{{Cache: s.desired, Prefixes: []string{keys.MachinePrefix}, Key: machineOf}},
+		Resync:    func() []string { return s.desired.KeysUnder(keys.MachinePrefix) },
+		Reconcile: s.reconcileMachine,
+		Workers:   s.cfg.Workers,
+		OnError: func(key string, err error, n int) {
+			if n == 1 || n%10 == 0 {
+				log.Info().Err(err).Str("machine", key).Int("failures", n).Msg("bootstrap data not generated yet; will retry")
+			}
+		},
+	}
+	return []*reconcile.Controller{clusters, joins, machines}
 }
 
 // CommandConsumer is the bootstrapper's durable consumer of its commands.

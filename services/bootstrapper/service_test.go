@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -456,5 +457,140 @@ func TestNewIncarnationGetsNewData(t *testing.T) {
 	}
 	if ready[0].GetChecksum() == ready[1].GetChecksum() {
 		t.Fatal("the second incarnation got its predecessor's bootstrap data")
+	}
+}
+
+// The bootstrap credential is minted with the data only for a machine
+// whose provider announces node-agent; a record without one is not
+// rewritten when its machine joins (nothing to forget; the token stays
+// unrenewed and unregistered because the status says it joined), while a
+// node-agent machine's record forgets its credential and token as before.
+// A provider that asks for a credential all the same gets one minted, and
+// it is refused once the machine joined.
+func TestCredentialMintedOnlyForNodeAgentProviders(t *testing.T) {
+	e := newEnv(t)
+	ring := keyring(t, newKey(t))
+	announce := func(name string, caps ...string) {
+		b := store.NewBucket(e.kv(events.BucketObserved), func() *capnv1.ProviderAnnouncement { return new(capnv1.ProviderAnnouncement) })
+		if _, err := b.Create(context.Background(), "provider."+name, &capnv1.ProviderAnnouncement{Name: name, Capabilities: caps, Time: timestamppb.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	announce("plain", "stop-start")
+	announce("agents", "stop-start", "node-agent")
+	machines := store.NewBucket(e.kv(events.BucketDesired), func() *capnv1.Machine { return new(capnv1.Machine) })
+	for m, p := range map[string]string{"a-plain": "plain", "b-agent": "agents"} {
+		if _, err := machines.Create(context.Background(), "machine.c1."+m, &capnv1.Machine{Metadata: &capnv1.ObjectMeta{Name: m}, Spec: &capnv1.MachineSpec{Provider: p, Role: "worker", Version: "v1.34.2"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := e.collect("c1")
+	e.start(ring)
+	e.applyCluster("c1", nil)
+	e.reportEndpoint("c1")
+	boots := store.NewBucket(e.kv(events.BucketSecrets), func() *capnv1.BootstrapData { return new(capnv1.BootstrapData) }, store.WithSealer(ring))
+	revs := map[string]uint64{}
+	for range 2 { // generated from the desired machines, no command
+		if m := next(t, got); m.Event.Type() != events.TypeBootstrapReady {
+			t.Fatalf("got %s, want bootstrap.ready", m.Event.Type())
+		}
+	}
+	for _, m := range []string{"a-plain", "b-agent"} {
+		rec, rev, err := boots.Get(context.Background(), "bootstrap.c1."+m)
+		if err != nil || rec.GetToken() == "" {
+			t.Fatalf("%s: record %v: want data with a token", m, err)
+		}
+		if minted := rec.GetFetchCredential() != ""; minted != (m == "b-agent") {
+			t.Fatalf("%s: credential minted with the data: %v, want %v", m, minted, m == "b-agent")
+		}
+		revs[m] = rev
+	}
+	statuses := store.NewBucket(e.kv(events.BucketObserved), func() *capnv1.MachineStatus { return new(capnv1.MachineStatus) })
+	for _, m := range []string{"a-plain", "b-agent"} {
+		if _, err := statuses.Create(context.Background(), "machine.c1."+m, &capnv1.MachineStatus{Phase: "Running", NodeReadyTime: timestamppb.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	natstest.WaitFor(t, 10*time.Second, "the node-agent machine's record forgets its credential at the join", func() bool {
+		rec, _, err := boots.Get(context.Background(), "bootstrap.c1.b-agent")
+		return err == nil && rec.GetJoined() && rec.GetFetchCredential() == "" && rec.GetToken() == ""
+	})
+	// The pass that rewrote b-agent's record looked at a-plain first (its
+	// status came first, its key sorts first): that record was not written.
+	if _, rev, err := boots.Get(context.Background(), "bootstrap.c1.a-plain"); err != nil || rev != revs["a-plain"] {
+		t.Fatalf("the record without a credential was rewritten at the join: revision %d, was %d (%v)", rev, revs["a-plain"], err)
+	}
+	// Its provider asks for a credential after the join: refused (410),
+	// nothing minted.
+	nc, _ := e.srv.Connect(t)
+	rec, _, _ := boots.Get(context.Background(), "bootstrap.c1.a-plain")
+	req := nats.NewMsg(bootstrapper.CredentialSubjectRoot + ".plain.c1.a-plain")
+	req.Header.Set(bootstrapper.HeaderChecksum, rec.GetChecksum())
+	reply, err := nc.RequestMsg(req, 5*time.Second)
+	if err != nil || reply.Header.Get(bootstrapper.HeaderErrorCode) != "410" {
+		t.Fatalf("credential request after the join: %v, code %q, want 410", err, reply.Header.Get(bootstrapper.HeaderErrorCode))
+	}
+	if rec, _, _ := boots.Get(context.Background(), "bootstrap.c1.a-plain"); rec.GetFetchCredential() != "" {
+		t.Fatal("a credential was minted after the join")
+	}
+}
+
+// A new desired machine with no status gets its bootstrap data and
+// bootstrap.ready with no command (the machine-manager sends none at
+// first). The machine-manager's ask for it later (its command, built by
+// the same capnv1.NewGenerateBootstrap) is answered from the same data,
+// not generated again. A machine that has a status, or is being deleted,
+// gets nothing by itself.
+func TestNewDesiredMachineGetsDataWithoutCommand(t *testing.T) {
+	e := newEnv(t)
+	ring := keyring(t, newKey(t))
+	e.start(ring)
+	e.applyCluster("c1", nil)
+	e.reportEndpoint("c1")
+	got := e.collect("c1")
+	machines := store.NewBucket(e.kv(events.BucketDesired), func() *capnv1.Machine { return new(capnv1.Machine) })
+	statuses := store.NewBucket(e.kv(events.BucketObserved), func() *capnv1.MachineStatus { return new(capnv1.MachineStatus) })
+	if _, err := statuses.Create(context.Background(), "machine.c1.w-known", &capnv1.MachineStatus{Phase: "Bootstrapping"}); err != nil {
+		t.Fatal(err)
+	}
+	spec := func(name string, deleting bool) *capnv1.Machine {
+		m := &capnv1.Machine{Metadata: &capnv1.ObjectMeta{Name: name, Uid: "uid-" + name},
+			Spec: &capnv1.MachineSpec{Provider: "sim", Role: "worker", Version: "v1.34.2", Labels: map[string]string{"pool": "md-0"}}}
+		if deleting {
+			m.Metadata.DeletionTimestamp = timestamppb.Now()
+		}
+		return m
+	}
+	for _, m := range []*capnv1.Machine{spec("w-known", false), spec("w-gone", true), spec("w-new", false)} {
+		if _, err := machines.Create(context.Background(), "machine.c1."+m.GetMetadata().GetName(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := next(t, got)
+	var r capnv1.BootstrapReady
+	if first.Event.Type() != events.TypeBootstrapReady || events.DataAs(first.Event, &r) != nil || r.GetMachine() != "w-new" {
+		t.Fatalf("got %s for %q, want bootstrap.ready for w-new", first.Event.Type(), r.GetMachine())
+	}
+	boots := store.NewBucket(e.kv(events.BucketSecrets), func() *capnv1.BootstrapData { return new(capnv1.BootstrapData) }, store.WithSealer(ring))
+	rec, rev, err := boots.Get(context.Background(), "bootstrap.c1.w-new")
+	if err != nil || rec.GetChecksum() != r.GetChecksum() {
+		t.Fatalf("record %v: want the answered data", err)
+	}
+	for _, m := range []string{"w-known", "w-gone"} {
+		if _, _, err := boots.Get(context.Background(), "bootstrap.c1."+m); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("%s got data by itself (%v), want none", m, err)
+		}
+	}
+	// The machine-manager's ask: the same request, the same data.
+	cmd := capnv1.NewGenerateBootstrap("c1", "w-new", spec("w-new", false))
+	if _, err := e.pub.Publish(context.Background(), events.CommandSubject("bootstrap", "generate", "c1", "w-new"), events.TypeGenerateBootstrap, "ask1", cmd); err != nil {
+		t.Fatal(err)
+	}
+	var again capnv1.BootstrapReady
+	if m := next(t, got); events.DataAs(m.Event, &again) != nil || again.GetChecksum() != r.GetChecksum() {
+		t.Fatalf("the ask got checksum %q, want the data generated by itself (%q)", again.GetChecksum(), r.GetChecksum())
+	}
+	if _, rev2, _ := boots.Get(context.Background(), "bootstrap.c1.w-new"); rev2 != rev {
+		t.Fatalf("the ask rewrote the record (revision %d, was %d)", rev2, rev)
 	}
 }

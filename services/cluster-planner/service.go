@@ -74,6 +74,9 @@ type Service struct {
 	// statusWritten: cluster name → time.Time of this process's last
 	// write of its status (coalesceWait).
 	statusWritten sync.Map
+	// deferred: cluster names whose last plan created machines and left
+	// its status to the next plan (deferStatus).
+	deferred sync.Map
 }
 
 // New returns the service.
@@ -172,6 +175,28 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	return c.Run(ctx, reconcile.Env{JS: d.JS, Log: d.Log, Events: d.Events, Ready: d.Ready.Set})
 }
 
+// deferStatus says whether a plan leaves its status to the next plan: it
+// creates machines, so the status it computed counts none of them and is
+// out of date the moment they are written; the next plan, which those
+// writes wake (from a cache that has them: read-your-writes), writes one
+// that does — one write where there were two (the control plane up and
+// the workers scaling up, then the workers there). Never a status that
+// does not exist yet or a phase change (written at once, with their
+// event), and never twice in a row: a plan after a deferred one writes,
+// so a create that keeps failing cannot hold the status back.
+func (s *Service) deferStatus(name string, old *capnv1.ClusterStatus, res plan.Result) bool {
+	if _, was := s.deferred.LoadAndDelete(name); was || old == nil || res.Status == nil || old.GetPhase() != res.Status.GetPhase() {
+		return false
+	}
+	for _, a := range res.Actions {
+		if _, ok := a.(plan.CreateMachine); ok {
+			s.deferred.Store(name, true)
+			return true
+		}
+	}
+	return false
+}
+
 // reconcile plans one cluster and applies the plan.
 func (s *Service) reconcile(ctx context.Context, name string) (reconcile.Result, error) {
 	if w, ok := s.written.Load(name); ok && s.desired.Revision() < w.(uint64) {
@@ -195,7 +220,9 @@ func (s *Service) reconcile(ctx context.Context, name string) (reconcile.Result,
 	// Status first: it says what the plan is about to do.
 	requeue := res.RequeueAfter
 	var later coalesced
-	if err := s.writeStatus(ctx, name, in.Status, res.Status, res.PhaseMessage); errors.Is(err, errCacheBehind) {
+	if s.deferStatus(name, in.Status, res) {
+		// Written by the next plan, woken by these creates.
+	} else if err := s.writeStatus(ctx, name, in.Status, res.Status, res.PhaseMessage); errors.Is(err, errCacheBehind) {
 		return reconcile.Result{RequeueAfter: cacheBehindWait}, nil // plan again once the cache caught up
 	} else if errors.As(err, &later) {
 		// The counts are written by the plan after later.wait (or sooner,

@@ -14,6 +14,7 @@ import (
 	"github.com/capn-dev/capn/events/store"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
+	"github.com/capn-dev/capn/services/cluster-planner/plan"
 )
 
 // A replica whose cache has not reached the status's last write must not
@@ -132,5 +133,32 @@ func TestStatusCountsCoalesced(t *testing.T) {
 	}
 	if n := stored(); n != 7 {
 		t.Fatalf("stored %d ready, want 7", n)
+	}
+}
+
+// A plan that creates machines leaves its status to the next plan (which
+// counts them), once: never a first status, never a phase change, never
+// two plans in a row, never a plan that creates nothing.
+func TestStatusOfAPlanThatCreatesIsLeftToTheNext(t *testing.T) {
+	s := New(Config{})
+	provisioning := &capnv1.ClusterStatus{Phase: capnv1.ClusterProvisioning.Wire()}
+	ready := &capnv1.ClusterStatus{Phase: capnv1.ClusterReady.Wire()}
+	creates := plan.Result{Status: provisioning, Actions: []plan.Action{plan.CreateMachine{Machine: &capnv1.Machine{}}}}
+	for _, tt := range []struct {
+		name string
+		old  *capnv1.ClusterStatus
+		res  plan.Result
+		want bool
+	}{
+		{"first status", nil, creates, false},
+		{"phase change", ready, creates, false},
+		{"creates, same phase", provisioning, creates, true},
+		{"the next plan, creating again", provisioning, creates, false},
+		{"creates again after a written status", provisioning, creates, true},
+		{"no creates", provisioning, plan.Result{Status: provisioning, Actions: []plan.Action{plan.DeleteMachine{}}}, false},
+	} {
+		if got := s.deferStatus("c1", tt.old, tt.res); got != tt.want {
+			t.Errorf("%s: deferred %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }

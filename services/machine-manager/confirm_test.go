@@ -219,13 +219,17 @@ func TestDecisionsOnAbsenceAreConfirmed(t *testing.T) {
 		t.Errorf("deleting machine whose infrastructure the cache missed: %s, want Deleting", got)
 	}
 
-	// A bootstrap answer before the status, for a machine the cache has
-	// not seen: retried (errNoStatus), not dropped.
+	// A bootstrap answer before any status (a machine waits for its data
+	// unwritten), for a machine the cache has not seen: not dropped; the
+	// bucket has it, so the answer makes its first status.
 	w.put("m5", machine(false), nil, nil)
 	w.desired.forget(keys.MachinePrefix + "c1.m5")
 	set := func(st *capnv1.MachineStatus) { st.BootstrapDataChecksum = "sha256:x" }
-	if err := w.s.stepOrWait(context.Background(), "c1", "m5", set); !errors.Is(err, errNoStatus) {
-		t.Errorf("answer for a wanted machine without status yet: %v, want errNoStatus (retry)", err)
+	if err := w.s.stepOrWait(context.Background(), "c1", "m5", set); err != nil {
+		t.Errorf("answer for a wanted machine without status yet: %v, want it taken", err)
+	}
+	if got := w.phase("m5"); got != capnv1.MachineProvisioning.Wire()+"/" {
+		t.Errorf("answer for a wanted machine without status yet: %s, want Provisioning", got)
 	}
 
 	// Where the bucket agrees, absence is acted on.
@@ -286,5 +290,42 @@ func TestBootstrapAnswerStepsInOneWrite(t *testing.T) {
 	}
 	if !strings.Contains(string(msg.Data), "sha256:answer") {
 		t.Fatalf("the create command does not carry the answer's checksum: %q", msg.Data)
+	}
+
+	// A new machine is not written while it waits for its data, and no
+	// command goes out (the bootstrapper generates from the desired
+	// machine); the answer is the status's first write, Provisioning.
+	w.put("m2", machine(false), nil, nil)
+	w.reconcile("m2")
+	if _, _, err := w.statuses.Get(ctx, keys.MachinePrefix+"c1.m2"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a machine waiting for its bootstrap data has a status (%v), want none", err)
+	}
+	cs, err := w.js.Stream(ctx, events.StreamCommands)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.GetLastMsgForSubject(ctx, events.CommandSubject("bootstrap", "generate", "c1", "m2")); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatalf("a bootstrap command for the new machine (%v), want none in its first %s", err, bootstrapReask)
+	}
+	obs, err := w.js.Stream(ctx, "KV_"+events.BucketObserved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := obs.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.s.stepOrWait(ctx, "c1", "m2", func(st *capnv1.MachineStatus) { st.BootstrapDataChecksum = "sha256:m2" }); err != nil {
+		t.Fatal(err)
+	}
+	st, rev, err := w.statuses.Get(ctx, keys.MachinePrefix+"c1.m2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetPhaseValue() != capnv1.MachineProvisioning || st.GetBootstrapDataChecksum() != "sha256:m2" {
+		t.Fatalf("after the answer: phase %s, checksum %q; want Provisioning, sha256:m2", st.GetPhase(), st.GetBootstrapDataChecksum())
+	}
+	if rev != info.State.LastSeq+1 {
+		t.Fatalf("status revision %d after the bucket's %d: want the answer's one write", rev, info.State.LastSeq)
 	}
 }

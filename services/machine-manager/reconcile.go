@@ -46,10 +46,17 @@ func (s *Service) step(ctx context.Context, key string, answer func(*capnv1.Mach
 	}
 	read := status // what the compare-and-set compares with
 	if answer != nil {
-		if status == nil {
+		switch {
+		case status != nil:
+			status = proto.Clone(status).(*capnv1.MachineStatus)
+		case desired == nil || desired.GetMetadata().GetDeletionTimestamp() != nil:
 			return reconcile.Result{}, errNoStatus
+		default:
+			// A machine waiting for its data has no status yet
+			// (Input.PendingSince): the answer makes its first.
+			status = &capnv1.MachineStatus{}
+			setPhase(status, capnv1.MachinePending, s.cfg.Now())
 		}
-		status = proto.Clone(status).(*capnv1.MachineStatus)
 		answer(status)
 	}
 	var infra *capnv1.InfraMachine
@@ -67,7 +74,7 @@ func (s *Service) step(ctx context.Context, key string, answer func(*capnv1.Mach
 	node, _, _ := store.Lookup(s.observedView, keys.NodePrefix+key, store.New[capnv1.NodeHealth]())
 	now := s.cfg.Now()
 	out := Step(Input{Cluster: cluster, Name: name, Desired: desired, Status: status, Infra: infra, Node: node, Now: now,
-		HoldProvisioned: s.holdProvisioned(key, status, infra, now)}, s.cfg.Timeouts)
+		HoldProvisioned: s.holdProvisioned(key, status, infra, now), PendingSince: s.pendingSince(key, desired, status, now)}, s.cfg.Timeouts)
 	log := zerolog.Ctx(ctx).With().Str("cluster", cluster).Str("machine", name).Logger()
 	for _, c := range out.Commands {
 		if err := s.send(ctx, c, cluster, name, desired, status); err != nil {
@@ -114,6 +121,20 @@ func (s *Service) holdProvisioned(key string, st *capnv1.MachineStatus, infra *c
 	return max(0, hold-now.Sub(seen.(time.Time)))
 }
 
+// pendingSince is when a machine with no status began to wait for its
+// bootstrap data (Input.PendingSince): when this process first saw it
+// without a status, so a machine-manager that was down while machines
+// were made gives each the whole bootstrap timeout. A restart starts the
+// wait anew: it is bounded all the same.
+func (s *Service) pendingSince(key string, desired *capnv1.Machine, st *capnv1.MachineStatus, now time.Time) time.Time {
+	if st != nil || desired == nil || desired.GetMetadata().GetDeletionTimestamp() != nil {
+		s.pending.Delete(key)
+		return time.Time{}
+	}
+	seen, _ := s.pending.LoadOrStore(key, now)
+	return seen.(time.Time)
+}
+
 var newStatus = store.New[capnv1.MachineStatus]()
 var newMachine = store.New[capnv1.Machine]()
 var newInfra = store.New[capnv1.InfraMachine]()
@@ -143,12 +164,7 @@ func (s *Service) send(ctx context.Context, c Command, cluster, name string, m *
 	spec := m.GetSpec()
 	switch c.Kind {
 	case CmdBootstrap:
-		b := proto.Clone(spec.GetBootstrap()).(*capnv1.BootstrapSpec)
-		if b != nil {
-			b.Ca = nil // the bootstrapper holds the CA; no key travels in a command
-		}
-		cmd := &capnv1.GenerateBootstrap{Cluster: cluster, Machine: name, MachineUid: m.GetMetadata().GetUid(), Role: spec.GetRole(), FirstControlPlane: spec.GetFirstControlPlane(),
-			Version: spec.GetVersion(), Bootstrap: b, Labels: spec.GetLabels(), Taints: spec.GetTaints(), Os: spec.GetOs()}
+		cmd := capnv1.NewGenerateBootstrap(cluster, name, m) // the bootstrapper's own request for m is the same
 		_, err := s.pub.Publish(ctx, events.CommandSubject("bootstrap", "generate", cluster, name), events.TypeGenerateBootstrap, c.ID, cmd)
 		return err
 	case CmdCreate:
@@ -219,7 +235,12 @@ func (s *Service) onBootstrap(ctx context.Context, m *events.Message) error {
 		})(ctx, m)
 	case events.TypeBootstrapWaiting:
 		return events.Typed(func(ctx context.Context, _ *events.Message, w *capnv1.BootstrapWaiting) error {
-			return s.mutateOrWait(ctx, w.GetCluster(), w.GetMachine(), func(st *capnv1.MachineStatus) {
+			return s.stepOrWait(ctx, w.GetCluster(), w.GetMachine(), func(st *capnv1.MachineStatus) {
+				if st.GetPhaseValue() == capnv1.MachinePending {
+					// Not written while it waited for an answer: the
+					// wait now has something to say.
+					setPhase(st, capnv1.MachineBootstrapping, s.cfg.Now())
+				}
 				if st.GetPhaseValue() == capnv1.MachineBootstrapping && st.GetBootstrapDataChecksum() == "" {
 					setCondition(st, CondBootstrapReady, capnv1.ConditionFalse, w.GetReason(), w.GetMessage(), s.cfg.Now())
 					setCondition(st, CondReady, capnv1.ConditionFalse, "Bootstrapping", "waiting for bootstrap secret "+w.GetSecret(), s.cfg.Now())
@@ -228,7 +249,7 @@ func (s *Service) onBootstrap(ctx context.Context, m *events.Message) error {
 		})(ctx, m)
 	case events.TypeBootstrapFailed:
 		return events.Typed(func(ctx context.Context, _ *events.Message, f *capnv1.BootstrapFailed) error {
-			return s.mutateOrWait(ctx, f.GetCluster(), f.GetMachine(), func(st *capnv1.MachineStatus) {
+			return s.stepOrWait(ctx, f.GetCluster(), f.GetMachine(), func(st *capnv1.MachineStatus) {
 				if st.GetPhaseValue() == capnv1.MachineBootstrapping || st.GetPhaseValue() == capnv1.MachinePending {
 					fail(st, ReasonBootstrapFailed, f.GetReason()+": "+f.GetMessage(), s.cfg.Now())
 					setCondition(st, CondBootstrapReady, capnv1.ConditionFalse, f.GetReason(), f.GetMessage(), s.cfg.Now())
@@ -247,8 +268,10 @@ var errNoStatus = errors.New("no machine status yet")
 // message is redelivered.
 const answerAttempts = 5
 
-// stepOrWait is step for an answer to our own commands, with
-// mutateOrWait's handling of a missing status.
+// stepOrWait is step for an answer to our own commands: the answer and
+// the step it allows are one compare-and-set. A machine with no status
+// gets its first from the answer; the answer for a machine no longer
+// wanted is dropped (orWait).
 func (s *Service) stepOrWait(ctx context.Context, cluster, machine string, answer func(*capnv1.MachineStatus)) error {
 	if cluster == "" || machine == "" {
 		return events.Permanent(errors.New("cluster and machine are required"))
@@ -264,12 +287,6 @@ func (s *Service) stepOrWait(ctx context.Context, cluster, machine string, answe
 	return s.orWait(ctx, cluster, machine, err)
 }
 
-// mutateOrWait is mutate for answers to our own commands: a missing status
-// is retried, unless the machine is no longer wanted.
-func (s *Service) mutateOrWait(ctx context.Context, cluster, machine string, fn func(*capnv1.MachineStatus)) error {
-	return s.orWait(ctx, cluster, machine, s.mutate(ctx, cluster, machine, fn))
-}
-
 // orWait is err, but nil for a missing status (errNoStatus) of a machine
 // no longer wanted.
 func (s *Service) orWait(ctx context.Context, cluster, machine string, err error) error {
@@ -283,21 +300,5 @@ func (s *Service) orWait(ctx context.Context, cluster, machine string, err error
 			return nil
 		}
 	}
-	return err
-}
-
-// mutate changes an existing machine status with compare-and-set; it
-// returns errNoStatus when there is none.
-func (s *Service) mutate(ctx context.Context, cluster, machine string, fn func(*capnv1.MachineStatus)) error {
-	if cluster == "" || machine == "" {
-		return events.Permanent(errors.New("cluster and machine are required"))
-	}
-	_, _, err := s.statuses.Mutate(ctx, keys.Machine(cluster, machine), func(cur *capnv1.MachineStatus, exists bool) (*capnv1.MachineStatus, error) {
-		if !exists {
-			return nil, errNoStatus
-		}
-		fn(cur)
-		return cur, nil
-	})
 	return err
 }

@@ -58,6 +58,9 @@ type Service struct {
 	// infraUp: "<cluster>.<machine>" → when this process first saw the
 	// infrastructure of a Provisioning machine running (HoldProvisioned).
 	infraUp sync.Map
+	// pending: "<cluster>.<machine>" → when this process first saw a
+	// machine with no status (Input.PendingSince).
+	pending sync.Map
 }
 
 // New returns the service.

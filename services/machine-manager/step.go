@@ -50,6 +50,16 @@ type Input struct {
 	// same write (one write and one event fewer). The reconcile loop
 	// counts it from when it first saw the infrastructure running.
 	HoldProvisioned time.Duration
+	// PendingSince, when set, is when the wait for a new machine's
+	// bootstrap data began (the service's: the later of the machine's
+	// creation and when this process first saw it). A machine with no
+	// status then stays unwritten — Pending, as Cluster API's Machine is
+	// until its bootstrap data is ready — while it waits: its first write
+	// is the answer's step to Provisioning (or a failure, or the
+	// bootstrapper's word that the data waits for a secret), one write and
+	// one event fewer than a Bootstrapping write first. Zero: the status
+	// is written Bootstrapping at once.
+	PendingSince time.Time
 }
 
 // Output is the next status (nil: delete the status key), the commands to
@@ -78,6 +88,9 @@ type Event struct {
 // compare-and-sets the status.
 //
 //	Pending → Bootstrapping → Provisioning → Provisioned → Running
+//	(with Input.PendingSince a new machine is Pending unwritten until its
+//	bootstrap data is ready; Bootstrapping only while it waits for a
+//	bootstrap secret; a node ready within HoldProvisioned skips Provisioned)
 //	Running ──(spec.stopped; infrastructure Stopped)──► Stopped ──(not stopped; infrastructure Running)──► Running
 //	   any ──(deletion requested)──► Deleting ──(hooks, drain, Node, etcd: deletion.go; infrastructure gone)──► Deleted
 //	   any ──(failure or timeout)──► Failed (the planner replaces it)
@@ -155,6 +168,16 @@ func Step(in Input, t Timeouts) (out Output) {
 	}
 	switch st.GetPhaseValue() {
 	case capnv1.MachinePending:
+		if st.GetBootstrapDataChecksum() != "" {
+			// The answer to a machine that waited unwritten: its first
+			// write is the step it allows.
+			bootstrapped(&out, st, in.Now, id(CmdCreate))
+			break
+		}
+		if in.Status == nil && !in.PendingSince.IsZero() {
+			pending(&out, st, in, t, id(CmdBootstrap))
+			return out
+		}
 		out.Commands = append(out.Commands, Command{CmdBootstrap, id(CmdBootstrap)})
 		setPhase(st, capnv1.MachineBootstrapping, in.Now)
 		setCondition(st, CondBootstrapReady, capnv1.ConditionFalse, "Generating", "waiting for the bootstrapper", in.Now)
@@ -172,11 +195,7 @@ func Step(in Input, t Timeouts) (out Output) {
 			out.RequeueAfter = bootstrapReask - waited%bootstrapReask
 		}
 		if st.GetBootstrapDataChecksum() != "" {
-			out.Commands = append(out.Commands, Command{CmdCreate, id(CmdCreate)})
-			setPhase(st, capnv1.MachineProvisioning, in.Now)
-			setCondition(st, CondBootstrapReady, capnv1.ConditionTrue, "Ready", "", in.Now)
-			setCondition(st, CondInfrastructureReady, capnv1.ConditionFalse, "Provisioning", "waiting for the provider", in.Now)
-			setCondition(st, CondReady, capnv1.ConditionFalse, "Provisioning", "waiting for the infrastructure", in.Now)
+			bootstrapped(&out, st, in.Now, id(CmdCreate))
 		}
 	case capnv1.MachineProvisioning:
 		switch {
@@ -220,6 +239,39 @@ func Step(in Input, t Timeouts) (out Output) {
 		}
 	}
 	return out
+}
+
+// bootstrapped takes a machine whose bootstrap data is ready to
+// Provisioning and asks its provider to create it.
+func bootstrapped(out *Output, st *capnv1.MachineStatus, now time.Time, createID string) {
+	out.Commands = append(out.Commands, Command{CmdCreate, createID})
+	setPhase(st, capnv1.MachineProvisioning, now)
+	setCondition(st, CondBootstrapReady, capnv1.ConditionTrue, "Ready", "", now)
+	setCondition(st, CondInfrastructureReady, capnv1.ConditionFalse, "Provisioning", "waiting for the provider", now)
+	setCondition(st, CondReady, capnv1.ConditionFalse, "Provisioning", "waiting for the infrastructure", now)
+}
+
+// pending is the step of a new machine that has no status yet and waits
+// for its bootstrap data (Input.PendingSince). It writes nothing and sends
+// nothing at first: the bootstrapper generates a new desired machine's
+// data by itself and answers bootstrap.ready. With no answer after
+// bootstrapReask it asks (capn.cmd.bootstrap.generate, a new id every
+// bootstrapReask, as a Bootstrapping machine does): an answer lost, or a
+// bootstrapper that does not generate by itself. The answer (onBootstrap)
+// takes it to Provisioning in its first write; the bootstrap timeout
+// fails it.
+func pending(out *Output, st *capnv1.MachineStatus, in Input, t Timeouts, bootstrapID string) {
+	waited := max(0, in.Now.Sub(in.PendingSince))
+	if waited >= t.Bootstrap {
+		fail(st, ReasonBootstrapTimeout, fmt.Sprintf("no bootstrap data after %s", t.Bootstrap), in.Now)
+		setCondition(st, CondBootstrapReady, capnv1.ConditionFalse, ReasonBootstrapTimeout, "the bootstrapper did not answer", in.Now)
+		return
+	}
+	if n := int(waited / bootstrapReask); n > 0 {
+		out.Commands = append(out.Commands, Command{CmdBootstrap, fmt.Sprintf("%s.ask%d", bootstrapID, n)})
+	}
+	out.Status = nil // nothing to write: the status is absent, and stays so
+	out.RequeueAfter = min(bootstrapReask-waited%bootstrapReask, t.Bootstrap-waited)
 }
 
 // beforeInfra: phases before the infrastructure runs.

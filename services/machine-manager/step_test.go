@@ -370,3 +370,60 @@ func TestStepTakesTheProviderIDWithAPhaseChange(t *testing.T) {
 		t.Errorf("deleted while being created: phase %s, provider id %q; want Deleting with it", out.Status.GetPhase(), out.Status.GetProviderId())
 	}
 }
+
+// A new machine with Input.PendingSince (the service sets it) is not
+// written while it waits for its bootstrap data: it sends nothing at first
+// (the bootstrapper generates from the desired machine), asks under a new
+// id every bootstrapReask without an answer, fails at the bootstrap
+// timeout, and the answer takes it from Pending to Provisioning in its
+// first write.
+func TestPendingMachineIsNotWritten(t *testing.T) {
+	in := func(after time.Duration) Input {
+		return Input{Cluster: "c1", Name: "m1", Desired: machine(false), PendingSince: t0, Now: t0.Add(after)}
+	}
+	out := Step(in(time.Second), Timeouts{})
+	if out.Status != nil || len(out.Events) != 0 {
+		t.Fatalf("waiting: status %v, events %v; want nothing written", out.Status, out.Events)
+	}
+	if len(out.Commands) != 0 || out.RequeueAfter != bootstrapReask-time.Second {
+		t.Fatalf("waiting: commands %v, requeue %s; want none, and a look again at the first ask", out.Commands, out.RequeueAfter)
+	}
+	out = Step(in(31*time.Second), Timeouts{})
+	if out.Status != nil || len(out.Commands) != 1 || out.Commands[0] != (Command{CmdBootstrap, "bootstrap.c1.m1.u1.ask1"}) {
+		t.Fatalf("no answer for 31s: status %v, commands %v; want nothing written and ask1", out.Status, out.Commands)
+	}
+	out = Step(in(65*time.Second), Timeouts{})
+	if out.Status != nil || len(out.Commands) != 1 || out.Commands[0].ID != "bootstrap.c1.m1.u1.ask2" {
+		t.Fatalf("no answer for 65s: status %v, commands %v; want nothing written and ask2", out.Status, out.Commands)
+	}
+	out = Step(in(4*time.Minute+50*time.Second), Timeouts{})
+	if out.RequeueAfter != 10*time.Second {
+		t.Fatalf("10s before the timeout: requeue %s, want 10s", out.RequeueAfter)
+	}
+	out = Step(in(5*time.Minute), Timeouts{})
+	if out.Status.GetPhaseValue() != capnv1.MachineFailed || out.Status.GetFailureReason() != ReasonBootstrapTimeout || len(out.Commands) != 0 {
+		t.Fatalf("at the timeout: %s/%s, commands %v; want Failed/%s and no ask", out.Status.GetPhase(), out.Status.GetFailureReason(), out.Commands, ReasonBootstrapTimeout)
+	}
+	if len(out.Events) != 1 || out.Events[0].Reason != ReasonBootstrapTimeout || out.Events[0].Message != "machine m1 failed: no bootstrap data after 5m0s" {
+		t.Fatalf("at the timeout: events %v", out.Events)
+	}
+	// The answer (onBootstrap) sets the checksum on a fresh Pending status.
+	answered := &capnv1.MachineStatus{}
+	setPhase(answered, capnv1.MachinePending, t0.Add(2*time.Second))
+	answered.BootstrapDataChecksum = "sha256:x"
+	out = Step(Input{Cluster: "c1", Name: "m1", Desired: machine(false), Status: answered, PendingSince: t0, Now: t0.Add(2 * time.Second)}, Timeouts{})
+	if out.Status.GetPhaseValue() != capnv1.MachineProvisioning || len(out.Commands) != 1 || out.Commands[0].Kind != CmdCreate {
+		t.Fatalf("answered: %s, commands %v; want Provisioning and the create", out.Status.GetPhase(), out.Commands)
+	}
+	if c := conditions.Get(out.Status.GetConditions(), CondBootstrapReady); c.GetStatus() != capnv1.ConditionTrue.Wire() {
+		t.Fatalf("answered: BootstrapReady %v, want True", c)
+	}
+	if len(out.Events) != 1 || out.Events[0].Reason != "Provisioning" {
+		t.Fatalf("answered: events %v, want the one Provisioning event", out.Events)
+	}
+	// Being deleted while it waits: nothing was created, Deleted at once.
+	gone := Step(Input{Cluster: "c1", Name: "m1", Desired: machine(true), PendingSince: t0, Now: t0.Add(time.Second)}, Timeouts{})
+	if gone.Status.GetPhaseValue() != capnv1.MachineDeleted || len(gone.Commands) != 0 {
+		t.Fatalf("deleted while waiting: %s, commands %v; want Deleted, nothing sent", gone.Status.GetPhase(), gone.Commands)
+	}
+}

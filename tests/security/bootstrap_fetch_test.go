@@ -13,6 +13,7 @@ import (
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/events/store"
+	"github.com/capn-dev/capn/providers/sdk"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/services/bootstrapper"
 	"github.com/capn-dev/capn/services/machine-manager"
@@ -53,13 +54,25 @@ func TestBootstrapFetchWithThePublicChecksumIsRefused(t *testing.T) {
 	}
 
 	// The credential the bootstrapper keeps (sealed) opens the fetch, and
-	// nothing a read token or the timeline sees holds it.
+	// nothing a read token or the timeline sees holds it. The sim runs no
+	// node agents (it does not announce node-agent), so none was minted
+	// with the data; its provider's request mints it, as the SDK's
+	// request before a node-agent provider's create would get it.
 	boots := store.NewBucket(kv(t, sys, events.BucketSecrets), func() *capnv1.BootstrapData { return new(capnv1.BootstrapData) }, store.WithSealer(sys.Ring))
 	rec, _, err := boots.Get(context.Background(), "bootstrap.sec."+cp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cred := rec.GetFetchCredential()
+	if rec.GetFetchCredential() != "" {
+		t.Fatal("a credential was minted with the data of a machine whose provider runs no node agents")
+	}
+	cred, err := sdk.BootstrapCredential(context.Background(), nc, "sim", "sec", cp, sum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, _, err = boots.Get(context.Background(), "bootstrap.sec."+cp); err != nil || rec.GetFetchCredential() != cred {
+		t.Fatalf("the credential answered is not the one the record keeps (%v)", err)
+	}
 	if len(cred) < 43 {
 		t.Fatalf("credential %q: want at least 256 bits", cred)
 	}
@@ -112,6 +125,15 @@ func TestBootstrapFetchWithThePublicChecksumIsRefused(t *testing.T) {
 		code, _ := fetch(t, nc, "sec", cp, map[string]string{bootstrapper.HeaderChecksum: sum, bootstrapper.HeaderCredential: cred})
 		return code == "410"
 	})
+	// And the record forgets it: a copy of the secrets bucket (and its
+	// key) taken after the join holds no credential of the machine.
+	natstest.WaitFor(t, 10*time.Second, "the record forgets the credential after the join", func() bool {
+		rec, _, err := boots.Get(context.Background(), "bootstrap.sec."+cp)
+		return err == nil && rec.GetFetchCredential() == "" && rec.GetJoined()
+	})
+	if _, err := sdk.BootstrapCredential(context.Background(), nc, "sim", "sec", cp, sum); err == nil {
+		t.Fatal("the provider got a credential after the join")
+	}
 }
 
 func kv(t *testing.T, sys *harness.System, bucket string) jetstream.KeyValue {

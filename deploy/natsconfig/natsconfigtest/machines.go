@@ -162,13 +162,17 @@ func (c *Cluster) WantMachines(cluster string, names ...string) map[string]Machi
 	put(ctx, c.t, simjs, events.BucketObserved, "infra.sim."+cluster+"._", &capnv1.InfraCluster{Provider: "sim", Cluster: cluster, Ready: true,
 		ControlPlaneEndpoint: &capnv1.Endpoint{Host: "127.0.0.1", Port: 6443}})
 	_, cpjs, cpv := c.Connect(natsconfig.ClusterPlanner, 0)
-	for _, n := range names {
-		put(ctx, c.t, cpjs, events.BucketDesired, "machine."+cluster+"."+n, &capnv1.Machine{
-			Metadata: &capnv1.ObjectMeta{Name: n}, Spec: &capnv1.MachineSpec{Provider: "sim", Version: "v1.34.2"}})
+	want := func(n string) *capnv1.Machine {
+		return &capnv1.Machine{Metadata: &capnv1.ObjectMeta{Name: n}, Spec: &capnv1.MachineSpec{Provider: "sim", Role: "worker", Version: "v1.34.2"}}
 	}
+	for _, n := range names {
+		put(ctx, c.t, cpjs, events.BucketDesired, "machine."+cluster+"."+n, want(n))
+	}
+	// The bootstrapper generates each new machine's data by itself; the
+	// machine-manager's ask (the same request: one data) proves it may.
 	pub := events.NewPublisher(mmjs, "capn/"+natsconfig.MachineManager)
 	for _, n := range names {
-		cmd := &capnv1.GenerateBootstrap{Cluster: cluster, Machine: n, Role: "worker", Version: "v1.34.2"}
+		cmd := capnv1.NewGenerateBootstrap(cluster, n, want(n))
 		if _, err := pub.Publish(ctx, events.CommandSubject("bootstrap", "generate", cluster, n), events.TypeGenerateBootstrap, "gen-"+cluster+"-"+n, cmd); err != nil {
 			c.t.Fatalf("machine-manager: ask for %s's bootstrap data: %v", n, err)
 		}

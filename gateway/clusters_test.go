@@ -104,6 +104,34 @@ func TestApplyRefusals(t *testing.T) {
 	}
 }
 
+// TestApplyRefusesControlPlaneTypeChange: a live cluster's control-plane
+// implementation cannot change (there is no migration): the apply is
+// refused with the field, what it is and what to do, and the stored
+// cluster is untouched; the same apply naming the same implementation
+// ("machines", the default) passes.
+func TestApplyRefusesControlPlaneTypeChange(t *testing.T) {
+	e := newEnv(t)
+	e.apply(demoYAML)
+	before := e.lastSeq(e.desired)
+	hosted := strings.Replace(demoYAML, "controlPlane: {provider: sim, replicas: 1}", "controlPlane: {type: hosted, replicas: 1}", 1)
+	r := e.do(http.MethodPost, "/v1/clusters", tokAdmin, hosted, "Content-Type", api.MediaYAML)
+	p := r.wantProblem(t, http.StatusUnprocessableEntity, "spec.controlPlane.type")
+	found := false
+	for _, fe := range p.Errors {
+		found = found || fe.Path == "spec.controlPlane.type" && fe.Reason == "is machines, cannot change to hosted on a live cluster; create a new cluster"
+	}
+	if !found || p.Type != api.ProblemInvalidSpec {
+		t.Errorf("problem %s, want spec.controlPlane.type: is machines, cannot change to hosted on a live cluster; create a new cluster", r.body)
+	}
+	if after := e.lastSeq(e.desired); after != before {
+		t.Errorf("the desired bucket was written: revision %d -> %d", before, after)
+	}
+	same := strings.Replace(demoYAML, "controlPlane: {provider: sim,", "controlPlane: {type: machines, provider: sim,", 1)
+	if r := e.do(http.MethodPost, "/v1/clusters", tokAdmin, same, "Content-Type", api.MediaYAML); r.status != http.StatusOK {
+		t.Fatalf("apply of type machines on a machines cluster: %d %s", r.status, r.body)
+	}
+}
+
 // TestApplyLifecycle walks a cluster through create, no-op, label and spec
 // changes, optimistic concurrency and a round trip of what GET returns.
 func TestApplyLifecycle(t *testing.T) {

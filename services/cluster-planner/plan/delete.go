@@ -24,9 +24,9 @@ import (
 // A control plane made by an implementation (type hosted or external) has
 // no machine: once the workers are gone the implementation is sent
 // DeleteControlPlane until its record is gone (the command is sent along
-// with the next steps when there is no record: whatever it made without
-// reporting goes too); then the infrastructure, if a provider holds one,
-// the PKI and the cluster record.
+// with the next steps when there is no record, if the plan has room for
+// both: whatever it made without reporting goes too); then the
+// infrastructure, if a provider holds one, the PKI and the cluster record.
 func (p *planner) planDelete() {
 	if p.c.GetMetadata().Orphaning() {
 		p.planOrphan()
@@ -61,9 +61,14 @@ func (p *planner) planDelete() {
 		return
 	}
 	if p.byImplementation() {
-		p.add(DeleteControlPlane{Implementation: p.implementation(), Command: p.command()})
-		if p.in.ControlPlane != nil {
+		switch {
+		case p.in.ControlPlane != nil:
+			p.add(DeleteControlPlane{Implementation: p.implementation(), Command: p.command()})
 			return // until the implementation removed its record
+		case p.room() > 1:
+			// No record (gone, or never written): sent again with the
+			// next step, never in its place; the stream drops the repeats.
+			p.add(DeleteControlPlane{Implementation: p.implementation(), Command: p.command()})
 		}
 	}
 	switch {

@@ -297,6 +297,9 @@ func (p *planner) poolReadiness(pl *pool) (bool, string, string) {
 		return false, ReasonNotInitialized, p.firstMachineMessage()
 	case pl.hold != "" && o.replicas < pl.replicas:
 		return false, ReasonWaitingForControlPlane, counts + " (" + pl.hold + ")"
+	case pl.hold != "" && o.updated < o.replicas && p.byImplementation():
+		// Its rollout waits for the implementation's API servers.
+		return false, ReasonWaitingForControlPlane, counts + " (" + pl.hold + ")"
 	case o.updated < o.replicas && pl.held():
 		return false, ReasonWaitingForMaintenanceWindow, counts + " (" + p.heldMessage() + ")"
 	case o.updated < o.replicas:

@@ -8,9 +8,12 @@ import (
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/capn-dev/capn/gateway/api"
+	"github.com/capn-dev/capn/gateway/client"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // TestApplyRefusals sends bad manifests and requests: each gets its status
@@ -352,4 +355,31 @@ func TestGetAndList(t *testing.T) {
 
 func urlQuery(s string) string {
 	return strings.NewReplacer(" ", "%20", "!", "%21", "=", "%3D", ",", "%2C", "(", "%28", ")", "%29").Replace(s)
+}
+
+// TestControlPlaneRecordAPI: GET /v1/clusters/{c}/controlplane answers the
+// observed control-plane record (read scope; the client's ControlPlane),
+// 404 saying why while the implementation has not written one.
+func TestControlPlaneRecordAPI(t *testing.T) {
+	e := newEnv(t)
+	e.apply(demoYAML)
+	c, err := client.New(e.url, client.WithToken(tokRead))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ControlPlane(context.Background(), "demo"); !client.IsNotFound(err) || !strings.Contains(err.Error(), "has not reported yet") {
+		t.Fatalf("no record: %v, want not found saying why", err)
+	}
+	rec := &capnv1.ControlPlaneRecord{Cluster: "demo", Implementation: capnv1.ControlPlaneHosted, ObservedGeneration: 3, Initialized: true,
+		Endpoint: &capnv1.Endpoint{Host: "10.0.0.7", Port: 16443}, Version: "v1.34.2", Replicas: 2, ReadyReplicas: 1,
+		Conditions: []*capnv1.Condition{{Type: "Ready", Status: "False", Reason: "APIServersNotReady", Message: "1 of 2 API servers answer"}}}
+	e.put(e.observed, keys.ControlPlane("demo"), rec)
+	got, err := c.ControlPlane(context.Background(), "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(got, rec) {
+		t.Errorf("record %v, want %v", got, rec)
+	}
+	e.do(http.MethodGet, "/v1/clusters/demo/controlplane", "", nil).wantProblem(t, http.StatusUnauthorized)
 }

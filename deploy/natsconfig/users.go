@@ -259,7 +259,7 @@ func (d Deployment) Users() []User {
 		g.write(sec, ">")
 		// Every observed record but the providers' (infra.*, provider.*):
 		// a provider writes back what it adopts.
-		for _, k := range []string{"cluster.>", "machine.>", "node.>", "remediation.>", "autoscaler.>", "secrets.>", "addon.>", "backup.>", "rollout.>", "maintenance.>"} {
+		for _, k := range []string{"cluster.>", "machine.>", "node.>", "remediation.>", "autoscaler.>", "secrets.>", "addon.>", "backup.>", "rollout.>", "maintenance.>", "controlplane.>"} {
 			g.write(obs, k)
 		}
 		// Adoption only: never a create, a delete or an orphan.

@@ -466,7 +466,7 @@ func TestEachUserDoesItsJob(t *testing.T) {
 	for _, k := range []string{"cluster.restored", "machine.restored.m1"} {
 		bk.put(events.BucketDesired, k)
 	}
-	for _, k := range []string{"machine.restored.m1", "node.restored.m1", "cluster.restored", "remediation.restored.md-0", "secrets.restored", "addon.restored.cni", "backup.schedule", "maintenance.restored"} {
+	for _, k := range []string{"machine.restored.m1", "node.restored.m1", "cluster.restored", "remediation.restored.md-0", "secrets.restored", "addon.restored.cni", "backup.schedule", "maintenance.restored", "controlplane.restored"} {
 		bk.put(events.BucketObserved, k)
 	}
 	bk.put(events.BucketSecrets, "pki.restored")

@@ -129,6 +129,13 @@ func TestApplyRefusesControlPlaneTypeChange(t *testing.T) {
 	if after := e.lastSeq(e.desired); after != before {
 		t.Errorf("the desired bucket was written: revision %d -> %d", before, after)
 	}
+	// A new cluster may be hosted: no provider, no maxSurge defaulted.
+	fresh := strings.Replace(strings.Replace(hosted, "name: demo", "name: fresh", 1), "labels: {env: dev, team: a}", "labels: {env: dev}", 1)
+	if r := e.do(http.MethodPost, "/v1/clusters", tokAdmin, fresh, "Content-Type", api.MediaYAML); r.status != http.StatusCreated {
+		t.Fatalf("create of a hosted cluster: %d %s", r.status, r.body)
+	} else if cp := r.cluster(t).GetSpec().GetControlPlane(); cp.GetType() != capnv1.ControlPlaneHosted || cp.MaxSurge != nil || cp.GetProvider() != "" {
+		t.Errorf("stored control plane %v", cp)
+	}
 	same := strings.Replace(demoYAML, "controlPlane: {provider: sim,", "controlPlane: {type: machines, provider: sim,", 1)
 	if r := e.do(http.MethodPost, "/v1/clusters", tokAdmin, same, "Content-Type", api.MediaYAML); r.status != http.StatusOK {
 		t.Fatalf("apply of type machines on a machines cluster: %d %s", r.status, r.body)

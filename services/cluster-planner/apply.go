@@ -142,8 +142,16 @@ func (a *applier) DeleteControlPlane(ctx context.Context, d plan.DeleteControlPl
 
 // WriteControlPlaneRecord writes the machines implementation's record
 // (CAS), unless the stored one says the same; it never overwrites another
-// implementation's.
+// implementation's. A replica whose observed cache has not seen the stored
+// record's revision writes nothing (its view of the machines may be older
+// than the one that wrote it, as for the status): its cache's catching up
+// with that very key plans the cluster again.
 func (a *applier) WriteControlPlaneRecord(ctx context.Context, rec *capnv1.ControlPlaneRecord) error {
+	if _, rev, err := a.s.records.Get(ctx, keys.ControlPlane(a.name())); err == nil && a.s.observedRev != nil && a.s.observedRev() < rev {
+		return nil
+	} else if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
 	_, _, err := a.s.records.Mutate(ctx, keys.ControlPlane(a.name()), func(cur *capnv1.ControlPlaneRecord, exists bool) (*capnv1.ControlPlaneRecord, error) {
 		if exists && (cur.GetImplementation() != capnv1.ControlPlaneMachines || plan.SameControlPlaneRecord(cur, rec)) {
 			return nil, store.ErrNoChange

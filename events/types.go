@@ -19,4 +19,7 @@ const (
 	TypeDriftReport          = "dev.capn.provider.drift"        // DriftReport
 	TypeProviderCommand      = "dev.capn.provider.command"      // provider contract messages, suffixed .<kind>.<verb>
 	TypeProviderAnnouncement = "dev.capn.provider.announcement" // ProviderAnnouncement
+	// TypeControlPlaneCommand is a ControlPlaneCommand to a control-plane
+	// implementation (CAPN_CONTROLPLANES), suffixed .<verb> (ensure, delete).
+	TypeControlPlaneCommand = "dev.capn.controlplane.command"
 )

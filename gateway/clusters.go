@@ -74,6 +74,24 @@ func (s *server) getCluster(w http.ResponseWriter, r *http.Request) error {
 	return s.respondCluster(r.Context(), w, http.StatusOK, c, rev)
 }
 
+// getControlPlane is GET /v1/clusters/{name}/controlplane: the cluster's
+// control-plane record (observed controlplane.<c>), written by its
+// implementation (the planner for type machines); 404 while there is none.
+func (s *server) getControlPlane(w http.ResponseWriter, r *http.Request) error {
+	name, err := pathName(r, "name")
+	if err != nil {
+		return err
+	}
+	rec, _, err := s.controlPlanes.Get(r.Context(), keys.ControlPlane(name))
+	if errors.Is(err, store.ErrNotFound) {
+		return notFound("cluster %s has no control-plane record: its control plane's implementation has not reported yet", name)
+	}
+	if err != nil {
+		return err
+	}
+	return writeProtoJSON(w, http.StatusOK, rec)
+}
+
 // applyCluster is POST /v1/clusters: create-or-update from a manifest.
 func (s *server) applyCluster(w http.ResponseWriter, r *http.Request) error {
 	return s.apply(w, r, "")

@@ -8,9 +8,12 @@ import (
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/capn-dev/capn/gateway/api"
+	"github.com/capn-dev/capn/gateway/client"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // TestApplyRefusals sends bad manifests and requests: each gets its status
@@ -101,6 +104,41 @@ func TestApplyRefusals(t *testing.T) {
 				t.Errorf("the desired bucket was written: revision %d -> %d", before, after)
 			}
 		})
+	}
+}
+
+// TestApplyRefusesControlPlaneTypeChange: a live cluster's control-plane
+// implementation cannot change (there is no migration): the apply is
+// refused with the field, what it is and what to do, and the stored
+// cluster is untouched; the same apply naming the same implementation
+// ("machines", the default) passes.
+func TestApplyRefusesControlPlaneTypeChange(t *testing.T) {
+	e := newEnv(t)
+	e.apply(demoYAML)
+	before := e.lastSeq(e.desired)
+	hosted := strings.Replace(demoYAML, "controlPlane: {provider: sim, replicas: 1}", "controlPlane: {type: hosted, replicas: 1}", 1)
+	r := e.do(http.MethodPost, "/v1/clusters", tokAdmin, hosted, "Content-Type", api.MediaYAML)
+	p := r.wantProblem(t, http.StatusUnprocessableEntity, "spec.controlPlane.type")
+	found := false
+	for _, fe := range p.Errors {
+		found = found || fe.Path == "spec.controlPlane.type" && fe.Reason == "is machines, cannot change to hosted on a live cluster; create a new cluster"
+	}
+	if !found || p.Type != api.ProblemInvalidSpec {
+		t.Errorf("problem %s, want spec.controlPlane.type: is machines, cannot change to hosted on a live cluster; create a new cluster", r.body)
+	}
+	if after := e.lastSeq(e.desired); after != before {
+		t.Errorf("the desired bucket was written: revision %d -> %d", before, after)
+	}
+	// A new cluster may be hosted: no provider, no maxSurge defaulted.
+	fresh := strings.Replace(strings.Replace(hosted, "name: demo", "name: fresh", 1), "labels: {env: dev, team: a}", "labels: {env: dev}", 1)
+	if r := e.do(http.MethodPost, "/v1/clusters", tokAdmin, fresh, "Content-Type", api.MediaYAML); r.status != http.StatusCreated {
+		t.Fatalf("create of a hosted cluster: %d %s", r.status, r.body)
+	} else if cp := r.cluster(t).GetSpec().GetControlPlane(); cp.GetType() != capnv1.ControlPlaneHosted || cp.MaxSurge != nil || cp.GetProvider() != "" {
+		t.Errorf("stored control plane %v", cp)
+	}
+	same := strings.Replace(demoYAML, "controlPlane: {provider: sim,", "controlPlane: {type: machines, provider: sim,", 1)
+	if r := e.do(http.MethodPost, "/v1/clusters", tokAdmin, same, "Content-Type", api.MediaYAML); r.status != http.StatusOK {
+		t.Fatalf("apply of type machines on a machines cluster: %d %s", r.status, r.body)
 	}
 }
 
@@ -324,4 +362,31 @@ func TestGetAndList(t *testing.T) {
 
 func urlQuery(s string) string {
 	return strings.NewReplacer(" ", "%20", "!", "%21", "=", "%3D", ",", "%2C", "(", "%28", ")", "%29").Replace(s)
+}
+
+// TestControlPlaneRecordAPI: GET /v1/clusters/{c}/controlplane answers the
+// observed control-plane record (read scope; the client's ControlPlane),
+// 404 saying why while the implementation has not written one.
+func TestControlPlaneRecordAPI(t *testing.T) {
+	e := newEnv(t)
+	e.apply(demoYAML)
+	c, err := client.New(e.url, client.WithToken(tokRead))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ControlPlane(context.Background(), "demo"); !client.IsNotFound(err) || !strings.Contains(err.Error(), "has not reported yet") {
+		t.Fatalf("no record: %v, want not found saying why", err)
+	}
+	rec := &capnv1.ControlPlaneRecord{Cluster: "demo", Implementation: capnv1.ControlPlaneHosted, ObservedGeneration: 3, Initialized: true,
+		Endpoint: &capnv1.Endpoint{Host: "10.0.0.7", Port: 16443}, Version: "v1.34.2", Replicas: 2, ReadyReplicas: 1,
+		Conditions: []*capnv1.Condition{{Type: "Ready", Status: "False", Reason: "APIServersNotReady", Message: "1 of 2 API servers answer"}}}
+	e.put(e.observed, keys.ControlPlane("demo"), rec)
+	got, err := c.ControlPlane(context.Background(), "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(got, rec) {
+		t.Errorf("record %v, want %v", got, rec)
+	}
+	e.do(http.MethodGet, "/v1/clusters/demo/controlplane", "", nil).wantProblem(t, http.StatusUnauthorized)
 }

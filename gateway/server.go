@@ -54,6 +54,9 @@ type server struct {
 	// (sealed; nil without a secrets key).
 	addonSets     *store.Bucket[*capnv1.AddonSet]
 	addonStatuses *store.Bucket[*capnv1.ClusterAddonStatus]
+	// controlPlanes are the control-plane records (observed
+	// controlplane.<c>), written by each cluster's implementation.
+	controlPlanes *store.Bucket[*capnv1.ControlPlaneRecord]
 	addonSecrets  *store.Bucket[*capnv1.AddonSecret]
 	// bootstrapSecrets: written and deleted, never read back to a client.
 	bootstrapSecrets *store.Bucket[*capnv1.BootstrapSecret]
@@ -134,6 +137,7 @@ func (s *server) routes() {
 	s.handle("GET /v1/clusters/{name}/kubeconfig", scopeSecrets, 0, s.getKubeconfig)
 	s.handle("GET /v1/clusters/{name}/events", scopeRead, 0, s.timeline)
 	s.handle("GET /v1/clusters/{name}/addons", scopeRead, 0, s.clusterAddons)
+	s.handle("GET /v1/clusters/{name}/controlplane", scopeRead, 0, s.getControlPlane)
 	s.handle("GET /v1/addonsets", scopeRead, 0, s.listAddonSets)
 	s.handle("POST /v1/addonsets", scopeWrite, s.limits.ManifestBytes, s.applyAddonSet)
 	s.handle("GET /v1/addonsets/{name}", scopeRead, 0, s.getAddonSet)

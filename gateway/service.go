@@ -333,6 +333,7 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 		addonSets:        store.NewBucket(desiredKV, store.New[capnv1.AddonSet]()),
 		versions:         store.NewBucket(desiredKV, store.New[capnv1.KubernetesVersions]()),
 		addonStatuses:    store.NewBucket(observedKV, store.New[capnv1.ClusterAddonStatus]()),
+		controlPlanes:    store.NewBucket(observedKV, store.New[capnv1.ControlPlaneRecord]()),
 		scheduleStatuses: store.NewBucket(observedKV, store.New[capnv1.BackupScheduleStatus]()),
 		caStatuses:       store.NewBucket(observedKV, store.New[capnv1.CARotationStatus]()),
 		certStatuses:     store.NewBucket(observedKV, store.New[capnv1.CertificatesStatus]()),

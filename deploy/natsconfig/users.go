@@ -142,8 +142,12 @@ func (d Deployment) Users() []User {
 		g.write(des, "cluster.>") // removes a deleted cluster's key
 		g.write(des, "machine.>")
 		g.write(obs, "cluster.>")
+		// The machines control plane's record (the planner is that
+		// implementation), and the commands to the other implementations.
+		g.write(obs, "controlplane.>")
 		g.publish(ev("cluster", ">"), events.Subject(events.SubjectProviders, "*", "cluster", ">"),
-			events.Subject(events.SubjectCommands, "bootstrap", "cleanup", ">"))
+			events.Subject(events.SubjectCommands, "bootstrap", "cleanup", ">"),
+			events.Subject(events.SubjectControlPlanes, ">"))
 	})
 	add(MachineManager, "drives each machine's life: bootstrap, provider create and delete", func(g *grants) {
 		g.read(des, ">")
@@ -166,6 +170,8 @@ func (d Deployment) Users() []User {
 		g.read(obs, ">")
 		g.write(sec, ">")
 		g.write(obs, "secrets.>")
+		// It reads controlplane.<c> (obs >): a hosted or external control
+		// plane's endpoint and CA for the workers' bootstrap.
 		g.publish(ev("bootstrap", ">"))
 		g.serve(events.Subject(SubjectBootstrapFetch, "*", "*"), events.Subject(SubjectBootstrapCredential, "*", "*", "*"))
 		if d.NodeAgents {
@@ -253,7 +259,7 @@ func (d Deployment) Users() []User {
 		g.write(sec, ">")
 		// Every observed record but the providers' (infra.*, provider.*):
 		// a provider writes back what it adopts.
-		for _, k := range []string{"cluster.>", "machine.>", "node.>", "remediation.>", "autoscaler.>", "secrets.>", "addon.>", "backup.>", "rollout.>", "maintenance.>"} {
+		for _, k := range []string{"cluster.>", "machine.>", "node.>", "remediation.>", "autoscaler.>", "secrets.>", "addon.>", "backup.>", "rollout.>", "maintenance.>", "controlplane.>"} {
 			g.write(obs, k)
 		}
 		// Adoption only: never a create, a delete or an orphan.

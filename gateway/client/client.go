@@ -487,6 +487,15 @@ func (c *Client) DeleteAddonSet(ctx context.Context, name string, opts ...WriteO
 	return out, err
 }
 
+// ControlPlane returns a cluster's control-plane record (its
+// implementation's: endpoint, version, replicas, conditions); an error
+// matching IsNotFound while there is none.
+func (c *Client) ControlPlane(ctx context.Context, cluster string) (*capnv1.ControlPlaneRecord, error) {
+	out := new(capnv1.ControlPlaneRecord)
+	_, err := c.call(ctx, http.MethodGet, "/v1/clusters/"+url.PathEscape(cluster)+"/controlplane", nil, nil, "", out)
+	return out, err
+}
+
 // ClusterAddons returns the records of every add-on set on a cluster.
 func (c *Client) ClusterAddons(ctx context.Context, cluster string) ([]*capnv1.ClusterAddonStatus, error) {
 	return listOf[capnv1.ClusterAddonStatus](ctx, c, "/v1/clusters/"+url.PathEscape(cluster)+"/addons", ListOptions{})

@@ -74,7 +74,8 @@ var KnownBootstrapProviders = []string{"kube-local", "kubeadm", "script"}
 // for Validate to report.
 //
 //   - spec.controlPlane.replicas 0 → 1 (proto3 cannot tell 0 from absent, and
-//     0 is never valid); spec.controlPlane.maxSurge absent → 1.
+//     0 is never valid); spec.controlPlane.maxSurge absent → 1 (type
+//     machines only: a hosted or external control plane has no machines).
 //   - every pool: strategy RollingUpdate with maxSurge "1" and maxUnavailable
 //     "0" (only for RollingUpdate); deletionOrder Random; version = the
 //     cluster's kubernetesVersion. Pool replicas stay as written: 0 is valid.
@@ -101,7 +102,7 @@ func Default(c *capnv1.Cluster) {
 		if cp.Replicas == 0 {
 			cp.Replicas = DefaultControlPlaneReplicas
 		}
-		if cp.MaxSurge == nil {
+		if cp.MaxSurge == nil && cp.Implementation() == capnv1.ControlPlaneMachines {
 			surge := int32(DefaultControlPlaneMaxSurge)
 			cp.MaxSurge = &surge
 		}

@@ -21,7 +21,8 @@ import (
 //     control plane (Validate);
 //   - a pool autoscaled before and after: its replicas are the
 //     autoscaler's (autoscaling.go);
-//   - immutable: metadata.name, the control plane's provider, a pool's
+//   - immutable: metadata.name, the control plane's type (its
+//     implementation: "machines" and empty are the same) and provider, a pool's
 //     provider (pools are matched by name; remove the pool and add a new one
 //     instead), the network's CIDRs and service domain.
 //
@@ -53,7 +54,12 @@ func updateRules(o, n *capnv1.Cluster, errs *fieldErrors) {
 	}
 	sp := path("spec")
 	validateUpgrade(os.KubernetesVersion, ns.KubernetesVersion, sp.child("kubernetesVersion"), true, errs)
-	if ocp, ncp := os.ControlPlane, ns.ControlPlane; ocp != nil && ncp != nil && ocp.Provider != ncp.Provider {
+	typeChanged := false
+	if ocp, ncp := os.ControlPlane, ns.ControlPlane; ocp != nil && ncp != nil && ocp.Implementation() != ncp.Implementation() {
+		typeChanged = true
+		errs.add(sp.child("controlPlane").child("type"), nil, "is %s, cannot change to %s on a live cluster; create a new cluster", ocp.Implementation(), ncp.Implementation())
+	}
+	if ocp, ncp := os.ControlPlane, ns.ControlPlane; ocp != nil && ncp != nil && ocp.Provider != ncp.Provider && !typeChanged {
 		errs.add(sp.child("controlPlane").child("provider"), ncp.Provider, "immutable (was %q): machines cannot move between providers; create a new cluster instead", ocp.Provider)
 	}
 	oldPools := map[string]*capnv1.WorkerPool{}

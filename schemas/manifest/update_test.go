@@ -54,6 +54,13 @@ func TestValidateUpdate(t *testing.T) {
 			`spec.network.serviceDomain: "example.local": immutable`,
 		}},
 		{"network left out equals the default", func(c *capnv1.Cluster) { c.Spec.Network = nil }, nil},
+		{"control-plane type", func(c *capnv1.Cluster) {
+			c.Spec.ControlPlane.Type = capnv1.ControlPlaneHosted
+			c.Spec.ControlPlane.Provider, c.Spec.ControlPlane.MaxSurge = "", nil
+		}, []string{
+			"spec.controlPlane.type: is machines, cannot change to hosted on a live cluster; create a new cluster",
+		}},
+		{"control-plane type machines is the default", func(c *capnv1.Cluster) { c.Spec.ControlPlane.Type = capnv1.ControlPlaneMachines }, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

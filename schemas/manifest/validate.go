@@ -7,6 +7,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
@@ -184,6 +185,16 @@ func (v Validator) validateControlPlane(cp *capnv1.ControlPlaneSpec, p path, err
 		errs.add(p, nil, "required: the control plane's provider and replicas")
 		return
 	}
+	switch cp.Type {
+	case "", capnv1.ControlPlaneMachines:
+	case capnv1.ControlPlaneHosted, capnv1.ControlPlaneExternal:
+		v.validateNonMachineControlPlane(cp, p, errs)
+		return
+	default:
+		errs.add(p.child("type"), cp.Type, "must be one of %s (empty: %s): the control plane's implementation",
+			strings.Join(capnv1.ControlPlaneTypes, ", "), capnv1.ControlPlaneMachines)
+		return
+	}
 	validateProvider(cp.Provider, p.child("provider"), errs)
 	r := cp.Replicas
 	if r <= 0 || r%2 == 0 || r > MaxControlPlaneReplicas {
@@ -207,6 +218,32 @@ func (v Validator) validateControlPlane(cp *capnv1.ControlPlaneSpec, p path, err
 	validateTemplate(cp.Template, p.child("template"), errs)
 	v.validateBootstrap(cp.Bootstrap, p.child("bootstrap"), OSLinux, errs)
 	validateNodeTimeouts(cp.NodeDrainTimeout, cp.NodeDeletionTimeout, p, errs)
+}
+
+// validateNonMachineControlPlane checks a control plane of type hosted or
+// external: no machine is made for it, so the fields that shape control-plane
+// machines (provider, template, maxSurge, os) must be empty; replicas counts
+// its API servers. The implementation's own settings are checked with its
+// fields.
+func (v Validator) validateNonMachineControlPlane(cp *capnv1.ControlPlaneSpec, p path, errs *fieldErrors) {
+	noMachines := func(field string, value any) {
+		errs.add(p.child(field), value, "must be empty for controlPlane.type %s: it shapes control-plane machines, and a %s control plane has none", cp.Type, cp.Type)
+	}
+	if cp.Provider != "" {
+		noMachines("provider", cp.Provider)
+	}
+	if cp.Template != nil {
+		noMachines("template", nil)
+	}
+	if cp.MaxSurge != nil {
+		noMachines("maxSurge", *cp.MaxSurge)
+	}
+	if cp.Os != "" {
+		noMachines("os", cp.Os)
+	}
+	if r := cp.Replicas; r <= 0 || r > MaxControlPlaneReplicas {
+		errs.add(p.child("replicas"), r, "must be between 1 and %d: the API servers of the control plane", MaxControlPlaneReplicas)
+	}
 }
 
 // validateNodeTimeouts checks a pool's or the control plane's
@@ -274,7 +311,10 @@ func (v Validator) validatePool(pool *capnv1.WorkerPool, p path, cpRaw string, c
 // validateTotal bounds the cluster's machines: the control plane's and the
 // worker pools' replicas together.
 func (v Validator) validateTotal(s *capnv1.ClusterSpec, sp path, errs *fieldErrors) {
-	total := int64(s.GetControlPlane().GetReplicas())
+	total := int64(0)
+	if s.GetControlPlane().Implementation() == capnv1.ControlPlaneMachines {
+		total = int64(s.GetControlPlane().GetReplicas()) // the others make no machines
+	}
 	for _, p := range s.WorkerPools {
 		total += max(0, int64(p.GetReplicas()))
 	}

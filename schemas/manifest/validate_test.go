@@ -37,6 +37,26 @@ func TestValidateValid(t *testing.T) {
 	}
 }
 
+// TestValidateNonMachineControlPlane: a hosted or external control plane
+// without the machine-only fields is valid, its default leaves maxSurge
+// empty, and its replicas need not be odd (API servers, not etcd members)
+// nor count as machines.
+func TestValidateNonMachineControlPlane(t *testing.T) {
+	for _, typ := range []string{capnv1.ControlPlaneHosted, capnv1.ControlPlaneExternal} {
+		c := &capnv1.Cluster{ApiVersion: APIVersion, Kind: KindCluster, Metadata: &capnv1.ObjectMeta{Name: "demo"},
+			Spec: &capnv1.ClusterSpec{KubernetesVersion: "v1.34.2",
+				ControlPlane: &capnv1.ControlPlaneSpec{Type: typ, Replicas: 2},
+				WorkerPools:  []*capnv1.WorkerPool{{Name: "md-0", Provider: "sim", Replicas: 3}}}}
+		Default(c)
+		if c.Spec.ControlPlane.MaxSurge != nil {
+			t.Errorf("%s: Default set maxSurge %d", typ, *c.Spec.ControlPlane.MaxSurge)
+		}
+		if err := (Validator{MaxClusterReplicas: 3}).Validate(c); err != nil {
+			t.Errorf("%s: %v", typ, err)
+		}
+	}
+}
+
 func TestValidate(t *testing.T) {
 	i32 := func(v int32) *int32 { return &v }
 	tests := []struct {
@@ -196,6 +216,25 @@ func TestValidate(t *testing.T) {
 			"spec.etcdSnapshots: only for a control plane capn runs (spec.bootstrap.provider kube-local), not",
 			"spec.etcdSnapshots.every: 30s: must be at least 1m0s",
 			"spec.etcdSnapshots.keep: 101: must be from 1 to 100",
+		}},
+		{"control-plane type", func(c *capnv1.Cluster) { c.Spec.ControlPlane.Type = "kamaji" },
+			[]string{`spec.controlPlane.type: "kamaji": must be one of machines, hosted, external (empty: machines)`}},
+		{"hosted with machine fields", func(c *capnv1.Cluster) {
+			cp := c.Spec.ControlPlane
+			cp.Type, cp.Os = capnv1.ControlPlaneHosted, "linux"
+			cp.Template = &capnv1.MachineTemplate{}
+		}, []string{
+			`spec.controlPlane.provider: "sim": must be empty for controlPlane.type hosted: it shapes control-plane machines`,
+			`spec.controlPlane.template: must be empty for controlPlane.type hosted`,
+			`spec.controlPlane.maxSurge: 1: must be empty for controlPlane.type hosted`,
+			`spec.controlPlane.os: "linux": must be empty for controlPlane.type hosted`,
+		}},
+		{"external with a provider", func(c *capnv1.Cluster) {
+			cp := c.Spec.ControlPlane
+			cp.Type, cp.MaxSurge, cp.Replicas = capnv1.ControlPlaneExternal, nil, 0
+		}, []string{
+			`spec.controlPlane.provider: "sim": must be empty for controlPlane.type external`,
+			`spec.controlPlane.replicas: 0: must be between 1 and 7`,
 		}},
 	}
 	for _, tt := range tests {

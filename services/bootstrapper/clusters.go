@@ -53,7 +53,11 @@ func (s *Service) reconcileCluster(ctx context.Context, name string) (reconcile.
 		return reconcile.Result{}, err
 	}
 	var requeue time.Duration
-	if ep, ok := s.endpoint(cluster); ok {
+	if cluster.GetSpec().GetControlPlane().Implementation() == capnv1.ControlPlaneExternal {
+		// Someone else's API server, whose certificate capn's CA did not
+		// sign: no admin kubeconfig of capn's would reach it.
+		status.Message = "external control plane: capn writes no admin kubeconfig for it"
+	} else if ep, ok := s.endpoint(cluster); ok {
 		kc, err := s.ensureKubeconfig(ctx, name, ep, set.set) // kicks the join-token pass when it writes
 		if err != nil {
 			return reconcile.Result{}, err
@@ -61,6 +65,8 @@ func (s *Service) reconcileCluster(ctx context.Context, name string) (reconcile.
 		status.KubeconfigReady = true
 		status.AdminCertNotAfter = kc.GetClientCertNotAfter()
 		requeue = time.Hour // re-check the admin certificate's renewal
+	} else if cluster.GetSpec().GetControlPlane().Implementation() != capnv1.ControlPlaneMachines {
+		status.Message = "waiting for the " + cluster.GetSpec().GetControlPlane().Implementation() + " control plane's record (controlplane." + name + ") to report its endpoint"
 	} else {
 		status.Message = "waiting for the infrastructure to report the control-plane endpoint"
 	}
@@ -100,15 +106,45 @@ func (s *Service) cluster(name string) (*capnv1.Cluster, bool, error) {
 	return c, true, nil
 }
 
-// endpoint is the control-plane endpoint reported by the control plane's
-// provider (observed infra.<provider>.<cluster>._).
+// endpoint is the control-plane endpoint: for a control plane on machines,
+// the one its provider reports (observed infra.<provider>.<cluster>._);
+// for a hosted or external one, its implementation's record's (observed
+// controlplane.<cluster>).
 func (s *Service) endpoint(c *capnv1.Cluster) (bootstrap.Endpoint, bool) {
+	if c.GetSpec().GetControlPlane().Implementation() != capnv1.ControlPlaneMachines {
+		rec, ok := s.controlPlaneRecord(c)
+		if !ok || rec.GetEndpoint().GetHost() == "" || rec.GetEndpoint().GetPort() == 0 {
+			return bootstrap.Endpoint{}, false
+		}
+		return bootstrap.Endpoint{Host: rec.GetEndpoint().GetHost(), Port: rec.GetEndpoint().GetPort()}, true
+	}
 	p := c.GetSpec().GetControlPlane().GetProvider()
 	ic, _, ok := store.NewView(s.observed, store.New[capnv1.InfraCluster]()).Get(keys.InfraCluster(p, c.GetMetadata().GetName()))
 	if !ok || ic.GetControlPlaneEndpoint().GetHost() == "" || ic.GetControlPlaneEndpoint().GetPort() == 0 {
 		return bootstrap.Endpoint{}, false
 	}
 	return bootstrap.Endpoint{Host: ic.GetControlPlaneEndpoint().GetHost(), Port: ic.GetControlPlaneEndpoint().GetPort()}, true
+}
+
+// controlPlaneRecord is c's control-plane record (observed
+// controlplane.<cluster>), written by its implementation.
+func (s *Service) controlPlaneRecord(c *capnv1.Cluster) (*capnv1.ControlPlaneRecord, bool) {
+	rec, _, ok := store.NewView(s.observed, store.New[capnv1.ControlPlaneRecord]()).Get(keys.ControlPlane(c.GetMetadata().GetName()))
+	return rec, ok
+}
+
+// workerCA is the CA certificate workers of c trust for its API server:
+// nil for a control plane on machines (the cluster PKI's CA), the record's
+// for a hosted or external one; ok is false while the record has none.
+func (s *Service) workerCA(c *capnv1.Cluster) (ca []byte, ok bool) {
+	if c.GetSpec().GetControlPlane().Implementation() == capnv1.ControlPlaneMachines {
+		return nil, true
+	}
+	rec, found := s.controlPlaneRecord(c)
+	if !found || rec.GetCaCertificatePem() == "" {
+		return nil, false
+	}
+	return []byte(rec.GetCaCertificatePem()), true
 }
 
 type clusterPKI struct {

@@ -102,6 +102,11 @@ func (s *Service) generateFor(ctx context.Context, request string, cmd *capnv1.G
 		log.Debug().Msg("control-plane endpoint not reported yet; retrying")
 		return fmt.Errorf("%w for the control-plane endpoint of %s", errWaiting, cmd.GetCluster())
 	}
+	workerCA, ok := s.workerCA(cluster)
+	if !ok {
+		log.Debug().Msg("control-plane CA not reported yet; retrying")
+		return fmt.Errorf("%w for the control-plane CA of %s (its record controlplane.%s)", errWaiting, cmd.GetCluster(), cmd.GetCluster())
+	}
 	tok, err := token.Generate()
 	if err != nil {
 		return err
@@ -110,7 +115,7 @@ func (s *Service) generateFor(ctx context.Context, request string, cmd *capnv1.G
 		cmd = proto.Clone(cmd).(*capnv1.GenerateBootstrap)
 		cmd.Bootstrap = resolved
 	}
-	in, err := bootstrap.NewInput(cmd, bootstrap.Cluster{Endpoint: ep, Network: cluster.GetSpec().GetNetwork(), PKI: set.set}, tok)
+	in, err := bootstrap.NewInput(cmd, bootstrap.Cluster{Endpoint: ep, Network: cluster.GetSpec().GetNetwork(), PKI: set.set, WorkerCA: workerCA}, tok)
 	if err != nil {
 		return s.fail(ctx, cmd, ReasonInvalidBootstrap, err.Error())
 	}

@@ -220,7 +220,7 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	}
 
 	s.desired = store.NewCache(desiredKV, s.cfg.Cache)
-	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, d.JS, keys.InfraPrefix, keys.MachinePrefix, keys.ProviderPrefix))
+	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, d.JS, keys.InfraPrefix, keys.MachinePrefix, keys.ProviderPrefix, keys.ControlPlanePrefix))
 	for _, c := range []*store.Cache{s.desired, s.observed} {
 		if err := c.Start(ctx); err != nil {
 			return err
@@ -268,7 +268,9 @@ func (s *Service) controllers(log zerolog.Logger) []*reconcile.Controller {
 	clusters := &reconcile.Controller{
 		Watches: []reconcile.Source{
 			{Cache: s.desired, Prefixes: []string{keys.ClusterPrefix}, Key: keys.ClusterOf},
-			{Cache: s.observed, Prefixes: []string{keys.InfraPrefix}, Key: keys.ClusterOf},
+			// A hosted or external control plane's endpoint comes from its
+			// record (controlplane.<c>), a machines one's from the infra.
+			{Cache: s.observed, Prefixes: []string{keys.InfraPrefix, keys.ControlPlanePrefix}, Key: keys.ClusterOf},
 			{Cache: s.observed, Prefixes: []string{keys.MachinePrefix}, Key: s.clusterOfJoined},
 		},
 		Resync:    all,

@@ -107,7 +107,18 @@ func (a *applier) DeleteCluster(ctx context.Context, _ plan.DeleteCluster) error
 	if err := a.s.statuses.Delete(ctx, keys.Cluster(name), 0); err != nil {
 		return err
 	}
-	_, _, err := a.s.clusters.Mutate(ctx, keys.Cluster(name), func(cur *capnv1.Cluster, exists bool) (*capnv1.Cluster, error) {
+	// The machines implementation's record goes with the cluster; another
+	// implementation's is its own (it deletes it on DeleteControlPlane).
+	_, _, err := a.s.records.Mutate(ctx, keys.ControlPlane(name), func(cur *capnv1.ControlPlaneRecord, exists bool) (*capnv1.ControlPlaneRecord, error) {
+		if !exists || cur.GetImplementation() != capnv1.ControlPlaneMachines {
+			return nil, store.ErrNoChange
+		}
+		return nil, store.ErrDelete
+	})
+	if err != nil {
+		return err
+	}
+	_, _, err = a.s.clusters.Mutate(ctx, keys.Cluster(name), func(cur *capnv1.Cluster, exists bool) (*capnv1.Cluster, error) {
 		if !exists || cur.GetMetadata().GetUid() != uid || cur.GetMetadata().GetDeletionTimestamp() == nil {
 			return nil, store.ErrNoChange // re-created meanwhile: not ours to delete
 		}
@@ -116,6 +127,37 @@ func (a *applier) DeleteCluster(ctx context.Context, _ plan.DeleteCluster) error
 	if err == nil {
 		a.s.event(ctx, name, "deleted", &capnv1.ClusterEvent{Cluster: name, Phase: capnv1.ClusterDeleted.Wire(), Reason: capnv1.ClusterDeleted.Wire(), Message: "cluster deleted"}, uid)
 	}
+	return err
+}
+
+func (a *applier) EnsureControlPlane(ctx context.Context, e plan.EnsureControlPlane) error {
+	_, err := a.s.pub.Publish(ctx, e.Subject(), events.TypeControlPlaneCommand+"."+keys.ControlPlaneEnsure, e.ID(), e.Command)
+	return err
+}
+
+func (a *applier) DeleteControlPlane(ctx context.Context, d plan.DeleteControlPlane) error {
+	_, err := a.s.pub.Publish(ctx, d.Subject(), events.TypeControlPlaneCommand+"."+keys.ControlPlaneDelete, d.ID(), d.Command)
+	return err
+}
+
+// WriteControlPlaneRecord writes the machines implementation's record
+// (CAS), unless the stored one says the same; it never overwrites another
+// implementation's. A replica whose observed cache has not seen the stored
+// record's revision writes nothing (its view of the machines may be older
+// than the one that wrote it, as for the status): its cache's catching up
+// with that very key plans the cluster again.
+func (a *applier) WriteControlPlaneRecord(ctx context.Context, rec *capnv1.ControlPlaneRecord) error {
+	if _, rev, err := a.s.records.Get(ctx, keys.ControlPlane(a.name())); err == nil && a.s.observedRev != nil && a.s.observedRev() < rev {
+		return nil
+	} else if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	_, _, err := a.s.records.Mutate(ctx, keys.ControlPlane(a.name()), func(cur *capnv1.ControlPlaneRecord, exists bool) (*capnv1.ControlPlaneRecord, error) {
+		if exists && (cur.GetImplementation() != capnv1.ControlPlaneMachines || plan.SameControlPlaneRecord(cur, rec)) {
+			return nil, store.ErrNoChange
+		}
+		return rec, nil
+	})
 	return err
 }
 

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/natstest"
 	"github.com/capn-dev/capn/events/store"
@@ -29,9 +31,32 @@ func TestKVApplierConforms(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	observedKV, err := js.KeyValue(ctx, events.BucketObserved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(ctx, events.StreamControlPlanes)
+	if err != nil {
+		t.Fatal(err)
+	}
 	plantest.TestApplier(t, func(t *testing.T, c *capnv1.Cluster) plantest.ApplierWorld {
 		s := New(Config{})
+		s.pub = events.NewPublisher(js, "capn/"+Name)
 		s.machines = store.NewBucket(desiredKV, store.New[capnv1.Machine]())
+		s.clusters = store.NewBucket(desiredKV, store.New[capnv1.Cluster]())
+		s.statuses = store.NewBucket(observedKV, store.New[capnv1.ClusterStatus]())
+		s.records = store.NewBucket(observedKV, store.New[capnv1.ControlPlaneRecord]())
+		recKey := keys.ControlPlane(c.GetMetadata().GetName())
+		record := func() (*capnv1.ControlPlaneRecord, uint64) {
+			rec, rev, err := s.records.Get(ctx, recKey)
+			if errors.Is(err, store.ErrNotFound) {
+				return nil, 0
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			return rec, rev
+		}
 		prefix := keys.MachinesOf(c.GetMetadata().GetName())
 		return plantest.ApplierWorld{
 			Next: func(now time.Time) plan.Applier {
@@ -56,6 +81,41 @@ func TestKVApplierConforms(t *testing.T) {
 					t.Fatal(err)
 				}
 				return m
+			},
+			Record: record,
+			PutRecord: func(rec *capnv1.ControlPlaneRecord) {
+				if _, _, err := s.records.Mutate(ctx, recKey, func(*capnv1.ControlPlaneRecord, bool) (*capnv1.ControlPlaneRecord, error) { return rec, nil }); err != nil {
+					t.Fatal(err)
+				}
+			},
+			Commands: func() []plantest.Command {
+				var out []plantest.Command
+				info, err := stream.Info(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for seq := info.State.FirstSeq; seq > 0 && seq <= info.State.LastSeq; seq++ {
+					m, err := stream.GetMsg(ctx, seq)
+					if errors.Is(err, jetstream.ErrMsgNotFound) {
+						continue
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !strings.HasSuffix(m.Subject, "."+c.GetMetadata().GetName()) {
+						continue
+					}
+					e, err := events.FromMsg(m.Header, m.Data)
+					if err != nil {
+						t.Fatal(err)
+					}
+					cmd := new(capnv1.ControlPlaneCommand)
+					if err := events.DataAs(e, cmd); err != nil {
+						t.Fatal(err)
+					}
+					out = append(out, plantest.Command{Subject: m.Subject, ID: m.Header.Get(jetstream.MsgIDHeader), Command: cmd})
+				}
+				return out
 			},
 			Annotate: func(name, key, value string) {
 				_, _, err := s.machines.Mutate(ctx, prefix+name, func(cur *capnv1.Machine, exists bool) (*capnv1.Machine, error) {

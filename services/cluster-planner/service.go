@@ -59,6 +59,9 @@ type Service struct {
 	clusters *store.Bucket[*capnv1.Cluster]
 	machines *store.Bucket[*capnv1.Machine]
 	statuses *store.Bucket[*capnv1.ClusterStatus]
+	// records are the control-plane records (observed controlplane.<c>):
+	// the machines implementation's, which this service writes.
+	records *store.Bucket[*capnv1.ControlPlaneRecord]
 	// announcements are the providers' (observed provider.<name>).
 	announcements *store.Bucket[*capnv1.ProviderAnnouncement]
 	queue         *reconcile.Queue
@@ -147,9 +150,10 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	s.clusters = store.NewBucket(desiredKV, store.New[capnv1.Cluster]())
 	s.machines = store.NewBucket(desiredKV, store.New[capnv1.Machine]())
 	s.statuses = store.NewBucket(observedKV, store.New[capnv1.ClusterStatus]())
+	s.records = store.NewBucket(observedKV, store.New[capnv1.ControlPlaneRecord]())
 	s.announcements = store.NewBucket(observedKV, store.New[capnv1.ProviderAnnouncement]())
 	s.desired = store.NewCache(desiredKV, s.cfg.Cache)
-	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, d.JS, keys.ClusterPrefix, keys.MachinePrefix, keys.InfraPrefix, keys.SecretsPrefix, keys.ProviderPrefix, keys.AutoscalerPrefix, keys.AddonPrefix, keys.MaintenancePrefix))
+	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, d.JS, keys.ClusterPrefix, keys.MachinePrefix, keys.InfraPrefix, keys.SecretsPrefix, keys.ProviderPrefix, keys.AutoscalerPrefix, keys.AddonPrefix, keys.MaintenancePrefix, keys.ControlPlanePrefix))
 	if s.observedRev == nil {
 		s.observedRev = s.observed.Revision
 	}
@@ -158,7 +162,9 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	c := &reconcile.Controller{
 		Watches: []reconcile.Source{
 			{Cache: s.desired, Prefixes: []string{keys.ClusterPrefix, keys.MachinePrefix}, Key: keys.ClusterOf},
-			{Cache: s.observed, Prefixes: []string{keys.MachinePrefix, keys.InfraPrefix, keys.SecretsPrefix, keys.AutoscalerPrefix, keys.AddonPrefix, keys.MaintenancePrefix}, Key: keys.ClusterOf},
+			// controlplane.<c>: an implementation's record changed (initialized,
+			// version, endpoint, generation answered, gone): plan the cluster again.
+			{Cache: s.observed, Prefixes: []string{keys.MachinePrefix, keys.InfraPrefix, keys.SecretsPrefix, keys.AutoscalerPrefix, keys.AddonPrefix, keys.MaintenancePrefix, keys.ControlPlanePrefix}, Key: keys.ClusterOf},
 			// A set changed: any cluster may be selected or not now.
 			{Cache: s.desired, Prefixes: []string{keys.AddonSetPrefix}, Changed: func(store.Change) []string { return s.desired.KeysUnder(keys.ClusterPrefix) }},
 			{Cache: s.observed, Prefixes: []string{keys.ProviderPrefix}, Changed: providers.changed,
@@ -234,7 +240,15 @@ func (s *Service) reconcile(ctx context.Context, name string) (reconcile.Result,
 	} else if err != nil {
 		return reconcile.Result{}, err
 	}
-	if err := plan.Apply(ctx, s.applier(in.Cluster, revs), res.Actions); err != nil {
+	ap := s.applier(in.Cluster, revs)
+	if res.ControlPlaneRecord != nil {
+		// The machines implementation's record, before the actions: a
+		// DeleteCluster among them takes it away.
+		if err := ap.WriteControlPlaneRecord(ctx, res.ControlPlaneRecord); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	if err := plan.Apply(ctx, ap, res.Actions); err != nil {
 		return reconcile.Result{}, err
 	}
 	return reconcile.Result{RequeueAfter: requeue}, nil

@@ -69,6 +69,10 @@ func (s *Service) snapshot(ctx context.Context, name string) (in plan.Input, rev
 	if rec, _, ok := store.NewView(s.observed, store.New[capnv1.MaintenanceRecord]()).Get(keys.Maintenance(name)); ok {
 		in.Maintenance = rec
 	}
+	in.ClusterRevision = st.ClusterRevision
+	if rec, _, ok := store.NewView(s.observed, newControlPlaneRecord).Get(keys.ControlPlane(name)); ok {
+		in.ControlPlane = rec
+	}
 	return in, revs, true, nil
 }
 
@@ -109,4 +113,6 @@ func (s *Service) addons(name string, c *capnv1.Cluster) []plan.Addon {
 var (
 	newAddonSet    = store.New[capnv1.AddonSet]()
 	newAddonRecord = store.New[capnv1.ClusterAddonStatus]()
+
+	newControlPlaneRecord = store.New[capnv1.ControlPlaneRecord]()
 )

@@ -162,3 +162,45 @@ func TestStatusOfAPlanThatCreatesIsLeftToTheNext(t *testing.T) {
 		}
 	}
 }
+
+// The machines record, like the status, is never written from a view
+// older than the record's last write: another replica's newer count (2
+// ready) is not set back (to 1) by a replica whose cache lags.
+func TestControlPlaneRecordNeverWrittenFromAnOlderView(t *testing.T) {
+	srv := natstest.Start(t)
+	_, js := srv.Connect(t)
+	ctx := context.Background()
+	if err := events.Provision(ctx, js, events.DefaultTopology(1)); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, events.BucketObserved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	records := store.NewBucket(kv, store.New[capnv1.ControlPlaneRecord]())
+	rec := func(ready int32) *capnv1.ControlPlaneRecord {
+		return &capnv1.ControlPlaneRecord{Cluster: "c1", Implementation: capnv1.ControlPlaneMachines, Initialized: true, Replicas: 3, ReadyReplicas: ready}
+	}
+	rev, err := records.Create(ctx, keys.ControlPlane("c1"), rec(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cacheRev uint64
+	s := &Service{cfg: New(Config{}).cfg, records: records, observedRev: func() uint64 { return cacheRev }}
+	ap := s.applier(&capnv1.Cluster{Metadata: &capnv1.ObjectMeta{Name: "c1"}}, nil)
+
+	cacheRev = rev - 1
+	if err := ap.WriteControlPlaneRecord(ctx, rec(1)); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := records.Get(ctx, keys.ControlPlane("c1")); got.GetReadyReplicas() != 2 {
+		t.Fatalf("record went back to %d ready", got.GetReadyReplicas())
+	}
+	cacheRev = rev
+	if err := ap.WriteControlPlaneRecord(ctx, rec(3)); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := records.Get(ctx, keys.ControlPlane("c1")); got.GetReadyReplicas() != 3 {
+		t.Fatalf("record has %d ready, want 3", got.GetReadyReplicas())
+	}
+}

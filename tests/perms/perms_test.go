@@ -305,6 +305,9 @@ func TestEachUserDoesItsJob(t *testing.T) {
 	cp.publish(events.ProviderSubject("sim", "cluster", "ensure", "demo", "_"))
 	cp.publish(events.ProviderSubject("sim", "cluster", "orphan", "demo", "_")) // capn move
 	cp.publish(events.CommandSubject("bootstrap", "cleanup", "demo", "_"))
+	cp.put(events.BucketObserved, "controlplane.demo") // the machines implementation's record
+	cp.publish("capn.controlplane.hosted.ensure.demo")
+	cp.publish("capn.controlplane.external.delete.demo")
 
 	mm := w.as(t, natsconfig.MachineManager)
 	mm.cache(events.BucketDesired)
@@ -326,6 +329,7 @@ func TestEachUserDoesItsJob(t *testing.T) {
 	}
 	bs.put(events.BucketObserved, "secrets.demo")
 	bs.get(events.BucketSecrets, "bootstrapsecret.tls") // a file's secretRef
+	bs.get(events.BucketObserved, "controlplane.demo")  // a hosted or external control plane's endpoint and CA
 	if m := bs.consume(durable(d, natsconfig.Bootstrapper, natsconfig.Bootstrapper)); m != nil && !strings.HasPrefix(m.Subject, "capn.cmd.bootstrap.") {
 		t.Errorf("bootstrapper got %s", m.Subject)
 	}
@@ -462,7 +466,7 @@ func TestEachUserDoesItsJob(t *testing.T) {
 	for _, k := range []string{"cluster.restored", "machine.restored.m1"} {
 		bk.put(events.BucketDesired, k)
 	}
-	for _, k := range []string{"machine.restored.m1", "node.restored.m1", "cluster.restored", "remediation.restored.md-0", "secrets.restored", "addon.restored.cni", "backup.schedule", "maintenance.restored"} {
+	for _, k := range []string{"machine.restored.m1", "node.restored.m1", "cluster.restored", "remediation.restored.md-0", "secrets.restored", "addon.restored.cni", "backup.schedule", "maintenance.restored", "controlplane.restored"} {
 		bk.put(events.BucketObserved, k)
 	}
 	bk.put(events.BucketSecrets, "pki.restored")
@@ -647,9 +651,9 @@ func TestOutsideTheJobIsRefused(t *testing.T) {
 	t.Run("each writes only its own key space", func(t *testing.T) {
 		t.Parallel()
 		for user, subjects := range map[string][]string{
-			natsconfig.Gateway:        {"$KV.observed.machine.demo.m1", "$KV.observed.cluster.demo", "capn.evt.cluster.ready.demo._", "capn.evt.machine.running.demo.m1", "capn.cmd.bootstrap.generate.demo.m1"},
+			natsconfig.Gateway:        {"$KV.observed.machine.demo.m1", "$KV.observed.cluster.demo", "$KV.observed.controlplane.demo", "capn.controlplane.hosted.ensure.demo", "capn.evt.cluster.ready.demo._", "capn.evt.machine.running.demo.m1", "capn.cmd.bootstrap.generate.demo.m1"},
 			natsconfig.ClusterPlanner: {"$KV.observed.machine.demo.m1", "capn.provider.sim.machine.create.demo.m1", "capn.cmd.bootstrap.generate.demo.m1", "$KV.observed.addon.demo.cni", "$KV.desired.addonset.cni"},
-			natsconfig.MachineManager: {"$KV.desired.machine.demo.m1", "$KV.observed.cluster.demo", "capn.evt.machine.unhealthy.demo.m1", "capn.evt.machine.hook.demo.m1", "capn.provider.sim.cluster.delete.demo._", "capn.provider.sim.machine.reboot.demo.m1"},
+			natsconfig.MachineManager: {"$KV.desired.machine.demo.m1", "$KV.observed.cluster.demo", "$KV.observed.controlplane.demo", "capn.controlplane.hosted.delete.demo", "capn.evt.machine.unhealthy.demo.m1", "capn.evt.machine.hook.demo.m1", "capn.provider.sim.cluster.delete.demo._", "capn.provider.sim.machine.reboot.demo.m1"},
 			natsconfig.HealthWatcher:  {"$KV.observed.machine.demo.m1", "$KV.desired.machine.demo.m1", "capn.provider.sim.machine.reboot.demo.m1", "$KV.observed.addon.demo.cni", "capn.evt.addon.applied.demo.cni"},
 			natsconfig.Remediator:     {"$KV.observed.machine.demo.m1", "$KV.desired.cluster.demo", "capn.evt.machine.unhealthy.demo.m1", "capn.provider.sim.machine.delete.demo.m1"},
 			// The autoscaler-provider scales through the desired cluster
@@ -659,7 +663,7 @@ func TestOutsideTheJobIsRefused(t *testing.T) {
 				"$KV.observed.remediation.demo.md-0", "capn.evt.cluster.ready.demo._", "capn.evt.machine.running.demo.m1",
 				"capn.provider.process.machine.delete.demo.m1", "capn.cmd.bootstrap.generate.demo.m1", "capn.ingest.dev.capn.test",
 				"capn.health.demo.m1.heartbeat"},
-			natsconfig.Bootstrapper: {"$KV.desired.cluster.demo", "$KV.observed.machine.demo.m1", "capn.provider.sim.machine.create.demo.m1"},
+			natsconfig.Bootstrapper: {"$KV.desired.cluster.demo", "$KV.observed.machine.demo.m1", "capn.provider.sim.machine.create.demo.m1", "$KV.observed.controlplane.demo", "capn.controlplane.hosted.ensure.demo"},
 			natsconfig.Init:         {"$KV.desired.cluster.demo", "capn.evt.cluster.ready.demo._", "$JS.API.CONSUMER.CREATE.CAPN_PROVIDERS.provider-sim.capn.provider.sim.>", "$JS.API.STREAM.DELETE.CAPN_EVENTS", "$JS.API.STREAM.PURGE.KV_desired"},
 		} {
 			a := w.as(t, user)

@@ -19,6 +19,11 @@ type Cluster struct {
 	Endpoint Endpoint
 	Network  *capnv1.NetworkSpec
 	PKI      pki.Set
+	// WorkerCA, when set, is the CA certificate workers trust for the API
+	// server instead of the PKI's: a hosted or external control plane's,
+	// from its record (controlplane.<cluster>). Control-plane machines
+	// always get the PKI's.
+	WorkerCA []byte
 }
 
 // NewInput builds a provider's Input from a GenerateBootstrap command, the
@@ -59,8 +64,13 @@ func NewInput(cmd *capnv1.GenerateBootstrap, c Cluster, tok token.Token) (Input,
 		errs = append(errs, fmt.Errorf("bootstrap.tokenTtl: %w", err))
 	}
 	in.TokenTTL = ttl
-	if len(c.PKI.CA.CertPEM) > 0 {
-		h, err := pki.CACertHash(c.PKI.CA.CertPEM)
+	trusted := c.PKI.CA.CertPEM
+	if len(c.WorkerCA) > 0 && in.Role != RoleControlPlane {
+		trusted = c.WorkerCA
+		in.PKI = PKI{CACert: c.WorkerCA}
+	}
+	if len(trusted) > 0 {
+		h, err := pki.CACertHash(trusted)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("cluster CA: %w", err))
 		}

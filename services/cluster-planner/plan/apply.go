@@ -39,7 +39,16 @@ import (
 //     read; a record already gone is not an error.
 //   - EnsureClusterInfra, DeleteClusterInfra and DeletePKI ask the provider
 //     and the bootstrapper (with ids deterministic per cluster incarnation);
-//     DeleteCluster removes the cluster's status and desired record.
+//     DeleteCluster removes the cluster's status and desired record, and
+//     the machines implementation's control-plane record
+//     (controlplane.<c>, if its implementation is machines).
+//   - EnsureControlPlane and DeleteControlPlane publish the command to the
+//     implementation (a.Subject(), a.ID(): capn.controlplane.<impl>.<verb>.<c>
+//     with id controlplane-<c>-<generation>-<verb>), so the same command
+//     again is dropped by the stream's duplicate window.
+//   - WriteControlPlaneRecord (Result.ControlPlaneRecord, not an action)
+//     writes the machines implementation's record with compare-and-set,
+//     unless the stored one says the same (SameControlPlaneRecord).
 //
 // Every method is idempotent: an action applied again once it took effect
 // changes nothing and returns nil. A compare-and-set write that loses a
@@ -58,6 +67,9 @@ type Applier interface {
 	DeleteClusterInfra(ctx context.Context, a DeleteClusterInfra) error
 	DeletePKI(ctx context.Context, a DeletePKI) error
 	DeleteCluster(ctx context.Context, a DeleteCluster) error
+	EnsureControlPlane(ctx context.Context, a EnsureControlPlane) error
+	DeleteControlPlane(ctx context.Context, a DeleteControlPlane) error
+	WriteControlPlaneRecord(ctx context.Context, rec *capnv1.ControlPlaneRecord) error
 }
 
 // Apply applies actions in order through ap and stops at the first error,
@@ -92,6 +104,12 @@ func (a DeleteClusterInfra) applyTo(ctx context.Context, ap Applier) error {
 func (a DeletePKI) applyTo(ctx context.Context, ap Applier) error { return ap.DeletePKI(ctx, a) }
 func (a DeleteCluster) applyTo(ctx context.Context, ap Applier) error {
 	return ap.DeleteCluster(ctx, a)
+}
+func (a EnsureControlPlane) applyTo(ctx context.Context, ap Applier) error {
+	return ap.EnsureControlPlane(ctx, a)
+}
+func (a DeleteControlPlane) applyTo(ctx context.Context, ap Applier) error {
+	return ap.DeleteControlPlane(ctx, a)
 }
 
 // NewMachineRecord is the record a CreateMachine writes: a copy of

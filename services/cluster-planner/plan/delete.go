@@ -20,6 +20,13 @@ import (
 // every machine is let go of at once (its provider drops its record and
 // leaves it running), then the cluster infrastructure's record, then the
 // PKI held here, then the cluster record.
+//
+// A control plane made by an implementation (type hosted or external) has
+// no machine: once the workers are gone the implementation is sent
+// DeleteControlPlane until its record is gone (the command is sent along
+// with the next steps when there is no record, if the plan has room for
+// both: whatever it made without reporting goes too); then the
+// infrastructure, if a provider holds one, the PKI and the cluster record.
 func (p *planner) planDelete() {
 	if p.c.GetMetadata().Orphaning() {
 		p.planOrphan()
@@ -53,10 +60,21 @@ func (p *planner) planDelete() {
 		}
 		return
 	}
+	if p.byImplementation() {
+		switch {
+		case p.in.ControlPlane != nil:
+			p.add(DeleteControlPlane{Implementation: p.implementation(), Command: p.command()})
+			return // until the implementation removed its record
+		case p.room() > 1:
+			// No record (gone, or never written): sent again with the
+			// next step, never in its place; the stream drops the repeats.
+			p.add(DeleteControlPlane{Implementation: p.implementation(), Command: p.command()})
+		}
+	}
 	switch {
 	case len(p.all) > 0:
 		// Records of deleted machines are being removed (removeGone).
-	case p.in.Infra.Exists:
+	case p.in.Infra.Exists && (p.cp.provider != "" || p.in.Infra.Provider != ""):
 		provider := p.cp.provider
 		if p.in.Infra.Provider != "" {
 			provider = p.in.Infra.Provider
@@ -141,6 +159,8 @@ func (p *planner) deletionStep() (reason, message string) {
 		return ReasonDeletingWorkers, "deleting " + plural(workers, "worker machine")
 	case cps > 0:
 		return ReasonDeletingControlPlane, "deleting " + plural(cps, "control-plane machine")
+	case p.byImplementation() && !p.c.GetMetadata().Orphaning() && p.in.ControlPlane != nil:
+		return ReasonDeletingImplementation, "waiting for the " + p.implementation() + " control plane to be deleted (its record controlplane." + p.name + " to go)"
 	case len(p.all) > 0:
 		return ReasonRemovingMachineRecords, "removing " + plural(len(p.all), "deleted machine record")
 	case p.in.Infra.Exists:

@@ -14,6 +14,7 @@ import (
 
 	"github.com/capn-dev/capn/schemas/annotations"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/conditions"
 	"github.com/capn-dev/capn/schemas/manifest"
 )
 
@@ -196,6 +197,18 @@ type Input struct {
 	// Status is the status last written (may be nil): it keeps conditions'
 	// transition times and control_plane_initialized across plans.
 	Status *capnv1.ClusterStatus
+	// ControlPlane is the cluster's control-plane record (observed
+	// controlplane.<c>; nil: none). For a control plane of type hosted or
+	// external it is all the planner knows of it: initialized, the version
+	// ceiling of the workers, the endpoint, the Ready condition, and
+	// whether the implementation answered the desired revision. For type
+	// machines it is the planner's own last record, compared with the one
+	// it computes (Result.ControlPlaneRecord).
+	ControlPlane *capnv1.ControlPlaneRecord
+	// ClusterRevision is the desired cluster record's KV revision: the
+	// generation of control-plane commands and the revision a record's
+	// observed_generation answers (0: metadata.generation, in tests).
+	ClusterRevision uint64
 	// Now stamps new machines' creation_timestamp and condition transitions.
 	Now time.Time
 }
@@ -221,6 +234,13 @@ type Result struct {
 	// numbers: the message of the timeline event the caller records when
 	// the phase changes (its reason is the phase).
 	PhaseMessage string
+	// ControlPlaneRecord is the machines implementation's record to write
+	// (Applier.WriteControlPlaneRecord), computed from the control-plane
+	// machines; nil when the stored one says the same (SameControlPlaneRecord)
+	// — a worker's change writes none — or the control plane is another
+	// implementation's. It is not an action: it is not bounded by
+	// MaxActions and changes nothing the plan does.
+	ControlPlaneRecord *capnv1.ControlPlaneRecord
 }
 
 // Fields counts the plan's actions for one log line (nomad's
@@ -229,6 +249,7 @@ func (r Result) Fields() map[string]any {
 	f := map[string]any{
 		"create": 0, "delete": 0, "update": 0, "remove": 0,
 		"infra_ensure": 0, "infra_delete": 0, "pki_delete": 0, "cluster_delete": 0,
+		"cp_ensure": 0, "cp_delete": 0,
 	}
 	for _, a := range r.Actions {
 		f[a.kind()] = f[a.kind()].(int) + 1
@@ -244,7 +265,8 @@ func (r Result) Fields() map[string]any {
 
 // Action is one step for the planner's caller to apply. The concrete types
 // are CreateMachine, DeleteMachine, UpdateMachine, RemoveMachine,
-// EnsureClusterInfra, DeleteClusterInfra, DeletePKI and DeleteCluster; an
+// EnsureClusterInfra, DeleteClusterInfra, DeletePKI, DeleteCluster,
+// EnsureControlPlane and DeleteControlPlane (implementation.go); an
 // Applier applies each (Apply).
 type Action interface {
 	kind() string
@@ -341,12 +363,17 @@ func Plan(in Input) Result {
 		// announcement wakes the planner.
 	default:
 		p.removeGone()
-		if p.cp.blocked == "" {
+		switch {
+		case p.byImplementation():
+			p.ensureControlPlane()
+		case p.cp.blocked == "":
 			p.ensureInfra()
 		}
 		p.deleteOrphans()
 		if !c.Spec.Hibernated {
-			p.planControlPlane()
+			if !p.byImplementation() {
+				p.planControlPlane()
+			}
 			for _, pl := range p.pools {
 				if pl.blocked == "" {
 					p.planPool(pl)
@@ -357,6 +384,10 @@ func Plan(in Input) Result {
 	}
 	st := p.status()
 	r := Result{Actions: p.actions, Status: st, PhaseMessage: p.phaseMessage(st)}
+	if p.writesRecord() {
+		ready := conditions.Get(st.GetConditions(), ConditionControlPlaneReady)
+		r.ControlPlaneRecord = p.machinesRecord(st.GetControlPlaneEndpoint(), ready.GetStatusValue() == capnv1.ConditionTrue, ready.GetReason(), ready.GetMessage())
+	}
 	switch st.GetPhaseValue() {
 	case capnv1.ClusterReady, capnv1.ClusterPaused, capnv1.ClusterHibernated:
 	default:

@@ -102,6 +102,9 @@ func newPlanner(in Input, c *capnv1.Cluster, invalid error) *planner {
 		pl.machines = append(pl.machines, m)
 	}
 	p.initialized = in.Status.GetControlPlaneInitialized() || slices.ContainsFunc(p.cp.machines, (*machine).running)
+	if p.byImplementation() {
+		p.initialized = in.Status.GetControlPlaneInitialized() || in.ControlPlane.GetInitialized()
+	}
 	for _, pl := range append([]*pool{p.cp}, p.pools...) {
 		pl.obs = pl.count()
 	}
@@ -197,6 +200,12 @@ func effectiveBootstrap(cluster, override *capnv1.BootstrapSpec) *capnv1.Bootstr
 // pools whose machines would be newer than its own wait with it
 // (confinedPoolHold): scaling is never held by a window.
 func (p *planner) setHolds() {
+	if p.byImplementation() {
+		for _, pl := range p.pools {
+			pl.hold = p.implementationHold(pl)
+		}
+		return
+	}
 	hold := ""
 	switch {
 	case !p.initialized:

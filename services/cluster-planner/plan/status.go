@@ -24,6 +24,11 @@ func (p *planner) status() *capnv1.ClusterStatus {
 		Maintenance:             proto.CloneOf(p.in.Maintenance.GetMaintenance()),
 		Hibernation:             proto.CloneOf(p.in.Maintenance.GetHibernation()),
 	}
+	if p.byImplementation() {
+		// All the planner knows of it is the implementation's record.
+		st.ControlPlaneEndpoint = proto.CloneOf(p.in.ControlPlane.GetEndpoint())
+		st.ControlPlane = p.implementationPoolStatus()
+	}
 	if st.ControlPlaneEndpoint == nil {
 		st.ControlPlaneEndpoint = p.in.Status.GetControlPlaneEndpoint()
 	}
@@ -47,12 +52,22 @@ func (p *planner) status() *capnv1.ClusterStatus {
 	add := func(typ string, ok bool, reason, msg string) {
 		conds = append(conds, p.condition(typ, ok, reason, msg))
 	}
-	if p.initialized {
+	switch {
+	case p.byImplementation() && p.initialized:
+		add(ConditionControlPlaneInitialized, true, ReasonInitialized, "the "+p.implementation()+" control plane has served the API")
+	case p.byImplementation():
+		_, reason, msg := p.implementationReady()
+		add(ConditionControlPlaneInitialized, false, ReasonWaitingForImplementation,
+			"waiting for the "+p.implementation()+" control plane to initialize ("+reason+": "+msg+")")
+	case p.initialized:
 		add(ConditionControlPlaneInitialized, true, ReasonInitialized, "the first control-plane machine has run")
-	} else {
+	default:
 		add(ConditionControlPlaneInitialized, false, ReasonWaitingForFirstMachine, p.firstMachineMessage())
 	}
 	cpOK, cpReason, cpMsg := p.poolReady(p.cp)
+	if p.byImplementation() {
+		cpOK, cpReason, cpMsg = p.implementationReady()
+	}
 	add(ConditionControlPlaneReady, cpOK, cpReason, cpMsg)
 	wOK, wReason, wMsg := p.workersReady()
 	// wCounted: the workers as counted, which waits for the blocking
@@ -157,6 +172,9 @@ func (p *planner) phase(ready, paused, deleting, hibernated bool) capnv1.Cluster
 	prev := p.in.Status.GetPhaseValue()
 	neverReady := p.in.Status.GetPhase() == "" || prev == capnv1.ClusterPending || prev == capnv1.ClusterProvisioning
 	all := append([]*pool{p.cp}, p.pools...)
+	if p.byImplementation() {
+		all = p.pools // the control plane has no machines to count
+	}
 	has := func(f func(pl *pool) bool) bool {
 		for _, pl := range all {
 			if f(pl) {
@@ -278,6 +296,9 @@ func (p *planner) poolReadiness(pl *pool) (bool, string, string) {
 	case pl.controlPlane && !p.initialized:
 		return false, ReasonNotInitialized, p.firstMachineMessage()
 	case pl.hold != "" && o.replicas < pl.replicas:
+		return false, ReasonWaitingForControlPlane, counts + " (" + pl.hold + ")"
+	case pl.hold != "" && o.updated < o.replicas && p.byImplementation():
+		// Its rollout waits for the implementation's API servers.
 		return false, ReasonWaitingForControlPlane, counts + " (" + pl.hold + ")"
 	case o.updated < o.replicas && pl.held():
 		return false, ReasonWaitingForMaintenanceWindow, counts + " (" + p.heldMessage() + ")"

@@ -57,7 +57,11 @@ func cmdDescribe(ctx context.Context, e env, args []string) int {
 	}
 	evs, _ := s.c.Events(ctx, cluster, client.EventsOptions{Limit: 10}) // best effort: the tree is what matters
 	addons, _ := s.c.ClusterAddons(ctx, cluster)                        // best effort too
-	describeCluster(e.stdout, c, ms, evs, describeOpts{now: time.Now(), loc: time.Local, showConditions: showConds, addons: addons})
+	cp, err := s.c.ControlPlane(ctx, cluster)                           // best effort too
+	if err != nil {
+		cp = nil
+	}
+	describeCluster(e.stdout, c, ms, evs, describeOpts{now: time.Now(), loc: time.Local, showConditions: showConds, addons: addons, controlPlane: cp})
 	return daemon.ExitOK
 }
 
@@ -90,6 +94,8 @@ type describeOpts struct {
 	showConditions bool
 	// addons are the cluster's add-on records (the Add-ons section).
 	addons []*capnv1.ClusterAddonStatus
+	// controlPlane is the cluster's control-plane record (nil: none).
+	controlPlane *capnv1.ControlPlaneRecord
 }
 
 // treeNode is one line of the tree and what hangs under it.
@@ -134,6 +140,9 @@ func describeCluster(w io.Writer, c *capnv1.Cluster, ms []*capnv1.Machine, evs [
 	if ep := st.GetControlPlaneEndpoint(); ep.GetHost() != "" {
 		kv = append(kv, []string{"Endpoint:", fmt.Sprintf("%s:%d", ep.GetHost(), ep.GetPort())})
 	}
+	if line := controlPlaneLine(spec.GetControlPlane().Implementation(), o.controlPlane); line != "" {
+		kv = append(kv, []string{"Control plane:", line})
+	}
 	kv = append(kv, []string{"Providers:", providers(spec)})
 	if spec.GetPaused() {
 		kv = append(kv, []string{"Paused:", "yes: capn takes no action until capn resume " + md.GetName()})
@@ -163,6 +172,14 @@ func describeCluster(w io.Writer, c *capnv1.Cluster, ms []*capnv1.Machine, evs [
 		}
 		writeTable(w, crows)
 	}
+	if rec := o.controlPlane; len(rec.GetConditions()) > 0 {
+		fmt.Fprintf(w, "\nControl plane (%s):\n", orNone(rec.GetImplementation()))
+		crows := [][]string{{"  TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"}}
+		for _, cd := range rec.GetConditions() {
+			crows = append(crows, []string{"  " + cd.GetType(), cd.GetStatus(), cd.GetReason(), age(cd.GetLastTransitionTime(), o.now), cd.GetMessage()})
+		}
+		writeTable(w, crows)
+	}
 	describeAddons(w, o.addons, o.now)
 	if len(evs) > 0 {
 		fmt.Fprint(w, "\nEvents (latest first):\n")
@@ -175,6 +192,30 @@ func describeCluster(w io.Writer, c *capnv1.Cluster, ms []*capnv1.Machine, evs [
 		}
 		writeTable(w, erows)
 	}
+}
+
+// controlPlaneLine is the Control plane: line — the implementation with
+// its record's endpoint, version and API servers ready — or "" for a
+// control plane on machines with no record to show (its tree says it all).
+func controlPlaneLine(impl string, rec *capnv1.ControlPlaneRecord) string {
+	if rec == nil {
+		if impl == capnv1.ControlPlaneMachines {
+			return ""
+		}
+		return impl + " (no record yet: its implementation has not reported)"
+	}
+	parts := []string{}
+	if ep := rec.GetEndpoint(); ep.GetHost() != "" {
+		parts = append(parts, fmt.Sprintf("endpoint %s:%d", ep.GetHost(), ep.GetPort()))
+	}
+	if v := rec.GetVersion(); v != "" {
+		parts = append(parts, v)
+	}
+	parts = append(parts, fmt.Sprintf("%d/%d ready", rec.GetReadyReplicas(), rec.GetReplicas()))
+	if !rec.GetInitialized() {
+		parts = append(parts, "not initialized")
+	}
+	return impl + " (" + strings.Join(parts, ", ") + ")"
 }
 
 func providers(spec *capnv1.ClusterSpec) string {

@@ -28,6 +28,14 @@ type ApplierWorld struct {
 	// Annotate sets an annotation on the record of machine name, as a
 	// second writer does (an external holder of a lifecycle hook).
 	Annotate func(name, key, value string)
+	// Record reads back the cluster's control-plane record (nil: none)
+	// and a revision that every write of it changes (the KV revision);
+	// PutRecord writes one as its implementation would.
+	Record    func() (*capnv1.ControlPlaneRecord, uint64)
+	PutRecord func(rec *capnv1.ControlPlaneRecord)
+	// Commands are the control-plane commands the world holds for the
+	// cluster, in the order sent (one per id).
+	Commands func() []Command
 }
 
 // TestApplier is the conformance test of plan.Applier (watermill's
@@ -159,6 +167,67 @@ func TestApplier(t *testing.T, newWorld func(t *testing.T, c *capnv1.Cluster) Ap
 			}
 			must(t, ap.RemoveMachine(ctx, plan.RemoveMachine{Name: "m0"}))
 			must(t, w.Next(t2).RemoveMachine(ctx, plan.RemoveMachine{Name: "m0"}))
+		}},
+		{"control-plane commands: subject, id and body, once per id", func(t *testing.T, w ApplierWorld, c string) {
+			cmd := func(gen int64) *capnv1.ControlPlaneCommand {
+				return &capnv1.ControlPlaneCommand{Cluster: c, Generation: gen, KubernetesVersion: "v1.34.0",
+					Spec: &capnv1.ControlPlaneSpec{Type: capnv1.ControlPlaneHosted, Replicas: 1}}
+			}
+			ap := w.Next(t0)
+			for range 2 {
+				must(t, ap.EnsureControlPlane(ctx, plan.EnsureControlPlane{Implementation: capnv1.ControlPlaneHosted, Command: cmd(7)}))
+			}
+			must(t, w.Next(t1).EnsureControlPlane(ctx, plan.EnsureControlPlane{Implementation: capnv1.ControlPlaneHosted, Command: cmd(8)}))
+			for range 2 {
+				must(t, w.Next(t2).DeleteControlPlane(ctx, plan.DeleteControlPlane{Implementation: capnv1.ControlPlaneHosted, Command: cmd(9)}))
+			}
+			got := w.Commands()
+			want := []Command{
+				{Subject: "capn.controlplane.hosted.ensure." + c, ID: "controlplane-" + c + "-7-ensure", Command: cmd(7)},
+				{Subject: "capn.controlplane.hosted.ensure." + c, ID: "controlplane-" + c + "-8-ensure", Command: cmd(8)},
+				{Subject: "capn.controlplane.hosted.delete." + c, ID: "controlplane-" + c + "-9-delete", Command: cmd(9)},
+			}
+			if len(got) != len(want) {
+				t.Fatalf("commands %v, want %v", got, want)
+			}
+			for i := range want {
+				if got[i].Subject != want[i].Subject || got[i].ID != want[i].ID || !proto.Equal(got[i].Command, want[i].Command) {
+					t.Errorf("command %d: %v, want %v", i, got[i], want[i])
+				}
+			}
+		}},
+		{"control-plane record: written on a change, not when it says the same, never over another implementation's", func(t *testing.T, w ApplierWorld, c string) {
+			rec := func(ready int32, msg string) *capnv1.ControlPlaneRecord {
+				return &capnv1.ControlPlaneRecord{Cluster: c, Implementation: capnv1.ControlPlaneMachines, Initialized: true, Version: "v1.34.0",
+					Replicas: 3, ReadyReplicas: ready, Endpoint: &capnv1.Endpoint{Host: c + ".sim", Port: 6443},
+					Conditions: []*capnv1.Condition{{Type: plan.ConditionReady, Status: capnv1.ConditionFalse.Wire(), Reason: plan.ReasonMachinesNotAvailable, Message: msg}}}
+			}
+			must(t, w.Next(t0).WriteControlPlaneRecord(ctx, rec(2, "2 of 3")))
+			got, first := w.Record()
+			if !proto.Equal(got, rec(2, "2 of 3")) || first == 0 {
+				t.Fatalf("record %v at revision %d, want %v", got, first, rec(2, "2 of 3"))
+			}
+			// Only a message differs: nothing a reader acts on.
+			must(t, w.Next(t1).WriteControlPlaneRecord(ctx, rec(2, "2 of 3, 1 booting")))
+			if got, n := w.Record(); n != first || got.GetConditions()[0].GetMessage() != "2 of 3" {
+				t.Errorf("record %v at revision %d (was %d): rewritten for its message", got, n, first)
+			}
+			must(t, w.Next(t2).WriteControlPlaneRecord(ctx, rec(3, "3 of 3")))
+			if got, n := w.Record(); n == first || got.GetReadyReplicas() != 3 {
+				t.Errorf("record %v at revision %d (was %d), want ready replicas 3 written", got, n, first)
+			}
+			must(t, w.Next(t2).DeleteCluster(ctx, plan.DeleteCluster{}))
+			if got, _ := w.Record(); got != nil {
+				t.Errorf("record %v left after the cluster's deletion", got)
+			}
+			hosted := &capnv1.ControlPlaneRecord{Cluster: c, Implementation: capnv1.ControlPlaneHosted, Initialized: true}
+			w.PutRecord(hosted)
+			_, before := w.Record()
+			must(t, w.Next(t2).WriteControlPlaneRecord(ctx, rec(3, "3 of 3")))
+			must(t, w.Next(t2).DeleteCluster(ctx, plan.DeleteCluster{}))
+			if got, n := w.Record(); !proto.Equal(got, hosted) || n != before {
+				t.Errorf("record %v (revision %d, %d before), want the hosted implementation's untouched", got, n, before)
+			}
 		}},
 		{"no record: update and delete write none", func(t *testing.T, w ApplierWorld, c string) {
 			ap := w.Next(t0)

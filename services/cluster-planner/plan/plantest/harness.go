@@ -51,7 +51,18 @@ type Harness struct {
 	Status *capnv1.ClusterStatus
 	// ClusterDeleted is set when a plan deleted the cluster record.
 	ClusterDeleted bool
-	Now            time.Time
+	// ControlPlane is the observed control-plane record (Input.ControlPlane):
+	// the plans' own for type machines (WriteControlPlaneRecord), what a
+	// test sets for the other implementations. RecordWrites counts the
+	// plans' writes of it.
+	ControlPlane *capnv1.ControlPlaneRecord
+	RecordWrites int
+	// ClusterRevision is Input.ClusterRevision (0: metadata.generation).
+	ClusterRevision uint64
+	// Commands are the control-plane commands sent, once per id (the
+	// stream's duplicate window drops a command sent again).
+	Commands []Command
+	Now      time.Time
 	// Tick is how far Now moves per step (default 10s).
 	Tick time.Duration
 
@@ -68,6 +79,12 @@ type Harness struct {
 
 	timers map[string]int
 	uids   int // uids handed out
+}
+
+// Command is a control-plane command as sent: subject, id and body.
+type Command struct {
+	Subject, ID string
+	Command     *capnv1.ControlPlaneCommand
 }
 
 // Record is one step: the state before the plan, and the plan.
@@ -117,6 +134,9 @@ func (h *Harness) Input() plan.Input {
 		Now:        h.Now,
 		MaxActions: h.MaxActions,
 		Addons:     h.Addons,
+
+		ControlPlane:    h.ControlPlane,
+		ClusterRevision: h.ClusterRevision,
 	}
 	if h.Providers != nil {
 		in.Providers = map[string]*capnv1.ProviderAnnouncement{}
@@ -139,6 +159,13 @@ func (h *Harness) Plan() plan.Result { return plan.Plan(h.Input()) }
 // (ErrConflict), a second deletion, and the removal of a record or the
 // teardown of the cluster before what it waits for is gone.
 func (h *Harness) Apply(r plan.Result) error {
+	if r.ControlPlaneRecord != nil {
+		// Before the actions, as the service writes it: a DeleteCluster
+		// among them takes it away.
+		if err := h.WriteControlPlaneRecord(context.Background(), r.ControlPlaneRecord); err != nil {
+			return err
+		}
+	}
 	for _, a := range r.Actions {
 		if err := h.check(a); err != nil {
 			return err
@@ -179,6 +206,9 @@ func (h *Harness) check(a plan.Action) error {
 		if len(h.Machines) > 0 {
 			return fmt.Errorf("delete cluster infrastructure with %d machines left", len(h.Machines))
 		}
+		if h.ControlPlane != nil && h.ControlPlane.GetImplementation() != capnv1.ControlPlaneMachines {
+			return errors.New("delete cluster infrastructure before the control plane's record is gone")
+		}
 	case plan.DeletePKI:
 		if h.Infra.Exists {
 			return errors.New("delete PKI before the infrastructure is gone")
@@ -186,6 +216,13 @@ func (h *Harness) check(a plan.Action) error {
 	case plan.DeleteCluster:
 		if h.Infra.Exists || h.PKI || len(h.Machines) > 0 {
 			return errors.New("delete cluster before everything it owns is gone")
+		}
+		if h.ControlPlane != nil && h.ControlPlane.GetImplementation() != capnv1.ControlPlaneMachines {
+			return errors.New("delete cluster before its control plane's implementation removed its record")
+		}
+	case plan.DeleteControlPlane:
+		if len(h.Machines) > 0 {
+			return fmt.Errorf("delete the control plane with %d machines left", len(h.Machines))
 		}
 	}
 	return nil
@@ -253,7 +290,44 @@ func (h *Harness) DeletePKI(context.Context, plan.DeletePKI) error {
 
 // DeleteCluster implements plan.Applier.
 func (h *Harness) DeleteCluster(context.Context, plan.DeleteCluster) error {
+	if h.ControlPlane.GetImplementation() == capnv1.ControlPlaneMachines {
+		h.ControlPlane = nil
+	}
 	h.ClusterDeleted = true
+	return nil
+}
+
+// EnsureControlPlane implements plan.Applier: the command is sent (once
+// per id).
+func (h *Harness) EnsureControlPlane(_ context.Context, a plan.EnsureControlPlane) error {
+	h.send(a.Subject(), a.ID(), a.Command)
+	return nil
+}
+
+// DeleteControlPlane implements plan.Applier: the command is sent (once
+// per id).
+func (h *Harness) DeleteControlPlane(_ context.Context, a plan.DeleteControlPlane) error {
+	h.send(a.Subject(), a.ID(), a.Command)
+	return nil
+}
+
+func (h *Harness) send(subject, id string, c *capnv1.ControlPlaneCommand) {
+	for _, sent := range h.Commands {
+		if sent.ID == id {
+			return
+		}
+	}
+	h.Commands = append(h.Commands, Command{Subject: subject, ID: id, Command: proto.CloneOf(c)})
+}
+
+// WriteControlPlaneRecord implements plan.Applier: the record is stored
+// unless the stored one says the same or is another implementation's.
+func (h *Harness) WriteControlPlaneRecord(_ context.Context, rec *capnv1.ControlPlaneRecord) error {
+	if h.ControlPlane != nil && h.ControlPlane.GetImplementation() != capnv1.ControlPlaneMachines || plan.SameControlPlaneRecord(h.ControlPlane, rec) {
+		return nil
+	}
+	h.ControlPlane = proto.CloneOf(rec)
+	h.RecordWrites++
 	return nil
 }
 

@@ -88,6 +88,14 @@ func TestHarnessConforms(t *testing.T) {
 				return nil
 			},
 			Annotate: h.Annotate,
+			Record: func() (*capnv1.ControlPlaneRecord, uint64) {
+				return proto.CloneOf(h.ControlPlane), uint64(h.RecordWrites)
+			},
+			PutRecord: func(rec *capnv1.ControlPlaneRecord) {
+				h.ControlPlane = proto.CloneOf(rec)
+				h.RecordWrites++
+			},
+			Commands: func() []Command { return h.Commands },
 		}
 	})
 }

@@ -54,8 +54,9 @@
 //	                 sends nothing
 //	gateway          reads desired, observed and only kubeconfig.> of secrets; writes desired
 //	                 cluster.>, machine.>, addonset.>, clusterclass.>, classrev.>,
-//	                 rollout.> and kubernetesversions.>, and secrets addonsecret.> (nothing
-//	                 else of secrets); publishes capn.ingest.> and capn.health.>; timelines
+//	                 rollout.> and kubernetesversions.>, and secrets addonsecret.>,
+//	                 bootstrapsecret.> and externalkubeconfig.> (it reads back only
+//	                 kubeconfig.> and externalkubeconfig.>; nothing else of secrets); publishes capn.ingest.> and capn.health.>; timelines
 //	                 through ordered consumers on CAPN_EVENTS, never through another's durable
 //	provider-<p>     consumes capn.provider.<p>.> through durable provider-<p> only; reads and
 //	                 writes observed infra.<p>.> and provider.<p> only; sends drift reports

@@ -234,6 +234,11 @@ func (d Deployment) Users() []User {
 		// deleted only; no other key of secrets.
 		g.write(sec, "addonsecret.>")
 		g.write(sec, "bootstrapsecret.>")
+		// External clusters' kubeconfigs (capn external-kubeconfig):
+		// written, deleted, and read back to show what they are (never
+		// their credentials).
+		g.read(sec, "externalkubeconfig.>")
+		g.write(sec, "externalkubeconfig.>")
 		// A second writer of desired machines: lifecycle hook annotations
 		// and deletion_timestamp (capn hook, capn delete machine), each a
 		// compare-and-set; the planner owns the rest of the record.

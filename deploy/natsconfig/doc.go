@@ -52,6 +52,9 @@
 //	maintenance      reads desired and only its own maintenance.> of observed; writes desired
 //	                 cluster.> (auto-patch, hibernation schedules) and observed maintenance.>;
 //	                 sends nothing
+//	controlplane-external reads desired cluster.>, observed controlplane.> and only
+//	                 externalkubeconfig.> of secrets; writes observed controlplane.>;
+//	                 consumes capn.controlplane.external.> through its durable
 //	gateway          reads desired, observed and only kubeconfig.> of secrets; writes desired
 //	                 cluster.>, machine.>, addonset.>, clusterclass.>, classrev.>,
 //	                 rollout.> and kubernetesversions.>, and secrets addonsecret.>,

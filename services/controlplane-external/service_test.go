@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -30,6 +32,8 @@ import (
 // what the tests write as the gateway and the planner would.
 type world struct {
 	t           *testing.T
+	js          jetstream.JetStream
+	ring        *seal.Keyring
 	pub         *events.Publisher
 	clusters    *store.Bucket[*capnv1.Cluster]
 	records     *store.Bucket[*capnv1.ControlPlaneRecord]
@@ -37,7 +41,38 @@ type world struct {
 }
 
 // start runs the service, checking every external cluster every 100ms.
-func start(t *testing.T) *world {
+func start(t *testing.T) *world { return startEvery(t, 100*time.Millisecond) }
+
+// startEvery runs the service, checking every external cluster every
+// resync.
+func startEvery(t *testing.T, resync time.Duration) *world {
+	t.Helper()
+	w, nc := setup(t)
+	svc := New(Config{Keyring: w.ring, Resync: resync, KubeAPITimeout: 5 * time.Second})
+	rctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	go func() {
+		done <- daemon.Run(rctx, daemon.Config{Name: Name, HTTPAddr: daemon.HTTPOff, ShutdownTimeout: 5 * time.Second},
+			svc, daemon.WithConn(nc), daemon.WithoutHTTP(), daemon.WithLogger(log))
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("controlplane-external: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("controlplane-external did not stop")
+		}
+	})
+	return w
+}
+
+// setup is a nats-server with capn's topology and the world's buckets,
+// without the service.
+func setup(t *testing.T) (*world, *nats.Conn) {
 	t.Helper()
 	ns := natstest.Start(t)
 	nc, js := ns.Connect(t)
@@ -65,30 +100,11 @@ func start(t *testing.T) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &world{t: t, pub: events.NewPublisher(js, "capn/test-planner"),
+	w := &world{t: t, js: js, ring: ring, pub: events.NewPublisher(js, "capn/test-planner"),
 		clusters:    store.NewBucket(des, store.New[capnv1.Cluster]()),
 		records:     store.NewBucket(obs, store.New[capnv1.ControlPlaneRecord]()),
 		kubeconfigs: store.NewBucket(sec, store.New[capnv1.ExternalKubeconfig](), store.WithSealer(ring))}
-	svc := New(Config{Keyring: ring, Resync: 100 * time.Millisecond, KubeAPITimeout: 5 * time.Second})
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
-	go func() {
-		done <- daemon.Run(rctx, daemon.Config{Name: Name, HTTPAddr: daemon.HTTPOff, ShutdownTimeout: 5 * time.Second},
-			svc, daemon.WithConn(nc), daemon.WithoutHTTP(), daemon.WithLogger(log))
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("controlplane-external: %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("controlplane-external did not stop")
-		}
-	})
-	return w
+	return w, nc
 }
 
 // register stores kc as the external kubeconfig name, sealed, as the
@@ -106,12 +122,12 @@ func (w *world) register(name string, kc []byte) {
 	}
 }
 
-// apply writes the desired cluster with an external control plane naming
-// kubeconfig and returns its revision (the generation the planner sends).
+// apply writes the desired cluster (a new generation) with an external
+// control plane naming kubeconfig and returns its revision (the generation the planner sends).
 func (w *world) apply(cluster, kubeconfig string) int64 {
 	w.t.Helper()
-	_, rev, err := w.clusters.Mutate(context.Background(), keys.Cluster(cluster), func(*capnv1.Cluster, bool) (*capnv1.Cluster, error) {
-		return &capnv1.Cluster{Metadata: &capnv1.ObjectMeta{Name: cluster}, Spec: &capnv1.ClusterSpec{KubernetesVersion: "v1.34.2",
+	_, rev, err := w.clusters.Mutate(context.Background(), keys.Cluster(cluster), func(cur *capnv1.Cluster, _ bool) (*capnv1.Cluster, error) {
+		return &capnv1.Cluster{Metadata: &capnv1.ObjectMeta{Name: cluster, Generation: cur.GetMetadata().GetGeneration() + 1}, Spec: &capnv1.ClusterSpec{KubernetesVersion: "v1.34.2",
 			ControlPlane: &capnv1.ControlPlaneSpec{Type: capnv1.ControlPlaneExternal, External: &capnv1.ExternalControlPlaneSpec{Kubeconfig: kubeconfig}},
 			WorkerPools:  []*capnv1.WorkerPool{{Name: "md-0", Provider: "process", Replicas: 2}}}}, nil
 	})
@@ -280,3 +296,46 @@ func TestJoinObjectsAreCapns(t *testing.T) {
 }
 
 func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+
+// TestOlderEnsureChangesNothing: an ensure whose generation is below the
+// record's observed generation changes nothing (not even a rewrite), even
+// when what it would find changed; the current one does. The service's
+// ensure is called directly (no consumer, no periodic check racing it).
+func TestOlderEnsureChangesNothing(t *testing.T) {
+	w, _ := setup(t)
+	s := New(Config{Keyring: w.ring, KubeAPITimeout: 5 * time.Second})
+	s.clusters, s.records, s.kubeconfigs = w.clusters, w.records, w.kubeconfigs
+	ctx := t.Context()
+	w.apply("edge", "prod")
+	gen := w.apply("edge", "prod") // a second revision: gen-1 is an older one
+	if err := s.ensure(ctx, "edge", gen); err != nil {
+		t.Fatal(err)
+	}
+	_, rev, err := w.records.Get(ctx, keys.ControlPlane("edge"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPair, _ := testCA(t, "external")
+	w.register("prod", tokenKubeconfig("https://127.0.0.1:1", caPair.CertPEM, "abcdef.0123456789abcdef"))
+	if err := s.ensure(ctx, "edge", gen-1); err != nil {
+		t.Fatal(err)
+	}
+	if _, now, err := w.records.Get(ctx, keys.ControlPlane("edge")); err != nil || now != rev {
+		t.Fatalf("an older ensure wrote the record (revision %d → %d, %v)", rev, now, err)
+	}
+	if err := s.ensure(ctx, "edge", gen); err != nil {
+		t.Fatal(err)
+	}
+	rec := w.record("edge")
+	if r := conditions.Get(rec.GetConditions(), ConditionReady); r.GetReason() != ReasonUnreachable || rec.GetObservedGeneration() != gen {
+		t.Fatalf("the current ensure: Ready %v at generation %d", r, rec.GetObservedGeneration())
+	}
+	// Nothing changed since: no write.
+	_, rev, _ = w.records.Get(ctx, keys.ControlPlane("edge"))
+	if err := s.ensure(ctx, "edge", gen); err != nil {
+		t.Fatal(err)
+	}
+	if _, now, _ := w.records.Get(ctx, keys.ControlPlane("edge")); now != rev {
+		t.Errorf("an ensure that found nothing new rewrote the record (%d → %d)", rev, now)
+	}
+}

@@ -34,7 +34,8 @@ import (
 // bootstrap token ask for a node certificate; a kubeconfig of another
 // CA or a wrong token is Ready False saying why; a server that went away
 // turns Ready False by itself; delete removes what capn made for that
-// cluster only and leaves the rest of the API server as it was.
+// cluster only and leaves the rest of the API server as it was, a
+// cluster-info capn did not make included.
 func TestExternalControlPlaneAgainstKubeAPIServer(t *testing.T) {
 	kubeapitest.Require(t)
 	caPair, _ := testCA(t, "kubernetes")
@@ -168,6 +169,27 @@ func TestExternalControlPlaneAgainstKubeAPIServer(t *testing.T) {
 	})
 	if w.record("edge2") == nil {
 		t.Error("edge2's record went with edge's delete")
+	}
+
+	// A cluster-info capn did not make (kubeadm's, replacing edge2's):
+	// edge2's checks leave it, and its delete does not take it.
+	kubeadmInfo := kubeapi.Object{Collection: "/api/v1/namespaces/kube-public/configmaps", Name: clusterInfo, Body: map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": clusterInfo, "namespace": kubePublic},
+		"data": map[string]string{"kubeconfig": "kubeadm's"}}}
+	if err := admin.Apply(ctx, kubeadmInfo); err != nil {
+		t.Fatal(err)
+	}
+	w.markDeleting("edge2")
+	w.command(keys.ControlPlaneDelete, "edge2", gen2)
+	testkit.WaitFor(t, 30*time.Second, "edge2's record deleted", func() bool { return w.record("edge2") == nil })
+	ci.Metadata.Labels, ci.Data = nil, nil
+	if err := admin.Get(ctx, "/api/v1/namespaces/kube-public/configmaps/cluster-info", &ci); err != nil || ci.Data["kubeconfig"] != "kubeadm's" || len(ci.Metadata.Labels) != 0 {
+		t.Errorf("kubeadm's cluster-info after edge2's delete: %v %v", ci, err)
+	}
+	for _, o := range joinRBAC("edge2") {
+		if err := admin.GetObject(ctx, o.apiVersion, o.kind, o.namespace, o.name, &struct{}{}); !kubeapi.IsStatus(err, http.StatusNotFound) {
+			t.Errorf("%s after edge2's delete: %v, want 404", o, err)
+		}
 	}
 }
 

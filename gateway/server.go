@@ -60,6 +60,9 @@ type server struct {
 	addonSecrets  *store.Bucket[*capnv1.AddonSecret]
 	// bootstrapSecrets: written and deleted, never read back to a client.
 	bootstrapSecrets *store.Bucket[*capnv1.BootstrapSecret]
+	// externalKubeconfigs: registered kubeconfigs of external clusters,
+	// given back without their credentials.
+	externalKubeconfigs *store.Bucket[*capnv1.ExternalKubeconfig]
 	// Cluster classes and their revisions (desired clusterclass.* and
 	// classrev.*), rollouts (desired) and their statuses (observed, the
 	// fleet-manager's).
@@ -148,6 +151,11 @@ func (s *server) routes() {
 	s.handle("DELETE /v1/addonsecrets/{name}", scopeWrite|scopeSecrets, s.limits.RequestBytes, s.deleteAddonSecret)
 	s.handle("PUT /v1/bootstrapsecrets/{name}", scopeWrite|scopeSecrets, s.limits.ManifestBytes, s.putBootstrapSecret)
 	s.handle("DELETE /v1/bootstrapsecrets/{name}", scopeWrite|scopeSecrets, s.limits.RequestBytes, s.deleteBootstrapSecret)
+	// External clusters' kubeconfigs: written with write and secrets, read
+	// back (without credentials) with secrets.
+	s.handle("PUT /v1/externalkubeconfigs/{name}", scopeWrite|scopeSecrets, s.limits.ManifestBytes, s.putExternalKubeconfig)
+	s.handle("GET /v1/externalkubeconfigs/{name}", scopeSecrets, 0, s.getExternalKubeconfig)
+	s.handle("DELETE /v1/externalkubeconfigs/{name}", scopeWrite|scopeSecrets, s.limits.RequestBytes, s.deleteExternalKubeconfig)
 	s.handle("GET /v1/clusterclasses", scopeRead, 0, s.listClasses)
 	s.handle("POST /v1/clusterclasses", scopeWrite, s.limits.ManifestBytes, s.applyClass)
 	s.handle("GET /v1/clusterclasses/{name}", scopeRead, 0, s.getClass)

@@ -352,6 +352,7 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 		srv.kubeconfigs = store.NewBucket[*capnv1.AdminKubeconfig](secretsKV, store.New[capnv1.AdminKubeconfig](), store.WithSealer(ring))
 		srv.addonSecrets = store.NewBucket(secretsKV, store.New[capnv1.AddonSecret](), store.WithSealer(ring))
 		srv.bootstrapSecrets = store.NewBucket(secretsKV, store.New[capnv1.BootstrapSecret](), store.WithSealer(ring))
+		srv.externalKubeconfigs = store.NewBucket(secretsKV, store.New[capnv1.ExternalKubeconfig](), store.WithSealer(ring))
 	} else {
 		log.Warn().Msg("no secrets key (--secrets-key-file or " + seal.KeyEnv + "): kubeconfigs cannot be served")
 	}

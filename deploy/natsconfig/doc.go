@@ -52,10 +52,14 @@
 //	maintenance      reads desired and only its own maintenance.> of observed; writes desired
 //	                 cluster.> (auto-patch, hibernation schedules) and observed maintenance.>;
 //	                 sends nothing
+//	controlplane-external reads desired cluster.>, observed controlplane.> and only
+//	                 externalkubeconfig.> of secrets; writes observed controlplane.>;
+//	                 consumes capn.controlplane.external.> through its durable
 //	gateway          reads desired, observed and only kubeconfig.> of secrets; writes desired
 //	                 cluster.>, machine.>, addonset.>, clusterclass.>, classrev.>,
-//	                 rollout.> and kubernetesversions.>, and secrets addonsecret.> (nothing
-//	                 else of secrets); publishes capn.ingest.> and capn.health.>; timelines
+//	                 rollout.> and kubernetesversions.>, and secrets addonsecret.>,
+//	                 bootstrapsecret.> and externalkubeconfig.> (it reads back only
+//	                 kubeconfig.> and externalkubeconfig.>; nothing else of secrets); publishes capn.ingest.> and capn.health.>; timelines
 //	                 through ordered consumers on CAPN_EVENTS, never through another's durable
 //	provider-<p>     consumes capn.provider.<p>.> through durable provider-<p> only; reads and
 //	                 writes observed infra.<p>.> and provider.<p> only; sends drift reports

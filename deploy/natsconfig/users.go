@@ -28,6 +28,9 @@ const (
 	// Maintenance applies auto-patches and pending upgrades in maintenance
 	// windows, and hibernation schedules (services/maintenance).
 	Maintenance = "maintenance"
+	// ControlPlaneExternal is the external control-plane implementation
+	// (services/controlplane-external).
+	ControlPlaneExternal = "controlplane-external"
 	// Init provisions streams and buckets, and may do nothing else.
 	Init = "capn-init"
 )
@@ -90,6 +93,8 @@ func (d Deployment) Durables() map[string][]Durable {
 			{Stream: events.StreamEvents, Name: HealthWatcher + "-drift", Filters: []string{events.DriftSubject("*", "*", "*")}},
 		},
 		Remediator: {{Stream: events.StreamEvents, Name: Remediator + "-unhealthy", Filters: []string{ev("machine", "unhealthy", "*", "*")}}},
+		ControlPlaneExternal: {{Stream: events.StreamControlPlanes, Name: ControlPlaneExternal,
+			Filters: []string{events.Subject(events.SubjectControlPlanes, "external", ">")}}},
 	}
 	for _, p := range d.Providers {
 		u := ProviderUser(p.Name)
@@ -240,6 +245,11 @@ func (d Deployment) Users() []User {
 		// deleted only; no other key of secrets.
 		g.write(sec, "addonsecret.>")
 		g.write(sec, "bootstrapsecret.>")
+		// External clusters' kubeconfigs (capn external-kubeconfig):
+		// written, deleted, and read back to show what they are (never
+		// their credentials).
+		g.read(sec, "externalkubeconfig.>")
+		g.write(sec, "externalkubeconfig.>")
 		// A second writer of desired machines: lifecycle hook annotations
 		// and deletion_timestamp (capn hook, capn delete machine), each a
 		// compare-and-set; the planner owns the rest of the record.
@@ -288,6 +298,13 @@ func (d Deployment) Users() []User {
 		// compare-and-set write as the API's.
 		g.write(des, "cluster.>")
 		g.write(obs, "maintenance.>")
+	})
+	add(ControlPlaneExternal, "the external control-plane implementation: checks external API servers, prepares them for workers to join, writes their control-plane records", func(g *grants) {
+		g.read(des, "cluster.>")
+		g.write(obs, "controlplane.>")
+		// Sealed; it holds the key: the registered kubeconfigs only, never
+		// PKI, admin kubeconfigs or bootstrap data.
+		g.read(sec, "externalkubeconfig.>")
 	})
 	for _, p := range d.Providers {
 		add(ProviderUser(p.Name), "infrastructure provider "+p.Name, func(g *grants) {

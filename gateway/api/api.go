@@ -192,6 +192,20 @@ type BootstrapSecretInfo struct {
 	Updated time.Time `json:"updated"`
 }
 
+// ExternalKubeconfigInfo is the answer to PUT and GET
+// /v1/externalkubeconfigs/{name}: what the registered kubeconfig of an
+// external cluster is, never its credentials. Auth is "token" or
+// "client-certificate"; UsedBy are the clusters whose
+// spec.controlPlane.external.kubeconfig names it.
+type ExternalKubeconfigInfo struct {
+	Name    string    `json:"name"`
+	Server  string    `json:"server"`
+	Auth    string    `json:"auth"`
+	Hash    string    `json:"hash"`
+	Updated time.Time `json:"updated"`
+	UsedBy  []string  `json:"usedBy"`
+}
+
 // List is a Kubernetes-style list: {"apiVersion", "kind": "ClusterList" or
 // "MachineList", "items": [...]}. Items are protojson Cluster or Machine
 // objects with metadata, spec and status.

@@ -533,6 +533,30 @@ func (c *Client) DeleteBootstrapSecret(ctx context.Context, name string) error {
 	return err
 }
 
+// SetExternalKubeconfig registers kubeconfig (YAML or JSON) as the
+// external kubeconfig name, replacing what it held; created says it did
+// not exist. The gateway refuses one capn cannot use, naming each field.
+func (c *Client) SetExternalKubeconfig(ctx context.Context, name string, kubeconfig []byte) (api.ExternalKubeconfigInfo, bool, error) {
+	var out api.ExternalKubeconfigInfo
+	status, err := c.call(ctx, http.MethodPut, "/v1/externalkubeconfigs/"+url.PathEscape(name), nil, bytes.NewReader(kubeconfig), api.MediaYAML, &out)
+	return out, status == http.StatusCreated, err
+}
+
+// ExternalKubeconfig is what the external kubeconfig name is, without its
+// credentials.
+func (c *Client) ExternalKubeconfig(ctx context.Context, name string) (api.ExternalKubeconfigInfo, error) {
+	var out api.ExternalKubeconfigInfo
+	_, err := c.call(ctx, http.MethodGet, "/v1/externalkubeconfigs/"+url.PathEscape(name), nil, nil, "", &out)
+	return out, err
+}
+
+// DeleteExternalKubeconfig deletes the external kubeconfig name; refused
+// while a cluster uses it.
+func (c *Client) DeleteExternalKubeconfig(ctx context.Context, name string) error {
+	_, err := c.call(ctx, http.MethodDelete, "/v1/externalkubeconfigs/"+url.PathEscape(name), nil, nil, "", nil)
+	return err
+}
+
 // Backup asks for a backup (of clusters, else of everything; trigger "" is
 // api) and returns its file: the caller reads and closes it. name is the
 // backup's name. Backups take their time: without a deadline on ctx the

@@ -105,6 +105,14 @@ func Start(t *testing.T, ca pki.KeyPair, saPub, saKey []byte, extraArgs ...strin
 // by the test. Without the binary the test is skipped.
 func (s *Server) StartControllerManager(t *testing.T, controllers ...string) {
 	t.Helper()
+	s.StartControllerManagerArgs(t, nil, controllers...)
+}
+
+// StartControllerManagerArgs is StartControllerManager with extraArgs
+// for kube-controller-manager (e.g. --cluster-signing-cert-file and
+// --cluster-signing-key-file, for the csrsigning controller).
+func (s *Server) StartControllerManagerArgs(t *testing.T, extraArgs []string, controllers ...string) {
+	t.Helper()
 	path := filepath.Join(s.bin, "kube-controller-manager")
 	if _, err := os.Stat(path); err != nil {
 		t.Skipf("CAPN_KUBE_BIN=%s: %v", s.bin, err)
@@ -123,9 +131,9 @@ func (s *Server) StartControllerManager(t *testing.T, controllers ...string) {
 		t.Fatal(err)
 	}
 	port := freePort(t)
-	p := startProc(t, dir, path, "--kubeconfig="+kcPath, "--authentication-kubeconfig="+kcPath, "--authorization-kubeconfig="+kcPath,
-		"--controllers="+strings.Join(controllers, ","), "--leader-elect=false", "--use-service-account-credentials=false",
-		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port), "--cert-dir="+filepath.Join(dir, "certs"))
+	p := startProc(t, dir, path, append([]string{"--kubeconfig=" + kcPath, "--authentication-kubeconfig=" + kcPath, "--authorization-kubeconfig=" + kcPath,
+		"--controllers=" + strings.Join(controllers, ","), "--leader-elect=false", "--use-service-account-credentials=false",
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port), "--cert-dir=" + filepath.Join(dir, "certs")}, extraArgs...)...)
 	insecure := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // a test process's self-signed serving certificate
 	waitProc(t, p, "kube-controller-manager /healthz", time.Minute, func() error {
 		resp, err := insecure.Get(fmt.Sprintf("https://127.0.0.1:%d/healthz", port))

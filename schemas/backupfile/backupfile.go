@@ -361,7 +361,7 @@ func Record(bucket string, k keys.Key) (func() proto.Message, bool) {
 		}
 	case BucketSecrets:
 		switch k.Kind {
-		case keys.KindPKI, keys.KindKubeconfig, keys.KindBootstrap, keys.KindAddonSecret, keys.KindBootstrapSecret:
+		case keys.KindPKI, keys.KindKubeconfig, keys.KindBootstrap, keys.KindAddonSecret, keys.KindBootstrapSecret, keys.KindExternalKubeconfig:
 			return nil, true
 		}
 	}

@@ -36,6 +36,8 @@ const (
 	KindMaintenance     Kind = "maintenance"        // observed MaintenanceRecord: maintenance.<cluster>
 	KindK8sVersions     Kind = "kubernetesversions" // desired KubernetesVersions: kubernetesversions.<name>
 	KindControlPlane    Kind = "controlplane"       // observed ControlPlaneRecord: controlplane.<cluster>
+	// KindExternalKubeconfig: secrets ExternalKubeconfig: externalkubeconfig.<name>
+	KindExternalKubeconfig Kind = "externalkubeconfig"
 )
 
 // Prefixes of every key of a kind, for caches and watchers (store.Keep,
@@ -64,6 +66,9 @@ const (
 	MaintenancePrefix     = string(KindMaintenance) + "."
 	K8sVersionsPrefix     = string(KindK8sVersions) + "."
 	ControlPlanePrefix    = string(KindControlPlane) + "."
+	// ExternalKubeconfigPrefix is every registered external kubeconfig's
+	// key prefix.
+	ExternalKubeconfigPrefix = string(KindExternalKubeconfig) + "."
 )
 
 // ClusterObject stands in the object token of a cluster-level key or
@@ -71,7 +76,8 @@ const (
 const ClusterObject = "_"
 
 // Key is a parsed key. Provider is set for infra and provider keys,
-// Cluster for all others but addonset, addonsecret, bootstrapsecret, backup,
+// Cluster for all others but addonset, addonsecret, bootstrapsecret,
+// externalkubeconfig, backup,
 // clusterclass, classrev and rollout (which belong to no cluster), Name for
 // the machine (ClusterObject for a cluster's infrastructure), the pool, the
 // add-on set or secret, the backup record, the class, the rollout, or a
@@ -174,6 +180,11 @@ func K8sVersions(name string) string { return join(string(KindK8sVersions), name
 // written by its implementation.
 func ControlPlane(cluster string) string { return join(string(KindControlPlane), cluster) }
 
+// ExternalKubeconfig is externalkubeconfig.<name>, the sealed kubeconfig
+// of an external cluster a cluster's external control plane names
+// (secrets; capn external-kubeconfig).
+func ExternalKubeconfig(name string) string { return join(string(KindExternalKubeconfig), name) }
+
 // K8sVersionsDefault is kubernetesversions.default, the catalogue
 // auto-patch picks versions from.
 var K8sVersionsDefault = K8sVersions("default")
@@ -204,7 +215,7 @@ var shapes = map[Kind]int{
 	KindProvider: 1, KindSecrets: 1, KindPKI: 1, KindKubeconfig: 1, KindBootstrap: 2,
 	KindAddonSet: 1, KindAddon: 2, KindAddonSecret: 1, KindBootstrapSecret: 1,
 	KindBackup: 1, KindClass: 1, KindClassRev: 2, KindRollout: 1, KindMaintenance: 1, KindK8sVersions: 1,
-	KindControlPlane: 1,
+	KindControlPlane: 1, KindExternalKubeconfig: 1,
 }
 
 // ErrMalformed is wrapped by every error of Parse and ParseSubject.
@@ -223,7 +234,7 @@ func Parse(key string) (Key, error) {
 	switch kind {
 	case KindProvider:
 		k.Provider = toks[1]
-	case KindAddonSet, KindAddonSecret, KindBootstrapSecret, KindBackup, KindClass, KindRollout, KindK8sVersions:
+	case KindAddonSet, KindAddonSecret, KindBootstrapSecret, KindBackup, KindClass, KindRollout, KindK8sVersions, KindExternalKubeconfig:
 		k.Name = toks[1]
 	case KindClassRev:
 		// Name is "<class>.<revision>".
@@ -248,7 +259,7 @@ func (k Key) String() string {
 		return join(string(k.Kind), k.Name)
 	case KindInfra:
 		return join(string(k.Kind), k.Provider, k.Cluster, k.Name)
-	case KindAddonSet, KindAddonSecret, KindBootstrapSecret:
+	case KindAddonSet, KindAddonSecret, KindBootstrapSecret, KindExternalKubeconfig:
 		return join(string(k.Kind), k.Name)
 	}
 	if shapes[k.Kind] == 2 {

@@ -33,11 +33,12 @@ func TestKeys(t *testing.T) {
 		{keys.Maintenance("c1"), keys.Key{Kind: keys.KindMaintenance, Cluster: "c1"}},
 		{keys.K8sVersionsDefault, keys.Key{Kind: keys.KindK8sVersions, Name: "default"}},
 		{keys.ControlPlane("c1"), keys.Key{Kind: keys.KindControlPlane, Cluster: "c1"}},
+		{keys.ExternalKubeconfig("prod"), keys.Key{Kind: keys.KindExternalKubeconfig, Name: "prod"}},
 	}
 	wantKeys := []string{"cluster.c1", "machine.c1.m1", "infra.sim.c1.m1", "infra.sim.c1._", "node.c1.m1",
 		"remediation.c1.md-0", "autoscaler.c1.md-0", "provider.docker", "secrets.c1", "pki.c1", "kubeconfig.c1", "bootstrap.c1.m1",
 		"addonset.cni", "addon.c1.cni", "addonsecret.creds", "bootstrapsecret.tls", "backup.schedule",
-		"maintenance.c1", "kubernetesversions.default", "controlplane.c1"}
+		"maintenance.c1", "kubernetesversions.default", "controlplane.c1", "externalkubeconfig.prod"}
 	for i, tt := range tests {
 		t.Run(tt.key, func(t *testing.T) {
 			if tt.key != wantKeys[i] {
@@ -62,7 +63,7 @@ func TestKeys(t *testing.T) {
 		keys.AddonSetPrefix: "addonset.", keys.AddonPrefix: "addon.", keys.AddonSecretPrefix: "addonsecret.", keys.BootstrapSecretPrefix: "bootstrapsecret.",
 		keys.BackupPrefix:      "backup.",
 		keys.MaintenancePrefix: "maintenance.", keys.K8sVersionsPrefix: "kubernetesversions.",
-		keys.ControlPlanePrefix: "controlplane.",
+		keys.ControlPlanePrefix: "controlplane.", keys.ExternalKubeconfigPrefix: "externalkubeconfig.",
 	}
 	// An add-on set or secret belongs to no cluster: a watcher queueing
 	// clusters skips it.

@@ -218,6 +218,7 @@ func (v Validator) validateControlPlane(cp *capnv1.ControlPlaneSpec, p path, err
 	validateTemplate(cp.Template, p.child("template"), errs)
 	v.validateBootstrap(cp.Bootstrap, p.child("bootstrap"), OSLinux, errs)
 	validateNodeTimeouts(cp.NodeDrainTimeout, cp.NodeDeletionTimeout, p, errs)
+	validateExternal(cp, p, errs)
 }
 
 // validateNonMachineControlPlane checks a control plane of type hosted or

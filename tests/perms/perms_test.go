@@ -291,9 +291,11 @@ func TestEachUserDoesItsJob(t *testing.T) {
 	gw.publish(events.HealthSubject("demo", "m1", "conditions"))
 	gw.put(events.BucketDesired, "machine.demo.m1") // hooks and capn delete machine
 	gw.publish(events.EventSubject("machine", "hook", "demo", "m1"))
-	gw.put(events.BucketDesired, "addonset.cni")        // capn apply of an AddonSet
-	gw.put(events.BucketSecrets, "addonsecret.creds")   // capn addon-secret set
-	gw.put(events.BucketSecrets, "bootstrapsecret.tls") // capn bootstrap-secret set
+	gw.put(events.BucketDesired, "addonset.cni")            // capn apply of an AddonSet
+	gw.put(events.BucketSecrets, "addonsecret.creds")       // capn addon-secret set
+	gw.put(events.BucketSecrets, "bootstrapsecret.tls")     // capn bootstrap-secret set
+	gw.put(events.BucketSecrets, "externalkubeconfig.prod") // capn external-kubeconfig set
+	gw.get(events.BucketSecrets, "externalkubeconfig.prod") // ... get
 
 	cp := w.as(t, natsconfig.ClusterPlanner)
 	cp.cache(events.BucketDesired)
@@ -511,7 +513,23 @@ func TestEachUserDoesItsJob(t *testing.T) {
 	mt.put(events.BucketObserved, "maintenance.demo")
 	mt.get(events.BucketObserved, "maintenance.demo")
 
-	for _, a := range []*actor{gw, cp, mm, bs, sim, dk, hw, rm, ap, am, bk, mt} {
+	// The external control-plane implementation: watches desired
+	// clusters, opens the registered kubeconfigs, writes its records and
+	// consumes its commands.
+	ce := w.as(t, natsconfig.ControlPlaneExternal)
+	ce.cacheKeep(events.BucketDesired, "cluster.")
+	ce.get(events.BucketSecrets, "externalkubeconfig.prod")
+	ce.put(events.BucketObserved, "controlplane.demo")
+	ce.get(events.BucketObserved, "controlplane.demo")
+	// Its durable (the planner, which sends the commands, is issue 21's
+	// planner part): created as its service creates it.
+	ced := durable(d, natsconfig.ControlPlaneExternal, natsconfig.ControlPlaneExternal)
+	if _, err := ce.js.CreateOrUpdateConsumer(context.Background(), ced.Stream, jetstream.ConsumerConfig{
+		Durable: ced.Name, FilterSubject: ced.Filters[0], AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Errorf("controlplane-external: its durable: %v", err)
+	}
+
+	for _, a := range []*actor{gw, cp, mm, bs, sim, dk, hw, rm, ap, am, bk, mt, ce} {
 		a.clean()
 	}
 	for _, v := range w.c.ServerViolations() {
@@ -794,6 +812,29 @@ func TestOutsideTheJobIsRefused(t *testing.T) {
 		// Nor may others write its records.
 		for _, user := range []string{natsconfig.Gateway, natsconfig.ClusterPlanner, natsconfig.Remediator} {
 			w.as(t, user).refusedPublish("$KV.observed.maintenance.demo")
+		}
+	})
+	t.Run("controlplane-external: its records and the registered kubeconfigs only", func(t *testing.T) {
+		t.Parallel()
+		ce := w.as(t, natsconfig.ControlPlaneExternal)
+		// It writes no spec, no other record, no secret (the registered
+		// kubeconfigs are the gateway's to write), and sends nothing.
+		for _, s := range []string{"$KV.desired.cluster.demo", "$KV.desired.machine.demo.m1", "$KV.observed.cluster.demo",
+			"$KV.observed.machine.demo.m1", "$KV.secrets.externalkubeconfig.prod", "$KV.secrets.kubeconfig.demo",
+			"capn.evt.cluster.ready.demo._", "capn.controlplane.hosted.ensure.demo", "capn.cmd.bootstrap.generate.demo.m1"} {
+			ce.refusedPublish(s)
+		}
+		// Of secrets, only the registered kubeconfigs.
+		for _, k := range []string{"kubeconfig.demo", "pki.demo", "bootstrap.demo.m1", "addonsecret.creds"} {
+			ce.refused("$JS.API.DIRECT.GET.KV_secrets.$KV.secrets."+k, ce.kvGet(events.BucketSecrets, k))
+		}
+		ce.refusedPublish("$JS.API.CONSUMER.CREATE.KV_secrets.x.$KV.secrets.>")
+		// Nobody but it and the gateway reads a registered kubeconfig, and
+		// nobody but it writes its records.
+		for _, user := range []string{natsconfig.ClusterPlanner, natsconfig.HealthWatcher, natsconfig.AddonManager, natsconfig.Maintenance} {
+			a := w.as(t, user)
+			a.refused("$JS.API.DIRECT.GET.KV_secrets.$KV.secrets.externalkubeconfig.prod", a.kvGet(events.BucketSecrets, "externalkubeconfig.prod"))
+			a.refusedPublish("$KV.observed.controlplane.demo")
 		}
 	})
 	t.Run("no one but the init job manages streams", func(t *testing.T) {

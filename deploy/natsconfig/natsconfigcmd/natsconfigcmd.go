@@ -209,7 +209,8 @@ func render(args []string, stdout, stderr io.Writer) error {
 }
 
 // renderSecrets makes the secrets key (shared by the bootstrapper, the
-// gateway, the health-watcher, the addon-manager and the backup service) and the gateway's
+// gateway, the health-watcher, the addon-manager, the backup service and
+// controlplane-external) and the gateway's
 // admin token, unless
 // they exist.
 func renderSecrets(l natsconfig.Layout) ([]string, error) {
@@ -225,7 +226,8 @@ func renderSecrets(l natsconfig.Layout) ([]string, error) {
 		return nil, err
 	}
 	// The backup service seals workload clusters' etcd snapshots with it.
-	for _, user := range []string{natsconfig.Gateway, natsconfig.HealthWatcher, natsconfig.AddonManager, natsconfig.Backup} {
+	// controlplane-external opens registered external kubeconfigs.
+	for _, user := range []string{natsconfig.Gateway, natsconfig.HealthWatcher, natsconfig.AddonManager, natsconfig.Backup, natsconfig.ControlPlaneExternal} {
 		if err := writeFile(l.UserFile(user, SecretsKeyFile), key, 0o600); err != nil {
 			return nil, err
 		}

@@ -51,6 +51,7 @@ import (
 	"github.com/capn-dev/capn/services/backup"
 	"github.com/capn-dev/capn/services/bootstrapper"
 	"github.com/capn-dev/capn/services/cluster-planner"
+	controlplaneexternal "github.com/capn-dev/capn/services/controlplane-external"
 	"github.com/capn-dev/capn/services/daemon"
 	fleetmanager "github.com/capn-dev/capn/services/fleet-manager"
 	"github.com/capn-dev/capn/services/health-watcher"
@@ -81,6 +82,10 @@ const Backup = backup.Name
 // windows and schedules start it, with their own clock through
 // Options.Services).
 const Maintenance = maintenance.Name
+
+// ControlPlaneExternal is the external control-plane implementation's
+// name (not in All: tests of external control planes start it).
+const ControlPlaneExternal = controlplaneexternal.Name
 
 // Demo is the tests' demo cluster on the sim provider: v1.33.4, 3
 // control-plane machines, pools md-0 (3, maxSurge 1, maxUnavailable 0) and
@@ -253,6 +258,8 @@ func (f *Factory) Builtin(name string) daemon.Service {
 		return backup.New(backup.Config{})
 	case maintenance.Name:
 		return maintenance.New(maintenance.Config{Cache: c})
+	case controlplaneexternal.Name:
+		return controlplaneexternal.New(controlplaneexternal.Config{Keyring: f.Ring, Cache: c})
 	case Sim:
 		so := TestSim()
 		if f.opts.Sim != nil {

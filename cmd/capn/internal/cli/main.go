@@ -57,6 +57,7 @@ func commands() []command {
 		{"kubeconfig", "print a cluster's admin kubeconfig", cmdKubeconfig},
 		{"addon-secret", "seal objects with credentials for add-on sets (set NAME -f FILE | delete NAME)", cmdAddonSecret},
 		{"bootstrap-secret", "seal values bootstrap files take content from (set NAME --from-file KEY=FILE | delete NAME)", cmdBootstrapSecret},
+		{"external-kubeconfig", "register an external cluster's kubeconfig, sealed (set NAME --kubeconfig FILE | get NAME | delete NAME)", cmdExternalKubeconfig},
 		{"backup", "back up the management plane to a file, or list the stored backups", cmdBackup},
 		{"restore", "restore a backup into this deployment (--merge, --dry-run)", cmdRestore},
 		{"etcd", "snapshot a kube-local cluster's etcd, list its snapshots, restore one (snapshot|snapshots|restore)", cmdEtcd},

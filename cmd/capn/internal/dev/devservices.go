@@ -18,6 +18,7 @@ import (
 	"github.com/capn-dev/capn/services/backup"
 	"github.com/capn-dev/capn/services/bootstrapper"
 	"github.com/capn-dev/capn/services/cluster-planner"
+	controlplaneexternal "github.com/capn-dev/capn/services/controlplane-external"
 	"github.com/capn-dev/capn/services/daemon"
 	fleetmanager "github.com/capn-dev/capn/services/fleet-manager"
 	"github.com/capn-dev/capn/services/health-watcher"
@@ -63,6 +64,9 @@ func devServices(cfg Config, gw devGateway, auth *devAuth, providers []daemon.Se
 		// Auto-patch and pending upgrades in maintenance windows,
 		// hibernation schedules.
 		maintenance.New(maintenance.Config{}),
+		// Control planes someone else runs (controlPlane.type: external):
+		// opens their registered kubeconfigs.
+		controlplaneexternal.New(controlplaneexternal.Config{Keyring: ring}),
 	}
 	as, err := devAutoscaler(cfg)
 	if err != nil {

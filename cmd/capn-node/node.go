@@ -64,7 +64,7 @@ func runKubelet(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	u := kubeletunit.Unit{Root: "/", Output: stderr}
 	fs.StringVar(&u.Kubelet, "kubelet", "/usr/bin/kubelet", "the kubelet `binary`")
-	fs.DurationVar(&u.RestartSec, "restart-sec", kubeletunit.RestartSec, "wait this `long` after the kubelet exits before starting it again")
+	fs.DurationVar(&u.RestartDelay, "restart-sec", kubeletunit.RestartDelay, "wait this `long` after the kubelet exits before starting it again")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: capn-node kubelet [flags]\n\nKeeps a kubelet running as kubeadm's systemd unit does, on a machine without\nsystemd: once kubeadm wrote %s, the kubelet runs with the drop-in's\narguments, %s and %s, restarted when it exits.\n\n", kubeletunit.ConfigFile, kubeletunit.FlagsEnv, kubeletunit.DefaultsEnv)
 		fs.PrintDefaults()

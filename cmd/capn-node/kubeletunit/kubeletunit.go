@@ -36,8 +36,8 @@ const (
 	ConfigFile          = "/var/lib/kubelet/config.yaml"
 	FlagsEnv            = "/var/lib/kubelet/kubeadm-flags.env"
 	DefaultsEnv         = "/etc/default/kubelet"
-	// RestartSec is the unit's.
-	RestartSec = 10 * time.Second
+	// RestartDelay is the unit's RestartSec.
+	RestartDelay = 10 * time.Second
 )
 
 // Args is the kubelet's command line after the binary, as the unit
@@ -95,8 +95,8 @@ type Unit struct {
 	Kubelet string
 	// Root is where the unit's files are read ("/" on a machine).
 	Root string
-	// RestartSec between an exit and the next start (default RestartSec).
-	RestartSec time.Duration
+	// RestartDelay between an exit and the next start (default RestartDelay, the unit's RestartSec).
+	RestartDelay time.Duration
 	// Output gets the kubelet's output and one line per start and exit.
 	Output io.Writer
 	// Env is added to the kubelet's environment.
@@ -104,15 +104,15 @@ type Unit struct {
 }
 
 // Run waits for the kubelet's config, then keeps the kubelet running,
-// restarting it RestartSec after it exits, until ctx ends; then it stops
+// restarting it RestartDelay after it exits, until ctx ends; then it stops
 // the kubelet (SIGTERM, SIGKILL after 30 s) and returns nil.
 func (u *Unit) Run(ctx context.Context) error {
-	root, restart := u.Root, u.RestartSec
+	root, restart := u.Root, u.RestartDelay
 	if root == "" {
 		root = "/"
 	}
 	if restart <= 0 {
-		restart = RestartSec
+		restart = RestartDelay
 	}
 	out := u.Output
 	if out == nil {

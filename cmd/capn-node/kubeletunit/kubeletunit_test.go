@@ -1,12 +1,16 @@
 package kubeletunit_test
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/capn-dev/capn/cmd/capn-node/kubeletunit"
+	"github.com/capn-dev/capn/internal/testkit"
 )
 
 func write(t *testing.T, root, path, content string) {
@@ -38,5 +42,41 @@ func TestArgsAsTheUnitExpandsThem(t *testing.T) {
 	write(t, root, kubeletunit.DefaultsEnv, "KUBELET_EXTRA_ARGS\n")
 	if _, err := kubeletunit.Args(root); err == nil || !strings.Contains(err.Error(), `default/kubelet:1: "KUBELET_EXTRA_ARGS" is not NAME=value`) {
 		t.Fatalf("error %v", err)
+	}
+}
+
+// TestRunWaitsForConfigRestartsAndStops runs the unit with /bin/sh as its
+// "kubelet", which refuses the kubelet's arguments and exits at once: the
+// unit starts nothing before kubeadm's config exists, restarts the binary
+// after each exit, and returns when its context ends.
+func TestRunWaitsForConfigRestartsAndStops(t *testing.T) {
+	root := t.TempDir()
+	out := &testkit.Buffer{}
+	u := kubeletunit.Unit{Kubelet: "/bin/sh", Root: root, RestartDelay: 10 * time.Millisecond, Output: out}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- u.Run(ctx) }()
+	// Nothing starts without the config (waits of 200 ms pass).
+	if testkit.Poll(600*time.Millisecond, 50*time.Millisecond, func() error {
+		if strings.Contains(out.String(), "starting") {
+			return nil
+		}
+		return errors.New("not started")
+	}) == nil {
+		t.Fatalf("the unit started the kubelet before %s existed:\n%s", kubeletunit.ConfigFile, out.String())
+	}
+	write(t, root, kubeletunit.ConfigFile, "kind: KubeletConfiguration\n")
+	testkit.WaitFor(t, 10*time.Second, "the unit restarts the exited kubelet twice", func() bool {
+		return strings.Count(out.String(), "kubelet unit: starting /bin/sh --bootstrap-kubeconfig=") >= 3 &&
+			strings.Count(out.String(), "kubelet exited (exit status 2); restarting in 10ms") >= 2
+	})
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after its context ended")
 	}
 }

@@ -9,7 +9,7 @@ DATA_DIR ?= .capn
 PROGRAMS := $(notdir $(wildcard cmd/*))
 export CGO_ENABLED ?= 0
 
-.PHONY: all build run test day2 test-short mod-check proto proto-check lint vet fmt clean bench npd kube kube-bin autoscaler autoscaler-bin nodestack nodestack-bin fuzz images chaos
+.PHONY: all build run test day2 test-short mod-check proto proto-check lint vet fmt clean bench npd kube kube-bin autoscaler autoscaler-bin nodestack nodestack-bin nodeimages fuzz images chaos
 
 all: build
 
@@ -27,7 +27,7 @@ run: build ## run capn dev: embedded JetStream and every service on 127.0.0.1
 
 # The tests that run NPD or the Kubernetes binaries get where they are (or
 # will be), and skip without them; nothing else does.
-TEST_ENV = CAPN_NPD_BIN="$(NPD_BIN)" CAPN_KUBE_BIN="$(KUBE_BIN)" CAPN_AUTOSCALER_BIN="$(AUTOSCALER_BIN)" CAPN_NODESTACK_BIN="$(NODESTACK_BIN)"
+TEST_ENV = CAPN_NPD_BIN="$(NPD_BIN)" CAPN_KUBE_BIN="$(KUBE_BIN)" CAPN_AUTOSCALER_BIN="$(AUTOSCALER_BIN)" CAPN_NODESTACK_BIN="$(NODESTACK_BIN)" CAPN_NODEIMAGES="$(NODEIMAGES)"
 
 test: mod-check proto-check lint ## everything CI runs
 	$(TEST_ENV) $(GO) test -count=1 -timeout 30m ./...
@@ -146,6 +146,14 @@ nodestack: ## build a real node's stack: containerd, runc, CNI plugins, kubelet/
 	KUBE_VERSION=$(KUBE_VERSION) GO=$(GO) hack/nodestack.sh --kube
 nodestack-bin: ## print NODESTACK_BIN, "<containerd/runc/CNI bin>:<kubelet/kubeadm/kube-proxy bin>" (CAPN_NODESTACK_BIN=$$(make -s nodestack-bin))
 	@echo "$(NODESTACK_BIN)"
+# The control-plane images kubeadm's static pods run (pause, etcd,
+# kube-apiserver, kube-controller-manager, kube-scheduler of KUBE_VERSION),
+# FROM scratch as OCI archives for `ctr images import` (hack/nodeimages.sh,
+# after make kube nodestack), cached outside the repo by version.
+# tests/node gets the directory as CAPN_NODEIMAGES.
+NODEIMAGES = $(or $(CAPN_NODEIMAGES),$(shell KUBE_VERSION=$(KUBE_VERSION) $(KUBE_ENV) hack/nodeimages.sh --print-path))
+nodeimages: ## build kubeadm's control-plane images FROM scratch as OCI archives from the cached binaries (after make kube nodestack)
+	KUBE_VERSION=$(KUBE_VERSION) $(KUBE_ENV) GO=$(GO) hack/nodeimages.sh
 
 BENCH_CLUSTERS ?= 100,300,1000
 BENCH_RUNS ?= 3

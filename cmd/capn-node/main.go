@@ -15,6 +15,10 @@
 //	                   [--heartbeat-every=10s] [--health-addr=127.0.0.5:10248]
 //	capn-node endpoint --cluster=c [--listen=:6443] [--process-state-dir=/abs/dir] [--backend-port=6443] \
 //	                   [--check-every=1s] [--log-level=info]
+//	capn-node cloud-config --data=/abs/bootstrap-data [--timeout=0]
+//	capn-node kubelet  --kubelet=/usr/bin/kubelet [--restart-sec=10s]
+//	capn-node image    --ref=registry.k8s.io/etcd:3.7.0-0 --out=etcd.tar \
+//	                   --file=usr/local/bin/etcd=/abs/etcd [--dir=tmp=1777] [--entrypoint=w]... [--env=K=V]...
 //	capn-node version
 //
 // Every agent flag also reads its CAPN_NODE_* (or CAPN_NATS_*) variable; the
@@ -61,6 +65,13 @@ commands:
   endpoint  serve a cluster's control-plane endpoint: a TCP load balancer to
             its control-plane machines' API servers, and while none is up a
             placeholder (HTTP: /healthz 200, anything else 503)
+  cloud-config
+            run a machine's #cloud-config bootstrap data on this machine
+            (write_files, runcmd; kubeadm init or join), as cloud-init would
+  kubelet   keep a kubelet running as kubeadm's systemd unit does, on a
+            machine without systemd
+  image     write an image FROM scratch as an OCI layout archive (for
+            ctr images import on a node without a registry)
   version   print the version
 `
 
@@ -80,6 +91,12 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 		return runAgent(ctx, args[1:], lookup, stderr)
 	case "endpoint":
 		return runEndpoint(ctx, args[1:], stderr)
+	case "image":
+		return runImage(args[1:], stderr)
+	case "cloud-config":
+		return runCloudConfig(ctx, args[1:], stderr)
+	case "kubelet":
+		return runKubelet(ctx, args[1:], stderr)
 	case "version":
 		fmt.Fprintln(stderr, version())
 		return daemon.ExitOK

@@ -9,6 +9,9 @@ import (
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
+// preflightRE is a kubeadm preflight check's name.
+var preflightRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9._-]{0,252}$`)
+
 // validateBootstrap checks one bootstrap spec as written, for machines of
 // os (file paths are that system's).
 func (v Validator) validateBootstrap(b *capnv1.BootstrapSpec, p path, os string, errs *fieldErrors) {
@@ -50,6 +53,21 @@ func (v Validator) validateBootstrap(b *capnv1.BootstrapSpec, p path, os string,
 		if k == "" || strings.HasPrefix(k, "-") {
 			errs.add(p.child("kubeletExtraArgs").key(k), nil, "must be a kubelet flag name without dashes, e.g. max-pods")
 		}
+	}
+	seen := map[string]int{}
+	for i, n := range b.IgnorePreflightErrors {
+		ip := p.child("ignorePreflightErrors").index(i)
+		if !preflightRE.MatchString(n) {
+			errs.add(ip, n, "must be a kubeadm preflight check's name, e.g. ImagePull or Port-6443 (letters, digits, '.', '_', '-'), or all")
+			continue
+		}
+		if j, dup := seen[strings.ToLower(n)]; dup {
+			errs.add(ip, n, "duplicate of %s", p.child("ignorePreflightErrors").index(j))
+		}
+		seen[strings.ToLower(n)] = i
+	}
+	if _, all := seen["all"]; all && len(b.IgnorePreflightErrors) > 1 {
+		errs.add(p.child("ignorePreflightErrors"), nil, "\"all\" ignores every check: give it alone (kubeadm refuses it beside check names)")
 	}
 	if d := b.TokenTtl; d != nil && d.AsDuration() <= 0 {
 		errs.add(p.child("tokenTtl"), d.AsDuration(), "must be positive, e.g. 15m")

@@ -174,6 +174,14 @@ func TestValidate(t *testing.T) {
 			"spec.workerPools[0].bootstrap.commandTimeout: 25h0m0s: must be between 1s and 24h0m0s",
 			`spec.workerPools[0].bootstrap.format: "ignition": is rendered by the kubeadm bootstrap provider only (this level's is script)`,
 		}},
+		{"ignore preflight errors", func(c *capnv1.Cluster) {
+			c.Spec.Bootstrap.IgnorePreflightErrors = []string{"ImagePull", "Port 6443", "IMAGEPULL"}
+			c.Spec.WorkerPools[0].Bootstrap = &capnv1.BootstrapSpec{IgnorePreflightErrors: []string{"all", "Swap"}}
+		}, []string{
+			`spec.bootstrap.ignorePreflightErrors[1]: "Port 6443": must be a kubeadm preflight check's name`,
+			`spec.bootstrap.ignorePreflightErrors[2]: "IMAGEPULL": duplicate of spec.bootstrap.ignorePreflightErrors[0]`,
+			`spec.workerPools[0].bootstrap.ignorePreflightErrors: "all" ignores every check: give it alone`,
+		}},
 		{"operating systems", func(c *capnv1.Cluster) {
 			c.Spec.ControlPlane.Os = "windows"
 			c.Spec.WorkerPools[0].Os = "darwin"

@@ -56,6 +56,10 @@ func TestRealNodeKubeletStaticPod(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(cniConf, "10-capn.conflist"), []byte(conflist), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// The kubelet writes some paths whatever its --root-dir says
+	// (/var/lib/kubelet/device-plugins, /var/lib/kubelet/pki): they go to
+	// the node's own mounts.
+	n.isolateMounts(t, filepath.Join(n.dir, "containerd", "containerd.sock"), n.ns)
 	c := startContainerd(t, n, s, &criConfig{pauseImage: pauseRef, cniConfDir: cniConf})
 	c.ns = "k8s.io" // the CRI's namespace
 	c.ctr(t, "images", "import", "--snapshotter", "overlayfs", buildImage(t, n.dir, webRef, "/web"))

@@ -127,6 +127,13 @@ type node struct {
 	nodeIP  string // the node's address (its eth0)
 	podCIDR string // the node's pod network (bridge CNI, host-local)
 	dir     string
+	// mnt is the node's mount namespace (/proc/<pid>/ns/mnt of the
+	// process that holds it), "" when the node shares the host's
+	// (isolateMounts).
+	mnt string
+	// root is the node's file system seen from the host
+	// (/proc/<pid>/root), when it has its own mounts.
+	root string
 }
 
 // newNode makes the host bridge, the node's namespace and the veth between
@@ -192,8 +199,13 @@ func newNode(t *testing.T) *node {
 // inNode runs a command in the node's network namespace, and only its
 // network namespace: `ip netns exec` would also give it a mount namespace
 // with a fresh /sys, without the cgroup file systems runc needs.
+// With its own mount namespace (isolateMounts), it enters that too.
 func (n *node) inNode(name string, args ...string) []string {
-	return append([]string{"--net=/run/netns/" + n.ns, "--", name}, args...)
+	ns := []string{"--net=/run/netns/" + n.ns}
+	if n.mnt != "" {
+		ns = append(ns, "--mount="+n.mnt)
+	}
+	return append(append(ns, "--", name), args...)
 }
 
 // containerd is one node's containerd.

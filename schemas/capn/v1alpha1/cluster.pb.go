@@ -981,8 +981,14 @@ type BootstrapSpec struct {
 	Format string `protobuf:"bytes,9,opt,name=format,proto3" json:"format,omitempty"`
 	// command_timeout bounds each pre- and post-command (default 5m).
 	CommandTimeout *durationpb.Duration `protobuf:"bytes,10,opt,name=command_timeout,json=commandTimeout,proto3" json:"command_timeout,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// ignore_preflight_errors are kubeadm preflight checks whose errors the
+	// kubeadm provider turns into warnings (kubeadm's
+	// nodeRegistration.ignorePreflightErrors, on init and join), e.g.
+	// ImagePull on a machine whose images are imported, not pulled; "all"
+	// alone ignores every one. The kubeadm provider only.
+	IgnorePreflightErrors []string `protobuf:"bytes,100,rep,name=ignore_preflight_errors,json=ignorePreflightErrors,proto3" json:"ignore_preflight_errors,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *BootstrapSpec) Reset() {
@@ -1081,6 +1087,13 @@ func (x *BootstrapSpec) GetFormat() string {
 func (x *BootstrapSpec) GetCommandTimeout() *durationpb.Duration {
 	if x != nil {
 		return x.CommandTimeout
+	}
+	return nil
+}
+
+func (x *BootstrapSpec) GetIgnorePreflightErrors() []string {
+	if x != nil {
+		return x.IgnorePreflightErrors
 	}
 	return nil
 }
@@ -2145,7 +2158,7 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\vNetworkSpec\x12\x1b\n" +
 	"\tpod_cidrs\x18\x01 \x03(\tR\bpodCidrs\x12#\n" +
 	"\rservice_cidrs\x18\x02 \x03(\tR\fserviceCidrs\x12%\n" +
-	"\x0eservice_domain\x18\x03 \x01(\tR\rserviceDomain\"\xab\x04\n" +
+	"\x0eservice_domain\x18\x03 \x01(\tR\rserviceDomain\"\xe3\x04\n" +
 	"\rBootstrapSpec\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12)\n" +
 	"\x05files\x18\x02 \x03(\v2\x13.capn.v1alpha1.FileR\x05files\x12!\n" +
@@ -2157,7 +2170,8 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\x02ca\x18\b \x01(\v2#.capn.v1alpha1.CertificateAuthorityR\x02ca\x12\x16\n" +
 	"\x06format\x18\t \x01(\tR\x06format\x12B\n" +
 	"\x0fcommand_timeout\x18\n" +
-	" \x01(\v2\x19.google.protobuf.DurationR\x0ecommandTimeout\x1aC\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x0ecommandTimeout\x126\n" +
+	"\x17ignore_preflight_errors\x18d \x03(\tR\x15ignorePreflightErrors\x1aC\n" +
 	"\x15KubeletExtraArgsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa9\x01\n" +

@@ -2,6 +2,8 @@ package bootstrap
 
 import (
 	"maps"
+	"slices"
+	"strings"
 
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"google.golang.org/protobuf/proto"
@@ -18,6 +20,8 @@ import (
 //     override's, then override's other files in order.
 //   - preCommands, postCommands: base's then override's.
 //   - kubeletExtraArgs: union, override's value wins.
+//   - ignorePreflightErrors: base's then override's others (each name
+//     once, compared in lower case as kubeadm does).
 //   - ca: base's only (the CA is cluster-wide).
 func Merge(base, override *capnv1.BootstrapSpec) *capnv1.BootstrapSpec {
 	out := &capnv1.BootstrapSpec{}
@@ -63,6 +67,11 @@ func Merge(base, override *capnv1.BootstrapSpec) *capnv1.BootstrapSpec {
 	}
 	out.PreCommands = append(out.PreCommands, o.PreCommands...)
 	out.PostCommands = append(out.PostCommands, o.PostCommands...)
+	for _, n := range o.IgnorePreflightErrors {
+		if !slices.ContainsFunc(out.IgnorePreflightErrors, func(m string) bool { return strings.EqualFold(m, n) }) {
+			out.IgnorePreflightErrors = append(out.IgnorePreflightErrors, n)
+		}
+	}
 	if len(o.KubeletExtraArgs) > 0 {
 		if out.KubeletExtraArgs == nil {
 			out.KubeletExtraArgs = map[string]string{}

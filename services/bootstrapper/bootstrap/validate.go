@@ -20,6 +20,9 @@ var (
 	kubeletArgRe  = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
 	secretNameRe  = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 	secretKeyRe   = regexp.MustCompile(`^[-._a-zA-Z0-9]{1,253}$`)
+	// preflightRe is a kubeadm preflight check's name, e.g. ImagePull,
+	// Port-6443, FileAvailable--etc-kubernetes-manifests-etcd.yaml.
+	preflightRe = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9._-]{0,252}$`)
 )
 
 // reservedKubeletArgs are set by capn from other fields.
@@ -143,6 +146,7 @@ func (r *Registry) validate(path string, os OS, spec *capnv1.BootstrapSpec, now 
 			add(field, "value contains a line break or NUL byte")
 		}
 	}
+	errs = append(errs, ValidatePreflightErrors(path+".ignorePreflightErrors", spec.GetIgnorePreflightErrors())...)
 	if spec.TokenTtl != nil {
 		if _, err := token.TTL(spec.TokenTtl); err != nil {
 			add("tokenTtl", "%v", err)
@@ -152,6 +156,29 @@ func (r *Registry) validate(path string, os OS, spec *capnv1.BootstrapSpec, now 
 		errs = append(errs, validateCA(path+".ca", spec.Ca, now)...)
 	}
 	return errors.Join(errs...)
+}
+
+// ValidatePreflightErrors checks ignorePreflightErrors at path: kubeadm
+// check names (letters, digits, '.', '_', '-'), each once (kubeadm
+// compares them in lower case), and "all" only alone, as kubeadm requires.
+func ValidatePreflightErrors(path string, names []string) []error {
+	var errs []error
+	seen := map[string]int{}
+	for i, n := range names {
+		field := fmt.Sprintf("%s[%d]", path, i)
+		if !preflightRe.MatchString(n) {
+			errs = append(errs, fmt.Errorf("%s: %q: want a kubeadm preflight check's name, e.g. ImagePull or Port-6443 (letters, digits, '.', '_', '-'), or all", field, n))
+			continue
+		}
+		if j, dup := seen[strings.ToLower(n)]; dup {
+			errs = append(errs, fmt.Errorf("%s: %q: given already as %s[%d]", field, n, path, j))
+		}
+		seen[strings.ToLower(n)] = i
+	}
+	if _, all := seen["all"]; all && len(names) > 1 {
+		errs = append(errs, fmt.Errorf("%s: \"all\" ignores every check; give it alone (kubeadm refuses it beside check names)", path))
+	}
+	return errs
 }
 
 func validateCA(path string, ca *capnv1.CertificateAuthority, now time.Time) []error {

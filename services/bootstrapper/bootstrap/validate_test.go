@@ -86,6 +86,11 @@ func TestValidate(t *testing.T) {
 			`spec.bootstrap.kubeletExtraArgs["node-labels"]: set by capn; set node labels with the pool's labels`,
 			`spec.bootstrap.kubeletExtraArgs["v"]: value contains a line break`,
 		}},
+		{"ignore preflight errors", &capnv1.BootstrapSpec{IgnorePreflightErrors: []string{"ImagePull", "imagepull", "--all", "all"}}, []string{
+			`spec.bootstrap.ignorePreflightErrors[1]: "imagepull": given already as spec.bootstrap.ignorePreflightErrors[0]`,
+			`spec.bootstrap.ignorePreflightErrors[2]: "--all": want a kubeadm preflight check's name`,
+			`spec.bootstrap.ignorePreflightErrors: "all" ignores every check; give it alone`,
+		}},
 		{"format and command timeout", &capnv1.BootstrapSpec{Format: "yaml", CommandTimeout: durationpb.New(0)}, []string{
 			`spec.bootstrap.format: "yaml": want cloud-config, script or ignition`,
 			"spec.bootstrap.commandTimeout: 0s: want between 1s and 24h0m0s (unset: 5m0s)",

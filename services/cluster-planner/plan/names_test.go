@@ -33,6 +33,10 @@ func TestTemplateHash(t *testing.T) {
 		{"map order", TemplateHash(RoleWorker, "sim", "v1.34.0", "linux", tmpl(map[string]string{"b": "2", "a": "1"}, "z1"), boot)},
 		{"token TTL", TemplateHash(RoleWorker, "sim", "v1.34.0", "linux", tmpl(map[string]string{"a": "1", "b": "2"}, "z1"),
 			&capnv1.BootstrapSpec{Provider: "kubeadm", TokenTtl: durationpb.New(3600e9)})},
+		// Like the token TTL, ignored preflight checks matter only while a
+		// machine joins: changing them rolls no machine.
+		{"ignored preflight checks", TemplateHash(RoleWorker, "sim", "v1.34.0", "linux", tmpl(map[string]string{"a": "1", "b": "2"}, "z1"),
+			&capnv1.BootstrapSpec{Provider: "kubeadm", IgnorePreflightErrors: []string{"ImagePull"}})},
 		// An os written as empty is linux: machines made before the field
 		// keep their hash.
 		{"empty os", TemplateHash(RoleWorker, "sim", "v1.34.0", "", tmpl(map[string]string{"a": "1", "b": "2"}, "z1"), boot)},

@@ -81,6 +81,8 @@ type nodeRegistration struct {
 	// Taints left out means kubeadm's default: the control-plane taint on
 	// control-plane nodes, none on workers.
 	Taints []taint `yaml:"taints,omitempty"`
+	// IgnorePreflightErrors are the spec's, as written.
+	IgnorePreflightErrors []string `yaml:"ignorePreflightErrors,omitempty"`
 }
 
 type arg struct {
@@ -169,6 +171,7 @@ func registration(in bootstrap.Input) nodeRegistration {
 	for _, t := range in.Taints {
 		nr.Taints = append(nr.Taints, taint{Key: t.GetKey(), Value: t.GetValue(), Effect: t.GetEffect()})
 	}
+	nr.IgnorePreflightErrors = in.Spec.GetIgnorePreflightErrors()
 	return nr
 }
 

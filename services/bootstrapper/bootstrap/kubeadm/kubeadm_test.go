@@ -18,6 +18,7 @@ import (
 
 func TestConformance(t *testing.T) {
 	full := bootstraptest.FullSpec("")
+	full.IgnorePreflightErrors = []string{"ImagePull", "Port-10250"}
 	ignition := bootstraptest.FullSpec("kubeadm")
 	ignition.Format = "ignition"
 	ignition.CommandTimeout = durationpb.New(90 * time.Second)
@@ -235,6 +236,15 @@ func checkKubeadmConfig(t *testing.T, in bootstrap.Input, data []byte) {
 	slices.Sort(want)
 	if !slices.Equal(args, want) {
 		t.Errorf("kubeletExtraArgs %q, want %q (sorted by name)", args, want)
+	}
+	var ignored []string
+	if l, ok := nr["ignorePreflightErrors"].([]any); ok {
+		for _, n := range l {
+			ignored = append(ignored, n.(string))
+		}
+	}
+	if !slices.Equal(ignored, in.Spec.GetIgnorePreflightErrors()) {
+		t.Errorf("ignorePreflightErrors %q, want the spec's %q", ignored, in.Spec.GetIgnorePreflightErrors())
 	}
 	taints := nr["taints"].([]any)
 	if len(taints) != 2 || toStringMap(taints[0])["key"] != "dedicated" || toStringMap(taints[1])["effect"] != "NoExecute" {

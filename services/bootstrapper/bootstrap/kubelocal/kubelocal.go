@@ -72,6 +72,9 @@ func (Provider) ValidateSpec(path string, spec *capnv1.BootstrapSpec) error {
 	if len(spec.GetKubeletExtraArgs()) > 0 {
 		errs = append(errs, fmt.Errorf("%s.kubeletExtraArgs: no kubelet runs under the kube-local provider (kwok stands in for it); remove them", path))
 	}
+	if len(spec.GetIgnorePreflightErrors()) > 0 {
+		errs = append(errs, fmt.Errorf("%s.ignorePreflightErrors: no kubeadm runs under the kube-local provider; remove them", path))
+	}
 	for i, f := range spec.GetFiles() {
 		for _, p := range ReservedPrefixes {
 			if strings.HasPrefix(f.GetPath(), p) {

@@ -243,12 +243,13 @@ func TestDefaults(t *testing.T) {
 
 func TestValidateSpecRefuses(t *testing.T) {
 	spec := &capnv1.BootstrapSpec{
-		Provider:         kubelocal.Name,
-		UserData:         "#!/bin/sh\n",
-		PreCommands:      []string{"echo pre"},
-		PostCommands:     []string{"echo post"},
-		Format:           "ignition",
-		KubeletExtraArgs: map[string]string{"max-pods": "10"},
+		Provider:              kubelocal.Name,
+		UserData:              "#!/bin/sh\n",
+		PreCommands:           []string{"echo pre"},
+		PostCommands:          []string{"echo post"},
+		Format:                "ignition",
+		KubeletExtraArgs:      map[string]string{"max-pods": "10"},
+		IgnorePreflightErrors: []string{"ImagePull"},
 		Files: []*capnv1.File{
 			{Path: "/etc/ok.conf", Content: "x"},
 			{Path: "/etc/capn/kube-local.json", Content: "{}"},
@@ -260,6 +261,7 @@ func TestValidateSpecRefuses(t *testing.T) {
 		"spec.workerPools[1].bootstrap.userData: only the script provider reads userData",
 		`spec.workerPools[1].bootstrap.format: "ignition": the kube-local provider renders cloud-config only`,
 		"spec.workerPools[1].bootstrap.kubeletExtraArgs: no kubelet runs",
+		"spec.workerPools[1].bootstrap.ignorePreflightErrors: no kubeadm runs under the kube-local provider",
 		`spec.workerPools[1].bootstrap.files[1].path: "/etc/capn/kube-local.json" is under /etc/capn/`,
 		`spec.workerPools[1].bootstrap.files[2].path: "/etc/kubernetes/pki/apiserver.key" is under /etc/kubernetes/pki/`,
 	} {

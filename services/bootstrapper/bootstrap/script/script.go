@@ -67,6 +67,9 @@ func (Provider) ValidateSpec(path string, spec *capnv1.BootstrapSpec) error {
 		f == bootstrap.FormatCloudConfig && ud != "" && !cloudinit.IsCloudConfig([]byte(ud)):
 		errs = append(errs, fmt.Errorf("%s.format: %q does not match userData, which starts with %q", path, f, firstLine(ud)))
 	}
+	if len(spec.GetIgnorePreflightErrors()) > 0 {
+		errs = append(errs, fmt.Errorf("%s.ignorePreflightErrors: the script provider runs userData as is; pass --ignore-preflight-errors to kubeadm in userData (this includes names inherited from spec.bootstrap)", path))
+	}
 	for _, l := range []struct {
 		field string
 		cmds  []string

@@ -168,6 +168,8 @@ func TestValidateSpec(t *testing.T) {
 			[]string{`spec.bootstrap.format: "script" does not match userData, which starts with "#cloud-config"`}},
 		{"ignition", &capnv1.BootstrapSpec{UserData: "#!/bin/sh\n", Format: "ignition"},
 			[]string{`spec.bootstrap.format: "ignition": the script provider renders what its userData is`}},
+		{"ignore preflight errors", &capnv1.BootstrapSpec{UserData: "#!/bin/sh\n", IgnorePreflightErrors: []string{"ImagePull"}},
+			[]string{"spec.bootstrap.ignorePreflightErrors: the script provider runs userData as is; pass --ignore-preflight-errors to kubeadm in userData"}},
 		{"commands", &capnv1.BootstrapSpec{UserData: "#!/bin/sh\n", PreCommands: []string{"a"}, PostCommands: []string{"b"}},
 			[]string{"spec.bootstrap.preCommands: the script provider runs userData as is", "spec.bootstrap.postCommands:"}},
 	}

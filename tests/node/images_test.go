@@ -1,0 +1,92 @@
+//go:build linux
+
+package node
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// image is one archive of hack/nodeimages.sh.
+type image struct{ ref, archive string }
+
+// needImages reads the archives hack/nodeimages.sh built (CAPN_NODEIMAGES,
+// its images.txt); it skips without them, or fails under
+// CAPN_REQUIRE_NODESTACK=1.
+func needImages(t *testing.T) []image {
+	t.Helper()
+	skip := t.Skipf
+	if os.Getenv("CAPN_REQUIRE_NODESTACK") == "1" {
+		skip = t.Fatalf
+	}
+	dir := os.Getenv("CAPN_NODEIMAGES")
+	list, err := os.ReadFile(filepath.Join(dir, "images.txt"))
+	if dir == "" || err != nil {
+		skip("CAPN_NODEIMAGES %q has no images.txt (make nodeimages; CAPN_NODEIMAGES=$(hack/nodeimages.sh --print-path)): %v", dir, err)
+	}
+	var images []image
+	for _, l := range strings.Split(strings.TrimSpace(string(list)), "\n") {
+		ref, archive, ok := strings.Cut(l, " ")
+		if !ok {
+			t.Fatalf("%s/images.txt: line %q is not \"<ref> <archive>\"", dir, l)
+		}
+		images = append(images, image{ref, filepath.Join(dir, archive)})
+	}
+	return images
+}
+
+// TestRealNodeControlPlaneImages imports the control-plane images
+// hack/nodeimages.sh built FROM scratch into a real node's containerd —
+// no registry, no pull — and runs each: the image is listed under the
+// reference kubeadm asks for, and its binary runs in a container and
+// reports the version its tag names.
+func TestRealNodeControlPlaneImages(t *testing.T) {
+	s := needStack(t)
+	images := needImages(t)
+	start := time.Now()
+	n := newNode(t)
+	c := startContainerd(t, n, s, nil)
+	for _, im := range images {
+		c.ctr(t, "images", "import", "--snapshotter", "overlayfs", im.archive)
+	}
+	listed := c.ctr(t, "images", "ls", "-q")
+	names := map[string]bool{}
+	for _, im := range images {
+		if !strings.Contains(listed, im.ref+"\n") {
+			t.Fatalf("ctr images ls has no %s:\n%s", im.ref, listed)
+		}
+		names[im.ref[strings.LastIndex(im.ref, "/")+1:strings.LastIndex(im.ref, ":")]] = true
+	}
+	for _, want := range []string{"pause", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		if !names[want] {
+			t.Errorf("no %s image among %v", want, images)
+		}
+	}
+	for i, im := range images {
+		name := im.ref[strings.LastIndex(im.ref, "/")+1 : strings.LastIndex(im.ref, ":")]
+		tag := im.ref[strings.LastIndex(im.ref, ":")+1:]
+		// The binary by name, found on the image's PATH, as kubeadm's
+		// static pods name it; pause is its entrypoint.
+		args, want := []string{name, "--version"}, tag
+		switch name {
+		case "pause":
+			args, want = []string{"/pause", "-v"}, "pause.c v"+tag
+		case "etcd":
+			want = "etcd Version: " + strings.TrimSuffix(tag, "-0")
+		}
+		id := "version-" + strings.ReplaceAll(name, "-", "")
+		cgroup := "/" + n.ns + "/" + id
+		t.Cleanup(func() { removeCgroup(t, cgroup) })
+		out := c.ctr(t, append([]string{"run", "--rm", "--snapshotter", "overlayfs",
+			"--runc-binary", filepath.Join(s.bin, "runc"), "--runc-root", filepath.Join(n.dir, "runc"),
+			"--fifo-dir", filepath.Join(n.dir, "fifo"), "--cgroup", cgroup, im.ref, id}, args...)...)
+		if !strings.Contains(out, want) {
+			t.Errorf("image %d %s: `%s` printed %q, want %q", i, im.ref, strings.Join(args, " "), out, want)
+		}
+		t.Logf("%s: %s", im.ref, strings.TrimSpace(out))
+	}
+	t.Logf("%d images imported and run in %s", len(images), time.Since(start).Round(time.Millisecond))
+}

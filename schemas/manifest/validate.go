@@ -207,6 +207,7 @@ func (v Validator) validateControlPlane(cp *capnv1.ControlPlaneSpec, p path, err
 	validateTemplate(cp.Template, p.child("template"), errs)
 	v.validateBootstrap(cp.Bootstrap, p.child("bootstrap"), OSLinux, errs)
 	validateNodeTimeouts(cp.NodeDrainTimeout, cp.NodeDeletionTimeout, p, errs)
+	validateHosted(cp, p, errs)
 }
 
 // validateNodeTimeouts checks a pool's or the control plane's

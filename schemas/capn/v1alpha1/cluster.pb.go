@@ -496,7 +496,12 @@ type ControlPlaneSpec struct {
 	// type is the control plane's implementation (controlplane.proto):
 	// "machines" (default, also when empty), "hosted" or "external". It is
 	// chosen at creation: changing it on a live cluster is refused.
-	Type          string `protobuf:"bytes,9,opt,name=type,proto3" json:"type,omitempty"`
+	Type string `protobuf:"bytes,9,opt,name=type,proto3" json:"type,omitempty"`
+	// Field 10 is the external implementation's settings (type external),
+	// field 11 the hosted one's (type hosted).
+	// hosted: settings of a hosted control plane (type hosted only;
+	// hosted.proto).
+	Hosted        *HostedControlPlaneSpec `protobuf:"bytes,11,opt,name=hosted,proto3" json:"hosted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -592,6 +597,13 @@ func (x *ControlPlaneSpec) GetType() string {
 		return x.Type
 	}
 	return ""
+}
+
+func (x *ControlPlaneSpec) GetHosted() *HostedControlPlaneSpec {
+	if x != nil {
+		return x.Hosted
+	}
+	return nil
 }
 
 type WorkerPool struct {
@@ -2051,7 +2063,7 @@ var File_capn_v1alpha1_cluster_proto protoreflect.FileDescriptor
 
 const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x1bcapn/v1alpha1/cluster.proto\x12\rcapn.v1alpha1\x1a\x1acapn/v1alpha1/addons.proto\x1a capn/v1alpha1/certificates.proto\x1a\x1fcapn/v1alpha1/maintenance.proto\x1a\x18capn/v1alpha1/meta.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdb\x01\n" +
+	"\x1bcapn/v1alpha1/cluster.proto\x12\rcapn.v1alpha1\x1a\x1acapn/v1alpha1/addons.proto\x1a capn/v1alpha1/certificates.proto\x1a\x1acapn/v1alpha1/hosted.proto\x1a\x1fcapn/v1alpha1/maintenance.proto\x1a\x18capn/v1alpha1/meta.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdb\x01\n" +
 	"\aCluster\x12\x1f\n" +
 	"\vapi_version\x18\x01 \x01(\tR\n" +
 	"apiVersion\x12\x12\n" +
@@ -2087,7 +2099,7 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\x0efailure_domain\x18\x02 \x01(\tR\rfailureDomain\x1a=\n" +
 	"\x0fParametersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xae\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xed\x03\n" +
 	"\x10ControlPlaneSpec\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x1a\n" +
 	"\breplicas\x18\x02 \x01(\x05R\breplicas\x12:\n" +
@@ -2097,7 +2109,8 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\x12node_drain_timeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x10nodeDrainTimeout\x12M\n" +
 	"\x15node_deletion_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\x13nodeDeletionTimeout\x12\x0e\n" +
 	"\x02os\x18\b \x01(\tR\x02os\x12\x12\n" +
-	"\x04type\x18\t \x01(\tR\x04typeB\f\n" +
+	"\x04type\x18\t \x01(\tR\x04type\x12=\n" +
+	"\x06hosted\x18\v \x01(\v2%.capn.v1alpha1.HostedControlPlaneSpecR\x06hostedB\f\n" +
 	"\n" +
 	"_max_surge\"\xaf\x06\n" +
 	"\n" +
@@ -2265,47 +2278,48 @@ func file_capn_v1alpha1_cluster_proto_rawDescGZIP() []byte {
 var file_capn_v1alpha1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_capn_v1alpha1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_capn_v1alpha1_cluster_proto_goTypes = []any{
-	(ClusterPhase)(0),             // 0: capn.v1alpha1.ClusterPhase
-	(*Cluster)(nil),               // 1: capn.v1alpha1.Cluster
-	(*ClusterSpec)(nil),           // 2: capn.v1alpha1.ClusterSpec
-	(*EtcdSnapshotPolicy)(nil),    // 3: capn.v1alpha1.EtcdSnapshotPolicy
-	(*MachineTemplate)(nil),       // 4: capn.v1alpha1.MachineTemplate
-	(*ControlPlaneSpec)(nil),      // 5: capn.v1alpha1.ControlPlaneSpec
-	(*WorkerPool)(nil),            // 6: capn.v1alpha1.WorkerPool
-	(*Autoscaling)(nil),           // 7: capn.v1alpha1.Autoscaling
-	(*RolloutStrategy)(nil),       // 8: capn.v1alpha1.RolloutStrategy
-	(*NetworkSpec)(nil),           // 9: capn.v1alpha1.NetworkSpec
-	(*BootstrapSpec)(nil),         // 10: capn.v1alpha1.BootstrapSpec
-	(*File)(nil),                  // 11: capn.v1alpha1.File
-	(*FileSecretRef)(nil),         // 12: capn.v1alpha1.FileSecretRef
-	(*CertificateAuthority)(nil),  // 13: capn.v1alpha1.CertificateAuthority
-	(*HealthPolicy)(nil),          // 14: capn.v1alpha1.HealthPolicy
-	(*UnhealthyCondition)(nil),    // 15: capn.v1alpha1.UnhealthyCondition
-	(*ClusterStatus)(nil),         // 16: capn.v1alpha1.ClusterStatus
-	(*PoolStatus)(nil),            // 17: capn.v1alpha1.PoolStatus
-	(*AutoscalerAction)(nil),      // 18: capn.v1alpha1.AutoscalerAction
-	(*AutoscalerStatus)(nil),      // 19: capn.v1alpha1.AutoscalerStatus
-	(*ClusterTopology)(nil),       // 20: capn.v1alpha1.ClusterTopology
-	(*TopologyPool)(nil),          // 21: capn.v1alpha1.TopologyPool
-	(*TopologyStatus)(nil),        // 22: capn.v1alpha1.TopologyStatus
-	nil,                           // 23: capn.v1alpha1.MachineTemplate.ParametersEntry
-	nil,                           // 24: capn.v1alpha1.WorkerPool.LabelsEntry
-	nil,                           // 25: capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
-	nil,                           // 26: capn.v1alpha1.ClusterTopology.VariablesEntry
-	(*ObjectMeta)(nil),            // 27: capn.v1alpha1.ObjectMeta
-	(*AddonsSpec)(nil),            // 28: capn.v1alpha1.AddonsSpec
-	(*MaintenanceSpec)(nil),       // 29: capn.v1alpha1.MaintenanceSpec
-	(*HibernationSpec)(nil),       // 30: capn.v1alpha1.HibernationSpec
-	(*CertificatesSpec)(nil),      // 31: capn.v1alpha1.CertificatesSpec
-	(*durationpb.Duration)(nil),   // 32: google.protobuf.Duration
-	(*Taint)(nil),                 // 33: capn.v1alpha1.Taint
-	(*Condition)(nil),             // 34: capn.v1alpha1.Condition
-	(*Endpoint)(nil),              // 35: capn.v1alpha1.Endpoint
-	(*timestamppb.Timestamp)(nil), // 36: google.protobuf.Timestamp
-	(*MaintenanceStatus)(nil),     // 37: capn.v1alpha1.MaintenanceStatus
-	(*HibernationStatus)(nil),     // 38: capn.v1alpha1.HibernationStatus
-	(*CARotationStatus)(nil),      // 39: capn.v1alpha1.CARotationStatus
-	(*CertificatesStatus)(nil),    // 40: capn.v1alpha1.CertificatesStatus
+	(ClusterPhase)(0),              // 0: capn.v1alpha1.ClusterPhase
+	(*Cluster)(nil),                // 1: capn.v1alpha1.Cluster
+	(*ClusterSpec)(nil),            // 2: capn.v1alpha1.ClusterSpec
+	(*EtcdSnapshotPolicy)(nil),     // 3: capn.v1alpha1.EtcdSnapshotPolicy
+	(*MachineTemplate)(nil),        // 4: capn.v1alpha1.MachineTemplate
+	(*ControlPlaneSpec)(nil),       // 5: capn.v1alpha1.ControlPlaneSpec
+	(*WorkerPool)(nil),             // 6: capn.v1alpha1.WorkerPool
+	(*Autoscaling)(nil),            // 7: capn.v1alpha1.Autoscaling
+	(*RolloutStrategy)(nil),        // 8: capn.v1alpha1.RolloutStrategy
+	(*NetworkSpec)(nil),            // 9: capn.v1alpha1.NetworkSpec
+	(*BootstrapSpec)(nil),          // 10: capn.v1alpha1.BootstrapSpec
+	(*File)(nil),                   // 11: capn.v1alpha1.File
+	(*FileSecretRef)(nil),          // 12: capn.v1alpha1.FileSecretRef
+	(*CertificateAuthority)(nil),   // 13: capn.v1alpha1.CertificateAuthority
+	(*HealthPolicy)(nil),           // 14: capn.v1alpha1.HealthPolicy
+	(*UnhealthyCondition)(nil),     // 15: capn.v1alpha1.UnhealthyCondition
+	(*ClusterStatus)(nil),          // 16: capn.v1alpha1.ClusterStatus
+	(*PoolStatus)(nil),             // 17: capn.v1alpha1.PoolStatus
+	(*AutoscalerAction)(nil),       // 18: capn.v1alpha1.AutoscalerAction
+	(*AutoscalerStatus)(nil),       // 19: capn.v1alpha1.AutoscalerStatus
+	(*ClusterTopology)(nil),        // 20: capn.v1alpha1.ClusterTopology
+	(*TopologyPool)(nil),           // 21: capn.v1alpha1.TopologyPool
+	(*TopologyStatus)(nil),         // 22: capn.v1alpha1.TopologyStatus
+	nil,                            // 23: capn.v1alpha1.MachineTemplate.ParametersEntry
+	nil,                            // 24: capn.v1alpha1.WorkerPool.LabelsEntry
+	nil,                            // 25: capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
+	nil,                            // 26: capn.v1alpha1.ClusterTopology.VariablesEntry
+	(*ObjectMeta)(nil),             // 27: capn.v1alpha1.ObjectMeta
+	(*AddonsSpec)(nil),             // 28: capn.v1alpha1.AddonsSpec
+	(*MaintenanceSpec)(nil),        // 29: capn.v1alpha1.MaintenanceSpec
+	(*HibernationSpec)(nil),        // 30: capn.v1alpha1.HibernationSpec
+	(*CertificatesSpec)(nil),       // 31: capn.v1alpha1.CertificatesSpec
+	(*durationpb.Duration)(nil),    // 32: google.protobuf.Duration
+	(*HostedControlPlaneSpec)(nil), // 33: capn.v1alpha1.HostedControlPlaneSpec
+	(*Taint)(nil),                  // 34: capn.v1alpha1.Taint
+	(*Condition)(nil),              // 35: capn.v1alpha1.Condition
+	(*Endpoint)(nil),               // 36: capn.v1alpha1.Endpoint
+	(*timestamppb.Timestamp)(nil),  // 37: google.protobuf.Timestamp
+	(*MaintenanceStatus)(nil),      // 38: capn.v1alpha1.MaintenanceStatus
+	(*HibernationStatus)(nil),      // 39: capn.v1alpha1.HibernationStatus
+	(*CARotationStatus)(nil),       // 40: capn.v1alpha1.CARotationStatus
+	(*CertificatesStatus)(nil),     // 41: capn.v1alpha1.CertificatesStatus
 }
 var file_capn_v1alpha1_cluster_proto_depIdxs = []int32{
 	27, // 0: capn.v1alpha1.Cluster.metadata:type_name -> capn.v1alpha1.ObjectMeta
@@ -2328,46 +2342,47 @@ var file_capn_v1alpha1_cluster_proto_depIdxs = []int32{
 	10, // 17: capn.v1alpha1.ControlPlaneSpec.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
 	32, // 18: capn.v1alpha1.ControlPlaneSpec.node_drain_timeout:type_name -> google.protobuf.Duration
 	32, // 19: capn.v1alpha1.ControlPlaneSpec.node_deletion_timeout:type_name -> google.protobuf.Duration
-	4,  // 20: capn.v1alpha1.WorkerPool.template:type_name -> capn.v1alpha1.MachineTemplate
-	24, // 21: capn.v1alpha1.WorkerPool.labels:type_name -> capn.v1alpha1.WorkerPool.LabelsEntry
-	33, // 22: capn.v1alpha1.WorkerPool.taints:type_name -> capn.v1alpha1.Taint
-	8,  // 23: capn.v1alpha1.WorkerPool.strategy:type_name -> capn.v1alpha1.RolloutStrategy
-	10, // 24: capn.v1alpha1.WorkerPool.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	14, // 25: capn.v1alpha1.WorkerPool.health:type_name -> capn.v1alpha1.HealthPolicy
-	32, // 26: capn.v1alpha1.WorkerPool.node_drain_timeout:type_name -> google.protobuf.Duration
-	32, // 27: capn.v1alpha1.WorkerPool.node_deletion_timeout:type_name -> google.protobuf.Duration
-	7,  // 28: capn.v1alpha1.WorkerPool.autoscaling:type_name -> capn.v1alpha1.Autoscaling
-	11, // 29: capn.v1alpha1.BootstrapSpec.files:type_name -> capn.v1alpha1.File
-	25, // 30: capn.v1alpha1.BootstrapSpec.kubelet_extra_args:type_name -> capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
-	32, // 31: capn.v1alpha1.BootstrapSpec.token_ttl:type_name -> google.protobuf.Duration
-	13, // 32: capn.v1alpha1.BootstrapSpec.ca:type_name -> capn.v1alpha1.CertificateAuthority
-	32, // 33: capn.v1alpha1.BootstrapSpec.command_timeout:type_name -> google.protobuf.Duration
-	12, // 34: capn.v1alpha1.File.secret_ref:type_name -> capn.v1alpha1.FileSecretRef
-	15, // 35: capn.v1alpha1.HealthPolicy.unhealthy_conditions:type_name -> capn.v1alpha1.UnhealthyCondition
-	32, // 36: capn.v1alpha1.HealthPolicy.node_startup_timeout:type_name -> google.protobuf.Duration
-	32, // 37: capn.v1alpha1.HealthPolicy.heartbeat_grace:type_name -> google.protobuf.Duration
-	32, // 38: capn.v1alpha1.UnhealthyCondition.timeout:type_name -> google.protobuf.Duration
-	34, // 39: capn.v1alpha1.ClusterStatus.conditions:type_name -> capn.v1alpha1.Condition
-	35, // 40: capn.v1alpha1.ClusterStatus.control_plane_endpoint:type_name -> capn.v1alpha1.Endpoint
-	17, // 41: capn.v1alpha1.ClusterStatus.control_plane:type_name -> capn.v1alpha1.PoolStatus
-	17, // 42: capn.v1alpha1.ClusterStatus.worker_pools:type_name -> capn.v1alpha1.PoolStatus
-	36, // 43: capn.v1alpha1.ClusterStatus.updated:type_name -> google.protobuf.Timestamp
-	22, // 44: capn.v1alpha1.ClusterStatus.topology:type_name -> capn.v1alpha1.TopologyStatus
-	37, // 45: capn.v1alpha1.ClusterStatus.maintenance:type_name -> capn.v1alpha1.MaintenanceStatus
-	38, // 46: capn.v1alpha1.ClusterStatus.hibernation:type_name -> capn.v1alpha1.HibernationStatus
-	39, // 47: capn.v1alpha1.ClusterStatus.ca_rotation:type_name -> capn.v1alpha1.CARotationStatus
-	40, // 48: capn.v1alpha1.ClusterStatus.certificates:type_name -> capn.v1alpha1.CertificatesStatus
-	7,  // 49: capn.v1alpha1.PoolStatus.autoscaling:type_name -> capn.v1alpha1.Autoscaling
-	18, // 50: capn.v1alpha1.PoolStatus.last_autoscaler_action:type_name -> capn.v1alpha1.AutoscalerAction
-	36, // 51: capn.v1alpha1.AutoscalerAction.time:type_name -> google.protobuf.Timestamp
-	18, // 52: capn.v1alpha1.AutoscalerStatus.last_action:type_name -> capn.v1alpha1.AutoscalerAction
-	26, // 53: capn.v1alpha1.ClusterTopology.variables:type_name -> capn.v1alpha1.ClusterTopology.VariablesEntry
-	21, // 54: capn.v1alpha1.ClusterTopology.pools:type_name -> capn.v1alpha1.TopologyPool
-	55, // [55:55] is the sub-list for method output_type
-	55, // [55:55] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	33, // 20: capn.v1alpha1.ControlPlaneSpec.hosted:type_name -> capn.v1alpha1.HostedControlPlaneSpec
+	4,  // 21: capn.v1alpha1.WorkerPool.template:type_name -> capn.v1alpha1.MachineTemplate
+	24, // 22: capn.v1alpha1.WorkerPool.labels:type_name -> capn.v1alpha1.WorkerPool.LabelsEntry
+	34, // 23: capn.v1alpha1.WorkerPool.taints:type_name -> capn.v1alpha1.Taint
+	8,  // 24: capn.v1alpha1.WorkerPool.strategy:type_name -> capn.v1alpha1.RolloutStrategy
+	10, // 25: capn.v1alpha1.WorkerPool.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
+	14, // 26: capn.v1alpha1.WorkerPool.health:type_name -> capn.v1alpha1.HealthPolicy
+	32, // 27: capn.v1alpha1.WorkerPool.node_drain_timeout:type_name -> google.protobuf.Duration
+	32, // 28: capn.v1alpha1.WorkerPool.node_deletion_timeout:type_name -> google.protobuf.Duration
+	7,  // 29: capn.v1alpha1.WorkerPool.autoscaling:type_name -> capn.v1alpha1.Autoscaling
+	11, // 30: capn.v1alpha1.BootstrapSpec.files:type_name -> capn.v1alpha1.File
+	25, // 31: capn.v1alpha1.BootstrapSpec.kubelet_extra_args:type_name -> capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
+	32, // 32: capn.v1alpha1.BootstrapSpec.token_ttl:type_name -> google.protobuf.Duration
+	13, // 33: capn.v1alpha1.BootstrapSpec.ca:type_name -> capn.v1alpha1.CertificateAuthority
+	32, // 34: capn.v1alpha1.BootstrapSpec.command_timeout:type_name -> google.protobuf.Duration
+	12, // 35: capn.v1alpha1.File.secret_ref:type_name -> capn.v1alpha1.FileSecretRef
+	15, // 36: capn.v1alpha1.HealthPolicy.unhealthy_conditions:type_name -> capn.v1alpha1.UnhealthyCondition
+	32, // 37: capn.v1alpha1.HealthPolicy.node_startup_timeout:type_name -> google.protobuf.Duration
+	32, // 38: capn.v1alpha1.HealthPolicy.heartbeat_grace:type_name -> google.protobuf.Duration
+	32, // 39: capn.v1alpha1.UnhealthyCondition.timeout:type_name -> google.protobuf.Duration
+	35, // 40: capn.v1alpha1.ClusterStatus.conditions:type_name -> capn.v1alpha1.Condition
+	36, // 41: capn.v1alpha1.ClusterStatus.control_plane_endpoint:type_name -> capn.v1alpha1.Endpoint
+	17, // 42: capn.v1alpha1.ClusterStatus.control_plane:type_name -> capn.v1alpha1.PoolStatus
+	17, // 43: capn.v1alpha1.ClusterStatus.worker_pools:type_name -> capn.v1alpha1.PoolStatus
+	37, // 44: capn.v1alpha1.ClusterStatus.updated:type_name -> google.protobuf.Timestamp
+	22, // 45: capn.v1alpha1.ClusterStatus.topology:type_name -> capn.v1alpha1.TopologyStatus
+	38, // 46: capn.v1alpha1.ClusterStatus.maintenance:type_name -> capn.v1alpha1.MaintenanceStatus
+	39, // 47: capn.v1alpha1.ClusterStatus.hibernation:type_name -> capn.v1alpha1.HibernationStatus
+	40, // 48: capn.v1alpha1.ClusterStatus.ca_rotation:type_name -> capn.v1alpha1.CARotationStatus
+	41, // 49: capn.v1alpha1.ClusterStatus.certificates:type_name -> capn.v1alpha1.CertificatesStatus
+	7,  // 50: capn.v1alpha1.PoolStatus.autoscaling:type_name -> capn.v1alpha1.Autoscaling
+	18, // 51: capn.v1alpha1.PoolStatus.last_autoscaler_action:type_name -> capn.v1alpha1.AutoscalerAction
+	37, // 52: capn.v1alpha1.AutoscalerAction.time:type_name -> google.protobuf.Timestamp
+	18, // 53: capn.v1alpha1.AutoscalerStatus.last_action:type_name -> capn.v1alpha1.AutoscalerAction
+	26, // 54: capn.v1alpha1.ClusterTopology.variables:type_name -> capn.v1alpha1.ClusterTopology.VariablesEntry
+	21, // 55: capn.v1alpha1.ClusterTopology.pools:type_name -> capn.v1alpha1.TopologyPool
+	56, // [56:56] is the sub-list for method output_type
+	56, // [56:56] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_capn_v1alpha1_cluster_proto_init() }
@@ -2377,6 +2392,7 @@ func file_capn_v1alpha1_cluster_proto_init() {
 	}
 	file_capn_v1alpha1_addons_proto_init()
 	file_capn_v1alpha1_certificates_proto_init()
+	file_capn_v1alpha1_hosted_proto_init()
 	file_capn_v1alpha1_maintenance_proto_init()
 	file_capn_v1alpha1_meta_proto_init()
 	file_capn_v1alpha1_cluster_proto_msgTypes[4].OneofWrappers = []any{}

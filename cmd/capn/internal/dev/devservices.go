@@ -18,6 +18,7 @@ import (
 	"github.com/capn-dev/capn/services/backup"
 	"github.com/capn-dev/capn/services/bootstrapper"
 	"github.com/capn-dev/capn/services/cluster-planner"
+	controlplanehosted "github.com/capn-dev/capn/services/controlplane-hosted"
 	"github.com/capn-dev/capn/services/daemon"
 	fleetmanager "github.com/capn-dev/capn/services/fleet-manager"
 	"github.com/capn-dev/capn/services/health-watcher"
@@ -47,6 +48,10 @@ func devServices(cfg Config, gw devGateway, auth *devAuth, providers []daemon.Se
 	if err != nil {
 		return nil, err
 	}
+	hostedDir, err := filepath.Abs(filepath.Join(cfg.DataDir, "hosted"))
+	if err != nil {
+		return nil, err
+	}
 	services := []daemon.Service{
 		clusterplanner.New(clusterplanner.Config{}),
 		machinemanager.New(machinemanager.Config{}),
@@ -63,6 +68,9 @@ func devServices(cfg Config, gw devGateway, auth *devAuth, providers []daemon.Se
 		// Auto-patch and pending upgrades in maintenance windows,
 		// hibernation schedules.
 		maintenance.New(maintenance.Config{}),
+		// Hosted control planes: etcd and the Kubernetes components as
+		// processes under <data-dir>/hosted, from --kube-bin.
+		controlplanehosted.New(controlplanehosted.Config{DataDir: hostedDir, KubeBin: cfg.KubeBin}),
 	}
 	as, err := devAutoscaler(cfg)
 	if err != nil {

@@ -84,13 +84,12 @@ func (l layout) home() string          { return filepath.Join(l.dir, "home") }
 func (l layout) env() []string {
 	return []string{"HOME=" + l.home(), "PATH=/usr/local/bin:/usr/bin:/bin"}
 }
-func url(port int) string                    { return "https://" + net.JoinHostPort(loopback, strconv.Itoa(port)) }
-func etcdName(i int) string                  { return "etcd-" + strconv.Itoa(i) }
-func apiName(i int) string                   { return "kube-apiserver-" + strconv.Itoa(i) }
-func (l layout) logPath(child string) string { return filepath.Join(l.logs(), child+".log") }
-func (l layout) exists() bool                { _, err := os.Stat(l.stateFile()); return err == nil }
-func (l layout) clean() error                { return os.RemoveAll(l.dir) }
-func (st *state) endpointAddr() string       { return net.JoinHostPort(loopback, strconv.Itoa(st.Endpoint)) }
+func url(port int) string              { return "https://" + net.JoinHostPort(loopback, strconv.Itoa(port)) }
+func etcdName(i int) string            { return "etcd-" + strconv.Itoa(i) }
+func apiName(i int) string             { return "kube-apiserver-" + strconv.Itoa(i) }
+func (l layout) exists() bool          { _, err := os.Stat(l.stateFile()); return err == nil }
+func (l layout) clean() error          { return os.RemoveAll(l.dir) }
+func (st *state) endpointAddr() string { return net.JoinHostPort(loopback, strconv.Itoa(st.Endpoint)) }
 func (st *state) apiAddr(i int) string {
 	return net.JoinHostPort(loopback, strconv.Itoa(st.Members[i].APIServer))
 }

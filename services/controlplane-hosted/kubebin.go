@@ -67,7 +67,7 @@ func (k *kubeBins) forVersion(ctx context.Context, version string) (string, erro
 	if len(have) == 0 {
 		have = []string{"none"}
 	}
-	return "", fmt.Errorf("Kubernetes %s binaries are not built here (have %s): run make kube KUBE_VERSIONS=%q and give the service the bin directories (--kube-bin, colon-separated)", version, strings.Join(have, ", "), version)
+	return "", fmt.Errorf("the Kubernetes %s binaries are not built here (have %s): run make kube KUBE_VERSIONS=%q and give the service the bin directories (--kube-bin, colon-separated)", version, strings.Join(have, ", "), version)
 }
 
 var versionRe = regexp.MustCompile(`Kubernetes (v[0-9]+\.[0-9]+\.[0-9]+\S*)`)

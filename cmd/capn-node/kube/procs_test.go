@@ -11,6 +11,4 @@ type proc = testkit.Proc
 
 func processes(t testing.TB) []proc { return testkit.Processes(t) }
 
-func alive(t testing.TB, pid int) bool { return testkit.Alive(t, pid) }
-
 func requireLinux(t *testing.T) { testkit.RequireLinux(t) }

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -29,6 +30,7 @@ import (
 	"github.com/capn-dev/capn/internal/testkit"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
+	"github.com/capn-dev/capn/schemas/manifest"
 	"github.com/capn-dev/capn/secrets/pki"
 	"github.com/capn-dev/capn/secrets/seal"
 	"github.com/capn-dev/capn/services/bootstrapper"
@@ -36,10 +38,14 @@ import (
 	"github.com/capn-dev/capn/services/daemon"
 )
 
-// kubeBin is a directory of every binary a hosted control plane runs, and
-// its version: $CAPN_KUBE_BIN's, else make kube's cache. Without one the
+// bin is a directory of every binary a hosted control plane runs, and its
+// version.
+type bin struct{ dir, version string }
+
+// kubeBins are the directories of $CAPN_KUBE_BIN, else of make kube's
+// cache, that hold every binary, oldest version first. Without one the
 // test is skipped, or fails under CAPN_REQUIRE_KUBE=1.
-func kubeBin(t *testing.T) (dir, version string) {
+func kubeBins(t *testing.T) []bin {
 	t.Helper()
 	var dirs []string
 	if l := os.Getenv("CAPN_KUBE_BIN"); l != "" {
@@ -47,6 +53,7 @@ func kubeBin(t *testing.T) (dir, version string) {
 	} else if home, err := os.UserHomeDir(); err == nil {
 		dirs, _ = filepath.Glob(filepath.Join(home, ".cache", "capn", "kube", "k8s-*", "bin"))
 	}
+	var out []bin
 	for _, d := range dirs {
 		if strings.HasSuffix(filepath.Dir(d), ".tmp") {
 			continue
@@ -60,16 +67,23 @@ func kubeBin(t *testing.T) (dir, version string) {
 		if !ok {
 			continue
 		}
-		out, err := execOutput(filepath.Join(d, "kube-apiserver"), "--version")
-		if f := strings.Fields(out); err == nil && len(f) == 2 {
-			return d, f[1]
+		o, err := execOutput(filepath.Join(d, "kube-apiserver"), "--version")
+		if f := strings.Fields(o); err == nil && len(f) == 2 {
+			out = append(out, bin{d, f[1]})
 		}
 	}
-	if os.Getenv("CAPN_REQUIRE_KUBE") == "1" {
-		t.Fatal("CAPN_REQUIRE_KUBE=1 but no Kubernetes binaries: build them with make kube")
+	slices.SortFunc(out, func(a, b bin) int {
+		va, _ := manifest.ParseVersion(a.version)
+		vb, _ := manifest.ParseVersion(b.version)
+		return va.Compare(vb)
+	})
+	if len(out) == 0 {
+		if os.Getenv("CAPN_REQUIRE_KUBE") == "1" {
+			t.Fatal("CAPN_REQUIRE_KUBE=1 but no Kubernetes binaries: build them with make kube")
+		}
+		t.Skip("no Kubernetes binaries (CAPN_KUBE_BIN or ~/.cache/capn/kube; make kube builds them)")
 	}
-	t.Skip("no Kubernetes binaries (CAPN_KUBE_BIN or ~/.cache/capn/kube; make kube builds them)")
-	return "", ""
+	return out
 }
 
 // world is a nats-server with capn's topology, the real bootstrapper and
@@ -87,7 +101,18 @@ type world struct {
 }
 
 func newWorld(t *testing.T) *world {
-	bin, version := kubeBin(t)
+	bins := kubeBins(t)
+	return newWorldWith(t, bins[len(bins)-1].version, bins...)
+}
+
+// newWorldWith runs the hosted service with bins; clusters are applied at
+// version.
+func newWorldWith(t *testing.T, version string, bins ...bin) *world {
+	var list []string
+	for _, b := range bins {
+		list = append(list, b.dir)
+	}
+	bin := strings.Join(list, string(filepath.ListSeparator))
 	ns := natstest.Start(t)
 	_, js := ns.Connect(t)
 	ctx := context.Background()

@@ -360,8 +360,13 @@ func TestHostedControlPlaneLifecycle(t *testing.T) {
 		code, _, _ := do(admin, http.MethodGet, endpoint+"/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kube-controller-manager", "")
 		return code == http.StatusOK
 	})
-	rss := rssKiB(children(t, dir))
-	t.Logf("FIGURES: ensure to initialized %s; RSS of one hosted control plane (1 replica) %d MiB", tookReady.Round(100*time.Millisecond), rss/1024)
+	all := children(t, dir)
+	var each []string
+	for _, exe := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		each = append(each, fmt.Sprintf("%s %d", exe, rssKiB(named(all, exe))/1024))
+	}
+	t.Logf("FIGURES: ensure to initialized %s; RSS of one hosted control plane (1 replica) %d MiB (%s)",
+		tookReady.Round(100*time.Millisecond), rssKiB(all)/1024, strings.Join(each, ", "))
 
 	// kill -9 the API server: the supervisor starts another, and the
 	// endpoint answers again.

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/capn-dev/capn/events"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
 )
 
@@ -31,6 +32,9 @@ const (
 	// ControlPlaneExternal is the external control-plane implementation
 	// (services/controlplane-external).
 	ControlPlaneExternal = "controlplane-external"
+	// ControlPlaneHosted runs hosted control planes
+	// (services/controlplane-hosted).
+	ControlPlaneHosted = "controlplane-hosted"
 	// Init provisions streams and buckets, and may do nothing else.
 	Init = "capn-init"
 )
@@ -49,6 +53,10 @@ const (
 	// their machines' bootstrap credentials (bootstrapper.CredentialSubjectRoot):
 	// capn.bootstrap.credential.<provider>.<cluster>.<machine>.
 	SubjectBootstrapCredential = keys.BootstrapCredentialRoot
+	// SubjectBootstrapHosted is the root of the hosted control-plane
+	// service's requests for a hosted cluster's PKI
+	// (bootstrapper.HostedSubjectRoot): capn.bootstrap.hosted.<cluster>.
+	SubjectBootstrapHosted = keys.BootstrapHostedRoot
 	// SubjectBackup is the root of the backup service's requests
 	// (keys.BackupRoot): capn.backup.create, capn.backup.restore and the
 	// etcd snapshots' etcd-snapshot, etcd-list, etcd-restore.
@@ -95,6 +103,8 @@ func (d Deployment) Durables() map[string][]Durable {
 		Remediator: {{Stream: events.StreamEvents, Name: Remediator + "-unhealthy", Filters: []string{ev("machine", "unhealthy", "*", "*")}}},
 		ControlPlaneExternal: {{Stream: events.StreamControlPlanes, Name: ControlPlaneExternal,
 			Filters: []string{events.Subject(events.SubjectControlPlanes, "external", ">")}}},
+		ControlPlaneHosted: {{Stream: events.StreamControlPlanes, Name: ControlPlaneHosted,
+			Filters: []string{events.Subject(events.SubjectControlPlanes, capnv1.ControlPlaneHosted, ">")}}},
 	}
 	for _, p := range d.Providers {
 		u := ProviderUser(p.Name)
@@ -179,6 +189,7 @@ func (d Deployment) Users() []User {
 		// plane's endpoint and CA for the workers' bootstrap.
 		g.publish(ev("bootstrap", ">"))
 		g.serve(events.Subject(SubjectBootstrapFetch, "*", "*"), events.Subject(SubjectBootstrapCredential, "*", "*", "*"))
+		g.serve(events.Subject(SubjectBootstrapHosted, "*")) // the hosted control planes' PKI (type hosted only)
 		if d.NodeAgents {
 			g.serve(SubjectAuthCallout) // machines log in as themselves (auth callout)
 		}
@@ -305,6 +316,16 @@ func (d Deployment) Users() []User {
 		// Sealed; it holds the key: the registered kubeconfigs only, never
 		// PKI, admin kubeconfigs or bootstrap data.
 		g.read(sec, "externalkubeconfig.>")
+	})
+	add(ControlPlaneHosted, "runs hosted control planes (etcd and the Kubernetes components as processes) and writes their records", func(g *grants) {
+		g.read(des, ">")
+		// The control-plane records: its own clusters' (a compare-and-set;
+		// the key space is shared with the other implementations).
+		g.read(obs, "controlplane.>")
+		g.write(obs, "controlplane.>")
+		// A hosted cluster's CAs and keys, from the bootstrapper, sealed to
+		// a key of its own: never a read of the secrets bucket.
+		g.publish(events.Subject(SubjectBootstrapHosted, "*"))
 	})
 	for _, p := range d.Providers {
 		add(ProviderUser(p.Name), "infrastructure provider "+p.Name, func(g *grants) {

@@ -23,6 +23,11 @@ const (
 	// BootstrapCredentialRoot: a provider's request for a machine's
 	// credential, capn.bootstrap.credential.<provider>.<cluster>.<machine>.
 	BootstrapCredentialRoot = "capn.bootstrap.credential"
+	// BootstrapHostedRoot: the hosted control-plane service's request for
+	// a hosted cluster's control-plane PKI (CAs with their keys and the
+	// service-account key pair), capn.bootstrap.hosted.<cluster>; the
+	// bootstrapper answers it sealed to the requester's key.
+	BootstrapHostedRoot = "capn.bootstrap.hosted"
 	// BackupRoot: requests to the backup service (core request-reply):
 	// capn.backup.create, capn.backup.restore.
 	BackupRoot = "capn.backup"
@@ -54,6 +59,10 @@ const (
 func ControlPlaneCommand(implementation, verb, cluster string) string {
 	return join(ControlPlaneRoot, implementation, verb, cluster)
 }
+
+// BootstrapHosted is capn.bootstrap.hosted.<cluster>: the request for a
+// hosted cluster's control-plane PKI.
+func BootstrapHosted(cluster string) string { return join(BootstrapHostedRoot, cluster) }
 
 // EntityDrift is the entity of drift reports, the one fact whose <what>
 // token is the provider: capn.evt.drift.<provider>.<cluster>.<machine>.

@@ -185,6 +185,9 @@ func (v Validator) validateControlPlane(cp *capnv1.ControlPlaneSpec, p path, err
 		errs.add(p, nil, "required: the control plane's provider and replicas")
 		return
 	}
+	// Each implementation's own settings, and their absence with another type.
+	validateExternal(cp, p, errs)
+	validateHosted(cp, p, errs)
 	switch cp.Type {
 	case "", capnv1.ControlPlaneMachines:
 	case capnv1.ControlPlaneHosted, capnv1.ControlPlaneExternal:
@@ -218,7 +221,6 @@ func (v Validator) validateControlPlane(cp *capnv1.ControlPlaneSpec, p path, err
 	validateTemplate(cp.Template, p.child("template"), errs)
 	v.validateBootstrap(cp.Bootstrap, p.child("bootstrap"), OSLinux, errs)
 	validateNodeTimeouts(cp.NodeDrainTimeout, cp.NodeDeletionTimeout, p, errs)
-	validateExternal(cp, p, errs)
 }
 
 // validateNonMachineControlPlane checks a control plane of type hosted or

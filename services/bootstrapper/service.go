@@ -232,6 +232,9 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	if err := s.serveCredentials(ctx, d.NC, log); err != nil { // credential.go: providers get their machines' credentials
 		return err
 	}
+	if err := s.serveHosted(ctx, d.NC, log); err != nil { // hosted.go: the hosted control planes' PKI
+		return err
+	}
 	if s.issuer = s.cfg.CalloutIssuer; s.issuer == nil && s.cfg.CalloutIssuerSeedFile != "" {
 		if s.issuer, err = loadCalloutIssuer(s.cfg.CalloutIssuerSeedFile); err != nil {
 			return err

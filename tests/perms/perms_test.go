@@ -27,6 +27,7 @@ import (
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/gateway"
 	"github.com/capn-dev/capn/services/bootstrapper"
+	controlplanehosted "github.com/capn-dev/capn/services/controlplane-hosted"
 )
 
 // deniedWithin bounds the wait for a refusal: the server answers a denied
@@ -529,7 +530,28 @@ func TestEachUserDoesItsJob(t *testing.T) {
 		t.Errorf("controlplane-external: its durable: %v", err)
 	}
 
-	for _, a := range []*actor{gw, cp, mm, bs, sim, dk, hw, rm, ap, am, bk, mt, ce} {
+	// The hosted control planes: read desired clusters, consume their
+	// commands, read and write the control-plane records. (Their PKI
+	// request is tests/security's TestHostedPKIOnlyForTheHostedServiceAndHostedClusters.)
+	hc := w.as(t, natsconfig.ControlPlaneHosted)
+	hc.get(events.BucketDesired, "cluster.demo")
+	hc.put(events.BucketObserved, "controlplane.demo")
+	hc.get(events.BucketObserved, "controlplane.demo")
+	// The service's own durable, the one the deployment declares, as
+	// events.Consume creates it (the planner's grant to publish the
+	// commands is the planner's part of issue 21).
+	if hd, hs := durable(d, natsconfig.ControlPlaneHosted, natsconfig.ControlPlaneHosted), controlplanehosted.ConsumerSpec(); true {
+		if hs.Stream != hd.Stream || hs.Durable != hd.Name || !slices.Equal(hs.Filters, hd.Filters) {
+			t.Errorf("controlplane-hosted consumes %v, the deployment declares %v", hs, hd)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if _, err := hc.js.CreateOrUpdateConsumer(ctx, hs.Stream, hs.Config()); err != nil {
+			t.Errorf("controlplane-hosted: create its durable: %v (violations %v)", err, hc.v.All())
+		}
+		cancel()
+	}
+
+	for _, a := range []*actor{gw, cp, mm, bs, sim, dk, hw, rm, ap, am, bk, mt, ce, hc} {
 		a.clean()
 	}
 	for _, v := range w.c.ServerViolations() {
@@ -830,12 +852,30 @@ func TestOutsideTheJobIsRefused(t *testing.T) {
 		}
 		ce.refusedPublish("$JS.API.CONSUMER.CREATE.KV_secrets.x.$KV.secrets.>")
 		// Nobody but it and the gateway reads a registered kubeconfig, and
-		// nobody but it writes its records.
-		for _, user := range []string{natsconfig.ClusterPlanner, natsconfig.HealthWatcher, natsconfig.AddonManager, natsconfig.Maintenance} {
+		// nobody but the control-plane implementations (the planner is the
+		// machines one) writes the records.
+		for _, user := range []string{natsconfig.HealthWatcher, natsconfig.AddonManager, natsconfig.Maintenance} {
 			a := w.as(t, user)
 			a.refused("$JS.API.DIRECT.GET.KV_secrets.$KV.secrets.externalkubeconfig.prod", a.kvGet(events.BucketSecrets, "externalkubeconfig.prod"))
 			a.refusedPublish("$KV.observed.controlplane.demo")
 		}
+		pl := w.as(t, natsconfig.ClusterPlanner)
+		pl.refused("$JS.API.DIRECT.GET.KV_secrets.$KV.secrets.externalkubeconfig.prod", pl.kvGet(events.BucketSecrets, "externalkubeconfig.prod"))
+	})
+	t.Run("the hosted control planes: their records and commands only", func(t *testing.T) {
+		t.Parallel()
+		hc := w.as(t, natsconfig.ControlPlaneHosted)
+		// Not a cluster's spec, not another's status, no secret, no command
+		// or event but its own.
+		for _, s := range []string{"$KV.desired.cluster.demo", "$KV.desired.machine.demo.m1", "$KV.observed.cluster.demo",
+			"$KV.observed.machine.demo.m1", "$KV.secrets.pki.demo", "capn.evt.cluster.ready.demo._",
+			"capn.cmd.bootstrap.generate.demo.m1", "capn.provider.sim.machine.create.demo.m1",
+			"capn.controlplane.external.ensure.demo", "capn.bootstrap.fetch.demo.m1"} {
+			hc.refusedPublish(s)
+		}
+		hc.refused("$JS.API.DIRECT.GET.KV_secrets.$KV.secrets.pki.demo", hc.kvGet(events.BucketSecrets, "pki.demo"))
+		hc.refused("$JS.API.DIRECT.GET.KV_observed.$KV.observed.cluster.demo", hc.kvGet(events.BucketObserved, "cluster.demo"))
+		hc.refusedSubscribe("capn.>")
 	})
 	t.Run("no one but the init job manages streams", func(t *testing.T) {
 		t.Parallel()

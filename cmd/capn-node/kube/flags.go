@@ -11,17 +11,6 @@ import (
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
 )
 
-// Process is one supervised child: a binary of the bin dir and its
-// arguments.
-type Process struct {
-	Name string
-	Path string
-	Args []string
-	// Env is the child's whole environment (nothing is inherited from the
-	// agent, so no stray ETCD_* or KUBECONFIG reaches a component).
-	Env []string
-}
-
 // Plan is what a control-plane machine runs, in start order.
 type Plan struct {
 	Etcd, APIServer, ControllerManager, Scheduler, Kwok Process
@@ -34,7 +23,7 @@ func (p Plan) ControlPlane() []Process {
 
 // joining is etcd's process to join an existing cluster: the given
 // --initial-cluster, and state existing.
-func (p Process) joining(initialCluster string) Process {
+func joining(p Process, initialCluster string) Process {
 	args := make([]string, 0, len(p.Args))
 	for _, a := range p.Args {
 		switch {

@@ -214,7 +214,7 @@ func (r *Runtime) runControlPlane(ctx context.Context) error {
 		if !r.retry(ctx, "join the cluster's etcd", func() (err error) { j, err = r.joinEtcd(ctx); return err }) {
 			return nil
 		}
-		plan.Etcd = plan.Etcd.joining(j.InitialCluster)
+		plan.Etcd = joining(plan.Etcd, j.InitialCluster)
 		etcdURLs = append(j.Peers, localEtcd)
 		log.Info().Dur("after", r.mark("etcd-member-added")).Str("initial_cluster", j.InitialCluster).Strs("peers", j.Peers).Msg("etcd member added (learner)")
 	}

@@ -499,7 +499,10 @@ type ControlPlaneSpec struct {
 	Type string `protobuf:"bytes,9,opt,name=type,proto3" json:"type,omitempty"`
 	// external: the external control plane's settings (type external only;
 	// external.proto).
-	External      *ExternalControlPlaneSpec `protobuf:"bytes,10,opt,name=external,proto3" json:"external,omitempty"` // Field 11 is the hosted implementation's settings (type hosted).
+	External *ExternalControlPlaneSpec `protobuf:"bytes,10,opt,name=external,proto3" json:"external,omitempty"`
+	// hosted: settings of a hosted control plane (type hosted only;
+	// hosted.proto).
+	Hosted        *HostedControlPlaneSpec `protobuf:"bytes,11,opt,name=hosted,proto3" json:"hosted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -600,6 +603,13 @@ func (x *ControlPlaneSpec) GetType() string {
 func (x *ControlPlaneSpec) GetExternal() *ExternalControlPlaneSpec {
 	if x != nil {
 		return x.External
+	}
+	return nil
+}
+
+func (x *ControlPlaneSpec) GetHosted() *HostedControlPlaneSpec {
+	if x != nil {
+		return x.Hosted
 	}
 	return nil
 }
@@ -2074,7 +2084,7 @@ var File_capn_v1alpha1_cluster_proto protoreflect.FileDescriptor
 
 const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x1bcapn/v1alpha1/cluster.proto\x12\rcapn.v1alpha1\x1a\x1acapn/v1alpha1/addons.proto\x1a capn/v1alpha1/certificates.proto\x1a\x1ccapn/v1alpha1/external.proto\x1a\x1fcapn/v1alpha1/maintenance.proto\x1a\x18capn/v1alpha1/meta.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdb\x01\n" +
+	"\x1bcapn/v1alpha1/cluster.proto\x12\rcapn.v1alpha1\x1a\x1acapn/v1alpha1/addons.proto\x1a capn/v1alpha1/certificates.proto\x1a\x1ccapn/v1alpha1/external.proto\x1a\x1acapn/v1alpha1/hosted.proto\x1a\x1fcapn/v1alpha1/maintenance.proto\x1a\x18capn/v1alpha1/meta.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdb\x01\n" +
 	"\aCluster\x12\x1f\n" +
 	"\vapi_version\x18\x01 \x01(\tR\n" +
 	"apiVersion\x12\x12\n" +
@@ -2110,7 +2120,7 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\x0efailure_domain\x18\x02 \x01(\tR\rfailureDomain\x1a=\n" +
 	"\x0fParametersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf3\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb2\x04\n" +
 	"\x10ControlPlaneSpec\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x1a\n" +
 	"\breplicas\x18\x02 \x01(\x05R\breplicas\x12:\n" +
@@ -2122,7 +2132,8 @@ const file_capn_v1alpha1_cluster_proto_rawDesc = "" +
 	"\x02os\x18\b \x01(\tR\x02os\x12\x12\n" +
 	"\x04type\x18\t \x01(\tR\x04type\x12C\n" +
 	"\bexternal\x18\n" +
-	" \x01(\v2'.capn.v1alpha1.ExternalControlPlaneSpecR\bexternalB\f\n" +
+	" \x01(\v2'.capn.v1alpha1.ExternalControlPlaneSpecR\bexternal\x12=\n" +
+	"\x06hosted\x18\v \x01(\v2%.capn.v1alpha1.HostedControlPlaneSpecR\x06hostedB\f\n" +
 	"\n" +
 	"_max_surge\"\xaf\x06\n" +
 	"\n" +
@@ -2325,14 +2336,15 @@ var file_capn_v1alpha1_cluster_proto_goTypes = []any{
 	(*CertificatesSpec)(nil),         // 31: capn.v1alpha1.CertificatesSpec
 	(*durationpb.Duration)(nil),      // 32: google.protobuf.Duration
 	(*ExternalControlPlaneSpec)(nil), // 33: capn.v1alpha1.ExternalControlPlaneSpec
-	(*Taint)(nil),                    // 34: capn.v1alpha1.Taint
-	(*Condition)(nil),                // 35: capn.v1alpha1.Condition
-	(*Endpoint)(nil),                 // 36: capn.v1alpha1.Endpoint
-	(*timestamppb.Timestamp)(nil),    // 37: google.protobuf.Timestamp
-	(*MaintenanceStatus)(nil),        // 38: capn.v1alpha1.MaintenanceStatus
-	(*HibernationStatus)(nil),        // 39: capn.v1alpha1.HibernationStatus
-	(*CARotationStatus)(nil),         // 40: capn.v1alpha1.CARotationStatus
-	(*CertificatesStatus)(nil),       // 41: capn.v1alpha1.CertificatesStatus
+	(*HostedControlPlaneSpec)(nil),   // 34: capn.v1alpha1.HostedControlPlaneSpec
+	(*Taint)(nil),                    // 35: capn.v1alpha1.Taint
+	(*Condition)(nil),                // 36: capn.v1alpha1.Condition
+	(*Endpoint)(nil),                 // 37: capn.v1alpha1.Endpoint
+	(*timestamppb.Timestamp)(nil),    // 38: google.protobuf.Timestamp
+	(*MaintenanceStatus)(nil),        // 39: capn.v1alpha1.MaintenanceStatus
+	(*HibernationStatus)(nil),        // 40: capn.v1alpha1.HibernationStatus
+	(*CARotationStatus)(nil),         // 41: capn.v1alpha1.CARotationStatus
+	(*CertificatesStatus)(nil),       // 42: capn.v1alpha1.CertificatesStatus
 }
 var file_capn_v1alpha1_cluster_proto_depIdxs = []int32{
 	27, // 0: capn.v1alpha1.Cluster.metadata:type_name -> capn.v1alpha1.ObjectMeta
@@ -2356,46 +2368,47 @@ var file_capn_v1alpha1_cluster_proto_depIdxs = []int32{
 	32, // 18: capn.v1alpha1.ControlPlaneSpec.node_drain_timeout:type_name -> google.protobuf.Duration
 	32, // 19: capn.v1alpha1.ControlPlaneSpec.node_deletion_timeout:type_name -> google.protobuf.Duration
 	33, // 20: capn.v1alpha1.ControlPlaneSpec.external:type_name -> capn.v1alpha1.ExternalControlPlaneSpec
-	4,  // 21: capn.v1alpha1.WorkerPool.template:type_name -> capn.v1alpha1.MachineTemplate
-	24, // 22: capn.v1alpha1.WorkerPool.labels:type_name -> capn.v1alpha1.WorkerPool.LabelsEntry
-	34, // 23: capn.v1alpha1.WorkerPool.taints:type_name -> capn.v1alpha1.Taint
-	8,  // 24: capn.v1alpha1.WorkerPool.strategy:type_name -> capn.v1alpha1.RolloutStrategy
-	10, // 25: capn.v1alpha1.WorkerPool.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
-	14, // 26: capn.v1alpha1.WorkerPool.health:type_name -> capn.v1alpha1.HealthPolicy
-	32, // 27: capn.v1alpha1.WorkerPool.node_drain_timeout:type_name -> google.protobuf.Duration
-	32, // 28: capn.v1alpha1.WorkerPool.node_deletion_timeout:type_name -> google.protobuf.Duration
-	7,  // 29: capn.v1alpha1.WorkerPool.autoscaling:type_name -> capn.v1alpha1.Autoscaling
-	11, // 30: capn.v1alpha1.BootstrapSpec.files:type_name -> capn.v1alpha1.File
-	25, // 31: capn.v1alpha1.BootstrapSpec.kubelet_extra_args:type_name -> capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
-	32, // 32: capn.v1alpha1.BootstrapSpec.token_ttl:type_name -> google.protobuf.Duration
-	13, // 33: capn.v1alpha1.BootstrapSpec.ca:type_name -> capn.v1alpha1.CertificateAuthority
-	32, // 34: capn.v1alpha1.BootstrapSpec.command_timeout:type_name -> google.protobuf.Duration
-	12, // 35: capn.v1alpha1.File.secret_ref:type_name -> capn.v1alpha1.FileSecretRef
-	15, // 36: capn.v1alpha1.HealthPolicy.unhealthy_conditions:type_name -> capn.v1alpha1.UnhealthyCondition
-	32, // 37: capn.v1alpha1.HealthPolicy.node_startup_timeout:type_name -> google.protobuf.Duration
-	32, // 38: capn.v1alpha1.HealthPolicy.heartbeat_grace:type_name -> google.protobuf.Duration
-	32, // 39: capn.v1alpha1.UnhealthyCondition.timeout:type_name -> google.protobuf.Duration
-	35, // 40: capn.v1alpha1.ClusterStatus.conditions:type_name -> capn.v1alpha1.Condition
-	36, // 41: capn.v1alpha1.ClusterStatus.control_plane_endpoint:type_name -> capn.v1alpha1.Endpoint
-	17, // 42: capn.v1alpha1.ClusterStatus.control_plane:type_name -> capn.v1alpha1.PoolStatus
-	17, // 43: capn.v1alpha1.ClusterStatus.worker_pools:type_name -> capn.v1alpha1.PoolStatus
-	37, // 44: capn.v1alpha1.ClusterStatus.updated:type_name -> google.protobuf.Timestamp
-	22, // 45: capn.v1alpha1.ClusterStatus.topology:type_name -> capn.v1alpha1.TopologyStatus
-	38, // 46: capn.v1alpha1.ClusterStatus.maintenance:type_name -> capn.v1alpha1.MaintenanceStatus
-	39, // 47: capn.v1alpha1.ClusterStatus.hibernation:type_name -> capn.v1alpha1.HibernationStatus
-	40, // 48: capn.v1alpha1.ClusterStatus.ca_rotation:type_name -> capn.v1alpha1.CARotationStatus
-	41, // 49: capn.v1alpha1.ClusterStatus.certificates:type_name -> capn.v1alpha1.CertificatesStatus
-	7,  // 50: capn.v1alpha1.PoolStatus.autoscaling:type_name -> capn.v1alpha1.Autoscaling
-	18, // 51: capn.v1alpha1.PoolStatus.last_autoscaler_action:type_name -> capn.v1alpha1.AutoscalerAction
-	37, // 52: capn.v1alpha1.AutoscalerAction.time:type_name -> google.protobuf.Timestamp
-	18, // 53: capn.v1alpha1.AutoscalerStatus.last_action:type_name -> capn.v1alpha1.AutoscalerAction
-	26, // 54: capn.v1alpha1.ClusterTopology.variables:type_name -> capn.v1alpha1.ClusterTopology.VariablesEntry
-	21, // 55: capn.v1alpha1.ClusterTopology.pools:type_name -> capn.v1alpha1.TopologyPool
-	56, // [56:56] is the sub-list for method output_type
-	56, // [56:56] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	34, // 21: capn.v1alpha1.ControlPlaneSpec.hosted:type_name -> capn.v1alpha1.HostedControlPlaneSpec
+	4,  // 22: capn.v1alpha1.WorkerPool.template:type_name -> capn.v1alpha1.MachineTemplate
+	24, // 23: capn.v1alpha1.WorkerPool.labels:type_name -> capn.v1alpha1.WorkerPool.LabelsEntry
+	35, // 24: capn.v1alpha1.WorkerPool.taints:type_name -> capn.v1alpha1.Taint
+	8,  // 25: capn.v1alpha1.WorkerPool.strategy:type_name -> capn.v1alpha1.RolloutStrategy
+	10, // 26: capn.v1alpha1.WorkerPool.bootstrap:type_name -> capn.v1alpha1.BootstrapSpec
+	14, // 27: capn.v1alpha1.WorkerPool.health:type_name -> capn.v1alpha1.HealthPolicy
+	32, // 28: capn.v1alpha1.WorkerPool.node_drain_timeout:type_name -> google.protobuf.Duration
+	32, // 29: capn.v1alpha1.WorkerPool.node_deletion_timeout:type_name -> google.protobuf.Duration
+	7,  // 30: capn.v1alpha1.WorkerPool.autoscaling:type_name -> capn.v1alpha1.Autoscaling
+	11, // 31: capn.v1alpha1.BootstrapSpec.files:type_name -> capn.v1alpha1.File
+	25, // 32: capn.v1alpha1.BootstrapSpec.kubelet_extra_args:type_name -> capn.v1alpha1.BootstrapSpec.KubeletExtraArgsEntry
+	32, // 33: capn.v1alpha1.BootstrapSpec.token_ttl:type_name -> google.protobuf.Duration
+	13, // 34: capn.v1alpha1.BootstrapSpec.ca:type_name -> capn.v1alpha1.CertificateAuthority
+	32, // 35: capn.v1alpha1.BootstrapSpec.command_timeout:type_name -> google.protobuf.Duration
+	12, // 36: capn.v1alpha1.File.secret_ref:type_name -> capn.v1alpha1.FileSecretRef
+	15, // 37: capn.v1alpha1.HealthPolicy.unhealthy_conditions:type_name -> capn.v1alpha1.UnhealthyCondition
+	32, // 38: capn.v1alpha1.HealthPolicy.node_startup_timeout:type_name -> google.protobuf.Duration
+	32, // 39: capn.v1alpha1.HealthPolicy.heartbeat_grace:type_name -> google.protobuf.Duration
+	32, // 40: capn.v1alpha1.UnhealthyCondition.timeout:type_name -> google.protobuf.Duration
+	36, // 41: capn.v1alpha1.ClusterStatus.conditions:type_name -> capn.v1alpha1.Condition
+	37, // 42: capn.v1alpha1.ClusterStatus.control_plane_endpoint:type_name -> capn.v1alpha1.Endpoint
+	17, // 43: capn.v1alpha1.ClusterStatus.control_plane:type_name -> capn.v1alpha1.PoolStatus
+	17, // 44: capn.v1alpha1.ClusterStatus.worker_pools:type_name -> capn.v1alpha1.PoolStatus
+	38, // 45: capn.v1alpha1.ClusterStatus.updated:type_name -> google.protobuf.Timestamp
+	22, // 46: capn.v1alpha1.ClusterStatus.topology:type_name -> capn.v1alpha1.TopologyStatus
+	39, // 47: capn.v1alpha1.ClusterStatus.maintenance:type_name -> capn.v1alpha1.MaintenanceStatus
+	40, // 48: capn.v1alpha1.ClusterStatus.hibernation:type_name -> capn.v1alpha1.HibernationStatus
+	41, // 49: capn.v1alpha1.ClusterStatus.ca_rotation:type_name -> capn.v1alpha1.CARotationStatus
+	42, // 50: capn.v1alpha1.ClusterStatus.certificates:type_name -> capn.v1alpha1.CertificatesStatus
+	7,  // 51: capn.v1alpha1.PoolStatus.autoscaling:type_name -> capn.v1alpha1.Autoscaling
+	18, // 52: capn.v1alpha1.PoolStatus.last_autoscaler_action:type_name -> capn.v1alpha1.AutoscalerAction
+	38, // 53: capn.v1alpha1.AutoscalerAction.time:type_name -> google.protobuf.Timestamp
+	18, // 54: capn.v1alpha1.AutoscalerStatus.last_action:type_name -> capn.v1alpha1.AutoscalerAction
+	26, // 55: capn.v1alpha1.ClusterTopology.variables:type_name -> capn.v1alpha1.ClusterTopology.VariablesEntry
+	21, // 56: capn.v1alpha1.ClusterTopology.pools:type_name -> capn.v1alpha1.TopologyPool
+	57, // [57:57] is the sub-list for method output_type
+	57, // [57:57] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_capn_v1alpha1_cluster_proto_init() }
@@ -2406,6 +2419,7 @@ func file_capn_v1alpha1_cluster_proto_init() {
 	file_capn_v1alpha1_addons_proto_init()
 	file_capn_v1alpha1_certificates_proto_init()
 	file_capn_v1alpha1_external_proto_init()
+	file_capn_v1alpha1_hosted_proto_init()
 	file_capn_v1alpha1_maintenance_proto_init()
 	file_capn_v1alpha1_meta_proto_init()
 	file_capn_v1alpha1_cluster_proto_msgTypes[4].OneofWrappers = []any{}

@@ -19,6 +19,7 @@ import (
 	"github.com/capn-dev/capn/services/bootstrapper"
 	"github.com/capn-dev/capn/services/cluster-planner"
 	controlplaneexternal "github.com/capn-dev/capn/services/controlplane-external"
+	controlplanehosted "github.com/capn-dev/capn/services/controlplane-hosted"
 	"github.com/capn-dev/capn/services/daemon"
 	fleetmanager "github.com/capn-dev/capn/services/fleet-manager"
 	"github.com/capn-dev/capn/services/health-watcher"
@@ -48,6 +49,10 @@ func devServices(cfg Config, gw devGateway, auth *devAuth, providers []daemon.Se
 	if err != nil {
 		return nil, err
 	}
+	hostedDir, err := filepath.Abs(filepath.Join(cfg.DataDir, "hosted"))
+	if err != nil {
+		return nil, err
+	}
 	services := []daemon.Service{
 		clusterplanner.New(clusterplanner.Config{}),
 		machinemanager.New(machinemanager.Config{}),
@@ -67,6 +72,9 @@ func devServices(cfg Config, gw devGateway, auth *devAuth, providers []daemon.Se
 		// Control planes someone else runs (controlPlane.type: external):
 		// opens their registered kubeconfigs.
 		controlplaneexternal.New(controlplaneexternal.Config{Keyring: ring}),
+		// Hosted control planes: etcd and the Kubernetes components as
+		// processes under <data-dir>/hosted, from --kube-bin.
+		controlplanehosted.New(controlplanehosted.Config{DataDir: hostedDir, KubeBin: cfg.KubeBin}),
 	}
 	as, err := devAutoscaler(cfg)
 	if err != nil {

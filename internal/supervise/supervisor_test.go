@@ -1,4 +1,4 @@
-package kube_test
+package supervise_test
 
 import (
 	"bufio"
@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
-	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,90 +14,39 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/capn-dev/capn/cmd/capn-node/kube"
+	"github.com/capn-dev/capn/internal/supervise"
 	"github.com/capn-dev/capn/internal/testkit"
 )
 
-// proc is one process of /proc.
-type proc struct {
-	PID, PPID, PGID int
-	State           string
-	Cmdline         string
-	Exe             string
-}
+// The /proc helpers are testkit's.
+type proc = testkit.Proc
 
-// processes lists the live (not zombie) processes.
-func processes(t testing.TB) []proc {
-	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []proc
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue // gone meanwhile
-		}
-		s := string(stat)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 3 || f[0] == "Z" || f[0] == "X" {
-			continue
-		}
-		p := proc{PID: pid, State: f[0]}
-		p.PPID, _ = strconv.Atoi(f[1])
-		p.PGID, _ = strconv.Atoi(f[2])
-		cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		p.Cmdline = strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " "))
-		p.Exe, _ = os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
-		out = append(out, p)
-	}
-	return out
-}
+func processes(t testing.TB) []proc { return testkit.Processes(t) }
 
-func alive(t testing.TB, pid int) bool {
-	for _, p := range processes(t) {
-		if p.PID == pid {
-			return true
-		}
-	}
-	return false
-}
+func alive(t testing.TB, pid int) bool { return testkit.Alive(t, pid) }
 
-func requireLinux(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("reads /proc and relies on Pdeathsig: Linux only")
-	}
-}
+func requireLinux(t *testing.T) { testkit.RequireLinux(t) }
 
-func newSupervisor(t *testing.T) *kube.Supervisor {
-	s := &kube.Supervisor{LogDir: t.TempDir(), Log: zerolog.Nop(), BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, StopGrace: 2 * time.Second}
+func newSupervisor(t *testing.T) *supervise.Supervisor {
+	s := &supervise.Supervisor{LogDir: t.TempDir(), Log: zerolog.Nop(), BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, StopGrace: 2 * time.Second}
 	t.Cleanup(s.Stop)
 	return s
 }
 
-func status(s *kube.Supervisor, name string) kube.Status {
+func status(s *supervise.Supervisor, name string) supervise.Status {
 	for _, st := range s.Status() {
 		if st.Name == name {
 			return st
 		}
 	}
-	return kube.Status{}
+	return supervise.Status{}
 }
 
-var startLine = regexp.MustCompile(`(?m)^=== capn-node: start #(\d+) of \S+ at (\S+):`)
+var startLine = regexp.MustCompile(`(?m)^=== supervise: start #(\d+) of \S+ at (\S+):`)
 
 func TestSupervisorRestartsWithCappedBackoff(t *testing.T) {
 	s := newSupervisor(t)
-	if err := s.Start(kube.Process{Name: "flaky", Path: "/bin/sh", Args: []string{"-c", "echo run; exit 3"}}); err != nil {
+	if err := s.Start(supervise.Process{Name: "flaky", Path: "/bin/sh", Args: []string{"-c", "echo run; exit 3"}}); err != nil {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 20*time.Second, "9 starts", func() bool { return status(s, "flaky").Starts >= 9 })
@@ -113,7 +59,7 @@ func TestSupervisorRestartsWithCappedBackoff(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The last run may have been stopped before it printed.
-	if strings.Count(string(log), "\nrun\n") < 8 || strings.Count(string(log), "=== capn-node: flaky exited with status 3\n") < 8 {
+	if strings.Count(string(log), "\nrun\n") < 8 || strings.Count(string(log), "=== supervise: flaky exited with status 3\n") < 8 {
 		t.Errorf("log:\n%s", log)
 	}
 	var starts []time.Time
@@ -139,10 +85,10 @@ func TestSupervisorStopsTheWholeGroup(t *testing.T) {
 	s.StopGrace = 300 * time.Millisecond
 	// A child that ignores SIGTERM and has a child of its own (which
 	// inherits the ignored SIGTERM).
-	if err := s.Start(kube.Process{Name: "stubborn", Path: "/bin/sh", Args: []string{"-c", `trap "" TERM; sleep 1000 & wait`}}); err != nil {
+	if err := s.Start(supervise.Process{Name: "stubborn", Path: "/bin/sh", Args: []string{"-c", `trap "" TERM; sleep 1000 & wait`}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Start(kube.Process{Name: "polite", Path: "/bin/sleep", Args: []string{"1000"}}); err != nil {
+	if err := s.Start(supervise.Process{Name: "polite", Path: "/bin/sleep", Args: []string{"1000"}}); err != nil {
 		t.Fatal(err)
 	}
 	var leader, grandchild int
@@ -185,17 +131,17 @@ func TestSupervisorStopsTheWholeGroup(t *testing.T) {
 	if st := status(s, "stubborn"); st.LastExit != "killed by killed" {
 		t.Errorf("stubborn: %+v", st)
 	}
-	if err := s.Start(kube.Process{Name: "late", Path: "/bin/true"}); !errors.Is(err, kube.ErrStopped) {
+	if err := s.Start(supervise.Process{Name: "late", Path: "/bin/true"}); !errors.Is(err, supervise.ErrStopped) {
 		t.Errorf("Start after Stop: %v", err)
 	}
 }
 
 func TestSupervisorMissingBinary(t *testing.T) {
 	s := newSupervisor(t)
-	if err := s.Start(kube.Process{Name: "ghost", Path: "/nonexistent/ghost"}); err != nil {
+	if err := s.Start(supervise.Process{Name: "ghost", Path: "/nonexistent/ghost"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Start(kube.Process{Name: "ghost", Path: "/bin/true"}); err == nil {
+	if err := s.Start(supervise.Process{Name: "ghost", Path: "/bin/true"}); err == nil {
 		t.Error("a second child of the same name was accepted")
 	}
 	testkit.WaitFor(t, 10*time.Second, "3 attempts", func() bool { return status(s, "ghost").Starts >= 3 })
@@ -212,8 +158,8 @@ func TestSupervisorHelper(t *testing.T) {
 	if dir == "" {
 		return
 	}
-	s := &kube.Supervisor{LogDir: dir, Log: zerolog.Nop()}
-	if err := s.Start(kube.Process{Name: "sleeper", Path: "/bin/sleep", Args: []string{"1000"}}); err != nil {
+	s := &supervise.Supervisor{LogDir: dir, Log: zerolog.Nop()}
+	if err := s.Start(supervise.Process{Name: "sleeper", Path: "/bin/sleep", Args: []string{"1000"}}); err != nil {
 		fmt.Println("error", err)
 		os.Exit(1)
 	}
@@ -263,7 +209,7 @@ func TestSupervisorHalt(t *testing.T) {
 	requireLinux(t)
 	s := newSupervisor(t)
 	for _, n := range []string{"etcd", "apiserver", "kwok"} {
-		if err := s.Start(kube.Process{Name: n, Path: "/bin/sleep", Args: []string{"1000"}}); err != nil {
+		if err := s.Start(supervise.Process{Name: n, Path: "/bin/sleep", Args: []string{"1000"}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,6 +1,6 @@
 //go:build unix && !linux
 
-package kube
+package supervise
 
 import "syscall"
 

@@ -1,4 +1,11 @@
-package kube
+// Package supervise runs child processes and keeps them running: each in
+// its own process group, restarted with capped exponential backoff when it
+// exits, its output in <LogDir>/<name>.log, stopped in the reverse order
+// of start (SIGTERM to the group, SIGKILL after a grace). The node agent's
+// kube-local runtime (cmd/capn-node/kube) and the hosted control planes
+// (services/controlplane-hosted) both run etcd and the Kubernetes
+// components with it.
+package supervise
 
 import (
 	"context"
@@ -15,6 +22,16 @@ import (
 
 	"github.com/rs/zerolog"
 )
+
+// Process is one supervised child: a binary and its arguments.
+type Process struct {
+	Name string
+	Path string
+	Args []string
+	// Env is the child's whole environment (nothing is inherited from the
+	// supervisor, so no stray ETCD_* or KUBECONFIG reaches a component).
+	Env []string
+}
 
 // Supervisor defaults.
 const (
@@ -200,14 +217,14 @@ func (s *Supervisor) runOnce(ctx context.Context, c *child, log zerolog.Logger) 
 	c.starts++
 	n := c.starts
 	c.mu.Unlock()
-	fmt.Fprintf(out, "=== capn-node: start #%d of %s at %s: %s %s\n", n, c.p.Name, time.Now().UTC().Format(time.RFC3339Nano), c.p.Path, strings.Join(c.p.Args, " "))
+	fmt.Fprintf(out, "=== supervise: start #%d of %s at %s: %s %s\n", n, c.p.Name, time.Now().UTC().Format(time.RFC3339Nano), c.p.Path, strings.Join(c.p.Args, " "))
 	cmd := exec.Command(c.p.Path, c.p.Args...)
 	cmd.Env = c.p.Env
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
 		c.setExit(err.Error())
-		fmt.Fprintf(out, "=== capn-node: cannot start: %v\n", err)
+		fmt.Fprintf(out, "=== supervise: cannot start: %v\n", err)
 		return err
 	}
 	c.mu.Lock()
@@ -219,7 +236,7 @@ func (s *Supervisor) runOnce(ctx context.Context, c *child, log zerolog.Logger) 
 	select {
 	case err := <-exited:
 		c.setExit(describe(err))
-		fmt.Fprintf(out, "=== capn-node: %s %s\n", c.p.Name, describe(err))
+		fmt.Fprintf(out, "=== supervise: %s %s\n", c.p.Name, describe(err))
 		return fmt.Errorf("%s %s", c.p.Name, describe(err))
 	case <-ctx.Done():
 	}
@@ -237,7 +254,7 @@ func (s *Supervisor) runOnce(ctx context.Context, c *child, log zerolog.Logger) 
 	// Anything left in the group after the leader exited.
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	c.setExit(describe(err2))
-	fmt.Fprintf(out, "=== capn-node: stopped %s: %s\n", c.p.Name, describe(err2))
+	fmt.Fprintf(out, "=== supervise: stopped %s: %s\n", c.p.Name, describe(err2))
 	log.Info().Int("pid", pid).Str("exit", describe(err2)).Msg("child stopped")
 	return nil
 }

@@ -1,0 +1,104 @@
+package controlplanehosted
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/natstest"
+	"github.com/capn-dev/capn/events/store"
+	"github.com/capn-dev/capn/internal/testkit"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
+	"github.com/capn-dev/capn/services/daemon"
+)
+
+// What ensure cannot make is said in the record's Ready condition, with
+// the reason, and nothing runs; a cluster of another type gets no record.
+// (The life of a control plane on the real binaries is tests/hosted's.)
+func TestEnsureRefusalsAreRecorded(t *testing.T) {
+	ns := natstest.Start(t)
+	nc, js := ns.Connect(t)
+	ctx := context.Background()
+	if err := events.Provision(ctx, js, events.DefaultTopology(1)); err != nil {
+		t.Fatal(err)
+	}
+	des, _ := js.KeyValue(ctx, events.BucketDesired)
+	obs, _ := js.KeyValue(ctx, events.BucketObserved)
+	clusters := store.NewBucket(des, store.New[capnv1.Cluster]())
+	records := store.NewBucket(obs, store.New[capnv1.ControlPlaneRecord]())
+	dataDir := t.TempDir()
+	svc := New(Config{DataDir: dataDir, KubeBin: t.TempDir()})
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- daemon.Run(rctx, daemon.Config{Name: Name, HTTPAddr: daemon.HTTPOff, ShutdownTimeout: 5 * time.Second},
+			svc, daemon.WithConn(nc), daemon.WithoutHTTP(), daemon.WithLogger(zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)))
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	pub := events.NewPublisher(js, "capn/test")
+	for _, c := range []struct {
+		name, typ string
+		replicas  int32
+	}{{"nobins", capnv1.ControlPlaneHosted, 1}, {"five", capnv1.ControlPlaneHosted, 5}, {"onmachines", capnv1.ControlPlaneMachines, 1}} {
+		rev, err := clusters.Create(ctx, keys.Cluster(c.name), &capnv1.Cluster{ApiVersion: "capn.dev/v1alpha1", Kind: "Cluster",
+			Metadata: &capnv1.ObjectMeta{Name: c.name, CreationTimestamp: timestamppb.Now()},
+			Spec: &capnv1.ClusterSpec{KubernetesVersion: "v1.99.0",
+				ControlPlane: &capnv1.ControlPlaneSpec{Replicas: c.replicas, Type: c.typ, Provider: "sim"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pub.Publish(ctx, keys.ControlPlaneCommand(capnv1.ControlPlaneHosted, keys.ControlPlaneEnsure, c.name),
+			"dev.capn.controlplane.ensure", "ensure-"+c.name, &capnv1.ControlPlaneCommand{Cluster: c.name, Generation: int64(rev)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ready := func(cluster string) *capnv1.Condition {
+		r, _, err := records.Get(ctx, keys.ControlPlane(cluster))
+		if err != nil {
+			return nil
+		}
+		for _, c := range r.GetConditions() {
+			if c.GetType() == ConditionReady {
+				return c
+			}
+		}
+		return nil
+	}
+	testkit.WaitFor(t, 10*time.Second, "nobins: Ready False, BinariesMissing", func() bool {
+		c := ready("nobins")
+		return c != nil && c.GetStatus() == "False" && c.GetReason() == "BinariesMissing" && strings.Contains(c.GetMessage(), "make kube")
+	})
+	testkit.WaitFor(t, 10*time.Second, "five: Ready False, InvalidReplicas", func() bool {
+		c := ready("five")
+		return c != nil && c.GetStatus() == "False" && c.GetReason() == "InvalidReplicas" && strings.Contains(c.GetMessage(), "1 or 3")
+	})
+	// The machines cluster's command was settled (terminated) without a
+	// record: wait until only nobins' (retried with backoff) is unsettled.
+	cons, err := js.Consumer(ctx, events.StreamControlPlanes, Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 10*time.Second, "every command settled", func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumPending == 0 && info.NumAckPending <= 1
+	})
+	if _, _, err := records.Get(ctx, keys.ControlPlane("onmachines")); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a machines cluster got a hosted record: %v", err)
+	}
+	if entries, _ := os.ReadDir(dataDir); len(entries) != 0 {
+		t.Fatalf("data dirs made for refused clusters: %v", entries)
+	}
+}

@@ -7,14 +7,21 @@ import (
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
+// noMachines clears the fields that shape control-plane machines, which a
+// hosted control plane must leave empty.
+func noMachines(cp *capnv1.ControlPlaneSpec) {
+	cp.Provider, cp.MaxSurge, cp.Template, cp.Os = "", nil, nil, ""
+}
+
 func TestValidateHosted(t *testing.T) {
 	tests := []struct {
 		name   string
 		modify func(cp *capnv1.ControlPlaneSpec)
 		want   string // "" valid
 	}{
-		{"hosted 1", func(cp *capnv1.ControlPlaneSpec) { cp.Type, cp.Replicas = capnv1.ControlPlaneHosted, 1 }, ""},
+		{"hosted 1", func(cp *capnv1.ControlPlaneSpec) { noMachines(cp); cp.Type, cp.Replicas = capnv1.ControlPlaneHosted, 1 }, ""},
 		{"hosted 3 with settings", func(cp *capnv1.ControlPlaneSpec) {
+			noMachines(cp)
 			cp.Type, cp.Replicas, cp.Hosted = capnv1.ControlPlaneHosted, 3, &capnv1.HostedControlPlaneSpec{}
 		}, ""},
 		{"hosted 5", func(cp *capnv1.ControlPlaneSpec) { cp.Type, cp.Replicas = capnv1.ControlPlaneHosted, 5 },

@@ -47,6 +47,11 @@ func TestValidateNonMachineControlPlane(t *testing.T) {
 			Spec: &capnv1.ClusterSpec{KubernetesVersion: "v1.34.2",
 				ControlPlane: &capnv1.ControlPlaneSpec{Type: typ, Replicas: 2},
 				WorkerPools:  []*capnv1.WorkerPool{{Name: "md-0", Provider: "sim", Replicas: 3}}}}
+		if typ == capnv1.ControlPlaneHosted {
+			c.Spec.ControlPlane.Replicas = 3 // a hosted control plane runs 1 or 3
+		} else {
+			c.Spec.ControlPlane.External = &capnv1.ExternalControlPlaneSpec{Kubeconfig: "prod"}
+		}
 		Default(c)
 		if c.Spec.ControlPlane.MaxSurge != nil {
 			t.Errorf("%s: Default set maxSurge %d", typ, *c.Spec.ControlPlane.MaxSurge)
@@ -240,6 +245,7 @@ func TestValidate(t *testing.T) {
 		{"external with a provider", func(c *capnv1.Cluster) {
 			cp := c.Spec.ControlPlane
 			cp.Type, cp.MaxSurge, cp.Replicas = capnv1.ControlPlaneExternal, nil, 0
+			cp.External = &capnv1.ExternalControlPlaneSpec{Kubeconfig: "prod"}
 		}, []string{
 			`spec.controlPlane.provider: "sim": must be empty for controlPlane.type external`,
 			`spec.controlPlane.replicas: 0: must be between 1 and 7`,

@@ -22,6 +22,9 @@ import (
 func implCluster(typ string, pools ...int32) *capnv1.Cluster {
 	c := cluster(1, pools...)
 	c.Spec.ControlPlane = &capnv1.ControlPlaneSpec{Type: typ, Replicas: 1}
+	if typ == capnv1.ControlPlaneExternal {
+		c.Spec.ControlPlane.External = &capnv1.ExternalControlPlaneSpec{Kubeconfig: "prod"}
+	}
 	manifest.Default(c)
 	return c
 }

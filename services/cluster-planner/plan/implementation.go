@@ -219,6 +219,12 @@ func (p *planner) writesRecord() bool {
 		return false
 	case deleting:
 		return true
+	case !p.initialized && p.in.ControlPlane == nil:
+		// No record until the control plane is initialized: a missing
+		// machines record reads as "not initialized", and a cluster's
+		// create writes one or two records instead of one per change of
+		// its waiting reason (issue 24: KV writes per machine).
+		return false
 	}
 	return p.invalid == nil && !p.refused
 }

@@ -19,6 +19,7 @@ import (
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/conditions"
 	"github.com/capn-dev/capn/schemas/keys"
+	"github.com/capn-dev/capn/secrets/clusterkubeconfig"
 	"github.com/capn-dev/capn/secrets/token"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubeadm"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
@@ -124,6 +125,11 @@ const capabilityRealKubernetes = "real-kubernetes"
 // Kubernetes API server that join tokens are registered in (the
 // health-watcher reads Nodes by the same rule).
 func (s *Service) realKubernetes(c *capnv1.Cluster) bool {
+	if clusterkubeconfig.External(c) {
+		// Someone else's real API server, reached with the registered
+		// kubeconfig (secrets/clusterkubeconfig).
+		return true
+	}
 	p := c.GetSpec().GetControlPlane().GetProvider()
 	if p == "" {
 		return false

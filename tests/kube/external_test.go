@@ -108,7 +108,20 @@ func TestExternalControlPlaneEndToEnd(t *testing.T) {
 	t.Cleanup(func() { _ = os.RemoveAll(progs) })
 	conformance.StartProgram(t, filepath.Join(progs, "controlplane-external"), []string{"CAPN_LOG_LEVEL=info", "CAPN_LOG_FORMAT=json", c.SecretsKeyEnv},
 		"--nats-url="+env.Server.URL(), "--http-addr=off", "--external-resync=2s")
-	startProcessProvider(t, bin, env.Server.URL())
+	state := startProcessProvider(t, bin, env.Server.URL())
+	t.Cleanup(func() { // before the provider's state is purged
+		if !t.Failed() {
+			return
+		}
+		logs, _ := filepath.Glob(filepath.Join(state, "clusters", "*", "machines", "*", "node.log"))
+		for _, l := range logs {
+			b, _ := os.ReadFile(l)
+			if len(b) > 6000 {
+				b = b[len(b)-6000:]
+			}
+			t.Logf("%s (last 6000 bytes):\n%s", l, b)
+		}
+	})
 	step("capn deployment and the process provider", s)
 
 	s = time.Now()
@@ -157,7 +170,7 @@ func TestExternalControlPlaneEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	records := store.NewBucket(observed, store.New[capnv1.ControlPlaneRecord]())
-	conformance.Poll(t, "2 Ready Nodes in the external API server", 8*time.Minute, func() error {
+	conformance.Poll(t, "2 Ready Nodes in the external API server", 4*time.Minute, func() error {
 		ns, err := nodes()
 		if err != nil {
 			return err

@@ -12,7 +12,8 @@ import (
 )
 
 // ClusterCache keeps, per workload cluster, one API client made from the
-// cluster's admin kubeconfig and one backoff for an API server that does
+// kubeconfig capn uses for the cluster (its admin kubeconfig, or for an
+// external control plane the registered one: secrets/clusterkubeconfig) and one backoff for an API server that does
 // not answer, as Cluster API's clustercache does for its controllers. A
 // service makes one and every loop of it that talks to workload API
 // servers asks it (the bootstrapper's join tokens, the health-watcher's
@@ -138,11 +139,19 @@ func (c *ClusterCache) Client(ctx context.Context, cluster string) (*Client, err
 	if e.client != nil && e.revision == rev {
 		return e.client, nil
 	}
-	admin, err := kubeconfig.Parse(data)
+	// The admin kubeconfigs capn renders and the ones users register for
+	// external control planes (a bearer token or a client certificate)
+	// both parse as external ones (secrets/clusterkubeconfig).
+	kc, err := kubeconfig.ParseExternal(data)
 	if err != nil {
 		return nil, fmt.Errorf("%w of %s: %w", ErrKubeconfig, cluster, err)
 	}
-	client, err := NewClient(admin.Server, admin.CACertPEM, admin.ClientCertPEM, admin.ClientKeyPEM)
+	var client *Client
+	if kc.Token != "" {
+		client, err = NewTokenClient(kc.Server, kc.CACertPEM, kc.Token)
+	} else {
+		client, err = NewClient(kc.Server, kc.CACertPEM, kc.ClientCertPEM, kc.ClientKeyPEM)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w of %s: %w", ErrKubeconfig, cluster, err)
 	}

@@ -38,11 +38,13 @@
 //	                 observed secrets.>; consumes capn.cmd.bootstrap.>; answers
 //	                 capn.bootstrap.fetch.*.*, capn.bootstrap.credential.*.*.* and, with
 //	                 node agents, the auth callout (queue group, replies to requesters)
-//	health-watcher   reads desired, observed and only kubeconfig.> of secrets; writes observed
+//	health-watcher   reads desired, observed and only kubeconfig.> and externalkubeconfig.>
+//	                 of secrets (secrets/clusterkubeconfig); writes observed
 //	                 node.>; consumes health and drift
 //	remediator       reads desired, observed; writes desired machine.>, observed remediation.>;
 //	                 sends machine.remediation events and provider reboots
-//	addon-manager    reads desired, observed and only kubeconfig.> and addonsecret.> of secrets;
+//	addon-manager    reads desired, observed and only kubeconfig.>, externalkubeconfig.> and
+//	                 addonsecret.> of secrets;
 //	                 writes observed addon.>; sends capn.evt.addon.>
 //	fleet-manager    reads desired, observed; writes desired cluster.> (a wave's change) and
 //	                 observed rollout.>; sends capn.evt.rollout.>

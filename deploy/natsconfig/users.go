@@ -198,6 +198,9 @@ func (d Deployment) Users() []User {
 		g.read(des, ">")
 		g.read(obs, ">")
 		g.read(sec, "kubeconfig.>") // sealed; it holds the key to read real-kubernetes clusters' Nodes
+		// External clusters' Nodes: with the kubeconfig the user registered
+		// (secrets/clusterkubeconfig), never its other keys.
+		g.read(sec, "externalkubeconfig.>")
 		g.write(obs, "node.>")
 		g.publish(ev("machine", "unhealthy", ">"))
 	})
@@ -215,6 +218,7 @@ func (d Deployment) Users() []User {
 		// API servers, and the add-on secrets sets name. Never PKI or
 		// bootstrap data.
 		g.read(sec, "kubeconfig.>")
+		g.read(sec, "externalkubeconfig.>") // external clusters' API servers
 		g.read(sec, "addonsecret.>")
 		g.write(obs, "addon.>")
 		g.publish(ev("addon", ">"))

@@ -43,6 +43,9 @@ type Capn struct {
 	Home string
 	// Server is the gateway's URL, Token its admin token.
 	Server, Token string
+	// SecretsKeyEnv is CAPN_SECRETS_KEY=<the deployment's key>, for a
+	// test that runs one more program that opens the secrets bucket.
+	SecretsKeyEnv string
 }
 
 // StartCapn runs a deployment against natsURL until the test ends. The
@@ -64,6 +67,7 @@ func StartCapn(t *testing.T, natsURL string) *Capn {
 		t.Fatal(err)
 	}
 	secretsKey := "CAPN_SECRETS_KEY=" + hex.EncodeToString(key)
+	c.SecretsKeyEnv = secretsKey
 	nats := "--nats-url=" + natsURL
 	for _, name := range CoreProgramNames {
 		env := []string{"CAPN_LOG_LEVEL=info", "CAPN_LOG_FORMAT=json"}

@@ -26,6 +26,7 @@ import (
 	"github.com/capn-dev/capn/kubeapi"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
+	"github.com/capn-dev/capn/secrets/clusterkubeconfig"
 	"github.com/capn-dev/capn/secrets/seal"
 	"github.com/capn-dev/capn/services/daemon"
 )
@@ -171,13 +172,10 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 		}
 		kv[b] = h
 	}
-	kubeconfigs := store.NewBucket(kv[events.BucketSecrets], store.New[capnv1.AdminKubeconfig](), store.WithSealer(ring))
 	s.clients = kubeapi.NewClusterCache(kubeapi.ClusterCacheConfig{
-		Kubeconfig: func(ctx context.Context, cluster string) ([]byte, uint64, error) {
-			kc, rev, err := kubeconfigs.Get(ctx, keys.Kubeconfig(cluster))
-			return kc.GetKubeconfig(), rev, err
-		},
-		Timeout: s.cfg.KubeAPITimeout, BackoffBase: s.cfg.BackoffBase, BackoffMax: s.cfg.BackoffMax, Now: s.cfg.Now,
+		// The admin kubeconfig, or an external cluster's registered one.
+		Kubeconfig: clusterkubeconfig.New(kv[events.BucketDesired], kv[events.BucketSecrets], ring).Kubeconfig,
+		Timeout:    s.cfg.KubeAPITimeout, BackoffBase: s.cfg.BackoffBase, BackoffMax: s.cfg.BackoffMax, Now: s.cfg.Now,
 	})
 	defer s.clients.Close()
 	s.pub = events.NewPublisher(d.JS, "capn/"+Name)

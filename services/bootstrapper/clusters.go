@@ -48,9 +48,18 @@ func (s *Service) reconcileCluster(ctx context.Context, name string) (reconcile.
 	}
 	status.PkiReady = true
 	status.UserSuppliedCa = set.user
-	status.CaCertHash, err = pki.CACertHash(set.set.CA.CertPEM)
-	if err != nil {
-		return reconcile.Result{}, err
+	// The pin providers hand their machines (capn-node --ca-cert-hash) is
+	// the CA the workers trust for the API server: the cluster PKI's on
+	// machines, the record's for a hosted or external control plane (whose
+	// server capn's CA did not sign); none until the record has one.
+	pinned := set.set.CA.CertPEM
+	if cluster.GetSpec().GetControlPlane().Implementation() != capnv1.ControlPlaneMachines {
+		pinned, _ = s.workerCA(cluster)
+	}
+	if len(pinned) > 0 {
+		if status.CaCertHash, err = pki.CACertHash(pinned); err != nil {
+			return reconcile.Result{}, fmt.Errorf("the CA workers of %s trust: %w", name, err)
+		}
 	}
 	var requeue time.Duration
 	if cluster.GetSpec().GetControlPlane().Implementation() == capnv1.ControlPlaneExternal {

@@ -122,6 +122,12 @@ func TestWorkersOfAnImplementationTrustItsRecord(t *testing.T) {
 			if !strings.Contains(d, "10.1.2.3:16443") || !strings.Contains(d, theirHash) || strings.Contains(d, ownHash) || strings.Contains(d, "127.0.0.1:6443") {
 				t.Fatalf("worker bootstrap data does not join 10.1.2.3:16443 trusting the record's CA %s (cluster PKI's %s):\n%s", theirHash, ownHash, d)
 			}
+			// The pin providers hand their machines is the record's CA, not
+			// the cluster PKI's (capn-node refuses bootstrap data naming
+			// another CA than its pin).
+			natstest.WaitFor(t, 10*time.Second, "secrets."+name+" pins the record's CA", func() bool {
+				return e.status(name).GetCaCertHash() == theirHash
+			})
 			kc := store.NewBucket(e.kv(events.BucketSecrets), func() *capnv1.AdminKubeconfig { return new(capnv1.AdminKubeconfig) }, store.WithSealer(ring))
 			if typ == capnv1.ControlPlaneHosted {
 				natstest.WaitFor(t, 10*time.Second, "the admin kubeconfig names the record's endpoint", func() bool {

@@ -19,6 +19,7 @@ import (
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/conditions"
 	"github.com/capn-dev/capn/schemas/keys"
+	"github.com/capn-dev/capn/secrets/clusterkubeconfig"
 	"github.com/capn-dev/capn/secrets/token"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubeadm"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
@@ -124,6 +125,11 @@ const capabilityRealKubernetes = "real-kubernetes"
 // Kubernetes API server that join tokens are registered in (the
 // health-watcher reads Nodes by the same rule).
 func (s *Service) realKubernetes(c *capnv1.Cluster) bool {
+	if clusterkubeconfig.External(c) {
+		// Someone else's real API server, reached with the registered
+		// kubeconfig (secrets/clusterkubeconfig).
+		return true
+	}
 	p := c.GetSpec().GetControlPlane().GetProvider()
 	if p == "" {
 		return false
@@ -171,6 +177,41 @@ func (s *Service) kickJoins(cluster string) {
 	s.joins.Add(cluster)
 }
 
+// dropJoinSecrets is the pass over an external cluster being deleted: its
+// API server stays, so every token Secret the bootstrapper registered
+// there for the cluster goes (no machine of it joins any more); no
+// condition is written (the cluster's records are being removed).
+func (s *Service) dropJoinSecrets(ctx context.Context, name string) (reconcile.Result, error) {
+	if wait := s.workload.Wait(name); wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
+	wanted, stale, err := s.joinPlan(ctx, name, s.cfg.Now())
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	for _, it := range wanted {
+		if it.secret != "" {
+			stale = append(stale, it)
+		}
+	}
+	client, err := s.workload.Client(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return reconcile.Result{}, nil
+	} else if err != nil {
+		return reconcile.Result{}, err
+	}
+	if _, err := s.syncJoinSecrets(ctx, client, name, nil, stale); err != nil {
+		if ctx.Err() != nil || errors.Is(err, errStore) {
+			return reconcile.Result{}, err
+		}
+		a := s.workload.Failed(name, err)
+		zerolog.Ctx(ctx).Info().Err(err).Str("cluster", name).Dur("retry_in", a.RetryIn).Msg("cannot delete join tokens from the external cluster; retrying")
+		return reconcile.Result{RequeueAfter: a.RetryIn}, nil
+	}
+	s.workload.Answered(name)
+	return reconcile.Result{}, nil
+}
+
 // joinItem is one machine's token as the pass sees it.
 type joinItem struct {
 	key, machine string
@@ -184,8 +225,14 @@ type joinItem struct {
 // deletes the bootstrapper's others. It writes ConditionJoinTokensRegistered.
 func (s *Service) reconcileJoinTokens(ctx context.Context, name string) (reconcile.Result, error) {
 	cluster, ok, err := s.cluster(name)
-	if err != nil || !ok || cluster.GetMetadata().GetDeletionTimestamp() != nil {
+	if err != nil || !ok {
 		return reconcile.Result{}, err
+	}
+	if cluster.GetMetadata().GetDeletionTimestamp() != nil {
+		if clusterkubeconfig.External(cluster) {
+			return s.dropJoinSecrets(ctx, name)
+		}
+		return reconcile.Result{}, nil
 	}
 	// Woken by every desired machine change, this pass also drops the
 	// sealed data of machines that are gone (gone.go).
@@ -396,6 +443,11 @@ func (s *Service) syncJoinSecrets(ctx context.Context, c *kubeapi.Client, cluste
 	present := map[string]map[string]string{}
 	owner := map[string]string{}
 	for _, it := range list.Items {
+		if c, ok := it.Metadata.Annotations[annotationCluster]; ok && c != cluster {
+			// Another capn cluster's: several may join workers to one
+			// external cluster.
+			continue
+		}
 		owner[it.Metadata.Name] = it.Metadata.Annotations[annotationMachine]
 		data := map[string]string{}
 		for k, v := range it.Data {

@@ -392,6 +392,10 @@ func TestJoinTokensRegisteredUntilJoined(t *testing.T) {
 	// first control plane's own (not ours).
 	api.put("bootstrap-token-old000", &fakeSecret{Type: token.SecretType, Labels: map[string]string{"app.kubernetes.io/managed-by": bootstrapper.JoinTokenManagedBy}, Data: map[string]string{"token-id": "old000"}})
 	api.put("bootstrap-token-node00", &fakeSecret{Type: token.SecretType, Data: map[string]string{"token-id": "node00"}})
+	// Another capn cluster's, joining workers to the same (external)
+	// cluster: not ours to sweep.
+	api.put("bootstrap-token-other0", &fakeSecret{Type: token.SecretType, Labels: map[string]string{"app.kubernetes.io/managed-by": bootstrapper.JoinTokenManagedBy},
+		Annotations: map[string]string{"capn.dev/cluster": "other"}, Data: map[string]string{"token-id": "other0"}})
 	e.reportEndpointAt(c, api.port())
 	got := e.collect(c)
 	spec := &capnv1.BootstrapSpec{Provider: "kube-local"}
@@ -410,6 +414,9 @@ func TestJoinTokensRegisteredUntilJoined(t *testing.T) {
 		return true
 	})
 	natstest.WaitFor(t, 5*time.Second, "the stale Secret swept", func() bool { return api.secret("bootstrap-token-old000") == nil })
+	if api.secret("bootstrap-token-other0") == nil {
+		t.Error("another cluster's token Secret was swept")
+	}
 	natstest.WaitFor(t, 5*time.Second, "condition Registered", func() bool {
 		cond := e.joinCondition(c)
 		return cond.GetStatus() == "True" && cond.GetReason() == bootstrapper.ReasonRegistered && strings.Contains(cond.GetMessage(), "3 joining machine(s)")
@@ -452,8 +459,8 @@ func TestJoinTokensRegisteredUntilJoined(t *testing.T) {
 		cond := e.joinCondition(c)
 		return cond.GetStatus() == "True" && cond.GetReason() == bootstrapper.ReasonNoMachineJoining
 	})
-	if names := api.names(); !slices.Equal(names, []string{"bootstrap-token-node00"}) {
-		t.Fatalf("Secrets left: %v; want only the one the bootstrapper did not make", names)
+	if names := api.names(); !slices.Equal(names, []string{"bootstrap-token-node00", "bootstrap-token-other0"}) {
+		t.Fatalf("Secrets left: %v; want only the one the bootstrapper did not make and another cluster's", names)
 	}
 	// Nothing is left to do: the API server is not asked again.
 	api.mu.Lock()

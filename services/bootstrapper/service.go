@@ -20,6 +20,7 @@ import (
 	"github.com/capn-dev/capn/kubeapi"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
+	"github.com/capn-dev/capn/secrets/clusterkubeconfig"
 	"github.com/capn-dev/capn/secrets/seal"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/builtin"
@@ -201,11 +202,9 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	s.pkis = store.NewBucket(s.secretsKV, store.New[capnv1.ClusterPKI](), sealer)
 	s.kubeconfs = store.NewBucket(s.secretsKV, store.New[capnv1.AdminKubeconfig](), sealer)
 	s.workload = kubeapi.NewClusterCache(kubeapi.ClusterCacheConfig{
-		Kubeconfig: func(ctx context.Context, cluster string) ([]byte, uint64, error) {
-			kc, rev, err := s.kubeconfs.Get(ctx, keys.Kubeconfig(cluster))
-			return kc.GetKubeconfig(), rev, err
-		},
-		Timeout: s.cfg.KubeAPITimeout, BackoffBase: s.cfg.JoinTokenBackoff.Base, BackoffMax: s.cfg.JoinTokenBackoff.Max,
+		// The admin kubeconfig, or an external cluster's registered one.
+		Kubeconfig: clusterkubeconfig.New(desiredKV, s.secretsKV, s.cfg.Keyring).Kubeconfig,
+		Timeout:    s.cfg.KubeAPITimeout, BackoffBase: s.cfg.JoinTokenBackoff.Base, BackoffMax: s.cfg.JoinTokenBackoff.Max,
 	})
 	defer s.workload.Close()
 	s.boots = store.NewBucket(s.secretsKV, store.New[capnv1.BootstrapData](), sealer)

@@ -19,6 +19,7 @@ import (
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/health/policy"
 	"github.com/capn-dev/capn/schemas/keys"
+	"github.com/capn-dev/capn/secrets/clusterkubeconfig"
 	"github.com/capn-dev/capn/secrets/seal"
 	"github.com/capn-dev/capn/services/daemon"
 )
@@ -175,13 +176,10 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 		if err != nil {
 			return fmt.Errorf("bucket %s: %w", events.BucketSecrets, err)
 		}
-		kubeconfigs := store.NewBucket(secretsKV, store.New[capnv1.AdminKubeconfig](), store.WithSealer(ring))
 		cache := kubeapi.NewClusterCache(kubeapi.ClusterCacheConfig{
-			Kubeconfig: func(ctx context.Context, cluster string) ([]byte, uint64, error) {
-				kc, rev, err := kubeconfigs.Get(ctx, keys.Kubeconfig(cluster))
-				return kc.GetKubeconfig(), rev, err
-			},
-			Timeout: s.cfg.KubeAPITimeout, BackoffBase: s.cfg.NodePollEvery, BackoffMax: s.cfg.NodeBackoffMax,
+			// The admin kubeconfig, or an external cluster's registered one.
+			Kubeconfig: clusterkubeconfig.New(desiredKV, secretsKV, ring).Kubeconfig,
+			Timeout:    s.cfg.KubeAPITimeout, BackoffBase: s.cfg.NodePollEvery, BackoffMax: s.cfg.NodeBackoffMax,
 		})
 		defer cache.Close()
 		s.work = newWorkload(cache)

@@ -18,6 +18,7 @@ import (
 	"github.com/capn-dev/capn/kubeapi"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
+	"github.com/capn-dev/capn/secrets/clusterkubeconfig"
 	"github.com/capn-dev/capn/secrets/seal"
 )
 
@@ -112,7 +113,16 @@ func (w *workload) forget(cluster string) {
 // polled says whether the cluster's API server is read: its control
 // plane's provider announces real-kubernetes.
 func (s *Service) polled(cl *capnv1.Cluster) bool {
-	if cl.GetMetadata().GetDeletionTimestamp() != nil || cl.GetSpec().GetHibernated() {
+	if cl.GetSpec().GetHibernated() {
+		return false
+	}
+	if clusterkubeconfig.External(cl) {
+		// Someone else's real API server (read with the registered
+		// kubeconfig, secrets/clusterkubeconfig) outlives the cluster's
+		// deletion: the Nodes of its deleted machines must go from it.
+		return true
+	}
+	if cl.GetMetadata().GetDeletionTimestamp() != nil {
 		return false
 	}
 	p := cl.GetSpec().GetControlPlane().GetProvider()

@@ -394,7 +394,8 @@ func TestEachUserDoesItsJob(t *testing.T) {
 	hw := w.as(t, natsconfig.HealthWatcher)
 	hw.cache(events.BucketDesired)
 	hw.cache(events.BucketObserved)
-	hw.get(events.BucketSecrets, "kubeconfig.demo") // to read real-kubernetes clusters' Nodes
+	hw.get(events.BucketSecrets, "kubeconfig.demo")         // to read real-kubernetes clusters' Nodes
+	hw.get(events.BucketSecrets, "externalkubeconfig.prod") // ... and external clusters' Nodes
 	hw.put(events.BucketObserved, "node.demo.m1")
 	hw.consume(durable(d, natsconfig.HealthWatcher, natsconfig.HealthWatcher+"-health"))
 	hw.consume(durable(d, natsconfig.HealthWatcher, natsconfig.HealthWatcher+"-drift"))
@@ -405,8 +406,9 @@ func TestEachUserDoesItsJob(t *testing.T) {
 	am := w.as(t, natsconfig.AddonManager)
 	am.cacheKeep(events.BucketDesired, "cluster.", "addonset.")
 	am.cacheKeep(events.BucketObserved, "cluster.", "addon.", "provider.")
-	am.cacheKeep(events.BucketSecrets, "addonsecret.") // the add-on secrets sets name
-	am.get(events.BucketSecrets, "kubeconfig.demo")    // to reach the workload API server
+	am.cacheKeep(events.BucketSecrets, "addonsecret.")      // the add-on secrets sets name
+	am.get(events.BucketSecrets, "kubeconfig.demo")         // to reach the workload API server
+	am.get(events.BucketSecrets, "externalkubeconfig.prod") // ... an external cluster's
 	am.get(events.BucketSecrets, "addonsecret.creds")
 	am.put(events.BucketObserved, "addon.demo.cni")
 	am.publish(events.EventSubject("addon", "applied", "demo", "cni"))
@@ -851,16 +853,24 @@ func TestOutsideTheJobIsRefused(t *testing.T) {
 			ce.refused("$JS.API.DIRECT.GET.KV_secrets.$KV.secrets."+k, ce.kvGet(events.BucketSecrets, k))
 		}
 		ce.refusedPublish("$JS.API.CONSUMER.CREATE.KV_secrets.x.$KV.secrets.>")
-		// Nobody but it and the gateway reads a registered kubeconfig, and
-		// nobody but the control-plane implementations (the planner is the
-		// machines one) writes the records.
-		for _, user := range []string{natsconfig.HealthWatcher, natsconfig.AddonManager, natsconfig.Maintenance} {
+		// Only it, the gateway and the services that talk to workload
+		// clusters (the bootstrapper, the health-watcher, the
+		// addon-manager: secrets/clusterkubeconfig) read a registered
+		// kubeconfig; only the control-plane implementations write the records.
+		for _, user := range []string{natsconfig.ClusterPlanner, natsconfig.MachineManager, natsconfig.Remediator, natsconfig.Maintenance,
+			natsconfig.FleetManager, natsconfig.AutoscalerProvider, natsconfig.ProviderUser("docker")} {
 			a := w.as(t, user)
 			a.refused("$JS.API.DIRECT.GET.KV_secrets.$KV.secrets.externalkubeconfig.prod", a.kvGet(events.BucketSecrets, "externalkubeconfig.prod"))
+		}
+		// (The planner writes the machines implementation's records.)
+		for _, user := range []string{natsconfig.HealthWatcher, natsconfig.AddonManager, natsconfig.Maintenance} {
+			a := w.as(t, user)
 			a.refusedPublish("$KV.observed.controlplane.demo")
 		}
-		pl := w.as(t, natsconfig.ClusterPlanner)
-		pl.refused("$JS.API.DIRECT.GET.KV_secrets.$KV.secrets.externalkubeconfig.prod", pl.kvGet(events.BucketSecrets, "externalkubeconfig.prod"))
+		// Readers of it never write it.
+		for _, user := range []string{natsconfig.HealthWatcher, natsconfig.AddonManager} {
+			w.as(t, user).refusedPublish("$KV.secrets.externalkubeconfig.prod")
+		}
 	})
 	t.Run("the hosted control planes: their records and commands only", func(t *testing.T) {
 		t.Parallel()

@@ -22,7 +22,8 @@ import (
 // PKI held here, then the cluster record.
 //
 // A control plane made by an implementation (type hosted or external) has
-// no machine: once the workers are gone the implementation is sent
+// no machine (and an external one's Nodes are drained and deleted, not
+// excluded: its API server stays): once the workers are gone the implementation is sent
 // DeleteControlPlane until its record is gone (the command is sent along
 // with the next steps when there is no record, if the plan has room for
 // both: whatever it made without reporting goes too); then the
@@ -45,8 +46,13 @@ func (p *planner) planDelete() {
 	}
 	// Nothing is left to reschedule pods onto: the machines' Nodes are not
 	// drained (Cluster API skips the drain of a cluster being deleted).
-	for _, m := range append(append([]*machine(nil), workers...), cps...) {
-		p.excludeDrain(m)
+	// An external control plane outlives the capn cluster: its workers'
+	// Nodes are drained and deleted from it as a scale-down's are (the
+	// machine-manager waits for the health-watcher's Node deletion).
+	if p.implementation() != capnv1.ControlPlaneExternal {
+		for _, m := range append(append([]*machine(nil), workers...), cps...) {
+			p.excludeDrain(m)
+		}
 	}
 	if len(workers) > 0 {
 		for _, m := range workers {

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"pgregory.net/rapid"
 
+	"github.com/capn-dev/capn/schemas/annotations"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/manifest"
 	"github.com/capn-dev/capn/services/cluster-planner/plan"
@@ -360,4 +361,41 @@ func TestPropImplementation(t *testing.T) {
 			t.Fatalf("deleted with %d machines, record %v", len(h.Machines), h.ControlPlane)
 		}
 	})
+}
+
+// TestExternalDeletionDrainsItsNodes: deleting a cluster on an external
+// control plane, whose API server stays, does not exclude its workers'
+// Nodes from the drain and the Node deletion (the machine-manager then
+// waits for the health-watcher to delete them); a hosted one's are
+// excluded, as a machines cluster's.
+func TestExternalDeletionDrainsItsNodes(t *testing.T) {
+	for _, typ := range []string{capnv1.ControlPlaneHosted, capnv1.ControlPlaneExternal} {
+		t.Run(typ, func(t *testing.T) {
+			h := plantest.New(implCluster(typ, 2))
+			h.ClusterRevision = 3
+			h.ControlPlane = record(typ, 3, true, "v1.33.4", true)
+			converge(t, h, nil)
+			h.Delete()
+			h.ClusterRevision = 4
+			excluded, deleted := 0, 0
+			for step := 0; step < 3; step++ {
+				r, err := h.Step()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, u := range of[plan.UpdateMachine](r) {
+					if _, ok := u.Machine.GetMetadata().GetAnnotations()[annotations.ExcludeNodeDraining]; ok {
+						excluded++
+					}
+				}
+				deleted += len(of[plan.DeleteMachine](r))
+			}
+			if deleted == 0 {
+				t.Fatal("no worker deleted")
+			}
+			if want := typ != capnv1.ControlPlaneExternal; (excluded > 0) != want {
+				t.Errorf("%d workers excluded from the drain, want excluded: %v", excluded, want)
+			}
+		})
+	}
 }

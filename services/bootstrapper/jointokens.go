@@ -124,6 +124,9 @@ const capabilityRealKubernetes = "real-kubernetes"
 // Kubernetes API server that join tokens are registered in (the
 // health-watcher reads Nodes by the same rule).
 func (s *Service) realKubernetes(c *capnv1.Cluster) bool {
+	if c.GetSpec().GetControlPlane().Implementation() != capnv1.ControlPlaneMachines {
+		return true // hosted or external: a real API server at the record's endpoint
+	}
 	p := c.GetSpec().GetControlPlane().GetProvider()
 	if p == "" {
 		return false

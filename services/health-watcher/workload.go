@@ -115,6 +115,9 @@ func (s *Service) polled(cl *capnv1.Cluster) bool {
 	if cl.GetMetadata().GetDeletionTimestamp() != nil || cl.GetSpec().GetHibernated() {
 		return false
 	}
+	if cl.GetSpec().GetControlPlane().Implementation() != capnv1.ControlPlaneMachines {
+		return true // hosted or external: a real API server at the record's endpoint
+	}
 	p := cl.GetSpec().GetControlPlane().GetProvider()
 	if p == "" {
 		return false

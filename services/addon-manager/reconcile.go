@@ -147,6 +147,9 @@ func (s *Service) input(ctx context.Context, cluster string) (Input, map[string]
 // api says whether the cluster's control plane's provider announces
 // real-kubernetes (a real API server behind its endpoint).
 func (s *Service) api(cl *capnv1.Cluster) bool {
+	if cl.GetSpec().GetControlPlane().Implementation() != capnv1.ControlPlaneMachines {
+		return true // hosted or external: a real API server at the record's endpoint
+	}
 	p := cl.GetSpec().GetControlPlane().GetProvider()
 	if p == "" {
 		return false

@@ -125,9 +125,10 @@ const capabilityRealKubernetes = "real-kubernetes"
 // Kubernetes API server that join tokens are registered in (the
 // health-watcher reads Nodes by the same rule).
 func (s *Service) realKubernetes(c *capnv1.Cluster) bool {
-	if clusterkubeconfig.External(c) {
-		// Someone else's real API server, reached with the registered
-		// kubeconfig (secrets/clusterkubeconfig).
+	if c.GetSpec().GetControlPlane().Implementation() != capnv1.ControlPlaneMachines {
+		// Hosted or external: a real API server at the record's endpoint
+		// (an external one reached with the registered kubeconfig,
+		// secrets/clusterkubeconfig).
 		return true
 	}
 	p := c.GetSpec().GetControlPlane().GetProvider()

@@ -353,8 +353,19 @@ func (c *controlPlane) monitor(ctx context.Context, write func(*controlPlane)) {
 	t := time.NewTicker(ProbeEvery)
 	defer t.Stop()
 	last := -1
+	joined := false
 	for {
 		n := c.probe(ctx)
+		if n > 0 && !joined {
+			// Workers join with a bootstrap token: the RBAC and
+			// cluster-info they need (join.go), once per start.
+			if err := c.prepareJoin(ctx); err != nil {
+				c.log.Warn().Err(err).Msg("cannot apply the join RBAC and cluster-info yet; the next probe tries again")
+			} else {
+				joined = true
+				c.log.Info().Msg("join RBAC and cluster-info applied: workers can join with a bootstrap token")
+			}
+		}
 		if n != last {
 			last = n
 			write(c)

@@ -125,6 +125,9 @@ func (s *Service) polled(cl *capnv1.Cluster) bool {
 	if cl.GetMetadata().GetDeletionTimestamp() != nil {
 		return false
 	}
+	if cl.GetSpec().GetControlPlane().Implementation() != capnv1.ControlPlaneMachines {
+		return true // hosted or external: a real API server at the record's endpoint
+	}
 	p := cl.GetSpec().GetControlPlane().GetProvider()
 	if p == "" {
 		return false

@@ -39,6 +39,11 @@ func TestHostedThreeReplicas(t *testing.T) {
 	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
+	// SIGKILL is asynchronous: until the process is gone its listening
+	// socket may still accept a connection the kernel then resets (EOF).
+	testkit.WaitFor(t, 10*time.Second, "the killed API server gone", func() bool {
+		return syscall.Kill(victim, 0) != nil
+	})
 	// The endpoint passes to the others at once.
 	if code, body, err := do(admin, http.MethodGet, endpoint+"/api/v1/namespaces/default", ""); err != nil || code != http.StatusOK {
 		t.Fatalf("the endpoint with one API server killed: %d %s %v", code, body, err)

@@ -124,7 +124,6 @@ func TestExternalControlPlaneEndToEnd(t *testing.T) {
 	})
 	step("capn deployment and the process provider", s)
 
-	s = time.Now()
 	kcPath := filepath.Join(c.Home, "ext.kubeconfig")
 	kc := fmt.Sprintf("apiVersion: v1\nkind: Config\ncurrent-context: ext\ncontexts:\n- name: ext\n  context: {cluster: ext, user: capn}\n"+
 		"clusters:\n- name: ext\n  cluster:\n    server: %s\n    certificate-authority-data: %s\n"+

@@ -181,7 +181,7 @@ func TestDevEndToEnd(t *testing.T) {
 	noImage := "capn-node:absent-" + strconv.Itoa(os.Getpid())
 	first := startDev(t, dataDir, "--providers", "sim,process,docker", "--process-node-binary", buildNode(t), "--docker-image", noImage)
 	for _, want := range []string{"capn dev is running", "data dir  " + dataDir,
-		"services  cluster-planner, machine-manager, bootstrapper, health-watcher, remediator, addon-manager, fleet-manager, backup, maintenance, autoscaler-provider, provider-sim, provider-process, gateway, alpha, beta",
+		"services  cluster-planner, machine-manager, bootstrapper, health-watcher, remediator, addon-manager, fleet-manager, backup, maintenance, controlplane-external, controlplane-hosted, autoscaler-provider, provider-sim, provider-process, gateway, alpha, beta",
 		"\n  providers sim, process\n  autoscaler 127.0.0.1:0 once a cluster asks for autoscaling (mutual TLS; cluster-autoscaler --cloud-provider=externalgrpc --cloud-config=" +
 			filepath.Join(dataDir, "autoscaler", "clients", "<cluster>", "cloud-config") + ")\n  off       docker provider: ",
 		"\n              turn on: make images IMAGES=capn-node (with a Docker daemon running)\n",
@@ -357,7 +357,7 @@ func TestDevProvidersNeedTCP(t *testing.T) {
 	}
 	out := stderr.String()
 	for _, want := range []string{
-		"services  cluster-planner, machine-manager, bootstrapper, health-watcher, remediator, addon-manager, fleet-manager, backup, maintenance, autoscaler-provider, provider-sim, gateway, probe\n",
+		"services  cluster-planner, machine-manager, bootstrapper, health-watcher, remediator, addon-manager, fleet-manager, backup, maintenance, controlplane-external, controlplane-hosted, autoscaler-provider, provider-sim, gateway, probe\n",
 		"\n  providers sim\n  autoscaler 127.0.0.1:8086 once a cluster asks for autoscaling (mutual TLS; ",
 		"\n  off       process provider: its node agents (capn-node processes) connect over TCP and NATS is in-process only (--nats-listen none)\n" +
 			"              turn on: restart capn dev without --nats-listen none\n" +

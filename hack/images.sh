@@ -27,7 +27,7 @@ dockerfile=$root/deploy/images/Dockerfile
 nodefile=$root/deploy/images/capn-node.Dockerfile
 
 default=(nats-server capn-nats-config cluster-planner machine-manager bootstrapper health-watcher remediator addon-manager fleet-manager
-  autoscaler-provider gateway backup maintenance controlplane-external capn-provider-sim capn-provider-docker capn-node)
+  autoscaler-provider gateway backup maintenance controlplane-external controlplane-hosted capn-provider-sim capn-provider-docker capn-node)
 programs=("$@")
 [ ${#programs[@]} -gt 0 ] || programs=("${default[@]}")
 

@@ -9,7 +9,7 @@ DATA_DIR ?= .capn
 PROGRAMS := $(notdir $(wildcard cmd/*))
 export CGO_ENABLED ?= 0
 
-.PHONY: all build run test day2 test-short mod-check proto proto-check lint vet fmt clean bench npd kube kube-bin autoscaler autoscaler-bin nodestack nodestack-bin nodeimages fuzz images chaos
+.PHONY: all build run test day2 test-short mod-check proto proto-check lint vet fmt clean bench bench-hosted npd kube kube-bin autoscaler autoscaler-bin nodestack nodestack-bin nodeimages fuzz images chaos
 
 all: build
 
@@ -159,6 +159,10 @@ BENCH_CLUSTERS ?= 100,300,1000
 BENCH_RUNS ?= 3
 bench: ## fleet-scale benchmarks (fleet create, repair, upgrade, ingest, a class rollout in waves to 1,000 clusters, idle) against the same-run NATS baseline → docs/benchmarks.md
 	$(GO) run ./cmd/capn-bench --clusters $(BENCH_CLUSTERS) --runs $(BENCH_RUNS) --out docs/benchmarks.md
+
+BENCH_HOSTED ?= auto
+bench-hosted: ## hosted control planes' density (issue 21; not in bench): BENCH_HOSTED at once (auto: half the free memory at 500 MiB each, at most 20), one with a worker, the machine-based figure → docs/benchmarks.md (needs make kube; minutes)
+	$(GO) run ./cmd/capn-bench --bench hosted --hosted $(BENCH_HOSTED) --kube-bin "$(KUBE_BIN)" --out docs/benchmarks.md
 
 day2: ## the day-2 check alone on a real cluster (process provider, two Kubernetes versions; ~4 min): upgrade with a PDB, drain, hooks, hibernate
 	CAPN_REQUIRE_KUBE=1 CAPN_KUBE_BIN="$(KUBE_BIN)" $(GO) test -count=1 -timeout 20m -v -run '^TestConformance/KubernetesDay2$$' ./providers/process

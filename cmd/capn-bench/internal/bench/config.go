@@ -3,6 +3,7 @@ package bench
 import (
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 )
@@ -29,7 +30,17 @@ type Config struct {
 	// RolloutClusters and RolloutSoak shape the rollout benchmark.
 	RolloutClusters int
 	RolloutSoak     time.Duration
+	// The hosted benchmark (not in the default --bench: make bench-hosted).
+	Hosted       string // comma-separated numbers of control planes, or auto
+	KubeBin      string
+	HostedSettle time.Duration
+	HostedWindow time.Duration
+	HostedWorker bool
 }
+
+// defaultBench are the benchmarks make bench runs; hosted, which needs the
+// Kubernetes binaries and half the machine's memory, runs when named.
+const defaultBench = "fleet,repair,idle,upgrade,ingest,rollout"
 
 // BindFlags defines capn-bench's flags on fs, with their defaults, into
 // the Config it returns.
@@ -44,7 +55,7 @@ func BindFlags(fs *flag.FlagSet) *Config {
 	fs.BoolVar(&c.Trace, "trace", false, "print each fleet create's progress every second")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run here")
 	fs.IntVar(&c.RepairFleet, "repair-fleet", 300, "clusters created in the background of the busy repair-latency runs (0 skips them)")
-	fs.StringVar(&c.Bench, "bench", "fleet,repair,idle,upgrade,ingest,rollout", "comma-separated benchmarks to run: fleet, repair, idle, upgrade, ingest, rollout")
+	fs.StringVar(&c.Bench, "bench", defaultBench, "comma-separated benchmarks to run: fleet, repair, idle, upgrade, ingest, rollout, hosted (hosted control planes' density: make bench-hosted)")
 	fs.StringVar(&c.IdleClusters, "idle-clusters", "100,1000", "comma-separated fleet sizes of the idle-cost benchmark")
 	fs.IntVar(&c.UpgradePool, "upgrade-pool", 500, "machines in the pool of the rolling-upgrade benchmark")
 	fs.DurationVar(&c.UpgradeBoot, "upgrade-boot", 5*time.Second, "the sim provider's boot latency in the rolling-upgrade benchmark")
@@ -54,6 +65,11 @@ func BindFlags(fs *flag.FlagSet) *Config {
 	fs.IntVar(&c.ReplayClients, "replay-clients", replayClients, "clients publishing the replayed traffic")
 	fs.IntVar(&c.RolloutClusters, "rollout-clusters", 1000, "clusters (1 control-plane + 1 worker machine) of the class a rollout moves in waves in the rollout benchmark")
 	fs.DurationVar(&c.RolloutSoak, "rollout-soak", time.Second, "soak between the rollout benchmark's waves")
+	fs.StringVar(&c.Hosted, "hosted", "auto", "comma-separated numbers of 1-replica hosted control planes the hosted benchmark runs at once, each on a fresh server; auto: half the available memory at 500 MiB each, at most 20")
+	fs.StringVar(&c.KubeBin, "kube-bin", os.Getenv("CAPN_KUBE_BIN"), "directories of the Kubernetes binaries, colon-separated (make -s kube-bin; default $CAPN_KUBE_BIN, else make kube's cache): the hosted benchmark runs the newest version")
+	fs.DurationVar(&c.HostedSettle, "hosted-settle", 15*time.Second, "how long the hosted benchmark lets the control planes settle once all are Ready, before its idle window")
+	fs.DurationVar(&c.HostedWindow, "hosted-window", 30*time.Second, "how long the hosted benchmark reads each control plane's CPU time")
+	fs.BoolVar(&c.HostedWorker, "hosted-worker", true, "the hosted benchmark also times one hosted cluster's kube-local worker to a Ready Node and measures one machine-based control plane, on the process provider")
 	return c
 }
 
@@ -61,6 +77,7 @@ func BindFlags(fs *flag.FlagSet) *Config {
 type options struct {
 	Config
 	sizes, idleSizes []int
+	hostedSizes      []int           // 0: auto
 	want             map[string]bool // by benchmark name
 }
 
@@ -80,11 +97,28 @@ func (c Config) options() (options, error) {
 	}
 	for _, b := range strings.Split(c.Bench, ",") {
 		switch b = strings.TrimSpace(b); b {
-		case "fleet", "repair", "idle", "upgrade", "ingest", "rollout":
+		case "fleet", "repair", "idle", "upgrade", "ingest", "rollout", "hosted":
 			o.want[b] = true
 		default:
-			return options{}, usageError{fmt.Errorf("--bench: %q is not a benchmark (fleet, repair, idle, upgrade, ingest, rollout)", b)}
+			return options{}, usageError{fmt.Errorf("--bench: %q is not a benchmark (fleet, repair, idle, upgrade, ingest, rollout, hosted)", b)}
 		}
+	}
+	for _, h := range strings.Split(c.Hosted, ",") {
+		if h = strings.TrimSpace(h); h == "auto" {
+			o.hostedSizes = append(o.hostedSizes, 0)
+			continue
+		}
+		n, err := sizesFlag("--hosted", h)
+		if err != nil {
+			return options{}, usageError{fmt.Errorf("--hosted: %q is neither a positive number nor auto", h)}
+		}
+		o.hostedSizes = append(o.hostedSizes, n...)
+	}
+	if c.HostedWindow <= 0 {
+		return options{}, usageError{fmt.Errorf("--hosted-window: %s is not a positive duration", c.HostedWindow)}
+	}
+	if c.HostedSettle < 0 {
+		return options{}, usageError{fmt.Errorf("--hosted-settle: %s is negative", c.HostedSettle)}
 	}
 	return o, nil
 }

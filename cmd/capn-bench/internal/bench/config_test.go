@@ -18,7 +18,10 @@ func TestOptions(t *testing.T) {
 		{name: "defaults"},
 		{name: "a size that is no number", args: []string{"--clusters", "100,x"}, wantErr: `--clusters: "x" is not a positive number`},
 		{name: "an idle size of 0", args: []string{"--idle-clusters", "0"}, wantErr: `--idle-clusters: "0" is not a positive number`},
-		{name: "an unknown benchmark", args: []string{"--bench", "fleet,nope"}, wantErr: `--bench: "nope" is not a benchmark (fleet, repair, idle, upgrade, ingest, rollout)`},
+		{name: "an unknown benchmark", args: []string{"--bench", "fleet,nope"}, wantErr: `--bench: "nope" is not a benchmark (fleet, repair, idle, upgrade, ingest, rollout, hosted)`},
+		{name: "a hosted size of 0", args: []string{"--hosted", "3,0"}, wantErr: `--hosted: "0" is neither a positive number nor auto`},
+		{name: "a hosted size that is no number", args: []string{"--hosted", "many"}, wantErr: `--hosted: "many" is neither a positive number nor auto`},
+		{name: "a hosted window of 0", args: []string{"--hosted-window", "0s"}, wantErr: `--hosted-window: 0s is not a positive duration`},
 		{name: "a rollout fleet of 0", args: []string{"--rollout-clusters", "0"}, wantErr: `--rollout-clusters: 0 is not a positive number`},
 	}
 	for _, tt := range tests {
@@ -30,7 +33,9 @@ func TestOptions(t *testing.T) {
 			}
 			o, err := cfg.options()
 			if tt.wantErr == "" {
-				if err != nil || !slices.Equal(o.sizes, []int{100, 300, 1000}) || !slices.Equal(o.idleSizes, []int{100, 1000}) || len(o.want) != len(benchmarks) {
+				// Every benchmark but hosted (make bench-hosted) by default.
+				if err != nil || !slices.Equal(o.sizes, []int{100, 300, 1000}) || !slices.Equal(o.idleSizes, []int{100, 1000}) ||
+					len(o.want) != len(benchmarks)-1 || o.want["hosted"] || !slices.Equal(o.hostedSizes, []int{0}) {
 					t.Errorf("options() = %+v, %v", o, err)
 				}
 				return
@@ -39,6 +44,14 @@ func TestOptions(t *testing.T) {
 				t.Errorf("options() error %v (exit %d), want %q (exit 2)", err, ExitCode(err), tt.wantErr)
 			}
 		})
+	}
+	fs := flag.NewFlagSet("capn-bench", flag.ContinueOnError)
+	cfg := BindFlags(fs)
+	if err := fs.Parse([]string{"--bench", "hosted", "--hosted", "3, auto,15"}); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := cfg.options(); err != nil || !o.want["hosted"] || len(o.want) != 1 || !slices.Equal(o.hostedSizes, []int{3, 0, 15}) {
+		t.Errorf("--bench hosted --hosted 3,auto,15: want %v, sizes %v, %v", o.want, o.hostedSizes, err)
 	}
 	if code := ExitCode(errors.New("a run failed")); code != 1 {
 		t.Errorf("ExitCode of a failure = %d, want 1", code)

@@ -38,6 +38,13 @@ func startEnv(ctx context.Context, topo events.Topology, svcs ...daemon.Service)
 	if err != nil {
 		return nil, err
 	}
+	return startEnvOn(ctx, srv, stopSrv, topo, svcs...)
+}
+
+// startEnvOn is startEnv on a server already started (one that listens,
+// for programs of their own beside the in-process services); stopSrv
+// stops it when the env closes, or at once if the env cannot start.
+func startEnvOn(ctx context.Context, srv *server.Server, stopSrv func(), topo events.Topology, svcs ...daemon.Service) (*env, error) {
 	nc, js, err := connect(srv, "bench")
 	if err != nil {
 		stopSrv()

@@ -1,14 +1,12 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -76,16 +74,11 @@ func (r idleRun) sum(core bool, f func(idleSample) float64) float64 {
 // buildPrograms builds every idle program into dir from the module the
 // benchmark runs in (make bench runs it from the repository's root).
 func buildPrograms(ctx context.Context, dir string) error {
-	args := []string{"build", "-o", dir + string(os.PathSeparator)}
+	var names []string
 	for _, p := range idlePrograms {
-		args = append(args, "./cmd/"+p.Name)
+		names = append(names, p.Name)
 	}
-	cmd := exec.CommandContext(ctx, "go", args...)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build of the programs (run capn-bench from the repository's root): %v\n%s", err, out)
-	}
-	return nil
+	return goBuild(ctx, dir, names...)
 }
 
 // measureIdle runs each program as its own process against an embedded
@@ -268,17 +261,11 @@ func cpuSeconds(pid int) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	// The command name (field 2) may hold spaces; the fields after its
-	// closing parenthesis are space-separated: utime is the 14th field of
-	// the line, stime the 15th.
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	ut, err1 := strconv.ParseFloat(f[11], 64)
-	st, err2 := strconv.ParseFloat(f[12], 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: unexpected %q", pid, s)
+	ticks, err := parseStatCPU(string(b))
+	if err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
 	}
-	return (ut + st) / clockTicks, nil
+	return ticks / clockTicks, nil
 }
 
 // clockTicks is USER_HZ, 100 on every Linux that Go supports.
@@ -286,19 +273,15 @@ const clockTicks = 100
 
 // rssMiB is a process's resident set (VmRSS).
 func rssMiB(pid int) (float64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			return kb / 1024, err
-		}
+	mib, err := parseKiB(string(b), "VmRSS:")
+	if err != nil {
+		return 0, fmt.Errorf("/proc/%d/status: %w", pid, err)
 	}
-	return 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
+	return mib, nil
 }
 
 func (s idleSample) cpu() float64 { return s.MilliC }

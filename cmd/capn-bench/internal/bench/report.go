@@ -31,6 +31,12 @@ type report struct {
 	// RepairBusy: runs with the 1ms hold during a fleet create.
 	RepairBusy []repairResult
 	Rollout    []rolloutRun
+	// Hosted: the hosted benchmark's runs, one a --hosted size, of
+	// Kubernetes HostedVersion; HostedWorker: its worker and machine-based
+	// figures (--hosted-worker).
+	Hosted        []hostedRun
+	HostedVersion string
+	HostedWorker  *hostedWorkerRun
 }
 
 func median(xs []float64) float64 {

@@ -27,3 +27,25 @@ func TestWriteReportKeepsWhatIsAroundTheMarkers(t *testing.T) {
 		t.Fatalf("an existing file:\n%s\nwant:\n%s", b, want)
 	}
 }
+
+func TestWriteReportBlockAppendsWhereNoMarkers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "benchmarks.md")
+	doc := "# title\n\n" + beginMarker + "\nfleet\n" + endMarker + "\n\n## Hosted\n\nprose\n"
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeReportBlock(path, "hosted 1\n", hostedBeginMarker, hostedEndMarker); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	if want := doc + "\n" + hostedBeginMarker + "\nhosted 1\n" + hostedEndMarker + "\n"; string(b) != want {
+		t.Fatalf("appended:\n%s\nwant:\n%s", b, want)
+	}
+	if err := writeReportBlock(path, "hosted 2\n", hostedBeginMarker, hostedEndMarker); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = os.ReadFile(path)
+	if want := doc + "\n" + hostedBeginMarker + "\nhosted 2\n" + hostedEndMarker + "\n"; string(b) != want {
+		t.Fatalf("replaced:\n%s\nwant:\n%s", b, want)
+	}
+}

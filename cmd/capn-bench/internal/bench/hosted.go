@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -113,8 +114,9 @@ type hostedWorkerRun struct {
 	ClusterReady, NodeReady time.Duration
 	// Machine-based control plane (1 kube-local machine on the process
 	// provider, no worker): apply → cluster Ready; the machine's
-	// processes' RSS (MiB) and mCPU over the window, by name (the
-	// Kubernetes components and capn-node, its agent).
+	// processes' RSS (MiB) by name (the control-plane components, kwok
+	// standing in for its kubelet, capn-node its agent) and their mCPU
+	// over the window.
 	MachineReady  time.Duration
 	MachineRSS    map[string]float64
 	MachineMilliC float64
@@ -122,14 +124,29 @@ type hostedWorkerRun struct {
 	Window        time.Duration
 }
 
-func (r hostedWorkerRun) machineRSS(agent bool) float64 {
+// machineRSS is the RSS of the machine's control-plane components
+// (hostedComponents, all false) or of all its processes: with kwok, its
+// kubelet's stand-in, and capn-node, its agent (all true).
+func (r hostedWorkerRun) machineRSS(all bool) float64 {
 	t := 0.0
 	for name, v := range r.MachineRSS {
-		if agent || name != process.NodeBinaryName {
+		if all || slices.Contains(hostedComponents, name) {
 			t += v
 		}
 	}
 	return t
+}
+
+// machineOthers names the machine's processes besides the control-plane
+// components, with their RSS ("kwok 30, capn-node 20").
+func (r hostedWorkerRun) machineOthers() string {
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(r.MachineRSS)) {
+		if !slices.Contains(hostedComponents, name) {
+			out = append(out, fmt.Sprintf("%s %.0f", name, r.MachineRSS[name]))
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // runHosted runs the hosted benchmark: each --hosted size, then the worker
@@ -176,8 +193,8 @@ func runHosted(ctx context.Context, o options, rep *report, w io.Writer) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(w, "  hosted + 1 worker: cluster Ready %.1f s, Node Ready %.1f s after apply; machine-based control plane Ready %.1f s, its machine %.0f MiB (%.0f MiB without capn-node), %.1f mCPU\n",
-			res.ClusterReady.Seconds(), res.NodeReady.Seconds(), res.MachineReady.Seconds(), res.machineRSS(true), res.machineRSS(false), res.MachineMilliC)
+		fmt.Fprintf(w, "  hosted + 1 worker: cluster Ready %.1f s, Node Ready %.1f s after apply; machine-based control plane Ready %.1f s, its machine %.0f MiB (control-plane components %.0f MiB; %s), %.1f mCPU\n",
+			res.ClusterReady.Seconds(), res.NodeReady.Seconds(), res.MachineReady.Seconds(), res.machineRSS(true), res.machineRSS(false), res.machineOthers(), res.MachineMilliC)
 		rep.HostedWorker = &res
 	}
 	return nil
@@ -277,7 +294,7 @@ type hostedWorld struct {
 
 // startHostedWorld starts the server in dir, the services svcs(ring) in
 // process and controlplane-hosted from progs.
-func startHostedWorld(ctx context.Context, dir, progs, kubeBin string, svcs func(*seal.Keyring) []daemon.Service) (*hostedWorld, error) {
+func startHostedWorld(ctx context.Context, dir, progs, kubeBin string, svcs func(ring *seal.Keyring, natsURL string) []daemon.Service) (*hostedWorld, error) {
 	srv, err := embedded.Start(embedded.Options{StoreDir: filepath.Join(dir, "nats"), Port: -1, ServerName: "capn-bench-hosted"})
 	if err != nil {
 		return nil, err
@@ -293,7 +310,7 @@ func startHostedWorld(ctx context.Context, dir, progs, kubeBin string, svcs func
 		stopSrv()
 		return nil, err
 	}
-	e, err := startEnvOn(ctx, srv, stopSrv, events.DefaultTopology(1), svcs(ring)...)
+	e, err := startEnvOn(ctx, srv, stopSrv, events.DefaultTopology(1), svcs(ring, srv.ClientURL())...)
 	if err != nil {
 		return nil, err
 	}
@@ -334,6 +351,13 @@ func (hw *hostedWorld) Close() {
 		hw.stopW()
 	}
 	hw.hosted.stop()
+	// Its children die with it (the supervisor's Pdeathsig); any left
+	// after a SIGKILL are the benchmark's own, found by their directory.
+	for _, ps := range procsUnder(hw.hostDir) {
+		for _, p := range ps {
+			_ = syscall.Kill(p.PID, syscall.SIGKILL)
+		}
+	}
 	hw.env.Close()
 }
 
@@ -377,7 +401,7 @@ func measureHosted(ctx context.Context, progs, kubeBin, version string, n int, s
 		return hostedRun{}, err
 	}
 	defer os.RemoveAll(dir)
-	hw, err := startHostedWorld(ctx, dir, progs, kubeBin, func(ring *seal.Keyring) []daemon.Service {
+	hw, err := startHostedWorld(ctx, dir, progs, kubeBin, func(ring *seal.Keyring, _ string) []daemon.Service {
 		return []daemon.Service{
 			clusterplanner.New(clusterplanner.Config{}),
 			bootstrapper.New(bootstrapper.Config{Keyring: ring}),
@@ -473,14 +497,14 @@ func measureHostedWorker(ctx context.Context, progs, kubeBin, version string, se
 			fmt.Fprintf(w, "  purge the process provider's machines: %v\n", err)
 		}
 	}()
-	hw, err := startHostedWorld(ctx, dir, progs, kubeBin, func(ring *seal.Keyring) []daemon.Service {
+	hw, err := startHostedWorld(ctx, dir, progs, kubeBin, func(ring *seal.Keyring, natsURL string) []daemon.Service {
 		return []daemon.Service{
 			clusterplanner.New(clusterplanner.Config{}),
 			machinemanager.New(machinemanager.Config{}),
 			bootstrapper.New(bootstrapper.Config{Keyring: ring}),
 			healthwatcher.New(healthwatcher.Config{Keyring: ring}),
 			process.NewService(process.Options{
-				NodeBinary: filepath.Join(progs, process.NodeBinaryName), StateDir: state, KubeBin: kubeBin,
+				NodeBinary: filepath.Join(progs, process.NodeBinaryName), StateDir: state, KubeBin: kubeBin, NodeNATSURL: natsURL,
 				HeartbeatEvery: time.Second, WatchEvery: 250 * time.Millisecond, StopTimeout: 20 * time.Second, HealthPort: -1,
 			}, sdk.Options{ReconcileEvery: time.Second, AnnounceEvery: time.Second}),
 		}
@@ -505,6 +529,9 @@ func measureHostedWorker(ctx context.Context, progs, kubeBin, version string, se
 	last := ""
 	if err := poll(ctx, 250*time.Millisecond, func() (bool, error) {
 		if nodeAt.IsZero() {
+			if !hw.hosted.running() {
+				return false, fmt.Errorf("controlplane-hosted exited: %s", hw.hosted.exit())
+			}
 			if ok, why := readyNode(ctx, kc, worker); ok {
 				nodeAt = time.Now()
 			} else {
@@ -531,8 +558,8 @@ func measureHostedWorker(ctx context.Context, progs, kubeBin, version string, se
 	time.Sleep(settle) //sleep-ok: the machine's start-up work ends before the idle window
 	procs := procsUnder(filepath.Join(state, "clusters"))
 	mine := map[string][]proc{machines: procs[machines]}
-	if got := names2(mine[machines]); !sameSet(without(got, process.NodeBinaryName), hostedComponents) {
-		return hostedWorkerRun{}, keepLogs(dir, fmt.Errorf("the machine-based control plane's machine runs %v, want capn-node and %v", got, hostedComponents))
+	if got := names2(mine[machines]); !containsAll(got, hostedComponents) {
+		return hostedWorkerRun{}, keepLogs(dir, fmt.Errorf("the machine-based control plane's machine runs %v, want %v among them", got, hostedComponents))
 	}
 	cost, err := measureWindow(window, 0, mine)
 	if err != nil {
@@ -650,8 +677,13 @@ func sameSet(a, b []string) bool {
 	return slices.Equal(a, b)
 }
 
-func without(xs []string, x string) []string {
-	return slices.DeleteFunc(slices.Clone(xs), func(s string) bool { return s == x })
+func containsAll(xs, want []string) bool {
+	for _, w := range want {
+		if !slices.Contains(xs, w) {
+			return false
+		}
+	}
+	return true
 }
 
 // loadAverage is the 1-minute load average (0 if unreadable).

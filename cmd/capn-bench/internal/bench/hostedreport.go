@@ -99,8 +99,8 @@ func (r report) hostedMarkdown() string {
 		for _, c := range hostedComponents {
 			parts = append(parts, fmt.Sprintf("%.0f", x.MachineRSS[c]))
 		}
-		fmt.Fprintf(&b, "| machine-based control plane: **its machine's RSS**, Kubernetes components (%s MiB) / with its capn-node agent | **%.0f MiB** / %.0f MiB |\n",
-			strings.Join(parts, " / "), x.machineRSS(false), x.machineRSS(true))
+		fmt.Fprintf(&b, "| machine-based control plane: **its machine's RSS**: the control-plane components (etcd / kube-apiserver / controller-manager / scheduler: %s MiB) / all its processes (with %s MiB) | **%.0f MiB** / %.0f MiB |\n",
+			strings.Join(parts, " / "), x.machineOthers(), x.machineRSS(false), x.machineRSS(true))
 		fmt.Fprintf(&b, "| machine-based control plane: its machine's idle CPU | %.0f mCPU |\n", x.MachineMilliC)
 	}
 	return b.String()

@@ -60,8 +60,11 @@ var hostedComponents = []string{"etcd", "kube-apiserver", "kube-controller-manag
 
 // hostedRun is one density measurement of N hosted control planes.
 type hostedRun struct {
-	N      int
-	Picked string // why N, when --hosted auto chose it
+	N int
+	// Picked says why, when --hosted auto chose N from AutoAvail (MiB
+	// available then).
+	Picked    string
+	AutoAvail float64
 	// Load is /proc/loadavg's 1-minute figure at the first apply and at
 	// the end of the idle window.
 	LoadStart, LoadEnd float64
@@ -70,6 +73,11 @@ type hostedRun struct {
 	// the cluster Ready).
 	Total time.Duration
 	PerCP []time.Duration
+	// Started: each one's apply → its record first written, which
+	// controlplane-hosted does once the processes are started (the
+	// planner's command, the PKI, the certificates, the spawn: capn's
+	// part); the rest of PerCP is Kubernetes starting.
+	Started []time.Duration
 	// RSS (MiB) of each control plane's processes together, at the end of
 	// the window, and by component (hostedComponents).
 	RSS    []float64
@@ -85,6 +93,10 @@ type hostedRun struct {
 
 func (r hostedRun) perCPSeconds() []float64 {
 	return collect(r.PerCP, func(d time.Duration) float64 { return d.Seconds() })
+}
+
+func (r hostedRun) startedSeconds() []float64 {
+	return collect(r.Started, func(d time.Duration) float64 { return d.Seconds() })
 }
 
 // fitMemory is how many 1-replica control planes the machine would hold by
@@ -167,10 +179,9 @@ func runHosted(ctx context.Context, o options, rep *report, w io.Writer) error {
 		return err
 	}
 	for _, n := range o.hostedSizes {
-		picked := ""
+		picked, avail := "", 0.0
 		if n == 0 {
-			avail, err := memAvailableMiB()
-			if err != nil {
+			if avail, err = memAvailableMiB(); err != nil {
 				return err
 			}
 			n, picked = pickHosted(avail)
@@ -181,9 +192,10 @@ func runHosted(ctx context.Context, o options, rep *report, w io.Writer) error {
 		if err != nil {
 			return err
 		}
-		res.Picked = picked
-		fmt.Fprintf(w, "  %d Ready in %s (per control plane median %.1f s, p90 %.1f s); RSS per control plane median %.0f MiB; idle %.1f mCPU each; controlplane-hosted %.0f MiB, %.1f mCPU; %.1f GiB available; load %.2f → %.2f\n",
-			n, res.Total.Round(100*time.Millisecond), median(res.perCPSeconds()), percentile(res.perCPSeconds(), 0.9), median(res.RSS), median(res.MilliC),
+		res.Picked, res.AutoAvail = picked, avail
+		fmt.Fprintf(w, "  %d Ready in %s (per control plane median %.1f s, p90 %.1f s; processes started after a median %.1f s, p90 %.1f s); RSS per control plane median %.0f MiB; idle %.1f mCPU each; controlplane-hosted %.0f MiB, %.1f mCPU; %.1f GiB available; load %.2f → %.2f\n",
+			n, res.Total.Round(100*time.Millisecond), median(res.perCPSeconds()), percentile(res.perCPSeconds(), 0.9),
+			median(res.startedSeconds()), percentile(res.startedSeconds(), 0.9), median(res.RSS), median(res.MilliC),
 			res.ServiceRSS, res.ServiceMilliC, res.MemAvailable/1024, res.LoadStart, res.LoadEnd)
 		rep.Hosted = append(rep.Hosted, res)
 	}
@@ -439,7 +451,7 @@ func measureHosted(ctx context.Context, progs, kubeBin, version string, n int, s
 		}
 		if time.Since(lastTrace) >= 10*time.Second {
 			lastTrace = time.Now()
-			fmt.Fprintf(w, "  %5.0fs: %d of %d Ready\n", time.Since(start).Seconds(), done, n)
+			fmt.Fprintf(w, "  %5.0fs: %d of %d started, %d Ready; load %.1f\n", time.Since(start).Seconds(), hw.ready.startedCount(names), n, done, loadAverage())
 		}
 		return false, nil
 	}); err != nil {
@@ -449,6 +461,7 @@ func measureHosted(ctx context.Context, progs, kubeBin, version string, n int, s
 	for _, c := range names {
 		at := hw.ready.at(c)
 		r.PerCP = append(r.PerCP, at.Sub(applied[c]))
+		r.Started = append(r.Started, hw.ready.startedAt(c).Sub(applied[c]))
 		if at.After(last) {
 			last = at
 		}
@@ -721,12 +734,13 @@ func keepLogs(dir string, err error) error {
 // and remembers when each cluster's first became ready.
 type readyWatch struct {
 	mu      sync.Mutex
+	started map[string]time.Time // record first written
 	record  map[string]time.Time // record initialized, every replica ready
 	cluster map[string]time.Time // cluster phase Ready
 }
 
 func watchReady(ctx context.Context, kv jetstream.KeyValue) (*readyWatch, error) {
-	rw := &readyWatch{record: map[string]time.Time{}, cluster: map[string]time.Time{}}
+	rw := &readyWatch{started: map[string]time.Time{}, record: map[string]time.Time{}, cluster: map[string]time.Time{}}
 	for _, pattern := range []string{keys.ControlPlane("*"), keys.Cluster("*")} {
 		wt, err := kv.Watch(ctx, pattern, jetstream.UpdatesOnly())
 		if err != nil {
@@ -745,6 +759,9 @@ func watchReady(ctx context.Context, kv jetstream.KeyValue) (*readyWatch, error)
 				switch k.Kind {
 				case keys.KindControlPlane:
 					rec, err := store.Decode(e.Value(), store.New[capnv1.ControlPlaneRecord]())
+					if err == nil {
+						rw.mark(rw.started, k.Cluster, now)
+					}
 					if err == nil && rec.GetInitialized() && rec.GetReplicas() > 0 && rec.GetReadyReplicas() == rec.GetReplicas() {
 						rw.mark(rw.record, k.Cluster, now)
 					}
@@ -792,6 +809,22 @@ func (rw *readyWatch) count(names []string) int {
 		}
 	}
 	return n
+}
+
+func (rw *readyWatch) startedCount(names []string) int {
+	n := 0
+	for _, c := range names {
+		if !rw.startedAt(c).IsZero() {
+			n++
+		}
+	}
+	return n
+}
+
+func (rw *readyWatch) startedAt(cluster string) time.Time {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	return rw.started[cluster]
 }
 
 func (rw *readyWatch) clusterAt(cluster string) time.Time {

@@ -48,7 +48,7 @@ func (r report) hostedMarkdown() string {
 		}
 		row("control planes created at once", fmt.Sprint(kamajiCPs), func(x hostedRun) string {
 			if x.Picked != "" {
-				return fmt.Sprintf("%d (auto: %s)", x.N, x.Picked)
+				return fmt.Sprintf("%d (`--hosted auto`: %.0f%% of %.1f GiB available at %.0f MiB each, at most %d)", x.N, 100*hostedAutoShare, x.AutoAvail/1024, hostedAutoPerCP, hostedAutoCeiling)
 			}
 			return fmt.Sprint(x.N)
 		})
@@ -58,6 +58,9 @@ func (r report) hostedMarkdown() string {
 		})
 		row("each one's apply → Ready: median / p90", "—", func(x hostedRun) string {
 			return fmt.Sprintf("%.1f s / %.1f s", median(x.perCPSeconds()), percentile(x.perCPSeconds(), 0.9))
+		})
+		row("of which apply → processes started (record first written): median / p90", "—", func(x hostedRun) string {
+			return fmt.Sprintf("%.1f s / %.1f s", median(x.startedSeconds()), percentile(x.startedSeconds(), 0.9))
 		})
 		row("load average (1 min): at the first apply → at the end", "— (dedicated nodes)", func(x hostedRun) string {
 			return fmt.Sprintf("%.1f → %.1f", x.LoadStart, x.LoadEnd)

@@ -182,7 +182,7 @@ func (st *state) scaling() (bool, string) {
 	if st.Progress != "" {
 		return true, st.Progress
 	}
-	return true, fmt.Sprintf("from %d to %d", len(st.Members), want)
+	return true, fmt.Sprintf("%d etcd member%s now", len(st.Members), plural(len(st.Members)))
 }
 
 // appendMember lays out the next member on fresh ports: to be added to

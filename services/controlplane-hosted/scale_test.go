@@ -92,7 +92,7 @@ func TestNextStepWalksOneToThreeAndBack(t *testing.T) {
 	// and it is removed; nothing starts an API server beside it.
 	st.Replicas = 3
 	apply(st, stepAppendMember, 1)
-	if busy, msg := st.scaling(); !busy || msg != "from 2 to 3" {
+	if busy, msg := st.scaling(); !busy || msg != "2 etcd members now" {
 		t.Fatalf("halfway: %v %q", busy, msg)
 	}
 	if got := fmt.Sprint(walk(1)); got != "[abort-add 1 remove-member 1]" {

@@ -487,7 +487,7 @@ func (s *Service) writeRecord(cp *controlPlane) {
 		}
 		if scaling {
 			conditions.Set(&next.Conditions, conditions.New(ConditionScaling, capnv1.ConditionTrue, "ScalingReplicas",
-				fmt.Sprintf("%d etcd members and API servers to %d: %s", len(st.Members), st.replicas(), progress)), now)
+				fmt.Sprintf("to %d replicas: %s", st.replicas(), progress)), now)
 		} else {
 			conditions.Set(&next.Conditions, conditions.New(ConditionScaling, capnv1.ConditionFalse, "AtReplicas",
 				fmt.Sprintf("%d etcd member%s and %d API server%s", len(st.Members), plural(len(st.Members)), len(st.Members), plural(len(st.Members)))), now)

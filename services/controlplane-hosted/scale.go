@@ -147,7 +147,7 @@ func (c *controlPlane) scaleStep(ctx context.Context, want int, wait time.Durati
 		return false, c.stopAPIServer(i, n)
 	case stepMarkRemoval:
 		return false, c.update(func(st *state) { st.Members[i].Etcd = etcdRemoving },
-			fmt.Sprintf("etcd member %d of %d: removing", i+1, n))
+			fmt.Sprintf("removing etcd member %d of %d", i+1, n))
 	}
 	if progress != "" {
 		return true, c.update(func(st *state) { st.Progress = "" }, "")
@@ -349,7 +349,7 @@ func (c *controlPlane) restartAPIServer(ctx context.Context, i, want int, wait t
 // stopAPIServer stops the API server beside member i (of n): out of the
 // endpoint's backends first.
 func (c *controlPlane) stopAPIServer(i, n int) error {
-	if err := c.update(func(st *state) { st.Members[i].NoAPIServer = true }, fmt.Sprintf("API server %d of %d stopping", i+1, n)); err != nil {
+	if err := c.update(func(st *state) { st.Members[i].NoAPIServer = true }, fmt.Sprintf("stopping API server %d of %d", i+1, n)); err != nil {
 		return err
 	}
 	c.sup.Halt(apiName(i))
@@ -434,7 +434,7 @@ func (c *controlPlane) removeMember(ctx context.Context, i int, wait time.Durati
 	c.mu.Lock()
 	delete(c.ready, m.APIServer)
 	c.mu.Unlock()
-	return c.update(func(st *state) { st.Members = st.Members[:i] }, fmt.Sprintf("etcd member %d of %d removed", i+1, n))
+	return c.update(func(st *state) { st.Members = st.Members[:i] }, fmt.Sprintf("etcd member %d removed, %d left", i+1, n-1))
 }
 
 // runs reports whether the supervisor has a child called name.

@@ -11,10 +11,12 @@
 //     ports, versions; the PKI; each etcd member's data; logs), free
 //     loopback ports, etcd (1 member, 3 with replicas 3), as many API
 //     servers, one controller-manager and one scheduler (leader-elected),
-//     and an endpoint that passes connections to an API server that
-//     answers. A version change restarts the API servers one at a time on
-//     the new binaries. The certificates come from the cluster's CA, which
-//     the bootstrapper hands out sealed to this service (RequestPKI).
+//     and an endpoint that passes connections to the API servers that
+//     answer, in turn. A version change restarts the API servers one at a
+//     time on the new binaries; a replicas change (1 ↔ 3) adds or removes
+//     etcd members and API servers one at a time (scale.go). The
+//     certificates come from the cluster's CA, which the bootstrapper
+//     hands out sealed to this service (RequestPKI).
 //   - delete: stop everything, remove the data dir, delete the record.
 //
 // Processes are restarted when they die (internal/supervise); when the
@@ -487,7 +489,7 @@ func (s *Service) writeRecord(cp *controlPlane) {
 		}
 		if scaling {
 			conditions.Set(&next.Conditions, conditions.New(ConditionScaling, capnv1.ConditionTrue, "ScalingReplicas",
-				fmt.Sprintf("to %d replicas: %s", st.replicas(), progress)), now)
+				fmt.Sprintf("to %d replica%s: %s", st.replicas(), plural(int(st.replicas())), progress)), now)
 		} else {
 			conditions.Set(&next.Conditions, conditions.New(ConditionScaling, capnv1.ConditionFalse, "AtReplicas",
 				fmt.Sprintf("%d etcd member%s and %d API server%s", len(st.Members), plural(len(st.Members)), len(st.Members), plural(len(st.Members)))), now)

@@ -249,9 +249,29 @@ func TestHostedScaleOneToThreeAndBack(t *testing.T) {
 	}
 }
 
+// stateMembers reads the members' etcd phases from state.json.
+func stateMembers(dir string) ([]string, bool) {
+	var st struct {
+		Members []struct {
+			Etcd string `json:"etcd"`
+		} `json:"members"`
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	if err != nil || json.Unmarshal(b, &st) != nil {
+		return nil, false
+	}
+	out := make([]string, len(st.Members))
+	for i, m := range st.Members {
+		out[i] = m.Etcd
+	}
+	return out, true
+}
+
 // The service stopped once the second etcd member is added (state.json
 // says so) and started again: it adopts the two members and the API
-// server, and the redelivered ensure finishes 1 → 3.
+// server, and the redelivered ensure finishes 1 → 3. Then 3 → 1 stopped
+// once the third member is removed: the restart adopts two members (one
+// API server) and finishes.
 func TestHostedScaleResumesAfterRestart(t *testing.T) {
 	testkit.RequireLinux(t)
 	if testing.Short() {
@@ -272,13 +292,8 @@ func TestHostedScaleResumesAfterRestart(t *testing.T) {
 	began := time.Now()
 	w.command(keys.ControlPlaneEnsure, "hr", gen)
 	testkit.WaitFor(t, 3*time.Minute, "the second etcd member added (state.json)", func() bool {
-		var st struct {
-			Members []struct {
-				Etcd string `json:"etcd"`
-			} `json:"members"`
-		}
-		b, err := os.ReadFile(filepath.Join(dir, "state.json"))
-		return err == nil && json.Unmarshal(b, &st) == nil && len(st.Members) >= 2 && st.Members[1].Etcd == ""
+		m, ok := stateMembers(dir)
+		return ok && len(m) >= 2 && m[1] == ""
 	})
 	w.stopSvc()
 	if left := children(t, dir); len(left) > 0 {
@@ -294,5 +309,33 @@ func TestHostedScaleResumesAfterRestart(t *testing.T) {
 	}
 	if code, body, err := do(admin, http.MethodGet, endpoint+"/api/v1/namespaces/default/configmaps/kept", ""); err != nil || code != http.StatusOK {
 		t.Fatalf("the ConfigMap: %d %s %v", code, body, err)
+	}
+
+	// 3 → 1, stopped once the third member is gone.
+	gen = w.setReplicas("hr", 1)
+	began = time.Now()
+	w.command(keys.ControlPlaneEnsure, "hr", gen)
+	testkit.WaitFor(t, 3*time.Minute, "the third etcd member removed (state.json)", func() bool {
+		m, ok := stateMembers(dir)
+		return ok && len(m) == 2
+	})
+	w.stopSvc()
+	if left := children(t, dir); len(left) > 0 {
+		t.Fatalf("processes left after the service stopped: %v", left)
+	}
+	stoppedAt = time.Since(began)
+	w.stopSvc = w.run(controlplanehosted.New(controlplanehosted.Config{DataDir: w.dataDir, KubeBin: w.bin}))
+	w.waitScaled("hr", gen, 1, 6*time.Minute)
+	t.Logf("FIGURES: 3 → 1 with a restart of the service after the third etcd member's removal (at %s): done in %s",
+		stoppedAt.Round(100*time.Millisecond), time.Since(began).Round(100*time.Millisecond))
+	if got := etcdMembers(t, w, dir); !slices.Equal(got, []string{"etcd-0"}) {
+		t.Fatalf("etcd members: %v", got)
+	}
+	testkit.WaitFor(t, 30*time.Second, "one etcd and one API server left", func() bool {
+		procs := children(t, dir)
+		return len(named(procs, "etcd")) == 1 && len(named(procs, "kube-apiserver")) == 1
+	})
+	if code, body, err := do(admin, http.MethodGet, endpoint+"/api/v1/namespaces/default/configmaps/kept", ""); err != nil || code != http.StatusOK {
+		t.Fatalf("the ConfigMap after 3 → 1: %d %s %v", code, body, err)
 	}
 }

@@ -33,6 +33,9 @@ const loopback = "127.0.0.1"
 // ports, so the same endpoint; the same etcd members on their data).
 type state struct {
 	Cluster string `json:"cluster"`
+	// UID is the desired cluster's metadata.uid: a cluster of the same
+	// name created after an Orphan delete is another one.
+	UID string `json:"uid,omitempty"`
 	// Generation is the desired cluster revision the control plane
 	// answers.
 	Generation int64 `json:"generation"`

@@ -275,6 +275,16 @@ func (s *Service) ensure(ctx context.Context, log zerolog.Logger, cluster string
 	if replicas != 1 && replicas != 3 {
 		return s.refuse(ctx, cluster, int64(gen), "InvalidReplicas", fmt.Sprintf("spec.controlPlane.replicas %d: a hosted control plane runs 1 or 3 (allowed: 1, 3)", replicas))
 	}
+	uid := c.GetMetadata().GetUid()
+	if earlier := s.uidOf(cluster); earlier != "" && uid != "" && earlier != uid {
+		// A cluster of this name deleted with the Orphan policy left its
+		// control plane here: it is not this cluster's (another CA,
+		// another etcd).
+		return s.refuse(ctx, cluster, int64(gen), "EarlierControlPlane", fmt.Sprintf(
+			"%s holds the hosted control plane of an earlier cluster %s (uid %s; this one is %s), left running by a delete with the Orphan policy: "+
+				"stop the service, remove that directory (the earlier cluster's etcd data) and the record controlplane.%s, start it and apply the cluster again",
+			filepath.Join(s.cfg.DataDir, cluster), cluster, earlier, uid, cluster))
+	}
 	bin, err := s.bins.forVersion(ctx, version)
 	if err != nil {
 		_ = s.condition(ctx, cluster, int64(gen), "BinariesMissing", err.Error())
@@ -291,6 +301,7 @@ func (s *Service) ensure(ctx context.Context, log zerolog.Logger, cluster string
 				return err
 			}
 		}
+		st.UID = uid
 		set, err := RequestPKI(ctx, s.nc, cluster)
 		if err != nil {
 			_ = s.condition(ctx, cluster, int64(gen), "PKIUnavailable", err.Error())
@@ -335,10 +346,29 @@ func (s *Service) ensure(ctx context.Context, log zerolog.Logger, cluster string
 	}
 	cp.mu.Lock()
 	cp.st.Generation = int64(gen)
+	cp.st.UID = uid
 	err = cp.l.save(cp.st)
 	cp.mu.Unlock()
 	cp.wake()
 	return err
+}
+
+// uidOf is the uid of the cluster whose control plane runs or has its
+// data dir here under the name ("" when none, or a state.json from before
+// uids were kept).
+func (s *Service) uidOf(cluster string) string {
+	s.mu.Lock()
+	cp := s.running[cluster]
+	s.mu.Unlock()
+	if cp != nil {
+		cp.mu.Lock()
+		defer cp.mu.Unlock()
+		return cp.st.UID
+	}
+	if st, err := (layout{dir: filepath.Join(s.cfg.DataDir, cluster)}).load(); err == nil {
+		return st.UID
+	}
+	return ""
 }
 
 // run starts a control plane from its state and PKI.

@@ -2,6 +2,7 @@ package controlplanehosted
 
 import (
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -48,7 +49,6 @@ func writePKI(l layout, st *state, set pki.Set, now time.Time) error {
 	loop := net.ParseIP(loopback)
 	server := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 	client := []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
-	both := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
 	leaves := []struct {
 		name string
 		ca   *pki.CA
@@ -62,19 +62,12 @@ func writePKI(l layout, st *state, set pki.Set, now time.Time) error {
 		{"front-proxy-client", fpCA, pki.LeafRequest{CommonName: "front-proxy-client", Usages: client}},
 	}
 	for i := range st.Members {
-		name := etcdName(i)
-		req := pki.LeafRequest{CommonName: name, DNSNames: []string{"localhost", name}, IPAddresses: []net.IP{loop}, Usages: both}
-		leaves = append(leaves,
-			struct {
-				name string
-				ca   *pki.CA
-				req  pki.LeafRequest
-			}{"etcd/server-" + strconv.Itoa(i), etcdCA, req},
-			struct {
-				name string
-				ca   *pki.CA
-				req  pki.LeafRequest
-			}{"etcd/peer-" + strconv.Itoa(i), etcdCA, req})
+		for name, kp := range etcdMemberLeaves(etcdCA, i, now, &err) {
+			files[name] = kp
+		}
+		if err != nil {
+			return err
+		}
 	}
 	for _, leaf := range leaves {
 		kp, err := pki.IssueLeaf(leaf.ca, leaf.req, now)
@@ -111,6 +104,65 @@ func writePKI(l layout, st *state, set pki.Set, now time.Time) error {
 		return fmt.Errorf("admin: %w", err)
 	}
 	return writeKubeconfig(l.kubeconfig("admin"), st, set.CA.CertPEM, admin)
+}
+
+// etcdMemberLeaves are etcd member i's server and peer certificates and
+// keys (etcd/server-<i>.crt …), by file name; *errp is set on a failure.
+func etcdMemberLeaves(etcdCA *pki.CA, i int, now time.Time, errp *error) map[string][]byte {
+	name := etcdName(i)
+	req := pki.LeafRequest{CommonName: name, DNSNames: []string{"localhost", name}, IPAddresses: []net.IP{net.ParseIP(loopback)},
+		Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
+	out := map[string][]byte{}
+	for _, kind := range []string{"server", "peer"} {
+		leaf := "etcd/" + kind + "-" + strconv.Itoa(i)
+		kp, err := pki.IssueLeaf(etcdCA, req, now)
+		if err != nil {
+			*errp = fmt.Errorf("%s: %w", leaf, err)
+			return nil
+		}
+		out[leaf+".crt"], out[leaf+".key"] = kp.CertPEM, kp.KeyPEM
+	}
+	return out
+}
+
+// writeEtcdMemberPKI issues etcd member i's leaves from the etcd CA in the
+// data dir (a scale adds the member to a running control plane).
+func writeEtcdMemberPKI(l layout, i int, now time.Time) error {
+	set, err := readPKI(l)
+	if err != nil {
+		return err
+	}
+	etcdCA, err := pki.ParseCA(set.EtcdCA, now)
+	if err != nil {
+		return fmt.Errorf("etcd CA: %w", err)
+	}
+	files := etcdMemberLeaves(etcdCA, i, now, &err)
+	if err != nil {
+		return err
+	}
+	for name, data := range files {
+		mode := os.FileMode(0o600)
+		if filepath.Ext(name) == ".crt" {
+			mode = 0o644
+		}
+		if err := writeFile(l.pkiFile(name), data, mode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// removeEtcdMemberPKI removes etcd member i's leaves.
+func removeEtcdMemberPKI(l layout, i int) error {
+	var errs []error
+	for _, kind := range []string{"server", "peer"} {
+		for _, ext := range []string{".crt", ".key"} {
+			if err := os.Remove(l.pkiFile("etcd/" + kind + "-" + strconv.Itoa(i) + ext)); err != nil && !os.IsNotExist(err) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func writeKubeconfig(path string, st *state, caPEM []byte, kp pki.KeyPair) error {

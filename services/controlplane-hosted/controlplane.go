@@ -33,6 +33,9 @@ const loopback = "127.0.0.1"
 // ports, so the same endpoint; the same etcd members on their data).
 type state struct {
 	Cluster string `json:"cluster"`
+	// UID is the desired cluster's metadata.uid: a cluster of the same
+	// name created after an Orphan delete is another one.
+	UID string `json:"uid,omitempty"`
 	// Generation is the desired cluster revision the control plane
 	// answers.
 	Generation int64 `json:"generation"`
@@ -46,14 +49,43 @@ type state struct {
 	ServiceCIDR string   `json:"serviceCIDR"`
 	PodCIDR     string   `json:"podCIDR"`
 	DNSDomain   string   `json:"dnsDomain"`
+	// Replicas is the count of etcd members and API servers wanted (1 or
+	// 3); Members differ from it while a scale is under way (scale.go).
+	// 0 (a state.json written before scaling existed) is len(Members).
+	Replicas int `json:"replicas,omitempty"`
+	// Progress is the last step of the scale under way (the record's
+	// Scaling condition), kept so that a restart says where it resumes.
+	Progress string `json:"progress,omitempty"`
 }
 
-// member is one etcd member and the API server beside it.
+// Etcd phases of a member during a scale ("" is a voting member).
+const (
+	// etcdAdding: the member is being added (member add as a learner,
+	// started with initial-cluster-state=existing, promoted, healthy).
+	etcdAdding = "adding"
+	// etcdRemoving: the member is being removed (leadership moved away,
+	// member remove, process halted, data dir deleted).
+	etcdRemoving = "removing"
+)
+
+// member is one etcd member and the API server beside it. Members are
+// etcd-0 … etcd-<n-1>: a scale adds at the end and removes from the end,
+// so etcd-0 stays.
 type member struct {
 	EtcdClient int    `json:"etcdClient"`
 	EtcdPeer   int    `json:"etcdPeer"`
 	APIServer  int    `json:"apiServer"`
 	Version    string `json:"version"`
+	// Etcd is "" (a voting member), etcdAdding or etcdRemoving.
+	Etcd string `json:"etcd,omitempty"`
+	// Joined: the member joined a running cluster (member add), so it
+	// starts with initial-cluster-state=existing.
+	Joined bool `json:"joined,omitempty"`
+	// NoAPIServer: no API server runs beside this member (a scale starts
+	// them after the etcd members and stops them before).
+	NoAPIServer bool `json:"noAPIServer,omitempty"`
+	// EtcdServers is the --etcd-servers its API server was started with.
+	EtcdServers string `json:"etcdServers,omitempty"`
 }
 
 // lowestVersion is the version of the oldest API server (the record's
@@ -98,17 +130,28 @@ func (l layout) save(st *state) error {
 	return writeFile(l.stateFile(), b, 0o600)
 }
 func (l layout) load() (*state, error) { return loadState(l.stateFile()) }
-func (st *state) replicas() int32      { return int32(len(st.Members)) }
-func (st *state) etcdURLs() string     { return strings.Join(st.etcdClientURLs(), ",") }
-func (st *state) etcdClientURLs() []string {
-	return mapMembers(st, func(m member) string { return url(m.EtcdClient) })
-}
-func mapMembers(st *state, f func(member) string) []string {
-	out := make([]string, len(st.Members))
-	for i, m := range st.Members {
-		out[i] = f(m)
+
+// replicas is the count wanted (state.Replicas, else len(Members)).
+func (st *state) replicas() int32 {
+	if st.Replicas > 0 {
+		return int32(st.Replicas)
 	}
-	return out
+	return int32(len(st.Members))
+}
+
+// apiEtcdServers are the etcd members the API servers use: the voting
+// members among the first Replicas (those a scale keeps), comma-separated.
+func (st *state) apiEtcdServers() string {
+	var out []string
+	for i, m := range st.Members {
+		if i < int(st.replicas()) && m.Etcd == "" {
+			out = append(out, url(m.EtcdClient))
+		}
+	}
+	if len(out) == 0 {
+		out = append(out, url(st.Members[0].EtcdClient))
+	}
+	return strings.Join(out, ",")
 }
 
 func loadState(path string) (*state, error) {
@@ -157,7 +200,10 @@ type controlPlane struct {
 	st     *state
 	bins   map[string]string // version → bin dir
 	client *http.Client
-	ready  []atomic.Bool
+	// ready: the API servers (by port) that answered /readyz last.
+	ready  map[int]bool
+	next   atomic.Uint32 // the proxy's round robin
+	now    func() time.Time
 	proxy  *proxy
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -173,9 +219,19 @@ type controlPlane struct {
 func (c *controlPlane) etcd(i int, bin string) supervise.Process {
 	st, l := c.st, c.l
 	m := st.Members[i]
+	// A member of the first start lists every first member; one a scale
+	// added lists the members there when it joined (itself the last), as
+	// member add prints them. Both are ignored once its data dir exists.
 	var initial []string
 	for j, o := range st.Members {
+		if m.Joined && j > i {
+			break
+		}
 		initial = append(initial, etcdName(j)+"="+url(o.EtcdPeer))
+	}
+	clusterState := "new"
+	if m.Joined {
+		clusterState = "existing"
 	}
 	return supervise.Process{Name: etcdName(i), Path: filepath.Join(bin, "etcd"), Env: l.env(), Args: []string{
 		"--name=" + etcdName(i),
@@ -184,7 +240,7 @@ func (c *controlPlane) etcd(i int, bin string) supervise.Process {
 		"--listen-peer-urls=" + url(m.EtcdPeer),
 		"--initial-advertise-peer-urls=" + url(m.EtcdPeer),
 		"--initial-cluster=" + strings.Join(initial, ","),
-		"--initial-cluster-state=new",
+		"--initial-cluster-state=" + clusterState,
 		"--initial-cluster-token=" + st.Cluster,
 		"--data-dir=" + l.etcdData(i),
 		"--cert-file=" + l.pkiFile("etcd/server-"+strconv.Itoa(i)+".crt"),
@@ -199,9 +255,14 @@ func (c *controlPlane) etcd(i int, bin string) supervise.Process {
 	}}
 }
 
+// apiserver is API server i's process on bin; its --etcd-servers are the
+// etcd members it should use now (state.apiEtcdServers), remembered in the
+// member so that a scale knows whom to restart. c.mu is held.
 func (c *controlPlane) apiserver(i int, bin string) supervise.Process {
 	st, l := c.st, c.l
 	f := l.pkiFile
+	etcdServers := st.apiEtcdServers()
+	st.Members[i].EtcdServers = etcdServers
 	return supervise.Process{Name: apiName(i), Path: filepath.Join(bin, "kube-apiserver"), Env: l.env(), Args: []string{
 		"--advertise-address=" + loopback,
 		"--bind-address=" + loopback,
@@ -215,7 +276,7 @@ func (c *controlPlane) apiserver(i int, bin string) supervise.Process {
 		"--tls-cert-file=" + f("apiserver.crt"),
 		"--tls-private-key-file=" + f("apiserver.key"),
 		"--cert-dir=" + l.certDir(),
-		"--etcd-servers=" + st.etcdURLs(),
+		"--etcd-servers=" + etcdServers,
 		"--etcd-cafile=" + f("etcd/ca.crt"),
 		"--etcd-certfile=" + f("apiserver-etcd-client.crt"),
 		"--etcd-keyfile=" + f("apiserver-etcd-client.key"),
@@ -295,17 +356,25 @@ func (c *controlPlane) start(set pki.Set, now time.Time, write func(*controlPlan
 		return err
 	}
 	c.client = client
-	c.ready = make([]atomic.Bool, len(st.Members))
+	c.ready = map[int]bool{}
 	p, err := startProxy(st.endpointAddr(), c.backends)
 	if err != nil {
 		return fmt.Errorf("endpoint %s: %w", st.endpointAddr(), err)
 	}
 	c.proxy = p
 	var procs []supervise.Process
-	for i := range st.Members {
-		procs = append(procs, c.etcd(i, c.bins[st.Version]))
+	for i, m := range st.Members {
+		// A member a scale was adding or removing runs if its data dir
+		// is there (it ran: it is a member, or was until the removal,
+		// which goes on); the scale starts or drops it otherwise.
+		if _, err := os.Stat(c.l.etcdData(i)); m.Etcd == "" || err == nil {
+			procs = append(procs, c.etcd(i, c.bins[st.Version]))
+		}
 	}
 	for i, m := range st.Members {
+		if m.NoAPIServer {
+			continue
+		}
 		v := m.Version
 		if v == "" || c.bins[v] == "" {
 			v = st.Version
@@ -328,17 +397,25 @@ func (c *controlPlane) start(set pki.Set, now time.Time, write func(*controlPlan
 	return nil
 }
 
-// backends are the API servers, those that answered /readyz last first.
+// backends are the API servers that run: those that answered /readyz
+// last first, taken in turn (each connection starts at the next one, so
+// connections spread over every ready API server), then the others.
 func (c *controlPlane) backends() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var ready, rest []string
-	for i := range c.st.Members {
-		if c.ready[i].Load() {
+	for i, m := range c.st.Members {
+		switch {
+		case m.NoAPIServer:
+		case c.ready[m.APIServer]:
 			ready = append(ready, c.st.apiAddr(i))
-		} else {
+		default:
 			rest = append(rest, c.st.apiAddr(i))
 		}
+	}
+	if n := len(ready); n > 1 {
+		k := int(c.next.Add(1) % uint32(n))
+		ready = append(ready[k:], ready[:k]...)
 	}
 	return append(ready, rest...)
 }
@@ -383,33 +460,42 @@ func (c *controlPlane) monitor(ctx context.Context, write func(*controlPlane)) {
 // probe asks every API server once and returns how many are ready.
 func (c *controlPlane) probe(ctx context.Context) int {
 	c.mu.Lock()
-	addrs := make([]string, len(c.st.Members))
-	for i := range addrs {
-		addrs[i] = c.st.apiAddr(i)
+	var ports []int
+	for _, m := range c.st.Members {
+		if !m.NoAPIServer {
+			ports = append(ports, m.APIServer)
+		}
 	}
 	client := c.client
 	c.mu.Unlock()
+	ok := make([]bool, len(ports))
+	for i, port := range ports {
+		ok[i] = readyz(ctx, client, "https://"+net.JoinHostPort(loopback, strconv.Itoa(port))) == nil
+	}
+	c.mu.Lock()
+	for i, port := range ports {
+		c.ready[port] = ok[i]
+	}
+	c.mu.Unlock()
+	return c.readyCount()
+}
+
+// readyCount is how many of the API servers that run answered /readyz
+// last.
+func (c *controlPlane) readyCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	n := 0
-	for i, a := range addrs {
-		ok := readyz(ctx, client, "https://"+a) == nil
-		c.ready[i].Store(ok)
-		if ok {
+	for _, m := range c.st.Members {
+		if !m.NoAPIServer && c.ready[m.APIServer] {
 			n++
 		}
 	}
 	return n
 }
 
-// readyCount is how many API servers answered /readyz last.
-func (c *controlPlane) readyCount() int {
-	n := 0
-	for i := range c.ready {
-		if c.ready[i].Load() {
-			n++
-		}
-	}
-	return n
-}
+// setReady records API server i's readiness (c.mu is held).
+func (c *controlPlane) setReady(i int, ok bool) { c.ready[c.st.Members[i].APIServer] = ok }
 
 func readyz(ctx context.Context, client *http.Client, base string) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -471,8 +557,17 @@ func (c *controlPlane) upgrade(ctx context.Context, version string, wait time.Du
 		if cur == version {
 			continue
 		}
+		c.mu.Lock()
+		off := c.st.Members[i].NoAPIServer
+		if !off {
+			c.setReady(i, false)
+		}
+		c.mu.Unlock()
+		if off {
+			// No API server here (a scale stopped it or starts it).
+			continue
+		}
 		c.sup.Halt(apiName(i))
-		c.ready[i].Store(false)
 		c.mu.Lock()
 		p := c.apiserver(i, bin)
 		c.mu.Unlock()

@@ -11,10 +11,12 @@
 //     ports, versions; the PKI; each etcd member's data; logs), free
 //     loopback ports, etcd (1 member, 3 with replicas 3), as many API
 //     servers, one controller-manager and one scheduler (leader-elected),
-//     and an endpoint that passes connections to an API server that
-//     answers. A version change restarts the API servers one at a time on
-//     the new binaries. The certificates come from the cluster's CA, which
-//     the bootstrapper hands out sealed to this service (RequestPKI).
+//     and an endpoint that passes connections to the API servers that
+//     answer, in turn. A version change restarts the API servers one at a
+//     time on the new binaries; a replicas change (1 ↔ 3) adds or removes
+//     etcd members and API servers one at a time (scale.go). The
+//     certificates come from the cluster's CA, which the bootstrapper
+//     hands out sealed to this service (RequestPKI).
 //   - delete: stop everything, remove the data dir, delete the record.
 //
 // Processes are restarted when they die (internal/supervise); when the
@@ -49,12 +51,20 @@ import (
 // Name is the service's name, its NATS user and its durable consumer.
 const Name = "controlplane-hosted"
 
+// Concurrency is how many commands (of different clusters) are handled at
+// once.
+const Concurrency = 4
+
 // Condition types of the record besides Ready.
 const (
 	// ConditionReady: every API server answers /readyz.
 	ConditionReady = "Ready"
 	// ConditionUpgrading is True while API servers run different versions.
 	ConditionUpgrading = "Upgrading"
+	// ConditionScaling is True while etcd members and API servers are
+	// added or removed (a replicas change, 1 ↔ 3); its message is the last
+	// step ("etcd member 2 of 3 added").
+	ConditionScaling = "Scaling"
 )
 
 // Defaults of the network a cluster leaves out (kubeadm's service CIDR
@@ -161,7 +171,9 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	s.adopt(ctx)
 	d.Ready.Set(true)
 	d.Log.Info().Str("data_dir", s.cfg.DataDir).Int("adopted", len(s.running)).Msg("hosted control planes running")
-	err = events.Consume(ctx, d.JS, ConsumerSpec(), events.Typed(s.handle), events.WithMetrics(d.Events))
+	// Several clusters at once (a scale or an upgrade takes minutes); one
+	// command of a cluster at a time (s.lock).
+	err = events.Consume(ctx, d.JS, ConsumerSpec(), events.Typed(s.handle), events.WithMetrics(d.Events), events.WithConcurrency(Concurrency))
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -261,7 +273,17 @@ func (s *Service) ensure(ctx context.Context, log zerolog.Logger, cluster string
 	version := spec.GetKubernetesVersion()
 	replicas := spec.GetControlPlane().GetReplicas()
 	if replicas != 1 && replicas != 3 {
-		return s.refuse(ctx, cluster, int64(gen), "InvalidReplicas", fmt.Sprintf("spec.controlPlane.replicas %d: a hosted control plane runs 1 or 3", replicas))
+		return s.refuse(ctx, cluster, int64(gen), "InvalidReplicas", fmt.Sprintf("spec.controlPlane.replicas %d: a hosted control plane runs 1 or 3 (allowed: 1, 3)", replicas))
+	}
+	uid := c.GetMetadata().GetUid()
+	if earlier := s.uidOf(cluster); earlier != "" && uid != "" && earlier != uid {
+		// A cluster of this name deleted with the Orphan policy left its
+		// control plane here: it is not this cluster's (another CA,
+		// another etcd).
+		return s.refuse(ctx, cluster, int64(gen), "EarlierControlPlane", fmt.Sprintf(
+			"%s holds the hosted control plane of an earlier cluster %s (uid %s; this one is %s), left running by a delete with the Orphan policy: "+
+				"stop the service, remove that directory (the earlier cluster's etcd data) and the record controlplane.%s, start it and apply the cluster again",
+			filepath.Join(s.cfg.DataDir, cluster), cluster, earlier, uid, cluster))
 	}
 	bin, err := s.bins.forVersion(ctx, version)
 	if err != nil {
@@ -279,6 +301,7 @@ func (s *Service) ensure(ctx context.Context, log zerolog.Logger, cluster string
 				return err
 			}
 		}
+		st.UID = uid
 		set, err := RequestPKI(ctx, s.nc, cluster)
 		if err != nil {
 			_ = s.condition(ctx, cluster, int64(gen), "PKIUnavailable", err.Error())
@@ -292,12 +315,25 @@ func (s *Service) ensure(ctx context.Context, log zerolog.Logger, cluster string
 		log.Info().Str("endpoint", st.endpointAddr()).Str("version", version).Int32("replicas", replicas).Msg("hosted control plane started")
 	}
 	cp.mu.Lock()
-	have := cp.st.replicas()
+	have := len(cp.st.Members)
 	cp.bins[version] = bin
 	upgrade := cp.st.Version != version || cp.st.lowestVersion() != version
 	cp.mu.Unlock()
-	if have != replicas {
-		return s.refuse(ctx, cluster, int64(gen), "ReplicasChangeUnsupported", fmt.Sprintf("the hosted control plane runs %d replicas; changing them to %d is not supported yet", have, replicas))
+	// Fewer replicas: scaled down before an upgrade (fewer API servers to
+	// move); more: after (the new ones start on the new version).
+	scale := func() error {
+		if err := cp.scale(ctx, int(replicas), s.cfg.UpgradeWait); err != nil {
+			if ctx.Err() == nil {
+				_ = s.condition(ctx, cluster, int64(gen), "ScaleFailed", err.Error())
+			}
+			return err
+		}
+		return nil
+	}
+	if int(replicas) < have {
+		if err := scale(); err != nil {
+			return err
+		}
 	}
 	if upgrade {
 		log.Info().Str("version", version).Msg("upgrading the API servers one at a time")
@@ -305,18 +341,40 @@ func (s *Service) ensure(ctx context.Context, log zerolog.Logger, cluster string
 			return err
 		}
 	}
+	if err := scale(); err != nil {
+		return err
+	}
 	cp.mu.Lock()
 	cp.st.Generation = int64(gen)
+	cp.st.UID = uid
 	err = cp.l.save(cp.st)
 	cp.mu.Unlock()
 	cp.wake()
 	return err
 }
 
+// uidOf is the uid of the cluster whose control plane runs or has its
+// data dir here under the name ("" when none, or a state.json from before
+// uids were kept).
+func (s *Service) uidOf(cluster string) string {
+	s.mu.Lock()
+	cp := s.running[cluster]
+	s.mu.Unlock()
+	if cp != nil {
+		cp.mu.Lock()
+		defer cp.mu.Unlock()
+		return cp.st.UID
+	}
+	if st, err := (layout{dir: filepath.Join(s.cfg.DataDir, cluster)}).load(); err == nil {
+		return st.UID
+	}
+	return ""
+}
+
 // run starts a control plane from its state and PKI.
 func (s *Service) run(ctx context.Context, st *state, set pki.Set) (*controlPlane, error) {
 	l := layout{dir: filepath.Join(s.cfg.DataDir, st.Cluster)}
-	cp := &controlPlane{l: l, st: st, log: s.log.With().Str("cluster", st.Cluster).Logger(), bins: map[string]string{}, changed: make(chan struct{}, 1)}
+	cp := &controlPlane{l: l, st: st, log: s.log.With().Str("cluster", st.Cluster).Logger(), bins: map[string]string{}, changed: make(chan struct{}, 1), now: s.cfg.Now}
 	cp.sup = &supervise.Supervisor{LogDir: l.logs(), Log: cp.log}
 	versions := []string{st.Version}
 	for _, m := range st.Members {
@@ -349,7 +407,7 @@ func newState(cluster, version string, replicas int, n *capnv1.NetworkSpec) (*st
 	if err != nil {
 		return nil, err
 	}
-	st := &state{Cluster: cluster, Version: version, Endpoint: ports[0], KCM: ports[1], Scheduler: ports[2],
+	st := &state{Cluster: cluster, Version: version, Replicas: replicas, Endpoint: ports[0], KCM: ports[1], Scheduler: ports[2],
 		ServiceCIDR: DefaultServiceCIDR, PodCIDR: DefaultPodCIDR, DNSDomain: DefaultDNSDomain}
 	if l := n.GetServiceCidrs(); len(l) > 0 {
 		st.ServiceCIDR = l[0]
@@ -437,7 +495,11 @@ func (s *Service) writeRecord(cp *controlPlane) {
 			Version:     st.lowestVersion(), Replicas: st.replicas(), ReadyReplicas: ready,
 			CaCertificatePem: string(ca), Conditions: cloneConditions(cur.GetConditions()),
 		}
+		scaling, progress := st.scaling()
 		switch {
+		case scaling && next.Initialized:
+			conditions.Set(&next.Conditions, conditions.New(ConditionReady, capnv1.ConditionFalse, "Scaling",
+				fmt.Sprintf("%d API servers answer /readyz, %d wanted; %s", ready, st.replicas(), progress)), now)
 		case ready == st.replicas():
 			conditions.Set(&next.Conditions, conditions.New(ConditionReady, capnv1.ConditionTrue, "AllReplicasReady",
 				fmt.Sprintf("%d of %d API servers answer /readyz at %s", ready, st.replicas(), st.endpointAddr())), now)
@@ -454,6 +516,13 @@ func (s *Service) writeRecord(cp *controlPlane) {
 		} else {
 			conditions.Set(&next.Conditions, conditions.New(ConditionUpgrading, capnv1.ConditionFalse, "UpToDate",
 				"every API server runs "+st.Version), now)
+		}
+		if scaling {
+			conditions.Set(&next.Conditions, conditions.New(ConditionScaling, capnv1.ConditionTrue, "ScalingReplicas",
+				fmt.Sprintf("to %d replica%s: %s", st.replicas(), plural(int(st.replicas())), progress)), now)
+		} else {
+			conditions.Set(&next.Conditions, conditions.New(ConditionScaling, capnv1.ConditionFalse, "AtReplicas",
+				fmt.Sprintf("%d etcd member%s and %d API server%s", len(st.Members), plural(len(st.Members)), len(st.Members), plural(len(st.Members)))), now)
 		}
 		if exists {
 			prev := proto.Clone(cur).(*capnv1.ControlPlaneRecord)

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/internal/testkit"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/conditions"
 	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/services/daemon"
 )
@@ -23,7 +26,16 @@ import (
 // What ensure cannot make is said in the record's Ready condition, with
 // the reason, and nothing runs; a cluster of another type gets no record.
 // (The life of a control plane on the real binaries is tests/hosted's.)
-func TestEnsureRefusalsAreRecorded(t *testing.T) {
+// testService runs the service (no binaries) on a fresh nats-server.
+type testService struct {
+	js       jetstream.JetStream
+	clusters *store.Bucket[*capnv1.Cluster]
+	records  *store.Bucket[*capnv1.ControlPlaneRecord]
+	dataDir  string
+	pub      *events.Publisher
+}
+
+func runService(t *testing.T) testService {
 	ns := natstest.Start(t)
 	nc, js := ns.Connect(t)
 	ctx := context.Background()
@@ -32,10 +44,10 @@ func TestEnsureRefusalsAreRecorded(t *testing.T) {
 	}
 	des, _ := js.KeyValue(ctx, events.BucketDesired)
 	obs, _ := js.KeyValue(ctx, events.BucketObserved)
-	clusters := store.NewBucket(des, store.New[capnv1.Cluster]())
-	records := store.NewBucket(obs, store.New[capnv1.ControlPlaneRecord]())
-	dataDir := t.TempDir()
-	svc := New(Config{DataDir: dataDir, KubeBin: t.TempDir()})
+	ts := testService{js: js, clusters: store.NewBucket(des, store.New[capnv1.Cluster]()),
+		records: store.NewBucket(obs, store.New[capnv1.ControlPlaneRecord]()), dataDir: t.TempDir(),
+		pub: events.NewPublisher(js, "capn/test")}
+	svc := New(Config{DataDir: ts.dataDir, KubeBin: t.TempDir()})
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
@@ -48,7 +60,55 @@ func TestEnsureRefusalsAreRecorded(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	pub := events.NewPublisher(js, "capn/test")
+	return ts
+}
+
+// A cluster of a name whose hosted control plane an earlier cluster left
+// here (deleted with the Orphan policy: nothing told this service) is
+// another cluster: ensure refuses it, saying what to do, and touches
+// nothing of the earlier one.
+func TestEnsureRefusesAnEarlierClustersControlPlane(t *testing.T) {
+	ts := runService(t)
+	ctx := context.Background()
+	dir := filepath.Join(ts.dataDir, "again")
+	st, err := newState("again", "v1.99.0", 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.UID = "uid-earlier"
+	if err := (layout{dir: dir}).save(st); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(filepath.Join(dir, "state.json"))
+	rev, err := ts.clusters.Create(ctx, keys.Cluster("again"), &capnv1.Cluster{ApiVersion: "capn.dev/v1alpha1", Kind: "Cluster",
+		Metadata: &capnv1.ObjectMeta{Name: "again", Uid: "uid-now", CreationTimestamp: timestamppb.Now()},
+		Spec: &capnv1.ClusterSpec{KubernetesVersion: "v1.99.0",
+			ControlPlane: &capnv1.ControlPlaneSpec{Replicas: 1, Type: capnv1.ControlPlaneHosted}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ts.pub.Publish(ctx, keys.ControlPlaneCommand(capnv1.ControlPlaneHosted, keys.ControlPlaneEnsure, "again"),
+		"dev.capn.controlplane.ensure", "ensure-again", &capnv1.ControlPlaneCommand{Cluster: "again", Generation: int64(rev)}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 10*time.Second, "again: Ready False, EarlierControlPlane", func() bool {
+		r, _, err := ts.records.Get(ctx, keys.ControlPlane("again"))
+		if err != nil {
+			return false
+		}
+		c := conditions.Get(r.GetConditions(), ConditionReady)
+		return c.GetStatus() == "False" && c.GetReason() == "EarlierControlPlane" &&
+			strings.Contains(c.GetMessage(), "uid uid-earlier; this one is uid-now") && strings.Contains(c.GetMessage(), dir)
+	})
+	if after, _ := os.ReadFile(filepath.Join(dir, "state.json")); string(after) != string(before) {
+		t.Fatalf("the earlier state.json changed:\n%s\n%s", before, after)
+	}
+}
+
+func TestEnsureRefusalsAreRecorded(t *testing.T) {
+	ts := runService(t)
+	ctx := context.Background()
+	js, clusters, records, dataDir, pub := ts.js, ts.clusters, ts.records, ts.dataDir, ts.pub
 	for _, c := range []struct {
 		name, typ string
 		replicas  int32

@@ -186,6 +186,8 @@ func TestDevEndToEnd(t *testing.T) {
 			filepath.Join(dataDir, "autoscaler", "clients", "<cluster>", "cloud-config") + ")\n  off       docker provider: ",
 		"\n              turn on: make images IMAGES=capn-node (with a Docker daemon running)\n",
 		"\n            Kubernetes on process machines: no --kube-bin, so their control planes are placeholders\n" +
+			`              turn on: make kube, then bin/capn dev --kube-bin "$(hack/kube.sh --print-path)"` + "\n" +
+			"            hosted control planes: no --kube-bin, so a cluster with controlPlane.type hosted waits (Ready False, BinariesMissing)\n" +
 			`              turn on: make kube, then bin/capn dev --kube-bin "$(hack/kube.sh --print-path)"` + "\nPress Ctrl-C"} {
 		if !strings.Contains(first.out.String(), want) {
 			t.Errorf("banner lacks %q:\n%s", want, first.out)
@@ -363,7 +365,9 @@ func TestDevProvidersNeedTCP(t *testing.T) {
 			"              turn on: restart capn dev without --nats-listen none\n" +
 			"            docker provider: its machines reach NATS through a relay to a TCP listener and NATS is in-process only (--nats-listen none)\n" +
 			"              turn on: restart capn dev without --nats-listen none\n" +
-			"            Kubernetes on process machines: no --kube-bin, so their control planes are placeholders\n",
+			"            Kubernetes on process machines: no --kube-bin, so their control planes are placeholders\n" +
+			`              turn on: make kube, then bin/capn dev --kube-bin "$(hack/kube.sh --print-path)"` + "\n" +
+			"            hosted control planes: no --kube-bin, so a cluster with controlPlane.type hosted waits (Ready False, BinariesMissing)\n",
 		`"message":"the process provider is not running: its node agents`,
 		`"message":"the docker provider is not running: its machines reach NATS`,
 	} {

@@ -36,6 +36,7 @@ const (
 	fixNodeBinary  = "make build (it puts capn-node beside capn), or --process-node-binary PATH"
 	fixDockerImage = "make images IMAGES=capn-node (with a Docker daemon running)"
 	fixKube        = `make kube, then bin/capn dev --kube-bin "$(hack/kube.sh --print-path)"`
+	hostedOffWhy   = "no --kube-bin, so a cluster with controlPlane.type hosted waits (Ready False, BinariesMissing)"
 )
 
 // dockerPreflightTimeout bounds capn dev's check of the Docker daemon, so
@@ -138,8 +139,8 @@ type offPart struct {
 }
 
 // offParts lists what is off: each provider asked for that cannot run,
-// and Kubernetes on the process provider's machines, which runs only with
-// --kube-bin (never guessed).
+// and what runs only with --kube-bin (never guessed): Kubernetes on the
+// process provider's machines, and hosted control planes.
 func offParts(cfg Config, provs []devProvider) []offPart {
 	var out []offPart
 	for _, p := range provs {
@@ -150,6 +151,11 @@ func offParts(cfg Config, provs []devProvider) []offPart {
 	if cfg.KubeBin == "" && slices.Contains(cfg.providerList(), process.Name) {
 		out = append(out, offPart{what: "Kubernetes on process machines",
 			why: "no --kube-bin, so their control planes are placeholders", fix: fixKube})
+	}
+	if cfg.KubeBin == "" {
+		// controlplane-hosted runs, but has no binaries to run.
+		out = append(out, offPart{what: "hosted control planes",
+			why: hostedOffWhy, fix: fixKube})
 	}
 	return out
 }

@@ -47,9 +47,13 @@ func TestDevOffParts(t *testing.T) {
 		want      []offPart
 		providing string
 	}{
-		{name: "sim only: nothing is off", providers: "sim", want: nil, providing: "sim"},
+		{name: "sim only: hosted control planes are off", providers: "sim",
+			want:      []offPart{{"hosted control planes", "no --kube-bin, so a cluster with controlPlane.type hosted waits (Ready False, BinariesMissing)", kubeFix}},
+			providing: "sim"},
+		{name: "sim only with --kube-bin: nothing is off", providers: "sim", kubeBin: t.TempDir(), want: nil, providing: "sim"},
 		{name: "process without --kube-bin", providers: "sim,process", node: exe,
-			want:      []offPart{{"Kubernetes on process machines", "no --kube-bin, so their control planes are placeholders", kubeFix}},
+			want: []offPart{{"Kubernetes on process machines", "no --kube-bin, so their control planes are placeholders", kubeFix},
+				{"hosted control planes", "no --kube-bin, so a cluster with controlPlane.type hosted waits (Ready False, BinariesMissing)", kubeFix}},
 			providing: "sim, process"},
 		{name: "process with --kube-bin", providers: "process", node: exe, kubeBin: t.TempDir(),
 			providing: "process (Kubernetes from " + os.TempDir()},

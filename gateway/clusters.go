@@ -259,6 +259,13 @@ func (s *server) deleteCluster(w http.ResponseWriter, r *http.Request) error {
 		dryRun:           dryRun,
 		mutate: func(cur, next *capnv1.Cluster) (*capnv1.Cluster, error) {
 			md := ensure(&next.Metadata)
+			if policy == capnv1.DeletionOrphan && cur.GetSpec().GetControlPlane().Implementation() == capnv1.ControlPlaneHosted {
+				// Nothing else could adopt it: its processes and etcd
+				// data are this deployment's, and letting go would leave
+				// them running with no cluster to delete them.
+				return nil, conflict("cluster %s has a hosted control plane, run by this deployment's controlplane-hosted: capn cannot let go of it (propagationPolicy Orphan, capn move); delete it with propagationPolicy Background, which tears it down", name).
+					withField(api.ParamPropagationPolicy, `must be "Background" for a cluster whose spec.controlPlane.type is hosted`, api.PropagationOrphan)
+			}
 			if md.DeletionTimestamp == nil {
 				md.DeletionTimestamp = now
 			} else if was := cur.GetMetadata().GetDeletionPolicy(); was != policy {

@@ -297,6 +297,26 @@ func TestDeleteWithTheOrphanPolicy(t *testing.T) {
 	}
 }
 
+// A hosted control plane runs in this deployment: nothing else could
+// adopt it, so an Orphan delete (capn move's last step) is refused and
+// changes nothing; a plain delete still tears it down.
+func TestOrphanDeleteOfAHostedClusterIsRefused(t *testing.T) {
+	e := newEnv(t)
+	e.apply(strings.Replace(demoYAML, "controlPlane: {provider: sim, replicas: 1}", "controlPlane: {type: hosted, replicas: 1}", 1))
+	for _, q := range []string{"propagationPolicy=Orphan&dryRun=All", "propagationPolicy=Orphan"} {
+		p := e.do(http.MethodDelete, "/v1/clusters/demo?"+q, tokWrite, nil).wantProblem(t, http.StatusConflict, "propagationPolicy")
+		if !strings.Contains(p.Detail, "hosted control plane") {
+			t.Errorf("%s: detail %q names no hosted control plane", q, p.Detail)
+		}
+		if c, _, _ := e.clusters.Get(context.Background(), "cluster.demo"); c.GetMetadata().GetDeletionTimestamp() != nil {
+			t.Fatalf("%s: the refused delete deleted", q)
+		}
+	}
+	if r := e.do(http.MethodDelete, "/v1/clusters/demo", tokWrite, nil); r.status != http.StatusAccepted {
+		t.Fatalf("a plain delete of a hosted cluster: %d %s", r.status, r.body)
+	}
+}
+
 func TestGetAndList(t *testing.T) {
 	e := newEnv(t)
 	e.do(http.MethodGet, "/v1/clusters/demo", tokRead, nil).wantProblem(t, http.StatusNotFound)

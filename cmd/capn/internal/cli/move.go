@@ -196,6 +196,10 @@ func (m *move) check(ctx context.Context) error {
 			problems = append(problems, c+": being deleted")
 			continue
 		}
+		if cl.GetSpec().GetControlPlane().Implementation() == capnv1.ControlPlaneHosted {
+			problems = append(problems, c+": its control plane is hosted here (its processes and etcd data are this deployment's controlplane-hosted): it cannot move")
+			continue
+		}
 		m.wasPaused[c] = cl.GetSpec().GetPaused()
 		machines, err := m.src.c.Machines(ctx, c, client.ListOptions{})
 		if err != nil {

@@ -152,6 +152,26 @@ func TestBackupRestoreAndMoveBetweenTwoDevDataDirs(t *testing.T) {
 	for _, m := range ms {
 		before[m.GetMetadata().GetName()] = m
 	}
+	// A hosted control plane runs in this deployment's controlplane-hosted:
+	// it cannot move, and the refusal changes nothing (not even a pause).
+	edge := filepath.Join(tmp, "edge.yaml")
+	if err := os.WriteFile(edge, []byte(strings.NewReplacer("name: shop", "name: edge",
+		"controlPlane: {provider: sim, replicas: 1}", "controlPlane: {type: hosted, replicas: 1}").Replace(moveCluster)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = capn(cfgA, "apply", "-f", edge)
+	want(code, out, errOut, 0)
+	code, out, errOut = capn(cfgA, "move", "--to", cfgB, "edge")
+	want(code, out, errOut, 1, "nothing was changed", "edge: its control plane is hosted here")
+	if c, err := ca.Get(ctx, "edge"); err != nil || c.GetSpec().GetPaused() || c.GetMetadata().GetDeletionTimestamp() != nil {
+		t.Fatalf("edge after the refused move: %v, %v", c.GetMetadata(), err)
+	}
+	if _, err := cb.Get(ctx, "edge"); !client.IsNotFound(err) {
+		t.Fatalf("the refused move reached the target: %v", err)
+	}
+	code, out, errOut = capn(cfgA, "delete", "cluster", "edge", "--wait", "--timeout", "2m")
+	want(code, out, errOut, 0)
+
 	srcBefore, dstBefore := providerCommands(t, a.opsURL), providerCommands(t, b.opsURL)
 	code, out, errOut = capn(cfgA, "move", "--to", cfgB, "shop")
 	want(code, out, errOut, 0, "moved shop to "+b.gatewayURL, "paused shop here", "4 machines and infrastructures adopted")

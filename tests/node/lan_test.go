@@ -7,13 +7,19 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/capn-dev/capn/internal/testkit"
 )
 
 // lan is a switch several nodes hang off: a bridge in a network namespace
@@ -212,4 +218,79 @@ func (n *node) rss(t *testing.T) (kib int64, procs int) {
 		f.Close()
 	}
 	return kib, procs
+}
+
+// TestRealNodeLAN checks the LAN the kubeadm test's nodes share, with no
+// node stack: two node namespaces on the switch, no default route in
+// either; a "pod" address on the second node (on its lo, in the first /24
+// of the LAN's pod CIDR) routed by routePods; the web server run in each
+// node's namespace. The host asks the first node's server, which fetches
+// from the second node's pod address: host → node, and node → node's
+// pods through the switch.
+func TestRealNodeLAN(t *testing.T) {
+	skip := t.Skipf
+	if os.Getenv("CAPN_REQUIRE_NODESTACK") == "1" {
+		skip = t.Fatalf
+	}
+	if os.Geteuid() != 0 {
+		skip("the LAN needs root (network namespaces)")
+	}
+	for _, b := range []string{"ip", "nsenter"} {
+		if _, err := exec.LookPath(b); err != nil {
+			skip("%s is not installed: %v", b, err)
+		}
+	}
+	l := newLAN(t)
+	n1, n2 := l.addNode(t), l.addNode(t)
+	_, pods, err := net.ParseCIDR(l.podCIDR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1.podCIDR = fmt.Sprintf("%s/24", pods.IP.To4())
+	base := pods.IP.To4()
+	n2.podCIDR = fmt.Sprintf("%d.%d.%d.0/24", base[0], base[1], base[2]+1)
+	podIP := fmt.Sprintf("%d.%d.%d.7", base[0], base[1], base[2]+1)
+	run(t, nil, nil, "ip", "-n", n2.ns, "addr", "add", podIP+"/32", "dev", "lo")
+	l.routePods(t, []*node{n1, n2})
+	for _, n := range []*node{n1, n2} {
+		n.checkNoDefault(t)
+	}
+
+	web := buildWeb(t, t.TempDir())
+	serve := func(n *node, token, fetch string) {
+		cmd := exec.Command("nsenter", n.inNode(web)...)
+		cmd.Env = append(os.Environ(), "CAPN_WEB_TOKEN="+token, "CAPN_WEB_FETCH="+fetch)
+		log := &testkit.Buffer{}
+		cmd.Stdout, cmd.Stderr = log, log
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			if t.Failed() {
+				t.Logf("web in %s:\n%s", n.ns, log.String())
+			}
+		})
+	}
+	serve(n2, "n2-"+l.id, "")
+	serve(n1, "n1-"+l.id, "http://"+net.JoinHostPort(podIP, "8080")+"/")
+	url := "http://" + net.JoinHostPort(n1.nodeIP, "8080") + "/"
+	var body string
+	client := &http.Client{Timeout: 5 * time.Second}
+	testkit.WaitFor(t, 30*time.Second, "GET "+url+" answers with what it fetched from "+podIP, func() bool {
+		resp, err := client.Get(url)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		body = string(b)
+		return resp.StatusCode == http.StatusOK && strings.Contains(body, "fetched-status=200\n")
+	})
+	if !strings.Contains(body, "token=n1-"+l.id+"\n") || !strings.Contains(body, "fetched token=n2-"+l.id+"\n") || !strings.Contains(body, "fetched addr="+podIP+"/32\n") {
+		t.Fatalf("node 1 did not relay node 2's pod address:\n%s", body)
+	}
+	t.Logf("host → %s → %s (%s's pods, via %v):\n%s", n1.nodeIP, podIP, n2.ns, l.routes, body)
 }

@@ -498,17 +498,23 @@ func (n *node) addPod(t *testing.T, s stack, name string) *pod {
 	return p
 }
 
+// buildWeb builds the web server statically as dir/web.
+func buildWeb(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "web")
+	// go test puts its own go first on PATH.
+	run(t, nil, []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=" + runtime.GOARCH, "GOFLAGS=-mod=readonly"},
+		"go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./testdata/web")
+	return bin
+}
+
 // buildImage builds the web server statically and writes an OCI image
 // layout tarball of an image FROM scratch holding it as /web; it returns
 // the tarball's path. entrypoint is the image's (["/web"] or ["/web",
 // "pause"]).
 func buildImage(t *testing.T, dir, ref string, entrypoint ...string) string {
 	t.Helper()
-	bin := filepath.Join(dir, "web")
-	// go test puts its own go first on PATH.
-	run(t, nil, []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=" + runtime.GOARCH, "GOFLAGS=-mod=readonly"},
-		"go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./testdata/web")
-	web, err := os.ReadFile(bin)
+	web, err := os.ReadFile(buildWeb(t, dir))
 	if err != nil {
 		t.Fatal(err)
 	}

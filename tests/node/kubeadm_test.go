@@ -225,6 +225,7 @@ func TestRealNodeKubeadmJoin(t *testing.T) {
 	}
 	// Before any kubelet starts: the values to put back.
 	restoreKernelTunables(t)
+	raiseInotifyInstances(t, 1024)
 	dir := t.TempDir()
 	capnNode := buildCapnNode(t, dir)
 	web := image{webRef, buildImage(t, dir, webRef, "/web")}
@@ -450,8 +451,9 @@ func TestRealNodeKubeadmJoin(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("both Nodes Ready %s after kubeadm init finished (%s since the test began); pod CIDRs %s: %s, %s: %s; routes %v\n%s",
-		readyAfter.Round(time.Millisecond), time.Since(start).Round(time.Millisecond), cpName, cp.podCIDR, workerName, worker.podCIDR, l.routes, nodesOut)
+	t.Logf("both Nodes Ready %s after kubeadm init began, %s after it finished, %s after kubeadm join began (%s since the test began); pod CIDRs %s: %s, %s: %s; routes %v\n%s",
+		(readyAfter + initDone.Sub(initStart)).Round(time.Millisecond), readyAfter.Round(time.Millisecond), time.Since(joinStart).Round(time.Millisecond),
+		time.Since(start).Round(time.Millisecond), cpName, cp.podCIDR, workerName, worker.podCIDR, l.routes, nodesOut)
 	// Still nothing routes out of either node.
 	cp.checkDiscard(t)
 	worker.checkNoDefault(t)

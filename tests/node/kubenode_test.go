@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -155,4 +156,38 @@ func waitAPI(t *testing.T, timeout time.Duration, what string, check func() erro
 	if err := testkit.Poll(timeout, 250*time.Millisecond, check); err != nil {
 		t.Fatalf("%s: not within %s: %v", what, timeout, err)
 	}
+}
+
+// raiseInotifyInstances raises fs.inotify.max_user_instances to at least
+// min for as long as the test runs, and puts the old value back after. A
+// node's containerd (its CNI config watcher), kubelet and API server each
+// take several inotify instances, all counted against root's one limit
+// (128 by default), which other Kubernetes processes on a shared host may
+// have used up: containerd's CRI then fails to load ("failed to create
+// fsnotify watcher: couldn't initialize inotify: too many open files")
+// and kubeadm finds no CRI. Lowering it back takes nothing from a process
+// that holds instances; only new ones wait for room, as before.
+func raiseInotifyInstances(t *testing.T, min int) {
+	t.Helper()
+	const path = "/proc/sys/fs/inotify/max_user_instances"
+	old, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("inotify: %v", err)
+	}
+	cur, err := strconv.Atoi(strings.TrimSpace(string(old)))
+	if err != nil {
+		t.Fatalf("%s: %q: %v", path, old, err)
+	}
+	if cur >= min {
+		return
+	}
+	if err := os.WriteFile(path, []byte(strconv.Itoa(min)), 0o644); err != nil {
+		t.Fatalf("raising %s from %d to %d: %v", path, cur, min, err)
+	}
+	t.Logf("fs.inotify.max_user_instances %d → %d for the test", cur, min)
+	t.Cleanup(func() {
+		if err := os.WriteFile(path, old, 0o644); err != nil {
+			t.Errorf("restoring %s to %d: %v", path, cur, err)
+		}
+	})
 }

@@ -207,8 +207,8 @@ func buildCapnNode(t *testing.T, dir string) string {
 // config from it, the test routes each node's pods between the node
 // namespaces and from the host, and both Nodes become Ready. Last, a pod
 // the scheduler puts on the worker runs a real container (the web image,
-// FROM scratch) with an address from the worker's CIDR, and a pod on the
-// control-plane node reaches it.
+// FROM scratch, written by capn-node image) with an address from the
+// worker's CIDR, and a pod on the control-plane node reaches it.
 func TestRealNodeKubeadmJoin(t *testing.T) {
 	s, images := needKubeadm(t)
 	start := time.Now()
@@ -228,7 +228,10 @@ func TestRealNodeKubeadmJoin(t *testing.T) {
 	raiseInotifyInstances(t, 1024)
 	dir := t.TempDir()
 	capnNode := buildCapnNode(t, dir)
-	web := image{webRef, buildImage(t, dir, webRef, "/web")}
+	// The web image FROM scratch, written by capn-node image (package
+	// ociimage), as hack/nodeimages.sh writes the control plane's.
+	web := image{webRef, filepath.Join(dir, "web.tar")}
+	run(t, nil, nil, capnNode, "image", "--ref", webRef, "--out", web.archive, "--file", "web="+buildWeb(t, dir), "--entrypoint", "/web")
 	path := "PATH=" + s.kubeBin + ":" + s.bin + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	kubectl := findKubectl()
 

@@ -7,8 +7,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -55,7 +57,11 @@ func needKubeadm(t *testing.T) (stack, []image) {
 // kubelet write to /etc, /var/lib, /var/log, /usr/libexec and /run stays
 // the node's: each of the first four is an overlay on the host's
 // directory whose upper layer is in the node's directory, /run a fresh
-// tmpfs (as at boot). In it, /run/containerd/containerd.sock (where kubeadm
+// tmpfs (as at boot). A host with no /lib/modules (this one: its kernel
+// has no loadable modules) gets an empty one, in an overlay on the
+// directory /lib is (/usr/lib on Debian 12): kube-proxy's DaemonSet mounts
+// the host's /lib/modules (a hostPath of no type, so it must exist) and
+// runc fails the container without it. In it, /run/containerd/containerd.sock (where kubeadm
 // looks for containerd) is a link to the node's containerd socket, and
 // /etc/hosts names the node (hosts is what the kubelet resolves its node
 // name with when it has no default route to pick an address from).
@@ -68,6 +74,13 @@ for d in etc var/lib var/log usr/libexec; do
   mkdir -p "$o/upper" "$o/work"
   mount -t overlay capn-node -o "lowerdir=/$d,upperdir=$o/upper,workdir=$o/work" "/$d"
 done
+if [ ! -d /lib/modules ]; then
+  l=$(readlink -f /lib)
+  o="$CAPN_OVL/lib-modules"
+  mkdir -p "$o/upper" "$o/work"
+  mount -t overlay capn-node -o "lowerdir=$l,upperdir=$o/upper,workdir=$o/work" "$l"
+  mkdir /lib/modules
+fi
 mkdir -p /run/containerd
 ln -s "$CAPN_SOCK" /run/containerd/containerd.sock
 printf '127.0.0.1 localhost\n%s %s\n' "$CAPN_NODE_IP" "$CAPN_HOSTNAME" > /etc/hosts
@@ -251,15 +264,14 @@ func TestRealNodeKubeadmJoin(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := &capnv1.BootstrapSpec{
-		// The images are imported, not pulled, and kube-proxy's and
-		// CoreDNS's are not built yet: kubeadm's ImagePull check would
-		// try to pull those two, and nothing routes out of the node.
+		// Every image kubeadm lists is imported (hack/nodeimages.sh), so
+		// its ImagePull check pulls nothing and passes.
 		// SystemVerification fails on cgroup v1 ("To explicitly enable
 		// cgroups v1 support for kubelet v1.35 or newer, you must set
 		// the kubelet configuration option 'FailCgroupV1' to 'false'.
 		// You must also explicitly skip this validation."), for init
 		// and join alike.
-		IgnorePreflightErrors: []string{"ImagePull", "SystemVerification"},
+		IgnorePreflightErrors: []string{"SystemVerification"},
 		// What this host needs from its kubelet, as a pool's
 		// bootstrap.kubeletExtraArgs (docs/providers.md, real nodes):
 		KubeletExtraArgs: map[string]string{
@@ -385,15 +397,21 @@ func TestRealNodeKubeadmJoin(t *testing.T) {
 		cpName, cp.nodeIP, cpNode.Status.NodeInfo.KubeletVersion, cpNode.Status.NodeInfo.ContainerRuntimeVersion, running, time.Since(start).Round(time.Millisecond))
 
 	// The worker: a second node on the LAN, with no default route at all
-	// (a worker's kubeadm join needs no advertise address), only the
-	// sandbox and web images imported.
-	var pause image
+	// (a worker's kubeadm join needs no advertise address), with the
+	// images a worker runs imported: the sandbox, kube-proxy (a
+	// DaemonSet), CoreDNS (its Deployment may land there) and web.
+	var workerImages []image
 	for _, im := range images {
-		if strings.Contains(im.ref, "/pause:") {
-			pause = im
+		for _, name := range []string{"/pause:", "/kube-proxy:", "/coredns:"} {
+			if strings.Contains(im.ref, name) {
+				workerImages = append(workerImages, im)
+			}
 		}
 	}
-	worker := startKubeNode(t, s, l, workerName, capnNode, path, []image{pause, web}, netnsBefore)
+	if len(workerImages) != 3 {
+		t.Fatalf("CAPN_NODEIMAGES lacks pause, kube-proxy or coredns (make nodeimages): %v", images)
+	}
+	worker := startKubeNode(t, s, l, workerName, capnNode, path, append(workerImages, web), netnsBefore)
 	worker.checkNoDefault(t)
 	joinStart := time.Now()
 	phases = worker.cloudConfig(t, capnNode, path, render(workerName, bootstrap.RoleWorker, false))
@@ -440,7 +458,8 @@ func TestRealNodeKubeadmJoin(t *testing.T) {
 			t.Errorf("Node %s: InternalIP %q, want %s", kn.machine, addr, kn.nodeIP)
 		}
 	}
-	readyAfter := time.Since(initDone)
+	nodesReady := time.Now()
+	readyAfter := nodesReady.Sub(initDone)
 	nodesOut := kubectlOut("get", "nodes", "-o", "wide")
 	if kubectl != "" {
 		for _, kn := range []*kubeNode{cp, worker} {
@@ -547,6 +566,161 @@ func TestRealNodeKubeadmJoin(t *testing.T) {
 	}
 	t.Logf("web-cp on %s at %s reached web-worker at %s:\n%s\n%s", cpName, cpp.Status.PodIP, wp.Status.PodIP, body, kubectlOut("get", "pods", "-A", "-o", "wide"))
 
+	// kubeadm's add-ons run from the nodes' own images: kube-proxy (its
+	// DaemonSet, in iptables mode, one pod in each node's namespace) and
+	// CoreDNS (its Deployment of two), each pod Ready.
+	addonsStart := time.Now()
+	readyPod := func(p podObject) error {
+		for _, c := range p.Status.Conditions {
+			if c.Type == "Ready" && c.Status == "True" && p.Status.Phase == "Running" {
+				return nil
+			}
+		}
+		return fmt.Errorf("phase %q, conditions %v, containers %v", p.Status.Phase, p.Status.Conditions, p.Status.ContainerStatuses)
+	}
+	waitPods := func(namespace, selector string, want int, timeout time.Duration) []podObject {
+		t.Helper()
+		var list podList
+		waitAPI(t, timeout, namespace+" pods "+selector+" Ready", func() error {
+			list = podList{}
+			if err := client.Get(ctx, "/api/v1/namespaces/"+namespace+"/pods?labelSelector="+url.QueryEscape(selector), &list); err != nil {
+				return err
+			}
+			if len(list.Items) != want {
+				return fmt.Errorf("%d pods, want %d", len(list.Items), want)
+			}
+			for _, p := range list.Items {
+				if err := readyPod(p); err != nil {
+					return fmt.Errorf("%s on %q: %v", p.Metadata.Name, p.Spec.NodeName, err)
+				}
+			}
+			return nil
+		})
+		return list.Items
+	}
+	onNodes := func(pods []podObject) map[string]string {
+		m := map[string]string{}
+		for _, p := range pods {
+			m[p.Metadata.Name] = p.Spec.NodeName
+		}
+		return m
+	}
+	proxies := waitPods("kube-system", "k8s-app=kube-proxy", 2, 4*time.Minute)
+	if on := onNodes(proxies); !slices.Contains(slices.Collect(maps.Values(on)), cpName) || !slices.Contains(slices.Collect(maps.Values(on)), workerName) {
+		t.Fatalf("kube-proxy does not run on both nodes: %v", on)
+	}
+	dns := waitPods("kube-system", "k8s-app=kube-dns", 2, 4*time.Minute)
+	t.Logf("kube-proxy %v and CoreDNS %v Ready %s after both Nodes were (%s after the pods' checks)", onNodes(proxies), onNodes(dns), time.Since(nodesReady).Round(time.Millisecond), time.Since(addonsStart).Round(time.Millisecond))
+
+	// A Deployment of web on the worker behind a Service: the pod on the
+	// control-plane node reaches it through the Service's ClusterIP (the
+	// control-plane node's kube-proxy rules) and through its DNS name
+	// (CoreDNS, itself reached through the kube-dns Service).
+	svcStart := time.Now()
+	svcToken := "svc-" + l.id
+	deploy := kubeapi.Object{Collection: "/apis/apps/v1/namespaces/default/deployments", Name: "web", Body: map[string]any{
+		"apiVersion": "apps/v1", "kind": "Deployment",
+		"metadata": map[string]any{"name": "web", "namespace": "default"},
+		"spec": map[string]any{
+			"replicas": 2,
+			"selector": map[string]any{"matchLabels": map[string]any{"app": "web"}},
+			"template": map[string]any{
+				"metadata": map[string]any{"labels": map[string]any{"app": "web"}},
+				"spec": map[string]any{
+					"nodeSelector":                 map[string]any{"kubernetes.io/hostname": workerName},
+					"automountServiceAccountToken": false,
+					"containers": []any{map[string]any{
+						"name": "web", "image": webRef, "imagePullPolicy": "Never",
+						"env":            []any{map[string]any{"name": "CAPN_WEB_TOKEN", "value": svcToken}},
+						"ports":          []any{map[string]any{"containerPort": 8080}},
+						"readinessProbe": map[string]any{"httpGet": map[string]any{"path": "/", "port": 8080}, "periodSeconds": 2},
+					}},
+				},
+			},
+		},
+	}}
+	svc := kubeapi.Object{Collection: "/api/v1/namespaces/default/services", Name: "web", Body: map[string]any{
+		"apiVersion": "v1", "kind": "Service",
+		"metadata": map[string]any{"name": "web", "namespace": "default"},
+		"spec": map[string]any{
+			"selector": map[string]any{"app": "web"},
+			"ports":    []any{map[string]any{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}},
+		},
+	}}
+	for _, o := range []kubeapi.Object{deploy, svc} {
+		if _, err := client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	backends := waitPods("default", "app=web", 2, 3*time.Minute)
+	var backendIPs []string
+	for _, p := range backends {
+		if p.Spec.NodeName != workerName {
+			t.Fatalf("the Deployment's pod %s runs on %q, not the worker", p.Metadata.Name, p.Spec.NodeName)
+		}
+		backendIPs = append(backendIPs, p.Status.PodIP)
+	}
+	var service struct {
+		Spec struct {
+			ClusterIP string `json:"clusterIP"`
+		} `json:"spec"`
+	}
+	if err := client.Get(ctx, svc.Path(), &service); err != nil || net.ParseIP(service.Spec.ClusterIP) == nil {
+		t.Fatalf("Service web: clusterIP %q, %v", service.Spec.ClusterIP, err)
+	}
+	// fetchVia asks the pod at podIP to fetch target, until the answer
+	// comes from one of the Deployment's pods.
+	fetchVia := func(podIP, target string) string {
+		t.Helper()
+		var body string
+		hc := &http.Client{Timeout: 10 * time.Second}
+		u := "http://" + net.JoinHostPort(podIP, "8080") + "/?fetch=" + url.QueryEscape(target)
+		waitAPI(t, 2*time.Minute, podIP+" fetches "+target, func() error {
+			resp, err := hc.Get(u)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			body = string(b)
+			if !strings.Contains(body, "fetched token="+svcToken+"\n") {
+				return fmt.Errorf("the answer is not the Deployment's:\n%s", body)
+			}
+			for _, ip := range backendIPs {
+				if strings.Contains(body, "fetched addr="+ip+"/24\n") {
+					return nil
+				}
+			}
+			return fmt.Errorf("the answer is from none of the Deployment's pods %v:\n%s", backendIPs, body)
+		})
+		return body
+	}
+	viaIP := fetchVia(cpp.Status.PodIP, "http://"+service.Spec.ClusterIP+"/")
+	t.Logf("web-cp on %s reached Service web at its ClusterIP %s (pods %v on %s) %s after the Deployment was created:\n%s",
+		cpName, service.Spec.ClusterIP, backendIPs, workerName, time.Since(svcStart).Round(time.Millisecond), viaIP)
+	dnsStart := time.Now()
+	viaDNS := fetchVia(cpp.Status.PodIP, "http://web.default.svc.cluster.local/")
+	t.Logf("web-cp reached http://web.default.svc.cluster.local/ through CoreDNS in %s:\n%s", time.Since(dnsStart).Round(time.Millisecond), viaDNS)
+	// And from the worker's own pod: its DNS queries go through the
+	// worker's kube-proxy rules to CoreDNS wherever it runs, and the
+	// Service's answer may come from a pod on the same node (back out of
+	// the bridge it came in on: br_netfilter, on in the node's namespace).
+	fetchVia(wp.Status.PodIP, "http://web.default.svc.cluster.local/")
+	fetchVia(wp.Status.PodIP, "http://web/")
+	t.Logf("web-worker on %s reached it too, by its full name and by web (the pod's DNS search path)", workerName)
+	// The Service's rules are kube-proxy's, in each node's own network
+	// namespace (iptables-nft: nf_tables tables of that namespace).
+	for _, kn := range []*kubeNode{cp, worker} {
+		rules := run(t, nil, nil, "ip", "netns", "exec", kn.ns, "iptables-save", "-t", "nat")
+		if !strings.Contains(rules, "-d "+service.Spec.ClusterIP+"/32 -p tcp") || !strings.Contains(rules, "default/web:http") {
+			t.Errorf("%s: the nat table of its namespace has no rule for Service web at %s:\n%s", kn.machine, service.Spec.ClusterIP, tail(rules, 40))
+		}
+	}
+	// Still nothing routes out of either node.
+	cp.checkDiscard(t)
+	worker.checkNoDefault(t)
+	t.Logf("%s", kubectlOut("get", "pods,services,endpointslices", "-A", "-o", "wide"))
+
 	for _, kn := range []*kubeNode{cp, worker} {
 		kib, procs := kn.rss(t)
 		t.Logf("%s: RSS %.0f MiB in %d processes", kn.machine, float64(kib)/1024, procs)
@@ -614,8 +788,15 @@ type podObject struct {
 		HostIP            string `json:"hostIP"`
 		Conditions        []struct{ Type, Status, Reason, Message string }
 		ContainerStatuses []struct {
-			Name        string `json:"name"`
-			ContainerID string `json:"containerID"`
+			Name         string `json:"name"`
+			ContainerID  string `json:"containerID"`
+			RestartCount int    `json:"restartCount"`
+			// State is why a container does not run (waiting: the
+			// reason, e.g. ErrImagePull or CrashLoopBackOff).
+			State map[string]struct {
+				Reason  string `json:"reason"`
+				Message string `json:"message"`
+			} `json:"state"`
 		} `json:"containerStatuses"`
 	} `json:"status"`
 }

@@ -5,7 +5,9 @@
 // network interfaces (the container's own, from CNI). With CAPN_WEB_FETCH
 // set to a URL it also fetches that URL on every request and adds the
 // answer, each line prefixed "fetched ": a pod on one node reaching one on
-// another. With the argument "pause" it only waits for a signal: the pod
+// another; a request's query parameter fetch=<URL> fetches that URL instead
+// (a Service's ClusterIP or DNS name, asked of a pod by the test). With the
+// argument "pause" it only waits for a signal: the pod
 // sandbox of the kubelet test.
 package main
 
@@ -39,7 +41,11 @@ func main() {
 		for _, a := range addrs {
 			fmt.Fprintf(w, "addr=%s\n", a)
 		}
-		if url := os.Getenv("CAPN_WEB_FETCH"); url != "" {
+		url := os.Getenv("CAPN_WEB_FETCH")
+		if q := r.URL.Query().Get("fetch"); q != "" {
+			url = q
+		}
+		if url != "" {
 			fetch(w, url)
 		}
 	})

@@ -716,6 +716,9 @@ func TestRealNodeKubeadmJoin(t *testing.T) {
 			t.Errorf("%s: the nat table of its namespace has no rule for Service web at %s:\n%s", kn.machine, service.Spec.ClusterIP, tail(rules, 40))
 		}
 	}
+	if rules := run(t, nil, nil, "iptables-save", "-t", "nat"); strings.Contains(rules, service.Spec.ClusterIP) {
+		t.Errorf("the host's own nat table has a rule for the Service's %s: kube-proxy wrote outside its node", service.Spec.ClusterIP)
+	}
 	// Still nothing routes out of either node.
 	cp.checkDiscard(t)
 	worker.checkNoDefault(t)

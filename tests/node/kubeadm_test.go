@@ -709,14 +709,16 @@ func TestRealNodeKubeadmJoin(t *testing.T) {
 	fetchVia(wp.Status.PodIP, "http://web/")
 	t.Logf("web-worker on %s reached it too, by its full name and by web (the pod's DNS search path)", workerName)
 	// The Service's rules are kube-proxy's, in each node's own network
-	// namespace (iptables-nft: nf_tables tables of that namespace).
+	// namespace (iptables-nft: nf_tables tables of that namespace; read
+	// with the host's iptables-nft-save, whatever its iptables
+	// alternative is).
 	for _, kn := range []*kubeNode{cp, worker} {
-		rules := run(t, nil, nil, "ip", "netns", "exec", kn.ns, "iptables-save", "-t", "nat")
+		rules := run(t, nil, nil, "ip", "netns", "exec", kn.ns, "iptables-nft-save", "-t", "nat")
 		if !strings.Contains(rules, "-d "+service.Spec.ClusterIP+"/32 -p tcp") || !strings.Contains(rules, "default/web:http") {
 			t.Errorf("%s: the nat table of its namespace has no rule for Service web at %s:\n%s", kn.machine, service.Spec.ClusterIP, tail(rules, 40))
 		}
 	}
-	if rules := run(t, nil, nil, "iptables-save", "-t", "nat"); strings.Contains(rules, service.Spec.ClusterIP) {
+	if rules := run(t, nil, nil, "iptables-nft-save", "-t", "nat"); strings.Contains(rules, service.Spec.ClusterIP) {
 		t.Errorf("the host's own nat table has a rule for the Service's %s: kube-proxy wrote outside its node", service.Spec.ClusterIP)
 	}
 	// Still nothing routes out of either node.

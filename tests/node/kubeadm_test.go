@@ -60,8 +60,9 @@ func needKubeadm(t *testing.T) (stack, []image) {
 // tmpfs (as at boot). A host with no /lib/modules (this one: its kernel
 // has no loadable modules) gets an empty one, in an overlay on the
 // directory /lib is (/usr/lib on Debian 12): kube-proxy's DaemonSet mounts
-// the host's /lib/modules (a hostPath of no type, so it must exist) and
-// runc fails the container without it. In it, /run/containerd/containerd.sock (where kubeadm
+// the host's /lib/modules (a hostPath of no type), and containerd's CRI
+// makes a missing bind-mount source itself — without the overlay, on the
+// host's /usr/lib. In it, /run/containerd/containerd.sock (where kubeadm
 // looks for containerd) is a link to the node's containerd socket, and
 // /etc/hosts names the node (hosts is what the kubelet resolves its node
 // name with when it has no default route to pick an address from).
@@ -238,6 +239,13 @@ func TestRealNodeKubeadmJoin(t *testing.T) {
 	}
 	// Before any kubelet starts: the values to put back.
 	restoreKernelTunables(t)
+	if _, err := os.Stat("/lib/modules"); os.IsNotExist(err) {
+		t.Cleanup(func() {
+			if _, err := os.Stat("/lib/modules"); err == nil {
+				t.Errorf("a node made /lib/modules on the host (kube-proxy's hostPath): it belongs in the node's overlay")
+			}
+		})
+	}
 	raiseInotifyInstances(t, 1024)
 	dir := t.TempDir()
 	capnNode := buildCapnNode(t, dir)

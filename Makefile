@@ -138,21 +138,24 @@ autoscaler-bin: ## print AUTOSCALER_BIN, the cluster-autoscaler binary (CAPN_AUT
 # A real node's stack (issue 26): containerd v2, runc (seccomp), the CNI
 # plugins bridge/host-local/loopback/portmap (hack/nodestack.sh), and
 # kubelet, kubeadm, kube-proxy of KUBE_VERSION (hack/kube.sh's node
-# flavour), cached outside the repo by version. NODESTACK_BIN is
+# flavour), and CoreDNS (hack/coredns.sh, the version kubeadm's image tag
+# names), cached outside the repo by version. NODESTACK_BIN is
 # "<stack bin>:<kube node bin>"; tests/node gets it as CAPN_NODESTACK_BIN and
 # skips without it (fails under CAPN_REQUIRE_NODESTACK=1).
 NODESTACK_BIN = $(or $(CAPN_NODESTACK_BIN),$(shell KUBE_VERSION=$(KUBE_VERSION) hack/nodestack.sh --print-path))
-nodestack: ## build a real node's stack: containerd, runc, CNI plugins, kubelet/kubeadm/kube-proxy (cached outside the repo by version)
+nodestack: ## build a real node's stack: containerd, runc, CNI plugins, kubelet/kubeadm/kube-proxy, CoreDNS (cached outside the repo by version)
 	KUBE_VERSION=$(KUBE_VERSION) GO=$(GO) hack/nodestack.sh --kube
+	GO=$(GO) hack/coredns.sh
 nodestack-bin: ## print NODESTACK_BIN, "<containerd/runc/CNI bin>:<kubelet/kubeadm/kube-proxy bin>" (CAPN_NODESTACK_BIN=$$(make -s nodestack-bin))
 	@echo "$(NODESTACK_BIN)"
-# The control-plane images kubeadm's static pods run (pause, etcd,
-# kube-apiserver, kube-controller-manager, kube-scheduler of KUBE_VERSION),
-# FROM scratch as OCI archives for `ctr images import` (hack/nodeimages.sh,
-# after make kube nodestack), cached outside the repo by version.
+# The images kubeadm runs: its static pods' (pause, etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler of KUBE_VERSION) and its add-ons'
+# (kube-proxy with Debian's iptables, CoreDNS), FROM scratch as OCI archives
+# for `ctr images import` (hack/nodeimages.sh, after make kube nodestack),
+# cached outside the repo by version.
 # tests/node gets the directory as CAPN_NODEIMAGES.
 NODEIMAGES = $(or $(CAPN_NODEIMAGES),$(shell KUBE_VERSION=$(KUBE_VERSION) $(KUBE_ENV) hack/nodeimages.sh --print-path))
-nodeimages: ## build kubeadm's control-plane images FROM scratch as OCI archives from the cached binaries (after make kube nodestack)
+nodeimages: ## build kubeadm's images (control plane, kube-proxy, CoreDNS) FROM scratch as OCI archives from the cached binaries (after make kube nodestack)
 	KUBE_VERSION=$(KUBE_VERSION) $(KUBE_ENV) GO=$(GO) hack/nodeimages.sh
 
 BENCH_CLUSTERS ?= 100,300,1000

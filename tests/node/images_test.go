@@ -38,11 +38,14 @@ func needImages(t *testing.T) []image {
 	return images
 }
 
-// TestRealNodeControlPlaneImages imports the control-plane images
-// hack/nodeimages.sh built FROM scratch into a real node's containerd —
-// no registry, no pull — and runs each: the image is listed under the
-// reference kubeadm asks for, and its binary runs in a container and
-// reports the version its tag names.
+// TestRealNodeControlPlaneImages imports the images hack/nodeimages.sh
+// built FROM scratch (the control plane's, kube-proxy's and CoreDNS's) into
+// a real node's containerd — no registry, no pull — and runs each: the
+// image is listed under the reference kubeadm asks for, and its binary runs
+// in a container and reports the version its tag names. kube-proxy's
+// iptables runs too: in a privileged container of its own network
+// namespace it adds a rule of the kinds kube-proxy writes (comment,
+// statistic, DNAT: extensions loaded with dlopen) to the nat table.
 func TestRealNodeControlPlaneImages(t *testing.T) {
 	s := needStack(t)
 	images := needImages(t)
@@ -60,7 +63,7 @@ func TestRealNodeControlPlaneImages(t *testing.T) {
 		}
 		names[im.ref[strings.LastIndex(im.ref, "/")+1:strings.LastIndex(im.ref, ":")]] = true
 	}
-	for _, want := range []string{"pause", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+	for _, want := range []string{"pause", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy", "coredns"} {
 		if !names[want] {
 			t.Errorf("no %s image among %v", want, images)
 		}
@@ -76,17 +79,38 @@ func TestRealNodeControlPlaneImages(t *testing.T) {
 			args, want = []string{"/pause", "-v"}, "pause.c v"+tag
 		case "etcd":
 			want = "etcd Version: " + strings.TrimSuffix(tag, "-0")
+		case "coredns":
+			args, want = []string{"/coredns", "-version"}, "CoreDNS-"+strings.TrimPrefix(tag, "v")
+		}
+		runIn := func(id string, privileged bool, args ...string) string {
+			cgroup := "/" + n.ns + "/" + id
+			t.Cleanup(func() { removeCgroup(t, cgroup) })
+			flags := []string{"run", "--rm", "--snapshotter", "overlayfs",
+				"--runc-binary", filepath.Join(s.bin, "runc"), "--runc-root", filepath.Join(n.dir, "runc"),
+				"--fifo-dir", filepath.Join(n.dir, "fifo"), "--cgroup", cgroup}
+			if privileged {
+				flags = append(flags, "--privileged")
+			}
+			return c.ctr(t, append(append(flags, im.ref, id), args...)...)
 		}
 		id := "version-" + strings.ReplaceAll(name, "-", "")
-		cgroup := "/" + n.ns + "/" + id
-		t.Cleanup(func() { removeCgroup(t, cgroup) })
-		out := c.ctr(t, append([]string{"run", "--rm", "--snapshotter", "overlayfs",
-			"--runc-binary", filepath.Join(s.bin, "runc"), "--runc-root", filepath.Join(n.dir, "runc"),
-			"--fifo-dir", filepath.Join(n.dir, "fifo"), "--cgroup", cgroup, im.ref, id}, args...)...)
+		out := runIn(id, false, args...)
 		if !strings.Contains(out, want) {
 			t.Errorf("image %d %s: `%s` printed %q, want %q", i, im.ref, strings.Join(args, " "), out, want)
 		}
 		t.Logf("%s: %s", im.ref, strings.TrimSpace(out))
+		if name == "kube-proxy" {
+			out := runIn("iptables-version", false, "iptables", "--version")
+			if !strings.Contains(out, "(nf_tables)") {
+				t.Errorf("%s: iptables --version printed %q, want the nf_tables backend", im.ref, out)
+			}
+			// ctr run gives the container a network namespace of its own.
+			rule := []string{"iptables", "-w", "-t", "nat", "-A", "OUTPUT", "-p", "tcp", "-d", "10.96.0.1", "--dport", "443",
+				"-m", "comment", "--comment", "capn", "-m", "statistic", "--mode", "random", "--probability", "0.5",
+				"-j", "DNAT", "--to-destination", "192.0.2.1:6443"}
+			runIn("iptables-rule", true, rule...)
+			t.Logf("%s: %s; added a nat rule: %s", im.ref, strings.TrimSpace(out), strings.Join(rule[1:], " "))
+		}
 	}
 	t.Logf("%d images imported and run in %s", len(images), time.Since(start).Round(time.Millisecond))
 }

@@ -6,9 +6,15 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -51,7 +57,12 @@ func needKubeadm(t *testing.T) (stack, []image) {
 // kubelet write to /etc, /var/lib, /var/log, /usr/libexec and /run stays
 // the node's: each of the first four is an overlay on the host's
 // directory whose upper layer is in the node's directory, /run a fresh
-// tmpfs (as at boot). In it, /run/containerd/containerd.sock (where kubeadm
+// tmpfs (as at boot). A host with no /lib/modules (this one: its kernel
+// has no loadable modules) gets an empty one, in an overlay on the
+// directory /lib is (/usr/lib on Debian 12): kube-proxy's DaemonSet mounts
+// the host's /lib/modules (a hostPath of no type), and containerd's CRI
+// makes a missing bind-mount source itself — without the overlay, on the
+// host's /usr/lib. In it, /run/containerd/containerd.sock (where kubeadm
 // looks for containerd) is a link to the node's containerd socket, and
 // /etc/hosts names the node (hosts is what the kubelet resolves its node
 // name with when it has no default route to pick an address from).
@@ -64,6 +75,13 @@ for d in etc var/lib var/log usr/libexec; do
   mkdir -p "$o/upper" "$o/work"
   mount -t overlay capn-node -o "lowerdir=/$d,upperdir=$o/upper,workdir=$o/work" "/$d"
 done
+if [ ! -d /lib/modules ]; then
+  l=$(readlink -f /lib)
+  o="$CAPN_OVL/lib-modules"
+  mkdir -p "$o/upper" "$o/work"
+  mount -t overlay capn-node -o "lowerdir=$l,upperdir=$o/upper,workdir=$o/work" "$l"
+  mkdir /lib/modules
+fi
 mkdir -p /run/containerd
 ln -s "$CAPN_SOCK" /run/containerd/containerd.sock
 printf '127.0.0.1 localhost\n%s %s\n' "$CAPN_NODE_IP" "$CAPN_HOSTNAME" > /etc/hosts
@@ -185,62 +203,66 @@ func buildCapnNode(t *testing.T, dir string) string {
 	return bin
 }
 
-// TestRealNodeKubeadmInit executes capn's kubeadm bootstrap data on a real
-// node: the data is rendered by capn's bootstrapper library (the kubeadm
-// provider, the cluster PKI from secrets/pki, a join token) for the first
-// control-plane machine, exactly as for any cloud, and run by capn-node's
-// cloud-config runner in the node's namespaces (its own network and
-// mounts, its own containerd with the control-plane images imported, a
-// kubelet kept running as kubeadm's systemd unit would). kubeadm init must
-// finish (the Cluster API sentinel written), the static pods run as real
-// containers, the API server answer on the node's address to capn's admin
-// kubeconfig, and the Node register.
-func TestRealNodeKubeadmInit(t *testing.T) {
+// TestRealNodeKubeadmJoin executes capn's kubeadm bootstrap data on two
+// real nodes of one LAN: the data is rendered by capn's bootstrapper
+// library (the kubeadm provider, the cluster PKI from secrets/pki, a join
+// token, the CA hash) exactly as for any cloud, and run by capn-node's
+// cloud-config runner in each node's namespaces (its own network and
+// mounts, its own containerd, a kubelet kept running as kubeadm's systemd
+// unit would).
+//
+// First the control plane (issue 26 step 2): kubeadm init finishes (the
+// Cluster API sentinel written), the static pods run as real containers,
+// the API server answers on the node's address to capn's admin kubeconfig,
+// and the Node registers. Then a worker (step 3): kubeadm join with capn's
+// token and CA hash against it finishes, its Node registers; each Node
+// gets a pod CIDR from the cluster's (kube-controller-manager's
+// --allocate-node-cidrs), each node's containerd renders its bridge CNI
+// config from it, the test routes each node's pods between the node
+// namespaces and from the host, and both Nodes become Ready. Last, a pod
+// the scheduler puts on the worker runs a real container (the web image,
+// FROM scratch, written by capn-node image) with an address from the
+// worker's CIDR, and a pod on the control-plane node reaches it.
+func TestRealNodeKubeadmJoin(t *testing.T) {
 	s, images := needKubeadm(t)
 	start := time.Now()
-	const version = "v1.37.2"
-	n := newNode(t)
-	cluster := "real-" + n.id
-	machine := cluster + "-cp-0"
+	const (
+		version = "v1.37.2"
+		webRef  = "capn.local/test/web:v1"
+	)
+	l := newLAN(t)
+	cluster := "real-" + l.id
+	cpName, workerName := cluster+"-cp-0", cluster+"-md-0"
 	netnsBefore := run(t, nil, nil, "ip", "netns", "list")
-	n.discardRoute(t)
 	if _, err := os.Stat("/sys/fs/cgroup/memory/k8s.io"); os.IsNotExist(err) {
 		t.Cleanup(func() { removeCgroup(t, "/k8s.io/x") })
 	}
-	n.isolateMounts(t, filepath.Join(n.dir, "containerd", "containerd.sock"), machine)
+	// Before any kubelet starts: the values to put back.
+	restoreKernelTunables(t)
+	if _, err := os.Stat("/lib/modules"); os.IsNotExist(err) {
+		t.Cleanup(func() {
+			if _, err := os.Stat("/lib/modules"); err == nil {
+				t.Errorf("a node made /lib/modules on the host (kube-proxy's hostPath): it belongs in the node's overlay")
+			}
+		})
+	}
+	raiseInotifyInstances(t, 1024)
+	dir := t.TempDir()
+	capnNode := buildCapnNode(t, dir)
+	// The web image FROM scratch, written by capn-node image (package
+	// ociimage), as hack/nodeimages.sh writes the control plane's.
+	web := image{webRef, filepath.Join(dir, "web.tar")}
+	run(t, nil, nil, capnNode, "image", "--ref", webRef, "--out", web.archive, "--file", "web="+buildWeb(t, dir), "--entrypoint", "/web")
+	path := "PATH=" + s.kubeBin + ":" + s.bin + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	kubectl := findKubectl()
 
-	// The node's containerd, with the images kubeadm's static pods run
-	// imported under their ordinary names: nothing is pulled.
-	cniConf := filepath.Join(n.dir, "cni-conf")
-	if err := os.MkdirAll(cniConf, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	conflist := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"capn-pods","plugins":[
-{"type":"bridge","bridge":"cni0","isGateway":true,"ipMasq":false,"hairpinMode":true,
- "ipam":{"type":"host-local","ranges":[[{"subnet":%q}]],"routes":[{"dst":"0.0.0.0/0"}],"dataDir":%q}}]}`, n.podCIDR, filepath.Join(n.dir, "cni-ipam"))
-	if err := os.WriteFile(filepath.Join(cniConf, "10-capn.conflist"), []byte(conflist), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var pause string
-	for _, im := range images {
-		if strings.Contains(im.ref, "/pause:") {
-			pause = im.ref
-		}
-	}
-	c := startContainerd(t, n, s, &criConfig{pauseImage: pause, cniConfDir: cniConf})
-	c.ns = "k8s.io"
-	for _, im := range images {
-		c.ctr(t, "images", "import", "--snapshotter", "overlayfs", im.archive)
-	}
-	listed := c.ctr(t, "images", "ls", "-q")
-	for _, im := range images {
-		if !strings.Contains(listed, im.ref+"\n") {
-			t.Fatalf("ctr images ls has no %s:\n%s", im.ref, listed)
-		}
-	}
-	t.Logf("node %s: containerd up, %d images imported after %s", n.ns, len(images), time.Since(start).Round(time.Millisecond))
+	// The control-plane node, with every image kubeadm's static pods run
+	// imported under its ordinary name: nothing is pulled.
+	cp := startKubeNode(t, s, l, cpName, capnNode, path, append(append([]image{}, images...), web), netnsBefore)
+	cp.discardRoute(t)
+	t.Logf("%s: containerd up, %d images imported after %s", cpName, len(images)+1, time.Since(start).Round(time.Millisecond))
 
-	// capn's bootstrap data for the first control plane.
+	// capn's bootstrap data.
 	set, _, err := pki.Ensure(pki.Set{}, pki.Options{Now: time.Now()})
 	if err != nil {
 		t.Fatal(err)
@@ -250,14 +272,14 @@ func TestRealNodeKubeadmInit(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := &capnv1.BootstrapSpec{
-		// The images are imported, not pulled, and kube-proxy's and
-		// CoreDNS's are not built yet: kubeadm's ImagePull check would
-		// try to pull those two, and nothing routes out of the node.
+		// Every image kubeadm lists is imported (hack/nodeimages.sh), so
+		// its ImagePull check pulls nothing and passes.
 		// SystemVerification fails on cgroup v1 ("To explicitly enable
 		// cgroups v1 support for kubelet v1.35 or newer, you must set
 		// the kubelet configuration option 'FailCgroupV1' to 'false'.
-		// You must also explicitly skip this validation.").
-		IgnorePreflightErrors: []string{"ImagePull", "SystemVerification"},
+		// You must also explicitly skip this validation."), for init
+		// and join alike.
+		IgnorePreflightErrors: []string{"SystemVerification"},
 		// What this host needs from its kubelet, as a pool's
 		// bootstrap.kubeletExtraArgs (docs/providers.md, real nodes):
 		KubeletExtraArgs: map[string]string{
@@ -274,77 +296,31 @@ func TestRealNodeKubeadmInit(t *testing.T) {
 			"local-storage-capacity-isolation": "false",
 		},
 	}
-	in, err := bootstrap.NewInput(&capnv1.GenerateBootstrap{
-		Cluster: cluster, Machine: machine, Role: string(bootstrap.RoleControlPlane), FirstControlPlane: true,
-		Version: version, Bootstrap: spec,
-	}, bootstrap.Cluster{
-		Endpoint: bootstrap.Endpoint{Host: n.nodeIP, Port: 6443},
-		Network:  &capnv1.NetworkSpec{ServiceCidrs: []string{"10.96.0.0/12"}, ServiceDomain: "cluster.local"},
-		PKI:      set,
-	}, tok)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := kubeadm.New().Render(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data := filepath.Join(n.dir, "bootstrap-data")
-	if err := os.WriteFile(data, out.Data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	capnNode := buildCapnNode(t, n.dir)
-	path := "PATH=" + s.kubeBin + ":" + s.bin + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-	// The kubelet, as kubeadm's unit runs it: it starts once kubeadm has
-	// written its configuration.
-	restoreKernelTunables(t)
-	kubeletLog := &testkit.Buffer{}
-	unit := exec.Command("nsenter", n.inNode(capnNode, "kubelet", "--kubelet", filepath.Join(s.kubeBin, "kubelet"), "--restart-sec", "2s")...)
-	unit.Env = append(os.Environ(), path)
-	unit.Stdout, unit.Stderr = kubeletLog, kubeletLog
-	unit.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := unit.Start(); err != nil {
-		t.Fatal(err)
-	}
-	unitExited := make(chan error, 1)
-	go func() { unitExited <- unit.Wait() }()
-	t.Cleanup(func() {
-		_ = unit.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-unitExited:
-		case <-time.After(45 * time.Second):
-			_ = unit.Process.Kill()
-			<-unitExited
+	render := func(machine string, role bootstrap.Role, first bool) []byte {
+		t.Helper()
+		in, err := bootstrap.NewInput(&capnv1.GenerateBootstrap{
+			Cluster: cluster, Machine: machine, Role: string(role), FirstControlPlane: first,
+			Version: version, Bootstrap: spec,
+		}, bootstrap.Cluster{
+			Endpoint: bootstrap.Endpoint{Host: cp.nodeIP, Port: 6443},
+			Network:  &capnv1.NetworkSpec{PodCidrs: []string{l.podCIDR}, ServiceCidrs: []string{"10.96.0.0/12"}, ServiceDomain: "cluster.local"},
+			PKI:      set,
+		}, tok)
+		if err != nil {
+			t.Fatal(err)
 		}
-		c.removeAll(t, netnsBefore)
-		if t.Failed() {
-			t.Logf("kubelet log:\n%s", tail(kubeletLog.String(), 80))
+		out, err := kubeadm.New().Render(in)
+		if err != nil {
+			t.Fatal(err)
 		}
-	})
+		return out.Data
+	}
 
 	// kubeadm init, by capn-node's cloud-config runner.
 	initStart := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	runner := exec.CommandContext(ctx, "nsenter", n.inNode(capnNode, "cloud-config", "--data", data)...)
-	runner.Env = append(os.Environ(), path)
-	runnerLog := &testkit.Buffer{}
-	runner.Stdout, runner.Stderr = runnerLog, runnerLog
-	if err := runner.Run(); err != nil {
-		t.Fatalf("capn-node cloud-config: %v after %s\n%s", err, time.Since(initStart).Round(time.Millisecond), runnerLog.String())
-	}
-	// kubeadm's phases (its closing advice prints the join token: left out).
-	var phases []string
-	for _, l := range strings.Split(runnerLog.String(), "\n") {
-		if strings.HasPrefix(l, "runcmd[0] stdout: [") || strings.HasPrefix(l, "cloud-config: wrote ") {
-			phases = append(phases, l)
-		}
-	}
+	phases := cp.cloudConfig(t, capnNode, path, render(cpName, bootstrap.RoleControlPlane, true))
 	t.Logf("kubeadm init finished in %s (%s since the test began):\n%s", time.Since(initStart).Round(time.Millisecond), time.Since(start).Round(time.Millisecond), strings.Join(phases, "\n"))
-	if b, err := os.ReadFile(filepath.Join(n.root, bootstrap.SentinelFile)); err != nil || string(b) != "success\n" {
-		t.Fatalf("the bootstrap sentinel %s: %q %v", bootstrap.SentinelFile, b, err)
-	}
+	initDone := time.Now()
 
 	// capn's admin kubeconfig, as the bootstrapper issues it.
 	ca, err := pki.ParseCA(set.CA, time.Now())
@@ -355,8 +331,12 @@ func TestRealNodeKubeadmInit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kc, err := kubeconfig.Render(kubeconfig.Input{ClusterName: cluster, Host: n.nodeIP, Port: 6443, CACertPEM: set.CA.CertPEM, ClientCertPEM: admin.CertPEM, ClientKeyPEM: admin.KeyPEM})
+	kc, err := kubeconfig.Render(kubeconfig.Input{ClusterName: cluster, Host: cp.nodeIP, Port: 6443, CACertPEM: set.CA.CertPEM, ClientCertPEM: admin.CertPEM, ClientKeyPEM: admin.KeyPEM})
 	if err != nil {
+		t.Fatal(err)
+	}
+	kcFile := filepath.Join(dir, "admin.conf")
+	if err := os.WriteFile(kcFile, kc, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	parsed, err := kubeconfig.Parse(kc)
@@ -368,43 +348,27 @@ func TestRealNodeKubeadmInit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
 	if v, err := client.Version(ctx); err != nil || v != version {
 		t.Fatalf("the API server at %s: version %q, %v", parsed.Server, v, err)
+	}
+	kubectlOut := func(args ...string) string {
+		if kubectl == "" {
+			return "(no kubectl in CAPN_KUBE_BIN)"
+		}
+		return run(t, nil, nil, kubectl, append([]string{"--kubeconfig", kcFile}, args...)...)
 	}
 
 	// The Node registers, and the static pods run: mirror pods Running in
 	// the API, each a container running in the node's containerd.
-	var node struct {
-		Status struct {
-			Addresses []struct{ Type, Address string } `json:"addresses"`
-			NodeInfo  struct {
-				KubeletVersion          string `json:"kubeletVersion"`
-				ContainerRuntimeVersion string `json:"containerRuntimeVersion"`
-			} `json:"nodeInfo"`
-		} `json:"status"`
-	}
-	testkit.WaitFor(t, 2*time.Minute, "Node "+machine+" registers", func() bool {
-		return client.Get(ctx, "/api/v1/nodes/"+machine, &node) == nil
-	})
+	cpNode := getNode(ctx, t, client, cpName, 2*time.Minute, func(n *kubeNodeObject) error { return nil })
 	want := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}
-	var pods struct {
-		Items []struct {
-			Metadata struct{ Name string } `json:"metadata"`
-			Status   struct {
-				Phase             string `json:"phase"`
-				ContainerStatuses []struct {
-					Name        string `json:"name"`
-					Image       string `json:"image"`
-					ContainerID string `json:"containerID"`
-					Ready       bool   `json:"ready"`
-				} `json:"containerStatuses"`
-			} `json:"status"`
-		} `json:"items"`
-	}
+	var pods podList
 	var running []string
-	testkit.WaitFor(t, 3*time.Minute, "the static pods run, mirror pods Running", func() bool {
+	waitAPI(t, 3*time.Minute, "the static pods run, mirror pods Running", func() error {
 		if err := client.Get(ctx, "/api/v1/namespaces/kube-system/pods", &pods); err != nil {
-			return false
+			return err
 		}
 		running = running[:0]
 		for _, p := range pods.Items {
@@ -413,54 +377,450 @@ func TestRealNodeKubeadmInit(t *testing.T) {
 			}
 		}
 		for _, w := range want {
-			found := false
-			for _, r := range running {
-				found = found || r == w+"-"+machine
-			}
-			if !found {
-				return false
+			if !slices.Contains(running, w+"-"+cpName) {
+				return fmt.Errorf("%s is not running; running: %v", w, running)
 			}
 		}
-		return true
+		return nil
 	})
-	tasks := c.ctr(t, "tasks", "ls")
-	for _, p := range pods.Items {
-		for _, cs := range p.Status.ContainerStatuses {
-			id := strings.TrimPrefix(cs.ContainerID, "containerd://")
-			if !strings.Contains(tasks, id) {
-				continue
-			}
-			for _, l := range strings.Split(tasks, "\n") {
-				if strings.HasPrefix(l, id) && !strings.Contains(l, "RUNNING") {
-					t.Errorf("%s's container %s is not running: %s", p.Metadata.Name, id, l)
-				}
-			}
-		}
-	}
+	tasks := cp.c.ctr(t, "tasks", "ls")
 	for _, w := range want {
 		found := false
 		for _, p := range pods.Items {
-			if p.Metadata.Name == w+"-"+machine {
+			if p.Metadata.Name == w+"-"+cpName {
 				id := strings.TrimPrefix(p.Status.ContainerStatuses[0].ContainerID, "containerd://")
-				found = strings.Contains(tasks, id)
+				for _, l := range strings.Split(tasks, "\n") {
+					found = found || strings.HasPrefix(l, id) && strings.Contains(l, "RUNNING")
+				}
 			}
 		}
 		if !found {
-			t.Errorf("%s's container is not a task of the node's containerd:\n%s", w, tasks)
+			t.Errorf("%s's container is not a running task of the node's containerd:\n%s", w, tasks)
 		}
 	}
-	addr := ""
-	for _, a := range node.Status.Addresses {
+	if addr := cpNode.internalIP(); addr != cp.nodeIP || cpNode.Status.NodeInfo.KubeletVersion != version {
+		t.Errorf("Node %s: InternalIP %q (want %s), kubelet %q", cpName, addr, cp.nodeIP, cpNode.Status.NodeInfo.KubeletVersion)
+	}
+	t.Logf("%s (%s): Node registered (%s, %s), static pods running %v; %s since the test began",
+		cpName, cp.nodeIP, cpNode.Status.NodeInfo.KubeletVersion, cpNode.Status.NodeInfo.ContainerRuntimeVersion, running, time.Since(start).Round(time.Millisecond))
+
+	// The worker: a second node on the LAN, with no default route at all
+	// (a worker's kubeadm join needs no advertise address), with the
+	// images a worker runs imported: the sandbox, kube-proxy (a
+	// DaemonSet), CoreDNS (its Deployment may land there) and web.
+	var workerImages []image
+	for _, im := range images {
+		for _, name := range []string{"/pause:", "/kube-proxy:", "/coredns:"} {
+			if strings.Contains(im.ref, name) {
+				workerImages = append(workerImages, im)
+			}
+		}
+	}
+	if len(workerImages) != 3 {
+		t.Fatalf("CAPN_NODEIMAGES lacks pause, kube-proxy or coredns (make nodeimages): %v", images)
+	}
+	worker := startKubeNode(t, s, l, workerName, capnNode, path, append(workerImages, web), netnsBefore)
+	worker.checkNoDefault(t)
+	joinStart := time.Now()
+	phases = worker.cloudConfig(t, capnNode, path, render(workerName, bootstrap.RoleWorker, false))
+	t.Logf("kubeadm join finished in %s (%s after init):\n%s", time.Since(joinStart).Round(time.Millisecond), time.Since(initDone).Round(time.Millisecond), strings.Join(phases, "\n"))
+	if _, err := os.Stat(filepath.Join(worker.root, "/etc/kubernetes/kubelet.conf")); err != nil {
+		t.Errorf("%s: no kubelet.conf after the join (TLS bootstrap): %v", workerName, err)
+	}
+
+	// Each Node gets a pod CIDR of its own from the cluster's; the nodes
+	// and the host route to each other's pods.
+	_, clusterNet, err := net.ParseCIDR(l.podCIDR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withCIDR := func(n *kubeNodeObject) error {
+		_, c, err := net.ParseCIDR(n.Spec.PodCIDR)
+		if err != nil {
+			return fmt.Errorf("spec.podCIDR %q: %v", n.Spec.PodCIDR, err)
+		}
+		if ones, _ := c.Mask.Size(); !clusterNet.Contains(c.IP) || ones != 24 {
+			return fmt.Errorf("spec.podCIDR %s is not a /24 of the cluster's %s", c, l.podCIDR)
+		}
+		return nil
+	}
+	workerNode := getNode(ctx, t, client, workerName, 3*time.Minute, withCIDR)
+	cpNode = getNode(ctx, t, client, cpName, time.Minute, withCIDR)
+	cp.podCIDR, worker.podCIDR = cpNode.Spec.PodCIDR, workerNode.Spec.PodCIDR
+	if cp.podCIDR == worker.podCIDR {
+		t.Fatalf("both Nodes have pod CIDR %s", cp.podCIDR)
+	}
+	l.routePods(t, []*node{cp.node, worker.node})
+	for _, kn := range []*kubeNode{cp, worker} {
+		nodeObj := getNode(ctx, t, client, kn.machine, 3*time.Minute, func(n *kubeNodeObject) error {
+			if r, why := n.ready(); r != "True" {
+				return fmt.Errorf("Ready is %q: %s", r, why)
+			}
+			return nil
+		})
+		conf, err := os.ReadFile(filepath.Join(kn.cniConfDir, "10-containerd-net.conflist"))
+		if err != nil || !strings.Contains(string(conf), `"subnet":"`+kn.podCIDR+`"`) {
+			t.Errorf("%s: containerd's CNI config is not rendered with %s: %v\n%s", kn.machine, kn.podCIDR, err, conf)
+		}
+		if addr := nodeObj.internalIP(); addr != kn.nodeIP {
+			t.Errorf("Node %s: InternalIP %q, want %s", kn.machine, addr, kn.nodeIP)
+		}
+	}
+	nodesReady := time.Now()
+	readyAfter := nodesReady.Sub(initDone)
+	nodesOut := kubectlOut("get", "nodes", "-o", "wide")
+	if kubectl != "" {
+		for _, kn := range []*kubeNode{cp, worker} {
+			ok := false
+			for _, line := range strings.Split(nodesOut, "\n") {
+				f := strings.Fields(line)
+				ok = ok || len(f) > 5 && f[0] == kn.machine && f[1] == "Ready" && slices.Contains(f, kn.nodeIP)
+			}
+			if !ok {
+				t.Errorf("kubectl get nodes does not show %s Ready at %s:\n%s", kn.machine, kn.nodeIP, nodesOut)
+			}
+		}
+	}
+	t.Logf("both Nodes Ready %s after kubeadm init began, %s after it finished, %s after kubeadm join began (%s since the test began); pod CIDRs %s: %s, %s: %s; routes %v\n%s",
+		(readyAfter + initDone.Sub(initStart)).Round(time.Millisecond), readyAfter.Round(time.Millisecond), time.Since(joinStart).Round(time.Millisecond),
+		time.Since(start).Round(time.Millisecond), cpName, cp.podCIDR, workerName, worker.podCIDR, l.routes, nodesOut)
+	// Still nothing routes out of either node.
+	cp.checkDiscard(t)
+	worker.checkNoDefault(t)
+
+	// A pod the scheduler puts on the worker runs a real container with an
+	// address from the worker's CIDR; the host reaches it through the
+	// route to the worker's pods.
+	workerToken, cpToken := "worker-"+l.id, "cp-"+l.id
+	webPod := func(name, node, token, fetch string) kubeapi.Object {
+		env := []any{map[string]any{"name": "CAPN_WEB_TOKEN", "value": token}}
+		if fetch != "" {
+			env = append(env, map[string]any{"name": "CAPN_WEB_FETCH", "value": fetch})
+		}
+		return kubeapi.Object{Collection: "/api/v1/namespaces/default/pods", Name: name, Body: map[string]any{
+			"apiVersion": "v1", "kind": "Pod",
+			"metadata": map[string]any{"name": name, "namespace": "default"},
+			"spec": map[string]any{
+				"nodeSelector":                 map[string]any{"kubernetes.io/hostname": node},
+				"tolerations":                  []any{map[string]any{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}},
+				"automountServiceAccountToken": false,
+				"containers": []any{map[string]any{
+					"name": "web", "image": webRef, "imagePullPolicy": "Never", "env": env,
+					"ports": []any{map[string]any{"containerPort": 8080}},
+				}},
+			},
+		}}
+	}
+	runPod := func(o kubeapi.Object, kn *kubeNode) podObject {
+		t.Helper()
+		waitAPI(t, time.Minute, "create pod "+o.Name, func() error {
+			// The default ServiceAccount comes with the controller-manager.
+			_, err := client.Create(ctx, o)
+			return err
+		})
+		var p podObject
+		waitAPI(t, 3*time.Minute, "pod "+o.Name+" Running on "+kn.machine, func() error {
+			if err := client.Get(ctx, o.Path(), &p); err != nil {
+				return err
+			}
+			if p.Status.Phase != "Running" || p.Status.PodIP == "" {
+				return fmt.Errorf("phase %q, node %q, pod IP %q, conditions %v", p.Status.Phase, p.Spec.NodeName, p.Status.PodIP, p.Status.Conditions)
+			}
+			return nil
+		})
+		_, podNet, _ := net.ParseCIDR(kn.podCIDR)
+		if p.Spec.NodeName != kn.machine || p.Status.HostIP != kn.nodeIP || podNet == nil || !podNet.Contains(net.ParseIP(p.Status.PodIP)) {
+			t.Fatalf("pod %s runs on %q (host %s) with %s; want %s (%s), an address of %s", o.Name, p.Spec.NodeName, p.Status.HostIP, p.Status.PodIP, kn.machine, kn.nodeIP, kn.podCIDR)
+		}
+		return p
+	}
+	get := func(url string) string {
+		t.Helper()
+		var body string
+		hc := &http.Client{Timeout: 5 * time.Second}
+		waitAPI(t, time.Minute, "GET "+url, func() error {
+			resp, err := hc.Get(url)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			body = string(b)
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("status %d", resp.StatusCode)
+			}
+			return nil
+		})
+		return body
+	}
+	podStart := time.Now()
+	wp := runPod(webPod("web-worker", workerName, workerToken, ""), worker)
+	body := get("http://" + net.JoinHostPort(wp.Status.PodIP, "8080") + "/")
+	if !strings.Contains(body, "token="+workerToken+"\n") || !strings.Contains(body, "addr="+wp.Status.PodIP+"/24\n") {
+		t.Fatalf("the worker's pod %s did not answer with its token and address:\n%s", wp.Status.PodIP, body)
+	}
+	workerTasks := worker.c.ctr(t, "tasks", "ls")
+	if id := strings.TrimPrefix(wp.containerID(), "containerd://"); id == "" || !strings.Contains(workerTasks, id) {
+		t.Errorf("web-worker's container %q is not a task of the worker's containerd:\n%s", id, workerTasks)
+	}
+	t.Logf("web-worker Running on %s at %s after %s; answered the host:\n%s", workerName, wp.Status.PodIP, time.Since(podStart).Round(time.Millisecond), body)
+
+	// A pod on the control-plane node reaches the worker's pod: control
+	// plane's cni0 → its eth0 → the LAN → the worker's eth0 → its cni0.
+	cpp := runPod(webPod("web-cp", cpName, cpToken, "http://"+net.JoinHostPort(wp.Status.PodIP, "8080")+"/"), cp)
+	body = get("http://" + net.JoinHostPort(cpp.Status.PodIP, "8080") + "/")
+	if !strings.Contains(body, "token="+cpToken+"\n") || !strings.Contains(body, "fetched token="+workerToken+"\n") || !strings.Contains(body, "fetched addr="+wp.Status.PodIP+"/24\n") {
+		t.Fatalf("the control plane's pod %s did not reach the worker's pod %s:\n%s", cpp.Status.PodIP, wp.Status.PodIP, body)
+	}
+	t.Logf("web-cp on %s at %s reached web-worker at %s:\n%s\n%s", cpName, cpp.Status.PodIP, wp.Status.PodIP, body, kubectlOut("get", "pods", "-A", "-o", "wide"))
+
+	// kubeadm's add-ons run from the nodes' own images: kube-proxy (its
+	// DaemonSet, in iptables mode, one pod in each node's namespace) and
+	// CoreDNS (its Deployment of two), each pod Ready.
+	addonsStart := time.Now()
+	readyPod := func(p podObject) error {
+		for _, c := range p.Status.Conditions {
+			if c.Type == "Ready" && c.Status == "True" && p.Status.Phase == "Running" {
+				return nil
+			}
+		}
+		return fmt.Errorf("phase %q, conditions %v, containers %v", p.Status.Phase, p.Status.Conditions, p.Status.ContainerStatuses)
+	}
+	waitPods := func(namespace, selector string, want int, timeout time.Duration) []podObject {
+		t.Helper()
+		var list podList
+		waitAPI(t, timeout, namespace+" pods "+selector+" Ready", func() error {
+			list = podList{}
+			if err := client.Get(ctx, "/api/v1/namespaces/"+namespace+"/pods?labelSelector="+url.QueryEscape(selector), &list); err != nil {
+				return err
+			}
+			if len(list.Items) != want {
+				return fmt.Errorf("%d pods, want %d", len(list.Items), want)
+			}
+			for _, p := range list.Items {
+				if err := readyPod(p); err != nil {
+					return fmt.Errorf("%s on %q: %v", p.Metadata.Name, p.Spec.NodeName, err)
+				}
+			}
+			return nil
+		})
+		return list.Items
+	}
+	onNodes := func(pods []podObject) map[string]string {
+		m := map[string]string{}
+		for _, p := range pods {
+			m[p.Metadata.Name] = p.Spec.NodeName
+		}
+		return m
+	}
+	proxies := waitPods("kube-system", "k8s-app=kube-proxy", 2, 4*time.Minute)
+	if on := onNodes(proxies); !slices.Contains(slices.Collect(maps.Values(on)), cpName) || !slices.Contains(slices.Collect(maps.Values(on)), workerName) {
+		t.Fatalf("kube-proxy does not run on both nodes: %v", on)
+	}
+	dns := waitPods("kube-system", "k8s-app=kube-dns", 2, 4*time.Minute)
+	t.Logf("kube-proxy %v and CoreDNS %v Ready %s after both Nodes were (%s after the pods' checks)", onNodes(proxies), onNodes(dns), time.Since(nodesReady).Round(time.Millisecond), time.Since(addonsStart).Round(time.Millisecond))
+
+	// A Deployment of web on the worker behind a Service: the pod on the
+	// control-plane node reaches it through the Service's ClusterIP (the
+	// control-plane node's kube-proxy rules) and through its DNS name
+	// (CoreDNS, itself reached through the kube-dns Service).
+	svcStart := time.Now()
+	svcToken := "svc-" + l.id
+	deploy := kubeapi.Object{Collection: "/apis/apps/v1/namespaces/default/deployments", Name: "web", Body: map[string]any{
+		"apiVersion": "apps/v1", "kind": "Deployment",
+		"metadata": map[string]any{"name": "web", "namespace": "default"},
+		"spec": map[string]any{
+			"replicas": 2,
+			"selector": map[string]any{"matchLabels": map[string]any{"app": "web"}},
+			"template": map[string]any{
+				"metadata": map[string]any{"labels": map[string]any{"app": "web"}},
+				"spec": map[string]any{
+					"nodeSelector":                 map[string]any{"kubernetes.io/hostname": workerName},
+					"automountServiceAccountToken": false,
+					"containers": []any{map[string]any{
+						"name": "web", "image": webRef, "imagePullPolicy": "Never",
+						"env":            []any{map[string]any{"name": "CAPN_WEB_TOKEN", "value": svcToken}},
+						"ports":          []any{map[string]any{"containerPort": 8080}},
+						"readinessProbe": map[string]any{"httpGet": map[string]any{"path": "/", "port": 8080}, "periodSeconds": 2},
+					}},
+				},
+			},
+		},
+	}}
+	svc := kubeapi.Object{Collection: "/api/v1/namespaces/default/services", Name: "web", Body: map[string]any{
+		"apiVersion": "v1", "kind": "Service",
+		"metadata": map[string]any{"name": "web", "namespace": "default"},
+		"spec": map[string]any{
+			"selector": map[string]any{"app": "web"},
+			"ports":    []any{map[string]any{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}},
+		},
+	}}
+	for _, o := range []kubeapi.Object{deploy, svc} {
+		if _, err := client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	backends := waitPods("default", "app=web", 2, 3*time.Minute)
+	var backendIPs []string
+	for _, p := range backends {
+		if p.Spec.NodeName != workerName {
+			t.Fatalf("the Deployment's pod %s runs on %q, not the worker", p.Metadata.Name, p.Spec.NodeName)
+		}
+		backendIPs = append(backendIPs, p.Status.PodIP)
+	}
+	var service struct {
+		Spec struct {
+			ClusterIP string `json:"clusterIP"`
+		} `json:"spec"`
+	}
+	if err := client.Get(ctx, svc.Path(), &service); err != nil || net.ParseIP(service.Spec.ClusterIP) == nil {
+		t.Fatalf("Service web: clusterIP %q, %v", service.Spec.ClusterIP, err)
+	}
+	// fetchVia asks the pod at podIP to fetch target, until the answer
+	// comes from one of the Deployment's pods.
+	fetchVia := func(podIP, target string) string {
+		t.Helper()
+		var body string
+		hc := &http.Client{Timeout: 10 * time.Second}
+		u := "http://" + net.JoinHostPort(podIP, "8080") + "/?fetch=" + url.QueryEscape(target)
+		waitAPI(t, 2*time.Minute, podIP+" fetches "+target, func() error {
+			resp, err := hc.Get(u)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			body = string(b)
+			if !strings.Contains(body, "fetched token="+svcToken+"\n") {
+				return fmt.Errorf("the answer is not the Deployment's:\n%s", body)
+			}
+			for _, ip := range backendIPs {
+				if strings.Contains(body, "fetched addr="+ip+"/24\n") {
+					return nil
+				}
+			}
+			return fmt.Errorf("the answer is from none of the Deployment's pods %v:\n%s", backendIPs, body)
+		})
+		return body
+	}
+	viaIP := fetchVia(cpp.Status.PodIP, "http://"+service.Spec.ClusterIP+"/")
+	t.Logf("web-cp on %s reached Service web at its ClusterIP %s (pods %v on %s) %s after the Deployment was created:\n%s",
+		cpName, service.Spec.ClusterIP, backendIPs, workerName, time.Since(svcStart).Round(time.Millisecond), viaIP)
+	dnsStart := time.Now()
+	viaDNS := fetchVia(cpp.Status.PodIP, "http://web.default.svc.cluster.local/")
+	t.Logf("web-cp reached http://web.default.svc.cluster.local/ through CoreDNS in %s:\n%s", time.Since(dnsStart).Round(time.Millisecond), viaDNS)
+	// And from the worker's own pod: its DNS queries go through the
+	// worker's kube-proxy rules to CoreDNS wherever it runs, and the
+	// Service's answer may come from a pod on the same node (back out of
+	// the bridge it came in on: br_netfilter, on in the node's namespace).
+	fetchVia(wp.Status.PodIP, "http://web.default.svc.cluster.local/")
+	fetchVia(wp.Status.PodIP, "http://web/")
+	t.Logf("web-worker on %s reached it too, by its full name and by web (the pod's DNS search path)", workerName)
+	// The Service's rules are kube-proxy's, in each node's own network
+	// namespace (iptables-nft: nf_tables tables of that namespace; read
+	// with the host's iptables-nft-save, whatever its iptables
+	// alternative is).
+	for _, kn := range []*kubeNode{cp, worker} {
+		rules := run(t, nil, nil, "ip", "netns", "exec", kn.ns, "iptables-nft-save", "-t", "nat")
+		if !strings.Contains(rules, "-d "+service.Spec.ClusterIP+"/32 -p tcp") || !strings.Contains(rules, "default/web:http") {
+			t.Errorf("%s: the nat table of its namespace has no rule for Service web at %s:\n%s", kn.machine, service.Spec.ClusterIP, tail(rules, 40))
+		}
+	}
+	if rules := run(t, nil, nil, "iptables-nft-save", "-t", "nat"); strings.Contains(rules, service.Spec.ClusterIP) {
+		t.Errorf("the host's own nat table has a rule for the Service's %s: kube-proxy wrote outside its node", service.Spec.ClusterIP)
+	}
+	// Still nothing routes out of either node.
+	cp.checkDiscard(t)
+	worker.checkNoDefault(t)
+	t.Logf("%s", kubectlOut("get", "pods,services,endpointslices", "-A", "-o", "wide"))
+
+	for _, kn := range []*kubeNode{cp, worker} {
+		kib, procs := kn.rss(t)
+		t.Logf("%s: RSS %.0f MiB in %d processes", kn.machine, float64(kib)/1024, procs)
+	}
+	t.Logf("test took %s", time.Since(start).Round(time.Millisecond))
+}
+
+// kubeNodeObject is the part of a Node the test reads.
+type kubeNodeObject struct {
+	Spec struct {
+		PodCIDR string `json:"podCIDR"`
+	} `json:"spec"`
+	Status struct {
+		Addresses  []struct{ Type, Address string } `json:"addresses"`
+		Conditions []struct{ Type, Status, Reason, Message string }
+		NodeInfo   struct {
+			KubeletVersion          string `json:"kubeletVersion"`
+			ContainerRuntimeVersion string `json:"containerRuntimeVersion"`
+		} `json:"nodeInfo"`
+	} `json:"status"`
+}
+
+func (n *kubeNodeObject) internalIP() string {
+	for _, a := range n.Status.Addresses {
 		if a.Type == "InternalIP" {
-			addr = a.Address
+			return a.Address
 		}
 	}
-	if addr != n.nodeIP || node.Status.NodeInfo.KubeletVersion != version {
-		t.Errorf("Node %s: InternalIP %q (want %s), kubelet %q", machine, addr, n.nodeIP, node.Status.NodeInfo.KubeletVersion)
+	return ""
+}
+
+// ready is the Node's Ready condition: its status, and why.
+func (n *kubeNodeObject) ready() (status, why string) {
+	for _, c := range n.Status.Conditions {
+		if c.Type == "Ready" {
+			return c.Status, c.Reason + ": " + c.Message
+		}
 	}
-	// Still nothing routes out of the node: an outside address goes to
-	// the discard device.
-	n.checkDiscard(t)
-	t.Logf("node %s (%s): Node %s registered (%s, %s), static pods running %v; %s since the test began",
-		n.ns, n.nodeIP, machine, node.Status.NodeInfo.KubeletVersion, node.Status.NodeInfo.ContainerRuntimeVersion, running, time.Since(start).Round(time.Millisecond))
+	return "", "no Ready condition"
+}
+
+// getNode waits until Node name exists and check passes, and returns it.
+func getNode(ctx context.Context, t *testing.T, client *kubeapi.Client, name string, timeout time.Duration, check func(*kubeNodeObject) error) *kubeNodeObject {
+	t.Helper()
+	var n kubeNodeObject
+	waitAPI(t, timeout, "Node "+name, func() error {
+		n = kubeNodeObject{}
+		if err := client.Get(ctx, "/api/v1/nodes/"+name, &n); err != nil {
+			return err
+		}
+		return check(&n)
+	})
+	return &n
+}
+
+// podObject is the part of a Pod the test reads.
+type podObject struct {
+	Metadata struct{ Name string } `json:"metadata"`
+	Spec     struct {
+		NodeName string `json:"nodeName"`
+	} `json:"spec"`
+	Status struct {
+		Phase             string `json:"phase"`
+		PodIP             string `json:"podIP"`
+		HostIP            string `json:"hostIP"`
+		Conditions        []struct{ Type, Status, Reason, Message string }
+		ContainerStatuses []struct {
+			Name         string `json:"name"`
+			ContainerID  string `json:"containerID"`
+			RestartCount int    `json:"restartCount"`
+			// State is why a container does not run (waiting: the
+			// reason, e.g. ErrImagePull or CrashLoopBackOff).
+			State map[string]struct {
+				Reason  string `json:"reason"`
+				Message string `json:"message"`
+			} `json:"state"`
+		} `json:"containerStatuses"`
+	} `json:"status"`
+}
+
+func (p *podObject) containerID() string {
+	if len(p.Status.ContainerStatuses) == 0 {
+		return ""
+	}
+	return p.Status.ContainerStatuses[0].ContainerID
+}
+
+type podList struct {
+	Items []podObject `json:"items"`
 }

@@ -34,6 +34,8 @@ func TestRealNodeKubeletStaticPod(t *testing.T) {
 	}
 	start := time.Now()
 	n := newNode(t)
+	// Before containerd's CRI starts its CNI config watcher.
+	raiseInotifyInstances(t, 1024)
 	before := run(t, nil, nil, "ip", "netns", "list")
 	// The CRI puts containers without a cgroup parent (cgroupsPerQOS is
 	// off) in /k8s.io/<id>: remove /k8s.io when the test made it.

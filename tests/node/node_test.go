@@ -241,6 +241,13 @@ func startContainerd(t *testing.T, n *node, s stack, cri *criConfig) *containerd
 	criTOML := ""
 	if cri != nil {
 		disabledCRI = ""
+		template := ""
+		if cri.cniConfTemplate != "" {
+			// The kubelet hands the CRI its Node's spec.podCIDR
+			// (UpdateRuntimeConfig); containerd then writes
+			// 10-containerd-net.conflist from this template.
+			template = fmt.Sprintf("\n    conf_template = %q", cri.cniConfTemplate)
+		}
 		criTOML = fmt.Sprintf(`
 [plugins."io.containerd.cri.v1.images"]
   snapshotter = "overlayfs"
@@ -263,11 +270,11 @@ func startContainerd(t *testing.T, n *node, s stack, cri *criConfig) *containerd
         SystemdCgroup = false
   [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = [%q]
-    conf_dir = %q
+    conf_dir = %q%s
 
 [plugins."io.containerd.grpc.v1.cri"]
   stream_server_address = "127.0.0.1"
-`, cri.pauseImage, filepath.Join(s.bin, "runc"), filepath.Join(dir, "runc"), s.bin, cri.cniConfDir)
+`, cri.pauseImage, filepath.Join(s.bin, "runc"), filepath.Join(dir, "runc"), s.bin, cri.cniConfDir, template)
 	}
 	config := fmt.Sprintf(`version = 3
 root = %q
@@ -436,6 +443,10 @@ type pod struct {
 type criConfig struct {
 	pauseImage string
 	cniConfDir string
+	// cniConfTemplate, when set, is a text/template of the CNI config
+	// that containerd renders into cniConfDir with the pod CIDR the
+	// kubelet hands it ({{.PodCIDR}}), as a kubenet-style node does.
+	cniConfTemplate string
 }
 
 // addPod makes a network namespace for a container and runs the loopback
@@ -487,17 +498,23 @@ func (n *node) addPod(t *testing.T, s stack, name string) *pod {
 	return p
 }
 
+// buildWeb builds the web server statically as dir/web.
+func buildWeb(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "web")
+	// go test puts its own go first on PATH.
+	run(t, nil, []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=" + runtime.GOARCH, "GOFLAGS=-mod=readonly"},
+		"go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./testdata/web")
+	return bin
+}
+
 // buildImage builds the web server statically and writes an OCI image
 // layout tarball of an image FROM scratch holding it as /web; it returns
 // the tarball's path. entrypoint is the image's (["/web"] or ["/web",
 // "pause"]).
 func buildImage(t *testing.T, dir, ref string, entrypoint ...string) string {
 	t.Helper()
-	bin := filepath.Join(dir, "web")
-	// go test puts its own go first on PATH.
-	run(t, nil, []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=" + runtime.GOARCH, "GOFLAGS=-mod=readonly"},
-		"go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./testdata/web")
-	web, err := os.ReadFile(bin)
+	web, err := os.ReadFile(buildWeb(t, dir))
 	if err != nil {
 		t.Fatal(err)
 	}

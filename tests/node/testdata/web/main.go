@@ -2,11 +2,17 @@
 // static by the test, it is the only file of an image made FROM scratch. It
 // answers every request with CAPN_WEB_TOKEN (set on the container, so the
 // test knows the answer came from this container) and the addresses of its
-// network interfaces (the container's own, from CNI). With the argument
-// "pause" it only waits for a signal: the pod sandbox of the kubelet test.
+// network interfaces (the container's own, from CNI). With CAPN_WEB_FETCH
+// set to a URL it also fetches that URL on every request and adds the
+// answer, each line prefixed "fetched ": a pod on one node reaching one on
+// another; a request's query parameter fetch=<URL> fetches that URL instead
+// (a Service's ClusterIP or DNS name, asked of a pod by the test). With the
+// argument "pause" it only waits for a signal: the pod
+// sandbox of the kubelet test.
 package main
 
 import (
+	"bufio"
 	"fmt"
 	"log"
 	"net"
@@ -14,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 )
 
 func main() {
@@ -34,7 +41,30 @@ func main() {
 		for _, a := range addrs {
 			fmt.Fprintf(w, "addr=%s\n", a)
 		}
+		url := os.Getenv("CAPN_WEB_FETCH")
+		if q := r.URL.Query().Get("fetch"); q != "" {
+			url = q
+		}
+		if url != "" {
+			fetch(w, url)
+		}
 	})
 	log.Printf("web: listening on %s", addr)
 	log.Fatal(http.ListenAndServe(addr, nil))
+}
+
+// fetch GETs url and writes its answer, or the error, line by line.
+func fetch(w http.ResponseWriter, url string) {
+	client := &http.Client{Timeout: 2 * time.Second}
+	resp, err := client.Get(url)
+	if err != nil {
+		fmt.Fprintf(w, "fetch-error=%v\n", err)
+		return
+	}
+	defer resp.Body.Close()
+	fmt.Fprintf(w, "fetched-status=%d\n", resp.StatusCode)
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		fmt.Fprintf(w, "fetched %s\n", sc.Text())
+	}
 }

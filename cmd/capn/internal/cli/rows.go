@@ -82,6 +82,17 @@ func clusterCounts(c *capnv1.Cluster) (cp, workers counts) {
 	return cp, workers
 }
 
+// machineCounts are the cluster's machines: the worker pools', and the
+// control plane's when it runs on machines (a hosted or external control
+// plane's replicas are API servers, not machines of the cluster).
+func machineCounts(c *capnv1.Cluster) counts {
+	cp, workers := clusterCounts(c)
+	if c.GetSpec().GetControlPlane().Implementation() != capnv1.ControlPlaneMachines {
+		return workers
+	}
+	return cp.plus(workers)
+}
+
 // progress is a cluster's machines in a few words: "8 of 10 machines
 // available", then, during a rollout, how many are updated and how many
 // surge machines there are ("…, 7 updated, 1 surge").

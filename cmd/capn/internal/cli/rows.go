@@ -136,9 +136,19 @@ func clusterRow(c *capnv1.Cluster, now time.Time, wide, classes bool) []string {
 		if rc := conditions.Get(c.GetStatus().GetConditions(), condReady); rc != nil && rc.GetStatusValue() != capnv1.ConditionTrue {
 			reason = rc.GetReason()
 		}
-		r = append(r, orNone(c.GetSpec().GetControlPlane().GetProvider()), ep, orNone(reason), nextWindow(c, now), nextTransition(c))
+		r = append(r, controlPlaneProvider(c.GetSpec().GetControlPlane()), ep, orNone(reason), nextWindow(c, now), nextTransition(c))
 	}
 	return r
+}
+
+// controlPlaneProvider is the wide PROVIDER column: the control plane's
+// provider, or its implementation for a hosted or external one (which has
+// no provider: "<none>" would hide what runs it).
+func controlPlaneProvider(cp *capnv1.ControlPlaneSpec) string {
+	if impl := cp.Implementation(); impl != capnv1.ControlPlaneMachines {
+		return impl
+	}
+	return orNone(cp.GetProvider())
 }
 
 func machineHeader(wide, withCluster bool) []string {

@@ -214,6 +214,9 @@ func TestWaitCountsNoHostedAPIServersAsMachines(t *testing.T) {
 	if n := machineCounts(c).desired; n != 2 {
 		t.Errorf("hosted: %d machines, want 2", n)
 	}
+	if row := clusterRow(c, fixedNow, true, false); row[3] != "3/3" || row[4] != "2/2" || row[6] != capnv1.ControlPlaneHosted {
+		t.Errorf("hosted: get -o wide row %v: CONTROL PLANE 3/3 (API servers), WORKERS 2/2, PROVIDER hosted wanted", row)
+	}
 	c.Spec.ControlPlane.Type = ""
 	if summary, _ := w.state(); summary != "Ready, 4 of 5 machines available" {
 		t.Errorf("machines: summary %q, want the control-plane machines counted", summary)

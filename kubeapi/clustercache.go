@@ -146,12 +146,7 @@ func (c *ClusterCache) Client(ctx context.Context, cluster string) (*Client, err
 	if err != nil {
 		return nil, fmt.Errorf("%w of %s: %w", ErrKubeconfig, cluster, err)
 	}
-	var client *Client
-	if kc.Token != "" {
-		client, err = NewTokenClient(kc.Server, kc.CACertPEM, kc.Token)
-	} else {
-		client, err = NewClient(kc.Server, kc.CACertPEM, kc.ClientCertPEM, kc.ClientKeyPEM)
-	}
+	client, err := NewKubeconfigClient(kc)
 	if err != nil {
 		return nil, fmt.Errorf("%w of %s: %w", ErrKubeconfig, cluster, err)
 	}
@@ -246,4 +241,13 @@ func (c *ClusterCache) Close() {
 			e.client.Close()
 		}
 	}
+}
+
+// NewKubeconfigClient is a client of a parsed kubeconfig's user: its
+// bearer token, or else its client certificate and key (Auth says which).
+func NewKubeconfigClient(kc kubeconfig.External) (*Client, error) {
+	if kc.Token != "" {
+		return NewTokenClient(kc.Server, kc.CACertPEM, kc.Token)
+	}
+	return NewClient(kc.Server, kc.CACertPEM, kc.ClientCertPEM, kc.ClientKeyPEM)
 }

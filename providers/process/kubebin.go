@@ -63,7 +63,7 @@ func (k *kubeBins) list(ctx context.Context, dirs []string) []KubeBin {
 			out = append(out, KubeBin{Dir: d, Version: v})
 		}
 	}
-	slices.SortStableFunc(out, func(a, b KubeBin) int { return compareVersions(a.Version, b.Version) })
+	slices.SortStableFunc(out, func(a, b KubeBin) int { return manifest.CompareVersions(a.Version, b.Version) })
 	return out
 }
 
@@ -116,7 +116,7 @@ func (e *MissingVersionError) Error() string {
 	}
 	want := slices.Clone(e.Have)
 	want = append(want, e.Version)
-	slices.SortStableFunc(want, compareVersions)
+	slices.SortStableFunc(want, manifest.CompareVersions)
 	return fmt.Sprintf("Kubernetes %s binaries are not built here (have %s): run make kube KUBE_VERSIONS=\"%s\" and give the provider the bin directories (--kube-bin, colon-separated)",
 		e.Version, have, strings.Join(want, " "))
 }
@@ -136,21 +136,4 @@ func binaryVersion(ctx context.Context, path string) (string, error) {
 		return "", fmt.Errorf("%s --version printed %q, not Kubernetes vX.Y.Z", path, strings.TrimSpace(string(out)))
 	}
 	return string(m[1]), nil
-}
-
-// compareVersions orders Kubernetes versions by precedence
-// (manifest.Version.Compare); anything that is no version sorts after,
-// by text.
-func compareVersions(a, b string) int {
-	va, erra := manifest.ParseVersion(a)
-	vb, errb := manifest.ParseVersion(b)
-	switch {
-	case erra == nil && errb == nil:
-		return va.Compare(vb)
-	case erra == nil:
-		return -1
-	case errb == nil:
-		return 1
-	}
-	return strings.Compare(a, b)
 }

@@ -126,24 +126,6 @@ func TestKubeBinOption(t *testing.T) {
 	}
 }
 
-func TestCompareVersions(t *testing.T) {
-	sorted := []string{"v1.9.0", "v1.36.5", "v1.37.0-rc.1", "v1.37.0", "v1.37.2", "v2.0.0", "latest"}
-	for i := range sorted {
-		for j := range sorted {
-			got := compareVersions(sorted[i], sorted[j])
-			want := 0
-			if i < j {
-				want = -1
-			} else if i > j {
-				want = 1
-			}
-			if got != want {
-				t.Errorf("compareVersions(%s, %s) = %d, want %d", sorted[i], sorted[j], got, want)
-			}
-		}
-	}
-}
-
 // The refusal names the version, what is built and the make kube that
 // builds it.
 func TestMissingVersionError(t *testing.T) {

@@ -20,7 +20,7 @@ func validateHosted(cp *capnv1.ControlPlaneSpec, p path, errs *fieldErrors) {
 	if !hosted {
 		return
 	}
-	if r := cp.Replicas; r > 0 && r != 1 && r != 3 {
+	if r := cp.Replicas; r != 1 && r != 3 {
 		errs.add(p.child("replicas"), r, "a hosted control plane runs 1 or 3 replicas (etcd members and API servers on the management host); 5 and 7 add load there and no failure domain")
 	}
 }

@@ -225,9 +225,9 @@ func (v Validator) validateControlPlane(cp *capnv1.ControlPlaneSpec, p path, err
 
 // validateNonMachineControlPlane checks a control plane of type hosted or
 // external: no machine is made for it, so the fields that shape control-plane
-// machines (provider, template, maxSurge, os) must be empty; replicas counts
-// its API servers. The implementation's own settings are checked with its
-// fields.
+// machines (provider, template, maxSurge, os) must be empty. Replicas and
+// the implementation's own settings are checked with its fields
+// (validateHosted: 1 or 3; validateExternal: 1).
 func (v Validator) validateNonMachineControlPlane(cp *capnv1.ControlPlaneSpec, p path, errs *fieldErrors) {
 	noMachines := func(field string, value any) {
 		errs.add(p.child(field), value, "must be empty for controlPlane.type %s: it shapes control-plane machines, and a %s control plane has none", cp.Type, cp.Type)
@@ -243,9 +243,6 @@ func (v Validator) validateNonMachineControlPlane(cp *capnv1.ControlPlaneSpec, p
 	}
 	if cp.Os != "" {
 		noMachines("os", cp.Os)
-	}
-	if r := cp.Replicas; r <= 0 || r > MaxControlPlaneReplicas {
-		errs.add(p.child("replicas"), r, "must be between 1 and %d: the API servers of the control plane", MaxControlPlaneReplicas)
 	}
 }
 

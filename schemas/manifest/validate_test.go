@@ -39,13 +39,12 @@ func TestValidateValid(t *testing.T) {
 
 // TestValidateNonMachineControlPlane: a hosted or external control plane
 // without the machine-only fields is valid, its default leaves maxSurge
-// empty, and its replicas need not be odd (API servers, not etcd members)
-// nor count as machines.
+// empty, and its replicas do not count as machines.
 func TestValidateNonMachineControlPlane(t *testing.T) {
 	for _, typ := range []string{capnv1.ControlPlaneHosted, capnv1.ControlPlaneExternal} {
 		c := &capnv1.Cluster{ApiVersion: APIVersion, Kind: KindCluster, Metadata: &capnv1.ObjectMeta{Name: "demo"},
 			Spec: &capnv1.ClusterSpec{KubernetesVersion: "v1.34.2",
-				ControlPlane: &capnv1.ControlPlaneSpec{Type: typ, Replicas: 2},
+				ControlPlane: &capnv1.ControlPlaneSpec{Type: typ, Replicas: 1},
 				WorkerPools:  []*capnv1.WorkerPool{{Name: "md-0", Provider: "sim", Replicas: 3}}}}
 		if typ == capnv1.ControlPlaneHosted {
 			c.Spec.ControlPlane.Replicas = 3 // a hosted control plane runs 1 or 3
@@ -248,7 +247,20 @@ func TestValidate(t *testing.T) {
 			cp.External = &capnv1.ExternalControlPlaneSpec{Kubeconfig: "prod"}
 		}, []string{
 			`spec.controlPlane.provider: "sim": must be empty for controlPlane.type external`,
-			`spec.controlPlane.replicas: 0: must be between 1 and 7`,
+			`spec.controlPlane.replicas: 0: must be 1 or left out with type external`,
+		}},
+		{"external with replicas 3", func(c *capnv1.Cluster) {
+			cp := c.Spec.ControlPlane
+			cp.Type, cp.Provider, cp.MaxSurge, cp.Replicas = capnv1.ControlPlaneExternal, "", nil, 3
+			cp.External = &capnv1.ExternalControlPlaneSpec{Kubeconfig: "prod"}
+		}, []string{
+			`spec.controlPlane.replicas: 3: must be 1 or left out with type external: the external cluster's owner runs its API servers`,
+		}},
+		{"hosted with replicas 0", func(c *capnv1.Cluster) {
+			cp := c.Spec.ControlPlane
+			cp.Type, cp.Provider, cp.MaxSurge, cp.Replicas = capnv1.ControlPlaneHosted, "", nil, 0
+		}, []string{
+			`spec.controlPlane.replicas: 0: a hosted control plane runs 1 or 3 replicas`,
 		}},
 	}
 	for _, tt := range tests {

@@ -56,6 +56,23 @@ func (v Version) Compare(o Version) int {
 	return comparePre(v.Pre, o.Pre)
 }
 
+// CompareVersions orders two version strings by precedence (Compare);
+// a string that is no version sorts after every version, and two such by
+// text. For sorting what a binary or a directory says it is.
+func CompareVersions(a, b string) int {
+	va, erra := ParseVersion(a)
+	vb, errb := ParseVersion(b)
+	switch {
+	case erra == nil && errb == nil:
+		return va.Compare(vb)
+	case erra == nil:
+		return -1
+	case errb == nil:
+		return 1
+	}
+	return strings.Compare(a, b)
+}
+
 // MinorsAfter is how many minor versions v is ahead of o (negative if behind);
 // meaningful when the majors are equal.
 func (v Version) MinorsAfter(o Version) int { return v.Minor - o.Minor }

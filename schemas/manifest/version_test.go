@@ -37,3 +37,14 @@ func TestVersionCompare(t *testing.T) {
 		t.Error("build metadata must not order versions")
 	}
 }
+
+func TestCompareVersions(t *testing.T) {
+	ordered := []string{"v1.9.0", "v1.10.0-rc.1", "v1.10.0", "v1.36.5", "v1.37.0-rc.1", "v1.37.0", "v1.37.2", "v2.0.0", "devel", "latest"}
+	for i := range ordered {
+		for j := range ordered {
+			if got, want := CompareVersions(ordered[i], ordered[j]), sign(i-j); got != want {
+				t.Errorf("%s vs %s = %d, want %d", ordered[i], ordered[j], got, want)
+			}
+		}
+	}
+}

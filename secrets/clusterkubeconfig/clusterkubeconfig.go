@@ -16,12 +16,17 @@
 // (KV revisions are unique across keys, so a switch of the registered
 // name is a new revision too). It is the Kubeconfig function of a
 // kubeapi.ClusterCache.
+//
+// HasAPIServer is the other half of the answer, whether there is a real
+// API server to talk to at all; the services ask it rather than each
+// keeping its own rule.
 package clusterkubeconfig
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -84,4 +89,27 @@ func (s *Source) Kubeconfig(ctx context.Context, cluster string) ([]byte, uint64
 // providers, and still there while the cluster is deleted.
 func External(c *capnv1.Cluster) bool {
 	return c.GetSpec().GetControlPlane().Implementation() == capnv1.ControlPlaneExternal
+}
+
+// CapabilityRealKubernetes is the provider SDK's
+// sdk.CapabilityRealKubernetes (services do not import the SDK): the
+// provider's machines run real Kubernetes.
+const CapabilityRealKubernetes = "real-kubernetes"
+
+// HasAPIServer says whether cluster c has a real Kubernetes API server
+// for capn to talk to (join tokens, Nodes, add-ons). A hosted or external
+// control plane has one, whatever provider its workers run on: its
+// implementation runs or checks a real kube-apiserver at the record's
+// endpoint (workers on a provider without real Kubernetes, such as the
+// simulator, register no Node there, and add-ons are applied all the
+// same). A control plane on machines has one when its provider announces
+// CapabilityRealKubernetes; capabilities gives what a provider announces
+// (none when it has not announced).
+func HasAPIServer(c *capnv1.Cluster, capabilities func(provider string) []string) bool {
+	cp := c.GetSpec().GetControlPlane()
+	if cp.Implementation() != capnv1.ControlPlaneMachines {
+		return true
+	}
+	p := cp.GetProvider()
+	return p != "" && slices.Contains(capabilities(p), CapabilityRealKubernetes)
 }

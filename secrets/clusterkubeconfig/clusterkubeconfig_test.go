@@ -109,3 +109,36 @@ func TestSourceAnswersPerImplementation(t *testing.T) {
 		t.Error("External: wrong answer")
 	}
 }
+
+// TestHasAPIServer: the one rule the bootstrapper, health-watcher and
+// addon-manager share. A hosted or external control plane has a real API
+// server whatever its workers run on; one on machines only when its
+// provider announces real-kubernetes.
+func TestHasAPIServer(t *testing.T) {
+	announced := map[string][]string{"process": {"stop-start", clusterkubeconfig.CapabilityRealKubernetes}, "sim": {"stop-start"}}
+	caps := func(p string) []string { return announced[p] }
+	simWorkers := []*capnv1.WorkerPool{{Name: "md-0", Provider: "sim", Replicas: 2}}
+	tests := []struct {
+		name string
+		cp   *capnv1.ControlPlaneSpec
+		want bool
+	}{
+		{"machines on a real-kubernetes provider", &capnv1.ControlPlaneSpec{Provider: "process", Replicas: 1}, true},
+		{"machines, type written out", &capnv1.ControlPlaneSpec{Type: capnv1.ControlPlaneMachines, Provider: "process", Replicas: 1}, true},
+		{"machines on the simulator", &capnv1.ControlPlaneSpec{Provider: "sim", Replicas: 1}, false},
+		{"machines on a provider not announced", &capnv1.ControlPlaneSpec{Provider: "docker", Replicas: 1}, false},
+		{"machines with no provider", &capnv1.ControlPlaneSpec{Replicas: 1}, false},
+		{"hosted, workers on the simulator", &capnv1.ControlPlaneSpec{Type: capnv1.ControlPlaneHosted, Replicas: 1}, true},
+		{"external, workers on the simulator", &capnv1.ControlPlaneSpec{Type: capnv1.ControlPlaneExternal, Replicas: 1,
+			External: &capnv1.ExternalControlPlaneSpec{Kubeconfig: "prod"}}, true},
+	}
+	for _, tt := range tests {
+		c := &capnv1.Cluster{Metadata: &capnv1.ObjectMeta{Name: "demo"}, Spec: &capnv1.ClusterSpec{ControlPlane: tt.cp, WorkerPools: simWorkers}}
+		if got := clusterkubeconfig.HasAPIServer(c, caps); got != tt.want {
+			t.Errorf("%s: HasAPIServer %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	if clusterkubeconfig.HasAPIServer(&capnv1.Cluster{}, caps) {
+		t.Error("a cluster without a spec has no API server")
+	}
+}

@@ -36,9 +36,11 @@ type Input struct {
 	// Initialized: the control plane was initialised (the planner's
 	// status.control_plane_initialized).
 	Initialized bool
-	// API: the control plane's provider announces real-kubernetes, so the
-	// cluster has an API server to apply to. Sets selecting a cluster
-	// without one are recorded as NoKubernetesAPI and never applied.
+	// API: the cluster has an API server to apply to (a hosted or
+	// external control plane, or one on machines whose provider announces
+	// real-kubernetes: clusterkubeconfig.HasAPIServer). Sets selecting a
+	// cluster without one are recorded as NoKubernetesAPI and never
+	// applied.
 	API bool
 	// Sets are every add-on set, in any order.
 	Sets []*capnv1.AddonSet

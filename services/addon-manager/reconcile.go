@@ -17,6 +17,7 @@ import (
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/schemas/manifest"
+	"github.com/capn-dev/capn/secrets/clusterkubeconfig"
 )
 
 // moreAfter is the RequeueAfter of a reconcile that applied a set: at
@@ -144,18 +145,13 @@ func (s *Service) input(ctx context.Context, cluster string) (Input, map[string]
 	return in, revs, contents, nil
 }
 
-// api says whether the cluster's control plane's provider announces
-// real-kubernetes (a real API server behind its endpoint).
+// api says whether the cluster has a real API server to apply to
+// (clusterkubeconfig.HasAPIServer).
 func (s *Service) api(cl *capnv1.Cluster) bool {
-	if cl.GetSpec().GetControlPlane().Implementation() != capnv1.ControlPlaneMachines {
-		return true // hosted or external: a real API server at the record's endpoint
-	}
-	p := cl.GetSpec().GetControlPlane().GetProvider()
-	if p == "" {
-		return false
-	}
-	a, _, ok := store.Lookup(s.observed, keys.Provider(p), newAnnouncement)
-	return ok && slices.Contains(a.GetCapabilities(), capabilityRealKubernetes)
+	return clusterkubeconfig.HasAPIServer(cl, func(p string) []string {
+		a, _, _ := store.Lookup(s.observed, keys.Provider(p), newAnnouncement)
+		return a.GetCapabilities()
+	})
 }
 
 // readSecret reads an add-on secret from the secrets cache, opened with

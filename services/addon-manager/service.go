@@ -40,9 +40,6 @@ const (
 	DefaultKubeAPITimeout = 10 * time.Second
 	DefaultBackoffBase    = 5 * time.Second
 	DefaultBackoffMax     = 5 * time.Minute
-	// capabilityRealKubernetes is the provider SDK's
-	// sdk.CapabilityRealKubernetes (services do not import the SDK).
-	capabilityRealKubernetes = "real-kubernetes"
 )
 
 // Config configures the addon-manager. Zero fields take the defaults.
@@ -229,7 +226,7 @@ func (s *Service) providerChanged(ch store.Change) []string {
 	real := false
 	if ch.Op == store.OpPut {
 		if a, err := store.Decode(ch.Value, store.New[capnv1.ProviderAnnouncement]()); err == nil {
-			real = slices.Contains(a.GetCapabilities(), capabilityRealKubernetes)
+			real = slices.Contains(a.GetCapabilities(), clusterkubeconfig.CapabilityRealKubernetes)
 		}
 	}
 	s.mu.Lock()

@@ -178,7 +178,7 @@ func (s *Service) ensurePKI(ctx context.Context, c *capnv1.Cluster) (clusterPKI,
 			out = m
 			return nil, store.ErrNoChange
 		}
-		set, added, err := pki.Ensure(fromProto(cur), pki.Options{Now: now, UserCA: userCA})
+		set, added, err := pki.Ensure(pki.FromProto(cur), pki.Options{Now: now, UserCA: userCA})
 		if err != nil {
 			return nil, err
 		}
@@ -187,7 +187,7 @@ func (s *Service) ensurePKI(ctx context.Context, c *capnv1.Cluster) (clusterPKI,
 			s.pkiChecks.put(name, digest, out, now)
 			return nil, store.ErrNoChange
 		}
-		next := toProto(set)
+		next := pki.ToProto(set)
 		next.UserSuppliedCa = out.user
 		next.Created = cur.GetCreated()
 		if next.Created == nil {
@@ -488,24 +488,4 @@ func (s *Service) writeStatus(ctx context.Context, st *capnv1.ClusterSecretsStat
 		s.kickJoins(st.GetCluster())
 	}
 	return err
-}
-
-func fromProto(p *capnv1.ClusterPKI) pki.Set {
-	kp := func(k *capnv1.KeyPairPEM) pki.KeyPair {
-		return pki.KeyPair{CertPEM: []byte(k.GetCertPem()), KeyPEM: []byte(k.GetKeyPem())}
-	}
-	return pki.Set{
-		CA: kp(p.GetCa()), EtcdCA: kp(p.GetEtcdCa()), FrontProxyCA: kp(p.GetFrontProxyCa()),
-		ServiceAccount: pki.ServiceAccountKey{PublicPEM: []byte(p.GetServiceAccount().GetCertPem()), PrivatePEM: []byte(p.GetServiceAccount().GetKeyPem())},
-	}
-}
-
-func toProto(s pki.Set) *capnv1.ClusterPKI {
-	kp := func(k pki.KeyPair) *capnv1.KeyPairPEM {
-		return &capnv1.KeyPairPEM{CertPem: string(k.CertPEM), KeyPem: string(k.KeyPEM)}
-	}
-	return &capnv1.ClusterPKI{
-		Ca: kp(s.CA), EtcdCa: kp(s.EtcdCA), FrontProxyCa: kp(s.FrontProxyCA),
-		ServiceAccount: &capnv1.KeyPairPEM{CertPem: string(s.ServiceAccount.PublicPEM), KeyPem: string(s.ServiceAccount.PrivatePEM)},
-	}
 }

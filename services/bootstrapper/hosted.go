@@ -13,6 +13,7 @@ import (
 	"github.com/capn-dev/capn/events/replyseal"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
+	"github.com/capn-dev/capn/secrets/pki"
 )
 
 // The hosted control-plane PKI (docs/security.md, "Hosted control
@@ -87,7 +88,7 @@ func (s *Service) hostedPKI(ctx context.Context, subject, public string) ([]byte
 	if err != nil {
 		return nil, "", 500, fmt.Errorf("PKI of %s: %w", cluster, err)
 	}
-	out, err := proto.MarshalOptions{Deterministic: true}.Marshal(toProto(set.set))
+	out, err := proto.MarshalOptions{Deterministic: true}.Marshal(pki.ToProto(set.set))
 	if err != nil {
 		return nil, "", 500, err
 	}

@@ -116,27 +116,14 @@ func (s *Service) clusterJoinsWithTokens(c *capnv1.Cluster) bool {
 	return false
 }
 
-// capabilityRealKubernetes is the provider SDK's
-// sdk.CapabilityRealKubernetes (services do not import the SDK).
-const capabilityRealKubernetes = "real-kubernetes"
-
-// realKubernetes says whether the cluster's control-plane provider
-// announces real Kubernetes: only then does its endpoint serve a
-// Kubernetes API server that join tokens are registered in (the
-// health-watcher reads Nodes by the same rule).
+// realKubernetes says whether the cluster has a real API server that join
+// tokens are registered in (clusterkubeconfig.HasAPIServer: the
+// health-watcher and the addon-manager ask the same).
 func (s *Service) realKubernetes(c *capnv1.Cluster) bool {
-	if c.GetSpec().GetControlPlane().Implementation() != capnv1.ControlPlaneMachines {
-		// Hosted or external: a real API server at the record's endpoint
-		// (an external one reached with the registered kubeconfig,
-		// secrets/clusterkubeconfig).
-		return true
-	}
-	p := c.GetSpec().GetControlPlane().GetProvider()
-	if p == "" {
-		return false
-	}
-	a, _, ok := store.NewView(s.observed, store.New[capnv1.ProviderAnnouncement]()).Get(keys.Provider(p))
-	return ok && slices.Contains(a.GetCapabilities(), capabilityRealKubernetes)
+	return clusterkubeconfig.HasAPIServer(c, func(p string) []string {
+		a, _, _ := store.NewView(s.observed, store.New[capnv1.ProviderAnnouncement]()).Get(keys.Provider(p))
+		return a.GetCapabilities()
+	})
 }
 
 // realKubernetesChanged wakes every cluster's join-token pass when a
@@ -156,7 +143,7 @@ func (s *Service) realKubernetesChanged(all func() []string) func(store.Change) 
 		is := false
 		if ch.Op == store.OpPut {
 			if a, err := store.Decode(ch.Value, store.New[capnv1.ProviderAnnouncement]()); err == nil {
-				is = slices.Contains(a.GetCapabilities(), capabilityRealKubernetes)
+				is = slices.Contains(a.GetCapabilities(), clusterkubeconfig.CapabilityRealKubernetes)
 			}
 		}
 		if real[p] == is {

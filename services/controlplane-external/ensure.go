@@ -166,13 +166,7 @@ func (s *Service) look(ctx context.Context, cluster, name string) check {
 
 // client is a client of the kubeconfig's user.
 func (s *Service) client(kc kubeconfig.External) (*kubeapi.Client, error) {
-	var c *kubeapi.Client
-	var err error
-	if kc.Token != "" {
-		c, err = kubeapi.NewTokenClient(kc.Server, kc.CACertPEM, kc.Token)
-	} else {
-		c, err = kubeapi.NewClient(kc.Server, kc.CACertPEM, kc.ClientCertPEM, kc.ClientKeyPEM)
-	}
+	c, err := kubeapi.NewKubeconfigClient(kc)
 	if err != nil {
 		return nil, err
 	}

@@ -6,9 +6,8 @@ import (
 	"fmt"
 	"net/http"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/capn-dev/capn/kubeapi"
+	"github.com/capn-dev/capn/secrets/kubeconfig"
 	"github.com/capn-dev/capn/secrets/token"
 )
 
@@ -143,12 +142,7 @@ func joinRBAC(cluster string) []object {
 // clusterInfoObject is kube-public/cluster-info as kubeadm writes it: a
 // kubeconfig with the server and CA only.
 func clusterInfoObject(cluster, server string, caPEM []byte) (object, error) {
-	kc := map[string]any{
-		"apiVersion": "v1", "kind": "Config",
-		"clusters": []any{map[string]any{"name": "", "cluster": map[string]any{"server": server, "certificate-authority-data": caPEM}}},
-		"contexts": []any{}, "users": []any{},
-	}
-	data, err := yaml.Marshal(kc)
+	data, err := kubeconfig.ClusterInfo(server, caPEM)
 	if err != nil {
 		return object{}, err
 	}

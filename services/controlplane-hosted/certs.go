@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/capn-dev/capn/internal/atomicfile"
 	"github.com/capn-dev/capn/secrets/kubeconfig"
 	"github.com/capn-dev/capn/secrets/pki"
 )
@@ -188,26 +189,8 @@ func firstServiceIP(cidr string) (netip.Addr, error) {
 	return ip, nil
 }
 
-// writeFile writes atomically with mode, creating the directory.
+// writeFile writes atomically with mode; the directories it makes are
+// the service's alone (0700).
 func writeFile(dst string, data []byte, mode os.FileMode) error {
-	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(dst), ".tmp-"+filepath.Base(dst))
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), dst)
+	return atomicfile.Write(dst, data, mode, 0o700)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/capn-dev/capn/internal/supervise"
+	"github.com/capn-dev/capn/schemas/manifest"
 	"github.com/capn-dev/capn/secrets/pki"
 )
 
@@ -93,7 +94,7 @@ type member struct {
 func (st *state) lowestVersion() string {
 	low := st.Version
 	for _, m := range st.Members {
-		if m.Version != "" && compareVersions(m.Version, low) < 0 {
+		if m.Version != "" && manifest.CompareVersions(m.Version, low) < 0 {
 			low = m.Version
 		}
 	}

@@ -5,9 +5,8 @@ import (
 	"fmt"
 	"os"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/capn-dev/capn/kubeapi"
+	"github.com/capn-dev/capn/secrets/kubeconfig"
 	"github.com/capn-dev/capn/secrets/token"
 )
 
@@ -65,12 +64,7 @@ func rbacRule(group string, resources, verbs []string, names ...string) map[stri
 func joinObjects(server string, caPEM []byte) ([]map[string]any, error) {
 	bootstrappers := rbacSubject("Group", token.NodeGroup)
 	nodes := rbacSubject("Group", "system:nodes")
-	kc := map[string]any{
-		"apiVersion": "v1", "kind": "Config",
-		"clusters": []any{map[string]any{"name": "", "cluster": map[string]any{"server": server, "certificate-authority-data": caPEM}}},
-		"contexts": []any{}, "users": []any{},
-	}
-	data, err := yaml.Marshal(kc)
+	data, err := kubeconfig.ClusterInfo(server, caPEM)
 	if err != nil {
 		return nil, err
 	}

@@ -10,8 +10,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/capn-dev/capn/schemas/manifest"
 )
 
 // Binaries a hosted control plane runs, from the directory of its
@@ -94,20 +92,4 @@ func (k *kubeBins) version(ctx context.Context, path string) string {
 	}
 	k.known[path] = binStamp{size: fi.Size(), mod: fi.ModTime(), version: string(m[1])}
 	return string(m[1])
-}
-
-// compareVersions orders Kubernetes versions by precedence; anything that
-// is no version sorts after, by text.
-func compareVersions(a, b string) int {
-	va, erra := manifest.ParseVersion(a)
-	vb, errb := manifest.ParseVersion(b)
-	switch {
-	case erra == nil && errb == nil:
-		return va.Compare(vb)
-	case erra == nil:
-		return -1
-	case errb == nil:
-		return 1
-	}
-	return strings.Compare(a, b)
 }

@@ -49,13 +49,7 @@ func RequestPKI(ctx context.Context, nc *nats.Conn, cluster string) (pki.Set, er
 	if err := proto.Unmarshal(plain, &p); err != nil {
 		return pki.Set{}, fmt.Errorf("%s's PKI: %w", cluster, err)
 	}
-	kp := func(k *capnv1.KeyPairPEM) pki.KeyPair {
-		return pki.KeyPair{CertPEM: []byte(k.GetCertPem()), KeyPEM: []byte(k.GetKeyPem())}
-	}
-	set := pki.Set{
-		CA: kp(p.GetCa()), EtcdCA: kp(p.GetEtcdCa()), FrontProxyCA: kp(p.GetFrontProxyCa()),
-		ServiceAccount: pki.ServiceAccountKey{PublicPEM: []byte(p.GetServiceAccount().GetCertPem()), PrivatePEM: []byte(p.GetServiceAccount().GetKeyPem())},
-	}
+	set := pki.FromProto(&p)
 	if set.CA.IsZero() || set.EtcdCA.IsZero() || set.FrontProxyCA.IsZero() || set.ServiceAccount.IsZero() {
 		return pki.Set{}, fmt.Errorf("%s's PKI is incomplete", cluster)
 	}

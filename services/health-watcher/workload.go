@@ -22,17 +22,20 @@ import (
 	"github.com/capn-dev/capn/secrets/seal"
 )
 
-// Nodes of workload clusters. For a cluster whose control plane's provider
-// announces capability real-kubernetes (a real API server behind the
-// cluster's endpoint), the health-watcher reads the cluster's Nodes with
-// the admin kubeconfig the bootstrapper seals in the secrets bucket, every
+// Nodes of workload clusters. For a cluster with a real API server (a
+// hosted or external control plane, or one on machines whose provider
+// announces capability real-kubernetes: clusterkubeconfig.HasAPIServer),
+// the health-watcher reads the cluster's Nodes with the kubeconfig capn
+// uses for it (the admin one the bootstrapper seals in the secrets bucket,
+// or an external cluster's registered one), every
 // Config.NodePollEvery: each machine's Node (matched by providerID) gives
 // its record the node name, kubelet version and the Node's conditions, and
 // the Node of a machine being deleted or gone is deleted. It is a
 // reconcile loop of its own (queue per cluster, requeued after the poll
 // interval or the backoff), apart from the evaluation: an API server that
 // does not answer costs one failed request per attempt and holds up
-// nothing else. Clusters on other providers (sim, ...) are never polled.
+// nothing else. Clusters whose control plane runs on other providers
+// (sim, ...) are never polled.
 
 // Defaults of the workload Node reads.
 const (
@@ -40,11 +43,7 @@ const (
 	DefaultNodeBackoffMax  = 2 * time.Minute
 	DefaultNodeDeleteGrace = 30 * time.Second
 	DefaultKubeAPITimeout  = 10 * time.Second
-	// capabilityRealKubernetes is the provider SDK's
-	// sdk.CapabilityRealKubernetes (not imported: services do not depend
-	// on the provider SDK).
-	capabilityRealKubernetes = "real-kubernetes"
-	nodesPath                = "/api/v1/nodes"
+	nodesPath              = "/api/v1/nodes"
 )
 
 // keyring loads the secrets key as the gateway does (seal.LoadKeyring);
@@ -110,30 +109,23 @@ func (w *workload) forget(cluster string) {
 	}
 }
 
-// polled says whether the cluster's API server is read: its control
-// plane's provider announces real-kubernetes.
+// polled says whether the cluster's API server is read: it has one
+// (clusterkubeconfig.HasAPIServer) and is neither hibernated nor, unless
+// its control plane is external, being deleted.
 func (s *Service) polled(cl *capnv1.Cluster) bool {
 	if cl.GetSpec().GetHibernated() {
 		return false
 	}
-	if clusterkubeconfig.External(cl) {
-		// Someone else's real API server (read with the registered
-		// kubeconfig, secrets/clusterkubeconfig) outlives the cluster's
-		// deletion: the Nodes of its deleted machines must go from it.
-		return true
-	}
-	if cl.GetMetadata().GetDeletionTimestamp() != nil {
+	if cl.GetMetadata().GetDeletionTimestamp() != nil && !clusterkubeconfig.External(cl) {
+		// An external API server outlives the cluster's deletion: the
+		// Nodes of its deleted machines must go from it. The others go
+		// with the cluster.
 		return false
 	}
-	if cl.GetSpec().GetControlPlane().Implementation() != capnv1.ControlPlaneMachines {
-		return true // hosted or external: a real API server at the record's endpoint
-	}
-	p := cl.GetSpec().GetControlPlane().GetProvider()
-	if p == "" {
-		return false
-	}
-	a, ok := decodeCached(s.observed, keys.Provider(p), newAnnouncement)
-	return ok && slices.Contains(a.GetCapabilities(), capabilityRealKubernetes)
+	return clusterkubeconfig.HasAPIServer(cl, func(p string) []string {
+		a, _ := decodeCached(s.observed, keys.Provider(p), newAnnouncement)
+		return a.GetCapabilities()
+	})
 }
 
 // nodeExpected: the cluster's Nodes are read (polled), so its machines
@@ -158,7 +150,7 @@ func (s *Service) workloadChanged(ch store.Change) []string {
 		real := false
 		if ch.Op == store.OpPut {
 			if a, err := store.Decode(ch.Value, newAnnouncement); err == nil {
-				real = slices.Contains(a.GetCapabilities(), capabilityRealKubernetes)
+				real = slices.Contains(a.GetCapabilities(), clusterkubeconfig.CapabilityRealKubernetes)
 			}
 		}
 		s.work.mu.Lock()

@@ -62,8 +62,10 @@ type Input struct {
 	PendingSince time.Time
 }
 
-// Output is the next status (nil: delete the status key), the commands to
-// send before writing it, and when to look again if nothing changes.
+// Output is the next status (nil: none — the status key is deleted, or,
+// for a machine that waits for its data unwritten, stays absent), the
+// commands to send before writing it, and when to look again if nothing
+// changes.
 type Output struct {
 	Status       *capnv1.MachineStatus
 	Commands     []Command

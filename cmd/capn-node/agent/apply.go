@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/capn-dev/capn/internal/atomicfile"
 )
 
 // Layout of a machine's data dir.
@@ -172,28 +174,9 @@ func under(root, p string) (string, error) {
 	return dst, nil
 }
 
-// writeFile writes atomically (temporary file, then rename) with mode.
+// writeFile writes atomically with mode, creating the directory.
 func writeFile(dst string, data []byte, mode fs.FileMode) error {
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(dst), ".tmp-"+filepath.Base(dst))
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), dst)
+	return atomicfile.Write(dst, data, mode, 0o755)
 }
 
 // claim records the machine's identity in dataDir on first start, refuses

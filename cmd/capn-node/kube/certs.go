@@ -17,6 +17,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/capn-dev/capn/internal/atomicfile"
 	"github.com/capn-dev/capn/secrets/pki"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
 )
@@ -407,26 +408,7 @@ func (k *Kubeconfig) Client() pki.KeyPair {
 
 // writeFile writes atomically with mode, creating the directory.
 func writeFile(dst string, data []byte, mode fs.FileMode) error {
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(dst), ".tmp-"+filepath.Base(dst))
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), dst)
+	return atomicfile.Write(dst, data, mode, 0o755)
 }
 
 // serverURL is https://host:port with brackets for IPv6.

@@ -55,9 +55,10 @@ type NodeHealth struct {
 	// deleted (node_uid empty: the machine has no Node to drain).
 	NodeDeleted bool `protobuf:"varint,16,opt,name=node_deleted,json=nodeDeleted,proto3" json:"node_deleted,omitempty"`
 	// node_expected: the machine's cluster has a workload API server the
-	// health-watcher reads Nodes from (its control plane's provider
-	// announces real-kubernetes), so a machine whose agent is up has a Node
-	// there. The machine-manager's deletion waits for the watcher to find
+	// health-watcher reads Nodes from (a hosted or external control plane,
+	// or one on machines whose provider announces real-kubernetes), so a
+	// machine whose agent is up has a Node there (a worker on a provider
+	// without real Kubernetes registers none: the watcher finds none). The machine-manager's deletion waits for the watcher to find
 	// it (node_uid) or to find none (node_deleted) before it decides
 	// whether to drain.
 	NodeExpected  bool `protobuf:"varint,17,opt,name=node_expected,json=nodeExpected,proto3" json:"node_expected,omitempty"`

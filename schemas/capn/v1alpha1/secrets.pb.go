@@ -394,7 +394,13 @@ type ClusterSecretsStatus struct {
 	Cluster         string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	PkiReady        bool                   `protobuf:"varint,2,opt,name=pki_ready,json=pkiReady,proto3" json:"pki_ready,omitempty"`
 	KubeconfigReady bool                   `protobuf:"varint,3,opt,name=kubeconfig_ready,json=kubeconfigReady,proto3" json:"kubeconfig_ready,omitempty"`
-	// ca_cert_hash is kubeadm's sha256:<hex> of the cluster CA's public key.
+	// ca_cert_hash is kubeadm's sha256:<hex> of the public key of the CA
+	// workers trust for the API server, the pin providers hand their
+	// machines (capn-node --ca-cert-hash): the cluster CA's for a control
+	// plane on machines; for a hosted or external one, that of the CA in its
+	// record (observed controlplane.<cluster>, ca_certificate_pem: capn's
+	// cluster CA for hosted, the external cluster's own for external), and
+	// empty until the record has one.
 	CaCertHash        string                 `protobuf:"bytes,4,opt,name=ca_cert_hash,json=caCertHash,proto3" json:"ca_cert_hash,omitempty"`
 	AdminCertNotAfter *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=admin_cert_not_after,json=adminCertNotAfter,proto3" json:"admin_cert_not_after,omitempty"`
 	UserSuppliedCa    bool                   `protobuf:"varint,6,opt,name=user_supplied_ca,json=userSuppliedCa,proto3" json:"user_supplied_ca,omitempty"`

@@ -166,7 +166,7 @@ func (p *planner) deletionStep() (reason, message string) {
 	case cps > 0:
 		return ReasonDeletingControlPlane, "deleting " + plural(cps, "control-plane machine")
 	case p.byImplementation() && !p.c.GetMetadata().Orphaning() && p.in.ControlPlane != nil:
-		return ReasonDeletingImplementation, "waiting for the " + p.implementation() + " control plane to be deleted (its record controlplane." + p.name + " to go)"
+		return ReasonDeletingImplementation, p.implementationDeletion()
 	case len(p.all) > 0:
 		return ReasonRemovingMachineRecords, "removing " + plural(len(p.all), "deleted machine record")
 	case p.in.Infra.Exists:
@@ -175,4 +175,19 @@ func (p *planner) deletionStep() (reason, message string) {
 		return ReasonDeletingPKI, "waiting for the cluster's PKI to be deleted"
 	}
 	return ReasonDeletingCluster, "removing the cluster record"
+}
+
+// implementationDeletion says what the implementation does while the
+// planner waits for its record to go: a hosted control plane is stopped
+// and its data removed; an external one stays, only what capn made in it
+// goes.
+func (p *planner) implementationDeletion() string {
+	record := "controlplane-" + p.implementation() + " deletes the record controlplane." + p.name + " last"
+	switch p.implementation() {
+	case capnv1.ControlPlaneHosted:
+		return "stopping the hosted control plane (etcd, API servers, controller-manager, scheduler) and removing its data; " + record
+	case capnv1.ControlPlaneExternal:
+		return "removing what capn made in the external cluster (the workers' join RBAC and cluster-info); the external control plane itself stays; " + record
+	}
+	return "waiting for the " + p.implementation() + " control plane to be deleted; " + record
 }

@@ -169,10 +169,19 @@ func TestImplementationVersionCeiling(t *testing.T) {
 
 // TestImplementationDeletion: workers first, then delete until the record
 // is gone, then the PKI and the cluster.
+// The Deleting condition says what the implementation does meanwhile.
 func TestImplementationDeletion(t *testing.T) {
-	h := plantest.New(implCluster(capnv1.ControlPlaneExternal, 2))
+	saying := map[string]string{capnv1.ControlPlaneExternal: "the external control plane itself stays",
+		capnv1.ControlPlaneHosted: "stopping the hosted control plane"}
+	for typ, says := range saying {
+		t.Run(typ, func(t *testing.T) { testImplementationDeletion(t, typ, says) })
+	}
+}
+
+func testImplementationDeletion(t *testing.T, typ, says string) {
+	h := plantest.New(implCluster(typ, 2))
 	h.ClusterRevision = 3
-	h.ControlPlane = record(capnv1.ControlPlaneExternal, 3, true, "v1.33.4", true)
+	h.ControlPlane = record(typ, 3, true, "v1.33.4", true)
 	converge(t, h, nil)
 	h.Delete()
 	h.ClusterRevision = 4
@@ -193,7 +202,7 @@ func TestImplementationDeletion(t *testing.T) {
 		if len(h.Machines) > 0 {
 			t.Fatalf("delete sent with %d machines left", len(h.Machines))
 		}
-		if d[0].ID() != "controlplane-demo-4-delete" || d[0].Subject() != "capn.controlplane.external.delete.demo" {
+		if d[0].ID() != "controlplane-demo-4-delete" || d[0].Subject() != "capn.controlplane."+typ+".delete.demo" {
 			t.Errorf("delete %s %s", d[0].Subject(), d[0].ID())
 		}
 		if !had {
@@ -203,8 +212,9 @@ func TestImplementationDeletion(t *testing.T) {
 			t.Errorf("actions %v beside the delete while the record exists", r.Actions)
 		}
 		if deletes++; deletes > 1 {
-			if c := condition(r.Status, plan.ConditionDeleting); c.GetReason() != plan.ReasonDeletingImplementation {
-				t.Errorf("Deleting %v", c)
+			if c := condition(r.Status, plan.ConditionDeleting); c.GetReason() != plan.ReasonDeletingImplementation ||
+				!strings.Contains(c.GetMessage(), says) || !strings.Contains(c.GetMessage(), "record controlplane.demo last") {
+				t.Errorf("Deleting %v, want a message saying %q", c, says)
 			}
 			h.ControlPlane = nil // the implementation removed what it made, then its record
 		}

@@ -19,9 +19,10 @@ import (
 const scaleHelp = `
 Sets the number of machines of a worker pool, or of the control plane
 with --pool control-plane (1, 3, 5 or 7 machines: etcd needs an odd
-number).
+number; a hosted control plane runs 1 or 3 API servers, an external
+one is its owner's and stays at 1).
 A worker pool may go to 0. With --wait, waits until the cluster is ready
-again.
+again: no machine of it is still being deleted.
 
 Examples:
   capn scale demo --pool md-0 --replicas 5

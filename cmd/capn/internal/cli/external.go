@@ -15,9 +15,9 @@ GKE, AKS, kubeadm...), sealed in capn's secrets bucket as NAME. A cluster
 whose spec.controlPlane has type: external and external: {kubeconfig: NAME}
 uses it: capn checks the API server (version, reachability) into the
 control-plane record, prepares it for capn's workers to join with
-bootstrap tokens, and manages only the worker pools (docs/providers.md,
-External control planes; the RBAC the kubeconfig needs is in
-docs/security.md).
+bootstrap tokens, and manages only the worker pools
+(docs/operations.md, External control planes; the RBAC the kubeconfig
+needs is deploy/external/rbac.yaml, docs/security.md section 22).
 
 The kubeconfig must work on its own: its current context's server
 (https), the CA in certificate-authority-data, and a token or a client

@@ -82,6 +82,17 @@ func clusterCounts(c *capnv1.Cluster) (cp, workers counts) {
 	return cp, workers
 }
 
+// machineCounts are the cluster's machines: the worker pools', and the
+// control plane's when it runs on machines (a hosted or external control
+// plane's replicas are API servers, not machines of the cluster).
+func machineCounts(c *capnv1.Cluster) counts {
+	cp, workers := clusterCounts(c)
+	if c.GetSpec().GetControlPlane().Implementation() != capnv1.ControlPlaneMachines {
+		return workers
+	}
+	return cp.plus(workers)
+}
+
 // progress is a cluster's machines in a few words: "8 of 10 machines
 // available", then, during a rollout, how many are updated and how many
 // surge machines there are ("…, 7 updated, 1 surge").
@@ -125,9 +136,19 @@ func clusterRow(c *capnv1.Cluster, now time.Time, wide, classes bool) []string {
 		if rc := conditions.Get(c.GetStatus().GetConditions(), condReady); rc != nil && rc.GetStatusValue() != capnv1.ConditionTrue {
 			reason = rc.GetReason()
 		}
-		r = append(r, orNone(c.GetSpec().GetControlPlane().GetProvider()), ep, orNone(reason), nextWindow(c, now), nextTransition(c))
+		r = append(r, controlPlaneProvider(c.GetSpec().GetControlPlane()), ep, orNone(reason), nextWindow(c, now), nextTransition(c))
 	}
 	return r
+}
+
+// controlPlaneProvider is the wide PROVIDER column: the control plane's
+// provider, or its implementation for a hosted or external one (which has
+// no provider: "<none>" would hide what runs it).
+func controlPlaneProvider(cp *capnv1.ControlPlaneSpec) string {
+	if impl := cp.Implementation(); impl != capnv1.ControlPlaneMachines {
+		return impl
+	}
+	return orNone(cp.GetProvider())
 }
 
 func machineHeader(wide, withCluster bool) []string {

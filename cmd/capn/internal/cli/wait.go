@@ -138,8 +138,7 @@ func (w *waiter) run(ctx context.Context) error {
 		} else if w.goal == untilHibernated {
 			fmt.Fprintf(w.out, "cluster/%s is hibernated after %s: %s\n", w.cluster, elapsed, conditions.Get(w.c.GetStatus().GetConditions(), condHibernated).GetMessage())
 		} else {
-			cp, wk := clusterCounts(w.c)
-			fmt.Fprintf(w.out, "cluster/%s is ready after %s: %d machines\n", w.cluster, elapsed, cp.desired+wk.desired)
+			fmt.Fprintf(w.out, "cluster/%s is ready after %s: %s\n", w.cluster, elapsed, plural(int(machineCounts(w.c).desired), "machine"))
 		}
 		return nil
 	case w.failed != nil:
@@ -254,8 +253,7 @@ func (w *waiter) state() (summary, step string) {
 		}
 		return summary, step
 	}
-	cp, wk := clusterCounts(w.c)
-	summary = phase + ", " + cp.plus(wk).progress()
+	summary = phase + ", " + machineCounts(w.c).progress()
 	switch rc, hc := conditions.Get(st.GetConditions(), condReady), conditions.Get(st.GetConditions(), condHibernated); {
 	case st.GetObservedGeneration() < w.gen:
 		step = fmt.Sprintf("waiting for capn to act on generation %d", w.gen)

@@ -195,3 +195,30 @@ func TestWaitHibernateTimeout(t *testing.T) {
 		t.Errorf("timeout error:\n%s", err)
 	}
 }
+
+// TestWaitCountsNoHostedAPIServersAsMachines: a hosted control plane's
+// replicas are API servers on the management side; the wait's progress
+// and its closing line count the cluster's machines, the workers.
+func TestWaitCountsNoHostedAPIServersAsMachines(t *testing.T) {
+	c := &capnv1.Cluster{Metadata: &capnv1.ObjectMeta{Name: "demo", Generation: 2},
+		Spec: &capnv1.ClusterSpec{ControlPlane: &capnv1.ControlPlaneSpec{Type: capnv1.ControlPlaneHosted, Replicas: 3},
+			WorkerPools: []*capnv1.WorkerPool{{Name: "md-0", Replicas: 2}}},
+		Status: &capnv1.ClusterStatus{Phase: "Ready", ObservedGeneration: 2,
+			ControlPlane: &capnv1.PoolStatus{Name: "control-plane", Desired: 3, Replicas: 3, Ready: 3, Updated: 3, Available: 3},
+			WorkerPools:  []*capnv1.PoolStatus{{Name: "md-0", Desired: 2, Replicas: 2, Ready: 2, Updated: 2, Available: 1}}}}
+	w, _ := testWaiter(untilReady, 2)
+	w.c, w.synced = c, true
+	if summary, _ := w.state(); summary != "Ready, 1 of 2 machines available" {
+		t.Errorf("hosted: summary %q, want the workers only", summary)
+	}
+	if n := machineCounts(c).desired; n != 2 {
+		t.Errorf("hosted: %d machines, want 2", n)
+	}
+	if row := clusterRow(c, fixedNow, true, false); row[3] != "3/3" || row[4] != "2/2" || row[6] != capnv1.ControlPlaneHosted {
+		t.Errorf("hosted: get -o wide row %v: CONTROL PLANE 3/3 (API servers), WORKERS 2/2, PROVIDER hosted wanted", row)
+	}
+	c.Spec.ControlPlane.Type = ""
+	if summary, _ := w.state(); summary != "Ready, 4 of 5 machines available" {
+		t.Errorf("machines: summary %q, want the control-plane machines counted", summary)
+	}
+}

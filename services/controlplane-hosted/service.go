@@ -287,7 +287,7 @@ func (s *Service) ensure(ctx context.Context, log zerolog.Logger, cluster string
 	}
 	bin, err := s.bins.forVersion(ctx, version)
 	if err != nil {
-		_ = s.condition(ctx, cluster, int64(gen), "BinariesMissing", err.Error())
+		_ = s.condition(ctx, cluster, 0, "BinariesMissing", err.Error())
 		return err
 	}
 	s.mu.Lock()
@@ -304,12 +304,12 @@ func (s *Service) ensure(ctx context.Context, log zerolog.Logger, cluster string
 		st.UID = uid
 		set, err := RequestPKI(ctx, s.nc, cluster)
 		if err != nil {
-			_ = s.condition(ctx, cluster, int64(gen), "PKIUnavailable", err.Error())
+			_ = s.condition(ctx, cluster, 0, "PKIUnavailable", err.Error())
 			return err
 		}
 		st.Generation = int64(gen)
 		if cp, err = s.run(ctx, st, set); err != nil {
-			_ = s.condition(ctx, cluster, int64(gen), "StartFailed", err.Error())
+			_ = s.condition(ctx, cluster, 0, "StartFailed", err.Error())
 			return err
 		}
 		log.Info().Str("endpoint", st.endpointAddr()).Str("version", version).Int32("replicas", replicas).Msg("hosted control plane started")
@@ -324,7 +324,7 @@ func (s *Service) ensure(ctx context.Context, log zerolog.Logger, cluster string
 	scale := func() error {
 		if err := cp.scale(ctx, int(replicas), s.cfg.UpgradeWait); err != nil {
 			if ctx.Err() == nil {
-				_ = s.condition(ctx, cluster, int64(gen), "ScaleFailed", err.Error())
+				_ = s.condition(ctx, cluster, 0, "ScaleFailed", err.Error())
 			}
 			return err
 		}
@@ -540,7 +540,11 @@ func (s *Service) writeRecord(cp *controlPlane) {
 }
 
 // condition records a problem of ensure in the record's Ready condition.
-func (s *Service) condition(ctx context.Context, cluster string, gen int64, reason, msg string) error {
+// answers, when above the record's observedGeneration, becomes it: a
+// refusal answers that revision (the planner then shows the refusal, not
+// "still updating"); a passing problem (0) answers nothing, so the record
+// still says which revision it made.
+func (s *Service) condition(ctx context.Context, cluster string, answers int64, reason, msg string) error {
 	_, _, err := s.records.Mutate(ctx, keys.ControlPlane(cluster), func(cur *capnv1.ControlPlaneRecord, exists bool) (*capnv1.ControlPlaneRecord, error) {
 		if exists && cur.GetImplementation() != "" && cur.GetImplementation() != capnv1.ControlPlaneHosted {
 			return nil, store.ErrNoChange
@@ -550,18 +554,21 @@ func (s *Service) condition(ctx context.Context, cluster string, gen int64, reas
 			next = &capnv1.ControlPlaneRecord{Cluster: cluster}
 		}
 		next.Implementation = capnv1.ControlPlaneHosted
-		if r := conditions.Get(next.Conditions, ConditionReady); r != nil && r.GetReason() == reason && r.GetMessage() == msg {
+		r := conditions.Get(next.Conditions, ConditionReady)
+		if r != nil && r.GetReason() == reason && r.GetMessage() == msg && answers <= next.GetObservedGeneration() {
 			return nil, store.ErrNoChange
 		}
 		conditions.Set(&next.Conditions, conditions.New(ConditionReady, capnv1.ConditionFalse, reason, msg), s.cfg.Now())
+		next.ObservedGeneration = max(next.GetObservedGeneration(), answers)
 		next.Updated = timestamppb.New(s.cfg.Now())
 		return next, nil
 	})
 	return err
 }
 
-// refuse records a spec the service cannot make, and acknowledges the
-// command: a retry changes nothing until the spec does.
+// refuse records a spec the service cannot make as the answer to revision
+// gen, and acknowledges the command: a retry changes nothing until the
+// spec does.
 func (s *Service) refuse(ctx context.Context, cluster string, gen int64, reason, msg string) error {
 	if err := s.condition(ctx, cluster, gen, reason, msg); err != nil {
 		return err

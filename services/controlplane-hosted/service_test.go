@@ -109,6 +109,7 @@ func TestEnsureRefusalsAreRecorded(t *testing.T) {
 	ts := runService(t)
 	ctx := context.Background()
 	js, clusters, records, dataDir, pub := ts.js, ts.clusters, ts.records, ts.dataDir, ts.pub
+	revs := map[string]int64{}
 	for _, c := range []struct {
 		name, typ string
 		replicas  int32
@@ -120,6 +121,7 @@ func TestEnsureRefusalsAreRecorded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		revs[c.name] = int64(rev)
 		if _, err := pub.Publish(ctx, keys.ControlPlaneCommand(capnv1.ControlPlaneHosted, keys.ControlPlaneEnsure, c.name),
 			"dev.capn.controlplane.ensure", "ensure-"+c.name, &capnv1.ControlPlaneCommand{Cluster: c.name, Generation: int64(rev)}); err != nil {
 			t.Fatal(err)
@@ -145,6 +147,13 @@ func TestEnsureRefusalsAreRecorded(t *testing.T) {
 		c := ready("five")
 		return c != nil && c.GetStatus() == "False" && c.GetReason() == "InvalidReplicas" && strings.Contains(c.GetMessage(), "1 or 3")
 	})
+	// A refusal answers the revision it refused (the planner shows it, not
+	// "still updating"); a passing problem answers none.
+	for name, want := range map[string]int64{"five": revs["five"], "nobins": 0} {
+		if r, _, err := records.Get(ctx, keys.ControlPlane(name)); err != nil || r.GetObservedGeneration() != want {
+			t.Errorf("%s: observedGeneration %d (%v), want %d", name, r.GetObservedGeneration(), err, want)
+		}
+	}
 	// The machines cluster's command was settled (terminated) without a
 	// record: wait until only nobins' (retried with backoff) is unsettled.
 	cons, err := js.Consumer(ctx, events.StreamControlPlanes, Name)

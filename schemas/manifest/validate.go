@@ -226,8 +226,8 @@ func (v Validator) validateControlPlane(cp *capnv1.ControlPlaneSpec, p path, err
 // validateNonMachineControlPlane checks a control plane of type hosted or
 // external: no machine is made for it, so the fields that shape control-plane
 // machines (provider, template, maxSurge, os) must be empty; replicas counts
-// its API servers. The implementation's own settings are checked with its
-// fields.
+// its API servers (1 for external: capn does not run them). The
+// implementation's own settings are checked with its fields.
 func (v Validator) validateNonMachineControlPlane(cp *capnv1.ControlPlaneSpec, p path, errs *fieldErrors) {
 	noMachines := func(field string, value any) {
 		errs.add(p.child(field), value, "must be empty for controlPlane.type %s: it shapes control-plane machines, and a %s control plane has none", cp.Type, cp.Type)
@@ -244,8 +244,12 @@ func (v Validator) validateNonMachineControlPlane(cp *capnv1.ControlPlaneSpec, p
 	if cp.Os != "" {
 		noMachines("os", cp.Os)
 	}
-	if r := cp.Replicas; r <= 0 || r > MaxControlPlaneReplicas {
+	switch r := cp.Replicas; {
+	case r <= 0 || r > MaxControlPlaneReplicas:
 		errs.add(p.child("replicas"), r, "must be between 1 and %d: the API servers of the control plane", MaxControlPlaneReplicas)
+	case cp.Type == capnv1.ControlPlaneExternal && r != 1:
+		// Its record always says 1: a change would be accepted and do nothing.
+		errs.add(p.child("replicas"), r, "must be 1 (or unset) for controlPlane.type external: capn neither runs nor scales the API servers of a control plane someone else runs")
 	}
 }
 

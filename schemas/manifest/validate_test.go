@@ -40,7 +40,7 @@ func TestValidateValid(t *testing.T) {
 // TestValidateNonMachineControlPlane: a hosted or external control plane
 // without the machine-only fields is valid, its default leaves maxSurge
 // empty, and its replicas need not be odd (API servers, not etcd members)
-// nor count as machines.
+// nor count as machines; an external one's are 1 (capn does not run them).
 func TestValidateNonMachineControlPlane(t *testing.T) {
 	for _, typ := range []string{capnv1.ControlPlaneHosted, capnv1.ControlPlaneExternal} {
 		c := &capnv1.Cluster{ApiVersion: APIVersion, Kind: KindCluster, Metadata: &capnv1.ObjectMeta{Name: "demo"},
@@ -51,6 +51,7 @@ func TestValidateNonMachineControlPlane(t *testing.T) {
 			c.Spec.ControlPlane.Replicas = 3 // a hosted control plane runs 1 or 3
 		} else {
 			c.Spec.ControlPlane.External = &capnv1.ExternalControlPlaneSpec{Kubeconfig: "prod"}
+			c.Spec.ControlPlane.Replicas = 0 // defaulted to 1
 		}
 		Default(c)
 		if c.Spec.ControlPlane.MaxSurge != nil {
@@ -249,6 +250,13 @@ func TestValidate(t *testing.T) {
 		}, []string{
 			`spec.controlPlane.provider: "sim": must be empty for controlPlane.type external`,
 			`spec.controlPlane.replicas: 0: must be between 1 and 7`,
+		}},
+		{"external with replicas", func(c *capnv1.Cluster) {
+			cp := c.Spec.ControlPlane
+			cp.Type, cp.Provider, cp.MaxSurge, cp.Replicas = capnv1.ControlPlaneExternal, "", nil, 3
+			cp.External = &capnv1.ExternalControlPlaneSpec{Kubeconfig: "prod"}
+		}, []string{
+			`spec.controlPlane.replicas: 3: must be 1 (or unset) for controlPlane.type external: capn neither runs nor scales`,
 		}},
 	}
 	for _, tt := range tests {

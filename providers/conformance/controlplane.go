@@ -417,7 +417,7 @@ func (r *cpRun) scaleRefused(t *testing.T) {
 		if rec := r.e.Clusters.ControlPlane(r.name); rec.GetReplicas() != 1 || rec.GetReadyReplicas() != 1 {
 			t.Errorf("after the refused apply the record says %s", describeRecord(rec))
 		}
-		t.Logf("replicas %d refused at the edge: %s", r.f.ScaleTo, firstLine(stderr))
+		t.Logf("replicas %d refused at the edge: %s", r.f.ScaleTo, lineWith(stdout+stderr, "spec.controlPlane.replicas"))
 		return
 	}
 	s := time.Now()
@@ -519,7 +519,12 @@ func describeRecord(rec *capnv1.ControlPlaneRecord) string {
 		rec.GetEndpoint().GetHost(), rec.GetEndpoint().GetPort(), rec.GetVersion(), rec.GetReadyReplicas(), rec.GetReplicas(), rec.GetObservedGeneration(), strings.Join(conds, " "))
 }
 
-func firstLine(s string) string {
-	l, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
-	return l
+// lineWith is the first line of s that contains sub, trimmed.
+func lineWith(s, sub string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			return strings.TrimSpace(l)
+		}
+	}
+	return ""
 }

@@ -68,7 +68,8 @@ func (r *cpRun) describe(t *testing.T, rec *capnv1.ControlPlaneRecord) string {
 }
 
 // endpointReachable: the kubeconfig capn hands out (capn kubeconfig; for
-// external, the one the user registered) names the record's endpoint, and
+// external, the one the user registered, capn kubeconfig saying it has
+// none) names the record's endpoint, and
 // kubectl with it reaches an API server there that is ready and runs the
 // record's version, which is the spec's (or the observed one).
 func (r *cpRun) endpointReachable(t *testing.T) {
@@ -76,6 +77,11 @@ func (r *cpRun) endpointReachable(t *testing.T) {
 	if r.e.Kubeconfig == "" {
 		r.k.FetchKubeconfig()
 	} else {
+		// capn makes none: capn kubeconfig must say so, not "not yet".
+		stdout, stderr, err := r.e.Capn.TryCLI("kubeconfig", r.name)
+		if msg := strings.ToLower(stdout + stderr); err == nil || strings.Contains(msg, "not yet available") || !strings.Contains(msg, "kubeconfig") {
+			t.Errorf("capn kubeconfig of a cluster capn hands out no kubeconfig for: %v, want a refusal that says so:\n%s%s", err, stdout, stderr)
+		}
 		r.k.Kubeconfig = r.e.Kubeconfig
 	}
 	server, err := r.k.Kubectl("config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}")

@@ -97,6 +97,13 @@ func TestExternalKubeconfigsAPI(t *testing.T) {
 	if err := json.Unmarshal(e.do(http.MethodGet, path, tokSecrets, nil).body, &info); err != nil || strings.Join(info.UsedBy, ",") != "edge" {
 		t.Fatalf("usedBy %v %v", info.UsedBy, err)
 	}
+	// capn makes no kubeconfig of its own for the cluster: its kubeconfig
+	// is not "not yet available" but none, and the answer names the
+	// registered one.
+	kp := e.do(http.MethodGet, "/v1/clusters/edge/kubeconfig", tokSecrets, nil).wantProblem(t, http.StatusNotFound)
+	if kp.Type != api.ProblemNotFound || !strings.Contains(kp.Detail, "external control plane") || !strings.Contains(kp.Detail, "registered as prod (spec.controlPlane.external.kubeconfig)") {
+		t.Errorf("kubeconfig of an external cluster: %+v", kp)
+	}
 	e.do(http.MethodDelete, path, tokWrite, nil).wantProblem(t, http.StatusForbidden)
 	if err := e.desired.Purge(context.Background(), keys.Cluster("edge")); err != nil {
 		t.Fatal(err)

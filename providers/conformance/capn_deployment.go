@@ -114,19 +114,29 @@ func StartCapn(t *testing.T, natsURL string) *Capn {
 // its standard output; a non-zero exit fails the test.
 func (c *Capn) CLI(args ...string) string {
 	c.t.Helper()
+	stdout, stderr, err := c.TryCLI(args...)
+	if err != nil {
+		c.t.Fatalf("capn %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, stdout, stderr)
+	}
+	return stdout
+}
+
+// TryCLI runs `capn args...` as CLI does and returns its standard output,
+// its standard error and the error of a non-zero exit, for a check that
+// expects a refusal.
+func (c *Capn) TryCLI(args ...string) (stdout, stderr string, err error) {
+	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(c.Progs, "capn"), args...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + c.Home, "XDG_CONFIG_HOME=" + filepath.Join(c.Home, "xdg"),
 		"CAPN_SERVER=" + c.Server, "CAPN_TOKEN=" + c.Token}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
 	began := time.Now()
-	if err := cmd.Run(); err != nil {
-		c.t.Fatalf("capn %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
-	}
-	c.t.Logf("capn %s: %.1fs %s", strings.Join(args, " "), time.Since(began).Seconds(), strings.TrimSpace(stderr.String()))
-	return stdout.String()
+	err = cmd.Run()
+	c.t.Logf("capn %s: %.1fs %s", strings.Join(args, " "), time.Since(began).Seconds(), strings.TrimSpace(errOut.String()))
+	return out.String(), errOut.String(), err
 }
 
 // Poll runs check every second until it succeeds; after timeout the test

@@ -27,6 +27,7 @@ type Clusters struct {
 	status   *store.Bucket[*capnv1.ClusterStatus]
 	machines *store.Bucket[*capnv1.MachineStatus]
 	wanted   *store.Bucket[*capnv1.Machine]
+	records  *store.Bucket[*capnv1.ControlPlaneRecord]
 	desired  jetstream.KeyValue
 	observed jetstream.KeyValue
 	secrets  jetstream.KeyValue
@@ -47,7 +48,36 @@ func NewClusters(t testing.TB, js jetstream.JetStream) *Clusters {
 	c.status = store.NewBucket(c.observed, store.New[capnv1.ClusterStatus]())
 	c.machines = store.NewBucket(c.observed, store.New[capnv1.MachineStatus]())
 	c.wanted = store.NewBucket(c.desired, store.New[capnv1.Machine]())
+	c.records = store.NewBucket(c.observed, store.New[capnv1.ControlPlaneRecord]())
 	return c
+}
+
+// ControlPlane is the cluster's control-plane record (observed
+// controlplane.<name>), nil when there is none.
+func (c *Clusters) ControlPlane(name string) *capnv1.ControlPlaneRecord {
+	c.t.Helper()
+	rec, _, err := c.records.Get(context.Background(), keys.ControlPlane(name))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		c.t.Fatalf("%s: %v", keys.ControlPlane(name), err)
+	}
+	return rec
+}
+
+// Revision is the desired cluster's KV revision — what a control-plane
+// record's observedGeneration answers — or 0 when there is none.
+func (c *Clusters) Revision(name string) uint64 {
+	c.t.Helper()
+	_, rev, err := c.clusters.Get(context.Background(), keys.Cluster(name))
+	if errors.Is(err, store.ErrNotFound) {
+		return 0
+	}
+	if err != nil {
+		c.t.Fatalf("%s: %v", keys.Cluster(name), err)
+	}
+	return rev
 }
 
 // Apply writes a cluster manifest as the gateway does: decoded, defaulted,
@@ -138,8 +168,8 @@ func (c *Clusters) WaitReady(name string, timeout time.Duration) {
 }
 
 // WaitGone waits until nothing of the cluster is left in KV: desired and
-// observed cluster and machines, the providers' infra records, the
-// secrets status, PKI, kubeconfig and bootstrap data.
+// observed cluster and machines, the control-plane record, the providers'
+// infra records, the secrets status, PKI, kubeconfig and bootstrap data.
 func (c *Clusters) WaitGone(name string, providers []string, timeout time.Duration) {
 	c.t.Helper()
 	c.waitFor(timeout, name+" gone", func() (bool, string) {
@@ -168,7 +198,7 @@ func (c *Clusters) Left(name string, providers []string) []string {
 		}
 	}
 	listKeys(c.desired, keys.Cluster(name), keys.MachinesOf(name))
-	listKeys(c.observed, keys.Cluster(name), keys.MachinesOf(name), keys.Secrets(name))
+	listKeys(c.observed, keys.Cluster(name), keys.MachinesOf(name), keys.Secrets(name), keys.ControlPlane(name))
 	for _, p := range providers {
 		listKeys(c.observed, sdk.InfraPrefix(p)+name+".")
 	}

@@ -50,6 +50,7 @@ func TestValidateNonMachineControlPlane(t *testing.T) {
 			c.Spec.ControlPlane.Replicas = 3 // a hosted control plane runs 1 or 3
 		} else {
 			c.Spec.ControlPlane.External = &capnv1.ExternalControlPlaneSpec{Kubeconfig: "prod"}
+			c.Spec.ControlPlane.Replicas = 0 // defaulted to 1
 		}
 		Default(c)
 		if c.Spec.ControlPlane.MaxSurge != nil {

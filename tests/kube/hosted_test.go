@@ -13,10 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/capn-dev/capn/events"
-	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/providers/conformance"
 	"github.com/capn-dev/capn/providers/sdk/sdktest"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
@@ -60,17 +56,16 @@ func TestHostedControlPlaneWorkersJoin(t *testing.T) {
 	env := sdktest.New(t)
 	c := conformance.StartCapn(t, env.Server.URL())
 	state := startProcessProvider(t, bin, env.Server.URL())
-	dataDir := startHosted(t, bin, env.Server.URL())
+	dataDir := conformance.StartHosted(t, env.Server.URL(), bin)
 	k := conformance.NewKubeCluster(t, c, env.JS, bin, fmt.Sprintf("hosted%d", time.Now().UnixNano()%1e6))
-	records := store.NewBucket(observedKV(t, env.JS), store.New[capnv1.ControlPlaneRecord]())
 
 	applied := time.Now()
 	k.Apply(fmt.Sprintf(hostedClusterManifest, k.Name, k.Version))
 	k.Clusters.WaitReady(k.Name, 10*time.Minute)
 	readyAt := time.Since(applied)
-	rec, _, err := records.Get(context.Background(), keys.ControlPlane(k.Name))
-	if err != nil {
-		t.Fatalf("the record %s: %v", keys.ControlPlane(k.Name), err)
+	rec := k.Clusters.ControlPlane(k.Name)
+	if rec == nil {
+		t.Fatalf("no record %s", keys.ControlPlane(k.Name))
 	}
 	if rec.GetImplementation() != capnv1.ControlPlaneHosted || !rec.GetInitialized() || rec.GetReadyReplicas() != 1 {
 		t.Fatalf("record: implementation %q initialized %v readyReplicas %d", rec.GetImplementation(), rec.GetInitialized(), rec.GetReadyReplicas())
@@ -147,25 +142,9 @@ func TestHostedControlPlaneWorkersJoin(t *testing.T) {
 	c.CLI("delete", "cluster", k.Name, "--wait", "--timeout", "4m")
 	k.Clusters.WaitGone(k.Name, []string{"process"}, 2*time.Minute)
 	conformance.Poll(t, "nothing of the hosted cluster left", 2*time.Minute, func() error {
-		var left []string
-		if _, _, err := records.Get(context.Background(), keys.ControlPlane(k.Name)); !errors.Is(err, store.ErrNotFound) {
-			left = append(left, fmt.Sprintf("record %s (%v)", keys.ControlPlane(k.Name), err))
-		}
-		if _, err := os.Stat(filepath.Join(dataDir, k.Name)); err == nil {
-			left = append(left, "directory "+filepath.Join(dataDir, k.Name))
-		}
-		if _, err := os.Stat(filepath.Join(state, "clusters", k.Name)); err == nil {
-			left = append(left, "directory "+filepath.Join(state, "clusters", k.Name))
-		}
-		if conn, err := net.DialTimeout("tcp", strings.TrimPrefix(endpoint, "https://"), time.Second); err == nil {
-			_ = conn.Close()
-			left = append(left, "something still listens on the endpoint "+endpoint)
-		}
-		if p := processesUnder(filepath.Join(dataDir, k.Name)); len(p) > 0 {
-			left = append(left, "processes "+strings.Join(p, ", "))
-		}
-		if p := processesUnder(filepath.Join(state, "clusters", k.Name)); len(p) > 0 {
-			left = append(left, "processes "+strings.Join(p, ", "))
+		left := append(conformance.HostedLeftovers(dataDir, k.Name, rec), processLeftovers(state, k.Name)...)
+		if k.Clusters.ControlPlane(k.Name) != nil {
+			left = append(left, "record "+keys.ControlPlane(k.Name))
 		}
 		if len(left) > 0 {
 			return errors.New(strings.Join(left, "; "))
@@ -174,47 +153,6 @@ func TestHostedControlPlaneWorkersJoin(t *testing.T) {
 	})
 	t.Logf("FIGURES: hosted control plane (1 replica) + 2 process workers: capn Ready %.1fs, 2 Nodes Ready %.1fs after apply; scale 2 → 1 %.1fs; delete %.1fs",
 		readyAt.Seconds(), nodesAt.Seconds(), del.Sub(sc).Seconds(), time.Since(del).Seconds())
-}
-
-// startHosted runs the controlplane-hosted program with --kube-bin on
-// natsURL until the test ends and returns its data directory.
-func startHosted(t *testing.T, kubeBin, natsURL string) string {
-	t.Helper()
-	progs, err := conformance.BuildTemp("controlplane-hosted")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(progs) })
-	dataDir := filepath.Join(t.TempDir(), "hosted")
-	conformance.StartProgram(t, filepath.Join(progs, "controlplane-hosted"), []string{"CAPN_LOG_LEVEL=info", "CAPN_LOG_FORMAT=json"},
-		"--nats-url="+natsURL, "--http-addr=off", "--hosted-data-dir="+dataDir, "--kube-bin="+kubeBin)
-	return dataDir
-}
-
-func observedKV(t *testing.T, js jetstream.JetStream) jetstream.KeyValue {
-	t.Helper()
-	kv, err := js.KeyValue(context.Background(), events.BucketObserved)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return kv
-}
-
-// processesUnder are the processes whose command line names dir.
-func processesUnder(dir string) []string {
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	var out []string
-	for _, p := range procs {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		cmd := strings.ReplaceAll(string(b), "\x00", " ")
-		if strings.Contains(cmd, dir+"/") || strings.Contains(cmd, dir+" ") {
-			out = append(out, filepath.Base(filepath.Dir(p))+": "+cmd[:min(len(cmd), 120)])
-		}
-	}
-	return out
 }
 
 func serverLines(kubeconfig string) string {

@@ -138,3 +138,18 @@ func startProcessProvider(t *testing.T, kubeBin, natsURL string) string {
 		"--nats-url="+natsURL, "--http-addr=off")
 	return state
 }
+
+// processLeftovers is what the process provider still holds of cluster:
+// its directory under the provider's state (startProcessProvider's) and
+// processes whose command line names it.
+func processLeftovers(state, cluster string) []string {
+	var left []string
+	dir := filepath.Join(state, "clusters", cluster)
+	if _, err := os.Stat(dir); err == nil {
+		left = append(left, "directory "+dir)
+	}
+	for _, p := range conformance.ProcessesUnder(dir) {
+		left = append(left, "process "+p)
+	}
+	return left
+}

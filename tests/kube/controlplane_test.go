@@ -37,9 +37,9 @@ func TestControlPlaneConformance(t *testing.T) {
 		}, conformance.ControlPlaneFeatures{Scale: true, ScaleTo: 3, Upgrade: true})
 	})
 
-	// hosted: controlplane-hosted's processes on the management side. It
-	// refuses a change of replicas on a live control plane today
-	// (ReplicasChangeUnsupported in the record): Scale is false.
+	// hosted: controlplane-hosted's processes on the management side; a
+	// live control plane scales 1 <-> 3 (etcd members and API servers one
+	// at a time).
 	t.Run("hosted", func(t *testing.T) {
 		var dataDir string
 		conformance.RunControlPlane(t, conformance.ControlPlane{

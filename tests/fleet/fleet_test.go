@@ -230,6 +230,7 @@ spec:
 	}
 	resumed := time.Now()
 	waveDone := map[int32]time.Duration{}
+	soaked := map[int32]bool{}
 	natstest.WaitFor(t, 80*time.Second, "rollout Completed", func() bool {
 		st := status()
 		for _, w := range st.GetWaves() {
@@ -239,8 +240,13 @@ spec:
 				}
 			}
 		}
-		if w := currentWave(st); w != nil && w.GetState() == wave.WaveSoaking {
-			clk.Advance(11 * time.Minute) // the soak passes
+		// The soak passes: once per wave. A status read before the
+		// fleet-manager wrote the next wave still shows this one soaking;
+		// advancing again then would age the next wave's changes past
+		// readyTimeout on a loaded host.
+		if w := currentWave(st); w != nil && w.GetState() == wave.WaveSoaking && !soaked[w.GetIndex()] {
+			soaked[w.GetIndex()] = true
+			clk.Advance(11 * time.Minute)
 		}
 		return st.GetPhase() == wave.PhaseCompleted
 	})

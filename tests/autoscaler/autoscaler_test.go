@@ -207,10 +207,16 @@ func TestClusterAutoscaler(t *testing.T) {
 		return nil
 	})
 	scheduled = time.Now()
-	up := running("md-0")
-	if len(up) != 4 || replicas("md-0") != 4 {
-		t.Fatalf("md-0 has %d Running machines, replicas %d; want 4", len(up), replicas("md-0"))
-	}
+	// The pods run once the Nodes are Ready; capn's machine status says
+	// Running once the health-watcher's node record reaches the
+	// machine-manager, which may be a moment later on a loaded host.
+	var up map[string]conformance.KubeMachine
+	conformance.Poll(t, "md-0 at 4 Running machines, replicas 4", 2*time.Minute, func() error {
+		if up = running("md-0"); len(up) != 4 || replicas("md-0") != 4 {
+			return fmt.Errorf("md-0 has %d Running machines, replicas %d; want 4", len(up), replicas("md-0"))
+		}
+		return nil
+	})
 	k.WaitNodes(k.Running(), 3*time.Minute)
 	t.Logf("scale-up: pods pending → all scheduled and Running in %.1fs (md-0 1 → 4: %v)", scheduled.Sub(created).Seconds(), slices.Sorted(maps.Keys(up)))
 	for n := range before {

@@ -424,6 +424,9 @@ func (a *Agent) bootstrapOnce(ctx context.Context, nc *nats.Conn) error {
 	if err != nil {
 		return err
 	}
+	if a.cfg.RunCloudConfig && plan.Format == FormatCloudConfig {
+		return a.runCloudConfig(ctx, data.GetData(), ca)
+	}
 	if err := Apply(a.cfg.DataDir, plan, a.cfg.BootstrapChecksum); err != nil {
 		return fmt.Errorf("apply bootstrap data: %w", err)
 	}

@@ -22,7 +22,6 @@ import (
 
 	"github.com/capn-dev/capn/internal/testkit"
 	"github.com/capn-dev/capn/kubeapi"
-	"github.com/capn-dev/capn/providers/process/realnode"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/secrets/kubeconfig"
 	"github.com/capn-dev/capn/secrets/pki"
@@ -104,13 +103,6 @@ func (n *node) isolateMounts(t *testing.T, sock, hostname string) {
 	n.mnt = fmt.Sprintf("/proc/%d/ns/mnt", cmd.Process.Pid)
 	n.root = fmt.Sprintf("/proc/%d/root", cmd.Process.Pid)
 }
-
-// discardDev is the node's discard device (discardRoute), and
-// discardPeer its veth peer, which stays down.
-const (
-	discardDev  = realnode.DiscardDev
-	discardPeer = realnode.DiscardPeer
-)
 
 // discardRoute gives the node a default route that is never used: kubeadm
 // init needs one to read. With no localAPIEndpoint.advertiseAddress in its

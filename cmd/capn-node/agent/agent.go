@@ -74,6 +74,9 @@ type Agent struct {
 	// kube is set when the machine runs a control plane (kube-local data
 	// and --kube-bin).
 	kube atomic.Pointer[kubeState]
+	// cloudConfigRoot is where RunCloudConfig writes write_files ("":
+	// /; tests give a directory).
+	cloudConfigRoot string
 	// newKube builds the control-plane runtime (tests replace it).
 	newKube func(*kubelocal.NodeConfig, kube.Options) (KubeRuntime, error)
 	// lastConds are the conditions published last (heartbeat goroutine

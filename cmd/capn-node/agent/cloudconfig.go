@@ -33,7 +33,11 @@ func (a *Agent) runCloudConfig(ctx context.Context, data []byte, ca string) erro
 		return err
 	}
 	defer log.Close()
-	r := cloudconfig.Runner{Root: "/", Log: log, Commands: runcmd.Runner{Dir: "/", Output: log, TailLines: 20}}
+	root := a.cloudConfigRoot
+	if root == "" {
+		root = "/"
+	}
+	r := cloudconfig.Runner{Root: root, Log: log, Commands: runcmd.Runner{Dir: "/", Output: log, TailLines: 20}}
 	start := time.Now()
 	a.log.Info().Int("files", len(c.WriteFiles)).Int("commands", len(c.RunCmd)).Str("ca_cert_hash", ca).
 		Bool("ca_pinned", a.cfg.CACertHash != "").Str("log", logPath).Msg("running the bootstrap data on this node")

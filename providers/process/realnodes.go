@@ -305,8 +305,8 @@ func kubeletVersion(s realnode.Stack) (string, error) {
 }
 
 // RealNodeLeftovers lists what of the provider's real nodes is still on
-// the host: the switch, node namespaces, node directories, mounts under
-// them, and host routes through a node.
+// the host: the switch, node namespaces, node directories, processes
+// started from them, mounts under them, and host routes through a node.
 func (p *Provider) RealNodeLeftovers() []string {
 	l := p.lanIfMade()
 	if l == nil {
@@ -327,6 +327,15 @@ func (p *Provider) RealNodeLeftovers() []string {
 		for _, e := range entries {
 			if _, err := strconv.Atoi(e.Name()); err == nil && e.IsDir() {
 				out = append(out, "node directory "+filepath.Join(p.realDir(), e.Name()))
+			}
+		}
+	}
+	// Processes started from a node's directory (containerd, the shims,
+	// the kubelet unit, the agents), even outside any namespace left.
+	if procs, err := filepath.Glob("/proc/[0-9]*/cmdline"); err == nil {
+		for _, f := range procs {
+			if b, err := os.ReadFile(f); err == nil && strings.Contains(string(b), p.realDir()+"/") {
+				out = append(out, "process "+filepath.Base(filepath.Dir(f))+": "+strings.ReplaceAll(strings.TrimRight(string(b), "\x00"), "\x00", " "))
 			}
 		}
 	}

@@ -133,14 +133,17 @@ func TestRealNodesThroughCapn(t *testing.T) {
 		}
 	})
 	stop := env.Run(process.NewService(opts, conformance.SDKOptions()))
-	defer stop()
-	conformance.Poll(t, "the provider's announcement with real-kubernetes", time.Minute, func() error {
-		a, ok := env.Announcement(process.Name)
-		if !ok || !slices.Contains(a.GetCapabilities(), sdk.CapabilityRealKubernetes) {
-			return fmt.Errorf("announcement %v", a)
-		}
-		return nil
-	})
+	defer func() { stop() }()
+	announced := func() {
+		conformance.Poll(t, "the provider's announcement with real-kubernetes", time.Minute, func() error {
+			a, ok := env.Announcement(process.Name)
+			if !ok || !slices.Contains(a.GetCapabilities(), sdk.CapabilityRealKubernetes) {
+				return fmt.Errorf("announcement %v", a)
+			}
+			return nil
+		})
+	}
+	announced()
 	c := conformance.StartCapn(t, env.Server.URL())
 	name := fmt.Sprintf("rn-%d", time.Now().UnixNano()%100000)
 	k := conformance.NewKubeCluster(t, c, env.JS, kubeBin, name)
@@ -275,6 +278,34 @@ func TestRealNodesThroughCapn(t *testing.T) {
 			t.Errorf("%s: a route out: %v", m, err)
 		}
 	}
+
+	// A provider restart: the nodes run on (their own sessions), a new
+	// provider reads them back from the state dir, its relay takes the
+	// agents' connections again, and it is the one that deletes them.
+	stop()
+	stop = env.Run(process.NewService(opts, conformance.SDKOptions()))
+	announced()
+	conformance.Poll(t, "web answers the host after the provider's restart", time.Minute, func() (err error) {
+		body, err = get("http://" + net.JoinHostPort(podIPs[1], "8080") + "/")
+		if err == nil && !strings.Contains(body, "token="+token+"\n") {
+			err = fmt.Errorf("not the Deployment's answer:\n%s", body)
+		}
+		return err
+	})
+	beats := map[string]string{}
+	for m := range nss {
+		_, id, _ := env.LastHeartbeat(name, strings.TrimPrefix(m, name+"/"))
+		beats[m] = id
+	}
+	conformance.Poll(t, "every node's agent heartbeats through the new provider's relay", time.Minute, func() error {
+		for m, before := range beats {
+			if _, id, _ := env.LastHeartbeat(name, strings.TrimPrefix(m, name+"/")); id == before {
+				return fmt.Errorf("%s: no heartbeat since %s", m, before)
+			}
+		}
+		return nil
+	})
+	t.Logf("provider restarted: the nodes ran on, their agents heartbeat again")
 
 	deleted := time.Now()
 	c.CLI("delete", "cluster", name, "--wait", "--timeout", "5m")

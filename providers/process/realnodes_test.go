@@ -3,6 +3,7 @@
 package process_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -21,6 +22,7 @@ import (
 	"github.com/capn-dev/capn/providers/process/realnode"
 	"github.com/capn-dev/capn/providers/sdk"
 	"github.com/capn-dev/capn/providers/sdk/sdktest"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // TestRealNodesRefuseWithoutStack: node mode without the node stack
@@ -75,11 +77,7 @@ func TestRealNodesThroughCapn(t *testing.T) {
 	kubeBin := conformance.KubeBin(t, "")
 	begin := time.Now()
 	restoreKernelTunables(t)
-	// The provider raises fs.inotify.max_user_instances for its nodes
-	// and leaves it: put this host's value back.
-	if old, err := os.ReadFile("/proc/sys/fs/inotify/max_user_instances"); err == nil {
-		t.Cleanup(func() { _ = os.WriteFile("/proc/sys/fs/inotify/max_user_instances", old, 0o644) })
-	}
+	keepInotify(t)
 	netnsBefore, _ := realnode.Run(nil, nil, "ip", "netns", "list")
 	if _, err := os.Stat("/sys/fs/cgroup/memory/k8s.io"); os.IsNotExist(err) {
 		t.Cleanup(func() {
@@ -434,5 +432,47 @@ func restoreKernelTunables(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRealNodesRunOnlyKubeadmData: a machine whose bootstrap data is not
+// the kubeadm provider's is Failed at create in node mode, with a message
+// that says why, and nothing of a node is made.
+func TestRealNodesRunOnlyKubeadmData(t *testing.T) {
+	stack, images := needRealNodes(t)
+	keepInotify(t)
+	opts := process.Options{NodeBinary: nodeBinary, StateDir: t.TempDir(), RealNodes: true, NodeStack: stack, NodeImages: images, HealthPort: -1}
+	t.Cleanup(func() {
+		if err := process.Purge(opts); err != nil {
+			t.Errorf("purge: %v", err)
+		}
+	})
+	p, err := process.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bp := range []string{"kube-local", "script"} {
+		m, err := p.CreateMachine(context.Background(), &capnv1.CreateMachine{
+			Cluster: "c1", Machine: "m-" + bp, Version: "v1.37.2", Role: process.RoleControlPlane,
+			BootstrapProvider: bp, BootstrapChecksum: "sha256:" + strings.Repeat("0", 64),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.GetStateValue() != sdk.StateFailed || !strings.Contains(m.GetMessage(), "real nodes run kubeadm bootstrap data") || !strings.Contains(m.GetMessage(), bp) {
+			t.Errorf("%s: state %s, message %q", bp, m.GetState(), m.GetMessage())
+		}
+	}
+	if left := process.RealNodeLeftovers(opts); len(left) > 0 {
+		t.Errorf("a refused machine made %v", left)
+	}
+}
+
+// keepInotify puts this host's fs.inotify.max_user_instances back when the
+// test ends: the provider raises it for its nodes and leaves it.
+func keepInotify(t *testing.T) {
+	const path = "/proc/sys/fs/inotify/max_user_instances"
+	if old, err := os.ReadFile(path); err == nil {
+		t.Cleanup(func() { _ = os.WriteFile(path, old, 0o644) })
 	}
 }

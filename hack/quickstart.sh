@@ -130,10 +130,13 @@ cleanup() {
     local ns
     for ns in $(ip netns list 2>/dev/null | awk '{print $1}'); do
       if [[ $ns == "capn-node-$lan_id-"* || $ns == "capn-lan-$lan_id" ]] && ! grep -qxF "$ns" <<<"$netns_before"; then
-        echo "quickstart real: network namespace $ns of a real node left on the host" >&2
+        echo "quickstart real: network namespace $ns of a real node left on the host; removed" >&2
         rc=1
+        ip netns pids "$ns" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
+        ip netns del "$ns" 2>/dev/null || true
       fi
     done
+    ip link del "capnh$lan_id" 2>/dev/null || true
   fi
   # What the lines wrote beside README.md (kube.kubeconfig) goes too.
   local f

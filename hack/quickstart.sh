@@ -2,13 +2,17 @@
 # Runs one of README.md's quickstarts exactly as written: a test of the
 # README itself (.ci/run runs both).
 #
-# Usage: hack/quickstart.sh sim|kube
+# Usage: hack/quickstart.sh sim|kube|real
 #   sim   "## Try it": starts `make run` as a machine that never ran make kube
 #         or make npd would (empty CAPN_KUBE_CACHE and CAPN_NPD_CACHE), waits
 #         for capn dev, then runs each line of the block.
 #   kube  "## Try it with real Kubernetes": needs the binaries of make kube
 #         (it fails at once without them); the block's `bin/capn dev` line
 #         starts capn dev in the background.
+#   real  "## Try it with real nodes": as kube, and root with the node stack
+#         and images built (make nodestack nodeimages: their caches are
+#         used as they are); afterwards no network namespace of a real node
+#         may be left.
 #
 # The block is the first ```sh fence after the line that starts
 # `<!-- quickstart:NAME ` in README.md. Each line runs in the repository's
@@ -26,8 +30,8 @@ root=$PWD
 
 mode=${1:-}
 case $mode in
-  sim | kube) ;;
-  *) echo "usage: hack/quickstart.sh sim|kube" >&2; exit 2 ;;
+  sim | kube | real) ;;
+  *) echo "usage: hack/quickstart.sh sim|kube|real" >&2; exit 2 ;;
 esac
 start_timeout=${QUICKSTART_START_TIMEOUT:-600}
 line_timeout=${QUICKSTART_LINE_TIMEOUT:-600}
@@ -50,6 +54,14 @@ for v in GOCACHE GOMODCACHE GOPATH GOENV; do
   export "$v=$(go env "$v")"
 done
 kube_bin=$(hack/kube.sh --print-path)
+# The real nodes' caches, before HOME moves (make nodestack nodeimages
+# find them there).
+node_caches=(
+  "CAPN_NODESTACK_CACHE=${CAPN_NODESTACK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/capn/nodestack}"
+  "CAPN_NODEIMAGES_CACHE=${CAPN_NODEIMAGES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/capn/nodeimages}"
+  "CAPN_COREDNS_CACHE=${CAPN_COREDNS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/capn/coredns}"
+)
+netns_before=$(ip netns list 2>/dev/null | awk '{print $1}' || true)
 
 tmp=$(mktemp -d)
 dev_pid=""
@@ -110,6 +122,22 @@ cleanup() {
     kill -KILL $left 2>/dev/null || true
     rc=1
   fi
+  # Real nodes: none of this data dir's network namespaces (its switch's
+  # id is in lan.json) may be left.
+  local lan_id
+  lan_id=$(sed -n 's/.*"id": *"\([0-9a-f]*\)".*/\1/p' "$DATA_DIR/process/realnodes/lan.json" 2>/dev/null || true)
+  if [ "$mode" = real ] && [ -n "$lan_id" ]; then
+    local ns
+    for ns in $(ip netns list 2>/dev/null | awk '{print $1}'); do
+      if [[ $ns == "capn-node-$lan_id-"* || $ns == "capn-lan-$lan_id" ]] && ! grep -qxF "$ns" <<<"$netns_before"; then
+        echo "quickstart real: network namespace $ns of a real node left on the host; removed" >&2
+        rc=1
+        ip netns pids "$ns" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
+        ip netns del "$ns" 2>/dev/null || true
+      fi
+    done
+    ip link del "capnh$lan_id" 2>/dev/null || true
+  fi
   # What the lines wrote beside README.md (kube.kubeconfig) goes too.
   local f
   for f in $(ls -A); do
@@ -135,12 +163,15 @@ unset XDG_CACHE_HOME
 export HOME=$tmp/home XDG_CONFIG_HOME=$tmp/home/.config
 mkdir -p "$HOME" "$tmp/npd-cache" "$tmp/kube-cache"
 export CAPN_NPD_CACHE=$tmp/npd-cache
-if [ "$mode" = kube ]; then
+if [ "$mode" = kube ] || [ "$mode" = real ]; then
   if [ ! -x "$kube_bin/kube-apiserver" ]; then
-    echo "quickstart kube: no Kubernetes binaries in $kube_bin: run make kube first" >&2
+    echo "quickstart $mode: no Kubernetes binaries in $kube_bin: run make kube first" >&2
     exit 1
   fi
   export CAPN_KUBE_CACHE=${kube_bin%/*/bin}
+  if [ "$mode" = real ]; then
+    export "${node_caches[@]}"
+  fi
 else
   export CAPN_KUBE_CACHE=$tmp/kube-cache
 fi
@@ -187,6 +218,18 @@ start_dev() {
 # v1.37.2` must list that many Nodes, Ready, of that version.
 check_output() {
   local line=$1 out=$2 n version rows ready
+  if [[ $line =~ get\ pods.*#\ *([0-9]+)\ pods\ Running ]]; then
+    # `kubectl get pods -o wide   # 3 pods Running`: that many, each
+    # Running with a pod IP.
+    n=${BASH_REMATCH[1]}
+    rows=$(awk '$1 != "NAME"' "$out" | wc -l)
+    ready=$(awk '$1 != "NAME" && $3 == "Running" && $6 ~ /^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$/' "$out" | wc -l)
+    if [ "$rows" -ne "$n" ] || [ "$ready" -ne "$n" ]; then
+      echo "quickstart $mode: README promises $n pods Running; kubectl listed $rows pods, $ready of them Running with a pod IP:" >&2
+      cat "$out" >&2
+      exit 1
+    fi
+  fi
   if [[ $line =~ get\ nodes.*#\ *([0-9]+)\ Nodes\ Ready,\ *(v[0-9.]+) ]]; then
     n=${BASH_REMATCH[1]} version=${BASH_REMATCH[2]}
     rows=$(awk '$1 != "NAME" && $NF ~ /^v[0-9]/' "$out" | wc -l)

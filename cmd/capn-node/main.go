@@ -5,14 +5,18 @@
 // not run), and reports node heartbeats to capn. Given --kube-bin and
 // kube-local bootstrap data it also runs the machine's real Kubernetes
 // part (a control plane, or a worker's join), with kwok in place of the
-// kubelet (package agent, package kube).
+// kubelet (package agent, package kube). With --run-cloud-config (a real
+// node: the process provider's node mode, or a host of your own, as root)
+// it runs #cloud-config data on the machine instead, as cloud-init would:
+// write_files to /, runcmd — kubeadm init or join — while `capn-node
+// kubelet` keeps the kubelet running.
 //
 //	capn-node agent    --cluster=c --machine=m --version=v1.33.4 --data-dir=/abs/dir \
 //	                   --bootstrap-checksum=sha256:... [--ca-cert-hash=sha256:...] \
 //	                   [--nats-url=nats://127.0.0.1:4222 | --nats-socket=/run/capn-relay/nats.sock] \
 //	                   [--nats-creds=f | --nats-nkey=f] [--nats-tls-ca=f --nats-tls-cert=f --nats-tls-key=f] \
 //	                   [--nats-inbox-prefix=_INBOX_machine.<c>.<m>] \
-//	                   [--heartbeat-every=10s] [--health-addr=127.0.0.5:10248]
+//	                   [--heartbeat-every=10s] [--health-addr=127.0.0.5:10248] [--run-cloud-config]
 //	capn-node endpoint --cluster=c [--listen=:6443] [--process-state-dir=/abs/dir] [--backend-port=6443] \
 //	                   [--check-every=1s] [--log-level=info]
 //	capn-node cloud-config --data=/abs/bootstrap-data [--timeout=0]
@@ -58,7 +62,8 @@ under <data-dir>/rootfs (commands are listed, not run) and reports node
 heartbeats to capn. With --kube-bin and kube-local bootstrap data it also runs
 the machine's real Kubernetes part (etcd, kube-apiserver, controller-manager,
 scheduler on a control plane; a join via CSR on a worker), kwok standing in
-for the kubelet.
+for the kubelet. With --run-cloud-config (a real node, as root) it runs
+#cloud-config data on the machine as cloud-init would: kubeadm init or join.
 
 commands:
   agent     run the node agent of one machine (see capn-node agent -h)

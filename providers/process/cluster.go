@@ -24,6 +24,13 @@ const EndpointMessage = "load balancer (capn-node endpoint) to the control-plane
 // control-plane machines' API servers (<address>:6443), which answers as a
 // placeholder while none is up. It is idempotent. params are ignored.
 func (p *Provider) EnsureCluster(ctx context.Context, cluster string, _ map[string]string) (*capnv1.InfraCluster, error) {
+	if p.realNodesOn() {
+		// The nodes reach the endpoint on the host's address on their
+		// switch.
+		if _, err := p.ensureLAN(); err != nil {
+			return nil, err
+		}
+	}
 	p.mu.Lock()
 	rec, err := p.ensureClusterRecord(cluster)
 	if err == nil {
@@ -33,13 +40,13 @@ func (p *Provider) EnsureCluster(ctx context.Context, cluster string, _ map[stri
 	if err != nil {
 		return nil, err
 	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(rec.Port))
+	addr := net.JoinHostPort(p.endpointHost(), strconv.Itoa(rec.Port))
 	if err := waitListening(ctx, addr, 5*time.Second); err != nil {
 		return nil, fmt.Errorf("endpoint of %s: %w", cluster, err)
 	}
 	return &capnv1.InfraCluster{
 		Provider: Name, Cluster: cluster, Ready: true, Message: EndpointMessage,
-		ControlPlaneEndpoint: &capnv1.Endpoint{Host: "127.0.0.1", Port: int32(rec.Port)},
+		ControlPlaneEndpoint: &capnv1.Endpoint{Host: p.endpointHost(), Port: int32(rec.Port)},
 		Location:             p.dirs.cluster(cluster),
 	}, nil
 }
@@ -67,7 +74,19 @@ func (p *Provider) ensureClusterRecord(cluster string) (*clusterRecord, error) {
 // says that a pid is this cluster's endpoint (checked in /proc).
 func (p *Provider) endpointArgs(rec *clusterRecord) []string {
 	return []string{p.opts.NodeBinary, "endpoint", "--cluster=" + rec.Cluster,
-		"--listen=" + net.JoinHostPort("127.0.0.1", strconv.Itoa(rec.Port))}
+		"--listen=" + net.JoinHostPort(p.endpointHost(), strconv.Itoa(rec.Port))}
+}
+
+// endpointHost is where cluster endpoints listen: 127.0.0.1, or in node
+// mode the host's address on the real nodes' switch (their kubeadm and
+// kubelets reach the API servers through it; so does this host).
+func (p *Provider) endpointHost() string {
+	if p.opts.RealNodes {
+		if l := p.lanIfMade(); l != nil {
+			return l.HostIP
+		}
+	}
+	return "127.0.0.1"
 }
 
 // endpointCommand is the endpoint process's whole command line: its

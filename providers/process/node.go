@@ -53,6 +53,11 @@ func (p *Provider) nodeArgs(rec *machineRecord, kubeDir string) []string {
 			args = append(args, "--"+f.flag+"="+f.v)
 		}
 	}
+	if rec.RealNode != 0 {
+		// A real node: its agent runs the kubeadm data, and reaches
+		// capn's NATS through the relay socket.
+		return append(args, "--run-cloud-config=true", "--nats-socket="+p.RelaySocket())
+	}
 	if p.opts.HealthPort > 0 {
 		args = append(args, "--health-addr="+net.JoinHostPort(rec.Address, strconv.Itoa(p.opts.HealthPort)))
 	}
@@ -99,9 +104,26 @@ func (p *Provider) startNode(ctx context.Context, rec *machineRecord) error {
 		return err
 	}
 	args := p.nodeArgs(rec, kubeDir)
-	ref, exited, err := p.spawn(dir, filepath.Join(dir, nodeLogFile), args)
+	var env []string
+	if rec.RealNode != 0 {
+		// The node first (mounts, containerd, the kubelet unit); its
+		// agent runs in its namespaces, with the stack on its PATH.
+		n, err := p.startRealNode(rec)
+		if err != nil {
+			return err
+		}
+		args = append([]string{"nsenter"}, n.InNode(args[0], args[1:]...)...)
+		env = []string{p.real.stack.Path()}
+	}
+	ref, exited, err := p.spawn(dir, filepath.Join(dir, nodeLogFile), args, env...)
 	if err != nil {
 		return fmt.Errorf("start capn-node of %s/%s: %w", rec.Cluster, rec.Machine, err)
+	}
+	if rec.RealNode != 0 {
+		// nsenter execs the agent: wait until the pid is the machine's.
+		if ok, _ := until(5*time.Second, 10*time.Millisecond, exited, func() bool { return alive(ref, p.identity(rec)) }); !ok {
+			return fmt.Errorf("start capn-node of %s/%s in its node: not running as the machine's agent", rec.Cluster, rec.Machine)
+		}
 	}
 	pidPath := p.pidPath(rec.Cluster, rec.Machine)
 	if err := writeAtomic(pidPath, []byte(ref.String()+"\n")); err != nil {
@@ -115,7 +137,7 @@ func (p *Provider) startNode(ctx context.Context, rec *machineRecord) error {
 
 // spawn starts args in dir with output to logPath; exited is closed once
 // the process is reaped.
-func (p *Provider) spawn(dir, logPath string, args []string) (procRef, chan struct{}, error) {
+func (p *Provider) spawn(dir, logPath string, args []string, env ...string) (procRef, chan struct{}, error) {
 	if err := os.MkdirAll(dir, stateDirMode); err != nil {
 		return procRef{}, nil, err
 	}
@@ -126,7 +148,7 @@ func (p *Provider) spawn(dir, logPath string, args []string) (procRef, chan stru
 	defer logf.Close()
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Dir = dir
-	cmd.Env = []string{}
+	cmd.Env = append([]string{}, env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {

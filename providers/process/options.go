@@ -76,6 +76,21 @@ type Options struct {
 	// message names the version and make kube). Empty: no Kubernetes
 	// runs on these machines.
 	KubeBin string
+	// RealNodes turns node mode on: every machine is a real Linux node on
+	// this host (package realnode: network and mount namespaces of its
+	// own on the provider's switch, its own containerd, a real kubelet)
+	// whose capn-node agent runs the machine's kubeadm bootstrap data.
+	// It needs root, NodeStack and NodeImages; without them the provider
+	// refuses to start, naming what is missing and the make command.
+	RealNodes bool
+	// NodeStack is the node stack in CAPN_NODESTACK_BIN's form,
+	// "<containerd/runc/CNI bin>:<kubelet/kubeadm/kube-proxy bin>" (make
+	// nodestack; make -s nodestack-bin prints it). Default: that
+	// variable.
+	NodeStack string
+	// NodeImages is the directory of kubeadm's images as OCI archives
+	// with its images.txt (make nodeimages). Default: CAPN_NODEIMAGES.
+	NodeImages string
 
 	// apiServerPort is the port of the endpoint's backends (default
 	// DefaultAPIServerPort); tests change it.
@@ -97,6 +112,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.HealthPort == 0 {
 		o.HealthPort = DefaultHealthPort
+	}
+	if o.RealNodes && o.NodeStack == "" {
+		o.NodeStack = os.Getenv("CAPN_NODESTACK_BIN")
+	}
+	if o.RealNodes && o.NodeImages == "" {
+		o.NodeImages = os.Getenv("CAPN_NODEIMAGES")
 	}
 	if o.apiServerPort == 0 {
 		o.apiServerPort = DefaultAPIServerPort
@@ -172,6 +193,11 @@ func (o Options) Validate() error {
 			bad("kube-bin", d, "not a directory: give the directories of the Kubernetes binaries, colon-separated (make kube; hack/kube.sh --print-path prints one)")
 		}
 	}
+	if o.RealNodes {
+		if err := checkRealNodes(o); err != nil {
+			bad("process-real-nodes", "true", err.Error())
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -197,6 +223,9 @@ func (o *Options) Flags() []daemon.Flag {
 		f("process-watch-every", "`interval` of the check for machine processes that exited (0: 1s)", daemon.DurationValue(&o.WatchEvery)),
 		f("process-stop-timeout", "`time` a machine gets after SIGTERM before SIGKILL (0: 10s)", daemon.DurationValue(&o.StopTimeout)),
 		f("process-health-port", "`port` of each machine's /healthz on its own address (0: 10248, -1: none)", daemon.IntValue(&o.HealthPort)),
+		f("process-real-nodes", "machines are real nodes: network and mount namespaces, containerd and a kubelet each, running their kubeadm bootstrap data (needs root, make nodestack nodeimages)", daemon.BoolValue(&o.RealNodes)),
+		f("process-node-stack", "real nodes' `dirs` \"<containerd/runc/CNI bin>:<kubelet/kubeadm bin>\" (default $CAPN_NODESTACK_BIN; make -s nodestack-bin)", daemon.StringValue(&o.NodeStack)),
+		f("process-node-images", "real nodes' image `dir` with images.txt (default $CAPN_NODEIMAGES; make nodeimages)", daemon.StringValue(&o.NodeImages)),
 		f("kube-bin", "`dirs` of the Kubernetes binaries, one per version, colon-separated: each machine whose bootstrap data asks runs those of its version (make kube; empty: no Kubernetes)", daemon.StringValue(&o.KubeBin)),
 	}
 }

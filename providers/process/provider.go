@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/capn-dev/capn/events/store"
+	"github.com/capn-dev/capn/providers/process/realnode"
 	"github.com/capn-dev/capn/providers/sdk"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/keys"
@@ -48,6 +49,8 @@ type Provider struct {
 	secrets  *store.Bucket[*capnv1.ClusterSecretsStatus] // optional: the CA pin
 
 	kube kubeBins // the versions of the --kube-bin directories
+
+	real *realNodes // node mode (Options.RealNodes); nil otherwise
 }
 
 // child is a process this provider started: it reaps it, and knows at once
@@ -75,8 +78,18 @@ func New(opts Options) (*Provider, error) {
 	if err := os.MkdirAll(opts.StateDir, stateDirMode); err != nil {
 		return nil, fmt.Errorf("process: state dir: %w", err)
 	}
-	return &Provider{opts: opts, dirs: layout{opts.StateDir}, now: time.Now, children: map[string]*child{}, log: zerolog.Nop()}, nil
+	p := &Provider{opts: opts, dirs: layout{opts.StateDir}, now: time.Now, children: map[string]*child{}, log: zerolog.Nop()}
+	if opts.RealNodes {
+		if err := p.initRealNodes(); err != nil {
+			return nil, fmt.Errorf("process: real nodes: %w", err)
+		}
+	}
+	return p, nil
 }
+
+// BootstrapKubeadm is the kubeadm bootstrap provider's name: the only
+// bootstrap data real nodes run.
+const BootstrapKubeadm = "kubeadm"
 
 // Name is "process".
 func (p *Provider) Name() string { return Name }
@@ -86,7 +99,7 @@ func (p *Provider) Name() string { return Name }
 // after the start count).
 func (p *Provider) Capabilities() []string {
 	caps := []string{sdk.CapabilityStopStart, sdk.CapabilityReboot}
-	if p.runsKubernetes() {
+	if p.runsKubernetes() || p.realNodesOn() {
 		caps = append(caps, sdk.CapabilityRealKubernetes)
 	}
 	return caps
@@ -114,6 +127,13 @@ func (p *Provider) KubeBins(ctx context.Context) []KubeBin {
 // KubeBins, announced with the provider.
 func (p *Provider) KubernetesVersions() []string {
 	var out []string
+	if p.realNodesOn() {
+		// Real nodes run the stack's kubelet and kubeadm.
+		if v, err := kubeletVersion(p.real.stack); err == nil {
+			out = append(out, v)
+		}
+		return out
+	}
 	for _, b := range p.KubeBins(context.Background()) {
 		if !slices.Contains(out, b.Version) {
 			out = append(out, b.Version)
@@ -158,6 +178,9 @@ func (p *Provider) CreateMachine(ctx context.Context, req *capnv1.CreateMachine)
 		// refused before anything is made when they are not built; and
 		// its Node's capacity is the template's (nodecapacity).
 		_, capErr := nodecapacity.FromParameters(req.GetTemplate().GetParameters())
+		if p.realNodesOn() && req.GetBootstrapProvider() != BootstrapKubeadm && capErr == nil {
+			capErr = fmt.Errorf("process: real nodes run kubeadm bootstrap data; this machine's bootstrap provider is %q", req.GetBootstrapProvider())
+		}
 		if _, err := p.kubeDir(ctx, &machineRecord{Version: req.GetVersion(), Bootstrap: req.GetBootstrapProvider()}); err != nil || capErr != nil {
 			if err == nil {
 				err = capErr
@@ -193,9 +216,24 @@ func (p *Provider) CreateMachine(ctx context.Context, req *capnv1.CreateMachine)
 
 // newRecord allocates the machine's identity and writes machine.json.
 func (p *Provider) newRecord(ctx context.Context, req *capnv1.CreateMachine) (*machineRecord, error) {
+	var lan *realnode.LAN
+	if p.realNodesOn() {
+		l, err := p.ensureLAN()
+		if err != nil {
+			return nil, err
+		}
+		lan = l
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	addr, err := p.allocateAddress()
+	var addr string
+	var index int
+	var err error
+	if lan != nil {
+		index, addr, err = p.allocateNode(lan)
+	} else {
+		addr, err = p.allocateAddress()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +242,7 @@ func (p *Provider) newRecord(ctx context.Context, req *capnv1.CreateMachine) (*m
 		Cluster: req.GetCluster(), Machine: req.GetMachine(), ProviderID: ProviderID(req.GetCluster(), req.GetMachine()),
 		Role: req.GetRole(), Address: addr, Version: req.GetVersion(), Bootstrap: req.GetBootstrapProvider(), Checksum: req.GetBootstrapChecksum(),
 		CACertHash: p.caPin(ctx, req.GetCluster()), Failure: req.GetTemplate().GetFailureDomain(),
-		Created: now, Changed: now,
+		RealNode: index, Created: now, Changed: now,
 	}
 	if capacity, err := nodecapacity.FromParameters(req.GetTemplate().GetParameters()); err == nil {
 		rec.Capacity = capacity.String()
@@ -232,12 +270,24 @@ func (p *Provider) DeleteMachine(_ context.Context, cluster, machine string) err
 	if err := p.stopNode(rec); err != nil {
 		return err
 	}
+	if p.realNodesOn() {
+		// Everything of the node: its processes, mounts, cgroups,
+		// namespace, routes and directory.
+		if err := p.removeRealNode(rec); err != nil {
+			return fmt.Errorf("remove real node of %s/%s: %w", cluster, machine, err)
+		}
+	}
 	if err := os.RemoveAll(p.dirs.machine(cluster, machine)); err != nil {
 		return fmt.Errorf("remove machine dir: %w", err)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.tidyCluster(cluster)
+	if p.realNodesOn() {
+		if err := p.tidyLAN(); err != nil {
+			return fmt.Errorf("remove real nodes' switch: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -273,6 +323,9 @@ func (p *Provider) describe(rec *machineRecord) (*capnv1.InfraMachine, error) {
 	}
 	im.SetStateValue(sdk.StateRunning)
 	im.Message = fmt.Sprintf("capn-node pid %d on %s (no kubelet runs)", ref.PID, rec.Address)
+	if rec.RealNode != 0 {
+		im.Message = fmt.Sprintf("real node %d at %s: containerd, kubelet, capn-node pid %d running its kubeadm bootstrap data", rec.RealNode, rec.Address, ref.PID)
+	}
 	if args, err := cmdline(ref.PID); err == nil && slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--kube-bin=") }) {
 		im.Message = fmt.Sprintf("capn-node pid %d on %s (with --kube-bin: runs the Kubernetes its bootstrap data asks for)", ref.PID, rec.Address)
 	}

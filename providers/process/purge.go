@@ -38,6 +38,8 @@ func Purge(opts Options) error {
 	for _, pid := range strays(opts.StateDir) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
+	// Real nodes, whether or not opts says node mode: lan.json does.
+	errs = append(errs, purgeRealNodes(opts))
 	errs = append(errs, os.RemoveAll(opts.StateDir))
 	return errors.Join(errs...)
 }

@@ -64,7 +64,13 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	}
 	p.log = d.Log.With().Str("provider", Name).Logger()
 	p.secrets = store.NewBucket(kv, store.New[capnv1.ClusterSecretsStatus]())
-	p.log.Info().Str("state_dir", opts.StateDir).Str("node_binary", p.opts.NodeBinary).Str("node_nats_url", opts.NodeNATSURL).
-		Msg("process provider: machines are capn-node processes (no kubelet)")
+	if opts.RealNodes {
+		p.log.Info().Str("state_dir", opts.StateDir).Str("node_binary", p.opts.NodeBinary).Str("node_nats_url", opts.NodeNATSURL).
+			Str("node_stack", p.opts.NodeStack).Str("node_images", p.opts.NodeImages).
+			Msg("process provider: machines are real nodes (namespaces, containerd, kubelet, kubeadm)")
+	} else {
+		p.log.Info().Str("state_dir", opts.StateDir).Str("node_binary", p.opts.NodeBinary).Str("node_nats_url", opts.NodeNATSURL).
+			Msg("process provider: machines are capn-node processes (no kubelet)")
+	}
 	return sdk.NewService(p, s.Provider).Run(ctx, d)
 }

@@ -66,8 +66,12 @@ type machineRecord struct {
 	// when that is not this state dir's (a machine adopted from another
 	// state dir keeps the paths it was started with, through the link
 	// left there); empty otherwise, and cleared when it starts here.
-	NodeDir string    `json:"node_dir,omitempty"`
-	Created time.Time `json:"created"`
+	NodeDir string `json:"node_dir,omitempty"`
+	// RealNode is the machine's node index on the switch in node mode
+	// (its namespace capn-node-<lan>-<index>, its directory
+	// realnodes/<index>); 0 otherwise.
+	RealNode int       `json:"real_node,omitempty"`
+	Created  time.Time `json:"created"`
 	// Changed is when the machine last started or stopped: the updated
 	// time of its observed record.
 	Changed time.Time `json:"changed"`

@@ -2,6 +2,7 @@ package process
 
 import (
 	"context"
+	"path/filepath"
 	"time"
 
 	"github.com/capn-dev/capn/providers/sdk"
@@ -21,6 +22,16 @@ func (p *Provider) Run(ctx context.Context, env sdk.Env) error {
 		p.reporter = nil
 		p.envMu.Unlock()
 	}()
+	if p.realNodesOn() {
+		// Real nodes' agents reach capn's NATS through the relay.
+		r, err := newRelay(filepath.Dir(p.RelaySocket()), p.opts.NodeNATSURL, p.log)
+		if err != nil {
+			return err
+		}
+		relayDone := make(chan error, 1)
+		go func() { relayDone <- r.run(ctx) }()
+		defer func() { <-relayDone }()
+	}
 	t := time.NewTicker(p.opts.WatchEvery)
 	defer t.Stop()
 	for {
@@ -48,4 +59,7 @@ func (p *Provider) watchOnce() {
 		}
 	}
 	p.reviveEndpoints()
+	if p.realNodesOn() {
+		p.routePods()
+	}
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/capn-dev/capn/providers/process/realnode"
 )
 
 // image is one archive of hack/nodeimages.sh.
@@ -23,17 +25,16 @@ func needImages(t *testing.T) []image {
 		skip = t.Fatalf
 	}
 	dir := os.Getenv("CAPN_NODEIMAGES")
-	list, err := os.ReadFile(filepath.Join(dir, "images.txt"))
-	if dir == "" || err != nil {
+	if _, err := os.Stat(filepath.Join(dir, "images.txt")); dir == "" || err != nil {
 		skip("CAPN_NODEIMAGES %q has no images.txt (make nodeimages; CAPN_NODEIMAGES=$(hack/nodeimages.sh --print-path)): %v", dir, err)
 	}
+	list, err := realnode.ReadImages(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var images []image
-	for _, l := range strings.Split(strings.TrimSpace(string(list)), "\n") {
-		ref, archive, ok := strings.Cut(l, " ")
-		if !ok {
-			t.Fatalf("%s/images.txt: line %q is not \"<ref> <archive>\"", dir, l)
-		}
-		images = append(images, image{ref, filepath.Join(dir, archive)})
+	for _, im := range list {
+		images = append(images, image{im.Ref, im.Archive})
 	}
 	return images
 }

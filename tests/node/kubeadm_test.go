@@ -68,28 +68,12 @@ func needKubeadm(t *testing.T) (stack, []image) {
 // name with when it has no default route to pick an address from).
 func (n *node) isolateMounts(t *testing.T, sock, hostname string) {
 	t.Helper()
-	script := `set -eu
-mount -t tmpfs -o mode=0755 capn-run /run
-for d in etc var/lib var/log usr/libexec; do
-  o="$CAPN_OVL/$(echo "$d" | tr / -)"
-  mkdir -p "$o/upper" "$o/work"
-  mount -t overlay capn-node -o "lowerdir=/$d,upperdir=$o/upper,workdir=$o/work" "/$d"
-done
-if [ ! -d /lib/modules ]; then
-  l=$(readlink -f /lib)
-  o="$CAPN_OVL/lib-modules"
-  mkdir -p "$o/upper" "$o/work"
-  mount -t overlay capn-node -o "lowerdir=$l,upperdir=$o/upper,workdir=$o/work" "$l"
-  mkdir /lib/modules
-fi
-mkdir -p /run/containerd
-ln -s "$CAPN_SOCK" /run/containerd/containerd.sock
-printf '127.0.0.1 localhost\n%s %s\n' "$CAPN_NODE_IP" "$CAPN_HOSTNAME" > /etc/hosts
-echo ready
-exec cat
-`
-	cmd := exec.Command("nsenter", "--net=/run/netns/"+n.ns, "--", "unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script)
-	cmd.Env = append(os.Environ(), "CAPN_OVL="+filepath.Join(n.dir, "overlay"), "CAPN_SOCK="+sock, "CAPN_NODE_IP="+n.nodeIP, "CAPN_HOSTNAME="+hostname)
+	// The process provider's real nodes get theirs the same way
+	// (package realnode); here cat holds the namespace until the test
+	// closes its stdin.
+	args, env := n.real().MountCommand(sock, hostname, "cat")
+	cmd := exec.Command("nsenter", args...)
+	cmd.Env = append(os.Environ(), env...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -120,13 +104,6 @@ exec cat
 	n.root = fmt.Sprintf("/proc/%d/root", cmd.Process.Pid)
 }
 
-// discardDev is the node's discard device (discardRoute), and
-// discardPeer its veth peer, which stays down.
-const (
-	discardDev  = "capn0"
-	discardPeer = "capn0-void"
-)
-
 // discardRoute gives the node a default route that is never used: kubeadm
 // init needs one to read. With no localAPIEndpoint.advertiseAddress in its
 // config (capn cannot render one: a machine's address is not known when
@@ -145,13 +122,9 @@ const (
 // rules.
 func (n *node) discardRoute(t *testing.T) {
 	t.Helper()
-	run(t, nil, nil, "ip", "-n", n.ns, "link", "add", discardDev, "type", "veth", "peer", "name", discardPeer)
-	run(t, nil, nil, "ip", "-n", n.ns, "addr", "add", n.nodeIP+"/32", "dev", discardDev)
-	run(t, nil, nil, "ip", "-n", n.ns, "link", "set", discardDev, "up")
-	run(t, nil, nil, "ip", "-n", n.ns, "route", "add", "default", "dev", discardDev)
-	run(t, nil, nil, "ip", "-n", n.ns, "rule", "add", "priority", "32000", "lookup", "main", "suppress_prefixlength", "0")
-	run(t, nil, nil, "ip", "-n", n.ns, "rule", "add", "priority", "32001", "unreachable")
-	n.checkDiscard(t)
+	if err := n.real().DiscardRoute(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // checkDiscard fails the test unless the node's default route is the
@@ -159,14 +132,8 @@ func (n *node) discardRoute(t *testing.T) {
 // unreachable from the node.
 func (n *node) checkDiscard(t *testing.T) {
 	t.Helper()
-	if out := run(t, nil, nil, "ip", "-n", n.ns, "route", "show", "default"); !strings.HasPrefix(out, "default dev "+discardDev+" ") {
-		t.Fatalf("the node's default route is not the discard device's: %q", out)
-	}
-	if out := run(t, nil, nil, "ip", "-n", n.ns, "-o", "link", "show", discardPeer); !strings.Contains(out, "state DOWN") || strings.Contains(out, ",UP") {
-		t.Fatalf("%s, the discard device's peer, is not down: %s", discardPeer, out)
-	}
-	if out, err := try(nil, nil, "ip", "-n", n.ns, "route", "get", "192.0.2.200"); err == nil || !strings.Contains(err.Error(), "Network is unreachable") {
-		t.Fatalf("the node routes an outside address: %q %v", out, err)
+	if err := n.real().CheckDiscard(); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -8,13 +8,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/capn-dev/capn/internal/testkit"
+	"github.com/capn-dev/capn/providers/process/realnode"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap"
 )
 
@@ -34,10 +34,7 @@ type kubeNode struct {
 // once its kubelet hands it the Node's pod CIDR: cni0 is the pods' gateway
 // on the node, addresses from host-local; no masquerade (the other nodes
 // and the host route to each node's pods).
-const cniTemplate = `{"cniVersion":"1.0.0","name":"capn-pods","plugins":[
-{"type":"bridge","bridge":"cni0","isGateway":true,"ipMasq":false,"hairpinMode":true,
- "ipam":{"type":"host-local","ranges":[[{"subnet":"{{.PodCIDR}}"}]],"routes":[{"dst":"0.0.0.0/0"}],"dataDir":%q}}]}
-`
+const cniTemplate = realnode.CNITemplate
 
 // startKubeNode makes the next node of l for machine: mounts, containerd
 // with images imported (the first whose name is pause is the sandbox
@@ -170,24 +167,18 @@ func waitAPI(t *testing.T, timeout time.Duration, what string, check func() erro
 func raiseInotifyInstances(t *testing.T, min int) {
 	t.Helper()
 	const path = "/proc/sys/fs/inotify/max_user_instances"
-	old, err := os.ReadFile(path)
+	old, raised, err := realnode.RaiseInotifyInstances(min)
 	if err != nil {
-		t.Fatalf("inotify: %v", err)
+		t.Fatal(err)
 	}
-	cur, err := strconv.Atoi(strings.TrimSpace(string(old)))
-	if err != nil {
-		t.Fatalf("%s: %q: %v", path, old, err)
-	}
-	if cur >= min {
+	if !raised {
 		return
 	}
-	if err := os.WriteFile(path, []byte(strconv.Itoa(min)), 0o644); err != nil {
-		t.Fatalf("raising %s from %d to %d: %v", path, cur, min, err)
-	}
-	t.Logf("fs.inotify.max_user_instances %d → %d for the test", cur, min)
+	cur := strings.TrimSpace(string(old))
+	t.Logf("fs.inotify.max_user_instances %s → %d for the test", cur, min)
 	t.Cleanup(func() {
 		if err := os.WriteFile(path, old, 0o644); err != nil {
-			t.Errorf("restoring %s to %d: %v", path, cur, err)
+			t.Errorf("restoring %s to %s: %v", path, cur, err)
 		}
 	})
 }

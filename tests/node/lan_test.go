@@ -3,7 +3,6 @@
 package node
 
 import (
-	"bufio"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,6 +18,7 @@ import (
 	"time"
 
 	"github.com/capn-dev/capn/internal/testkit"
+	"github.com/capn-dev/capn/providers/process/realnode"
 )
 
 // lan is a switch several nodes hang off: a bridge in a network namespace
@@ -41,6 +40,7 @@ type lan struct {
 	podCIDR string
 	nodes   int
 	routes  []string // "<cidr> via <ip>" the host got, for logs
+	rn      *realnode.LAN
 }
 
 // newLAN makes the switch and the host's veth to it; everything is removed
@@ -54,52 +54,41 @@ func newLAN(t *testing.T) *lan {
 	id := hex.EncodeToString(r[:])
 	// A private /24 for the LAN and a /22 for the pods that no address or
 	// route of this host is in already.
+	octet, err := realnode.FreeOctet(int(r[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
 	routes := run(t, nil, nil, "ip", "-4", "route", "show", "table", "all")
 	free := func(prefix string) bool { return !strings.Contains(routes, prefix) }
-	octet, block := -1, -1
-	for i := 0; i < 250 && octet < 0; i++ {
-		if o := (int(r[0])+i)%250 + 1; free(fmt.Sprintf("10.253.%d.", o)) {
-			octet = o
-		}
-	}
+	block := -1
 	for i := 0; i < 64 && block < 0; i++ {
 		b := ((int(r[1]) + i) % 64) * 4
 		if free(fmt.Sprintf("10.252.%d.", b)) && free(fmt.Sprintf("10.252.%d.", b+1)) && free(fmt.Sprintf("10.252.%d.", b+2)) && free(fmt.Sprintf("10.252.%d.", b+3)) {
 			block = b
 		}
 	}
-	if octet < 0 || block < 0 {
-		t.Fatal("no free 10.253.x.0/24 or 10.252.x.0/22 on this host")
+	if block < 0 {
+		t.Fatal("no free 10.252.x.0/22 on this host")
 	}
+	// The switch as the process provider's real nodes have it.
+	rl := realnode.LANFor(id, octet)
 	l := &lan{
 		id:      id,
-		ns:      "capn-lan-" + id,
-		hostDev: "capnh" + id,
-		prefix:  fmt.Sprintf("10.253.%d.", octet),
+		ns:      rl.NS,
+		hostDev: rl.HostDev,
+		hostIP:  rl.HostIP,
+		prefix:  rl.Prefix,
 		podCIDR: fmt.Sprintf("10.252.%d.0/22", block),
+		rn:      rl,
 	}
-	l.hostIP = l.prefix + "1"
-	run(t, nil, nil, "ip", "netns", "add", l.ns)
-	t.Cleanup(func() { cleanup(t, "ip", "netns", "del", l.ns) })
-	run(t, nil, nil, "ip", "-n", l.ns, "link", "add", "br0", "type", "bridge")
-	run(t, nil, nil, "ip", "-n", l.ns, "link", "set", "br0", "up")
-	// Per network namespace since Linux 5.3; its FORWARD chain is empty
-	// anyway.
-	if _, err := os.Stat("/proc/sys/net/bridge/bridge-nf-call-iptables"); err == nil {
-		run(t, nil, nil, "ip", "netns", "exec", l.ns, "sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=0")
-	}
-	peer := "capns" + id
-	run(t, nil, nil, "ip", "link", "add", l.hostDev, "type", "veth", "peer", "name", peer)
 	t.Cleanup(func() {
-		// Gone with the switch when that went first; otherwise remove it.
-		if _, err := net.InterfaceByName(l.hostDev); err == nil {
-			cleanup(t, "ip", "link", "del", l.hostDev)
+		if err := rl.Remove(); err != nil {
+			t.Logf("cleanup: %v", err)
 		}
 	})
-	run(t, nil, nil, "ip", "link", "set", peer, "netns", l.ns)
-	run(t, nil, nil, "ip", "-n", l.ns, "link", "set", peer, "master", "br0", "up")
-	run(t, nil, nil, "ip", "addr", "add", l.hostIP+"/24", "dev", l.hostDev)
-	run(t, nil, nil, "ip", "link", "set", l.hostDev, "up")
+	if err := rl.Create(); err != nil {
+		t.Fatal(err)
+	}
 	return l
 }
 
@@ -109,25 +98,19 @@ func newLAN(t *testing.T) *lan {
 func (l *lan) addNode(t *testing.T) *node {
 	t.Helper()
 	l.nodes++
-	i := strconv.Itoa(l.nodes)
+	rn := l.rn.NodeFor(l.nodes, t.TempDir())
 	n := &node{
-		id:     l.id + i,
-		ns:     "capn-node-" + l.id + "-" + i,
-		hostIP: l.hostIP,
-		nodeIP: l.prefix + strconv.Itoa(1+l.nodes),
-		dir:    t.TempDir(),
+		id:     l.id + strconv.Itoa(l.nodes),
+		ns:     rn.NS,
+		hostIP: rn.HostIP,
+		nodeIP: rn.NodeIP,
+		dir:    rn.Dir,
+		rn:     rn,
 	}
-	sw, eth := "capnv"+l.id+i, "capnn"+l.id+i
-	run(t, nil, nil, "ip", "netns", "add", n.ns)
 	t.Cleanup(func() { cleanup(t, "ip", "netns", "del", n.ns) })
-	run(t, nil, nil, "ip", "-n", l.ns, "link", "add", sw, "type", "veth", "peer", "name", eth)
-	run(t, nil, nil, "ip", "-n", l.ns, "link", "set", eth, "netns", n.ns)
-	run(t, nil, nil, "ip", "-n", l.ns, "link", "set", sw, "master", "br0", "up")
-	run(t, nil, nil, "ip", "-n", n.ns, "link", "set", eth, "name", "eth0")
-	run(t, nil, nil, "ip", "-n", n.ns, "addr", "add", n.nodeIP+"/24", "dev", "eth0")
-	run(t, nil, nil, "ip", "-n", n.ns, "link", "set", "eth0", "up")
-	run(t, nil, nil, "ip", "-n", n.ns, "link", "set", "lo", "up")
-	run(t, nil, nil, "ip", "netns", "exec", n.ns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+	if err := rn.Create(); err != nil {
+		t.Fatal(err)
+	}
 	return n
 }
 
@@ -136,12 +119,15 @@ func (l *lan) addNode(t *testing.T) *node {
 func (l *lan) routePods(t *testing.T, nodes []*node) {
 	t.Helper()
 	for _, to := range nodes {
-		for _, from := range nodes {
-			if from != to {
-				run(t, nil, nil, "ip", "-n", from.ns, "route", "replace", to.podCIDR, "via", to.nodeIP, "dev", "eth0")
+		var from []string
+		for _, n := range nodes {
+			if n != to {
+				from = append(from, n.ns)
 			}
 		}
-		run(t, nil, nil, "ip", "route", "replace", to.podCIDR, "via", to.nodeIP, "dev", l.hostDev)
+		if err := l.rn.RoutePod(to.podCIDR, to.nodeIP, from); err != nil {
+			t.Fatal(err)
+		}
 		l.routes = append(l.routes, to.podCIDR+" via "+to.nodeIP)
 	}
 }
@@ -150,11 +136,8 @@ func (l *lan) routePods(t *testing.T, nodes []*node) {
 // all and an outside address is unreachable from it.
 func (n *node) checkNoDefault(t *testing.T) {
 	t.Helper()
-	if out := run(t, nil, nil, "ip", "-n", n.ns, "route", "show", "default"); strings.TrimSpace(out) != "" {
-		t.Fatalf("node %s has a default route: %q", n.ns, out)
-	}
-	if out, err := try(nil, nil, "ip", "-n", n.ns, "route", "get", "192.0.2.200"); err == nil {
-		t.Fatalf("node %s routes an outside address: %q", n.ns, out)
+	if err := n.real().CheckNoDefault(); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -164,59 +147,10 @@ func (n *node) checkNoDefault(t *testing.T) {
 // containers of pods with a network namespace of their own).
 func (n *node) rss(t *testing.T) (kib int64, procs int) {
 	t.Helper()
-	var st syscall.Stat_t
-	if err := syscall.Stat("/run/netns/"+n.ns, &st); err != nil {
+	if _, err := os.Stat("/run/netns/" + n.ns); err != nil {
 		t.Fatalf("node %s: %v", n.ns, err)
 	}
-	parent := map[int]int{}
-	in := map[int]bool{}
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(filepath.Base(d))
-		if err != nil {
-			continue
-		}
-		var ns syscall.Stat_t
-		if syscall.Stat(d+"/ns/net", &ns) == nil && ns.Ino == st.Ino && ns.Dev == st.Dev {
-			in[pid] = true
-		}
-		if b, err := os.ReadFile(d + "/stat"); err == nil {
-			// pid (comm) state ppid ...: comm may hold spaces; cut at
-			// the last ')'.
-			s := string(b)
-			if j := strings.LastIndexByte(s, ')'); j > 0 {
-				f := strings.Fields(s[j+1:])
-				if len(f) > 1 {
-					if pp, err := strconv.Atoi(f[1]); err == nil {
-						parent[pid] = pp
-					}
-				}
-			}
-		}
-	}
-	for pid := range parent {
-		for p, hops := pid, 0; p > 1 && hops < 64; p, hops = parent[p], hops+1 {
-			if in[p] {
-				in[pid] = true
-				break
-			}
-		}
-	}
-	for pid := range in {
-		f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-		if err != nil {
-			continue
-		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-				k, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-				kib += k
-				procs++
-			}
-		}
-		f.Close()
-	}
+	kib, procs = realnode.RSS(n.ns)
 	return kib, procs
 }
 

@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/capn-dev/capn/internal/testkit"
+	"github.com/capn-dev/capn/providers/process/realnode"
 )
 
 // stack is where the node binaries are.
@@ -46,7 +47,11 @@ type stack struct {
 	kubeBin string // kubelet, kubeadm, kube-proxy ("" when not given)
 }
 
-var stackBinaries = []string{"containerd", "containerd-shim-runc-v2", "ctr", "runc", "bridge", "host-local", "loopback", "portmap"}
+// stackBinaries are what a node needs in the stack's first directory.
+var stackBinaries = realnode.StackBinaries
+
+// rn is the stack as package realnode takes it.
+func (s stack) rn() realnode.Stack { return realnode.Stack{Bin: s.bin, KubeBin: s.kubeBin} }
 
 func needStack(t *testing.T) stack {
 	t.Helper()
@@ -134,6 +139,17 @@ type node struct {
 	// root is the node's file system seen from the host
 	// (/proc/<pid>/root), when it has its own mounts.
 	root string
+	// rn is the node as package realnode has it (nodes of a LAN).
+	rn *realnode.Node
+}
+
+// real is the node as package realnode has it: its own on a LAN, else
+// one with its namespace and address.
+func (n *node) real() *realnode.Node {
+	if n.rn != nil {
+		return n.rn
+	}
+	return &realnode.Node{NS: n.ns, HostIP: n.hostIP, NodeIP: n.nodeIP, Dir: n.dir, Mnt: n.mnt, Root: n.root}
 }
 
 // newNode makes the host bridge, the node's namespace and the veth between
@@ -232,74 +248,13 @@ func startContainerd(t *testing.T, n *node, s stack, cri *criConfig) *containerd
 		}
 	}
 	c := &containerd{sock: filepath.Join(dir, "containerd.sock"), dir: dir, log: &testkit.Buffer{}, ns: "capn-test", stack: s}
-	disabledCRI := `
-  "io.containerd.grpc.v1.cri",
-  "io.containerd.cri.v1.runtime",
-  "io.containerd.cri.v1.images",
-  "io.containerd.podsandbox.controller.v1.podsandbox",
-  "io.containerd.sandbox.controller.v1.shim",`
-	criTOML := ""
+	// The node's own containerd, as the process provider's real nodes
+	// run it (package realnode).
+	var rcri *realnode.CRI
 	if cri != nil {
-		disabledCRI = ""
-		template := ""
-		if cri.cniConfTemplate != "" {
-			// The kubelet hands the CRI its Node's spec.podCIDR
-			// (UpdateRuntimeConfig); containerd then writes
-			// 10-containerd-net.conflist from this template.
-			template = fmt.Sprintf("\n    conf_template = %q", cri.cniConfTemplate)
-		}
-		criTOML = fmt.Sprintf(`
-[plugins."io.containerd.cri.v1.images"]
-  snapshotter = "overlayfs"
-  [plugins."io.containerd.cri.v1.images".pinned_images]
-    sandbox = %q
-
-[plugins."io.containerd.cri.v1.runtime"]
-  # This host drops CAP_SYS_RESOURCE: runc may not lower a sandbox's
-  # oom_score_adj to -998 (runc init: "failed to update
-  # /proc/self/oom_score_adj: Permission denied"), so keep it at
-  # containerd's own.
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.cri.v1.runtime".containerd]
-    default_runtime_name = "runc"
-    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
-        BinaryName = %q
-        Root = %q
-        SystemdCgroup = false
-  [plugins."io.containerd.cri.v1.runtime".cni]
-    bin_dirs = [%q]
-    conf_dir = %q%s
-
-[plugins."io.containerd.grpc.v1.cri"]
-  stream_server_address = "127.0.0.1"
-`, cri.pauseImage, filepath.Join(s.bin, "runc"), filepath.Join(dir, "runc"), s.bin, cri.cniConfDir, template)
+		rcri = &realnode.CRI{PauseImage: cri.pauseImage, CNIConfDir: cri.cniConfDir, CNIConfTemplate: cri.cniConfTemplate}
 	}
-	config := fmt.Sprintf(`version = 3
-root = %q
-state = %q
-# Only what the test needs: CRI only for kubelet, no NRI, and nothing that
-# writes outside this node's directories.
-disabled_plugins = [%s
-  "io.containerd.nri.v1.nri",
-  "io.containerd.tracing.processor.v1.otlp",
-  "io.containerd.internal.v1.tracing",
-  "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.erofs",
-  "io.containerd.differ.v1.erofs",
-]
-
-[grpc]
-  address = %q
-
-[ttrpc]
-  address = %q
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = %q
-%s`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), disabledCRI, c.sock, c.sock+".ttrpc", filepath.Join(dir, "opt"), criTOML)
+	config := realnode.ContainerdConfig(dir, c.sock, s.rn(), rcri)
 	cfg := filepath.Join(dir, "config.toml")
 	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
 		t.Fatal(err)

@@ -74,6 +74,9 @@ type Agent struct {
 	// kube is set when the machine runs a control plane (kube-local data
 	// and --kube-bin).
 	kube atomic.Pointer[kubeState]
+	// cloudConfigRoot is where RunCloudConfig writes write_files ("":
+	// /; tests give a directory).
+	cloudConfigRoot string
 	// newKube builds the control-plane runtime (tests replace it).
 	newKube func(*kubelocal.NodeConfig, kube.Options) (KubeRuntime, error)
 	// lastConds are the conditions published last (heartbeat goroutine
@@ -423,6 +426,9 @@ func (a *Agent) bootstrapOnce(ctx context.Context, nc *nats.Conn) error {
 	ca, err := VerifyJoin(plan, a.cfg.CACertHash)
 	if err != nil {
 		return err
+	}
+	if a.cfg.RunCloudConfig && plan.Format == FormatCloudConfig {
+		return a.runCloudConfig(ctx, data.GetData(), ca)
 	}
 	if err := Apply(a.cfg.DataDir, plan, a.cfg.BootstrapChecksum); err != nil {
 		return fmt.Errorf("apply bootstrap data: %w", err)

@@ -277,3 +277,54 @@ func TestAgentRefusesAnotherMachinesDataDir(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestAgentRunsCloudConfigOnARealNode: with RunCloudConfig the agent runs
+// the kubeadm worker data it fetched — its files written (here under a
+// directory standing for /), its runcmd run — instead of writing it under
+// rootfs. No kubeadm is on PATH here, so the join fails: the agent says
+// which command failed and how, does not count the data applied, and
+// fetches again. (TestRealNodesThroughCapn in providers/process runs it
+// on real nodes, where kubeadm joins.)
+func TestAgentRunsCloudConfigOnARealNode(t *testing.T) {
+	t.Setenv("PATH", "/usr/bin:/bin")
+	w := newWorld(t)
+	dir, root := t.TempDir(), t.TempDir()
+	cfg := w.config(dir)
+	cfg.RunCloudConfig = true
+	a, err := agent.New(cfg, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent.SetCloudConfigRoot(a, root)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	}()
+	logPath := filepath.Join(dir, agent.CloudConfigLog)
+	var log []byte
+	natstest.WaitFor(t, 10*time.Second, "the cloud-config run's failed kubeadm join in its log", func() bool {
+		log, _ = os.ReadFile(logPath)
+		return strings.Contains(string(log), "runcmd[0] `kubeadm join")
+	})
+	if !strings.Contains(string(log), "kubeadm: not found") && !strings.Contains(string(log), "kubeadm: command not found") {
+		t.Errorf("the log does not say kubeadm was not found:\n%s", log)
+	}
+	if _, err := os.Stat(filepath.Join(root, agent.KubeadmJoinConfig)); err != nil {
+		t.Errorf("the join config was not written under the root: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, agent.RootFS)); !os.IsNotExist(err) {
+		t.Errorf("the data was written under rootfs too: %v", err)
+	}
+	if got := agent.Applied(dir); got != "" {
+		t.Errorf("applied = %q after a failed join", got)
+	}
+	natstest.WaitFor(t, 10*time.Second, "a second fetch after the failed run", func() bool { return w.fetches.Load() > 1 })
+	if a.Bootstrapped() {
+		t.Error("bootstrapped after a failed join")
+	}
+}

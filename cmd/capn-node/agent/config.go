@@ -86,6 +86,13 @@ type Config struct {
 	// lets an etcd learner stay unstarted or unpromoted before removing it
 	// (0: kube.DefaultLearnerTimeout, 2m).
 	EtcdLearnerTimeout time.Duration
+	// RunCloudConfig makes this machine a real node: #cloud-config
+	// bootstrap data (the kubeadm provider's) is run on this host as
+	// cloud-init would (write_files to /, every runcmd entry: kubeadm
+	// init or join), by capn-node's cloud-config runner, instead of being
+	// written under <DataDir>/rootfs. The agent must run as root in the
+	// node's own namespaces (the process provider's node mode).
+	RunCloudConfig bool
 }
 
 // Flags binds the config to --flags and CAPN_NODE_* (CAPN_NATS_* for NATS)
@@ -122,6 +129,7 @@ func (c *Config) Flags() []daemon.Flag {
 		f("node-capacity", "CAPN_NODE_CAPACITY", "the Node's `capacity` as cpu=2,memory=8Gi,pods=110 (optional; kwok's 1k CPUs, 1Ti, 1M pods otherwise)", &c.NodeCapacity),
 		f("kube-ports", "CAPN_NODE_KUBE_PORTS", "control-plane `ports` as name=port,... (etcd-client, etcd-peer, apiserver, controller-manager, scheduler; default kubeadm's)", &c.KubePorts),
 		{Name: "heartbeat-every", Env: "CAPN_NODE_HEARTBEAT_EVERY", Usage: "heartbeat `interval`", Value: daemon.DurationValue(&c.HeartbeatEvery)},
+		{Name: "run-cloud-config", Env: "CAPN_NODE_RUN_CLOUD_CONFIG", Usage: "run #cloud-config bootstrap data on this host (write_files to /, runcmd: kubeadm init or join) as cloud-init would: a real node (the process provider's node mode)", Value: daemon.BoolValue(&c.RunCloudConfig)},
 		{Name: "etcd-learner-timeout", Env: "CAPN_NODE_ETCD_LEARNER_TIMEOUT", Usage: "how long an etcd learner may stay unstarted or unpromoted before the control planes remove it (`duration`, default 2m)", Value: daemon.DurationValue(&c.EtcdLearnerTimeout)},
 	}
 }

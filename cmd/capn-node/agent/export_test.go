@@ -9,3 +9,6 @@ import (
 func SetNewKube(a *Agent, f func(*kubelocal.NodeConfig, kube.Options) (KubeRuntime, error)) {
 	a.newKube = f
 }
+
+// SetCloudConfigRoot makes RunCloudConfig write its files under root.
+func SetCloudConfigRoot(a *Agent, root string) { a.cloudConfigRoot = root }

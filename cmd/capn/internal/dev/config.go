@@ -50,6 +50,14 @@ type Config struct {
 	// (those of their version) when their bootstrap data asks (make kube;
 	// "": no Kubernetes runs on them).
 	KubeBin string
+	// RealNodes makes the process provider's machines real nodes
+	// (namespaces, containerd, a kubelet, kubeadm; issue 26): root, with
+	// NodeStack and NodeImages.
+	RealNodes bool
+	// NodeStack and NodeImages are the real nodes' stack
+	// ("<containerd bin>:<kubelet bin>", make -s nodestack-bin) and
+	// images directory (make nodeimages).
+	NodeStack, NodeImages string
 	// AutoscalerListen is where the autoscaler-provider serves the
 	// cluster autoscaler's externalgrpc API (mutual TLS, certificates in
 	// <data-dir>/autoscaler), once a cluster asks for autoscaling; "none"
@@ -99,6 +107,9 @@ func (c *Config) Flags() []daemon.Flag {
 		{Name: "autoscaler-listen", Env: "CAPN_AUTOSCALER_LISTEN", Usage: "`address` of the cluster autoscaler's externalgrpc API (host:port; mutual TLS, certificates in <data-dir>/autoscaler), opened once a cluster asks for autoscaling, or \"none\"", Value: daemon.StringValue(&c.AutoscalerListen)},
 		{Name: "backup-every", Env: "CAPN_BACKUP_EVERY", Usage: "take a scheduled backup of the management plane this `often` into the data dir (0: none; capn backup takes one at any time)", Value: daemon.DurationValue(&c.BackupEvery)},
 		{Name: "backup-keep", Env: "CAPN_BACKUP_KEEP", Usage: "how many backups to keep (the newest)", Value: daemon.IntValue(&c.BackupKeep)},
+		{Name: "real-nodes", Env: "CAPN_REAL_NODES", Usage: "the process provider's machines are real nodes: network and mount namespaces, containerd and a kubelet each, running their kubeadm bootstrap data (root; make nodestack nodeimages)", Value: daemon.BoolValue(&c.RealNodes)},
+		{Name: "node-stack", Env: "CAPN_NODESTACK_BIN", Usage: "real nodes' `dirs` \"<containerd/runc/CNI bin>:<kubelet/kubeadm bin>\" (make -s nodestack-bin)", Value: daemon.StringValue(&c.NodeStack)},
+		{Name: "node-images", Env: "CAPN_NODEIMAGES", Usage: "real nodes' image `dir` with images.txt (make nodeimages; hack/nodeimages.sh --print-path)", Value: daemon.StringValue(&c.NodeImages)},
 		{Name: "kube-bin", Env: "CAPN_KUBE_BIN", Usage: "`dirs` of the Kubernetes binaries, one per version, colon-separated: the process provider's machines run those of their version when their bootstrap data asks ('make kube'; default: none, no Kubernetes)", Value: daemon.StringValue(&c.KubeBin)},
 	}
 }

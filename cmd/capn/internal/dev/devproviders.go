@@ -28,6 +28,8 @@ type devProvider struct {
 	svc  daemon.Service // nil: not running
 	why  string         // why not
 	fix  string         // the one thing that turns it on ("": nothing capn can suggest)
+	// realNodes: the process provider runs real nodes (--real-nodes).
+	realNodes bool
 }
 
 // Commands the banner gives for an optional part that is off.
@@ -35,6 +37,7 @@ const (
 	fixNATSListen  = "restart capn dev without --nats-listen none"
 	fixNodeBinary  = "make build (it puts capn-node beside capn), or --process-node-binary PATH"
 	fixDockerImage = "make images IMAGES=capn-node (with a Docker daemon running)"
+	fixRealNodes   = `as root: make kube nodestack nodeimages build, then bin/capn dev --real-nodes --node-stack "$(make -s nodestack-bin)" --node-images "$(hack/nodeimages.sh --print-path)"`
 	fixKube        = `make kube, then bin/capn dev --kube-bin "$(hack/kube.sh --print-path)"`
 	hostedOffWhy   = "no --kube-bin, so a cluster with controlPlane.type hosted waits (Ready False, BinariesMissing)"
 )
@@ -64,7 +67,8 @@ func devProviders(ctx context.Context, cfg Config, dataDir string, node daemon.N
 				StateDir:     filepath.Join(dataDir, "process"),
 				NodeNATSURL:  natsURL,
 				NodeNATSNKey: node.NKeySeedFile, NodeNATSInboxPrefix: node.InboxPrefix,
-				KubeBin: cfg.KubeBin,
+				KubeBin:   cfg.KubeBin,
+				RealNodes: cfg.RealNodes, NodeStack: cfg.NodeStack, NodeImages: cfg.NodeImages,
 			}, sdk.Options{})
 			switch err := svc.Validate(); {
 			case runtime.GOOS != "linux":
@@ -72,10 +76,12 @@ func devProviders(ctx context.Context, cfg Config, dataDir string, node daemon.N
 			case natsURL == "":
 				p.why = "its node agents (capn-node processes) connect over TCP and NATS is in-process only (--nats-listen none)"
 				p.fix = fixNATSListen
+			case err != nil && cfg.RealNodes && strings.Contains(err.Error(), "real nodes"):
+				p.why, p.fix = oneLine(err), fixRealNodes
 			case err != nil:
 				p.why, p.fix = oneLine(err), fixNodeBinary
 			default:
-				p.svc = svc
+				p.svc, p.realNodes = svc, cfg.RealNodes
 			}
 		case docker.Name:
 			svc := docker.NewService(docker.Options{
@@ -148,7 +154,7 @@ func offParts(cfg Config, provs []devProvider) []offPart {
 			out = append(out, offPart{what: p.name + " provider", why: p.why, fix: p.fix})
 		}
 	}
-	if cfg.KubeBin == "" && slices.Contains(cfg.providerList(), process.Name) {
+	if cfg.KubeBin == "" && !cfg.RealNodes && slices.Contains(cfg.providerList(), process.Name) {
 		out = append(out, offPart{what: "Kubernetes on process machines",
 			why: "no --kube-bin, so their control planes are placeholders", fix: fixKube})
 	}
@@ -167,7 +173,9 @@ func providersLine(provs []devProvider, kubeBin string) string {
 		if p.svc == nil {
 			continue
 		}
-		if p.name == process.Name && kubeBin != "" {
+		if p.name == process.Name && p.realNodes {
+			running = append(running, p.name+" (real nodes: containerd, kubelet, kubeadm)")
+		} else if p.name == process.Name && kubeBin != "" {
 			running = append(running, p.name+" (Kubernetes from "+kubeBin+")")
 		} else {
 			running = append(running, p.name)

@@ -2,10 +2,12 @@ package docker
 
 import (
 	"context"
+	"path/filepath"
 	"time"
 
 	"github.com/capn-dev/capn/providers/docker/engine"
 	"github.com/capn-dev/capn/providers/sdk"
+	"github.com/capn-dev/capn/providers/sdk/natsrelay"
 )
 
 // Run serves the NATS relay (unless ContainerNATSURL) and follows the
@@ -25,11 +27,11 @@ func (p *Provider) Run(ctx context.Context, env sdk.Env) error {
 	}()
 	relayDone := make(chan error, 1)
 	if p.opts.ContainerNATSURL == "" {
-		r, err := newRelay(p.relayDir(), p.natsURL, p.log)
+		r, err := natsrelay.New(filepath.Join(p.relayDir(), RelaySocket), p.natsURL, p.log)
 		if err != nil {
 			return err
 		}
-		go func() { relayDone <- r.run(ctx) }()
+		go func() { relayDone <- r.Run(ctx) }()
 	} else {
 		relayDone <- nil
 	}

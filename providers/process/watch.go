@@ -2,10 +2,10 @@ package process
 
 import (
 	"context"
-	"path/filepath"
 	"time"
 
 	"github.com/capn-dev/capn/providers/sdk"
+	"github.com/capn-dev/capn/providers/sdk/natsrelay"
 )
 
 // Run watches the machines until ctx ends: every WatchEvery it checks the
@@ -24,12 +24,12 @@ func (p *Provider) Run(ctx context.Context, env sdk.Env) error {
 	}()
 	if p.realNodesOn() {
 		// Real nodes' agents reach capn's NATS through the relay.
-		r, err := newRelay(filepath.Dir(p.RelaySocket()), p.opts.NodeNATSURL, p.log)
+		r, err := natsrelay.New(p.RelaySocket(), p.opts.NodeNATSURL, p.log)
 		if err != nil {
 			return err
 		}
 		relayDone := make(chan error, 1)
-		go func() { relayDone <- r.run(ctx) }()
+		go func() { relayDone <- r.Run(ctx) }()
 		defer func() { <-relayDone }()
 	}
 	t := time.NewTicker(p.opts.WatchEvery)

@@ -1,4 +1,11 @@
-package docker
+// Package natsrelay forwards a unix socket to capn's NATS server, for
+// machines that cannot reach the address NATS listens on: capn's NATS may
+// listen on 127.0.0.1 only (capn dev, tests), which neither a container on
+// a bridge network (the docker provider bind-mounts the socket's
+// directory) nor a real node in a network namespace of its own (the
+// process provider's node mode) reaches. A unix socket exposes it to them
+// without listening on any other address.
+package natsrelay
 
 import (
 	"context"
@@ -16,19 +23,18 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// relay forwards connections made to a unix socket to capn's NATS server
-// over TCP, byte for byte (TLS, if any, runs end to end through it). The
-// socket's directory is bind-mounted into every machine container: capn's
-// NATS may listen on 127.0.0.1 only (capn dev, tests), which no bridge
-// network reaches, and a unix socket exposes it to the containers without
-// listening on any other address.
-type relay struct {
+// Relay forwards connections made to a unix socket to capn's NATS server
+// over TCP, byte for byte (TLS, if any, runs end to end through it).
+type Relay struct {
 	socket  string
 	targets []string // host:port, tried in order
 	log     zerolog.Logger
 }
 
-func newRelay(dir, natsURL string, log zerolog.Logger) (*relay, error) {
+// New is a relay listening on socket (made by Run) that forwards to the
+// servers of natsURL (comma-separated, tried in order; port 4222 when a
+// URL names none).
+func New(socket, natsURL string, log zerolog.Logger) (*Relay, error) {
 	var targets []string
 	for _, u := range strings.Split(natsURL, ",") {
 		u = strings.TrimSpace(u)
@@ -37,7 +43,7 @@ func newRelay(dir, natsURL string, log zerolog.Logger) (*relay, error) {
 		}
 		pu, err := url.Parse(u)
 		if err != nil || pu.Hostname() == "" {
-			return nil, fmt.Errorf("docker: relay: NATS url %q: want scheme://host:port", u)
+			return nil, fmt.Errorf("natsrelay: NATS url %q: want scheme://host:port", u)
 		}
 		port := pu.Port()
 		if port == "" {
@@ -46,29 +52,29 @@ func newRelay(dir, natsURL string, log zerolog.Logger) (*relay, error) {
 		targets = append(targets, net.JoinHostPort(pu.Hostname(), port))
 	}
 	if len(targets) == 0 {
-		return nil, errors.New("docker: relay: no NATS url to forward to")
+		return nil, errors.New("natsrelay: no NATS url to forward to")
 	}
-	return &relay{socket: filepath.Join(dir, RelaySocket), targets: targets, log: log}, nil
+	return &Relay{socket: socket, targets: targets, log: log}, nil
 }
 
-// run serves until ctx ends, then closes every relayed connection and
+// Run serves until ctx ends, then closes every relayed connection and
 // removes the socket.
-func (r *relay) run(ctx context.Context) error {
+func (r *Relay) Run(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Dir(r.socket), 0o755); err != nil {
 		return err
 	}
 	_ = os.Remove(r.socket) // a previous run's
 	ln, err := net.Listen("unix", r.socket)
 	if err != nil {
-		return fmt.Errorf("docker: relay: %w", err)
+		return fmt.Errorf("natsrelay: %w", err)
 	}
-	// Containers' root may be remapped (user namespaces): anyone on this
-	// host may connect, as anyone may to a NATS port on 127.0.0.1.
+	// A container's root may be remapped (user namespaces): anyone on
+	// this host may connect, as anyone may to a NATS port on 127.0.0.1.
 	if err := os.Chmod(r.socket, 0o666); err != nil {
 		ln.Close()
 		return err
 	}
-	r.log.Info().Str("socket", r.socket).Strs("nats", r.targets).Msg("NATS relay for machine containers listening")
+	r.log.Info().Str("socket", r.socket).Strs("nats", r.targets).Msg("NATS relay listening")
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
@@ -112,7 +118,7 @@ func (r *relay) run(ctx context.Context) error {
 }
 
 // serve pipes one client connection to the first NATS server that answers.
-func (r *relay) serve(ctx context.Context, client net.Conn, track func(net.Conn, bool)) {
+func (r *Relay) serve(ctx context.Context, client net.Conn, track func(net.Conn, bool)) {
 	track(client, true)
 	defer track(client, false)
 	defer client.Close()

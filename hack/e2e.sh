@@ -6,7 +6,7 @@
 # Kubernetes and ginkgo versions, busybox's and the image format, reused
 # when present:
 #
-#   ${CAPN_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/capn/e2e}/k8s-<v>_ginkgo-<v>_busybox-<v>_oci1/
+#   ${CAPN_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/capn/e2e}/k8s-<v>_ginkgo-<v>_busybox-<v>_oci1_images<n>/
 #     bin/e2e.test    `go test -c` of k8s.io/kubernetes/test/e2e, as upstream's
 #                     build makes it (make WHAT=test/e2e/e2e.test: -trimpath,
 #                     -s -w, version-stamped), static, without its build
@@ -42,7 +42,10 @@
 #     Debian's busybox-static for what the specs run in it through a shell
 #     (sh, nc, wget, nslookup, cat, ...): upstream's image is Alpine with
 #     bind-tools, curl, netcat, iproute2, bash.
-#   - busybox: Debian's busybox-static (/bin/busybox and a link per applet).
+#   - busybox: Debian's busybox-static (/bin/busybox and a link per applet)
+#     and Debian's bash as sh (below: why).
+#   - glibc-dns-testing (the DNS specs' glibc querier; upstream's is Debian
+#     with dnsutils): busybox and the same Debian tools as agnhost's.
 #   - pause: not built here: e2e.test's pause is kubeadm's
 #     (registry.k8s.io/pause:3.10.2 for v1.37.2), which hack/nodeimages.sh
 #     builds and every node imports; tests/node checks they agree.
@@ -56,6 +59,8 @@ set -euo pipefail
 
 kube_version=${KUBE_VERSION:-v1.37.2}
 format=oci1
+# The set of images below; one more is a new cache directory.
+images_rev=3
 busybox=${CAPN_BUSYBOX:-/bin/busybox}
 busybox_version=none
 if [[ -x $busybox ]]; then
@@ -75,7 +80,7 @@ modfile() {
 k8s_mod=$(modfile)
 ginkgo_version=$(sed -n 's#^[[:space:]]*github.com/onsi/ginkgo/v2 \(v[^ ]*\).*#\1#p' "$k8s_mod" | head -n 1)
 [[ -n $ginkgo_version ]] || { echo "e2e: k8s.io/kubernetes@$kube_version's go.mod requires no github.com/onsi/ginkgo/v2" >&2; exit 1; }
-dir=$cache/k8s-${kube_version}_ginkgo-${ginkgo_version}_busybox-${busybox_version}_$format
+dir=$cache/k8s-${kube_version}_ginkgo-${ginkgo_version}_busybox-${busybox_version}_${format}_images${images_rev}
 
 case ${1:-} in
   --print-path) echo "$dir"; exit 0 ;;
@@ -92,6 +97,8 @@ command -v ldd >/dev/null || { log "the agnhost image's libraries are found with
 # <name in the image>=<Debian's binary>: the tools upstream's Alpine agnhost
 # has that the chosen specs run (DNS: dig, getent; Services: curl, and nc
 # with -v -t -u, which busybox's nc lacks).
+bash=${CAPN_BASH:-/usr/bin/bash}
+[[ -x $bash ]] || { log "the e2e images' sh is Debian's bash ($bash): apt-get install bash"; exit 1; }
 agnhost_tools=(dig=/usr/bin/dig getent=/usr/bin/getent curl=/usr/bin/curl nc=/usr/bin/nc.openbsd)
 for t in "${agnhost_tools[@]}"; do
   [[ -x ${t#*=} ]] || { log "the agnhost image needs ${t#*=} (apt-get install bind9-dnsutils libc-bin curl netcat-openbsd)"; exit 1; }
@@ -209,14 +216,29 @@ note "$(printf '%-24s %5ss  %s' capn-node "$(since "$t")" "./cmd/capn-node (writ
 # The references e2e.test runs: its own list (e2e.test --list-images prints
 # every image of the manifest, with the registries it would use).
 mapfile -t refs < <("$tmp/bin/e2e.test" --list-images)
-ref_of() { # ref_of <repository path after the registry>
-  local r
+# manifest <ImageID>: "<name>:<tag>" of an image of the manifest
+# (test/utils/image/manifest.go: configs[BusyBox] = Config{<registry>,
+# "busybox", "1.37.0-2"}); the list's order is a map's.
+manifest() {
+  local m
+  m=$(sed -n 's/^[[:space:]]*configs\['"$1"'\] = Config{list\.[A-Za-z0-9]*, "\([^"]*\)", "\([^"]*\)"}.*/\1:\2/p' "$k8s_dir/test/utils/image/manifest.go")
+  [[ -n $m ]] || { log "test/utils/image/manifest.go of $kube_version has no configs[$1]"; return 1; }
+  echo "$m"
+}
+ref_of() { # ref_of <ImageID>: the reference e2e.test runs it under
+  local m r
+  m=$(manifest "$1") || return 1
   for r in "${refs[@]}"; do
-    case $r in */"$1":*) echo "$r"; return 0 ;; esac
+    case $r in */"$m") echo "$r"; return 0 ;; esac
   done
-  log "e2e.test $kube_version lists no $1 image: ${refs[*]}"
+  log "e2e.test $kube_version lists no $m image: ${refs[*]}"
   return 1
 }
+agnhost_ref=$(ref_of Agnhost)
+if [[ ${agnhost_ref##*:} != "$(cat "$k8s_dir/test/images/agnhost/VERSION")" ]]; then
+  log "e2e.test runs $agnhost_ref, but test/images/agnhost is version $(cat "$k8s_dir/test/images/agnhost/VERSION")"
+  exit 1
+fi
 t=$(date +%s)
 image() { # image <reference> <capn-node image flags...>
   local ref=$1 t out
@@ -227,14 +249,24 @@ image() { # image <reference> <capn-node image flags...>
   echo "$ref images/$out" >>"$tmp/images.txt.tmp"
   info+=("$(printf '%-56s %4ss %7.1f MiB' "$ref" "$(since "$t")" "$(du -k "$tmp/images/$out" | awk '{print $1/1024}')")")
 }
-# busybox's applets, as links to /bin/busybox.
+# busybox's applets, as links to /bin/busybox, but sh: that is Debian's
+# bash, for two reasons measured on the specs. Debian's busybox-static is
+# built to prefer its applets (FEATURE_SH_STANDALONE), so its sh runs its
+# own nc, which lacks the -v -t -u the Services specs pass, whatever PATH
+# says; and its ash (1.35) drops environment variables whose names are no
+# shell identifiers ("data-1"), which the ConfigMap and Secret specs
+# "consumable as environment variable names" check the container gets.
 applets=$("$busybox" --list)
-bb=(--file "bin/busybox=$busybox")
+bb=(--file "bin/busybox=$busybox" --file "bin/bash=$bash" --link bin/sh=bash)
 for a in $applets; do
-  [[ $a == busybox ]] || bb+=(--link "bin/$a=busybox")
+  [[ $a == busybox || $a == sh || $a == bash ]] || bb+=(--link "bin/$a=busybox")
+done
+bash_libs=$(ldd "$bash" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u)
+for l in $bash_libs; do
+  bb+=(--file "${l#/}=$l")
 done
 path=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-image "$(ref_of e2e-test-images/busybox)" "${bb[@]}" --dir tmp=1777 --env "$path" --cmd sh
+image "$(ref_of BusyBox)" "${bb[@]}" --dir tmp=1777 --env "$path" --cmd sh
 # agnhost: what the specs run in it besides agnhost, from Debian, with
 # every library ldd names (the loader too) at the path ldd prints; in
 # /usr/bin, ahead of busybox's /bin on PATH.
@@ -242,12 +274,14 @@ tools=()
 for t in "${agnhost_tools[@]}"; do
   tools+=(--file "usr/bin/${t%%=*}=${t#*=}")
 done
-libs=$(for t in "${agnhost_tools[@]}"; do ldd "${t#*=}"; done | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u)
+libs=$(for t in "${agnhost_tools[@]}"; do ldd "${t#*=}"; done | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u |
+  { grep -v -x -F -f <(echo "$bash_libs") || true; })
 for l in $libs; do
   tools+=(--file "${l#/}=$l")
 done
+image "$(ref_of GlibcDnsTesting)" "${bb[@]}" "${tools[@]}" --dir tmp=1777 --env "$path" --cmd sh
 porter=$k8s_dir/test/images/agnhost/porter
-image "$(ref_of e2e-test-images/agnhost)" "${bb[@]}" "${tools[@]}" --file "agnhost=$tmp/bin/agnhost" --link agnhost-2=agnhost \
+image "$agnhost_ref" "${bb[@]}" "${tools[@]}" --file "agnhost=$tmp/bin/agnhost" --link agnhost-2=agnhost \
   --file "localhost.crt=$porter/localhost.crt" --file "localhost.key=$porter/localhost.key" \
   --dir uploads=0755 --dir tmp=1777 --env "$path" --entrypoint /agnhost --cmd pause
 mv "$tmp/images.txt.tmp" "$tmp/images.txt"
@@ -255,8 +289,8 @@ mv "$tmp/images.txt.tmp" "$tmp/images.txt"
 {
   echo "kubernetes $kube_version conformance tests (staging modules $staging_version), ginkgo $ginkgo_version, by hack/e2e.sh on $(date -u +%Y-%m-%dT%H:%M:%SZ) with $("$go" env GOVERSION)"
   echo "CGO_ENABLED=0, -trimpath, no build tags, -ldflags '-s -w' and the version stamps; load average at start $load, at end $(cut -d' ' -f1-3 /proc/loadavg), on $(nproc) cores"
-  echo "images FROM scratch (capn-node image): busybox $busybox_version ($busybox), agnhost with busybox and ${agnhost_tools[*]} and their libraries ($(echo $libs))"
-  echo "not built: $(printf '%s\n' "${refs[@]}" | { grep -v -x -F -f <(cut -d' ' -f1 "$tmp/images.txt") || true; } | tr '\n' ' ')"
+  echo "images FROM scratch (capn-node image): busybox $busybox_version ($busybox) with $bash as sh, agnhost with busybox and ${agnhost_tools[*]} and their libraries ($(echo $libs))"
+  echo "not built: $(printf '%s\n' "${refs[@]}" | { grep -v -x -F -f <(cut -d' ' -f1 "$tmp/images.txt") || true; } | tr '\n' ' ')(pause and etcd: hack/nodeimages.sh)"
   echo
   printf '%s\n' "${info[@]}"
   printf 'total %ss\n' "$(since "$start")"

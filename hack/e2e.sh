@@ -3,8 +3,8 @@
 # (KUBE_VERSION) and the images they run, for tests/node's
 # TestRealNodeConformance (issue 26, `make conformance`), and prints the
 # directory they are in. Cached outside the repository, keyed by the
-# Kubernetes and ginkgo versions, busybox's and the image format, reused
-# when present:
+# Kubernetes and ginkgo versions, busybox's, the image format and the image
+# set's revision, reused when present:
 #
 #   ${CAPN_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/capn/e2e}/k8s-<v>_ginkgo-<v>_busybox-<v>_oci1_images<n>/
 #     bin/e2e.test    `go test -c` of k8s.io/kubernetes/test/e2e, as upstream's
@@ -38,10 +38,11 @@
 # ociimage) under the exact references e2e.test asks for
 # (test/utils/image/manifest.go of the same module):
 #   - agnhost: the agnhost binary as /agnhost (and /agnhost-2, the
-#     entrypoint tests' second name), its porter certificate, /uploads, and
-#     Debian's busybox-static for what the specs run in it through a shell
-#     (sh, nc, wget, nslookup, cat, ...): upstream's image is Alpine with
-#     bind-tools, curl, netcat, iproute2, bash.
+#     entrypoint tests' second name), its porter certificate, /uploads,
+#     the busybox image's files (below) and Debian's dig, getent, curl and
+#     OpenBSD nc with the libraries ldd names: what the chosen specs run in
+#     it through a shell (upstream's image is Alpine with bind-tools, curl,
+#     netcat, iproute2, bash).
 #   - busybox: Debian's busybox-static (/bin/busybox and a link per applet)
 #     and Debian's bash as sh (below: why).
 #   - glibc-dns-testing (the DNS specs' glibc querier; upstream's is Debian
@@ -49,10 +50,13 @@
 #   - pause: not built here: e2e.test's pause is kubeadm's
 #     (registry.k8s.io/pause:3.10.2 for v1.37.2), which hack/nodeimages.sh
 #     builds and every node imports; tests/node checks they agree.
-#   - nginx: not built (upstream's is nginx from source on Debian; neither
-#     the Go module proxy nor this host has a static nginx), nor the other
-#     manifest images (sample-apiserver, nautilus/kitten, perl, volume
-#     servers, ...): the specs that need them are skipped by tests/node.
+#   - Not built: agnhost 2.55 (the manifest's AgnhostPrev: the agnhost
+#     VERSION of no k8s.io/kubernetes release found on the module proxy —
+#     v1.33.0 and v1.33.4 have 2.53, v1.34.0 2.56), nginx (upstream's is
+#     nginx on Debian; neither the module proxy nor this host has one), and
+#     the other manifest images (sample-apiserver, kitten/nautilus, perl,
+#     volume servers, CSI sidecars, ...), which the chosen specs do not
+#     run; tests/node skips the three chosen specs that run agnhost 2.55.
 #
 # Usage: hack/e2e.sh [--print-path]
 set -euo pipefail

@@ -29,12 +29,14 @@ func runImage(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("capn-node image", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	img := ociimage.Image{OS: runtime.GOOS, Architecture: runtime.GOARCH}
-	var files, dirs, entrypoint, env list
+	var files, dirs, links, entrypoint, cmd, env list
 	fs.StringVar(&img.Ref, "ref", "", "the image's `reference`, <name>:<tag> (required), e.g. registry.k8s.io/etcd:3.7.0-0")
 	out := fs.String("out", "", "the archive `file` to write (required; written whole or not at all)")
 	fs.Var(&files, "file", "`path=source`: the file source (its mode kept) at path in the image; repeatable, at least one")
 	fs.Var(&dirs, "dir", "`path[=mode]`: an empty directory (octal mode, default 0755), e.g. tmp=1777; repeatable")
+	fs.Var(&links, "link", "`path=target`: a symbolic link at path to target, e.g. bin/sh=busybox; repeatable")
 	fs.Var(&entrypoint, "entrypoint", "one `word` of the entrypoint; repeat for each")
+	fs.Var(&cmd, "cmd", "one `word` of the command (the entrypoint's arguments, or the program without one); repeat for each")
 	fs.Var(&env, "env", "`NAME=value` of the image's environment; repeatable")
 	fs.StringVar(&img.Architecture, "arch", img.Architecture, "the image's `architecture`")
 	fs.Usage = func() {
@@ -85,7 +87,15 @@ func runImage(args []string, stderr io.Writer) int {
 		}
 		img.Dirs = append(img.Dirs, ociimage.File{Path: p, Mode: mode})
 	}
-	img.Entrypoint, img.Env = entrypoint, env
+	for _, l := range links {
+		p, target, ok := strings.Cut(l, "=")
+		if !ok || p == "" || target == "" {
+			problems = append(problems, fmt.Errorf("--link %q: want <path in the image>=<target>", l))
+			continue
+		}
+		img.Files = append(img.Files, ociimage.File{Path: p, Link: target})
+	}
+	img.Entrypoint, img.Cmd, img.Env = entrypoint, cmd, env
 	if len(problems) == 0 {
 		problems = append(problems, img.Validate())
 	}

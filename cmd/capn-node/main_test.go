@@ -45,6 +45,7 @@ func TestUsageAndBadFlags(t *testing.T) {
 		{[]string{"image", "--ref=registry.k8s.io/etcd", "--out=/tmp/x.tar", "--file=x=/nonexistent/etcd"}, 2,
 			"--file \"x=/nonexistent/etcd\": the source must be a readable regular file"},
 		{[]string{"image", "--ref=registry.k8s.io/etcd", "--out=/tmp/x.tar", "--dir=tmp=9z"}, 2, "--dir \"tmp=9z\": the mode must be octal"},
+		{[]string{"image", "--ref=registry.k8s.io/etcd:1", "--out=/tmp/x.tar", "--file=etcd=main.go", "--link=bin/sh"}, 2, `--link "bin/sh": want <path in the image>=<target>`},
 		{[]string{"image", "--ref=registry.k8s.io/etcd", "--out=/tmp/x.tar", "--dir=tmp", "--file=etcd=main.go"}, 2,
 			`ref "registry.k8s.io/etcd": want <name>:<tag>`},
 	}
@@ -72,7 +73,7 @@ func TestImageWritesArchive(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "etcd.tar")
 	var stderr bytes.Buffer
 	code := run(context.Background(), []string{"image", "--ref=registry.k8s.io/etcd:3.7.0-0", "--out=" + out,
-		"--file=usr/local/bin/etcd=main.go", "--dir=tmp=1777", "--entrypoint=/usr/local/bin/etcd", "--env=PATH=/usr/local/bin"}, func(string) (string, bool) { return "", false }, &stderr)
+		"--file=usr/local/bin/etcd=main.go", "--link=bin/etcd=/usr/local/bin/etcd", "--dir=tmp=1777", "--entrypoint=/usr/local/bin/etcd", "--cmd=--help", "--env=PATH=/usr/local/bin"}, func(string) (string, bool) { return "", false }, &stderr)
 	if code != 0 || !strings.Contains(stderr.String(), "registry.k8s.io/etcd:3.7.0-0 sha256:") {
 		t.Fatalf("exit %d:\n%s", code, stderr.String())
 	}

@@ -45,6 +45,10 @@ type File struct {
 	// sticky); 0 is 0644 for a file, 0755 for a directory.
 	Mode    int64
 	Content []byte
+	// Link, when set, makes the entry a symbolic link to Link (relative
+	// to the link's directory, or absolute in the image), e.g. busybox
+	// for bin/sh; Mode and Content are then unused.
+	Link string
 }
 
 // Image is what Write writes.
@@ -100,6 +104,9 @@ func (img Image) Validate() error {
 		}
 		if f.Mode < 0 || f.Mode > 0o7777 {
 			errs = append(errs, fmt.Errorf("file %q: mode %#o: want Unix mode bits up to 07777", f.Path, f.Mode))
+		}
+		if f.Link != "" && len(f.Content) > 0 {
+			errs = append(errs, fmt.Errorf("file %q: a symbolic link (to %q) has no content", f.Path, f.Link))
 		}
 		if seen[p] {
 			errs = append(errs, fmt.Errorf("file %q: given twice", f.Path))
@@ -218,6 +225,7 @@ func layerTar(img Image) ([]byte, error) {
 		mode int64
 		dir  bool
 		data []byte
+		link string
 	}
 	entries := map[string]entry{}
 	addParents := func(p string) {
@@ -246,7 +254,10 @@ func layerTar(img Image) ([]byte, error) {
 			return nil, fmt.Errorf("%s is both a directory and a file", p)
 		}
 		addParents(p)
-		entries[p] = entry{path: p, mode: mode, data: f.Content}
+		if f.Link != "" {
+			mode = 0o777
+		}
+		entries[p] = entry{path: p, mode: mode, data: f.Content, link: f.Link}
 	}
 	paths := make([]string, 0, len(entries))
 	for p := range entries {
@@ -258,17 +269,21 @@ func layerTar(img Image) ([]byte, error) {
 	for _, p := range paths {
 		e := entries[p]
 		h := &tar.Header{Name: p, Mode: e.mode, ModTime: time.Unix(0, 0)}
-		if e.dir {
+		switch {
+		case e.dir:
 			h.Name += "/"
 			h.Typeflag = tar.TypeDir
-		} else {
+		case e.link != "":
+			h.Typeflag = tar.TypeSymlink
+			h.Linkname = e.link
+		default:
 			h.Typeflag = tar.TypeReg
 			h.Size = int64(len(e.data))
 		}
 		if err := tw.WriteHeader(h); err != nil {
 			return nil, err
 		}
-		if !e.dir {
+		if h.Typeflag == tar.TypeReg {
 			if _, err := tw.Write(e.data); err != nil {
 				return nil, err
 			}

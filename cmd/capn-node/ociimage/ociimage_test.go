@@ -17,7 +17,7 @@ import (
 func image() ociimage.Image {
 	return ociimage.Image{
 		Ref:          "registry.k8s.io/etcd:3.7.0-0",
-		Files:        []ociimage.File{{Path: "usr/local/bin/etcd", Mode: 0o755, Content: []byte("#!etcd")}, {Path: "/etc/motd", Content: []byte("hi")}},
+		Files:        []ociimage.File{{Path: "usr/local/bin/etcd", Mode: 0o755, Content: []byte("#!etcd")}, {Path: "/etc/motd", Content: []byte("hi")}, {Path: "usr/bin/etcd", Link: "../local/bin/etcd"}},
 		Dirs:         []ociimage.File{{Path: "tmp", Mode: 0o1777}},
 		Entrypoint:   []string{"/usr/local/bin/etcd"},
 		Env:          []string{"PATH=/usr/local/bin"},
@@ -123,10 +123,10 @@ func TestWriteReadsBack(t *testing.T) {
 			t.Errorf("%s: uid %d gid %d mtime %s", h.Name, h.Uid, h.Gid, h.ModTime)
 		}
 		body, _ := io.ReadAll(tr)
-		kind := map[byte]string{tar.TypeDir: "d", tar.TypeReg: "f"}[h.Typeflag]
-		got = append(got, fmt.Sprintf("%s %s %o %s", h.Name, kind, h.Mode, body))
+		kind := map[byte]string{tar.TypeDir: "d", tar.TypeReg: "f", tar.TypeSymlink: "l"}[h.Typeflag]
+		got = append(got, fmt.Sprintf("%s %s %o %s%s", h.Name, kind, h.Mode, body, h.Linkname))
 	}
-	want := []string{"etc/ d 755 ", "etc/motd f 644 hi", "tmp/ d 1777 ", "usr/ d 755 ", "usr/local/ d 755 ", "usr/local/bin/ d 755 ", "usr/local/bin/etcd f 755 #!etcd"}
+	want := []string{"etc/ d 755 ", "etc/motd f 644 hi", "tmp/ d 1777 ", "usr/ d 755 ", "usr/bin/ d 755 ", "usr/bin/etcd l 777 ../local/bin/etcd", "usr/local/ d 755 ", "usr/local/bin/ d 755 ", "usr/local/bin/etcd f 755 #!etcd"}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("layer:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
@@ -151,6 +151,7 @@ func TestValidateRefusesBadImages(t *testing.T) {
 		{"escaping path", func(i *ociimage.Image) { i.Files[0].Path = "usr/../../etc/passwd" }, `path "usr/../../etc/passwd": want a clean path`},
 		{"twice", func(i *ociimage.Image) { i.Files[1].Path = "usr/local/bin/etcd" }, `file "usr/local/bin/etcd": given twice`},
 		{"bad mode", func(i *ociimage.Image) { i.Files[0].Mode = 0o17777 }, "mode 017777: want Unix mode bits"},
+		{"link with content", func(i *ociimage.Image) { i.Files[2].Content = []byte("x") }, `file "usr/bin/etcd": a symbolic link (to "../local/bin/etcd") has no content`},
 		{"nothing to run", func(i *ociimage.Image) { i.Entrypoint = nil }, "entrypoint: empty"},
 	}
 	for _, tt := range tests {

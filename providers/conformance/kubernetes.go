@@ -90,7 +90,7 @@ func KubeBins(t testing.TB, list string) []KubeBinDir {
 		out = append(out, KubeBinDir{Dir: dir, Version: KubeVersion(t, dir)})
 	}
 	if len(out) > 0 {
-		slices.SortStableFunc(out, func(a, b KubeBinDir) int { return compareVersions(a.Version, b.Version) })
+		slices.SortStableFunc(out, func(a, b KubeBinDir) int { return manifest.CompareVersions(a.Version, b.Version) })
 		return out
 	}
 	why := "CAPN_KUBE_BIN is not set"
@@ -120,22 +120,6 @@ func JoinKubeBins(bins []KubeBinDir) string {
 		dirs[i] = b.Dir
 	}
 	return strings.Join(dirs, string(filepath.ListSeparator))
-}
-
-// compareVersions orders Kubernetes versions (manifest.Version.Compare);
-// anything else sorts after, by text.
-func compareVersions(a, b string) int {
-	va, erra := manifest.ParseVersion(a)
-	vb, errb := manifest.ParseVersion(b)
-	switch {
-	case erra == nil && errb == nil:
-		return va.Compare(vb)
-	case erra == nil:
-		return -1
-	case errb == nil:
-		return 1
-	}
-	return strings.Compare(a, b)
 }
 
 var kubeVersionRe = regexp.MustCompile(`Kubernetes (v[0-9]+\.[0-9]+\.[0-9]+)`)

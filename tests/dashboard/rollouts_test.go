@@ -154,10 +154,23 @@ spec:
 		chromedp.Evaluate[chromedp.Void](fmt.Sprintf("localStorage.setItem('capn.token', %q)", token)),
 		chromedp.Navigate(base+"/"),
 		chromedp.WaitVisible(chromedp.CSS(`#conn[data-state="live"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#fleet tr[data-cluster="r5"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#rollouts tr[data-rollout="to-r2"]`)),
-		chromedp.Click(chromedp.CSS(`#rollouts tr[data-rollout="to-r2"] button`)),
-		chromedp.WaitVisible(chromedp.CSS(`#rollout-detail`)),
 	); err != nil {
+		t.Fatalf("load the page: %v (status %q, rollouts %q)", err, text(`#conn`), text(`#rollouts`))
+	}
+	// A click lands where the button was a moment before: the live tables
+	// above it can still move it (a row that arrives or grows), and then
+	// the click misses, as a person's would. Click again, as they would.
+	for try := 0; try < 3; try++ {
+		if err = do(10*time.Second,
+			chromedp.Click(chromedp.CSS(`#rollouts tr[data-rollout="to-r2"] button`)),
+			chromedp.WaitVisible(chromedp.CSS(`#rollout-detail`)),
+		); err == nil {
+			break
+		}
+	}
+	if err != nil {
 		t.Fatalf("open the rollout: %v (status %q, rollouts %q)", err, text(`#conn`), text(`#rollouts`))
 	}
 	if h := attr(`#rollouts tr[data-rollout="to-r2"]`, "aria-selected"); h != "true" {

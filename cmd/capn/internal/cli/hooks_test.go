@@ -140,11 +140,11 @@ func TestHookAndDeleteMachineCommands(t *testing.T) {
 		t.Fatalf("delete machine --wait: exit %d", code)
 	}
 	// The first line about the machine, unless it was gone at the first
-	// look (sim deletes in well under a second): Deleting, or, if the
-	// machine-manager has not taken it up yet, its phase and that its
-	// deletion is requested.
+	// look (sim deletes in well under a second): Deleting or Deleted, or,
+	// if the machine-manager has not taken it up yet, its phase and that
+	// its deletion is requested — never a phase that hides the deletion.
 	if i := strings.Index(stderr, "machine/"+worker+": "); i >= 0 {
-		if first, _, _ := strings.Cut(stderr[i:], "\n"); !strings.Contains(first, "Deleting") && !strings.Contains(first, "deletion requested") {
+		if first, _, _ := strings.Cut(stderr[i:], "\n"); !strings.Contains(first, ": Deleting") && !strings.Contains(first, ": Deleted") && !strings.Contains(first, "deletion requested") {
 			t.Errorf("first progress line of %s: %q", worker, first)
 		}
 	}

@@ -98,13 +98,22 @@ func TestWorkerGetsANodeCertificateFromTheRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	const csrs = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
-	if err := worker.Do(ctx, http.MethodPost, csrs, "application/json", map[string]any{
-		"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest", "metadata": map[string]any{"name": "node-csr-w1"},
-		"spec": map[string]any{"request": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
-			"signerName": "kubernetes.io/kube-apiserver-client-kubelet", "usages": []string{"digital signature", "client auth"}},
-	}, nil); err != nil {
-		t.Fatalf("the worker's CSR: %v", err)
-	}
+	// kube-apiserver's bootstrap-token authenticator reads Secrets from an
+	// informer: a token registered a moment ago answers 401 until the
+	// informer has it, and a kubelet retries. So does the worker here; a
+	// token that never works fails the wait.
+	var csrErr error
+	testkit.WaitFor(t, 30*time.Second, "the worker's CSR accepted", func() bool {
+		csrErr = worker.Do(ctx, http.MethodPost, csrs, "application/json", map[string]any{
+			"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest", "metadata": map[string]any{"name": "node-csr-w1"},
+			"spec": map[string]any{"request": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+				"signerName": "kubernetes.io/kube-apiserver-client-kubelet", "usages": []string{"digital signature", "client auth"}},
+		}, nil)
+		if csrErr != nil && !kubeapi.IsStatus(csrErr, http.StatusUnauthorized) {
+			t.Fatalf("the worker's CSR: %v", csrErr)
+		}
+		return csrErr == nil
+	})
 	var csr struct {
 		Status struct {
 			Certificate []byte `json:"certificate"`

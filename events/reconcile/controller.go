@@ -65,6 +65,13 @@ type Source struct {
 	// reconcile, for what changes with time rather than with a write.
 	Tick  func() []string
 	Every time.Duration
+	// Coalesce, if > 0, is how long a changed key waits for more changes
+	// before it is reconciled (Queue.AddCoalesced): the changes of one key
+	// within the window are reconciled once. For sources that change
+	// often per reconciled key (a cluster's machines), where a reconcile
+	// per change would redo the same work from a state that moves on
+	// before it is written.
+	Coalesce time.Duration
 }
 
 // Consumer is a durable consumer a controller runs, with its handler
@@ -148,7 +155,7 @@ func (c *Controller) start(ctx context.Context, env Env, wg *sync.WaitGroup, fai
 		keysOf := w.keysOf(all)
 		for _, p := range w.Prefixes {
 			sub := w.Cache.Subscribe(p)
-			run(func() { watch(ctx, c.Queue, sub, keysOf) })
+			run(func() { watch(ctx, c.Queue, sub, w.Coalesce, keysOf) })
 		}
 		if w.Tick != nil {
 			run(func() { tick(ctx, c.Queue, w.Every, w.Tick) })

@@ -27,12 +27,15 @@ type Queue struct {
 	processing map[string]bool // handed to a worker
 	dirty      map[string]bool // added again while processing
 	timers     map[string]*delayed
-	shutdown   bool
+	// soon are the pending AddCoalesced timers, apart from timers: a
+	// reconcile's Reschedule never cancels a change's wake-up.
+	soon     map[string]*time.Timer
+	shutdown bool
 }
 
 // NewQueue returns an empty queue.
 func NewQueue() *Queue {
-	q := &Queue{queued: map[string]bool{}, processing: map[string]bool{}, dirty: map[string]bool{}, timers: map[string]*delayed{}}
+	q := &Queue{queued: map[string]bool{}, processing: map[string]bool{}, dirty: map[string]bool{}, timers: map[string]*delayed{}, soon: map[string]*time.Timer{}}
 	q.cond = sync.NewCond(&q.mu)
 	return q
 }
@@ -89,6 +92,39 @@ func (q *Queue) AddAfter(key string, d time.Duration) {
 	q.timers[key] = dl
 }
 
+// AddCoalesced enqueues key within window: the first call starts the
+// window, later ones while it runs (or while the key waits in the queue)
+// fold into it, so a burst of changes to one key within window is
+// reconciled once, as Kubernetes controllers' rate-limited queues batch
+// a busy object's events. Nothing is lost: the reconcile that ends the
+// window reads the state after every change folded into it. A key
+// handed to a worker (Get) drops its pending window, the reconcile
+// reading the same state; a key being reconciled when the window ends
+// is queued again after it (Done), as with Add. Reschedule does not
+// cancel it. window <= 0 is Add.
+func (q *Queue) AddCoalesced(key string, window time.Duration) {
+	if window <= 0 {
+		q.Add(key)
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.shutdown || q.queued[key] || q.soon[key] != nil {
+		return
+	}
+	var t *time.Timer
+	t = time.AfterFunc(window, func() {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if q.soon[key] != t {
+			return // handed out (Get) before the window ended
+		}
+		delete(q.soon, key)
+		q.addLocked(key)
+	})
+	q.soon[key] = t
+}
+
 // Reschedule makes key's next delayed add d from now, replacing any
 // pending one (sooner or later); d <= 0 cancels a pending one. The loop
 // reschedules a key after every reconcile, so the latest result decides
@@ -126,6 +162,12 @@ func (q *Queue) Get() (key string, ok bool) {
 	key, q.queue = q.queue[0], q.queue[1:]
 	delete(q.queued, key)
 	q.processing[key] = true
+	if t, ok := q.soon[key]; ok {
+		// The reconcile about to run reads the state every change of the
+		// window left (each came after the cache had applied it).
+		t.Stop()
+		delete(q.soon, key)
+	}
 	return key, true
 }
 
@@ -154,6 +196,9 @@ func (q *Queue) ShutDown() {
 	q.shutdown = true
 	for _, t := range q.timers {
 		t.timer.Stop()
+	}
+	for _, t := range q.soon {
+		t.Stop()
 	}
 	q.cond.Broadcast()
 }

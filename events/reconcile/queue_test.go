@@ -153,3 +153,73 @@ func TestLoopNeverRunsOneKeyConcurrentlyAndRetries(t *testing.T) {
 		t.Fatalf("errors %d calls %d; want the failed key retried", errs.Load(), calls.Load())
 	}
 }
+
+// A burst of changes within the window is one reconcile; a reconcile's
+// Reschedule does not cancel a change's window; a key being reconciled
+// when its window ends comes back after Done; a key handed out drops its
+// pending window (the reconcile reads the state the window's changes
+// left).
+func TestAddCoalesced(t *testing.T) {
+	q := NewQueue()
+	defer q.ShutDown()
+	const window = 30 * time.Millisecond
+	for range 50 {
+		q.AddCoalesced("burst", window)
+	}
+	if q.Len() != 0 {
+		t.Fatalf("len %d right after the burst, want 0: the window has not ended", q.Len())
+	}
+	testkit.WaitFor(t, 2*time.Second, "the burst's key", func() bool { return q.Len() > 0 })
+	k, _ := q.Get()
+	if k != "burst" {
+		t.Fatalf("got %q, want burst", k)
+	}
+	// A change while "burst" is reconciled; the reconcile then asks for
+	// nothing (Reschedule 0), which must not cancel the change's window.
+	q.AddCoalesced("burst", window)
+	q.Reschedule("burst", 0)
+	testkit.WaitFor(t, 2*time.Second, "the window's end marking burst for after its reconcile", func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.dirty["burst"]
+	})
+	if q.Len() != 0 {
+		t.Fatalf("len %d, want 0: burst is still being reconciled", q.Len())
+	}
+	q.Done("burst")
+	if q.Len() != 1 {
+		t.Fatalf("len %d after Done, want 1: the change during the reconcile is queued again", q.Len())
+	}
+	drain(t, q, 1)
+
+	// Handed out with a window pending: the window is dropped.
+	q.AddCoalesced("k", window)
+	q.Add("k")
+	if k, _ := q.Get(); k != "k" {
+		t.Fatalf("got %q, want k", k)
+	}
+	q.mu.Lock()
+	pending := len(q.soon)
+	q.mu.Unlock()
+	if pending != 0 {
+		t.Fatalf("%d windows pending after Get, want 0: k's window ends with its reconcile", pending)
+	}
+	q.Done("k")
+	if q.Len() != 0 {
+		t.Fatalf("len %d after Done, want 0", q.Len())
+	}
+
+	// window <= 0 is Add.
+	q.AddCoalesced("now", 0)
+	if q.Len() != 1 {
+		t.Fatalf("len %d, want 1", q.Len())
+	}
+}
+
+func drain(t *testing.T, q *Queue, n int) {
+	t.Helper()
+	for range n {
+		k, _ := q.Get()
+		q.Done(k)
+	}
+}

@@ -11,8 +11,13 @@ import (
 // (resync markers included) to the keys to reconcile, each given to add.
 // It returns when ctx is cancelled or the subscription ends, and
 // unsubscribes. Every controller's watch-to-queue loop is this one.
-func watch(ctx context.Context, q *Queue, sub *store.Subscription, keysOf func(ch store.Change, add func(string))) {
-	sub.Each(ctx, func(ch store.Change) { keysOf(ch, q.Add) })
+// A coalesce window > 0 adds each key with Queue.AddCoalesced.
+func watch(ctx context.Context, q *Queue, sub *store.Subscription, coalesce time.Duration, keysOf func(ch store.Change, add func(string))) {
+	add := q.Add
+	if coalesce > 0 {
+		add = func(k string) { q.AddCoalesced(k, coalesce) }
+	}
+	sub.Each(ctx, func(ch store.Change) { keysOf(ch, add) })
 }
 
 // tick enqueues the keys f returns every d until ctx is cancelled.

@@ -199,7 +199,13 @@ type Cache struct {
 	// groups indexes keys by their first two tokens ("machine.c1."), the
 	// prefix reconcilers list by, so List of such a prefix costs the size
 	// of the group, not of the bucket.
-	groups  map[string]map[string]struct{}
+	groups map[string]map[string]struct{}
+	// kinds indexes the same by their first token ("addonset."): its
+	// members are the kind's groups ("machine.c1.", ending in a dot) and
+	// its keys of two tokens ("cluster.c1"), so List of a kind costs the
+	// number of its groups and short keys, not the bucket's size (a
+	// planner listing the add-on sets for every plan of every cluster).
+	kinds   map[string]map[string]struct{}
 	rev     uint64 // last applied revision
 	subs    map[*Subscription]struct{}
 	stopped bool
@@ -224,6 +230,7 @@ func NewCache(kv jetstream.KeyValue, opts CacheOptions) *Cache {
 		opts:      opts,
 		entries:   make(map[string]RawEntry),
 		groups:    make(map[string]map[string]struct{}),
+		kinds:     make(map[string]map[string]struct{}),
 		subs:      make(map[*Subscription]struct{}),
 		done:      make(chan struct{}),
 		resyncReq: make(chan struct{}, 1),
@@ -319,8 +326,8 @@ func (c *Cache) Get(key string) (RawEntry, bool) {
 }
 
 // List returns the cached entries whose keys start with prefix, sorted by
-// key. A prefix of exactly two tokens and a dot ("machine.c1.") is served
-// from an index; any other scans the whole cache.
+// key. A prefix of one or two tokens and a dot ("addonset.",
+// "machine.c1.") is served from an index; any other scans the whole cache.
 func (c *Cache) List(prefix string) []RawEntry {
 	c.mustCover(prefix)
 	c.mu.RLock()
@@ -344,25 +351,61 @@ func groupOf(key string) string {
 	return key[:i+1+j+1]
 }
 
-// set and unset change an entry and its group index. c.mu must be held.
+// kindOf is the key's first token with its dot ("machine."), or "" for a
+// key without a dot.
+func kindOf(key string) string {
+	if i := strings.IndexByte(key, '.'); i >= 0 {
+		return key[:i+1]
+	}
+	return ""
+}
+
+// set and unset change an entry and its group and kind indexes. c.mu must
+// be held.
 func (c *Cache) set(e RawEntry) {
+	_, had := c.entries[e.Key]
 	c.entries[e.Key] = e
+	if had {
+		return // indexed already
+	}
+	member := e.Key
 	if g := groupOf(e.Key); g != "" {
 		m := c.groups[g]
+		if m != nil {
+			m[e.Key] = struct{}{}
+			return // the group is in its kind already
+		}
+		c.groups[g] = map[string]struct{}{e.Key: {}}
+		member = g
+	}
+	if k := kindOf(e.Key); k != "" {
+		m := c.kinds[k]
 		if m == nil {
 			m = map[string]struct{}{}
-			c.groups[g] = m
+			c.kinds[k] = m
 		}
-		m[e.Key] = struct{}{}
+		m[member] = struct{}{}
 	}
 }
 
 func (c *Cache) unset(key string) {
+	if _, had := c.entries[key]; !had {
+		return
+	}
 	delete(c.entries, key)
+	member := key
 	if g := groupOf(key); g != "" {
 		delete(c.groups[g], key)
-		if len(c.groups[g]) == 0 {
-			delete(c.groups, g)
+		if len(c.groups[g]) > 0 {
+			return
+		}
+		delete(c.groups, g)
+		member = g
+	}
+	if k := kindOf(key); k != "" {
+		delete(c.kinds[k], member)
+		if len(c.kinds[k]) == 0 {
+			delete(c.kinds, k)
 		}
 	}
 }
@@ -373,6 +416,18 @@ func (c *Cache) list(prefix string) []RawEntry {
 	if prefix != "" && groupOf(prefix) == prefix {
 		for k := range c.groups[prefix] {
 			out = append(out, c.entries[k])
+		}
+		return out
+	}
+	if prefix != "" && kindOf(prefix) == prefix {
+		for m := range c.kinds[prefix] {
+			if !strings.HasSuffix(m, ".") {
+				out = append(out, c.entries[m])
+				continue
+			}
+			for k := range c.groups[m] {
+				out = append(out, c.entries[k])
+			}
 		}
 		return out
 	}

@@ -28,8 +28,18 @@ func TestListIndexMatchesScan(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	natstest.WaitFor(t, 5*time.Second, "the cache at the last delete", func() bool { return c.Revision() >= 62+9 })
-	for _, prefix := range []string{"machine.c1.", "machine.c2.", "machine.c9.", "machine.", "machine.c1", "cluster.", ""} {
+	// A group that empties leaves its kind; one that fills again is back.
+	put(t, kv, "node.c5.a", 1)
+	put(t, kv, "node.c6.a", 1)
+	put(t, kv, "addonset.x", 1)
+	for _, k := range []string{"node.c5.a", "node.c6.a", "addonset.x"} {
+		if err := kv.Delete(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(t, kv, "node.c5.b", 1)
+	natstest.WaitFor(t, 5*time.Second, "the cache at the last write", func() bool { return c.Revision() >= 62+9+7 })
+	for _, prefix := range []string{"machine.c1.", "machine.c2.", "machine.c9.", "machine.", "machine.c1", "cluster.", "node.", "node.c6.", "addonset.", "nothing.", ""} {
 		got := keysOf(c.List(prefix))
 		var want []string
 		for _, e := range c.List("") {
@@ -43,6 +53,12 @@ func TestListIndexMatchesScan(t *testing.T) {
 	}
 	if n := len(c.List("machine.c1.")); n == 0 {
 		t.Fatal("index returned nothing for a populated group")
+	}
+	if got := keysOf(c.List("node.")); !slices.Equal(got, []string{"node.c5.b"}) {
+		t.Errorf("List(node.) = %v, want [node.c5.b]", got)
+	}
+	if got := len(c.List("machine.")); got != 60-9+1 {
+		t.Errorf("List(machine.) has %d keys, want %d", got, 60-9+1)
 	}
 }
 

@@ -453,6 +453,24 @@ func tokenTTL(b *capnv1.BootstrapData) time.Duration {
 	return token.DefaultTTL
 }
 
+// machineCoalesce is how long a cluster whose machines joined waits for
+// more of them before its reconcile (reconcile.Source.Coalesce): short
+// beside a token's lifetime and TokenCheckEvery, long beside the
+// milliseconds between a create's joins.
+const machineCoalesce = 100 * time.Millisecond
+
+// clusterOfClusterLevel maps a cluster-level key (a cluster's
+// infrastructure, infra.<p>.<c>._; its control-plane record,
+// controlplane.<c>) to its cluster, "" for any other (a machine's
+// infrastructure).
+func clusterOfClusterLevel(key string) string {
+	k, err := keys.Parse(key)
+	if err != nil || (k.Kind == keys.KindInfra && k.Name != keys.ClusterObject) {
+		return ""
+	}
+	return k.Cluster
+}
+
 // clusterOfJoined maps an observed machine key to its cluster when that
 // machine is Running, "" otherwise.
 func (s *Service) clusterOfJoined(key string) string {

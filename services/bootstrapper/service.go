@@ -265,15 +265,18 @@ func (s *Service) controllers(log zerolog.Logger) []*reconcile.Controller {
 	// machine joining — wakes that cluster's reconcile. A subscription first
 	// replays every current key, so each known cluster is looked at once at
 	// start. Of machine statuses only a machine that joined matters here
-	// (its token goes); every other change would cost a reconcile for
-	// nothing.
+	// (its token goes), and of infrastructure records only the cluster's
+	// (its endpoint), not its machines' (two or more writes per machine);
+	// every other change would cost a reconcile for nothing. Machines
+	// join in bursts: their changes are coalesced per cluster
+	// (machineCoalesce), one reconcile tending all their tokens.
 	clusters := &reconcile.Controller{
 		Watches: []reconcile.Source{
 			{Cache: s.desired, Prefixes: []string{keys.ClusterPrefix}, Key: keys.ClusterOf},
 			// A hosted or external control plane's endpoint comes from its
 			// record (controlplane.<c>), a machines one's from the infra.
-			{Cache: s.observed, Prefixes: []string{keys.InfraPrefix, keys.ControlPlanePrefix}, Key: keys.ClusterOf},
-			{Cache: s.observed, Prefixes: []string{keys.MachinePrefix}, Key: s.clusterOfJoined},
+			{Cache: s.observed, Prefixes: []string{keys.InfraPrefix, keys.ControlPlanePrefix}, Key: clusterOfClusterLevel},
+			{Cache: s.observed, Prefixes: []string{keys.MachinePrefix}, Key: s.clusterOfJoined, Coalesce: machineCoalesce},
 		},
 		Resync:    all,
 		Consumers: []reconcile.Consumer{{Spec: CommandConsumer(), Handler: s.handleCommand, Concurrency: s.cfg.Workers}},

@@ -48,6 +48,24 @@ type Config struct {
 	// DefaultStatusCoalesce; negative: every change at once). Phase,
 	// generation, conditions' status and the like are written at once.
 	StatusCoalesce time.Duration
+	// PlanCoalesce is how long a cluster whose machines changed waits for
+	// more of their changes before it is planned (0: DefaultPlanCoalesce;
+	// negative: at once): a create's machines move through their phases
+	// in bursts, and one plan after a burst does what a plan per change
+	// would. Changes of the cluster's own spec are planned at once.
+	PlanCoalesce time.Duration
+}
+
+// DefaultPlanCoalesce is Config.PlanCoalesce's default: short beside the
+// status's coalescing (DefaultStatusCoalesce) and a machine's boot, long
+// beside the milliseconds between a burst's changes.
+const DefaultPlanCoalesce = 100 * time.Millisecond
+
+func (s *Service) planCoalesce() time.Duration {
+	if s.cfg.PlanCoalesce == 0 {
+		return DefaultPlanCoalesce
+	}
+	return max(0, s.cfg.PlanCoalesce)
 }
 
 // Service is the cluster-planner.
@@ -161,10 +179,13 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	providers := newProviderWatch(s)
 	c := &reconcile.Controller{
 		Watches: []reconcile.Source{
-			{Cache: s.desired, Prefixes: []string{keys.ClusterPrefix, keys.MachinePrefix}, Key: keys.ClusterOf},
-			// controlplane.<c>: an implementation's record changed (initialized,
-			// version, endpoint, generation answered, gone): plan the cluster again.
-			{Cache: s.observed, Prefixes: []string{keys.MachinePrefix, keys.InfraPrefix, keys.SecretsPrefix, keys.AutoscalerPrefix, keys.AddonPrefix, keys.MaintenancePrefix, keys.ControlPlanePrefix}, Key: keys.ClusterOf},
+			{Cache: s.desired, Prefixes: []string{keys.ClusterPrefix}, Key: keys.ClusterOf},
+			// The cluster's machines and what others report of it, coalesced
+			// per cluster (PlanCoalesce). controlplane.<c>: an implementation's
+			// record changed (initialized, version, endpoint, generation
+			// answered, gone): plan the cluster again.
+			{Cache: s.desired, Prefixes: []string{keys.MachinePrefix}, Key: keys.ClusterOf, Coalesce: s.planCoalesce()},
+			{Cache: s.observed, Prefixes: []string{keys.MachinePrefix, keys.InfraPrefix, keys.SecretsPrefix, keys.AutoscalerPrefix, keys.AddonPrefix, keys.MaintenancePrefix, keys.ControlPlanePrefix}, Key: keys.ClusterOf, Coalesce: s.planCoalesce()},
 			// A set changed: any cluster may be selected or not now.
 			{Cache: s.desired, Prefixes: []string{keys.AddonSetPrefix}, Changed: func(store.Change) []string { return s.desired.KeysUnder(keys.ClusterPrefix) }},
 			{Cache: s.observed, Prefixes: []string{keys.ProviderPrefix}, Changed: providers.changed,

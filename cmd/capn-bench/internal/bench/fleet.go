@@ -44,6 +44,9 @@ var benchTrace = false
 // fleetRun is one fleet create.
 type fleetRun struct {
 	Machines int
+	// Running is how many were Running at the end: Machines, unless the
+	// create timed out (measureFleetIn's error then).
+	Running  int
 	Elapsed  time.Duration
 	KVWrites uint64 // messages added to the KV streams
 	Messages uint64 // messages added to capn's streams
@@ -224,10 +227,13 @@ func fleetCreate(ctx context.Context, e fleetEnv, n int, timeout time.Duration, 
 	lastTrace := start
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
+	var timedOut error
+wait:
 	for running.Load() < int64(want) {
 		select {
 		case <-deadline:
-			return fleetRun{}, fmt.Errorf("%d clusters: only %s after %s (clusters created in %s)", n, progress(), timeout, created.Round(time.Millisecond))
+			timedOut = fmt.Errorf("%d clusters: only %d of %d machines Running after %s (clusters created in %s)", n, running.Load(), want, timeout, created.Round(time.Millisecond))
+			break wait
 		case <-tick.C:
 			if every > 0 && time.Since(lastTrace) >= every {
 				lastTrace = time.Now()
@@ -241,13 +247,21 @@ func fleetCreate(ctx context.Context, e fleetEnv, n int, timeout time.Duration, 
 	if err != nil {
 		return fleetRun{}, err
 	}
+	r := fleetRun{Machines: want, Running: int(running.Load()), Elapsed: elapsed, Created: created, CPU: cpu1 - cpu0}
+	if mem != nil {
+		r.Memory = mem.stop()
+	}
+	if timedOut != nil {
+		// What the create did until then: its CPU (by service) and memory
+		// say where it was stuck.
+		if prof.Len() > 0 {
+			r.CPUByService, _ = cpuByLabel(prof.Bytes(), daemon.ProfileLabel)
+		}
+		return r, timedOut
+	}
 	after, err := e.counts(ctx)
 	if err != nil {
 		return fleetRun{}, err
-	}
-	r := fleetRun{Machines: want, Elapsed: elapsed, Created: created, CPU: cpu1 - cpu0}
-	if mem != nil {
-		r.Memory = mem.stop()
 	}
 	if tp != nil {
 		r.traffic = traffic{msgs: tp.stop()}

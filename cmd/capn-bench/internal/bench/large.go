@@ -112,8 +112,12 @@ func runLarge(ctx context.Context, o options, rep *report, w io.Writer) error {
 	fmt.Fprintf(w, "large: fleet create of %d clusters (%d machines; timeout %s)…\n", o.LargeClusters, 10*o.LargeClusters, o.LargeTimeout)
 	big, err := measureFleetIn(ctx, o.LargeClusters, o.LargeTimeout, fleetOptions{memory: true, progress: 10 * time.Second})
 	if err != nil {
-		res.Err = err.Error()
+		if big.Machines == 0 {
+			return fmt.Errorf("large: %w", err)
+		}
+		res.Large, res.Err = big, err.Error()
 		fmt.Fprintf(w, "  did not complete: %v\n", err)
+		printLarge(w, big)
 		return nil
 	}
 	res.Large = big
@@ -191,12 +195,16 @@ func (r report) largeMarkdown() string {
 			"the sim provider with its simulated machines, and the benchmark's watcher — from the kernel's high-water mark reset at the start; "+
 			"Go heap is the highest live-and-unswept heap sampled every 250 ms, Go runtime the memory the runtime held.\n\n", ref.Machines)
 		b.WriteString("| figure | reference | large | goal |\n| --- | ---: | ---: | --- |\n")
+		big := l.Large
 		if l.Err != "" {
-			fmt.Fprintf(&b, "| machines | %d | did not complete | completes |\n\n", ref.Machines)
-			fmt.Fprintf(&b, "The large create stopped: %s\n\n", l.Err)
+			fmt.Fprintf(&b, "| machines | %d | did not complete: %d of %d Running after %.0f s | completes |\n", ref.Machines, big.Running, big.Machines, big.Elapsed.Seconds())
+			fmt.Fprintf(&b, "| apply → all Running | %.1f s | — | ≤ 3 min |\n", ref.Elapsed.Seconds())
+			fmt.Fprintf(&b, "| CPU per Running machine | %.2f ms | %.2f ms | |\n", ref.CPUPerMachine(), 1000*big.CPU/float64(max(big.Running, 1)))
+			memoryRows(&b, ref, big)
+			fmt.Fprintf(&b, "\nThe large create stopped: %s\n\n", l.Err)
+			cpuByServiceLines(&b, ref, big)
 			return b.String()
 		}
-		big := l.Large
 		fmt.Fprintf(&b, "| machines | %d | %d | |\n", ref.Machines, big.Machines)
 		fmt.Fprintf(&b, "| apply → all Running | %.1f s | %.1f s | ≤ 3 min |\n", ref.Elapsed.Seconds(), big.Elapsed.Seconds())
 		fmt.Fprintf(&b, "| clusters written to desired | %.1f s | %.1f s | |\n", ref.Created.Seconds(), big.Created.Seconds())
@@ -204,16 +212,24 @@ func (r report) largeMarkdown() string {
 		fmt.Fprintf(&b, "| KV writes, messages per machine | %.1f, %.1f | %.1f, %.1f | |\n", ref.KVWritesPerMachine(), ref.MsgsPerMachine(), big.KVWritesPerMachine(), big.MsgsPerMachine())
 		fmt.Fprintf(&b, "| cores | %.2f | %.2f | |\n", ref.Cores(), big.Cores())
 		fmt.Fprintf(&b, "| CPU per machine | %.2f ms | %.2f ms (%.2f×) | ≤ 1.3× |\n", ref.CPUPerMachine(), big.CPUPerMachine(), big.CPUPerMachine()/ref.CPUPerMachine())
-		if ref.Memory != nil && big.Memory != nil {
-			fmt.Fprintf(&b, "| peak RSS, whole process | %.0f MiB | %.0f MiB | ≤ 2.5 GiB |\n", ref.Memory.RSSMiB, big.Memory.RSSMiB)
-			fmt.Fprintf(&b, "| peak Go heap / Go runtime | %.0f / %.0f MiB | %.0f / %.0f MiB | |\n", ref.Memory.HeapMiB, ref.Memory.GoMiB, big.Memory.HeapMiB, big.Memory.GoMiB)
-		}
+		memoryRows(&b, ref, big)
 		b.WriteString("\n")
-		for _, c := range []fleetRun{ref, big} {
-			if len(c.CPUByService) > 0 {
-				fmt.Fprintf(&b, "CPU per machine by service, %d machines: %s.\n\n", c.Machines, serviceCPU(c))
-			}
-		}
+		cpuByServiceLines(&b, ref, big)
 	}
 	return b.String()
+}
+
+func memoryRows(b *strings.Builder, ref, big fleetRun) {
+	if ref.Memory != nil && big.Memory != nil {
+		fmt.Fprintf(b, "| peak RSS, whole process | %.0f MiB | %.0f MiB | ≤ 2.5 GiB |\n", ref.Memory.RSSMiB, big.Memory.RSSMiB)
+		fmt.Fprintf(b, "| peak Go heap / Go runtime | %.0f / %.0f MiB | %.0f / %.0f MiB | |\n", ref.Memory.HeapMiB, ref.Memory.GoMiB, big.Memory.HeapMiB, big.Memory.GoMiB)
+	}
+}
+
+func cpuByServiceLines(b *strings.Builder, runs ...fleetRun) {
+	for _, c := range runs {
+		if len(c.CPUByService) > 0 {
+			fmt.Fprintf(b, "CPU per machine by service, %d machines: %s.\n\n", c.Machines, serviceCPU(c))
+		}
+	}
 }

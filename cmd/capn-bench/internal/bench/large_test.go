@@ -99,11 +99,13 @@ func TestLargeBench(t *testing.T) {
 // A large create that does not complete is reported with where it stopped.
 func TestLargeMarkdownStopped(t *testing.T) {
 	r := report{Machine: "m", LargeClusters: 10000, Large: &largeResult{
-		Reference: fleetRun{Machines: 10000, Elapsed: 30 * time.Second, CPU: 60},
+		Reference: fleetRun{Machines: 10000, Running: 10000, Elapsed: 30 * time.Second, CPU: 60},
+		Large:     fleetRun{Machines: 100000, Running: 51234, Elapsed: 15 * time.Minute, CPU: 512.34, CPUByService: map[string]time.Duration{"cluster-planner": 100 * time.Second}},
 		Err:       "10000 clusters: only 51234 of 100000 machines Running after 15m0s",
 	}}
 	md := r.largeMarkdown()
-	for _, want := range []string{"### 100000 machines", "| machines | 10000 | did not complete | completes |", "The large create stopped: 10000 clusters: only 51234 of 100000"} {
+	for _, want := range []string{"### 100000 machines", "| machines | 10000 | did not complete: 51234 of 100000 Running after 900 s | completes |",
+		"| CPU per Running machine | 6.00 ms | 10.00 ms | |", "The large create stopped: 10000 clusters: only 51234 of 100000", "100000 machines: cluster-planner 1.00 ms"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}
@@ -125,6 +127,21 @@ func TestMemSampler(t *testing.T) {
 	}
 }
 
+// A fleet create that times out returns what it did until then.
+func TestFleetCreateTimesOut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a fleet create: skipped with -short")
+	}
+	r, err := measureFleetIn(context.Background(), 20, time.Millisecond, fleetOptions{memory: true})
+	if err == nil || !strings.Contains(err.Error(), "of 200 machines Running after 1ms") {
+		t.Fatalf("error %v, want a timeout saying how many of the 200 machines were Running", err)
+	}
+	if r.Machines != 200 || r.Running >= 200 || r.CPU <= 0 || r.Memory == nil || r.Memory.RSSMiB <= 0 {
+		t.Errorf("partial figures %+v (memory %+v)", r, r.Memory)
+	}
+}
+
+// rotate starts the URL list at node i.
 func TestRotate(t *testing.T) {
 	for i, want := range []string{"a,b,c", "b,c,a", "c,a,b", "a,b,c"} {
 		if got := rotate("a,b,c", i); got != want {

@@ -43,6 +43,7 @@ type Config struct {
 	LargeClusters      int
 	LargeReference     int
 	LargeTimeout       time.Duration
+	LargeHeapProfile   string
 }
 
 // defaultBench are the benchmarks make bench runs; hosted, which needs the
@@ -82,6 +83,7 @@ func BindFlags(fs *flag.FlagSet) *Config {
 	fs.IntVar(&c.LargeClusters, "large-clusters", 10000, "clusters (1 control-plane + 9 workers) of the large benchmark's create")
 	fs.IntVar(&c.LargeReference, "large-reference", 1000, "clusters of the large benchmark's reference create, run first (its CPU per machine is what the large one is compared with)")
 	fs.DurationVar(&c.LargeTimeout, "large-timeout", 15*time.Minute, "give up on the large create after this long (reported with where it stopped)")
+	fs.StringVar(&c.LargeHeapProfile, "large-heapprofile", "", "write a heap profile of the process here when the large create ends (completed or not)")
 	return c
 }
 

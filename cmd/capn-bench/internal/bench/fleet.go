@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"sync/atomic"
@@ -130,6 +131,9 @@ type fleetOptions struct {
 	// memory samples the process's resident set and Go heap during the
 	// create (fleetRun.Memory).
 	memory bool
+	// heapProfile, when set, is where the create writes a heap profile
+	// of the process once it ends (completed or timed out).
+	heapProfile string
 	// progress prints the count of Running machines (and with memory the
 	// resident set) this often; 0: every second with --trace, else never.
 	progress time.Duration
@@ -243,6 +247,11 @@ wait:
 	}
 	elapsed := time.Since(start)
 	stopProfile()
+	if o.heapProfile != "" {
+		if err := writeHeapProfile(o.heapProfile); err != nil {
+			return fleetRun{}, err
+		}
+	}
 	cpu1, err := cpuSeconds(os.Getpid())
 	if err != nil {
 		return fleetRun{}, err
@@ -359,4 +368,19 @@ func byKind(msgs []tapped) map[string]int {
 		by[kind]++
 	}
 	return by
+}
+
+// writeHeapProfile writes the process's heap profile (in use as of a
+// fresh GC) to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	runtime.GC()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

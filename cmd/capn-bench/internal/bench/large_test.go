@@ -132,12 +132,16 @@ func TestFleetCreateTimesOut(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a fleet create: skipped with -short")
 	}
-	r, err := measureFleetIn(context.Background(), 20, time.Millisecond, fleetOptions{memory: true})
+	heap := filepath.Join(t.TempDir(), "heap.pprof")
+	r, err := measureFleetIn(context.Background(), 20, time.Millisecond, fleetOptions{memory: true, heapProfile: heap})
 	if err == nil || !strings.Contains(err.Error(), "of 200 machines Running after 1ms") {
 		t.Fatalf("error %v, want a timeout saying how many of the 200 machines were Running", err)
 	}
 	if r.Machines != 200 || r.Running >= 200 || r.CPU <= 0 || r.Memory == nil || r.Memory.RSSMiB <= 0 {
 		t.Errorf("partial figures %+v (memory %+v)", r, r.Memory)
+	}
+	if fi, err := os.Stat(heap); err != nil || fi.Size() == 0 {
+		t.Errorf("heap profile: %v", err)
 	}
 }
 

@@ -232,11 +232,12 @@ func fleetCreate(ctx context.Context, e fleetEnv, n int, timeout time.Duration, 
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	var timedOut error
+	ran := int64(0)
 wait:
-	for running.Load() < int64(want) {
+	for ran = running.Load(); ran < int64(want); ran = running.Load() {
 		select {
 		case <-deadline:
-			timedOut = fmt.Errorf("%d clusters: only %d of %d machines Running after %s (clusters created in %s)", n, running.Load(), want, timeout, created.Round(time.Millisecond))
+			timedOut = fmt.Errorf("%d clusters: only %d of %d machines Running after %s (clusters created in %s)", n, ran, want, timeout, created.Round(time.Millisecond))
 			break wait
 		case <-tick.C:
 			if every > 0 && time.Since(lastTrace) >= every {
@@ -256,7 +257,7 @@ wait:
 	if err != nil {
 		return fleetRun{}, err
 	}
-	r := fleetRun{Machines: want, Running: int(running.Load()), Elapsed: elapsed, Created: created, CPU: cpu1 - cpu0}
+	r := fleetRun{Machines: want, Running: int(min(ran, int64(want))), Elapsed: elapsed, Created: created, CPU: cpu1 - cpu0}
 	if mem != nil {
 		r.Memory = mem.stop()
 	}

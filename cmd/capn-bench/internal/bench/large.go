@@ -126,8 +126,13 @@ func runLarge(ctx context.Context, o options, rep *report, w io.Writer) error {
 }
 
 func printLarge(w io.Writer, c fleetRun) {
-	fmt.Fprintf(w, "  %d machines Running in %s (clusters written in %s; %.0f machines/s, %.1f KV writes and %.1f messages per machine; %.2f cores, %.2f ms CPU per machine)",
-		c.Machines, c.Elapsed.Round(time.Millisecond), c.Created.Round(time.Millisecond), c.MachinesPerSec(), c.KVWritesPerMachine(), c.MsgsPerMachine(), c.Cores(), c.CPUPerMachine())
+	if c.Running < c.Machines {
+		fmt.Fprintf(w, "  %d of %d machines Running after %s (clusters written in %s; %.2f cores, %.2f ms CPU per Running machine)",
+			c.Running, c.Machines, c.Elapsed.Round(time.Millisecond), c.Created.Round(time.Millisecond), c.Cores(), 1000*c.CPU/float64(max(c.Running, 1)))
+	} else {
+		fmt.Fprintf(w, "  %d machines Running in %s (clusters written in %s; %.0f machines/s, %.1f KV writes and %.1f messages per machine; %.2f cores, %.2f ms CPU per machine)",
+			c.Machines, c.Elapsed.Round(time.Millisecond), c.Created.Round(time.Millisecond), c.MachinesPerSec(), c.KVWritesPerMachine(), c.MsgsPerMachine(), c.Cores(), c.CPUPerMachine())
+	}
 	if m := c.Memory; m != nil {
 		fmt.Fprintf(w, "; peak RSS %.0f MiB, Go heap %.0f MiB, Go runtime %.0f MiB", m.RSSMiB, m.HeapMiB, m.GoMiB)
 	}
@@ -137,8 +142,13 @@ func printLarge(w io.Writer, c fleetRun) {
 	}
 }
 
-// serviceCPU is a create's CPU per machine by service, largest first.
+// serviceCPU is a create's CPU per Running machine by service, largest
+// first.
 func serviceCPU(c fleetRun) string {
+	running := c.Running
+	if running <= 0 {
+		running = c.Machines
+	}
 	ks := slices.Collect(maps.Keys(c.CPUByService))
 	slices.SortFunc(ks, func(a, b string) int { return cmp.Compare(c.CPUByService[b], c.CPUByService[a]) })
 	var parts []string
@@ -147,7 +157,7 @@ func serviceCPU(c fleetRun) string {
 		if name == "" {
 			name = "server and benchmark"
 		}
-		parts = append(parts, fmt.Sprintf("%s %.2f ms", name, 1000*c.CPUByService[k].Seconds()/float64(c.Machines)))
+		parts = append(parts, fmt.Sprintf("%s %.2f ms", name, 1000*c.CPUByService[k].Seconds()/float64(running)))
 	}
 	return strings.Join(parts, ", ")
 }
@@ -228,7 +238,11 @@ func memoryRows(b *strings.Builder, ref, big fleetRun) {
 
 func cpuByServiceLines(b *strings.Builder, runs ...fleetRun) {
 	for _, c := range runs {
-		if len(c.CPUByService) > 0 {
+		switch {
+		case len(c.CPUByService) == 0:
+		case c.Running > 0 && c.Running < c.Machines:
+			fmt.Fprintf(b, "CPU per Running machine by service, %d of %d machines Running: %s.\n\n", c.Running, c.Machines, serviceCPU(c))
+		default:
 			fmt.Fprintf(b, "CPU per machine by service, %d machines: %s.\n\n", c.Machines, serviceCPU(c))
 		}
 	}

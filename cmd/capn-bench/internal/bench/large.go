@@ -25,6 +25,9 @@ type replicatedResult struct {
 type replicatedSetup struct {
 	Name string // "in-process, 1 node, R1", "rendered, 3 nodes, R3"
 	Runs []fleetRun
+	// Stopped is a create of this setup that timed out (its partial
+	// figures); the setup's other runs are skipped, the next setups run.
+	Stopped *fleetRun
 }
 
 // setups of the replicated benchmark, in the order they run: capn dev's
@@ -57,6 +60,11 @@ func runReplicated(ctx context.Context, o options, rep *report, w io.Writer) err
 					c, err = measureFleetDeployed(ctx, 1, n, o.Timeout)
 				default:
 					c, err = measureFleetDeployed(ctx, o.ReplicatedNodes, n, o.Timeout)
+				}
+				if err != nil && c.Machines > 0 && c.Running < c.Machines {
+					fmt.Fprintf(w, "  did not complete: %v\n", err)
+					s.Stopped = &c
+					break
 				}
 				if err != nil {
 					return fmt.Errorf("%s: %w", name, err)
@@ -185,6 +193,11 @@ func (r report) largeMarkdown() string {
 		for _, res := range r.Replicated {
 			base := 0.0
 			for i, s := range res.Setups {
+				if s.Stopped != nil && len(s.Runs) == 0 {
+					fmt.Fprintf(&b, "| %d | %s | did not complete: %d of %d Running after %.0f s | | | | %.2f | | |\n", res.Clusters, s.Name,
+						s.Stopped.Running, s.Stopped.Machines, s.Stopped.Elapsed.Seconds(), s.Stopped.Cores())
+					continue
+				}
 				el := median(collect(s.Runs, func(c fleetRun) float64 { return c.Elapsed.Seconds() }))
 				if i == 0 {
 					base = el

@@ -171,3 +171,20 @@ func TestComposeOn(t *testing.T) {
 		t.Errorf("composeOn(4): %v, want the node count refused", err)
 	}
 }
+
+// A replicated setup whose create timed out is a row of its own, and the
+// other setups' rows stay.
+func TestReplicatedMarkdownStopped(t *testing.T) {
+	done := fleetRun{Machines: 10000, Running: 10000, Elapsed: 70 * time.Second, CPU: 64, KVWrites: 80000, Messages: 68000}
+	r := report{Machine: "m", Runs: 1, Replicated: []replicatedResult{{Clusters: 1000, Setups: []replicatedSetup{
+		{Name: "in-process, 1 node, R1", Runs: []fleetRun{done}},
+		{Name: "rendered, 1 node, R1", Stopped: &fleetRun{Machines: 10000, Running: 9018, Elapsed: 10 * time.Minute, CPU: 300}},
+	}}}}
+	md := r.largeMarkdown()
+	for _, want := range []string{"| 1000 | in-process, 1 node, R1 | 70.0 s | 143 | 8.0 | 6.8 | 0.91 | 6.40 ms | 1.00× |",
+		"| 1000 | rendered, 1 node, R1 | did not complete: 9018 of 10000 Running after 600 s | | | | 0.50 | | |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}

@@ -9,7 +9,7 @@ DATA_DIR ?= .capn
 PROGRAMS := $(notdir $(wildcard cmd/*))
 export CGO_ENABLED ?= 0
 
-.PHONY: all build run test day2 test-short mod-check proto proto-check lint vet fmt clean bench bench-hosted npd kube kube-bin autoscaler autoscaler-bin nodestack nodestack-bin nodeimages fuzz images chaos e2e e2e-dir conformance
+.PHONY: all build run test day2 test-short mod-check proto proto-check lint vet fmt clean bench bench-hosted bench-large npd kube kube-bin autoscaler autoscaler-bin nodestack nodestack-bin nodeimages fuzz images chaos e2e e2e-dir conformance
 
 all: build
 
@@ -184,6 +184,9 @@ BENCH_CLUSTERS ?= 100,300,1000
 BENCH_RUNS ?= 3
 bench: ## fleet-scale benchmarks (fleet create, repair, upgrade, ingest, a class rollout in waves to 1,000 clusters, idle) against the same-run NATS baseline → docs/benchmarks.md
 	$(GO) run ./cmd/capn-bench --clusters $(BENCH_CLUSTERS) --runs $(BENCH_RUNS) --out docs/benchmarks.md
+
+bench-large: ## beyond make bench's time (issue 24): fleet create on the rendered 3-node JetStream cluster (R3, TLS, a user per service) beside 1 node at 100 and 1,000 clusters, and 100,000 sim machines (time, peak RSS, CPU per machine vs 10,000) → docs/benchmarks.md (~10 min)
+	$(GO) run ./cmd/capn-bench --bench replicated,large --runs 1 --out docs/benchmarks.md
 
 BENCH_HOSTED ?= auto
 bench-hosted: ## hosted control planes' density (issue 21; not in bench): BENCH_HOSTED at once (auto: half the free memory at 500 MiB each, at most 20), one with a worker, the machine-based figure → docs/benchmarks.md (needs make kube; minutes)

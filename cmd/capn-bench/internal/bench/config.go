@@ -36,6 +36,14 @@ type Config struct {
 	HostedSettle time.Duration
 	HostedWindow time.Duration
 	HostedWorker bool
+	// The replicated and large benchmarks (not in the default --bench:
+	// make bench-large).
+	ReplicatedClusters string // comma-separated fleet sizes
+	ReplicatedNodes    int
+	LargeClusters      int
+	LargeReference     int
+	LargeTimeout       time.Duration
+	LargeHeapProfile   string
 }
 
 // defaultBench are the benchmarks make bench runs; hosted, which needs the
@@ -55,7 +63,7 @@ func BindFlags(fs *flag.FlagSet) *Config {
 	fs.BoolVar(&c.Trace, "trace", false, "print each fleet create's progress every second")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run here")
 	fs.IntVar(&c.RepairFleet, "repair-fleet", 300, "clusters created in the background of the busy repair-latency runs (0 skips them)")
-	fs.StringVar(&c.Bench, "bench", defaultBench, "comma-separated benchmarks to run: fleet, repair, idle, upgrade, ingest, rollout, hosted (hosted control planes' density: make bench-hosted)")
+	fs.StringVar(&c.Bench, "bench", defaultBench, "comma-separated benchmarks to run: fleet, repair, idle, upgrade, ingest, rollout, hosted (hosted control planes' density: make bench-hosted), replicated (fleet create on the rendered 3-node JetStream cluster beside one node) and large (100,000 machines: make bench-large)")
 	fs.StringVar(&c.IdleClusters, "idle-clusters", "100,1000", "comma-separated fleet sizes of the idle-cost benchmark")
 	fs.IntVar(&c.UpgradePool, "upgrade-pool", 500, "machines in the pool of the rolling-upgrade benchmark")
 	fs.DurationVar(&c.UpgradeBoot, "upgrade-boot", 5*time.Second, "the sim provider's boot latency in the rolling-upgrade benchmark")
@@ -70,6 +78,12 @@ func BindFlags(fs *flag.FlagSet) *Config {
 	fs.DurationVar(&c.HostedSettle, "hosted-settle", 15*time.Second, "how long the hosted benchmark lets the control planes settle once all are Ready, before its idle window")
 	fs.DurationVar(&c.HostedWindow, "hosted-window", 30*time.Second, "how long the hosted benchmark reads each control plane's CPU time")
 	fs.BoolVar(&c.HostedWorker, "hosted-worker", true, "the hosted benchmark also times one hosted cluster's kube-local worker to a Ready Node and measures one machine-based control plane, on the process provider")
+	fs.StringVar(&c.ReplicatedClusters, "replicated-clusters", "100,1000", "comma-separated fleet sizes of the replicated benchmark")
+	fs.IntVar(&c.ReplicatedNodes, "replicated-nodes", 3, "nodes of the rendered JetStream cluster in the replicated benchmark (streams and buckets with as many replicas), measured beside one in-process node and one rendered node: 1..3")
+	fs.IntVar(&c.LargeClusters, "large-clusters", 10000, "clusters (1 control-plane + 9 workers) of the large benchmark's create")
+	fs.IntVar(&c.LargeReference, "large-reference", 1000, "clusters of the large benchmark's reference create, run first (its CPU per machine is what the large one is compared with)")
+	fs.DurationVar(&c.LargeTimeout, "large-timeout", 15*time.Minute, "give up on the large create after this long (reported with where it stopped)")
+	fs.StringVar(&c.LargeHeapProfile, "large-heapprofile", "", "write a heap profile of the process here when the large create ends (completed or not)")
 	return c
 }
 
@@ -77,6 +91,7 @@ func BindFlags(fs *flag.FlagSet) *Config {
 type options struct {
 	Config
 	sizes, idleSizes []int
+	replicatedSizes  []int
 	hostedSizes      []int           // 0: auto
 	want             map[string]bool // by benchmark name
 }
@@ -92,15 +107,30 @@ func (c Config) options() (options, error) {
 	if o.idleSizes, err = sizesFlag("--idle-clusters", c.IdleClusters); err != nil {
 		return options{}, err
 	}
+	if o.replicatedSizes, err = sizesFlag("--replicated-clusters", c.ReplicatedClusters); err != nil {
+		return options{}, err
+	}
+	if c.ReplicatedNodes < 1 || c.ReplicatedNodes > 3 {
+		return options{}, usageError{fmt.Errorf("--replicated-nodes: %d: the rendered deployment has 1 to 3 nodes", c.ReplicatedNodes)}
+	}
+	if c.LargeClusters < 1 {
+		return options{}, usageError{fmt.Errorf("--large-clusters: %d is not a positive number", c.LargeClusters)}
+	}
+	if c.LargeReference < 1 {
+		return options{}, usageError{fmt.Errorf("--large-reference: %d is not a positive number", c.LargeReference)}
+	}
+	if c.LargeTimeout <= 0 {
+		return options{}, usageError{fmt.Errorf("--large-timeout: %s is not a positive duration", c.LargeTimeout)}
+	}
 	if c.RolloutClusters < 1 {
 		return options{}, usageError{fmt.Errorf("--rollout-clusters: %d is not a positive number", c.RolloutClusters)}
 	}
 	for _, b := range strings.Split(c.Bench, ",") {
 		switch b = strings.TrimSpace(b); b {
-		case "fleet", "repair", "idle", "upgrade", "ingest", "rollout", "hosted":
+		case "fleet", "repair", "idle", "upgrade", "ingest", "rollout", "hosted", "replicated", "large":
 			o.want[b] = true
 		default:
-			return options{}, usageError{fmt.Errorf("--bench: %q is not a benchmark (fleet, repair, idle, upgrade, ingest, rollout, hosted)", b)}
+			return options{}, usageError{fmt.Errorf("--bench: %q is not a benchmark (fleet, repair, idle, upgrade, ingest, rollout, hosted, replicated, large)", b)}
 		}
 	}
 	for _, h := range strings.Split(c.Hosted, ",") {

@@ -5,11 +5,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -43,6 +45,9 @@ var benchTrace = false
 // fleetRun is one fleet create.
 type fleetRun struct {
 	Machines int
+	// Running is how many were Running at the end: Machines, unless the
+	// create timed out (measureFleetIn's error then).
+	Running  int
 	Elapsed  time.Duration
 	KVWrites uint64 // messages added to the KV streams
 	Messages uint64 // messages added to capn's streams
@@ -59,6 +64,12 @@ type fleetRun struct {
 	CPUByService map[string]time.Duration
 	// Replay is the same traffic stored by NATS alone (see replay.go).
 	Replay replayRun
+	// Created is how long writing the n clusters to desired took (the
+	// services already at work meanwhile).
+	Created time.Duration
+	// Memory is the process's peak resident set and Go heap during the
+	// create, when sampled (fleetOptions.memory).
+	Memory *memPeak
 
 	traffic traffic // what the create asked of NATS, until replayed
 }
@@ -108,6 +119,29 @@ func services(ring *seal.Keyring, so sim.Options) []daemon.Service {
 // measureFleet creates n clusters on a fresh server with every service
 // running and times it until all n*10 machines are Running.
 func measureFleet(ctx context.Context, n int, timeout time.Duration) (fleetRun, error) {
+	return measureFleetIn(ctx, n, timeout, fleetOptions{tap: true})
+}
+
+// fleetOptions say what a fleet create records beside its time, traffic
+// counts and CPU.
+type fleetOptions struct {
+	// tap records every message published (for the replay and the
+	// breakdown by kind): memory that grows with the fleet.
+	tap bool
+	// memory samples the process's resident set and Go heap during the
+	// create (fleetRun.Memory).
+	memory bool
+	// heapProfile, when set, is where the create writes a heap profile
+	// of the process once it ends (completed or timed out).
+	heapProfile string
+	// progress prints the count of Running machines (and with memory the
+	// resident set) this often; 0: every second with --trace, else never.
+	progress time.Duration
+}
+
+// measureFleetIn is measureFleet on a fresh in-process server (capn dev's
+// way), recording what o says.
+func measureFleetIn(ctx context.Context, n int, timeout time.Duration, o fleetOptions) (fleetRun, error) {
 	key, _ := seal.GenerateKey()
 	ring, _ := seal.NewKeyring(key)
 	e, err := startEnv(ctx, events.DefaultTopology(1), services(ring, sim.Options{})...)
@@ -115,68 +149,141 @@ func measureFleet(ctx context.Context, n int, timeout time.Duration) (fleetRun, 
 		return fleetRun{}, err
 	}
 	defer e.Close()
+	fe := fleetEnv{nc: e.nc, js: e.js, counts: func(ctx context.Context) (map[string]uint64, error) { return streamMessages(ctx, e.js) }}
+	return fleetCreate(ctx, fe, n, timeout, o)
+}
+
+// fleetEnv is where a fleet create runs: the benchmark's own connection
+// (it creates the clusters in desired and watches observed) and how to
+// read how many messages every stream ever got.
+type fleetEnv struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	counts func(context.Context) (map[string]uint64, error)
+}
+
+// fleetCreate creates n clusters in e, whose services are running, and
+// times it until all n*10 machines are Running.
+func fleetCreate(ctx context.Context, e fleetEnv, n int, timeout time.Duration, o fleetOptions) (fleetRun, error) {
 	js := e.js
-	observed, desired := e.kv(ctx, events.BucketObserved), e.kv(ctx, events.BucketDesired)
-	running := countRunning(ctx, observed)
-	tap, err := startTap(e.nc)
+	observed, err := js.KeyValue(ctx, events.BucketObserved)
 	if err != nil {
-		return fleetRun{}, err
+		return fleetRun{}, fmt.Errorf("bucket %s: %w", events.BucketObserved, err)
 	}
-	defer tap.stop()
-	before, err := streamMessages(ctx, js)
+	desired, err := js.KeyValue(ctx, events.BucketDesired)
+	if err != nil {
+		return fleetRun{}, fmt.Errorf("bucket %s: %w", events.BucketDesired, err)
+	}
+	running := countRunning(ctx, observed)
+	var tp *tap
+	if o.tap {
+		if tp, err = startTap(e.nc); err != nil {
+			return fleetRun{}, err
+		}
+		defer tp.stop()
+	}
+	before, err := e.counts(ctx)
 	if err != nil {
 		return fleetRun{}, err
 	}
 	clusters := store.NewBucket(desired, store.New[capnv1.Cluster]())
 	want := n * 10
+	var mem *memSampler
+	if o.memory {
+		mem = startMemSampler(250 * time.Millisecond)
+	}
 	cpu0, err := cpuSeconds(os.Getpid())
 	if err != nil {
 		return fleetRun{}, err
 	}
 	var prof bytes.Buffer
 	profiling := !benchProfiling && pprof.StartCPUProfile(&prof) == nil
-	start := time.Now()
-	for i := range n {
-		if _, err := clusters.Create(ctx, keys.Cluster(fleetCluster(i).GetMetadata().GetName()), fleetCluster(i)); err != nil {
-			return fleetRun{}, err
+	stopProfile := func() {
+		if profiling {
+			pprof.StopCPUProfile()
+			profiling = false
 		}
 	}
+	defer stopProfile()
+	every := o.progress
+	if every == 0 && benchTrace {
+		every = time.Second
+	}
+	start := time.Now()
+	progress := func() string {
+		s := fmt.Sprintf("%6.1fs: %d of %d machines Running", time.Since(start).Seconds(), running.Load(), want)
+		if mem != nil {
+			m := mem.now()
+			s += fmt.Sprintf("; RSS %.0f MiB, Go heap %.0f MiB", m.RSSMiB, m.HeapMiB)
+		}
+		return s
+	}
+	for i := range n {
+		if _, err := clusters.Create(ctx, keys.Cluster(fleetCluster(i).GetMetadata().GetName()), fleetCluster(i)); err != nil {
+			return fleetRun{}, fmt.Errorf("create cluster %d of %d: %w", i+1, n, err)
+		}
+		if every > 0 && (i+1)%1000 == 0 {
+			fmt.Fprintf(os.Stderr, "  %s (%d of %d clusters created)\n", progress(), i+1, n)
+		}
+	}
+	created := time.Since(start)
 	deadline := time.After(timeout)
 	lastTrace := start
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
-	for running.Load() < int64(want) {
+	var timedOut error
+	ran := int64(0)
+wait:
+	for ran = running.Load(); ran < int64(want); ran = running.Load() {
 		select {
 		case <-deadline:
-			return fleetRun{}, fmt.Errorf("%d clusters: only %d of %d machines Running after %s", n, running.Load(), want, timeout)
+			timedOut = fmt.Errorf("%d clusters: only %d of %d machines Running after %s (clusters created in %s)", n, ran, want, timeout, created.Round(time.Millisecond))
+			break wait
 		case <-tick.C:
-			if benchTrace && time.Since(lastTrace) >= time.Second {
+			if every > 0 && time.Since(lastTrace) >= every {
 				lastTrace = time.Now()
-				fmt.Fprintf(os.Stderr, "  %5.1fs: %d of %d machines Running\n", time.Since(start).Seconds(), running.Load(), want)
+				fmt.Fprintf(os.Stderr, "  %s\n", progress())
 			}
 		}
 	}
 	elapsed := time.Since(start)
-	if profiling {
-		pprof.StopCPUProfile()
+	stopProfile()
+	if o.heapProfile != "" {
+		if err := writeHeapProfile(o.heapProfile); err != nil {
+			return fleetRun{}, err
+		}
 	}
 	cpu1, err := cpuSeconds(os.Getpid())
 	if err != nil {
 		return fleetRun{}, err
 	}
-	after, err := streamMessages(ctx, js)
+	r := fleetRun{Machines: want, Running: int(min(ran, int64(want))), Elapsed: elapsed, Created: created, CPU: cpu1 - cpu0}
+	if mem != nil {
+		r.Memory = mem.stop()
+	}
+	if timedOut != nil {
+		// What the create did until then: its CPU (by service) and memory
+		// say where it was stuck.
+		if prof.Len() > 0 {
+			r.CPUByService, _ = cpuByLabel(prof.Bytes(), daemon.ProfileLabel)
+		}
+		return r, timedOut
+	}
+	after, err := e.counts(ctx)
 	if err != nil {
 		return fleetRun{}, err
 	}
-	r := fleetRun{Machines: want, Elapsed: elapsed, CPU: cpu1 - cpu0, traffic: traffic{msgs: tap.stop()}}
-	r.ByKind = byKind(r.traffic.msgs)
-	if profiling {
-		if r.CPUByService, err = cpuByLabel(prof.Bytes(), daemon.ProfileLabel); err != nil {
+	if tp != nil {
+		r.traffic = traffic{msgs: tp.stop()}
+		r.ByKind = byKind(r.traffic.msgs)
+		if r.traffic.watches, r.traffic.durables, err = readers(ctx, js); err != nil {
 			return fleetRun{}, err
 		}
 	}
-	if r.traffic.watches, r.traffic.durables, err = readers(ctx, js); err != nil {
-		return fleetRun{}, err
+	if prof.Len() > 0 {
+		if r.CPUByService, err = cpuByLabel(prof.Bytes(), daemon.ProfileLabel); err != nil {
+			return fleetRun{}, err
+		}
 	}
 	for name, v := range after {
 		d := v - before[name]
@@ -262,4 +369,19 @@ func byKind(msgs []tapped) map[string]int {
 		by[kind]++
 	}
 	return by
+}
+
+// writeHeapProfile writes the process's heap profile (in use as of a
+// fresh GC) to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	runtime.GC()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -37,6 +37,13 @@ type report struct {
 	Hosted        []hostedRun
 	HostedVersion string
 	HostedWorker  *hostedWorkerRun
+	// Replicated: the replicated benchmark, one entry a fleet size, on a
+	// rendered cluster of ReplicatedNodes nodes; Large: the large one, of
+	// LargeClusters clusters.
+	Replicated      []replicatedResult
+	ReplicatedNodes int
+	Large           *largeResult
+	LargeClusters   int
 }
 
 func median(xs []float64) float64 {

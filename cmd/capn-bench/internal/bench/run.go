@@ -45,15 +45,19 @@ func Run(ctx context.Context, cfg Config, stdout, w io.Writer) error {
 			return err
 		}
 	}
-	// The hosted benchmark's report has a place of its own in the output
-	// file (docs/benchmarks.md, "Hosted control planes"); make bench's
-	// block is written only when one of its benchmarks ran.
+	// The hosted and the large benchmarks' reports have places of their
+	// own in the output file (docs/benchmarks.md: "Hosted control planes",
+	// "Round 4"); make bench's block is written only when one of its
+	// benchmarks ran.
 	blocks := []struct{ md, begin, end string }{}
-	if len(o.want) > 1 || !o.want["hosted"] {
+	if slices.ContainsFunc(strings.Split(defaultBench, ","), func(b string) bool { return o.want[b] }) {
 		blocks = append(blocks, struct{ md, begin, end string }{rep.Markdown(), beginMarker, endMarker})
 	}
 	if o.want["hosted"] {
 		blocks = append(blocks, struct{ md, begin, end string }{rep.hostedMarkdown(), hostedBeginMarker, hostedEndMarker})
+	}
+	if o.want["replicated"] || o.want["large"] {
+		blocks = append(blocks, struct{ md, begin, end string }{rep.largeMarkdown(), largeBeginMarker, largeEndMarker})
 	}
 	for _, b := range blocks {
 		fmt.Fprint(stdout, b.md)
@@ -79,6 +83,8 @@ var benchmarks = []struct {
 	{"rollout", runRollout},
 	{"idle", runIdle},
 	{"hosted", runHosted},
+	{"replicated", runReplicated},
+	{"large", runLarge},
 }
 
 // runRollout measures a class revision rolled out in waves across

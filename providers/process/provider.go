@@ -96,9 +96,15 @@ func (p *Provider) Name() string { return Name }
 
 // Capabilities: stop-start and reboot, and real-kubernetes while KubeBin
 // holds a kube-apiserver (read at every announcement, so binaries built
-// after the start count).
+// after the start count). In node mode no reboot: Reboot restarts a
+// machine's capn-node agent only, while the node's kubelet, containerd
+// and containers (node-problem-detector's among them) run on, so it cures
+// nothing a node reboot would; the remediator then replaces the machine.
 func (p *Provider) Capabilities() []string {
-	caps := []string{sdk.CapabilityStopStart, sdk.CapabilityReboot}
+	caps := []string{sdk.CapabilityStopStart}
+	if !p.realNodesOn() {
+		caps = append(caps, sdk.CapabilityReboot)
+	}
 	if p.runsKubernetes() || p.realNodesOn() {
 		caps = append(caps, sdk.CapabilityRealKubernetes)
 	}

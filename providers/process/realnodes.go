@@ -201,7 +201,7 @@ func (p *Provider) startRealNode(rec *machineRecord) (*realnode.Node, error) {
 	}
 	if err := n.StartServices(realnode.Boot{
 		Stack: p.real.stack, Images: p.real.images, CapnNode: p.opts.NodeBinary, Hostname: rec.Machine,
-		Env: []string{p.real.stack.Path()},
+		Env: []string{p.real.stack.Path()}, ProviderID: rec.ProviderID,
 	}); err != nil {
 		return nil, fmt.Errorf("real node %s of %s/%s: %w", n.NS, rec.Cluster, rec.Machine, err)
 	}

@@ -4,7 +4,6 @@ package process_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -21,7 +20,6 @@ import (
 	"github.com/capn-dev/capn/providers/process"
 	"github.com/capn-dev/capn/providers/process/realnode"
 	"github.com/capn-dev/capn/providers/sdk"
-	"github.com/capn-dev/capn/providers/sdk/sdktest"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
@@ -49,6 +47,20 @@ func TestRealNodesRefuseWithoutStack(t *testing.T) {
 	}
 }
 
+// TestRealNodesAnnounceNoReboot: node mode announces stop-start and
+// real-kubernetes but no reboot — its Reboot restarts the agent only, the
+// node's kubelet and containers run on — so the remediator replaces an
+// unhealthy real node; the default mode still announces reboot.
+func TestRealNodesAnnounceNoReboot(t *testing.T) {
+	caps := process.CapabilitiesOf(process.Options{RealNodes: true})
+	if !slices.Equal(caps, []string{sdk.CapabilityStopStart, sdk.CapabilityRealKubernetes}) {
+		t.Errorf("node mode announces %v, want [stop-start real-kubernetes]", caps)
+	}
+	if caps := process.CapabilitiesOf(process.Options{}); !slices.Contains(caps, sdk.CapabilityReboot) {
+		t.Errorf("the default mode announces %v, without reboot", caps)
+	}
+}
+
 // needRealNodes skips (fails under CAPN_REQUIRE_NODESTACK=1) unless this
 // host can run real nodes with kubeadm.
 func needRealNodes(t *testing.T) (stack, images string) {
@@ -73,20 +85,7 @@ func needRealNodes(t *testing.T) (stack, images string) {
 // through its Service's DNS name from a pod); then `capn delete --wait`
 // and nothing of the nodes is left on the host.
 func TestRealNodesThroughCapn(t *testing.T) {
-	stack, images := needRealNodes(t)
-	kubeBin := conformance.KubeBin(t, "")
-	begin := time.Now()
-	restoreKernelTunables(t)
-	keepInotify(t)
-	netnsBefore, _ := realnode.Run(nil, nil, "ip", "netns", "list")
-	if _, err := os.Stat("/sys/fs/cgroup/memory/k8s.io"); os.IsNotExist(err) {
-		t.Cleanup(func() {
-			if _, err := os.Stat("/sys/fs/cgroup/memory/k8s.io"); err == nil {
-				t.Errorf("/sys/fs/cgroup/memory/k8s.io is left on the host")
-			}
-		})
-	}
-
+	needRealNodes(t)
 	// The web image FROM scratch (capn-node image), beside kubeadm's.
 	work := t.TempDir()
 	const webRef = "capn.local/test/web:v1"
@@ -99,107 +98,8 @@ func TestRealNodesThroughCapn(t *testing.T) {
 	if out, err := exec.Command(nodeBinary, "image", "--ref", webRef, "--out", filepath.Join(work, "web.tar"), "--file", "web="+web, "--entrypoint", "/web").CombinedOutput(); err != nil {
 		t.Fatalf("capn-node image: %v\n%s", err, out)
 	}
-	list, err := realnode.ReadImages(images)
-	if err != nil {
-		t.Fatal(err)
-	}
-	imgDir := filepath.Join(work, "images")
-	var lines []string
-	for _, im := range list {
-		lines = append(lines, im.Ref+" "+im.Archive)
-	}
-	lines = append(lines, webRef+" "+filepath.Join(work, "web.tar"))
-	if err := os.MkdirAll(imgDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(imgDir, "images.txt"), []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-
-	env := sdktest.New(t)
-	opts := options(t, t.TempDir())
-	opts.RealNodes, opts.NodeStack, opts.NodeImages = true, stack, imgDir
-	opts.HeartbeatEvery, opts.WatchEvery = time.Second, time.Second
-	t.Cleanup(func() {
-		if err := process.Purge(opts); err != nil {
-			t.Errorf("purge: %v", err)
-		}
-	})
-	t.Cleanup(func() {
-		if left := process.RealNodeLeftovers(opts); len(left) > 0 {
-			t.Logf("real nodes left before the purge: %v", left)
-		}
-	})
-	stop := env.Run(process.NewService(opts, conformance.SDKOptions()))
-	defer func() { stop() }()
-	announced := func() {
-		conformance.Poll(t, "the provider's announcement with real-kubernetes", time.Minute, func() error {
-			a, ok := env.Announcement(process.Name)
-			if !ok || !slices.Contains(a.GetCapabilities(), sdk.CapabilityRealKubernetes) {
-				return fmt.Errorf("announcement %v", a)
-			}
-			return nil
-		})
-	}
-	announced()
-	c := conformance.StartCapn(t, env.Server.URL())
-	name := fmt.Sprintf("rn-%d", time.Now().UnixNano()%100000)
-	k := conformance.NewKubeCluster(t, c, env.JS, kubeBin, name)
-	podCIDR := freePodCIDR(t)
-	t.Logf("capn up in %s; cluster %s at %s, pods %s", time.Since(begin).Round(time.Millisecond), name, k.Version, podCIDR)
-
-	applied := time.Now()
-	k.Apply(fmt.Sprintf(realManifest, name, k.Version, podCIDR))
-	// capn hands out the kubeconfig once the cluster has its endpoint.
-	k.Kubeconfig = filepath.Join(c.Home, name+".kubeconfig")
-	conformance.Poll(t, "capn kubeconfig "+name, 5*time.Minute, func() error {
-		cmd := exec.Command(filepath.Join(c.Progs, "capn"), "kubeconfig", name, "-o", k.Kubeconfig)
-		cmd.Env = []string{"HOME=" + c.Home, "XDG_CONFIG_HOME=" + filepath.Join(c.Home, "xdg"), "CAPN_SERVER=" + c.Server, "CAPN_TOKEN=" + c.Token}
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("%v: %s", err, out)
-		}
-		return nil
-	})
-	type nodeList struct {
-		Items []struct {
-			Metadata struct{ Name string } `json:"metadata"`
-			Spec     struct {
-				PodCIDR string `json:"podCIDR"`
-			} `json:"spec"`
-			Status struct {
-				Conditions []struct{ Type, Status string } `json:"conditions"`
-				NodeInfo   struct {
-					KubeletVersion string `json:"kubeletVersion"`
-				} `json:"nodeInfo"`
-			} `json:"status"`
-		} `json:"items"`
-	}
-	conformance.Poll(t, "3 Nodes Ready", 12*time.Minute, func() error {
-		out, err := k.Kubectl("get", "nodes", "-o", "json")
-		if err != nil {
-			return err
-		}
-		var nl nodeList
-		if err := json.Unmarshal([]byte(out), &nl); err != nil {
-			return err
-		}
-		ready := 0
-		for _, n := range nl.Items {
-			for _, cond := range n.Status.Conditions {
-				if cond.Type == "Ready" && cond.Status == "True" && n.Status.NodeInfo.KubeletVersion == k.Version {
-					ready++
-				}
-			}
-		}
-		if len(nl.Items) != 3 || ready != 3 {
-			return fmt.Errorf("%d Nodes, %d Ready at %s", len(nl.Items), ready, k.Version)
-		}
-		return nil
-	})
-	nodesReady := time.Since(applied)
-	k.Clusters.WaitReady(name, 5*time.Minute)
-	out, _ := k.Kubectl("get", "nodes", "-o", "wide")
-	t.Logf("3 Nodes Ready %s after capn apply (capn's cluster Ready %s):\n%s", nodesReady.Round(time.Millisecond), time.Since(applied).Round(time.Millisecond), out)
+	w := newRealWorld(t, []realnode.Image{{Ref: webRef, Archive: filepath.Join(work, "web.tar")}}, realManifest)
+	env, opts, k, name, applied := w.env, w.opts, w.k, w.name, w.applied
 
 	// A Deployment of web: 3 pods, really running.
 	token := "real-" + name
@@ -227,7 +127,7 @@ func TestRealNodesThroughCapn(t *testing.T) {
 		}
 		return nil
 	})
-	out, _ = k.Kubectl("get", "pods", "-A", "-o", "wide")
+	out, _ := k.Kubectl("get", "pods", "-A", "-o", "wide")
 	t.Logf("kubectl get pods -A -o wide (%s after apply):\n%s", time.Since(applied).Round(time.Millisecond), out)
 	hc := &http.Client{Timeout: 5 * time.Second}
 	get := func(u string) (string, error) {
@@ -280,9 +180,9 @@ func TestRealNodesThroughCapn(t *testing.T) {
 	// A provider restart: the nodes run on (their own sessions), a new
 	// provider reads them back from the state dir, its relay takes the
 	// agents' connections again, and it is the one that deletes them.
-	stop()
-	stop = env.Run(process.NewService(opts, conformance.SDKOptions()))
-	announced()
+	w.stop()
+	w.stop = env.Run(process.NewService(opts, conformance.SDKOptions()))
+	w.announced()
 	conformance.Poll(t, "web answers the host after the provider's restart", time.Minute, func() (err error) {
 		body, err = get("http://" + net.JoinHostPort(podIPs[1], "8080") + "/")
 		if err == nil && !strings.Contains(body, "token="+token+"\n") {
@@ -305,22 +205,7 @@ func TestRealNodesThroughCapn(t *testing.T) {
 	})
 	t.Logf("provider restarted: the nodes ran on, their agents heartbeat again")
 
-	deleted := time.Now()
-	c.CLI("delete", "cluster", name, "--wait", "--timeout", "5m")
-	t.Logf("capn delete --wait took %s", time.Since(deleted).Round(time.Millisecond))
-	conformance.Poll(t, "nothing of the real nodes left on the host", time.Minute, func() error {
-		if left := process.RealNodeLeftovers(opts); len(left) > 0 {
-			return fmt.Errorf("%v", left)
-		}
-		after, _ := realnode.Run(nil, nil, "ip", "netns", "list")
-		for _, l := range strings.Split(after, "\n") {
-			if f := strings.Fields(l); len(f) > 0 && !strings.Contains(netnsBefore, f[0]) {
-				return fmt.Errorf("network namespace %s", f[0])
-			}
-		}
-		return nil
-	})
-	t.Logf("test took %s", time.Since(begin).Round(time.Millisecond))
+	w.deleteAndCheck()
 }
 
 // freePodCIDR is a 10.252.x.0/22 no address or route of this host is in.
@@ -450,6 +335,10 @@ func TestRealNodesRunOnlyKubeadmData(t *testing.T) {
 	p, err := process.New(opts)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A node-mode reboot would restart only the agent: not announced.
+	if caps := p.Capabilities(); slices.Contains(caps, sdk.CapabilityReboot) || !slices.Contains(caps, sdk.CapabilityRealKubernetes) {
+		t.Errorf("node mode's capabilities %v: want real-kubernetes, no reboot", caps)
 	}
 	for _, bp := range []string{"kube-local", "script"} {
 		m, err := p.CreateMachine(context.Background(), &capnv1.CreateMachine{

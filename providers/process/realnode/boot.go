@@ -39,6 +39,44 @@ type Boot struct {
 	// Env is the environment of containerd and the kubelet unit (PATH
 	// with the stack first).
 	Env []string
+	// ProviderID, when set, is the kubelet's --provider-id: the Node
+	// registers with it as spec.providerID, by which capn matches a Node
+	// to its machine (the health-watcher reads its conditions, drains and
+	// deletes it). It is the machine's own KUBELET_EXTRA_ARGS in the
+	// node's /etc/default/kubelet, written before the kubelet unit starts,
+	// as a cloud's instance data hands a kubelet its provider id.
+	ProviderID string
+}
+
+// KubeletDefaults is the node's /etc/default/kubelet for a provider id.
+func KubeletDefaults(providerID string) string {
+	return "# written by capn's process provider: the machine's provider id\nKUBELET_EXTRA_ARGS='--provider-id=" + providerID + "'\n"
+}
+
+// writeKubeletDefaults writes /etc/default/kubelet in the node's mounts
+// (through its holder's root) unless it already says that; a provider id
+// with a quote or whitespace is refused (the unit splits the value at
+// whitespace).
+func (n *Node) writeKubeletDefaults(providerID string) error {
+	if strings.ContainsAny(providerID, "'\"\\ \t\n") {
+		return fmt.Errorf("provider id %q: a quote, backslash or whitespace cannot be a kubelet argument", providerID)
+	}
+	if n.Root == "" {
+		return errors.New("the node has no mounts of its own to write /etc/default/kubelet in")
+	}
+	path := filepath.Join(n.Root, "etc", "default", "kubelet")
+	want := KubeletDefaults(providerID)
+	if b, err := os.ReadFile(path); err == nil && string(b) == want {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp := path + ".capn-tmp"
+	if err := os.WriteFile(tmp, []byte(want), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
 
 // Path is the PATH a node's processes get: the kube binaries, the stack,
@@ -173,6 +211,11 @@ func (n *Node) StartServices(b Boot) error {
 			return err
 		}
 	}
+	if b.ProviderID != "" {
+		if err := n.writeKubeletDefaults(b.ProviderID); err != nil {
+			return err
+		}
+	}
 	if !n.runs("kubelet", "--kubelet") {
 		if _, err := detached(b.Env, filepath.Join(n.Dir, KubeletLog), n.InNode(b.CapnNode, "kubelet", "--kubelet", filepath.Join(b.Stack.KubeBin, "kubelet"), "--restart-sec", "2s")...); err != nil {
 			return err
@@ -270,13 +313,24 @@ func (n *Node) Leftovers() []string {
 
 // removeCgroups removes the cgroup v1 directories /k8s.io/<id> of the
 // node's containers in every hierarchy (the CRI's parent when the kubelet
-// runs without its QoS hierarchy), and /k8s.io once empty.
+// runs without its QoS hierarchy), and /k8s.io once empty. A cgroup whose
+// last killed process is still exiting is busy (EBUSY) for a moment: it
+// is tried again for up to 10 s — a cgroup given up on would be left on
+// the host, since Remove then removes the list of ids with the node's
+// directory.
 func removeCgroups(ids []string) error {
 	var errs []error
 	hier, _ := filepath.Glob("/sys/fs/cgroup/*")
 	for _, h := range hier {
 		for _, id := range ids {
-			if err := os.Remove(filepath.Join(h, "k8s.io", id)); err != nil && !os.IsNotExist(err) {
+			path := filepath.Join(h, "k8s.io", id)
+			err := poll(10*time.Second, func() error {
+				if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+					return err
+				}
+				return nil
+			})
+			if err != nil {
 				errs = append(errs, err)
 			}
 		}

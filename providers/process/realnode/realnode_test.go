@@ -102,3 +102,39 @@ func TestNames(t *testing.T) {
 		t.Errorf("interface names too long: %s %s %s", sw, eth, l.HostDev)
 	}
 }
+
+// TestKubeletDefaults: the provider id reaches the node's
+// /etc/default/kubelet as KUBELET_EXTRA_ARGS (what capn-node kubelet
+// reads), written once, and an id the unit would split is refused, the
+// file untouched.
+func TestKubeletDefaults(t *testing.T) {
+	root := t.TempDir()
+	n := &Node{Root: root}
+	path := filepath.Join(root, "etc", "default", "kubelet")
+	if err := n.writeKubeletDefaults("process://c1/m1"); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil || !strings.Contains(string(b), "\nKUBELET_EXTRA_ARGS='--provider-id=process://c1/m1'\n") {
+		t.Fatalf("/etc/default/kubelet = %q, %v", b, err)
+	}
+	fi, _ := os.Stat(path)
+	if err := n.writeKubeletDefaults("process://c1/m1"); err != nil {
+		t.Fatal(err)
+	}
+	if fi2, _ := os.Stat(path); !os.SameFile(fi, fi2) {
+		t.Error("the same provider id wrote the file again")
+	}
+	for _, bad := range []string{"process://c1/m 1", "process://c1/m'1"} {
+		err := n.writeKubeletDefaults(bad)
+		if err == nil || !strings.Contains(err.Error(), "provider id") {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+	if b2, _ := os.ReadFile(path); string(b2) != string(b) {
+		t.Errorf("a refused id changed the file: %q", b2)
+	}
+	if err := (&Node{}).writeKubeletDefaults("process://c1/m1"); err == nil {
+		t.Error("a node without its own mounts wrote /etc/default/kubelet")
+	}
+}

@@ -38,10 +38,12 @@
 # Usage: hack/autoscaler.sh [--print-path]
 #   --print-path  print where the binary is (or would be) and exit 0.
 set -euo pipefail
+name=autoscaler
+. "$(dirname "$0")/lib.sh"
 
 commit=${AUTOSCALER_COMMIT:?AUTOSCALER_COMMIT is the autoscaler commit to build (the Makefile pins it)}
 if [[ ! $commit =~ ^[0-9a-f]{40}$ ]]; then
-  echo "autoscaler: AUTOSCALER_COMMIT must be a full 40-hex commit, not $commit" >&2
+  log "AUTOSCALER_COMMIT must be a full 40-hex commit, not $commit"
   exit 2
 fi
 git_url=${CAPN_AUTOSCALER_GIT:-https://github.com/kubernetes/autoscaler.git}
@@ -64,57 +66,16 @@ if [[ -x $out ]]; then
 fi
 
 mkdir -p "$cache"
-if command -v flock >/dev/null; then
-  exec 9>"$cache/.lock"
-  if ! flock -n 9; then
-    echo "autoscaler: another build holds $cache/.lock; waiting for it" >&2
-    flock 9
-  fi
-  if [[ -x $out ]]; then
-    echo "$out"
-    exit 0
-  fi
+take_lock "$cache/.lock"
+if [[ -x $out ]]; then
+  echo "$out"
+  exit 0
 fi
 
 go=${GO:-go}
-tmp=$dir.tmp
-work=$(mktemp -d)
-cleanup() {
-  chmod -R u+w "$work" 2>/dev/null || true
-  rm -rf "$work"
-  [[ -d $tmp ]] && rm -rf "$tmp"
-  return 0
-}
-trap cleanup EXIT
-child=
-stop() {
-  trap - INT TERM HUP
-  if [[ -n $child ]]; then
-    kill -TERM "$child" 2>/dev/null || true
-    wait "$child" 2>/dev/null || true
-  fi
-  echo "autoscaler: interrupted; nothing was cached" >&2
-  exit 130
-}
-trap stop INT TERM HUP
-# run <cmd…>: in the background, so that stop can reach it.
-run() {
-  local rc=0
-  "$@" &
-  child=$!
-  wait "$child" || rc=$?
-  child=
-  return "$rc"
-}
-rm -rf "$tmp"
-mkdir -p "$tmp/bin"
+workspace "$dir"
 
 start=$(date +%s)
-log() { echo "autoscaler: $*" >&2; }
-info=()
-note() { info+=("$*"); log "$*"; }
-since() { echo $(( $(date +%s) - $1 )); }
-field() { sed -n 's/^[[:space:]]*"'"$1"'": "\(.*\)",\{0,1\}$/\1/p'; }
 
 src=$work/src/cluster-autoscaler
 mkdir -p "$work/src" "$work/mod"
@@ -167,7 +128,7 @@ from_git() {
   command -v git >/dev/null || { log "git is not installed"; return 1; }
   local g=$work/git
   git init -q --bare "$g"
-  if ! run git -C "$g" fetch -q --depth 1 "$git_url" "$commit"; then
+  if ! bg git -C "$g" fetch -q --depth 1 "$git_url" "$commit"; then
     log "git fetch $git_url $commit failed"
     return 1
   fi
@@ -196,12 +157,12 @@ note "$(printf '%-24s %4ss  %s' source "$(since "$t")" "$source_from")"
 # --- dependencies and the build ---------------------------------------------
 export CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" GOWORK=off GO111MODULE=on
 t=$(date +%s)
-run "$go" -C "$src" list -tags externalgrpc -deps . >/dev/null
+bg "$go" -C "$src" list -tags externalgrpc -deps . >/dev/null
 note "$(printf '%-24s %4ss  %s' modules "$(since "$t")" "download (go.sum of the commit)")"
 t=$(date +%s)
 go_version=$("$go" env GOVERSION)
 log "building with $go_version (cold: about 8 minutes of CPU, 22 measured on 2 cores shared with a Kubernetes build; warm Go build cache: under a minute)"
-run "$go" -C "$src" build -tags externalgrpc -trimpath -ldflags "-s -w" -o "$tmp/bin/cluster-autoscaler" .
+bg "$go" -C "$src" build -tags externalgrpc -trimpath -ldflags "-s -w" -o "$tmp/bin/cluster-autoscaler" .
 note "$(printf '%-24s %4ss  %s' cluster-autoscaler "$(since "$t")" "-tags externalgrpc")"
 
 version=$(sed -n 's/^var ClusterAutoscalerVersion = "\(.*\)"$/\1/p' "$src/version/version.go")

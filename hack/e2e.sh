@@ -60,6 +60,8 @@
 #
 # Usage: hack/e2e.sh [--print-path]
 set -euo pipefail
+name=e2e
+. "$(dirname "$0")/lib.sh"
 
 kube_version=${KUBE_VERSION:-v1.37.2}
 format=oci1
@@ -83,7 +85,7 @@ modfile() {
 }
 k8s_mod=$(modfile)
 ginkgo_version=$(sed -n 's#^[[:space:]]*github.com/onsi/ginkgo/v2 \(v[^ ]*\).*#\1#p' "$k8s_mod" | head -n 1)
-[[ -n $ginkgo_version ]] || { echo "e2e: k8s.io/kubernetes@$kube_version's go.mod requires no github.com/onsi/ginkgo/v2" >&2; exit 1; }
+[[ -n $ginkgo_version ]] || { log "k8s.io/kubernetes@$kube_version's go.mod requires no github.com/onsi/ginkgo/v2"; exit 1; }
 dir=$cache/k8s-${kube_version}_ginkgo-${ginkgo_version}_busybox-${busybox_version}_${format}_images${images_rev}
 
 case ${1:-} in
@@ -95,7 +97,6 @@ if [[ -f $dir/images.txt ]]; then
   echo "$dir"
   exit 0
 fi
-log() { echo "e2e: $*" >&2; }
 [[ $busybox_version != none ]] || { log "the busybox and agnhost images need Debian's busybox-static ($busybox): apt-get install busybox-static"; exit 1; }
 command -v ldd >/dev/null || { log "the agnhost image's libraries are found with ldd (apt-get install libc-bin)"; exit 1; }
 # <name in the image>=<Debian's binary>: the tools upstream's Alpine agnhost
@@ -109,58 +110,19 @@ for t in "${agnhost_tools[@]}"; do
 done
 
 mkdir -p "$cache"
-if command -v flock >/dev/null; then
-  exec 9>"$cache/.lock"
-  if ! flock -n 9; then
-    log "another build holds $cache/.lock; waiting for it"
-    flock 9
-  fi
-  if [[ -f $dir/images.txt ]]; then
-    echo "$dir"
-    exit 0
-  fi
+take_lock "$cache/.lock"
+if [[ -f $dir/images.txt ]]; then
+  echo "$dir"
+  exit 0
 fi
 
-tmp=$dir.tmp
-work=$(mktemp -d)
-cleanup() {
-  chmod -R u+w "$work" 2>/dev/null || true
-  rm -rf "$work"
-  [[ -d $tmp ]] && rm -rf "$tmp"
-  return 0
-}
-trap cleanup EXIT
-# A signal stops the go command running now before the EXIT trap removes
-# <dir>.tmp: nothing is left building behind us.
-child=
-stop() {
-  trap - INT TERM HUP
-  if [[ -n $child ]]; then
-    kill -TERM "$child" 2>/dev/null || true
-    wait "$child" 2>/dev/null || true
-  fi
-  log "interrupted; nothing was cached"
-  exit 130
-}
-trap stop INT TERM HUP
-gorun() {
-  local rc=0
-  "$go" "$@" &
-  child=$!
-  wait "$child" || rc=$?
-  child=
-  return "$rc"
-}
-rm -rf "$tmp"
-mkdir -p "$tmp/bin" "$tmp/images"
+workspace "$dir"
+mkdir -p "$tmp/images"
 
 export CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false" GOWORK=off GO111MODULE=on
 
 start=$(date +%s)
 load=$(cut -d' ' -f1-3 /proc/loadavg)
-info=()
-note() { info+=("$*"); log "$*"; }
-since() { echo $(( $(date +%s) - $1 )); }
 log "building $kube_version's e2e.test, ginkgo $ginkgo_version, agnhost into $tmp with $("$go" env GOVERSION) (load average $load on $(nproc) cores)"
 
 # --- modules ---------------------------------------------------------------

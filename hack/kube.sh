@@ -47,6 +47,8 @@
 # Usage: hack/kube.sh [--print-path]
 #   --print-path  print where the binaries are (or would be) and exit 0.
 set -euo pipefail
+name=kube
+. "$(dirname "$0")/lib.sh"
 
 kube_version=${KUBE_VERSION:-v1.37.2}
 etcd_version=${ETCD_VERSION:-v3.7.0}
@@ -65,7 +67,7 @@ case $flavour in
     binaries=(kubelet kubeadm kube-proxy)
     kube_cmds=("${binaries[@]}")
     ;;
-  *) echo "kube: KUBE_FLAVOUR is \"$flavour\"; allowed: control, node" >&2; exit 2 ;;
+  *) log "KUBE_FLAVOUR is \"$flavour\"; allowed: control, node"; exit 2 ;;
 esac
 
 complete() {
@@ -90,66 +92,20 @@ mkdir -p "$cache"
 # flavour has its own lock, so that it need not wait for a control build.
 lock=$cache/.lock
 [[ $flavour == node ]] && lock=$cache/.lock-node
-if command -v flock >/dev/null; then
-  exec 9>"$lock"
-  if ! flock -n 9; then
-    echo "kube: another build holds $lock; waiting for it" >&2
-    flock 9
-  fi
-  if complete; then
-    echo "$bin"
-    exit 0
-  fi
+take_lock "$lock"
+if complete; then
+  echo "$bin"
+  exit 0
 fi
 
 go=${GO:-go}
-tmp=$dir.tmp
-work=$(mktemp -d)
-cleanup() {
-  chmod -R u+w "$work" 2>/dev/null || true
-  rm -rf "$work"
-  [[ -d $tmp ]] && rm -rf "$tmp"
-  return 0
-}
-trap cleanup EXIT
-# A signal stops the go command running now (it stops its compilers) before
-# the EXIT trap removes <dir>.tmp: nothing is left building behind us.
-child=
-stop() {
-  trap - INT TERM HUP
-  if [[ -n $child ]]; then
-    kill -TERM "$child" 2>/dev/null || true
-    wait "$child" 2>/dev/null || true
-  fi
-  echo "kube: interrupted; nothing was cached" >&2
-  exit 130
-}
-trap stop INT TERM HUP
-# gorun <args>: runs the go command in the background and waits for it, so
-# that stop can reach it.
-gorun() {
-  local rc=0
-  "$go" "$@" &
-  child=$!
-  wait "$child" || rc=$?
-  child=
-  return "$rc"
-}
-rm -rf "$tmp"
-mkdir -p "$tmp/bin"
+workspace "$dir"
 
 # The build modules are generated here: -mod=mod lets them get their go.sum
 # lines, whatever GOFLAGS says outside (CI exports -mod=readonly).
 export CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false" GOWORK=off GO111MODULE=on
 
 start=$(date +%s)
-log() { echo "kube: $*" >&2; }
-info=()
-note() { info+=("$*"); log "$*"; }
-since() { echo $(( $(date +%s) - $1 )); }
-
-# field <json-key>: a string field of `go mod download -json` output.
-field() { sed -n 's/^[[:space:]]*"'"$1"'": "\(.*\)",\{0,1\}$/\1/p'; }
 # download <module@version> <json-key>: downloads outside any module and
 # prints the field (Dir, GoMod, Info).
 download() {

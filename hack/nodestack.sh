@@ -31,6 +31,8 @@
 #
 # Usage: hack/nodestack.sh [--print-path | --kube]
 set -euo pipefail
+name=nodestack
+. "$(dirname "$0")/lib.sh"
 
 containerd_version=${CONTAINERD_VERSION:-v2.4.2}
 runc_version=${RUNC_VERSION:-v1.5.3}
@@ -71,58 +73,19 @@ finish() {
 complete && finish
 
 mkdir -p "$cache"
-if command -v flock >/dev/null; then
-  exec 9>"$cache/.lock"
-  if ! flock -n 9; then
-    echo "nodestack: another build holds $cache/.lock; waiting for it" >&2
-    flock 9
-  fi
-  if complete; then
-    exec 9>&-
-    finish
-  fi
+take_lock "$cache/.lock"
+if complete; then
+  exec 9>&-
+  finish
 fi
 
 go=${GO:-go}
-tmp=$dir.tmp
-work=$(mktemp -d)
-cleanup() {
-  chmod -R u+w "$work" 2>/dev/null || true
-  rm -rf "$work"
-  [[ -d $tmp ]] && rm -rf "$tmp"
-  return 0
-}
-trap cleanup EXIT
-child=
-stop() {
-  trap - INT TERM HUP
-  if [[ -n $child ]]; then
-    kill -TERM "$child" 2>/dev/null || true
-    wait "$child" 2>/dev/null || true
-  fi
-  echo "nodestack: interrupted; nothing was cached" >&2
-  exit 130
-}
-trap stop INT TERM HUP
-gorun() {
-  local rc=0
-  "$go" "$@" &
-  child=$!
-  wait "$child" || rc=$?
-  child=
-  return "$rc"
-}
-rm -rf "$tmp"
-mkdir -p "$tmp/bin"
+workspace "$dir"
 
 export CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false" GOWORK=off GO111MODULE=on
 
 start=$(date +%s)
 load=$(cut -d' ' -f1-3 /proc/loadavg)
-log() { echo "nodestack: $*" >&2; }
-info=()
-note() { info+=("$*"); log "$*"; }
-since() { echo $(( $(date +%s) - $1 )); }
 
 # build <module dir> <output name> <package> [ldflags] [tags]
 build() {

@@ -73,19 +73,8 @@ func needRealNodes(t *testing.T) (stack, images string) {
 // through its Service's DNS name from a pod); then `capn delete --wait`
 // and nothing of the nodes is left on the host.
 func TestRealNodesThroughCapn(t *testing.T) {
-	stack, images := needRealNodes(t)
-	kubeBin := conformance.KubeBin(t, "")
+	needRealNodes(t)
 	begin := time.Now()
-	restoreKernelTunables(t)
-	keepInotify(t)
-	netnsBefore, _ := realnode.Run(nil, nil, "ip", "netns", "list")
-	if _, err := os.Stat("/sys/fs/cgroup/memory/k8s.io"); os.IsNotExist(err) {
-		t.Cleanup(func() {
-			if _, err := os.Stat("/sys/fs/cgroup/memory/k8s.io"); err == nil {
-				t.Errorf("/sys/fs/cgroup/memory/k8s.io is left on the host")
-			}
-		})
-	}
 
 	// The web image FROM scratch (capn-node image), beside kubeadm's.
 	work := t.TempDir()
@@ -99,107 +88,8 @@ func TestRealNodesThroughCapn(t *testing.T) {
 	if out, err := exec.Command(nodeBinary, "image", "--ref", webRef, "--out", filepath.Join(work, "web.tar"), "--file", "web="+web, "--entrypoint", "/web").CombinedOutput(); err != nil {
 		t.Fatalf("capn-node image: %v\n%s", err, out)
 	}
-	list, err := realnode.ReadImages(images)
-	if err != nil {
-		t.Fatal(err)
-	}
-	imgDir := filepath.Join(work, "images")
-	var lines []string
-	for _, im := range list {
-		lines = append(lines, im.Ref+" "+im.Archive)
-	}
-	lines = append(lines, webRef+" "+filepath.Join(work, "web.tar"))
-	if err := os.MkdirAll(imgDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(imgDir, "images.txt"), []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-
-	env := sdktest.New(t)
-	opts := options(t, t.TempDir())
-	opts.RealNodes, opts.NodeStack, opts.NodeImages = true, stack, imgDir
-	opts.HeartbeatEvery, opts.WatchEvery = time.Second, time.Second
-	t.Cleanup(func() {
-		if err := process.Purge(opts); err != nil {
-			t.Errorf("purge: %v", err)
-		}
-	})
-	t.Cleanup(func() {
-		if left := process.RealNodeLeftovers(opts); len(left) > 0 {
-			t.Logf("real nodes left before the purge: %v", left)
-		}
-	})
-	stop := env.Run(process.NewService(opts, conformance.SDKOptions()))
-	defer func() { stop() }()
-	announced := func() {
-		conformance.Poll(t, "the provider's announcement with real-kubernetes", time.Minute, func() error {
-			a, ok := env.Announcement(process.Name)
-			if !ok || !slices.Contains(a.GetCapabilities(), sdk.CapabilityRealKubernetes) {
-				return fmt.Errorf("announcement %v", a)
-			}
-			return nil
-		})
-	}
-	announced()
-	c := conformance.StartCapn(t, env.Server.URL())
-	name := fmt.Sprintf("rn-%d", time.Now().UnixNano()%100000)
-	k := conformance.NewKubeCluster(t, c, env.JS, kubeBin, name)
-	podCIDR := freePodCIDR(t)
-	t.Logf("capn up in %s; cluster %s at %s, pods %s", time.Since(begin).Round(time.Millisecond), name, k.Version, podCIDR)
-
-	applied := time.Now()
-	k.Apply(fmt.Sprintf(realManifest, name, k.Version, podCIDR))
-	// capn hands out the kubeconfig once the cluster has its endpoint.
-	k.Kubeconfig = filepath.Join(c.Home, name+".kubeconfig")
-	conformance.Poll(t, "capn kubeconfig "+name, 5*time.Minute, func() error {
-		cmd := exec.Command(filepath.Join(c.Progs, "capn"), "kubeconfig", name, "-o", k.Kubeconfig)
-		cmd.Env = []string{"HOME=" + c.Home, "XDG_CONFIG_HOME=" + filepath.Join(c.Home, "xdg"), "CAPN_SERVER=" + c.Server, "CAPN_TOKEN=" + c.Token}
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("%v: %s", err, out)
-		}
-		return nil
-	})
-	type nodeList struct {
-		Items []struct {
-			Metadata struct{ Name string } `json:"metadata"`
-			Spec     struct {
-				PodCIDR string `json:"podCIDR"`
-			} `json:"spec"`
-			Status struct {
-				Conditions []struct{ Type, Status string } `json:"conditions"`
-				NodeInfo   struct {
-					KubeletVersion string `json:"kubeletVersion"`
-				} `json:"nodeInfo"`
-			} `json:"status"`
-		} `json:"items"`
-	}
-	conformance.Poll(t, "3 Nodes Ready", 12*time.Minute, func() error {
-		out, err := k.Kubectl("get", "nodes", "-o", "json")
-		if err != nil {
-			return err
-		}
-		var nl nodeList
-		if err := json.Unmarshal([]byte(out), &nl); err != nil {
-			return err
-		}
-		ready := 0
-		for _, n := range nl.Items {
-			for _, cond := range n.Status.Conditions {
-				if cond.Type == "Ready" && cond.Status == "True" && n.Status.NodeInfo.KubeletVersion == k.Version {
-					ready++
-				}
-			}
-		}
-		if len(nl.Items) != 3 || ready != 3 {
-			return fmt.Errorf("%d Nodes, %d Ready at %s", len(nl.Items), ready, k.Version)
-		}
-		return nil
-	})
-	nodesReady := time.Since(applied)
-	k.Clusters.WaitReady(name, 5*time.Minute)
-	out, _ := k.Kubectl("get", "nodes", "-o", "wide")
-	t.Logf("3 Nodes Ready %s after capn apply (capn's cluster Ready %s):\n%s", nodesReady.Round(time.Millisecond), time.Since(applied).Round(time.Millisecond), out)
+	r := startRealCluster(t, 2, []realnode.Image{{Ref: webRef, Archive: filepath.Join(work, "web.tar")}})
+	env, opts, k, name, applied := r.env, r.opts, r.k, r.name, r.applied
 
 	// A Deployment of web: 3 pods, really running.
 	token := "real-" + name
@@ -227,7 +117,7 @@ func TestRealNodesThroughCapn(t *testing.T) {
 		}
 		return nil
 	})
-	out, _ = k.Kubectl("get", "pods", "-A", "-o", "wide")
+	out, _ := k.Kubectl("get", "pods", "-A", "-o", "wide")
 	t.Logf("kubectl get pods -A -o wide (%s after apply):\n%s", time.Since(applied).Round(time.Millisecond), out)
 	hc := &http.Client{Timeout: 5 * time.Second}
 	get := func(u string) (string, error) {
@@ -280,9 +170,9 @@ func TestRealNodesThroughCapn(t *testing.T) {
 	// A provider restart: the nodes run on (their own sessions), a new
 	// provider reads them back from the state dir, its relay takes the
 	// agents' connections again, and it is the one that deletes them.
-	stop()
-	stop = env.Run(process.NewService(opts, conformance.SDKOptions()))
-	announced()
+	r.stop()
+	r.stop = env.Run(process.NewService(opts, conformance.SDKOptions()))
+	r.announced(t)
 	conformance.Poll(t, "web answers the host after the provider's restart", time.Minute, func() (err error) {
 		body, err = get("http://" + net.JoinHostPort(podIPs[1], "8080") + "/")
 		if err == nil && !strings.Contains(body, "token="+token+"\n") {
@@ -305,22 +195,176 @@ func TestRealNodesThroughCapn(t *testing.T) {
 	})
 	t.Logf("provider restarted: the nodes ran on, their agents heartbeat again")
 
+	r.deleteAndCheck(t)
+	t.Logf("test took %s", time.Since(begin).Round(time.Millisecond))
+}
+
+// realCluster is a kubeadm cluster on real nodes that capn made: capn's
+// core services and CLI, the process provider in node mode, and `capn
+// apply` of realManifest, every Node Ready, with capn's kubeconfig.
+// TestRealNodesThroughCapn and TestRealNodesConformance run on it.
+type realCluster struct {
+	env  *sdktest.Env
+	opts process.Options
+	c    *conformance.Capn
+	k    *conformance.KubeCluster
+	name string
+	// stop stops the provider (restart: stop, then env.Run again).
+	stop func()
+	// netnsBefore is `ip netns list` before any node.
+	netnsBefore string
+	// applied is when `capn apply` ran.
+	applied time.Time
+}
+
+// startRealCluster brings up a cluster of 1 control plane and workers
+// workers on real nodes through capn, with kubeadm's images
+// (CAPN_NODEIMAGES) and images imported into every node. It registers
+// the purge of every node when the test ends; deleteAndCheck is the
+// user's way out.
+func startRealCluster(t *testing.T, workers int, images []realnode.Image) *realCluster {
+	t.Helper()
+	stack, kubeadmImages := needRealNodes(t)
+	kubeBin := conformance.KubeBin(t, "")
+	begin := time.Now()
+	restoreKernelTunables(t)
+	keepInotify(t)
+	r := &realCluster{}
+	r.netnsBefore, _ = realnode.Run(nil, nil, "ip", "netns", "list")
+	if _, err := os.Stat("/sys/fs/cgroup/memory/k8s.io"); os.IsNotExist(err) {
+		t.Cleanup(func() {
+			if _, err := os.Stat("/sys/fs/cgroup/memory/k8s.io"); err == nil {
+				t.Errorf("/sys/fs/cgroup/memory/k8s.io is left on the host")
+			}
+		})
+	}
+
+	// The node images: kubeadm's, then images.
+	list, err := realnode.ReadImages(kubeadmImages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, im := range append(list, images...) {
+		lines = append(lines, im.Ref+" "+im.Archive)
+	}
+	imgDir := filepath.Join(t.TempDir(), "images")
+	if err := os.MkdirAll(imgDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(imgDir, "images.txt"), []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	r.env = sdktest.New(t)
+	r.opts = options(t, t.TempDir())
+	r.opts.RealNodes, r.opts.NodeStack, r.opts.NodeImages = true, stack, imgDir
+	r.opts.HeartbeatEvery, r.opts.WatchEvery = time.Second, time.Second
+	opts := r.opts
+	t.Cleanup(func() {
+		if err := process.Purge(opts); err != nil {
+			t.Errorf("purge: %v", err)
+		}
+	})
+	t.Cleanup(func() {
+		if left := process.RealNodeLeftovers(opts); len(left) > 0 {
+			t.Logf("real nodes left before the purge: %v", left)
+		}
+	})
+	r.stop = r.env.Run(process.NewService(opts, conformance.SDKOptions()))
+	t.Cleanup(func() { r.stop() })
+	r.announced(t)
+	r.c = conformance.StartCapn(t, r.env.Server.URL())
+	r.name = fmt.Sprintf("rn-%d", time.Now().UnixNano()%100000)
+	r.k = conformance.NewKubeCluster(t, r.c, r.env.JS, kubeBin, r.name)
+	podCIDR := freePodCIDR(t)
+	t.Logf("capn up in %s; cluster %s at %s, pods %s, %d images per node", time.Since(begin).Round(time.Millisecond), r.name, r.k.Version, podCIDR, len(lines))
+
+	r.applied = time.Now()
+	r.k.Apply(fmt.Sprintf(realManifest, r.name, r.k.Version, workers, podCIDR))
+	// capn hands out the kubeconfig once the cluster has its endpoint.
+	r.k.Kubeconfig = filepath.Join(r.c.Home, r.name+".kubeconfig")
+	conformance.Poll(t, "capn kubeconfig "+r.name, 5*time.Minute, func() error {
+		cmd := exec.Command(filepath.Join(r.c.Progs, "capn"), "kubeconfig", r.name, "-o", r.k.Kubeconfig)
+		cmd.Env = []string{"HOME=" + r.c.Home, "XDG_CONFIG_HOME=" + filepath.Join(r.c.Home, "xdg"), "CAPN_SERVER=" + r.c.Server, "CAPN_TOKEN=" + r.c.Token}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	})
+	type nodeList struct {
+		Items []struct {
+			Metadata struct{ Name string } `json:"metadata"`
+			Status   struct {
+				Conditions []struct{ Type, Status string } `json:"conditions"`
+				NodeInfo   struct {
+					KubeletVersion string `json:"kubeletVersion"`
+				} `json:"nodeInfo"`
+			} `json:"status"`
+		} `json:"items"`
+	}
+	want := 1 + workers
+	conformance.Poll(t, fmt.Sprintf("%d Nodes Ready", want), 12*time.Minute, func() error {
+		out, err := r.k.Kubectl("get", "nodes", "-o", "json")
+		if err != nil {
+			return err
+		}
+		var nl nodeList
+		if err := json.Unmarshal([]byte(out), &nl); err != nil {
+			return err
+		}
+		ready := 0
+		for _, n := range nl.Items {
+			for _, cond := range n.Status.Conditions {
+				if cond.Type == "Ready" && cond.Status == "True" && n.Status.NodeInfo.KubeletVersion == r.k.Version {
+					ready++
+				}
+			}
+		}
+		if len(nl.Items) != want || ready != want {
+			return fmt.Errorf("%d Nodes, %d Ready at %s", len(nl.Items), ready, r.k.Version)
+		}
+		return nil
+	})
+	nodesReady := time.Since(r.applied)
+	r.k.Clusters.WaitReady(r.name, 5*time.Minute)
+	out, _ := r.k.Kubectl("get", "nodes", "-o", "wide")
+	t.Logf("%d Nodes Ready %s after capn apply (capn's cluster Ready %s):\n%s", want, nodesReady.Round(time.Millisecond), time.Since(r.applied).Round(time.Millisecond), out)
+	return r
+}
+
+// announced waits for the provider's announcement with real-kubernetes.
+func (r *realCluster) announced(t *testing.T) {
+	t.Helper()
+	conformance.Poll(t, "the provider's announcement with real-kubernetes", time.Minute, func() error {
+		a, ok := r.env.Announcement(process.Name)
+		if !ok || !slices.Contains(a.GetCapabilities(), sdk.CapabilityRealKubernetes) {
+			return fmt.Errorf("announcement %v", a)
+		}
+		return nil
+	})
+}
+
+// deleteAndCheck runs `capn delete cluster --wait` and waits until
+// nothing of the real nodes is left on the host: no leftovers of the
+// provider, no network namespace that was not there before.
+func (r *realCluster) deleteAndCheck(t *testing.T) {
+	t.Helper()
 	deleted := time.Now()
-	c.CLI("delete", "cluster", name, "--wait", "--timeout", "5m")
+	r.c.CLI("delete", "cluster", r.name, "--wait", "--timeout", "5m")
 	t.Logf("capn delete --wait took %s", time.Since(deleted).Round(time.Millisecond))
 	conformance.Poll(t, "nothing of the real nodes left on the host", time.Minute, func() error {
-		if left := process.RealNodeLeftovers(opts); len(left) > 0 {
+		if left := process.RealNodeLeftovers(r.opts); len(left) > 0 {
 			return fmt.Errorf("%v", left)
 		}
 		after, _ := realnode.Run(nil, nil, "ip", "netns", "list")
 		for _, l := range strings.Split(after, "\n") {
-			if f := strings.Fields(l); len(f) > 0 && !strings.Contains(netnsBefore, f[0]) {
+			if f := strings.Fields(l); len(f) > 0 && !strings.Contains(r.netnsBefore, f[0]) {
 				return fmt.Errorf("network namespace %s", f[0])
 			}
 		}
 		return nil
 	})
-	t.Logf("test took %s", time.Since(begin).Round(time.Millisecond))
 }
 
 // freePodCIDR is a 10.252.x.0/22 no address or route of this host is in.
@@ -344,9 +388,9 @@ func freePodCIDR(t *testing.T) string {
 	return ""
 }
 
-// realManifest is a kubeadm cluster of 1 control plane and 2 workers on
+// realManifest is a kubeadm cluster of 1 control plane and workers on
 // real nodes, with what this host needs from kubeadm and the kubelet
-// (docs/providers.md, real nodes): name, version, pod CIDR.
+// (docs/providers.md, real nodes): name, version, workers, pod CIDR.
 const realManifest = `apiVersion: capn.dev/v1alpha1
 kind: Cluster
 metadata:
@@ -359,7 +403,7 @@ spec:
   workerPools:
   - name: md-0
     provider: process
-    replicas: 2
+    replicas: %d
   network:
     podCidrs: [%s]
     serviceCidrs: [10.96.0.0/12]

@@ -163,22 +163,24 @@ nodeimages: ## build kubeadm's images (control plane, kube-proxy, CoreDNS) FROM 
 # ginkgo (the version k8s.io/kubernetes requires), agnhost, and the images
 # the chosen specs run (agnhost, busybox) FROM scratch, built by
 # hack/e2e.sh from the Go module proxy and Debian's packages, cached
-# outside the repo by version. tests/node's TestRealNodeConformance gets
-# the directory as CAPN_E2E_DIR.
+# outside the repo by version. providers/process's TestRealNodesConformance
+# gets the directory as CAPN_E2E_DIR.
 E2E_DIR = $(or $(CAPN_E2E_DIR),$(shell KUBE_VERSION=$(KUBE_VERSION) GO=$(GO) hack/e2e.sh --print-path))
 e2e: ## build e2e.test, ginkgo, agnhost and the e2e images FROM scratch (cached outside the repo by version; 254 s after make kube, whose Go build cache it reuses)
 	KUBE_VERSION=$(KUBE_VERSION) GO=$(GO) hack/e2e.sh
 e2e-dir: ## print E2E_DIR (CAPN_E2E_DIR=$$(make -s e2e-dir))
 	@echo "$(E2E_DIR)"
-# The subset: TestRealNodeConformance's conformanceFocus but its
-# conformanceSkips, E2E_PROCS specs at a time, on a kubeadm control plane
-# and a joined worker (needs root, make kube nodestack nodeimages e2e).
+# The subset: TestRealNodesConformance's conformanceFocus but its
+# conformanceSkips, E2E_PROCS specs at a time, on a cluster capn made:
+# `capn apply` of a kubeadm control plane and 2 workers on the process
+# provider's real nodes, its kubeconfig from `capn kubeconfig` (needs
+# root, make kube nodestack nodeimages e2e).
 # The JUnit report and ginkgo's log go to E2E_REPORT_DIR.
 E2E_PROCS ?= 4
 E2E_REPORT_DIR ?= $(CURDIR)/bin/conformance
-conformance: e2e ## run the upstream conformance subset (pods, Services, DNS, ConfigMaps, Secrets, Deployments: 89 specs) on a real control plane and worker; ~7 min, not in make test
-	CAPN_E2E=1 CAPN_REQUIRE_NODESTACK=1 CAPN_E2E_DIR="$(E2E_DIR)" CAPN_E2E_PROCS=$(E2E_PROCS) CAPN_E2E_REPORT_DIR="$(E2E_REPORT_DIR)" $(TEST_ENV) \
-		$(GO) test -count=1 -timeout 120m -v -run '^TestRealNodeConformance$$' ./tests/node
+conformance: e2e ## run the upstream conformance subset (pods, Services, DNS, ConfigMaps, Secrets, Deployments) on a cluster `capn apply` made on real nodes (1 control plane, 2 workers); ~10 min, not in make test
+	CAPN_E2E=1 CAPN_REQUIRE_NODESTACK=1 CAPN_REQUIRE_KUBE=1 CAPN_E2E_DIR="$(E2E_DIR)" CAPN_E2E_PROCS=$(E2E_PROCS) CAPN_E2E_REPORT_DIR="$(E2E_REPORT_DIR)" $(TEST_ENV) \
+		$(GO) test -count=1 -timeout 120m -v -run '^TestRealNodesConformance$$' ./providers/process
 
 BENCH_CLUSTERS ?= 100,300,1000
 BENCH_RUNS ?= 3

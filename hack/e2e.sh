@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the upstream Kubernetes conformance tests of one Kubernetes version
-# (KUBE_VERSION) and the images they run, for tests/node's
-# TestRealNodeConformance (issue 26, `make conformance`), and prints the
+# (KUBE_VERSION) and the images they run, for providers/process's
+# TestRealNodesConformance (issue 26, `make conformance`), and prints the
 # directory they are in. Cached outside the repository, keyed by the
 # Kubernetes and ginkgo versions, busybox's, the image format and the image
 # set's revision, reused when present:
@@ -49,14 +49,14 @@
 #     with dnsutils): busybox and the same Debian tools as agnhost's.
 #   - pause: not built here: e2e.test's pause is kubeadm's
 #     (registry.k8s.io/pause:3.10.2 for v1.37.2), which hack/nodeimages.sh
-#     builds and every node imports; tests/node checks they agree.
+#     builds and every node imports; the test checks they agree.
 #   - Not built: agnhost 2.55 (the manifest's AgnhostPrev: the agnhost
 #     VERSION of no k8s.io/kubernetes release found on the module proxy —
 #     v1.33.0 and v1.33.4 have 2.53, v1.34.0 2.56), nginx (upstream's is
 #     nginx on Debian; neither the module proxy nor this host has one), and
 #     the other manifest images (sample-apiserver, kitten/nautilus, perl,
 #     volume servers, CSI sidecars, ...), which the chosen specs do not
-#     run; tests/node skips the three chosen specs that run agnhost 2.55.
+#     run; the test skips the three chosen specs that run agnhost 2.55.
 #
 # Usage: hack/e2e.sh [--print-path]
 set -euo pipefail

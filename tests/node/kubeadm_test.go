@@ -190,26 +190,7 @@ func buildCapnNode(t *testing.T, dir string) string {
 // the scheduler puts on the worker runs a real container (the web image,
 // FROM scratch, written by capn-node image) with an address from the
 // worker's CIDR, and a pod on the control-plane node reaches it.
-func TestRealNodeKubeadmJoin(t *testing.T) { realNodeKubeadmJoin(t, joinOptions{}) }
-
-// joinOptions let another test run on the cluster TestRealNodeKubeadmJoin
-// brings up and checks (TestRealNodeConformance).
-type joinOptions struct {
-	// images are imported into both nodes, besides kubeadm's and web.
-	images []image
-	// then runs last, with both nodes up and every check passed.
-	then func(t *testing.T, c joinedCluster)
-}
-
-// joinedCluster is what joinOptions.then gets.
-type joinedCluster struct {
-	// kubeconfig is the file of capn's admin kubeconfig, kubectl the
-	// kubectl binary (findKubectl; "" without one).
-	kubeconfig, kubectl string
-	cp, worker          *kubeNode
-}
-
-func realNodeKubeadmJoin(t *testing.T, opts joinOptions) {
+func TestRealNodeKubeadmJoin(t *testing.T) {
 	s, images := needKubeadm(t)
 	start := time.Now()
 	const (
@@ -244,7 +225,7 @@ func realNodeKubeadmJoin(t *testing.T, opts joinOptions) {
 
 	// The control-plane node, with every image kubeadm's static pods run
 	// imported under its ordinary name: nothing is pulled.
-	cp := startKubeNode(t, s, l, cpName, capnNode, path, append(append(append([]image{}, images...), web), opts.images...), netnsBefore)
+	cp := startKubeNode(t, s, l, cpName, capnNode, path, append(append([]image{}, images...), web), netnsBefore)
 	cp.discardRoute(t)
 	t.Logf("%s: containerd up, %d images imported after %s", cpName, len(images)+1, time.Since(start).Round(time.Millisecond))
 
@@ -405,7 +386,7 @@ func realNodeKubeadmJoin(t *testing.T, opts joinOptions) {
 	if len(workerImages) != 3 {
 		t.Fatalf("CAPN_NODEIMAGES lacks pause, kube-proxy or coredns (make nodeimages): %v", images)
 	}
-	worker := startKubeNode(t, s, l, workerName, capnNode, path, append(append(workerImages, web), opts.images...), netnsBefore)
+	worker := startKubeNode(t, s, l, workerName, capnNode, path, append(workerImages, web), netnsBefore)
 	worker.checkNoDefault(t)
 	joinStart := time.Now()
 	phases = worker.cloudConfig(t, capnNode, path, render(workerName, bootstrap.RoleWorker, false))
@@ -725,9 +706,6 @@ func realNodeKubeadmJoin(t *testing.T, opts joinOptions) {
 		t.Logf("%s: RSS %.0f MiB in %d processes", kn.machine, float64(kib)/1024, procs)
 	}
 	t.Logf("test took %s", time.Since(start).Round(time.Millisecond))
-	if opts.then != nil {
-		opts.then(t, joinedCluster{kubeconfig: kcFile, kubectl: kubectl, cp: cp, worker: worker})
-	}
 }
 
 // kubeNodeObject is the part of a Node the test reads.

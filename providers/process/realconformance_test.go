@@ -1,11 +1,12 @@
 //go:build linux
 
-package node
+package process_test
 
 import (
 	"context"
 	"encoding/xml"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,18 +18,19 @@ import (
 	"time"
 
 	"github.com/capn-dev/capn/internal/testkit"
+	"github.com/capn-dev/capn/providers/process/realnode"
 )
 
-// The upstream conformance subset TestRealNodeConformance runs (issue 26):
-// the [Conformance] specs of pods, Services, DNS, ConfigMaps, Secrets and
-// Deployments.
+// The upstream conformance subset TestRealNodesConformance runs (issue
+// 26): the [Conformance] specs of pods, Services, DNS, ConfigMaps,
+// Secrets and Deployments.
 const conformanceFocus = `\[sig-(node|network|storage|apps)\] (Pods|Pods Extended|Services|DNS|ConfigMap|Secrets|Projected configMap|Projected secret|Deployment) .*\[Conformance\]`
 
 // conformanceSkips are the chosen specs not run here, and why.
 var conformanceSkips = []struct{ re, why string }{
 	{`\[Serial\]|\[Disruptive\]`, "need the cluster to themselves or break nodes; the subset runs specs in parallel on a shared host"},
 	{`Deployment should run the lifecycle of a Deployment|Deployment RecreateDeployment should delete old pods and create new ones|Pods should run through the lifecycle of Pods and PodStatus`,
-		"run agnhost 2.55 (the manifest's AgnhostPrev), the test/images/agnhost VERSION of no k8s.io/kubernetes release on the module proxy that was checked (v1.33.0 and v1.33.4: 2.53, v1.34.0: 2.56, v1.36.5: 2.63.0, v1.37.2: 2.66.1): not built, and another agnhost is not retagged as it"},
+		"run agnhost 2.55 (the manifest's AgnhostPrev), the test/images/agnhost VERSION of no k8s.io/kubernetes release on the module proxy that was checked (v1.32.13, v1.33.0, v1.33.4, v1.33.6, v1.33.13: 2.53; v1.34.0, v1.34.4: 2.56; v1.35.4: 2.59; v1.36.3, v1.36.5: 2.63.0; v1.37.2: 2.66.1): not built, and another agnhost is not retagged as it"},
 }
 
 // conformanceSkip is conformanceSkips as one --ginkgo.skip expression.
@@ -111,10 +113,10 @@ func readJUnit(file string) ([]junitCase, error) {
 
 // needE2E reads what hack/e2e.sh built (CAPN_E2E_DIR): e2e.test, ginkgo
 // and the images.
-func needE2E(t *testing.T) (dir string, images []image) {
+func needE2E(t *testing.T) (dir string, images []realnode.Image) {
 	t.Helper()
 	dir = os.Getenv("CAPN_E2E_DIR")
-	list, err := os.ReadFile(filepath.Join(dir, "images.txt"))
+	images, err := realnode.ReadImages(dir)
 	if dir == "" || err != nil {
 		t.Fatalf("CAPN_E2E_DIR %q has no images.txt (make e2e; CAPN_E2E_DIR=$(hack/e2e.sh --print-path)): %v", dir, err)
 	}
@@ -123,33 +125,39 @@ func needE2E(t *testing.T) (dir string, images []image) {
 			t.Fatalf("CAPN_E2E_DIR %q has no bin/%s (make e2e): %v", dir, b, err)
 		}
 	}
-	for _, l := range strings.Split(strings.TrimSpace(string(list)), "\n") {
-		ref, archive, ok := strings.Cut(l, " ")
-		if !ok {
-			t.Fatalf("%s/images.txt: line %q is not \"<ref> <archive>\"", dir, l)
-		}
-		images = append(images, image{ref, filepath.Join(dir, archive)})
-	}
 	return dir, images
 }
 
-// TestRealNodeConformance runs a subset of the upstream Kubernetes
-// conformance tests — e2e.test of the same Kubernetes version, built from
-// the Go module proxy by hack/e2e.sh — against the cluster
-// TestRealNodeKubeadmJoin brings up and checks (a kubeadm control plane and
-// a joined worker, real containers, kube-proxy, CoreDNS), with the e2e
-// images (agnhost, busybox; FROM scratch) imported into both nodes. It
-// runs the [Conformance] specs of conformanceFocus but conformanceSkips,
-// in parallel (ginkgo --procs, CAPN_E2E_PROCS, default 4), reads the JUnit
-// report, logs the passed, failed and skipped counts and names, and fails
-// when a chosen spec fails or none passes.
-//
-// Long (tens of minutes): it runs only with CAPN_E2E=1 (make conformance),
-// and then fails, rather than skips, without what it needs.
-func TestRealNodeConformance(t *testing.T) {
-	if os.Getenv("CAPN_E2E") != "1" {
-		t.Skip("the upstream conformance subset takes tens of minutes: make conformance (CAPN_E2E=1)")
+func tail(s string, lines int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(l) > lines {
+		l = l[len(l)-lines:]
 	}
+	return strings.Join(l, "\n")
+}
+
+// TestRealNodesConformance runs a subset of the upstream Kubernetes
+// conformance tests — e2e.test of the same Kubernetes version, built from
+// the Go module proxy by hack/e2e.sh — against a cluster capn made:
+// newRealWorld's `capn apply` of a kubeadm cluster of 1 control plane
+// and 2 workers on the process provider in node mode, with the e2e images
+// (agnhost, busybox, glibc-dns-testing; FROM scratch) imported into every
+// node besides kubeadm's, and the kubeconfig `capn kubeconfig` hands out.
+// It runs the [Conformance] specs of conformanceFocus but
+// conformanceSkips, in parallel (ginkgo --procs, CAPN_E2E_PROCS, default
+// 4), reads the JUnit report, logs the chosen, passed, failed, self-skipped
+// and not-run counts and names, fails when a chosen spec fails or none
+// passes, and then deletes the cluster with `capn delete --wait` and
+// checks nothing of the nodes is left.
+//
+// Long (about ten minutes): it runs only with CAPN_E2E=1 (make
+// conformance), and then fails, rather than skips, without what it needs.
+func TestRealNodesConformance(t *testing.T) {
+	if os.Getenv("CAPN_E2E") != "1" {
+		t.Skip("the upstream conformance subset takes about ten minutes: make conformance (CAPN_E2E=1)")
+	}
+	t.Setenv("CAPN_REQUIRE_NODESTACK", "1")
+	_, kubeadmDir := needRealNodes(t)
 	dir, e2eImages := needE2E(t)
 	e2eTest, ginkgo := filepath.Join(dir, "bin", "e2e.test"), filepath.Join(dir, "bin", "ginkgo")
 	focus := regexp.MustCompile(conformanceFocus)
@@ -173,17 +181,25 @@ func TestRealNodeConformance(t *testing.T) {
 	// e2e.test lists (--list-images): agnhost, busybox and
 	// glibc-dns-testing from hack/e2e.sh, pause (the same tag) from
 	// hack/nodeimages.sh.
-	listed := strings.Fields(run(t, nil, nil, e2eTest, "--list-images"))
+	listOut, err := exec.Command(e2eTest, "--list-images").Output()
+	if err != nil {
+		t.Fatalf("%s --list-images: %v", e2eTest, err)
+	}
+	listed := strings.Fields(string(listOut))
+	kubeadmImages, err := realnode.ReadImages(kubeadmDir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var refs []string
 	for _, im := range e2eImages {
-		if !slices.Contains(listed, im.ref) {
-			t.Fatalf("CAPN_E2E_DIR's %s is not an image %s runs (another version? make e2e):\n%s", im.ref, e2eTest, strings.Join(listed, "\n"))
+		if !slices.Contains(listed, im.Ref) {
+			t.Fatalf("CAPN_E2E_DIR's %s is not an image %s runs (another version? make e2e):\n%s", im.Ref, e2eTest, strings.Join(listed, "\n"))
 		}
-		refs = append(refs, im.ref)
+		refs = append(refs, im.Ref)
 	}
-	for _, im := range needImages(t) {
-		if strings.Contains(im.ref, "/pause:") && slices.Contains(listed, im.ref) {
-			refs = append(refs, im.ref)
+	for _, im := range kubeadmImages {
+		if strings.Contains(im.Ref, "/pause:") && slices.Contains(listed, im.Ref) {
+			refs = append(refs, im.Ref)
 		}
 	}
 	for _, name := range []string{"/e2e-test-images/agnhost:", "/e2e-test-images/busybox:", "/e2e-test-images/glibc-dns-testing:", "/pause:"} {
@@ -192,96 +208,94 @@ func TestRealNodeConformance(t *testing.T) {
 		}
 	}
 
-	realNodeKubeadmJoin(t, joinOptions{images: e2eImages, then: func(t *testing.T, c joinedCluster) {
-		// e2e.test execs in pods with kubectl: the newest of
-		// CAPN_KUBE_BIN (KUBE_VERSIONS lists the nodes' version last).
-		kubectl := c.kubectl
-		for _, d := range filepath.SplitList(os.Getenv("CAPN_KUBE_BIN")) {
-			if _, err := os.Stat(filepath.Join(d, "kubectl")); d != "" && err == nil {
-				kubectl = filepath.Join(d, "kubectl")
+	began := time.Now()
+	r := newRealWorld(t, e2eImages, realManifest)
+	up := time.Since(began)
+	// e2e.test execs in pods with kubectl: the newest of CAPN_KUBE_BIN
+	// (KUBE_VERSIONS lists the nodes' version last), the cluster's.
+	kubectl := filepath.Join(r.k.Bin, "kubectl")
+	timeout := 60 * time.Minute
+	if d, ok := t.Deadline(); ok {
+		// Time left for the delete and the checks after it.
+		timeout = time.Until(d) - 8*time.Minute
+	}
+	if timeout < 5*time.Minute {
+		t.Fatalf("%s left of go test's -timeout: the subset needs about ten minutes (make conformance)", timeout.Round(time.Second))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Minute)
+	defer cancel()
+	args := []string{
+		"--procs=" + strconv.Itoa(procs), "--timeout=" + timeout.Round(time.Second).String(), "--no-color",
+		"--focus=" + conformanceFocus, "--skip=" + conformanceSkip(),
+		e2eTest, "--",
+		"--kubeconfig=" + r.k.Kubeconfig, "--provider=skeleton", "--report-dir=" + reportDir,
+		"--kubectl-path=" + kubectl,
+		// e2e.test waits for the kube-system pods (kube-proxy on each
+		// node, CoreDNS, the control plane's static pods).
+		"--minStartupPods=4",
+	}
+	logFile, err := os.Create(filepath.Join(reportDir, "ginkgo.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	out := &testkit.Buffer{}
+	cmd := exec.CommandContext(ctx, ginkgo, args...)
+	cmd.Stdout = io.MultiWriter(out, logFile)
+	cmd.Stderr = cmd.Stdout
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+r.k.Kubeconfig)
+	ran := time.Now()
+	runErr := cmd.Run()
+	took := time.Since(ran).Round(time.Second)
+	cases, err := readJUnit(filepath.Join(reportDir, "junit_01.xml"))
+	if err != nil {
+		t.Fatalf("ginkgo %s: %v after %s, and no JUnit report: %v\n%s", strings.Join(args, " "), runErr, took, err, tail(out.String(), 80))
+	}
+	res := sortConformance(cases, focus, skip)
+	names := func(cs []junitCase, why func(junitCase) string) string {
+		var b strings.Builder
+		for _, c := range cs {
+			fmt.Fprintf(&b, "  %s (%.0fs)%s\n", c.Name, c.Time, why(c))
+		}
+		return b.String()
+	}
+	none := func(junitCase) string { return "" }
+	t.Logf("upstream conformance subset (%s) on capn's cluster %s (up %s after start) in %s with %d processes: %d chosen, %d passed, %d failed, %d skipped by the specs, %d not run here; report %s\npassed:\n%s",
+		e2eTest, r.name, up.Round(time.Second), took, procs, len(res.chosen), len(res.passed), len(res.failed), len(res.skipped), len(res.notRun), reportDir, names(res.passed, none))
+	t.Logf("skipped by the specs themselves:\n%s", names(res.skipped, func(c junitCase) string {
+		if c.Skipped != nil {
+			return ": " + c.Skipped.Message
+		}
+		return ""
+	}))
+	t.Logf("not run here (conformanceSkips):\n%s", names(res.notRun, func(c junitCase) string {
+		for _, s := range conformanceSkips {
+			if regexp.MustCompile(s.re).MatchString(c.Name) {
+				return ": " + s.why
 			}
 		}
-		if kubectl == "" {
-			t.Fatalf("no kubectl in CAPN_KUBE_BIN %q: e2e.test execs in pods with it (make kube)", os.Getenv("CAPN_KUBE_BIN"))
+		return ""
+	}))
+	for _, c := range res.failed {
+		text := ""
+		if c.Failure != nil {
+			text = c.Failure.Text
+		} else if c.Error != nil {
+			text = c.Error.Text
 		}
-		timeout := 60 * time.Minute
-		if d, ok := t.Deadline(); ok {
-			timeout = time.Until(d) - 3*time.Minute
-		}
-		if timeout < 5*time.Minute {
-			t.Fatalf("%s left of go test's -timeout: the subset needs tens of minutes (make conformance)", timeout.Round(time.Second))
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Minute)
-		defer cancel()
-		args := []string{
-			"--procs=" + strconv.Itoa(procs), "--timeout=" + timeout.Round(time.Second).String(), "--no-color",
-			"--focus=" + conformanceFocus, "--skip=" + conformanceSkip(),
-			e2eTest, "--",
-			"--kubeconfig=" + c.kubeconfig, "--provider=skeleton", "--report-dir=" + reportDir,
-			"--kubectl-path=" + kubectl,
-			// e2e.test waits for the kube-system pods (kube-proxy,
-			// CoreDNS: TestRealNodeKubeadmJoin checked them Ready).
-			"--minStartupPods=4",
-		}
-		out := &testkit.Buffer{}
-		cmd := exec.CommandContext(ctx, ginkgo, args...)
-		cmd.Stdout, cmd.Stderr = out, out
-		cmd.Env = append(os.Environ(), "KUBECONFIG="+c.kubeconfig)
-		began := time.Now()
-		runErr := cmd.Run()
-		took := time.Since(began).Round(time.Second)
-		if err := os.WriteFile(filepath.Join(reportDir, "ginkgo.log"), []byte(out.String()), 0o644); err != nil {
-			t.Error(err)
-		}
-		cases, err := readJUnit(filepath.Join(reportDir, "junit_01.xml"))
-		if err != nil {
-			t.Fatalf("ginkgo %s: %v after %s, and no JUnit report: %v\n%s", strings.Join(args, " "), runErr, took, err, tail(out.String(), 80))
-		}
-		r := sortConformance(cases, focus, skip)
-		names := func(cs []junitCase, why func(junitCase) string) string {
-			var b strings.Builder
-			for _, c := range cs {
-				fmt.Fprintf(&b, "  %s (%.0fs)%s\n", c.Name, c.Time, why(c))
-			}
-			return b.String()
-		}
-		none := func(junitCase) string { return "" }
-		t.Logf("upstream conformance subset (%s) in %s with %d processes: %d chosen, %d passed, %d failed, %d skipped by the specs, %d not run here; report %s\npassed:\n%s",
-			e2eTest, took, procs, len(r.chosen), len(r.passed), len(r.failed), len(r.skipped), len(r.notRun), reportDir, names(r.passed, none))
-		t.Logf("skipped by the specs themselves:\n%s", names(r.skipped, func(c junitCase) string {
-			if c.Skipped != nil {
-				return ": " + c.Skipped.Message
-			}
-			return ""
-		}))
-		t.Logf("not run here (conformanceSkips):\n%s", names(r.notRun, func(c junitCase) string {
-			for _, s := range conformanceSkips {
-				if regexp.MustCompile(s.re).MatchString(c.Name) {
-					return ": " + s.why
-				}
-			}
-			return ""
-		}))
-		for _, c := range r.failed {
-			text := ""
-			if c.Failure != nil {
-				text = c.Failure.Text
-			} else if c.Error != nil {
-				text = c.Error.Text
-			}
-			t.Errorf("FAILED (%s): %s\n%s", c.Status, c.Name, tail(text, 30))
-		}
-		if len(r.passed) == 0 {
-			t.Errorf("no chosen spec passed (%d chosen): %v\n%s", len(r.chosen), runErr, tail(out.String(), 80))
-		}
-		if runErr != nil && len(r.failed) == 0 {
-			// A suite-level failure (BeforeSuite, a report) fails no spec.
-			t.Errorf("ginkgo: %v, with no failed spec:\n%s", runErr, tail(out.String(), 80))
-		}
-	}})
+		t.Errorf("FAILED (%s): %s\n%s", c.Status, c.Name, tail(text, 30))
+	}
+	if len(res.passed) == 0 {
+		t.Errorf("no chosen spec passed (%d chosen): %v\n%s", len(res.chosen), runErr, tail(out.String(), 80))
+	}
+	if runErr != nil && len(res.failed) == 0 {
+		// A suite-level failure (BeforeSuite, a report) fails no spec.
+		t.Errorf("ginkgo: %v, with no failed spec:\n%s", runErr, tail(out.String(), 80))
+	}
+	r.deleteAndCheck()
 }
 
-// TestConformanceReportSorting checks how TestRealNodeConformance reads a
+// TestConformanceReportSorting checks how TestRealNodesConformance reads a
 // JUnit report e2e.test writes: the specs focus chose, those skip leaves
 // out, and the rest by status.
 func TestConformanceReportSorting(t *testing.T) {

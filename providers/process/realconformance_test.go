@@ -3,6 +3,7 @@
 package process_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/xml"
 	"fmt"
@@ -17,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capn-dev/capn/internal/testkit"
 	"github.com/capn-dev/capn/providers/process/realnode"
 )
 
@@ -239,7 +239,8 @@ func TestRealNodesConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer logFile.Close()
-	out := &testkit.Buffer{}
+	// One writer (Stdout and Stderr are the same), read after Run.
+	out := &bytes.Buffer{}
 	cmd := exec.CommandContext(ctx, ginkgo, args...)
 	cmd.Stdout = io.MultiWriter(out, logFile)
 	cmd.Stderr = cmd.Stdout

@@ -72,6 +72,12 @@ func needRealNodes(t *testing.T) (stack, images string) {
 		}
 		t.Skip(err)
 	}
+	// Real nodes of other packages' tests (tests/node) are the host's too.
+	release, err := realnode.LockHost("realnodes", t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(release)
 	return stack, images
 }
 

@@ -174,6 +174,7 @@ func TestRealNodeLAN(t *testing.T) {
 			skip("%s is not installed: %v", b, err)
 		}
 	}
+	holdHost(t)
 	l := newLAN(t)
 	n1, n2 := l.addNode(t), l.addNode(t)
 	_, pods, err := net.ParseCIDR(l.podCIDR)

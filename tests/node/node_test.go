@@ -80,7 +80,20 @@ func needStack(t *testing.T) stack {
 			skip("%s is not installed: %v", b, err)
 		}
 	}
+	holdHost(t)
 	return s
+}
+
+// holdHost takes the host's real-nodes lock until t ends: other
+// packages' tests (providers/process) make real nodes too, and go test
+// runs packages at once.
+func holdHost(t *testing.T) {
+	t.Helper()
+	release, err := realnode.LockHost("realnodes", t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(release)
 }
 
 // run runs a command and returns its standard output; it fails the test

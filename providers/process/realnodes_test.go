@@ -63,6 +63,192 @@ func needRealNodes(t *testing.T) (stack, images string) {
 	return stack, images
 }
 
+// realCapn is capn's core services and CLI beside the process provider in
+// node mode, for one kubeadm cluster on real nodes: what the real-node
+// tests share.
+type realCapn struct {
+	t       *testing.T
+	env     *sdktest.Env
+	opts    process.Options
+	c       *conformance.Capn
+	k       *conformance.KubeCluster
+	name    string
+	podCIDR string
+	stop    func()
+	// netnsBefore is `ip netns list` before anything was made.
+	netnsBefore string
+}
+
+// startRealCapn puts back what the nodes change on the host when the test
+// ends, starts the process provider in node mode on stack and images (a
+// directory of hack/nodeimages.sh's form) and capn, and names a cluster
+// prefix-<n> with a free pod CIDR. The provider's nodes are purged when
+// the test ends.
+func startRealCapn(t *testing.T, stack, images, prefix string) *realCapn {
+	t.Helper()
+	kubeBin := conformance.KubeBin(t, "")
+	restoreKernelTunables(t)
+	keepInotify(t)
+	r := &realCapn{t: t}
+	r.netnsBefore, _ = realnode.Run(nil, nil, "ip", "netns", "list")
+	if _, err := os.Stat("/sys/fs/cgroup/memory/k8s.io"); os.IsNotExist(err) {
+		t.Cleanup(func() {
+			if _, err := os.Stat("/sys/fs/cgroup/memory/k8s.io"); err == nil {
+				t.Errorf("/sys/fs/cgroup/memory/k8s.io is left on the host")
+			}
+		})
+	}
+	r.env = sdktest.New(t)
+	r.opts = options(t, t.TempDir())
+	r.opts.RealNodes, r.opts.NodeStack, r.opts.NodeImages = true, stack, images
+	r.opts.HeartbeatEvery, r.opts.WatchEvery = time.Second, time.Second
+	t.Cleanup(func() {
+		if err := process.Purge(r.opts); err != nil {
+			t.Errorf("purge: %v", err)
+		}
+	})
+	t.Cleanup(func() {
+		if left := process.RealNodeLeftovers(r.opts); len(left) > 0 {
+			t.Logf("real nodes left before the purge: %v", left)
+		}
+	})
+	r.stop = r.env.Run(process.NewService(r.opts, conformance.SDKOptions()))
+	t.Cleanup(func() { r.stop() })
+	r.announced()
+	r.c = conformance.StartCapn(t, r.env.Server.URL())
+	r.name = fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano()%100000)
+	r.k = conformance.NewKubeCluster(t, r.c, r.env.JS, kubeBin, r.name)
+	r.podCIDR = freePodCIDR(t)
+	return r
+}
+
+// announced waits for the provider's announcement with real-kubernetes.
+func (r *realCapn) announced() {
+	r.t.Helper()
+	conformance.Poll(r.t, "the provider's announcement with real-kubernetes", time.Minute, func() error {
+		a, ok := r.env.Announcement(process.Name)
+		if !ok || !slices.Contains(a.GetCapabilities(), sdk.CapabilityRealKubernetes) {
+			return fmt.Errorf("announcement %v", a)
+		}
+		return nil
+	})
+}
+
+// restartProvider stops the provider and starts a new one on the same
+// state dir.
+func (r *realCapn) restartProvider() {
+	r.t.Helper()
+	r.stop()
+	r.stop = r.env.Run(process.NewService(r.opts, conformance.SDKOptions()))
+	r.announced()
+}
+
+// apply is `capn apply` of realManifest with controlPlanes and workers,
+// the kubeconfig capn hands out, and every Node Ready at the cluster's
+// version; it returns how long apply → Nodes Ready took, and waits for
+// capn's cluster Ready too.
+func (r *realCapn) apply(controlPlanes, workers int, timeout time.Duration) time.Duration {
+	r.t.Helper()
+	k := r.k
+	applied := time.Now()
+	k.Apply(fmt.Sprintf(realManifest, r.name, k.Version, controlPlanes, workers, r.podCIDR))
+	// capn hands out the kubeconfig once the cluster has its endpoint.
+	k.Kubeconfig = filepath.Join(r.c.Home, r.name+".kubeconfig")
+	conformance.Poll(r.t, "capn kubeconfig "+r.name, 5*time.Minute, func() error {
+		cmd := exec.Command(filepath.Join(r.c.Progs, "capn"), "kubeconfig", r.name, "-o", k.Kubeconfig)
+		cmd.Env = []string{"HOME=" + r.c.Home, "XDG_CONFIG_HOME=" + filepath.Join(r.c.Home, "xdg"), "CAPN_SERVER=" + r.c.Server, "CAPN_TOKEN=" + r.c.Token}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	})
+	want := controlPlanes + workers
+	conformance.Poll(r.t, fmt.Sprintf("%d Nodes Ready", want), timeout, func() error {
+		nl, err := r.nodes()
+		if err != nil {
+			return err
+		}
+		if ready := nl.ready(k.Version); len(nl.Items) != want || len(ready) != want {
+			return fmt.Errorf("%d Nodes, %d Ready at %s", len(nl.Items), len(ready), k.Version)
+		}
+		return nil
+	})
+	nodesReady := time.Since(applied)
+	k.Clusters.WaitReady(r.name, 5*time.Minute)
+	out, _ := k.Kubectl("get", "nodes", "-o", "wide")
+	r.t.Logf("%d Nodes Ready %s after capn apply (capn's cluster Ready %s):\n%s", want, nodesReady.Round(time.Millisecond), time.Since(applied).Round(time.Millisecond), out)
+	return nodesReady
+}
+
+// nodeList is what the tests read of kubectl get nodes -o json.
+type nodeList struct {
+	Items []struct {
+		Metadata struct {
+			Name              string            `json:"name"`
+			CreationTimestamp time.Time         `json:"creationTimestamp"`
+			Labels            map[string]string `json:"labels"`
+		} `json:"metadata"`
+		Spec struct {
+			PodCIDR string `json:"podCIDR"`
+		} `json:"spec"`
+		Status struct {
+			Conditions []struct {
+				Type               string
+				Status             string
+				LastTransitionTime time.Time `json:"lastTransitionTime"`
+			} `json:"conditions"`
+			Addresses []struct{ Type, Address string } `json:"addresses"`
+			NodeInfo  struct {
+				KubeletVersion string `json:"kubeletVersion"`
+			} `json:"nodeInfo"`
+		} `json:"status"`
+	} `json:"items"`
+}
+
+// ready names the Nodes Ready at version, each with when it became Ready.
+func (nl nodeList) ready(version string) map[string]time.Time {
+	out := map[string]time.Time{}
+	for _, n := range nl.Items {
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == "Ready" && cond.Status == "True" && n.Status.NodeInfo.KubeletVersion == version {
+				out[n.Metadata.Name] = cond.LastTransitionTime
+			}
+		}
+	}
+	return out
+}
+
+// nodes reads the cluster's Nodes through capn's kubeconfig.
+func (r *realCapn) nodes() (nodeList, error) {
+	var nl nodeList
+	out, err := r.k.Kubectl("get", "nodes", "-o", "json")
+	if err != nil {
+		return nl, err
+	}
+	return nl, json.Unmarshal([]byte(out), &nl)
+}
+
+// deleteCluster is `capn delete cluster --wait`, then nothing of the
+// nodes may be left on the host.
+func (r *realCapn) deleteCluster() {
+	r.t.Helper()
+	deleted := time.Now()
+	r.c.CLI("delete", "cluster", r.name, "--wait", "--timeout", "5m")
+	r.t.Logf("capn delete --wait took %s", time.Since(deleted).Round(time.Millisecond))
+	conformance.Poll(r.t, "nothing of the real nodes left on the host", time.Minute, func() error {
+		if left := process.RealNodeLeftovers(r.opts); len(left) > 0 {
+			return fmt.Errorf("%v", left)
+		}
+		after, _ := realnode.Run(nil, nil, "ip", "netns", "list")
+		for _, l := range strings.Split(after, "\n") {
+			if f := strings.Fields(l); len(f) > 0 && !strings.Contains(r.netnsBefore, f[0]) {
+				return fmt.Errorf("network namespace %s", f[0])
+			}
+		}
+		return nil
+	})
+}
+
 // TestRealNodesThroughCapn is issue 26's provider proof: capn's core
 // services and CLI, `capn apply` of a kubeadm cluster of 1 control plane
 // and 2 workers on the process provider in node mode — each machine a
@@ -74,18 +260,7 @@ func needRealNodes(t *testing.T) (stack, images string) {
 // and nothing of the nodes is left on the host.
 func TestRealNodesThroughCapn(t *testing.T) {
 	stack, images := needRealNodes(t)
-	kubeBin := conformance.KubeBin(t, "")
 	begin := time.Now()
-	restoreKernelTunables(t)
-	keepInotify(t)
-	netnsBefore, _ := realnode.Run(nil, nil, "ip", "netns", "list")
-	if _, err := os.Stat("/sys/fs/cgroup/memory/k8s.io"); os.IsNotExist(err) {
-		t.Cleanup(func() {
-			if _, err := os.Stat("/sys/fs/cgroup/memory/k8s.io"); err == nil {
-				t.Errorf("/sys/fs/cgroup/memory/k8s.io is left on the host")
-			}
-		})
-	}
 
 	// The web image FROM scratch (capn-node image), beside kubeadm's.
 	work := t.TempDir()
@@ -116,90 +291,11 @@ func TestRealNodesThroughCapn(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	env := sdktest.New(t)
-	opts := options(t, t.TempDir())
-	opts.RealNodes, opts.NodeStack, opts.NodeImages = true, stack, imgDir
-	opts.HeartbeatEvery, opts.WatchEvery = time.Second, time.Second
-	t.Cleanup(func() {
-		if err := process.Purge(opts); err != nil {
-			t.Errorf("purge: %v", err)
-		}
-	})
-	t.Cleanup(func() {
-		if left := process.RealNodeLeftovers(opts); len(left) > 0 {
-			t.Logf("real nodes left before the purge: %v", left)
-		}
-	})
-	stop := env.Run(process.NewService(opts, conformance.SDKOptions()))
-	defer func() { stop() }()
-	announced := func() {
-		conformance.Poll(t, "the provider's announcement with real-kubernetes", time.Minute, func() error {
-			a, ok := env.Announcement(process.Name)
-			if !ok || !slices.Contains(a.GetCapabilities(), sdk.CapabilityRealKubernetes) {
-				return fmt.Errorf("announcement %v", a)
-			}
-			return nil
-		})
-	}
-	announced()
-	c := conformance.StartCapn(t, env.Server.URL())
-	name := fmt.Sprintf("rn-%d", time.Now().UnixNano()%100000)
-	k := conformance.NewKubeCluster(t, c, env.JS, kubeBin, name)
-	podCIDR := freePodCIDR(t)
-	t.Logf("capn up in %s; cluster %s at %s, pods %s", time.Since(begin).Round(time.Millisecond), name, k.Version, podCIDR)
-
+	r := startRealCapn(t, stack, imgDir, "rn")
+	k, name, opts := r.k, r.name, r.opts
+	t.Logf("capn up in %s; cluster %s at %s, pods %s", time.Since(begin).Round(time.Millisecond), name, k.Version, r.podCIDR)
 	applied := time.Now()
-	k.Apply(fmt.Sprintf(realManifest, name, k.Version, podCIDR))
-	// capn hands out the kubeconfig once the cluster has its endpoint.
-	k.Kubeconfig = filepath.Join(c.Home, name+".kubeconfig")
-	conformance.Poll(t, "capn kubeconfig "+name, 5*time.Minute, func() error {
-		cmd := exec.Command(filepath.Join(c.Progs, "capn"), "kubeconfig", name, "-o", k.Kubeconfig)
-		cmd.Env = []string{"HOME=" + c.Home, "XDG_CONFIG_HOME=" + filepath.Join(c.Home, "xdg"), "CAPN_SERVER=" + c.Server, "CAPN_TOKEN=" + c.Token}
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("%v: %s", err, out)
-		}
-		return nil
-	})
-	type nodeList struct {
-		Items []struct {
-			Metadata struct{ Name string } `json:"metadata"`
-			Spec     struct {
-				PodCIDR string `json:"podCIDR"`
-			} `json:"spec"`
-			Status struct {
-				Conditions []struct{ Type, Status string } `json:"conditions"`
-				NodeInfo   struct {
-					KubeletVersion string `json:"kubeletVersion"`
-				} `json:"nodeInfo"`
-			} `json:"status"`
-		} `json:"items"`
-	}
-	conformance.Poll(t, "3 Nodes Ready", 12*time.Minute, func() error {
-		out, err := k.Kubectl("get", "nodes", "-o", "json")
-		if err != nil {
-			return err
-		}
-		var nl nodeList
-		if err := json.Unmarshal([]byte(out), &nl); err != nil {
-			return err
-		}
-		ready := 0
-		for _, n := range nl.Items {
-			for _, cond := range n.Status.Conditions {
-				if cond.Type == "Ready" && cond.Status == "True" && n.Status.NodeInfo.KubeletVersion == k.Version {
-					ready++
-				}
-			}
-		}
-		if len(nl.Items) != 3 || ready != 3 {
-			return fmt.Errorf("%d Nodes, %d Ready at %s", len(nl.Items), ready, k.Version)
-		}
-		return nil
-	})
-	nodesReady := time.Since(applied)
-	k.Clusters.WaitReady(name, 5*time.Minute)
-	out, _ := k.Kubectl("get", "nodes", "-o", "wide")
-	t.Logf("3 Nodes Ready %s after capn apply (capn's cluster Ready %s):\n%s", nodesReady.Round(time.Millisecond), time.Since(applied).Round(time.Millisecond), out)
+	r.apply(1, 2, 12*time.Minute)
 
 	// A Deployment of web: 3 pods, really running.
 	token := "real-" + name
@@ -227,7 +323,7 @@ func TestRealNodesThroughCapn(t *testing.T) {
 		}
 		return nil
 	})
-	out, _ = k.Kubectl("get", "pods", "-A", "-o", "wide")
+	out, _ := k.Kubectl("get", "pods", "-A", "-o", "wide")
 	t.Logf("kubectl get pods -A -o wide (%s after apply):\n%s", time.Since(applied).Round(time.Millisecond), out)
 	hc := &http.Client{Timeout: 5 * time.Second}
 	get := func(u string) (string, error) {
@@ -280,9 +376,7 @@ func TestRealNodesThroughCapn(t *testing.T) {
 	// A provider restart: the nodes run on (their own sessions), a new
 	// provider reads them back from the state dir, its relay takes the
 	// agents' connections again, and it is the one that deletes them.
-	stop()
-	stop = env.Run(process.NewService(opts, conformance.SDKOptions()))
-	announced()
+	r.restartProvider()
 	conformance.Poll(t, "web answers the host after the provider's restart", time.Minute, func() (err error) {
 		body, err = get("http://" + net.JoinHostPort(podIPs[1], "8080") + "/")
 		if err == nil && !strings.Contains(body, "token="+token+"\n") {
@@ -292,12 +386,12 @@ func TestRealNodesThroughCapn(t *testing.T) {
 	})
 	beats := map[string]string{}
 	for m := range nss {
-		_, id, _ := env.LastHeartbeat(name, strings.TrimPrefix(m, name+"/"))
+		_, id, _ := r.env.LastHeartbeat(name, strings.TrimPrefix(m, name+"/"))
 		beats[m] = id
 	}
 	conformance.Poll(t, "every node's agent heartbeats through the new provider's relay", time.Minute, func() error {
 		for m, before := range beats {
-			if _, id, _ := env.LastHeartbeat(name, strings.TrimPrefix(m, name+"/")); id == before {
+			if _, id, _ := r.env.LastHeartbeat(name, strings.TrimPrefix(m, name+"/")); id == before {
 				return fmt.Errorf("%s: no heartbeat since %s", m, before)
 			}
 		}
@@ -305,21 +399,7 @@ func TestRealNodesThroughCapn(t *testing.T) {
 	})
 	t.Logf("provider restarted: the nodes ran on, their agents heartbeat again")
 
-	deleted := time.Now()
-	c.CLI("delete", "cluster", name, "--wait", "--timeout", "5m")
-	t.Logf("capn delete --wait took %s", time.Since(deleted).Round(time.Millisecond))
-	conformance.Poll(t, "nothing of the real nodes left on the host", time.Minute, func() error {
-		if left := process.RealNodeLeftovers(opts); len(left) > 0 {
-			return fmt.Errorf("%v", left)
-		}
-		after, _ := realnode.Run(nil, nil, "ip", "netns", "list")
-		for _, l := range strings.Split(after, "\n") {
-			if f := strings.Fields(l); len(f) > 0 && !strings.Contains(netnsBefore, f[0]) {
-				return fmt.Errorf("network namespace %s", f[0])
-			}
-		}
-		return nil
-	})
+	r.deleteCluster()
 	t.Logf("test took %s", time.Since(begin).Round(time.Millisecond))
 }
 
@@ -344,9 +424,9 @@ func freePodCIDR(t *testing.T) string {
 	return ""
 }
 
-// realManifest is a kubeadm cluster of 1 control plane and 2 workers on
-// real nodes, with what this host needs from kubeadm and the kubelet
-// (docs/providers.md, real nodes): name, version, pod CIDR.
+// realManifest is a kubeadm cluster on real nodes, with what this host
+// needs from kubeadm and the kubelet (docs/providers.md, real nodes):
+// name, version, control-plane replicas, worker replicas, pod CIDR.
 const realManifest = `apiVersion: capn.dev/v1alpha1
 kind: Cluster
 metadata:
@@ -355,11 +435,11 @@ spec:
   kubernetesVersion: %s
   controlPlane:
     provider: process
-    replicas: 1
+    replicas: %d
   workerPools:
   - name: md-0
     provider: process
-    replicas: 2
+    replicas: %d
   network:
     podCidrs: [%s]
     serviceCidrs: [10.96.0.0/12]

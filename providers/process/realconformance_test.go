@@ -209,7 +209,7 @@ func TestRealNodesConformance(t *testing.T) {
 	}
 
 	began := time.Now()
-	r := newRealWorld(t, e2eImages, realManifest)
+	r := newRealWorld(t, e2eImages, realManifest, 3)
 	up := time.Since(began)
 	// e2e.test execs in pods with kubectl: the newest of CAPN_KUBE_BIN
 	// (KUBE_VERSIONS lists the nodes' version last), the cluster's.

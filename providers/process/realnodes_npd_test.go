@@ -171,7 +171,7 @@ func TestRealNodeNPDDrivesARepair(t *testing.T) {
 		"--file", "node-problem-detector="+npd, "--entrypoint", "/node-problem-detector").CombinedOutput(); err != nil {
 		t.Fatalf("capn-node image: %v\n%s", err, out)
 	}
-	w := newRealWorld(t, []realnode.Image{{Ref: npdRef, Archive: filepath.Join(work, "npd.tar")}}, npdHealthManifest)
+	w := newRealWorld(t, []realnode.Image{{Ref: npdRef, Archive: filepath.Join(work, "npd.tar")}}, npdHealthManifest, 3)
 	k, name := w.k, w.name
 	conformance.StartRemediator(t, w.env.Server.URL())
 	if a, _ := w.env.Announcement(process.Name); slices.Contains(a.GetCapabilities(), "reboot") {

@@ -104,7 +104,7 @@ func TestRealNodesThroughCapn(t *testing.T) {
 	if out, err := exec.Command(nodeBinary, "image", "--ref", webRef, "--out", filepath.Join(work, "web.tar"), "--file", "web="+web, "--entrypoint", "/web").CombinedOutput(); err != nil {
 		t.Fatalf("capn-node image: %v\n%s", err, out)
 	}
-	w := newRealWorld(t, []realnode.Image{{Ref: webRef, Archive: filepath.Join(work, "web.tar")}}, realManifest)
+	w := newRealWorld(t, []realnode.Image{{Ref: webRef, Archive: filepath.Join(work, "web.tar")}}, realManifest, 3)
 	env, opts, k, name, applied := w.env, w.opts, w.k, w.name, w.applied
 
 	// A Deployment of web: 3 pods, really running.

@@ -43,10 +43,11 @@ type realWorld struct {
 // newRealWorld brings the world up: the node images plus extra (images a
 // test's pods run, imported into every node), and manifest, a cluster
 // manifest with three %s: name, Kubernetes version and pod CIDR
-// (realManifest, or one with more settings). It skips (fails under
+// (realManifest, or one with more settings) that makes nodes machines,
+// each a Node. It skips (fails under
 // CAPN_REQUIRE_NODESTACK=1) without the node stack, and removes
 // everything it made when the test ends.
-func newRealWorld(t *testing.T, extra []realnode.Image, manifest string) *realWorld {
+func newRealWorld(t *testing.T, extra []realnode.Image, manifest string, nodes int) *realWorld {
 	t.Helper()
 	stack, images := needRealNodes(t)
 	kubeBin := conformance.KubeBin(t, "")
@@ -107,12 +108,12 @@ func newRealWorld(t *testing.T, extra []realnode.Image, manifest string) *realWo
 		}
 		return nil
 	})
-	conformance.Poll(t, "3 Nodes Ready", 12*time.Minute, func() error {
+	conformance.Poll(t, fmt.Sprintf("%d Nodes Ready", nodes), time.Duration(4*nodes)*time.Minute, func() error {
 		ready, total, err := w.readyNodes()
 		if err != nil {
 			return err
 		}
-		if total != 3 || ready != 3 {
+		if total != nodes || ready != nodes {
 			return fmt.Errorf("%d Nodes, %d Ready at %s", total, ready, w.k.Version)
 		}
 		return nil
@@ -122,43 +123,68 @@ func newRealWorld(t *testing.T, extra []realnode.Image, manifest string) *realWo
 	// Each Node is its machine's: registered with the providerID capn
 	// reports for it (the provider hands it to the node's kubelet), so
 	// the health-watcher reads, drains and deletes it.
-	if ms := w.k.Running(); len(ms) != 3 {
-		t.Fatalf("capn's cluster %s is Ready with %d Running machines, want 3", w.name, len(ms))
+	if ms := w.k.Running(); len(ms) != nodes {
+		t.Fatalf("capn's cluster %s is Ready with %d Running machines, want %d", w.name, len(ms), nodes)
 	} else {
 		w.k.WaitNodes(ms, time.Minute)
 	}
 	out, _ := w.k.Kubectl("get", "nodes", "-o", "wide")
-	t.Logf("3 Nodes Ready %s after capn apply (capn's cluster Ready %s):\n%s", nodesReady.Round(time.Millisecond), time.Since(w.applied).Round(time.Millisecond), out)
+	t.Logf("%d Nodes Ready %s after capn apply (capn's cluster Ready %s):\n%s", nodes, nodesReady.Round(time.Millisecond), time.Since(w.applied).Round(time.Millisecond), out)
 	return w
+}
+
+// nodeList is what the tests read of kubectl get nodes -o json.
+type nodeList struct {
+	Items []struct {
+		Metadata struct {
+			Name              string            `json:"name"`
+			CreationTimestamp time.Time         `json:"creationTimestamp"`
+			Labels            map[string]string `json:"labels"`
+		} `json:"metadata"`
+		Status struct {
+			Conditions []struct {
+				Type               string
+				Status             string
+				LastTransitionTime time.Time `json:"lastTransitionTime"`
+			} `json:"conditions"`
+			Addresses []struct{ Type, Address string } `json:"addresses"`
+			NodeInfo  struct {
+				KubeletVersion string `json:"kubeletVersion"`
+			} `json:"nodeInfo"`
+		} `json:"status"`
+	} `json:"items"`
+}
+
+// ready are the Nodes Ready at version, with when they became so.
+func (nl nodeList) ready(version string) map[string]time.Time {
+	out := map[string]time.Time{}
+	for _, n := range nl.Items {
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == "Ready" && cond.Status == "True" && n.Status.NodeInfo.KubeletVersion == version {
+				out[n.Metadata.Name] = cond.LastTransitionTime
+			}
+		}
+	}
+	return out
+}
+
+// nodes lists the cluster's Nodes.
+func (w *realWorld) nodes() (nodeList, error) {
+	var nl nodeList
+	out, err := w.k.Kubectl("get", "nodes", "-o", "json")
+	if err != nil {
+		return nl, err
+	}
+	return nl, json.Unmarshal([]byte(out), &nl)
 }
 
 // readyNodes counts the cluster's Nodes, and those Ready at its version.
 func (w *realWorld) readyNodes() (ready, total int, err error) {
-	out, err := w.k.Kubectl("get", "nodes", "-o", "json")
+	nl, err := w.nodes()
 	if err != nil {
 		return 0, 0, err
 	}
-	var nl struct {
-		Items []struct {
-			Status struct {
-				Conditions []struct{ Type, Status string } `json:"conditions"`
-				NodeInfo   struct {
-					KubeletVersion string `json:"kubeletVersion"`
-				} `json:"nodeInfo"`
-			} `json:"status"`
-		} `json:"items"`
-	}
-	if err := json.Unmarshal([]byte(out), &nl); err != nil {
-		return 0, 0, err
-	}
-	for _, n := range nl.Items {
-		for _, cond := range n.Status.Conditions {
-			if cond.Type == "Ready" && cond.Status == "True" && n.Status.NodeInfo.KubeletVersion == w.k.Version {
-				ready++
-			}
-		}
-	}
-	return ready, len(nl.Items), nil
+	return len(nl.ready(w.k.Version)), len(nl.Items), nil
 }
 
 // announced waits for the provider's announcement with real-kubernetes.

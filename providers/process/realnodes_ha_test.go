@@ -3,10 +3,11 @@
 package process_test
 
 import (
-	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -14,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capn-dev/capn/cmd/capn-node/kube"
 	"github.com/capn-dev/capn/providers/conformance"
 	"github.com/capn-dev/capn/providers/process"
 	"github.com/capn-dev/capn/providers/process/realnode"
@@ -118,11 +118,12 @@ func (r *realWorld) controlPlanes(want int) []realCP {
 	return cps
 }
 
-// etcdAt is a client of the etcd member of control plane cp with the
-// certificates kubeadm wrote on its node (the etcd CA capn handed it, the
-// API server's etcd client certificate kubeadm made), read from the
-// node's /etc overlay.
-func (r *realWorld) etcdAt(cp realCP) *kube.Etcd {
+// etcdctl runs the kube binaries' etcdctl against endpoints (etcd's
+// client URLs) as control plane cp's API server does: with the certificates kubeadm wrote on its node (the
+// etcd CA capn handed it, the API server's etcd client certificate
+// kubeadm made), read from the node's /etc overlay, and decodes its JSON
+// output (-w json) into out.
+func (r *realWorld) etcdctl(cp realCP, endpoints string, out any, args ...string) error {
 	r.t.Helper()
 	nss, err := process.RealNodeNamespaces(r.opts.StateDir)
 	if err != nil {
@@ -134,19 +135,24 @@ func (r *realWorld) etcdAt(cp realCP) *kube.Etcd {
 	}
 	index := ns[strings.LastIndexByte(ns, '-')+1:]
 	pki := filepath.Join(r.opts.StateDir, "realnodes", index, "overlay", "etc", "upper", "kubernetes", "pki")
-	read := func(name string) []byte {
-		b, err := os.ReadFile(filepath.Join(pki, name))
-		if err != nil {
-			r.t.Fatalf("%s's %v", cp.name, err)
-		}
-		return b
-	}
-	e, err := kube.NewEtcd([]string{"https://" + cp.ip + ":2379"}, read("etcd/ca.crt"), read("apiserver-etcd-client.crt"), read("apiserver-etcd-client.key"))
+	cmd := exec.Command(filepath.Join(r.k.Bin, "etcdctl"), append([]string{
+		"--endpoints=" + endpoints, "--cacert=" + filepath.Join(pki, "etcd", "ca.crt"),
+		"--cert=" + filepath.Join(pki, "apiserver-etcd-client.crt"), "--key=" + filepath.Join(pki, "apiserver-etcd-client.key"),
+		"--command-timeout=10s", "-w", "json"}, args...)...)
+	b, err := cmd.Output()
 	if err != nil {
-		r.t.Fatal(err)
+		return fmt.Errorf("etcdctl %s at %s: %v", strings.Join(args, " "), cp.name, err)
 	}
-	r.t.Cleanup(e.Close)
-	return e
+	return json.Unmarshal(b, out)
+}
+
+// etcdMember is one member of etcdctl member list -w json.
+type etcdMember struct {
+	ID         uint64   `json:"ID"`
+	Name       string   `json:"name"`
+	PeerURLs   []string `json:"peerURLs"`
+	ClientURLs []string `json:"clientURLs"`
+	IsLearner  bool     `json:"isLearner"`
 }
 
 // checkEtcd: asked at every control plane, etcd has exactly one started
@@ -155,21 +161,23 @@ func (r *realWorld) etcdAt(cp realCP) *kube.Etcd {
 // answers /readyz/etcd.
 func (r *realWorld) checkEtcd(cps []realCP) {
 	r.t.Helper()
-	ctx := context.Background()
+	var members []etcdMember
 	for _, cp := range cps {
-		e := r.etcdAt(cp)
 		conformance.Poll(r.t, fmt.Sprintf("etcd at %s: %d healthy voting members", cp.name, len(cps)), 3*time.Minute, func() error {
-			members, err := e.Members(ctx)
-			if err != nil {
+			var list struct {
+				Members []etcdMember `json:"members"`
+			}
+			if err := r.etcdctl(cp, "https://"+cp.ip+":2379", &list, "member", "list"); err != nil {
 				return err
 			}
-			health := e.MembersHealth(ctx, members)
-			var got []string
+			members = list.Members
+			var got, endpoints []string
 			for _, m := range members {
-				if m.IsLearner || !m.Started() || !health.Healthy(m.ID) {
-					return fmt.Errorf("member %s %q: learner %v, started %v: %s", m.ID, m.Name, m.IsLearner, m.Started(), kube.DescribeHealth(members, health))
+				if m.IsLearner || m.Name == "" || len(m.ClientURLs) == 0 {
+					return fmt.Errorf("member %x %q: learner %v, started %v", m.ID, m.Name, m.IsLearner, m.Name != "" && len(m.ClientURLs) > 0)
 				}
 				got = append(got, m.Name+"@"+strings.Join(m.PeerURLs, ","))
+				endpoints = append(endpoints, m.ClientURLs...)
 			}
 			var want []string
 			for _, c := range cps {
@@ -180,6 +188,22 @@ func (r *realWorld) checkEtcd(cps []realCP) {
 			if !slices.Equal(got, want) {
 				return fmt.Errorf("members %v, want %v", got, want)
 			}
+			var health []struct {
+				Endpoint string `json:"endpoint"`
+				Health   bool   `json:"health"`
+				Error    string `json:"error"`
+			}
+			if err := r.etcdctl(cp, strings.Join(endpoints, ","), &health, "endpoint", "health"); err != nil {
+				return err
+			}
+			if len(health) != len(cps) {
+				return fmt.Errorf("health of %d endpoints, want %d: %+v", len(health), len(cps), health)
+			}
+			for _, h := range health {
+				if !h.Health {
+					return fmt.Errorf("endpoint %s unhealthy: %s", h.Endpoint, h.Error)
+				}
+			}
 			return nil
 		})
 		out, err := r.k.Kubectl("--server=https://"+cp.ip+":6443", "get", "--raw", "/readyz/etcd")
@@ -187,10 +211,9 @@ func (r *realWorld) checkEtcd(cps []realCP) {
 			r.t.Errorf("%s's API server /readyz/etcd: %q %v", cp.name, out, err)
 		}
 	}
-	members, _ := r.etcdAt(cps[0]).Members(ctx)
 	var names []string
 	for _, m := range members {
-		names = append(names, fmt.Sprintf("%s %s (learner %v) %v", m.ID, m.Name, m.IsLearner, m.PeerURLs))
+		names = append(names, fmt.Sprintf("%x %s (learner %v) %v", m.ID, m.Name, m.IsLearner, m.PeerURLs))
 	}
 	r.t.Logf("etcd, asked at each of the %d control planes: %d voting members, all healthy; each API server's /readyz/etcd ok: %s", len(cps), len(members), strings.Join(names, "; "))
 }

@@ -164,18 +164,38 @@ type clusterPKI struct {
 // ensurePKI creates the cluster's PKI once (compare-and-set: two replicas
 // racing store one) and returns it. A user-supplied CA is used as is and
 // never overwritten.
+//
+// A PKI that passed the checks is not read again while the secrets cache
+// shows the revision it was read at (pkiChecks, for pkiCheckFor): every
+// machine's bootstrap data and many cluster changes need it, and the read
+// (a request, unsealing, decoding) was most of what a check that hits the
+// memo cost. The cache lags the bucket by a delivery: a PKI rewritten
+// meanwhile (a CA rotation) is seen as if read just before the write.
 func (s *Service) ensurePKI(ctx context.Context, c *capnv1.Cluster) (clusterPKI, error) {
 	name := c.GetMetadata().GetName()
 	var userCA *pki.KeyPair
 	if ca := c.GetSpec().GetBootstrap().GetCa(); ca.GetCertificatePem() != "" || ca.GetPrivateKeyPem() != "" {
 		userCA = &pki.KeyPair{CertPEM: []byte(ca.GetCertificatePem()), KeyPEM: []byte(ca.GetPrivateKeyPem())}
 	}
-	var out clusterPKI
-	_, _, err := s.pkis.Mutate(ctx, keys.PKI(name), func(cur *capnv1.ClusterPKI, exists bool) (*capnv1.ClusterPKI, error) {
+	user := pkiDigest(nil, userCA)
+	if e, ok := s.secrets.Get(keys.PKI(name)); ok {
+		if m, ok := s.pkiChecks.atRevision(name, e.Revision, user, s.cfg.Now()); ok {
+			return m, nil
+		}
+	}
+	var (
+		out clusterPKI
+		// passed is the digest of the PKI stored now when it passed the
+		// checks or was completed by them (fresh: not from the memo).
+		passed *[sha256.Size]byte
+		hit    *[sha256.Size]byte // the digest the memo knew
+	)
+	_, rev, err := s.pkis.Mutate(ctx, keys.PKI(name), func(cur *capnv1.ClusterPKI, exists bool) (*capnv1.ClusterPKI, error) {
 		now := s.cfg.Now()
 		digest := pkiDigest(cur, userCA)
+		passed, hit = nil, nil
 		if m, ok := s.pkiChecks.get(name, digest, now); ok {
-			out = m
+			out, hit = m, &digest
 			return nil, store.ErrNoChange
 		}
 		set, added, err := pki.Ensure(pki.FromProto(cur), pki.Options{Now: now, UserCA: userCA})
@@ -184,7 +204,7 @@ func (s *Service) ensurePKI(ctx context.Context, c *capnv1.Cluster) (clusterPKI,
 		}
 		out = clusterPKI{set: set, user: cur.GetUserSuppliedCa() || (userCA != nil && containsPart(added, pki.PartCA))}
 		if len(added) == 0 {
-			s.pkiChecks.put(name, digest, out, now)
+			passed = &digest
 			return nil, store.ErrNoChange
 		}
 		next := pki.ToProto(set)
@@ -193,8 +213,20 @@ func (s *Service) ensurePKI(ctx context.Context, c *capnv1.Cluster) (clusterPKI,
 		if next.Created == nil {
 			next.Created = timestamppb.New(s.cfg.Now())
 		}
+		// What Ensure completed passes its checks: the next read of it
+		// need not run them.
+		d := pkiDigest(next, userCA)
+		passed = &d
 		return next, nil
 	})
+	switch {
+	case err != nil || rev == 0:
+	case passed != nil:
+		s.pkiChecks.put(name, *passed, out, s.cfg.Now())
+		s.pkiChecks.readAt(name, *passed, rev, user)
+	case hit != nil:
+		s.pkiChecks.readAt(name, *hit, rev, user)
+	}
 	return out, err
 }
 
@@ -215,6 +247,11 @@ type pkiChecks struct {
 
 type pkiCheck struct {
 	digest [sha256.Size]byte
+	// rev is the revision of pki.<cluster> that held the bytes of digest,
+	// once known (0: not yet), and userCA the digest of the user-supplied
+	// CA they were checked against (pkiDigest(nil, userCA)).
+	rev    uint64
+	userCA [sha256.Size]byte
 	out    clusterPKI
 	at     time.Time
 }
@@ -223,10 +260,26 @@ func (c *pkiChecks) get(cluster string, digest [sha256.Size]byte, now time.Time)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	m, ok := c.by[cluster]
-	if !ok || m.digest != digest || now.Before(m.at) || now.Sub(m.at) >= pkiCheckFor {
+	if !ok || m.digest != digest || !m.fresh(now) {
 		return clusterPKI{}, false
 	}
 	return m.out, true
+}
+
+// atRevision is get for the PKI stored at revision rev, checked against
+// the user-supplied CA of digest userCA, without its bytes.
+func (c *pkiChecks) atRevision(cluster string, rev uint64, userCA [sha256.Size]byte, now time.Time) (clusterPKI, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, ok := c.by[cluster]
+	if !ok || m.rev == 0 || m.rev != rev || m.userCA != userCA || !m.fresh(now) {
+		return clusterPKI{}, false
+	}
+	return m.out, true
+}
+
+func (m pkiCheck) fresh(now time.Time) bool {
+	return !now.Before(m.at) && now.Sub(m.at) < pkiCheckFor
 }
 
 func (c *pkiChecks) put(cluster string, digest [sha256.Size]byte, out clusterPKI, now time.Time) {
@@ -238,6 +291,18 @@ func (c *pkiChecks) put(cluster string, digest [sha256.Size]byte, out clusterPKI
 	c.by[cluster] = pkiCheck{digest: digest, out: out, at: now}
 }
 
+// readAt records that the PKI of digest, checked against the user CA of
+// digest userCA, was stored at revision rev (unless the memo moved on to
+// other bytes meanwhile).
+func (c *pkiChecks) readAt(cluster string, digest [sha256.Size]byte, rev uint64, userCA [sha256.Size]byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m, ok := c.by[cluster]; ok && m.digest == digest {
+		m.rev, m.userCA = rev, userCA
+		c.by[cluster] = m
+	}
+}
+
 func (c *pkiChecks) forget(cluster string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -245,11 +310,13 @@ func (c *pkiChecks) forget(cluster string) {
 }
 
 // pkiDigest identifies a stored PKI and the user-supplied CA it is
-// checked against.
+// checked against (pkiDigest(nil, userCA): the user CA alone).
 func pkiDigest(cur *capnv1.ClusterPKI, userCA *pki.KeyPair) [sha256.Size]byte {
 	h := sha256.New()
-	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(cur)
-	h.Write(b)
+	if cur != nil {
+		b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(cur)
+		h.Write(b)
+	}
 	if userCA != nil {
 		h.Write([]byte{1})
 		h.Write(userCA.CertPEM)
@@ -271,16 +338,26 @@ func containsPart(ps []pki.Part, p pki.Part) bool {
 }
 
 // ensureKubeconfig keeps kubeconfig.<cluster> naming the current endpoint
-// with an admin certificate that is not due for renewal.
+// with an admin certificate that is not due for renewal. A record it read
+// or wrote is not read again while the secrets cache shows its revision
+// (s.adminKCs).
 func (s *Service) ensureKubeconfig(ctx context.Context, name string, ep bootstrap.Endpoint, set pki.Set) (*capnv1.AdminKubeconfig, error) {
 	server, err := kubeconfig.Server(ep.Host, ep.Port)
 	if err != nil {
 		return nil, err
 	}
+	current := func(kc *capnv1.AdminKubeconfig, now time.Time) bool {
+		return kc.GetServer() == server && now.Before(kc.GetClientCertNotAfter().AsTime().Add(-pki.ClientCertRenewBefore))
+	}
+	if e, ok := s.secrets.Get(keys.Kubeconfig(name)); ok {
+		if kc, ok := s.adminKCs.at(name, e.Revision); ok && current(kc, s.cfg.Now()) {
+			return kc, nil
+		}
+	}
 	wrote := false
-	kc, _, err := s.kubeconfs.Mutate(ctx, keys.Kubeconfig(name), func(cur *capnv1.AdminKubeconfig, exists bool) (*capnv1.AdminKubeconfig, error) {
+	kc, rev, err := s.kubeconfs.Mutate(ctx, keys.Kubeconfig(name), func(cur *capnv1.AdminKubeconfig, exists bool) (*capnv1.AdminKubeconfig, error) {
 		now := s.cfg.Now()
-		if exists && cur.GetServer() == server && now.Before(cur.GetClientCertNotAfter().AsTime().Add(-pki.ClientCertRenewBefore)) {
+		if exists && current(cur, now) {
 			return nil, store.ErrNoChange
 		}
 		ca, err := pki.ParseCA(set.CA, now)
@@ -303,10 +380,55 @@ func (s *Service) ensureKubeconfig(ctx context.Context, name string, ep bootstra
 		wrote = true
 		return &capnv1.AdminKubeconfig{Kubeconfig: data, Server: server, ClientCertNotAfter: timestamppb.New(cert.NotAfter)}, nil
 	})
+	if err == nil && rev != 0 {
+		s.adminKCs.put(name, rev, kc)
+	}
 	if err == nil && wrote {
 		s.kickJoins(name)
 	}
 	return kc, err
+}
+
+// kubeconfigMemo remembers, per cluster, the admin kubeconfig record last
+// read or written and its revision. It only saves reads: a restart starts
+// empty. Values are shared: callers must not modify them.
+type kubeconfigMemo struct {
+	mu sync.Mutex
+	by map[string]kubeconfigAt
+}
+
+type kubeconfigAt struct {
+	rev uint64
+	kc  *capnv1.AdminKubeconfig
+}
+
+// at returns the record stored at revision rev, if that is the one
+// remembered.
+func (m *kubeconfigMemo) at(cluster string, rev uint64) (*capnv1.AdminKubeconfig, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.by[cluster]
+	if !ok || e.rev != rev {
+		return nil, false
+	}
+	return e.kc, true
+}
+
+func (m *kubeconfigMemo) put(cluster string, rev uint64, kc *capnv1.AdminKubeconfig) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.by == nil {
+		m.by = map[string]kubeconfigAt{}
+	}
+	if e, ok := m.by[cluster]; !ok || e.rev <= rev {
+		m.by[cluster] = kubeconfigAt{rev: rev, kc: kc}
+	}
+}
+
+func (m *kubeconfigMemo) forget(cluster string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.by, cluster)
 }
 
 // tendTokens renews the join tokens of machines still joining and deletes

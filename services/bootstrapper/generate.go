@@ -255,6 +255,7 @@ func (s *Service) cleanup(ctx context.Context, m *events.Message, cmd *capnv1.De
 	s.joinMemo.forgetCluster(name)
 	s.workload.Invalidate(name)
 	s.pkiChecks.forget(name)
+	s.adminKCs.forget(name)
 	zerolog.Ctx(ctx).Info().Str("cluster", name).Int("keys", len(purge)).Msg("cluster secrets deleted")
 	_, err = s.pub.Publish(ctx, events.EventSubject("bootstrap", "cleaned", name, events.ClusterObject), events.TypeClusterEvent+".secrets-deleted",
 		"secrets-deleted."+name+"."+shortHash(m.Event.ID()), &capnv1.ClusterEvent{Cluster: name, Reason: "SecretsDeleted", Message: "PKI, kubeconfig and bootstrap data deleted"})

@@ -50,3 +50,43 @@ func TestPKIChecks(t *testing.T) {
 		t.Error("hit after forget")
 	}
 }
+
+func TestPKIChecksAtRevision(t *testing.T) {
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	stored := &capnv1.ClusterPKI{Ca: &capnv1.KeyPairPEM{CertPem: "cert", KeyPem: "key"}}
+	user := &pki.KeyPair{CertPEM: []byte("cert"), KeyPEM: []byte("key")}
+	none, theirs := pkiDigest(nil, nil), pkiDigest(nil, user)
+	d := pkiDigest(stored, nil)
+
+	var c pkiChecks
+	c.put("c1", d, clusterPKI{}, now)
+	if _, ok := c.atRevision("c1", 7, none, now); ok {
+		t.Fatal("hit before the revision is known")
+	}
+	c.readAt("c1", pkiDigest(stored, user), 7, theirs) // other bytes: not this entry's revision
+	if _, ok := c.atRevision("c1", 7, theirs, now); ok {
+		t.Fatal("a revision recorded for other bytes was taken")
+	}
+	c.readAt("c1", d, 7, none)
+	for _, tt := range []struct {
+		name string
+		rev  uint64
+		user [32]byte
+		at   time.Time
+		hit  bool
+	}{
+		{"same revision, within a minute", 7, none, now.Add(59 * time.Second), true},
+		{"same revision, a minute later: checked again", 7, none, now.Add(time.Minute), false},
+		{"another revision", 8, none, now, false},
+		{"revision 0", 0, none, now, false},
+		{"a user CA now", 7, theirs, now, false},
+	} {
+		if _, ok := c.atRevision("c1", tt.rev, tt.user, tt.at); ok != tt.hit {
+			t.Errorf("%s: hit %v, want %v", tt.name, ok, tt.hit)
+		}
+	}
+	c.put("c1", d, clusterPKI{}, now) // checked again: its revision is to be read again
+	if _, ok := c.atRevision("c1", 7, none, now); ok {
+		t.Error("hit on a revision recorded before the entry was replaced")
+	}
+}

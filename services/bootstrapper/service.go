@@ -80,9 +80,14 @@ type Config struct {
 type Service struct {
 	cfg Config
 
-	pub       *events.Publisher
-	desired   *store.Cache
-	observed  *store.Cache
+	pub      *events.Publisher
+	desired  *store.Cache
+	observed *store.Cache
+	// secrets caches the clusters' PKI and admin kubeconfig records
+	// (sealed, as stored): their revisions let ensurePKI and
+	// ensureKubeconfig skip re-reading a record they already checked
+	// (pkiChecks, adminKCs). Bootstrap data is not cached.
+	secrets   *store.Cache
 	clusters  *store.Bucket[*capnv1.Cluster] // authoritative reads for commands
 	pkis      *store.Bucket[*capnv1.ClusterPKI]
 	kubeconfs *store.Bucket[*capnv1.AdminKubeconfig]
@@ -96,6 +101,7 @@ type Service struct {
 	queue       *reconcile.Queue
 	tokens      tokenMemo
 	pkiChecks   pkiChecks
+	adminKCs    kubeconfigMemo
 	joins       *reconcile.Queue // jointokens.go: tokens in the workload clusters
 	joinMemo    joinMemo
 	issuer      nkeys.KeyPair         // callout.go; nil: no auth callout
@@ -220,7 +226,8 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 
 	s.desired = store.NewCache(desiredKV, s.cfg.Cache)
 	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, d.JS, keys.InfraPrefix, keys.MachinePrefix, keys.ProviderPrefix, keys.ControlPlanePrefix))
-	for _, c := range []*store.Cache{s.desired, s.observed} {
+	s.secrets = store.NewCache(s.secretsKV, store.Keep(s.cfg.Cache, d.JS, keys.PKIPrefix, keys.KubeconfigPrefix))
+	for _, c := range []*store.Cache{s.desired, s.observed, s.secrets} {
 		if err := c.Start(ctx); err != nil {
 			return err
 		}
@@ -253,7 +260,7 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	// The caches are started above: fetch, credential and callout requests
 	// are answered from them before the loops start.
 	return reconcile.Run(ctx, reconcile.Env{JS: d.JS, Log: log, Events: d.Events, Ready: ready,
-		Started: []*store.Cache{s.desired, s.observed}}, s.controllers(log)...)
+		Started: []*store.Cache{s.desired, s.observed, s.secrets}}, s.controllers(log)...)
 }
 
 // controllers are the bootstrapper's loops: its clusters' secrets and

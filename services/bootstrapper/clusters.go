@@ -103,6 +103,18 @@ func (s *Service) clusterNow(ctx context.Context, name string) (*capnv1.Cluster,
 	return c, err == nil, err
 }
 
+// clusterForData is the cluster a machine's data is generated for: the
+// cached one when the cache has it and it is not being deleted (the cache
+// that showed the machine is at least as new), else clusterNow's (a
+// command may name a cluster the cache has not caught up with yet, and a
+// refusal is decided on the bucket's word).
+func (s *Service) clusterForData(ctx context.Context, name string) (*capnv1.Cluster, bool, error) {
+	if c, ok, err := s.cluster(name); err == nil && ok && c.GetMetadata().GetDeletionTimestamp() == nil {
+		return c, true, nil
+	}
+	return s.clusterNow(ctx, name)
+}
+
 func (s *Service) cluster(name string) (*capnv1.Cluster, bool, error) {
 	e, ok := s.desired.Get(keys.Cluster(name))
 	if !ok {

@@ -77,13 +77,16 @@ func (s *Service) generateFor(ctx context.Context, request string, cmd *capnv1.G
 	}
 	hash = withSecrets(hash, digest)
 	key := keys.Bootstrap(cmd.GetCluster(), cmd.GetMachine())
-	if cur, _, err := s.boots.Get(ctx, key); err == nil && cur.GetInputHash() == hash {
+	cur, _, err := s.boots.Get(ctx, key)
+	switch {
+	case err == nil && cur.GetInputHash() == hash:
 		return s.ready(ctx, request, cmd, key, cur)
-	} else if err != nil && !errors.Is(err, store.ErrNotFound) {
+	case err != nil && !errors.Is(err, store.ErrNotFound):
 		return err
 	}
+	absent := err != nil // no record: the first write is a create
 
-	cluster, ok, err := s.clusterNow(ctx, cmd.GetCluster())
+	cluster, ok, err := s.clusterForData(ctx, cmd.GetCluster())
 	if err != nil {
 		return err
 	}
@@ -144,8 +147,32 @@ func (s *Service) generateFor(ctx context.Context, request string, cmd *capnv1.G
 		InputHash: hash, Token: tok.Value(), TokenExpires: timestamppb.New(token.Expiry(now, in.TokenTTL)),
 		TokenTtl: durationpb.New(in.TokenTTL),
 	}
-	// Compare-and-set: if another replica stored data for this command
-	// first, answer with theirs so every answer is the same.
+	stored, err := s.store(ctx, key, hash, rec, absent)
+	if err != nil {
+		return err
+	}
+	// A new token: the join-token pass registers it in the workload cluster.
+	s.joinMemo.unsettle(key)
+	s.kickJoins(cmd.GetCluster())
+	log.Info().Str("format", stored.GetFormat()).Str("checksum", stored.GetChecksum()).Msg("bootstrap data ready")
+	return s.ready(ctx, request, cmd, key, stored)
+}
+
+// store writes a machine's new bootstrap data rec (input hash hash) with
+// a compare-and-set and returns what is stored: if another replica stored
+// data for the same input first, theirs, so every answer is the same.
+// absent says the record was missing when generateFor read it: it is
+// created without reading it again, and read only if that create loses.
+func (s *Service) store(ctx context.Context, key, hash string, rec *capnv1.BootstrapData, absent bool) (*capnv1.BootstrapData, error) {
+	if absent {
+		_, err := s.boots.Create(ctx, key, rec)
+		if err == nil {
+			return rec, nil
+		}
+		if !errors.Is(err, store.ErrConflict) {
+			return nil, err
+		}
+	}
 	stored, _, err := s.boots.Mutate(ctx, key, func(cur *capnv1.BootstrapData, exists bool) (*capnv1.BootstrapData, error) {
 		if exists && cur.GetInputHash() == hash {
 			return nil, store.ErrNoChange
@@ -157,14 +184,7 @@ func (s *Service) generateFor(ctx context.Context, request string, cmd *capnv1.G
 		}
 		return rec, nil
 	})
-	if err != nil {
-		return err
-	}
-	// A new token: the join-token pass registers it in the workload cluster.
-	s.joinMemo.unsettle(key)
-	s.kickJoins(cmd.GetCluster())
-	log.Info().Str("format", stored.GetFormat()).Str("checksum", stored.GetChecksum()).Msg("bootstrap data ready")
-	return s.ready(ctx, request, cmd, key, stored)
+	return stored, err
 }
 
 // capabilityNodeAgent is the provider SDK's sdk.CapabilityNodeAgent

@@ -57,7 +57,7 @@ func (s *Service) reconcileCluster(ctx context.Context, name string) (reconcile.
 		pinned, _ = s.workerCA(cluster)
 	}
 	if len(pinned) > 0 {
-		if status.CaCertHash, err = pki.CACertHash(pinned); err != nil {
+		if status.CaCertHash, err = s.caHashes.hash(pinned); err != nil {
 			return reconcile.Result{}, fmt.Errorf("the CA workers of %s trust: %w", name, err)
 		}
 	}

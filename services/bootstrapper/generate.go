@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
@@ -118,7 +119,8 @@ func (s *Service) generateFor(ctx context.Context, request string, cmd *capnv1.G
 		cmd = proto.Clone(cmd).(*capnv1.GenerateBootstrap)
 		cmd.Bootstrap = resolved
 	}
-	in, err := bootstrap.NewInput(cmd, bootstrap.Cluster{Endpoint: ep, Network: cluster.GetSpec().GetNetwork(), PKI: set.set, WorkerCA: workerCA}, tok)
+	in, err := bootstrap.NewInput(cmd, bootstrap.Cluster{Endpoint: ep, Network: cluster.GetSpec().GetNetwork(), PKI: set.set, WorkerCA: workerCA,
+		CACertHash: s.caHashes.hash}, tok)
 	if err != nil {
 		return s.fail(ctx, cmd, ReasonInvalidBootstrap, err.Error())
 	}
@@ -290,6 +292,36 @@ func inputHash(m proto.Message) (string, error) {
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:]), nil
+}
+
+// caHashMemo remembers the pins (pki.CACertHash) of the CA certificates
+// seen last, by their PEM: every machine of a cluster trusts the same one.
+// It holds at most caHashMemoSize; it is emptied when full.
+type caHashMemo struct {
+	mu sync.Mutex
+	by map[string]string
+}
+
+const caHashMemoSize = 4096
+
+func (m *caHashMemo) hash(certPEM []byte) (string, error) {
+	m.mu.Lock()
+	h, ok := m.by[string(certPEM)]
+	m.mu.Unlock()
+	if ok {
+		return h, nil
+	}
+	h, err := pki.CACertHash(certPEM)
+	if err != nil {
+		return "", err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.by == nil || len(m.by) >= caHashMemoSize {
+		m.by = map[string]string{}
+	}
+	m.by[string(certPEM)] = h
+	return h, nil
 }
 
 func shortHash(s string) string {

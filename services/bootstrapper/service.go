@@ -102,6 +102,7 @@ type Service struct {
 	tokens      tokenMemo
 	pkiChecks   pkiChecks
 	adminKCs    kubeconfigMemo
+	caHashes    caHashMemo
 	joins       *reconcile.Queue // jointokens.go: tokens in the workload clusters
 	joinMemo    joinMemo
 	issuer      nkeys.KeyPair         // callout.go; nil: no auth callout

@@ -24,6 +24,11 @@ type Cluster struct {
 	// from its record (controlplane.<cluster>). Control-plane machines
 	// always get the PKI's.
 	WorkerCA []byte
+	// CACertHash, when set, computes the pin of a CA certificate as
+	// pki.CACertHash does (the default): a caller rendering many
+	// machines of one cluster may remember it instead of parsing the
+	// certificate for each.
+	CACertHash func(certPEM []byte) (string, error)
 }
 
 // NewInput builds a provider's Input from a GenerateBootstrap command, the
@@ -70,7 +75,11 @@ func NewInput(cmd *capnv1.GenerateBootstrap, c Cluster, tok token.Token) (Input,
 		in.PKI = PKI{CACert: c.WorkerCA}
 	}
 	if len(trusted) > 0 {
-		h, err := pki.CACertHash(trusted)
+		hash := c.CACertHash
+		if hash == nil {
+			hash = pki.CACertHash
+		}
+		h, err := hash(trusted)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("cluster CA: %w", err))
 		}

@@ -109,3 +109,37 @@ func TestNewInputStripsCAFromSpec(t *testing.T) {
 		t.Fatalf("formatting an Input leaks secrets: %s", s)
 	}
 }
+
+// A caller's CACertHash is asked for the pin of the certificate the
+// machine trusts: the worker CA for a worker when there is one, the
+// cluster CA otherwise.
+func TestNewInputAsksTheCallersPin(t *testing.T) {
+	set := bootstraptest.PKI(t)
+	other, _, err := pki.Ensure(pki.Set{}, pki.Options{Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name     string
+		role     string
+		workerCA []byte
+		want     []byte
+	}{
+		{"worker", "worker", nil, set.CA.CertPEM},
+		{"worker of a hosted control plane", "worker", other.CA.CertPEM, other.CA.CertPEM},
+		{"control plane", "control-plane", other.CA.CertPEM, set.CA.CertPEM},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var asked []byte
+			c := bootstrap.Cluster{Endpoint: bootstrap.Endpoint{Host: "h", Port: 6443}, PKI: set, WorkerCA: tt.workerCA,
+				CACertHash: func(pem []byte) (string, error) { asked = pem; return "sha256:" + strings.Repeat("ab", 32), nil }}
+			in, err := bootstrap.NewInput(&capnv1.GenerateBootstrap{Cluster: "c", Machine: "m", Role: tt.role, Version: "v1.34.2"}, c, bootstraptest.Token)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(asked, tt.want) || in.CACertHash != "sha256:"+strings.Repeat("ab", 32) {
+				t.Fatalf("asked for the pin of the wrong certificate, or its answer not used (hash %s)", in.CACertHash)
+			}
+		})
+	}
+}

@@ -153,6 +153,11 @@ func (s *Service) generateFor(ctx context.Context, request string, cmd *capnv1.G
 	if err != nil {
 		return err
 	}
+	if _, ok := s.desired.Get(keys.Machine(cmd.GetCluster(), cmd.GetMachine())); !ok {
+		// Data for a machine deleted meanwhile (or not seen yet): the
+		// join-token pass looks for data to purge.
+		s.gone.dirty(cmd.GetCluster())
+	}
 	// A new token: the join-token pass registers it in the workload cluster.
 	s.joinMemo.unsettle(key)
 	s.kickJoins(cmd.GetCluster())
@@ -278,6 +283,7 @@ func (s *Service) cleanup(ctx context.Context, m *events.Message, cmd *capnv1.De
 	s.workload.Invalidate(name)
 	s.pkiChecks.forget(name)
 	s.adminKCs.forget(name)
+	s.gone.forget(name)
 	zerolog.Ctx(ctx).Info().Str("cluster", name).Int("keys", len(purge)).Msg("cluster secrets deleted")
 	_, err = s.pub.Publish(ctx, events.EventSubject("bootstrap", "cleaned", name, events.ClusterObject), events.TypeClusterEvent+".secrets-deleted",
 		"secrets-deleted."+name+"."+shortHash(m.Event.ID()), &capnv1.ClusterEvent{Cluster: name, Reason: "SecretsDeleted", Message: "PKI, kubeconfig and bootstrap data deleted"})

@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/capn-dev/capn/schemas/keys"
 	"strings"
+	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/capn-dev/capn/events/store"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // purgeGone removes the sealed bootstrap data of the cluster's machines
@@ -21,12 +22,25 @@ import (
 // it. Each purge is conditional on the revision read, and the machine's
 // absence is read from the bucket, not the cache: a machine created since
 // keeps its data.
-func (s *Service) purgeGone(ctx context.Context, cluster string) (int, error) {
+//
+// The listing (a short-lived watcher on the secrets bucket) is skipped for
+// a cluster whose last pass left nothing to purge, until one of its desired
+// machines is deleted or data is stored for a machine not in the cache
+// (s.gone); a restart or resync lists every cluster again.
+func (s *Service) purgeGone(ctx context.Context, cluster string) (n int, err error) {
+	if !s.gone.begin(cluster) {
+		return 0, nil
+	}
+	left := false // a gone machine's record stays for now
+	defer func() {
+		if err != nil || left {
+			s.gone.dirty(cluster)
+		}
+	}()
 	stored, err := s.boots.Keys(ctx, keys.BootstrapsOf(cluster))
 	if err != nil {
 		return 0, err
 	}
-	n := 0
 	for _, key := range stored {
 		machine := strings.TrimPrefix(key, keys.BootstrapsOf(cluster))
 		if _, ok := s.desired.Get(keys.Machine(cluster, machine)); ok {
@@ -44,10 +58,12 @@ func (s *Service) purgeGone(ctx context.Context, cluster string) (int, error) {
 			return n, err
 		}
 		if rec.GetTokenSecret() != "" {
+			left = true
 			continue
 		}
 		if err := s.secretsKV.Purge(ctx, key, jetstream.LastRevision(rev)); err != nil {
 			if errors.Is(err, jetstream.ErrKeyExists) {
+				left = true
 				continue // written meanwhile: the next pass looks again
 			}
 			return n, fmt.Errorf("purge %s: %w", key, err)
@@ -60,4 +76,65 @@ func (s *Service) purgeGone(ctx context.Context, cluster string) (int, error) {
 		zerolog.Ctx(ctx).Info().Str("cluster", cluster).Int("machines", n).Msg("bootstrap data of deleted machines purged")
 	}
 	return n, nil
+}
+
+// goneMemo remembers the clusters whose stored bootstrap data held no
+// record of a machine that is not desired at their last purgeGone pass.
+// It only saves listings: a cluster not known clean (after a start, a
+// resync, a machine's deletion) is listed.
+type goneMemo struct {
+	mu    sync.Mutex
+	clean map[string]bool
+}
+
+// begin says whether cluster must be listed, and takes it as clean from
+// now: a deletion seen during the pass makes it dirty again.
+func (m *goneMemo) begin(cluster string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.clean[cluster] {
+		return false
+	}
+	if m.clean == nil {
+		m.clean = map[string]bool{}
+	}
+	m.clean[cluster] = true
+	return true
+}
+
+// dirty makes the next pass over cluster list its stored data.
+func (m *goneMemo) dirty(cluster string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.clean, cluster)
+}
+
+// dirtyAll makes the next pass over every cluster list its stored data.
+func (m *goneMemo) dirtyAll() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	clear(m.clean)
+}
+
+// forget drops a deleted cluster.
+func (m *goneMemo) forget(cluster string) { m.dirty(cluster) }
+
+// desiredMachineChanged maps a desired machine change to its cluster's
+// join-token pass (keys.ClusterOf), and a machine's deletion, or a resync,
+// to a listing of the stored bootstrap data at that pass (s.gone).
+func (s *Service) desiredMachineChanged(all func() []string) func(store.Change) []string {
+	return func(ch store.Change) []string {
+		if ch.Resync {
+			s.gone.dirtyAll()
+			return all()
+		}
+		cluster := keys.ClusterOf(ch.Key)
+		if cluster == "" {
+			return nil
+		}
+		if ch.Op == store.OpDelete {
+			s.gone.dirty(cluster)
+		}
+		return []string{cluster}
+	}
 }

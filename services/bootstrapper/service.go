@@ -103,6 +103,7 @@ type Service struct {
 	pkiChecks   pkiChecks
 	adminKCs    kubeconfigMemo
 	caHashes    caHashMemo
+	gone        goneMemo
 	joins       *reconcile.Queue // jointokens.go: tokens in the workload clusters
 	joinMemo    joinMemo
 	issuer      nkeys.KeyPair         // callout.go; nil: no auth callout
@@ -303,7 +304,7 @@ func (s *Service) controllers(log zerolog.Logger) []*reconcile.Controller {
 	// cluster is looked at once at start.
 	joins := &reconcile.Controller{
 		Watches: []reconcile.Source{
-			{Cache: s.desired, Prefixes: []string{keys.MachinePrefix}, Key: keys.ClusterOf},
+			{Cache: s.desired, Prefixes: []string{keys.MachinePrefix}, Changed: s.desiredMachineChanged(all)},
 			// A provider starting or ceasing to announce real-kubernetes
 			// changes which clusters have an API server to ask.
 			{Cache: s.observed, Prefixes: []string{keys.ProviderPrefix}, Changed: s.realKubernetesChanged(all)},

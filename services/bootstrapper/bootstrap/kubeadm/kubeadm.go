@@ -105,7 +105,17 @@ func (p Provider) Render(in bootstrap.Input) (bootstrap.Output, error) {
 	if bootstrap.Format(in.Spec.GetFormat()) == bootstrap.FormatIgnition {
 		return renderIgnition(in)
 	}
+	if !in.FirstControlPlane {
+		// A join: from its pool's template (template.go), the same bytes.
+		if data, ok := renderJoin(in); ok {
+			return bootstrap.Output{Format: bootstrap.FormatCloudConfig, Data: data}, nil
+		}
+	}
+	return renderCloudConfig(in)
+}
 
+// renderCloudConfig renders a linux machine's cloud-config in full.
+func renderCloudConfig(in bootstrap.Input) (bootstrap.Output, error) {
 	config, verb, err := kubeadmConfig(in)
 	if err != nil {
 		return bootstrap.Output{}, err
@@ -114,13 +124,21 @@ func (p Provider) Render(in bootstrap.Input) (bootstrap.Output, error) {
 	if in.FirstControlPlane {
 		configPath = bootstrap.KubeadmInitConfig
 	}
-	command := "kubeadm " + verb + " --config " + configPath
 	files := linuxFiles(in)
 	// The config holds the bootstrap token: root only.
 	files = append(files, bootstrap.File{Path: configPath, Content: config, Owner: "root:root", Permissions: "0600"})
+	data, err := cloudinit.Marshal(cloudinit.Config{WriteFiles: cloudinit.Files(files), RunCmd: runCmd(in, verb, configPath)})
+	if err != nil {
+		return bootstrap.Output{}, err
+	}
+	return bootstrap.Output{Format: bootstrap.FormatCloudConfig, Data: data}, nil
+}
 
-	// Each user command runs in a shell of its own, under the timeout;
-	// the join line stays as Cluster API writes it.
+// runCmd is the runcmd of a linux machine's cloud-config: each user
+// command in a shell of its own, under the timeout; the kubeadm line as
+// Cluster API writes it.
+func runCmd(in bootstrap.Input, verb, configPath string) []any {
+	command := "kubeadm " + verb + " --config " + configPath
 	timeout := bootstrap.CommandTimeout(in.Spec)
 	var runcmd []any
 	for _, c := range in.Spec.GetPreCommands() {
@@ -130,12 +148,7 @@ func (p Provider) Render(in bootstrap.Input) (bootstrap.Output, error) {
 	for _, c := range in.Spec.GetPostCommands() {
 		runcmd = append(runcmd, bootstrap.TimeoutArgv(c, timeout))
 	}
-
-	data, err := cloudinit.Marshal(cloudinit.Config{WriteFiles: cloudinit.Files(files), RunCmd: runcmd})
-	if err != nil {
-		return bootstrap.Output{}, err
-	}
-	return bootstrap.Output{Format: bootstrap.FormatCloudConfig, Data: data}, nil
+	return runcmd
 }
 
 // kubeadmConfig is the machine's kubeadm configuration and the kubeadm

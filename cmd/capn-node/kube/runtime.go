@@ -263,7 +263,7 @@ func (r *Runtime) runControlPlane(ctx context.Context) error {
 	if r.ownNodeDeleted(ctx, client) {
 		// Deleted while this agent was down: registering again would
 		// bring back a Node capn removed.
-		r.leave(ctx, etcd)
+		r.leave(ctx, client, etcd)
 		return nil
 	}
 	register := func() error { return RegisterNode(ctx, client, r.node()) }

@@ -296,13 +296,17 @@ func (a *Agent) reportConnected(nc *nats.Conn, url string) {
 
 // Ready is what heartbeats report: never before every bootstrap command
 // ran; then with a control plane, whether its API server answers /readyz;
-// otherwise whether the bootstrap data is applied.
+// otherwise whether the bootstrap data is applied (and a kubeadm control
+// plane has not left etcd).
 func (a *Agent) Ready() bool {
 	if _, done := a.cmds.get(); !done {
 		return false
 	}
 	if ks := a.kube.Load(); ks != nil {
 		return ks.ready()
+	}
+	if cp := a.kubeadm.Load(); cp != nil && cp.Left() {
+		return false // a kubeadm control plane that left etcd serves nothing
 	}
 	return a.bootstrapped.Load()
 }

@@ -158,6 +158,7 @@ type ControlPlane struct {
 	cfg   Config
 	mu    sync.Mutex
 	conds map[string]kube.Condition
+	left  bool
 }
 
 // New returns the control plane of cfg.
@@ -187,7 +188,18 @@ func (c *ControlPlane) set(t string, cond kube.Condition) {
 	c.conds[t] = cond
 }
 
+// Left reports whether this machine left etcd: its control plane no
+// longer serves.
+func (c *ControlPlane) Left() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.left
+}
+
 func (c *ControlPlane) removed(done string) {
+	c.mu.Lock()
+	c.left = true
+	c.mu.Unlock()
 	c.set(kube.CondEtcdMemberRemoved, kube.Condition{Status: "True", Reason: kube.ReasonMemberRemoved, Message: "kubeadm: " + done})
 }
 

@@ -119,6 +119,9 @@ func TestRunAfterLeaving(t *testing.T) {
 		c, ok := condition(cp, kube.CondEtcdMemberRemoved)
 		return ok && c.Status == "True" && c.Reason == kube.ReasonMemberRemoved && c.Message == "kubeadm: etcd member rn-1-cp-b (1a) removed; 1 voting members left: rn-1-cp-a healthy"
 	})
+	if !cp.Left() {
+		t.Error("Left() false after leaving")
+	}
 	if len(cp.EtcdConditions()) != 1 {
 		t.Errorf("conditions %+v, want EtcdMemberRemoved only", cp.EtcdConditions())
 	}
@@ -140,5 +143,8 @@ func TestRunSaysWhatIsMissing(t *testing.T) {
 	})
 	if _, ok := condition(cp, kube.CondEtcdMemberRemoved); ok {
 		t.Error("EtcdMemberRemoved reported by a control plane that cannot reach its API server")
+	}
+	if cp.Left() {
+		t.Error("Left() true for a control plane that did not leave")
 	}
 }

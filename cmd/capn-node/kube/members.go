@@ -32,14 +32,18 @@ type Membership struct {
 	// LearnerTimeout is how long a learner may stay unstarted or
 	// unpromoted before the sweep removes it.
 	LearnerTimeout time.Duration
-	// LearnersJoinBeforeNode: a started learner without a control-plane
-	// Node is a machine still joining (kubeadm labels its Node a control
-	// plane only after its member is promoted), so the sweep removes it
-	// only after LearnerTimeout, as an unstarted one. Without it (kube-
-	// local) such a learner is a machine that died joining: removed at
-	// once.
-	LearnersJoinBeforeNode bool
-	Log                    zerolog.Logger
+	// JoinsBeforeNodeLabel: a joining machine's member may start before
+	// its Node is a control plane (kubeadm registers the Node, or not yet,
+	// without the control-plane label, and labels it only after its member
+	// is promoted). The sweep then matches members to Nodes of any role,
+	// and a started learner counts as having its Node: a member goes only
+	// once no Node at all has its name and it does not answer, a learner
+	// only after LearnerTimeout. Without it (kube-local, which registers
+	// a control plane's Node already labelled) a member is matched to
+	// control-plane Nodes only, and a started learner without one is a
+	// machine that died joining: removed at once.
+	JoinsBeforeNodeLabel bool
+	Log                  zerolog.Logger
 	// Registered reports whether this machine's Node was registered once:
 	// only then does "not found" mean deleted.
 	Registered func(ctx context.Context) bool
@@ -114,7 +118,11 @@ type sweepState struct {
 // or a machine that is leaving).
 func (m *Membership) sweep(ctx context.Context, st *sweepState) {
 	log := m.Log
-	nodes, err := controlPlaneNodes(ctx, m.Client)
+	list := controlPlaneNodes
+	if m.JoinsBeforeNodeLabel {
+		list = allNodes
+	}
+	nodes, err := list(ctx, m.Client)
 	if err != nil {
 		return
 	}
@@ -143,7 +151,7 @@ func (m *Membership) sweep(ctx context.Context, st *sweepState) {
 	st.firstSeen = learners
 	health := m.Etcd.MembersHealth(ctx, members)
 	planNodes := names
-	if m.LearnersJoinBeforeNode {
+	if m.JoinsBeforeNodeLabel {
 		planNodes = WithJoiningLearners(members, names)
 	}
 	plan := PlanSweep(members, health, m.NodeName, planNodes, st.misses, st.firstSeen, m.LearnerTimeout, now)
@@ -191,7 +199,7 @@ func (m *Membership) sweep(ctx context.Context, st *sweepState) {
 // WithJoiningLearners is nodes and the names of the started learners: to
 // PlanSweep, a learner of a machine still joining looks as if it had its
 // Node, so it is removed only once it has not been promoted within the
-// learner timeout (Membership.LearnersJoinBeforeNode).
+// learner timeout (Membership.JoinsBeforeNodeLabel).
 func WithJoiningLearners(members []Member, nodes []string) []string {
 	out := slices.Clone(nodes)
 	for _, mem := range members {

@@ -39,11 +39,11 @@ func TestNodeGone(t *testing.T) {
 	}
 }
 
-// TestSweepJoiningLearners: with LearnersJoinBeforeNode (kubeadm labels a
+// TestSweepJoiningLearners: with JoinsBeforeNodeLabel (kubeadm labels a
 // Node a control plane only after its member is promoted), a started
-// learner without a control-plane Node is a machine joining: kept until
-// the learner timeout, then removed; a dead voting member whose Node is
-// gone is removed as before.
+// learner without a Node is a machine joining: kept until the learner
+// timeout, then removed; a dead voting member whose Node is gone is
+// removed as before, one with a Node of any role never.
 func TestSweepJoiningLearners(t *testing.T) {
 	now := time.Unix(1000, 0)
 	const timeout = 2 * time.Minute
@@ -71,6 +71,13 @@ func TestSweepJoiningLearners(t *testing.T) {
 		{"learner not promoted within the timeout", members, healthOf(), nil, now.Add(-timeout), "cp-5"},
 		{"dead member without a Node, seen twice", []kube.Member{cp0, cp1, cp2}, healthOf(cp2.ID), map[kube.EtcdID]int{cp2.ID: 1}, now, "cp-2"},
 		{"member without a Node that answers: it leaves by itself", []kube.Member{cp0, cp1, cp2}, healthOf(), map[kube.EtcdID]int{cp2.ID: 3}, now, ""},
+	}
+	// A promoted member whose Node is registered but not labelled a
+	// control plane yet (the sweep lists Nodes of any role) is kept,
+	// however long it does not answer.
+	if p := kube.PlanSweep([]kube.Member{cp0, cp1, cp2}, healthOf(cp2.ID), "cp-0", kube.WithJoiningLearners(nil, []string{"cp-0", "cp-1", "cp-2"}),
+		map[kube.EtcdID]int{cp2.ID: 5}, nil, timeout, now); p.Remove != nil {
+		t.Errorf("removed %s, a joining member with its Node: %s", p.Remove.Name, p.Why)
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -447,6 +447,17 @@ type listedNode struct {
 	} `json:"metadata"`
 }
 
+// allNodes lists every Node.
+func allNodes(ctx context.Context, c *Client) ([]listedNode, error) {
+	var l struct {
+		Items []listedNode `json:"items"`
+	}
+	if err := c.Get(ctx, "/api/v1/nodes", &l); err != nil {
+		return nil, fmt.Errorf("list the Nodes: %w", err)
+	}
+	return l.Items, nil
+}
+
 // controlPlaneNodes lists the Nodes with the control-plane role label.
 func controlPlaneNodes(ctx context.Context, c *Client) ([]listedNode, error) {
 	var l struct {

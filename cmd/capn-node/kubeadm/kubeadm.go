@@ -285,7 +285,7 @@ func (c *ControlPlane) membership() (*kube.Membership, error) {
 	}
 	m := &kube.Membership{
 		NodeName: c.cfg.NodeName, Client: client, Flavour: "kubeadm", LearnerTimeout: c.cfg.LearnerTimeout,
-		LearnersJoinBeforeNode: true, Log: c.cfg.Log, Registered: c.registered(client), SetCondition: c.set,
+		JoinsBeforeNodeLabel: true, Log: c.cfg.Log, Registered: c.registered(client), SetCondition: c.set,
 	}
 	em, err := ReadEtcdManifest(c.cfg.path(ManifestsDir + "/" + EtcdManifest))
 	if errors.Is(err, fs.ErrNotExist) {

@@ -3,6 +3,7 @@
 package process_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -12,12 +13,18 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/providers/conformance"
 	"github.com/capn-dev/capn/providers/process"
 	"github.com/capn-dev/capn/providers/process/realnode"
+	"github.com/capn-dev/capn/schemas/annotations"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
@@ -66,9 +73,52 @@ func TestRealNodesHAControlPlane(t *testing.T) {
 // after the scale (0: not yet).
 type cpRemoval struct {
 	node, member, machine time.Duration
-	// left is its agent's line saying it left etcd (node.log), if read
-	// before the machine's directory went.
-	left string
+}
+
+// watchEtcdRemoved records, by machine, the first EtcdMemberRemoved=True
+// that capn's NodeHealth of a machine of cluster got (the agent's report
+// through the health-watcher, which the machine-manager waits for), until
+// the test ends. It returns a reader of what was recorded.
+func (r *realWorld) watchEtcdRemoved() func() map[string]*capnv1.NodeCondition {
+	t := r.t
+	ctx, cancel := context.WithCancel(context.Background())
+	observed, err := r.env.JS.KeyValue(ctx, events.BucketObserved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := observed.Watch(ctx, "node."+r.name+".*", jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	seen := map[string]*capnv1.NodeCondition{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for e := range w.Updates() {
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			h, err := store.Decode(e.Value(), func() *capnv1.NodeHealth { return new(capnv1.NodeHealth) })
+			if err != nil {
+				continue
+			}
+			machine := strings.TrimPrefix(e.Key(), "node."+r.name+".")
+			for _, c := range h.GetConditions() {
+				mu.Lock()
+				if c.GetType() == annotations.CondEtcdMemberRemoved && c.GetStatus() == "True" && seen[machine] == nil {
+					seen[machine] = c
+				}
+				mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() { _ = w.Stop(); cancel(); <-done })
+	return func() map[string]*capnv1.NodeCondition {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(seen)
+	}
 }
 
 // scaleControlPlaneDown is `capn scale --pool control-plane --replicas 1`
@@ -77,8 +127,11 @@ type cpRemoval struct {
 // member out (moving leadership first if it leads; package kubeadm of
 // capn-node) and stops its control plane's static pods, and the
 // machine-manager deletes the machine's infrastructure only once the
-// agent reports EtcdMemberRemoved=True. Proved: the two Nodes gone; etcd,
-// asked at the remaining control plane, has that one voting member,
+// agent reports EtcdMemberRemoved=True. Proved: for each removed machine,
+// its Node deleted, then its member, then the machine; capn's NodeHealth
+// of it got EtcdMemberRemoved=True from its own agent ("kubeadm: etcd
+// member <it> (…) removed…"), the kept one's never; etcd, asked at the
+// remaining control plane, has that one voting member,
 // healthy; its API server answers /readyz/etcd; kubectl reads and writes
 // through the cluster's endpoint; capn's cluster Ready; nothing of the
 // two nodes left on the host. The time of each removal's steps is
@@ -97,6 +150,7 @@ func (r *realWorld) scaleControlPlaneDown(cps []realCP) {
 	for _, cp := range cps {
 		removals[cp.name] = &cpRemoval{}
 	}
+	reported := r.watchEtcdRemoved()
 	began := time.Now()
 	r.c.CLI("scale", r.name, "--pool", "control-plane", "--replicas", "1")
 	var kept realCP
@@ -146,15 +200,6 @@ func (r *realWorld) scaleControlPlaneDown(cps []realCP) {
 			if st, ok := machines[cp.name]; (!ok || st.GetPhaseValue() == capnv1.MachineDeleted) && rm.machine == 0 {
 				rm.machine = since
 			}
-			if rm.left == "" {
-				if b, err := os.ReadFile(filepath.Join(machineDir(r.opts.StateDir, r.name, cp.name), "node.log")); err == nil {
-					for _, l := range strings.Split(string(b), "\n") {
-						if strings.Contains(l, "left the cluster's etcd;") {
-							rm.left = l
-						}
-					}
-				}
-			}
 			if rm.node == 0 || rm.member == 0 || rm.machine == 0 {
 				left = append(left, cp.name)
 			}
@@ -177,15 +222,25 @@ func (r *realWorld) scaleControlPlaneDown(cps []realCP) {
 		}
 		return nil
 	})
+	said := reported()
 	for _, cp := range cps {
+		c := said[cp.name]
 		if cp.name == kept.name {
+			if c != nil {
+				t.Errorf("the control plane kept, %s, reported EtcdMemberRemoved=True: %s", cp.name, c.GetMessage())
+			}
 			continue
 		}
 		rm := removals[cp.name]
-		t.Logf("control plane %s removed: its Node deleted %s after capn scale, its etcd member removed %s, its machine deleted %s; its agent said: %s",
-			cp.name, rm.node.Round(time.Second), rm.member.Round(time.Second), rm.machine.Round(time.Second), rm.left)
+		t.Logf("control plane %s removed: its Node deleted %s after capn scale, its etcd member removed %s, its machine deleted %s; its NodeHealth got EtcdMemberRemoved=True %s: %s",
+			cp.name, rm.node.Round(time.Second), rm.member.Round(time.Second), rm.machine.Round(time.Second), c.GetReason(), c.GetMessage())
 		if rm.member < rm.node || rm.machine < rm.member {
 			t.Errorf("control plane %s: removed out of order (Node, etcd member, machine): %+v", cp.name, *rm)
+		}
+		// Its own agent removed its member (not another's sweep) and said
+		// so through capn.
+		if c.GetReason() != "MemberRemoved" || !strings.HasPrefix(c.GetMessage(), "kubeadm: etcd member "+cp.name+" (") || !strings.Contains(c.GetMessage(), ") removed") {
+			t.Errorf("control plane %s: EtcdMemberRemoved %v, want True MemberRemoved from its agent: \"kubeadm: etcd member %s (…) removed…\"", cp.name, c, cp.name)
 		}
 	}
 	t.Logf("the control plane down from 3 to 1 machines in %s; %s is kept", time.Since(began).Round(time.Second), kept.name)

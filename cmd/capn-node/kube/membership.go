@@ -14,7 +14,11 @@ import (
 
 // The etcd membership of a running control plane (Cluster API's
 // KubeadmControlPlane keeps it the same way, from the machines it
-// removes):
+// removes). The loop is Membership (members.go): kube-local's runtime
+// runs it over the etcd it runs, a real node's agent over the stacked
+// member kubeadm made (package kubeadm); what follows a leave (stopping
+// what runs: kube-local's children, kubeadm's static pods) is each
+// one's own:
 //
 //	every SweepEvery ─► own Node deleted after it was registered?
 //	                    yes ─► leave: quorum kept without this member?

@@ -3,6 +3,7 @@
 package process_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -12,12 +13,19 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/capn-dev/capn/events"
+	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/providers/conformance"
 	"github.com/capn-dev/capn/providers/process"
 	"github.com/capn-dev/capn/providers/process/realnode"
+	"github.com/capn-dev/capn/schemas/annotations"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // TestRealNodesHAControlPlane is issue 26's control-plane joins: `capn
@@ -30,8 +38,10 @@ import (
 // (the provider's load balancer on the host's address on the nodes'
 // switch). Proved: 4 Nodes Ready, 3 of them control planes; etcd has 3
 // started voting members, one per control plane, each healthy; each
-// control plane's own API server answers /readyz/etcd. Deleting a
-// control plane is not tested here (docs/providers.md, real nodes).
+// control plane's own API server answers /readyz/etcd. Then `capn scale
+// --pool control-plane --replicas 1` (scaleControlPlaneDown): each deleted
+// control plane's agent takes its etcd member out once its Node is
+// deleted, and one control plane is left with etcd of one member.
 func TestRealNodesHAControlPlane(t *testing.T) {
 	haManifest := strings.Replace(strings.Replace(realManifest, "    replicas: 1\n", "    replicas: 3\n", 1), "    replicas: 2\n", "    replicas: 1\n", 1)
 	if haManifest == realManifest {
@@ -55,7 +65,231 @@ func TestRealNodesHAControlPlane(t *testing.T) {
 		t.Logf("%s (%s): RSS %.0f MiB in %d processes", m, nss[m], float64(kib)/1024, procs)
 	}
 
+	r.scaleControlPlaneDown(cps)
 	r.deleteAndCheck()
+}
+
+// cpRemoval is what was seen of a control plane's removal, as durations
+// after the scale (0: not yet).
+type cpRemoval struct {
+	node, member, machine time.Duration
+}
+
+// watchEtcdRemoved records, by machine, the first EtcdMemberRemoved=True
+// that capn's NodeHealth of a machine of cluster got (the agent's report
+// through the health-watcher, which the machine-manager waits for), until
+// the test ends. It returns a reader of what was recorded.
+func (r *realWorld) watchEtcdRemoved() func() map[string]*capnv1.NodeCondition {
+	t := r.t
+	ctx, cancel := context.WithCancel(context.Background())
+	observed, err := r.env.JS.KeyValue(ctx, events.BucketObserved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := observed.Watch(ctx, "node."+r.name+".*", jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	seen := map[string]*capnv1.NodeCondition{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for e := range w.Updates() {
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			h, err := store.Decode(e.Value(), func() *capnv1.NodeHealth { return new(capnv1.NodeHealth) })
+			if err != nil {
+				continue
+			}
+			machine := strings.TrimPrefix(e.Key(), "node."+r.name+".")
+			for _, c := range h.GetConditions() {
+				mu.Lock()
+				if c.GetType() == annotations.CondEtcdMemberRemoved && c.GetStatus() == "True" && seen[machine] == nil {
+					seen[machine] = c
+				}
+				mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() { _ = w.Stop(); cancel(); <-done })
+	return func() map[string]*capnv1.NodeCondition {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(seen)
+	}
+}
+
+// scaleControlPlaneDown is `capn scale --pool control-plane --replicas 1`
+// on the 3 control planes cps: capn deletes two control-plane machines;
+// each one's Node is drained and deleted, its agent then takes its etcd
+// member out (moving leadership first if it leads; package kubeadm of
+// capn-node) and stops its control plane's static pods, and the
+// machine-manager deletes the machine's infrastructure only once the
+// agent reports EtcdMemberRemoved=True. Proved: for each removed machine,
+// its Node deleted, then its member, then the machine; capn's NodeHealth
+// of it got EtcdMemberRemoved=True from its own agent ("kubeadm: etcd
+// member <it> (…) removed…"), the kept one's never; etcd, asked at the
+// remaining control plane, has that one voting member,
+// healthy; its API server answers /readyz/etcd; kubectl reads and writes
+// through the cluster's endpoint; capn's cluster Ready; nothing of the
+// two nodes left on the host. The time of each removal's steps is
+// logged.
+func (r *realWorld) scaleControlPlaneDown(cps []realCP) {
+	t := r.t
+	nss, err := process.RealNodeNamespaces(r.opts.StateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := map[string]string{}
+	for _, cp := range cps {
+		before[cp.name] = nss[r.name+"/"+cp.name]
+	}
+	removals := map[string]*cpRemoval{}
+	for _, cp := range cps {
+		removals[cp.name] = &cpRemoval{}
+	}
+	reported := r.watchEtcdRemoved()
+	began := time.Now()
+	r.c.CLI("scale", r.name, "--pool", "control-plane", "--replicas", "1")
+	var kept realCP
+	conformance.Poll(t, "two of the three control planes removed: Nodes, etcd members, machines", 15*time.Minute, func() error {
+		since := time.Since(began)
+		nl, err := r.nodes()
+		if err != nil {
+			return err
+		}
+		nodes := map[string]bool{}
+		for _, n := range nl.Items {
+			nodes[n.Metadata.Name] = true
+		}
+		now, err := process.RealNodeNamespaces(r.opts.StateDir)
+		if err != nil {
+			return err
+		}
+		var members []etcdMember
+		var asked []string
+		for _, cp := range cps {
+			if _, ok := now[r.name+"/"+cp.name]; !ok || !nodes[cp.name] {
+				continue
+			}
+			var list struct {
+				Members []etcdMember `json:"members"`
+			}
+			if err := r.etcdctl(cp, "https://"+cp.ip+":2379", &list, "member", "list"); err != nil {
+				asked = append(asked, err.Error())
+				continue
+			}
+			members = list.Members
+			break
+		}
+		if members == nil {
+			return fmt.Errorf("no control plane's etcd lists the members: %v", asked)
+		}
+		machines := r.k.Clusters.Machines(r.name)
+		var left []string
+		for _, cp := range cps {
+			rm := removals[cp.name]
+			if !nodes[cp.name] && rm.node == 0 {
+				rm.node = since
+			}
+			if !slices.ContainsFunc(members, func(m etcdMember) bool { return m.Name == cp.name }) && rm.member == 0 {
+				rm.member = since
+			}
+			if st, ok := machines[cp.name]; (!ok || st.GetPhaseValue() == capnv1.MachineDeleted) && rm.machine == 0 {
+				rm.machine = since
+			}
+			if rm.node == 0 || rm.member == 0 || rm.machine == 0 {
+				left = append(left, cp.name)
+			}
+		}
+		if len(left) != 1 {
+			var state []string
+			for _, cp := range cps {
+				rm := removals[cp.name]
+				state = append(state, fmt.Sprintf("%s: Node gone %v, member gone %v, machine gone %v", cp.name, rm.node > 0, rm.member > 0, rm.machine > 0))
+			}
+			return fmt.Errorf("%d control planes not removed (want 1): %s", len(left), strings.Join(state, "; "))
+		}
+		for _, cp := range cps {
+			if cp.name == left[0] {
+				kept = cp
+			}
+		}
+		if rm := removals[kept.name]; rm.node > 0 || rm.member > 0 || rm.machine > 0 {
+			return fmt.Errorf("the control plane kept, %s, lost part of it: %+v", kept.name, *rm)
+		}
+		return nil
+	})
+	said := reported()
+	for _, cp := range cps {
+		c := said[cp.name]
+		if cp.name == kept.name {
+			if c != nil {
+				t.Errorf("the control plane kept, %s, reported EtcdMemberRemoved=True: %s", cp.name, c.GetMessage())
+			}
+			continue
+		}
+		rm := removals[cp.name]
+		t.Logf("control plane %s removed: its Node deleted %s after capn scale, its etcd member removed %s, its machine deleted %s; its NodeHealth got EtcdMemberRemoved=True %s: %s",
+			cp.name, rm.node.Round(time.Second), rm.member.Round(time.Second), rm.machine.Round(time.Second), c.GetReason(), c.GetMessage())
+		if rm.member < rm.node || rm.machine < rm.member {
+			t.Errorf("control plane %s: removed out of order (Node, etcd member, machine): %+v", cp.name, *rm)
+		}
+		// Its own agent removed its member (not another's sweep) and said
+		// so through capn.
+		if c.GetReason() != "MemberRemoved" || !strings.HasPrefix(c.GetMessage(), "kubeadm: etcd member "+cp.name+" (") || !strings.Contains(c.GetMessage(), ") removed") {
+			t.Errorf("control plane %s: EtcdMemberRemoved %v, want True MemberRemoved from its agent: \"kubeadm: etcd member %s (…) removed…\"", cp.name, c, cp.name)
+		}
+	}
+	t.Logf("the control plane down from 3 to 1 machines in %s; %s is kept", time.Since(began).Round(time.Second), kept.name)
+
+	r.k.Clusters.WaitReady(r.name, 5*time.Minute)
+	if ms := r.k.Running(); len(ms) != 2 || len(r.k.ControlPlane(ms)) != 1 || r.k.ControlPlane(ms)[0] != kept.name {
+		t.Errorf("capn's cluster is Ready with Running machines %v, want %s and a worker", slices.Sorted(maps.Keys(ms)), kept.name)
+	}
+	conformance.Poll(t, "2 Nodes, both Ready", time.Minute, func() error {
+		ready, total, err := r.readyNodes()
+		if err != nil {
+			return err
+		}
+		if total != 2 || ready != 2 {
+			return fmt.Errorf("%d Nodes, %d Ready", total, ready)
+		}
+		return nil
+	})
+	r.checkEtcd([]realCP{kept})
+	cm := "capn-ha-" + strings.TrimPrefix(kept.name, r.name+"-")
+	for _, args := range [][]string{
+		{"create", "configmap", cm, "--from-literal=kept=" + kept.name},
+		{"get", "configmap", cm, "-o", "jsonpath={.data.kept}"},
+		{"delete", "configmap", cm},
+	} {
+		out, err := r.k.Kubectl(args...)
+		if err != nil {
+			t.Errorf("kubectl %s through the endpoint with one control plane: %v: %s", strings.Join(args, " "), err, out)
+		} else if args[0] == "get" && out != kept.name {
+			t.Errorf("kubectl %s: %q, want %q", strings.Join(args, " "), out, kept.name)
+		}
+	}
+	conformance.Poll(t, "nothing of the removed control planes' nodes left on the host", time.Minute, func() error {
+		var left []string
+		for _, item := range process.RealNodeLeftovers(r.opts) {
+			for _, cp := range cps {
+				ns := before[cp.name]
+				index := ns[strings.LastIndexByte(ns, '-')+1:]
+				if cp.name != kept.name && (item == "network namespace "+ns || strings.Contains(item, "/realnodes/"+index+"/") ||
+					strings.HasSuffix(item, "/realnodes/"+index) || strings.Contains(item, " via "+cp.ip+" ")) {
+					left = append(left, item)
+				}
+			}
+		}
+		if len(left) > 0 {
+			return fmt.Errorf("%v", left)
+		}
+		return nil
+	})
 }
 
 // bootstrapTook is the agent's line saying how long its kubeadm data

@@ -47,6 +47,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/capn-dev/capn/cmd/capn-node/kube"
+	"github.com/capn-dev/capn/cmd/capn-node/kubeadm"
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/providers/process/rehome"
 	"github.com/capn-dev/capn/providers/sdk"
@@ -74,6 +75,9 @@ type Agent struct {
 	// kube is set when the machine runs a control plane (kube-local data
 	// and --kube-bin).
 	kube atomic.Pointer[kubeState]
+	// kubeadm is set on a real node (RunCloudConfig) that kubeadm made a
+	// control plane: it keeps the node's etcd member (package kubeadm).
+	kubeadm atomic.Pointer[kubeadm.ControlPlane]
 	// cloudConfigRoot is where RunCloudConfig writes write_files ("":
 	// /; tests give a directory).
 	cloudConfigRoot string
@@ -292,13 +296,17 @@ func (a *Agent) reportConnected(nc *nats.Conn, url string) {
 
 // Ready is what heartbeats report: never before every bootstrap command
 // ran; then with a control plane, whether its API server answers /readyz;
-// otherwise whether the bootstrap data is applied.
+// otherwise whether the bootstrap data is applied (and a kubeadm control
+// plane has not left etcd).
 func (a *Agent) Ready() bool {
 	if _, done := a.cmds.get(); !done {
 		return false
 	}
 	if ks := a.kube.Load(); ks != nil {
 		return ks.ready()
+	}
+	if cp := a.kubeadm.Load(); cp != nil && cp.Left() {
+		return false // a kubeadm control plane that left etcd serves nothing
 	}
 	return a.bootstrapped.Load()
 }
@@ -474,11 +482,15 @@ func (a *Agent) beat(ctx context.Context, pub *events.Publisher, at time.Time) e
 }
 
 // conditions are the control plane's (KubeControlPlane first, then the
-// etcd ones) and the bootstrap commands', when there is something to say.
+// etcd ones; a kubeadm control plane's etcd ones only) and the bootstrap
+// commands', when there is something to say.
 func (a *Agent) conditions() []kube.NamedCondition {
 	var out []kube.NamedCondition
 	if ks := a.kube.Load(); ks != nil {
 		out = ks.conditions()
+	}
+	if cp := a.kubeadm.Load(); cp != nil {
+		out = append(out, cp.EtcdConditions()...)
 	}
 	if c, _ := a.cmds.get(); c != nil {
 		out = append(out, kube.NamedCondition{Type: ConditionBootstrapCommands, Condition: *c})

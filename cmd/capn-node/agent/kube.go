@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/capn-dev/capn/cmd/capn-node/kube"
+	"github.com/capn-dev/capn/cmd/capn-node/kubeadm"
 	"github.com/capn-dev/capn/schemas/nodecapacity"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
 )
@@ -65,9 +66,12 @@ func (k *kubeState) conditions() []kube.NamedCondition {
 }
 
 // startKube runs the control plane when the applied data is kube-local's
-// and the agent has --kube-bin. The channel is closed once every child is
+// and the agent has --kube-bin (on a real node: startKubeadm). The channel is closed once every child is
 // stopped (at once when nothing runs).
 func (a *Agent) startKube(ctx context.Context) <-chan struct{} {
+	if a.cfg.RunCloudConfig {
+		return a.startKubeadm(ctx)
+	}
 	done := make(chan struct{})
 	path := filepath.Join(a.cfg.DataDir, RootFS, kubelocal.ConfigPath)
 	raw, err := os.ReadFile(path)
@@ -121,6 +125,31 @@ func (a *Agent) startKube(ctx context.Context) <-chan struct{} {
 			a.log.Error().Err(err).Msg("the control plane stopped")
 			ks.failed("Failed", err)
 		}
+	}()
+	return done
+}
+
+// startKubeadm keeps the etcd member of a real node that kubeadm made a
+// control plane (package kubeadm): it leaves etcd once its Node is
+// deleted, and sweeps the members of control planes that vanished. The
+// channel is closed once it stops (at once on a worker).
+func (a *Agent) startKubeadm(ctx context.Context) <-chan struct{} {
+	done := make(chan struct{})
+	root := a.cloudConfigRoot
+	if root == "" {
+		root = "/"
+	}
+	cfg := kubeadm.Config{Root: root, StateDir: filepath.Join(a.cfg.DataDir, StateDir), NodeName: a.cfg.NodeName,
+		LearnerTimeout: a.cfg.EtcdLearnerTimeout, Log: a.log.With().Str("component", "kubeadm").Logger()}
+	if !kubeadm.IsControlPlane(cfg) {
+		close(done)
+		return done
+	}
+	cp := kubeadm.New(cfg)
+	a.kubeadm.Store(cp)
+	go func() {
+		defer close(done)
+		cp.Run(ctx)
 	}()
 	return done
 }

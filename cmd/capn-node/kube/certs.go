@@ -375,13 +375,24 @@ func RenderKubeconfig(cluster, user, server string, caPEM []byte, kp pki.KeyPair
 // ReadKubeconfig reads a kubeconfig written by RenderKubeconfig.
 func ReadKubeconfig(path string) (*Kubeconfig, error) { return readKubeconfig(path) }
 
+// ReadKubeadmKubeconfig reads a kubeconfig kubeadm wrote (admin.conf):
+// as ReadKubeconfig, but the fields this one does not know (preferences)
+// are ignored.
+func ReadKubeadmKubeconfig(path string) (*Kubeconfig, error) {
+	return parseKubeconfig(path, func(b []byte, v any) error { return yaml.Unmarshal(b, v) })
+}
+
 func readKubeconfig(path string) (*Kubeconfig, error) {
+	return parseKubeconfig(path, func(b []byte, v any) error { return yaml.UnmarshalStrict(b, v) })
+}
+
+func parseKubeconfig(path string, unmarshal func([]byte, any) error) (*Kubeconfig, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
 	var kc Kubeconfig
-	if err := yaml.UnmarshalStrict(b, &kc); err != nil {
+	if err := unmarshal(b, &kc); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if len(kc.Clusters) != 1 || len(kc.Users) != 1 {

@@ -263,7 +263,7 @@ func (r *Runtime) runControlPlane(ctx context.Context) error {
 	if r.ownNodeDeleted(ctx, client) {
 		// Deleted while this agent was down: registering again would
 		// bring back a Node capn removed.
-		r.leave(ctx, etcd)
+		r.leave(ctx, client, etcd)
 		return nil
 	}
 	register := func() error { return RegisterNode(ctx, client, r.node()) }
@@ -445,6 +445,17 @@ type listedNode struct {
 		Name        string            `json:"name"`
 		Annotations map[string]string `json:"annotations"`
 	} `json:"metadata"`
+}
+
+// allNodes lists every Node.
+func allNodes(ctx context.Context, c *Client) ([]listedNode, error) {
+	var l struct {
+		Items []listedNode `json:"items"`
+	}
+	if err := c.Get(ctx, "/api/v1/nodes", &l); err != nil {
+		return nil, fmt.Errorf("list the Nodes: %w", err)
+	}
+	return l.Items, nil
 }
 
 // controlPlaneNodes lists the Nodes with the control-plane role label.

@@ -27,6 +27,7 @@ spec:
     provider: kubeadm
     kubeletExtraArgs:
       fail-cgroupv1: "false"
+      enforce-node-allocatable: ""
       eviction-hard: "memory.available<1Mi,nodefs.available<1%"
 `
 
@@ -57,7 +58,8 @@ func TestKubeadmManifests(t *testing.T) {
 			if got := p.GetLabels()[poolLabelKey] == poolLabelValue && len(p.GetTaints()) == 1 && p.GetTaints()[0].GetEffect() == poolTaintEffect; got != tt.labels {
 				t.Errorf("labels %v, taints %v; want them %v", p.GetLabels(), p.GetTaints(), tt.labels)
 			}
-			if c.GetSpec().GetBootstrap().GetKubeletExtraArgs()["eviction-hard"] != "memory.available<1Mi,nodefs.available<1%" ||
+			args := c.GetSpec().GetBootstrap().GetKubeletExtraArgs()
+			if v, ok := args["enforce-node-allocatable"]; !ok || v != "" || args["eviction-hard"] != "memory.available<1Mi,nodefs.available<1%" ||
 				c.GetSpec().GetNetwork().GetPodCidrs()[0] != "10.252.0.0/22" {
 				t.Errorf("the provider's settings changed:\n%s", tt.yaml)
 			}

@@ -33,7 +33,18 @@
 //     stops (Kubernetes.StopKubelet, optional; its Node NotReady) repaired
 //     by the remediator — rebooted or replaced — with the cluster Ready
 //     again (kubernetes_kubelet.go), a worker killed and replaced, and a
-//     delete that leaves nothing (kubernetes.go).
+//     delete that leaves nothing (kubernetes.go);
+//   - for a provider whose machines are real kubeadm nodes
+//     (Kubernetes.Kubeadm; RunKubernetes runs this check alone, since the
+//     others give machines a fixture's bootstrap data): the same check on
+//     a kubeadm cluster of 1 control plane and 2 workers with containers
+//     really running — kubeadm's etcd asked with etcdctl, a Deployment of
+//     the project's web server whose ClusterIP Service answers a pod on
+//     one worker by ClusterIP and by DNS name from a pod on the other,
+//     the workers pool scaled 2 → 3 → 2 with the removed worker drained
+//     first (not the control plane: a kubeadm control plane cannot be
+//     deleted yet), the kubelet and out-of-band repairs, and a delete
+//     that leaves nothing (kubernetes_kubeadm.go).
 package conformance
 
 import (

@@ -135,7 +135,7 @@ func (s *suite) scaleWorkers(t *testing.T, e *Env, k *KubeCluster, w *webApp, ma
 		}
 	}
 	s.waitNothingOf(t, e, victim)
-	t.Logf("workers pool scaled to 2 in %.1fs: capn removed %s — %s; %s; its web pod evicted, web's pods now %v (Deployment at least %d/3 available on the way, 3/3 after); its Node deleted, nothing of it left",
+	t.Logf("workers pool scaled to 2 in %.1fs: capn removed %s — %s; %s; its web pod evicted, web's pods now %v (Deployment's availableReplicas, read about every second on the way, never below %d/3; 3/3 after); its Node deleted, nothing of it left",
 		down.Seconds(), victim, drain["DrainStarted"], drain["DrainSucceeded"], pods, least)
 	return after, up, down
 }

@@ -3,6 +3,7 @@ package conformance
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -234,7 +235,7 @@ func (s *suite) kubernetesKubeadm(t *testing.T, e *Env) {
 	token := "kubeadm-" + e.Cluster
 	w := &webApp{k: k, token: token}
 	s0 := time.Now()
-	dep := k.Capn.Home + "/web.yaml"
+	dep := filepath.Join(k.Capn.Home, "web.yaml")
 	k.Write(dep, fmt.Sprintf(kubeadmWeb, ka.WebImage, token))
 	Poll(t, "kubectl apply the web Deployment and Service", 2*time.Minute, func() error {
 		_, err := k.Kubectl("apply", "-f", dep)
@@ -247,7 +248,7 @@ func (s *suite) kubernetesKubeadm(t *testing.T, e *Env) {
 
 	if ka.Ready != nil {
 		ka.Ready(t, e, k)
-		if now := k.Running(); !mapsEqualKeys(now, machines) {
+		if now := k.Running(); !sameMachines(now, machines) {
 			t.Fatalf("after Kubeadm.Ready the Running machines are %v, were %v", kubeNames(now), kubeNames(machines))
 		}
 		k.WaitNodes(machines, 3*time.Minute)
@@ -291,8 +292,8 @@ func (s *suite) checkKubeconfigServer(t *testing.T, e *Env, k *KubeCluster) {
 	}
 }
 
-// mapsEqualKeys: the same machines (names and uids).
-func mapsEqualKeys(a, b map[string]KubeMachine) bool {
+// sameMachines: the same machines (names and uids).
+func sameMachines(a, b map[string]KubeMachine) bool {
 	if len(a) != len(b) {
 		return false
 	}

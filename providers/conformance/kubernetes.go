@@ -42,6 +42,11 @@ type Kubernetes struct {
 	// no repair did. Optional: nil skips the step "a worker whose kubelet
 	// stops (its Node NotReady) is repaired" with a log line.
 	StopKubelet func(t *testing.T, env *Env, cluster, machine string)
+	// Kubeadm, for a provider (or a mode of it) whose machines are real
+	// kubeadm nodes, turns the check into its kubeadm flavour
+	// (kubernetes_kubeadm.go) and leaves out the kube-local checks
+	// KubernetesVersions and KubernetesDay2. RunKubernetes runs it alone.
+	Kubeadm *Kubeadm
 }
 
 // KubeBinaries are what the check needs in Kubernetes.Bin: what a
@@ -203,6 +208,9 @@ type KubeCluster struct {
 	Name string
 	// Kubeconfig is the file FetchKubeconfig wrote with `capn kubeconfig`.
 	Kubeconfig string
+	// Kubeadm: the cluster is kubeadm's (its etcd kubeadm's stacked etcd,
+	// its client URLs on the members' static Pods), not kube-local's.
+	Kubeadm bool
 }
 
 // NewKubeCluster is cluster name on the deployment c, whose KV is js.
@@ -231,6 +239,10 @@ type KubeMachine struct {
 // and deletes its Node;
 // `capn delete` leaves nothing behind (Leftovers) and nothing in KV.
 func (s *suite) kubernetes(t *testing.T, e *Env) {
+	if s.f.Kubernetes.Kubeadm != nil {
+		s.kubernetesKubeadm(t, e)
+		return
+	}
 	if s.f.OutOfBandDelete == nil || s.f.Leftovers == nil || s.f.Disk == nil {
 		t.Fatal("the Kubernetes check needs Features.OutOfBandDelete, Leftovers and Disk")
 	}
@@ -262,15 +274,7 @@ func (s *suite) kubernetes(t *testing.T, e *Env) {
 
 	// --- the kubeconfig capn hands out, and the Nodes -----------------------
 	k.FetchKubeconfig()
-	ic, ok := e.Env.Cluster(e.Provider, e.Cluster)
-	if !ok {
-		t.Fatalf("no infra record of cluster %s from %s", e.Cluster, e.Provider)
-	}
-	ep := ic.GetControlPlaneEndpoint()
-	server, err := k.Kubectl("config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}")
-	if want := fmt.Sprintf("https://%s:%d", ep.GetHost(), ep.GetPort()); err != nil || strings.TrimSpace(server) != want {
-		t.Fatalf("capn kubeconfig: server %q (%v), want the cluster's endpoint %s", server, err, want)
-	}
+	s.checkKubeconfigServer(t, e, k)
 	k.CheckServerVersion()
 	nodesReady := k.WaitNodes(machines, 3*time.Minute)
 	t.Logf("kubectl get nodes: %d Nodes Ready at %s with their machines' providerIDs %.1fs after apply", len(machines), k.Version, nodesReady.Sub(applied).Seconds())
@@ -293,7 +297,7 @@ func (s *suite) kubernetes(t *testing.T, e *Env) {
 	t.Logf("Deployment pause: 3 pods Running %.1fs after kubectl apply:\n%s", podsUp.Seconds(), pods)
 
 	// --- the workers pool's labels and taints: in place, on the Nodes --------
-	machines = s.poolLabels(t, k, manifest, machines)
+	machines = s.poolLabels(t, k, manifest, withPoolLabels(manifest), machines)
 
 	// --- the control plane 3 → 5 → 3: etcd follows ---------------------------
 	var scaled []string
@@ -320,31 +324,45 @@ func (s *suite) kubernetes(t *testing.T, e *Env) {
 	machines = s.kubeletStops(t, e, k, machines)
 
 	// --- a worker deleted behind capn's back: capn replaces it ---------------
+	_, replacedIn, replacedReady := s.outOfBandReplace(t, e, k, machines, 5*time.Minute, 3*time.Minute)
+
+	// --- delete: nothing left -------------------------------------------------
+	deleteTook := s.deleteClusterLeavesNothing(t, e, k, cps+2, 4*time.Minute)
+	t.Logf("figures (3 control planes, 2 workers, %s): capn Ready %.1fs after apply; all Nodes Ready %.1fs after apply; 3 pods Running %.1fs; control plane scaled to %s; after a worker was deleted behind capn's back: replacement Running %.1fs, Nodes right %.1fs; delete %.1fs; whole check %.1fs",
+		e.Provider, ready.Seconds(), nodesReady.Sub(applied).Seconds(), podsUp.Seconds(), strings.Join(scaled, ", then "), replacedIn.Seconds(), replacedReady.Seconds(),
+		deleteTook.Seconds(), time.Since(begin).Seconds())
+}
+
+// outOfBandReplace is the Kubernetes check's step "a worker deleted
+// behind capn's back is replaced": Features.OutOfBandDelete removes the
+// first worker of machines; capn replaces it (a new Running machine, a
+// new uid) within replace, nothing naming it is left (Leftovers), and
+// within nodes exactly one Ready Node per Running machine is listed — the
+// dead machine's Node deleted by capn (the health-watcher), as Cluster
+// API's machine controller deletes a deleted machine's Node. It returns
+// the Running machines after, and how long the replacement and the Nodes
+// took from the delete.
+func (s *suite) outOfBandReplace(t *testing.T, e *Env, k *KubeCluster, machines map[string]KubeMachine, replace, nodes time.Duration) (map[string]KubeMachine, time.Duration, time.Duration) {
+	t.Helper()
 	var victim string
 	for name, m := range machines {
-		if m.Pool == "workers" && (victim == "" || name < victim) {
+		if m.Pool == kubeWorkerPool && (victim == "" || name < victim) {
 			victim = name
 		}
 	}
-	naming := func(left []string) []string {
-		var out []string
-		for _, l := range left {
-			if strings.Contains(l, victim) {
-				out = append(out, l)
-			}
-		}
-		return out
+	if victim == "" {
+		t.Fatalf("no worker among %v", kubeNames(machines))
 	}
-	if before := naming(s.f.Leftovers(t, e, e.Cluster)); len(before) == 0 {
+	if before := s.leftoversOf(t, e, victim); len(before) == 0 {
 		t.Fatalf("Leftovers lists nothing naming the running worker %s: it cannot show what the kill leaves", victim)
 	}
 	killed := time.Now()
 	s.f.OutOfBandDelete(t, e, e.Cluster, victim)
 	var after map[string]KubeMachine
-	Poll(t, "capn replacing "+victim+" with a new Running machine", 5*time.Minute, func() error {
+	Poll(t, "capn replacing "+victim+" with a new Running machine", replace, func() error {
 		after = k.Running()
-		if len(after) != cps+2 {
-			return fmt.Errorf("%d Running machines %v, want %d", len(after), kubeNames(after), cps+2)
+		if len(after) != len(machines) {
+			return fmt.Errorf("%d Running machines %v, want %d", len(after), kubeNames(after), len(machines))
 		}
 		for name, m := range after {
 			if m.UID == machines[victim].UID {
@@ -354,24 +372,46 @@ func (s *suite) kubernetes(t *testing.T, e *Env) {
 		return nil
 	})
 	replacedIn := time.Since(killed)
-	Poll(t, "nothing of the deleted worker "+victim+" left on the host", time.Minute, func() error {
-		if left := naming(s.f.Leftovers(t, e, e.Cluster)); len(left) > 0 {
+	s.waitNothingOf(t, e, victim)
+	replacedReady := k.WaitNodes(after, nodes).Sub(killed)
+	t.Logf("capn replaced %s %.1fs after it was deleted behind its back; the dead Node gone and the replacement's Node Ready %.1fs after", victim, replacedIn.Seconds(), replacedReady.Seconds())
+	return after, replacedIn, replacedReady
+}
+
+// leftoversOf are the things Leftovers lists that name machine.
+func (s *suite) leftoversOf(t *testing.T, e *Env, machine string) []string {
+	var out []string
+	for _, l := range s.f.Leftovers(t, e, e.Cluster) {
+		if strings.Contains(l, machine) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// waitNothingOf waits (a minute) until Leftovers lists nothing naming
+// machine, a machine deleted.
+func (s *suite) waitNothingOf(t *testing.T, e *Env, machine string) {
+	t.Helper()
+	Poll(t, "nothing of the deleted worker "+machine+" left on the host", time.Minute, func() error {
+		if left := s.leftoversOf(t, e, machine); len(left) > 0 {
 			return fmt.Errorf("still there: %v", left)
 		}
 		return nil
 	})
-	// waitNodes allows no Node but the machines': the dead machine's Node
-	// is deleted by capn (the health-watcher), as Cluster API's machine
-	// controller deletes a deleted machine's Node.
-	replacedReady := k.WaitNodes(after, 3*time.Minute)
-	t.Logf("capn replaced %s %.1fs after it was deleted behind its back; the dead Node gone and the replacement's Node Ready %.1fs after", victim, replacedIn.Seconds(), replacedReady.Sub(killed).Seconds())
+}
 
-	// --- delete: nothing left -------------------------------------------------
-	if left := s.f.Leftovers(t, e, e.Cluster); len(left) < cps+2 {
-		t.Fatalf("before the delete, Leftovers lists %d things for %d machines: it cannot show what a delete leaves (%v)", len(left), cps+2, left)
+// deleteClusterLeavesNothing is the Kubernetes check's last step: `capn delete
+// cluster --wait` (within wait), then nothing of the cluster in KV nor
+// on the host (Leftovers, which must list at least one thing per machine
+// of the n before). It returns how long the delete took.
+func (s *suite) deleteClusterLeavesNothing(t *testing.T, e *Env, k *KubeCluster, n int, wait time.Duration) time.Duration {
+	t.Helper()
+	if left := s.f.Leftovers(t, e, e.Cluster); len(left) < n {
+		t.Fatalf("before the delete, Leftovers lists %d things for %d machines: it cannot show what a delete leaves (%v)", len(left), n, left)
 	}
 	deleted := time.Now()
-	k.Capn.CLI("delete", "cluster", e.Cluster, "--wait", "--timeout", "4m")
+	k.Capn.CLI("delete", "cluster", e.Cluster, "--wait", "--timeout", wait.String())
 	k.Clusters.WaitGone(e.Cluster, []string{e.Provider}, 2*time.Minute)
 	Poll(t, "nothing of the cluster left on the host", 2*time.Minute, func() error {
 		if left := s.f.Leftovers(t, e, e.Cluster); len(left) > 0 {
@@ -379,9 +419,7 @@ func (s *suite) kubernetes(t *testing.T, e *Env) {
 		}
 		return nil
 	})
-	t.Logf("figures (3 control planes, 2 workers, %s): capn Ready %.1fs after apply; all Nodes Ready %.1fs after apply; 3 pods Running %.1fs; control plane scaled to %s; after a worker was deleted behind capn's back: replacement Running %.1fs, Nodes right %.1fs; delete %.1fs; whole check %.1fs",
-		e.Provider, ready.Seconds(), nodesReady.Sub(applied).Seconds(), podsUp.Seconds(), strings.Join(scaled, ", then "), replacedIn.Seconds(), replacedReady.Sub(killed).Seconds(),
-		time.Since(deleted).Seconds(), time.Since(begin).Seconds())
+	return time.Since(deleted)
 }
 
 // Apply writes manifest to a file and runs `capn apply -f` with it.
@@ -579,80 +617,4 @@ func (k *KubeCluster) PodsRunning(n int) (string, error) {
 		return out, fmt.Errorf("%d Running, want %d:\n%s", running, n, out)
 	}
 	return out, nil
-}
-
-// WaitEtcd waits until the cluster's etcd, asked with etcdctl (client
-// URLs from the control-plane Nodes' annotation, the etcd client
-// certificate read from a control-plane machine's disk with readFile), has exactly the
-// machines cps as voting members and every endpoint healthy. It returns
-// the member names.
-func (k *KubeCluster) WaitEtcd(cps []string, readFile func(machine, path string) ([]byte, bool), timeout time.Duration) []string {
-	k.T.Helper()
-	pki := k.T.TempDir()
-	for _, f := range []string{"etcd/ca.crt", "apiserver-etcd-client.crt", "apiserver-etcd-client.key"} {
-		b, ok := readFile(cps[0], "/etc/kubernetes/pki/"+f)
-		if !ok {
-			k.T.Fatalf("no /etc/kubernetes/pki/%s on %s", f, cps[0])
-		}
-		k.Write(filepath.Join(pki, filepath.Base(f)), string(b))
-	}
-	var names []string
-	Poll(k.T, fmt.Sprintf("etcd with exactly the %d voting members %v, all healthy", len(cps), cps), timeout, func() error {
-		out, err := k.Kubectl("get", "nodes", "-l", "node-role.kubernetes.io/control-plane", "-o", "json")
-		if err != nil {
-			return err
-		}
-		var l kubeNodes
-		if err := json.Unmarshal([]byte(out), &l); err != nil {
-			return err
-		}
-		var endpoints []string
-		for _, n := range l.Items {
-			if u := n.Metadata.Annotations[etcdClientURLsAnnotation]; u != "" && slices.Contains(cps, n.Metadata.Name) {
-				endpoints = append(endpoints, u)
-			}
-		}
-		if len(endpoints) != len(cps) {
-			return fmt.Errorf("%d control-plane Nodes of %v carry %s", len(endpoints), cps, etcdClientURLsAnnotation)
-		}
-		etcdctl := func(args ...string) (string, error) {
-			return k.Run("etcdctl", append([]string{"--endpoints=" + strings.Join(endpoints, ","), "--command-timeout=10s",
-				"--cacert=" + filepath.Join(pki, "ca.crt"),
-				"--cert=" + filepath.Join(pki, "apiserver-etcd-client.crt"),
-				"--key=" + filepath.Join(pki, "apiserver-etcd-client.key")}, args...)...)
-		}
-		out, err = etcdctl("member", "list", "-w", "json")
-		if err != nil {
-			return err
-		}
-		var ml struct {
-			Members []struct {
-				Name      string `json:"name"`
-				IsLearner bool   `json:"isLearner"`
-			} `json:"members"`
-		}
-		if err := json.Unmarshal([]byte(out), &ml); err != nil {
-			return fmt.Errorf("etcdctl member list: %v: %s", err, out)
-		}
-		names = nil
-		for _, m := range ml.Members {
-			n := m.Name
-			if n == "" {
-				n = "(unstarted)"
-			}
-			if m.IsLearner {
-				n += "[learner]"
-			}
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		if !slices.Equal(names, cps) {
-			return fmt.Errorf("etcd members %v, want %v", names, cps)
-		}
-		if out, err := etcdctl("endpoint", "health"); err != nil {
-			return fmt.Errorf("etcdctl endpoint health: %v: %s", err, out)
-		}
-		return nil
-	})
-	return names
 }

@@ -182,7 +182,7 @@ func kubeletStopsStep(t *testing.T, e *Env, k *KubeCluster, machines map[string]
 	// Repaired: the cluster Ready, every Running machine healthy, exactly
 	// one Ready Node per Running machine.
 	var after map[string]KubeMachine
-	Poll(t, "5 Running machines, every one healthy", 8*time.Minute, func() error {
+	Poll(t, fmt.Sprintf("%d Running machines, every one healthy", len(machines)), 8*time.Minute, func() error {
 		after = k.Running()
 		if len(after) != len(machines) {
 			return fmt.Errorf("%d Running machines %v, want %d", len(after), kubeNames(after), len(machines))

@@ -32,8 +32,9 @@ func withPoolLabels(manifest string) string {
 }
 
 // poolLabels runs the step on the Running machines and returns them (the
-// same: no machine is replaced).
-func (s *suite) poolLabels(t *testing.T, k *KubeCluster, manifest string, machines map[string]KubeMachine) map[string]KubeMachine {
+// same: no machine is replaced): it applies labeled, the cluster's
+// manifest with the pool's label and taint, then manifest again.
+func (s *suite) poolLabels(t *testing.T, k *KubeCluster, manifest, labeled string, machines map[string]KubeMachine) map[string]KubeMachine {
 	t.Helper()
 	type node struct {
 		Metadata struct {
@@ -86,7 +87,7 @@ func (s *suite) poolLabels(t *testing.T, k *KubeCluster, manifest string, machin
 		return nil
 	}
 	s0 := time.Now()
-	k.Apply(withPoolLabels(manifest))
+	k.Apply(labeled)
 	Poll(t, "the workers pool's label and taint on its Nodes, no machine replaced", 2*time.Minute, func() error { return onWorkers(true) })
 	set := time.Since(s0)
 	s0 = time.Now()

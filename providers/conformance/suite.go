@@ -33,7 +33,18 @@
 //     stops (Kubernetes.StopKubelet, optional; its Node NotReady) repaired
 //     by the remediator — rebooted or replaced — with the cluster Ready
 //     again (kubernetes_kubelet.go), a worker killed and replaced, and a
-//     delete that leaves nothing (kubernetes.go).
+//     delete that leaves nothing (kubernetes.go);
+//   - for a provider whose machines are real kubeadm nodes
+//     (Kubernetes.Kubeadm; RunKubernetes runs this check alone, since the
+//     others give machines a fixture's bootstrap data): the same check on
+//     a kubeadm cluster of 1 control plane and 2 workers with containers
+//     really running — kubeadm's etcd asked with etcdctl, a Deployment of
+//     the project's web server whose ClusterIP Service answers a pod on
+//     one worker by ClusterIP and by DNS name from a pod on the other,
+//     the workers pool scaled 2 → 3 → 2 with the removed worker drained
+//     first (not the control plane: a kubeadm control plane cannot be
+//     deleted yet), the kubelet and out-of-band repairs, and a delete
+//     that leaves nothing (kubernetes_kubeadm.go).
 package conformance
 
 import (
@@ -150,8 +161,8 @@ func Run(t *testing.T, p Provider, f Features) {
 		{"ClusterThroughCapn", s.throughCapn, when(f.Capn == nil, "no Capn: give Features.Capn (e.g. CorePrograms(t))")},
 		{"BootstrapCommands", s.bootstrapCommands, when(!f.Commands || f.Capn == nil || f.Disk == nil, "needs Commands, Capn and Disk")},
 		{"Kubernetes", s.kubernetes, when(f.Kubernetes == nil, "no Kubernetes: for a provider whose machines run real Kubernetes (real-kubernetes)")},
-		{"KubernetesVersions", s.kubernetesVersions, when(f.Kubernetes == nil, "no Kubernetes: for a provider whose machines run real Kubernetes (real-kubernetes)")},
-		{"KubernetesDay2", s.kubernetesDay2, when(f.Kubernetes == nil, "no Kubernetes: for a provider whose machines run real Kubernetes (real-kubernetes)")},
+		{"KubernetesVersions", s.kubernetesVersions, kubeLocalOnly(f)},
+		{"KubernetesDay2", s.kubernetesDay2, kubeLocalOnly(f)},
 	}
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) {
@@ -164,6 +175,35 @@ func Run(t *testing.T, p Provider, f Features) {
 			c.run(t, s.newEnv(t))
 		})
 	}
+}
+
+// kubeLocalOnly is why a check of kube-local clusters is skipped, if it is.
+func kubeLocalOnly(f Features) string {
+	switch {
+	case f.Kubernetes == nil:
+		return "no Kubernetes: for a provider whose machines run real Kubernetes (real-kubernetes)"
+	case f.Kubernetes.Kubeadm != nil:
+		return "kube-local clusters only: Kubernetes.Kubeadm is set (the provider's machines are kubeadm nodes)"
+	}
+	return ""
+}
+
+// RunKubernetes runs the suite's Kubernetes check alone, in t: for a
+// provider mode whose every machine is a kubeadm node
+// (f.Kubernetes.Kubeadm), which the suite's other checks cannot use —
+// they give machines a fixture's bootstrap data.
+func RunKubernetes(t *testing.T, p Provider, f Features) {
+	if p.Name == "" || p.New == nil {
+		t.Fatal("conformance: Provider needs Name and New")
+	}
+	if f.Kubernetes == nil {
+		t.Fatal("conformance: RunKubernetes needs Features.Kubernetes")
+	}
+	if f.Timeout == 0 {
+		f.Timeout = 30 * time.Second
+	}
+	s := &suite{p: p, f: f}
+	s.kubernetes(t, s.newEnv(t))
 }
 
 func when(cond bool, reason string) string {

@@ -4,11 +4,9 @@ package process_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -150,6 +148,12 @@ func (r *realWorld) scaleControlPlaneDown(cps []realCP) {
 	for _, cp := range cps {
 		removals[cp.name] = &cpRemoval{}
 	}
+	// etcdctl as each control plane's API server talks to etcd, its
+	// certificates read now: a removed node's files go with it.
+	ctls := map[string]*conformance.Etcdctl{}
+	for _, cp := range cps {
+		ctls[cp.name] = r.k.Etcdctl(func(path string) ([]byte, bool) { return readNodeFile(r.opts.StateDir, r.name, cp.name, path) })
+	}
 	reported := r.watchEtcdRemoved()
 	began := time.Now()
 	r.c.CLI("scale", r.name, "--pool", "control-plane", "--replicas", "1")
@@ -168,20 +172,18 @@ func (r *realWorld) scaleControlPlaneDown(cps []realCP) {
 		if err != nil {
 			return err
 		}
-		var members []etcdMember
+		var members []conformance.EtcdMember
 		var asked []string
 		for _, cp := range cps {
 			if _, ok := now[r.name+"/"+cp.name]; !ok || !nodes[cp.name] {
 				continue
 			}
-			var list struct {
-				Members []etcdMember `json:"members"`
-			}
-			if err := r.etcdctl(cp, "https://"+cp.ip+":2379", &list, "member", "list"); err != nil {
+			list, err := ctls[cp.name].Members([]string{"https://" + cp.ip + ":2379"})
+			if err != nil {
 				asked = append(asked, err.Error())
 				continue
 			}
-			members = list.Members
+			members = list
 			break
 		}
 		if members == nil {
@@ -194,7 +196,7 @@ func (r *realWorld) scaleControlPlaneDown(cps []realCP) {
 			if !nodes[cp.name] && rm.node == 0 {
 				rm.node = since
 			}
-			if !slices.ContainsFunc(members, func(m etcdMember) bool { return m.Name == cp.name }) && rm.member == 0 {
+			if !slices.ContainsFunc(members, func(m conformance.EtcdMember) bool { return m.Name == cp.name }) && rm.member == 0 {
 				rm.member = since
 			}
 			if st, ok := machines[cp.name]; (!ok || st.GetPhaseValue() == capnv1.MachineDeleted) && rm.machine == 0 {
@@ -352,59 +354,23 @@ func (r *realWorld) controlPlanes(want int) []realCP {
 	return cps
 }
 
-// etcdctl runs the kube binaries' etcdctl against endpoints (etcd's
-// client URLs) as control plane cp's API server does: with the certificates kubeadm wrote on its node (the
-// etcd CA capn handed it, the API server's etcd client certificate
-// kubeadm made), read from the node's /etc overlay, and decodes its JSON
-// output (-w json) into out.
-func (r *realWorld) etcdctl(cp realCP, endpoints string, out any, args ...string) error {
-	r.t.Helper()
-	nss, err := process.RealNodeNamespaces(r.opts.StateDir)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	ns, ok := nss[r.name+"/"+cp.name]
-	if !ok {
-		r.t.Fatalf("no real node of %s: %v", cp.name, nss)
-	}
-	index := ns[strings.LastIndexByte(ns, '-')+1:]
-	pki := filepath.Join(r.opts.StateDir, "realnodes", index, "overlay", "etc", "upper", "kubernetes", "pki")
-	cmd := exec.Command(filepath.Join(r.k.Bin, "etcdctl"), append([]string{
-		"--endpoints=" + endpoints, "--cacert=" + filepath.Join(pki, "etcd", "ca.crt"),
-		"--cert=" + filepath.Join(pki, "apiserver-etcd-client.crt"), "--key=" + filepath.Join(pki, "apiserver-etcd-client.key"),
-		"--command-timeout=10s", "-w", "json"}, args...)...)
-	b, err := cmd.Output()
-	if err != nil {
-		return fmt.Errorf("etcdctl %s at %s: %v", strings.Join(args, " "), cp.name, err)
-	}
-	return json.Unmarshal(b, out)
-}
-
-// etcdMember is one member of etcdctl member list -w json.
-type etcdMember struct {
-	ID         uint64   `json:"ID"`
-	Name       string   `json:"name"`
-	PeerURLs   []string `json:"peerURLs"`
-	ClientURLs []string `json:"clientURLs"`
-	IsLearner  bool     `json:"isLearner"`
-}
-
 // checkEtcd: asked at every control plane, etcd has exactly one started
 // voting member per control plane (named after its Node, peer URL on its
 // address), every one healthy; and each control plane's own API server
 // answers /readyz/etcd.
 func (r *realWorld) checkEtcd(cps []realCP) {
 	r.t.Helper()
-	var members []etcdMember
+	var members []conformance.EtcdMember
 	for _, cp := range cps {
+		// etcdctl as cp's API server talks to etcd: with the etcd CA capn
+		// handed it and the etcd client certificate kubeadm made, read
+		// from the node's /etc.
+		etcdctl := r.k.Etcdctl(func(path string) ([]byte, bool) { return readNodeFile(r.opts.StateDir, r.name, cp.name, path) })
 		conformance.Poll(r.t, fmt.Sprintf("etcd at %s: %d healthy voting members", cp.name, len(cps)), 3*time.Minute, func() error {
-			var list struct {
-				Members []etcdMember `json:"members"`
-			}
-			if err := r.etcdctl(cp, "https://"+cp.ip+":2379", &list, "member", "list"); err != nil {
+			var err error
+			if members, err = etcdctl.Members([]string{"https://" + cp.ip + ":2379"}); err != nil {
 				return err
 			}
-			members = list.Members
 			var got, endpoints []string
 			for _, m := range members {
 				if m.IsLearner || m.Name == "" || len(m.ClientURLs) == 0 {
@@ -422,23 +388,8 @@ func (r *realWorld) checkEtcd(cps []realCP) {
 			if !slices.Equal(got, want) {
 				return fmt.Errorf("members %v, want %v", got, want)
 			}
-			var health []struct {
-				Endpoint string `json:"endpoint"`
-				Health   bool   `json:"health"`
-				Error    string `json:"error"`
-			}
-			if err := r.etcdctl(cp, strings.Join(endpoints, ","), &health, "endpoint", "health"); err != nil {
-				return err
-			}
-			if len(health) != len(cps) {
-				return fmt.Errorf("health of %d endpoints, want %d: %+v", len(health), len(cps), health)
-			}
-			for _, h := range health {
-				if !h.Health {
-					return fmt.Errorf("endpoint %s unhealthy: %s", h.Endpoint, h.Error)
-				}
-			}
-			return nil
+			_, err = etcdctl.Health(endpoints)
+			return err
 		})
 		out, err := r.k.Kubectl("--server=https://"+cp.ip+":6443", "get", "--raw", "/readyz/etcd")
 		if err != nil || strings.TrimSpace(out) != "ok" {

@@ -152,7 +152,7 @@ spec:
 // DaemonSet, its image built here FROM scratch around `make npd`'s static
 // binary and imported into every node — on a kubeadm cluster of 1 control
 // plane and 2 workers that capn made on the process provider's real nodes
-// (newRealWorld, shared with TestRealNodesThroughCapn). A kernel line
+// (newRealWorld, shared with TestRealNodesHAControlPlane). A kernel line
 // "task docker:1234 blocked for more than 120 seconds." in a worker's own
 // /var/log/kern.log (written inside the node's mount namespace) makes its
 // NPD set KernelDeadlock=True on the worker's Node; the health-watcher

@@ -57,26 +57,10 @@ func newRealWorld(t *testing.T, extra []realnode.Image, manifest string, nodes i
 	w.netnsBefore, _ = realnode.Run(nil, nil, "ip", "netns", "list")
 	checkContainerCgroups(t)
 
-	list, err := realnode.ReadImages(images)
-	if err != nil {
-		t.Fatal(err)
-	}
-	imgDir := filepath.Join(t.TempDir(), "images")
-	var lines []string
-	for _, im := range append(list, extra...) {
-		lines = append(lines, im.Ref+" "+im.Archive)
-	}
-	if err := os.MkdirAll(imgDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(imgDir, "images.txt"), []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	imgDir := nodeImagesWith(t, images, extra)
 
 	w.env = sdktest.New(t)
-	w.opts = options(t, t.TempDir())
-	w.opts.RealNodes, w.opts.NodeStack, w.opts.NodeImages = true, stack, imgDir
-	w.opts.HeartbeatEvery, w.opts.WatchEvery = time.Second, time.Second
+	w.opts = realOptions(t, t.TempDir(), stack, imgDir)
 	t.Cleanup(func() {
 		if err := process.Purge(w.opts); err != nil {
 			t.Errorf("purge: %v", err)
@@ -131,6 +115,38 @@ func newRealWorld(t *testing.T, extra []realnode.Image, manifest string, nodes i
 	out, _ := w.k.Kubectl("get", "nodes", "-o", "wide")
 	t.Logf("%d Nodes Ready %s after capn apply (capn's cluster Ready %s):\n%s", nodes, nodesReady.Round(time.Millisecond), time.Since(w.applied).Round(time.Millisecond), out)
 	return w
+}
+
+// nodeImagesWith is a node images directory (an images.txt) of the
+// images of the node images directory images and extra.
+func nodeImagesWith(t *testing.T, images string, extra []realnode.Image) string {
+	t.Helper()
+	list, err := realnode.ReadImages(images)
+	if err != nil {
+		t.Fatal(err)
+	}
+	imgDir := filepath.Join(t.TempDir(), "images")
+	var lines []string
+	for _, im := range append(list, extra...) {
+		lines = append(lines, im.Ref+" "+im.Archive)
+	}
+	if err := os.MkdirAll(imgDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(imgDir, "images.txt"), []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return imgDir
+}
+
+// realOptions are the provider's options in node mode over stateDir,
+// with the node stack and the node images directory imgDir; the test
+// purges every node of stateDir when it ends.
+func realOptions(t *testing.T, stateDir, stack, imgDir string) process.Options {
+	opts := options(t, stateDir)
+	opts.RealNodes, opts.NodeStack, opts.NodeImages = true, stack, imgDir
+	opts.HeartbeatEvery, opts.WatchEvery = time.Second, time.Second
+	return opts
 }
 
 // nodeList is what the tests read of kubectl get nodes -o json.

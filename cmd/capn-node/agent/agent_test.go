@@ -283,7 +283,7 @@ func TestAgentRefusesAnotherMachinesDataDir(t *testing.T) {
 // directory standing for /), its runcmd run — instead of writing it under
 // rootfs. No kubeadm is on PATH here, so the join fails: the agent says
 // which command failed and how, does not count the data applied, and
-// fetches again. (TestRealNodesThroughCapn in providers/process runs it
+// fetches again. (TestRealNodesKubernetes in providers/process runs it
 // on real nodes, where kubeadm joins.)
 func TestAgentRunsCloudConfigOnARealNode(t *testing.T) {
 	t.Setenv("PATH", "/usr/bin:/bin")

@@ -270,8 +270,8 @@ func (n *Node) Remove(s Stack) error {
 			errs = append(errs, fmt.Errorf("%d processes of %s did not stop: %v", len(p), n.NS, p))
 		}
 	}
-	if ids, err := os.ReadFile(filepath.Join(n.Dir, containerIDFile)); err == nil {
-		errs = append(errs, removeCgroups(strings.Fields(string(ids))))
+	if ids := n.containerIDs(); len(ids) > 0 {
+		errs = append(errs, removeCgroups(ids))
 	}
 	if n.lan != nil {
 		errs = append(errs, n.lan.UnroutePods(n.NodeIP, nil))
@@ -282,6 +282,36 @@ func (n *Node) Remove(s Stack) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// containerIDs are the node's containers, whose cgroups Remove removes:
+// those its containerd listed (containerIDFile, written by Remove while
+// containerd answered) and those runc holds state of in the node's runc
+// root (ContainerdConfig's Root, <dir>/containerd/runc/k8s.io/<id>): a
+// node whose processes were all killed out of band has no containerd to
+// ask, but runc's state of each container it ran is still there.
+func (n *Node) containerIDs() []string {
+	seen := map[string]bool{}
+	var ids []string
+	add := func(id string) {
+		if id != "" && !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(n.Dir, containerIDFile)); err == nil {
+		for _, id := range strings.Fields(string(b)) {
+			add(id)
+		}
+	}
+	if entries, err := os.ReadDir(filepath.Join(n.Dir, ContainerdDir, "runc", "k8s.io")); err == nil {
+		for _, e := range entries {
+			if e.IsDir() {
+				add(e.Name())
+			}
+		}
+	}
+	return ids
 }
 
 // Leftovers lists what of the node is still on the host.

@@ -138,3 +138,38 @@ func TestKubeletDefaults(t *testing.T) {
 		t.Error("a node without its own mounts wrote /etc/default/kubelet")
 	}
 }
+
+// TestContainerIDs: the containers whose cgroups Remove removes are those
+// containerd listed and those runc has state of, each once — a node
+// killed out of band has no containerd to list them.
+func TestContainerIDs(t *testing.T) {
+	tests := []struct {
+		name   string
+		listed string   // containerIDFile, "" for none
+		runc   []string // directories under containerd/runc/k8s.io
+		want   []string
+	}{
+		{"nothing", "", nil, nil},
+		{"listed by containerd", "a\nb\n", nil, []string{"a", "b"}},
+		{"runc state only (containerd killed)", "", []string{"c", "d"}, []string{"c", "d"}},
+		{"both, once each", "a\nc\n", []string{"c", "d"}, []string{"a", "c", "d"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := &Node{Dir: t.TempDir()}
+			if tt.listed != "" {
+				if err := os.WriteFile(filepath.Join(n.Dir, containerIDFile), []byte(tt.listed), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, id := range tt.runc {
+				if err := os.MkdirAll(filepath.Join(n.Dir, ContainerdDir, "runc", "k8s.io", id), 0o700); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := n.containerIDs(); strings.Join(got, ",") != strings.Join(tt.want, ",") {
+				t.Errorf("containerIDs() = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

@@ -53,9 +53,12 @@ func main() {
 	log.Fatal(http.ListenAndServe(addr, nil))
 }
 
-// fetch GETs url and writes its answer, or the error, line by line.
+// fetch GETs url on a connection of its own and writes its answer, or
+// the error, line by line. No connection is kept for the next request: a
+// Service's ClusterIP would then answer from the pod the first connection
+// reached, every time.
 func fetch(w http.ResponseWriter, url string) {
-	client := &http.Client{Timeout: 2 * time.Second}
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	resp, err := client.Get(url)
 	if err != nil {
 		fmt.Fprintf(w, "fetch-error=%v\n", err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/capn-dev/capn/providers/conformance"
 	"github.com/capn-dev/capn/providers/sdk/sdktest"
+	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
 // externalClusterManifest: an external control plane (the registered
@@ -146,6 +147,25 @@ func TestExternalControlPlaneEndToEnd(t *testing.T) {
 	if len(made) < 9 {
 		t.Errorf("only %d join objects labelled capn.dev/cluster=%s: %v", len(made), name, made)
 	}
+
+	// capn's machines Running, each with the providerID its Node carries:
+	// the health-watcher deletes a deleted machine's Node by that id. (A
+	// cluster deleted before capn has its machines' providerIDs can leave
+	// their Nodes in the external API server: docs/health.md.)
+	conformance.Poll(t, "capn's 2 machines Running with their providerIDs", 2*time.Minute, func() error {
+		var seen []string
+		n := 0
+		for m, st := range clusters.Machines(name) {
+			seen = append(seen, fmt.Sprintf("%s %s %q", m, st.GetPhase(), st.GetProviderId()))
+			if st.GetPhaseValue() == capnv1.MachineRunning && st.GetProviderId() != "" {
+				n++
+			}
+		}
+		if n != 2 {
+			return fmt.Errorf("machines: %v", seen)
+		}
+		return nil
+	})
 
 	// --- delete the capn cluster ---------------------------------------------
 	s = time.Now()

@@ -30,6 +30,10 @@ const (
 	headerPrefix     = "ce-"
 	// contentTypeHeader carries the structured-mode media type.
 	contentTypeHeader = "Content-Type"
+	// contentTypeHeaderLower is contentTypeHeader as newNATSMessage
+	// compares header names (a constant: lowering it per header of every
+	// message received made 7 of its decoding's 32 allocations).
+	contentTypeHeaderLower = "content-type"
 )
 
 // ErrMalformed wraps every decoding failure: a message that is not a valid
@@ -72,12 +76,16 @@ func DataAs(e *event.Event, msg proto.Message) error {
 	if ds := e.DataSchema(); ds != "" && ds != DataSchemaPrefix+want {
 		return fmt.Errorf("%w: dataschema %q, want %q", ErrMalformed, ds, DataSchemaPrefix+want)
 	}
-	ct, _, err := mime.ParseMediaType(e.DataContentType())
-	if e.DataContentType() == "" {
-		ct, err = ContentTypeProtobuf, nil
-	}
-	if err != nil {
-		return fmt.Errorf("%w: datacontenttype %q: %v", ErrMalformed, e.DataContentType(), err)
+	ct := e.DataContentType()
+	switch ct {
+	case "", ContentTypeProtobuf: // what capn publishes: nothing to parse
+		ct = ContentTypeProtobuf
+	default:
+		parsed, _, err := mime.ParseMediaType(ct)
+		if err != nil {
+			return fmt.Errorf("%w: datacontenttype %q: %v", ErrMalformed, ct, err)
+		}
+		ct = parsed
 	}
 	switch ct {
 	case ContentTypeProtobuf, "application/x-protobuf":
@@ -139,7 +147,7 @@ func newNATSMessage(h nats.Header, data []byte) *natsMessage {
 			continue
 		}
 		lk := strings.ToLower(k)
-		if lk == strings.ToLower(contentTypeHeader) {
+		if lk == contentTypeHeaderLower {
 			if f := format.Lookup(vs[0]); f != nil {
 				m.format = f
 			}

@@ -12,16 +12,16 @@ import (
 // stream_seq, delivery, event_id and event_type — as many as are known when
 // the message cannot be decoded, which is then the error (a poison message).
 func correlate(base zerolog.Logger, jm jetstream.Msg) (*Message, zerolog.Logger, error) {
-	log := base.With().Str("subject", jm.Subject()).Logger()
 	meta, err := jm.Metadata()
 	if err != nil {
-		return nil, log, errors.New("no metadata: " + err.Error())
+		return nil, base.With().Str("subject", jm.Subject()).Logger(), errors.New("no metadata: " + err.Error())
 	}
-	log = log.With().Uint64("stream_seq", meta.Sequence.Stream).Uint64("delivery", meta.NumDelivered).Logger()
 	ev, err := FromMsg(jm.Headers(), jm.Data())
 	if err != nil {
-		return nil, log, err
+		return nil, base.With().Str("subject", jm.Subject()).Uint64("stream_seq", meta.Sequence.Stream).Uint64("delivery", meta.NumDelivered).Logger(), err
 	}
-	log = log.With().Str("event_id", ev.ID()).Str("event_type", ev.Type()).Logger()
+	// One child logger per message (each With copies the context).
+	log := base.With().Str("subject", jm.Subject()).Uint64("stream_seq", meta.Sequence.Stream).Uint64("delivery", meta.NumDelivered).
+		Str("event_id", ev.ID()).Str("event_type", ev.Type()).Logger()
 	return &Message{Event: ev, Subject: jm.Subject(), Delivery: meta.NumDelivered, Metadata: meta, msg: jm}, log, nil
 }

@@ -161,7 +161,9 @@ var subjectShapes = map[string]int{
 // ParseSubject reads a subject back. One of another shape (unknown root,
 // wrong number of tokens, an empty token or a wildcard) is refused.
 func ParseSubject(subject string) (Subject, error) {
-	bad := fmt.Errorf("subject %q: %w", subject, ErrMalformed)
+	// The error is made only when there is one: every consumer parses
+	// the subject of every message it handles.
+	bad := func() error { return fmt.Errorf("subject %q: %w", subject, ErrMalformed) }
 	for root, n := range subjectShapes {
 		rest, ok := strings.CutPrefix(subject, root+".")
 		if !ok {
@@ -169,7 +171,7 @@ func ParseSubject(subject string) (Subject, error) {
 		}
 		t := strings.Split(rest, ".")
 		if len(t) != n || !tokens(t) {
-			return Subject{}, bad
+			return Subject{}, bad()
 		}
 		s := Subject{Root: root}
 		switch root {
@@ -191,7 +193,7 @@ func ParseSubject(subject string) (Subject, error) {
 		}
 		return s, nil
 	}
-	return Subject{}, bad
+	return Subject{}, bad()
 }
 
 // String is the subject s describes.

@@ -73,33 +73,26 @@ func (s *Service) accept(ctx context.Context, m *events.Message, kind, cluster, 
 	if m.Metadata != nil && !m.Metadata.Timestamp.IsZero() {
 		r.at = m.Metadata.Timestamp
 	}
-	dm, ok := decodeCached(s.desired, keys.MachinePrefix+r.key, newMachine)
+	dm, _, ok := s.facts.machines.Get(keys.MachinePrefix + r.key)
 	log := zerolog.Ctx(ctx)
 	switch {
 	case !ok:
 		log.Debug().Str("cluster", cluster).Str("machine", machine).Msg("report for an unknown machine ignored")
 		return r, errIgnore
-	case dm.GetMetadata().GetDeletionTimestamp() != nil && kind != "heartbeat":
+	case dm.deleting && kind != "heartbeat":
 		// A deleting machine's heartbeats still count (the machine-manager
 		// waits for a leaving control plane's etcd member only while its
 		// agent heartbeats), and of its conditions EtcdMemberRemoved
 		// (onConditions).
-		r.created = dm.GetMetadata().GetCreationTimestamp().AsTime()
+		r.created = dm.created
 		return r, errDeleting
 	}
-	r.created = dm.GetMetadata().GetCreationTimestamp().AsTime()
+	r.created = dm.created
 	if r.at.Before(r.created) {
 		log.Debug().Str("cluster", cluster).Str("machine", machine).Msg("report older than the machine ignored")
 		return r, errIgnore
 	}
 	return r, nil
-}
-
-// cached returns the record of r's machine as the cache holds it, for the
-// incarnation (a new empty record if there is none).
-func (s *Service) cached(r report) *capnv1.NodeHealth {
-	h, _ := decodeCached(s.observed, keys.Node(r.cluster, r.machine), newNodeHealth)
-	return forIncarnation(h, r.cluster, r.machine, r.created)
 }
 
 // handle runs the common path of a report: accept, then applyReport — the
@@ -165,8 +158,8 @@ func (s *Service) onHeartbeat(ctx context.Context, m *events.Message, hb *capnv1
 		return nil
 	}
 	persist := s.cfg.PersistEvery
-	if st, ok := decodeCached(s.observed, keys.MachinePrefix+r.key, newMachineStatus); ok &&
-		(st.GetPhaseValue() == capnv1.MachineStopped || st.GetPhaseValue() == capnv1.MachineDeleting) {
+	if st, _, ok := s.facts.statuses.Get(keys.MachinePrefix + r.key); ok &&
+		(st.phase == capnv1.MachineStopped || st.phase == capnv1.MachineDeleting) {
 		// Waking from hibernation: the machine-manager makes the machine
 		// Running on a ready heartbeat from after its start, so each one
 		// is written until then (a stopped machine sends none). Deleting:
@@ -174,9 +167,14 @@ func (s *Service) onHeartbeat(ctx context.Context, m *events.Message, hb *capnv1
 		// from the recorded heartbeat.
 		persist = 0
 	}
-	wrote, err := s.applyReport(ctx, r, func(h *capnv1.NodeHealth) bool { return mergeHeartbeat(h, hb, r.at, persist) })
-	if err != nil {
-		return err
+	// The common case, a steady node's heartbeat, changes nothing: told
+	// from the remembered facts of its record, it decodes nothing.
+	node, _ := s.facts.node(r.key, r.created)
+	wrote := false
+	if heartbeatMaterial(node.rec, hb, r.at, persist) {
+		if wrote, err = s.applyReport(ctx, r, func(h *capnv1.NodeHealth) bool { return mergeHeartbeat(h, hb, r.at, persist) }); err != nil {
+			return err
+		}
 	}
 	s.metrics.report("heartbeat", outcome(wrote))
 	if wrote {
@@ -184,7 +182,7 @@ func (s *Service) onHeartbeat(ctx context.Context, m *events.Message, hb *capnv1
 	}
 	// A node that was silent is back: its Ready condition must turn True
 	// again now, not at the next resync.
-	if st := readyStatus(s.cached(r)); st == capnv1.ConditionUnknown || (st == capnv1.ConditionFalse && hb.GetReady()) {
+	if st := node.readyStatus; st == capnv1.ConditionUnknown || (st == capnv1.ConditionFalse && hb.GetReady()) {
 		s.touch(r.cluster, r.machine)
 	}
 	return nil

@@ -48,6 +48,18 @@ func ofIncarnation(h *capnv1.NodeHealth, created time.Time) *capnv1.NodeHealth {
 	return h
 }
 
+// heartbeatMaterial reports whether a heartbeat stored at at changes a
+// record whose recorded heartbeat is rec (see mergeHeartbeat).
+func heartbeatMaterial(rec recordedBeat, hb *capnv1.NodeHeartbeat, at time.Time, persistEvery time.Duration) bool {
+	if rec.has && !at.After(rec.at) {
+		return false
+	}
+	return !rec.has || hb.GetReady() != rec.ready ||
+		(hb.GetKubeletVersion() != "" && hb.GetKubeletVersion() != rec.kubeletVersion) ||
+		(hb.GetNodeName() != "" && hb.GetNodeName() != rec.nodeName) ||
+		at.Sub(rec.at) >= persistEvery
+}
+
 // mergeHeartbeat records a heartbeat stored at at (the stream's time, so a
 // node's clock does not matter). A heartbeat not newer than the recorded one
 // is ignored. It is material — and the record changes — when it is the
@@ -55,15 +67,7 @@ func ofIncarnation(h *capnv1.NodeHealth, created time.Time) *capnv1.NodeHealth {
 // name), or when the recorded heartbeat is persistEvery old; otherwise the
 // caller only remembers it in memory.
 func mergeHeartbeat(h *capnv1.NodeHealth, hb *capnv1.NodeHeartbeat, at time.Time, persistEvery time.Duration) bool {
-	last := h.GetLastHeartbeat()
-	if last != nil && !at.After(last.AsTime()) {
-		return false
-	}
-	material := last == nil || hb.GetReady() != h.GetReady() ||
-		(hb.GetKubeletVersion() != "" && hb.GetKubeletVersion() != h.GetKubeletVersion()) ||
-		(hb.GetNodeName() != "" && hb.GetNodeName() != h.GetNodeName()) ||
-		at.Sub(last.AsTime()) >= persistEvery
-	if !material {
+	if !heartbeatMaterial(recordedBeatOf(h), hb, at, persistEvery) {
 		return false
 	}
 	h.Ready = hb.GetReady()

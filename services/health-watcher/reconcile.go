@@ -267,10 +267,12 @@ func (s *Service) forgetGone(ctx context.Context, cluster string, keep map[strin
 			errs = append(errs, err)
 		}
 		s.beats.forget(cluster + "." + name)
+		s.facts.forget(cluster + "." + name)
 	}
 	for _, k := range s.beats.keys(cluster) {
 		if !keep[strings.TrimPrefix(k, cluster+".")] {
 			s.beats.forget(k)
+			s.facts.forget(k)
 		}
 	}
 	return errors.Join(errs...)

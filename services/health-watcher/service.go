@@ -109,6 +109,7 @@ type Service struct {
 	queue    *reconcile.Queue
 	pending  *pending
 	beats    *tracker
+	facts    facts
 	metrics  *metrics
 	started  time.Time
 	work     *workload // nil without a secrets key
@@ -191,6 +192,7 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 	s.desired = store.NewCache(desiredKV, s.cfg.Cache)
 	s.observed = store.NewCache(observedKV, store.Keep(s.cfg.Cache, d.JS, keys.ClusterPrefix, keys.MachinePrefix, keys.NodePrefix, keys.InfraPrefix, keys.ProviderPrefix))
 	s.beats = newTracker()
+	s.facts = newFacts(s.desired, s.observed)
 	s.metrics = newMetrics(d.Metrics)
 	s.queue = reconcile.NewQueue()
 	s.pending = newPending()

@@ -1,6 +1,7 @@
 package healthwatcher
 
 import (
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -35,9 +36,23 @@ func (s *Service) changed(observed bool) func(store.Change) []string {
 				return nil
 			}
 		}
+		if observed && strings.HasPrefix(ch.Key, keys.InfraPrefix) && !s.pending.infraDeletedChanged(ch.Key, infraDeleted(ch)) {
+			return nil
+		}
 		s.pending.mark(c, m)
 		return []string{c}
 	}
+}
+
+// infraDeleted reports whether ch leaves an infrastructure record marked
+// Deleted: the only state of it the evaluation reads (infraGone). A
+// record that does not decode counts as not Deleted, as infraGone sees it.
+func infraDeleted(ch store.Change) bool {
+	if ch.Op != store.OpPut {
+		return false
+	}
+	im, err := store.Decode(ch.Value, newInfraMachine)
+	return err == nil && im.GetStateValue() == capnv1.InfraDeleted
 }
 
 // keyOf returns the cluster and machine a key belongs to: cluster.<c>

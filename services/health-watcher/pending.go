@@ -27,6 +27,11 @@ type pending struct {
 	// evaluation reads, so the other status writes (a machine's phase
 	// counted, many per machine) change nothing here.
 	controlPlane map[string]controlPlaneInit
+	// infraDeleted holds the infrastructure records (by key) last seen
+	// marked Deleted, the only state of one the evaluation reads: the
+	// provider's other writes (two or three per machine in a create)
+	// change nothing here.
+	infraDeleted map[string]struct{}
 }
 
 type controlPlaneInit struct {
@@ -36,7 +41,7 @@ type controlPlaneInit struct {
 
 func newPending() *pending {
 	return &pending{machines: map[string]map[string]struct{}{}, whole: map[string]bool{},
-		wake: map[string]time.Time{}, controlPlane: map[string]controlPlaneInit{}}
+		wake: map[string]time.Time{}, controlPlane: map[string]controlPlaneInit{}, infraDeleted: map[string]struct{}{}}
 }
 
 // mark records a change to machine of cluster ("": to the whole cluster).
@@ -63,6 +68,22 @@ func (p *pending) controlPlaneChanged(cluster string, c controlPlaneInit) bool {
 	old, seen := p.controlPlane[cluster]
 	p.controlPlane[cluster] = c
 	return !seen || old.initialized != c.initialized || !old.at.Equal(c.at)
+}
+
+// infraDeletedChanged records whether the infrastructure record key is
+// marked Deleted and reports whether that differs from the last seen (a
+// record never seen counts as not Deleted: the evaluation reads a missing
+// record and one not Deleted alike).
+func (p *pending) infraDeletedChanged(key string, deleted bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, was := p.infraDeleted[key]
+	if deleted {
+		p.infraDeleted[key] = struct{}{}
+	} else {
+		delete(p.infraDeleted, key)
+	}
+	return was != deleted
 }
 
 // take returns and forgets what changed in cluster: the machines to

@@ -68,3 +68,28 @@ func TestPending(t *testing.T) {
 		t.Errorf("another cluster's marks: %v", got)
 	}
 }
+
+// Of a machine's infrastructure record, only its being marked Deleted
+// changes an evaluation: the provider's other writes mark nothing.
+func TestPendingInfraDeleted(t *testing.T) {
+	p := newPending()
+	const k = "infra.sim.c1.m1"
+	steps := []struct {
+		deleted, changed bool
+	}{
+		{false, false}, // first seen, not Deleted: as if missing
+		{false, false}, // another write, still not Deleted
+		{true, true},   // marked Deleted
+		{true, false},  // rewritten, still Deleted
+		{false, true},  // not Deleted again (a new incarnation's record), or removed
+		{false, false},
+	}
+	for i, s := range steps {
+		if got := p.infraDeletedChanged(k, s.deleted); got != s.changed {
+			t.Errorf("step %d (deleted %v): changed = %v, want %v", i, s.deleted, got, s.changed)
+		}
+	}
+	if len(p.infraDeleted) != 0 {
+		t.Errorf("remembered %v after the record stopped being Deleted, want nothing", p.infraDeleted)
+	}
+}

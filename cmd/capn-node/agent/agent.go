@@ -450,28 +450,48 @@ func (a *Agent) bootstrapOnce(ctx context.Context, nc *nats.Conn) error {
 	return nil
 }
 
-// heartbeats reports the node now and every HeartbeatEvery until ctx ends.
+// readyCheckEvery is how often the heartbeat loop looks at the node's
+// readiness between heartbeats (an atomic read or two).
+const readyCheckEvery = 100 * time.Millisecond
+
+// heartbeats reports the node now, every HeartbeatEvery, and at once when
+// its readiness changes, until ctx ends: a node that becomes ready (its
+// bootstrap commands ran, its control plane answers) says so within
+// readyCheckEvery, not at the next heartbeat — which made every machine of
+// a create wait up to HeartbeatEvery (10 s) to be Running — and one that
+// stops being ready is reported as soon.
 func (a *Agent) heartbeats(ctx context.Context, pub *events.Publisher) {
 	t := time.NewTicker(a.cfg.HeartbeatEvery)
 	defer t.Stop()
+	check := time.NewTicker(min(readyCheckEvery, a.cfg.HeartbeatEvery))
+	defer check.Stop()
 	at := time.Now()
 	for {
-		if err := a.beat(ctx, pub, at); err != nil && ctx.Err() == nil {
+		ready := a.Ready()
+		if err := a.beat(ctx, pub, at, ready); err != nil && ctx.Err() == nil {
 			a.log.Warn().Err(err).Msg("heartbeat not published")
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case at = <-t.C:
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case at = <-t.C:
+				break wait
+			case at = <-check.C:
+				if a.Ready() != ready {
+					break wait
+				}
+			}
 		}
 	}
 }
 
-func (a *Agent) beat(ctx context.Context, pub *events.Publisher, at time.Time) error {
+func (a *Agent) beat(ctx context.Context, pub *events.Publisher, at time.Time, ready bool) error {
 	c, m := a.cfg.Cluster, a.cfg.Machine
 	hb := &capnv1.NodeHeartbeat{
 		Cluster: c, Machine: m, NodeName: a.cfg.NodeName,
-		Ready: a.Ready(), KubeletVersion: a.cfg.Version, Time: timestamppb.New(at),
+		Ready: ready, KubeletVersion: a.cfg.Version, Time: timestamppb.New(at),
 	}
 	_, err := pub.Publish(ctx, events.HealthSubject(c, m, HeartbeatKind), events.TypeNodeHeartbeat,
 		HeartbeatID(c, m, at), hb, events.WithSubject(m))

@@ -235,3 +235,35 @@ func TestAgentRunsKubeLocalCommandsAroundTheControlPlane(t *testing.T) {
 	}
 	stop()
 }
+
+// TestAgentReportsReadyAtOnce: a node that becomes ready between two
+// heartbeats says so at once, not at the next heartbeat: with an hour
+// between heartbeats, the one after the bootstrap commands finish comes
+// within seconds (a create's machines waited up to the 10 s interval to
+// be Running).
+func TestAgentReportsReadyAtOnce(t *testing.T) {
+	spec := &capnv1.BootstrapSpec{
+		Provider:       "kubeadm",
+		PreCommands:    []string{`until [ -e "$CAPN_ROOT/go" ]; do sleep 0.05; done`},
+		CommandTimeout: durationpb.New(30 * time.Second),
+	}
+	w := newWorldFor(t, kubeadm.New(), bootstraptest.JoinWorker, spec)
+	dir := t.TempDir()
+	cfg := w.config(dir)
+	cfg.HeartbeatEvery = time.Hour
+	w.start(cfg)
+	first := w.waitBeatAfter("")
+	if hb, _ := w.lastBeat(); hb.GetReady() {
+		t.Fatal("ready before its bootstrap command finished")
+	}
+	natstest.WaitFor(t, 10*time.Second, "the command running", func() bool { return exists(filepath.Join(dir, agent.RootFS)) })
+	if err := os.WriteFile(filepath.Join(dir, agent.RootFS, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	w.waitBeatAfter(first)
+	if hb, _ := w.lastBeat(); !hb.GetReady() {
+		t.Fatalf("the heartbeat after the command finished says not ready: %v", hb)
+	}
+	t.Logf("ready reported %s after the command's file was written", time.Since(start).Round(time.Millisecond))
+}

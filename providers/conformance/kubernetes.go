@@ -117,6 +117,23 @@ func KubeBin(t testing.TB, list string) string {
 	return bins[len(bins)-1].Dir
 }
 
+// startRealKubernetes starts what every real-Kubernetes check runs on:
+// the provider with the binaries of every version found (Env.KubeBin, as
+// its --kube-bin) and capn beside it, and checks that the provider
+// announces real Kubernetes. It returns the versions' binaries, oldest
+// first, and capn.
+func (s *suite) startRealKubernetes(t *testing.T, e *Env) ([]KubeBinDir, *Capn) {
+	t.Helper()
+	bins := KubeBins(t, s.f.Kubernetes.Bin)
+	e.KubeBin = JoinKubeBins(bins)
+	c := StartCapn(t, e.NATSURL)
+	e.StartProvider()
+	if a, _ := e.Announcement(e.Provider); !slices.Contains(a.GetCapabilities(), sdk.CapabilityRealKubernetes) {
+		t.Fatalf("Features.Kubernetes is set, but %s started with Env.KubeBin=%s announces %v, not %s", e.Provider, e.KubeBin, a.GetCapabilities(), sdk.CapabilityRealKubernetes)
+	}
+	return bins, c
+}
+
 // JoinKubeBins is the colon-separated list of bins' directories, what a
 // provider's --kube-bin takes.
 func JoinKubeBins(bins []KubeBinDir) string {
@@ -247,14 +264,8 @@ func (s *suite) kubernetes(t *testing.T, e *Env) {
 		t.Fatal("the Kubernetes check needs Features.OutOfBandDelete, Leftovers and Disk")
 	}
 	begin := time.Now()
-	bins := KubeBins(t, s.f.Kubernetes.Bin)
+	bins, c := s.startRealKubernetes(t, e)
 	bin := bins[len(bins)-1].Dir
-	e.KubeBin = JoinKubeBins(bins)
-	c := StartCapn(t, e.NATSURL)
-	e.StartProvider()
-	if a, _ := e.Announcement(e.Provider); !slices.Contains(a.GetCapabilities(), sdk.CapabilityRealKubernetes) {
-		t.Fatalf("Features.Kubernetes is set, but %s started with Env.KubeBin=%s announces %v, not %s", e.Provider, e.KubeBin, a.GetCapabilities(), sdk.CapabilityRealKubernetes)
-	}
 	k := NewKubeCluster(t, c, e.JS, bin, e.Cluster)
 	readFile := func(machine, path string) ([]byte, bool) { return s.f.Disk.Read(t, e, e.Cluster, machine, path) }
 	t.Logf("capn deployment up in %.1fs: NATS %s, gateway %s, provider %s with %s", time.Since(begin).Seconds(), e.NATSURL, c.Server, e.Provider, bin)

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capn-dev/capn/providers/sdk"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
@@ -93,17 +92,11 @@ data:
 // check's step.)
 func (s *suite) kubernetesDay2(t *testing.T, e *Env) {
 	begin := time.Now()
-	bins := KubeBins(t, s.f.Kubernetes.Bin)
+	bins, c := s.startRealKubernetes(t, e)
 	if len(bins) < 2 {
 		t.Fatalf("the day-2 check upgrades across two Kubernetes versions; the binaries found are only %v: run make kube (KUBE_VERSIONS)", bins)
 	}
 	older, newer := bins[len(bins)-2], bins[len(bins)-1]
-	e.KubeBin = JoinKubeBins(bins)
-	c := StartCapn(t, e.NATSURL)
-	e.StartProvider()
-	if a, _ := e.Announcement(e.Provider); !slices.Contains(a.GetCapabilities(), sdk.CapabilityRealKubernetes) {
-		t.Fatalf("%s announces %v, not %s", e.Provider, a.GetCapabilities(), sdk.CapabilityRealKubernetes)
-	}
 	k := NewKubeCluster(t, c, e.JS, newer.Dir, e.Cluster) // kubectl and etcdctl of the newer version
 	k.Version = older.Version
 	readFile := func(machine, path string) ([]byte, bool) { return s.f.Disk.Read(t, e, e.Cluster, machine, path) }

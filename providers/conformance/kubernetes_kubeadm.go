@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/capn-dev/capn/providers/sdk"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 	"github.com/capn-dev/capn/schemas/manifest"
 )
@@ -196,14 +194,8 @@ func (s *suite) kubernetesKubeadm(t *testing.T, e *Env) {
 		t.Fatalf("the Kubernetes check on kubeadm nodes needs %s", strings.Join(missing, ", "))
 	}
 	begin := time.Now()
-	bins := KubeBins(t, s.f.Kubernetes.Bin)
+	bins, c := s.startRealKubernetes(t, e)
 	bin := bins[len(bins)-1].Dir
-	e.KubeBin = JoinKubeBins(bins)
-	c := StartCapn(t, e.NATSURL)
-	e.StartProvider()
-	if a, _ := e.Announcement(e.Provider); !slices.Contains(a.GetCapabilities(), sdk.CapabilityRealKubernetes) {
-		t.Fatalf("Features.Kubernetes is set, but %s announces %v, not %s", e.Provider, a.GetCapabilities(), sdk.CapabilityRealKubernetes)
-	}
 	k := NewKubeCluster(t, c, e.JS, bin, e.Cluster)
 	k.Kubeadm = true
 	readFile := func(machine, path string) ([]byte, bool) { return s.f.Disk.Read(t, e, e.Cluster, machine, path) }

@@ -230,7 +230,6 @@ spec:
 	}
 	resumed := time.Now()
 	waveDone := map[int32]time.Duration{}
-	soaked := map[int32]bool{}
 	natstest.WaitFor(t, 80*time.Second, "rollout Completed", func() bool {
 		st := status()
 		for _, w := range st.GetWaves() {
@@ -240,13 +239,14 @@ spec:
 				}
 			}
 		}
-		// The soak passes: once per wave. A status read before the
-		// fleet-manager wrote the next wave still shows this one soaking;
-		// advancing again then would age the next wave's changes past
-		// readyTimeout on a loaded host.
-		if w := currentWave(st); w != nil && w.GetState() == wave.WaveSoaking && !soaked[w.GetIndex()] {
-			soaked[w.GetIndex()] = true
-			clk.Advance(11 * time.Minute)
+		// The soak passes: the clock moves to just past the soak the
+		// status shows, if it is not there yet. A status read before the
+		// fleet-manager wrote the next wave shows a soak already passed
+		// (advancing again would age the next wave's changes past
+		// readyTimeout); one read before the resume shows the soak the
+		// halt ended, and the fleet-manager then soaks wave 0 anew.
+		if w := currentWave(st); w != nil && w.GetState() == wave.WaveSoaking {
+			advancePast(clk, w.GetSoakUntil().AsTime())
 		}
 		return st.GetPhase() == wave.PhaseCompleted
 	})
@@ -261,6 +261,15 @@ spec:
 		t.Fatalf("wave sizes %v, want [2 8 40 50]", sizes)
 	}
 	t.Logf("resumed and completed in %s; waves done after %v (wall time, soaks on the fake clock)", time.Since(resumed).Round(time.Millisecond), waveDone)
+}
+
+// advancePast moves the clock a minute past t unless it is there already.
+func advancePast(c *clock, t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.now.After(t) {
+		c.now = t.Add(time.Minute)
+	}
 }
 
 func currentWave(st *capnv1.RolloutStatus) *capnv1.RolloutWave {
@@ -363,7 +372,7 @@ func TestRolloutWaitsForMaintenanceWindows(t *testing.T) {
 	natstest.WaitFor(t, 30*time.Second, "rollout Completed once the window opened", func() bool {
 		st := status()
 		if w := currentWave(st); w != nil && w.GetState() == wave.WaveSoaking {
-			clk.Advance(2 * time.Minute)
+			advancePast(clk, w.GetSoakUntil().AsTime())
 		}
 		return st.GetPhase() == wave.PhaseCompleted
 	})

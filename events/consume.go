@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
@@ -15,6 +16,8 @@ import (
 // Stats counts what a consumer did with its messages.
 type Stats struct {
 	Acked, Naked, Terminated, DeadLettered, Panics, InProgress uint64
+	// Bursts counts the fetches of a consumer with BatchEvery.
+	Bursts uint64
 }
 
 // Consumer runs a Handler over a durable pull consumer.
@@ -25,7 +28,7 @@ type Consumer struct {
 	handler Handler
 	opts    consumeOptions
 
-	acked, naked, terminated, dead, panics, inProgress atomic.Uint64
+	acked, naked, terminated, dead, panics, inProgress, bursts atomic.Uint64
 }
 
 type consumeOptions struct {
@@ -98,6 +101,7 @@ func (c *Consumer) Stats() Stats {
 	return Stats{
 		Acked: c.acked.Load(), Naked: c.naked.Load(), Terminated: c.terminated.Load(),
 		DeadLettered: c.dead.Load(), Panics: c.panics.Load(), InProgress: c.inProgress.Load(),
+		Bursts: c.bursts.Load(),
 	}
 }
 
@@ -145,6 +149,10 @@ func (c *Consumer) setup(ctx context.Context) (jetstream.Consumer, error) {
 // consume handles cons's messages until ctx ends or its message stream
 // does, and waits for running handlers.
 func (c *Consumer) consume(ctx context.Context, cons jetstream.Consumer) {
+	if c.spec.BatchEvery > 0 {
+		c.consumeBursts(ctx, cons)
+		return
+	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(2 * c.opts.concurrency))
 	if err != nil {
 		c.opts.log.Warn().Err(err).Msg("cannot pull messages")
@@ -183,6 +191,54 @@ func (c *Consumer) consume(ctx context.Context, cons jetstream.Consumer) {
 	}
 	wg.Wait()
 	it.Stop()
+}
+
+// consumeBursts handles cons's messages in bursts (ConsumerSpec.BatchEvery)
+// until ctx ends or the consumer is gone, and waits for running handlers.
+func (c *Consumer) consumeBursts(ctx context.Context, cons jetstream.Consumer) {
+	work := make(chan jetstream.Msg)
+	var wg sync.WaitGroup
+	for range c.opts.concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for jm := range work {
+				c.handle(ctx, jm)
+			}
+		}()
+	}
+	defer func() {
+		close(work)
+		wg.Wait()
+	}()
+	size := c.spec.MaxAckPending
+	for ctx.Err() == nil {
+		n := 0
+		batch, err := cons.FetchNoWait(size)
+		if err == nil {
+			for jm := range batch.Messages() {
+				n++
+				work <- jm
+			}
+			err = batch.Error()
+		}
+		c.bursts.Add(1)
+		switch {
+		case errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrConsumerDeleted),
+			errors.Is(err, nats.ErrConnectionClosed):
+			// Nobody serves the consumer's pulls (deleted, or its leader
+			// lost): Run sets it up again.
+			return
+		case err != nil:
+			c.opts.log.Warn().Err(err).Msg("fetch failed; retrying")
+		case n == size:
+			continue // a full burst: more may be pending
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(c.spec.BatchEvery):
+		}
+	}
 }
 
 // Consume is NewConsumer(...).Run(ctx).

@@ -27,6 +27,13 @@ type ConsumerSpec struct {
 	// DeliverNew starts a new consumer at new messages instead of the start
 	// of the stream.
 	DeliverNew bool
+	// BatchEvery, when set, takes messages in bursts: what is pending is
+	// fetched at once (up to MaxAckPending, no pull request left open at
+	// the server), then again at once if that was a full burst, else after
+	// BatchEvery. The process wakes once per burst instead of once per
+	// message, and a message waits up to BatchEvery: for a stream of many
+	// small reports that tolerate the delay (heartbeats).
+	BatchEvery time.Duration
 }
 
 var defaultBackoff = []time.Duration{250 * time.Millisecond, time.Second, 5 * time.Second, 15 * time.Second, 30 * time.Second}

@@ -24,6 +24,7 @@ import (
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/gateway/api"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/schemas/manifest"
 )
 
@@ -36,9 +37,9 @@ var healthTypes = map[string]struct {
 	kind   string
 	newMsg func() proto.Message
 }{
-	events.TypeNodeHeartbeat:  {"heartbeat", func() proto.Message { return new(capnv1.NodeHeartbeat) }},
-	events.TypeNodeConditions: {"conditions", func() proto.Message { return new(capnv1.NodeConditions) }},
-	events.TypeProblemEvent:   {"problem", func() proto.Message { return new(capnv1.ProblemEvent) }},
+	events.TypeNodeHeartbeat:  {keys.HealthHeartbeat, func() proto.Message { return new(capnv1.NodeHeartbeat) }},
+	events.TypeNodeConditions: {keys.HealthConditions, func() proto.Message { return new(capnv1.NodeConditions) }},
+	events.TypeProblemEvent:   {keys.HealthProblem, func() proto.Message { return new(capnv1.ProblemEvent) }},
 }
 
 // ingestItem is one accepted event and where it goes.

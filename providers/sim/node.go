@@ -11,11 +11,12 @@ import (
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/providers/sdk"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 )
 
 // HeartbeatKind is the last token of a simulated node's heartbeat subject:
 // capn.health.<cluster>.<machine>.heartbeat.
-const HeartbeatKind = "heartbeat"
+const HeartbeatKind = keys.HealthHeartbeat
 
 // beat is one heartbeat to publish: what a kubelet's node status update
 // would say, for a node that is always Ready.

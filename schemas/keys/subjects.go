@@ -93,6 +93,13 @@ func ProviderCommand(provider, kind, verb, cluster, object string) string {
 	return join(ProvidersRoot, provider, kind, verb, cluster, object)
 }
 
+// The kinds of health report, the last token of a Health subject.
+const (
+	HealthHeartbeat  = "heartbeat"
+	HealthConditions = "conditions"
+	HealthProblem    = "problem"
+)
+
 // Health is the subject of a health report of one node:
 // capn.health.<cluster>.<machine>.<kind>.
 func Health(cluster, machine, kind string) string {

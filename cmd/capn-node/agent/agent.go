@@ -58,7 +58,7 @@ import (
 )
 
 // HeartbeatKind is the last token of the heartbeat subject.
-const HeartbeatKind = "heartbeat"
+const HeartbeatKind = keys.HealthHeartbeat
 
 // HeartbeatID is a heartbeat's event id: heartbeat.<cluster>.<machine>.<unix
 // ms of the beat>, the scheme of the sim provider's nodes, so a repeated

@@ -10,6 +10,7 @@ import (
 
 	"github.com/capn-dev/capn/cmd/capn-node/kube"
 	"github.com/capn-dev/capn/cmd/capn-node/kubeadm"
+	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/schemas/nodecapacity"
 	"github.com/capn-dev/capn/services/bootstrapper/bootstrap/kubelocal"
 )
@@ -18,7 +19,7 @@ import (
 const (
 	ConditionKubeControlPlane = "KubeControlPlane"
 	// ConditionsKind is the last token of the conditions subject.
-	ConditionsKind = "conditions"
+	ConditionsKind = keys.HealthConditions
 )
 
 // KubeRuntime is what the agent needs of a control-plane runtime

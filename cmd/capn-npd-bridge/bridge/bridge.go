@@ -24,13 +24,14 @@ import (
 
 	"github.com/capn-dev/capn/events"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
+	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/services/daemon"
 )
 
 // Health subject kinds the bridge publishes on.
 const (
-	KindConditions = "conditions"
-	KindProblem    = "problem"
+	KindConditions = keys.HealthConditions
+	KindProblem    = keys.HealthProblem
 )
 
 // Config configures a bridge. Zero fields take the defaults.

@@ -88,6 +88,16 @@ func HealthSubject(cluster, machine, kind string) string {
 	return keys.Health(cluster, machine, kind)
 }
 
+// HealthFilters are the subjects of the health reports of kinds
+// (keys.HealthHeartbeat, ...) of every node.
+func HealthFilters(kinds ...string) []string {
+	out := make([]string, len(kinds))
+	for i, k := range kinds {
+		out[i] = HealthSubject("*", "*", k)
+	}
+	return out
+}
+
 // Topology is what a deployment declares in JetStream: streams, KV buckets
 // and durable consumers. Provision creates or updates all of it.
 type Topology struct {

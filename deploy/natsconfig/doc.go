@@ -40,7 +40,7 @@
 //	                 node agents, the auth callout (queue group, replies to requesters)
 //	health-watcher   reads desired, observed and only kubeconfig.> and externalkubeconfig.>
 //	                 of secrets (secrets/clusterkubeconfig); writes observed
-//	                 node.>; consumes health and drift
+//	                 node.>; consumes health (heartbeats apart) and drift
 //	remediator       reads desired, observed; writes desired machine.>, observed remediation.>;
 //	                 sends machine.remediation events and provider reboots
 //	addon-manager    reads desired, observed and only kubeconfig.>, externalkubeconfig.> and

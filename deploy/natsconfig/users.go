@@ -97,7 +97,8 @@ func (d Deployment) Durables() map[string][]Durable {
 			{Stream: events.StreamEvents, Name: MachineManager + "-bootstrap", Filters: []string{ev("bootstrap", "ready", ">"), ev("bootstrap", "failed", ">"), ev("bootstrap", "waiting", ">")}},
 		},
 		HealthWatcher: {
-			{Stream: events.StreamHealth, Name: HealthWatcher + "-health", Filters: []string{events.SubjectHealth + ".>"}},
+			{Stream: events.StreamHealth, Name: HealthWatcher + "-health", Filters: events.HealthFilters(keys.HealthConditions, keys.HealthProblem)},
+			{Stream: events.StreamHealth, Name: HealthWatcher + "-heartbeats", Filters: events.HealthFilters(keys.HealthHeartbeat)},
 			{Stream: events.StreamEvents, Name: HealthWatcher + "-drift", Filters: []string{events.DriftSubject("*", "*", "*")}},
 		},
 		Remediator: {{Stream: events.StreamEvents, Name: Remediator + "-unhealthy", Filters: []string{ev("machine", "unhealthy", "*", "*")}}},
@@ -346,7 +347,7 @@ func (d Deployment) Users() []User {
 			// Its own machines' bootstrap credentials, to hand them as user data.
 			g.publish(events.Subject(SubjectBootstrapCredential, p.Name, "*", "*"))
 			if p.Heartbeats {
-				g.publish(events.Subject(events.SubjectHealth, "*", "*", "heartbeat"))
+				g.publish(events.HealthSubject("*", "*", keys.HealthHeartbeat))
 			}
 		})
 	}

@@ -36,6 +36,11 @@ type Config struct {
 	// be (default 5m). Between writes, heartbeats are tracked in memory, so
 	// a steady node costs one KV write per PersistEvery, not one per beat.
 	PersistEvery time.Duration
+	// HeartbeatBatch is how often heartbeats are fetched, each time all
+	// that came (default 200ms; events.ConsumerSpec.BatchEvery): the
+	// delay a heartbeat may wait, for one wake-up per burst instead of one
+	// per heartbeat. Node conditions and problem events are taken at once.
+	HeartbeatBatch time.Duration
 	// ResyncEvery re-evaluates every cluster at least this often (default
 	// 1m), as a safety net for a lost wake-up.
 	ResyncEvery time.Duration
@@ -69,6 +74,9 @@ func (c Config) withDefaults() Config {
 	if c.PersistEvery <= 0 {
 		c.PersistEvery = 5 * time.Minute
 	}
+	if c.HeartbeatBatch <= 0 {
+		c.HeartbeatBatch = DefaultHeartbeatBatch
+	}
 	if c.ResyncEvery <= 0 {
 		c.ResyncEvery = time.Minute
 	}
@@ -98,6 +106,9 @@ func (c Config) withDefaults() Config {
 	}
 	return c
 }
+
+// DefaultHeartbeatBatch is Config.HeartbeatBatch's default.
+const DefaultHeartbeatBatch = 200 * time.Millisecond
 
 // Service is the health-watcher.
 type Service struct {
@@ -134,6 +145,7 @@ func (s *Service) Flags() []daemon.Flag {
 	return []daemon.Flag{
 		{Name: "health-node-startup-timeout", Env: "CAPN_HEALTH_NODE_STARTUP_TIMEOUT", Usage: "default node startup timeout of a health policy (0 disables)", Value: daemon.DurationValue(&s.cfg.Policy.NodeStartupTimeout)},
 		{Name: "health-heartbeat-grace", Env: "CAPN_HEALTH_HEARTBEAT_GRACE", Usage: "default time a node may stay silent before its Ready condition is Unknown", Value: daemon.DurationValue(&s.cfg.Policy.HeartbeatGrace)},
+		{Name: "health-heartbeat-batch", Env: "CAPN_HEALTH_HEARTBEAT_BATCH", Usage: "how often heartbeats are fetched, all that came each time (the longest a heartbeat waits)", Value: daemon.DurationValue(&s.cfg.HeartbeatBatch)},
 		{Name: "health-persist-every", Env: "CAPN_HEALTH_PERSIST_EVERY", Usage: "how stale the heartbeat time recorded in KV may get", Value: daemon.DurationValue(&s.cfg.PersistEvery)},
 		{Name: "secrets-key-file", Env: "CAPN_SECRETS_KEY_FILE", Usage: "`file` with the key that seals the secrets bucket, to open the admin kubeconfigs and read the Nodes of real-kubernetes clusters; or set " + seal.KeyEnv, Value: daemon.StringValue(&s.cfg.SecretsKeyFile)},
 		{Name: "secrets-old-key-files", Env: "CAPN_SECRETS_OLD_KEY_FILES", Usage: "comma-separated `files` of keys being rotated out", Value: daemon.StringValue(&s.cfg.OldSecretsKeyFiles)},
@@ -145,9 +157,19 @@ func (s *Service) Flags() []daemon.Flag {
 // Consumers of the health-watcher: every health report, and drift reports.
 func healthConsumer() events.ConsumerSpec {
 	return events.ConsumerSpec{Stream: events.StreamHealth, Durable: Name + "-health",
-		Filters:       []string{events.SubjectHealth + ".>"},
+		Filters:       events.HealthFilters(keys.HealthConditions, keys.HealthProblem),
 		MaxAckPending: 4096,
-		Description:   "health-watcher: heartbeats, node conditions and problem events"}
+		Description:   "health-watcher: node conditions and problem events"}
+}
+
+// heartbeatConsumer takes the heartbeats in bursts (every batch): a steady
+// node's heartbeat changes nothing, and one process woken per heartbeat
+// cost ~0.3 ms of CPU each where handling one costs 5 µs.
+func heartbeatConsumer(batch time.Duration) events.ConsumerSpec {
+	return events.ConsumerSpec{Stream: events.StreamHealth, Durable: Name + "-heartbeats",
+		Filters:       events.HealthFilters(keys.HealthHeartbeat),
+		MaxAckPending: 4096, BatchEvery: batch,
+		Description: "health-watcher: heartbeats, in bursts"}
 }
 
 func driftConsumer() events.ConsumerSpec {
@@ -203,6 +225,7 @@ func (s *Service) Run(ctx context.Context, d *daemon.Deps) error {
 		},
 		Consumers: []reconcile.Consumer{
 			{Spec: healthConsumer(), Handler: s.onHealth, Concurrency: s.cfg.Concurrency},
+			{Spec: heartbeatConsumer(s.cfg.HeartbeatBatch), Handler: s.onHealth, Concurrency: s.cfg.Concurrency},
 			{Spec: driftConsumer(), Handler: events.Typed(s.onDrift), Concurrency: s.cfg.Concurrency},
 		},
 		Reconcile: s.reconcile,

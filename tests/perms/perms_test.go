@@ -26,6 +26,7 @@ import (
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/store"
 	"github.com/capn-dev/capn/gateway"
+	"github.com/capn-dev/capn/schemas/keys"
 	"github.com/capn-dev/capn/services/bootstrapper"
 	controlplanehosted "github.com/capn-dev/capn/services/controlplane-hosted"
 )
@@ -289,7 +290,7 @@ func TestEachUserDoesItsJob(t *testing.T) {
 	gw.cache(events.BucketObserved)
 	gw.put(events.BucketDesired, "cluster.demo")
 	gw.publish(gateway.SubjectIngest + ".dev.capn.test")
-	gw.publish(events.HealthSubject("demo", "m1", "conditions"))
+	gw.publish(events.HealthSubject("demo", "m1", keys.HealthConditions))
 	gw.put(events.BucketDesired, "machine.demo.m1") // hooks and capn delete machine
 	gw.publish(events.EventSubject("machine", "hook", "demo", "m1"))
 	gw.put(events.BucketDesired, "addonset.cni")            // capn apply of an AddonSet
@@ -382,7 +383,7 @@ func TestEachUserDoesItsJob(t *testing.T) {
 		}
 	}
 	sim.publish(events.DriftSubject("sim", "demo", "m1"))
-	sim.publish(events.HealthSubject("demo", "m1", "heartbeat"))
+	sim.publish(events.HealthSubject("demo", "m1", keys.HealthHeartbeat))
 
 	dk := w.as(t, natsconfig.ProviderUser("docker"))
 	if m := dk.consume(durable(d, natsconfig.ProviderUser("docker"), natsconfig.ProviderUser("docker"))); m != nil && !strings.HasPrefix(m.Subject, "capn.provider.docker.") {
@@ -398,6 +399,7 @@ func TestEachUserDoesItsJob(t *testing.T) {
 	hw.get(events.BucketSecrets, "externalkubeconfig.prod") // ... and external clusters' Nodes
 	hw.put(events.BucketObserved, "node.demo.m1")
 	hw.consume(durable(d, natsconfig.HealthWatcher, natsconfig.HealthWatcher+"-health"))
+	hw.consume(durable(d, natsconfig.HealthWatcher, natsconfig.HealthWatcher+"-heartbeats"))
 	hw.consume(durable(d, natsconfig.HealthWatcher, natsconfig.HealthWatcher+"-drift"))
 	hw.publish(events.EventSubject("machine", "unhealthy", "demo", "m1"))
 

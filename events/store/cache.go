@@ -33,8 +33,9 @@ const (
 type CacheOptions struct {
 	// ResyncEvery is how often the cache re-lists the bucket, repairs any
 	// difference from what it holds and sends every subscriber a Resync
-	// marker. 0 means DefaultResyncEvery; a negative value (NoResync)
-	// disables it.
+	// marker: each wait is ResyncEvery plus up to half of it at random, so
+	// that caches started together do not resync together. 0 means
+	// DefaultResyncEvery; a negative value (NoResync) disables it.
 	ResyncEvery time.Duration
 	// StallCheckEvery is how often an idle cache asks the server for the
 	// bucket's last revision, to find out whether its watcher stalled (for
@@ -186,7 +187,7 @@ type Change struct {
 // under bursts of writes, which is why capn's reconcilers never depend on
 // seeing intermediate revisions.
 //
-// Resync: every ResyncEvery it lists the bucket through a second,
+// Resync: every ResyncEvery (plus up to half, at random) it lists the bucket through a second,
 // short-lived watcher, repairs any key where the listing disagrees with the
 // cache (delivering the repair as an ordinary change) and sends every
 // subscriber a Resync marker.

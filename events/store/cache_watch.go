@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -95,10 +96,11 @@ func (l *watchLoop) run(ctx context.Context) {
 		defer t.Stop()
 		stallC = t.C
 	}
+	var resyncT *time.Timer
 	if l.opts.ResyncEvery > 0 {
-		t := time.NewTicker(l.opts.ResyncEvery)
-		defer t.Stop()
-		resyncC = t.C
+		resyncT = time.NewTimer(jitter(l.opts.ResyncEvery))
+		defer resyncT.Stop()
+		resyncC = resyncT.C
 	}
 
 	for {
@@ -126,6 +128,7 @@ func (l *watchLoop) run(ctx context.Context) {
 		case <-stallC:
 			l.checkStall(ctx)
 		case <-resyncC:
+			resyncT.Reset(jitter(l.opts.ResyncEvery))
 			l.startSnapshot(ctx)
 		case <-l.c.stopWatcher:
 			if l.w != nil {
@@ -135,7 +138,7 @@ func (l *watchLoop) run(ctx context.Context) {
 			l.startSnapshot(ctx)
 		case s := <-l.snapCh:
 			l.snapping = false
-			l.repair(s)
+			l.repair(ctx, s)
 			if l.again {
 				l.again = false
 				l.startSnapshot(ctx)
@@ -344,12 +347,29 @@ func (l *watchLoop) apply(e jetstream.KeyValueEntry) {
 	}
 }
 
-// snapshot is the latest entry of every key (deletes included) as of one
-// moment, read by a separate watcher.
+// jitter is d plus up to half of it, at random: the caches of a deployment's
+// services start together, and their resyncs — each a listing of a whole
+// bucket, then every subscriber's reconcile of everything — must not all
+// come at the same moment (at 100,000 machines, a dozen listings of the
+// observed bucket at once held the fleet create still for minutes and
+// doubled the heap).
+func jitter(d time.Duration) time.Duration {
+	return d + rand.N(d/2+1)
+}
+
+// snapshot is the revision and operation of every key's latest entry
+// (deletes included) as of one moment, read by a separate watcher with
+// metadata only: a resync of a bucket of 100,000 machines must not carry
+// (and hold) every value again, only the few it repairs are read.
 type snapshot struct {
-	entries map[string]jetstream.KeyValueEntry
+	entries map[string]snapEntry
 	horizon uint64 // highest revision seen
 	err     error
+}
+
+type snapEntry struct {
+	rev uint64
+	op  jetstream.KeyValueOp
 }
 
 func (l *watchLoop) startSnapshot(ctx context.Context) {
@@ -368,7 +388,7 @@ func (l *watchLoop) startSnapshot(ctx context.Context) {
 func (l *watchLoop) takeSnapshot(ctx context.Context) snapshot {
 	ctx, cancel := context.WithTimeout(ctx, l.opts.LoadTimeout)
 	defer cancel()
-	w, wcancel, err := watchAll(ctx, l.c.kv, l.opts.Prefixes, l.opts.Timeout)
+	w, wcancel, err := watchAll(ctx, l.c.kv, l.opts.Prefixes, l.opts.Timeout, jetstream.MetaOnly())
 	if err != nil {
 		return snapshot{err: err}
 	}
@@ -377,7 +397,7 @@ func (l *watchLoop) takeSnapshot(ctx context.Context) snapshot {
 		drain(w)
 		wcancel()
 	}()
-	s := snapshot{entries: make(map[string]jetstream.KeyValueEntry)}
+	s := snapshot{entries: make(map[string]snapEntry)}
 	for {
 		select {
 		case e, ok := <-w.Updates():
@@ -387,7 +407,7 @@ func (l *watchLoop) takeSnapshot(ctx context.Context) snapshot {
 			if e == nil {
 				return s
 			}
-			s.entries[e.Key()] = e
+			s.entries[e.Key()] = snapEntry{rev: e.Revision(), op: e.Operation()}
 			s.horizon = max(s.horizon, e.Revision())
 		case <-ctx.Done():
 			return snapshot{err: fmt.Errorf("resync listing: %w", ctx.Err())}
@@ -402,37 +422,41 @@ func (l *watchLoop) takeSnapshot(ctx context.Context) snapshot {
 // For a key, the snapshot is authoritative unless the watcher is behind it
 // (snapshot revision above the last applied: the watcher will deliver it)
 // or the cache is ahead of it (cached revision above the snapshot's
-// horizon: written after the listing).
-func (l *watchLoop) repair(s snapshot) {
+// horizon: written after the listing). A key to put again is read from
+// the bucket (its latest value; one written since the listing and not yet
+// applied is left to the watcher). The loop is the cache's only writer, so
+// nothing changes the entries while repair reads them.
+func (l *watchLoop) repair(ctx context.Context, s snapshot) {
 	if s.err != nil {
 		l.log.Warn().Err(s.err).Msg("cache resync")
 		return
 	}
 	c := l.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	last := c.rev
+	last := c.Revision()
 	var repairs []Change
 	for key, se := range s.entries {
 		if !c.keeps(key) {
 			continue
 		}
-		rev := se.Revision()
-		ce, cached := c.entries[key]
-		if rev > last || (cached && ce.Revision > s.horizon) {
+		ce, cached := c.Get(key)
+		if se.rev > last || (cached && ce.Revision > s.horizon) {
 			continue
 		}
-		switch se.Operation() {
+		switch se.op {
 		case jetstream.KeyValuePut:
-			if !cached || ce.Revision != rev {
-				repairs = append(repairs, Change{Key: key, Value: se.Value(), Revision: rev, Op: OpPut})
+			if !cached || ce.Revision != se.rev {
+				if ch, ok := l.latest(ctx, key, last); ok {
+					repairs = append(repairs, ch)
+				}
 			}
 		default:
 			if cached {
-				repairs = append(repairs, Change{Key: key, Revision: rev, Op: OpDelete})
+				repairs = append(repairs, Change{Key: key, Revision: se.rev, Op: OpDelete})
 			}
 		}
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	// Keys gone from the stream altogether (purged delete markers, expiry):
 	// the cache has applied everything up to last and the key is gone, so
 	// "deleted as of last" is the truth we know.
@@ -456,4 +480,26 @@ func (l *watchLoop) repair(s snapshot) {
 		ev = l.log.Warn()
 	}
 	ev.Int("keys", len(s.entries)).Int("repaired", len(repairs)).Uint64("revision", last).Msg("cache resynced")
+}
+
+// latest reads key's latest entry for a repair: a put, or a delete when
+// the key is gone; nothing when it was written after last (the watcher
+// brings it) or cannot be read now (the next resync tries again).
+func (l *watchLoop) latest(ctx context.Context, key string, last uint64) (Change, bool) {
+	ctx, cancel := context.WithTimeout(ctx, l.opts.Timeout)
+	defer cancel()
+	e, err := l.c.kv.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		if _, cached := l.c.Get(key); cached {
+			return Change{Key: key, Revision: last, Op: OpDelete}, true
+		}
+		return Change{}, false
+	case err != nil:
+		l.log.Warn().Err(err).Str("key", key).Msg("cache resync: reading a key to repair")
+		return Change{}, false
+	case e.Revision() > last:
+		return Change{}, false
+	}
+	return Change{Key: key, Value: e.Value(), Revision: e.Revision(), Op: OpPut}, true
 }

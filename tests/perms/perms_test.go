@@ -202,6 +202,28 @@ func (a *actor) cache(bucket string) {
 	if err := c.Start(ctx); err != nil {
 		a.t.Fatalf("%s: watch %s: %v", a.user, bucket, err)
 	}
+	a.resync(c, bucket)
+}
+
+// resync runs one resync of c, as every cache does every few minutes:
+// its listing (metadata only) is allowed too.
+func (a *actor) resync(c *store.Cache, bucket string) {
+	a.t.Helper()
+	sub := c.Subscribe("")
+	defer sub.Unsubscribe()
+	c.Resync()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case ch := <-sub.C():
+			if ch.Resync {
+				return
+			}
+		case <-timeout:
+			a.t.Errorf("%s: no resync of %s within 10s (violations: %v)", a.user, bucket, a.v.All())
+			return
+		}
+	}
 }
 
 // cacheKeep starts a watch cache over bucket keeping only prefixes (a
@@ -214,6 +236,7 @@ func (a *actor) cacheKeep(bucket string, prefixes ...string) {
 	if err := c.Start(ctx); err != nil {
 		a.t.Fatalf("%s: watch %s %v: %v", a.user, bucket, prefixes, err)
 	}
+	a.resync(c, bucket)
 }
 
 // put writes key with compare-and-set through store.Bucket (create, then

@@ -349,10 +349,8 @@ func (l *watchLoop) apply(e jetstream.KeyValueEntry) {
 
 // jitter is d plus up to half of it, at random: the caches of a deployment's
 // services start together, and their resyncs — each a listing of a whole
-// bucket, then every subscriber's reconcile of everything — must not all
-// come at the same moment (at 100,000 machines, a dozen listings of the
-// observed bucket at once held the fleet create still for minutes and
-// doubled the heap).
+// bucket, then every subscriber's reconcile of everything — should not all
+// come at the same moment.
 func jitter(d time.Duration) time.Duration {
 	return d + rand.N(d/2+1)
 }
@@ -445,7 +443,7 @@ func (l *watchLoop) repair(ctx context.Context, s snapshot) {
 		switch se.op {
 		case jetstream.KeyValuePut:
 			if !cached || ce.Revision != se.rev {
-				if ch, ok := l.latest(ctx, key, last); ok {
+				if ch, ok := l.latest(ctx, key, last, cached); ok {
 					repairs = append(repairs, ch)
 				}
 			}
@@ -483,18 +481,15 @@ func (l *watchLoop) repair(ctx context.Context, s snapshot) {
 }
 
 // latest reads key's latest entry for a repair: a put, or a delete when
-// the key is gone; nothing when it was written after last (the watcher
-// brings it) or cannot be read now (the next resync tries again).
-func (l *watchLoop) latest(ctx context.Context, key string, last uint64) (Change, bool) {
+// the key is gone and cached; nothing when it was written after last (the
+// watcher brings it) or cannot be read now (the next resync tries again).
+func (l *watchLoop) latest(ctx context.Context, key string, last uint64, cached bool) (Change, bool) {
 	ctx, cancel := context.WithTimeout(ctx, l.opts.Timeout)
 	defer cancel()
 	e, err := l.c.kv.Get(ctx, key)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		if _, cached := l.c.Get(key); cached {
-			return Change{Key: key, Revision: last, Op: OpDelete}, true
-		}
-		return Change{}, false
+		return Change{Key: key, Revision: last, Op: OpDelete}, cached
 	case err != nil:
 		l.log.Warn().Err(err).Str("key", key).Msg("cache resync: reading a key to repair")
 		return Change{}, false

@@ -79,7 +79,7 @@ func (s *Service) accept(ctx context.Context, m *events.Message, kind, cluster, 
 	case !ok:
 		log.Debug().Str("cluster", cluster).Str("machine", machine).Msg("report for an unknown machine ignored")
 		return r, errIgnore
-	case dm.deleting && kind != "heartbeat":
+	case dm.deleting && kind != keys.HealthHeartbeat:
 		// A deleting machine's heartbeats still count (the machine-manager
 		// waits for a leaving control plane's etcd member only while its
 		// agent heartbeats), and of its conditions EtcdMemberRemoved
@@ -125,13 +125,13 @@ func outcome(wrote bool) string {
 }
 
 func (s *Service) onHeartbeat(ctx context.Context, m *events.Message, hb *capnv1.NodeHeartbeat) error {
-	r, err := s.accept(ctx, m, "heartbeat", hb.GetCluster(), hb.GetMachine())
+	r, err := s.accept(ctx, m, keys.HealthHeartbeat, hb.GetCluster(), hb.GetMachine())
 	if errors.Is(err, errIgnore) {
-		s.metrics.report("heartbeat", outcomeIgnored)
+		s.metrics.report(keys.HealthHeartbeat, outcomeIgnored)
 		return nil
 	}
 	if err != nil {
-		s.metrics.report("heartbeat", outcomeIgnored)
+		s.metrics.report(keys.HealthHeartbeat, outcomeIgnored)
 		return err
 	}
 	if token, ok := reporter(m); ok && !s.trusts(r, policy.IngestSource(token)) {
@@ -140,7 +140,7 @@ func (s *Service) onHeartbeat(ctx context.Context, m *events.Message, hb *capnv1
 		// keep a dead one alive). Counted and dropped.
 		zerolog.Ctx(ctx).Warn().Str("cluster", r.cluster).Str("machine", r.machine).Str("token", token).
 			Msg("heartbeat from an untrusted gateway token ignored")
-		s.metrics.report("heartbeat", outcomeUntrusted)
+		s.metrics.report(keys.HealthHeartbeat, outcomeUntrusted)
 		return nil
 	}
 	if n, ok := s.work.identity(r.key); ok {
@@ -154,7 +154,7 @@ func (s *Service) onHeartbeat(ctx context.Context, m *events.Message, hb *capnv1
 		}
 	}
 	if !s.beats.beat(r.key, beat{at: r.at, ready: hb.GetReady(), kubeletVersion: hb.GetKubeletVersion(), nodeName: hb.GetNodeName()}) {
-		s.metrics.report("heartbeat", outcomeUnchanged) // late or repeated: a newer one was seen
+		s.metrics.report(keys.HealthHeartbeat, outcomeUnchanged) // late or repeated: a newer one was seen
 		return nil
 	}
 	persist := s.cfg.PersistEvery
@@ -176,7 +176,7 @@ func (s *Service) onHeartbeat(ctx context.Context, m *events.Message, hb *capnv1
 			return err
 		}
 	}
-	s.metrics.report("heartbeat", outcome(wrote))
+	s.metrics.report(keys.HealthHeartbeat, outcome(wrote))
 	if wrote {
 		return nil
 	}
@@ -194,7 +194,7 @@ func (s *Service) onConditions(ctx context.Context, m *events.Message, nc *capnv
 		nc.Source = policy.IngestSource(token)
 	}
 	merge := func(h *capnv1.NodeHealth) bool { return mergeConditions(h, nc, streamTime(m, s.cfg.Now())) }
-	r, err := s.accept(ctx, m, "conditions", nc.GetCluster(), nc.GetMachine())
+	r, err := s.accept(ctx, m, keys.HealthConditions, nc.GetCluster(), nc.GetMachine())
 	if errors.Is(err, errDeleting) && !ingested && !r.at.Before(r.created) {
 		// A deleting machine's reports are ignored, but for the one the
 		// machine-manager waits for: a leaving control plane's agent says
@@ -207,18 +207,18 @@ func (s *Service) onConditions(ctx context.Context, m *events.Message, nc *capnv
 		}
 	}
 	if errors.Is(err, errIgnore) {
-		s.metrics.report("conditions", outcomeIgnored)
+		s.metrics.report(keys.HealthConditions, outcomeIgnored)
 		return nil
 	}
 	if err != nil {
-		s.metrics.report("conditions", outcomeIgnored)
+		s.metrics.report(keys.HealthConditions, outcomeIgnored)
 		return err
 	}
 	wrote, err := s.applyReport(ctx, r, merge)
 	if err != nil {
 		return err
 	}
-	s.metrics.report("conditions", outcome(wrote))
+	s.metrics.report(keys.HealthConditions, outcome(wrote))
 	return nil
 }
 
@@ -226,7 +226,7 @@ func (s *Service) onProblem(ctx context.Context, m *events.Message, p *capnv1.Pr
 	if token, ok := reporter(m); ok {
 		p.Source = policy.IngestSource(token)
 	}
-	return s.handle(ctx, m, "problem", p.GetCluster(), p.GetMachine(), func(h *capnv1.NodeHealth) bool {
+	return s.handle(ctx, m, keys.HealthProblem, p.GetCluster(), p.GetMachine(), func(h *capnv1.NodeHealth) bool {
 		return mergeProblem(h, p, streamTime(m, s.cfg.Now()), s.cfg.KeepProblems)
 	})
 }

@@ -210,6 +210,8 @@ type Cache struct {
 	rev     uint64 // last applied revision
 	subs    map[*Subscription]struct{}
 	stopped bool
+	// syncs are the Sync calls waiting for the cache to reach a revision.
+	syncs []syncWaiter
 
 	started   atomic.Bool
 	done      chan struct{}
@@ -448,6 +450,106 @@ func (c *Cache) Revision() uint64 {
 	return c.rev
 }
 
+// Sync returns once the cache has applied every write the bucket held
+// under the cache's prefixes (every write, for an unfiltered cache) when
+// Sync was called, or with an error when ctx ends, the server cannot be
+// asked, or the cache stops. A decision that stays after the state behind
+// it changes (a rollout halted until someone resumes it) is made on what
+// the bucket holds, not on a cache that may lag behind a write another
+// service made a moment ago. It costs one request to the server per prefix.
+func (c *Cache) Sync(ctx context.Context) error {
+	if !c.started.Load() {
+		return fmt.Errorf("cache %s: sync before Start", c.kv.Bucket())
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.opts.withDefaults().Timeout)
+	defer cancel()
+	last, err := lastWritten(ctx, c.kv, c.opts)
+	if err != nil {
+		return fmt.Errorf("cache %s: sync: %w", c.kv.Bucket(), err)
+	}
+	c.mu.Lock()
+	if c.rev >= last {
+		c.mu.Unlock()
+		return nil
+	}
+	if c.stopped {
+		c.mu.Unlock()
+		return fmt.Errorf("cache %s: sync: the cache has stopped", c.kv.Bucket())
+	}
+	w := syncWaiter{rev: last, done: make(chan struct{})}
+	c.syncs = append(c.syncs, w)
+	c.mu.Unlock()
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+		return fmt.Errorf("cache %s: sync to revision %d (at %d): %w", c.kv.Bucket(), last, c.Revision(), ctx.Err())
+	}
+	if c.Revision() < last {
+		return fmt.Errorf("cache %s: sync: the cache has stopped", c.kv.Bucket())
+	}
+	return nil
+}
+
+// syncWaiter is a Sync call waiting for revision rev.
+type syncWaiter struct {
+	rev  uint64
+	done chan struct{}
+}
+
+// advance sets the cache's revision and releases the Sync calls it
+// satisfies. c.mu must be held.
+func (c *Cache) advance(rev uint64) {
+	c.rev = rev
+	if len(c.syncs) == 0 {
+		return
+	}
+	c.syncs = slices.DeleteFunc(c.syncs, func(w syncWaiter) bool {
+		if w.rev > rev {
+			return false
+		}
+		close(w.done)
+		return true
+	})
+}
+
+// lastWritten is the revision of the bucket's last write under o's
+// prefixes (of its last write, without prefixes); 0 when there is none.
+func lastWritten(ctx context.Context, kv jetstream.KeyValue, o CacheOptions) (uint64, error) {
+	if len(o.Prefixes) == 0 {
+		st, err := kv.Status(ctx)
+		if err != nil {
+			return 0, err
+		}
+		bs, ok := st.(*jetstream.KeyValueBucketStatus)
+		if !ok {
+			return 0, fmt.Errorf("bucket status is a %T, not a stream", st)
+		}
+		return bs.StreamInfo().State.LastSeq, nil
+	}
+	stream, err := o.js.Stream(ctx, "KV_"+kv.Bucket())
+	if err != nil {
+		return 0, err
+	}
+	return lastUnder(ctx, stream, kv.Bucket(), o.Prefixes)
+}
+
+// lastUnder is the sequence of the stream's last message under any of the
+// bucket's key prefixes (one direct get each); 0 when there is none.
+func lastUnder(ctx context.Context, stream jetstream.Stream, bucket string, prefixes []string) (uint64, error) {
+	var last uint64
+	for _, p := range prefixes {
+		m, err := stream.GetLastMsgForSubject(ctx, "$KV."+bucket+"."+p+">")
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+		case err != nil:
+			return 0, err
+		default:
+			last = max(last, m.Sequence)
+		}
+	}
+	return last, nil
+}
+
 // Subscribe returns a subscription to the changes of keys under prefix (""
 // for all). Its channel first replays every current entry under prefix as
 // an OpPut, in revision order, then delivers each later change in the order
@@ -513,6 +615,10 @@ func (c *Cache) shutdown() {
 	c.stopped = true
 	subs := c.subs
 	c.subs = make(map[*Subscription]struct{})
+	for _, w := range c.syncs {
+		close(w.done)
+	}
+	c.syncs = nil
 	c.mu.Unlock()
 	for s := range subs {
 		s.stop()

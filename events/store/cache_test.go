@@ -702,3 +702,49 @@ func TestCachePrefixes(t *testing.T) {
 		t.Errorf(`List("") = %d entries, want the 3 kept`, n)
 	}
 }
+
+// TestCacheSync writes while the cache's watcher is gone (it comes back
+// after rewatchMin at the earliest): Sync returns only once the cache holds
+// the write. A filtered cache's Sync waits only for the writes it keeps; a
+// stopped cache's Sync fails instead of waiting.
+func TestCacheSync(t *testing.T) {
+	ctx := testCtx(t)
+	js, kv := newJSKV(t)
+	c := NewCache(kv, CacheOptions{ResyncEvery: NoResync, StallCheckEvery: NoResync})
+	c.stopWatcher = make(chan struct{})
+	startCache(t, c)
+	put(t, kv, "machine.c1.a", 1)
+	if err := c.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.stopWatcher <- struct{}{}
+	rev := put(t, kv, "machine.c1.a", 2)
+	if err := c.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := c.Get("machine.c1.a"); !ok || e.Revision != rev {
+		t.Fatalf("after Sync the cache holds %+v (present %v), want revision %d", e, ok, rev)
+	}
+
+	fctx, cancel := context.WithCancel(ctx)
+	f := NewCache(kv, Keep(CacheOptions{ResyncEvery: NoResync, StallCheckEvery: NoResync}, js, "machine."))
+	if err := f.Start(fctx); err != nil {
+		t.Fatal(err)
+	}
+	kept := put(t, kv, "machine.c1.b", 3)
+	for i := range 5 {
+		put(t, kv, fmt.Sprintf("node.c1.m%d", i), 1)
+	}
+	if err := f.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := f.Get("machine.c1.b"); !ok || e.Revision != kept {
+		t.Fatalf("after Sync the filtered cache holds %+v (present %v), want revision %d", e, ok, kept)
+	}
+	cancel()
+	<-f.Done()
+	put(t, kv, "machine.c1.b", 4)
+	if err := f.Sync(ctx); err == nil || !strings.Contains(err.Error(), "stopped") {
+		t.Fatalf("Sync of a stopped cache behind the bucket: %v, want an error saying it stopped", err)
+	}
+}

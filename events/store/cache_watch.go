@@ -232,7 +232,7 @@ func (l *watchLoop) caughtUp() {
 	l.c.mu.Lock()
 	defer l.c.mu.Unlock()
 	if l.caughtUpTo > l.c.rev {
-		l.c.rev = l.caughtUpTo
+		l.c.advance(l.caughtUpTo)
 	}
 	l.caughtUpTo = 0
 }
@@ -241,15 +241,7 @@ func (l *watchLoop) caughtUp() {
 func (l *watchLoop) lastRevision(ctx context.Context) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.opts.Timeout)
 	defer cancel()
-	st, err := l.c.kv.Status(ctx)
-	if err != nil {
-		return 0, err
-	}
-	bs, ok := st.(*jetstream.KeyValueBucketStatus)
-	if !ok {
-		return 0, fmt.Errorf("bucket status is a %T, not a stream", st)
-	}
-	return bs.StreamInfo().State.LastSeq, nil
+	return lastWritten(ctx, l.c.kv, CacheOptions{})
 }
 
 // lastKeptRevision is the last revision of a write the watcher should
@@ -272,16 +264,9 @@ func (l *watchLoop) lastKeptRevision(ctx context.Context, applied uint64) (uint6
 			return 0, err
 		}
 	}
-	var kept uint64
-	for _, p := range l.opts.Prefixes {
-		m, err := l.stream.GetLastMsgForSubject(ctx, "$KV."+l.c.kv.Bucket()+"."+p+">")
-		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-		case err != nil:
-			return 0, err
-		default:
-			kept = max(kept, m.Sequence)
-		}
+	kept, err := lastUnder(ctx, l.stream, l.c.kv.Bucket(), l.opts.Prefixes)
+	if err != nil {
+		return 0, err
 	}
 	if kept <= applied {
 		l.checkedUpTo = last
@@ -326,7 +311,7 @@ func (l *watchLoop) apply(e jetstream.KeyValueEntry) {
 	if rev <= c.rev {
 		return
 	}
-	c.rev = rev
+	c.advance(rev)
 	l.progressed = true
 	if c.dropEntry != nil && c.dropEntry(e) {
 		return

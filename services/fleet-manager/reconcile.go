@@ -79,17 +79,17 @@ func (s *Service) reconcile(ctx context.Context, name string) (reconcile.Result,
 			return reconcile.Result{}, err
 		}
 	}
-	obs, desired := s.observe(ro)
-	window := s.cfg.Window
-	if window == nil {
-		// The clusters' own maintenance windows (spec.maintenance): a
-		// class revision a rollout brings is a change capn starts on its
-		// own, so it waits for them as auto-patch does.
-		window = func(c string, now time.Time) (bool, time.Time) {
-			return maintenance.Open(desired[c].GetSpec().GetMaintenance(), now)
+	res, desired := s.plan(ro, prev, now)
+	if slices.ContainsFunc(res.Events, func(e wave.Event) bool { return e.Type == wave.EventHalted }) {
+		// A halt stays until someone resumes the rollout: it is decided on
+		// what the observed bucket holds now, not on a cache that may not
+		// yet have the write that ended the fault (a resume right after a
+		// cluster recovered would otherwise halt again on the old health).
+		if err := s.observed.Sync(ctx); err != nil {
+			return reconcile.Result{}, fmt.Errorf("confirm the halt on current health: %w", err)
 		}
+		res, desired = s.plan(ro, prev, now)
 	}
-	res := wave.Plan(wave.Input{Spec: ro.GetSpec(), Generation: ro.GetMetadata().GetGeneration(), Status: prev, Clusters: obs, Now: now, Window: window})
 	// A move whose change does not render or validate halts the rollout
 	// before anything is written.
 	for _, c := range res.Move {
@@ -132,6 +132,22 @@ func (s *Service) reconcile(ctx context.Context, name string) (reconcile.Result,
 		return reconcile.Result{RequeueAfter: max(res.RecheckAt.Sub(now), 0)}, nil
 	}
 	return reconcile.Result{}, nil
+}
+
+// plan plans one step of ro from its last status and what is observed of
+// its clusters, and returns the desired clusters it picks by name.
+func (s *Service) plan(ro *capnv1.Rollout, prev *capnv1.RolloutStatus, now time.Time) (wave.Result, map[string]*capnv1.Cluster) {
+	obs, desired := s.observe(ro)
+	window := s.cfg.Window
+	if window == nil {
+		// The clusters' own maintenance windows (spec.maintenance): a
+		// class revision a rollout brings is a change capn starts on its
+		// own, so it waits for them as auto-patch does.
+		window = func(c string, now time.Time) (bool, time.Time) {
+			return maintenance.Open(desired[c].GetSpec().GetMaintenance(), now)
+		}
+	}
+	return wave.Plan(wave.Input{Spec: ro.GetSpec(), Generation: ro.GetMetadata().GetGeneration(), Status: prev, Clusters: obs, Now: now, Window: window}), desired
 }
 
 // halt halts a planned status for a cluster whose change cannot be

@@ -118,19 +118,48 @@ func (p Policies) For(pool string) policy.Policy {
 //     API's MachineHealthCheck judges the latter) — each with the policy's
 //     timeouts for Ready.
 func Evaluate(s State, p Policies, now time.Time) ([]Unhealthy, time.Duration) {
+	out, r := evaluate(s, p, now)
+	if r.At.IsZero() {
+		return out, 0
+	}
+	return out, r.At.Sub(now)
+}
+
+// Recheck is when the verdicts Evaluate made may change by the passing of
+// time alone, split by what moves that time.
+type Recheck struct {
+	// At is the soonest of all (zero: never).
+	At time.Time
+	// Other is the soonest that heartbeats do not move (zero: none): a node
+	// startup timeout, a condition's timeout.
+	Other time.Time
+	// Graces are, by machine, the heartbeat grace of each judged target
+	// whose node is fresh: its Ready condition turns Unknown once its
+	// latest heartbeat is that old, a time each heartbeat moves.
+	Graces map[string]time.Duration
+}
+
+// evaluate is Evaluate with its recheck split (see Recheck).
+func evaluate(s State, p Policies, now time.Time) ([]Unhealthy, Recheck) {
 	var out []Unhealthy
-	next := time.Time{}
-	soonest := func(t time.Time) {
-		if t.After(now) && (next.IsZero() || t.Before(next)) {
-			next = t
+	r := Recheck{Graces: map[string]time.Duration{}}
+	soonest := func(next *time.Time, t time.Time) {
+		if t.After(now) && (next.IsZero() || t.Before(*next)) {
+			*next = t
 		}
 	}
 	for _, t := range s.Targets {
 		if t.Skip || (!t.ControlPlane && !s.ControlPlaneInitialized) {
 			continue
 		}
-		reasons, wake := judge(t, s, p.For(t.Pool), now)
-		soonest(wake)
+		pol := p.For(t.Pool)
+		reasons, wake, grace := judge(t, s, pol, now)
+		soonest(&r.Other, wake)
+		soonest(&r.At, wake)
+		if !grace.IsZero() {
+			r.Graces[t.Machine] = pol.HeartbeatGrace
+			soonest(&r.At, grace)
+		}
 		if len(reasons) == 0 {
 			continue
 		}
@@ -143,15 +172,13 @@ func Evaluate(s State, p Policies, now time.Time) ([]Unhealthy, time.Duration) {
 		out = append(out, u)
 	}
 	slices.SortFunc(out, func(a, b Unhealthy) int { return strings.Compare(a.Machine, b.Machine) })
-	if next.IsZero() {
-		return out, 0
-	}
-	return out, next.Sub(now)
+	return out, r
 }
 
-// judge returns the failed checks of one target and the next time one of
-// its checks may change (zero: none).
-func judge(t Target, s State, p policy.Policy, now time.Time) ([]*capnv1.Condition, time.Time) {
+// judge returns the failed checks of one target, the next time one of its
+// checks may change that heartbeats do not move (zero: none), and when its
+// heartbeat grace runs out (zero: it is not fresh).
+func judge(t Target, s State, p policy.Policy, now time.Time) ([]*capnv1.Condition, time.Time, time.Time) {
 	reason := func(typ, why, msg string, at time.Time) *capnv1.Condition {
 		return &capnv1.Condition{Type: typ, Status: capnv1.ConditionFalse.Wire(), Reason: why, Message: msg, Severity: "Error",
 			LastTransitionTime: timestamppb.New(at)}
@@ -159,14 +186,14 @@ func judge(t Target, s State, p policy.Policy, now time.Time) ([]*capnv1.Conditi
 	switch {
 	case t.Phase == capnv1.MachineFailed:
 		return []*capnv1.Condition{reason(ReasonMachineFailed, orDefault(t.FailureReason, "Failed"),
-			"the machine failed: the planner replaces it", t.PhaseSince)}, time.Time{}
+			"the machine failed: the planner replaces it", t.PhaseSince)}, time.Time{}, time.Time{}
 	case !t.InfraGone.IsZero():
 		return []*capnv1.Condition{reason(ReasonInfrastructureGone, ReasonInfrastructureGone,
-			"the provider no longer has this machine's infrastructure", t.InfraGone)}, time.Time{}
+			"the provider no longer has this machine's infrastructure", t.InfraGone)}, time.Time{}, time.Time{}
 	}
 	if t.LastHeartbeat.IsZero() && !t.Reported && !slices.ContainsFunc(t.Conditions, func(c *capnv1.NodeCondition) bool { return p.Trusts(c.GetSource()) }) {
 		if p.NodeStartupTimeout <= 0 || t.InfraReady.IsZero() {
-			return nil, time.Time{}
+			return nil, time.Time{}, time.Time{}
 		}
 		start := latest(t.Created, t.InfraReady)
 		if !t.ControlPlane {
@@ -174,13 +201,14 @@ func judge(t Target, s State, p policy.Policy, now time.Time) ([]*capnv1.Conditi
 		}
 		deadline := start.Add(p.NodeStartupTimeout)
 		if now.Before(deadline) {
-			return nil, deadline
+			return nil, deadline, time.Time{}
 		}
 		return []*capnv1.Condition{reason(ReasonNodeStartupTimeout, ReasonNodeStartupTimeout,
-			fmt.Sprintf("no node reported within %s of the infrastructure becoming ready", p.NodeStartupTimeout), deadline)}, time.Time{}
+			fmt.Sprintf("no node reported within %s of the infrastructure becoming ready", p.NodeStartupTimeout), deadline)}, time.Time{}, time.Time{}
 	}
 	var out []*capnv1.Condition
-	wake := ReadyWake(t.LastHeartbeat, p.HeartbeatGrace, now)
+	var wake time.Time
+	grace := ReadyWake(t.LastHeartbeat, p.HeartbeatGrace, now)
 	conds := EffectiveConditions(t.Conditions, t.LastHeartbeat, t.Ready, p.HeartbeatGrace, now)
 	for _, uc := range p.UnhealthyConditions {
 		for _, c := range conds {
@@ -204,7 +232,7 @@ func judge(t Target, s State, p policy.Policy, now time.Time) ([]*capnv1.Conditi
 			out = append(out, reason(c.GetType(), orDefault(c.GetReason(), c.GetType()+c.GetStatus()), msg, at))
 		}
 	}
-	return out, wake
+	return out, wake, grace
 }
 
 // ReadyCondition derives the node's Ready condition from its heartbeats:

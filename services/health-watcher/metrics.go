@@ -27,6 +27,7 @@ type metrics struct {
 	writes   *prometheus.CounterVec
 	episodes *prometheus.CounterVec
 	evaluate prometheus.Histogram
+	renewals prometheus.Counter
 	// nodeSyncs: nodesync_apply.go.
 	nodeSyncs *prometheus.CounterVec
 }
@@ -50,9 +51,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time to evaluate one cluster's machines and write what changed.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}),
+		renewals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "capn_health_wakes_renewed_total",
+			Help: "Time-based wakes of a cluster answered without evaluating it: nothing had changed and every node the last evaluation counted on had sent a heartbeat since.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.reports, m.writes, m.episodes, m.evaluate)
+		reg.MustRegister(m.reports, m.writes, m.episodes, m.evaluate, m.renewals)
 	}
 	m.nodeSyncs = nodeSyncCounter(reg)
 	return m
@@ -62,3 +67,4 @@ func (m *metrics) report(kind, outcome string) { m.reports.WithLabelValues(kind,
 func (m *metrics) write(cause string)          { m.writes.WithLabelValues(cause).Inc() }
 func (m *metrics) unhealthy(reason string)     { m.episodes.WithLabelValues(reason).Inc() }
 func (m *metrics) evaluated(d time.Duration)   { m.evaluate.Observe(d.Seconds()) }
+func (m *metrics) renewed()                    { m.renewals.Inc() }

@@ -29,19 +29,30 @@ const conditionControlPlaneInitialized = "ControlPlaneInitialized"
 // on a fresh read), publishes MachineUnhealthy for each new verdict before
 // writing it, and removes records of machines that are gone.
 func (s *Service) reconcile(ctx context.Context, cluster string) (reconcile.Result, error) {
+	now := s.cfg.Now()
+	only, renewable := s.pending.take(cluster, now)
+	if renewable {
+		// The wake came and nothing changed: if every node the last
+		// evaluations counted on has sent a heartbeat since, no verdict
+		// can have changed; wake again when the next grace runs out,
+		// without decoding the cluster.
+		lastBeat := func(m string) time.Time { return s.beats.lastBeat(cluster + "." + m).at }
+		if wake, ok := s.pending.renew(cluster, now, now.Add(s.cfg.ResyncEvery), lastBeat); ok {
+			s.metrics.renewed()
+			return reconcile.Result{RequeueAfter: max(wake.Sub(now), time.Millisecond)}, nil
+		}
+	}
 	start := time.Now()
 	defer func() { s.metrics.evaluated(time.Since(start)) }()
-	now := s.cfg.Now()
 	log := zerolog.Ctx(ctx).With().Str("cluster", cluster).Logger()
 	ctx = log.WithContext(ctx)
-	only := s.pending.take(cluster, now)
 	in, cl := s.snapshot(cluster, only)
 	if cl == nil {
 		s.pending.forget(cluster)
 		return reconcile.Result{}, s.forgetGone(ctx, cluster, nil)
 	}
 	pols := s.policies(cl, &log)
-	unhealthy, recheck := Evaluate(in.state, pols, now)
+	unhealthy, r := evaluate(in.state, pols, now)
 	verdicts := make(map[string]*Unhealthy, len(unhealthy))
 	for i := range unhealthy {
 		verdicts[unhealthy[i].Machine] = &unhealthy[i]
@@ -60,10 +71,11 @@ func (s *Service) reconcile(ctx context.Context, cluster string) (reconcile.Resu
 		s.pending.mark(cluster, "") // the retry evaluates everything
 		return reconcile.Result{}, err
 	}
-	if recheck <= 0 || recheck > s.cfg.ResyncEvery {
-		recheck = s.cfg.ResyncEvery
+	at := now.Add(s.cfg.ResyncEvery)
+	if !r.At.IsZero() && r.At.Before(at) {
+		at = r.At
 	}
-	wake := s.pending.evaluated(cluster, only == nil, now.Add(recheck))
+	wake := s.pending.evaluated(cluster, only, at, r)
 	return reconcile.Result{RequeueAfter: max(wake.Sub(now), time.Millisecond)}, nil
 }
 

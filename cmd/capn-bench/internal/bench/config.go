@@ -44,6 +44,8 @@ type Config struct {
 	LargeReference     int
 	LargeTimeout       time.Duration
 	LargeHeapProfile   string
+	LargeProfileDir    string
+	LargeProfileEvery  time.Duration
 }
 
 // defaultBench are the benchmarks make bench runs; hosted, which needs the
@@ -84,6 +86,8 @@ func BindFlags(fs *flag.FlagSet) *Config {
 	fs.IntVar(&c.LargeReference, "large-reference", 1000, "clusters of the large benchmark's reference create, run first (its CPU per machine is what the large one is compared with)")
 	fs.DurationVar(&c.LargeTimeout, "large-timeout", 15*time.Minute, "give up on the large create after this long (reported with where it stopped)")
 	fs.StringVar(&c.LargeHeapProfile, "large-heapprofile", "", "write a heap profile of the process here when the large create ends (completed or not)")
+	fs.StringVar(&c.LargeProfileDir, "large-profile-dir", "", "write the large create's CPU profile into this `directory`, cut into segments of --large-profile-every (cpu-<from>-<to>s.pprof)")
+	fs.DurationVar(&c.LargeProfileEvery, "large-profile-every", time.Minute, "length of each CPU profile segment --large-profile-dir writes")
 	return c
 }
 
@@ -121,6 +125,9 @@ func (c Config) options() (options, error) {
 	}
 	if c.LargeTimeout <= 0 {
 		return options{}, usageError{fmt.Errorf("--large-timeout: %s is not a positive duration", c.LargeTimeout)}
+	}
+	if c.LargeProfileDir != "" && c.LargeProfileEvery <= 0 {
+		return options{}, usageError{fmt.Errorf("--large-profile-every: %s is not a positive duration", c.LargeProfileEvery)}
 	}
 	if c.RolloutClusters < 1 {
 		return options{}, usageError{fmt.Errorf("--rollout-clusters: %d is not a positive number", c.RolloutClusters)}

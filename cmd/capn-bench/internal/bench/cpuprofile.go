@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -150,4 +153,88 @@ func fields(b []byte, f func(protowire.Number, protowire.Type, []byte, uint64) e
 		}
 	}
 	return nil
+}
+
+// createProfile is a CPU profile of a fleet create, for its CPU by
+// service. With a directory it is cut into segments of every, each written
+// there (cpu-<from>-<to>s.pprof, seconds since the start) as it ends: a
+// create whose rate collapses after minutes needs the profile of those
+// minutes alone, which a profile of the whole create dilutes.
+type createProfile struct {
+	buf      bytes.Buffer
+	on       bool
+	dir      string
+	every    time.Duration
+	start    time.Time
+	segStart time.Time
+	segments [][]byte
+}
+
+// startCreateProfile starts profiling; on is false when a profile was
+// already running (--cpuprofile: the whole run's).
+func startCreateProfile(dir string, every time.Duration) *createProfile {
+	p := &createProfile{dir: dir, every: every, start: time.Now()}
+	p.segStart = p.start
+	p.on = pprof.StartCPUProfile(&p.buf) == nil
+	return p
+}
+
+// tick ends the current segment and starts the next when one is due.
+func (p *createProfile) tick() error {
+	if !p.on || p.dir == "" || time.Since(p.segStart) < p.every {
+		return nil
+	}
+	if err := p.cut(); err != nil {
+		return err
+	}
+	p.segStart = time.Now()
+	p.on = pprof.StartCPUProfile(&p.buf) == nil
+	return nil
+}
+
+// stop ends the profile (and its last segment).
+func (p *createProfile) stop() error {
+	if !p.on {
+		return nil
+	}
+	p.on = false
+	return p.cut()
+}
+
+// cut stops the profiler and keeps (and, with a directory, writes) what
+// it recorded since the segment began.
+func (p *createProfile) cut() error {
+	pprof.StopCPUProfile()
+	seg := bytes.Clone(p.buf.Bytes())
+	p.buf.Reset()
+	p.segments = append(p.segments, seg)
+	if p.dir == "" {
+		return nil
+	}
+	name := fmt.Sprintf("cpu-%04.0f-%04.0fs.pprof", p.segStart.Sub(p.start).Seconds(), time.Since(p.start).Seconds())
+	if err := os.WriteFile(filepath.Join(p.dir, name), seg, 0o644); err != nil {
+		return fmt.Errorf("cpu profile segment: %w", err)
+	}
+	return nil
+}
+
+// byLabel is cpuByLabel summed over the segments (nil: nothing profiled).
+func (p *createProfile) byLabel(key string) (map[string]time.Duration, error) {
+	var out map[string]time.Duration
+	for _, seg := range p.segments {
+		if len(seg) == 0 {
+			continue
+		}
+		m, err := cpuByLabel(seg, key)
+		if err != nil {
+			return nil, err
+		}
+		if out == nil {
+			out = map[string]time.Duration{}
+		}
+		for k, v := range m {
+			out[k] += v
+		}
+	}
+	return out, nil
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"path/filepath"
 	"runtime/pprof"
 	"testing"
 	"time"
@@ -57,5 +58,42 @@ func TestCPUByLabelReadsARealProfile(t *testing.T) {
 func TestCPUByLabelRejectsGarbage(t *testing.T) {
 	if _, err := cpuByLabel([]byte("not a profile"), "service"); err == nil {
 		t.Fatal("no error for bytes that are no profile")
+	}
+}
+
+// A create's profile cut into segments: each is written as it ends, and
+// the CPU by label is the sum over them.
+func TestCreateProfileSegments(t *testing.T) {
+	dir := t.TempDir()
+	p := startCreateProfile(dir, time.Nanosecond)
+	if !p.on {
+		t.Fatal("the profile did not start")
+	}
+	work := func(n int) {
+		pprof.Do(context.Background(), pprof.Labels("service", "a"), func(context.Context) { spin(n) })
+	}
+	work(300)
+	if err := p.tick(); err != nil {
+		t.Fatal(err)
+	}
+	work(300)
+	if err := p.stop(); err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob(filepath.Join(dir, "cpu-*-*s.pprof"))
+	if err != nil || len(files) != 2 {
+		t.Fatalf("segment files %v (%v), want 2", files, err)
+	}
+	total, err := p.byLabel("service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := cpuByLabel(p.segments[0], "service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("first segment %v, both %v", first["a"], total["a"])
+	if first["a"] < 50*time.Millisecond || total["a"] < first["a"]+50*time.Millisecond {
+		t.Fatalf("a: %s in the first segment, %s in both: the second segment's work is missing", first["a"], total["a"])
 	}
 }

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -137,6 +136,10 @@ type fleetOptions struct {
 	// progress prints the count of Running machines (and with memory the
 	// resident set) this often; 0: every second with --trace, else never.
 	progress time.Duration
+	// profileDir, when set, is where the create's CPU profile is written
+	// in segments of profileEvery (createProfile).
+	profileDir   string
+	profileEvery time.Duration
 }
 
 // measureFleetIn is measureFleet on a fresh in-process server (capn dev's
@@ -196,15 +199,17 @@ func fleetCreate(ctx context.Context, e fleetEnv, n int, timeout time.Duration, 
 	if err != nil {
 		return fleetRun{}, err
 	}
-	var prof bytes.Buffer
-	profiling := !benchProfiling && pprof.StartCPUProfile(&prof) == nil
-	stopProfile := func() {
-		if profiling {
-			pprof.StopCPUProfile()
-			profiling = false
-		}
+	var prof *createProfile
+	if !benchProfiling {
+		prof = startCreateProfile(o.profileDir, o.profileEvery)
 	}
-	defer stopProfile()
+	stopProfile := func() error {
+		if prof == nil {
+			return nil
+		}
+		return prof.stop()
+	}
+	defer func() { _ = stopProfile() }() // an early return's error is the one reported
 	every := o.progress
 	if every == 0 && benchTrace {
 		every = time.Second
@@ -240,6 +245,11 @@ wait:
 			timedOut = fmt.Errorf("%d clusters: only %d of %d machines Running after %s (clusters created in %s)", n, ran, want, timeout, created.Round(time.Millisecond))
 			break wait
 		case <-tick.C:
+			if prof != nil {
+				if err := prof.tick(); err != nil {
+					return fleetRun{}, err
+				}
+			}
 			if every > 0 && time.Since(lastTrace) >= every {
 				lastTrace = time.Now()
 				fmt.Fprintf(os.Stderr, "  %s\n", progress())
@@ -247,7 +257,9 @@ wait:
 		}
 	}
 	elapsed := time.Since(start)
-	stopProfile()
+	if err := stopProfile(); err != nil {
+		return fleetRun{}, err
+	}
 	if o.heapProfile != "" {
 		if err := writeHeapProfile(o.heapProfile); err != nil {
 			return fleetRun{}, err
@@ -264,8 +276,8 @@ wait:
 	if timedOut != nil {
 		// What the create did until then: its CPU (by service) and memory
 		// say where it was stuck.
-		if prof.Len() > 0 {
-			r.CPUByService, _ = cpuByLabel(prof.Bytes(), daemon.ProfileLabel)
+		if prof != nil {
+			r.CPUByService, _ = prof.byLabel(daemon.ProfileLabel)
 		}
 		return r, timedOut
 	}
@@ -280,8 +292,8 @@ wait:
 			return fleetRun{}, err
 		}
 	}
-	if prof.Len() > 0 {
-		if r.CPUByService, err = cpuByLabel(prof.Bytes(), daemon.ProfileLabel); err != nil {
+	if prof != nil {
+		if r.CPUByService, err = prof.byLabel(daemon.ProfileLabel); err != nil {
 			return fleetRun{}, err
 		}
 	}

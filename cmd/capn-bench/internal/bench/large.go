@@ -118,7 +118,8 @@ func runLarge(ctx context.Context, o options, rep *report, w io.Writer) error {
 	res.Reference = ref
 	printLarge(w, ref)
 	fmt.Fprintf(w, "large: fleet create of %d clusters (%d machines; timeout %s)…\n", o.LargeClusters, 10*o.LargeClusters, o.LargeTimeout)
-	big, err := measureFleetIn(ctx, o.LargeClusters, o.LargeTimeout, fleetOptions{memory: true, progress: 10 * time.Second, heapProfile: o.LargeHeapProfile})
+	big, err := measureFleetIn(ctx, o.LargeClusters, o.LargeTimeout, fleetOptions{memory: true, progress: 10 * time.Second, heapProfile: o.LargeHeapProfile,
+		profileDir: o.LargeProfileDir, profileEvery: o.LargeProfileEvery})
 	if err != nil {
 		if big.Machines == 0 {
 			return fmt.Errorf("large: %w", err)

@@ -2,6 +2,9 @@ package events_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -9,9 +12,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/capn-dev/capn/events"
 	"github.com/capn-dev/capn/events/natstest"
+	"github.com/capn-dev/capn/internal/testkit"
 	capnv1 "github.com/capn-dev/capn/schemas/capn/v1alpha1"
 )
 
@@ -224,5 +229,37 @@ func TestLongHandlerKeptInProgress(t *testing.T) {
 	natstest.WaitFor(t, 5*time.Second, "acked", func() bool { return c.Stats().Acked == 1 })
 	if s := c.Stats(); n.Load() != 1 || s.InProgress == 0 {
 		t.Fatalf("handler ran %d times (want 1, no redelivery past AckWait), stats %+v", n.Load(), s)
+	}
+}
+
+// A handler's log lines, and the settlement's, carry the message's
+// correlation fields: subject, stream_seq, delivery, event_id, event_type.
+func TestHandlerLogsCarryTheMessage(t *testing.T) {
+	_, _, js := setup(t)
+	logs := &testkit.Buffer{}
+	h := func(ctx context.Context, m *events.Message) error {
+		zerolog.Ctx(ctx).Info().Str("cluster", "c").Msg("handled")
+		return errors.New("try again")
+	}
+	spec := events.ConsumerSpec{Stream: events.StreamCommands, Durable: "logs", Filters: []string{"capn.cmd.>"}, MaxDeliver: 1}
+	c := events.NewConsumer(js, spec, h, events.WithLogger(zerolog.New(logs)))
+	run(t, c)
+	subj := events.CommandSubject("w", "v", "c", "m")
+	if _, err := events.NewPublisher(js, "capn/test").Publish(context.Background(), subj, "dev.capn.test", "evt-log", nil); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 5*time.Second, "dead-lettered", func() bool { return c.Stats().DeadLettered == 1 })
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if len(lines) < 2 {
+		t.Fatalf("want the handler's line and the settlement's, got:\n%s", logs.String())
+	}
+	for _, l := range lines[:2] {
+		var got map[string]any
+		if err := json.Unmarshal([]byte(l), &got); err != nil {
+			t.Fatal(err)
+		}
+		if got["subject"] != subj || got["stream_seq"] != 1.0 || got["delivery"] != 1.0 || got["event_id"] != "evt-log" || got["event_type"] != "dev.capn.test" {
+			t.Errorf("line without the message's fields: %s", l)
+		}
 	}
 }

@@ -28,6 +28,9 @@ import (
 // machines is deleted or data is stored for a machine not in the cache
 // (s.gone); a restart or resync lists every cluster again.
 func (s *Service) purgeGone(ctx context.Context, cluster string) (n int, err error) {
+	if err := s.gone.audited(ctx, s.auditGone); err != nil {
+		return 0, err
+	}
 	if !s.gone.begin(cluster) {
 		return 0, nil
 	}
@@ -78,17 +81,86 @@ func (s *Service) purgeGone(ctx context.Context, cluster string) (n int, err err
 	return n, nil
 }
 
+// auditGone lists the stored bootstrap data of every cluster at once and
+// returns the clusters holding data of a machine the desired cache does
+// not have (one created since may be among them: its cluster's own pass
+// reads the bucket).
+func (s *Service) auditGone(ctx context.Context) (map[string]bool, error) {
+	stored, err := s.boots.Keys(ctx, keys.BootstrapPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("list the stored bootstrap data: %w", err)
+	}
+	suspect := map[string]bool{}
+	for _, key := range stored {
+		k, err := keys.Parse(key)
+		if err != nil || k.Cluster == "" {
+			continue
+		}
+		if _, ok := s.desired.Get(keys.Machine(k.Cluster, k.Name)); !ok {
+			suspect[k.Cluster] = true
+		}
+	}
+	return suspect, nil
+}
+
 // goneMemo remembers the clusters whose stored bootstrap data held no
 // record of a machine that is not desired at their last purgeGone pass.
-// It only saves listings: a cluster not known clean (after a start, a
-// resync, a machine's deletion) is listed.
+// It only saves listings: a cluster not known clean (after a machine's
+// deletion) is listed. After a start or a resync every cluster is unknown:
+// one listing of all of them (an audit) tells which hold such data, and
+// only those are listed on their own. One short-lived watcher per cluster
+// was, at 10,000 clusters, 10,000 consumers on the secrets stream at one
+// moment, each scanning it (the 100,000-machine create's collapse).
 type goneMemo struct {
 	mu    sync.Mutex
 	clean map[string]bool
+	// audit is the listing of every cluster since the last start or
+	// resync; nil until a pass makes one.
+	audit *goneAudit
+}
+
+// goneAudit is one listing of every cluster's stored data.
+type goneAudit struct {
+	done     chan struct{}
+	finished bool
+	err      error // the listing failed: every cluster is listed on its own
+	// suspect holds the clusters with data of a machine not desired when
+	// listed, and those dirtied since the audit began.
+	suspect map[string]bool
+}
+
+// audited returns once the audit since the last start or resync is made:
+// the first caller makes it with list, the others wait for it. A failed
+// listing is not an error here: every cluster is then listed on its own.
+func (m *goneMemo) audited(ctx context.Context, list func(context.Context) (map[string]bool, error)) error {
+	m.mu.Lock()
+	a := m.audit
+	if a != nil {
+		m.mu.Unlock()
+		select {
+		case <-a.done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	a = &goneAudit{done: make(chan struct{}), suspect: map[string]bool{}}
+	m.audit = a
+	m.mu.Unlock()
+	suspect, err := list(ctx)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for c := range suspect {
+		a.suspect[c] = true
+	}
+	a.err, a.finished = err, true
+	close(a.done)
+	return nil
 }
 
 // begin says whether cluster must be listed, and takes it as clean from
-// now: a deletion seen during the pass makes it dirty again.
+// now: a deletion seen during the pass makes it dirty again. A cluster not
+// known clean is listed unless the audit found nothing of it to purge.
 func (m *goneMemo) begin(cluster string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -99,6 +171,12 @@ func (m *goneMemo) begin(cluster string) bool {
 		m.clean = map[string]bool{}
 	}
 	m.clean[cluster] = true
+	if a := m.audit; a != nil && a.finished && a.err == nil {
+		if !a.suspect[cluster] {
+			return false
+		}
+		delete(a.suspect, cluster)
+	}
 	return true
 }
 
@@ -107,13 +185,17 @@ func (m *goneMemo) dirty(cluster string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.clean, cluster)
+	if m.audit != nil {
+		m.audit.suspect[cluster] = true
+	}
 }
 
-// dirtyAll makes the next pass over every cluster list its stored data.
-func (m *goneMemo) dirtyAll() {
+// resync forgets what is known clean: the next pass makes a new audit.
+func (m *goneMemo) resync() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	clear(m.clean)
+	m.audit = nil
 }
 
 // forget drops a deleted cluster.
@@ -125,7 +207,7 @@ func (m *goneMemo) forget(cluster string) { m.dirty(cluster) }
 func (s *Service) desiredMachineChanged(all func() []string) func(store.Change) []string {
 	return func(ch store.Change) []string {
 		if ch.Resync {
-			s.gone.dirtyAll()
+			s.gone.resync()
 			return all()
 		}
 		cluster := keys.ClusterOf(ch.Key)

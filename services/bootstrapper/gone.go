@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -86,6 +87,10 @@ func (s *Service) purgeGone(ctx context.Context, cluster string) (n int, err err
 // not have (one created since may be among them: its cluster's own pass
 // reads the bucket).
 func (s *Service) auditGone(ctx context.Context) (map[string]bool, error) {
+	// A bucket operation's own deadline (5 s) is for one cluster's keys;
+	// this lists every cluster's, 100,000 at 10,000 clusters.
+	ctx, cancel := context.WithTimeout(ctx, auditTimeout)
+	defer cancel()
 	stored, err := s.boots.Keys(ctx, keys.BootstrapPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("list the stored bootstrap data: %w", err)
@@ -102,6 +107,9 @@ func (s *Service) auditGone(ctx context.Context) (map[string]bool, error) {
 	}
 	return suspect, nil
 }
+
+// auditTimeout bounds the audit's listing of every cluster's stored data.
+const auditTimeout = time.Minute
 
 // goneMemo remembers the clusters whose stored bootstrap data held no
 // record of a machine that is not desired at their last purgeGone pass.

@@ -32,16 +32,14 @@ func TestHostedManifestsValidate(t *testing.T) {
 // plane Ready, its 4 processes found and measured. Skipped with -short,
 // and where CAPN_KUBE_BIN (make -s kube-bin) names no directory holding
 // the binaries — as every other test on them, through
-// conformance.KubeBin: a failure under CAPN_REQUIRE_KUBE=1.
+// conformance.KubeBins: a failure under CAPN_REQUIRE_KUBE=1.
 func TestHostedBenchOne(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a hosted control plane; skipped with -short")
 	}
 	ctx := context.Background()
-	bin, version, err := newestKubeBin(ctx, conformance.KubeBin(t, ""))
-	if err != nil {
-		t.Fatal(err)
-	}
+	bins := conformance.KubeBins(t, "")
+	bin, version := bins[len(bins)-1].Dir, bins[len(bins)-1].Version
 	progs := t.TempDir()
 	if err := goBuild(ctx, progs, "controlplane-hosted"); err != nil {
 		t.Fatal(err)
